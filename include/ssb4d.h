@@ -1,0 +1,360 @@
+/*
+ * ssb4d.h — public API of libssb4d: single-side-band (SSB) direct ptychography of 4D-STEM data.
+ *
+ * Conventions (SPEC §2):
+ *   - axis order (scan_row, scan_col, det_row, det_col), row before column, C order;
+ *   - public units: aberrations C_nm in nm, angles in degrees, rotation in degrees, semiangle and
+ *     detector sampling in mrad (per pixel), scan step in Å, tilt in mrad, thickness in nm;
+ *   - C10 = -defocus (positive C10 = underfocus);
+ *   - spectra use the unnormalised forward DFT (e^{-2πi q·r}), frequencies fftfreq(N, step).
+ *
+ * Style: every call that can fail returns an ssb4d_status (0 = SSB4D_OK) and, when `err` is not
+ * NULL, writes one human-readable line into it. Every large buffer is counted by an ssb4d_mem
+ * context that the caller owns (plan, then execute: the caller decides budgets once).
+ * There is no global mutable state; objects are not shared between threads unless stated.
+ */
+#ifndef SSB4D_H
+#define SSB4D_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SSB4D_VERSION_STRING "0.1.0"
+
+/* ------------------------------------------------------------------------------------------ */
+/* Errors                                                                                       */
+
+typedef enum {
+    SSB4D_OK = 0,
+    SSB4D_EINVAL = 1,    /* bad argument or absurd parameter */
+    SSB4D_ENOMEM = 2,    /* allocation failed or over budget */
+    SSB4D_EIO = 3,       /* file could not be read or written */
+    SSB4D_EFORMAT = 4,   /* file is malformed, wrong dtype or wrong shape */
+    SSB4D_ENOTFOUND = 5, /* something expected in the data was not found (e.g. the BF disk) */
+    SSB4D_EINTERNAL = 6
+} ssb4d_status;
+
+/* One error line; functions fill it on failure. */
+typedef struct {
+    ssb4d_status code;
+    char msg[512];
+} ssb4d_err;
+
+/* Short name of a status ("invalid argument", ...). */
+const char *ssb4d_status_name(ssb4d_status s);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Memory accounting (src/common/mem.c)                                                         */
+/*
+ * All large buffers (data, G, FFT scratch, tiles) are allocated through an ssb4d_mem context.
+ * It counts live bytes, cached bytes (freed into the reuse cache, kept for the next allocation
+ * of the same size) and the peak, per named stage, and reads the process footprint
+ * (VmHWM/VmRSS, the high-water reset per stage through /proc/self/clear_refs).
+ * The context is thread-safe (a mutex guards its counters).
+ */
+typedef struct ssb4d_mem ssb4d_mem;
+
+typedef struct {
+    char name[48];
+    size_t peak_bytes;     /* highest tracked live+cache during the stage */
+    size_t after_bytes;    /* tracked live+cache when the stage ended */
+    size_t live_after;     /* tracked live bytes when the stage ended */
+    size_t cache_bytes;    /* of after_bytes, how much is reusable cache */
+    size_t rss_peak_bytes; /* process high-water mark during the stage (0 if unknown) */
+    size_t rss_after_bytes;
+    double seconds;
+} ssb4d_stage_record;
+
+/* limit_bytes = 0: no limit. Allocations beyond the limit fail with SSB4D_ENOMEM. */
+ssb4d_mem *ssb4d_mem_create(size_t limit_bytes);
+void ssb4d_mem_destroy(ssb4d_mem *m);
+/* 64-byte aligned, counted under `tag`. Returns NULL (and fills err) on failure or over budget. */
+void *ssb4d_mem_alloc(ssb4d_mem *m, size_t bytes, const char *tag, ssb4d_err *err);
+void *ssb4d_mem_calloc(ssb4d_mem *m, size_t bytes, const char *tag, ssb4d_err *err);
+/* Frees a block. keep_in_cache != 0 parks it in the reuse cache instead (counted as cache). */
+void ssb4d_mem_free(ssb4d_mem *m, void *p, int keep_in_cache);
+/* Returns every cached block to the system. */
+void ssb4d_mem_trim(ssb4d_mem *m);
+size_t ssb4d_mem_live(const ssb4d_mem *m);
+size_t ssb4d_mem_cached(const ssb4d_mem *m);
+size_t ssb4d_mem_peak(const ssb4d_mem *m);   /* peak since creation */
+size_t ssb4d_mem_limit(const ssb4d_mem *m);
+/* Stages: begin resets the stage peak (tracked and RSS); end records one ssb4d_stage_record. */
+void ssb4d_mem_stage_begin(ssb4d_mem *m, const char *name);
+void ssb4d_mem_stage_end(ssb4d_mem *m);
+size_t ssb4d_mem_stage_count(const ssb4d_mem *m);
+const ssb4d_stage_record *ssb4d_mem_stage(const ssb4d_mem *m, size_t i);
+/* Prints the stage table ("peak during / after", tracked, cache, footprint) to f. */
+void ssb4d_mem_report_print(const ssb4d_mem *m, FILE *f);
+/* Current and peak process footprint from /proc/self/status (bytes; 0 if unavailable). */
+size_t ssb4d_rss_now(void);
+size_t ssb4d_rss_peak(void);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Optics (src/optics/)                                                                         */
+
+/* Relativistic electron wavelength in Å for an accelerating voltage in kV (CODATA 2018). */
+double ssb4d_wavelength_A(double kv);
+
+/* The 14 Krivanek coefficients, in this order. */
+enum {
+    SSB4D_C10, SSB4D_C12, SSB4D_C21, SSB4D_C23, SSB4D_C30, SSB4D_C32, SSB4D_C34,
+    SSB4D_C41, SSB4D_C43, SSB4D_C45, SSB4D_C50, SSB4D_C52, SSB4D_C54, SSB4D_C56,
+    SSB4D_N_ABERR
+};
+/* Name ("C10"), radial order n and azimuthal order m of coefficient i. */
+const char *ssb4d_aberr_name(int i);
+int ssb4d_aberr_n(int i);
+int ssb4d_aberr_m(int i);
+/* Index of a name like "C12" (case-insensitive), or -1. */
+int ssb4d_aberr_index(const char *name);
+
+/* Aberrations in public units: C in nm, phi in degrees (phi ignored where m = 0). */
+typedef struct {
+    double C_nm[SSB4D_N_ABERR];
+    double phi_deg[SSB4D_N_ABERR];
+} ssb4d_aberrations;
+
+/* Thick-sample (tilt) model, SPEC §5.6. thickness_nm = 0 is standard SSB exactly. */
+typedef struct {
+    double tilt_mrad[2]; /* (row, col) */
+    double thickness_nm;
+} ssb4d_thick;
+
+/* Microscope and detector geometry of one acquisition. */
+typedef struct {
+    double kv;
+    double semiangle_mrad;
+    double scan_step_A[2];        /* (row, col) */
+    double det_sampling_mrad[2];  /* (row, col), mrad per detector pixel */
+    double centre_px[2];          /* BF disk centre (det_row, det_col), pixels */
+    double rotation_deg;          /* scan-detector rotation */
+} ssb4d_geometry;
+
+/* χ(v) in radians at reciprocal vector v = (vx, vy) (1/Å, vx along scan rows). */
+double ssb4d_chi(const ssb4d_aberrations *ab, double lambda_A, double vx, double vy);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Data sources (src/ingest/)                                                                   */
+/*
+ * A source yields the acquisition two ways:
+ *   frames:  counts of consecutive scan positions (flattened row-major), for calibration;
+ *   columns: float32 scan images of a list of detector pixels for a range of scan rows, for the
+ *            G build ("column source"): out[(p * nrows + r) * scan_cols + c].
+ * Implemented for .npy files (memory-mapped) and for caller-owned arrays in memory.
+ */
+typedef enum { SSB4D_U8 = 1, SSB4D_U16 = 2, SSB4D_U32 = 4 } ssb4d_dtype;
+
+typedef struct ssb4d_source ssb4d_source;
+
+/* Opens a C-order little-endian .npy of uint8/uint16/uint32 counts with rank 4. Memory-mapped. */
+ssb4d_status ssb4d_source_open_npy(const char *path, ssb4d_source **out, ssb4d_err *err);
+/* Wraps an array the caller keeps alive; data is (shape[0]*shape[1]*shape[2]*shape[3]) values. */
+ssb4d_status ssb4d_source_from_memory(const void *data, ssb4d_dtype dtype, const size_t shape[4],
+                                      ssb4d_source **out, ssb4d_err *err);
+void ssb4d_source_close(ssb4d_source *s);
+void ssb4d_source_shape(const ssb4d_source *s, size_t shape[4]);
+ssb4d_dtype ssb4d_source_dtype(const ssb4d_source *s);
+/* Counts of positions [pos0, pos0+npos): out[(p * det_rows + r) * det_cols + c]. */
+ssb4d_status ssb4d_source_read_frames(ssb4d_source *s, size_t pos0, size_t npos, uint32_t *out,
+                                      ssb4d_err *err);
+/* Column read, see above. det_pix are flat detector indices (row * det_cols + col). */
+ssb4d_status ssb4d_source_read_columns(ssb4d_source *s, const int32_t *det_pix, size_t n_pix,
+                                       size_t row0, size_t nrows, float *out, ssb4d_err *err);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Calibration (src/calibrate/)                                                                 */
+
+typedef struct {
+    double kv;
+    double semiangle_mrad;
+    double scan_step_A[2];
+    double det_sampling_mrad[2]; /* <= 0: fit from the disk edge */
+    double rotation_deg;         /* NaN: fit from the centre-of-mass curl */
+    double bf_radius_px;         /* selection radius; <= 0: the disk radius */
+    double centre_px[2];         /* NaN: the disk centroid */
+    int hot_pixels;              /* 1: detect hot pixels (default), 0: only file masks */
+    int threads;                 /* 0: all cores */
+} ssb4d_calib_params;
+
+void ssb4d_calib_params_default(ssb4d_calib_params *p);
+
+typedef struct {
+    ssb4d_geometry geom;
+    size_t det_shape[2];
+    size_t scan_shape[2];
+    double disk_centre_px[2];    /* measured centroid */
+    double disk_radius_px;       /* equal-area radius of pixels > disk_threshold */
+    double disk_threshold;       /* mean + std of the mean pattern, or the two-class threshold */
+    int disk_threshold_two_class; /* 1: mean + std gave no filled disk (disk > half the detector) */
+    double edge_radius_px;       /* equal-area radius of pixels > median(disk)/2 */
+    double selection_radius_px;
+    double rotation_curl_deg;    /* measured (NaN if not measured) */
+    double curl_ratio;           /* curl residual at the chosen angle / at the worst angle */
+    int det_sampling_fitted, rotation_fitted, centre_fitted;
+    double *mean_pattern;        /* det_rows*det_cols, float64 */
+    int32_t *bf_pix;             /* selected BF pixels (flat), ascending */
+    size_t n_bf;
+    int32_t *flagged;            /* flagged (hot) pixels, flat */
+    size_t n_flagged;
+    double total_counts;
+} ssb4d_calibration;
+
+ssb4d_status ssb4d_calibrate(ssb4d_source *src, const ssb4d_calib_params *p,
+                             ssb4d_calibration *out, ssb4d_err *err);
+void ssb4d_calibration_free(ssb4d_calibration *c);
+
+/* ------------------------------------------------------------------------------------------ */
+/* G(q,k) build (src/gbuild/)                                                                    */
+
+typedef struct ssb4d_G ssb4d_G;
+
+typedef struct {
+    int threads;            /* 0: all cores */
+    size_t block_bytes;     /* decoded float32 per block of scan rows; 0: 256 MiB */
+    int store_inactive;     /* 1: also store BF pixels whose aperture A(k) is 0 */
+    void (*progress)(void *user, double fraction);
+    void *progress_user;
+} ssb4d_gbuild_opts;
+
+void ssb4d_gbuild_opts_default(ssb4d_gbuild_opts *o);
+
+/* Builds G for the BF pixels bf_pix[0..n_bf) of `src` under geometry g. */
+ssb4d_status ssb4d_gbuild(ssb4d_source *src, const ssb4d_geometry *g, const int32_t *bf_pix,
+                          size_t n_bf, const ssb4d_gbuild_opts *o, ssb4d_mem *mem, ssb4d_G **out,
+                          ssb4d_err *err);
+void ssb4d_G_free(ssb4d_G *G);
+size_t ssb4d_G_n_bf(const ssb4d_G *G);      /* all selected BF pixels (count in N_bf) */
+size_t ssb4d_G_n_stored(const ssb4d_G *G);  /* those with a stored spectrum */
+size_t ssb4d_G_bytes(const ssb4d_G *G);
+double ssb4d_G_dc(const ssb4d_G *G);
+void ssb4d_G_scan_shape(const ssb4d_G *G, size_t *ny, size_t *nx);
+/* Stored half-plane spectrum of the i-th BF pixel ((ny, nx/2+1) complex64 as float pairs), or NULL. */
+const float *ssb4d_G_plane(const ssb4d_G *G, size_t i);
+/* SHA-256 (hex, 65 bytes) of the stored spectra in BF order. */
+void ssb4d_G_sha256(const ssb4d_G *G, char hex[65]);
+
+/* ------------------------------------------------------------------------------------------ */
+/* SSB (src/ssb/)                                                                                */
+
+typedef enum { SSB4D_PATH_AUTO = 0, SSB4D_PATH_REAL = 1, SSB4D_PATH_COMPLEX = 2 } ssb4d_path;
+
+typedef struct {
+    int threads;      /* 0: all cores */
+    ssb4d_path path;  /* auto: real-output path when χ is even-m only */
+} ssb4d_ssb_opts;
+
+void ssb4d_ssb_opts_default(ssb4d_ssb_opts *o);
+
+/* Exact loss (SPEC §5.4) at aberrations ab (and optional thick model, NULL = thin).
+ * If mean_phase is not NULL it receives the mean phase (ny*nx float32). */
+ssb4d_status ssb4d_loss(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d_aberrations *ab,
+                        const ssb4d_thick *thick, const ssb4d_ssb_opts *o, ssb4d_mem *mem,
+                        double *loss, float *mean_phase, ssb4d_err *err);
+
+/* Object F = mean of corrected spectra, upsampled by f (SPEC §5.5); writes the complex object
+ * O (f*ny by f*nx complex64 as float pairs) and/or its phase (arg O). Either may be NULL. */
+ssb4d_status ssb4d_object(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d_aberrations *ab,
+                          const ssb4d_thick *thick, int upsample, const ssb4d_ssb_opts *o,
+                          ssb4d_mem *mem, float *object, float *phase, ssb4d_err *err);
+
+/* Mean phase upsampled by f (each BF pixel's corrected spectrum continued periodically). */
+ssb4d_status ssb4d_mean_phase_upsampled(const ssb4d_G *G, const ssb4d_geometry *g,
+                                        const ssb4d_aberrations *ab, const ssb4d_thick *thick,
+                                        int upsample, const ssb4d_ssb_opts *o, ssb4d_mem *mem,
+                                        float *phase, ssb4d_err *err);
+
+/* The smallest f in {1,2,3,4,8} with f/(2 s) >= 2 α0/λ on both axes (8 if none). */
+int ssb4d_upsample_auto(const ssb4d_geometry *g);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Simulator (src/sim/) — section owned by the simulator; see docs/simulate.md                   */
+/* SIMULATOR-API-BEGIN */
+/*
+ * Multislice simulation of a 4D-STEM acquisition through a perfect crystal (docs/simulate.md).
+ * The probe P(k) = A(k)·exp(−iχ(k)) (SPEC §5.2, aberrations at the entrance surface) is placed at
+ * scan position R as ψ0 = IDFT[P(k)·e^{−2πi k·R}] (abTEM convention), transmitted through
+ * 2 slices per unit cell (Fresnel propagator, optional tilt) of tabulated Gaussian-sum projected
+ * potentials, and the detector is the central D×D crop of |DFT(exit wave)|², zero frequency at
+ * pixel (D/2, D/2), pixel spacing 1/L (L = simulation window). One pattern sums to 1 over the
+ * full simulation grid; counts are Poisson(dose·I), seeded per scan position from (seed, index),
+ * so results do not depend on the thread count. Scan position (i, j) is (i·step, j·step) Å with
+ * (0, 0) on an atomic column and step = scan_cells·a/scan_n (periodic, endpoint excluded);
+ * scan and detector are not rotated (det_row ∥ scan_row).
+ */
+typedef enum { SSB4D_SPECIMEN_SRTIO3 = 0, SSB4D_SPECIMEN_AU = 1 } ssb4d_specimen;
+
+typedef struct {
+    ssb4d_specimen specimen;
+    int cells_z;            /* thickness in unit cells (>= 1), 2 slices each */
+    int window_cells;       /* periodic simulation window: window_cells × window_cells cells */
+    double kv;              /* accelerating voltage (kV) */
+    double semiangle_mrad;  /* probe semi-angle (mrad) */
+    ssb4d_aberrations ab;   /* public units (nm, degrees), at the entrance surface */
+    double tilt_mrad[2];    /* specimen/beam tilt (row, col), mrad; enters the propagator */
+    int scan_n;             /* scan positions per axis (scan_n × scan_n) */
+    int scan_cells;         /* the scan covers scan_cells × scan_cells whole unit cells */
+    int det;                /* detector D (D × D pixels) */
+    int grid;               /* simulation grid M (M × M); 0 = auto (see ssb4d_sim_describe) */
+    double dose;            /* electrons per probe position */
+    uint64_t seed;
+    int threads;            /* 0: all cores */
+    /* Optional progress callback (called from the calling thread after each block of rows). */
+    void (*progress)(void *user, size_t done, size_t total);
+    void *progress_user;
+} ssb4d_sim_params;
+
+/* Derived geometry and, after a simulation, its statistics. */
+typedef struct {
+    int grid;                     /* M actually used */
+    double wavelength_A;
+    double sigma;                 /* interaction constant, rad/(V·Å) */
+    double lattice_A;
+    double window_A;              /* L */
+    double real_sampling_A;       /* L / M */
+    double scan_step_A;           /* both axes */
+    double det_sampling_mrad;     /* 1e3·λ/L, both axes */
+    double bf_radius_px;          /* α/(λ/L) */
+    double antialias_inv_A;       /* band limit of transmission and propagator: M/(3L) */
+    double thickness_nm;
+    int n_slices;
+    /* filled by a simulation */
+    double mean_sum_full;         /* mean over positions of Σ I over the full grid */
+    double min_sum_full, max_sum_full;
+    double mean_sum_detector;     /* ... over the D × D crop */
+    size_t n_clamped;             /* counts clamped at 65535 */
+    uint16_t max_count;
+    double seconds;
+} ssb4d_sim_info;
+
+/* Fills p with a preset ("tiny", "small", "medium", "reference"; NULL = "small"). Fields can be
+ * changed afterwards. SSB4D_EINVAL for an unknown name. */
+ssb4d_status ssb4d_sim_params_preset(ssb4d_sim_params *p, const char *preset, ssb4d_err *err);
+/* Checks p (SSB4D_EINVAL with the reason) and fills the derived geometry of info (may be NULL).
+ * Auto grid: the smallest FFT-friendly M >= 2·D whose antialias band M/(3L) reaches the SSB
+ * passband 2α/λ (so that the object's frequencies up to 2α/λ are all simulated). */
+ssb4d_status ssb4d_sim_describe(const ssb4d_sim_params *p, ssb4d_sim_info *info, ssb4d_err *err);
+/* In memory. Any output may be NULL: counts (scan_n² · D² uint16), intensity (the noise-free
+ * normalised intensity of the crop, float32, same shape), phase and phase_bl (scan_n² float32:
+ * projected phase σ·V_proj of the whole specimen at the scan positions, up to the antialias band,
+ * and low-passed to |q| <= 2α/λ). info may be NULL. */
+ssb4d_status ssb4d_simulate_to_memory(const ssb4d_sim_params *p, uint16_t *counts, float *intensity,
+                                      float *phase, float *phase_bl, ssb4d_sim_info *info,
+                                      ssb4d_err *err);
+/* Streams the counts to npy_path (uint16 (N, N, D, D), header first, then blocks of scan rows,
+ * written to npy_path.tmpPID and renamed at the end), and writes beside it STEM_phase.npy,
+ * STEM_phase_bandlimited.npy and the sidecar STEM.json (same key layout as the shared data's
+ * sidecars). Existing outputs are refused unless force. command_line (may be NULL) is recorded. */
+ssb4d_status ssb4d_simulate(const ssb4d_sim_params *p, const char *npy_path, int force,
+                            const char *command_line, ssb4d_sim_info *info, ssb4d_err *err);
+/* SIMULATOR-API-END */
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SSB4D_H */

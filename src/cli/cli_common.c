@@ -1,0 +1,400 @@
+/* cli_common.c — shared flags and the sidecar < calibration file < flags layering. */
+#include "cli/cli_common.h"
+
+#include "io/calfile.h"
+#include "io/image.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+
+const char CLI_MICROSCOPE_HELP[] =
+    "microscope and calibration (flags override --calibration, which overrides the sidecar DATA.json):\n"
+    "  --kv KV               accelerating voltage (kV)\n"
+    "  --semiangle MRAD      probe convergence semi-angle (mrad)\n"
+    "  --scan-step A[,A]     scan step (Angstrom), one value or ROW,COL\n"
+    "  --det-sampling M[,M]  detector sampling (mrad/pixel); fitted from the BF disk when absent\n"
+    "  --rotation DEG        scan-detector rotation; from the centre-of-mass curl when absent\n"
+    "  --bf-radius PX        BF selection radius (pixels); default the disk radius\n"
+    "  --centre ROW,COL      BF disk centre (pixels); default the disk centroid\n"
+    "  --calibration FILE    calibration JSON (from ssb4d calibrate -o or ssb4d fit)\n"
+    "  --sidecar FILE        simulator sidecar JSON (default: DATA with .json, if present)\n"
+    "  --no-hot-pixels       do not detect hot pixels\n"
+    "  --threads N           worker threads (default: all cores)\n"
+    "  --memory-report       print the per-stage memory table on stderr\n"
+    "  --json                print one JSON result object on stdout\n";
+
+void cli_values_unset(cli_values *v)
+{
+    memset(v, 0, sizeof *v);
+    v->kv = v->semiangle_mrad = v->rotation_deg = v->bf_radius_px = NAN;
+    for (int i = 0; i < 2; i++)
+        v->scan_step_A[i] = v->det_sampling_mrad[i] = v->centre_px[i] = NAN;
+}
+
+void cli_micro_init(cli_micro *m)
+{
+    memset(m, 0, sizeof *m);
+    cli_values_unset(&m->flags);
+    m->hot_pixels = 1;
+}
+
+int cli_parse_double(const char *s, double *out)
+{
+    if (!s || !*s)
+        return -1;
+    errno = 0;
+    char *e;
+    double v = strtod(s, &e);
+    if (errno || *e || !isfinite(v))
+        return -1;
+    *out = v;
+    return 0;
+}
+
+int cli_parse_pair(const char *s, double out[2])
+{
+    if (!s || !*s)
+        return -1;
+    const char *comma = strchr(s, ',');
+    if (!comma)
+        return cli_parse_double(s, &out[0]) == 0 ? (out[1] = out[0], 0) : -1;
+    char a[64];
+    size_t n = (size_t)(comma - s);
+    if (n == 0 || n >= sizeof a)
+        return -1;
+    memcpy(a, s, n);
+    a[n] = 0;
+    return (cli_parse_double(a, &out[0]) == 0 && cli_parse_double(comma + 1, &out[1]) == 0) ? 0 : -1;
+}
+
+static int bad_value(const char *flag, const char *arg)
+{
+    fprintf(stderr, "ssb4d: invalid value '%s' for --%s\n", arg ? arg : "", flag);
+    return -1;
+}
+
+int cli_micro_handle(cli_micro *m, int opt, const char *arg)
+{
+    cli_values *v = &m->flags;
+    switch (opt) {
+    case CLI_OPT_KV: return cli_parse_double(arg, &v->kv) ? bad_value("kv", arg) : 1;
+    case CLI_OPT_SEMIANGLE: return cli_parse_double(arg, &v->semiangle_mrad) ? bad_value("semiangle", arg) : 1;
+    case CLI_OPT_SCAN_STEP: return cli_parse_pair(arg, v->scan_step_A) ? bad_value("scan-step", arg) : 1;
+    case CLI_OPT_DET_SAMPLING:
+        return cli_parse_pair(arg, v->det_sampling_mrad) ? bad_value("det-sampling", arg) : 1;
+    case CLI_OPT_ROTATION: return cli_parse_double(arg, &v->rotation_deg) ? bad_value("rotation", arg) : 1;
+    case CLI_OPT_BF_RADIUS: return cli_parse_double(arg, &v->bf_radius_px) ? bad_value("bf-radius", arg) : 1;
+    case CLI_OPT_CENTRE: return cli_parse_pair(arg, v->centre_px) ? bad_value("centre", arg) : 1;
+    case CLI_OPT_CALIBRATION: m->calibration_path = arg; return 1;
+    case CLI_OPT_SIDECAR: m->sidecar_path = arg; return 1;
+    case CLI_OPT_THREADS: {
+        double t;
+        if (cli_parse_double(arg, &t) || t < 0 || t > 1024 || t != floor(t))
+            return bad_value("threads", arg);
+        m->threads = (int)t;
+        return 1;
+    }
+    case CLI_OPT_MEMORY_REPORT: m->memory_report = 1; return 1;
+    case CLI_OPT_JSON: m->json = 1; return 1;
+    case CLI_OPT_NO_HOT_PIXELS: m->hot_pixels = 0; return 1;
+    default: return 0;
+    }
+}
+
+/* ---- sidecar ------------------------------------------------------------------------------ */
+
+static int file_exists(const char *p)
+{
+    struct stat sb;
+    return stat(p, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+/* Candidates: DATA.json, DATA with its extension replaced by .json, and the same without a
+ * trailing "_counts" (the shared simulated datasets are named that way). */
+static int find_sidecar(const char *data, char *out, size_t n)
+{
+    snprintf(out, n, "%s.json", data);
+    if (file_exists(out))
+        return 1;
+    const char *dot = strrchr(data, '.'), *slash = strrchr(data, '/');
+    if (!dot || (slash && dot < slash))
+        return 0;
+    size_t stem = (size_t)(dot - data);
+    if (stem + 6 > n)
+        return 0;
+    snprintf(out, n, "%.*s.json", (int)stem, data);
+    if (file_exists(out))
+        return 1;
+    if (stem > 7 && !strncmp(data + stem - 7, "_counts", 7)) {
+        snprintf(out, n, "%.*s.json", (int)(stem - 7), data);
+        if (file_exists(out))
+            return 1;
+    }
+    return 0;
+}
+
+static double json_num(const cJSON *o, const char *key)
+{
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsNumber(it) ? it->valuedouble : NAN;
+}
+
+static void json_pair(const cJSON *o, const char *key, double out[2])
+{
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (cJSON_IsArray(it) && cJSON_GetArraySize(it) == 2 && cJSON_IsNumber(cJSON_GetArrayItem(it, 0)) &&
+        cJSON_IsNumber(cJSON_GetArrayItem(it, 1))) {
+        out[0] = cJSON_GetArrayItem(it, 0)->valuedouble;
+        out[1] = cJSON_GetArrayItem(it, 1)->valuedouble;
+    } else if (cJSON_IsNumber(it)) {
+        out[0] = out[1] = it->valuedouble;
+    }
+}
+
+static char *slurp(const char *path, size_t max)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    char *buf = malloc(max + 1);
+    size_t n = buf ? fread(buf, 1, max + 1, f) : 0;
+    fclose(f);
+    if (!buf || n > max) {
+        free(buf);
+        return NULL;
+    }
+    buf[n] = 0;
+    return buf;
+}
+
+static int read_sidecar(const char *path, cli_values *v)
+{
+    char *text = slurp(path, 16 << 20);
+    if (!text) {
+        fprintf(stderr, "ssb4d: cannot read sidecar %s\n", path);
+        return CLI_EXIT_USAGE;
+    }
+    cJSON *root = cJSON_Parse(text);
+    free(text);
+    if (!cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        fprintf(stderr, "ssb4d: sidecar %s is not valid JSON\n", path);
+        return CLI_EXIT_USAGE;
+    }
+    const cJSON *optics = cJSON_GetObjectItemCaseSensitive(root, "optics");
+    const cJSON *scan = cJSON_GetObjectItemCaseSensitive(root, "scan");
+    const cJSON *det = cJSON_GetObjectItemCaseSensitive(root, "detector");
+    const cJSON *ab = cJSON_GetObjectItemCaseSensitive(root, "aberrations_true");
+    v->kv = json_num(optics, "voltage_kV");
+    v->semiangle_mrad = json_num(optics, "semiangle_mrad");
+    json_pair(scan, "step_A", v->scan_step_A);
+    v->rotation_deg = json_num(scan, "rotation_deg");
+    json_pair(det, "sampling_mrad", v->det_sampling_mrad);
+    json_pair(det, "zero_frequency_pixel", v->centre_px);
+    if (cJSON_IsObject(ab)) {
+        for (int i = 0; i < SSB4D_N_ABERR; i++) {
+            char key[32];
+            snprintf(key, sizeof key, "%s_nm", ssb4d_aberr_name(i));
+            double c = json_num(ab, key);
+            v->ab.C_nm[i] = isnan(c) ? 0.0 : c;
+            snprintf(key, sizeof key, "phi%s_deg", ssb4d_aberr_name(i) + 1);
+            double p = json_num(ab, key);
+            v->ab.phi_deg[i] = isnan(p) ? 0.0 : p;
+        }
+        /* SSB refers to the slab's mid-plane; the simulator states where that puts C10. */
+        double mid = json_num(ab, "expected_recovered_C10_nm_at_midplane");
+        if (!isnan(mid))
+            v->ab.C_nm[SSB4D_C10] = mid;
+        v->has_ab = 1;
+        v->ab_from_truth = 1;
+        snprintf(v->source, sizeof v->source, "simulator truth (sidecar)");
+    }
+    cJSON_Delete(root);
+    return 0;
+}
+
+#define OVERRIDE(dst, src) \
+    do {                   \
+        if (!isnan(src))   \
+            (dst) = (src); \
+    } while (0)
+
+static void layer(cli_values *out, const cli_values *in)
+{
+    OVERRIDE(out->kv, in->kv);
+    OVERRIDE(out->semiangle_mrad, in->semiangle_mrad);
+    OVERRIDE(out->rotation_deg, in->rotation_deg);
+    OVERRIDE(out->bf_radius_px, in->bf_radius_px);
+    for (int i = 0; i < 2; i++) {
+        OVERRIDE(out->scan_step_A[i], in->scan_step_A[i]);
+        OVERRIDE(out->det_sampling_mrad[i], in->det_sampling_mrad[i]);
+        OVERRIDE(out->centre_px[i], in->centre_px[i]);
+    }
+    if (in->has_ab) {
+        out->ab = in->ab;
+        out->has_ab = 1;
+        out->ab_from_truth = in->ab_from_truth;
+        memcpy(out->source, in->source, sizeof out->source);
+    }
+}
+
+int cli_resolve(const char *data_path, const cli_micro *m, cli_values *out)
+{
+    cli_values_unset(out);
+    char side[4096];
+    const char *sidecar = m->sidecar_path;
+    if (!sidecar && data_path && find_sidecar(data_path, side, sizeof side))
+        sidecar = side;
+    if (sidecar) {
+        cli_values s;
+        cli_values_unset(&s);
+        int rc = read_sidecar(sidecar, &s);
+        if (rc)
+            return rc;
+        layer(out, &s);
+    }
+    if (m->calibration_path) {
+        ssb4d_calfile cf;
+        ssb4d_err err = {0};
+        if (ssb4d_calfile_read(m->calibration_path, &cf, &err)) {
+            fprintf(stderr, "ssb4d: %s\n", err.msg);
+            return CLI_EXIT_USAGE;
+        }
+        cli_values c;
+        cli_values_unset(&c);
+        c.kv = cf.geom.kv;
+        c.semiangle_mrad = cf.geom.semiangle_mrad;
+        c.rotation_deg = cf.geom.rotation_deg;
+        c.bf_radius_px = cf.bf_radius_px;
+        for (int i = 0; i < 2; i++) {
+            c.scan_step_A[i] = cf.geom.scan_step_A[i];
+            c.det_sampling_mrad[i] = cf.geom.det_sampling_mrad[i];
+            c.centre_px[i] = cf.geom.centre_px[i];
+        }
+        if (cf.has_ab) {
+            c.ab = cf.ab;
+            c.has_ab = 1;
+            snprintf(c.source, sizeof c.source, "calibration file");
+        }
+        ssb4d_calfile_free(&cf);
+        layer(out, &c);
+    }
+    layer(out, &m->flags);
+    return 0;
+}
+
+void cli_values_to_calib_params(const cli_values *v, int threads, int hot_pixels,
+                                ssb4d_calib_params *p)
+{
+    ssb4d_calib_params_default(p);
+    p->kv = v->kv;
+    p->semiangle_mrad = v->semiangle_mrad;
+    for (int i = 0; i < 2; i++) {
+        p->scan_step_A[i] = v->scan_step_A[i];
+        p->det_sampling_mrad[i] = isnan(v->det_sampling_mrad[i]) ? 0.0 : v->det_sampling_mrad[i];
+        p->centre_px[i] = v->centre_px[i];
+    }
+    p->rotation_deg = v->rotation_deg;
+    p->bf_radius_px = isnan(v->bf_radius_px) ? 0.0 : v->bf_radius_px;
+    p->hot_pixels = hot_pixels;
+    p->threads = threads;
+}
+
+int cli_check_microscope(const cli_values *v)
+{
+    if (isnan(v->kv)) {
+        fprintf(stderr, "ssb4d: the accelerating voltage is unknown: give --kv (kV)\n");
+        return CLI_EXIT_USAGE;
+    }
+    if (!(v->kv >= 1.0 && v->kv <= 5000.0)) {
+        fprintf(stderr, "ssb4d: --kv %g is outside 1..5000 kV\n", v->kv);
+        return CLI_EXIT_USAGE;
+    }
+    if (isnan(v->semiangle_mrad)) {
+        fprintf(stderr, "ssb4d: the convergence semi-angle is unknown: give --semiangle (mrad)\n");
+        return CLI_EXIT_USAGE;
+    }
+    if (!(v->semiangle_mrad > 0.0 && v->semiangle_mrad < 500.0)) {
+        fprintf(stderr, "ssb4d: --semiangle must be > 0 and < 500 mrad (got %g)\n", v->semiangle_mrad);
+        return CLI_EXIT_USAGE;
+    }
+    if (isnan(v->scan_step_A[0]) || isnan(v->scan_step_A[1])) {
+        fprintf(stderr, "ssb4d: the scan step is unknown: give --scan-step (Angstrom)\n");
+        return CLI_EXIT_USAGE;
+    }
+    if (!(v->scan_step_A[0] > 0 && v->scan_step_A[1] > 0 && v->scan_step_A[0] < 1e5 && v->scan_step_A[1] < 1e5)) {
+        fprintf(stderr, "ssb4d: --scan-step must be > 0 Angstrom\n");
+        return CLI_EXIT_USAGE;
+    }
+    for (int i = 0; i < 2; i++)
+        if (!isnan(v->det_sampling_mrad[i]) && !(v->det_sampling_mrad[i] > 0 && v->det_sampling_mrad[i] < 1e3)) {
+            fprintf(stderr, "ssb4d: --det-sampling must be > 0 mrad/pixel\n");
+            return CLI_EXIT_USAGE;
+        }
+    if (!isnan(v->bf_radius_px) && !(v->bf_radius_px > 0 && v->bf_radius_px < 1e4)) {
+        fprintf(stderr, "ssb4d: --bf-radius must be > 0 pixels\n");
+        return CLI_EXIT_USAGE;
+    }
+    if (!isnan(v->rotation_deg) && fabs(v->rotation_deg) > 1e4) {
+        fprintf(stderr, "ssb4d: --rotation %g is absurd\n", v->rotation_deg);
+        return CLI_EXIT_USAGE;
+    }
+    return 0;
+}
+
+int cli_error(const char *cmd, ssb4d_status st, const char *msg)
+{
+    fprintf(stderr, "ssb4d %s: %s\n", cmd, msg);
+    return (st == SSB4D_ENOMEM || st == SSB4D_EINTERNAL) ? CLI_EXIT_INTERNAL : CLI_EXIT_USAGE;
+}
+
+ssb4d_status cli_write_image(const char *path, const float *img, size_t rows, size_t cols,
+                             double pixel_A[2], ssb4d_err *err)
+{
+    return ssb4d_image_write(path, img, rows, cols, pixel_A, err);
+}
+
+int cli_parse_aberr_list(const char *s, ssb4d_aberrations *ab, unsigned *c_mask, unsigned *phi_mask)
+{
+    char buf[1024];
+    if (!s || strlen(s) >= sizeof buf) {
+        fprintf(stderr, "ssb4d: --aberr list is empty or too long\n");
+        return -1;
+    }
+    strcpy(buf, s);
+    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+        char *eq = strchr(tok, '=');
+        double v;
+        if (!eq || cli_parse_double(eq + 1, &v)) {
+            fprintf(stderr, "ssb4d: --aberr entry '%s' is not NAME=VALUE (e.g. C30=1000 or phi32=15)\n", tok);
+            return -1;
+        }
+        *eq = 0;
+        int is_phi = (tok[0] == 'p' || tok[0] == 'P') && !strncasecmp(tok, "phi", 3);
+        char name[16];
+        snprintf(name, sizeof name, "C%s", is_phi ? tok + 3 : tok + 1);
+        int i = (tok[0] == 'C' || tok[0] == 'c' || is_phi) ? ssb4d_aberr_index(name) : -1;
+        if (i < 0) {
+            fprintf(stderr, "ssb4d: unknown aberration '%s' (use C10..C56 and phi12..phi56)\n", tok);
+            return -1;
+        }
+        if (is_phi) {
+            if (ssb4d_aberr_m(i) == 0) {
+                fprintf(stderr, "ssb4d: %s has no angle (m = 0)\n", ssb4d_aberr_name(i));
+                return -1;
+            }
+            ab->phi_deg[i] = v;
+            *phi_mask |= 1u << i;
+        } else {
+            ab->C_nm[i] = v;
+            *c_mask |= 1u << i;
+        }
+    }
+    return 0;
+}

@@ -1,0 +1,96 @@
+/* cli_common.h — what every subcommand shares: microscope flags, the sidecar / calibration-file /
+ * flag layering (flags override a calibration file, which overrides a sidecar DATA.json written by
+ * `ssb4d simulate`), exit codes and output helpers. */
+#ifndef SSB4D_CLI_COMMON_H
+#define SSB4D_CLI_COMMON_H
+#include "ssb4d.h"
+
+#include <getopt.h>
+
+/* Exit codes: 0 ok, 2 bad input or user error (one line on stderr), 1 internal/out of memory. */
+#define CLI_EXIT_OK 0
+#define CLI_EXIT_INTERNAL 1
+#define CLI_EXIT_USAGE 2
+
+/* Long-option ids for the shared flags (>= 1000 to stay clear of short options). */
+enum {
+    CLI_OPT_KV = 1000, CLI_OPT_SEMIANGLE, CLI_OPT_SCAN_STEP, CLI_OPT_DET_SAMPLING, CLI_OPT_ROTATION,
+    CLI_OPT_BF_RADIUS, CLI_OPT_CENTRE, CLI_OPT_CALIBRATION, CLI_OPT_SIDECAR, CLI_OPT_THREADS,
+    CLI_OPT_MEMORY_REPORT, CLI_OPT_JSON, CLI_OPT_NO_HOT_PIXELS,
+    CLI_OPT_FIRST_FREE = 1100 /* commands number their own options from here */
+};
+
+/* Put this inside a command's `struct option` array. */
+#define CLI_MICROSCOPE_OPTIONS                                             \
+    {"kv", required_argument, 0, CLI_OPT_KV},                              \
+    {"semiangle", required_argument, 0, CLI_OPT_SEMIANGLE},                \
+    {"scan-step", required_argument, 0, CLI_OPT_SCAN_STEP},                \
+    {"det-sampling", required_argument, 0, CLI_OPT_DET_SAMPLING},          \
+    {"rotation", required_argument, 0, CLI_OPT_ROTATION},                  \
+    {"bf-radius", required_argument, 0, CLI_OPT_BF_RADIUS},                \
+    {"centre", required_argument, 0, CLI_OPT_CENTRE},                      \
+    {"calibration", required_argument, 0, CLI_OPT_CALIBRATION},            \
+    {"sidecar", required_argument, 0, CLI_OPT_SIDECAR},                    \
+    {"threads", required_argument, 0, CLI_OPT_THREADS},                    \
+    {"memory-report", no_argument, 0, CLI_OPT_MEMORY_REPORT},              \
+    {"json", no_argument, 0, CLI_OPT_JSON},                                \
+    {"no-hot-pixels", no_argument, 0, CLI_OPT_NO_HOT_PIXELS}
+
+/* Help text for the shared flags (printed by each command's --help). */
+extern const char CLI_MICROSCOPE_HELP[];
+
+/* A value that may be unset (NaN = unset). */
+typedef struct {
+    double kv, semiangle_mrad, scan_step_A[2], det_sampling_mrad[2], rotation_deg, bf_radius_px,
+        centre_px[2];
+    ssb4d_aberrations ab;
+    int has_ab;         /* aberrations given (cal file aberrations or simulator truth) */
+    int ab_from_truth;  /* they are the simulator's true aberrations (sidecar) */
+    char source[64];    /* where the aberrations came from */
+} cli_values;
+
+typedef struct {
+    cli_values flags;   /* from the command line */
+    const char *calibration_path;
+    const char *sidecar_path;
+    int threads;
+    int memory_report;
+    int json;
+    int hot_pixels;
+} cli_micro;
+
+void cli_values_unset(cli_values *v);
+void cli_micro_init(cli_micro *m);
+/* Handles a shared option; returns 1 if handled, 0 if not a shared option, -1 on a bad value
+ * (message already printed). */
+int cli_micro_handle(cli_micro *m, int opt, const char *arg);
+
+/* Layers sidecar (found next to data_path or given by --sidecar), calibration file and flags.
+ * Fills `out` (unset fields stay NaN). Returns 0 or prints one error line and returns exit code. */
+int cli_resolve(const char *data_path, const cli_micro *m, cli_values *out);
+
+/* Calibration params / geometry from resolved values (unset → fit from data / defaults). */
+void cli_values_to_calib_params(const cli_values *v, int threads, int hot_pixels,
+                                ssb4d_calib_params *p);
+/* Checks the values that must be known before any work (kv, semiangle, scan step) and prints one
+ * line naming the missing or absurd one. Returns 0 or CLI_EXIT_USAGE. */
+int cli_check_microscope(const cli_values *v);
+
+/* Prints "ssb4d <cmd>: <msg>" on stderr and returns the exit code for status st. */
+int cli_error(const char *cmd, ssb4d_status st, const char *msg);
+
+/* Parses "A" or "A,B" into two doubles. Returns 0 on success. */
+int cli_parse_pair(const char *s, double out[2]);
+/* Parses a positive double; returns 0 on success. */
+int cli_parse_double(const char *s, double *out);
+
+/* Writes a float32 image to .tiff/.tif (float32), .npy or .png (8-bit, contrast stretched) by the
+ * extension of path. pixel_A is the sampling written into the TIFF tags (Å). */
+ssb4d_status cli_write_image(const char *path, const float *img, size_t rows, size_t cols,
+                             double pixel_A[2], ssb4d_err *err);
+
+/* Aberration flags: "--c10 NM", "--c12 NM", "--phi12 DEG" and "--aberr C30=NM,phi32=DEG,...".
+ * Sets ab and marks each coefficient given in *c_mask / *phi_mask (bit i = coefficient i).
+ * Returns 0, or -1 with a message printed. */
+int cli_parse_aberr_list(const char *s, ssb4d_aberrations *ab, unsigned *c_mask, unsigned *phi_mask);
+#endif

@@ -1,0 +1,7 @@
+/* commands.h — one function per subcommand; each parses its own argv (argv[0] = command name). */
+#ifndef SSB4D_CLI_COMMANDS_H
+#define SSB4D_CLI_COMMANDS_H
+int cmd_simulate(int argc, char **argv);
+int cmd_calibrate(int argc, char **argv);
+int cmd_reconstruct(int argc, char **argv);
+#endif

@@ -1,0 +1,46 @@
+/* main.c — `ssb4d <command> ...`: dispatch to the subcommands. */
+#include "cli/commands.h"
+#include "ssb4d.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const struct {
+    const char *name;
+    int (*fn)(int, char **);
+    const char *what;
+} commands[] = {
+    {"simulate", cmd_simulate, "simulate a 4D-STEM acquisition (multislice, Poisson counts)"},
+    {"calibrate", cmd_calibrate, "find the BF disk, detector sampling, hot pixels and rotation"},
+    {"reconstruct", cmd_reconstruct, "build G(q,k) and write the SSB phase image at given aberrations"},
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f, "ssb4d %s — single-side-band direct ptychography of 4D-STEM data\n\n"
+               "usage: ssb4d <command> [options]    (ssb4d <command> --help for details)\n\n"
+               "commands:\n", SSB4D_VERSION_STRING);
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(f, "  %-12s %s\n", commands[i].name, commands[i].what);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return 0;
+    }
+    if (!strcmp(argv[1], "--version")) {
+        printf("ssb4d %s\n", SSB4D_VERSION_STRING);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (!strcmp(argv[1], commands[i].name))
+            return commands[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "ssb4d: unknown command '%s' (try ssb4d --help)\n", argv[1]);
+    return 2;
+}

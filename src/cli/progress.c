@@ -1,0 +1,52 @@
+/* progress.c — progress bar: label, bar, percentage, elapsed and ETA; redrawn at most 10×/s. */
+#include "cli/progress.h"
+
+#include <stdio.h>
+#include <unistd.h>
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+void cli_progress_start(cli_progress *p, const char *label, int quiet)
+{
+    p->label = label;
+    p->enabled = !quiet && isatty(2);
+    clock_gettime(CLOCK_MONOTONIC, &p->t0);
+    p->last_print = -1;
+}
+
+double cli_progress_elapsed(const cli_progress *p)
+{
+    return now_s() - ((double)p->t0.tv_sec + 1e-9 * (double)p->t0.tv_nsec);
+}
+
+void cli_progress_update(void *vp, double fraction)
+{
+    cli_progress *p = vp;
+    if (!p || !p->enabled)
+        return;
+    double el = cli_progress_elapsed(p);
+    if (fraction < 1.0 && el - p->last_print < 0.1)
+        return;
+    p->last_print = el;
+    int width = 30, fill = (int)(fraction * width + 0.5);
+    char bar[64];
+    for (int i = 0; i < width; i++)
+        bar[i] = i < fill ? '#' : '-';
+    bar[width] = 0;
+    double eta = fraction > 0.001 ? el * (1.0 - fraction) / fraction : 0.0;
+    fprintf(stderr, "\r%-14s [%s] %5.1f%%  %6.1fs  ETA %6.1fs", p->label, bar, 100.0 * fraction, el, eta);
+    fflush(stderr);
+}
+
+void cli_progress_done(cli_progress *p)
+{
+    if (p->enabled) {
+        cli_progress_update(p, 1.0);
+        fputc('\n', stderr);
+    }
+}

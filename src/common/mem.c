@@ -1,0 +1,285 @@
+/* mem.c — the one allocator layer for large buffers: counts live, cached and peak bytes per stage.
+ *
+ * Each block carries a 64-byte header (size, tag, magic) so that frees need no lookup. Freed blocks
+ * may be parked in a reuse cache (exact-size match), which is what GPU allocators do and what the
+ * seed document reports as "cache"; here it keeps the accounting honest across stages.
+ */
+#include "common/err.h"
+#include "ssb4d.h"
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MEM_ALIGN 64
+#define MEM_MAGIC 0x55b4d3e11ULL
+#define MAX_STAGES 64
+#define MAX_CACHE 64
+
+typedef struct {
+    uint64_t magic;
+    size_t bytes;
+    char tag[40];
+    uint64_t pad;
+} block_header;
+_Static_assert(sizeof(block_header) == MEM_ALIGN, "header must keep 64-byte alignment");
+
+struct ssb4d_mem {
+    pthread_mutex_t lock;
+    size_t limit, live, cached, peak_all, stage_peak;
+    void *cache[MAX_CACHE];
+    size_t n_cache;
+    int in_stage;
+    struct timespec stage_t0;
+    ssb4d_stage_record cur;
+    ssb4d_stage_record stages[MAX_STAGES];
+    size_t n_stages;
+};
+
+static void note_peak(ssb4d_mem *m)
+{
+    size_t total = m->live + m->cached;
+    if (total > m->peak_all)
+        m->peak_all = total;
+    if (total > m->stage_peak)
+        m->stage_peak = total;
+}
+
+ssb4d_mem *ssb4d_mem_create(size_t limit_bytes)
+{
+    ssb4d_mem *m = calloc(1, sizeof *m);
+    if (!m)
+        return NULL;
+    pthread_mutex_init(&m->lock, NULL);
+    m->limit = limit_bytes;
+    return m;
+}
+
+static void release_block(void *p)
+{
+    free((char *)p - MEM_ALIGN);
+}
+
+void ssb4d_mem_trim(ssb4d_mem *m)
+{
+    if (!m)
+        return;
+    pthread_mutex_lock(&m->lock);
+    for (size_t i = 0; i < m->n_cache; i++) {
+        block_header *h = (block_header *)((char *)m->cache[i] - MEM_ALIGN);
+        m->cached -= h->bytes;
+        release_block(m->cache[i]);
+    }
+    m->n_cache = 0;
+    pthread_mutex_unlock(&m->lock);
+}
+
+void ssb4d_mem_destroy(ssb4d_mem *m)
+{
+    if (!m)
+        return;
+    ssb4d_mem_trim(m);
+    pthread_mutex_destroy(&m->lock);
+    free(m);
+}
+
+void *ssb4d_mem_alloc(ssb4d_mem *m, size_t bytes, const char *tag, ssb4d_err *err)
+{
+    if (bytes == 0)
+        bytes = 1;
+    if (bytes > SIZE_MAX - 2 * MEM_ALIGN) {
+        ssb4d_fail(err, SSB4D_ENOMEM, "allocation of %zu bytes for %s is too large", bytes,
+                   tag ? tag : "buffer");
+        return NULL;
+    }
+    if (m) {
+        pthread_mutex_lock(&m->lock);
+        for (size_t i = 0; i < m->n_cache; i++) {
+            block_header *h = (block_header *)((char *)m->cache[i] - MEM_ALIGN);
+            if (h->bytes == bytes) {
+                void *p = m->cache[i];
+                m->cache[i] = m->cache[--m->n_cache];
+                m->cached -= bytes;
+                m->live += bytes;
+                snprintf(h->tag, sizeof h->tag, "%s", tag ? tag : "");
+                note_peak(m);
+                pthread_mutex_unlock(&m->lock);
+                return p;
+            }
+        }
+        /* Over budget: give the cache back first, then refuse. */
+        if (m->limit && m->live + m->cached + bytes > m->limit && m->n_cache) {
+            pthread_mutex_unlock(&m->lock);
+            ssb4d_mem_trim(m);
+            pthread_mutex_lock(&m->lock);
+        }
+        if (m->limit && m->live + bytes > m->limit) {
+            size_t live = m->live, limit = m->limit;
+            pthread_mutex_unlock(&m->lock);
+            ssb4d_fail(err, SSB4D_ENOMEM,
+                       "%s needs %.1f MiB but the memory budget (%.1f MiB) has only %.1f MiB left",
+                       tag ? tag : "buffer", bytes / 1048576.0, limit / 1048576.0,
+                       (limit - live) / 1048576.0);
+            return NULL;
+        }
+        pthread_mutex_unlock(&m->lock);
+    }
+    size_t padded = (bytes + MEM_ALIGN - 1) / MEM_ALIGN * MEM_ALIGN;
+    void *raw = NULL;
+    if (posix_memalign(&raw, MEM_ALIGN, padded + MEM_ALIGN) != 0 || !raw) {
+        ssb4d_fail(err, SSB4D_ENOMEM, "could not allocate %.1f MiB for %s", bytes / 1048576.0,
+                   tag ? tag : "buffer");
+        return NULL;
+    }
+    block_header *h = raw;
+    memset(h, 0, sizeof *h);
+    h->magic = MEM_MAGIC;
+    h->bytes = bytes;
+    snprintf(h->tag, sizeof h->tag, "%s", tag ? tag : "");
+    if (m) {
+        pthread_mutex_lock(&m->lock);
+        m->live += bytes;
+        note_peak(m);
+        pthread_mutex_unlock(&m->lock);
+    }
+    return (char *)raw + MEM_ALIGN;
+}
+
+void *ssb4d_mem_calloc(ssb4d_mem *m, size_t bytes, const char *tag, ssb4d_err *err)
+{
+    void *p = ssb4d_mem_alloc(m, bytes, tag, err);
+    if (p)
+        memset(p, 0, bytes);
+    return p;
+}
+
+void ssb4d_mem_free(ssb4d_mem *m, void *p, int keep_in_cache)
+{
+    if (!p)
+        return;
+    block_header *h = (block_header *)((char *)p - MEM_ALIGN);
+    if (h->magic != MEM_MAGIC)
+        abort(); /* not ours: a programming error, never input-dependent */
+    if (m) {
+        pthread_mutex_lock(&m->lock);
+        m->live -= h->bytes;
+        if (keep_in_cache && m->n_cache < MAX_CACHE) {
+            m->cache[m->n_cache++] = p;
+            m->cached += h->bytes;
+            pthread_mutex_unlock(&m->lock);
+            return;
+        }
+        pthread_mutex_unlock(&m->lock);
+    }
+    h->magic = 0;
+    release_block(p);
+}
+
+size_t ssb4d_mem_live(const ssb4d_mem *m) { return m ? m->live : 0; }
+size_t ssb4d_mem_cached(const ssb4d_mem *m) { return m ? m->cached : 0; }
+size_t ssb4d_mem_peak(const ssb4d_mem *m) { return m ? m->peak_all : 0; }
+size_t ssb4d_mem_limit(const ssb4d_mem *m) { return m ? m->limit : 0; }
+
+static size_t proc_status_kib(const char *key)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f)
+        return 0;
+    char line[256];
+    size_t klen = strlen(key), v = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, key, klen) == 0 && line[klen] == ':') {
+            v = (size_t)strtoull(line + klen + 1, NULL, 10);
+            break;
+        }
+    }
+    fclose(f);
+    return v * 1024;
+}
+
+size_t ssb4d_rss_now(void) { return proc_status_kib("VmRSS"); }
+size_t ssb4d_rss_peak(void) { return proc_status_kib("VmHWM"); }
+
+static void rss_reset_peak(void)
+{
+    /* Writing 5 resets VmHWM to the current RSS (Linux >= 4.0); harmless if refused. */
+    int fd = open("/proc/self/clear_refs", O_WRONLY);
+    if (fd >= 0) {
+        ssize_t w = write(fd, "5", 1);
+        (void)w;
+        close(fd);
+    }
+}
+
+static double since(const struct timespec *t0)
+{
+    struct timespec t1;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    return (double)(t1.tv_sec - t0->tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0->tv_nsec);
+}
+
+void ssb4d_mem_stage_begin(ssb4d_mem *m, const char *name)
+{
+    if (!m)
+        return;
+    if (m->in_stage)
+        ssb4d_mem_stage_end(m);
+    rss_reset_peak();
+    pthread_mutex_lock(&m->lock);
+    memset(&m->cur, 0, sizeof m->cur);
+    snprintf(m->cur.name, sizeof m->cur.name, "%s", name ? name : "stage");
+    m->stage_peak = m->live + m->cached;
+    m->in_stage = 1;
+    clock_gettime(CLOCK_MONOTONIC, &m->stage_t0);
+    pthread_mutex_unlock(&m->lock);
+}
+
+void ssb4d_mem_stage_end(ssb4d_mem *m)
+{
+    if (!m || !m->in_stage)
+        return;
+    size_t rss_peak = ssb4d_rss_peak(), rss_now = ssb4d_rss_now();
+    pthread_mutex_lock(&m->lock);
+    m->cur.seconds = since(&m->stage_t0);
+    m->cur.peak_bytes = m->stage_peak;
+    m->cur.after_bytes = m->live + m->cached;
+    m->cur.live_after = m->live;
+    m->cur.cache_bytes = m->cached;
+    m->cur.rss_peak_bytes = rss_peak;
+    m->cur.rss_after_bytes = rss_now;
+    if (m->n_stages < MAX_STAGES)
+        m->stages[m->n_stages++] = m->cur;
+    m->in_stage = 0;
+    pthread_mutex_unlock(&m->lock);
+}
+
+size_t ssb4d_mem_stage_count(const ssb4d_mem *m) { return m ? m->n_stages : 0; }
+
+const ssb4d_stage_record *ssb4d_mem_stage(const ssb4d_mem *m, size_t i)
+{
+    return (m && i < m->n_stages) ? &m->stages[i] : NULL;
+}
+
+void ssb4d_mem_report_print(const ssb4d_mem *m, FILE *f)
+{
+    if (!m)
+        return;
+    const double G = 1024.0 * 1024.0 * 1024.0;
+    fprintf(f, "memory report (GiB)           tracked peak / after   cache after   "
+               "footprint peak / after   seconds\n");
+    size_t rss_max = 0, tr_max = 0;
+    for (size_t i = 0; i < m->n_stages; i++) {
+        const ssb4d_stage_record *s = &m->stages[i];
+        fprintf(f, "  %-28s %8.3f / %-8.3f %11.3f %12.3f / %-8.3f %9.3f\n", s->name,
+                s->peak_bytes / G, s->after_bytes / G, s->cache_bytes / G, s->rss_peak_bytes / G,
+                s->rss_after_bytes / G, s->seconds);
+        if (s->rss_peak_bytes > rss_max)
+            rss_max = s->rss_peak_bytes;
+        if (s->peak_bytes > tr_max)
+            tr_max = s->peak_bytes;
+    }
+    fprintf(f, "  %-28s %8.3f (footprint %.3f)\n", "session peak", tr_max / G, rss_max / G);
+}

@@ -1,0 +1,33 @@
+/* gbuild.h — the G(q,k) object, shared by the G build and the SSB stage.
+ *
+ * Layout: BF-major half-plane spectra, one plane per stored BF pixel, (ny, nx/2+1) complex64.
+ * Planes are padded to a multiple of 8 complex values so every plane starts 64-byte aligned and
+ * one FFTW plan serves all of them (FFTW plans are tied to the alignment of their arrays). */
+#ifndef SSB4D_GBUILD_H
+#define SSB4D_GBUILD_H
+#include "ssb4d.h"
+
+#include <fftw3.h>
+
+struct ssb4d_G {
+    size_t ny, nx, nxh;     /* scan shape, nx/2+1 */
+    size_t plane_stride;    /* complex values per plane (>= ny*nxh, multiple of 8) */
+    size_t n_bf, n_stored;
+    size_t det_shape[2];
+    int32_t *bf_pix;        /* all selected BF pixels, flat detector index, BF order */
+    int64_t *plane_of;      /* per BF pixel: stored plane index or -1 (aperture-inactive) */
+    fftwf_complex *data;    /* n_stored planes */
+    uint64_t *totals;       /* per BF pixel: exact sum of counts over the scan */
+    double dc;              /* mean over BF of the totals (SPEC 5.3) */
+    ssb4d_mem *mem;
+};
+
+static inline const fftwf_complex *G_plane(const struct ssb4d_G *G, size_t ib)
+{
+    int64_t p = G->plane_of[ib];
+    return p < 0 ? NULL : G->data + (size_t)p * G->plane_stride;
+}
+
+/* A(k) can be non-zero for this BF pixel under geometry g (conservative: the widest edge). */
+int ssb4d_bf_pixel_active(const ssb4d_geometry *g, size_t det_cols, int32_t pix);
+#endif

@@ -1,0 +1,185 @@
+/* source.c — data sources: memory-mapped .npy files and caller-owned arrays.
+ * Both expose frames (for calibration) and BF columns (for the G build, SPEC §5.3). */
+#include "common/err.h"
+#include "io/npy.h"
+#include "ssb4d.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+struct ssb4d_source {
+    size_t shape[4];
+    ssb4d_dtype dtype;
+    const unsigned char *data; /* first count */
+    void *map;                 /* mmap base (NULL for memory sources) */
+    size_t map_len;
+};
+
+static ssb4d_status check_shape(const size_t shape[4], ssb4d_err *err)
+{
+    for (int i = 0; i < 4; i++)
+        if (shape[i] == 0)
+            return ssb4d_fail(err, SSB4D_EFORMAT, "data has an empty axis (shape %zux%zux%zux%zu)",
+                              shape[0], shape[1], shape[2], shape[3]);
+    if (shape[0] < 2 || shape[1] < 2)
+        return ssb4d_fail(err, SSB4D_EFORMAT, "scan of %zux%zu positions is too small (need at least 2x2)",
+                          shape[0], shape[1]);
+    if (shape[2] > 4096 || shape[3] > 4096 || shape[0] > 65536 || shape[1] > 65536)
+        return ssb4d_fail(err, SSB4D_EFORMAT, "shape %zux%zux%zux%zu is beyond what ssb4d supports",
+                          shape[0], shape[1], shape[2], shape[3]);
+    return SSB4D_OK;
+}
+
+ssb4d_status ssb4d_source_from_memory(const void *data, ssb4d_dtype dtype, const size_t shape[4],
+                                      ssb4d_source **out, ssb4d_err *err)
+{
+    *out = NULL;
+    if (!data || (dtype != SSB4D_U8 && dtype != SSB4D_U16 && dtype != SSB4D_U32))
+        return ssb4d_fail(err, SSB4D_EINVAL, "memory source needs data and a uint8/16/32 dtype");
+    ssb4d_status st = check_shape(shape, err);
+    if (st)
+        return st;
+    ssb4d_source *s = calloc(1, sizeof *s);
+    if (!s)
+        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+    memcpy(s->shape, shape, sizeof s->shape);
+    s->dtype = dtype;
+    s->data = data;
+    *out = s;
+    return SSB4D_OK;
+}
+
+ssb4d_status ssb4d_source_open_npy(const char *path, ssb4d_source **out, ssb4d_err *err)
+{
+    *out = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return ssb4d_fail(err, SSB4D_EIO, "cannot open %s: %s", path, strerror(errno));
+    ssb4d_npy_info info;
+    ssb4d_status st = ssb4d_npy_read_header(f, path, &info, err);
+    fclose(f);
+    if (st)
+        return st;
+    ssb4d_dtype dt;
+    if (!strcmp(info.descr, "|u1") || !strcmp(info.descr, "<u1"))
+        dt = SSB4D_U8;
+    else if (!strcmp(info.descr, "<u2"))
+        dt = SSB4D_U16;
+    else if (!strcmp(info.descr, "<u4"))
+        dt = SSB4D_U32;
+    else
+        return ssb4d_fail(err, SSB4D_EFORMAT,
+                          "%s: dtype '%s' is not supported; counts must be uint8, uint16 or uint32 "
+                          "little-endian (convert floats to integer counts first)", path, info.descr);
+    if (info.fortran_order)
+        return ssb4d_fail(err, SSB4D_EFORMAT, "%s: Fortran-order arrays are not supported; save it in C order", path);
+    if (info.ndim != 4)
+        return ssb4d_fail(err, SSB4D_EFORMAT,
+                          "%s: expected a 4-D array (scan_row, scan_col, det_row, det_col), got %d-D",
+                          path, info.ndim);
+    st = check_shape(info.shape, err);
+    if (st)
+        return st;
+    size_t count = info.shape[0] * info.shape[1] * info.shape[2] * info.shape[3];
+    size_t need = info.header_bytes + count * (size_t)dt;
+    int fd = open(path, O_RDONLY);
+    if (fd < 0)
+        return ssb4d_fail(err, SSB4D_EIO, "cannot open %s: %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || (size_t)sb.st_size < need) {
+        close(fd);
+        return ssb4d_fail(err, SSB4D_EFORMAT, "%s is truncated: %zu bytes, the header needs %zu",
+                          path, (size_t)sb.st_size, need);
+    }
+    void *map = mmap(NULL, need, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (map == MAP_FAILED)
+        return ssb4d_fail(err, SSB4D_EIO, "cannot map %s: %s", path, strerror(errno));
+    ssb4d_source *s = calloc(1, sizeof *s);
+    if (!s) {
+        munmap(map, need);
+        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+    }
+    memcpy(s->shape, info.shape, sizeof s->shape);
+    s->dtype = dt;
+    s->map = map;
+    s->map_len = need;
+    s->data = (const unsigned char *)map + info.header_bytes;
+    *out = s;
+    return SSB4D_OK;
+}
+
+void ssb4d_source_close(ssb4d_source *s)
+{
+    if (!s)
+        return;
+    if (s->map)
+        munmap(s->map, s->map_len);
+    free(s);
+}
+
+void ssb4d_source_shape(const ssb4d_source *s, size_t shape[4]) { memcpy(shape, s->shape, sizeof s->shape); }
+ssb4d_dtype ssb4d_source_dtype(const ssb4d_source *s) { return s->dtype; }
+
+static inline uint32_t value_at(const ssb4d_source *s, size_t i)
+{
+    switch (s->dtype) {
+    case SSB4D_U8: return s->data[i];
+    case SSB4D_U16: {
+        uint16_t v;
+        memcpy(&v, s->data + 2 * i, 2);
+        return v;
+    }
+    default: {
+        uint32_t v;
+        memcpy(&v, s->data + 4 * i, 4);
+        return v;
+    }
+    }
+}
+
+ssb4d_status ssb4d_source_read_frames(ssb4d_source *s, size_t pos0, size_t npos, uint32_t *out,
+                                      ssb4d_err *err)
+{
+    size_t npos_all = s->shape[0] * s->shape[1], fr = s->shape[2] * s->shape[3];
+    if (pos0 > npos_all || npos > npos_all - pos0)
+        return ssb4d_fail(err, SSB4D_EINVAL, "frame range %zu+%zu is outside the scan (%zu positions)",
+                          pos0, npos, npos_all);
+    size_t base = pos0 * fr, n = npos * fr;
+    if (s->dtype == SSB4D_U16) {
+        const uint16_t *p = (const uint16_t *)s->data + base;
+        for (size_t i = 0; i < n; i++)
+            out[i] = p[i];
+    } else {
+        for (size_t i = 0; i < n; i++)
+            out[i] = value_at(s, base + i);
+    }
+    return SSB4D_OK;
+}
+
+ssb4d_status ssb4d_source_read_columns(ssb4d_source *s, const int32_t *det_pix, size_t n_pix,
+                                       size_t row0, size_t nrows, float *out, ssb4d_err *err)
+{
+    size_t ny = s->shape[0], nx = s->shape[1], fr = s->shape[2] * s->shape[3];
+    if (row0 > ny || nrows > ny - row0)
+        return ssb4d_fail(err, SSB4D_EINVAL, "scan rows %zu+%zu are outside the scan (%zu rows)", row0,
+                          nrows, ny);
+    for (size_t p = 0; p < n_pix; p++)
+        if (det_pix[p] < 0 || (size_t)det_pix[p] >= fr)
+            return ssb4d_fail(err, SSB4D_EINVAL, "detector pixel %d is outside the detector",
+                              (int)det_pix[p]);
+    /* Walk positions in file order (one frame at a time) so mmap reads stay sequential. */
+    for (size_t r = 0; r < nrows; r++)
+        for (size_t c = 0; c < nx; c++) {
+            size_t pos = (row0 + r) * nx + c, frame = pos * fr;
+            float *o = out + r * nx + c;
+            for (size_t p = 0; p < n_pix; p++)
+                o[p * nrows * nx] = (float)value_at(s, frame + (size_t)det_pix[p]);
+        }
+    return SSB4D_OK;
+}

@@ -1,0 +1,279 @@
+/* correct.c — the SSB correction n(q,k) (SPEC 5.2, 5.4, 5.6; docs/ssb-math.md). */
+#include "ssb/ssb_internal.h"
+
+#include "common/err.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+double complex ssb_probe(const ssb_ctx *c, double vx, double vy, double *A);
+
+static double fftfreq(size_t i, size_t n, double d)
+{
+    long k = (i < (n + 1) / 2) ? (long)i : (long)i - (long)n;
+    return (double)k / ((double)n * d);
+}
+
+ssb4d_status ssb_ctx_init(ssb_ctx *c, const struct ssb4d_G *G, const ssb4d_geometry *g,
+                          const ssb4d_aberrations *ab, const ssb4d_thick *thick, int f,
+                          ssb4d_err *err)
+{
+    memset(c, 0, sizeof *c);
+    if (!(g->kv > 0) || !(g->semiangle_mrad > 0) || !(g->scan_step_A[0] > 0) ||
+        !(g->scan_step_A[1] > 0) || !(g->det_sampling_mrad[0] > 0) || !(g->det_sampling_mrad[1] > 0) ||
+        !isfinite(g->rotation_deg) || !isfinite(g->centre_px[0]) || !isfinite(g->centre_px[1]))
+        return ssb4d_fail(err, SSB4D_EINVAL, "geometry is incomplete or invalid");
+    if (f != 1 && f != 2 && f != 3 && f != 4 && f != 8)
+        return ssb4d_fail(err, SSB4D_EINVAL, "upsampling factor must be 1, 2, 3, 4 or 8 (got %d)", f);
+    for (int i = 0; i < SSB4D_N_ABERR; i++)
+        if (!isfinite(ab->C_nm[i]) || !isfinite(ab->phi_deg[i]) || fabs(ab->C_nm[i]) > 1e9)
+            return ssb4d_fail(err, SSB4D_EINVAL, "aberration %s is not a finite value", ssb4d_aberr_name(i));
+    c->G = G;
+    c->lambda = ssb4d_wavelength_A(g->kv);
+    c->alpha0 = g->semiangle_mrad * 1e-3;
+    c->ang[0] = g->det_sampling_mrad[0] * 1e-3;
+    c->ang[1] = g->det_sampling_mrad[1] * 1e-3;
+    c->quadratic_only = 1;
+    c->even_only = 1;
+    for (int i = 0; i < SSB4D_N_ABERR; i++) {
+        c->C[i] = ab->C_nm[i] * 10.0;
+        c->phi[i] = ab->phi_deg[i] * (M_PI / 180.0);
+        if (c->C[i] != 0.0) {
+            if (i != SSB4D_C10 && i != SSB4D_C12)
+                c->quadratic_only = 0;
+            if (ssb4d_aberr_m(i) % 2)
+                c->even_only = 0;
+        }
+    }
+    double cs = cos(2 * c->phi[SSB4D_C12]), sn = sin(2 * c->phi[SSB4D_C12]);
+    c->m00 = c->C[SSB4D_C10] + c->C[SSB4D_C12] * cs;
+    c->m01 = c->C[SSB4D_C12] * sn;
+    c->m11 = c->C[SSB4D_C10] - c->C[SSB4D_C12] * cs;
+    if (thick && thick->thickness_nm != 0.0) {
+        if (!(thick->thickness_nm > 0) || !isfinite(thick->tilt_mrad[0]) || !isfinite(thick->tilt_mrad[1]))
+            return ssb4d_fail(err, SSB4D_EINVAL, "thickness must be >= 0 and tilt finite");
+        c->thick = 1;
+        c->t_A = thick->thickness_nm * 10.0;
+        c->tau[0] = thick->tilt_mrad[0] * 1e-3;
+        c->tau[1] = thick->tilt_mrad[1] * 1e-3;
+    }
+    c->fast = c->quadratic_only && !c->thick && c->ang[0] == c->ang[1];
+    double w = c->ang[0];
+    double lo = (c->alpha0 - 0.5 * w) / c->lambda, hi = (c->alpha0 + 0.5 * w) / c->lambda;
+    c->lo2 = (float)(lo > 0 ? lo * lo : 0.0);
+    c->hi2 = (float)(hi * hi);
+    c->inv_w = (float)(1.0 / w);
+
+    c->f = f;
+    c->nyf = (size_t)f * G->ny;
+    c->nxf = (size_t)f * G->nx;
+    c->dc = G->dc;
+    c->qr = malloc(c->nyf * sizeof *c->qr);
+    c->qc = malloc(c->nxf * sizeof *c->qc);
+    c->kx = malloc(G->n_bf * sizeof *c->kx);
+    c->ky = malloc(G->n_bf * sizeof *c->ky);
+    c->Ak = malloc(G->n_bf * sizeof *c->Ak);
+    c->Pk = malloc(G->n_bf * sizeof *c->Pk);
+    if (!c->qr || !c->qc || !c->kx || !c->ky || !c->Ak || !c->Pk) {
+        ssb_ctx_free(c);
+        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+    }
+    for (size_t i = 0; i < c->nyf; i++)
+        c->qr[i] = fftfreq(i, c->nyf, g->scan_step_A[0] / f);
+    for (size_t j = 0; j < c->nxf; j++)
+        c->qc[j] = fftfreq(j, c->nxf, g->scan_step_A[1] / f);
+    double a = -g->rotation_deg * (M_PI / 180.0), ca = cos(a), sa = sin(a);
+    double dk0 = c->ang[0] / c->lambda, dk1 = c->ang[1] / c->lambda;
+    size_t dc_cols = G->det_shape[1];
+    for (size_t ib = 0; ib < G->n_bf; ib++) {
+        double row = (double)(G->bf_pix[ib] / (int32_t)dc_cols), col = (double)(G->bf_pix[ib] % (int32_t)dc_cols);
+        double kx = (row - g->centre_px[0]) * dk0, ky = (col - g->centre_px[1]) * dk1;
+        c->kx[ib] = kx * ca + ky * sa;
+        c->ky[ib] = -kx * sa + ky * ca;
+    }
+    for (size_t ib = 0; ib < G->n_bf; ib++) {
+        double A;
+        c->Pk[ib] = ssb_probe(c, c->kx[ib], c->ky[ib], &A);
+        c->Ak[ib] = A;
+    }
+    return SSB4D_OK;
+}
+
+void ssb_ctx_free(ssb_ctx *c)
+{
+    free(c->qr);
+    free(c->qc);
+    free(c->kx);
+    free(c->ky);
+    free(c->Ak);
+    free(c->Pk);
+    memset(c, 0, sizeof *c);
+}
+
+static double chi(const ssb_ctx *c, double vx, double vy)
+{
+    if (c->quadratic_only)
+        return M_PI * c->lambda * (c->m00 * vx * vx + 2 * c->m01 * vx * vy + c->m11 * vy * vy);
+    double r2 = vx * vx + vy * vy;
+    if (r2 == 0.0)
+        return 0.0;
+    double alpha = c->lambda * sqrt(r2), phi = atan2(vy, vx), sum = 0.0, ap = alpha;
+    for (int n = 1; n <= 5; n++) {
+        ap *= alpha; /* alpha^(n+1) */
+        for (int i = 0; i < SSB4D_N_ABERR; i++) {
+            if (ssb4d_aberr_n(i) != n || c->C[i] == 0.0)
+                continue;
+            int m = ssb4d_aberr_m(i);
+            sum += c->C[i] * ap / (n + 1) * (m ? cos(m * (phi - c->phi[i])) : 1.0);
+        }
+    }
+    return 2.0 * M_PI / c->lambda * sum;
+}
+
+static double aperture(const ssb_ctx *c, double vx, double vy)
+{
+    double r = sqrt(vx * vx + vy * vy);
+    double w = r > 0 ? sqrt(vx * vx * c->ang[0] * c->ang[0] + vy * vy * c->ang[1] * c->ang[1]) / r : c->ang[0];
+    double A = (c->alpha0 - c->lambda * r) / w + 0.5;
+    return A < 0 ? 0 : A > 1 ? 1 : A;
+}
+
+double complex ssb_probe(const ssb_ctx *c, double vx, double vy, double *A)
+{
+    *A = aperture(c, vx, vy);
+    if (*A == 0.0)
+        return 0.0;
+    double x = chi(c, vx, vy);
+    return *A * (cos(x) - I * sin(x));
+}
+
+static double sinc(double x) { return fabs(x) < 1e-6 ? 1.0 : sin(x) / x; }
+
+/* n(q,k) at one frequency vector, double precision. */
+static double complex n_at(const ssb_ctx *c, size_t ib, double qx, double qy)
+{
+    double kx = c->kx[ib], ky = c->ky[ib], A1, A2;
+    double complex Pk = c->Pk[ib];
+    if (c->Ak[ib] == 0.0)
+        return 0.0;
+    double complex P1 = ssb_probe(c, qx - kx, qy - ky, &A1); /* P(q−k) */
+    double complex P2 = ssb_probe(c, qx + kx, qy + ky, &A2); /* P(q+k) */
+    double complex t1 = P1 * conj(Pk), t2 = conj(P2) * Pk;
+    double complex gam;
+    if (c->thick) {
+        double k2 = kx * kx + ky * ky, qt = 2 * M_PI * (qx * c->tau[0] + qy * c->tau[1]);
+        double r1 = -M_PI * c->lambda * ((qx - kx) * (qx - kx) + (qy - ky) * (qy - ky) - k2) - qt;
+        double r2 = M_PI * c->lambda * ((qx + kx) * (qx + kx) + (qy + ky) * (qy + ky) - k2) - qt;
+        gam = sinc(r1 * c->t_A / 2) * t1 - sinc(r2 * c->t_A / 2) * t2;
+    } else {
+        gam = t1 - t2;
+    }
+    double mag = cabs(gam);
+    return conj(gam) / (mag > 1e-8 ? mag : 1e-8);
+}
+
+/* n at fine bin (i, j) with the Nyquist alias average. */
+static double complex n_bin(const ssb_ctx *c, size_t ib, size_t i, size_t j)
+{
+    int nyq_r = (c->nyf % 2 == 0) && i == c->nyf / 2;
+    int nyq_c = (c->nxf % 2 == 0) && j == c->nxf / 2;
+    double qx = c->qr[i], qy = c->qc[j];
+    if (!nyq_r && !nyq_c)
+        return n_at(c, ib, qx, qy);
+    double complex s = 0;
+    int cnt = 0;
+    for (int a = 0; a < (nyq_r ? 2 : 1); a++)
+        for (int b = 0; b < (nyq_c ? 2 : 1); b++) {
+            s += n_at(c, ib, a ? -qx : qx, b ? -qy : qy);
+            cnt++;
+        }
+    return s / cnt;
+}
+
+cfloat ssb_eq(const ssb_ctx *c, size_t i, size_t j)
+{
+    double x = chi(c, c->qr[i], c->qc[j]);
+    return (cfloat)(cos(x) - I * sin(x));
+}
+
+void ssb_pixel_ab(const ssb_ctx *c, size_t ib, double *a, double *b)
+{
+    double s = 2 * M_PI * c->lambda;
+    *a = s * (c->m00 * c->kx[ib] + c->m01 * c->ky[ib]);
+    *b = s * (c->m01 * c->kx[ib] + c->m11 * c->ky[ib]);
+}
+
+void ssb_pixel_phasors(const ssb_ctx *c, size_t ib, cfloat *R, size_t nrows, cfloat *Ctab, size_t ncols)
+{
+    double a, b;
+    ssb_pixel_ab(c, ib, &a, &b);
+    for (size_t i = 0; R && i < nrows; i++)
+        R[i] = (cfloat)cexp(I * a * c->qr[i]);
+    for (size_t j = 0; Ctab && j < ncols; j++)
+        Ctab[j] = (cfloat)cexp(I * b * c->qc[j]);
+}
+
+/* G on the fine grid: the native spectrum continued periodically (mirror for the unstored half). */
+static inline cfloat g_at(const struct ssb4d_G *G, const cfloat *plane, size_t i, size_t j)
+{
+    size_t r = i % G->ny, col = j % G->nx;
+    if (col < G->nxh)
+        return plane[r * G->nxh + col];
+    return conjf(plane[((G->ny - r) % G->ny) * G->nxh + (G->nx - col)]);
+}
+
+static inline float ap_fast(const ssb_ctx *c, float v2)
+{
+    if (v2 <= c->lo2)
+        return 1.0f;
+    if (v2 >= c->hi2)
+        return 0.0f;
+    float A = ((float)c->alpha0 - (float)c->lambda * sqrtf(v2)) * c->inv_w + 0.5f;
+    return A < 0 ? 0 : A > 1 ? 1 : A;
+}
+
+void ssb_corr_row(const ssb_ctx *c, size_t ib, size_t i, size_t ncols, const cfloat *Eq_row,
+                  cfloat R, const cfloat *Ctab, cfloat *out)
+{
+    const struct ssb4d_G *G = c->G;
+    const cfloat *plane = (const cfloat *)G_plane(G, ib);
+    if (!plane || c->Ak[ib] == 0.0) {
+        memset(out, 0, ncols * sizeof *out);
+        return;
+    }
+    int nyq_row = (c->nyf % 2 == 0) && i == c->nyf / 2;
+    size_t nyq_col = (c->nxf % 2 == 0) ? c->nxf / 2 : (size_t)-1;
+    int direct = (c->f == 1); /* native grid: columns of the half plane map one to one */
+    if (!c->fast || nyq_row) {
+        for (size_t j = 0; j < ncols; j++) {
+            cfloat gv = (direct && j < G->nxh) ? plane[i * G->nxh + j] : g_at(G, plane, i, j);
+            out[j] = gv * (cfloat)n_bin(c, ib, i, j);
+        }
+        return;
+    }
+    const float qr = (float)c->qr[i], kx = (float)c->kx[ib], ky = (float)c->ky[ib];
+    const float k2 = kx * kx + ky * ky, Ak = (float)c->Ak[ib];
+    const float q2r = qr * qr + k2, dotr = qr * kx;
+    const size_t gi = i % G->ny;
+    for (size_t j = 0; j < ncols; j++) {
+        if (j == nyq_col) {
+            out[j] = g_at(G, plane, i, j) * (cfloat)n_bin(c, ib, i, j);
+            continue;
+        }
+        float qc = (float)c->qc[j];
+        float dot = dotr + qc * ky, base = q2r + qc * qc;
+        float A1 = ap_fast(c, base - 2 * dot), A2 = ap_fast(c, base + 2 * dot);
+        if (A1 == 0.0f && A2 == 0.0f) {
+            out[j] = 0;
+            continue;
+        }
+        cfloat e = Eq_row[j];
+        cfloat d = A1 * e - A2 * conjf(e);
+        cfloat gam = Ak * (R * Ctab[j]) * d;
+        float mag = cabsf(gam);
+        cfloat n = conjf(gam) / (mag > 1e-8f ? mag : 1e-8f);
+        cfloat gv = (direct && j < G->nxh) ? plane[gi * G->nxh + j] : g_at(G, plane, i, j);
+        out[j] = gv * n;
+    }
+}

@@ -1,0 +1,197 @@
+/* loss.c — per-pixel phases, mean phase and the exact loss (SPEC 5.4), any upsampling factor.
+ *
+ * Each BF pixel: correct its spectrum, inverse FFT, φ_k. Real-output path (even-m χ): the
+ * corrected spectrum is anti-Hermitian, so s_k = c2r(−i·Ĉ_k) and φ_k = atan(s_k/dc); complex path:
+ * full-plane inverse FFT and atan2. Sums over BF pixels run in logical blocks of BLOCK pixels in BF
+ * order, merged in block order (an OpenMP ordered loop), so the bits do not depend on threads. */
+#include "common/err.h"
+#include "common/parallel.h"
+#include "ssb/ssb_internal.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define BLOCK 64
+
+void ssb4d_ssb_opts_default(ssb4d_ssb_opts *o)
+{
+    memset(o, 0, sizeof *o);
+}
+
+int ssb4d_upsample_auto(const ssb4d_geometry *g)
+{
+    static const int fs[] = {1, 2, 3, 4, 8};
+    double lambda = ssb4d_wavelength_A(g->kv), need = 2.0 * g->semiangle_mrad * 1e-3 / lambda;
+    for (size_t i = 0; i < sizeof fs / sizeof fs[0]; i++)
+        if (fs[i] / (2.0 * g->scan_step_A[0]) >= need && fs[i] / (2.0 * g->scan_step_A[1]) >= need)
+            return fs[i];
+    return 8;
+}
+
+typedef struct {
+    cfloat *buf;    /* corrected spectrum (half or full plane) */
+    float *real;    /* c2r output */
+    double *part;   /* block partial sum of φ */
+    cfloat *R, *C;  /* phasors */
+} thread_scratch;
+
+static ssb4d_status phase_stack(const ssb4d_G *G, const ssb4d_geometry *g,
+                                const ssb4d_aberrations *ab, const ssb4d_thick *thick, int f,
+                                const ssb4d_ssb_opts *o, ssb4d_mem *mem, double *loss,
+                                float *mean_phase, ssb4d_err *err)
+{
+    ssb4d_ssb_opts dflt;
+    if (!o) {
+        ssb4d_ssb_opts_default(&dflt);
+        o = &dflt;
+    }
+    ssb_ctx c;
+    ssb4d_status st = ssb_ctx_init(&c, G, g, ab, thick, f, err);
+    if (st)
+        return st;
+    int real = c.even_only && o->path != SSB4D_PATH_COMPLEX;
+    if (o->path == SSB4D_PATH_REAL && !c.even_only) {
+        ssb_ctx_free(&c);
+        return ssb4d_fail(err, SSB4D_EINVAL, "the real-output path needs even-m aberrations only");
+    }
+    size_t nyf = c.nyf, nxf = c.nxf, npix = nyf * nxf;
+    size_t ncols = real ? nxf / 2 + 1 : nxf, nspec = nyf * ncols;
+    int nt = ssb4d_threads_resolve(o->threads);
+    if ((size_t)nt > (G->n_bf + BLOCK - 1) / BLOCK)
+        nt = (int)((G->n_bf + BLOCK - 1) / BLOCK);
+
+    cfloat *Eq = NULL;
+    double *total = ssb4d_mem_calloc(mem, npix * sizeof(double), "loss mean-phase sum", err);
+    thread_scratch *ts = calloc((size_t)nt, sizeof *ts);
+    if (!total || !ts)
+        st = SSB4D_ENOMEM;
+    if (!st && c.fast) {
+        Eq = ssb4d_mem_alloc(mem, nspec * sizeof(cfloat), "loss exp(-i chi(q))", err);
+        if (!Eq)
+            st = SSB4D_ENOMEM;
+        else {
+#pragma omp parallel for num_threads(nt) schedule(static)
+            for (size_t i = 0; i < nyf; i++)
+                for (size_t j = 0; j < ncols; j++)
+                    Eq[i * ncols + j] = ssb_eq(&c, i, j);
+        }
+    }
+    for (int t = 0; !st && t < nt; t++) {
+        ts[t].buf = ssb4d_mem_alloc(mem, nspec * sizeof(cfloat), "loss tile spectrum", err);
+        ts[t].real = real ? ssb4d_mem_alloc(mem, npix * sizeof(float), "loss tile plane", err) : NULL;
+        ts[t].part = ssb4d_mem_alloc(mem, npix * sizeof(double), "loss block partial", err);
+        ts[t].R = ssb4d_mem_alloc(mem, (nyf + ncols) * sizeof(cfloat), "loss phasors", err);
+        if (!ts[t].buf || (real && !ts[t].real) || !ts[t].part || !ts[t].R)
+            st = SSB4D_ENOMEM;
+        else
+            ts[t].C = ts[t].R + nyf;
+    }
+    fftwf_plan plan = NULL;
+    if (!st) {
+        ssb4d_fftw_lock();
+        if (real)
+            plan = fftwf_plan_dft_c2r_2d((int)nyf, (int)nxf, (fftwf_complex *)ts[0].buf, ts[0].real,
+                                         FFTW_ESTIMATE);
+        else
+            plan = fftwf_plan_dft_2d((int)nyf, (int)nxf, (fftwf_complex *)ts[0].buf,
+                                     (fftwf_complex *)ts[0].buf, FFTW_BACKWARD, FFTW_ESTIMATE);
+        ssb4d_fftw_unlock();
+        if (!plan)
+            st = ssb4d_fail(err, SSB4D_EINTERNAL, "FFTW could not plan the inverse transform");
+    }
+    double S2 = 0.0;
+    const float dc = (float)c.dc;
+    if (!st) {
+        size_t nblocks = (G->n_bf + BLOCK - 1) / BLOCK;
+#pragma omp parallel num_threads(nt)
+        {
+            thread_scratch *s = &ts[omp_get_thread_num()];
+#pragma omp for ordered schedule(dynamic, 1)
+            for (size_t b = 0; b < nblocks; b++) {
+                memset(s->part, 0, npix * sizeof(double));
+                double s2 = 0.0;
+                size_t end = (b + 1) * BLOCK < G->n_bf ? (b + 1) * BLOCK : G->n_bf;
+                for (size_t ib = b * BLOCK; ib < end; ib++) {
+                    if (!G_plane(G, ib) || c.Ak[ib] == 0.0)
+                        continue; /* φ_k ≡ 0: contributes nothing, still counts in N_bf */
+                    if (c.fast)
+                        ssb_pixel_phasors(&c, ib, s->R, nyf, s->C, ncols);
+                    for (size_t i = 0; i < nyf; i++)
+                        ssb_corr_row(&c, ib, i, ncols, Eq ? Eq + i * ncols : NULL, c.fast ? s->R[i] : 0,
+                                     s->C, s->buf + i * ncols);
+                    double pix = 0.0;
+                    if (real) {
+                        for (size_t q = 0; q < nspec; q++) /* −i·Ĉ */
+                            s->buf[q] = cimagf(s->buf[q]) - I * crealf(s->buf[q]);
+                        s->buf[0] = 0;
+                        fftwf_execute_dft_c2r(plan, (fftwf_complex *)s->buf, s->real);
+                        const float inv = 1.0f / dc;
+                        for (size_t r = 0; r < npix; r++) {
+                            float ph = ssb_atanf(s->real[r] * inv);
+                            s->part[r] += ph;
+                            pix += (double)ph * ph;
+                        }
+                    } else {
+                        s->buf[0] = dc;
+                        fftwf_execute_dft(plan, (fftwf_complex *)s->buf, (fftwf_complex *)s->buf);
+                        for (size_t r = 0; r < npix; r++) {
+                            float ph = atan2f(cimagf(s->buf[r]), crealf(s->buf[r]));
+                            s->part[r] += ph;
+                            pix += (double)ph * ph;
+                        }
+                    }
+                    s2 += pix;
+                }
+#pragma omp ordered
+                {
+                    for (size_t r = 0; r < npix; r++)
+                        total[r] += s->part[r];
+                    S2 += s2;
+                }
+            }
+        }
+        double nbf = (double)G->n_bf, mean2 = 0.0;
+        for (size_t r = 0; r < npix; r++) {
+            double m = total[r] / nbf;
+            mean2 += m * m;
+            if (mean_phase)
+                mean_phase[r] = (float)m;
+        }
+        if (loss)
+            *loss = S2 / (nbf * (double)npix) - mean2 / (double)npix;
+    }
+    if (plan) {
+        ssb4d_fftw_lock();
+        fftwf_destroy_plan(plan);
+        ssb4d_fftw_unlock();
+    }
+    for (int t = 0; ts && t < nt; t++) {
+        /* Kept in the cache: the next evaluation reuses the same tiles. */
+        ssb4d_mem_free(mem, ts[t].buf, 1);
+        ssb4d_mem_free(mem, ts[t].real, 1);
+        ssb4d_mem_free(mem, ts[t].part, 1);
+        ssb4d_mem_free(mem, ts[t].R, 1);
+    }
+    free(ts);
+    ssb4d_mem_free(mem, Eq, 1);
+    ssb4d_mem_free(mem, total, 1);
+    ssb_ctx_free(&c);
+    return st;
+}
+
+ssb4d_status ssb4d_loss(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d_aberrations *ab,
+                        const ssb4d_thick *thick, const ssb4d_ssb_opts *o, ssb4d_mem *mem,
+                        double *loss, float *mean_phase, ssb4d_err *err)
+{
+    return phase_stack(G, g, ab, thick, 1, o, mem, loss, mean_phase, err);
+}
+
+ssb4d_status ssb4d_mean_phase_upsampled(const ssb4d_G *G, const ssb4d_geometry *g,
+                                        const ssb4d_aberrations *ab, const ssb4d_thick *thick,
+                                        int upsample, const ssb4d_ssb_opts *o, ssb4d_mem *mem,
+                                        float *phase, ssb4d_err *err)
+{
+    return phase_stack(G, g, ab, thick, upsample, o, mem, NULL, phase, err);
+}
