@@ -59,11 +59,7 @@ ssb4d_status ssb_ctx_init(ssb_ctx *c, const struct ssb4d_G *G, const ssb4d_geome
         c->tau[1] = thick->tilt_mrad[1] * 1e-3;
     }
     c->fast = c->quadratic_only && !c->thick && c->ang[0] == c->ang[1];
-    double w = c->ang[0];
-    double lo = (c->alpha0 - 0.5 * w) / c->lambda, hi = (c->alpha0 + 0.5 * w) / c->lambda;
-    c->lo2 = (float)(lo > 0 ? lo * lo : 0.0);
-    c->hi2 = (float)(hi * hi);
-    c->inv_w = (float)(1.0 / w);
+    c->inv_w = (float)(1.0 / c->ang[0]);
 
     c->f = f;
     c->nyf = (size_t)f * G->ny;
@@ -71,18 +67,19 @@ ssb4d_status ssb_ctx_init(ssb_ctx *c, const struct ssb4d_G *G, const ssb4d_geome
     c->dc = G->dc;
     c->qr = malloc(c->nyf * sizeof *c->qr);
     c->qc = malloc(c->nxf * sizeof *c->qc);
+    c->qcf = malloc(c->nxf * sizeof *c->qcf);
     c->kx = malloc(G->n_bf * sizeof *c->kx);
     c->ky = malloc(G->n_bf * sizeof *c->ky);
     c->Ak = malloc(G->n_bf * sizeof *c->Ak);
     c->Pk = malloc(G->n_bf * sizeof *c->Pk);
-    if (!c->qr || !c->qc || !c->kx || !c->ky || !c->Ak || !c->Pk) {
+    if (!c->qr || !c->qc || !c->qcf || !c->kx || !c->ky || !c->Ak || !c->Pk) {
         ssb_ctx_free(c);
         return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
     }
     for (size_t i = 0; i < c->nyf; i++)
         c->qr[i] = fftfreq(i, c->nyf, g->scan_step_A[0] / f);
     for (size_t j = 0; j < c->nxf; j++)
-        c->qc[j] = fftfreq(j, c->nxf, g->scan_step_A[1] / f);
+        c->qcf[j] = (float)(c->qc[j] = fftfreq(j, c->nxf, g->scan_step_A[1] / f));
     double a = -g->rotation_deg * (M_PI / 180.0), ca = cos(a), sa = sin(a);
     double dk0 = c->ang[0] / c->lambda, dk1 = c->ang[1] / c->lambda;
     size_t dc_cols = G->det_shape[1];
@@ -104,6 +101,7 @@ void ssb_ctx_free(ssb_ctx *c)
 {
     free(c->qr);
     free(c->qc);
+    free(c->qcf);
     free(c->kx);
     free(c->ky);
     free(c->Ak);
@@ -223,15 +221,6 @@ static inline cfloat g_at(const struct ssb4d_G *G, const cfloat *plane, size_t i
     return conjf(plane[((G->ny - r) % G->ny) * G->nxh + (G->nx - col)]);
 }
 
-static inline float ap_fast(const ssb_ctx *c, float v2)
-{
-    if (v2 <= c->lo2)
-        return 1.0f;
-    if (v2 >= c->hi2)
-        return 0.0f;
-    float A = ((float)c->alpha0 - (float)c->lambda * sqrtf(v2)) * c->inv_w + 0.5f;
-    return A < 0 ? 0 : A > 1 ? 1 : A;
-}
 
 void ssb_corr_row(const ssb_ctx *c, size_t ib, size_t i, size_t ncols, const cfloat *Eq_row,
                   cfloat R, const cfloat *Ctab, cfloat *out)
@@ -252,28 +241,43 @@ void ssb_corr_row(const ssb_ctx *c, size_t ib, size_t i, size_t ncols, const cfl
         }
         return;
     }
+    /* Gather G on this row into out (in place), then one branch-free loop that vectorises. */
+    if (direct && ncols <= G->nxh)
+        memcpy(out, plane + (i % G->ny) * G->nxh, ncols * sizeof *out);
+    else
+        for (size_t j = 0; j < ncols; j++)
+            out[j] = g_at(G, plane, i, j);
     const float qr = (float)c->qr[i], kx = (float)c->kx[ib], ky = (float)c->ky[ib];
     const float k2 = kx * kx + ky * ky, Ak = (float)c->Ak[ib];
     const float q2r = qr * qr + k2, dotr = qr * kx;
-    const size_t gi = i % G->ny;
+    const float Rr = crealf(R) * Ak, Ri = cimagf(R) * Ak;
+    const float a0 = (float)c->alpha0, lam = (float)c->lambda, invw = c->inv_w;
+    const float *restrict eq = (const float *)Eq_row, *restrict ct = (const float *)Ctab;
+    const float *restrict qc = c->qcf;
+    float *restrict o = (float *)out;
     for (size_t j = 0; j < ncols; j++) {
-        if (j == nyq_col) {
-            out[j] = g_at(G, plane, i, j) * (cfloat)n_bin(c, ib, i, j);
-            continue;
-        }
-        float qc = (float)c->qc[j];
-        float dot = dotr + qc * ky, base = q2r + qc * qc;
-        float A1 = ap_fast(c, base - 2 * dot), A2 = ap_fast(c, base + 2 * dot);
-        if (A1 == 0.0f && A2 == 0.0f) {
-            out[j] = 0;
-            continue;
-        }
-        cfloat e = Eq_row[j];
-        cfloat d = A1 * e - A2 * conjf(e);
-        cfloat gam = Ak * (R * Ctab[j]) * d;
-        float mag = cabsf(gam);
-        cfloat n = conjf(gam) / (mag > 1e-8f ? mag : 1e-8f);
-        cfloat gv = (direct && j < G->nxh) ? plane[gi * G->nxh + j] : g_at(G, plane, i, j);
-        out[j] = gv * n;
+        float dot = dotr + qc[j] * ky, base = q2r + qc[j] * qc[j];
+        float v1 = base - 2 * dot, v2 = base + 2 * dot;                /* |q−k|², |q+k|² */
+        v1 = v1 > 0.0f ? v1 : 0.0f;
+        v2 = v2 > 0.0f ? v2 : 0.0f;
+        float A1 = (a0 - lam * sqrtf(v1)) * invw + 0.5f, A2 = (a0 - lam * sqrtf(v2)) * invw + 0.5f;
+        A1 = A1 < 0.0f ? 0.0f : A1;
+        A1 = A1 > 1.0f ? 1.0f : A1;
+        A2 = A2 < 0.0f ? 0.0f : A2;
+        A2 = A2 > 1.0f ? 1.0f : A2;
+        float er = eq[2 * j], ei = eq[2 * j + 1];
+        float dr = (A1 - A2) * er, di = (A1 + A2) * ei;                 /* A1·e − A2·conj(e) */
+        float pr = Rr * ct[2 * j] - Ri * ct[2 * j + 1];                   /* Ak·R·C */
+        float pi = Rr * ct[2 * j + 1] + Ri * ct[2 * j];
+        float gr = pr * dr - pi * di, gi = pr * di + pi * dr;             /* γ */
+        float m2 = gr * gr + gi * gi;
+        m2 = m2 > 1e-16f ? m2 : 1e-16f;
+        float inv = 1.0f / sqrtf(m2);
+        float nr = gr * inv, ni = -gi * inv;                              /* conj(γ)/max(|γ|,1e-8) */
+        float vr = o[2 * j], vi = o[2 * j + 1];
+        o[2 * j] = vr * nr - vi * ni;
+        o[2 * j + 1] = vr * ni + vi * nr;
     }
+    if (nyq_col < ncols)
+        out[nyq_col] = g_at(G, plane, i, nyq_col) * (cfloat)n_bin(c, ib, i, nyq_col);
 }

@@ -30,6 +30,25 @@ int ssb4d_upsample_auto(const ssb4d_geometry *g)
     return 8;
 }
 
+/* part += ph and Σ ph² in a fixed order: 8 interleaved partial sums, combined in order. */
+static double accumulate(double *restrict part, const float *restrict ph, size_t n)
+{
+    double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    size_t r = 0;
+    for (; r + 8 <= n; r += 8)
+        for (int k = 0; k < 8; k++) {
+            double v = ph[r + k];
+            part[r + k] += v;
+            acc[k] += v * v;
+        }
+    for (; r < n; r++) {
+        double v = ph[r];
+        part[r] += v;
+        acc[0] += v * v;
+    }
+    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
 typedef struct {
     cfloat *buf;    /* corrected spectrum (half or full plane) */
     float *real;    /* c2r output */
@@ -128,19 +147,17 @@ static ssb4d_status phase_stack(const ssb4d_G *G, const ssb4d_geometry *g,
                         s->buf[0] = 0;
                         fftwf_execute_dft_c2r(plan, (fftwf_complex *)s->buf, s->real);
                         const float inv = 1.0f / dc;
-                        for (size_t r = 0; r < npix; r++) {
-                            float ph = ssb_atanf(s->real[r] * inv);
-                            s->part[r] += ph;
-                            pix += (double)ph * ph;
-                        }
+                        float *ph = s->real;
+                        for (size_t r = 0; r < npix; r++)
+                            ph[r] = ssb_atanf(ph[r] * inv);
+                        pix = accumulate(s->part, ph, npix);
                     } else {
                         s->buf[0] = dc;
                         fftwf_execute_dft(plan, (fftwf_complex *)s->buf, (fftwf_complex *)s->buf);
-                        for (size_t r = 0; r < npix; r++) {
-                            float ph = atan2f(cimagf(s->buf[r]), crealf(s->buf[r]));
-                            s->part[r] += ph;
-                            pix += (double)ph * ph;
-                        }
+                        float *ph = (float *)s->buf; /* phases written over the consumed spectrum */
+                        for (size_t r = 0; r < npix; r++)
+                            ph[r] = atan2f(cimagf(s->buf[r]), crealf(s->buf[r]));
+                        pix = accumulate(s->part, ph, npix);
                     }
                     s2 += pix;
                 }

@@ -13,6 +13,7 @@
 #include "ssb4d.h"
 
 #include <complex.h>
+#include <math.h>
 
 typedef float complex cfloat;
 
@@ -24,10 +25,11 @@ typedef struct {
     double m00, m01, m11;                         /* χ(v) = πλ (m00 vx² + 2 m01 vx vy + m11 vy²) */
     double tau[2], t_A;
     int fast;
-    float lo2, hi2, inv_w;                        /* fast aperture thresholds on |v|² */
+    float inv_w;                                  /* 1 / pixel width (fast kernel) */
     int f;
     size_t nyf, nxf;
     double *qr, *qc;                              /* fine-grid frequencies */
+    float *qcf;                                   /* qc as float (fast kernel) */
     double *kx, *ky;                              /* per BF pixel (rotated) */
     double *Ak;                                   /* A(k) per BF pixel */
     double complex *Pk;                           /* P(k) per BF pixel */
@@ -54,19 +56,20 @@ void ssb_corr_row(const ssb_ctx *c, size_t ib, size_t i, size_t ncols, const cfl
 void ssb4d_fftw_lock(void);
 void ssb4d_fftw_unlock(void);
 
-/* atan(x) to ~1e-7 rad, branch-free enough to vectorise. */
+/* atan(x) to ~1e-7 rad. Selects are written as arithmetic so that loops over it vectorise
+ * (with -fno-trapping-math); the result does not depend on vector width. */
 static inline float ssb_atanf(float x)
 {
-    float a = x < 0 ? -x : x;
-    int inv = a > 1.0f;
-    float t = inv ? 1.0f / a : a;
-    int red = t > 0.26794919f; /* tan(pi/12) */
+    float a = fabsf(x);
+    float big = a > 1.0f ? 1.0f : 0.0f;
+    float t = (big + (1.0f - big) * a) / (big * a + (1.0f - big)); /* min(a, 1/a) */
+    float red = t > 0.26794919f ? 1.0f : 0.0f;                     /* tan(pi/12) */
     const float s3 = 0.57735026919f;
-    float u = red ? (t - s3) / (1.0f + t * s3) : t;
+    float u = (t - red * s3) / (1.0f + red * t * s3);
     float u2 = u * u;
     float p = u * (1.0f + u2 * (-1.0f / 3 + u2 * (1.0f / 5 + u2 * (-1.0f / 7 + u2 * (1.0f / 9 + u2 * (-1.0f / 11))))));
-    p = red ? p + 0.52359877560f : p;
-    p = inv ? 1.57079632679f - p : p;
-    return x < 0 ? -p : p;
+    p = p + red * 0.52359877560f;
+    p = big * (1.57079632679f - p) + (1.0f - big) * p;
+    return copysignf(p, x);
 }
 #endif
