@@ -196,6 +196,7 @@ typedef struct {
     double selection_radius_px;
     double rotation_curl_deg;    /* measured (NaN if not measured) */
     double curl_ratio;           /* curl residual at the chosen angle / at the worst angle */
+    double rotation_sigma_deg;   /* jackknife standard error of rotation_curl_deg (NaN if not measured) */
     int det_sampling_fitted, rotation_fitted, centre_fitted;
     double *mean_pattern;        /* det_rows*det_cols, float64 */
     int32_t *bf_pix;             /* selected BF pixels (flat), ascending */

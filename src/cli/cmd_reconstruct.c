@@ -4,6 +4,7 @@
 #include "cli/commands.h"
 #include "cli/progress.h"
 #include "common/err.h"
+#include "io/image.h"
 #include "io/npy.h"
 
 #include <cjson/cJSON.h>
@@ -175,6 +176,13 @@ int cmd_reconstruct(int argc, char **argv)
         return CLI_EXIT_USAGE;
     }
     const char *data = argv[optind];
+    ssb4d_err err = {0};
+    if (ssb4d_image_check_path(out_path, &err))
+        return cli_error("reconstruct", err.code, err.msg);
+    if (object_path && (strlen(object_path) < 4 || strcasecmp(object_path + strlen(object_path) - 4, ".npy"))) {
+        fprintf(stderr, "ssb4d reconstruct: --object must name a .npy file\n");
+        return CLI_EXIT_USAGE;
+    }
 
     cli_values v;
     int rc = cli_resolve(data, &m, &v);
@@ -200,7 +208,6 @@ int cmd_reconstruct(int argc, char **argv)
     if (v.ab_from_truth && !(c_mask || phi_mask) && !m.json)
         fprintf(stderr, "ssb4d reconstruct: using the simulator's true aberrations from the sidecar\n");
 
-    ssb4d_err err = {0};
     ssb4d_mem *mem = ssb4d_mem_create(0);
     cli_progress total;
     cli_progress_start(&total, "total", 1);

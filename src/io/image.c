@@ -110,6 +110,14 @@ static ssb4d_status write_png(const char *tmp, const float *img, size_t rows, si
     return SSB4D_OK;
 }
 
+ssb4d_status ssb4d_image_check_path(const char *path, ssb4d_err *err)
+{
+    const char *ext = ext_of(path);
+    if (strcasecmp(ext, "npy") && strcasecmp(ext, "tif") && strcasecmp(ext, "tiff") && strcasecmp(ext, "png"))
+        return ssb4d_fail(err, SSB4D_EINVAL, "%s: unknown image extension (use .tiff, .npy or .png)", path);
+    return SSB4D_OK;
+}
+
 ssb4d_status ssb4d_image_write(const char *path, const float *img, size_t rows, size_t cols,
                                const double pixel_A[2], ssb4d_err *err)
 {

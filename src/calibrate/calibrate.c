@@ -1,0 +1,712 @@
+/* calibrate.c — the calibration stage (SPEC §4): mean diffraction pattern from exact integer
+ * totals, hot/dead pixels, BF disk (centre, radius), detector sampling from the disk edge, BF
+ * selection and the scan-detector rotation from the centre-of-mass curl.
+ *
+ * Data flow (bounded memory, whatever the scan size):
+ *   pass 1: frames in blocks of ~64 MiB (uint32): per-pixel uint64 totals (per-thread partial
+ *           totals, summed in thread order — integers, so exact) and, per frame, the integer
+ *           moments S0 = Σ I, Sr = Σ row·I, Sc = Σ col·I (each frame done by one thread in
+ *           pixel order: exact and independent of the thread count);
+ *   pass 2: only when pixels were flagged and the rotation is fitted: the flagged pixels'
+ *           contributions are subtracted from the per-frame moments (again exact integers).
+ * Everything after that works on the totals (det_rows*det_cols) and on the per-frame moments
+ * (3 uint64 per scan position), serially or per element, so results are bit-identical for any
+ * thread count.
+ */
+#include "calibrate/calibrate_internal.h"
+#include "common/err.h"
+#include "common/parallel.h"
+#include "ssb4d.h"
+
+#include <math.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CAL_BLOCK_BYTES ((size_t)64 << 20)
+#define CAL_MIN_DISK_RADIUS_PX 2.0 /* equal-area radius below this: no usable disk */
+#ifndef SSB4D_CURL_STENCIL_HALF
+#define SSB4D_CURL_STENCIL_HALF 1
+#endif
+
+void ssb4d_calib_params_default(ssb4d_calib_params *p)
+{
+    memset(p, 0, sizeof *p);
+    p->kv = NAN;
+    p->semiangle_mrad = NAN;
+    p->scan_step_A[0] = p->scan_step_A[1] = NAN;
+    p->det_sampling_mrad[0] = p->det_sampling_mrad[1] = 0.0;
+    p->rotation_deg = NAN;
+    p->bf_radius_px = 0.0;
+    p->centre_px[0] = p->centre_px[1] = NAN;
+    p->hot_pixels = 1;
+    p->threads = 0;
+}
+
+void ssb4d_calibration_free(ssb4d_calibration *c)
+{
+    if (!c)
+        return;
+    free(c->mean_pattern);
+    free(c->bf_pix);
+    free(c->flagged);
+    memset(c, 0, sizeof *c);
+}
+
+/* ---- hot pixels ------------------------------------------------------------------------------ */
+
+static void sort_u64(uint64_t *v, int n)
+{
+    for (int i = 1; i < n; i++) { /* insertion sort: n <= 8 */
+        uint64_t x = v[i];
+        int j = i - 1;
+        while (j >= 0 && v[j] > x) {
+            v[j + 1] = v[j];
+            j--;
+        }
+        v[j + 1] = x;
+    }
+}
+
+double ssb4d_cal_neighbour_median(const uint64_t *tot, const unsigned char *skip, size_t rows,
+                                  size_t cols, size_t r, size_t c)
+{
+    uint64_t v[8], all[8];
+    int n = 0, na = 0;
+    for (int dr = -1; dr <= 1; dr++)
+        for (int dc = -1; dc <= 1; dc++) {
+            if (!dr && !dc)
+                continue;
+            long rr = (long)r + dr, cc = (long)c + dc;
+            if (rr < 0 || cc < 0 || rr >= (long)rows || cc >= (long)cols)
+                continue;
+            size_t q = (size_t)rr * cols + (size_t)cc;
+            all[na++] = tot[q];
+            if (!skip || !skip[q])
+                v[n++] = tot[q];
+        }
+    if (n == 0) {
+        memcpy(v, all, sizeof all);
+        n = na;
+    }
+    if (n == 0)
+        return 0.0;
+    sort_u64(v, n);
+    return (n & 1) ? (double)v[n / 2] : 0.5 * ((double)v[n / 2 - 1] + (double)v[n / 2]);
+}
+
+size_t ssb4d_cal_find_flagged(const uint64_t *tot, size_t rows, size_t cols, int32_t *out)
+{
+    size_t n = 0;
+    for (size_t r = 0; r < rows; r++)
+        for (size_t c = 0; c < cols; c++) {
+            double m = ssb4d_cal_neighbour_median(tot, NULL, rows, cols, r, c);
+            double t = (double)tot[r * cols + c];
+            int hot = t > SSB4D_HOT_FACTOR * m + SSB4D_HOT_SIGMAS * sqrt(m) + SSB4D_HOT_FLOOR;
+            int dead = tot[r * cols + c] == 0 && m >= SSB4D_DEAD_MIN;
+            if (hot || dead)
+                out[n++] = (int32_t)(r * cols + c);
+        }
+    return n;
+}
+
+/* ---- rotation from the CoM curl -------------------------------------------------------------- */
+
+/* Derivative stencils: central differences of order 2, 4 and 6 (coefficients of f(+j) − f(−j)).
+ * Order 2 makes a gradient field sampled near the scan Nyquist look curly (sin x ≠ x along the two
+ * axes); the higher orders keep that bias small. */
+static const double STENCIL[3][3] = {{0.5, 0, 0}, {2.0 / 3, -1.0 / 12, 0}, {0.75, -0.15, 1.0 / 60}};
+
+typedef struct {
+    int half;            /* stencil half-width */
+    const double *w;
+    double sr, sc;       /* scan steps */
+} deriv_ctx;
+
+static deriv_ctx make_deriv(size_t ny, size_t nx, const double step_A[2])
+{
+    deriv_ctx d;
+    d.sr = d.sc = 1.0;
+    if (step_A && isfinite(step_A[0]) && step_A[0] > 0 && isfinite(step_A[1]) && step_A[1] > 0) {
+        d.sr = step_A[0];
+        d.sc = step_A[1];
+    }
+    size_t m = ny < nx ? ny : nx;
+    d.half = SSB4D_CURL_STENCIL_HALF;
+    while (d.half > 1 && m < (size_t)(4 * d.half + 1))
+        d.half--;
+    d.w = STENCIL[d.half - 1];
+    return d;
+}
+
+/* ∂/∂row and ∂/∂col of component comp at interior point (i, j). */
+static inline double d_row(const deriv_ctx *d, const double *com, size_t nx, size_t i, size_t j, int comp)
+{
+    double s = 0;
+    for (int k = 1; k <= d->half; k++)
+        s += d->w[k - 1] * (com[((i + k) * nx + j) * 2 + comp] - com[((i - k) * nx + j) * 2 + comp]);
+    return s / d->sr;
+}
+
+static inline double d_col(const deriv_ctx *d, const double *com, size_t nx, size_t i, size_t j, int comp)
+{
+    double s = 0;
+    for (int k = 1; k <= d->half; k++)
+        s += d->w[k - 1] * (com[(i * nx + j + k) * 2 + comp] - com[(i * nx + j - k) * 2 + comp]);
+    return s / d->sc;
+}
+
+/* Sums a = Σ curl², b = Σ curl·div, c = Σ div² of the unrotated field over interior points. */
+#define JK_BLOCKS 4 /* jackknife: JK_BLOCKS x JK_BLOCKS blocks of scan positions */
+
+/* Also fills blk[3 * (bi * JK_BLOCKS + bj) + {0,1,2}] with the same sums per block of the scan
+ * (blocks along rows/cols, for the jackknife uncertainty). */
+static void curl_div_sums(const double *com, size_t ny, size_t nx, const double step_A[2],
+                          double *a, double *b, double *c, double *blk)
+{
+    deriv_ctx d = make_deriv(ny, nx, step_A);
+    size_t h = (size_t)d.half;
+    double sa = 0, sb = 0, scc = 0;
+    if (blk)
+        memset(blk, 0, 3 * JK_BLOCKS * JK_BLOCKS * sizeof *blk);
+    for (size_t i = h; i + h < ny; i++)
+        for (size_t j = h; j + h < nx; j++) {
+            double drr = d_row(&d, com, nx, i, j, 0), dcr = d_row(&d, com, nx, i, j, 1);
+            double drc = d_col(&d, com, nx, i, j, 0), dcc = d_col(&d, com, nx, i, j, 1);
+            double curl = dcr - drc, div = drr + dcc;
+            sa += curl * curl;
+            sb += curl * div;
+            scc += div * div;
+            if (blk) {
+                size_t bi = i * JK_BLOCKS / ny, bj = j * JK_BLOCKS / nx;
+                double *o = blk + 3 * (bi * JK_BLOCKS + bj);
+                o[0] += curl * curl;
+                o[1] += curl * div;
+                o[2] += div * div;
+            }
+        }
+    *a = sa;
+    *b = sb;
+    *c = scc;
+}
+
+double ssb4d_cal_curl_sumsq(const double *com, size_t ny, size_t nx, const double step_A[2],
+                            double theta_deg)
+{
+    /* Direct evaluation (rotate every vector, then differentiate), independent of the closed
+     * form: the derivatives are linear, so rotating first or after gives the same S(θ). */
+    deriv_ctx d = make_deriv(ny, nx, step_A);
+    size_t h = (size_t)d.half, n = ny * nx;
+    double t = theta_deg * M_PI / 180.0, ct = cos(t), st = sin(t), s = 0;
+    double *k = malloc(n * 2 * sizeof *k);
+    if (!k)
+        return NAN;
+    for (size_t i = 0; i < n; i++) {
+        k[2 * i] = ct * com[2 * i] - st * com[2 * i + 1];
+        k[2 * i + 1] = st * com[2 * i] + ct * com[2 * i + 1];
+    }
+    for (size_t i = h; i + h < ny; i++)
+        for (size_t j = h; j + h < nx; j++) {
+            double curl = d_row(&d, k, nx, i, j, 1) - d_col(&d, k, nx, i, j, 0);
+            s += curl * curl;
+        }
+    free(k);
+    return s;
+}
+
+static double wrap_half_turn(double deg)
+{
+    deg = fmod(deg, 180.0);
+    if (deg >= 90.0)
+        deg -= 180.0;
+    if (deg < -90.0)
+        deg += 180.0;
+    if (deg >= 90.0) /* fmod rounding at the edge */
+        deg = -90.0;
+    return deg;
+}
+
+ssb4d_status ssb4d_cal_rotation_from_com(const double *com, size_t ny, size_t nx,
+                                         const double step_A[2], double *theta_deg,
+                                         double *curl_ratio, double *sigma_deg, ssb4d_err *err)
+{
+    *theta_deg = NAN;
+    *curl_ratio = NAN;
+    if (sigma_deg)
+        *sigma_deg = NAN;
+    if (ny < 3 || nx < 3)
+        return ssb4d_fail(err, SSB4D_ENOTFOUND,
+                          "the scan (%zux%zu) is too small to fit the rotation from the "
+                          "centre-of-mass curl (need 3x3); give the rotation", ny, nx);
+    double a, b, c, blk[3 * JK_BLOCKS * JK_BLOCKS];
+    curl_div_sums(com, ny, nx, step_A, &a, &b, &c, blk);
+    /* S(θ) = (a+c)/2 + A cos 2θ + b sin 2θ, A = (a−c)/2; extremes (a+c)/2 ∓ ρ. */
+    double A = 0.5 * (a - c), rho = hypot(A, b), mid = 0.5 * (a + c);
+    double smax = mid + rho, smin = mid - rho;
+    if (!(smax > 0) || !isfinite(smax))
+        return ssb4d_fail(err, SSB4D_ENOTFOUND,
+                          "the centre-of-mass field does not vary over the scan; the rotation "
+                          "cannot be fitted (give the rotation)");
+    if (smin < 0)
+        smin = 0;
+    double th = 0.5 * (atan2(b, A) + M_PI) * 180.0 / M_PI;
+    /* Cross-check on a 1° grid: the closed form must not lose to any grid point (beyond
+     * rounding); if it somehow does, take the best grid point refined by golden section. */
+    double best_g = HUGE_VAL, best_t = 0;
+    for (int k = -90; k < 90; k++) {
+        double s = mid + A * cos(2 * k * M_PI / 180) + b * sin(2 * k * M_PI / 180);
+        if (s < best_g) {
+            best_g = s;
+            best_t = k;
+        }
+    }
+    double s_cf = mid + A * cos(2 * th * M_PI / 180) + b * sin(2 * th * M_PI / 180);
+    if (s_cf > best_g + 1e-9 * smax) {
+        double lo = best_t - 1, hi = best_t + 1, g = 0.5 * (sqrt(5.0) - 1);
+        for (int it = 0; it < 60; it++) {
+            double x1 = hi - g * (hi - lo), x2 = lo + g * (hi - lo);
+            double f1 = mid + A * cos(2 * x1 * M_PI / 180) + b * sin(2 * x1 * M_PI / 180);
+            double f2 = mid + A * cos(2 * x2 * M_PI / 180) + b * sin(2 * x2 * M_PI / 180);
+            if (f1 < f2)
+                hi = x2;
+            else
+                lo = x1;
+        }
+        th = 0.5 * (lo + hi);
+    }
+    *theta_deg = wrap_half_turn(th);
+    *curl_ratio = smin / smax;
+    if (sigma_deg) {
+        /* Delete-one-block jackknife of the closed-form angle (on the doubled angle, so that
+         * the 180° wrap does not matter): sigma² = (n−1)/n Σ (θ_−i − θ)². */
+        const int nb = JK_BLOCKS * JK_BLOCKS;
+        double acc = 0, phi0 = 2 * th * M_PI / 180;
+        for (int k = 0; k < nb; k++) {
+            double ak = a - blk[3 * k], bk = b - blk[3 * k + 1], ck = c - blk[3 * k + 2];
+            double phik = atan2(bk, 0.5 * (ak - ck)) + M_PI;
+            double dphi = remainder(phik - phi0, 2 * M_PI);
+            acc += dphi * dphi;
+        }
+        *sigma_deg = 0.5 * sqrt((double)(nb - 1) / nb * acc) * 180 / M_PI;
+    }
+    return SSB4D_OK;
+}
+
+/* ---- BF disk ---------------------------------------------------------------------------------- */
+
+typedef struct {
+    double thr, cr, cc, radius;
+    size_t n;
+    char why[200];
+} disk_try;
+
+/* The pixels above thr as a disk: centroid, equal-area radius, and whether it is one compact,
+ * filled disk on the detector. Returns 0 if it is, else 1 with the reason in t->why. */
+static int try_disk(const double *mean, size_t dr, size_t dc, double thr, disk_try *t)
+{
+    const size_t fr = dr * dc;
+    memset(t, 0, sizeof *t);
+    t->thr = thr;
+    double cr = 0, cc = 0;
+    size_t n = 0;
+    for (size_t q = 0; q < fr; q++)
+        if (mean[q] > thr) {
+            n++;
+            cr += (double)(q / dc);
+            cc += (double)(q % dc);
+        }
+    t->n = n;
+    t->radius = sqrt((double)n / M_PI);
+    if (n == 0 || t->radius < CAL_MIN_DISK_RADIUS_PX) {
+        snprintf(t->why, sizeof t->why,
+                 "%zu pixels of the mean pattern are above %s%.4g (a disk needs a radius of at "
+                 "least %.0f px)", n, n ? "" : "the threshold ", thr, CAL_MIN_DISK_RADIUS_PX);
+        return 1;
+    }
+    cr /= (double)n;
+    cc /= (double)n;
+    t->cr = cr;
+    t->cc = cc;
+    if (cr < 0 || cc < 0 || cr > (double)(dr - 1) || cc > (double)(dc - 1)) {
+        snprintf(t->why, sizeof t->why, "the bright pixels' centroid (%.2f, %.2f) is off the detector",
+                 cr, cc);
+        return 1;
+    }
+    /* Compact: nearly all bright pixels within radius + 2 of the centroid; filled: nearly all
+     * pixels within 0.8 radius of it bright. Scattered noise, rings and clipped disks fail. */
+    size_t near = 0, inner = 0, inner_bright = 0;
+    double rn = t->radius + 2.0, ri = 0.8 * t->radius;
+    for (size_t q = 0; q < fr; q++) {
+        double yr = (double)(q / dc) - cr, xc = (double)(q % dc) - cc, d2 = yr * yr + xc * xc;
+        int bright = mean[q] > thr;
+        if (bright && d2 <= rn * rn)
+            near++;
+        if (d2 <= ri * ri) {
+            inner++;
+            inner_bright += bright;
+        }
+    }
+    double f_near = (double)near / (double)n;
+    double f_fill = inner ? (double)inner_bright / (double)inner : 0.0;
+    if (f_near < 0.9 || f_fill < 0.9) {
+        snprintf(t->why, sizeof t->why,
+                 "the %zu pixels above %.4g are not one compact disk (%.0f%% within the "
+                 "equal-area radius %.1f px + 2 of their centroid, %.0f%% of the inner disk above)",
+                 n, thr, 100 * f_near, t->radius, 100 * f_fill);
+        return 1;
+    }
+    return 0;
+}
+
+/* Ridler–Calvard / isodata: t = midpoint of the means above and at-or-below t, iterated from t0.
+ * NaN when one class is empty (flat data). */
+static double isodata_threshold(const double *v, size_t n, double t0)
+{
+    double t = t0;
+    for (int it = 0; it < 200; it++) {
+        double sa = 0, sb = 0;
+        size_t na = 0, nb = 0;
+        for (size_t i = 0; i < n; i++)
+            if (v[i] > t) {
+                sa += v[i];
+                na++;
+            } else {
+                sb += v[i];
+                nb++;
+            }
+        if (!na || !nb)
+            return NAN;
+        double tn = 0.5 * (sa / (double)na + sb / (double)nb);
+        if (tn == t)
+            break;
+        t = tn;
+    }
+    return t;
+}
+
+/* ---- the stage ------------------------------------------------------------------------------- */
+
+static int cmp_double(const void *x, const void *y)
+{
+    double a = *(const double *)x, b = *(const double *)y;
+    return (a > b) - (a < b);
+}
+
+ssb4d_status ssb4d_calibrate(ssb4d_source *src, const ssb4d_calib_params *p,
+                             ssb4d_calibration *out, ssb4d_err *err)
+{
+    if (!out)
+        return ssb4d_fail(err, SSB4D_EINVAL, "calibrate: no output");
+    memset(out, 0, sizeof *out);
+    if (!src || !p)
+        return ssb4d_fail(err, SSB4D_EINVAL, "calibrate: no data source or no parameters");
+
+    /* ---- parameters ---- */
+    if (!(p->semiangle_mrad > 0) || !isfinite(p->semiangle_mrad) || p->semiangle_mrad >= 500)
+        return ssb4d_fail(err, SSB4D_EINVAL,
+                          "the convergence semi-angle must be > 0 and < 500 mrad (got %g)",
+                          p->semiangle_mrad);
+    if (!isnan(p->kv) && !(p->kv > 0 && p->kv <= 5000))
+        return ssb4d_fail(err, SSB4D_EINVAL, "the accelerating voltage %g kV is absurd", p->kv);
+    for (int i = 0; i < 2; i++)
+        if (!isnan(p->scan_step_A[i]) && !(p->scan_step_A[i] > 0 && p->scan_step_A[i] < 1e5))
+            return ssb4d_fail(err, SSB4D_EINVAL, "the scan step must be > 0 Angstrom (got %g)",
+                              p->scan_step_A[i]);
+    int sampling_given = p->det_sampling_mrad[0] > 0 || p->det_sampling_mrad[1] > 0;
+    if (sampling_given && !(p->det_sampling_mrad[0] > 0 && p->det_sampling_mrad[1] > 0 &&
+                            p->det_sampling_mrad[0] < 1e3 && p->det_sampling_mrad[1] < 1e3))
+        return ssb4d_fail(err, SSB4D_EINVAL,
+                          "the detector sampling needs two values > 0 and < 1000 mrad/px (got %g, %g)",
+                          p->det_sampling_mrad[0], p->det_sampling_mrad[1]);
+    if (!isnan(p->rotation_deg) && !(fabs(p->rotation_deg) <= 1e4))
+        return ssb4d_fail(err, SSB4D_EINVAL, "the rotation %g deg is absurd", p->rotation_deg);
+    if (!(p->bf_radius_px <= 0) && !(p->bf_radius_px < 1e4)) /* NaN also refused */
+        return ssb4d_fail(err, SSB4D_EINVAL, "the BF selection radius %g px is absurd",
+                          p->bf_radius_px);
+    int centre_given = !isnan(p->centre_px[0]) || !isnan(p->centre_px[1]);
+
+    size_t shape[4];
+    ssb4d_source_shape(src, shape);
+    const size_t ny = shape[0], nx = shape[1], dr = shape[2], dc = shape[3];
+    const size_t fr = dr * dc, npos = ny * nx;
+    if (centre_given) {
+        for (int i = 0; i < 2; i++) {
+            double lim = (double)shape[2 + i];
+            if (!isfinite(p->centre_px[i]) || p->centre_px[i] < -lim || p->centre_px[i] > 2 * lim)
+                return ssb4d_fail(err, SSB4D_EINVAL,
+                                  "the BF centre (%g, %g) px is not on or near the %zux%zu detector",
+                                  p->centre_px[0], p->centre_px[1], dr, dc);
+        }
+    }
+    const int fit_rotation = isnan(p->rotation_deg);
+    int nt = ssb4d_threads_resolve(p->threads);
+
+    /* ---- pass 1: totals and per-frame moments ---- */
+    size_t block = CAL_BLOCK_BYTES / (fr * sizeof(uint32_t));
+    if (block < 1)
+        block = 1;
+    if (block > npos)
+        block = npos;
+    if ((size_t)nt > block)
+        nt = (int)block;
+    ssb4d_status st = SSB4D_OK;
+    uint32_t *buf = malloc(block * fr * sizeof *buf);
+    uint64_t *tot_t = calloc((size_t)nt * fr, sizeof *tot_t);
+    uint64_t *mom = fit_rotation ? malloc(npos * 3 * sizeof *mom) : NULL;
+    uint64_t *tot = calloc(fr, sizeof *tot);
+    int32_t *flagged = malloc(fr * sizeof *flagged);
+    double *mean = malloc(fr * sizeof *mean);
+    unsigned char *isflag = calloc(fr, 1);
+    double *vals = malloc(fr * sizeof *vals);
+    double *com = NULL;
+    if (!buf || !tot_t || (fit_rotation && !mom) || !tot || !flagged || !mean || !isflag || !vals) {
+        st = ssb4d_fail(err, SSB4D_ENOMEM, "calibrate: out of memory (detector %zux%zu)", dr, dc);
+        goto done;
+    }
+    for (size_t p0 = 0; p0 < npos; p0 += block) {
+        size_t n = npos - p0 < block ? npos - p0 : block;
+        st = ssb4d_source_read_frames(src, p0, n, buf, err);
+        if (st)
+            goto done;
+#pragma omp parallel num_threads(nt)
+        {
+            int tid = 0;
+#ifdef _OPENMP
+            tid = omp_get_thread_num();
+#endif
+            uint64_t *t = tot_t + (size_t)tid * fr;
+#pragma omp for schedule(static)
+            for (size_t f = 0; f < n; f++) {
+                const uint32_t *fp = buf + f * fr;
+                uint64_t s0 = 0, sr = 0, sc = 0;
+                for (size_t r = 0; r < dr; r++) {
+                    const uint32_t *row = fp + r * dc;
+                    uint64_t rs = 0, cs = 0;
+                    for (size_t c = 0; c < dc; c++) {
+                        uint64_t v = row[c];
+                        t[r * dc + c] += v;
+                        rs += v;
+                        cs += v * c;
+                    }
+                    s0 += rs;
+                    sr += rs * r;
+                    sc += cs;
+                }
+                if (mom) {
+                    mom[(p0 + f) * 3 + 0] = s0;
+                    mom[(p0 + f) * 3 + 1] = sr;
+                    mom[(p0 + f) * 3 + 2] = sc;
+                }
+            }
+        }
+    }
+    for (int t = 0; t < nt; t++)
+        for (size_t q = 0; q < fr; q++)
+            tot[q] += tot_t[(size_t)t * fr + q];
+    uint64_t total = 0;
+    for (size_t q = 0; q < fr; q++)
+        total += tot[q];
+    out->total_counts = (double)total;
+    if (total == 0) {
+        st = ssb4d_fail(err, SSB4D_ENOTFOUND, "BF disk not found: the data has no counts at all");
+        goto done;
+    }
+
+    /* ---- flagged pixels; mean pattern with them replaced by their neighbours' median ---- */
+    size_t nflag = p->hot_pixels ? ssb4d_cal_find_flagged(tot, dr, dc, flagged) : 0;
+    for (size_t i = 0; i < nflag; i++)
+        isflag[flagged[i]] = 1;
+    for (size_t q = 0; q < fr; q++)
+        mean[q] = (double)tot[q] / (double)npos;
+    for (size_t i = 0; i < nflag; i++) {
+        size_t q = (size_t)flagged[i];
+        mean[q] = ssb4d_cal_neighbour_median(tot, isflag, dr, dc, q / dc, q % dc) / (double)npos;
+    }
+
+    /* ---- BF disk: pixels above mean + std (SPEC §4); when that set is not one filled disk
+     * (it cannot be once the disk covers more than half the detector: then mean + std exceeds
+     * the disk level), the two-class (isodata) threshold midway between the bright and dark
+     * pixels' means is used instead. ---- */
+    double m1 = 0, m2 = 0;
+    for (size_t q = 0; q < fr; q++)
+        m1 += mean[q];
+    m1 /= (double)fr;
+    for (size_t q = 0; q < fr; q++)
+        m2 += (mean[q] - m1) * (mean[q] - m1);
+    double thr = m1 + sqrt(m2 / (double)fr);
+    disk_try d1, d2;
+    const disk_try *d = &d1;
+    if (try_disk(mean, dr, dc, thr, &d1)) {
+        double t2 = isodata_threshold(mean, fr, m1);
+        if (!isfinite(t2) || try_disk(mean, dr, dc, t2, &d2)) {
+            st = ssb4d_fail(err, SSB4D_ENOTFOUND, "BF disk not found: %s%s%s", d1.why,
+                            isfinite(t2) ? "; with the two-class threshold: " : "",
+                            isfinite(t2) ? d2.why : "");
+            goto done;
+        }
+        d = &d2;
+        out->disk_threshold_two_class = 1;
+    }
+    thr = d->thr;
+    double cr = d->cr, cc = d->cc, radius = d->radius;
+    out->disk_threshold = thr;
+    size_t nmask = 0;
+    for (size_t q = 0; q < fr; q++)
+        if (mean[q] > thr)
+            vals[nmask++] = mean[q];
+    out->disk_centre_px[0] = cr;
+    out->disk_centre_px[1] = cc;
+    out->disk_radius_px = radius;
+
+    /* ---- edge radius: pixels above half the disk's median intensity ---- */
+    qsort(vals, nmask, sizeof *vals, cmp_double);
+    double med = (nmask & 1) ? vals[nmask / 2] : 0.5 * (vals[nmask / 2 - 1] + vals[nmask / 2]);
+    size_t nedge = 0;
+    for (size_t q = 0; q < fr; q++)
+        nedge += mean[q] > 0.5 * med;
+    out->edge_radius_px = sqrt((double)nedge / M_PI);
+
+    /* ---- geometry ---- */
+    ssb4d_geometry *g = &out->geom;
+    g->kv = p->kv;
+    g->semiangle_mrad = p->semiangle_mrad;
+    g->scan_step_A[0] = p->scan_step_A[0];
+    g->scan_step_A[1] = p->scan_step_A[1];
+    if (sampling_given) {
+        g->det_sampling_mrad[0] = p->det_sampling_mrad[0];
+        g->det_sampling_mrad[1] = p->det_sampling_mrad[1];
+    } else {
+        g->det_sampling_mrad[0] = g->det_sampling_mrad[1] = p->semiangle_mrad / out->edge_radius_px;
+        out->det_sampling_fitted = 1;
+    }
+    if (centre_given) {
+        g->centre_px[0] = p->centre_px[0];
+        g->centre_px[1] = p->centre_px[1];
+    } else {
+        g->centre_px[0] = cr;
+        g->centre_px[1] = cc;
+        out->centre_fitted = 1;
+    }
+    out->det_shape[0] = dr;
+    out->det_shape[1] = dc;
+    out->scan_shape[0] = ny;
+    out->scan_shape[1] = nx;
+
+    /* ---- BF selection ---- */
+    double sel = p->bf_radius_px > 0 ? p->bf_radius_px : radius;
+    out->selection_radius_px = sel;
+    size_t nbf = 0;
+    for (size_t q = 0; q < fr; q++) {
+        double yr = (double)(q / dc) - g->centre_px[0], xc = (double)(q % dc) - g->centre_px[1];
+        if (yr * yr + xc * xc <= sel * sel && !isflag[q])
+            nbf++;
+    }
+    if (nbf == 0) {
+        st = ssb4d_fail(err, SSB4D_ENOTFOUND,
+                        "no BF pixel within %.2f px of the centre (%.2f, %.2f)", sel,
+                        g->centre_px[0], g->centre_px[1]);
+        goto done;
+    }
+    out->bf_pix = malloc(nbf * sizeof *out->bf_pix);
+    out->flagged = malloc((nflag ? nflag : 1) * sizeof *out->flagged);
+    if (!out->bf_pix || !out->flagged) {
+        st = ssb4d_fail(err, SSB4D_ENOMEM, "calibrate: out of memory");
+        goto done;
+    }
+    /* Both lists ascending (flat order). */
+    nbf = 0;
+    size_t nf2 = 0;
+    for (size_t q = 0; q < fr; q++) {
+        double yr = (double)(q / dc) - g->centre_px[0], xc = (double)(q % dc) - g->centre_px[1];
+        if (isflag[q])
+            out->flagged[nf2++] = (int32_t)q;
+        else if (yr * yr + xc * xc <= sel * sel)
+            out->bf_pix[nbf++] = (int32_t)q;
+    }
+    out->n_bf = nbf;
+    out->n_flagged = nf2;
+
+    /* ---- rotation ---- */
+    if (fit_rotation) {
+        if (nflag) { /* pass 2: remove the flagged pixels from the per-frame moments */
+            for (size_t p0 = 0; p0 < npos; p0 += block) {
+                size_t n = npos - p0 < block ? npos - p0 : block;
+                st = ssb4d_source_read_frames(src, p0, n, buf, err);
+                if (st)
+                    goto done;
+#pragma omp parallel for num_threads(nt) schedule(static)
+                for (size_t f = 0; f < n; f++) {
+                    const uint32_t *fp = buf + f * fr;
+                    uint64_t *m = mom + (p0 + f) * 3;
+                    for (size_t i = 0; i < nf2; i++) {
+                        size_t q = (size_t)out->flagged[i];
+                        uint64_t v = fp[q];
+                        m[0] -= v;
+                        m[1] -= v * (q / dc);
+                        m[2] -= v * (q % dc);
+                    }
+                }
+            }
+        }
+        com = malloc(npos * 2 * sizeof *com);
+        if (!com) {
+            st = ssb4d_fail(err, SSB4D_ENOMEM, "calibrate: out of memory (CoM field)");
+            goto done;
+        }
+        /* CoM in mrad (the sampling may differ between the axes when given). */
+#pragma omp parallel for num_threads(nt) schedule(static)
+        for (size_t i = 0; i < npos; i++) {
+            const uint64_t *m = mom + i * 3;
+            double d0 = 0, d1 = 0;
+            if (m[0]) {
+                d0 = ((double)m[1] / (double)m[0] - g->centre_px[0]) * g->det_sampling_mrad[0];
+                d1 = ((double)m[2] / (double)m[0] - g->centre_px[1]) * g->det_sampling_mrad[1];
+            }
+            com[2 * i] = d0;
+            com[2 * i + 1] = d1;
+        }
+        double th, ratio, sig;
+        ssb4d_err rerr = {0};
+        if (ssb4d_cal_rotation_from_com(com, ny, nx, p->scan_step_A, &th, &ratio, &sig, &rerr)) {
+            /* A uniform CoM field (vacuum) or a tiny scan: the disk and sampling are still good;
+             * the rotation stays unmeasured (rotation_fitted = 0, NaN figures) and is set to 0. */
+            out->rotation_curl_deg = out->curl_ratio = out->rotation_sigma_deg = NAN;
+            g->rotation_deg = 0.0;
+        } else {
+            out->rotation_curl_deg = th;
+            out->curl_ratio = ratio;
+            out->rotation_sigma_deg = sig;
+            out->rotation_fitted = 1;
+            g->rotation_deg = th;
+        }
+    } else {
+        out->rotation_curl_deg = NAN;
+        out->curl_ratio = NAN;
+        out->rotation_sigma_deg = NAN;
+        g->rotation_deg = p->rotation_deg;
+    }
+
+    out->mean_pattern = mean;
+    mean = NULL;
+
+done:
+    free(buf);
+    free(tot_t);
+    free(mom);
+    free(tot);
+    free(flagged);
+    free(mean);
+    free(isflag);
+    free(vals);
+    free(com);
+    if (st) {
+        double tc = out->total_counts;
+        ssb4d_calibration_free(out);
+        out->total_counts = tc;
+        out->rotation_curl_deg = out->curl_ratio = out->rotation_sigma_deg = NAN;
+    }
+    return st;
+}

@@ -1,0 +1,272 @@
+/* cmd_calibrate.c — `ssb4d calibrate DATA [microscope flags] [-o cal.json] [--json]`:
+ * BF disk, detector sampling, flagged pixels and scan-detector rotation (SPEC §4), written as a
+ * calibration JSON (SPEC §8). */
+#include "cli/cli_common.h"
+#include "cli/commands.h"
+#include "common/sha256.h"
+#include "io/calfile.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define CMD "calibrate"
+
+static void help(FILE *f)
+{
+    fprintf(f,
+            "usage: ssb4d calibrate DATA [options]\n\n"
+            "Finds the bright-field disk (centre, radius), the detector sampling (mrad/pixel, from the\n"
+            "disk edge and the convergence semi-angle), hot/dead pixels and the scan-detector rotation\n"
+            "(centre-of-mass curl), and writes them as a calibration JSON. From a simulator sidecar it\n"
+            "takes only kV, semi-angle and scan step; the rest is measured unless given by flags or\n"
+            "--calibration.\n\n"
+            "  -o, --output FILE     write the calibration JSON to FILE (atomically)\n"
+            "  -h, --help            this help\n\n%s\n"
+            "DATA is a .npy of uint8/uint16/uint32 counts, shape (scan_row, scan_col, det_row, det_col).\n"
+            "Exit status: 0 ok, 2 bad input (one line on stderr), 1 internal error.\n",
+            CLI_MICROSCOPE_HELP);
+}
+
+/* "sha256:<hex>" of the file's bytes. */
+static int file_identity(const char *path, char *out, size_t n)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return -1;
+    ssb4d_sha256 *h = ssb4d_sha256_new();
+    size_t cap = (size_t)4 << 20;
+    unsigned char *buf = malloc(cap);
+    if (!h || !buf) {
+        fclose(f);
+        free(buf);
+        if (h) {
+            char hex[65];
+            ssb4d_sha256_final_hex(h, hex);
+        }
+        return -1;
+    }
+    size_t got;
+    while ((got = fread(buf, 1, cap, f)) > 0)
+        ssb4d_sha256_update(h, buf, got);
+    int bad = ferror(f);
+    fclose(f);
+    free(buf);
+    char hex[65];
+    ssb4d_sha256_final_hex(h, hex);
+    if (bad)
+        return -1;
+    snprintf(out, n, "sha256:%s", hex);
+    return 0;
+}
+
+static cJSON *num(double v) { return isfinite(v) ? cJSON_CreateNumber(v) : cJSON_CreateNull(); }
+
+static cJSON *measured_json(const ssb4d_calibration *c, double seconds)
+{
+    cJSON *m = cJSON_CreateObject();
+    cJSON *cen = cJSON_AddArrayToObject(m, "disk_centre_px");
+    cJSON_AddItemToArray(cen, num(c->disk_centre_px[0]));
+    cJSON_AddItemToArray(cen, num(c->disk_centre_px[1]));
+    cJSON_AddItemToObject(m, "disk_radius_px", num(c->disk_radius_px));
+    cJSON_AddItemToObject(m, "disk_threshold", num(c->disk_threshold));
+    cJSON_AddStringToObject(m, "disk_threshold_method",
+                            c->disk_threshold_two_class ? "two-class" : "mean+std");
+    cJSON_AddItemToObject(m, "edge_radius_px", num(c->edge_radius_px));
+    cJSON_AddNumberToObject(m, "n_bf", (double)c->n_bf);
+    cJSON_AddNumberToObject(m, "n_flagged", (double)c->n_flagged);
+    cJSON_AddItemToObject(m, "rotation_curl_deg", num(c->rotation_curl_deg));
+    cJSON_AddItemToObject(m, "rotation_sigma_deg", num(c->rotation_sigma_deg));
+    cJSON_AddItemToObject(m, "curl_ratio", num(c->curl_ratio));
+    cJSON_AddBoolToObject(m, "det_sampling_fitted", c->det_sampling_fitted);
+    cJSON_AddBoolToObject(m, "centre_fitted", c->centre_fitted);
+    cJSON_AddBoolToObject(m, "rotation_fitted", c->rotation_fitted);
+    cJSON_AddNumberToObject(m, "total_counts", c->total_counts);
+    cJSON_AddNumberToObject(m, "seconds", seconds);
+    return m;
+}
+
+/* The rotation is called poorly determined when its jackknife error exceeds this or the curl
+ * barely depends on the angle. */
+#define ROT_SIGMA_WARN_DEG 5.0
+#define ROT_RATIO_WARN 0.8
+
+static void print_summary(const char *data, const ssb4d_calibration *c, const char *outpath,
+                          double seconds, int rotation_given)
+{
+    printf("ssb4d calibrate: %s\n", data);
+    printf("  data        %zux%zu scan, %zux%zu detector, %.0f counts\n", c->scan_shape[0],
+           c->scan_shape[1], c->det_shape[0], c->det_shape[1], c->total_counts);
+    printf("  BF disk     centroid (%.3f, %.3f) px, radius %.3f px (%s threshold), edge radius %.3f px\n",
+           c->disk_centre_px[0], c->disk_centre_px[1], c->disk_radius_px,
+           c->disk_threshold_two_class ? "two-class" : "mean+std", c->edge_radius_px);
+    printf("  centre      (%.3f, %.3f) px%s\n", c->geom.centre_px[0], c->geom.centre_px[1],
+           c->centre_fitted ? " (centroid)" : " (given)");
+    if (c->det_sampling_fitted)
+        printf("  sampling    %.5f mrad/px (semi-angle %g mrad / edge radius)\n",
+               c->geom.det_sampling_mrad[0], c->geom.semiangle_mrad);
+    else
+        printf("  sampling    %.5f, %.5f mrad/px (given)\n", c->geom.det_sampling_mrad[0],
+               c->geom.det_sampling_mrad[1]);
+    printf("  selection   radius %.3f px, %zu BF pixels\n", c->selection_radius_px, c->n_bf);
+    printf("  flagged     %zu pixel%s", c->n_flagged, c->n_flagged == 1 ? "" : "s");
+    for (size_t i = 0; i < c->n_flagged && i < 8; i++)
+        printf("%s(%d, %d)", i ? " " : ": ", (int)((size_t)c->flagged[i] / c->det_shape[1]),
+               (int)((size_t)c->flagged[i] % c->det_shape[1]));
+    printf("%s\n", c->n_flagged > 8 ? " ..." : "");
+    if (c->rotation_fitted) {
+        printf("  rotation    %.3f deg +- %.2f (centre-of-mass curl, ratio %.3f; +180 deg is equivalent)\n",
+               c->geom.rotation_deg, c->rotation_sigma_deg, c->curl_ratio);
+        if (!(c->rotation_sigma_deg <= ROT_SIGMA_WARN_DEG) || !(c->curl_ratio <= ROT_RATIO_WARN))
+            printf("  warning     the rotation is poorly determined by the centre-of-mass curl (low dose or\n"
+                   "              weak contrast); give --rotation if it is known\n");
+    } else if (rotation_given) {
+        printf("  rotation    %.3f deg (given)\n", c->geom.rotation_deg);
+    } else {
+        printf("  rotation    not measurable (the centre-of-mass field does not vary, or the scan is\n"
+               "              under 3x3); set to 0: give --rotation\n");
+    }
+    printf("  time        %.3f s\n", seconds);
+    if (outpath)
+        printf("  wrote       %s\n", outpath);
+}
+
+int cmd_calibrate(int argc, char **argv)
+{
+    static const struct option opts[] = {CLI_MICROSCOPE_OPTIONS,
+                                         {"output", required_argument, 0, 'o'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    cli_micro m;
+    cli_micro_init(&m);
+    const char *outpath = NULL;
+    optind = 1;
+    opterr = 0;
+    int opt;
+    while ((opt = getopt_long(argc, argv, ":ho:", opts, NULL)) != -1) {
+        if (opt == 'h') {
+            help(stdout);
+            return CLI_EXIT_OK;
+        }
+        if (opt == 'o') {
+            outpath = optarg;
+            continue;
+        }
+        if (opt == '?' || opt == ':') {
+            char msg[256];
+            const char *what = argv[optind - 1];
+            snprintf(msg, sizeof msg, "%s %s (try ssb4d calibrate --help)",
+                     opt == ':' ? "missing value for" : "unknown option", what ? what : "");
+            return cli_error(CMD, SSB4D_EINVAL, msg);
+        }
+        int h = cli_micro_handle(&m, opt, optarg);
+        if (h < 0)
+            return CLI_EXIT_USAGE;
+        if (h == 0)
+            return cli_error(CMD, SSB4D_EINVAL, "unknown option (try ssb4d calibrate --help)");
+    }
+    if (optind >= argc)
+        return cli_error(CMD, SSB4D_EINVAL, "no DATA given (usage: ssb4d calibrate DATA [options])");
+    if (argc - optind > 1) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "one DATA file expected, got also '%s'", argv[optind + 1]);
+        return cli_error(CMD, SSB4D_EINVAL, msg);
+    }
+    const char *data = argv[optind];
+
+    ssb4d_err err = {0};
+    ssb4d_source *src = NULL;
+    ssb4d_status st = ssb4d_source_open_npy(data, &src, &err);
+    if (st)
+        return cli_error(CMD, st, err.msg);
+
+    /* The sidecar (simulator truth) supplies only the microscope (kV, semi-angle, scan step):
+     * the geometry calibrate measures comes from the data unless flags or --calibration give it. */
+    cli_values v, given;
+    int rc = cli_resolve(data, &m, &v);
+    if (!rc) {
+        cli_micro m2 = m;
+        m2.sidecar_path = NULL;
+        rc = cli_resolve(NULL, &m2, &given);
+    }
+    if (!rc) {
+        v.rotation_deg = given.rotation_deg;
+        v.bf_radius_px = given.bf_radius_px;
+        for (int i = 0; i < 2; i++) {
+            v.det_sampling_mrad[i] = given.det_sampling_mrad[i];
+            v.centre_px[i] = given.centre_px[i];
+        }
+        rc = cli_check_microscope(&v);
+    }
+    if (rc) {
+        ssb4d_source_close(src);
+        return rc;
+    }
+    ssb4d_calib_params p;
+    cli_values_to_calib_params(&v, m.threads, m.hot_pixels, &p);
+
+    ssb4d_mem *mem = m.memory_report ? ssb4d_mem_create(0) : NULL;
+    if (mem)
+        ssb4d_mem_stage_begin(mem, "calibrate");
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    ssb4d_calibration cal;
+    st = ssb4d_calibrate(src, &p, &cal, &err);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    if (mem) {
+        ssb4d_mem_stage_end(mem);
+        ssb4d_mem_report_print(mem, stderr);
+        ssb4d_mem_destroy(mem);
+    }
+    ssb4d_source_close(src);
+    if (st)
+        return cli_error(CMD, st, err.msg);
+
+    ssb4d_calfile cf;
+    st = ssb4d_calfile_from_calibration(&cf, &cal, &err);
+    if (st) {
+        ssb4d_calibration_free(&cal);
+        return cli_error(CMD, st, err.msg);
+    }
+    if (file_identity(data, cf.data_identity, sizeof cf.data_identity) != 0)
+        cf.data_identity[0] = 0;
+    rc = CLI_EXIT_OK;
+    if (outpath && (st = ssb4d_calfile_write(outpath, &cf, &err)) != SSB4D_OK) {
+        rc = cli_error(CMD, st, err.msg);
+        goto out;
+    }
+    if (m.json) {
+        /* The calfile text as written (exact numbers) plus the measured extras. */
+        char *text = ssb4d_calfile_to_json(&cf);
+        cJSON *meas = measured_json(&cal, seconds);
+        if (outpath && meas)
+            cJSON_AddStringToObject(meas, "written", outpath);
+        char *mt = meas ? cJSON_Print(meas) : NULL;
+        cJSON_Delete(meas);
+        char *close = text ? strrchr(text, '}') : NULL;
+        if (!close || !mt) {
+            free(text);
+            free(mt);
+            rc = cli_error(CMD, SSB4D_ENOMEM, "out of memory (JSON output)");
+            goto out;
+        }
+        *close = 0;
+        for (size_t n = strlen(text); n && (text[n - 1] == '\n' || text[n - 1] == '\t' || text[n - 1] == ' ');)
+            text[--n] = 0;
+        printf("%s,\n\t\"measured\":\t%s\n}\n", text, mt);
+        free(text);
+        free(mt);
+    } else {
+        print_summary(data, &cal, outpath, seconds, !isnan(p.rotation_deg));
+    }
+out:
+    ssb4d_calfile_free(&cf);
+    ssb4d_calibration_free(&cal);
+    return rc;
+}

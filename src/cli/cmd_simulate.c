@@ -1,0 +1,387 @@
+/* cmd_simulate.c — `ssb4d simulate`: multislice 4D-STEM simulation to a streaming .npy, with the
+ * projected-phase ground truths and a sidecar JSON (docs/simulate.md). */
+#include "cli/cli_common.h"
+#include "cli/commands.h"
+#include "ssb4d.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
+
+enum {
+    OPT_PRESET = CLI_OPT_FIRST_FREE, OPT_SPECIMEN, OPT_CELLS_Z, OPT_THICKNESS, OPT_WINDOW_CELLS,
+    OPT_SCAN, OPT_SCAN_CELLS, OPT_DETECTOR, OPT_GRID, OPT_KV, OPT_SEMIANGLE, OPT_C10, OPT_C12,
+    OPT_PHI12, OPT_C30, OPT_ABERR, OPT_TILT, OPT_DOSE, OPT_SEED, OPT_THREADS, OPT_QUIET, OPT_FORCE,
+    OPT_HELP
+};
+
+static const char HELP[] =
+    "usage: ssb4d simulate [options] -o OUT.npy\n"
+    "\n"
+    "Multislice simulation of a 4D-STEM acquisition of a perfect crystal: uint16 Poisson counts\n"
+    "(scan_row, scan_col, det_row, det_col), streamed to OUT.npy, plus OUT_phase.npy,\n"
+    "OUT_phase_bandlimited.npy (projected phase in rad at the scan positions) and the sidecar\n"
+    "OUT.json. Every flag has a default (preset small); flags override the preset.\n"
+    "\n"
+    "  -o, --output FILE      output .npy (required)\n"
+    "  --preset NAME          tiny (32^2 scan x 48^2 det), small (128^2 x 64^2, default),\n"
+    "                         medium (256^2 x 128^2), reference (512^2 x 192^2)\n"
+    "  --specimen NAME        srtio3 (perovskite [001], a = 3.905 A, default) or au (fcc [001],\n"
+    "                         a = 4.078 A)\n"
+    "  --cells-z N            thickness in unit cells (default 1; 2 slices per cell)\n"
+    "  --thickness NM         thickness in nm, rounded to whole unit cells (overrides --cells-z)\n"
+    "  --window-cells W       periodic simulation window, W x W unit cells (preset)\n"
+    "  --scan N               scan positions per axis (preset)\n"
+    "  --scan-cells S         the scan covers S x S whole unit cells, step = S*a/N (preset)\n"
+    "  --detector D           detector pixels per axis (preset); sampling = 1e3*lambda/L mrad\n"
+    "  --grid M               simulation grid M x M (default auto: >= 2*D and antialias band\n"
+    "                         >= 2*alpha/lambda)\n"
+    "  --kv KV                accelerating voltage, kV (default 300)\n"
+    "  --semiangle MRAD       probe convergence semi-angle, mrad (default 25)\n"
+    "  --c10 NM               C10 = -defocus, nm (default -10)\n"
+    "  --c12 NM               twofold astigmatism, nm (default 2)\n"
+    "  --phi12 DEG            its angle from +det_row towards +det_col, degrees (default 20)\n"
+    "  --c30 NM               spherical aberration, nm (default 0)\n"
+    "  --aberr LIST           any Krivanek coefficients, e.g. C21=1.5,phi21=30,C23=2 (nm, deg)\n"
+    "  --tilt ROW,COL         specimen/beam tilt, mrad (default 0,0)\n"
+    "  --dose E               electrons per probe position (preset: 2e4 tiny/small, 1e5 larger)\n"
+    "  --seed N               random seed for the Poisson noise (default 1)\n"
+    "  --threads N            worker threads (default: all cores)\n"
+    "  --quiet                no progress or summary on stderr\n"
+    "  --force                overwrite existing outputs\n"
+    "  -h, --help             this help\n";
+
+static int usage_error(const char *fmt, const char *arg)
+{
+    fprintf(stderr, "ssb4d simulate: ");
+    fprintf(stderr, fmt, arg ? arg : "");
+    fputc('\n', stderr);
+    return CLI_EXIT_USAGE;
+}
+
+static int parse_int(const char *s, long lo, long hi, int *out)
+{
+    if (!s || !*s)
+        return -1;
+    errno = 0;
+    char *e;
+    double v = strtod(s, &e);
+    if (errno || *e || !isfinite(v) || v != floor(v) || v < lo || v > hi)
+        return -1;
+    *out = (int)v;
+    return 0;
+}
+
+static int parse_num(const char *s, double *out)
+{
+    if (!s || !*s)
+        return -1;
+    errno = 0;
+    char *e;
+    double v = strtod(s, &e);
+    if (errno || *e || !isfinite(v))
+        return -1;
+    *out = v;
+    return 0;
+}
+
+/* "C21=1.5,phi21=30" */
+static int parse_aberr(const char *s, ssb4d_aberrations *ab)
+{
+    char buf[1024];
+    if (strlen(s) >= sizeof buf)
+        return -1;
+    strcpy(buf, s);
+    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+        char *eq = strchr(tok, '=');
+        if (!eq)
+            return -1;
+        *eq = 0;
+        double v;
+        if (parse_num(eq + 1, &v))
+            return -1;
+        if (!strncasecmp(tok, "phi", 3)) {
+            char name[16];
+            snprintf(name, sizeof name, "C%s", tok + 3);
+            int i = ssb4d_aberr_index(name);
+            if (i < 0 || ssb4d_aberr_m(i) == 0)
+                return -1;
+            ab->phi_deg[i] = v;
+        } else {
+            int i = ssb4d_aberr_index(tok);
+            if (i < 0)
+                return -1;
+            ab->C_nm[i] = v;
+        }
+    }
+    return 0;
+}
+
+typedef struct {
+    struct timespec t0;
+    int active;
+} progress_t;
+
+static void progress_cb(void *user, size_t done, size_t total)
+{
+    progress_t *pr = user;
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    double el = (double)(t.tv_sec - pr->t0.tv_sec) + 1e-9 * (double)(t.tv_nsec - pr->t0.tv_nsec);
+    double rate = el > 0 ? (double)done / el : 0.0;
+    double eta = rate > 0 ? (double)(total - done) / rate : 0.0;
+    fprintf(stderr, "\rssb4d simulate: %zu/%zu positions (%.1f%%), %.0f/s, ETA %.0f s   ", done,
+            total, 100.0 * (double)done / (double)total, rate, eta);
+    if (done == total)
+        fputc('\n', stderr);
+    fflush(stderr);
+    pr->active = 1;
+}
+
+int cmd_simulate(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"output", required_argument, 0, 'o'},
+        {"preset", required_argument, 0, OPT_PRESET},
+        {"specimen", required_argument, 0, OPT_SPECIMEN},
+        {"cells-z", required_argument, 0, OPT_CELLS_Z},
+        {"thickness", required_argument, 0, OPT_THICKNESS},
+        {"window-cells", required_argument, 0, OPT_WINDOW_CELLS},
+        {"scan", required_argument, 0, OPT_SCAN},
+        {"scan-cells", required_argument, 0, OPT_SCAN_CELLS},
+        {"detector", required_argument, 0, OPT_DETECTOR},
+        {"det", required_argument, 0, OPT_DETECTOR},
+        {"grid", required_argument, 0, OPT_GRID},
+        {"kv", required_argument, 0, OPT_KV},
+        {"semiangle", required_argument, 0, OPT_SEMIANGLE},
+        {"c10", required_argument, 0, OPT_C10},
+        {"c12", required_argument, 0, OPT_C12},
+        {"phi12", required_argument, 0, OPT_PHI12},
+        {"c30", required_argument, 0, OPT_C30},
+        {"aberr", required_argument, 0, OPT_ABERR},
+        {"tilt", required_argument, 0, OPT_TILT},
+        {"dose", required_argument, 0, OPT_DOSE},
+        {"seed", required_argument, 0, OPT_SEED},
+        {"threads", required_argument, 0, OPT_THREADS},
+        {"quiet", no_argument, 0, OPT_QUIET},
+        {"force", no_argument, 0, OPT_FORCE},
+        {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0},
+    };
+    /* First pass: the preset (flags override it wherever they appear). */
+    const char *preset = "small";
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--preset") && i + 1 < argc)
+            preset = argv[i + 1];
+        else if (!strncmp(argv[i], "--preset=", 9))
+            preset = argv[i] + 9;
+        else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            fputs(HELP, stdout);
+            return CLI_EXIT_OK;
+        }
+    }
+    ssb4d_sim_params p;
+    ssb4d_err err = {0};
+    if (ssb4d_sim_params_preset(&p, preset, &err))
+        return cli_error("simulate", err.code, err.msg);
+
+    const char *out = NULL;
+    double thickness_nm = NAN;
+    const char *thickness_arg = NULL;
+    int quiet = 0, force = 0;
+    optind = 1;
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, ":o:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'o': out = optarg; break;
+        case OPT_PRESET: break;
+        case OPT_SPECIMEN:
+            if (!strcasecmp(optarg, "srtio3"))
+                p.specimen = SSB4D_SPECIMEN_SRTIO3;
+            else if (!strcasecmp(optarg, "au"))
+                p.specimen = SSB4D_SPECIMEN_AU;
+            else
+                return usage_error("unknown specimen '%s' (srtio3 or au)", optarg);
+            break;
+        case OPT_CELLS_Z:
+            if (parse_int(optarg, 1, 100000, &p.cells_z))
+                return usage_error("--cells-z must be an integer 1..100000, got '%s'", optarg);
+            break;
+        case OPT_THICKNESS:
+            thickness_arg = optarg;
+            if (parse_num(optarg, &thickness_nm) || !(thickness_nm > 0))
+                return usage_error("--thickness must be > 0 nm, got '%s'", optarg);
+            break;
+        case OPT_WINDOW_CELLS:
+            if (parse_int(optarg, 1, 1000, &p.window_cells))
+                return usage_error("--window-cells must be an integer 1..1000, got '%s'", optarg);
+            break;
+        case OPT_SCAN:
+            if (parse_int(optarg, -1000000, 1000000, &p.scan_n))
+                return usage_error("--scan must be an integer, got '%s'", optarg);
+            break;
+        case OPT_SCAN_CELLS:
+            if (parse_int(optarg, 1, 100000, &p.scan_cells))
+                return usage_error("--scan-cells must be an integer 1..100000, got '%s'", optarg);
+            break;
+        case OPT_DETECTOR:
+            if (parse_int(optarg, -1000000, 1000000, &p.det))
+                return usage_error("--detector must be an integer, got '%s'", optarg);
+            break;
+        case OPT_GRID:
+            if (parse_int(optarg, 0, 1000000, &p.grid))
+                return usage_error("--grid must be a non-negative integer, got '%s'", optarg);
+            break;
+        case OPT_KV:
+            if (parse_num(optarg, &p.kv))
+                return usage_error("invalid --kv '%s'", optarg);
+            break;
+        case OPT_SEMIANGLE:
+            if (parse_num(optarg, &p.semiangle_mrad))
+                return usage_error("invalid --semiangle '%s'", optarg);
+            break;
+        case OPT_C10:
+            if (parse_num(optarg, &p.ab.C_nm[SSB4D_C10]))
+                return usage_error("invalid --c10 '%s'", optarg);
+            break;
+        case OPT_C12:
+            if (parse_num(optarg, &p.ab.C_nm[SSB4D_C12]))
+                return usage_error("invalid --c12 '%s'", optarg);
+            break;
+        case OPT_PHI12:
+            if (parse_num(optarg, &p.ab.phi_deg[SSB4D_C12]))
+                return usage_error("invalid --phi12 '%s'", optarg);
+            break;
+        case OPT_C30:
+            if (parse_num(optarg, &p.ab.C_nm[SSB4D_C30]))
+                return usage_error("invalid --c30 '%s'", optarg);
+            break;
+        case OPT_ABERR:
+            if (parse_aberr(optarg, &p.ab))
+                return usage_error("invalid --aberr '%s' (e.g. C21=1.5,phi21=30)", optarg);
+            break;
+        case OPT_TILT:
+            if (cli_parse_pair(optarg, p.tilt_mrad))
+                return usage_error("invalid --tilt '%s' (ROW,COL in mrad)", optarg);
+            break;
+        case OPT_DOSE:
+            if (parse_num(optarg, &p.dose))
+                return usage_error("invalid --dose '%s'", optarg);
+            break;
+        case OPT_SEED: {
+            errno = 0;
+            char *e;
+            unsigned long long v = strtoull(optarg, &e, 0);
+            if (errno || *e || !*optarg || optarg[0] == '-')
+                return usage_error("--seed must be a non-negative integer, got '%s'", optarg);
+            p.seed = (uint64_t)v;
+            break;
+        }
+        case OPT_THREADS:
+            if (parse_int(optarg, 0, 1024, &p.threads))
+                return usage_error("--threads must be an integer 0..1024, got '%s'", optarg);
+            break;
+        case OPT_QUIET: quiet = 1; break;
+        case OPT_FORCE: force = 1; break;
+        case 'h': fputs(HELP, stdout); return CLI_EXIT_OK;
+        case ':': return usage_error("option %s needs a value", argv[optind - 1]);
+        default: return usage_error("unknown option '%s' (see ssb4d simulate --help)", argv[optind - 1]);
+        }
+    }
+    if (optind < argc)
+        return usage_error("unexpected argument '%s'", argv[optind]);
+    if (!out)
+        return usage_error("%sno output given (-o OUT.npy)", "");
+    if (!isnan(thickness_nm)) {
+        double a = p.specimen == SSB4D_SPECIMEN_AU ? 4.078 : 3.905;
+        double cells = floor(thickness_nm * 10.0 / a + 0.5);
+        if (cells < 1)
+            cells = 1;
+        if (cells > 100000)
+            return usage_error("--thickness %s nm is absurd", thickness_arg);
+        p.cells_z = (int)cells;
+    }
+    ssb4d_sim_info info;
+    if (ssb4d_sim_describe(&p, &info, &err))
+        return cli_error("simulate", err.code, err.msg);
+
+    /* outputs: refuse existing ones (unless --force) and unwritable folders before any work */
+    {
+        size_t n = strlen(out);
+        size_t stem = (n >= 4 && !strcmp(out + n - 4, ".npy")) ? n - 4 : n;
+        const char *suffix[4] = {"", "_phase.npy", "_phase_bandlimited.npy", ".json"};
+        char *path = malloc(n + 32);
+        if (!path)
+            return cli_error("simulate", SSB4D_ENOMEM, "out of memory");
+        for (int i = 0; i < 4; i++) {
+            if (i == 0)
+                strcpy(path, out);
+            else {
+                memcpy(path, out, stem);
+                strcpy(path + stem, suffix[i]);
+            }
+            if (!force && access(path, F_OK) == 0) {
+                fprintf(stderr, "ssb4d simulate: %s exists (use --force to overwrite)\n", path);
+                free(path);
+                return CLI_EXIT_USAGE;
+            }
+        }
+        strcpy(path, out);
+        char *slash = strrchr(path, '/');
+        if (slash)
+            slash[slash == path ? 1 : 0] = 0;
+        const char *dir = slash ? path : ".";
+        if (access(dir, W_OK) != 0) {
+            fprintf(stderr, "ssb4d simulate: cannot write %s: %s\n", out, strerror(errno));
+            free(path);
+            return CLI_EXIT_USAGE;
+        }
+        free(path);
+    }
+
+    /* the command line for the sidecar */
+    size_t len = 32;
+    for (int i = 0; i < argc; i++)
+        len += strlen(argv[i]) + 1;
+    char *cmd = malloc(len);
+    if (!cmd)
+        return cli_error("simulate", SSB4D_ENOMEM, "out of memory");
+    strcpy(cmd, "ssb4d");
+    for (int i = 0; i < argc; i++) {
+        strcat(cmd, " ");
+        strcat(cmd, argv[i]);
+    }
+    progress_t pr = {0};
+    clock_gettime(CLOCK_MONOTONIC, &pr.t0);
+    if (!quiet && isatty(2)) {
+        p.progress = progress_cb;
+        p.progress_user = &pr;
+    }
+    if (!quiet)
+        fprintf(stderr,
+                "ssb4d simulate: %s, %d cell(s) (%.3g nm), %d×%d scan (step %.5g Å) × %d×%d "
+                "detector (%.5g mrad/px, BF radius %.2f px), grid %d\n",
+                p.specimen == SSB4D_SPECIMEN_AU ? "Au" : "SrTiO3", p.cells_z, info.thickness_nm,
+                p.scan_n, p.scan_n, info.scan_step_A, p.det, p.det, info.det_sampling_mrad,
+                info.bf_radius_px, info.grid);
+    ssb4d_status st = ssb4d_simulate(&p, out, force, cmd, &info, &err);
+    free(cmd);
+    if (st)
+        return cli_error("simulate", st, err.msg);
+    if (info.n_clamped)
+        fprintf(stderr, "ssb4d simulate: warning: %zu counts clamped at 65535 (lower --dose)\n",
+                info.n_clamped);
+    if (!quiet)
+        fprintf(stderr, "ssb4d simulate: wrote %s in %.2f s (mean pattern sum %.5f over the grid, "
+                        "%.5f on the detector; max count %u)\n",
+                out, info.seconds, info.mean_sum_full, info.mean_sum_detector,
+                (unsigned)info.max_count);
+    return CLI_EXIT_OK;
+}

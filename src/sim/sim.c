@@ -1,0 +1,868 @@
+/* sim.c — the multislice 4D-STEM simulator: parameters and presets, the per-position multislice,
+ * Poisson counts, streaming .npy output and the sidecar JSON (docs/simulate.md). */
+#include "sim/sim.h"
+
+#include "common/err.h"
+#include "common/parallel.h"
+#include "io/npy.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fftw3.h>
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---- parameters --------------------------------------------------------------------------- */
+
+static const struct {
+    const char *name;
+    int scan_n, scan_cells, det, window_cells;
+    double dose;
+} presets[] = {
+    /* BF radius = α·L/λ ≈ 0.8 × D/2 at 300 kV, 25 mrad (λ = 0.019687 Å, a = 3.905 Å). */
+    {"tiny", 32, 3, 48, 4, 2e4},        /* A1-like: step 0.366 Å, BF 19.8 px of 24 */
+    {"small", 128, 12, 64, 5, 2e4},     /* step 0.366 Å, BF 24.8 px of 32 */
+    {"medium", 256, 24, 128, 10, 1e5},  /* step 0.366 Å, BF 49.6 px of 64 */
+    {"reference", 512, 48, 192, 15, 1e5}, /* step 0.366 Å, BF 74.4 px of 96 */
+};
+
+ssb4d_status ssb4d_sim_params_preset(ssb4d_sim_params *p, const char *preset, ssb4d_err *err)
+{
+    if (!p)
+        return ssb4d_fail(err, SSB4D_EINVAL, "no parameters");
+    if (!preset)
+        preset = "small";
+    size_t i, n = sizeof presets / sizeof presets[0];
+    for (i = 0; i < n; i++)
+        if (!strcmp(preset, presets[i].name))
+            break;
+    if (i == n)
+        return ssb4d_fail(err, SSB4D_EINVAL,
+                          "unknown preset '%s' (tiny, small, medium or reference)", preset);
+    memset(p, 0, sizeof *p);
+    p->specimen = SSB4D_SPECIMEN_SRTIO3;
+    p->cells_z = 1;
+    p->window_cells = presets[i].window_cells;
+    p->kv = 300.0;
+    p->semiangle_mrad = 25.0;
+    p->ab.C_nm[SSB4D_C10] = -10.0;
+    p->ab.C_nm[SSB4D_C12] = 2.0;
+    p->ab.phi_deg[SSB4D_C12] = 20.0;
+    p->scan_n = presets[i].scan_n;
+    p->scan_cells = presets[i].scan_cells;
+    p->det = presets[i].det;
+    p->grid = 0;
+    p->dose = presets[i].dose;
+    p->seed = 1;
+    p->threads = 0;
+    return SSB4D_OK;
+}
+
+static int is_fast_size(int n)
+{
+    static const int f[] = {2, 3, 5, 7};
+    for (int i = 0; i < 4; i++)
+        while (n % f[i] == 0)
+            n /= f[i];
+    return n == 1;
+}
+
+ssb4d_status ssb4d_sim_describe(const ssb4d_sim_params *p, ssb4d_sim_info *info, ssb4d_err *err)
+{
+    if (!p)
+        return ssb4d_fail(err, SSB4D_EINVAL, "no parameters");
+    const sim_crystal *cr = sim_crystal_get(p->specimen);
+    if (!cr)
+        return ssb4d_fail(err, SSB4D_EINVAL, "unknown specimen %d", (int)p->specimen);
+    if (!(p->kv > 0) || !(p->kv <= 5000))
+        return ssb4d_fail(err, SSB4D_EINVAL, "kV must be in (0, 5000], got %g", p->kv);
+    if (!(p->semiangle_mrad > 0) || !(p->semiangle_mrad <= 300))
+        return ssb4d_fail(err, SSB4D_EINVAL, "semiangle must be in (0, 300] mrad, got %g",
+                          p->semiangle_mrad);
+    if (!(p->dose > 0) || !(p->dose <= 1e12))
+        return ssb4d_fail(err, SSB4D_EINVAL, "dose must be in (0, 1e12] e/probe, got %g", p->dose);
+    if (p->scan_n < 2 || p->scan_n > 8192)
+        return ssb4d_fail(err, SSB4D_EINVAL, "scan must be 2..8192 positions per axis, got %d",
+                          p->scan_n);
+    if (p->scan_cells < 1 || p->scan_cells > 100000)
+        return ssb4d_fail(err, SSB4D_EINVAL, "scan-cells must be 1..100000, got %d", p->scan_cells);
+    if (p->det < 8 || p->det > 2048)
+        return ssb4d_fail(err, SSB4D_EINVAL, "detector must be 8..2048 pixels, got %d", p->det);
+    if (p->window_cells < 1 || p->window_cells > 1000)
+        return ssb4d_fail(err, SSB4D_EINVAL, "window-cells must be 1..1000, got %d",
+                          p->window_cells);
+    if (p->cells_z < 1 || p->cells_z > 100000)
+        return ssb4d_fail(err, SSB4D_EINVAL, "thickness must be 1..100000 unit cells, got %d",
+                          p->cells_z);
+    if (p->grid != 0 && (p->grid < p->det || p->grid > 16384))
+        return ssb4d_fail(err, SSB4D_EINVAL, "grid must be 0 (auto) or %d..16384, got %d", p->det,
+                          p->grid);
+    if (p->threads < 0 || p->threads > 1024)
+        return ssb4d_fail(err, SSB4D_EINVAL, "threads must be 0..1024, got %d", p->threads);
+    for (int i = 0; i < 2; i++)
+        if (!isfinite(p->tilt_mrad[i]) || fabs(p->tilt_mrad[i]) > 200)
+            return ssb4d_fail(err, SSB4D_EINVAL, "tilt must be within ±200 mrad");
+    for (int i = 0; i < SSB4D_N_ABERR; i++)
+        if (!isfinite(p->ab.C_nm[i]) || !isfinite(p->ab.phi_deg[i]) || fabs(p->ab.C_nm[i]) > 1e9)
+            return ssb4d_fail(err, SSB4D_EINVAL, "aberration %s is not finite or absurd",
+                              ssb4d_aberr_name(i));
+    double bytes = (double)p->scan_n * p->scan_n * (double)p->det * p->det * 2.0;
+    if (bytes > 1024.0 * 1024 * 1024 * 1024)
+        return ssb4d_fail(err, SSB4D_EINVAL, "output of %.3g bytes is absurd (limit 1 TiB)", bytes);
+
+    double lambda = ssb4d_wavelength_A(p->kv);
+    double a = cr->a_A, L = p->window_cells * a;
+    double alpha = p->semiangle_mrad * 1e-3;
+    double bf_px = alpha * L / lambda;
+    int M = p->grid;
+    if (M == 0) {
+        int need = (int)ceil(6.0 * bf_px) + 2; /* M/(3L) >= 2α/λ */
+        M = 2 * p->det > need ? 2 * p->det : need;
+        while (M % 2 || !is_fast_size(M))
+            M++;
+    }
+    if (M > 16384)
+        return ssb4d_fail(err, SSB4D_EINVAL, "simulation grid %d is absurd (window too large for "
+                          "the semiangle)", M);
+    double kmax = M / (3.0 * L);
+    if (alpha / lambda > kmax)
+        return ssb4d_fail(err, SSB4D_EINVAL, "the probe aperture (%.3g 1/A) exceeds the antialias "
+                          "band %.3g 1/A of a %d grid; use a larger --grid", alpha / lambda, kmax, M);
+    if (bf_px < 2.0)
+        return ssb4d_fail(err, SSB4D_EINVAL, "the BF disk is only %.2g px: widen the window", bf_px);
+    if (info) {
+        memset(info, 0, sizeof *info);
+        info->grid = M;
+        info->wavelength_A = lambda;
+        info->sigma = sim_sigma(p->kv);
+        info->lattice_A = a;
+        info->window_A = L;
+        info->real_sampling_A = L / M;
+        info->scan_step_A = p->scan_cells * a / p->scan_n;
+        info->det_sampling_mrad = 1e3 * lambda / L;
+        info->bf_radius_px = bf_px;
+        info->antialias_inv_A = kmax;
+        info->thickness_nm = p->cells_z * a / 10.0;
+        info->n_slices = p->cells_z * cr->n_layers;
+    }
+    return SSB4D_OK;
+}
+
+/* ---- the multislice ------------------------------------------------------------------------ */
+
+typedef struct {
+    const ssb4d_sim_params *p;
+    const sim_crystal *cr;
+    ssb4d_sim_info info;
+    int M, D, N, nt;
+    double lambda, L;
+    double *kf;              /* grid frequencies fftfreq(M, L/M), 1/Å */
+    fftwf_complex *P;        /* probe P(k), normalised Σ|P|² = 1 (unshifted layout) */
+    int *ap;                 /* indices with P != 0 */
+    size_t n_ap;
+    fftwf_complex *trans[2]; /* transmission functions of the layers, real space */
+    fftwf_complex *prop;     /* propagator × antialias mask / M² */
+    float *mask;             /* antialias mask / M⁴ for the exit intensity */
+    fftwf_plan fwd, bwd;
+    fftwf_complex **ws;      /* per-thread wave */
+    double **er, **ec;       /* per-thread shift tables (complex, M each) */
+} sim_ctx;
+
+static void ctx_free(sim_ctx *c)
+{
+    if (c->fwd || c->bwd) {
+        ssb4d_fftw_lock();
+        if (c->fwd)
+            fftwf_destroy_plan(c->fwd);
+        if (c->bwd)
+            fftwf_destroy_plan(c->bwd);
+        ssb4d_fftw_unlock();
+    }
+    fftwf_free(c->P);
+    fftwf_free(c->trans[0]);
+    fftwf_free(c->trans[1]);
+    fftwf_free(c->prop);
+    free(c->mask);
+    free(c->kf);
+    free(c->ap);
+    if (c->ws)
+        for (int t = 0; t < c->nt; t++) {
+            fftwf_free(c->ws[t]);
+            free(c->er[t]);
+            free(c->ec[t]);
+        }
+    free(c->ws);
+    free(c->er);
+    free(c->ec);
+    memset(c, 0, sizeof *c);
+}
+
+static ssb4d_status ctx_init(sim_ctx *c, const ssb4d_sim_params *p, ssb4d_err *err)
+{
+    memset(c, 0, sizeof *c);
+    ssb4d_status st = ssb4d_sim_describe(p, &c->info, err);
+    if (st)
+        return st;
+    c->p = p;
+    c->cr = sim_crystal_get(p->specimen);
+    c->M = c->info.grid;
+    c->D = p->det;
+    c->N = p->scan_n;
+    c->nt = ssb4d_threads_resolve(p->threads);
+    c->lambda = c->info.wavelength_A;
+    c->L = c->info.window_A;
+    int M = c->M;
+    size_t MM = (size_t)M * M;
+    c->kf = malloc(M * sizeof(double));
+    c->P = fftwf_malloc(MM * sizeof(fftwf_complex));
+    c->ap = malloc(MM * sizeof(int));
+    c->trans[0] = fftwf_malloc(MM * sizeof(fftwf_complex));
+    c->trans[1] = fftwf_malloc(MM * sizeof(fftwf_complex));
+    c->prop = fftwf_malloc(MM * sizeof(fftwf_complex));
+    c->mask = malloc(MM * sizeof(float));
+    c->ws = calloc(c->nt, sizeof *c->ws);
+    c->er = calloc(c->nt, sizeof *c->er);
+    c->ec = calloc(c->nt, sizeof *c->ec);
+    if (!c->kf || !c->P || !c->ap || !c->trans[0] || !c->trans[1] || !c->prop || !c->mask ||
+        !c->ws || !c->er || !c->ec) {
+        ctx_free(c);
+        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory for a %d grid", M);
+    }
+    for (int t = 0; t < c->nt; t++) {
+        c->ws[t] = fftwf_malloc(MM * sizeof(fftwf_complex));
+        c->er[t] = malloc(2 * M * sizeof(double));
+        c->ec[t] = malloc(2 * M * sizeof(double));
+        if (!c->ws[t] || !c->er[t] || !c->ec[t]) {
+            ctx_free(c);
+            return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory for thread buffers");
+        }
+    }
+    for (int i = 0; i < M; i++)
+        c->kf[i] = (i < (M + 1) / 2 ? i : i - M) / c->L;
+
+    ssb4d_fftw_lock();
+    c->fwd = fftwf_plan_dft_2d(M, M, c->ws[0], c->ws[0], FFTW_FORWARD, FFTW_ESTIMATE);
+    c->bwd = fftwf_plan_dft_2d(M, M, c->ws[0], c->ws[0], FFTW_BACKWARD, FFTW_ESTIMATE);
+    ssb4d_fftw_unlock();
+    if (!c->fwd || !c->bwd) {
+        ctx_free(c);
+        return ssb4d_fail(err, SSB4D_EINTERNAL, "FFTW could not plan a %d×%d transform", M, M);
+    }
+
+    double kmax = c->info.antialias_inv_A, kmax2 = kmax * kmax;
+    double lambda = c->lambda, alpha0 = p->semiangle_mrad * 1e-3;
+    double ang = lambda / c->L; /* angular size of one pixel (rad), both axes */
+    double dz = c->cr->a_A / c->cr->n_layers;
+    double tr = p->tilt_mrad[0] * 1e-3, tc = p->tilt_mrad[1] * 1e-3;
+    double inv_M2 = 1.0 / ((double)M * M), inv_M4 = inv_M2 * inv_M2;
+    /* probe, aperture, propagator, mask */
+    double norm = 0.0;
+    c->n_ap = 0;
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < M; j++) {
+            size_t idx = (size_t)i * M + j;
+            double vx = c->kf[i], vy = c->kf[j], k2 = vx * vx + vy * vy;
+            int in_band = k2 <= kmax2;
+            c->mask[idx] = in_band ? (float)inv_M4 : 0.0f;
+            double ph = -M_PI * lambda * dz * k2 - 2.0 * M_PI * dz * (vx * tr + vy * tc);
+            c->prop[idx][0] = in_band ? (float)(cos(ph) * inv_M2) : 0.0f;
+            c->prop[idx][1] = in_band ? (float)(sin(ph) * inv_M2) : 0.0f;
+            double r = sqrt(k2), alpha = lambda * r;
+            /* SPEC 5.2: w = angular width of one pixel along v (= ang on a square grid). */
+            double A = r > 0 ? (alpha0 - alpha) / ang + 0.5 : 1.0;
+            A = A < 0 ? 0 : (A > 1 ? 1 : A);
+            if (!in_band)
+                A = 0;
+            double chi = ssb4d_chi(&p->ab, lambda, vx, vy);
+            c->P[idx][0] = (float)(A * cos(chi));
+            c->P[idx][1] = (float)(-A * sin(chi));
+            norm += A * A;
+            if (A > 0)
+                c->ap[c->n_ap++] = (int)idx;
+        }
+    float s = (float)(1.0 / sqrt(norm));
+    for (size_t n = 0; n < c->n_ap; n++) {
+        c->P[c->ap[n]][0] *= s;
+        c->P[c->ap[n]][1] *= s;
+    }
+    /* transmission functions: V from its Fourier series on the grid (|G| <= kmax), t = e^{iσV},
+     * then band-limited to kmax */
+    int W = p->window_cells;
+    double sigma = c->info.sigma;
+    for (int l = 0; l < c->cr->n_layers && l < 2; l++) {
+        fftwf_complex *t = c->trans[l];
+        memset(t, 0, MM * sizeof(fftwf_complex));
+        int hmax = (int)floor(kmax * c->cr->a_A);
+        for (int h = -hmax; h <= hmax; h++)
+            for (int k = -hmax; k <= hmax; k++) {
+                double g2 = ((double)h * h + (double)k * k) / (c->cr->a_A * c->cr->a_A);
+                if (g2 > kmax2)
+                    continue;
+                int fi = ((h * W) % M + M) % M, fj = ((k * W) % M + M) % M;
+                double v[2];
+                sim_layer_coeff(c->cr, l, h, k, v);
+                t[(size_t)fi * M + fj][0] = (float)v[0];
+                t[(size_t)fi * M + fj][1] = (float)v[1];
+            }
+        fftwf_execute_dft(c->bwd, t, t); /* V(r) = Σ_G c(G) e^{2πiG·r} */
+        for (size_t n = 0; n < MM; n++) {
+            double ph = sigma * t[n][0];
+            t[n][0] = (float)cos(ph);
+            t[n][1] = (float)sin(ph);
+        }
+        fftwf_execute_dft(c->fwd, t, t);
+        for (size_t n = 0; n < MM; n++) {
+            float m = c->mask[n] > 0 ? (float)inv_M2 : 0.0f;
+            t[n][0] *= m;
+            t[n][1] *= m;
+        }
+        fftwf_execute_dft(c->bwd, t, t);
+    }
+    return SSB4D_OK;
+}
+
+/* One scan position: the noise-free crop into pat (D×D float), returns Σ I over the full grid. */
+static double simulate_position(sim_ctx *c, int tid, size_t pos, float *pat, double *sum_det)
+{
+    int M = c->M, D = c->D, N = c->N;
+    size_t MM = (size_t)M * M;
+    fftwf_complex *w = c->ws[tid];
+    double *er = c->er[tid], *ec = c->ec[tid];
+    double step = c->info.scan_step_A;
+    double Rr = (double)(pos / N) * step, Rc = (double)(pos % N) * step;
+    for (int i = 0; i < M; i++) {
+        /* exp(-2πi k R), with k·R reduced modulo 1 in exact integer steps of the window */
+        double ph = -2.0 * M_PI * fmod(c->kf[i] * Rr, 1.0);
+        er[2 * i] = cos(ph);
+        er[2 * i + 1] = sin(ph);
+        ph = -2.0 * M_PI * fmod(c->kf[i] * Rc, 1.0);
+        ec[2 * i] = cos(ph);
+        ec[2 * i + 1] = sin(ph);
+    }
+    memset(w, 0, MM * sizeof(fftwf_complex));
+    for (size_t n = 0; n < c->n_ap; n++) {
+        int idx = c->ap[n], i = idx / M, j = idx % M;
+        double sr = er[2 * i] * ec[2 * j] - er[2 * i + 1] * ec[2 * j + 1];
+        double si = er[2 * i] * ec[2 * j + 1] + er[2 * i + 1] * ec[2 * j];
+        double pr = c->P[idx][0], pi = c->P[idx][1];
+        w[idx][0] = (float)(pr * sr - pi * si);
+        w[idx][1] = (float)(pr * si + pi * sr);
+    }
+    fftwf_execute_dft(c->bwd, w, w);
+    int ns = c->info.n_slices, nl = c->cr->n_layers;
+    for (int s = 0; s < ns; s++) {
+        const fftwf_complex *t = c->trans[s % nl];
+        for (size_t n = 0; n < MM; n++) {
+            float a = w[n][0], b = w[n][1];
+            w[n][0] = a * t[n][0] - b * t[n][1];
+            w[n][1] = a * t[n][1] + b * t[n][0];
+        }
+        fftwf_execute_dft(c->fwd, w, w);
+        if (s + 1 == ns)
+            break;
+        const fftwf_complex *pr = c->prop;
+        for (size_t n = 0; n < MM; n++) {
+            float a = w[n][0], b = w[n][1];
+            w[n][0] = a * pr[n][0] - b * pr[n][1];
+            w[n][1] = a * pr[n][1] + b * pr[n][0];
+        }
+        fftwf_execute_dft(c->bwd, w, w);
+    }
+    /* exit intensity, full-grid sum (row-major order, double) */
+    double sum = 0.0;
+    for (int i = 0; i < M; i++) {
+        double rs = 0.0;
+        for (int j = 0; j < M; j++) {
+            size_t n = (size_t)i * M + j;
+            float v = (w[n][0] * w[n][0] + w[n][1] * w[n][1]) * c->mask[n];
+            w[n][0] = v;
+            rs += v;
+        }
+        sum += rs;
+    }
+    double sd = 0.0;
+    for (int d = 0; d < D; d++) {
+        int fi = ((d - D / 2) % M + M) % M;
+        for (int e = 0; e < D; e++) {
+            int fj = ((e - D / 2) % M + M) % M;
+            float v = w[(size_t)fi * M + fj][0];
+            pat[d * D + e] = v;
+            sd += v;
+        }
+    }
+    *sum_det = sd;
+    return sum;
+}
+
+typedef ssb4d_status (*block_sink)(void *user, const uint16_t *block, size_t pos0, size_t npos,
+                                   ssb4d_err *err);
+
+static ssb4d_status run(const ssb4d_sim_params *p, block_sink sink, void *sink_user,
+                        float *intensity, ssb4d_sim_info *info, ssb4d_err *err)
+{
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    sim_ctx c;
+    ssb4d_status st = ctx_init(&c, p, err);
+    if (st)
+        return st;
+    int N = c.N, D = c.D, nt = c.nt;
+    size_t DD = (size_t)D * D, total = (size_t)N * N;
+    size_t row_bytes = (size_t)N * DD * sizeof(uint16_t);
+    size_t rows_per_block = (8u << 20) / row_bytes; /* ~8 MiB blocks */
+    if (rows_per_block < 1)
+        rows_per_block = 1;
+    if (rows_per_block > (size_t)N)
+        rows_per_block = N;
+    size_t block_pos = rows_per_block * N;
+    uint16_t *block = sink ? malloc(block_pos * DD * sizeof(uint16_t)) : NULL;
+    float *pats = malloc((size_t)nt * DD * sizeof(float));
+    double *sums = malloc(block_pos * 2 * sizeof(double));
+    size_t *clamped = calloc(nt, sizeof(size_t));
+    uint16_t *maxc = calloc(nt, sizeof(uint16_t));
+    if ((sink && !block) || !pats || !sums || !clamped || !maxc) {
+        free(block);
+        free(pats);
+        free(sums);
+        free(clamped);
+        free(maxc);
+        ctx_free(&c);
+        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory for a block of %zu positions", block_pos);
+    }
+    double sum_full = 0.0, sum_det = 0.0, smin = INFINITY, smax = -INFINITY;
+    double dose = p->dose;
+    for (size_t pos0 = 0; pos0 < total && !st; pos0 += block_pos) {
+        size_t npos = total - pos0 < block_pos ? total - pos0 : block_pos;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
+        for (size_t q = 0; q < npos; q++) {
+            int tid = omp_get_thread_num();
+            size_t pos = pos0 + q;
+            float *pat = pats + (size_t)tid * DD;
+            double sd;
+            sums[2 * q] = simulate_position(&c, tid, pos, pat, &sd);
+            sums[2 * q + 1] = sd;
+            if (intensity)
+                memcpy(intensity + pos * DD, pat, DD * sizeof(float));
+            if (block) {
+                sim_rng r;
+                sim_rng_seed(&r, p->seed, pos);
+                uint16_t *out = block + q * DD;
+                for (size_t n = 0; n < DD; n++) {
+                    uint64_t k = sim_poisson(&r, dose * (double)pat[n]);
+                    if (k > 65535) {
+                        k = 65535;
+                        clamped[tid]++;
+                    }
+                    out[n] = (uint16_t)k;
+                    if (out[n] > maxc[tid])
+                        maxc[tid] = out[n];
+                }
+            }
+        }
+        for (size_t q = 0; q < npos; q++) {
+            sum_full += sums[2 * q];
+            sum_det += sums[2 * q + 1];
+            if (sums[2 * q] < smin)
+                smin = sums[2 * q];
+            if (sums[2 * q] > smax)
+                smax = sums[2 * q];
+        }
+        if (block)
+            st = sink(sink_user, block, pos0, npos, err);
+        if (p->progress)
+            p->progress(p->progress_user, pos0 + npos, total);
+    }
+    c.info.mean_sum_full = sum_full / (double)total;
+    c.info.mean_sum_detector = sum_det / (double)total;
+    c.info.min_sum_full = smin;
+    c.info.max_sum_full = smax;
+    for (int t = 0; t < nt; t++) {
+        c.info.n_clamped += clamped[t];
+        if (maxc[t] > c.info.max_count)
+            c.info.max_count = maxc[t];
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    c.info.seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    if (info)
+        *info = c.info;
+    free(block);
+    free(pats);
+    free(sums);
+    free(clamped);
+    free(maxc);
+    ctx_free(&c);
+    return st;
+}
+
+static void phases(const ssb4d_sim_params *p, const ssb4d_sim_info *g, float *phase, float *phase_bl)
+{
+    const sim_crystal *cr = sim_crystal_get(p->specimen);
+    size_t N = (size_t)p->scan_n;
+    if (phase)
+        sim_phase_series(cr, g->sigma, p->cells_z, g->antialias_inv_A, N, N, g->scan_step_A,
+                         g->scan_step_A, phase);
+    if (phase_bl)
+        sim_phase_series(cr, g->sigma, p->cells_z, 2.0 * p->semiangle_mrad * 1e-3 / g->wavelength_A,
+                         N, N, g->scan_step_A, g->scan_step_A, phase_bl);
+}
+
+/* ---- in memory -------------------------------------------------------------------------- */
+
+typedef struct {
+    uint16_t *counts;
+    size_t DD;
+} mem_t;
+
+static ssb4d_status mem_sink(void *user, const uint16_t *block, size_t pos0, size_t npos,
+                             ssb4d_err *err)
+{
+    (void)err;
+    mem_t *m = user;
+    memcpy(m->counts + pos0 * m->DD, block, npos * m->DD * sizeof(uint16_t));
+    return SSB4D_OK;
+}
+
+ssb4d_status ssb4d_simulate_to_memory(const ssb4d_sim_params *p, uint16_t *counts, float *intensity,
+                                      float *phase, float *phase_bl, ssb4d_sim_info *info,
+                                      ssb4d_err *err)
+{
+    ssb4d_sim_info local;
+    ssb4d_status st = ssb4d_sim_describe(p, &local, err);
+    if (st)
+        return st;
+    if (counts || intensity) {
+        mem_t m = {counts, (size_t)p->det * p->det};
+        st = run(p, counts ? mem_sink : NULL, &m, intensity, &local, err);
+        if (st)
+            return st;
+    }
+    phases(p, &local, phase, phase_bl);
+    if (info)
+        *info = local;
+    return SSB4D_OK;
+}
+
+/* ---- files ---------------------------------------------------------------------------------- */
+
+static int path_exists(const char *p)
+{
+    struct stat sb;
+    return stat(p, &sb) == 0;
+}
+
+static char *derived_path(const char *npy, const char *suffix)
+{
+    size_t n = strlen(npy);
+    size_t stem = n;
+    const char *slash = strrchr(npy, '/');
+    if (n >= 4 && !strcmp(npy + n - 4, ".npy") && (!slash || slash < npy + n - 4))
+        stem = n - 4;
+    char *out = malloc(stem + strlen(suffix) + 1);
+    if (!out)
+        return NULL;
+    memcpy(out, npy, stem);
+    strcpy(out + stem, suffix);
+    return out;
+}
+
+static const char *base_name(const char *p)
+{
+    const char *s = strrchr(p, '/');
+    return s ? s + 1 : p;
+}
+
+static cJSON *num_pair(double a, double b)
+{
+    double v[2] = {a, b};
+    return cJSON_CreateDoubleArray(v, 2);
+}
+
+static char *sidecar_text(const ssb4d_sim_params *p, const ssb4d_sim_info *g, const char *npy,
+                          const char *ph, const char *phbl, const char *cmdline)
+{
+    const sim_crystal *cr = sim_crystal_get(p->specimen);
+    int N = p->scan_n, D = p->det;
+    cJSON *root = cJSON_CreateObject();
+    char stem[256];
+    snprintf(stem, sizeof stem, "%s", base_name(npy));
+    char *dot = strrchr(stem, '.');
+    if (dot)
+        *dot = 0;
+    cJSON_AddStringToObject(root, "dataset", stem);
+    cJSON_AddStringToObject(root, "generator", "ssb4d simulate " SSB4D_VERSION_STRING);
+    cJSON_AddStringToObject(root, "command", cmdline ? cmdline : "");
+    cJSON *files = cJSON_AddObjectToObject(root, "files");
+    cJSON_AddStringToObject(files, "counts", base_name(npy));
+    cJSON_AddStringToObject(files, "phase_gt", base_name(ph));
+    cJSON_AddStringToObject(files, "phase_gt_bandlimited", base_name(phbl));
+
+    cJSON *ca = cJSON_AddObjectToObject(root, "counts_array");
+    cJSON_AddStringToObject(ca, "dtype", "uint16 little-endian ('<u2')");
+    cJSON_AddStringToObject(ca, "order", "C");
+    int shape4[4] = {N, N, D, D};
+    cJSON_AddItemToObject(ca, "shape", cJSON_CreateIntArray(shape4, 4));
+    const char *axes[4] = {"scan_row", "scan_col", "det_row", "det_col"};
+    cJSON_AddItemToObject(ca, "axes", cJSON_CreateStringArray(axes, 4));
+    cJSON_AddStringToObject(ca, "units", "electron counts per detector pixel (Poisson)");
+
+    cJSON *sim = cJSON_AddObjectToObject(root, "simulator");
+    cJSON_AddStringToObject(sim, "name", "ssb4d simulate");
+    cJSON_AddStringToObject(sim, "version", SSB4D_VERSION_STRING);
+    cJSON_AddStringToObject(sim, "method",
+                            "multislice (2 slices per unit cell, Fresnel propagator with tilt), "
+                            "projected potentials from the 5-Gaussian electron scattering factors "
+                            "of International Tables C 4.3.2.2 (Peng 1996), float32/complex64 FFTW, "
+                            "antialias band limit 2/3 of the grid Nyquist; no partial coherence, "
+                            "no thermal diffuse scattering, no detector MTF");
+
+    cJSON *op = cJSON_AddObjectToObject(root, "optics");
+    cJSON_AddNumberToObject(op, "voltage_kV", p->kv);
+    cJSON_AddNumberToObject(op, "wavelength_A", g->wavelength_A);
+    cJSON_AddNumberToObject(op, "semiangle_mrad", p->semiangle_mrad);
+    cJSON_AddStringToObject(op, "aperture", "soft, linear taper over one detector pixel (SPEC 5.2)");
+    cJSON_AddItemToObject(op, "beam_tilt_mrad", num_pair(p->tilt_mrad[0], p->tilt_mrad[1]));
+    cJSON_AddNumberToObject(op, "sigma_rad_per_VA", g->sigma);
+
+    cJSON *ab = cJSON_AddObjectToObject(root, "aberrations_true");
+    for (int i = 0; i < SSB4D_N_ABERR; i++) {
+        char key[32];
+        int always = (i == SSB4D_C10 || i == SSB4D_C12);
+        if (!always && p->ab.C_nm[i] == 0.0)
+            continue;
+        snprintf(key, sizeof key, "%s_nm", ssb4d_aberr_name(i));
+        cJSON_AddNumberToObject(ab, key, p->ab.C_nm[i]);
+        if (ssb4d_aberr_m(i) != 0) {
+            snprintf(key, sizeof key, "phi%s_deg", ssb4d_aberr_name(i) + 1);
+            cJSON_AddNumberToObject(ab, key, p->ab.phi_deg[i]);
+            snprintf(key, sizeof key, "phi%s_rad", ssb4d_aberr_name(i) + 1);
+            cJSON_AddNumberToObject(ab, key, p->ab.phi_deg[i] * M_PI / 180.0);
+        }
+    }
+    cJSON_AddNumberToObject(ab, "defocus_nm", -p->ab.C_nm[SSB4D_C10]);
+    cJSON_AddNumberToObject(ab, "expected_recovered_C10_nm_at_midplane",
+                            p->ab.C_nm[SSB4D_C10] + g->thickness_nm / 2.0);
+    cJSON_AddStringToObject(ab, "convention",
+                            "Krivanek polar, abTEM: probe(k) = A(k) exp(-i chi(k)), alpha = lambda |k|, "
+                            "phi = atan2(k_col, k_row); C10 = -defocus; aberrations defined at the "
+                            "specimen ENTRANCE surface");
+
+    cJSON *sc = cJSON_AddObjectToObject(root, "scan");
+    int sh2[2] = {N, N};
+    cJSON_AddItemToObject(sc, "shape", cJSON_CreateIntArray(sh2, 2));
+    cJSON_AddItemToObject(sc, "step_A", num_pair(g->scan_step_A, g->scan_step_A));
+    cJSON_AddItemToObject(sc, "origin_A", num_pair(0, 0));
+    cJSON_AddNumberToObject(sc, "rotation_deg", 0.0);
+    char cov[96];
+    snprintf(cov, sizeof cov, "yes: %dx%d unit cells, periodic (endpoint excluded)", p->scan_cells,
+             p->scan_cells);
+    cJSON_AddStringToObject(sc, "covers_whole_unit_cells", cov);
+
+    cJSON *det = cJSON_AddObjectToObject(root, "detector");
+    int dsh[2] = {D, D}, zf[2] = {D / 2, D / 2};
+    cJSON_AddItemToObject(det, "shape", cJSON_CreateIntArray(dsh, 2));
+    cJSON_AddItemToObject(det, "sampling_mrad", num_pair(g->det_sampling_mrad, g->det_sampling_mrad));
+    cJSON_AddItemToObject(det, "sampling_inv_A", num_pair(1.0 / g->window_A, 1.0 / g->window_A));
+    cJSON_AddItemToObject(det, "zero_frequency_pixel", cJSON_CreateIntArray(zf, 2));
+    cJSON_AddNumberToObject(det, "bf_disk_radius_px_expected", g->bf_radius_px);
+    cJSON_AddStringToObject(det, "pixel_model",
+                            "point-sampled reciprocal space (detector sampling = 1/simulation window)");
+    cJSON_AddNumberToObject(det, "rotation_vs_scan_deg", 0.0);
+
+    cJSON *sp = cJSON_AddObjectToObject(root, "specimen");
+    cJSON_AddStringToObject(sp, "name", p->specimen == SSB4D_SPECIMEN_AU ? "au" : "srtio3");
+    cJSON_AddStringToObject(sp, "material", cr->name);
+    cJSON_AddStringToObject(sp, "zone_axis", "[001]");
+    cJSON_AddNumberToObject(sp, "lattice_constant_A", cr->a_A);
+    cJSON_AddNumberToObject(sp, "cells", p->cells_z);
+    int wc[3] = {p->window_cells, p->window_cells, p->cells_z};
+    cJSON_AddItemToObject(sp, "simulation_window_unit_cells", cJSON_CreateIntArray(wc, 3));
+    cJSON_AddItemToObject(sp, "simulation_window_A", num_pair(g->window_A, g->window_A));
+    cJSON_AddNumberToObject(sp, "thickness_A", g->thickness_nm * 10.0);
+    cJSON_AddNumberToObject(sp, "thickness_nm", g->thickness_nm);
+    cJSON_AddNumberToObject(sp, "n_slices", g->n_slices);
+    int gp[2] = {g->grid, g->grid};
+    cJSON_AddItemToObject(sp, "gpts", cJSON_CreateIntArray(gp, 2));
+    cJSON_AddItemToObject(sp, "realspace_sampling_A", num_pair(g->real_sampling_A, g->real_sampling_A));
+    cJSON_AddNumberToObject(sp, "antialias_cutoff_mrad", 1e3 * g->antialias_inv_A * g->wavelength_A);
+    cJSON_AddBoolToObject(sp, "periodic", 1);
+
+    cJSON_AddItemToObject(root, "tilt_mrad", num_pair(p->tilt_mrad[0], p->tilt_mrad[1]));
+    cJSON *dose = cJSON_AddObjectToObject(root, "dose");
+    cJSON_AddNumberToObject(dose, "electrons_per_probe_position", p->dose);
+    cJSON_AddStringToObject(dose, "definition",
+                            "expected counts = dose * I, where I of one pattern sums to 1 over the "
+                            "full simulation grid; electrons outside the detector crop are lost");
+    cJSON_AddStringToObject(dose, "noise",
+                            "Poisson; per scan position a xoshiro256** stream seeded from "
+                            "SplitMix64(seed, position index); inversion for lambda < 10, PTRS above");
+    cJSON_AddNumberToObject(dose, "seed", (double)p->seed);
+    cJSON_AddNumberToObject(root, "seed", (double)p->seed);
+
+    cJSON *gt = cJSON_AddObjectToObject(root, "ground_truth_phase");
+    const char *gtf[2] = {base_name(ph), base_name(phbl)};
+    cJSON_AddItemToObject(gt, "files", cJSON_CreateStringArray(gtf, 2));
+    cJSON_AddItemToObject(gt, "shape", cJSON_CreateIntArray(sh2, 2));
+    cJSON_AddStringToObject(gt, "dtype", "float32 little-endian");
+    cJSON_AddStringToObject(gt, "units", "rad");
+    cJSON_AddStringToObject(gt, "definition",
+                            "phase = sigma * projected potential of the whole specimen, evaluated "
+                            "exactly at the scan positions by the Fourier series of the periodic "
+                            "potential; '_phase' keeps |q| up to the antialias cutoff, "
+                            "'_phase_bandlimited' keeps |q| <= 2*alpha/lambda. No mean subtraction.");
+    cJSON_AddNumberToObject(gt, "bandlimit_inv_A", 2.0 * p->semiangle_mrad * 1e-3 / g->wavelength_A);
+
+    cJSON *val = cJSON_AddObjectToObject(root, "validation");
+    cJSON_AddNumberToObject(val, "intensity_sum_full_grid_mean", g->mean_sum_full);
+    cJSON_AddNumberToObject(val, "noisefree_intensity_sum_mean", g->mean_sum_detector);
+    cJSON_AddNumberToObject(val, "counts_max", g->max_count);
+    cJSON_AddNumberToObject(val, "counts_clamped", (double)g->n_clamped);
+    cJSON *tm = cJSON_AddObjectToObject(root, "timing_s");
+    cJSON_AddNumberToObject(tm, "simulation", g->seconds);
+    int threads = p->threads;
+    cJSON_AddNumberToObject(tm, "threads_requested", threads);
+
+    char *text = cJSON_Print(root);
+    cJSON_Delete(root);
+    return text;
+}
+
+static ssb4d_status write_text_atomic(const char *path, const char *text, ssb4d_err *err)
+{
+    size_t plen = strlen(path) + 32;
+    char *tmp = malloc(plen);
+    if (!tmp)
+        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+    snprintf(tmp, plen, "%s.tmp%d", path, (int)getpid());
+    FILE *f = fopen(tmp, "wb");
+    ssb4d_status st = SSB4D_OK;
+    if (!f)
+        st = ssb4d_fail(err, SSB4D_EIO, "cannot write %s: %s", path, strerror(errno));
+    else {
+        size_t n = strlen(text);
+        if (fwrite(text, 1, n, f) != n || fputc('\n', f) == EOF)
+            st = ssb4d_fail(err, SSB4D_EIO, "cannot write %s: %s", path, strerror(errno));
+        if (fclose(f) != 0 && !st)
+            st = ssb4d_fail(err, SSB4D_EIO, "cannot write %s: %s", path, strerror(errno));
+        if (!st && rename(tmp, path) != 0)
+            st = ssb4d_fail(err, SSB4D_EIO, "cannot rename to %s: %s", path, strerror(errno));
+        if (st)
+            unlink(tmp);
+    }
+    free(tmp);
+    return st;
+}
+
+typedef struct {
+    FILE *f;
+    const char *path;
+    size_t DD;
+} stream_t;
+
+/* Blocks arrive in scan order; .npy data is little-endian uint16 (the host order on x86/ARM). */
+static ssb4d_status stream_sink(void *user, const uint16_t *block, size_t pos0, size_t npos,
+                                ssb4d_err *err)
+{
+    (void)pos0;
+    stream_t *s = user;
+    if (fwrite(block, sizeof(uint16_t), npos * s->DD, s->f) != npos * s->DD)
+        return ssb4d_fail(err, SSB4D_EIO, "cannot write %s: %s", s->path, strerror(errno));
+    return SSB4D_OK;
+}
+
+ssb4d_status ssb4d_simulate(const ssb4d_sim_params *p, const char *npy_path, int force,
+                            const char *command_line, ssb4d_sim_info *info, ssb4d_err *err)
+{
+    ssb4d_sim_info g;
+    ssb4d_status st = ssb4d_sim_describe(p, &g, err);
+    if (st)
+        return st;
+    if (!npy_path || !*npy_path)
+        return ssb4d_fail(err, SSB4D_EINVAL, "no output path");
+    char *ph = derived_path(npy_path, "_phase.npy");
+    char *phbl = derived_path(npy_path, "_phase_bandlimited.npy");
+    char *js = derived_path(npy_path, ".json");
+    size_t plen = strlen(npy_path) + 32;
+    char *tmp = malloc(plen);
+    float *phase = malloc((size_t)p->scan_n * p->scan_n * sizeof(float));
+    float *phase_bl = malloc((size_t)p->scan_n * p->scan_n * sizeof(float));
+    FILE *f = NULL;
+    char *text = NULL;
+    if (!ph || !phbl || !js || !tmp || !phase || !phase_bl) {
+        st = ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+        goto done;
+    }
+    if (!strcmp(js, npy_path)) {
+        st = ssb4d_fail(err, SSB4D_EINVAL, "output %s must not end in .json", npy_path);
+        goto done;
+    }
+    const char *outs[4] = {npy_path, ph, phbl, js};
+    if (!force)
+        for (int i = 0; i < 4; i++)
+            if (path_exists(outs[i])) {
+                st = ssb4d_fail(err, SSB4D_EINVAL, "%s exists (use --force to overwrite)", outs[i]);
+                goto done;
+            }
+    snprintf(tmp, plen, "%s.tmp%d", npy_path, (int)getpid());
+    f = fopen(tmp, "wb");
+    if (!f) {
+        st = ssb4d_fail(err, SSB4D_EIO, "cannot write %s: %s", npy_path, strerror(errno));
+        goto done;
+    }
+    size_t shape[4] = {(size_t)p->scan_n, (size_t)p->scan_n, (size_t)p->det, (size_t)p->det};
+    st = ssb4d_npy_write_header(f, "<u2", 4, shape, err);
+    if (st)
+        goto done;
+    size_t DD = (size_t)p->det * p->det;
+    stream_t s = {f, npy_path, DD};
+    st = run(p, stream_sink, &s, NULL, &g, err);
+    if (st)
+        goto done;
+    if (fflush(f) != 0 || fsync(fileno(f)) != 0) {
+        st = ssb4d_fail(err, SSB4D_EIO, "cannot write %s: %s", npy_path, strerror(errno));
+        goto done;
+    }
+    int rc = fclose(f);
+    f = NULL;
+    if (rc != 0) {
+        st = ssb4d_fail(err, SSB4D_EIO, "cannot write %s: %s", npy_path, strerror(errno));
+        goto done;
+    }
+    phases(p, &g, phase, phase_bl);
+    size_t sh2[2] = {(size_t)p->scan_n, (size_t)p->scan_n};
+    if ((st = ssb4d_npy_save(ph, "<f4", 2, sh2, phase, err)))
+        goto done;
+    if ((st = ssb4d_npy_save(phbl, "<f4", 2, sh2, phase_bl, err)))
+        goto done;
+    text = sidecar_text(p, &g, npy_path, ph, phbl, command_line);
+    if (!text) {
+        st = ssb4d_fail(err, SSB4D_ENOMEM, "out of memory for the sidecar");
+        goto done;
+    }
+    if ((st = write_text_atomic(js, text, err)))
+        goto done;
+    if (rename(tmp, npy_path) != 0) {
+        st = ssb4d_fail(err, SSB4D_EIO, "cannot rename to %s: %s", npy_path, strerror(errno));
+        goto done;
+    }
+    if (info)
+        *info = g;
+done:
+    if (f)
+        fclose(f);
+    if (st && tmp)
+        unlink(tmp);
+    free(text);
+    free(ph);
+    free(phbl);
+    free(js);
+    free(tmp);
+    free(phase);
+    free(phase_bl);
+    return st;
+}

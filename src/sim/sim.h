@@ -1,0 +1,69 @@
+/* sim.h — internals of the simulator (src/sim/): specimens and potentials, the counter-based
+ * random numbers and the Poisson sampler. The public API is in include/ssb4d.h. */
+#ifndef SSB4D_SIM_SIM_H
+#define SSB4D_SIM_SIM_H
+#include "ssb4d.h"
+
+#include <stdint.h>
+
+/* ---- specimens and potentials (potential.c) ---------------------------------------------- */
+
+/* Projected-potential constant h²/(2π m0 e) = 2π a0 e in V·Å²: the 2-D Fourier transform of an
+ * atom's projected potential is SIM_VPROJ_CONST · f_e(|q|/2) in V·Å³ (f_e in Å). */
+#define SIM_VPROJ_CONST 47.87801
+
+typedef struct {
+    int Z;
+    double frac[2]; /* fractional (row, col) position in the unit cell */
+} sim_atom;
+
+typedef struct {
+    const char *name;
+    double a_A;          /* cubic lattice constant */
+    int n_layers;        /* atomic layers (= slices) per unit cell along the beam */
+    int n_atoms[2];      /* atoms of each layer */
+    sim_atom atoms[2][4];
+} sim_crystal;
+
+/* The crystal of a specimen, or NULL. */
+const sim_crystal *sim_crystal_get(ssb4d_specimen s);
+
+/* Electron scattering factor f_e(s) in Å at s = |q|/2 (1/Å) for element Z; returns -1 for an
+ * element that has no table entry. */
+double sim_fe(int Z, double s);
+/* The five Gaussian coefficients (a_i in Å, b_i in Å²) of element Z; 0 if known. */
+int sim_fe_coeffs(int Z, const double **a, const double **b);
+
+/* Relativistic interaction constant σ (rad / (V·Å)). */
+double sim_sigma(double kv);
+
+/* Fourier coefficient (V·Å, complex as re/im) of the periodic projected potential of one layer
+ * (layer >= 0) or of the whole unit cell (layer = -1) at G = (h, k)/a. */
+void sim_layer_coeff(const sim_crystal *c, int layer, int h, int k, double out[2]);
+
+/* Projected phase σ·V_proj of `cells_z` unit cells at the points (i·step_r, j·step_c),
+ * i < ny, j < nx, keeping the reciprocal-lattice terms with |G| <= gmax (1/Å), exactly by
+ * Fourier series. out: ny*nx float32. */
+void sim_phase_series(const sim_crystal *c, double sigma, int cells_z, double gmax, size_t ny,
+                      size_t nx, double step_r, double step_c, float *out);
+
+/* ---- random numbers (rng.c) --------------------------------------------------------------- */
+
+typedef struct {
+    uint64_t s[4];
+} sim_rng;
+
+/* Seeds the stream for one scan position from hash(seed, index): counter-based, so every
+ * position has its own stream whatever the thread count. */
+void sim_rng_seed(sim_rng *r, uint64_t seed, uint64_t index);
+uint64_t sim_rng_next(sim_rng *r);
+/* Uniform in [0, 1) (53 bits). */
+double sim_rng_uniform(sim_rng *r);
+/* Poisson(lam): inversion (exact) for lam < 10, PTRS (Hörmann 1993) for lam >= 10. */
+uint64_t sim_poisson(sim_rng *r, double lam);
+
+/* ---- shared FFTW planner lock (src/gbuild/gbuild.c) ---------------------------------------- */
+void ssb4d_fftw_lock(void);
+void ssb4d_fftw_unlock(void);
+
+#endif

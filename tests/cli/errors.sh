@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Bad input gets one clear error line on stderr and exit status 2, never a crash.
+# usage: errors.sh SSB4D_BIN SHARED_DATA
+set -u
+BIN=$1
+DATA=$2/sim
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+fail=0
+pass=0
+
+# expect_error DESCRIPTION PATTERN -- command...
+expect_error() {
+    local what=$1 pattern=$2
+    shift 3
+    "$@" >"$T/out" 2>"$T/err"
+    local rc=$?
+    local lines
+    lines=$(wc -l <"$T/err")
+    if [ "$rc" -ne 2 ] || [ "$lines" -ne 1 ] || ! grep -qiE "$pattern" "$T/err"; then
+        echo "FAIL: $what: rc=$rc, $lines stderr lines:"
+        cat "$T/err"
+        fail=$((fail + 1))
+    else
+        pass=$((pass + 1))
+    fi
+}
+
+# write_npy FILE DESCR SHAPE BYTES: a .npy of zeros
+write_npy() {
+    local f=$1 descr=$2 shape=$3 bytes=$4
+    local dict="{'descr': '$descr', 'fortran_order': False, 'shape': $shape, }"
+    local total=$((10 + ${#dict} + 1))
+    local padded=$(((total + 63) / 64 * 64))
+    local hlen=$((padded - 10))
+    {
+        printf '\x93NUMPY\x01\x00'
+        printf "\\x$(printf %02x $((hlen & 255)))\\x$(printf %02x $((hlen >> 8)))"
+        printf '%s' "$dict"
+        printf '%*s' $((padded - total)) ''
+        printf '\n'
+        head -c "$bytes" /dev/zero
+    } >"$f"
+}
+
+A1="$DATA/sim_A1_SrTiO3_300kV_counts.npy"
+M="--kv 300 --semiangle 25 --scan-step 0.366"
+
+expect_error "missing file" "cannot open|no such" -- "$BIN" reconstruct "$T/nope.npy" $M
+expect_error "float dtype" "dtype" -- "$BIN" reconstruct "$DATA/sim_A1_SrTiO3_300kV_noisefree_f32.npy" $M
+expect_error "semiangle <= 0" "semi" -- "$BIN" reconstruct "$A1" --kv 300 --semiangle 0 --scan-step 0.366
+expect_error "semiangle < 0 (calibrate)" "semi" -- "$BIN" calibrate "$A1" --kv 300 --semiangle -5 --scan-step 0.366
+expect_error "bad number" "invalid" -- "$BIN" reconstruct "$A1" $M --c10 abc
+expect_error "unknown option" "unknown option" -- "$BIN" reconstruct "$A1" $M --frobnicate
+expect_error "bad upsample" "upsample" -- "$BIN" reconstruct "$A1" $M --upsample 5
+expect_error "no data" "DATA" -- "$BIN" reconstruct
+expect_error "unknown command" "unknown command" -- "$BIN" frobnicate
+expect_error "bad image extension" "extension" -- "$BIN" reconstruct "$A1" $M --c10 -11 -o "$T/x.jpg" --quiet
+write_npy "$T/zeros.npy" "<u2" "(8, 8, 16, 16)" $((8 * 8 * 16 * 16 * 2))
+expect_error "BF disk not found (all zero)" "disk|counts" -- "$BIN" reconstruct "$T/zeros.npy" $M
+write_npy "$T/2d.npy" "<u2" "(64, 64)" $((64 * 64 * 2))
+expect_error "2-D array" "4-D" -- "$BIN" reconstruct "$T/2d.npy" $M
+write_npy "$T/trunc.npy" "<u2" "(8, 8, 16, 16)" 1000
+expect_error "truncated npy" "truncated" -- "$BIN" reconstruct "$T/trunc.npy" $M
+write_npy "$T/f8.npy" "<f8" "(8, 8, 16, 16)" $((8 * 8 * 16 * 16 * 8))
+expect_error "float64 dtype" "dtype" -- "$BIN" calibrate "$T/f8.npy" $M
+printf 'not a numpy file at all' >"$T/garbage.npy"
+expect_error "garbage file" "magic|npy" -- "$BIN" reconstruct "$T/garbage.npy" $M
+printf '{"schema": "ssb4d.calibration", "version": 99}' >"$T/future.json"
+expect_error "future calibration" "newer|version" -- "$BIN" reconstruct "$A1" $M --calibration "$T/future.json"
+printf '{broken' >"$T/broken.json"
+expect_error "malformed calibration" "json|malformed|parse" -- "$BIN" reconstruct "$A1" $M --calibration "$T/broken.json"
+# No output file may be left behind by a failed run.
+if ls "$T"/*.tiff "$T"/*.tmp* >/dev/null 2>&1; then
+    echo "FAIL: a failed run left output behind"
+    fail=$((fail + 1))
+fi
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]

@@ -1,0 +1,538 @@
+/* test_sim.c — the simulator (src/sim): conventions against the abTEM reference data (A1),
+ * determinism, the Poisson sampler, normalisation, streaming output, ground-truth phase and
+ * parameter checks. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "common/sha256.h"
+#include "io/npy.h"
+#include "sim/sim.h"
+#include "ssb4d.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#ifndef SSB4D_SHARED_DATA
+#define SSB4D_SHARED_DATA "../shared/data"
+#endif
+
+static double pearson(const float *a, const float *b, size_t n)
+{
+    double ma = 0, mb = 0;
+    for (size_t i = 0; i < n; i++) {
+        ma += a[i];
+        mb += b[i];
+    }
+    ma /= (double)n;
+    mb /= (double)n;
+    double sab = 0, saa = 0, sbb = 0;
+    for (size_t i = 0; i < n; i++) {
+        double x = a[i] - ma, y = b[i] - mb;
+        sab += x * y;
+        saa += x * x;
+        sbb += y * y;
+    }
+    return sab / sqrt(saa * sbb);
+}
+
+/* Correlation of the position-dependent part of the patterns: each detector pixel's mean over
+ * the scan is removed first (the BF disk itself is the same for any aberrations). */
+static double fluct_corr(const float *a, const float *b, size_t npos, size_t dd)
+{
+    float *x = malloc(npos * dd * sizeof(float)), *y = malloc(npos * dd * sizeof(float));
+    assert_non_null(x);
+    assert_non_null(y);
+    for (size_t k = 0; k < dd; k++) {
+        double ma = 0, mb = 0;
+        for (size_t p = 0; p < npos; p++) {
+            ma += a[p * dd + k];
+            mb += b[p * dd + k];
+        }
+        ma /= (double)npos;
+        mb /= (double)npos;
+        for (size_t p = 0; p < npos; p++) {
+            x[p * dd + k] = (float)(a[p * dd + k] - ma);
+            y[p * dd + k] = (float)(b[p * dd + k] - mb);
+        }
+    }
+    double r = pearson(x, y, npos * dd);
+    free(x);
+    free(y);
+    return r;
+}
+
+static void a1_params(ssb4d_sim_params *p)
+{
+    assert_int_equal(ssb4d_sim_params_preset(p, "tiny", NULL), SSB4D_OK);
+    p->specimen = SSB4D_SPECIMEN_SRTIO3;
+    p->cells_z = 1;
+    p->kv = 300;
+    p->semiangle_mrad = 25;
+    p->window_cells = 4;
+    p->scan_n = 32;
+    p->scan_cells = 3;
+    p->det = 48;
+    memset(&p->ab, 0, sizeof p->ab);
+    p->ab.C_nm[SSB4D_C10] = -12.0;
+    p->ab.C_nm[SSB4D_C12] = 3.0;
+    p->ab.phi_deg[SSB4D_C12] = 30.0;
+    p->dose = 2e4;
+    p->seed = 1001;
+}
+
+static void test_a1_convention(void **state)
+{
+    (void)state;
+    ssb4d_npy_info inf;
+    void *ref = NULL, *bl = NULL;
+    ssb4d_err e;
+    const char *path = SSB4D_SHARED_DATA "/sim/sim_A1_SrTiO3_300kV_noisefree_f32.npy";
+    if (access(path, R_OK) != 0) {
+        fprintf(stderr, "skipping: %s not found\n", path);
+        skip();
+    }
+    assert_int_equal(ssb4d_npy_load(path, &inf, &ref, &e), SSB4D_OK);
+    assert_string_equal(inf.descr, "<f4");
+    assert_int_equal(inf.ndim, 4);
+    assert_int_equal(inf.shape[0], 32);
+    assert_int_equal(inf.shape[2], 48);
+    assert_int_equal(ssb4d_npy_load(SSB4D_SHARED_DATA "/sim/sim_A1_SrTiO3_300kV_phase_gt_bandlimited.npy",
+                                    &inf, &bl, &e),
+                     SSB4D_OK);
+    size_t npos = 32 * 32, dd = 48 * 48, n = npos * dd;
+    float *I = malloc(n * sizeof(float));
+    float ph[1024], phbl[1024];
+    assert_non_null(I);
+    double r_fl[3], r_raw[3];
+    const char *what[3] = {"true (C10 -12, C12 3 @ 30)", "phi12 -> -30", "C10 -> +12"};
+    for (int v = 0; v < 3; v++) {
+        ssb4d_sim_params p;
+        a1_params(&p);
+        if (v == 1)
+            p.ab.phi_deg[SSB4D_C12] = -30.0;
+        if (v == 2)
+            p.ab.C_nm[SSB4D_C10] = 12.0;
+        ssb4d_sim_info info;
+        assert_int_equal(ssb4d_simulate_to_memory(&p, NULL, I, ph, phbl, &info, &e), SSB4D_OK);
+        assert_true(fabs(info.scan_step_A - 0.36609375) < 1e-12);
+        assert_true(fabs(info.det_sampling_mrad - 1.2604026182924246) < 1e-6);
+        r_raw[v] = pearson(I, ref, n);
+        r_fl[v] = fluct_corr(I, ref, npos, dd);
+        fprintf(stderr, "A1 %-28s grid %d: pattern r = %.5f, position-dependent part r = %.5f\n",
+                what[v], info.grid, r_raw[v], r_fl[v]);
+        if (v == 0) {
+            double rp = pearson(phbl, bl, 1024);
+            fprintf(stderr, "A1 band-limited phase vs abTEM: r = %.5f\n", rp);
+            assert_true(rp > 0.99);
+        }
+    }
+    assert_true(r_raw[0] > 0.999);
+    assert_true(r_fl[0] > 0.99);
+    assert_true(r_fl[0] > r_fl[1] + 0.3);
+    assert_true(r_fl[0] > r_fl[2] + 0.3);
+    free(I);
+    free(ref);
+    free(bl);
+}
+
+/* A2 (Au fcc, 200 kV): only noisy counts are shared, so the bound is lower but the ordering holds. */
+static void test_a2_convention(void **state)
+{
+    (void)state;
+    const char *path = SSB4D_SHARED_DATA "/sim/sim_A2_Au_200kV_counts.npy";
+    if (access(path, R_OK) != 0)
+        skip();
+    ssb4d_npy_info inf;
+    void *ref = NULL;
+    ssb4d_err e;
+    assert_int_equal(ssb4d_npy_load(path, &inf, &ref, &e), SSB4D_OK);
+    assert_string_equal(inf.descr, "<u2");
+    size_t npos = 48 * 48, dd = 42 * 42, n = npos * dd;
+    assert_int_equal(inf.shape[0] * inf.shape[1] * inf.shape[2] * inf.shape[3], n);
+    float *R = malloc(n * sizeof(float)), *I = malloc(n * sizeof(float));
+    assert_non_null(R);
+    assert_non_null(I);
+    for (size_t i = 0; i < n; i++)
+        R[i] = ((const uint16_t *)ref)[i];
+    double r[3];
+    for (int v = 0; v < 3; v++) {
+        ssb4d_sim_params p;
+        assert_int_equal(ssb4d_sim_params_preset(&p, "tiny", NULL), SSB4D_OK);
+        p.specimen = SSB4D_SPECIMEN_AU;
+        p.kv = 200;
+        p.semiangle_mrad = 20;
+        p.window_cells = 5;
+        p.scan_n = 48;
+        p.scan_cells = 4;
+        p.det = 42;
+        memset(&p.ab, 0, sizeof p.ab);
+        p.ab.C_nm[SSB4D_C10] = v == 2 ? -8.0 : 8.0;
+        p.ab.C_nm[SSB4D_C12] = 1.5;
+        p.ab.phi_deg[SSB4D_C12] = v == 1 ? 50.0 : -50.0;
+        ssb4d_sim_info info;
+        assert_int_equal(ssb4d_simulate_to_memory(&p, NULL, I, NULL, NULL, &info, &e), SSB4D_OK);
+        assert_true(fabs(info.det_sampling_mrad - 1.2300) < 1e-4);
+        r[v] = fluct_corr(I, R, npos, dd);
+        fprintf(stderr, "A2 %s: position-dependent part r = %.5f (vs noisy counts)\n",
+                v == 0 ? "true" : v == 1 ? "phi12 -> +50" : "C10 -> -8", r[v]);
+    }
+    assert_true(r[0] > 0.5);
+    assert_true(r[0] > r[1] + 0.1);
+    assert_true(r[0] > r[2] + 0.3);
+    free(R);
+    free(I);
+    free(ref);
+}
+
+static void small_params(ssb4d_sim_params *p)
+{
+    assert_int_equal(ssb4d_sim_params_preset(p, "tiny", NULL), SSB4D_OK);
+    p->scan_n = 12;
+    p->scan_cells = 2;
+    p->det = 32;
+    p->window_cells = 3;
+    p->cells_z = 2;
+    p->ab.C_nm[SSB4D_C21] = 20.0;
+    p->ab.phi_deg[SSB4D_C21] = 40.0;
+    p->tilt_mrad[0] = 3.0;
+    p->seed = 42;
+}
+
+static void hash_counts(const ssb4d_sim_params *p, char hex[65], ssb4d_sim_info *info)
+{
+    size_t n = (size_t)p->scan_n * p->scan_n * p->det * p->det;
+    uint16_t *c = malloc(n * sizeof(uint16_t));
+    assert_non_null(c);
+    ssb4d_err e;
+    assert_int_equal(ssb4d_simulate_to_memory(p, c, NULL, NULL, NULL, info, &e), SSB4D_OK);
+    ssb4d_sha256_hex(c, n * sizeof(uint16_t), hex);
+    free(c);
+}
+
+static void test_determinism(void **state)
+{
+    (void)state;
+    ssb4d_sim_params p;
+    small_params(&p);
+    char h1[65], h2[65], h3[65], h4[65];
+    ssb4d_sim_info info;
+    p.threads = 1;
+    hash_counts(&p, h1, &info);
+    p.threads = 2;
+    hash_counts(&p, h2, &info);
+    p.threads = 3;
+    hash_counts(&p, h4, &info);
+    assert_string_equal(h1, h2);
+    assert_string_equal(h1, h4);
+    p.seed = 43;
+    hash_counts(&p, h3, &info);
+    assert_string_not_equal(h1, h3);
+    assert_true(info.max_count > 0);
+}
+
+static void test_poisson(void **state)
+{
+    (void)state;
+    const double lams[] = {0.01, 0.5, 5.0, 50.0, 500.0};
+    const size_t n = 400000;
+    for (int t = 0; t < 5; t++) {
+        double lam = lams[t];
+        sim_rng r;
+        sim_rng_seed(&r, 12345, (uint64_t)t);
+        double s = 0, s2 = 0;
+        for (size_t i = 0; i < n; i++) {
+            double k = (double)sim_poisson(&r, lam);
+            s += k;
+            s2 += k * k;
+        }
+        double mean = s / n, var = s2 / n - mean * mean;
+        double sd_mean = sqrt(lam / n), sd_var = sqrt((lam + 2 * lam * lam) / n);
+        fprintf(stderr, "poisson lambda %g: mean %.6g (%.2f sd), var %.6g (%.2f sd)\n", lam, mean,
+                (mean - lam) / sd_mean, var, (var - lam) / sd_var);
+        assert_true(fabs(mean - lam) < 5 * sd_mean);
+        assert_true(fabs(var - lam) < 5 * sd_var);
+    }
+    /* the sampler is a deterministic function of (seed, index) */
+    sim_rng a, b;
+    sim_rng_seed(&a, 7, 99);
+    sim_rng_seed(&b, 7, 99);
+    for (int i = 0; i < 100; i++)
+        assert_int_equal(sim_poisson(&a, 3.0), sim_poisson(&b, 3.0));
+    sim_rng_seed(&b, 7, 100);
+    int same = 0;
+    for (int i = 0; i < 64; i++)
+        same += sim_rng_next(&a) == sim_rng_next(&b);
+    assert_int_equal(same, 0);
+}
+
+static void test_normalisation(void **state)
+{
+    (void)state;
+    ssb4d_sim_params p;
+    small_params(&p);
+    p.ab.C_nm[SSB4D_C21] = 0;
+    size_t npos = (size_t)p.scan_n * p.scan_n, dd = (size_t)p.det * p.det;
+    float *I = malloc(npos * dd * sizeof(float));
+    assert_non_null(I);
+    ssb4d_sim_info info;
+    ssb4d_err e;
+    assert_int_equal(ssb4d_simulate_to_memory(&p, NULL, I, NULL, NULL, &info, &e), SSB4D_OK);
+    fprintf(stderr, "pattern sums over the grid: mean %.6f, min %.6f, max %.6f; detector %.6f\n",
+            info.mean_sum_full, info.min_sum_full, info.max_sum_full, info.mean_sum_detector);
+    assert_true(info.min_sum_full > 0.99 && info.max_sum_full < 1.0001);
+    assert_true(info.mean_sum_detector <= info.mean_sum_full && info.mean_sum_detector > 0.98);
+    /* the zero frequency is at (D/2, D/2): the BF centroid of the mean pattern */
+    double sr = 0, sc = 0, s = 0;
+    for (size_t q = 0; q < npos; q++)
+        for (int i = 0; i < p.det; i++)
+            for (int j = 0; j < p.det; j++) {
+                double v = I[q * dd + (size_t)i * p.det + j];
+                s += v;
+                sr += v * i;
+                sc += v * j;
+            }
+    assert_true(fabs(sr / s - p.det / 2) < 0.05);
+    assert_true(fabs(sc / s - p.det / 2) < 0.05);
+    free(I);
+}
+
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = malloc((size_t)n + 1);
+    assert_int_equal(fread(b, 1, (size_t)n, f), (size_t)n);
+    b[n] = 0;
+    fclose(f);
+    return b;
+}
+
+static void test_streaming_file(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/ssb4d_test_sim_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char path[256], ph[256], phbl[256], js[256];
+    snprintf(path, sizeof path, "%s/s.npy", dir);
+    snprintf(ph, sizeof ph, "%s/s_phase.npy", dir);
+    snprintf(phbl, sizeof phbl, "%s/s_phase_bandlimited.npy", dir);
+    snprintf(js, sizeof js, "%s/s.json", dir);
+    ssb4d_sim_params p;
+    small_params(&p);
+    p.scan_n = 40; /* 40 rows of 40×32×32×2 B = 80 KiB: several blocks? one; still streamed */
+    p.det = 40;
+    p.window_cells = 4;
+    size_t npos = (size_t)p.scan_n * p.scan_n, dd = (size_t)p.det * p.det;
+    uint16_t *mem = malloc(npos * dd * sizeof(uint16_t));
+    float *phm = malloc(npos * sizeof(float)), *phblm = malloc(npos * sizeof(float));
+    ssb4d_err e;
+    ssb4d_sim_info info;
+    assert_int_equal(ssb4d_simulate_to_memory(&p, mem, NULL, phm, phblm, &info, &e), SSB4D_OK);
+    p.threads = 2;
+    assert_int_equal(ssb4d_simulate(&p, path, 0, "ssb4d simulate test", &info, &e), SSB4D_OK);
+    ssb4d_npy_info ni;
+    void *data = NULL;
+    assert_int_equal(ssb4d_npy_load(path, &ni, &data, &e), SSB4D_OK);
+    assert_string_equal(ni.descr, "<u2");
+    assert_int_equal(ni.ndim, 4);
+    assert_int_equal(ni.fortran_order, 0);
+    assert_int_equal(ni.shape[0], p.scan_n);
+    assert_int_equal(ni.shape[1], p.scan_n);
+    assert_int_equal(ni.shape[2], p.det);
+    assert_int_equal(ni.shape[3], p.det);
+    assert_memory_equal(data, mem, npos * dd * sizeof(uint16_t));
+    free(data);
+    assert_int_equal(ssb4d_npy_load(ph, &ni, &data, &e), SSB4D_OK);
+    assert_string_equal(ni.descr, "<f4");
+    assert_int_equal(ni.ndim, 2);
+    assert_memory_equal(data, phm, npos * sizeof(float));
+    free(data);
+    assert_int_equal(ssb4d_npy_load(phbl, &ni, &data, &e), SSB4D_OK);
+    assert_memory_equal(data, phblm, npos * sizeof(float));
+    free(data);
+    /* sidecar: the shared layout */
+    char *text = slurp(js);
+    cJSON *root = cJSON_Parse(text);
+    free(text);
+    assert_non_null(root);
+    cJSON *o = cJSON_GetObjectItem(root, "optics");
+    assert_true(cJSON_GetObjectItem(o, "voltage_kV")->valuedouble == p.kv);
+    assert_true(cJSON_GetObjectItem(o, "semiangle_mrad")->valuedouble == p.semiangle_mrad);
+    cJSON *sc = cJSON_GetObjectItem(root, "scan");
+    assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(sc, "step_A")), 2);
+    assert_true(cJSON_GetObjectItem(sc, "rotation_deg")->valuedouble == 0.0);
+    cJSON *det = cJSON_GetObjectItem(root, "detector");
+    assert_int_equal(cJSON_GetArrayItem(cJSON_GetObjectItem(det, "zero_frequency_pixel"), 0)->valueint,
+                     p.det / 2);
+    assert_true(fabs(cJSON_GetArrayItem(cJSON_GetObjectItem(det, "sampling_mrad"), 1)->valuedouble -
+                     info.det_sampling_mrad) < 1e-12);
+    cJSON *ab = cJSON_GetObjectItem(root, "aberrations_true");
+    assert_true(cJSON_GetObjectItem(ab, "C10_nm")->valuedouble == p.ab.C_nm[SSB4D_C10]);
+    assert_true(cJSON_GetObjectItem(ab, "C21_nm")->valuedouble == 20.0);
+    assert_true(cJSON_GetObjectItem(ab, "phi21_deg")->valuedouble == 40.0);
+    assert_null(cJSON_GetObjectItem(ab, "C30_nm"));
+    assert_true(fabs(cJSON_GetObjectItem(ab, "expected_recovered_C10_nm_at_midplane")->valuedouble -
+                     (p.ab.C_nm[SSB4D_C10] + 2 * 0.3905 / 2)) < 1e-9);
+    assert_string_equal(cJSON_GetObjectItem(cJSON_GetObjectItem(root, "files"), "counts")->valuestring,
+                        "s.npy");
+    assert_non_null(cJSON_GetObjectItem(root, "generator"));
+    cJSON_Delete(root);
+    /* refuses to overwrite; --force overwrites */
+    assert_int_equal(ssb4d_simulate(&p, path, 0, NULL, NULL, &e), SSB4D_EINVAL);
+    assert_int_equal(ssb4d_simulate(&p, path, 1, NULL, NULL, &e), SSB4D_OK);
+    char bad[300];
+    snprintf(bad, sizeof bad, "%s/missing/x.npy", dir);
+    assert_int_equal(ssb4d_simulate(&p, bad, 0, NULL, NULL, &e), SSB4D_EIO);
+    unlink(path);
+    unlink(ph);
+    unlink(phbl);
+    unlink(js);
+    rmdir(dir);
+    free(mem);
+    free(phm);
+    free(phblm);
+}
+
+static int is_local_max(const float *ph, int n, int i, int j)
+{
+    float v = ph[i * n + j];
+    for (int di = -1; di <= 1; di++)
+        for (int dj = -1; dj <= 1; dj++) {
+            if (!di && !dj)
+                continue;
+            int a = (i + di + n) % n, b = (j + dj + n) % n;
+            if (ph[a * n + b] >= v)
+                return 0;
+        }
+    return 1;
+}
+
+static void test_phase_columns(void **state)
+{
+    (void)state;
+    for (int sp = 0; sp < 2; sp++) {
+        ssb4d_sim_params p;
+        assert_int_equal(ssb4d_sim_params_preset(&p, "tiny", NULL), SSB4D_OK);
+        p.specimen = sp ? SSB4D_SPECIMEN_AU : SSB4D_SPECIMEN_SRTIO3;
+        p.scan_n = 40;
+        p.scan_cells = 1;
+        int n = p.scan_n, h = n / 2;
+        float *ph = malloc((size_t)n * n * sizeof(float)), *ph3 = malloc((size_t)n * n * sizeof(float));
+        ssb4d_err e;
+        assert_int_equal(ssb4d_simulate_to_memory(&p, NULL, NULL, ph, NULL, NULL, &e), SSB4D_OK);
+        int cols[4][2] = {{0, 0}, {h, h}, {h, 0}, {0, h}};
+        for (int c = 0; c < 4; c++)
+            assert_true(is_local_max(ph, n, cols[c][0], cols[c][1]));
+        /* the global maximum lies on a column; the interstitial (¼,¼) is low */
+        int imax = 0;
+        for (int k = 1; k < n * n; k++)
+            if (ph[k] > ph[imax])
+                imax = k;
+        int on_col = 0;
+        for (int c = 0; c < 4; c++)
+            on_col |= imax == cols[c][0] * n + cols[c][1];
+        assert_true(on_col);
+        assert_true(ph[(n / 4) * n + n / 4] < 0.5f * ph[imax]);
+        if (sp == 0) { /* SrTiO3: Sr and TiO columns above the pure O columns */
+            assert_true(ph[0] > ph[h * n]);
+            assert_true(ph[h * n + h] > ph[h * n]);
+        }
+        /* three cells: three times the phase */
+        p.cells_z = 3;
+        assert_int_equal(ssb4d_simulate_to_memory(&p, NULL, NULL, ph3, NULL, NULL, &e), SSB4D_OK);
+        for (int k = 0; k < n * n; k++)
+            assert_true(fabs(ph3[k] - 3.0f * ph[k]) < 1e-4f * (1.0f + fabsf(ph3[k])));
+        free(ph);
+        free(ph3);
+    }
+}
+
+static void test_bad_params(void **state)
+{
+    (void)state;
+    ssb4d_sim_params p, q;
+    ssb4d_err e;
+    assert_int_equal(ssb4d_sim_params_preset(&p, "nonsense", &e), SSB4D_EINVAL);
+    assert_int_equal(ssb4d_sim_params_preset(&p, NULL, &e), SSB4D_OK);
+    assert_int_equal(p.scan_n, 128);
+    assert_int_equal(ssb4d_sim_params_preset(&p, "reference", &e), SSB4D_OK);
+    assert_int_equal(p.scan_n, 512);
+    assert_int_equal(p.det, 192);
+    assert_int_equal(ssb4d_sim_params_preset(&p, "tiny", &e), SSB4D_OK);
+    assert_int_equal(ssb4d_sim_describe(&p, NULL, &e), SSB4D_OK);
+#define BAD(stmt)                                                                          \
+    do {                                                                                   \
+        q = p;                                                                             \
+        stmt;                                                                              \
+        assert_int_equal(ssb4d_sim_describe(&q, NULL, &e), SSB4D_EINVAL);                  \
+        assert_int_equal(ssb4d_simulate_to_memory(&q, NULL, NULL, NULL, NULL, NULL, &e),   \
+                         SSB4D_EINVAL);                                                    \
+        assert_true(strlen(e.msg) > 0);                                                    \
+    } while (0)
+    BAD(q.semiangle_mrad = 0);
+    BAD(q.semiangle_mrad = -3);
+    BAD(q.semiangle_mrad = NAN);
+    BAD(q.kv = 0);
+    BAD(q.dose = 0);
+    BAD(q.dose = -1);
+    BAD(q.scan_n = 1);
+    BAD(q.det = 4);
+    BAD(q.det = 100000);
+    BAD(q.scan_cells = 0);
+    BAD(q.window_cells = 0);
+    BAD(q.cells_z = 0);
+    BAD(q.specimen = (ssb4d_specimen)7);
+    BAD(q.grid = 40);               /* smaller than the detector */
+    BAD(q.grid = 48);               /* the aperture exceeds the antialias band */
+    BAD(q.scan_n = 100000);
+    BAD(q.ab.C_nm[SSB4D_C30] = INFINITY);
+    BAD(q.tilt_mrad[1] = 1e4);
+#undef BAD
+}
+
+static void test_cli_errors(void **state)
+{
+    (void)state;
+    const char *bin = getenv("SSB4D_BIN");
+#ifdef SSB4D_BIN
+    if (!bin)
+        bin = SSB4D_BIN;
+#endif
+    if (!bin || access(bin, X_OK) != 0)
+        skip();
+    const char *bad[] = {"--preset nope", "--specimen si", "--semiangle 0", "--kv -5",
+                         "--dose 0", "--scan 1", "--detector 4", "--frobnicate"};
+    char cmd[1024];
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(cmd, sizeof cmd, "%s simulate %s -o /tmp/ssb4d_test_sim_never.npy 2>/dev/null", bin,
+                 bad[i]);
+        int rc = system(cmd);
+        assert_true(WIFEXITED(rc));
+        assert_int_equal(WEXITSTATUS(rc), 2);
+    }
+    snprintf(cmd, sizeof cmd, "%s simulate --help >/dev/null", bin);
+    int rc = system(cmd);
+    assert_true(WIFEXITED(rc) && WEXITSTATUS(rc) == 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_a1_convention),   cmocka_unit_test(test_a2_convention),
+        cmocka_unit_test(test_determinism),
+        cmocka_unit_test(test_poisson),         cmocka_unit_test(test_normalisation),
+        cmocka_unit_test(test_streaming_file),  cmocka_unit_test(test_phase_columns),
+        cmocka_unit_test(test_bad_params),      cmocka_unit_test(test_cli_errors),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
