@@ -180,6 +180,7 @@ typedef struct {
     double centre_px[2];         /* NaN: the disk centroid */
     int hot_pixels;              /* 1: detect hot pixels (default), 0: only file masks */
     int threads;                 /* 0: all cores */
+    ssb4d_mem *mem;              /* counts the frame blocks and per-position buffers (may be NULL) */
 } ssb4d_calib_params;
 
 void ssb4d_calib_params_default(ssb4d_calib_params *p);

@@ -453,9 +453,9 @@ ssb4d_status ssb4d_calibrate(ssb4d_source *src, const ssb4d_calib_params *p,
     if ((size_t)nt > block)
         nt = (int)block;
     ssb4d_status st = SSB4D_OK;
-    uint32_t *buf = malloc(block * fr * sizeof *buf);
+    uint32_t *buf = ssb4d_mem_alloc(p->mem, block * fr * sizeof *buf, "calibrate frame block", NULL);
     uint64_t *tot_t = calloc((size_t)nt * fr, sizeof *tot_t);
-    uint64_t *mom = fit_rotation ? malloc(npos * 3 * sizeof *mom) : NULL;
+    uint64_t *mom = fit_rotation ? ssb4d_mem_alloc(p->mem, npos * 3 * sizeof *mom, "calibrate moments", NULL) : NULL;
     uint64_t *tot = calloc(fr, sizeof *tot);
     int32_t *flagged = malloc(fr * sizeof *flagged);
     double *mean = malloc(fr * sizeof *mean);
@@ -651,7 +651,7 @@ ssb4d_status ssb4d_calibrate(ssb4d_source *src, const ssb4d_calib_params *p,
                 }
             }
         }
-        com = malloc(npos * 2 * sizeof *com);
+        com = ssb4d_mem_alloc(p->mem, npos * 2 * sizeof *com, "calibrate CoM", NULL);
         if (!com) {
             st = ssb4d_fail(err, SSB4D_ENOMEM, "calibrate: out of memory (CoM field)");
             goto done;
@@ -693,15 +693,15 @@ ssb4d_status ssb4d_calibrate(ssb4d_source *src, const ssb4d_calib_params *p,
     mean = NULL;
 
 done:
-    free(buf);
+    ssb4d_mem_free(p->mem, buf, 0);
     free(tot_t);
-    free(mom);
+    ssb4d_mem_free(p->mem, mom, 0);
     free(tot);
     free(flagged);
     free(mean);
     free(isflag);
     free(vals);
-    free(com);
+    ssb4d_mem_free(p->mem, com, 0);
     if (st) {
         double tc = out->total_counts;
         ssb4d_calibration_free(out);

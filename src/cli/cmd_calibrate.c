@@ -211,6 +211,7 @@ int cmd_calibrate(int argc, char **argv)
     cli_values_to_calib_params(&v, m.threads, m.hot_pixels, &p);
 
     ssb4d_mem *mem = m.memory_report ? ssb4d_mem_create(0) : NULL;
+    p.mem = mem;
     if (mem)
         ssb4d_mem_stage_begin(mem, "calibrate");
     struct timespec t0, t1;

@@ -225,6 +225,7 @@ int cmd_reconstruct(int argc, char **argv)
     ssb4d_mem_stage_begin(mem, "calibrate");
     ssb4d_calib_params cp;
     cli_values_to_calib_params(&v, m.threads, m.hot_pixels, &cp);
+    cp.mem = mem;
     ssb4d_calibration cal;
     memset(&cal, 0, sizeof cal);
     st = ssb4d_calibrate(src, &cp, &cal, &err);

@@ -1,0 +1,132 @@
+/* test_e2e.c — the acceptance path through the real binary: `ssb4d simulate --preset small`, then
+ * `ssb4d reconstruct` with the calibration read from the sidecar, at the simulated aberrations; the
+ * phase must correlate with the simulator's band-limited projected phase (>= 0.9), far better than
+ * at wrong aberrations, and the JSON record must carry loss, n_bf and seconds. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "io/npy.h"
+
+static char dir[256];
+static const char *bin;
+
+static int run(const char *cmd, char *out, size_t outlen)
+{
+    FILE *p = popen(cmd, "r");
+    if (!p)
+        return -1;
+    size_t n = fread(out, 1, outlen - 1, p);
+    out[n] = 0;
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static double correlation(const float *a, const float *b, size_t n)
+{
+    double ma = 0, mb = 0;
+    for (size_t i = 0; i < n; i++) {
+        ma += a[i];
+        mb += b[i];
+    }
+    ma /= (double)n;
+    mb /= (double)n;
+    double ab = 0, aa = 0, bb = 0;
+    for (size_t i = 0; i < n; i++) {
+        ab += (a[i] - ma) * (b[i] - mb);
+        aa += (a[i] - ma) * (a[i] - ma);
+        bb += (b[i] - mb) * (b[i] - mb);
+    }
+    return ab / sqrt(aa * bb);
+}
+
+static float *load2d(const char *path, size_t *n)
+{
+    ssb4d_npy_info info;
+    void *data = NULL;
+    ssb4d_err err = {0};
+    if (ssb4d_npy_load(path, &info, &data, &err)) {
+        fprintf(stderr, "%s\n", err.msg);
+        return NULL;
+    }
+    if (info.ndim != 2 || strcmp(info.descr, "<f4")) {
+        free(data);
+        return NULL;
+    }
+    *n = info.shape[0] * info.shape[1];
+    return data;
+}
+
+static double reconstruct_corr(const char *extra, double *loss)
+{
+    char cmd[1024], out[8192];
+    snprintf(cmd, sizeof cmd, "%s reconstruct %s/s.npy -o %s/ph.npy --json --quiet %s", bin, dir, dir, extra);
+    int rc = run(cmd, out, sizeof out);
+    assert_int_equal(rc, 0);
+    cJSON *j = cJSON_Parse(out);
+    assert_non_null(j);
+    assert_true(cJSON_IsNumber(cJSON_GetObjectItem(j, "loss")));
+    assert_true(cJSON_IsNumber(cJSON_GetObjectItem(j, "seconds")));
+    assert_true(cJSON_GetObjectItem(j, "n_bf")->valuedouble > 1000);
+    *loss = cJSON_GetObjectItem(j, "loss")->valuedouble;
+    cJSON_Delete(j);
+    char p1[512], p2[512];
+    snprintf(p1, sizeof p1, "%s/ph.npy", dir);
+    snprintf(p2, sizeof p2, "%s/s_phase_bandlimited.npy", dir);
+    size_t n1 = 0, n2 = 0;
+    float *a = load2d(p1, &n1), *b = load2d(p2, &n2);
+    assert_non_null(a);
+    assert_non_null(b);
+    assert_int_equal(n1, n2);
+    double r = correlation(a, b, n1);
+    free(a);
+    free(b);
+    return r;
+}
+
+static void simulate_reconstruct(void **state)
+{
+    (void)state;
+    char cmd[1024], out[8192];
+    snprintf(cmd, sizeof cmd, "%s simulate --preset small --quiet -o %s/s.npy 2>&1", bin, dir);
+    assert_int_equal(run(cmd, out, sizeof out), 0);
+    double loss_true, loss_wrong, loss_flip;
+    double r = reconstruct_corr("", &loss_true);
+    printf("# correlation with the projected phase at the simulated aberrations: %.4f (loss %.6g)\n", r, loss_true);
+    assert_true(r >= 0.9);
+    double rw = reconstruct_corr("--c10 -4", &loss_wrong);
+    double rf = reconstruct_corr("--c10 9.8", &loss_flip);
+    printf("# at C10 = -4 nm: %.4f (loss %.6g); C10 sign flipped: %.4f (loss %.6g)\n", rw, loss_wrong, rf, loss_flip);
+    assert_true(rw < r - 0.05 && rf < 0.6);
+    assert_true(loss_true < loss_wrong && loss_true < loss_flip);
+    /* The same run again gives the same bits (TIFF output and the upsampled path too). */
+    snprintf(cmd, sizeof cmd, "cd %s && %s reconstruct s.npy -o a.tiff --upsample 2 --quiet --threads 1 >/dev/null && "
+             "%s reconstruct s.npy -o b.tiff --upsample 2 --quiet --threads 2 >/dev/null && cmp a.tiff b.tiff",
+             dir, bin, bin);
+    assert_int_equal(run(cmd, out, sizeof out), 0);
+}
+
+int main(void)
+{
+    bin = getenv("SSB4D_BIN");
+    if (!bin)
+        bin = SSB4D_BIN;
+    snprintf(dir, sizeof dir, "/tmp/ssb4d-e2e-XXXXXX");
+    if (!mkdtemp(dir))
+        return 1;
+    const struct CMUnitTest tests[] = {cmocka_unit_test(simulate_reconstruct)};
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0)
+        rc = rc ? rc : 1;
+    return rc;
+}
