@@ -55,6 +55,7 @@ static const char HELP[] =
     "  --threads N            worker threads (default: all cores)\n"
     "  --quiet                no progress or summary on stderr\n"
     "  --force                overwrite existing outputs\n"
+    "  --memory-report        print the memory table (process footprint) on stderr\n"
     "  -h, --help             this help\n";
 
 static int usage_error(const char *fmt, const char *arg)
@@ -171,6 +172,7 @@ int cmd_simulate(int argc, char **argv)
         {"threads", required_argument, 0, OPT_THREADS},
         {"quiet", no_argument, 0, OPT_QUIET},
         {"force", no_argument, 0, OPT_FORCE},
+        {"memory-report", no_argument, 0, CLI_OPT_MEMORY_REPORT},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
@@ -194,7 +196,7 @@ int cmd_simulate(int argc, char **argv)
     const char *out = NULL;
     double thickness_nm = NAN;
     const char *thickness_arg = NULL;
-    int quiet = 0, force = 0;
+    int quiet = 0, force = 0, memory_report = 0;
     optind = 1;
     opterr = 0;
     int c;
@@ -291,6 +293,7 @@ int cmd_simulate(int argc, char **argv)
         case OPT_QUIET: quiet = 1; break;
         case OPT_FORCE: force = 1; break;
         case 'h': fputs(HELP, stdout); return CLI_EXIT_OK;
+        case CLI_OPT_MEMORY_REPORT: memory_report = 1; break;
         case ':': return usage_error("option %s needs a value", argv[optind - 1]);
         default: return usage_error("unknown option '%s' (see ssb4d simulate --help)", argv[optind - 1]);
         }
@@ -371,7 +374,16 @@ int cmd_simulate(int argc, char **argv)
                 p.specimen == SSB4D_SPECIMEN_AU ? "Au" : "SrTiO3", p.cells_z, info.thickness_nm,
                 p.scan_n, p.scan_n, info.scan_step_A, p.det, p.det, info.det_sampling_mrad,
                 info.bf_radius_px, info.grid);
+    ssb4d_mem *mem = memory_report ? ssb4d_mem_create(0) : NULL;
+    ssb4d_mem_stage_begin(mem, "simulate");
     ssb4d_status st = ssb4d_simulate(&p, out, force, cmd, &info, &err);
+    ssb4d_mem_stage_end(mem);
+    if (mem) {
+        /* The simulator's buffers are small per-thread FFT planes: the footprint column is the
+         * figure that shows the streaming bound. */
+        ssb4d_mem_report_print(mem, stderr);
+        ssb4d_mem_destroy(mem);
+    }
     free(cmd);
     if (st)
         return cli_error("simulate", st, err.msg);

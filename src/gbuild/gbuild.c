@@ -9,6 +9,7 @@
 #include "common/err.h"
 #include "common/parallel.h"
 #include "common/sha256.h"
+#include "ingest/source.h"
 
 #include <math.h>
 #include <omp.h>
@@ -164,7 +165,7 @@ ssb4d_status ssb4d_gbuild(ssb4d_source *src, const ssb4d_geometry *g, const int3
     for (size_t b = 0; b < n_blocks && !st; b++) {
         size_t row0 = b * rows_per_block;
         size_t nrows = (row0 + rows_per_block <= ny) ? rows_per_block : ny - row0;
-        st = ssb4d_source_read_columns(src, bf_pix, n_bf, row0, nrows, block, err);
+        st = ssb4d_source_read_columns_mt(src, bf_pix, n_bf, row0, nrows, block, nt, err);
         if (st)
             break;
         int bad = 0;

@@ -1,6 +1,7 @@
 /* source.c — data sources: memory-mapped .npy files and caller-owned arrays.
  * Both expose frames (for calibration) and BF columns (for the G build, SPEC §5.3). */
 #include "common/err.h"
+#include "ingest/source.h"
 #include "io/npy.h"
 #include "ssb4d.h"
 
@@ -162,8 +163,13 @@ ssb4d_status ssb4d_source_read_frames(ssb4d_source *s, size_t pos0, size_t npos,
     return SSB4D_OK;
 }
 
-ssb4d_status ssb4d_source_read_columns(ssb4d_source *s, const int32_t *det_pix, size_t n_pix,
-                                       size_t row0, size_t nrows, float *out, ssb4d_err *err)
+/* Column read with `threads` workers over scan rows. Positions are visited in tiles of TILE
+ * consecutive frames so that each BF pixel receives one contiguous run of TILE floats per tile
+ * (the output is pixel-major, the file position-major: this is a blocked transpose). */
+#define TILE 16
+ssb4d_status ssb4d_source_read_columns_mt(ssb4d_source *s, const int32_t *det_pix, size_t n_pix,
+                                          size_t row0, size_t nrows, float *out, int threads,
+                                          ssb4d_err *err)
 {
     size_t ny = s->shape[0], nx = s->shape[1], fr = s->shape[2] * s->shape[3];
     if (row0 > ny || nrows > ny - row0)
@@ -173,13 +179,31 @@ ssb4d_status ssb4d_source_read_columns(ssb4d_source *s, const int32_t *det_pix, 
         if (det_pix[p] < 0 || (size_t)det_pix[p] >= fr)
             return ssb4d_fail(err, SSB4D_EINVAL, "detector pixel %d is outside the detector",
                               (int)det_pix[p]);
-    /* Walk positions in file order (one frame at a time) so mmap reads stay sequential. */
+    if (threads < 1)
+        threads = 1;
+    const size_t plane = nrows * nx;
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
     for (size_t r = 0; r < nrows; r++)
-        for (size_t c = 0; c < nx; c++) {
-            size_t pos = (row0 + r) * nx + c, frame = pos * fr;
-            float *o = out + r * nx + c;
-            for (size_t p = 0; p < n_pix; p++)
-                o[p * nrows * nx] = (float)value_at(s, frame + (size_t)det_pix[p]);
+        for (size_t c0 = 0; c0 < nx; c0 += TILE) {
+            size_t nc = nx - c0 < TILE ? nx - c0 : TILE;
+            size_t frame0 = ((row0 + r) * nx + c0) * fr;
+            float *o = out + r * nx + c0;
+            if (s->dtype == SSB4D_U16) {
+                const uint16_t *d = (const uint16_t *)s->data + frame0;
+                for (size_t p = 0; p < n_pix; p++)
+                    for (size_t cc = 0; cc < nc; cc++)
+                        o[p * plane + cc] = (float)d[cc * fr + (size_t)det_pix[p]];
+            } else {
+                for (size_t p = 0; p < n_pix; p++)
+                    for (size_t cc = 0; cc < nc; cc++)
+                        o[p * plane + cc] = (float)value_at(s, frame0 + cc * fr + (size_t)det_pix[p]);
+            }
         }
     return SSB4D_OK;
+}
+
+ssb4d_status ssb4d_source_read_columns(ssb4d_source *s, const int32_t *det_pix, size_t n_pix,
+                                       size_t row0, size_t nrows, float *out, ssb4d_err *err)
+{
+    return ssb4d_source_read_columns_mt(s, det_pix, n_pix, row0, nrows, out, 1, err);
 }

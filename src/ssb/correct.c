@@ -155,6 +155,19 @@ static double complex n_at(const ssb_ctx *c, size_t ib, double qx, double qy)
     double complex Pk = c->Pk[ib];
     if (c->Ak[ib] == 0.0)
         return 0.0;
+    if (c->fast) {
+        /* Separable form (see ssb_internal.h), two exponentials instead of four. */
+        double a, b, k2 = kx * kx + ky * ky, q2 = qx * qx + qy * qy, dot = qx * kx + qy * ky;
+        ssb_pixel_ab(c, ib, &a, &b);
+        double chq = M_PI * c->lambda * (c->m00 * qx * qx + 2 * c->m01 * qx * qy + c->m11 * qy * qy);
+        double r1 = sqrt(fmax(q2 - 2 * dot + k2, 0.0)), r2 = sqrt(fmax(q2 + 2 * dot + k2, 0.0));
+        A1 = fmin(fmax((c->alpha0 - c->lambda * r1) / c->ang[0] + 0.5, 0.0), 1.0);
+        A2 = fmin(fmax((c->alpha0 - c->lambda * r2) / c->ang[0] + 0.5, 0.0), 1.0);
+        double complex e = cos(chq) - I * sin(chq);
+        double complex g = c->Ak[ib] * cexp(I * (a * qx + b * qy)) * (A1 * e - A2 * conj(e));
+        double m = cabs(g);
+        return conj(g) / (m > 1e-8 ? m : 1e-8);
+    }
     double complex P1 = ssb_probe(c, qx - kx, qy - ky, &A1); /* P(q−k) */
     double complex P2 = ssb_probe(c, qx + kx, qy + ky, &A2); /* P(q+k) */
     double complex t1 = P1 * conj(Pk), t2 = conj(P2) * Pk;

@@ -1,0 +1,10 @@
+/* source.h — internal calls of the data sources. */
+#ifndef SSB4D_INGEST_SOURCE_H
+#define SSB4D_INGEST_SOURCE_H
+#include "ssb4d.h"
+
+/* ssb4d_source_read_columns with `threads` workers over scan rows (same output). */
+ssb4d_status ssb4d_source_read_columns_mt(ssb4d_source *s, const int32_t *det_pix, size_t n_pix,
+                                          size_t row0, size_t nrows, float *out, int threads,
+                                          ssb4d_err *err);
+#endif
