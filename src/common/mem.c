@@ -11,6 +11,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -18,6 +19,8 @@
 #define MEM_MAGIC 0x55b4d3e11ULL
 #define MAX_STAGES 64
 #define MAX_CACHE 64
+#define HUGE_MIN ((size_t)16 << 20)
+#define HUGE_ALIGN ((size_t)2 << 20)
 
 typedef struct {
     uint64_t magic;
@@ -129,11 +132,18 @@ void *ssb4d_mem_alloc(ssb4d_mem *m, size_t bytes, const char *tag, ssb4d_err *er
     }
     size_t padded = (bytes + MEM_ALIGN - 1) / MEM_ALIGN * MEM_ALIGN;
     void *raw = NULL;
-    if (posix_memalign(&raw, MEM_ALIGN, padded + MEM_ALIGN) != 0 || !raw) {
+    /* Large blocks (G, decode blocks) on 2 MiB boundaries with transparent huge pages: first-touch
+     * page faults otherwise cost seconds for a multi-GiB G in a virtual machine. */
+    int huge = bytes >= HUGE_MIN;
+    if (posix_memalign(&raw, huge ? HUGE_ALIGN : MEM_ALIGN, padded + MEM_ALIGN) != 0 || !raw) {
         ssb4d_fail(err, SSB4D_ENOMEM, "could not allocate %.1f MiB for %s", bytes / 1048576.0,
                    tag ? tag : "buffer");
         return NULL;
     }
+#ifdef MADV_HUGEPAGE
+    if (huge)
+        madvise(raw, (padded + MEM_ALIGN) / HUGE_ALIGN * HUGE_ALIGN, MADV_HUGEPAGE);
+#endif
     block_header *h = raw;
     memset(h, 0, sizeof *h);
     h->magic = MEM_MAGIC;

@@ -24,15 +24,19 @@ ssb4d_status ssb4d_object(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d
     if (st)
         return st;
     size_t nyf = c.nyf, nxf = c.nxf, npix = nyf * nxf;
+    /* Even-m χ: F(−q) = −conj F(q) on every bin (docs/ssb-math.md), so only the half plane
+     * j <= nxf/2 is summed and the rest is filled by that symmetry. */
+    int half = c.even_only && o->path != SSB4D_PATH_COMPLEX;
+    size_t ncols = half ? nxf / 2 + 1 : nxf;
     int nt = ssb4d_threads_resolve(o->threads);
     cfloat *F = ssb4d_mem_alloc(mem, npix * sizeof(cfloat), "object spectrum", err);
     cfloat *Ctabs = NULL;
     if (F && c.fast) {
-        Ctabs = ssb4d_mem_alloc(mem, G->n_bf * nxf * sizeof(cfloat), "object phasor tables", err);
+        Ctabs = ssb4d_mem_alloc(mem, G->n_bf * ncols * sizeof(cfloat), "object phasor tables", err);
         if (Ctabs) {
 #pragma omp parallel for num_threads(nt) schedule(static)
             for (size_t ib = 0; ib < G->n_bf; ib++)
-                ssb_pixel_phasors(&c, ib, NULL, 0, Ctabs + ib * nxf, nxf);
+                ssb_pixel_phasors(&c, ib, NULL, 0, Ctabs + ib * ncols, ncols);
         }
     }
     size_t per_thread = nxf * (2 * sizeof(cfloat) + sizeof(double complex));
@@ -52,9 +56,9 @@ ssb4d_status ssb4d_object(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d
         cfloat *eq = row + nxf;
 #pragma omp for schedule(dynamic, 1)
         for (size_t i = 0; i < nyf; i++) {
-            memset(acc, 0, nxf * sizeof *acc);
+            memset(acc, 0, ncols * sizeof *acc);
             if (c.fast)
-                for (size_t j = 0; j < nxf; j++)
+                for (size_t j = 0; j < ncols; j++)
                     eq[j] = ssb_eq(&c, i, j);
             for (size_t ib = 0; ib < G->n_bf; ib++) {
                 if (!G_plane(G, ib) || c.Ak[ib] == 0.0)
@@ -65,14 +69,18 @@ ssb4d_status ssb4d_object(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d
                     ssb_pixel_ab(&c, ib, &a, &b);
                     R = (cfloat)cexp(I * a * c.qr[i]);
                 }
-                ssb_corr_row(&c, ib, i, nxf, eq, R, Ctabs ? Ctabs + ib * nxf : NULL, row);
-                for (size_t j = 0; j < nxf; j++)
+                ssb_corr_row(&c, ib, i, ncols, eq, R, Ctabs ? Ctabs + ib * ncols : NULL, row);
+                for (size_t j = 0; j < ncols; j++)
                     acc[j] += row[j];
             }
-            for (size_t j = 0; j < nxf; j++)
+            for (size_t j = 0; j < ncols; j++)
                 F[i * nxf + j] = (cfloat)(acc[j] * inv_nbf);
         }
     }
+    if (half)
+        for (size_t i = 0; i < nyf; i++)
+            for (size_t j = ncols; j < nxf; j++)
+                F[i * nxf + j] = -conjf(F[((nyf - i) % nyf) * nxf + (nxf - j)]);
     F[0] = (cfloat)c.dc;
     ssb4d_mem_free(mem, scr, 1);
     ssb4d_mem_free(mem, Ctabs, 0);
