@@ -14,6 +14,7 @@
  * thread count.
  */
 #include "calibrate/calibrate_internal.h"
+#include "ingest/source.h"
 #include "common/err.h"
 #include "common/parallel.h"
 #include "ssb4d.h"
@@ -471,6 +472,7 @@ ssb4d_status ssb4d_calibrate(ssb4d_source *src, const ssb4d_calib_params *p,
         st = ssb4d_source_read_frames(src, p0, n, buf, err);
         if (st)
             goto done;
+        ssb4d_source_done_with(src, p0, n);
 #pragma omp parallel num_threads(nt)
         {
             int tid = 0;
@@ -637,6 +639,7 @@ ssb4d_status ssb4d_calibrate(ssb4d_source *src, const ssb4d_calib_params *p,
                 st = ssb4d_source_read_frames(src, p0, n, buf, err);
                 if (st)
                     goto done;
+                ssb4d_source_done_with(src, p0, n);
 #pragma omp parallel for num_threads(nt) schedule(static)
                 for (size_t f = 0; f < n; f++) {
                     const uint32_t *fp = buf + f * fr;

@@ -168,6 +168,7 @@ ssb4d_status ssb4d_gbuild(ssb4d_source *src, const ssb4d_geometry *g, const int3
         st = ssb4d_source_read_columns_mt(src, bf_pix, n_bf, row0, nrows, block, nt, err);
         if (st)
             break;
+        ssb4d_source_done_with(src, row0 * nx, nrows * nx);
         int bad = 0;
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 8) reduction(| : bad)
         for (size_t ib = 0; ib < n_bf; ib++) {

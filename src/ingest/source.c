@@ -202,6 +202,19 @@ ssb4d_status ssb4d_source_read_columns_mt(ssb4d_source *s, const int32_t *det_pi
     return SSB4D_OK;
 }
 
+void ssb4d_source_done_with(ssb4d_source *s, size_t pos0, size_t npos)
+{
+    if (!s->map || npos == 0)
+        return;
+    size_t fr_bytes = s->shape[2] * s->shape[3] * (size_t)s->dtype;
+    uintptr_t base = (uintptr_t)s->map, lo = (uintptr_t)s->data + pos0 * fr_bytes,
+              hi = lo + npos * fr_bytes, page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    lo = (lo + page - 1) / page * page; /* only whole pages inside the range */
+    hi = hi / page * page;
+    if (hi > lo && lo >= base)
+        madvise((void *)lo, hi - lo, MADV_DONTNEED);
+}
+
 ssb4d_status ssb4d_source_read_columns(ssb4d_source *s, const int32_t *det_pix, size_t n_pix,
                                        size_t row0, size_t nrows, float *out, ssb4d_err *err)
 {

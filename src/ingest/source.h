@@ -7,4 +7,8 @@
 ssb4d_status ssb4d_source_read_columns_mt(ssb4d_source *s, const int32_t *det_pix, size_t n_pix,
                                           size_t row0, size_t nrows, float *out, int threads,
                                           ssb4d_err *err);
+/* Tells the source that frames [pos0, pos0+npos) will not be read again soon: a memory-mapped
+ * file drops those pages from the process (they stay in the page cache), so reading a 19 GB file
+ * does not grow the footprint by 19 GB. A hint: never fails. */
+void ssb4d_source_done_with(ssb4d_source *s, size_t pos0, size_t npos);
 #endif

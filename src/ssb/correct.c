@@ -235,7 +235,7 @@ static inline cfloat g_at(const struct ssb4d_G *G, const cfloat *plane, size_t i
 }
 
 
-void ssb_corr_row(const ssb_ctx *c, size_t ib, size_t i, size_t ncols, const cfloat *Eq_row,
+SSB_HOT void ssb_corr_row(const ssb_ctx *c, size_t ib, size_t i, size_t ncols, const cfloat *Eq_row,
                   cfloat R, const cfloat *Ctab, cfloat *out)
 {
     const struct ssb4d_G *G = c->G;

@@ -31,7 +31,7 @@ int ssb4d_upsample_auto(const ssb4d_geometry *g)
 }
 
 /* part += ph and Σ ph² in a fixed order: 8 interleaved partial sums, combined in order. */
-static double accumulate(double *restrict part, const float *restrict ph, size_t n)
+SSB_HOT static double accumulate(double *restrict part, const float *restrict ph, size_t n)
 {
     double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     size_t r = 0;
@@ -47,6 +47,12 @@ static double accumulate(double *restrict part, const float *restrict ph, size_t
         acc[0] += v * v;
     }
     return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+SSB_HOT void ssb_phases_real(float *ph, size_t n, float inv_dc)
+{
+    for (size_t r = 0; r < n; r++)
+        ph[r] = ssb_atanf(ph[r] * inv_dc);
 }
 
 typedef struct {
@@ -148,8 +154,7 @@ static ssb4d_status phase_stack(const ssb4d_G *G, const ssb4d_geometry *g,
                         fftwf_execute_dft_c2r(plan, (fftwf_complex *)s->buf, s->real);
                         const float inv = 1.0f / dc;
                         float *ph = s->real;
-                        for (size_t r = 0; r < npix; r++)
-                            ph[r] = ssb_atanf(ph[r] * inv);
+                        ssb_phases_real(ph, npix, inv);
                         pix = accumulate(s->part, ph, npix);
                     } else {
                         s->buf[0] = dc;

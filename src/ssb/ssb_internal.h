@@ -52,6 +52,18 @@ void ssb_pixel_ab(const ssb_ctx *c, size_t ib, double *a, double *b);
 void ssb_corr_row(const ssb_ctx *c, size_t ib, size_t i, size_t ncols, const cfloat *Eq_row,
                   cfloat R, const cfloat *Ctab, cfloat *out);
 
+/* Hot loops are compiled twice (AVX2 and baseline) and picked at run time. Results are the same
+ * bits either way: the loops use only IEEE +, −, ×, ÷ and sqrt, and C17 mode turns off FMA
+ * contraction. */
+#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
+#define SSB_HOT __attribute__((target_clones("avx2", "default")))
+#else
+#define SSB_HOT
+#endif
+
+/* φ = atan(s/dc) over a plane, in place (real-output path). */
+void ssb_phases_real(float *ph, size_t n, float inv_dc);
+
 /* FFTW planner lock (src/gbuild/gbuild.c). */
 void ssb4d_fftw_lock(void);
 void ssb4d_fftw_unlock(void);
