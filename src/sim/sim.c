@@ -25,11 +25,13 @@ static const struct {
     int scan_n, scan_cells, det, window_cells;
     double dose;
 } presets[] = {
-    /* BF radius = α·L/λ ≈ 0.8 × D/2 at 300 kV, 25 mrad (λ = 0.019687 Å, a = 3.905 Å). */
-    {"tiny", 32, 3, 48, 4, 2e4},        /* A1-like: step 0.366 Å, BF 19.8 px of 24 */
-    {"small", 128, 12, 64, 5, 2e4},     /* step 0.366 Å, BF 24.8 px of 32 */
-    {"medium", 256, 24, 128, 10, 1e5},  /* step 0.366 Å, BF 49.6 px of 64 */
-    {"reference", 512, 48, 192, 15, 1e5}, /* step 0.366 Å, BF 74.4 px of 96 */
+    /* BF radius = α·L/λ at 300 kV, 25 mrad (λ = 0.019687 Å, a = 3.905 Å). tiny and small put the
+     * disk at ~0.8 of the detector half-width like the shared A1 set; medium and reference follow
+     * the seed document's acquisition (8,939 BF pixels on 192², radius ~0.56 of the half-width). */
+    {"tiny", 32, 3, 48, 4, 2e4},          /* A1-like: step 0.366 Å, BF 19.8 px of 24 */
+    {"small", 128, 12, 64, 5, 2e4},       /* step 0.366 Å, BF 24.8 px of 32 (~1,870 BF) */
+    {"medium", 256, 24, 128, 7, 1e5},     /* step 0.366 Å, BF 34.7 px of 64 (~3,790 BF) */
+    {"reference", 512, 48, 192, 11, 1e5}, /* step 0.366 Å, BF 54.5 px of 96 (~9,350 BF) */
 };
 
 ssb4d_status ssb4d_sim_params_preset(ssb4d_sim_params *p, const char *preset, ssb4d_err *err)
