@@ -17,6 +17,7 @@
  */
 #include "io/calfile.h"
 
+#include "common/atomic.h"
 #include "common/err.h"
 
 #include <cjson/cJSON.h>
@@ -168,52 +169,7 @@ ssb4d_status ssb4d_calfile_write(const char *path, const ssb4d_calfile *c, ssb4d
     char *text = ssb4d_calfile_to_json(c);
     if (!text)
         return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory (calibration JSON)");
-    size_t n = strlen(path);
-    char *tmp = malloc(n + 16);
-    if (!tmp) {
-        free(text);
-        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
-    }
-    snprintf(tmp, n + 16, "%s.tmpXXXXXX", path);
-    int fd = mkstemp(tmp);
-    if (fd < 0) {
-        ssb4d_status st = ssb4d_fail(err, SSB4D_EIO, "cannot write %s: %s", path, strerror(errno));
-        free(tmp);
-        free(text);
-        return st;
-    }
-    fchmod(fd, 0644);
-    size_t len = strlen(text), done = 0;
-    int ok = 1;
-    while (done < len) {
-        ssize_t w = write(fd, text + done, len - done);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0) {
-            ok = 0;
-            break;
-        }
-        done += (size_t)w;
-    }
-    if (ok && write(fd, "\n", 1) != 1)
-        ok = 0;
-    if (ok && fsync(fd) != 0)
-        ok = 0;
-    int saved = errno;
-    if (close(fd) != 0 && ok) {
-        ok = 0;
-        saved = errno;
-    }
-    if (ok && rename(tmp, path) != 0) {
-        ok = 0;
-        saved = errno;
-    }
-    ssb4d_status st = SSB4D_OK;
-    if (!ok) {
-        unlink(tmp);
-        st = ssb4d_fail(err, SSB4D_EIO, "cannot write %s: %s", path, strerror(saved));
-    }
-    free(tmp);
+    ssb4d_status st = ssb4d_write_text_atomic(path, text, err);
     free(text);
     return st;
 }

@@ -2,6 +2,7 @@
  * per row block, resolution in pixels per cm); PNG is a preview only. */
 #include "io/image.h"
 
+#include "common/atomic.h"
 #include "common/err.h"
 #include "io/npy.h"
 
@@ -130,11 +131,11 @@ ssb4d_status ssb4d_image_write(const char *path, const float *img, size_t rows, 
     int png = !strcasecmp(ext, "png");
     if (!tiff && !png)
         return ssb4d_fail(err, SSB4D_EINVAL, "%s: unknown image extension (use .tiff, .npy or .png)", path);
-    size_t len = strlen(path) + 32;
-    char *tmp = malloc(len);
+    char suffix[8];
+    snprintf(suffix, sizeof suffix, ".%.5s", ext);
+    char *tmp = ssb4d_temp_name(path, suffix); /* libtiff picks its mode from the name */
     if (!tmp)
         return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
-    snprintf(tmp, len, "%s.tmp%d.%s", path, (int)getpid(), ext);
     ssb4d_status st = tiff ? write_tiff(tmp, img, rows, cols, pixel_A, err)
                            : write_png(tmp, img, rows, cols, err);
     if (!st && rename(tmp, path) != 0)

@@ -2,6 +2,7 @@
  * from users and must refuse anything odd with a message rather than guess. */
 #include "io/npy.h"
 
+#include "common/atomic.h"
 #include "common/err.h"
 
 #include <ctype.h>
@@ -165,28 +166,14 @@ ssb4d_status ssb4d_npy_save(const char *path, const char *descr, int ndim, const
     size_t count = 1, item = descr_item_bytes(descr);
     for (int i = 0; i < ndim; i++)
         count *= shape[i];
-    size_t plen = strlen(path) + 16;
-    char *tmp = malloc(plen);
-    if (!tmp)
-        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
-    snprintf(tmp, plen, "%s.tmp%d", path, (int)getpid());
-    FILE *f = fopen(tmp, "wb");
-    if (!f) {
-        ssb4d_status st = ssb4d_fail(err, SSB4D_EIO, "cannot write %s: %s", path, strerror(errno));
-        free(tmp);
-        return st;
-    }
-    ssb4d_status st = ssb4d_npy_write_header(f, descr, ndim, shape, err);
-    if (!st && fwrite(data, item, count, f) != count)
-        st = ssb4d_fail(err, SSB4D_EIO, "cannot write %s: %s", path, strerror(errno));
-    if (fclose(f) != 0 && !st)
-        st = ssb4d_fail(err, SSB4D_EIO, "cannot write %s: %s", path, strerror(errno));
-    if (!st && rename(tmp, path) != 0)
-        st = ssb4d_fail(err, SSB4D_EIO, "cannot rename to %s: %s", path, strerror(errno));
+    ssb4d_afile a;
+    ssb4d_status st = ssb4d_afile_open(&a, path, err);
     if (st)
-        unlink(tmp);
-    free(tmp);
-    return st;
+        return st;
+    st = ssb4d_npy_write_header(a.f, descr, ndim, shape, err);
+    if (!st && fwrite(data, item, count, a.f) != count)
+        st = ssb4d_fail(err, SSB4D_EIO, "cannot write %s: %s", path, strerror(errno));
+    return ssb4d_afile_finish(&a, st, err);
 }
 
 ssb4d_status ssb4d_npy_load(const char *path, ssb4d_npy_info *info, void **data, ssb4d_err *err)

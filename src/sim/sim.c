@@ -2,6 +2,7 @@
  * Poisson counts, streaming .npy output and the sidecar JSON (docs/simulate.md). */
 #include "sim/sim.h"
 
+#include "common/atomic.h"
 #include "common/err.h"
 #include "common/parallel.h"
 #include "io/npy.h"
@@ -734,31 +735,6 @@ static char *sidecar_text(const ssb4d_sim_params *p, const ssb4d_sim_info *g, co
     return text;
 }
 
-static ssb4d_status write_text_atomic(const char *path, const char *text, ssb4d_err *err)
-{
-    size_t plen = strlen(path) + 32;
-    char *tmp = malloc(plen);
-    if (!tmp)
-        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
-    snprintf(tmp, plen, "%s.tmp%d", path, (int)getpid());
-    FILE *f = fopen(tmp, "wb");
-    ssb4d_status st = SSB4D_OK;
-    if (!f)
-        st = ssb4d_fail(err, SSB4D_EIO, "cannot write %s: %s", path, strerror(errno));
-    else {
-        size_t n = strlen(text);
-        if (fwrite(text, 1, n, f) != n || fputc('\n', f) == EOF)
-            st = ssb4d_fail(err, SSB4D_EIO, "cannot write %s: %s", path, strerror(errno));
-        if (fclose(f) != 0 && !st)
-            st = ssb4d_fail(err, SSB4D_EIO, "cannot write %s: %s", path, strerror(errno));
-        if (!st && rename(tmp, path) != 0)
-            st = ssb4d_fail(err, SSB4D_EIO, "cannot rename to %s: %s", path, strerror(errno));
-        if (st)
-            unlink(tmp);
-    }
-    free(tmp);
-    return st;
-}
 
 typedef struct {
     FILE *f;
@@ -789,13 +765,11 @@ ssb4d_status ssb4d_simulate(const ssb4d_sim_params *p, const char *npy_path, int
     char *ph = derived_path(npy_path, "_phase.npy");
     char *phbl = derived_path(npy_path, "_phase_bandlimited.npy");
     char *js = derived_path(npy_path, ".json");
-    size_t plen = strlen(npy_path) + 32;
-    char *tmp = malloc(plen);
     float *phase = malloc((size_t)p->scan_n * p->scan_n * sizeof(float));
     float *phase_bl = malloc((size_t)p->scan_n * p->scan_n * sizeof(float));
-    FILE *f = NULL;
+    ssb4d_afile out = {0};
     char *text = NULL;
-    if (!ph || !phbl || !js || !tmp || !phase || !phase_bl) {
+    if (!ph || !phbl || !js || !phase || !phase_bl) {
         st = ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
         goto done;
     }
@@ -810,12 +784,9 @@ ssb4d_status ssb4d_simulate(const ssb4d_sim_params *p, const char *npy_path, int
                 st = ssb4d_fail(err, SSB4D_EINVAL, "%s exists (use --force to overwrite)", outs[i]);
                 goto done;
             }
-    snprintf(tmp, plen, "%s.tmp%d", npy_path, (int)getpid());
-    f = fopen(tmp, "wb");
-    if (!f) {
-        st = ssb4d_fail(err, SSB4D_EIO, "cannot write %s: %s", npy_path, strerror(errno));
+    if ((st = ssb4d_afile_open(&out, npy_path, err)))
         goto done;
-    }
+    FILE *f = out.f;
     size_t shape[4] = {(size_t)p->scan_n, (size_t)p->scan_n, (size_t)p->det, (size_t)p->det};
     st = ssb4d_npy_write_header(f, "<u2", 4, shape, err);
     if (st)
@@ -825,16 +796,6 @@ ssb4d_status ssb4d_simulate(const ssb4d_sim_params *p, const char *npy_path, int
     st = run(p, stream_sink, &s, NULL, &g, err);
     if (st)
         goto done;
-    if (fflush(f) != 0 || fsync(fileno(f)) != 0) {
-        st = ssb4d_fail(err, SSB4D_EIO, "cannot write %s: %s", npy_path, strerror(errno));
-        goto done;
-    }
-    int rc = fclose(f);
-    f = NULL;
-    if (rc != 0) {
-        st = ssb4d_fail(err, SSB4D_EIO, "cannot write %s: %s", npy_path, strerror(errno));
-        goto done;
-    }
     phases(p, &g, phase, phase_bl);
     size_t sh2[2] = {(size_t)p->scan_n, (size_t)p->scan_n};
     if ((st = ssb4d_npy_save(ph, "<f4", 2, sh2, phase, err)))
@@ -846,24 +807,19 @@ ssb4d_status ssb4d_simulate(const ssb4d_sim_params *p, const char *npy_path, int
         st = ssb4d_fail(err, SSB4D_ENOMEM, "out of memory for the sidecar");
         goto done;
     }
-    if ((st = write_text_atomic(js, text, err)))
+    if ((st = ssb4d_write_text_atomic(js, text, err)))
         goto done;
-    if (rename(tmp, npy_path) != 0) {
-        st = ssb4d_fail(err, SSB4D_EIO, "cannot rename to %s: %s", npy_path, strerror(errno));
+    /* The counts appear last, once everything beside them is written. */
+    if ((st = ssb4d_afile_finish(&out, SSB4D_OK, err)))
         goto done;
-    }
     if (info)
         *info = g;
 done:
-    if (f)
-        fclose(f);
-    if (st && tmp)
-        unlink(tmp);
+    ssb4d_afile_finish(&out, st ? st : SSB4D_EINTERNAL, NULL); /* no-op once finished */
     free(text);
     free(ph);
     free(phbl);
     free(js);
-    free(tmp);
     free(phase);
     free(phase_bl);
     return st;

@@ -1,0 +1,23 @@
+/* atomic.h — output files appear whole or not at all: write "<path>.tmp<pid>", flush, fsync,
+ * rename over path; on any failure the temporary file is removed. */
+#ifndef SSB4D_COMMON_ATOMIC_H
+#define SSB4D_COMMON_ATOMIC_H
+#include "ssb4d.h"
+
+#include <stdio.h>
+
+typedef struct {
+    FILE *f;
+    char *tmp;
+    char *path;
+} ssb4d_afile;
+
+ssb4d_status ssb4d_afile_open(ssb4d_afile *a, const char *path, ssb4d_err *err);
+/* st == SSB4D_OK: flush, fsync, close and rename; otherwise close and remove the temporary file.
+ * Returns the final status (an I/O error here is reported through err). */
+ssb4d_status ssb4d_afile_finish(ssb4d_afile *a, ssb4d_status st, ssb4d_err *err);
+/* Whole text file (a newline is appended). */
+ssb4d_status ssb4d_write_text_atomic(const char *path, const char *text, ssb4d_err *err);
+/* "<path>.tmp<pid><suffix>" for writers that open by name (caller frees), NULL if out of memory. */
+char *ssb4d_temp_name(const char *path, const char *suffix);
+#endif
