@@ -79,51 +79,6 @@ static int parse_int(const char *s, long lo, long hi, int *out)
     return 0;
 }
 
-static int parse_num(const char *s, double *out)
-{
-    if (!s || !*s)
-        return -1;
-    errno = 0;
-    char *e;
-    double v = strtod(s, &e);
-    if (errno || *e || !isfinite(v))
-        return -1;
-    *out = v;
-    return 0;
-}
-
-/* "C21=1.5,phi21=30" */
-static int parse_aberr(const char *s, ssb4d_aberrations *ab)
-{
-    char buf[1024];
-    if (strlen(s) >= sizeof buf)
-        return -1;
-    strcpy(buf, s);
-    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
-        char *eq = strchr(tok, '=');
-        if (!eq)
-            return -1;
-        *eq = 0;
-        double v;
-        if (parse_num(eq + 1, &v))
-            return -1;
-        if (!strncasecmp(tok, "phi", 3)) {
-            char name[16];
-            snprintf(name, sizeof name, "C%s", tok + 3);
-            int i = ssb4d_aberr_index(name);
-            if (i < 0 || ssb4d_aberr_m(i) == 0)
-                return -1;
-            ab->phi_deg[i] = v;
-        } else {
-            int i = ssb4d_aberr_index(tok);
-            if (i < 0)
-                return -1;
-            ab->C_nm[i] = v;
-        }
-    }
-    return 0;
-}
-
 typedef struct {
     struct timespec t0;
     int active;
@@ -218,7 +173,7 @@ int cmd_simulate(int argc, char **argv)
             break;
         case OPT_THICKNESS:
             thickness_arg = optarg;
-            if (parse_num(optarg, &thickness_nm) || !(thickness_nm > 0))
+            if (cli_parse_double(optarg, &thickness_nm) || !(thickness_nm > 0))
                 return usage_error("--thickness must be > 0 nm, got '%s'", optarg);
             break;
         case OPT_WINDOW_CELLS:
@@ -242,39 +197,42 @@ int cmd_simulate(int argc, char **argv)
                 return usage_error("--grid must be a non-negative integer, got '%s'", optarg);
             break;
         case OPT_KV:
-            if (parse_num(optarg, &p.kv))
+            if (cli_parse_double(optarg, &p.kv))
                 return usage_error("invalid --kv '%s'", optarg);
             break;
         case OPT_SEMIANGLE:
-            if (parse_num(optarg, &p.semiangle_mrad))
+            if (cli_parse_double(optarg, &p.semiangle_mrad))
                 return usage_error("invalid --semiangle '%s'", optarg);
             break;
         case OPT_C10:
-            if (parse_num(optarg, &p.ab.C_nm[SSB4D_C10]))
+            if (cli_parse_double(optarg, &p.ab.C_nm[SSB4D_C10]))
                 return usage_error("invalid --c10 '%s'", optarg);
             break;
         case OPT_C12:
-            if (parse_num(optarg, &p.ab.C_nm[SSB4D_C12]))
+            if (cli_parse_double(optarg, &p.ab.C_nm[SSB4D_C12]))
                 return usage_error("invalid --c12 '%s'", optarg);
             break;
         case OPT_PHI12:
-            if (parse_num(optarg, &p.ab.phi_deg[SSB4D_C12]))
+            if (cli_parse_double(optarg, &p.ab.phi_deg[SSB4D_C12]))
                 return usage_error("invalid --phi12 '%s'", optarg);
             break;
         case OPT_C30:
-            if (parse_num(optarg, &p.ab.C_nm[SSB4D_C30]))
+            if (cli_parse_double(optarg, &p.ab.C_nm[SSB4D_C30]))
                 return usage_error("invalid --c30 '%s'", optarg);
             break;
         case OPT_ABERR:
-            if (parse_aberr(optarg, &p.ab))
-                return usage_error("invalid --aberr '%s' (e.g. C21=1.5,phi21=30)", optarg);
+            {
+                unsigned cm = 0, pm = 0; /* the shared parser prints its own message */
+                if (cli_parse_aberr_list(optarg, &p.ab, &cm, &pm))
+                    return CLI_EXIT_USAGE;
+            }
             break;
         case OPT_TILT:
             if (cli_parse_pair(optarg, p.tilt_mrad))
                 return usage_error("invalid --tilt '%s' (ROW,COL in mrad)", optarg);
             break;
         case OPT_DOSE:
-            if (parse_num(optarg, &p.dose))
+            if (cli_parse_double(optarg, &p.dose))
                 return usage_error("invalid --dose '%s'", optarg);
             break;
         case OPT_SEED: {
