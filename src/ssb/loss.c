@@ -91,7 +91,7 @@ static ssb4d_status phase_stack(const ssb4d_G *G, const ssb4d_geometry *g,
     double *total = ssb4d_mem_calloc(mem, npix * sizeof(double), "loss mean-phase sum", err);
     thread_scratch *ts = calloc((size_t)nt, sizeof *ts);
     if (!total || !ts)
-        st = SSB4D_ENOMEM;
+        st = ts ? SSB4D_ENOMEM : ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
     if (!st && c.fast) {
         Eq = ssb4d_mem_alloc(mem, nspec * sizeof(cfloat), "loss exp(-i chi(q))", err);
         if (!Eq)
