@@ -74,10 +74,11 @@ static inline float ssb_atanf(float x)
 {
     float a = fabsf(x);
     float big = a > 1.0f ? 1.0f : 0.0f;
-    float t = (big + (1.0f - big) * a) / (big * a + (1.0f - big)); /* min(a, 1/a) */
-    float red = t > 0.26794919f ? 1.0f : 0.0f;                     /* tan(pi/12) */
+    float num = big + (1.0f - big) * a, den = big * a + (1.0f - big); /* t = min(a, 1/a) = num/den */
     const float s3 = 0.57735026919f;
-    float u = (t - red * s3) / (1.0f + red * t * s3);
+    float red = num > 0.26794919f * den ? 1.0f : 0.0f;               /* t > tan(pi/12) */
+    /* (t − s3)/(1 + t·s3) with t = num/den, in one division */
+    float u = (num - red * s3 * den) / (den + red * s3 * num);
     float u2 = u * u;
     float p = u * (1.0f + u2 * (-1.0f / 3 + u2 * (1.0f / 5 + u2 * (-1.0f / 7 + u2 * (1.0f / 9 + u2 * (-1.0f / 11))))));
     p = p + red * 0.52359877560f;
