@@ -203,8 +203,12 @@ int cmd_reconstruct(int argc, char **argv)
         if (phi_mask & (1u << i))
             ab.phi_deg[i] = ab_flags.phi_deg[i];
     }
-    if (c_mask || phi_mask)
-        ab_source = v.has_ab ? "flags over calibration" : "flags";
+    char ab_source_buf[96];
+    if (c_mask || phi_mask) {
+        snprintf(ab_source_buf, sizeof ab_source_buf, "flags%s%s", v.has_ab ? " over " : "",
+                 v.has_ab ? v.source : "");
+        ab_source = ab_source_buf;
+    }
     if (v.ab_from_truth && !(c_mask || phi_mask) && !m.json)
         fprintf(stderr, "ssb4d reconstruct: using the simulator's true aberrations from the sidecar\n");
 
