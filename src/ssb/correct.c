@@ -215,14 +215,40 @@ void ssb_pixel_ab(const ssb_ctx *c, size_t ib, double *a, double *b)
     *b = s * (c->m01 * c->kx[ib] + c->m11 * c->ky[ib]);
 }
 
+/* out[i] = e^{iθ·k_i} for the first `count` bins of an n-point fftfreq grid (k_i its integer), from
+ * two small tables of exponentials (k = 32h + m) instead of one complex exponential per bin. */
+static void phasor_line(double theta, size_t n, size_t count, cfloat *out)
+{
+    double complex lo[32], hi[(65536 / 32) + 2];
+    size_t nh = n / 32 + 2;
+    if (nh > sizeof hi / sizeof hi[0]) { /* absurdly long axis: direct */
+        for (size_t i = 0; i < count; i++) {
+            long k = (i < (n + 1) / 2) ? (long)i : (long)i - (long)n;
+            out[i] = (cfloat)cexp(I * theta * (double)k);
+        }
+        return;
+    }
+    for (int m = 0; m < 32; m++)
+        lo[m] = cexp(I * theta * m);
+    for (size_t h = 0; h < nh; h++)
+        hi[h] = cexp(I * theta * 32.0 * (double)h);
+    for (size_t i = 0; i < count; i++) {
+        long k = (i < (n + 1) / 2) ? (long)i : (long)i - (long)n;
+        unsigned long ak = (unsigned long)(k < 0 ? -k : k);
+        double complex v = lo[ak % 32] * hi[ak / 32];
+        out[i] = (cfloat)(k < 0 ? conj(v) : v);
+    }
+}
+
 void ssb_pixel_phasors(const ssb_ctx *c, size_t ib, cfloat *R, size_t nrows, cfloat *Ctab, size_t ncols)
 {
     double a, b;
     ssb_pixel_ab(c, ib, &a, &b);
-    for (size_t i = 0; R && i < nrows; i++)
-        R[i] = (cfloat)cexp(I * a * c->qr[i]);
-    for (size_t j = 0; Ctab && j < ncols; j++)
-        Ctab[j] = (cfloat)cexp(I * b * c->qc[j]);
+    /* q(i) = k_i·qr[1] on the fftfreq grid; a half plane holds the first ncols column bins. */
+    if (R && nrows)
+        phasor_line(a * c->qr[1], c->nyf, nrows, R);
+    if (Ctab && ncols)
+        phasor_line(b * c->qc[1], c->nxf, ncols, Ctab);
 }
 
 /* G on the fine grid: the native spectrum continued periodically (mirror for the unstored half). */
