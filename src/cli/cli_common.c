@@ -1,6 +1,7 @@
 /* cli_common.c — shared flags and the sidecar < calibration file < flags layering. */
 #include "cli/cli_common.h"
 
+#include "common/textfile.h"
 #include "io/calfile.h"
 #include "io/image.h"
 
@@ -157,27 +158,13 @@ static void json_pair(const cJSON *o, const char *key, double out[2])
     }
 }
 
-static char *slurp(const char *path, size_t max)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    char *buf = malloc(max + 1);
-    size_t n = buf ? fread(buf, 1, max + 1, f) : 0;
-    fclose(f);
-    if (!buf || n > max) {
-        free(buf);
-        return NULL;
-    }
-    buf[n] = 0;
-    return buf;
-}
 
 static int read_sidecar(const char *path, cli_values *v)
 {
-    char *text = slurp(path, 16 << 20);
-    if (!text) {
-        fprintf(stderr, "ssb4d: cannot read sidecar %s\n", path);
+    ssb4d_err err = {0};
+    char *text = NULL;
+    if (ssb4d_read_text_file(path, (size_t)16 << 20, "sidecar", &text, NULL, &err)) {
+        fprintf(stderr, "ssb4d: %s\n", err.msg);
         return CLI_EXIT_USAGE;
     }
     cJSON *root = cJSON_Parse(text);

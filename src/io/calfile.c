@@ -19,6 +19,7 @@
 
 #include "common/atomic.h"
 #include "common/err.h"
+#include "common/textfile.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -265,28 +266,8 @@ static const cJSON *get_obj(const rd *r, const cJSON *root, const char *key, ssb
 
 static char *slurp(const char *path, size_t *len, ssb4d_err *err, ssb4d_status *st)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        *st = ssb4d_fail(err, SSB4D_EIO, "cannot open calibration file %s: %s", path, strerror(errno));
-        return NULL;
-    }
-    char *buf = malloc(CALFILE_MAX_BYTES + 1);
-    size_t n = buf ? fread(buf, 1, CALFILE_MAX_BYTES + 1, f) : 0;
-    int rerr = ferror(f);
-    fclose(f);
-    if (!buf) {
-        *st = ssb4d_fail(err, SSB4D_ENOMEM, "out of memory reading %s", path);
-        return NULL;
-    }
-    if (rerr || n > CALFILE_MAX_BYTES) {
-        free(buf);
-        *st = rerr ? ssb4d_fail(err, SSB4D_EIO, "cannot read calibration file %s", path)
-                   : ssb4d_fail(err, SSB4D_EFORMAT, "%s is larger than %zu MiB; not a calibration file",
-                                path, CALFILE_MAX_BYTES >> 20);
-        return NULL;
-    }
-    buf[n] = 0;
-    *len = n;
+    char *buf = NULL;
+    *st = ssb4d_read_text_file(path, CALFILE_MAX_BYTES, "calibration file", &buf, len, err);
     return buf;
 }
 
