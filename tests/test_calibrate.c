@@ -367,6 +367,23 @@ static void test_hot_pixels(void **state)
     free(u);
 }
 
+/* Dead pixels: a zero pixel whose neighbours all saw counts is flagged; zeros on the rim of a
+ * region that is dark anyway (beyond the scattering, or a simulation's band limit) are not. */
+static void test_dead_pixels(void **state)
+{
+    (void)state;
+    enum { R = 16, C = 16 };
+    uint64_t tot[R * C];
+    int32_t out[R * C];
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < C; c++)
+            tot[r * C + c] = (c < 10) ? 1000 + (uint64_t)((r * 7 + c * 3) % 11) : 0; /* dark right side */
+    tot[5 * C + 4] = 0;                                                     /* a dead pixel */
+    size_t n = ssb4d_cal_find_flagged(tot, R, C, out);
+    assert_int_equal(n, 1);
+    assert_int_equal(out[0], 5 * C + 4);
+}
+
 static void test_threads_bit_identical(void **state)
 {
     (void)state;
@@ -656,6 +673,7 @@ int main(void)
         cmocka_unit_test(test_rotation_synthetic_frames),
         cmocka_unit_test(test_rotation_detector_90),
         cmocka_unit_test(test_hot_pixels),
+        cmocka_unit_test(test_dead_pixels),
         cmocka_unit_test(test_threads_bit_identical),
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_calfile_round_trip),

@@ -99,6 +99,20 @@ double ssb4d_cal_neighbour_median(const uint64_t *tot, const unsigned char *skip
     return (n & 1) ? (double)v[n / 2] : 0.5 * ((double)v[n / 2 - 1] + (double)v[n / 2]);
 }
 
+/* Smallest total among the (up to 8) neighbours on the detector. */
+static uint64_t neighbour_min(const uint64_t *tot, size_t rows, size_t cols, size_t r, size_t c)
+{
+    uint64_t m = UINT64_MAX;
+    for (int dr = -1; dr <= 1; dr++)
+        for (int dc = -1; dc <= 1; dc++) {
+            long rr = (long)r + dr, cc = (long)c + dc;
+            if ((dr || dc) && rr >= 0 && cc >= 0 && rr < (long)rows && cc < (long)cols &&
+                tot[(size_t)rr * cols + (size_t)cc] < m)
+                m = tot[(size_t)rr * cols + (size_t)cc];
+        }
+    return m;
+}
+
 size_t ssb4d_cal_find_flagged(const uint64_t *tot, size_t rows, size_t cols, int32_t *out)
 {
     size_t n = 0;
@@ -107,7 +121,11 @@ size_t ssb4d_cal_find_flagged(const uint64_t *tot, size_t rows, size_t cols, int
             double m = ssb4d_cal_neighbour_median(tot, NULL, rows, cols, r, c);
             double t = (double)tot[r * cols + c];
             int hot = t > SSB4D_HOT_FACTOR * m + SSB4D_HOT_SIGMAS * sqrt(m) + SSB4D_HOT_FLOOR;
-            int dead = tot[r * cols + c] == 0 && m >= SSB4D_DEAD_MIN;
+            /* Dead: zero among neighbours that all saw counts. A zero pixel on the rim of a
+             * region that is dark anyway (beyond the scattering or a simulation's band limit) is
+             * not a fault. */
+            int dead = tot[r * cols + c] == 0 && m >= SSB4D_DEAD_MIN &&
+                       neighbour_min(tot, rows, cols, r, c) >= SSB4D_DEAD_MIN;
             if (hot || dead)
                 out[n++] = (int32_t)(r * cols + c);
         }
