@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "io/npy.h"
+#include "ref_ssb.h"
 
 static char dir[256];
 static const char *bin;
@@ -30,23 +31,6 @@ static int run(const char *cmd, char *out, size_t outlen)
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
-static double correlation(const float *a, const float *b, size_t n)
-{
-    double ma = 0, mb = 0;
-    for (size_t i = 0; i < n; i++) {
-        ma += a[i];
-        mb += b[i];
-    }
-    ma /= (double)n;
-    mb /= (double)n;
-    double ab = 0, aa = 0, bb = 0;
-    for (size_t i = 0; i < n; i++) {
-        ab += (a[i] - ma) * (b[i] - mb);
-        aa += (a[i] - ma) * (a[i] - ma);
-        bb += (b[i] - mb) * (b[i] - mb);
-    }
-    return ab / sqrt(aa * bb);
-}
 
 static float *load2d(const char *path, size_t *n)
 {
@@ -86,7 +70,7 @@ static double reconstruct_corr(const char *extra, double *loss)
     assert_non_null(a);
     assert_non_null(b);
     assert_int_equal(n1, n2);
-    double r = correlation(a, b, n1);
+    double r = ref_correlation_f(a, b, n1);
     free(a);
     free(b);
     return r;

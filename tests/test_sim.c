@@ -9,6 +9,7 @@
 
 #include "common/sha256.h"
 #include "io/npy.h"
+#include "ref_ssb.h"
 #include "sim/sim.h"
 #include "ssb4d.h"
 
@@ -23,24 +24,6 @@
 #define SSB4D_SHARED_DATA "../shared/data"
 #endif
 
-static double pearson(const float *a, const float *b, size_t n)
-{
-    double ma = 0, mb = 0;
-    for (size_t i = 0; i < n; i++) {
-        ma += a[i];
-        mb += b[i];
-    }
-    ma /= (double)n;
-    mb /= (double)n;
-    double sab = 0, saa = 0, sbb = 0;
-    for (size_t i = 0; i < n; i++) {
-        double x = a[i] - ma, y = b[i] - mb;
-        sab += x * y;
-        saa += x * x;
-        sbb += y * y;
-    }
-    return sab / sqrt(saa * sbb);
-}
 
 /* Correlation of the position-dependent part of the patterns: each detector pixel's mean over
  * the scan is removed first (the BF disk itself is the same for any aberrations). */
@@ -62,7 +45,7 @@ static double fluct_corr(const float *a, const float *b, size_t npos, size_t dd)
             y[p * dd + k] = (float)(b[p * dd + k] - mb);
         }
     }
-    double r = pearson(x, y, npos * dd);
+    double r = ref_correlation_f(x, y, npos * dd);
     free(x);
     free(y);
     return r;
@@ -107,9 +90,9 @@ static void test_a1_convention(void **state)
                                     &inf, &bl, &e),
                      SSB4D_OK);
     size_t npos = 32 * 32, dd = 48 * 48, n = npos * dd;
-    float *I = malloc(n * sizeof(float));
+    float *inten = malloc(n * sizeof(float));
     float ph[1024], phbl[1024];
-    assert_non_null(I);
+    assert_non_null(inten);
     double r_fl[3], r_raw[3];
     const char *what[3] = {"true (C10 -12, C12 3 @ 30)", "phi12 -> -30", "C10 -> +12"};
     for (int v = 0; v < 3; v++) {
@@ -120,15 +103,15 @@ static void test_a1_convention(void **state)
         if (v == 2)
             p.ab.C_nm[SSB4D_C10] = 12.0;
         ssb4d_sim_info info;
-        assert_int_equal(ssb4d_simulate_to_memory(&p, NULL, I, ph, phbl, &info, &e), SSB4D_OK);
+        assert_int_equal(ssb4d_simulate_to_memory(&p, NULL, inten, ph, phbl, &info, &e), SSB4D_OK);
         assert_true(fabs(info.scan_step_A - 0.36609375) < 1e-12);
         assert_true(fabs(info.det_sampling_mrad - 1.2604026182924246) < 1e-6);
-        r_raw[v] = pearson(I, ref, n);
-        r_fl[v] = fluct_corr(I, ref, npos, dd);
+        r_raw[v] = ref_correlation_f(inten, ref, n);
+        r_fl[v] = fluct_corr(inten, ref, npos, dd);
         fprintf(stderr, "A1 %-28s grid %d: pattern r = %.5f, position-dependent part r = %.5f\n",
                 what[v], info.grid, r_raw[v], r_fl[v]);
         if (v == 0) {
-            double rp = pearson(phbl, bl, 1024);
+            double rp = ref_correlation_f(phbl, bl, 1024);
             fprintf(stderr, "A1 band-limited phase vs abTEM: r = %.5f\n", rp);
             assert_true(rp > 0.99);
         }
@@ -137,7 +120,7 @@ static void test_a1_convention(void **state)
     assert_true(r_fl[0] > 0.99);
     assert_true(r_fl[0] > r_fl[1] + 0.3);
     assert_true(r_fl[0] > r_fl[2] + 0.3);
-    free(I);
+    free(inten);
     free(ref);
     free(bl);
 }
@@ -156,9 +139,9 @@ static void test_a2_convention(void **state)
     assert_string_equal(inf.descr, "<u2");
     size_t npos = 48 * 48, dd = 42 * 42, n = npos * dd;
     assert_int_equal(inf.shape[0] * inf.shape[1] * inf.shape[2] * inf.shape[3], n);
-    float *R = malloc(n * sizeof(float)), *I = malloc(n * sizeof(float));
+    float *R = malloc(n * sizeof(float)), *inten = malloc(n * sizeof(float));
     assert_non_null(R);
-    assert_non_null(I);
+    assert_non_null(inten);
     for (size_t i = 0; i < n; i++)
         R[i] = ((const uint16_t *)ref)[i];
     double r[3];
@@ -177,9 +160,9 @@ static void test_a2_convention(void **state)
         p.ab.C_nm[SSB4D_C12] = 1.5;
         p.ab.phi_deg[SSB4D_C12] = v == 1 ? 50.0 : -50.0;
         ssb4d_sim_info info;
-        assert_int_equal(ssb4d_simulate_to_memory(&p, NULL, I, NULL, NULL, &info, &e), SSB4D_OK);
+        assert_int_equal(ssb4d_simulate_to_memory(&p, NULL, inten, NULL, NULL, &info, &e), SSB4D_OK);
         assert_true(fabs(info.det_sampling_mrad - 1.2300) < 1e-4);
-        r[v] = fluct_corr(I, R, npos, dd);
+        r[v] = fluct_corr(inten, R, npos, dd);
         fprintf(stderr, "A2 %s: position-dependent part r = %.5f (vs noisy counts)\n",
                 v == 0 ? "true" : v == 1 ? "phi12 -> +50" : "C10 -> -8", r[v]);
     }
@@ -187,7 +170,7 @@ static void test_a2_convention(void **state)
     assert_true(r[0] > r[1] + 0.1);
     assert_true(r[0] > r[2] + 0.3);
     free(R);
-    free(I);
+    free(inten);
     free(ref);
 }
 
@@ -279,11 +262,11 @@ static void test_normalisation(void **state)
     small_params(&p);
     p.ab.C_nm[SSB4D_C21] = 0;
     size_t npos = (size_t)p.scan_n * p.scan_n, dd = (size_t)p.det * p.det;
-    float *I = malloc(npos * dd * sizeof(float));
-    assert_non_null(I);
+    float *inten = malloc(npos * dd * sizeof(float));
+    assert_non_null(inten);
     ssb4d_sim_info info;
     ssb4d_err e;
-    assert_int_equal(ssb4d_simulate_to_memory(&p, NULL, I, NULL, NULL, &info, &e), SSB4D_OK);
+    assert_int_equal(ssb4d_simulate_to_memory(&p, NULL, inten, NULL, NULL, &info, &e), SSB4D_OK);
     fprintf(stderr, "pattern sums over the grid: mean %.6f, min %.6f, max %.6f; detector %.6f\n",
             info.mean_sum_full, info.min_sum_full, info.max_sum_full, info.mean_sum_detector);
     assert_true(info.min_sum_full > 0.99 && info.max_sum_full < 1.0001);
@@ -293,14 +276,14 @@ static void test_normalisation(void **state)
     for (size_t q = 0; q < npos; q++)
         for (int i = 0; i < p.det; i++)
             for (int j = 0; j < p.det; j++) {
-                double v = I[q * dd + (size_t)i * p.det + j];
+                double v = inten[q * dd + (size_t)i * p.det + j];
                 s += v;
                 sr += v * i;
                 sc += v * j;
             }
     assert_true(fabs(sr / s - p.det / 2) < 0.05);
     assert_true(fabs(sc / s - p.det / 2) < 0.05);
-    free(I);
+    free(inten);
 }
 
 static char *slurp(const char *path)

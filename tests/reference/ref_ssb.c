@@ -534,6 +534,20 @@ double ref_correlation(const double *a, const double *b, size_t n)
     return sab / sqrt(saa * sbb);
 }
 
+double ref_correlation_f(const float *a, const float *b, size_t n)
+{
+    double *x = malloc(2 * n * sizeof *x);
+    if (!x)
+        return NAN;
+    for (size_t i = 0; i < n; i++) {
+        x[i] = a[i];
+        x[n + i] = b[i];
+    }
+    double r = ref_correlation(x, x + n, n);
+    free(x);
+    return r;
+}
+
 /* Parses the .npy header; returns data offset, fills descr and shape, or -1. */
 static long npy_header(FILE *f, char descr[8], size_t shape[8], int *ndim)
 {

@@ -127,6 +127,8 @@ size_t ref_select_bf_mrad(const ssb4d_geometry *g, size_t det_rows, size_t det_c
                           double radius_mrad, int32_t **out);
 /* Pearson correlation. */
 double ref_correlation(const double *a, const double *b, size_t n);
+/* The same for float arrays. */
+double ref_correlation_f(const float *a, const float *b, size_t n);
 
 /* Minimal .npy reader: little-endian C-order |u1 <u2 <u4 <f4 <f8, converted to double.
  * shape must hold 8; returns ndim (> 0) or -1 on failure. Caller frees *data. */
