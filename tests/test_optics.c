@@ -17,14 +17,7 @@
 #endif
 
 static uint64_t rng_state = 777;
-static double urand(void)
-{
-    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    return (double)(z >> 11) * 0x1.0p-53;
-}
+static double urand(void) { return ref_urand(&rng_state); }
 
 static void test_wavelength(void **state)
 {

@@ -19,14 +19,7 @@
 #endif
 
 static uint64_t rng_state = 4242;
-static double urand(void)
-{
-    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    return (double)(z >> 11) * 0x1.0p-53;
-}
+static double urand(void) { return ref_urand(&rng_state); }
 
 /* ------------------------------------------------------------------ fixture: synthetic data */
 
@@ -597,13 +590,7 @@ static void test_determinism(void **state)
 
 /* ------------------------------------------------------------------ A1 / A2 */
 
-typedef struct {
-    const char *counts, *gt;
-    ssb4d_geometry g;
-    double radius;
-    double C10, C12, phi12;
-    double min_corr;
-} dataset;
+typedef ref_shared_set dataset;
 
 static void run_dataset(const dataset *ds)
 {
@@ -679,23 +666,13 @@ static void run_dataset(const dataset *ds)
 static void test_A1(void **state)
 {
     (void)state;
-    dataset ds = {"sim_A1_SrTiO3_300kV_counts.npy",
-                  "sim_A1_SrTiO3_300kV_phase_gt_bandlimited.npy",
-                  {300.0, 25.0, {0.36609375, 0.36609375},
-                   {1.2604026182924246, 1.2604026182924246}, {24, 24}, 0.0},
-                  19.83, -11.805, 3.0, 30.0, 0.85};
-    run_dataset(&ds);
+    run_dataset(&REF_SET_A1);
 }
 
 static void test_A2(void **state)
 {
     (void)state;
-    /* 0.78: the SPEC normalised estimator reaches 0.81 on A2 (the README's 0.93 is a
-     * Σ_k G·conj(γ) / Σ_k|γ|² estimator with a hard aperture; see tests/test_reference.c) */
-    dataset ds = {"sim_A2_Au_200kV_counts.npy", "sim_A2_Au_200kV_phase_gt_bandlimited.npy",
-                  {200.0, 20.0, {0.33983, 0.33983}, {1.2300, 1.2300}, {21, 21}, 0.0},
-                  16.26, 8.204, 1.5, -50.0, 0.78};
-    run_dataset(&ds);
+    run_dataset(&REF_SET_A2);
 }
 
 int main(void)

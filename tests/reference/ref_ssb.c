@@ -534,6 +534,24 @@ double ref_correlation(const double *a, const double *b, size_t n)
     return sab / sqrt(saa * sbb);
 }
 
+double ref_urand(uint64_t *state)
+{
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return (double)(z >> 11) * 0x1.0p-53;
+}
+
+const ref_shared_set REF_SET_A1 = {
+    "sim_A1_SrTiO3_300kV_counts.npy", "sim_A1_SrTiO3_300kV_phase_gt_bandlimited.npy",
+    {300.0, 25.0, {0.36609375, 0.36609375}, {1.2604026182924246, 1.2604026182924246}, {24, 24}, 0.0},
+    19.83, -11.805, 3.0, 30.0, 0.85};
+const ref_shared_set REF_SET_A2 = {
+    "sim_A2_Au_200kV_counts.npy", "sim_A2_Au_200kV_phase_gt_bandlimited.npy",
+    {200.0, 20.0, {0.33983, 0.33983}, {1.2300, 1.2300}, {21, 21}, 0.0},
+    16.26, 8.204, 1.5, -50.0, 0.78};
+
 double ref_correlation_f(const float *a, const float *b, size_t n)
 {
     double *x = malloc(2 * n * sizeof *x);

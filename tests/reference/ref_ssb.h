@@ -130,6 +130,21 @@ double ref_correlation(const double *a, const double *b, size_t n);
 /* The same for float arrays. */
 double ref_correlation_f(const float *a, const float *b, size_t n);
 
+/* Deterministic uniform [0, 1) numbers for test parameters (splitmix64 on *state). */
+double ref_urand(uint64_t *state);
+
+/* The shared abTEM datasets (shared/data/sim/README.md): files, geometry, BF radius, the truth at
+ * the slab's mid-plane and the lowest acceptable correlation with the band-limited phase
+ * (A2: 0.78, since the SPEC's normalised estimator reaches 0.81 there). */
+typedef struct {
+    const char *counts, *gt;
+    ssb4d_geometry g;
+    double radius;
+    double C10, C12, phi12;
+    double min_corr;
+} ref_shared_set;
+extern const ref_shared_set REF_SET_A1, REF_SET_A2;
+
 /* Minimal .npy reader: little-endian C-order |u1 <u2 <u4 <f4 <f8, converted to double.
  * shape must hold 8; returns ndim (> 0) or -1 on failure. Caller frees *data. */
 int ref_npy_load_double(const char *path, size_t shape[8], double **data);
