@@ -10,6 +10,7 @@
 #include "common/parallel.h"
 #include "common/sha256.h"
 #include "ingest/source.h"
+#include "optics/optics.h"
 
 #include <math.h>
 #include <omp.h>
@@ -36,16 +37,6 @@ int ssb4d_bf_pixel_active(const ssb4d_geometry *g, size_t det_cols, int32_t pix)
     return alpha < g->semiangle_mrad * 1e-3 + 0.5 * wmax;
 }
 
-static ssb4d_status check_geometry(const ssb4d_geometry *g, ssb4d_err *err)
-{
-    if (!(g->kv > 0) || !(g->semiangle_mrad > 0) || !(g->scan_step_A[0] > 0) ||
-        !(g->scan_step_A[1] > 0) || !(g->det_sampling_mrad[0] > 0) || !(g->det_sampling_mrad[1] > 0) ||
-        !isfinite(g->centre_px[0]) || !isfinite(g->centre_px[1]) || !isfinite(g->rotation_deg))
-        return ssb4d_fail(err, SSB4D_EINVAL,
-                          "geometry is incomplete or invalid (kV, semiangle, scan step, detector "
-                          "sampling must be > 0; centre and rotation finite)");
-    return SSB4D_OK;
-}
 
 /* FFTW's planner is not thread-safe; plans are made under this lock (execution is). */
 static pthread_mutex_t planner_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -73,7 +64,7 @@ ssb4d_status ssb4d_gbuild(ssb4d_source *src, const ssb4d_geometry *g, const int3
         ssb4d_gbuild_opts_default(&defaults);
         o = &defaults;
     }
-    ssb4d_status st = check_geometry(g, err);
+    ssb4d_status st = ssb4d_geometry_check(g, err);
     if (st)
         return st;
     size_t shape[4];

@@ -1,5 +1,7 @@
 /* optics.c — wavelength, aberration function χ and the coefficient table (SPEC §2, §5.2). */
-#include "ssb4d.h"
+#include "optics/optics.h"
+
+#include "common/err.h"
 
 #include <ctype.h>
 #include <math.h>
@@ -53,4 +55,15 @@ double ssb4d_chi(const ssb4d_aberrations *ab, double lambda, double vx, double v
         sum += C * 10.0 * pow(alpha, n + 1) / (n + 1) * ang; /* nm → Å */
     }
     return 2.0 * M_PI / lambda * sum;
+}
+
+ssb4d_status ssb4d_geometry_check(const ssb4d_geometry *g, ssb4d_err *err)
+{
+    if (!(g->kv > 0) || !(g->semiangle_mrad > 0) || !(g->scan_step_A[0] > 0) ||
+        !(g->scan_step_A[1] > 0) || !(g->det_sampling_mrad[0] > 0) || !(g->det_sampling_mrad[1] > 0) ||
+        !isfinite(g->centre_px[0]) || !isfinite(g->centre_px[1]) || !isfinite(g->rotation_deg))
+        return ssb4d_fail(err, SSB4D_EINVAL,
+                          "geometry is incomplete or invalid (kV, semiangle, scan step, detector "
+                          "sampling must be > 0; centre and rotation finite)");
+    return SSB4D_OK;
 }

@@ -2,6 +2,7 @@
 #include "ssb/ssb_internal.h"
 
 #include "common/err.h"
+#include "optics/optics.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -20,10 +21,9 @@ ssb4d_status ssb_ctx_init(ssb_ctx *c, const struct ssb4d_G *G, const ssb4d_geome
                           ssb4d_err *err)
 {
     memset(c, 0, sizeof *c);
-    if (!(g->kv > 0) || !(g->semiangle_mrad > 0) || !(g->scan_step_A[0] > 0) ||
-        !(g->scan_step_A[1] > 0) || !(g->det_sampling_mrad[0] > 0) || !(g->det_sampling_mrad[1] > 0) ||
-        !isfinite(g->rotation_deg) || !isfinite(g->centre_px[0]) || !isfinite(g->centre_px[1]))
-        return ssb4d_fail(err, SSB4D_EINVAL, "geometry is incomplete or invalid");
+    ssb4d_status gst = ssb4d_geometry_check(g, err);
+    if (gst)
+        return gst;
     if (f != 1 && f != 2 && f != 3 && f != 4 && f != 8)
         return ssb4d_fail(err, SSB4D_EINVAL, "upsampling factor must be 1, 2, 3, 4 or 8 (got %d)", f);
     for (int i = 0; i < SSB4D_N_ABERR; i++)
