@@ -9,6 +9,6 @@ $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends \
   build-essential cmake pkg-config \
   libfftw3-dev libcjson-dev libspng-dev libpng-dev libtiff-dev zlib1g-dev \
-  libcmocka-dev libssl-dev \
+  libcmocka-dev libssl-dev liblz4-dev libhdf5-dev libhtscodecs-dev clang \
   >/dev/null
 echo "install-deps: done"
