@@ -146,12 +146,19 @@ double ssb4d_chi(const ssb4d_aberrations *ab, double lambda_A, double vx, double
  *   frames:  counts of consecutive scan positions (flattened row-major), for calibration;
  *   columns: float32 scan images of a list of detector pixels for a range of scan rows, for the
  *            G build ("column source"): out[(p * nrows + r) * scan_cols + c].
- * Implemented for .npy files (memory-mapped) and for caller-owned arrays in memory.
+ * Implemented for .npy files (memory-mapped), encoded .qem files and caller-owned arrays.
  */
 typedef enum { SSB4D_U8 = 1, SSB4D_U16 = 2, SSB4D_U32 = 4 } ssb4d_dtype;
 
 typedef struct ssb4d_source ssb4d_source;
 
+/* Opens DATA by its content: a .npy (ssb4d_source_open_npy) or an encoded .qem
+ * (ssb4d_source_open_qem); anything else is refused with a hint to `ssb4d import`. */
+ssb4d_status ssb4d_source_open(const char *path, ssb4d_source **out, ssb4d_err *err);
+/* Opens an encoded .qem acquisition: the whole file is validated (layout and body checksums)
+ * first; frames and columns are then decoded from the streams on every read (columns decode
+ * only the requested pixels' streams of the blocks that overlap the requested scan rows). */
+ssb4d_status ssb4d_source_open_qem(const char *path, ssb4d_source **out, ssb4d_err *err);
 /* Opens a C-order little-endian .npy of uint8/uint16/uint32 counts with rank 4. Memory-mapped. */
 ssb4d_status ssb4d_source_open_npy(const char *path, ssb4d_source **out, ssb4d_err *err);
 /* Wraps an array the caller keeps alive; data is (shape[0]*shape[1]*shape[2]*shape[3]) values. */
@@ -276,6 +283,55 @@ int ssb4d_upsample_auto(const ssb4d_geometry *g);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Simulator (src/sim/) — section owned by the simulator; see docs/simulate.md                   */
+/* ------------------------------------------------------------------------------------------ */
+/* Import into the encoded .qem form (src/ingest/import.c, SPEC §3)                             */
+/*
+ * Streams an acquisition in a foreign format (.npy, raw, HDF5 / EMD / py4DSTEM, Dectris Arina,
+ * Merlin .mib) into a .qem file block by block: peak memory is a few read blocks plus one chunk
+ * being encoded, whatever the input size. uint8/uint16 counts are kept exactly; uint32 counts are
+ * narrowed to uint16 only when every valid value fits (else refused); floats are refused.
+ * Flagged pixels (the file's mask, plus hot/dead pixels found from per-pixel totals unless
+ * hot = NONE) are marked invalid in the .qem; MEDIAN replaces them in every frame by the median
+ * of their valid 3x3 neighbours (lower middle for an even count), ZERO by 0; both are recorded
+ * as a processing step. The output appears atomically, and only when everything succeeded.
+ */
+typedef enum { SSB4D_HOT_MEDIAN = 0, SSB4D_HOT_ZERO = 1, SSB4D_HOT_NONE = 2 } ssb4d_hot_policy;
+
+typedef struct {
+    const char *format;       /* NULL or "auto" (by content/extension), "npy", "raw", "hdf5",
+                                 "arina", "mib" */
+    const char *dataset;      /* HDF5 dataset path (NULL: discover the rank-4 dataset) */
+    size_t shape[4];          /* raw: the full shape; arina/mib: shape[0..1] = scan shape */
+    int dtype_bytes;          /* raw: 1, 2 or 4 */
+    int big_endian;           /* raw */
+    size_t offset;            /* raw: header bytes to skip */
+    ssb4d_hot_policy hot;
+    /* Microscope values given by the user (NaN = not given): recorded as calibration overrides
+     * (provenance user_override), never mixed with what the file recorded. */
+    double kv, semiangle_mrad, scan_step_A[2], det_sampling_mrad[2];
+    size_t chunk_scans;       /* 0: the writer's default */
+    int threads;              /* 0: all cores */
+    int force;                /* replace an existing output */
+    ssb4d_mem *mem;           /* counts the read blocks (may be NULL) */
+    void (*progress)(void *user, double fraction);
+    void *progress_user;
+} ssb4d_import_params;
+
+void ssb4d_import_params_default(ssb4d_import_params *p);
+
+typedef struct {
+    size_t shape[4];
+    int source_dtype_bytes, stored_dtype_bytes;
+    const char *source_format;
+    size_t flagged_file, flagged_found; /* pixels flagged by the file's mask / by the totals */
+    size_t input_bytes;                 /* the counts as the source holds them */
+    size_t encoded_bytes;               /* size of the written .qem */
+    double seconds;
+} ssb4d_import_report;
+
+ssb4d_status ssb4d_import(const char *in_path, const char *out_path, const ssb4d_import_params *p,
+                          ssb4d_import_report *report, ssb4d_err *err);
+
 /* SIMULATOR-API-BEGIN */
 /*
  * Multislice simulation of a 4D-STEM acquisition through a perfect crystal (docs/simulate.md).

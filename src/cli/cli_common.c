@@ -3,6 +3,7 @@
 
 #include "common/textfile.h"
 #include "io/calfile.h"
+#include "qem/qem.h"
 #include "io/image.h"
 
 #include <cjson/cJSON.h>
@@ -231,9 +232,50 @@ static void layer(cli_values *out, const cli_values *in)
     }
 }
 
+/* The calibration a .qem carries (qem-format §9.8: its overrides win over its recorded values).
+ * Only the header is read here; the data are verified when the source is opened. */
+static int read_qem_calibration(const char *path, cli_values *v)
+{
+    FILE *f = fopen(path, "rb");
+    char magic[8] = {0};
+    int is_qem = f && fread(magic, 1, 8, f) == 8 && !memcmp(magic, "QEMDATA1", 8);
+    if (f)
+        fclose(f);
+    if (!is_qem)
+        return 0;
+    qem_file *q = NULL;
+    ssb4d_err err = {0};
+    if (qem_open(path, 0, 1, &q, &err)) {
+        fprintf(stderr, "ssb4d: %s\n", err.msg);
+        return CLI_EXIT_USAGE;
+    }
+    qem_calibration cal;
+    qem_effective_calibration(q, &cal);
+    qem_close(q);
+    v->kv = cal.kv;
+    v->semiangle_mrad = cal.semiangle_mrad;
+    for (int i = 0; i < 2; i++) {
+        v->scan_step_A[i] = cal.scan_step_A[i];
+        /* A reciprocal-length sampling (cycles/Å per pixel) is an angle only through λ. */
+        if (!cal.det_sampling_inverse_A)
+            v->det_sampling_mrad[i] = cal.det_sampling[i];
+        else if (cal.kv > 0 && !isnan(cal.det_sampling[i]))
+            v->det_sampling_mrad[i] = cal.det_sampling[i] * ssb4d_wavelength_A(cal.kv) * 1000.0;
+    }
+    return 0;
+}
+
 int cli_resolve(const char *data_path, const cli_micro *m, cli_values *out)
 {
     cli_values_unset(out);
+    if (data_path) {
+        cli_values q;
+        cli_values_unset(&q);
+        int rc = read_qem_calibration(data_path, &q);
+        if (rc)
+            return rc;
+        layer(out, &q);
+    }
     char side[4096];
     const char *sidecar = m->sidecar_path;
     if (!sidecar && data_path && find_sidecar(data_path, side, sizeof side))

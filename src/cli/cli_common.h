@@ -65,7 +65,8 @@ void cli_micro_init(cli_micro *m);
  * (message already printed). */
 int cli_micro_handle(cli_micro *m, int opt, const char *arg);
 
-/* Layers sidecar (found next to data_path or given by --sidecar), calibration file and flags.
+/* Layers the calibration a .qem DATA carries, the sidecar (found next to data_path or given by
+ * --sidecar), the calibration file and the flags, in that order (later wins).
  * Fills `out` (unset fields stay NaN). Returns 0 or prints one error line and returns exit code. */
 int cli_resolve(const char *data_path, const cli_micro *m, cli_values *out);
 

@@ -181,7 +181,7 @@ int cmd_calibrate(int argc, char **argv)
 
     ssb4d_err err = {0};
     ssb4d_source *src = NULL;
-    ssb4d_status st = ssb4d_source_open_npy(data, &src, &err);
+    ssb4d_status st = ssb4d_source_open(data, &src, &err);
     if (st)
         return cli_error(CMD, st, err.msg);
 

@@ -217,7 +217,7 @@ int cmd_reconstruct(int argc, char **argv)
     cli_progress_start(&total, "total", 1);
     ssb4d_mem_stage_begin(mem, "load");
     ssb4d_source *src = NULL;
-    ssb4d_status st = ssb4d_source_open_npy(data, &src, &err);
+    ssb4d_status st = ssb4d_source_open(data, &src, &err);
     ssb4d_mem_stage_end(mem);
     if (st) {
         ssb4d_mem_destroy(mem);

@@ -22,14 +22,15 @@ enum {
 };
 
 static const char HELP[] =
-    "usage: ssb4d simulate [options] -o OUT.npy\n"
+    "usage: ssb4d simulate [options] -o OUT.npy|OUT.qem\n"
     "\n"
     "Multislice simulation of a 4D-STEM acquisition of a perfect crystal: uint16 Poisson counts\n"
-    "(scan_row, scan_col, det_row, det_col), streamed to OUT.npy, plus OUT_phase.npy,\n"
+    "(scan_row, scan_col, det_row, det_col), streamed to OUT.npy (or, for OUT.qem, straight into\n"
+    "the encoded form, never holding more than one chunk), plus OUT_phase.npy,\n"
     "OUT_phase_bandlimited.npy (projected phase in rad at the scan positions) and the sidecar\n"
     "OUT.json. Every flag has a default (preset small); flags override the preset.\n"
     "\n"
-    "  -o, --output FILE      output .npy (required)\n"
+    "  -o, --output FILE      output .npy or .qem (required)\n"
     "  --preset NAME          tiny (32^2 scan x 48^2 det), small (128^2 x 64^2, default),\n"
     "                         medium (256^2 x 128^2), reference (512^2 x 192^2)\n"
     "  --specimen NAME        srtio3 (perovskite [001], a = 3.905 A, default) or au (fcc [001],\n"
@@ -276,7 +277,7 @@ int cmd_simulate(int argc, char **argv)
     /* outputs: refuse existing ones (unless --force) and unwritable folders before any work */
     {
         size_t n = strlen(out);
-        size_t stem = (n >= 4 && !strcmp(out + n - 4, ".npy")) ? n - 4 : n;
+        size_t stem = (n >= 4 && (!strcmp(out + n - 4, ".npy") || !strcmp(out + n - 4, ".qem"))) ? n - 4 : n;
         const char *suffix[4] = {"", "_phase.npy", "_phase_bandlimited.npy", ".json"};
         char *path = malloc(n + 32);
         if (!path)

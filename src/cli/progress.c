@@ -17,6 +17,14 @@ void cli_progress_start(cli_progress *p, const char *label, int quiet)
     p->enabled = !quiet && isatty(2);
     clock_gettime(CLOCK_MONOTONIC, &p->t0);
     p->last_print = -1;
+    p->total = 0;
+    p->unit = NULL;
+}
+
+void cli_progress_set_rate(cli_progress *p, double total, const char *unit)
+{
+    p->total = total;
+    p->unit = unit;
 }
 
 double cli_progress_elapsed(const cli_progress *p)
@@ -40,6 +48,8 @@ void cli_progress_update(void *vp, double fraction)
     bar[width] = 0;
     double eta = fraction > 0.001 ? el * (1.0 - fraction) / fraction : 0.0;
     fprintf(stderr, "\r%-14s [%s] %5.1f%%  %6.1fs  ETA %6.1fs", p->label, bar, 100.0 * fraction, el, eta);
+    if (p->total > 0 && el > 0)
+        fprintf(stderr, "  %7.1f %s/s", fraction * p->total / el, p->unit ? p->unit : "");
     fflush(stderr);
 }
 

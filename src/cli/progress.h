@@ -8,9 +8,13 @@ typedef struct {
     int enabled;
     struct timespec t0;
     double last_print;
+    double total;       /* > 0: also print the rate in `unit`s per second */
+    const char *unit;
 } cli_progress;
 
 void cli_progress_start(cli_progress *p, const char *label, int quiet);
+/* Prints a rate: `total` units (e.g. MB of input) correspond to fraction 1. */
+void cli_progress_set_rate(cli_progress *p, double total, const char *unit);
 /* Callback shape used by the library (fraction in [0, 1]). */
 void cli_progress_update(void *p, double fraction);
 void cli_progress_done(cli_progress *p);

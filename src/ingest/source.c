@@ -1,8 +1,9 @@
-/* source.c — data sources: memory-mapped .npy files and caller-owned arrays.
- * Both expose frames (for calibration) and BF columns (for the G build, SPEC §5.3). */
+/* source.c — data sources: memory-mapped .npy files, caller-owned arrays and encoded .qem files
+ * (source_qem.c). All expose frames (for calibration) and BF columns (for the G build, SPEC §5.3). */
 #include "common/err.h"
 #include "ingest/source.h"
 #include "io/npy.h"
+#include "qem/qem.h"
 #include "ssb4d.h"
 
 #include <errno.h>
@@ -19,6 +20,7 @@ struct ssb4d_source {
     const unsigned char *data; /* first count */
     void *map;                 /* mmap base (NULL for memory sources) */
     size_t map_len;
+    qem_file *qem;             /* encoded source (data == NULL) */
 };
 
 static ssb4d_status check_shape(const size_t shape[4], ssb4d_err *err)
@@ -121,6 +123,7 @@ void ssb4d_source_close(ssb4d_source *s)
         return;
     if (s->map)
         munmap(s->map, s->map_len);
+    qem_close(s->qem);
     free(s);
 }
 
@@ -151,6 +154,8 @@ ssb4d_status ssb4d_source_read_frames(ssb4d_source *s, size_t pos0, size_t npos,
     if (pos0 > npos_all || npos > npos_all - pos0)
         return ssb4d_fail(err, SSB4D_EINVAL, "frame range %zu+%zu is outside the scan (%zu positions)",
                           pos0, npos, npos_all);
+    if (s->qem)
+        return ssb4d_qem_read_frames(s->qem, pos0, npos, out, err);
     size_t base = pos0 * fr, n = npos * fr;
     if (s->dtype == SSB4D_U16) {
         const uint16_t *p = (const uint16_t *)s->data + base;
@@ -181,6 +186,8 @@ ssb4d_status ssb4d_source_read_columns_mt(ssb4d_source *s, const int32_t *det_pi
                               (int)det_pix[p]);
     if (threads < 1)
         threads = 1;
+    if (s->qem)
+        return ssb4d_qem_read_columns(s->qem, det_pix, n_pix, row0, nrows, out, threads, err);
     const size_t plane = nrows * nx;
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
     for (size_t r = 0; r < nrows; r++)
@@ -205,7 +212,7 @@ ssb4d_status ssb4d_source_read_columns_mt(ssb4d_source *s, const int32_t *det_pi
 void ssb4d_source_done_with(ssb4d_source *s, size_t pos0, size_t npos)
 {
     if (!s->map || npos == 0)
-        return;
+        return; /* .qem: decoded blocks are never kept, the encoded file is what stays resident */
     size_t fr_bytes = s->shape[2] * s->shape[3] * (size_t)s->dtype;
     uintptr_t base = (uintptr_t)s->map, lo = (uintptr_t)s->data + pos0 * fr_bytes,
               hi = lo + npos * fr_bytes, page = (uintptr_t)sysconf(_SC_PAGESIZE);
@@ -220,3 +227,49 @@ ssb4d_status ssb4d_source_read_columns(ssb4d_source *s, const int32_t *det_pix, 
 {
     return ssb4d_source_read_columns_mt(s, det_pix, n_pix, row0, nrows, out, 1, err);
 }
+
+ssb4d_status ssb4d_source_open_qem(const char *path, ssb4d_source **out, ssb4d_err *err)
+{
+    *out = NULL;
+    qem_file *q = NULL;
+    ssb4d_status st = qem_open(path, 1, 0, &q, err);
+    if (st)
+        return st;
+    const qem_info *in = qem_get_info(q);
+    st = check_shape(in->shape, err);
+    if (st) {
+        qem_close(q);
+        return st;
+    }
+    ssb4d_source *s = calloc(1, sizeof *s);
+    if (!s) {
+        qem_close(q);
+        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+    }
+    memcpy(s->shape, in->shape, sizeof s->shape);
+    s->dtype = in->dtype_bytes == 1 ? SSB4D_U8 : SSB4D_U16;
+    s->qem = q;
+    *out = s;
+    return SSB4D_OK;
+}
+
+/* By content, not by name: .qem files start with "QEMDATA1", .npy files with "\x93NUMPY". */
+ssb4d_status ssb4d_source_open(const char *path, ssb4d_source **out, ssb4d_err *err)
+{
+    *out = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return ssb4d_fail(err, SSB4D_EIO, "cannot open %s: %s", path, strerror(errno));
+    unsigned char magic[8] = {0};
+    size_t got = fread(magic, 1, sizeof magic, f);
+    fclose(f);
+    if (got >= 6 && !memcmp(magic, "\x93NUMPY", 6))
+        return ssb4d_source_open_npy(path, out, err);
+    if (got >= 4 && !memcmp(magic, "QEMD", 4))
+        return ssb4d_source_open_qem(path, out, err);
+    return ssb4d_fail(err, SSB4D_EFORMAT,
+                      "%s is neither a .npy nor a .qem file; convert other formats with "
+                      "`ssb4d import %s -o DATA.qem`", path, path);
+}
+
+qem_file *ssb4d_source_qem(const ssb4d_source *s) { return s->qem; }

@@ -1,6 +1,7 @@
 /* source.h — internal calls of the data sources. */
 #ifndef SSB4D_INGEST_SOURCE_H
 #define SSB4D_INGEST_SOURCE_H
+#include "qem/qem.h"
 #include "ssb4d.h"
 
 /* ssb4d_source_read_columns with `threads` workers over scan rows (same output). */
@@ -11,4 +12,13 @@ ssb4d_status ssb4d_source_read_columns_mt(ssb4d_source *s, const int32_t *det_pi
  * file drops those pages from the process (they stay in the page cache), so reading a 19 GB file
  * does not grow the footprint by 19 GB. A hint: never fails. */
 void ssb4d_source_done_with(ssb4d_source *s, size_t pos0, size_t npos);
+/* The encoded file behind a .qem source (NULL for other sources). */
+qem_file *ssb4d_source_qem(const ssb4d_source *s);
+
+/* source_qem.c: frames and columns decoded from the streams (same layouts as above). */
+ssb4d_status ssb4d_qem_read_frames(const qem_file *q, size_t pos0, size_t npos, uint32_t *out,
+                                   ssb4d_err *err);
+ssb4d_status ssb4d_qem_read_columns(const qem_file *q, const int32_t *det_pix, size_t n_pix,
+                                    size_t row0, size_t nrows, float *out, int threads,
+                                    ssb4d_err *err);
 #endif

@@ -69,7 +69,7 @@ ssb4d_status ssb4d_npy_parse(const unsigned char *buf, size_t len, ssb4d_npy_inf
         return ssb4d_fail(err, SSB4D_EFORMAT, "truncated or oversized .npy header (%zu bytes)", hlen);
     const char *dict = (const char *)buf + pre, *end = dict + hlen;
     const char *p = find_key(dict, end, "descr");
-    if (!p || (*p != '\'' && *p != '"'))
+    if (!p || p >= end || (*p != '\'' && *p != '"'))
         return ssb4d_fail(err, SSB4D_EFORMAT, ".npy header has no descr");
     char quote = *p++;
     size_t i = 0;
@@ -90,7 +90,7 @@ ssb4d_status ssb4d_npy_parse(const unsigned char *buf, size_t len, ssb4d_npy_inf
     else
         return ssb4d_fail(err, SSB4D_EFORMAT, ".npy fortran_order is neither True nor False");
     p = find_key(dict, end, "shape");
-    if (!p || *p != '(')
+    if (!p || p >= end || *p != '(')
         return ssb4d_fail(err, SSB4D_EFORMAT, ".npy header has no shape tuple");
     p++;
     int nd = 0;

@@ -87,8 +87,9 @@ typedef struct {
     const uint8_t *valid;     /* P bytes, 1 = valid; NULL = all valid */
     int threads;              /* 0: all cores */
     int force;                /* 1: replace an existing file */
-    cJSON *scientific_metadata; /* taken over by the writer (NULL: a minimal lossless record) */
-    cJSON *metadata;            /* taken over by the writer (NULL: {}) */
+    cJSON *scientific_metadata; /* taken over by the writer, also when open fails
+                                   (NULL: a minimal lossless record) */
+    cJSON *metadata;            /* taken over likewise (NULL: {}) */
 } qem_writer_opts;
 
 /* Checks the options and the scientific metadata (§9, with the §9.5 cross-checks against
@@ -101,6 +102,11 @@ ssb4d_status qem_writer_open(const char *path, const qem_writer_opts *o, qem_wri
  * encoded and written before this returns. A value above the dtype maximum, or more than N
  * scans, fails the writer: later calls fail and finish removes everything. */
 ssb4d_status qem_writer_append(qem_writer *w, const uint16_t *frames, size_t nscans, ssb4d_err *err);
+/* Replaces the scientific metadata and metadata recorded in the header (both taken over, also on
+ * failure); allowed any time before qem_writer_finish (e.g. to add a processing record whose
+ * counts are known only at the end). */
+ssb4d_status qem_writer_set_metadata(qem_writer *w, cJSON *scientific_metadata, cJSON *metadata,
+                                     ssb4d_err *err);
 /* After all N scans: header, fsync, publish (link + unlink, so an existing name is never
  * replaced; rename with force). On failure nothing is left behind. Frees w. */
 ssb4d_status qem_writer_finish(qem_writer *w, ssb4d_err *err);

@@ -6,6 +6,7 @@
 #include "common/err.h"
 #include "common/parallel.h"
 #include "io/npy.h"
+#include "qem/qem.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -564,7 +565,8 @@ static char *derived_path(const char *npy, const char *suffix)
     size_t n = strlen(npy);
     size_t stem = n;
     const char *slash = strrchr(npy, '/');
-    if (n >= 4 && !strcmp(npy + n - 4, ".npy") && (!slash || slash < npy + n - 4))
+    if (n >= 4 && (!strcmp(npy + n - 4, ".npy") || !strcmp(npy + n - 4, ".qem")) &&
+        (!slash || slash < npy + n - 4))
         stem = n - 4;
     char *out = malloc(stem + strlen(suffix) + 1);
     if (!out)
@@ -753,6 +755,43 @@ static ssb4d_status stream_sink(void *user, const uint16_t *block, size_t pos0, 
     return SSB4D_OK;
 }
 
+static ssb4d_status qem_sink(void *user, const uint16_t *block, size_t pos0, size_t npos,
+                             ssb4d_err *err)
+{
+    (void)pos0;
+    return qem_writer_append(user, block, npos, err);
+}
+
+static int ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && !strcmp(s + n - m, suffix);
+}
+
+/* The encoded form records the simulated microscope as the source's values (qem-format §9). */
+static ssb4d_status open_qem_writer(const ssb4d_sim_params *p, const ssb4d_sim_info *g,
+                                    const char *path, int force, qem_writer **w, ssb4d_err *err)
+{
+    size_t shape[4] = {(size_t)p->scan_n, (size_t)p->scan_n, (size_t)p->det, (size_t)p->det};
+    qem_meta_in mi;
+    memset(&mi, 0, sizeof mi);
+    mi.kv = p->kv;
+    mi.semiangle_mrad = p->semiangle_mrad;
+    mi.scan_step_A[0] = mi.scan_step_A[1] = g->scan_step_A;
+    mi.det_sampling[0] = mi.det_sampling[1] = g->det_sampling_mrad;
+    mi.source_format = "ssb4d-simulation";
+    qem_writer_opts wo;
+    memset(&wo, 0, sizeof wo);
+    memcpy(wo.shape, shape, sizeof shape);
+    wo.dtype_bytes = 2;
+    wo.threads = p->threads;
+    wo.force = force;
+    wo.scientific_metadata = qem_build_scientific_metadata(shape, &mi);
+    wo.metadata = cJSON_CreateObject();
+    cJSON_AddStringToObject(wo.metadata, "writer", "ssb4d simulate " SSB4D_VERSION_STRING);
+    return qem_writer_open(path, &wo, w, err);
+}
+
 ssb4d_status ssb4d_simulate(const ssb4d_sim_params *p, const char *npy_path, int force,
                             const char *command_line, ssb4d_sim_info *info, ssb4d_err *err)
 {
@@ -768,6 +807,8 @@ ssb4d_status ssb4d_simulate(const ssb4d_sim_params *p, const char *npy_path, int
     float *phase = malloc((size_t)p->scan_n * p->scan_n * sizeof(float));
     float *phase_bl = malloc((size_t)p->scan_n * p->scan_n * sizeof(float));
     ssb4d_afile out = {0};
+    qem_writer *qw = NULL;
+    int to_qem = ends_with(npy_path, ".qem");
     char *text = NULL;
     if (!ph || !phbl || !js || !phase || !phase_bl) {
         st = ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
@@ -784,16 +825,22 @@ ssb4d_status ssb4d_simulate(const ssb4d_sim_params *p, const char *npy_path, int
                 st = ssb4d_fail(err, SSB4D_EINVAL, "%s exists (use --force to overwrite)", outs[i]);
                 goto done;
             }
-    if ((st = ssb4d_afile_open(&out, npy_path, err)))
-        goto done;
-    FILE *f = out.f;
-    size_t shape[4] = {(size_t)p->scan_n, (size_t)p->scan_n, (size_t)p->det, (size_t)p->det};
-    st = ssb4d_npy_write_header(f, "<u2", 4, shape, err);
-    if (st)
-        goto done;
     size_t DD = (size_t)p->det * p->det;
-    stream_t s = {f, npy_path, DD};
-    st = run(p, stream_sink, &s, NULL, &g, err);
+    stream_t s = {NULL, npy_path, DD};
+    if (to_qem) {
+        if ((st = open_qem_writer(p, &g, npy_path, force, &qw, err)))
+            goto done;
+        st = run(p, qem_sink, qw, NULL, &g, err);
+    } else {
+        if ((st = ssb4d_afile_open(&out, npy_path, err)))
+            goto done;
+        s.f = out.f;
+        size_t shape[4] = {(size_t)p->scan_n, (size_t)p->scan_n, (size_t)p->det, (size_t)p->det};
+        st = ssb4d_npy_write_header(s.f, "<u2", 4, shape, err);
+        if (st)
+            goto done;
+        st = run(p, stream_sink, &s, NULL, &g, err);
+    }
     if (st)
         goto done;
     phases(p, &g, phase, phase_bl);
@@ -810,12 +857,18 @@ ssb4d_status ssb4d_simulate(const ssb4d_sim_params *p, const char *npy_path, int
     if ((st = ssb4d_write_text_atomic(js, text, err)))
         goto done;
     /* The counts appear last, once everything beside them is written. */
-    if ((st = ssb4d_afile_finish(&out, SSB4D_OK, err)))
+    if (to_qem) {
+        st = qem_writer_finish(qw, err);
+        qw = NULL;
+        if (st)
+            goto done;
+    } else if ((st = ssb4d_afile_finish(&out, SSB4D_OK, err)))
         goto done;
     if (info)
         *info = g;
 done:
     ssb4d_afile_finish(&out, st ? st : SSB4D_EINTERNAL, NULL); /* no-op once finished */
+    qem_writer_abort(qw);
     free(text);
     free(ph);
     free(phbl);

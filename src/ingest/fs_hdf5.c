@@ -1,0 +1,440 @@
+/* fs_hdf5.c — a 4-D integer dataset in a generic HDF5 file: named by the user, or the one found
+ * by walking the file. EMD 1.0 (a group with attribute emd_group_type holding "data") and
+ * py4DSTEM / emdfile datacubes (".../datacube/data") are found by the same walk and win over
+ * other candidates. A block of frames is one hyperslab selection and one H5Dread into uint32
+ * (libhdf5 widens the type); the chunk cache holds the chunks that cover one frame. */
+#include "ingest/fs_internal.h"
+
+#include "common/err.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#define MAX_CANDIDATES 64
+#define CACHE_MAX_BYTES ((size_t)64 << 20)
+
+typedef struct {
+    hid_t file, dset, fspace;
+    int rank;        /* 4: (rows, cols, det_rows, det_cols); 3: (frames, det_rows, det_cols) */
+    hsize_t dims[4];
+} h5_reader;
+
+static void h5_close(void *impl)
+{
+    h5_reader *r = impl;
+    if (!r)
+        return;
+    if (r->fspace >= 0)
+        H5Sclose(r->fspace);
+    if (r->dset >= 0)
+        H5Dclose(r->dset);
+    if (r->file >= 0)
+        H5Fclose(r->file);
+    free(r);
+}
+
+/* Selects flat scan positions [p0, p0+n) of a (rows, cols, ...) dataspace: a partial first row,
+ * whole rows, a partial last row. libhdf5 walks a union of hyperslabs in C order. */
+static herr_t select_positions(const h5_reader *r, size_t p0, size_t n)
+{
+    if (r->rank == 3) {
+        hsize_t start[3] = {p0, 0, 0}, count[3] = {n, r->dims[1], r->dims[2]};
+        return H5Sselect_hyperslab(r->fspace, H5S_SELECT_SET, start, NULL, count, NULL);
+    }
+    hsize_t C = r->dims[1], D1 = r->dims[2], D2 = r->dims[3];
+    hsize_t first = p0, last = p0 + n - 1;
+    hsize_t r0 = first / C, c0 = first % C, r1 = last / C, c1 = last % C;
+    H5S_seloper_t op = H5S_SELECT_SET;
+    herr_t e = 0;
+    if (r0 == r1) {
+        hsize_t start[4] = {r0, c0, 0, 0}, count[4] = {1, c1 - c0 + 1, D1, D2};
+        return H5Sselect_hyperslab(r->fspace, op, start, NULL, count, NULL);
+    }
+    hsize_t s1[4] = {r0, c0, 0, 0}, k1[4] = {1, C - c0, D1, D2};
+    e |= H5Sselect_hyperslab(r->fspace, op, s1, NULL, k1, NULL);
+    op = H5S_SELECT_OR;
+    if (r1 > r0 + 1) {
+        hsize_t s2[4] = {r0 + 1, 0, 0, 0}, k2[4] = {r1 - r0 - 1, C, D1, D2};
+        e |= H5Sselect_hyperslab(r->fspace, op, s2, NULL, k2, NULL);
+    }
+    hsize_t s3[4] = {r1, 0, 0, 0}, k3[4] = {1, c1 + 1, D1, D2};
+    e |= H5Sselect_hyperslab(r->fspace, op, s3, NULL, k3, NULL);
+    return e < 0 ? -1 : 0;
+}
+
+static ssb4d_status h5_read(framesrc *s, size_t pos0, size_t npos, uint32_t *out, ssb4d_err *err)
+{
+    h5_reader *r = s->impl;
+    fs_h5_quiet(); /* per thread in a thread-safe libhdf5: the reading thread may be a new one */
+    hsize_t n = (hsize_t)npos * s->shape[2] * s->shape[3];
+    hid_t mspace = H5Screate_simple(1, &n, NULL);
+    hid_t mtype = s->dtype_signed ? H5T_NATIVE_INT32 : H5T_NATIVE_UINT32;
+    herr_t e = mspace < 0 ? -1 : select_positions(r, pos0, npos);
+    if (e >= 0)
+        e = H5Dread(r->dset, mtype, mspace, r->fspace, H5P_DEFAULT, out);
+    if (mspace >= 0)
+        H5Sclose(mspace);
+    if (e < 0)
+        return fs_h5_fail(err, SSB4D_EIO, "%s: reading frames %zu..%zu failed", s->path, pos0,
+                          pos0 + npos);
+    if (s->dtype_signed) {
+        size_t bad = fs_first_negative(out, (size_t)n);
+        if (bad != (size_t)-1)
+            return fs_negative_error(s, pos0, bad, (int32_t)out[bad], err);
+    }
+    return SSB4D_OK;
+}
+
+static const framesrc_ops h5_ops = {h5_read, h5_close};
+
+/* ---------------------------------------------------------------------------------------- */
+/* Discovery                                                                                  */
+
+typedef struct {
+    hid_t file;
+    char *ints[MAX_CANDIDATES];   /* rank-4 integer datasets */
+    int preferred[MAX_CANDIDATES];
+    size_t n_ints, n_more;
+    char *floats[8];              /* rank-4 floating-point datasets (for the message) */
+    size_t n_floats;
+} walk;
+
+/* An EMD / py4DSTEM datacube: ".../data" in a group that carries emd_group_type or a
+ * DataCube class, or whose path names a datacube. */
+static int is_datacube(hid_t file, const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    if (strcmp(base, "data") != 0)
+        return 0;
+    size_t plen = slash ? (size_t)(slash - path) : 0;
+    char parent[512];
+    if (plen >= sizeof parent)
+        return 0;
+    memcpy(parent, path, plen);
+    parent[plen] = '\0';
+    const char *pp = plen ? parent : ".";
+    double v;
+    char cls[64];
+    if (fs_h5_attr_number(file, pp, "emd_group_type", &v) ||
+        fs_h5_attr_string(file, pp, "emd_group_type", cls, sizeof cls))
+        return 1;
+    if (fs_h5_attr_string(file, pp, "python_class", cls, sizeof cls) && strstr(cls, "DataCube"))
+        return 1;
+    for (const char *c = path; (c = strstr(c, "datacube")); c++)
+        if (c == path || c[-1] == '/')
+            return 1;
+    return 0;
+}
+
+#if H5_VERSION_GE(1, 12, 0)
+static herr_t visit_cb(hid_t obj, const char *name, const H5O_info2_t *info, void *data)
+#else
+static herr_t visit_cb(hid_t obj, const char *name, const H5O_info_t *info, void *data)
+#endif
+{
+    walk *w = data;
+    if (info->type != H5O_TYPE_DATASET)
+        return 0;
+    hid_t d = H5Dopen2(obj, name, H5P_DEFAULT);
+    if (d < 0) {
+        H5Eclear2(H5E_DEFAULT);
+        return 0;
+    }
+    hid_t sp = H5Dget_space(d), t = H5Dget_type(d);
+    int rank = sp < 0 ? -1 : H5Sget_simple_extent_ndims(sp);
+    H5T_class_t c = t < 0 ? H5T_NO_CLASS : H5Tget_class(t);
+    if (rank == 4 && c == H5T_INTEGER) {
+        if (w->n_ints < MAX_CANDIDATES) {
+            char *p = malloc(strlen(name) + 2);
+            if (p) {
+                p[0] = '/';
+                strcpy(p + 1, name);
+                w->preferred[w->n_ints] = is_datacube(w->file, p);
+                w->ints[w->n_ints++] = p;
+            }
+        } else {
+            w->n_more++;
+        }
+    } else if (rank == 4 && c == H5T_FLOAT && w->n_floats < 8) {
+        char *p = malloc(strlen(name) + 2);
+        if (p) {
+            p[0] = '/';
+            strcpy(p + 1, name);
+            w->floats[w->n_floats++] = p;
+        }
+    }
+    if (t >= 0)
+        H5Tclose(t);
+    if (sp >= 0)
+        H5Sclose(sp);
+    H5Dclose(d);
+    return 0;
+}
+
+static void walk_free(walk *w)
+{
+    for (size_t i = 0; i < w->n_ints; i++)
+        free(w->ints[i]);
+    for (size_t i = 0; i < w->n_floats; i++)
+        free(w->floats[i]);
+}
+
+/* Appends ", name" to a list of at most cap bytes (ellipsis when it does not fit). */
+static void list_add(char *list, size_t cap, const char *name)
+{
+    size_t n = strlen(list);
+    if (n + strlen(name) + 8 < cap)
+        snprintf(list + n, cap - n, "%s%s", n ? ", " : "", name);
+    else if (n + 5 < cap && !strstr(list, "..."))
+        snprintf(list + n, cap - n, ", ...");
+}
+
+static ssb4d_status discover(hid_t file, const char *path, char **chosen, ssb4d_err *err)
+{
+    walk w = {.file = file};
+#if H5_VERSION_GE(1, 12, 0)
+    herr_t e = H5Ovisit3(file, H5_INDEX_NAME, H5_ITER_INC, visit_cb, &w, H5O_INFO_BASIC);
+#else
+    herr_t e = H5Ovisit(file, H5_INDEX_NAME, H5_ITER_INC, visit_cb, &w);
+#endif
+    if (e < 0) {
+        walk_free(&w);
+        return fs_h5_fail(err, SSB4D_EFORMAT, "%s: cannot walk the file's groups", path);
+    }
+    size_t n_pref = 0, pick = 0;
+    for (size_t i = 0; i < w.n_ints; i++)
+        if (w.preferred[i]) {
+            n_pref++;
+            pick = i;
+        }
+    ssb4d_status st = SSB4D_OK;
+    char list[300] = "";
+    if (n_pref == 1 || (n_pref == 0 && w.n_ints == 1 && !w.n_more)) {
+        *chosen = w.ints[pick];
+        w.ints[pick] = w.ints[--w.n_ints];
+    } else if (w.n_ints == 0 && w.n_floats) {
+        for (size_t i = 0; i < w.n_floats; i++)
+            list_add(list, sizeof list, w.floats[i]);
+        st = ssb4d_fail(err, SSB4D_EFORMAT, "%s: the rank-4 dataset%s %s %s floating point: convert "
+                        "to integer counts first, ssb4d never quantises", path,
+                        w.n_floats > 1 ? "s" : "", list, w.n_floats > 1 ? "are" : "is");
+    } else if (w.n_ints == 0) {
+        st = ssb4d_fail(err, SSB4D_ENOTFOUND, "%s holds no rank-4 integer dataset (scan_row, "
+                        "scan_col, det_row, det_col): name one with --dataset PATH%s", path,
+                        fs_h5_exists(file, "/entry/data/data")
+                            ? " (for a Dectris data file, open its *_master.h5 instead)" : "");
+    } else {
+        for (size_t i = 0; i < w.n_ints; i++)
+            if (!n_pref || w.preferred[i])
+                list_add(list, sizeof list, w.ints[i]);
+        st = ssb4d_fail(err, SSB4D_EINVAL, "%s holds several rank-4 integer datasets (%s%s): choose "
+                        "one with --dataset PATH", path, list, w.n_more ? ", and more" : "");
+    }
+    walk_free(&w);
+    return st;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Opening                                                                                    */
+
+/* Sets a chunk cache that holds every chunk a whole frame touches (at least one chunk): frames
+ * are read in scan order, so a chunk spanning several frames is decompressed once. */
+static hid_t dataset_access(hid_t dcpl, int rank, const hsize_t *dims, size_t elem)
+{
+    hid_t dapl = H5Pcreate(H5P_DATASET_ACCESS);
+    hsize_t cd[4] = {1, 1, 1, 1};
+    if (dapl < 0 || H5Pget_layout(dcpl) != H5D_CHUNKED || H5Pget_chunk(dcpl, rank, cd) != rank)
+        return dapl;
+    size_t chunk = elem, across = 1;
+    for (int i = 0; i < rank; i++)
+        chunk *= cd[i];
+    for (int i = rank - 2; i < rank; i++)
+        across *= (dims[i] + cd[i] - 1) / cd[i];
+    size_t bytes = chunk * across;
+    if (bytes > CACHE_MAX_BYTES)
+        bytes = chunk > CACHE_MAX_BYTES ? chunk : CACHE_MAX_BYTES;
+    bytes += (size_t)1 << 20;
+    size_t slots = across * 10 + 1; /* the guide: ~10x the number of cached chunks, odd */
+    if (slots < 521)
+        slots = 521;
+    H5Pset_chunk_cache(dapl, slots, bytes, 1.0);
+    return dapl;
+}
+
+/* A calibration value stored as an attribute of grp or as a scalar dataset in it. */
+static int cal_number(hid_t file, const char *grp, const char *key, double *v)
+{
+    char p[700];
+    snprintf(p, sizeof p, "%s/%s", grp, key);
+    return (fs_h5_attr_number(file, grp, key, v) || fs_h5_number(file, p, v, NULL, 0)) && *v > 0 &&
+           isfinite(*v);
+}
+
+/* The same for a text value (units). */
+static int cal_text(hid_t file, const char *grp, const char *key, char *buf, size_t n)
+{
+    return fs_h5_attr_string(file, grp, key, buf, n);
+}
+
+/* EMD / emdfile calibration next to the datacube (metadatabundle/calibration), when present.
+ * Only values with a unit we know become calibration; all go to the metadata. */
+static void emd_calibration(framesrc *s, hid_t file, const char *dset)
+{
+    char base[512];
+    snprintf(base, sizeof base, "%s", dset);
+    char *cut;
+    while ((cut = strrchr(base, '/'))) {
+        *cut = '\0';
+        char grp[600], unit[32] = "";
+        snprintf(grp, sizeof grp, "%s/metadatabundle/calibration", base);
+        if (!fs_h5_exists(file, grp))
+            continue;
+        double v;
+        if (cal_number(file, grp, "R_pixel_size", &v)) {
+            cal_text(file, grp, "R_pixel_units", unit, sizeof unit);
+            double f = !strcmp(unit, "A") || !strcmp(unit, "\xc3\x85") || !strcasecmp(unit, "angstrom")
+                           ? 1.0 : !strcmp(unit, "nm") ? 10.0 : NAN;
+            fs_meta_quantity(s, "emd/calibration/R_pixel_size", v, unit);
+            if (isfinite(f))
+                s->cal.scan_step_A[0] = s->cal.scan_step_A[1] = v * f;
+        }
+        unit[0] = '\0';
+        if (cal_number(file, grp, "Q_pixel_size", &v)) {
+            cal_text(file, grp, "Q_pixel_units", unit, sizeof unit);
+            fs_meta_quantity(s, "emd/calibration/Q_pixel_size", v, unit);
+            if (!strcmp(unit, "mrad"))
+                s->cal.det_sampling_mrad[0] = s->cal.det_sampling_mrad[1] = v;
+        }
+        if (cal_number(file, grp, "convergence_semiangle_mrad", &v)) {
+            fs_meta_quantity(s, "emd/calibration/convergence_semiangle_mrad", v, "mrad");
+            s->cal.semiangle_mrad = v;
+        }
+        return;
+    }
+}
+
+ssb4d_status fs_hdf5_open(framesrc *s, const char *path, const framesrc_opts *o, ssb4d_err *err)
+{
+    fs_h5_quiet();
+    h5_reader *r = calloc(1, sizeof *r);
+    if (!r)
+        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory opening %s", path);
+    r->file = r->dset = r->fspace = -1;
+    char *name = NULL;
+    hid_t d = -1, t = -1, sp = -1, dcpl = -1, dapl = -1;
+    ssb4d_status st = SSB4D_OK;
+    if ((r->file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT)) < 0) {
+        st = fs_h5_fail(err, SSB4D_EIO, "cannot open %s as HDF5", path);
+        goto done;
+    }
+    if (o && o->dataset && *o->dataset) {
+        if (!fs_h5_exists(r->file, o->dataset)) {
+            st = ssb4d_fail(err, SSB4D_ENOTFOUND, "%s has no dataset '%s'", path, o->dataset);
+            goto done;
+        }
+        name = strdup(o->dataset);
+    } else if ((st = discover(r->file, path, &name, err))) {
+        goto done;
+    }
+    if (!name) {
+        st = ssb4d_fail(err, SSB4D_ENOMEM, "out of memory opening %s", path);
+        goto done;
+    }
+    char what[600];
+    snprintf(what, sizeof what, "%s:%s", path, name);
+    if ((d = H5Dopen2(r->file, name, H5P_DEFAULT)) < 0) {
+        st = fs_h5_fail(err, SSB4D_EFORMAT, "%s is not a dataset", what);
+        goto done;
+    }
+    t = H5Dget_type(d);
+    sp = H5Dget_space(d);
+    dcpl = H5Dget_create_plist(d);
+    if (t < 0 || sp < 0 || dcpl < 0) {
+        st = fs_h5_fail(err, SSB4D_EFORMAT, "%s: cannot read its type and shape", what);
+        goto done;
+    }
+    H5T_class_t cls = H5Tget_class(t);
+    size_t elem = H5Tget_size(t);
+    if (cls == H5T_FLOAT) {
+        st = ssb4d_fail(err, SSB4D_EFORMAT, "%s is floating point (%zu-byte): convert to integer "
+                        "counts first, ssb4d never quantises", what, elem);
+        goto done;
+    }
+    if (cls != H5T_INTEGER) {
+        st = ssb4d_fail(err, SSB4D_EFORMAT, "%s is not an integer dataset (counts must be uint8, "
+                        "uint16 or uint32)", what);
+        goto done;
+    }
+    if (elem != 1 && elem != 2 && elem != 4) {
+        st = ssb4d_fail(err, SSB4D_EFORMAT, "%s holds %zu-byte integers: narrow it to uint32 (or "
+                        "smaller) counts first", what, elem);
+        goto done;
+    }
+    r->rank = H5Sget_simple_extent_ndims(sp);
+    if (r->rank != 4 && r->rank != 3) {
+        st = ssb4d_fail(err, SSB4D_EFORMAT, "%s has rank %d; ssb4d needs 4 axes (scan_row, scan_col, "
+                        "det_row, det_col) or a stack of frames (frame, det_row, det_col)", what,
+                        r->rank);
+        goto done;
+    }
+    H5Sget_simple_extent_dims(sp, r->dims, NULL);
+    size_t shape[4];
+    const char *how = "file";
+    if (r->rank == 4) {
+        for (int i = 0; i < 4; i++)
+            shape[i] = (size_t)r->dims[i];
+        if (o && o->shape[0] && o->shape[1] && (o->shape[0] != shape[0] || o->shape[1] != shape[1])) {
+            st = ssb4d_fail(err, SSB4D_EINVAL, "%s has a %zux%zu scan, not the %zux%zu asked", what,
+                            shape[0], shape[1], o->shape[0], o->shape[1]);
+            goto done;
+        }
+    } else {
+        if ((st = fs_scan_shape((size_t)r->dims[0], o, 0, 0, NULL, what, shape, &how, err)))
+            goto done;
+        shape[2] = (size_t)r->dims[1];
+        shape[3] = (size_t)r->dims[2];
+    }
+    if ((st = fs_check_shape(shape, what, err)) ||
+        (st = fs_check_det_opts(o, shape[2], shape[3], what, err)) ||
+        (st = fs_h5_check_filters(dcpl, what, err)))
+        goto done;
+    int is_signed = H5Tget_sign(t) == H5T_SGN_2;
+    /* reopen with a chunk cache sized for this dataset's chunks */
+    dapl = dataset_access(dcpl, r->rank, r->dims, elem);
+    H5Dclose(d);
+    d = -1;
+    if ((r->dset = H5Dopen2(r->file, name, dapl >= 0 ? dapl : H5P_DEFAULT)) < 0 ||
+        (r->fspace = H5Dget_space(r->dset)) < 0) {
+        st = fs_h5_fail(err, SSB4D_EIO, "%s: cannot reopen the dataset", what);
+        goto done;
+    }
+    memcpy(s->shape, shape, sizeof shape);
+    s->dtype_bytes = (int)elem;
+    s->dtype_signed = is_signed;
+    s->format_name = "hdf5";
+    fs_meta_string(s, "hdf5_dataset", name);
+    if (r->rank == 3)
+        fs_meta_string(s, "scan_shape_source", how);
+    emd_calibration(s, r->file, name);
+    s->ops = &h5_ops;
+    s->impl = r;
+    r = NULL;
+done:
+    if (dapl >= 0)
+        H5Pclose(dapl);
+    if (dcpl >= 0)
+        H5Pclose(dcpl);
+    if (sp >= 0)
+        H5Sclose(sp);
+    if (t >= 0)
+        H5Tclose(t);
+    if (d >= 0)
+        H5Dclose(d);
+    free(name);
+    h5_close(r);
+    H5Eclear2(H5E_DEFAULT);
+    return st;
+}

@@ -1,0 +1,138 @@
+/* fs_npy.c — .npy acquisitions: integer counts, C order, rank 4. Frames are read with pread
+ * straight into the caller's block and widened in place, so the reader holds no buffer and the
+ * process footprint does not grow with the file (the page cache keeps what the kernel wants). */
+#include "ingest/fs_internal.h"
+
+#include "common/err.h"
+#include "io/npy.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef struct {
+    int fd;
+    size_t data_offset;
+    int big_endian;
+} npy_reader;
+
+static ssb4d_status npy_read(framesrc *s, size_t pos0, size_t npos, uint32_t *out, ssb4d_err *err)
+{
+    npy_reader *r = s->impl;
+    size_t P = s->shape[2] * s->shape[3], n = npos * P, b = (size_t)s->dtype_bytes;
+    uint8_t *tail = (uint8_t *)out + n * (4 - b);
+    ssb4d_status st = fs_pread_full(r->fd, tail, n * b, (off_t)(r->data_offset + pos0 * P * b),
+                                    s->path, err);
+    if (st)
+        return st;
+    fs_widen_tail(out, n, s->dtype_bytes, r->big_endian, s->dtype_signed);
+    if (s->dtype_signed) {
+        size_t bad = fs_first_negative(out, n);
+        if (bad != (size_t)-1)
+            return fs_negative_error(s, pos0, bad, (int32_t)out[bad], err);
+    }
+    return SSB4D_OK;
+}
+
+static void npy_close(void *impl)
+{
+    npy_reader *r = impl;
+    if (r) {
+        close(r->fd);
+        free(r);
+    }
+}
+
+static const framesrc_ops npy_ops = {npy_read, npy_close};
+
+/* Why a dtype is refused, in words a user can act on (NULL = accepted). */
+static const char *npy_refusal(const char *d, int *bytes, int *is_signed, int *big_endian)
+{
+    char order = d[0], kind = d[1];
+    int n = atoi(d + 2);
+    *bytes = n;
+    *is_signed = kind == 'i';
+    *big_endian = order == '>';
+    if (kind == 'f' || kind == 'c')
+        return "is floating point: convert to integer counts first, ssb4d never quantises";
+    if (kind == 'b')
+        return "is boolean: convert to uint8 counts first";
+    if (kind != 'u' && kind != 'i')
+        return "is not an integer type: counts must be uint8, uint16 or uint32";
+    if (n != 1 && n != 2 && n != 4)
+        return n == 8 ? "is 64-bit: narrow it to uint32 (or smaller) counts first"
+                      : "has an unsupported width: counts must be uint8, uint16 or uint32";
+    if (order == '>' && n > 1)
+        return "is big-endian: save it little-endian (a.astype(a.dtype.newbyteorder('<')))";
+    if (order != '<' && order != '|' && order != '=' && order != '>')
+        return "has an unknown byte order";
+    return NULL;
+}
+
+ssb4d_status fs_npy_open(framesrc *s, const char *path, const framesrc_opts *o, ssb4d_err *err)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return ssb4d_fail(err, SSB4D_EIO, "cannot open %s: %s", path, strerror(errno));
+    ssb4d_npy_info info;
+    ssb4d_status st = ssb4d_npy_read_header(f, path, &info, err);
+    fclose(f);
+    if (st)
+        return st;
+    int bytes, is_signed, big_endian;
+    const char *why = npy_refusal(info.descr, &bytes, &is_signed, &big_endian);
+    if (why)
+        return ssb4d_fail(err, SSB4D_EFORMAT, "%s: dtype '%s' %s", path, info.descr, why);
+    if (info.fortran_order)
+        return ssb4d_fail(err, SSB4D_EFORMAT, "%s: the array is in Fortran order; save it in C order "
+                          "(np.save(path, np.ascontiguousarray(a)))", path);
+    if (info.ndim != 4)
+        return ssb4d_fail(err, SSB4D_EFORMAT, "%s: the array has rank %d; ssb4d needs 4 axes "
+                          "(scan_row, scan_col, det_row, det_col)", path, info.ndim);
+    if ((st = fs_check_shape(info.shape, path, err)) ||
+        (st = fs_check_det_opts(o, info.shape[2], info.shape[3], path, err)))
+        return st;
+    if (o && o->shape[0] && o->shape[1] && (o->shape[0] != info.shape[0] || o->shape[1] != info.shape[1]))
+        return ssb4d_fail(err, SSB4D_EINVAL, "%s: the array's scan is %zux%zu, not the %zux%zu asked",
+                          path, info.shape[0], info.shape[1], o->shape[0], o->shape[1]);
+    size_t count, data_bytes, need;
+    if (!fs_mul(info.shape[0] * info.shape[1], info.shape[2] * info.shape[3], &count) ||
+        !fs_mul(count, (size_t)bytes, &data_bytes) ||
+        __builtin_add_overflow(data_bytes, info.header_bytes, &need))
+        return ssb4d_fail(err, SSB4D_EFORMAT, "%s: shape is too large", path);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return ssb4d_fail(err, SSB4D_EIO, "cannot open %s: %s", path, strerror(errno));
+    size_t size = 0;
+    if ((st = fs_file_size(fd, path, &size, err))) {
+        close(fd);
+        return st;
+    }
+    if (size != need) {
+        close(fd);
+        if (size < need)
+            return ssb4d_fail(err, SSB4D_EFORMAT, "%s is truncated: %zu bytes, its header describes "
+                              "%zu (%zu missing)", path, size, need, need - size);
+        return ssb4d_fail(err, SSB4D_EFORMAT, "%s has %zu extra bytes after the array its header "
+                          "describes (%zu bytes expected): not a plain .npy", path, size - need, need);
+    }
+    npy_reader *r = calloc(1, sizeof *r);
+    if (!r) {
+        close(fd);
+        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory opening %s", path);
+    }
+    posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+    r->fd = fd;
+    r->data_offset = info.header_bytes;
+    r->big_endian = big_endian;
+    memcpy(s->shape, info.shape, sizeof s->shape);
+    s->dtype_bytes = bytes;
+    s->dtype_signed = is_signed;
+    s->format_name = "numpy";
+    s->ops = &npy_ops;
+    s->impl = r;
+    fs_meta_string(s, "npy_descr", info.descr);
+    return SSB4D_OK;
+}

@@ -1,0 +1,538 @@
+/* import.c — `ssb4d import`: a foreign-format acquisition streamed into a .qem (SPEC §3).
+ *
+ *   pass 1 (unless hot = NONE): per-pixel totals over the whole scan -> hot / dead pixels;
+ *   pass 2: frames block by block -> flagged-pixel correction, exact narrowing -> qem writer.
+ *
+ * A reader thread fills the next block while the current one is converted and encoded, so the
+ * disk and both cores stay busy. Memory: two read blocks (uint32), one converted block (uint16)
+ * and the writer's chunk; nothing grows with the input. Any failure leaves no output. */
+#include "calibrate/calibrate_internal.h"
+#include "common/err.h"
+#include "ingest/framesrc.h"
+#include "qem/qem.h"
+#include "ssb4d.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#define READ_BLOCK_BYTES ((size_t)32 << 20) /* one uint32 read block */
+
+void ssb4d_import_params_default(ssb4d_import_params *p)
+{
+    memset(p, 0, sizeof *p);
+    p->hot = SSB4D_HOT_MEDIAN;
+    p->kv = p->semiangle_mrad = NAN;
+    p->scan_step_A[0] = p->scan_step_A[1] = NAN;
+    p->det_sampling_mrad[0] = p->det_sampling_mrad[1] = NAN;
+}
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* ---- a one-block-ahead reader thread ------------------------------------------------------ */
+typedef struct {
+    framesrc *fs;
+    size_t n_scans, block, frame;   /* scans in all, scans per block, values per scan */
+    uint32_t *buf[2];
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    size_t next;                     /* block index the thread reads next */
+    int ready[2];                    /* buf[i] holds block `have[i]` */
+    size_t have[2];
+    int stop, failed;
+    ssb4d_err err;
+    ssb4d_status st;
+} prefetch;
+
+static void *prefetch_main(void *arg)
+{
+    prefetch *pf = arg;
+    size_t nblocks = (pf->n_scans + pf->block - 1) / pf->block;
+    for (size_t b = 0; b < nblocks; b++) {
+        int slot = (int)(b & 1);
+        pthread_mutex_lock(&pf->mu);
+        while (pf->ready[slot] && !pf->stop)
+            pthread_cond_wait(&pf->cv, &pf->mu);
+        int stop = pf->stop;
+        pthread_mutex_unlock(&pf->mu);
+        if (stop)
+            break;
+        size_t t0 = b * pf->block, n = pf->n_scans - t0 < pf->block ? pf->n_scans - t0 : pf->block;
+        ssb4d_err e = {0};
+        ssb4d_status st = framesrc_read(pf->fs, t0, n, pf->buf[slot], &e);
+        pthread_mutex_lock(&pf->mu);
+        if (st) {
+            pf->failed = 1;
+            pf->st = st;
+            pf->err = e;
+        } else {
+            pf->ready[slot] = 1;
+            pf->have[slot] = b;
+        }
+        pthread_cond_broadcast(&pf->cv);
+        pthread_mutex_unlock(&pf->mu);
+        if (st)
+            break;
+    }
+    return NULL;
+}
+
+static ssb4d_status prefetch_start(prefetch *pf, framesrc *fs, size_t n_scans, size_t block,
+                                   size_t frame, ssb4d_mem *mem, ssb4d_err *err)
+{
+    memset(pf, 0, sizeof *pf);
+    pf->fs = fs;
+    pf->n_scans = n_scans;
+    pf->block = block;
+    pf->frame = frame;
+    for (int i = 0; i < 2; i++) {
+        pf->buf[i] = ssb4d_mem_alloc(mem, block * frame * sizeof(uint32_t), "import read block", err);
+        if (!pf->buf[i]) {
+            ssb4d_mem_free(mem, pf->buf[0], 0);
+            return SSB4D_ENOMEM;
+        }
+    }
+    pthread_mutex_init(&pf->mu, NULL);
+    pthread_cond_init(&pf->cv, NULL);
+    if (pthread_create(&pf->thread, NULL, prefetch_main, pf) != 0) {
+        pthread_mutex_destroy(&pf->mu);
+        pthread_cond_destroy(&pf->cv);
+        ssb4d_mem_free(mem, pf->buf[0], 0);
+        ssb4d_mem_free(mem, pf->buf[1], 0);
+        return ssb4d_fail(err, SSB4D_EINTERNAL, "cannot start the reader thread");
+    }
+    return SSB4D_OK;
+}
+
+/* Waits for block b; returns its buffer or NULL when the reader failed (error in err). */
+static const uint32_t *prefetch_get(prefetch *pf, size_t b, ssb4d_status *st, ssb4d_err *err)
+{
+    int slot = (int)(b & 1);
+    pthread_mutex_lock(&pf->mu);
+    while (!(pf->ready[slot] && pf->have[slot] == b) && !pf->failed)
+        pthread_cond_wait(&pf->cv, &pf->mu);
+    const uint32_t *out = NULL;
+    if (pf->ready[slot] && pf->have[slot] == b)
+        out = pf->buf[slot];
+    else {
+        *st = pf->st;
+        if (err)
+            *err = pf->err;
+    }
+    pthread_mutex_unlock(&pf->mu);
+    return out;
+}
+
+static void prefetch_release(prefetch *pf, size_t b)
+{
+    pthread_mutex_lock(&pf->mu);
+    pf->ready[b & 1] = 0;
+    pthread_cond_broadcast(&pf->cv);
+    pthread_mutex_unlock(&pf->mu);
+}
+
+static void prefetch_stop(prefetch *pf, ssb4d_mem *mem)
+{
+    pthread_mutex_lock(&pf->mu);
+    pf->stop = 1;
+    pthread_cond_broadcast(&pf->cv);
+    pthread_mutex_unlock(&pf->mu);
+    pthread_join(pf->thread, NULL);
+    pthread_mutex_destroy(&pf->mu);
+    pthread_cond_destroy(&pf->cv);
+    ssb4d_mem_free(mem, pf->buf[0], 0);
+    ssb4d_mem_free(mem, pf->buf[1], 0);
+}
+
+/* ---- flagged pixels ----------------------------------------------------------------------- */
+
+/* For each flagged pixel its valid 3x3 neighbours (at most 8; -1 ends the list). */
+typedef struct {
+    size_t n;          /* flagged pixels */
+    int32_t *pix;      /* their flat indices, ascending */
+    int32_t (*nb)[9];  /* neighbour lists */
+} flag_list;
+
+static ssb4d_status flag_list_build(const uint8_t *flagged, size_t rows, size_t cols, flag_list *fl,
+                                    ssb4d_err *err)
+{
+    size_t P = rows * cols, n = 0;
+    for (size_t k = 0; k < P; k++)
+        n += flagged[k] != 0;
+    fl->n = n;
+    fl->pix = malloc((n ? n : 1) * sizeof *fl->pix);
+    fl->nb = malloc((n ? n : 1) * sizeof *fl->nb);
+    if (!fl->pix || !fl->nb)
+        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory listing flagged pixels");
+    size_t i = 0;
+    for (size_t k = 0; k < P; k++) {
+        if (!flagged[k])
+            continue;
+        fl->pix[i] = (int32_t)k;
+        int m = 0;
+        long r = (long)(k / cols), c = (long)(k % cols);
+        for (long dr = -1; dr <= 1; dr++)
+            for (long dc = -1; dc <= 1; dc++) {
+                long rr = r + dr, cc = c + dc;
+                if ((dr || dc) && rr >= 0 && cc >= 0 && rr < (long)rows && cc < (long)cols &&
+                    !flagged[rr * (long)cols + cc])
+                    fl->nb[i][m++] = (int32_t)(rr * (long)cols + cc);
+            }
+        fl->nb[i][m] = -1;
+        i++;
+    }
+    return SSB4D_OK;
+}
+
+static void flag_list_free(flag_list *fl)
+{
+    free(fl->pix);
+    free(fl->nb);
+}
+
+/* Median of the valid neighbours in one frame; the lower middle value for an even count, so the
+ * result is always one of the measured counts. 0 when no neighbour is valid. */
+static uint32_t neighbour_median(const uint32_t *frame, const int32_t *nb)
+{
+    uint32_t v[8];
+    int m = 0;
+    for (; m < 8 && nb[m] >= 0; m++) {
+        uint32_t x = frame[nb[m]];
+        int j = m;
+        while (j > 0 && v[j - 1] > x) { /* insertion sort of at most 8 values */
+            v[j] = v[j - 1];
+            j--;
+        }
+        v[j] = x;
+    }
+    return m ? v[(m - 1) / 2] : 0;
+}
+
+/* ---- metadata ----------------------------------------------------------------------------- */
+
+static cJSON *quantity(double value, const char *unit, const char *provenance, const char *evidence)
+{
+    cJSON *q = cJSON_CreateObject();
+    cJSON_AddNumberToObject(q, "value", value);
+    cJSON_AddStringToObject(q, "unit", unit);
+    cJSON_AddStringToObject(q, "provenance", provenance);
+    if (evidence)
+        cJSON_AddStringToObject(q, "evidence", evidence);
+    return q;
+}
+
+/* User-given values become calibration overrides (qem-format §9.4): explicit edits that win
+ * over, and never replace, what the file recorded. */
+static void add_overrides(cJSON *sci, const ssb4d_import_params *p)
+{
+    cJSON *ov = cJSON_GetObjectItemCaseSensitive(sci, "calibration_overrides");
+    if (!cJSON_IsObject(ov)) {
+        cJSON_DeleteItemFromObjectCaseSensitive(sci, "calibration_overrides");
+        ov = cJSON_AddObjectToObject(sci, "calibration_overrides");
+    }
+    if (p->kv > 0)
+        cJSON_AddItemToObject(ov, "electron_source/accelerating_voltage",
+                              quantity(p->kv, "kV", "user_override", "ssb4d import --kv"));
+    if (p->semiangle_mrad > 0)
+        cJSON_AddItemToObject(ov, "illumination_system/semi_convergence_angle",
+                              quantity(p->semiangle_mrad, "mrad", "user_override", "ssb4d import --semiangle"));
+    if (p->scan_step_A[0] > 0 && p->scan_step_A[1] > 0) {
+        cJSON_AddItemToObject(ov, "scan_controller/regular_scan/pixel_size_row",
+                              quantity(p->scan_step_A[0], "angstrom", "user_override", "ssb4d import --scan-step"));
+        cJSON_AddItemToObject(ov, "scan_controller/regular_scan/pixel_size_column",
+                              quantity(p->scan_step_A[1], "angstrom", "user_override", "ssb4d import --scan-step"));
+    }
+    if (p->det_sampling_mrad[0] > 0 && p->det_sampling_mrad[1] > 0) {
+        cJSON_AddItemToObject(ov, "imaging_system/reciprocal_pixel_size_row",
+                              quantity(p->det_sampling_mrad[0], "mrad", "user_override", "ssb4d import --det-sampling"));
+        cJSON_AddItemToObject(ov, "imaging_system/reciprocal_pixel_size_column",
+                              quantity(p->det_sampling_mrad[1], "mrad", "user_override", "ssb4d import --det-sampling"));
+    }
+}
+
+static cJSON *processing_record(const char *op, int changes)
+{
+    cJSON *r = cJSON_CreateObject();
+    cJSON_AddStringToObject(r, "operation", op);
+    cJSON_AddBoolToObject(r, "changes_measurements", changes);
+    return r;
+}
+
+static const char *dtype_name(int bytes) { return bytes == 1 ? "uint8" : bytes == 2 ? "uint16" : "uint32"; }
+
+static ssb4d_status parse_format(const char *s, framesrc_format *f, ssb4d_err *err)
+{
+    static const struct { const char *name; framesrc_format f; } names[] = {
+        {"auto", FRAMESRC_AUTO}, {"npy", FRAMESRC_NPY}, {"raw", FRAMESRC_RAW},
+        {"hdf5", FRAMESRC_HDF5}, {"emd", FRAMESRC_HDF5}, {"arina", FRAMESRC_ARINA},
+        {"mib", FRAMESRC_MIB},
+    };
+    if (!s) {
+        *f = FRAMESRC_AUTO;
+        return SSB4D_OK;
+    }
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (!strcmp(s, names[i].name)) {
+            *f = names[i].f;
+            return SSB4D_OK;
+        }
+    return ssb4d_fail(err, SSB4D_EINVAL,
+                      "unknown input format '%s' (use auto, npy, raw, hdf5, arina or mib)", s);
+}
+
+/* ---- the import ----------------------------------------------------------------------------- */
+
+ssb4d_status ssb4d_import(const char *in_path, const char *out_path, const ssb4d_import_params *p,
+                          ssb4d_import_report *rep, ssb4d_err *err)
+{
+    double t_start = now_s();
+    framesrc_opts fo;
+    memset(&fo, 0, sizeof fo);
+    ssb4d_status st = parse_format(p->format, &fo.format, err);
+    if (st)
+        return st;
+    fo.dataset = p->dataset;
+    memcpy(fo.shape, p->shape, sizeof fo.shape);
+    fo.dtype_bytes = p->dtype_bytes;
+    fo.big_endian = p->big_endian;
+    fo.offset = p->offset;
+
+    framesrc *fs = NULL;
+    st = framesrc_open(in_path, &fo, &fs, err);
+    if (st)
+        return st;
+    size_t shape[4];
+    framesrc_shape(fs, shape);
+    size_t N = shape[0] * shape[1], P = shape[2] * shape[3];
+    int src_bytes = framesrc_dtype_bytes(fs);
+    int out_bytes = src_bytes == 1 ? 1 : 2;
+    uint32_t out_max = out_bytes == 1 ? 255u : 65535u;
+    size_t block = READ_BLOCK_BYTES / (P * sizeof(uint32_t));
+    block = block < 1 ? 1 : block > N ? N : block;
+    size_t nblocks = (N + block - 1) / block;
+    int passes = p->hot == SSB4D_HOT_NONE ? 1 : 2;
+
+    uint8_t *flagged = calloc(P, 1), *valid = malloc(P);
+    uint64_t *totals = calloc(P, sizeof *totals);
+    int32_t *found = malloc(P * sizeof *found);
+    uint16_t *conv = ssb4d_mem_alloc(p->mem, block * P * sizeof *conv, "import converted block", err);
+    flag_list fl = {0};
+    qem_writer *w = NULL;
+    prefetch pf;
+    int pf_running = 0;
+    size_t n_file = 0, n_found = 0, markers_zeroed = 0;
+    if (!flagged || !valid || !totals || !found || !conv) {
+        st = conv ? ssb4d_fail(err, SSB4D_ENOMEM, "out of memory") : SSB4D_ENOMEM;
+        goto done;
+    }
+    const uint8_t *fmask = framesrc_flag_mask(fs);
+    if (fmask)
+        for (size_t k = 0; k < P; k++)
+            if (fmask[k]) {
+                flagged[k] = 1;
+                n_file++;
+            }
+
+    /* Pass 1: totals of every pixel over the whole scan, then the hot/dead rule of calibration. */
+    if (passes == 2) {
+        st = prefetch_start(&pf, fs, N, block, P, p->mem, err);
+        if (st)
+            goto done;
+        pf_running = 1;
+        for (size_t b = 0; b < nblocks && !st; b++) {
+            const uint32_t *buf = prefetch_get(&pf, b, &st, err);
+            if (!buf)
+                break;
+            size_t n = N - b * block < block ? N - b * block : block;
+            for (size_t i = 0; i < n; i++)
+                for (size_t k = 0; k < P; k++)
+                    totals[k] += buf[i * P + k];
+            prefetch_release(&pf, b);
+            if (p->progress)
+                p->progress(p->progress_user, (double)(b * block + n) / (double)(passes * N));
+        }
+        prefetch_stop(&pf, p->mem);
+        pf_running = 0;
+        if (st)
+            goto done;
+        /* The file's own flagged pixels may hold marker values; keep them out of the rule's
+         * neighbour medians by giving them their neighbours' level. */
+        for (size_t k = 0; k < P; k++)
+            if (flagged[k])
+                totals[k] = (uint64_t)ssb4d_cal_neighbour_median(totals, flagged, shape[2], shape[3],
+                                                                 k / shape[3], k % shape[3]);
+        size_t nf = ssb4d_cal_find_flagged(totals, shape[2], shape[3], found);
+        for (size_t i = 0; i < nf; i++)
+            if (!flagged[found[i]]) {
+                flagged[found[i]] = 1;
+                n_found++;
+            }
+    }
+    for (size_t k = 0; k < P; k++)
+        valid[k] = !flagged[k];
+    st = flag_list_build(flagged, shape[2], shape[3], &fl, err);
+    if (st)
+        goto done;
+
+    /* Metadata the writer records (qem-format §9, §10). */
+    framesrc_calibration fc;
+    framesrc_calibration_of(fs, &fc);
+    qem_meta_in mi;
+    memset(&mi, 0, sizeof mi);
+    mi.kv = fc.kv;
+    mi.semiangle_mrad = fc.semiangle_mrad;
+    mi.scan_step_A[0] = fc.scan_step_A[0];
+    mi.scan_step_A[1] = fc.scan_step_A[1];
+    mi.det_sampling[0] = fc.det_sampling_mrad[0];
+    mi.det_sampling[1] = fc.det_sampling_mrad[1];
+    mi.source_format = framesrc_format_name(fs);
+    const cJSON *sm = framesrc_source_metadata(fs);
+    mi.source_metadata = sm ? cJSON_Duplicate(sm, 1) : NULL;
+    cJSON *proc = cJSON_CreateArray();
+    if (src_bytes == 4) {
+        cJSON *r = processing_record("exact_integer_narrowing", 0);
+        cJSON_AddStringToObject(r, "source_dtype", "uint32");
+        cJSON_AddStringToObject(r, "stored_dtype", "uint16");
+        cJSON_AddItemToArray(proc, r);
+    }
+    if (p->hot != SSB4D_HOT_NONE && fl.n) {
+        cJSON *r = processing_record("flagged_pixel_replacement", 1);
+        cJSON_AddStringToObject(r, "method", p->hot == SSB4D_HOT_MEDIAN ? "median_3x3_valid_neighbours" : "zero");
+        cJSON_AddNumberToObject(r, "pixel_count", (double)fl.n);
+        cJSON_AddItemToArray(proc, r);
+    }
+    mi.processing_extra = proc;
+    cJSON *sci = qem_build_scientific_metadata(shape, &mi);
+    if (!sci) {
+        st = ssb4d_fail(err, SSB4D_ENOMEM, "out of memory building the metadata");
+        goto done;
+    }
+    add_overrides(sci, p);
+    cJSON *meta = cJSON_CreateObject();
+    cJSON *hp = cJSON_AddObjectToObject(meta, "hot_pixel_correction");
+    cJSON_AddBoolToObject(hp, "applied", p->hot != SSB4D_HOT_NONE && fl.n);
+    cJSON_AddStringToObject(hp, "policy", p->hot == SSB4D_HOT_MEDIAN ? "median" : p->hot == SSB4D_HOT_ZERO ? "zero" : "none");
+    cJSON_AddNumberToObject(hp, "flagged_by_file", (double)n_file);
+    cJSON_AddNumberToObject(hp, "flagged_by_totals", (double)n_found);
+    cJSON *list = cJSON_AddArrayToObject(hp, "pixels");
+    for (size_t i = 0; i < fl.n; i++) {
+        cJSON *rc = cJSON_CreateArray();
+        cJSON_AddItemToArray(rc, cJSON_CreateNumber((double)(fl.pix[i] / (int32_t)shape[3])));
+        cJSON_AddItemToArray(rc, cJSON_CreateNumber((double)(fl.pix[i] % (int32_t)shape[3])));
+        cJSON_AddItemToArray(list, rc);
+    }
+    if (src_bytes == 4)
+        cJSON_AddStringToObject(meta, "source_dtype", "uint32");
+    cJSON_AddStringToObject(meta, "writer", "ssb4d " SSB4D_VERSION_STRING);
+
+    qem_writer_opts wo;
+    memset(&wo, 0, sizeof wo);
+    memcpy(wo.shape, shape, sizeof wo.shape);
+    wo.dtype_bytes = out_bytes;
+    wo.chunk_scans = p->chunk_scans;
+    wo.valid = valid;
+    wo.threads = p->threads;
+    wo.force = p->force;
+    wo.scientific_metadata = sci;
+    wo.metadata = meta;
+    st = qem_writer_open(out_path, &wo, &w, err);
+    if (st)
+        goto done;
+
+    /* Pass 2: correct, narrow exactly, encode. */
+    st = prefetch_start(&pf, fs, N, block, P, p->mem, err);
+    if (st)
+        goto done;
+    pf_running = 1;
+    for (size_t b = 0; b < nblocks && !st; b++) {
+        const uint32_t *buf = prefetch_get(&pf, b, &st, err);
+        if (!buf)
+            break;
+        size_t t0 = b * block, n = N - t0 < block ? N - t0 : block;
+        for (size_t i = 0; i < n && !st; i++) {
+            const uint32_t *in = buf + i * P;
+            uint16_t *o = conv + i * P;
+            for (size_t k = 0; k < P; k++) {
+                uint32_t v = in[k];
+                if (v > out_max && valid[k]) {
+                    st = ssb4d_fail(err, SSB4D_EFORMAT,
+                                    "%s: count %u at scan position (%zu, %zu), detector pixel (%zu, %zu) "
+                                    "does not fit %s; ssb4d stores counts exactly and does not clip",
+                                    in_path, v, (t0 + i) / shape[1], (t0 + i) % shape[1], k / shape[3],
+                                    k % shape[3], dtype_name(out_bytes));
+                    break;
+                }
+                o[k] = (uint16_t)v;
+            }
+            for (size_t f = 0; f < fl.n && !st; f++) {
+                int32_t k = fl.pix[f];
+                uint32_t v = p->hot == SSB4D_HOT_MEDIAN ? neighbour_median(in, fl.nb[f])
+                           : p->hot == SSB4D_HOT_ZERO ? 0 : in[k];
+                if (v > out_max) { /* a flag marker the file stores in a masked pixel */
+                    v = 0;
+                    markers_zeroed++;
+                }
+                o[k] = (uint16_t)v;
+            }
+        }
+        prefetch_release(&pf, b);
+        if (!st)
+            st = qem_writer_append(w, conv, n, err);
+        if (p->progress)
+            p->progress(p->progress_user,
+                        (double)((passes - 1) * N + t0 + n) / (double)(passes * N));
+    }
+    prefetch_stop(&pf, p->mem);
+    pf_running = 0;
+    if (st)
+        goto done;
+    if (markers_zeroed) {
+        /* Recorded (§9.5): marker values of masked pixels are stored as 0, not as counts. */
+        cJSON *s2 = cJSON_Duplicate(sci, 1), *m2 = cJSON_Duplicate(meta, 1);
+        cJSON *r = processing_record("flagged_marker_zeroing", 0);
+        cJSON_AddNumberToObject(r, "value_count", (double)markers_zeroed);
+        cJSON_AddItemToArray(cJSON_GetObjectItemCaseSensitive(s2, "processing"), r);
+        cJSON_AddTrueToObject(m2, "flagged_markers_stored_as_zero");
+        st = qem_writer_set_metadata(w, s2, m2, err);
+        if (st)
+            goto done;
+    }
+    st = qem_writer_finish(w, err);
+    w = NULL;
+    if (st)
+        goto done;
+    if (rep) {
+        memset(rep, 0, sizeof *rep);
+        memcpy(rep->shape, shape, sizeof rep->shape);
+        rep->source_dtype_bytes = src_bytes;
+        rep->stored_dtype_bytes = out_bytes;
+        rep->source_format = framesrc_format_name(fs);
+        rep->flagged_file = n_file;
+        rep->flagged_found = n_found;
+        rep->input_bytes = N * P * (size_t)src_bytes;
+        struct stat sb;
+        rep->encoded_bytes = stat(out_path, &sb) == 0 ? (size_t)sb.st_size : 0;
+        rep->seconds = now_s() - t_start;
+    }
+done:
+    if (pf_running)
+        prefetch_stop(&pf, p->mem);
+    qem_writer_abort(w);
+    flag_list_free(&fl);
+    ssb4d_mem_free(p->mem, conv, 0);
+    free(flagged);
+    free(valid);
+    free(totals);
+    free(found);
+    framesrc_close(fs);
+    return st;
+}

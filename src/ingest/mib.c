@@ -1,0 +1,353 @@
+/* mib.c — Merlin frame header parser and pixel decoder (see mib.h). Written for hostile input:
+ * every field is located within the bytes given, numbers are parsed with overflow checks, and
+ * the derived sizes are checked before anyone trusts them. */
+#include "ingest/mib.h"
+
+#include "common/err.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#define MIB_MAX_FIELDS 256
+
+typedef struct {
+    const char *p;
+    size_t n;
+} field;
+
+/* Trims blanks on both sides. */
+static field trim(field f)
+{
+    while (f.n && (*f.p == ' ' || *f.p == '\t')) {
+        f.p++;
+        f.n--;
+    }
+    while (f.n && (f.p[f.n - 1] == ' ' || f.p[f.n - 1] == '\t' || f.p[f.n - 1] == '\r' ||
+                   f.p[f.n - 1] == '\n'))
+        f.n--;
+    return f;
+}
+
+static int field_is(field f, const char *s)
+{
+    f = trim(f);
+    return f.n == strlen(s) && memcmp(f.p, s, f.n) == 0;
+}
+
+/* Decimal digits only (blanks around allowed), value <= max. */
+static int field_uint(field f, unsigned long long max, unsigned long long *v)
+{
+    f = trim(f);
+    if (f.n == 0 || f.n > 19)
+        return 0;
+    unsigned long long x = 0;
+    for (size_t i = 0; i < f.n; i++) {
+        if (f.p[i] < '0' || f.p[i] > '9')
+            return 0;
+        x = x * 10 + (unsigned)(f.p[i] - '0');
+    }
+    if (x > max)
+        return 0;
+    *v = x;
+    return 1;
+}
+
+/* A plain decimal number (digits, one point, optional exponent); NaN otherwise. */
+static double field_double(field f)
+{
+    f = trim(f);
+    char buf[48];
+    if (f.n == 0 || f.n >= sizeof buf)
+        return NAN;
+    for (size_t i = 0; i < f.n; i++)
+        if (!strchr("0123456789.eE+-", f.p[i]))
+            return NAN;
+    memcpy(buf, f.p, f.n);
+    buf[f.n] = '\0';
+    char *end;
+    double v = strtod(buf, &end);
+    return *end ? NAN : v;
+}
+
+/* Splits window[0..n) at commas; stops at the first NUL (the padding). Refuses other control
+ * bytes and anything above 0x7e: a header is plain ASCII. */
+static ssb4d_status split(const uint8_t *w, size_t n, field *fs, size_t *nf, ssb4d_err *err)
+{
+    size_t k = 0, start = 0, i = 0;
+    for (; i < n && w[i] != 0; i++) {
+        if (w[i] < 0x20 || w[i] > 0x7e)
+            return ssb4d_fail(err, SSB4D_EFORMAT, "Merlin header holds a non-text byte 0x%02x at "
+                              "offset %zu", w[i], i);
+        if (w[i] == ',') {
+            if (k == MIB_MAX_FIELDS)
+                return ssb4d_fail(err, SSB4D_EFORMAT, "Merlin header has more than %d fields",
+                                  MIB_MAX_FIELDS);
+            fs[k++] = (field){(const char *)w + start, i - start};
+            start = i + 1;
+        }
+    }
+    if (i > start) {
+        if (k == MIB_MAX_FIELDS)
+            return ssb4d_fail(err, SSB4D_EFORMAT, "Merlin header has more than %d fields",
+                              MIB_MAX_FIELDS);
+        fs[k++] = (field){(const char *)w + start, i - start};
+    }
+    /* after the first NUL only padding may follow */
+    for (; i < n; i++)
+        if (w[i] != 0 && w[i] != ' ')
+            return ssb4d_fail(err, SSB4D_EFORMAT, "Merlin header has byte 0x%02x inside its NUL "
+                              "padding at offset %zu", w[i], i);
+    *nf = k;
+    return SSB4D_OK;
+}
+
+/* Sizes of the decoded frame and of its data, from dtype, depth, chips and layout. */
+static ssb4d_status derive(mib_header *h, ssb4d_err *err)
+{
+    size_t w = h->width, ht = h->height, px = w * ht; /* both <= 65535: no overflow */
+    h->rows = ht;
+    h->cols = w;
+    if (!h->raw) {
+        h->data_bytes = px * (size_t)h->dtype;
+        return SSB4D_OK;
+    }
+    int d = h->counter_depth;
+    if (d != 1 && d != 6 && d != 12 && d != 24)
+        return ssb4d_fail(err, SSB4D_EFORMAT, "Merlin raw (R64) frame needs a counter depth of 1, 6, "
+                          "12 or 24 in its header extension (found %d)", d);
+    if (h->chips == 1) {
+        if (d == 24) { /* two 12-bit frames side by side in the header's width */
+            if (w % 2)
+                return ssb4d_fail(err, SSB4D_EFORMAT, "Merlin 24-bit raw frame has an odd width %zu",
+                                  w);
+            h->cols = w / 2;
+        }
+    } else if (h->chips == 4 && (!strcmp(h->layout, "2x2") || !strcmp(h->layout, "2x2G"))) {
+        if (d == 24)
+            return ssb4d_fail(err, SSB4D_EFORMAT, "Merlin raw (R64) 24-bit quad frames are not "
+                              "supported: save the acquisition in counting mode (U32)");
+        if (w != 4 * ht)
+            return ssb4d_fail(err, SSB4D_EFORMAT, "Merlin raw quad frame of %zux%zu does not hold "
+                              "four %zux%zu chips side by side", w, ht, ht, ht);
+        h->rows = h->cols = 2 * ht;
+    } else {
+        return ssb4d_fail(err, SSB4D_EFORMAT, "Merlin raw (R64) frames from %d chips in layout '%s' "
+                          "are not supported (only single chips and 2x2 quads): save in counting "
+                          "mode (U08/U16/U32)", h->chips, h->layout);
+    }
+    /* counters are stored in 1, 8 or 16 bits; each (sub)frame is whole 64-bit words (24-bit
+     * raw is two 12-bit subframes of rows x cols counters each) */
+    size_t bits = (size_t)(d == 1 ? 1 : d == 6 ? 8 : 16);
+    size_t sub = h->rows * h->cols, nsub = d == 24 ? 2 : 1;
+    if (sub * bits % 64)
+        return ssb4d_fail(err, SSB4D_EFORMAT, "Merlin raw frame of %zu %d-bit pixels is not a whole "
+                          "number of 64-bit words", sub, d);
+    h->data_bytes = nsub * sub * bits / 8;
+    return SSB4D_OK;
+}
+
+ssb4d_status mib_parse_header(const uint8_t *buf, size_t len, mib_header *h, ssb4d_err *err)
+{
+    memset(h, 0, sizeof *h);
+    h->shutter_s = NAN;
+    if (!buf || len < 4 || memcmp(buf, "MQ1,", 4) != 0)
+        return ssb4d_fail(err, SSB4D_EFORMAT, "not a Merlin frame header (it must start with "
+                          "\"MQ1,\")");
+    /* the header length is field 3: find it within the first few dozen bytes */
+    field fs[MIB_MAX_FIELDS];
+    size_t nf = 0;
+    ssb4d_status st;
+    size_t first = len < 64 ? len : 64;
+    size_t cut = 0, commas = 0;
+    while (cut < first && commas < 3)
+        if (buf[cut++] == ',')
+            commas++;
+    if (commas < 3)
+        return ssb4d_fail(err, SSB4D_EFORMAT, "Merlin header is truncated or garbled before its "
+                          "length field");
+    if ((st = split(buf, cut - 1, fs, &nf, err)))
+        return st;
+    unsigned long long v;
+    if (nf < 3 || !field_uint(fs[2], MIB_MAX_HEADER_BYTES, &v) || v < 64)
+        return ssb4d_fail(err, SSB4D_EFORMAT, "Merlin header length field is not a number between 64 "
+                          "and %d", MIB_MAX_HEADER_BYTES);
+    h->header_bytes = (size_t)v;
+    if (h->header_bytes > len)
+        return ssb4d_fail(err, SSB4D_EFORMAT, "Merlin header says %zu bytes, only %zu are there "
+                          "(truncated)", h->header_bytes, len);
+    if ((st = split(buf, h->header_bytes, fs, &nf, err)))
+        return st;
+    if (nf < 8)
+        return ssb4d_fail(err, SSB4D_EFORMAT, "Merlin header has %zu fields, at least 8 are needed",
+                          nf);
+    if (!field_uint(fs[1], 0xffffffffull, &v))
+        return ssb4d_fail(err, SSB4D_EFORMAT, "Merlin header sequence number is not a number");
+    h->sequence = (uint32_t)v;
+    if (!field_uint(fs[3], 64, &v) || v == 0)
+        return ssb4d_fail(err, SSB4D_EFORMAT, "Merlin header chip count is not a number 1..64");
+    h->chips = (int)v;
+    if (!field_uint(fs[4], 65535, &v) || v == 0)
+        return ssb4d_fail(err, SSB4D_EFORMAT, "Merlin header width is not a number 1..65535");
+    h->width = (size_t)v;
+    if (!field_uint(fs[5], 65535, &v) || v == 0)
+        return ssb4d_fail(err, SSB4D_EFORMAT, "Merlin header height is not a number 1..65535");
+    h->height = (size_t)v;
+    field dt = trim(fs[6]);
+    if (dt.n != 3)
+        return ssb4d_fail(err, SSB4D_EFORMAT, "Merlin header data type is not three characters");
+    memcpy(h->dtype_text, dt.p, 3);
+    if (field_is(dt, "U08"))
+        h->dtype = MIB_U8;
+    else if (field_is(dt, "U16"))
+        h->dtype = MIB_U16;
+    else if (field_is(dt, "U32"))
+        h->dtype = MIB_U32;
+    else if (field_is(dt, "R64")) {
+        h->dtype = MIB_R64;
+        h->raw = 1;
+    } else
+        return ssb4d_fail(err, SSB4D_EFORMAT, "Merlin data type '%s' is not supported (U08, U16, U32 "
+                          "and R64 are)", h->dtype_text);
+    /* layout: keep only the visible characters ("   1x1" -> "1x1") */
+    size_t li = 0;
+    for (size_t i = 0; i < fs[7].n && li + 1 < sizeof h->layout; i++)
+        if (fs[7].p[i] != ' ')
+            h->layout[li++] = fs[7].p[i];
+    if (nf > 10)
+        h->shutter_s = field_double(fs[10]);
+    for (size_t i = 8; i < nf; i++)
+        if (field_is(fs[i], "MQ1A")) {
+            if (i + 3 >= nf || !field_uint(fs[i + 3], 64, &v))
+                return ssb4d_fail(err, SSB4D_EFORMAT, "Merlin header extension (MQ1A) has no counter "
+                                  "depth");
+            h->counter_depth = (int)v;
+            break;
+        }
+    if (!h->raw && h->counter_depth && h->counter_depth > 8 * (int)h->dtype)
+        return ssb4d_fail(err, SSB4D_EFORMAT, "Merlin header says %d-bit counters in %s data",
+                          h->counter_depth, h->dtype_text);
+    if ((st = derive(h, err)))
+        return st;
+    if (h->rows > 4096 || h->cols > 4096)
+        return ssb4d_fail(err, SSB4D_EFORMAT, "Merlin frame of %zux%zu pixels is larger than ssb4d "
+                          "supports (4096x4096)", h->rows, h->cols);
+    return SSB4D_OK;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Pixel data                                                                                 */
+
+static uint64_t be64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v = v << 8 | p[i];
+    return v;
+}
+
+/* The i-th counter of a raw stream (64-bit big-endian words, counters from the low bits). */
+static inline uint32_t raw_counter(const uint8_t *data, size_t i, int depth)
+{
+    switch (depth) {
+    case 1: return (uint32_t)(be64(data + i / 64 * 8) >> (i % 64)) & 1u;
+    case 6: return data[i / 8 * 8 + 7 - i % 8];
+    default: { /* 12: 16-bit fields */
+        const uint8_t *q = data + i / 4 * 8 + (3 - i % 4) * 2;
+        return (uint32_t)q[0] << 8 | q[1];
+    }
+    }
+}
+
+void mib_decode_frame(const mib_header *h, const uint8_t *data, uint32_t *out)
+{
+    size_t n = h->rows * h->cols;
+    if (!h->raw) {
+        switch (h->dtype) {
+        case MIB_U8:
+            for (size_t i = 0; i < n; i++)
+                out[i] = data[i];
+            break;
+        case MIB_U16:
+            for (size_t i = 0; i < n; i++)
+                out[i] = (uint32_t)data[2 * i] << 8 | data[2 * i + 1];
+            break;
+        default:
+            for (size_t i = 0; i < n; i++)
+                out[i] = (uint32_t)data[4 * i] << 24 | (uint32_t)data[4 * i + 1] << 16 |
+                         (uint32_t)data[4 * i + 2] << 8 | data[4 * i + 3];
+        }
+        return;
+    }
+    int d = h->counter_depth;
+    if (h->chips == 1) {
+        if (d == 24) { /* high 12 bits in the first half of the data, low 12 in the second */
+            const uint8_t *lo = data + h->data_bytes / 2;
+            for (size_t i = 0; i < n; i++)
+                out[i] = (raw_counter(data, i, 12) << 12) + raw_counter(lo, i, 12);
+        } else {
+            for (size_t i = 0; i < n; i++)
+                out[i] = raw_counter(data, i, d);
+        }
+        return;
+    }
+    /* 2x2 quad: raw row r = [chip4 | chip3 | chip2 | chip1], each `c` pixels wide; chips 1, 2
+     * give the top row r, chips 3, 4 the bottom row 2c-1-r, both flipped left-right */
+    size_t c = h->height, W = h->cols;
+    for (size_t r = 0; r < c; r++)
+        for (size_t x = 0; x < 4 * c; x++) {
+            uint32_t v = raw_counter(data, r * 4 * c + x, d);
+            size_t seg = x / c, xs = x % c;
+            switch (seg) {
+            case 3: out[r * W + xs] = v; break;
+            case 2: out[r * W + c + xs] = v; break;
+            case 1: out[(2 * c - 1 - r) * W + (c - 1 - xs)] = v; break;
+            default: out[(2 * c - 1 - r) * W + c + (c - 1 - xs)] = v; break;
+            }
+        }
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* The .hdr acquisition header                                                                */
+
+static int key_is(const char *k, size_t kn, const char *want)
+{
+    return kn == strlen(want) && strncasecmp(k, want, kn) == 0;
+}
+
+void mib_parse_hdr(const char *text, size_t len, mib_hdr_info *info)
+{
+    memset(info, 0, sizeof *info);
+    size_t i = 0;
+    while (i < len) {
+        size_t end = i;
+        while (end < len && text[end] != '\n')
+            end++;
+        /* "Key:<TAB>value" (older files: "Key: value" with spaces) */
+        const char *line = text + i;
+        size_t n = end - i, colon = 0;
+        while (colon < n && line[colon] != '\t')
+            colon++;
+        if (colon < n) {
+            size_t kn = colon;
+            while (kn && (line[kn - 1] == ':' || line[kn - 1] == ' '))
+                kn--;
+            field val = trim((field){line + colon + 1, n - colon - 1});
+            unsigned long long v = 0;
+            if (field_uint(val, 1ull << 40, &v)) {
+                if (key_is(line, kn, "ScanX"))
+                    info->scan_x = (size_t)v;
+                else if (key_is(line, kn, "ScanY"))
+                    info->scan_y = (size_t)v;
+                else if (key_is(line, kn, "Frames in Acquisition (Number)"))
+                    info->frames_in_acquisition = (size_t)v;
+                else if (key_is(line, kn, "Frames per Trigger (Number)"))
+                    info->frames_per_trigger = (size_t)v;
+                else if (key_is(line, kn, "Counter Depth (number)") && v <= 64)
+                    info->counter_depth = (int)v;
+            }
+        }
+        i = end + 1;
+    }
+}

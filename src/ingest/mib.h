@@ -1,0 +1,63 @@
+/* mib.h — Quantum Detectors Merlin .mib frames: the per-frame ASCII header and the pixel data
+ * that follows it. Kept apart from the file reader (fs_mib.c) so a fuzzer can drive the parser.
+ *
+ * Header: comma-separated ASCII, padded with NUL bytes to header_bytes (384 single, 768 quad):
+ *   MQ1,<seq>,<header bytes>,<chips>,<width>,<height>,<U08|U16|U32|R64>,<layout>,<chip select>,
+ *   <time stamp>,<shutter s>,<counter>,<colour>,<gain>,<8 thresholds>,<DACs per chip>...,
+ *   MQ1A,<UTC time stamp>,<shutter ns>ns,<counter depth>
+ * Pixel data: big-endian U08/U16/U32 in row-major order ("counting mode"; 1- and 6-bit counters
+ * are stored as U08, 12-bit as U16, 24-bit as U32). R64 ("raw") is the chip's readout: 64-bit
+ * big-endian words with pixels packed from the least significant bit (64 x 1 bit, 8 x 6-bit in
+ * bytes, 4 x 12-bit in 16-bit fields); 24-bit raw is two 12-bit frames, high bits first, and the
+ * header's width counts both. Quad raw (4 chips, 2x2) rows hold the four chips' rows side by
+ * side in the order 4,3,2,1; chips 3 and 4 form the bottom half, flipped in both directions.
+ * Sources: ePSIC-DLS/mib_props src/mib_header_MQ1.h (field list); LiberTEM
+ * src/libertem/io/dataset/mib.py (R64 decoders, quad layout, 24-bit raw); rosettasciio
+ * rsciio/quantumdetector/_api.py (U08/U16/U32 big-endian, .hdr fields). */
+#ifndef SSB4D_INGEST_MIB_H
+#define SSB4D_INGEST_MIB_H
+#include "ssb4d.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define MIB_MAX_HEADER_BYTES 65536
+
+typedef enum { MIB_U8 = 1, MIB_U16 = 2, MIB_U32 = 4, MIB_R64 = 8 } mib_dtype;
+
+typedef struct {
+    /* as written in the header */
+    uint32_t sequence;    /* field 2: frame number, 1 for the first frame of an acquisition */
+    size_t header_bytes;  /* field 3: length of this header; the pixel data follow it */
+    int chips;            /* field 4: Medipix chips read out (1 single, 4 quad) */
+    size_t width, height; /* fields 5, 6: pixel columns and rows of the data as stored */
+    mib_dtype dtype;      /* field 7 */
+    char dtype_text[4];   /* field 7 as text: "U08", "U16", "U32", "R64" */
+    int raw;              /* 1 for R64: pixels in chip readout order, decoded by mib_decode_frame */
+    char layout[8];       /* field 8 without blanks: "1x1", "2x2", "2x2G", "Nx1", ... */
+    double shutter_s;     /* field 11: shutter open time in seconds; NaN when absent/unreadable */
+    int counter_depth;    /* bits per counter (1, 6, 12, 24) from the field after "MQ1A"+2;
+                             0 when the header has no MQ1A extension */
+    /* derived */
+    size_t rows, cols;    /* the decoded frame (differs from height x width only for raw) */
+    size_t data_bytes;    /* bytes of pixel data after the header */
+} mib_header;
+
+/* Parses the header at buf (len bytes available; at least header_bytes must be, or it is a
+ * truncation error). Never reads past len, accepts only printable ASCII before the NUL padding,
+ * and refuses anything it cannot decode with one line (SSB4D_EFORMAT). */
+ssb4d_status mib_parse_header(const uint8_t *buf, size_t len, mib_header *h, ssb4d_err *err);
+
+/* Decodes h->data_bytes bytes of pixel data into out[h->rows * h->cols] (row-major). */
+void mib_decode_frame(const mib_header *h, const uint8_t *data, uint32_t *out);
+
+/* Fields of a Merlin acquisition header (.hdr) that give the scan; 0 = absent. */
+typedef struct {
+    size_t scan_x, scan_y;             /* "ScanX", "ScanY" (some Merlin versions) */
+    size_t frames_in_acquisition;      /* "Frames in Acquisition (Number)" */
+    size_t frames_per_trigger;         /* "Frames per Trigger (Number)" */
+    int counter_depth;                 /* "Counter Depth (number)" */
+} mib_hdr_info;
+/* Parses the text of a .hdr file (lines "Key:<TAB>value"); unknown lines are skipped. */
+void mib_parse_hdr(const char *text, size_t len, mib_hdr_info *info);
+#endif
