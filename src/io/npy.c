@@ -104,13 +104,16 @@ ssb4d_status ssb4d_npy_parse(const unsigned char *buf, size_t len, ssb4d_npy_inf
             return ssb4d_fail(err, SSB4D_EFORMAT, ".npy shape holds a non-integer");
         if (nd >= 8)
             return ssb4d_fail(err, SSB4D_EFORMAT, ".npy array has more than 8 dimensions");
-        errno = 0;
-        char *e;
-        unsigned long long v = strtoull(p, &e, 10);
-        if (errno || e > end || v > ((unsigned long long)1 << 48))
-            return ssb4d_fail(err, SSB4D_EFORMAT, ".npy shape entry is absurd");
+        /* Digits are parsed by hand: the header is not NUL-terminated, so strtoull could read
+         * past its end when the last digit is the last byte (found by fuzz_npy). */
+        unsigned long long v = 0;
+        while (p < end && isdigit((unsigned char)*p)) {
+            v = v * 10 + (unsigned long long)(*p++ - '0');
+            if (v > ((unsigned long long)1 << 48))
+                return ssb4d_fail(err, SSB4D_EFORMAT, ".npy shape entry is absurd");
+        }
         info->shape[nd++] = (size_t)v;
-        p = skip_ws(e, end);
+        p = skip_ws(p, end);
         if (p < end && *p == ',')
             p++;
     }
