@@ -322,7 +322,8 @@ void ssb4d_import_params_default(ssb4d_import_params *p);
 typedef struct {
     size_t shape[4];
     int source_dtype_bytes, stored_dtype_bytes;
-    const char *source_format;
+    const char *source_format;          /* "numpy", "raw", "hdf5", "dectris-arina-hdf5",
+                                           "merlin-mib": a static string, valid for ever */
     size_t flagged_file, flagged_found; /* pixels flagged by the file's mask / by the totals */
     size_t input_bytes;                 /* the counts as the source holds them */
     size_t encoded_bytes;               /* size of the written .qem */

@@ -4,4 +4,7 @@
 int cmd_simulate(int argc, char **argv);
 int cmd_calibrate(int argc, char **argv);
 int cmd_reconstruct(int argc, char **argv);
+int cmd_import(int argc, char **argv);
+int cmd_info(int argc, char **argv);
+int cmd_verify(int argc, char **argv);
 #endif

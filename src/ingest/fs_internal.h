@@ -23,7 +23,7 @@ struct framesrc {
     size_t shape[4];
     int dtype_bytes;           /* 1, 2 or 4 */
     int dtype_signed;          /* 1: signed source integers (every value read is checked >= 0) */
-    const char *format_name;
+    const char *format_name; /* a string literal: the import report keeps the pointer */
     uint8_t *flag_mask;        /* P bytes, 1 = flagged; NULL = the file has no mask */
     framesrc_calibration cal;  /* NaN = not recorded */
     cJSON *meta;               /* reader-retained source fields (always an object) */

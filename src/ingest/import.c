@@ -269,26 +269,6 @@ static cJSON *processing_record(const char *op, int changes)
 
 static const char *dtype_name(int bytes) { return bytes == 1 ? "uint8" : bytes == 2 ? "uint16" : "uint32"; }
 
-static ssb4d_status parse_format(const char *s, framesrc_format *f, ssb4d_err *err)
-{
-    static const struct { const char *name; framesrc_format f; } names[] = {
-        {"auto", FRAMESRC_AUTO}, {"npy", FRAMESRC_NPY}, {"raw", FRAMESRC_RAW},
-        {"hdf5", FRAMESRC_HDF5}, {"emd", FRAMESRC_HDF5}, {"arina", FRAMESRC_ARINA},
-        {"mib", FRAMESRC_MIB},
-    };
-    if (!s) {
-        *f = FRAMESRC_AUTO;
-        return SSB4D_OK;
-    }
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-        if (!strcmp(s, names[i].name)) {
-            *f = names[i].f;
-            return SSB4D_OK;
-        }
-    return ssb4d_fail(err, SSB4D_EINVAL,
-                      "unknown input format '%s' (use auto, npy, raw, hdf5, arina or mib)", s);
-}
-
 /* ---- the import ----------------------------------------------------------------------------- */
 
 ssb4d_status ssb4d_import(const char *in_path, const char *out_path, const ssb4d_import_params *p,
@@ -297,9 +277,25 @@ ssb4d_status ssb4d_import(const char *in_path, const char *out_path, const ssb4d
     double t_start = now_s();
     framesrc_opts fo;
     memset(&fo, 0, sizeof fo);
-    ssb4d_status st = parse_format(p->format, &fo.format, err);
-    if (st)
+    ssb4d_status st = SSB4D_OK;
+    if (p->format && (st = framesrc_format_parse(p->format, &fo.format, err)))
         return st;
+    /* Refused before any reading: a bad microscope value, or an output that exists (the
+     * writer checks again when it opens, after pass 1 has read the whole input). */
+    const double given[] = {p->kv, p->semiangle_mrad, p->scan_step_A[0], p->scan_step_A[1],
+                            p->det_sampling_mrad[0], p->det_sampling_mrad[1]};
+    static const char *given_name[] = {"kV", "semi-angle", "scan step", "scan step",
+                                       "detector sampling", "detector sampling"};
+    for (int i = 0; i < 6; i++)
+        if (!isnan(given[i]) && !(given[i] > 0 && isfinite(given[i])))
+            return ssb4d_fail(err, SSB4D_EINVAL, "the %s must be positive and finite (got %g)",
+                              given_name[i], given[i]);
+    if (isnan(p->scan_step_A[0]) != isnan(p->scan_step_A[1]) ||
+        isnan(p->det_sampling_mrad[0]) != isnan(p->det_sampling_mrad[1]))
+        return ssb4d_fail(err, SSB4D_EINVAL, "give the scan step and detector sampling for both axes");
+    struct stat sb0;
+    if (!p->force && lstat(out_path, &sb0) == 0)
+        return ssb4d_fail(err, SSB4D_EIO, "%.200s exists; use --force to replace it", out_path);
     fo.dataset = p->dataset;
     memcpy(fo.shape, p->shape, sizeof fo.shape);
     fo.dtype_bytes = p->dtype_bytes;

@@ -461,6 +461,34 @@ ssb4d_status qem_writer_append(qem_writer *w, const uint16_t *frames, size_t nsc
     return SSB4D_OK;
 }
 
+ssb4d_status qem_writer_set_metadata(qem_writer *w, cJSON *scientific_metadata, cJSON *metadata,
+                                     ssb4d_err *err)
+{
+    if (!scientific_metadata || !metadata) {
+        cJSON_Delete(scientific_metadata);
+        cJSON_Delete(metadata);
+        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+    }
+    ssb4d_err e;
+    if (w->failed) {
+        cJSON_Delete(scientific_metadata);
+        cJSON_Delete(metadata);
+        return ssb4d_fail(err, SSB4D_EINVAL, "%.200s: the writer has already failed", w->path);
+    }
+    /* Checked like at open, so that finish never writes a header the reader would refuse. */
+    if (qem_validate_scientific_metadata(scientific_metadata, metadata, w->shape,
+                                         w->dtype_bytes == 1 ? "uint8" : "uint16", &e)) {
+        cJSON_Delete(scientific_metadata);
+        cJSON_Delete(metadata);
+        return ssb4d_fail(err, SSB4D_EINVAL, "%.200s: %s", w->path, e.msg);
+    }
+    cJSON_Delete(w->sci);
+    cJSON_Delete(w->meta);
+    w->sci = scientific_metadata;
+    w->meta = metadata;
+    return SSB4D_OK;
+}
+
 size_t qem_writer_body_bytes(const qem_writer *w) { return w ? (size_t)w->body_bytes : 0; }
 
 void qem_writer_abort(qem_writer *w) { free_writer(w); }

@@ -1,0 +1,113 @@
+/* cli_input.c — see cli_input.h. */
+#include "cli/cli_input.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char CLI_INPUT_HELP[] =
+    "reading the input (by content / extension unless --format):\n"
+    "  .npy                  uint8/uint16/uint32 (signed accepted if no value < 0), C order,\n"
+    "                        shape (scan_row, scan_col, det_row, det_col)\n"
+    "  raw binary            needs --shape and --dtype [--endian --offset]\n"
+    "  HDF5 / EMD / py4DSTEM the rank-4 integer dataset found, or --dataset PATH\n"
+    "  Dectris Arina         the *_master.h5 (bitshuffle-LZ4 data files beside it)\n"
+    "  Merlin .mib           1/6/12/24-bit frames, single chip or quad; --scan-shape if the\n"
+    "                        frame count is not a square\n"
+    "  --format F            auto, npy, raw, hdf5, arina or mib (default auto)\n"
+    "  --dataset PATH        HDF5 dataset holding the counts (rank 4, or a rank-3 frame stack)\n"
+    "  --shape A,B,C,D       raw: scan rows, scan cols, detector rows, detector cols\n"
+    "  --dtype T             raw: uint8, uint16 or uint32\n"
+    "  --endian E            raw: little (default) or big\n"
+    "  --offset BYTES        raw: header bytes to skip (default 0)\n"
+    "  --scan-shape R,C      scan shape of a frame stack (.mib, Arina, HDF5 stack)\n";
+
+/* Exactly n non-negative integers separated by ',' or 'x'. Returns 0 on success. */
+static int parse_sizes(const char *s, size_t *out, int n)
+{
+    for (int i = 0; i < n; i++) {
+        char *e;
+        if (!s || *s < '0' || *s > '9')
+            return -1;
+        unsigned long long v = strtoull(s, &e, 10);
+        if (v > ((unsigned long long)1 << 40))
+            return -1;
+        out[i] = (size_t)v;
+        if (i + 1 < n) {
+            if (*e != ',' && *e != 'x')
+                return -1;
+            s = e + 1;
+        } else if (*e) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int bad(const char *cmd, const char *what, const char *arg)
+{
+    char msg[320];
+    snprintf(msg, sizeof msg, "bad value for --%s: '%.200s' (try ssb4d %s --help)", what, arg, cmd);
+    cli_error(cmd, SSB4D_EINVAL, msg);
+    return -1;
+}
+
+int cli_input_handle(cli_input *ci, const char *cmd, int opt, const char *arg)
+{
+    switch (opt) {
+    case CLI_OPT_IN_FORMAT: {
+        framesrc_format f;
+        ssb4d_err e;
+        if (framesrc_format_parse(arg, &f, &e))
+            return bad(cmd, "format", arg);
+        ci->format = arg;
+        return 1;
+    }
+    case CLI_OPT_IN_DATASET: ci->dataset = arg; return 1;
+    case CLI_OPT_IN_SHAPE:
+        if (parse_sizes(arg, ci->shape, 4))
+            return bad(cmd, "shape", arg);
+        ci->have_shape = 1;
+        return 1;
+    case CLI_OPT_IN_SCAN_SHAPE:
+        if (parse_sizes(arg, ci->shape, 2))
+            return bad(cmd, "scan-shape", arg);
+        ci->have_scan_shape = 1;
+        return 1;
+    case CLI_OPT_IN_DTYPE:
+        ci->dtype_bytes = !strcmp(arg, "uint8") || !strcmp(arg, "u1") ? 1
+                        : !strcmp(arg, "uint16") || !strcmp(arg, "u2") ? 2
+                        : !strcmp(arg, "uint32") || !strcmp(arg, "u4") ? 4 : 0;
+        return ci->dtype_bytes ? 1 : bad(cmd, "dtype", arg);
+    case CLI_OPT_IN_ENDIAN:
+        if (strcmp(arg, "little") && strcmp(arg, "big"))
+            return bad(cmd, "endian", arg);
+        ci->big_endian = !strcmp(arg, "big");
+        return 1;
+    case CLI_OPT_IN_OFFSET: return parse_sizes(arg, &ci->offset, 1) ? bad(cmd, "offset", arg) : 1;
+    default: return 0;
+    }
+}
+
+int cli_input_check(const cli_input *ci, const char *cmd)
+{
+    if (ci->have_shape && ci->have_scan_shape)
+        return cli_error(cmd, SSB4D_EINVAL, "give --shape (raw) or --scan-shape, not both");
+    return 0;
+}
+
+ssb4d_status cli_input_framesrc_opts(const cli_input *ci, framesrc_opts *fo, ssb4d_err *err)
+{
+    memset(fo, 0, sizeof *fo);
+    if (ci->format) {
+        ssb4d_status st = framesrc_format_parse(ci->format, &fo->format, err);
+        if (st)
+            return st;
+    }
+    fo->dataset = ci->dataset;
+    memcpy(fo->shape, ci->shape, sizeof fo->shape);
+    fo->dtype_bytes = ci->dtype_bytes;
+    fo->big_endian = ci->big_endian;
+    fo->offset = ci->offset;
+    return SSB4D_OK;
+}

@@ -1,0 +1,202 @@
+/* cmd_import.c — `ssb4d import IN -o OUT.qem [options]`: stream an acquisition in a foreign
+ * format into the encoded .qem form (SPEC §3, src/ingest/import.c). */
+#include "cli/cli_common.h"
+#include "cli/cli_input.h"
+#include "cli/commands.h"
+#include "cli/progress.h"
+
+#include <cjson/cJSON.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define CMD "import"
+
+static void help(FILE *f)
+{
+    fprintf(f,
+            "usage: ssb4d import IN -o OUT.qem [options]\n\n"
+            "Streams a 4D-STEM acquisition into the encoded .qem form: counts are kept exactly\n"
+            "(uint8/uint16; uint32 only when every value fits 16 bits), flagged pixels are marked\n"
+            "invalid, and the file appears atomically once everything succeeded. Memory stays\n"
+            "within a few 32 MiB read blocks plus one chunk being encoded, whatever the input size.\n\n"
+            "%s\n"
+            "  -o, --output FILE     the .qem to write (required)\n"
+            "  --hot-pixels P        median (default): flagged pixels take the median of their valid\n"
+            "                        3x3 neighbours; zero: set to 0; none: no detection, no change.\n"
+            "                        Pixels the file's mask flags are always marked invalid.\n"
+            "  --kv KV, --semiangle MRAD, --scan-step A[,A], --det-sampling M[,M]\n"
+            "                        microscope values, recorded as user overrides beside what the\n"
+            "                        file records\n"
+            "  --chunk-scans N       scans per chunk (a multiple of 512; default: automatic)\n"
+            "  --threads N           encoder threads (default: all cores)\n"
+            "  --force               replace OUT if it exists\n"
+            "  --json                print one JSON report object on stdout\n"
+            "  -q, --quiet           no progress bar\n"
+            "  -h, --help            this help\n\n"
+            "Exit status: 0 ok, 2 bad input (one line on stderr; no output file), 1 internal error.\n",
+            CLI_INPUT_HELP);
+}
+
+enum { OPT_HOT = CLI_OPT_FIRST_FREE, OPT_CHUNK, OPT_FORCE };
+
+static int bad(const char *what, const char *arg)
+{
+    char msg[320];
+    snprintf(msg, sizeof msg, "bad value for --%s: '%.200s' (try ssb4d import --help)", what, arg);
+    return cli_error(CMD, SSB4D_EINVAL, msg);
+}
+
+int cmd_import(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"output", required_argument, 0, 'o'},     CLI_INPUT_OPTIONS,
+        {"hot-pixels", required_argument, 0, OPT_HOT},
+        {"chunk-scans", required_argument, 0, OPT_CHUNK}, {"force", no_argument, 0, OPT_FORCE},
+        {"kv", required_argument, 0, CLI_OPT_KV},   {"semiangle", required_argument, 0, CLI_OPT_SEMIANGLE},
+        {"scan-step", required_argument, 0, CLI_OPT_SCAN_STEP},
+        {"det-sampling", required_argument, 0, CLI_OPT_DET_SAMPLING},
+        {"threads", required_argument, 0, CLI_OPT_THREADS}, {"json", no_argument, 0, CLI_OPT_JSON},
+        {"quiet", no_argument, 0, 'q'},             {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0}};
+    ssb4d_import_params ip;
+    ssb4d_import_params_default(&ip);
+    cli_micro m;
+    cli_micro_init(&m);
+    const char *out = NULL;
+    cli_input ci;
+    memset(&ci, 0, sizeof ci);
+    int quiet = 0;
+    optind = 1;
+    opterr = 0;
+    int opt;
+    while ((opt = getopt_long(argc, argv, ":ho:q", opts, NULL)) != -1) {
+        switch (opt) {
+        case 'h': help(stdout); return CLI_EXIT_OK;
+        case 'o': out = optarg; break;
+        case 'q': quiet = 1; break;
+        case OPT_CHUNK:
+            {
+                char *e;
+                unsigned long long v = strtoull(optarg, &e, 10);
+                if (*optarg < '1' || *optarg > '9' || *e || v > ((unsigned long long)1 << 40))
+                    return bad("chunk-scans", optarg);
+                ip.chunk_scans = (size_t)v;
+            }
+            break;
+        case OPT_HOT:
+            if (!strcmp(optarg, "median"))
+                ip.hot = SSB4D_HOT_MEDIAN;
+            else if (!strcmp(optarg, "zero"))
+                ip.hot = SSB4D_HOT_ZERO;
+            else if (!strcmp(optarg, "none"))
+                ip.hot = SSB4D_HOT_NONE;
+            else
+                return bad("hot-pixels", optarg);
+            break;
+        case OPT_FORCE: ip.force = 1; break;
+        case '?':
+        case ':': {
+            char msg[256];
+            const char *what = argv[optind - 1];
+            snprintf(msg, sizeof msg, "%s %s (try ssb4d import --help)",
+                     opt == ':' ? "missing value for" : "unknown option", what ? what : "");
+            return cli_error(CMD, SSB4D_EINVAL, msg);
+        }
+        default: {
+            int h = cli_input_handle(&ci, CMD, opt, optarg);
+            if (h == 0)
+                h = cli_micro_handle(&m, opt, optarg);
+            if (h < 0)
+                return CLI_EXIT_USAGE;
+            if (h == 0)
+                return cli_error(CMD, SSB4D_EINVAL, "unknown option (try ssb4d import --help)");
+        }
+        }
+    }
+    if (optind >= argc)
+        return cli_error(CMD, SSB4D_EINVAL, "no input given (usage: ssb4d import IN -o OUT.qem)");
+    if (argc - optind > 1) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "one input file expected, got also '%.400s'", argv[optind + 1]);
+        return cli_error(CMD, SSB4D_EINVAL, msg);
+    }
+    if (!out)
+        return cli_error(CMD, SSB4D_EINVAL, "no output given: use -o OUT.qem");
+    const char *in = argv[optind];
+    if (cli_input_check(&ci, CMD))
+        return CLI_EXIT_USAGE;
+    ip.format = ci.format;
+    ip.dataset = ci.dataset;
+    memcpy(ip.shape, ci.shape, sizeof ip.shape);
+    ip.dtype_bytes = ci.dtype_bytes;
+    ip.big_endian = ci.big_endian;
+    ip.offset = ci.offset;
+    const cli_values *v = &m.flags;
+    ip.kv = v->kv;
+    ip.semiangle_mrad = v->semiangle_mrad;
+    for (int i = 0; i < 2; i++) {
+        ip.scan_step_A[i] = v->scan_step_A[i];
+        ip.det_sampling_mrad[i] = v->det_sampling_mrad[i];
+    }
+    ip.threads = m.threads;
+
+    cli_progress pb;
+    cli_progress_start(&pb, "import", quiet || m.json);
+    /* The rate is in MB read from IN per second (the file is read twice unless --hot-pixels
+     * none); an Arina master holds no counts itself, so it gets no rate. */
+    struct stat sb;
+    if (stat(in, &sb) == 0 && sb.st_size > (1 << 20))
+        cli_progress_set_rate(&pb, (ip.hot == SSB4D_HOT_NONE ? 1.0 : 2.0) * (double)sb.st_size / 1e6,
+                              "MB");
+    ip.progress = cli_progress_update;
+    ip.progress_user = &pb;
+    ssb4d_import_report rep;
+    ssb4d_err err = {0};
+    ssb4d_status st = ssb4d_import(in, out, &ip, &rep, &err);
+    cli_progress_done(&pb);
+    if (st)
+        return cli_error(CMD, st, err.msg);
+
+    static const char *hot_names[] = {"median", "zero", "none"};
+    double ratio = rep.encoded_bytes ? (double)rep.input_bytes / (double)rep.encoded_bytes : 0;
+    if (m.json) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "input", in);
+        cJSON_AddStringToObject(o, "output", out);
+        cJSON_AddStringToObject(o, "source_format", rep.source_format);
+        cJSON *sh = cJSON_AddArrayToObject(o, "shape");
+        for (int i = 0; i < 4; i++)
+            cJSON_AddItemToArray(sh, cJSON_CreateNumber((double)rep.shape[i]));
+        cJSON_AddNumberToObject(o, "source_dtype_bytes", rep.source_dtype_bytes);
+        cJSON_AddNumberToObject(o, "stored_dtype_bytes", rep.stored_dtype_bytes);
+        cJSON_AddNumberToObject(o, "input_bytes", (double)rep.input_bytes);
+        cJSON_AddNumberToObject(o, "encoded_bytes", (double)rep.encoded_bytes);
+        cJSON_AddNumberToObject(o, "compression_ratio", ratio);
+        cJSON_AddStringToObject(o, "hot_pixels", hot_names[ip.hot]);
+        cJSON_AddNumberToObject(o, "flagged_by_file", (double)rep.flagged_file);
+        cJSON_AddNumberToObject(o, "flagged_by_totals", (double)rep.flagged_found);
+        cJSON_AddNumberToObject(o, "seconds", rep.seconds);
+        char *s = cJSON_PrintUnformatted(o);
+        cJSON_Delete(o);
+        if (!s)
+            return cli_error(CMD, SSB4D_ENOMEM, "out of memory");
+        puts(s);
+        free(s);
+        return CLI_EXIT_OK;
+    }
+    printf("ssb4d import: %s -> %s\n", in, out);
+    printf("  source      %s, %zux%zu scan, %zux%zu detector, uint%d stored as uint%d\n",
+           rep.source_format, rep.shape[0], rep.shape[1], rep.shape[2], rep.shape[3],
+           8 * rep.source_dtype_bytes, 8 * rep.stored_dtype_bytes);
+    printf("  size        %.1f MB of counts -> %.1f MB encoded (ratio %.2f)\n",
+           (double)rep.input_bytes / 1e6, (double)rep.encoded_bytes / 1e6, ratio);
+    printf("  flagged     %zu by the file's mask, %zu found from the totals (--hot-pixels %s)\n",
+           rep.flagged_file, rep.flagged_found, hot_names[ip.hot]);
+    printf("  time        %.2f s (%.1f MB/s of input)\n", rep.seconds,
+           rep.seconds > 0 ? (double)rep.input_bytes / 1e6 / rep.seconds : 0.0);
+    return CLI_EXIT_OK;
+}

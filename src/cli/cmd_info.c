@@ -1,0 +1,198 @@
+/* cmd_info.c — `ssb4d info FILE.qem [--check] [--json]`: what a .qem holds (shape, dtype, sizes,
+ * compression ratio, calibration, flagged pixels, processing), from its header alone unless
+ * --check asks for the body checksums and the spatial index too. */
+#include "cli/cli_common.h"
+#include "cli/commands.h"
+#include "qem/qem.h"
+
+#include <cjson/cJSON.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CMD "info"
+
+static void help(FILE *f)
+{
+    fprintf(f,
+            "usage: ssb4d info FILE.qem [--check] [--json]\n\n"
+            "Prints the shape, dtype, chunking, sizes and compression ratio of an encoded\n"
+            "acquisition, its effective calibration (user overrides win over what the source\n"
+            "recorded), the flagged detector pixels and the processing steps recorded at import.\n"
+            "The header is always validated; the body is not read unless --check is given.\n\n"
+            "  --check               also verify every 64 MiB body checksum and the spatial index\n"
+            "                        (reads and decodes the whole file)\n"
+            "  --threads N           threads for --check (default: all cores)\n"
+            "  --json                print one JSON object on stdout\n"
+            "  -h, --help            this help\n\n"
+            "Exit status: 0 ok, 2 not a valid .qem (one line on stderr), 1 internal error.\n");
+}
+
+enum { OPT_CHECK = CLI_OPT_FIRST_FREE };
+
+static cJSON *num_or_null(double v) { return isfinite(v) ? cJSON_CreateNumber(v) : cJSON_CreateNull(); }
+
+static cJSON *pair_or_null(const double v[2])
+{
+    if (!isfinite(v[0]) && !isfinite(v[1]))
+        return cJSON_CreateNull();
+    cJSON *a = cJSON_CreateArray();
+    cJSON_AddItemToArray(a, num_or_null(v[0]));
+    cJSON_AddItemToArray(a, num_or_null(v[1]));
+    return a;
+}
+
+static void print_value(const char *name, double v, const char *unit)
+{
+    if (isfinite(v))
+        printf("  %-18s %g %s\n", name, v, unit);
+    else
+        printf("  %-18s unknown\n", name);
+}
+
+static void print_pair(const char *name, const double v[2], const char *unit)
+{
+    if (!isfinite(v[0]) && !isfinite(v[1]))
+        printf("  %-18s unknown\n", name);
+    else if (v[0] == v[1])
+        printf("  %-18s %g %s\n", name, v[0], unit);
+    else
+        printf("  %-18s %g, %g %s (row, col)\n", name, v[0], v[1], unit);
+}
+
+int cmd_info(int argc, char **argv)
+{
+    static const struct option opts[] = {{"check", no_argument, 0, OPT_CHECK},
+                                         {"threads", required_argument, 0, CLI_OPT_THREADS},
+                                         {"json", no_argument, 0, CLI_OPT_JSON},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    cli_micro m;
+    cli_micro_init(&m);
+    int check = 0;
+    optind = 1;
+    opterr = 0;
+    int opt;
+    while ((opt = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+        if (opt == 'h') {
+            help(stdout);
+            return CLI_EXIT_OK;
+        }
+        if (opt == OPT_CHECK) {
+            check = 1;
+            continue;
+        }
+        if (opt == '?' || opt == ':') {
+            char msg[256];
+            const char *what = argv[optind - 1];
+            snprintf(msg, sizeof msg, "%s %s (try ssb4d info --help)",
+                     opt == ':' ? "missing value for" : "unknown option", what ? what : "");
+            return cli_error(CMD, SSB4D_EINVAL, msg);
+        }
+        if (cli_micro_handle(&m, opt, optarg) <= 0)
+            return CLI_EXIT_USAGE;
+    }
+    if (optind >= argc)
+        return cli_error(CMD, SSB4D_EINVAL, "no FILE given (usage: ssb4d info FILE.qem)");
+    if (argc - optind > 1) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "one FILE expected, got also '%.400s'", argv[optind + 1]);
+        return cli_error(CMD, SSB4D_EINVAL, msg);
+    }
+    const char *path = argv[optind];
+
+    ssb4d_err err = {0};
+    qem_file *q = NULL;
+    ssb4d_status st = qem_open(path, check, m.threads, &q, &err);
+    if (st)
+        return cli_error(CMD, st, err.msg);
+    if (check && (st = qem_check_spatial_index(q, m.threads, &err))) {
+        qem_close(q);
+        return cli_error(CMD, st, err.msg);
+    }
+    const qem_info *in = qem_get_info(q);
+    const uint8_t *valid = qem_valid_mask(q);
+    size_t n_flagged = 0;
+    for (size_t k = 0; k < in->n_pix; k++)
+        n_flagged += !valid[k];
+    size_t dense = in->n_scans * in->n_pix * (size_t)in->dtype_bytes;
+    double ratio = in->file_bytes ? (double)dense / (double)in->file_bytes : 0;
+    double bits = (double)in->payload_bytes * 8.0 / ((double)in->n_scans * (double)in->n_pix);
+    qem_calibration cal;
+    qem_effective_calibration(q, &cal);
+    const char *det_unit = cal.det_sampling_inverse_A ? "1/A" : "mrad";
+    const cJSON *h = qem_header_json(q);
+    const cJSON *sci = cJSON_GetObjectItemCaseSensitive(h, "scientific_metadata");
+    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(sci, "source_format");
+    const cJSON *proc = cJSON_GetObjectItemCaseSensitive(sci, "processing");
+    const char *src_format = cJSON_IsString(fmt) ? fmt->valuestring : "unknown";
+
+    if (m.json) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "file", path);
+        cJSON *sh = cJSON_AddArrayToObject(o, "shape");
+        for (int i = 0; i < 4; i++)
+            cJSON_AddItemToArray(sh, cJSON_CreateNumber((double)in->shape[i]));
+        cJSON_AddStringToObject(o, "dtype", in->dtype_bytes == 1 ? "uint8" : "uint16");
+        cJSON_AddNumberToObject(o, "chunks", (double)in->n_chunks);
+        cJSON_AddNumberToObject(o, "blocks", (double)in->n_blocks);
+        cJSON_AddNumberToObject(o, "file_bytes", (double)in->file_bytes);
+        cJSON_AddNumberToObject(o, "header_bytes", (double)in->header_bytes);
+        cJSON_AddNumberToObject(o, "body_bytes", (double)in->body_bytes);
+        cJSON_AddNumberToObject(o, "stream_bytes", (double)in->payload_bytes);
+        cJSON_AddNumberToObject(o, "dense_bytes", (double)dense);
+        cJSON_AddNumberToObject(o, "compression_ratio", ratio);
+        cJSON_AddNumberToObject(o, "bits_per_count", bits);
+        cJSON_AddNumberToObject(o, "flagged_pixels", (double)n_flagged);
+        cJSON_AddStringToObject(o, "source_format", src_format);
+        cJSON *c = cJSON_AddObjectToObject(o, "calibration");
+        cJSON_AddItemToObject(c, "kv", num_or_null(cal.kv));
+        cJSON_AddItemToObject(c, "semiangle_mrad", num_or_null(cal.semiangle_mrad));
+        cJSON_AddItemToObject(c, "scan_step_A", pair_or_null(cal.scan_step_A));
+        cJSON_AddItemToObject(c, "det_sampling", pair_or_null(cal.det_sampling));
+        cJSON_AddStringToObject(c, "det_sampling_unit", det_unit);
+        cJSON_AddItemToObject(c, "camera_length_mm", num_or_null(cal.camera_length_mm));
+        cJSON_AddItemToObject(c, "dwell_us", num_or_null(cal.dwell_us));
+        cJSON_AddItemToObject(o, "processing", proc ? cJSON_Duplicate(proc, 1) : cJSON_CreateArray());
+        cJSON_AddBoolToObject(o, "body_checked", check);
+        char *s = cJSON_PrintUnformatted(o);
+        cJSON_Delete(o);
+        qem_close(q);
+        if (!s)
+            return cli_error(CMD, SSB4D_ENOMEM, "out of memory");
+        puts(s);
+        free(s);
+        return CLI_EXIT_OK;
+    }
+    printf("ssb4d info: %s\n", path);
+    printf("  %-18s %zu x %zu scan, %zu x %zu detector (%zu positions, %zu pixels)\n", "shape",
+           in->shape[0], in->shape[1], in->shape[2], in->shape[3], in->n_scans, in->n_pix);
+    printf("  %-18s %s\n", "dtype", in->dtype_bytes == 1 ? "uint8" : "uint16");
+    printf("  %-18s %zu chunk%s, %zu blocks of up to 512 scans\n", "layout", in->n_chunks,
+           in->n_chunks == 1 ? "" : "s", in->n_blocks);
+    printf("  %-18s %zu bytes (header %zu, body %zu; count streams %zu)\n", "file", in->file_bytes,
+           in->header_bytes, in->body_bytes, in->payload_bytes);
+    printf("  %-18s %zu bytes dense -> ratio %.2f, %.3f bits per count\n", "compression", dense,
+           ratio, bits);
+    printf("  %-18s %zu pixel%s\n", "flagged", n_flagged, n_flagged == 1 ? "" : "s");
+    printf("  %-18s %s\n", "source format", src_format);
+    print_value("kV", cal.kv, "kV");
+    print_value("semi-angle", cal.semiangle_mrad, "mrad");
+    print_pair("scan step", cal.scan_step_A, "A");
+    print_pair("detector sampling", cal.det_sampling, det_unit);
+    print_value("camera length", cal.camera_length_mm, "mm");
+    print_value("dwell", cal.dwell_us, "us");
+    const cJSON *r;
+    cJSON_ArrayForEach(r, proc) {
+        const cJSON *op = cJSON_GetObjectItemCaseSensitive(r, "operation");
+        const cJSON *ch = cJSON_GetObjectItemCaseSensitive(r, "changes_measurements");
+        printf("  %-18s %s%s\n", "processing", cJSON_IsString(op) ? op->valuestring : "?",
+               cJSON_IsTrue(ch) ? " (changes measured values)" : "");
+    }
+    printf("  %-18s %s\n", "body", check ? "checksums and spatial index verified"
+                                         : "not read (use --check to verify it)");
+    qem_close(q);
+    return CLI_EXIT_OK;
+}

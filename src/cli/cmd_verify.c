@@ -1,0 +1,202 @@
+/* cmd_verify.c — `ssb4d verify ORIGINAL FILE.qem`: compares every count of an encoded
+ * acquisition with the original it was imported from, block of scan rows by block, and exits
+ * non-zero on any difference. */
+#include "cli/cli_common.h"
+#include "cli/cli_input.h"
+#include "cli/commands.h"
+#include "cli/progress.h"
+#include "common/err.h"
+#include "qem/qem.h"
+
+#include <cjson/cJSON.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CMD "verify"
+#define CLI_EXIT_DIFFER 3
+#define VERIFY_BLOCK_BYTES ((size_t)32 << 20) /* original frames (uint32) per comparison */
+#define MAX_LISTED 10
+
+static void help(FILE *f)
+{
+    fprintf(f,
+            "usage: ssb4d verify ORIGINAL FILE.qem [options]\n\n"
+            "Decodes FILE.qem (body checksums, spatial index and every stream checked) and compares\n"
+            "every count with ORIGINAL, read as `ssb4d import` reads it. Pixels flagged in the .qem\n"
+            "whose values the import replaced (--hot-pixels median or zero, recorded in the file)\n"
+            "are reported and not compared, unless --strict.\n\n"
+            "  --strict              compare the replaced flagged pixels too\n"
+            "  --threads N           decoder threads (default: all cores)\n"
+            "  --json                print one JSON result object on stdout\n"
+            "  -q, --quiet           no progress bar\n"
+            "  -h, --help            this help\n\n%s\n"
+            "Exit status: 0 every compared count is equal, 3 a count or the shape differs (the first\n"
+            "differences are listed), 2 bad input (one line on stderr), 1 internal error.\n",
+            CLI_INPUT_HELP);
+}
+
+enum { OPT_STRICT = CLI_OPT_FIRST_FREE };
+
+/* 1 when the .qem records that flagged pixels' values were replaced at import. */
+static int replaced_flagged(const qem_file *q)
+{
+    const cJSON *sci = cJSON_GetObjectItemCaseSensitive(qem_header_json(q), "scientific_metadata");
+    const cJSON *r;
+    cJSON_ArrayForEach(r, cJSON_GetObjectItemCaseSensitive(sci, "processing")) {
+        const cJSON *op = cJSON_GetObjectItemCaseSensitive(r, "operation");
+        if (cJSON_IsString(op) && (!strcmp(op->valuestring, "flagged_pixel_replacement") ||
+                                   !strcmp(op->valuestring, "flagged_marker_zeroing")))
+            return 1;
+    }
+    return 0;
+}
+
+int cmd_verify(int argc, char **argv)
+{
+    static const struct option opts[] = {CLI_INPUT_OPTIONS,
+                                         {"strict", no_argument, 0, OPT_STRICT},
+                                         {"threads", required_argument, 0, CLI_OPT_THREADS},
+                                         {"json", no_argument, 0, CLI_OPT_JSON},
+                                         {"quiet", no_argument, 0, 'q'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    cli_micro m;
+    cli_micro_init(&m);
+    cli_input ci;
+    memset(&ci, 0, sizeof ci);
+    int strict = 0, quiet = 0;
+    optind = 1;
+    opterr = 0;
+    int opt;
+    while ((opt = getopt_long(argc, argv, ":hq", opts, NULL)) != -1) {
+        if (opt == 'h') {
+            help(stdout);
+            return CLI_EXIT_OK;
+        }
+        if (opt == 'q' || opt == OPT_STRICT) {
+            *(opt == 'q' ? &quiet : &strict) = 1;
+            continue;
+        }
+        if (opt == '?' || opt == ':') {
+            char msg[256];
+            const char *what = argv[optind - 1];
+            snprintf(msg, sizeof msg, "%s %s (try ssb4d verify --help)",
+                     opt == ':' ? "missing value for" : "unknown option", what ? what : "");
+            return cli_error(CMD, SSB4D_EINVAL, msg);
+        }
+        int h = cli_input_handle(&ci, CMD, opt, optarg);
+        if (h == 0)
+            h = cli_micro_handle(&m, opt, optarg);
+        if (h <= 0)
+            return CLI_EXIT_USAGE;
+    }
+    if (argc - optind != 2)
+        return cli_error(CMD, SSB4D_EINVAL,
+                         "two files expected (usage: ssb4d verify ORIGINAL FILE.qem)");
+    if (cli_input_check(&ci, CMD))
+        return CLI_EXIT_USAGE;
+    const char *orig = argv[optind], *path = argv[optind + 1];
+
+    ssb4d_err err = {0};
+    framesrc_opts fo;
+    ssb4d_status st = cli_input_framesrc_opts(&ci, &fo, &err);
+    if (st)
+        return cli_error(CMD, st, err.msg);
+    qem_file *q = NULL;
+    if ((st = qem_open(path, 1, m.threads, &q, &err)))
+        return cli_error(CMD, st, err.msg);
+    if ((st = qem_check_spatial_index(q, m.threads, &err))) {
+        qem_close(q);
+        return cli_error(CMD, st, err.msg);
+    }
+    framesrc *fs = NULL;
+    if ((st = framesrc_open(orig, &fo, &fs, &err))) {
+        qem_close(q);
+        return cli_error(CMD, st, err.msg);
+    }
+    const qem_info *in = qem_get_info(q);
+    size_t shape[4];
+    framesrc_shape(fs, shape);
+    if (memcmp(shape, in->shape, sizeof shape) != 0) {
+        fprintf(stderr, "ssb4d verify: shapes differ: %s is %zux%zux%zux%zu, %s is %zux%zux%zux%zu\n",
+                orig, shape[0], shape[1], shape[2], shape[3], path, in->shape[0], in->shape[1],
+                in->shape[2], in->shape[3]);
+        framesrc_close(fs);
+        qem_close(q);
+        return CLI_EXIT_DIFFER;
+    }
+    const uint8_t *valid = qem_valid_mask(q);
+    int skip_flagged = !strict && replaced_flagged(q);
+    size_t rows = shape[0], cols = shape[1], P = shape[2] * shape[3];
+    size_t frame = cols * P; /* one scan row */
+    size_t step = VERIFY_BLOCK_BYTES / (frame * sizeof(uint32_t));
+    step = step < 1 ? 1 : step > rows ? rows : step;
+    uint32_t *a = malloc(step * frame * sizeof *a);
+    uint16_t *b = malloc(step * frame * sizeof *b);
+    if (!a || !b) {
+        free(a);
+        free(b);
+        framesrc_close(fs);
+        qem_close(q);
+        return cli_error(CMD, SSB4D_ENOMEM, "out of memory");
+    }
+    cli_progress pb;
+    cli_progress_start(&pb, "verify", quiet || m.json);
+    cli_progress_set_rate(&pb, (double)(rows * frame * (size_t)in->dtype_bytes) / 1e6, "MB");
+    size_t n_diff = 0, n_compared = 0, n_skipped = 0;
+    for (size_t r0 = 0; r0 < rows && !st; r0 += step) {
+        size_t nr = rows - r0 < step ? rows - r0 : step;
+        size_t lo[4] = {r0, 0, 0, 0}, hi[4] = {r0 + nr, cols, shape[2], shape[3]};
+        if ((st = framesrc_read(fs, r0 * cols, nr * cols, a, &err)) ||
+            (st = qem_read_region(q, lo, hi, b, m.threads, &err)))
+            break;
+        for (size_t t = 0; t < nr * cols; t++)
+            for (size_t k = 0; k < P; k++) {
+                if (skip_flagged && !valid[k]) {
+                    n_skipped++;
+                    continue;
+                }
+                n_compared++;
+                uint32_t x = a[t * P + k], y = b[t * P + k];
+                if (x != y && n_diff++ < MAX_LISTED && !m.json) {
+                    size_t s = r0 * cols + t;
+                    fprintf(stderr, "ssb4d verify: scan (%zu, %zu) pixel (%zu, %zu): original %u, %s %u\n",
+                            s / cols, s % cols, k / shape[3], k % shape[3], x, path, y);
+                }
+            }
+        cli_progress_update(&pb, (double)(r0 + nr) / (double)rows);
+    }
+    cli_progress_done(&pb);
+    free(a);
+    free(b);
+    framesrc_close(fs);
+    qem_close(q);
+    if (st)
+        return cli_error(CMD, st, err.msg);
+    if (m.json) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "original", orig);
+        cJSON_AddStringToObject(o, "file", path);
+        cJSON_AddBoolToObject(o, "identical", n_diff == 0);
+        cJSON_AddNumberToObject(o, "compared", (double)n_compared);
+        cJSON_AddNumberToObject(o, "differences", (double)n_diff);
+        cJSON_AddNumberToObject(o, "skipped_replaced", (double)n_skipped);
+        char *s = cJSON_PrintUnformatted(o);
+        cJSON_Delete(o);
+        if (s)
+            puts(s);
+        free(s);
+    } else if (n_diff) {
+        printf("ssb4d verify: %zu of %zu counts DIFFER between %s and %s\n", n_diff, n_compared,
+               orig, path);
+    } else {
+        printf("ssb4d verify: %s and %s are identical: %zu counts compared", orig, path, n_compared);
+        if (n_skipped)
+            printf(", %zu values of flagged pixels replaced at import not compared (--strict compares them)",
+                   n_skipped);
+        printf("\n");
+    }
+    return n_diff ? CLI_EXIT_DIFFER : CLI_EXIT_OK;
+}
