@@ -32,6 +32,12 @@ struct framesrc {
 /* ---- per-format openers (each fills s; on failure it frees what it allocated itself) ---- */
 ssb4d_status fs_npy_open(framesrc *s, const char *path, const framesrc_opts *o, ssb4d_err *err);
 ssb4d_status fs_raw_open(framesrc *s, const char *path, const framesrc_opts *o, ssb4d_err *err);
+/* The reader shared by raw and .npy (fs_raw.c): frames stored contiguously from byte `offset`,
+ * s->dtype_bytes wide (s->dtype_signed honoured), read with pread straight into the caller's
+ * block and widened in place. fs_contiguous_open opens path and returns its size; attach makes
+ * s read from fd (taking it over, closed on failure too). */
+ssb4d_status fs_contiguous_open(const char *path, int *fd, size_t *size, ssb4d_err *err);
+ssb4d_status fs_contiguous_attach(framesrc *s, int fd, size_t offset, int big_endian, ssb4d_err *err);
 ssb4d_status fs_hdf5_open(framesrc *s, const char *path, const framesrc_opts *o, ssb4d_err *err);
 ssb4d_status fs_arina_open(framesrc *s, const char *path, const framesrc_opts *o, ssb4d_err *err);
 ssb4d_status fs_mib_open(framesrc *s, const char *path, const framesrc_opts *o, ssb4d_err *err);

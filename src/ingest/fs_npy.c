@@ -1,6 +1,7 @@
-/* fs_npy.c — .npy acquisitions: integer counts, C order, rank 4. Frames are read with pread
- * straight into the caller's block and widened in place, so the reader holds no buffer and the
- * process footprint does not grow with the file (the page cache keeps what the kernel wants). */
+/* fs_npy.c — .npy acquisitions: integer counts, C order, rank 4. The header is checked here; the
+ * frames are read by the contiguous reader of fs_raw.c (pread straight into the caller's block,
+ * widened in place), so the reader holds no buffer and the process footprint does not grow with
+ * the file (the page cache keeps what the kernel wants). */
 #include "ingest/fs_internal.h"
 
 #include "common/err.h"
@@ -11,41 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-typedef struct {
-    int fd;
-    size_t data_offset;
-    int big_endian;
-} npy_reader;
-
-static ssb4d_status npy_read(framesrc *s, size_t pos0, size_t npos, uint32_t *out, ssb4d_err *err)
-{
-    npy_reader *r = s->impl;
-    size_t P = s->shape[2] * s->shape[3], n = npos * P, b = (size_t)s->dtype_bytes;
-    uint8_t *tail = (uint8_t *)out + n * (4 - b);
-    ssb4d_status st = fs_pread_full(r->fd, tail, n * b, (off_t)(r->data_offset + pos0 * P * b),
-                                    s->path, err);
-    if (st)
-        return st;
-    fs_widen_tail(out, n, s->dtype_bytes, r->big_endian, s->dtype_signed);
-    if (s->dtype_signed) {
-        size_t bad = fs_first_negative(out, n);
-        if (bad != (size_t)-1)
-            return fs_negative_error(s, pos0, bad, (int32_t)out[bad], err);
-    }
-    return SSB4D_OK;
-}
-
-static void npy_close(void *impl)
-{
-    npy_reader *r = impl;
-    if (r) {
-        close(r->fd);
-        free(r);
-    }
-}
-
-static const framesrc_ops npy_ops = {npy_read, npy_close};
 
 /* Why a dtype is refused, in words a user can act on (NULL = accepted). */
 static const char *npy_refusal(const char *d, int *bytes, int *is_signed, int *big_endian)
@@ -102,14 +68,10 @@ ssb4d_status fs_npy_open(framesrc *s, const char *path, const framesrc_opts *o, 
         !fs_mul(count, (size_t)bytes, &data_bytes) ||
         __builtin_add_overflow(data_bytes, info.header_bytes, &need))
         return ssb4d_fail(err, SSB4D_EFORMAT, "%s: shape is too large", path);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return ssb4d_fail(err, SSB4D_EIO, "cannot open %s: %s", path, strerror(errno));
+    int fd;
     size_t size = 0;
-    if ((st = fs_file_size(fd, path, &size, err))) {
-        close(fd);
+    if ((st = fs_contiguous_open(path, &fd, &size, err)))
         return st;
-    }
     if (size != need) {
         close(fd);
         if (size < need)
@@ -118,21 +80,12 @@ ssb4d_status fs_npy_open(framesrc *s, const char *path, const framesrc_opts *o, 
         return ssb4d_fail(err, SSB4D_EFORMAT, "%s has %zu extra bytes after the array its header "
                           "describes (%zu bytes expected): not a plain .npy", path, size - need, need);
     }
-    npy_reader *r = calloc(1, sizeof *r);
-    if (!r) {
-        close(fd);
-        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory opening %s", path);
-    }
-    posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-    r->fd = fd;
-    r->data_offset = info.header_bytes;
-    r->big_endian = big_endian;
     memcpy(s->shape, info.shape, sizeof s->shape);
     s->dtype_bytes = bytes;
     s->dtype_signed = is_signed;
     s->format_name = "numpy";
-    s->ops = &npy_ops;
-    s->impl = r;
+    if ((st = fs_contiguous_attach(s, fd, info.header_bytes, big_endian, err)))
+        return st;
     fs_meta_string(s, "npy_descr", info.descr);
     return SSB4D_OK;
 }
