@@ -6,6 +6,7 @@
  * (pixel, block) stream, written by one thread into its own part of the output, so the result
  * does not depend on the thread count. */
 #include "common/err.h"
+#include "common/parallel.h"
 #include "ingest/source.h"
 
 #include <stdlib.h>
@@ -63,6 +64,7 @@ ssb4d_status ssb4d_qem_read_columns(const qem_file *q, const int32_t *det_pix, s
     size_t b0 = block_of(q, t_lo), b1 = block_of(q, t_hi - 1) + 1, nb = b1 - b0;
     size_t plane = nrows * nx, ntask = n_pix * nb;
     first_error fe = {0};
+    threads = ssb4d_threads_resolve(threads); /* 0 = all cores, like the qem_* functions */
     /* Pixel-major task order: consecutive tasks of a thread read one pixel's streams block by
      * block, which walks the file forward. */
 #pragma omp parallel num_threads(threads)

@@ -302,7 +302,7 @@ static ssb4d_status check_body(qem_file *f, int threads, ssb4d_err *err)
     size_t bad = SIZE_MAX;
     int nt = ssb4d_threads_resolve(threads);
     if ((size_t)nt > nb)
-        nt = (int)nb;
+        nt = nb ? (int)nb : 1;
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 1) reduction(min : bad)
     for (size_t b = 0; b < nb; b++) {
         size_t len = f->info.body_bytes - b * QEM_HASH_BLOCK;
