@@ -28,7 +28,8 @@ static void help(FILE *f)
             "--calibration.\n\n"
             "  -o, --output FILE     write the calibration JSON to FILE (atomically)\n"
             "  -h, --help            this help\n\n%s\n"
-            "DATA is a .npy of uint8/uint16/uint32 counts, shape (scan_row, scan_col, det_row, det_col).\n"
+            "DATA is a .qem (ssb4d import) or a .npy of uint8/uint16/uint32 counts, shape\n"
+            "(scan_row, scan_col, det_row, det_col).\n"
             "Exit status: 0 ok, 2 bad input (one line on stderr), 1 internal error.\n",
             CLI_MICROSCOPE_HELP);
 }

@@ -23,7 +23,8 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: ssb4d reconstruct DATA [options]\n\n"
-            "Builds G(q,k) from DATA (.npy counts, uint8/16/32, shape scan_row x scan_col x det_row x det_col),\n"
+            "Builds G(q,k) from DATA (a .qem from ssb4d import, or .npy counts, uint8/16/32, shape\n"
+            "scan_row x scan_col x det_row x det_col),\n"
             "applies the aberration-corrected single-side-band correction and writes the phase image.\n\n"
             "aberrations (default: those of --calibration, else the simulator's truth from the sidecar, else 0):\n"
             "  --c10 NM              defocus coefficient C10 (nm; C10 = -defocus)\n"

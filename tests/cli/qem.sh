@@ -105,5 +105,10 @@ expect 0 "import A1" "ratio" -- "$BIN" import -q "$A1" -o "$T/a1.qem"
 cmp -s "$T/p_npy.npy" "$T/p_qem.npy" && ok || bad "phase from .qem differs from phase from .npy"
 expect 0 "calibrate a .qem" "BF disk" -- "$BIN" calibrate "$T/a1.qem" --kv 300 --semiangle 25 --scan-step 0.366
 
+# The simulator writes the same counts straight into a .qem as into a .npy.
+"$BIN" simulate --preset tiny --scan 16 --quiet -o "$T/sim.npy" 2>"$T/err" || bad "simulate npy: $(cat "$T/err")"
+"$BIN" simulate --preset tiny --scan 16 --quiet -o "$T/simq.qem" 2>"$T/err" || bad "simulate qem: $(cat "$T/err")"
+expect 0 "simulate -o .qem equals -o .npy" "identical: 589824 counts" -- "$BIN" verify -q --strict "$T/sim.npy" "$T/simq.qem"
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
