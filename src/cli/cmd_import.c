@@ -23,7 +23,6 @@ static void help(FILE *f)
             "(uint8/uint16; uint32 only when every value fits 16 bits), flagged pixels are marked\n"
             "invalid, and the file appears atomically once everything succeeded. Memory stays\n"
             "within a few 32 MiB read blocks plus one chunk being encoded, whatever the input size.\n\n"
-            "%s\n"
             "  -o, --output FILE     the .qem to write (required)\n"
             "  --hot-pixels P        median (default): flagged pixels take the median of their valid\n"
             "                        3x3 neighbours; zero: set to 0; none: no detection, no change.\n"
@@ -36,7 +35,7 @@ static void help(FILE *f)
             "  --force               replace OUT if it exists\n"
             "  --json                print one JSON report object on stdout\n"
             "  -q, --quiet           no progress bar\n"
-            "  -h, --help            this help\n\n"
+            "  -h, --help            this help\n\n%s\n"
             "Exit status: 0 ok, 2 bad input (one line on stderr; no output file), 1 internal error.\n",
             CLI_INPUT_HELP);
 }
