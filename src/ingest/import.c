@@ -8,12 +8,14 @@
  * and the writer's chunk; nothing grows with the input. Any failure leaves no output. */
 #include "calibrate/calibrate_internal.h"
 #include "common/err.h"
+#include "common/parallel.h"
 #include "ingest/framesrc.h"
 #include "qem/qem.h"
 #include "ssb4d.h"
 
 #include <math.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -269,6 +271,32 @@ static cJSON *processing_record(const char *op, int changes)
 
 static const char *dtype_name(int bytes) { return bytes == 1 ? "uint8" : bytes == 2 ? "uint16" : "uint32"; }
 
+/* One frame to the stored dtype: valid values copied exactly, flagged pixels replaced by the
+ * policy (a value too large for the dtype in a flagged pixel is a marker: stored as 0 and
+ * counted in *markers). Returns the first valid pixel whose count does not fit, or SIZE_MAX. */
+static size_t convert_frame(const uint32_t *in, uint16_t *o, size_t P, const uint8_t *valid,
+                            const flag_list *fl, ssb4d_hot_policy hot, uint32_t out_max,
+                            size_t *markers)
+{
+    for (size_t k = 0; k < P; k++) {
+        uint32_t v = in[k];
+        if (v > out_max && valid[k])
+            return k;
+        o[k] = (uint16_t)v;
+    }
+    for (size_t f = 0; f < fl->n; f++) {
+        int32_t k = fl->pix[f];
+        uint32_t v = hot == SSB4D_HOT_MEDIAN ? neighbour_median(in, fl->nb[f])
+                   : hot == SSB4D_HOT_ZERO ? 0 : in[k];
+        if (v > out_max) {
+            v = 0;
+            (*markers)++;
+        }
+        o[k] = (uint16_t)v;
+    }
+    return SIZE_MAX;
+}
+
 /* ---- the import ----------------------------------------------------------------------------- */
 
 ssb4d_status ssb4d_import(const char *in_path, const char *out_path, const ssb4d_import_params *p,
@@ -316,6 +344,7 @@ ssb4d_status ssb4d_import(const char *in_path, const char *out_path, const ssb4d
     block = block < 1 ? 1 : block > N ? N : block;
     size_t nblocks = (N + block - 1) / block;
     int passes = p->hot == SSB4D_HOT_NONE ? 1 : 2;
+    int nt = ssb4d_threads_resolve(p->threads);
 
     uint8_t *flagged = calloc(P, 1), *valid = malloc(P);
     uint64_t *totals = calloc(P, sizeof *totals);
@@ -349,9 +378,14 @@ ssb4d_status ssb4d_import(const char *in_path, const char *out_path, const ssb4d
             if (!buf)
                 break;
             size_t n = N - b * block < block ? N - b * block : block;
-            for (size_t i = 0; i < n; i++)
-                for (size_t k = 0; k < P; k++)
-                    totals[k] += buf[i * P + k];
+            /* Each thread owns a range of pixels, so the sums need no merging. */
+#pragma omp parallel for num_threads(nt) schedule(static)
+            for (size_t k0 = 0; k0 < P; k0 += 256) {
+                size_t k1 = k0 + 256 < P ? k0 + 256 : P;
+                for (size_t i = 0; i < n; i++)
+                    for (size_t k = k0; k < k1; k++)
+                        totals[k] += buf[i * P + k];
+            }
             prefetch_release(&pf, b);
             if (p->progress)
                 p->progress(p->progress_user, (double)(b * block + n) / (double)(passes * N));
@@ -454,31 +488,25 @@ ssb4d_status ssb4d_import(const char *in_path, const char *out_path, const ssb4d
         if (!buf)
             break;
         size_t t0 = b * block, n = N - t0 < block ? N - t0 : block;
-        for (size_t i = 0; i < n && !st; i++) {
-            const uint32_t *in = buf + i * P;
-            uint16_t *o = conv + i * P;
-            for (size_t k = 0; k < P; k++) {
-                uint32_t v = in[k];
-                if (v > out_max && valid[k]) {
-                    st = ssb4d_fail(err, SSB4D_EFORMAT,
-                                    "%s: count %u at scan position (%zu, %zu), detector pixel (%zu, %zu) "
-                                    "does not fit %s; ssb4d stores counts exactly and does not clip",
-                                    in_path, v, (t0 + i) / shape[1], (t0 + i) % shape[1], k / shape[3],
-                                    k % shape[3], dtype_name(out_bytes));
-                    break;
-                }
-                o[k] = (uint16_t)v;
-            }
-            for (size_t f = 0; f < fl.n && !st; f++) {
-                int32_t k = fl.pix[f];
-                uint32_t v = p->hot == SSB4D_HOT_MEDIAN ? neighbour_median(in, fl.nb[f])
-                           : p->hot == SSB4D_HOT_ZERO ? 0 : in[k];
-                if (v > out_max) { /* a flag marker the file stores in a masked pixel */
-                    v = 0;
-                    markers_zeroed++;
-                }
-                o[k] = (uint16_t)v;
-            }
+        /* Frames are independent: converted in parallel; the error reported is that of the
+         * first bad frame in scan order, whatever the thread count. */
+        size_t bad_i = SIZE_MAX, bad_k = 0, markers = 0;
+#pragma omp parallel for num_threads(nt) schedule(static) reduction(+ : markers) reduction(min : bad_i)
+        for (size_t i = 0; i < n; i++) {
+            size_t k = convert_frame(buf + i * P, conv + i * P, P, valid, &fl, p->hot, out_max, &markers);
+            if (k != SIZE_MAX && i < bad_i)
+                bad_i = i;
+        }
+        markers_zeroed += markers;
+        if (bad_i != SIZE_MAX) {
+            size_t dummy = 0;
+            bad_k = convert_frame(buf + bad_i * P, conv + bad_i * P, P, valid, &fl, p->hot, out_max, &dummy);
+            st = ssb4d_fail(err, SSB4D_EFORMAT,
+                            "%s: count %u at scan position (%zu, %zu), detector pixel (%zu, %zu) "
+                            "does not fit %s; ssb4d stores counts exactly and does not clip",
+                            in_path, buf[bad_i * P + bad_k], (t0 + bad_i) / shape[1],
+                            (t0 + bad_i) % shape[1], bad_k / shape[3], bad_k % shape[3],
+                            dtype_name(out_bytes));
         }
         prefetch_release(&pf, b);
         if (!st)

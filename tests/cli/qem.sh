@@ -105,6 +105,11 @@ expect 0 "import A1" "ratio" -- "$BIN" import -q "$A1" -o "$T/a1.qem"
 cmp -s "$T/p_npy.npy" "$T/p_qem.npy" && ok || bad "phase from .qem differs from phase from .npy"
 expect 0 "calibrate a .qem" "BF disk" -- "$BIN" calibrate "$T/a1.qem" --kv 300 --semiangle 25 --scan-step 0.366
 
+# Same input, 1 or 2 threads: the same file, byte for byte (SPEC §9).
+"$BIN" import -q "$A1" -o "$T/t1.qem" --threads 1 >/dev/null 2>&1
+"$BIN" import -q "$A1" -o "$T/t2.qem" --threads 2 >/dev/null 2>&1
+cmp -s "$T/t1.qem" "$T/t2.qem" && ok || bad "import with 1 and 2 threads wrote different files"
+
 # The simulator writes the same counts straight into a .qem as into a .npy.
 "$BIN" simulate --preset tiny --scan 16 --quiet -o "$T/sim.npy" 2>"$T/err" || bad "simulate npy: $(cat "$T/err")"
 "$BIN" simulate --preset tiny --scan 16 --quiet -o "$T/simq.qem" 2>"$T/err" || bad "simulate qem: $(cat "$T/err")"
