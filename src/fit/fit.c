@@ -1,0 +1,103 @@
+/* fit.c — the standard fit (see fit.h). */
+#include "fit/fit.h"
+
+#include "common/err.h"
+
+#include <string.h>
+
+void fit_thin_params_default(fit_thin_params *p)
+{
+    memset(p, 0, sizeof *p);
+    p->lo[FIT_C10] = -40, p->hi[FIT_C10] = 40;
+    p->lo[FIT_C12] = 0, p->hi[FIT_C12] = 10;
+    p->lo[FIT_PHI12] = -90, p->hi[FIT_PHI12] = 90;
+    p->start[FIT_C12] = 5;
+    p->trials = 200;
+    p->batch = 8;
+    p->seed = 42;
+    fit_nm_opts_default(&p->nm);
+    ssb4d_ssb_opts_default(&p->ssb);
+}
+
+void fit_thin_aberrations(const fit_thin_params *p, const double x[3], ssb4d_aberrations *ab)
+{
+    *ab = p->base;
+    ab->C_nm[SSB4D_C10] = x[FIT_C10];
+    ab->C_nm[SSB4D_C12] = x[FIT_C12];
+    ab->phi_deg[SSB4D_C12] = x[FIT_PHI12];
+}
+
+typedef struct {
+    const ssb4d_G *G;
+    const ssb4d_geometry *g;
+    const fit_thin_params *p;
+    ssb4d_mem *mem;
+} objective;
+
+/* One exact loss per candidate. Candidates of a batch are evaluated one after another for now;
+ * sharing each read of G between them is the next step (SPEC §6.1, issue 4). */
+static ssb4d_status thin_eval(void *user, const double *x, size_t n, double *loss, ssb4d_err *err)
+{
+    const objective *o = user;
+    for (size_t i = 0; i < n; i++) {
+        ssb4d_aberrations ab;
+        fit_thin_aberrations(o->p, x + 3 * i, &ab);
+        ssb4d_status st = ssb4d_loss(o->G, o->g, &ab, NULL, &o->p->ssb, o->mem, &loss[i], NULL, err);
+        if (st)
+            return st;
+    }
+    return SSB4D_OK;
+}
+
+ssb4d_status fit_thin(const ssb4d_G *G, const ssb4d_geometry *g, const fit_thin_params *p,
+                      ssb4d_mem *mem, fit_thin_result *r, fit_state **state, ssb4d_err *err)
+{
+    if (state)
+        *state = NULL;
+    for (int j = 0; j < 3; j++)
+        if (!(p->lo[j] <= p->start[j] && p->start[j] <= p->hi[j]))
+            return ssb4d_fail(err, SSB4D_EINVAL, "the fit's start value %g of %s lies outside its range [%g, %g]",
+                              p->start[j], j == FIT_C10 ? "C10" : j == FIT_C12 ? "C12" : "phi12", p->lo[j], p->hi[j]);
+    objective o = {G, g, p, mem};
+    fit_problem fp;
+    memset(&fp, 0, sizeof fp);
+    fp.n_params = 3;
+    for (int j = 0; j < 3; j++) {
+        fp.lo[j] = p->lo[j];
+        fp.hi[j] = p->hi[j];
+        fp.start[j] = p->start[j];
+        fp.locked[j] = p->locked[j];
+    }
+    /* φ12 is periodic only over its full range; a narrowed range is an ordinary box. */
+    if (p->hi[FIT_PHI12] - p->lo[FIT_PHI12] >= 180)
+        fp.period[FIT_PHI12] = 180, fp.hi[FIT_PHI12] = fp.lo[FIT_PHI12] + 180;
+    fp.eval = thin_eval;
+    fp.user = &o;
+    fit_state *s = fit_state_new(&fp);
+    if (!s)
+        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory starting the fit");
+    ssb4d_status st = fit_global(s, FIT_STAGE_GLOBAL, p->trials, p->batch, p->seed, err);
+    int it = 0;
+    if (!st) {
+        double x0[FIT_MAX_PARAMS];
+        memcpy(x0, fit_best(s)->x, sizeof x0);
+        st = fit_nelder_mead(s, FIT_STAGE_NM, x0, &p->nm, &it, err);
+    }
+    if (st) {
+        fit_state_free(s);
+        return st;
+    }
+    const fit_trial *b = fit_best(s);
+    memset(r, 0, sizeof *r);
+    memcpy(r->x, b->x, sizeof r->x);
+    r->loss = b->loss;
+    r->evaluations = fit_evaluations(s);
+    fit_trials(s, &r->trials);
+    r->nm_iterations = it;
+    fit_trace_sha256(s, r->trace_sha256);
+    if (state)
+        *state = s;
+    else
+        fit_state_free(s);
+    return SSB4D_OK;
+}

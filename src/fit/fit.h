@@ -1,0 +1,41 @@
+/* fit.h — the standard thin-specimen fit of (C10, C12, φ12) on a built G (SPEC §6.1): the
+ * seeded global search, then Nelder–Mead from its best trial, with the exact SSB loss as the
+ * objective. Other aberration coefficients stay at the values given in `base`. */
+#ifndef SSB4D_FIT_FIT_H
+#define SSB4D_FIT_FIT_H
+#include "fit/search.h"
+#include "ssb4d.h"
+
+enum { FIT_C10 = 0, FIT_C12 = 1, FIT_PHI12 = 2 };
+enum { FIT_STAGE_GLOBAL = 0, FIT_STAGE_NM = 1 };
+
+typedef struct {
+    double lo[3], hi[3];     /* the box: C10 nm, C12 nm, φ12 deg (φ12 wraps with period 180°) */
+    double start[3];
+    int locked[3];
+    size_t trials;           /* global candidates (default 200) */
+    size_t batch;            /* candidates per batch (default 8) */
+    uint64_t seed;           /* default 42 */
+    fit_nm_opts nm;
+    ssb4d_aberrations base;  /* every other coefficient */
+    ssb4d_ssb_opts ssb;
+} fit_thin_params;
+
+/* SPEC §6.1 defaults: box C10 ±40, C12 0–10, φ12 ±90; start (0, 5, 0); nothing locked. */
+void fit_thin_params_default(fit_thin_params *p);
+
+typedef struct {
+    double x[3];             /* fitted C10 nm, C12 nm, φ12 deg */
+    double loss;
+    size_t evaluations, trials;
+    int nm_iterations;
+    char trace_sha256[65];
+} fit_thin_result;
+
+/* Fits; *state (may be NULL) receives the trace for the caller to write out and free. */
+ssb4d_status fit_thin(const ssb4d_G *G, const ssb4d_geometry *g, const fit_thin_params *p,
+                      ssb4d_mem *mem, fit_thin_result *r, fit_state **state, ssb4d_err *err);
+
+/* The aberrations of a fit point (base with C10, C12, φ12 replaced). */
+void fit_thin_aberrations(const fit_thin_params *p, const double x[3], ssb4d_aberrations *ab);
+#endif
