@@ -8,6 +8,7 @@
 #include "calibrate/calibrate_internal.h"
 #include "io/calfile.h"
 #include "io/npy.h"
+#include "ref_ssb.h"
 #include "ssb4d.h"
 
 #include <math.h>
@@ -20,17 +21,6 @@
 #define A1 SIM "sim_A1_SrTiO3_300kV_counts.npy"
 #define A2 SIM "sim_A2_Au_200kV_counts.npy"
 #define A1_NOISEFREE SIM "sim_A1_SrTiO3_300kV_noisefree_f32.npy"
-
-/* Angle difference modulo 180°, in [-90, 90). */
-static double dmod180(double a, double b)
-{
-    double d = fmod(a - b, 180.0);
-    if (d >= 90)
-        d -= 180;
-    if (d < -90)
-        d += 180;
-    return d;
-}
 
 static void params(ssb4d_calib_params *p, double kv, double semi, double step, int threads)
 {
@@ -137,7 +127,7 @@ static void check_set(const char *path, double kv, double semi, double step, siz
                   c.geom.det_sampling_mrad[0], c.rotation_curl_deg, c.rotation_sigma_deg,
                   c.curl_ratio, c.n_bf);
     if (strstr(path, "A2")) {
-        assert_true(fabs(dmod180(c.rotation_curl_deg, 0)) < 2.0);
+        assert_true(fabs(ref_dmod180(c.rotation_curl_deg, 0)) < 2.0);
         assert_true(c.rotation_sigma_deg < 5.0);
     } else {
         /* A1 at its dose (2e4 e/probe, 12 nm defocus) has a CoM field that is ~96% shot noise
@@ -216,7 +206,7 @@ static void test_rotation_synthetic_field(void **state)
         assert_int_equal(ssb4d_cal_rotation_from_com(com, ny, nx, step, &th, &ratio, &sig, &err),
                          SSB4D_OK);
         assert_true(th >= -90 && th < 90);
-        assert_true(fabs(dmod180(th, th0)) < 0.1);
+        assert_true(fabs(ref_dmod180(th, th0)) < 0.1);
         assert_true(ratio < 0.05);
         /* the direct evaluation agrees that θ is the minimum */
         double s0 = ssb4d_cal_curl_sumsq(com, ny, nx, step, th);
@@ -270,7 +260,7 @@ static void test_rotation_synthetic_frames(void **state)
     assert_int_equal(calib_mem(u, SSB4D_U16, shape, &p, &c, &err), SSB4D_OK);
     print_message("  synthetic frames: rotation %.3f (expected %.1f), ratio %.4f, radius %.3f\n",
                   c.geom.rotation_deg, th0, c.curl_ratio, c.disk_radius_px);
-    assert_true(fabs(dmod180(c.geom.rotation_deg, th0)) < 1.0);
+    assert_true(fabs(ref_dmod180(c.geom.rotation_deg, th0)) < 1.0);
     assert_true(fabs(c.disk_radius_px - R) < 0.5);
     ssb4d_calibration_free(&c);
     free(u);
@@ -301,8 +291,8 @@ static void test_rotation_detector_90(void **state)
     /* the noise-free scene: the curl nearly vanishes at the fitted angle, close to the truth (0);
      * order-2 differences of A1's near-Nyquist lattice field leave a bias of ~3° */
     assert_true(c0.curl_ratio < 0.15);
-    assert_true(fabs(dmod180(c0.geom.rotation_deg, 0)) < 3.5);
-    assert_true(fabs(dmod180(c1.geom.rotation_deg, c0.geom.rotation_deg + 90)) < 0.01);
+    assert_true(fabs(ref_dmod180(c0.geom.rotation_deg, 0)) < 3.5);
+    assert_true(fabs(ref_dmod180(c1.geom.rotation_deg, c0.geom.rotation_deg + 90)) < 0.01);
     /* centre moves with the permutation: (24, 24) → (24, 23) */
     assert_true(fabs(c1.disk_centre_px[0] - c0.disk_centre_px[1]) < 1e-9);
     assert_true(fabs(c1.disk_centre_px[1] - (D - 1 - c0.disk_centre_px[0])) < 1e-9);

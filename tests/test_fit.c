@@ -13,41 +13,31 @@
 #include <string.h>
 
 #include "fit/fit.h"
+#include "ref_ssb.h"
 
 #define SIM SSB4D_SHARED_DATA "/sim/"
 
-static double dmod180(double a, double b)
+/* The shared abTEM sets (ref_ssb.h: geometry and the truth at the slab's mid-plane). */
+static const char *path_of(const ref_shared_set *d, char *buf, size_t n)
 {
-    double d = fmod(a - b, 180.0);
-    if (d >= 90)
-        d -= 180;
-    if (d < -90)
-        d += 180;
-    return d;
+    snprintf(buf, n, "%s%s", SIM, d->counts);
+    return buf;
 }
 
-typedef struct {
-    const char *file;
-    double kv, semi, step, sampling;
-    double c10_mid, c12, phi12; /* README "Truths": expected C10 at the mid-plane */
-} dataset;
-
-static const dataset A1 = {SIM "sim_A1_SrTiO3_300kV_counts.npy", 300, 25, 0.36609, 1.2604, -11.805, 3.0, 30.0};
-static const dataset A2 = {SIM "sim_A2_Au_200kV_counts.npy", 200, 20, 0.33983, 1.2300, 8.204, 1.5, -50.0};
-
-static void build(const dataset *d, int threads, ssb4d_calibration *c, ssb4d_G **G)
+static void build(const ref_shared_set *d, int threads, ssb4d_calibration *c, ssb4d_G **G)
 {
     ssb4d_err err = {0};
     ssb4d_source *src = NULL;
-    if (ssb4d_source_open(d->file, &src, &err))
+    char path[512];
+    if (ssb4d_source_open(path_of(d, path, sizeof path), &src, &err))
         fail_msg("%s", err.msg);
     ssb4d_calib_params p;
     ssb4d_calib_params_default(&p);
-    p.kv = d->kv;
-    p.semiangle_mrad = d->semi;
-    p.scan_step_A[0] = p.scan_step_A[1] = d->step;
-    p.det_sampling_mrad[0] = p.det_sampling_mrad[1] = d->sampling;
-    p.rotation_deg = 0; /* the simulations have none */
+    p.kv = d->g.kv;
+    p.semiangle_mrad = d->g.semiangle_mrad;
+    memcpy(p.scan_step_A, d->g.scan_step_A, sizeof p.scan_step_A);
+    memcpy(p.det_sampling_mrad, d->g.det_sampling_mrad, sizeof p.det_sampling_mrad);
+    p.rotation_deg = d->g.rotation_deg; /* the simulations have none */
     p.threads = threads;
     if (ssb4d_calibrate(src, &p, c, &err))
         fail_msg("%s", err.msg);
@@ -59,7 +49,7 @@ static void build(const dataset *d, int threads, ssb4d_calibration *c, ssb4d_G *
     ssb4d_source_close(src);
 }
 
-static void fit_dataset(const dataset *d, int threads, fit_thin_result *r)
+static void fit_dataset(const ref_shared_set *d, int threads, fit_thin_result *r)
 {
     ssb4d_calibration c;
     ssb4d_G *G = NULL;
@@ -71,25 +61,25 @@ static void fit_dataset(const dataset *d, int threads, fit_thin_result *r)
     if (fit_thin(G, &c.geom, &p, NULL, r, NULL, &err))
         fail_msg("%s", err.msg);
     printf("# %s: C10 %.3f nm (expect %.3f), C12 %.3f nm (%.1f), phi12 %.2f deg (%.1f), loss %.6g, "
-           "%zu evaluations, %d NM iterations\n", strrchr(d->file, '/') + 1, r->x[0], d->c10_mid,
-           r->x[1], d->c12, r->x[2], d->phi12, r->loss, r->evaluations, r->nm_iterations);
+           "%zu evaluations, %d NM iterations\n", d->counts, r->x[0], d->C10,
+           r->x[1], d->C12, r->x[2], d->phi12, r->loss, r->evaluations, r->nm_iterations);
     ssb4d_G_free(G);
     ssb4d_calibration_free(&c);
 }
 
-static void check_truth(const dataset *d, const fit_thin_result *r)
+static void check_truth(const ref_shared_set *d, const fit_thin_result *r)
 {
-    assert_true(fabs(r->x[FIT_C10] - d->c10_mid) <= 0.2);
-    assert_true(fabs(r->x[FIT_C12] - d->c12) <= 0.2);
-    assert_true(fabs(dmod180(r->x[FIT_PHI12], d->phi12)) <= 3.0);
+    assert_true(fabs(r->x[FIT_C10] - d->C10) <= 0.2);
+    assert_true(fabs(r->x[FIT_C12] - d->C12) <= 0.2);
+    assert_true(fabs(ref_dmod180(r->x[FIT_PHI12], d->phi12)) <= 3.0);
 }
 
 static void test_a1_recovers_truth(void **st)
 {
     (void)st;
     fit_thin_result r;
-    fit_dataset(&A1, 2, &r);
-    check_truth(&A1, &r);
+    fit_dataset(&REF_SET_A1, 2, &r);
+    check_truth(&REF_SET_A1, &r);
 }
 
 /* Skipped until issue 4 lands: with the default BF selection (the full disk, 777 pixels) the
@@ -102,16 +92,16 @@ static void test_a2_recovers_truth(void **st)
     (void)st;
     skip();
     fit_thin_result r;
-    fit_dataset(&A2, 2, &r);
-    check_truth(&A2, &r);
+    fit_dataset(&REF_SET_A2, 2, &r);
+    check_truth(&REF_SET_A2, &r);
 }
 
 static void test_trace_independent_of_threads(void **st)
 {
     (void)st;
     fit_thin_result r1, r2;
-    fit_dataset(&A1, 1, &r1);
-    fit_dataset(&A1, 2, &r2);
+    fit_dataset(&REF_SET_A1, 1, &r1);
+    fit_dataset(&REF_SET_A1, 2, &r2);
     assert_string_equal(r1.trace_sha256, r2.trace_sha256);
     assert_true(r1.loss == r2.loss);
 }

@@ -14,6 +14,7 @@
 
 #include "common/err.h"
 #include "fit/search.h"
+#include "ref_ssb.h"
 
 /* A bowl in (C10, C12, φ12) with φ12 of period 180°, plus optional ripples (local minima). */
 typedef struct {
@@ -23,19 +24,9 @@ typedef struct {
     size_t max_batch;
 } bowl;
 
-static double wrap180(double d)
-{
-    d = fmod(d, 180.0);
-    if (d > 90)
-        d -= 180;
-    if (d < -90)
-        d += 180;
-    return d;
-}
-
 static double bowl_f(const bowl *b, const double *x)
 {
-    double dc10 = x[0] - b->c10, dc12 = x[1] - b->c12, dphi = wrap180(x[2] - b->phi);
+    double dc10 = x[0] - b->c10, dc12 = x[1] - b->c12, dphi = ref_dmod180(x[2], b->phi);
     double f = 0.01 * dc10 * dc10 + 0.3 * dc12 * dc12 + 1e-3 * dphi * dphi;
     if (b->ripple > 0)
         f += b->ripple * (1.0 - cos(2.0 * M_PI * dc10 / 16.0));
@@ -89,7 +80,7 @@ static void test_nelder_mead_converges(void **st)
     assert_non_null(best);
     assert_true(fabs(best->x[0] - b.c10) < 0.05);
     assert_true(fabs(best->x[1] - b.c12) < 0.01);
-    assert_true(fabs(wrap180(best->x[2] - b.phi)) < 0.5);
+    assert_true(fabs(ref_dmod180(best->x[2], b.phi)) < 0.5);
     assert_true(it > 5 && it < 400); /* stopped by the tolerances, not the cap */
     fit_state_free(s);
 }
@@ -124,7 +115,7 @@ static void test_periodic_phi(void **st)
     double x0[3] = {0, 5, -88};
     assert_int_equal(fit_nelder_mead(s, 1, x0, &o, NULL, NULL), SSB4D_OK);
     const fit_trial *best = fit_best(s);
-    assert_true(fabs(wrap180(best->x[2] - 88.0)) < 0.5);
+    assert_true(fabs(ref_dmod180(best->x[2], 88.0)) < 0.5);
     size_t n;
     const fit_trial *t = fit_trials(s, &n);
     for (size_t i = 0; i < n; i++) {
@@ -225,7 +216,7 @@ static void test_global_then_refine(void **st)
     const fit_trial *best = fit_best(s);
     assert_true(fabs(best->x[0] - b.c10) < 0.2);
     assert_true(fabs(best->x[1] - b.c12) < 0.2);
-    assert_true(fabs(wrap180(best->x[2] - b.phi)) < 3.0);
+    assert_true(fabs(ref_dmod180(best->x[2], b.phi)) < 3.0);
     fit_state_free(s);
 }
 

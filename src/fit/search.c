@@ -3,6 +3,7 @@
 
 #include "common/err.h"
 #include "common/sha256.h"
+#include "common/splitmix.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -242,14 +243,6 @@ out:
 
 /* ---- global search ----------------------------------------------------------------------------- */
 
-static uint64_t splitmix64(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 /* The d-dimensional Kronecker (R_d) sequence: alpha_j = phi_d^-(j+1), phi_d the root > 1 of
  * x^(d+1) = x + 1. Low discrepancy in any dimension, and trivially seeded by a shift. */
 static double generalised_golden(int d)
@@ -275,7 +268,7 @@ ssb4d_status fit_global(fit_state *s, int stage, size_t n_candidates, size_t bat
     uint64_t sm = seed;
     for (int k = 0; k < d; k++) {
         alpha[k] = fmod(pow(1.0 / g, k + 1), 1.0);
-        shift[k] = (double)(splitmix64(&sm) >> 11) * 0x1.0p-53;
+        shift[k] = (double)(ssb4d_splitmix64(&sm) >> 11) * 0x1.0p-53;
     }
     double *x = malloc(batch * (size_t)np * sizeof *x);
     if (!x)

@@ -2,24 +2,18 @@
  * the Poisson sampler (inversion below λ = 10, PTRS of Hörmann 1993 above). */
 #include "sim/sim.h"
 
-#include <math.h>
+#include "common/splitmix.h"
 
-static uint64_t splitmix64(uint64_t *x)
-{
-    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
+#include <math.h>
 
 void sim_rng_seed(sim_rng *r, uint64_t seed, uint64_t index)
 {
     uint64_t x = seed;
-    uint64_t h = splitmix64(&x);          /* hash(seed) */
+    uint64_t h = ssb4d_splitmix64(&x);          /* hash(seed) */
     x = h ^ (index * 0xD1B54A32D192ED03ull + 0x8CB92BA72F3D8DD7ull);
-    (void)splitmix64(&x);                 /* decorrelate neighbouring indices */
+    (void)ssb4d_splitmix64(&x);                 /* decorrelate neighbouring indices */
     for (int i = 0; i < 4; i++)
-        r->s[i] = splitmix64(&x);
+        r->s[i] = ssb4d_splitmix64(&x);
     if (!(r->s[0] | r->s[1] | r->s[2] | r->s[3]))
         r->s[0] = 1;
 }

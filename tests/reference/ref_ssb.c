@@ -534,6 +534,16 @@ double ref_correlation(const double *a, const double *b, size_t n)
     return sab / sqrt(saa * sbb);
 }
 
+double ref_dmod180(double a, double b)
+{
+    double d = fmod(a - b, 180.0);
+    if (d >= 90)
+        d -= 180;
+    if (d < -90)
+        d += 180;
+    return d;
+}
+
 double ref_urand(uint64_t *state)
 {
     uint64_t z = (*state += 0x9E3779B97F4A7C15ull);

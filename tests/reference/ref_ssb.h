@@ -130,6 +130,9 @@ double ref_correlation(const double *a, const double *b, size_t n);
 /* The same for float arrays. */
 double ref_correlation_f(const float *a, const float *b, size_t n);
 
+/* a − b in degrees, modulo 180° (the period of φ12 and of the rotation branch), in [−90, 90). */
+double ref_dmod180(double a, double b);
+
 /* Deterministic uniform [0, 1) numbers for test parameters (splitmix64 on *state). */
 double ref_urand(uint64_t *state);
 
