@@ -20,6 +20,7 @@
 #include "ingest/framesrc.h"
 #include "ingest/mib.h"
 #include "io/npy.h"
+#include "ref_ssb.h"
 
 static char g_dir[256];
 
@@ -1173,25 +1174,16 @@ static void detection(void **state)
 
 /* ---------------------------------------------------------------------------------------- */
 
-static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(p);
-}
-
 static int setup(void **state)
 {
     (void)state;
-    snprintf(g_dir, sizeof g_dir, "%s/ssb4d_framesrc_XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-    return mkdtemp(g_dir) ? 0 : -1;
+    return ref_tmpdir(g_dir, sizeof g_dir, "framesrc");
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    return nftw(g_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    return ref_rmtree(g_dir);
 }
 
 int main(void)

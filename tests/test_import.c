@@ -32,6 +32,7 @@
 #include "ingest/source.h"
 #include "io/npy.h"
 #include "qem/qem.h"
+#include "ref_ssb.h"
 #include "ssb4d.h"
 
 #define GOLDEN SSB4D_SHARED_DATA "/qem-golden/"
@@ -107,41 +108,10 @@ static size_t file_size(const char *path)
 }
 
 /* Entries of the temporary directory (names containing `needle`, or all when NULL). */
-static size_t count_entries(const char *needle)
-{
-    DIR *d = opendir(g_dir);
-    assert_non_null(d);
-    size_t n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)))
-        if (e->d_name[0] != '.' && (!needle || strstr(e->d_name, needle)))
-            n++;
-    closedir(d);
-    return n;
-}
-
-static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(p);
-}
+static size_t count_entries(const char *needle) { return ref_dir_count(g_dir, needle); }
 
 /* Removes everything in the temporary directory (each test starts from an empty one). */
-static void empty_dir(void)
-{
-    DIR *d = opendir(g_dir);
-    assert_non_null(d);
-    struct dirent *e;
-    char p[600];
-    while ((e = readdir(d)))
-        if (e->d_name[0] != '.') {
-            snprintf(p, sizeof p, "%s/%s", g_dir, e->d_name);
-            nftw(p, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
-        }
-    closedir(d);
-}
+static void empty_dir(void) { assert_int_equal(ref_dir_clear(g_dir), 0); }
 
 static ssb4d_import_params params_with(ssb4d_hot_policy hot)
 {
@@ -946,14 +916,13 @@ static void progress_reports(void **state)
 static int setup(void **state)
 {
     (void)state;
-    snprintf(g_dir, sizeof g_dir, "%s/ssb4d_import_XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-    return mkdtemp(g_dir) ? 0 : -1;
+    return ref_tmpdir(g_dir, sizeof g_dir, "import");
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    return nftw(g_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    return ref_rmtree(g_dir);
 }
 
 int main(void)

@@ -22,6 +22,7 @@
 #include "io/npy.h"
 #include "qem/qem.h"
 #include "qem/qem_internal.h"
+#include "ref_ssb.h"
 
 #define GOLDEN SSB4D_SHARED_DATA "/qem-golden/"
 
@@ -155,43 +156,17 @@ static uint16_t *load_npy_u16(const char *path, size_t shape[4], int *dtype_byte
     return v;
 }
 
-static size_t count_entries(const char *dir, const char *needle)
-{
-    DIR *d = opendir(dir);
-    assert_non_null(d);
-    size_t n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)))
-        if (e->d_name[0] != '.' && (!needle || strstr(e->d_name, needle)))
-            n++;
-    closedir(d);
-    return n;
-}
-
-static void empty_dir(const char *dir)
-{
-    DIR *d = opendir(dir);
-    assert_non_null(d);
-    struct dirent *e;
-    char p[512];
-    while ((e = readdir(d)))
-        if (e->d_name[0] != '.') {
-            snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-            unlink(p);
-        }
-    closedir(d);
-}
-
 typedef struct {
-    char dir[64];
+    char dir[256];
 } fixture;
 
 static int setup(void **state)
 {
     fixture *fx = calloc(1, sizeof *fx);
-    snprintf(fx->dir, sizeof fx->dir, "/tmp/test_qem_XXXXXX");
-    if (!mkdtemp(fx->dir))
+    if (!fx || ref_tmpdir(fx->dir, sizeof fx->dir, "qem")) {
+        free(fx);
         return -1;
+    }
     *state = fx;
     return 0;
 }
@@ -199,8 +174,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     fixture *fx = *state;
-    empty_dir(fx->dir);
-    rmdir(fx->dir);
+    ref_rmtree(fx->dir);
     free(fx);
     return 0;
 }
@@ -430,8 +404,8 @@ static void writer_reproduces_golden_bodies(void **state)
         free(img);
         free(v);
     }
-    assert_int_equal(count_entries(fx->dir, ".tmp"), 0);
-    empty_dir(fx->dir);
+    assert_int_equal(ref_dir_count(fx->dir, ".tmp"), 0);
+    assert_int_equal(ref_dir_clear(fx->dir), 0);
 }
 
 /* Data that exercises every selector: zeros, constants, sparse, Poisson-like, large values. */
@@ -570,8 +544,8 @@ static void round_trip_random(void **state)
     qem_close(f);
     free(v8);
     free(v);
-    assert_int_equal(count_entries(fx->dir, ".tmp"), 0);
-    empty_dir(fx->dir);
+    assert_int_equal(ref_dir_count(fx->dir, ".tmp"), 0);
+    assert_int_equal(ref_dir_clear(fx->dir), 0);
 }
 
 static void writer_refusals_leave_nothing(void **state)
@@ -605,7 +579,7 @@ static void writer_refusals_leave_nothing(void **state)
     uint8_t *x = read_all(path2, &s2);
     assert_int_equal(s2, 1);
     free(x);
-    assert_int_equal(count_entries(fx->dir, ".tmp"), 0);
+    assert_int_equal(ref_dir_count(fx->dir, ".tmp"), 0);
     /* force replaces */
     o = opts_for(shape, 1, 0);
     o.force = 1;
@@ -650,10 +624,10 @@ static void writer_refusals_leave_nothing(void **state)
     o = opts_for(shape, 2, 0);
     assert_int_equal(qem_writer_open(path2, &o, &w, &err), SSB4D_EIO);
 
-    assert_int_equal(count_entries(fx->dir, NULL), 2); /* a.qem, b.qem */
+    assert_int_equal(ref_dir_count(fx->dir, NULL), 2); /* a.qem, b.qem */
     free(orig);
     free(v);
-    empty_dir(fx->dir);
+    assert_int_equal(ref_dir_clear(fx->dir), 0);
 }
 
 /* A body over 64 MiB: two checksum blocks, written incrementally and verified per block. */
@@ -696,7 +670,7 @@ static void body_over_64_mib(void **state)
     assert_int_equal(qem_open_memory(img, size, 1, &f, &err), SSB4D_EFORMAT);
     assert_true(contains(err.msg, "checksum mismatch in block 1"));
     free(img);
-    empty_dir(fx->dir);
+    assert_int_equal(ref_dir_clear(fx->dir), 0);
 }
 
 /* ---- hostile files ---- */
@@ -1083,7 +1057,7 @@ static void throughput_sanity(void **state)
     qem_close(f);
     free(out);
     free(v);
-    empty_dir(fx->dir);
+    assert_int_equal(ref_dir_clear(fx->dir), 0);
 }
 
 int main(void)

@@ -2,6 +2,10 @@
 #include "ref_ssb.h"
 
 #include <complex.h>
+#include <dirent.h>
+#include <ftw.h>
+#include <stdint.h>
+#include <sys/stat.h>
 #include <fftw3.h>
 #include <math.h>
 #include <stdio.h>
@@ -532,6 +536,53 @@ double ref_correlation(const double *a, const double *b, size_t n)
         sbb += y * y;
     }
     return sab / sqrt(saa * sbb);
+}
+
+int ref_tmpdir(char *dir, size_t n, const char *tag)
+{
+    const char *base = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    if ((size_t)snprintf(dir, n, "%s/ssb4d_%s_XXXXXX", base, tag) >= n)
+        return -1;
+    return mkdtemp(dir) ? 0 : -1;
+}
+
+size_t ref_dir_count(const char *dir, const char *needle)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return SIZE_MAX;
+    size_t n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (e->d_name[0] != '.' && (!needle || strstr(e->d_name, needle)))
+            n++;
+    closedir(d);
+    return n;
+}
+
+static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb, (void)flag, (void)ftw;
+    return remove(p);
+}
+
+int ref_rmtree(const char *dir) { return nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS); }
+
+int ref_dir_clear(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return -1;
+    int rc = 0;
+    struct dirent *e;
+    char p[4096];
+    while ((e = readdir(d)))
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
+            snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+            rc |= ref_rmtree(p);
+        }
+    closedir(d);
+    return rc;
 }
 
 double ref_dmod180(double a, double b)

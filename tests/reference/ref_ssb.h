@@ -133,6 +133,15 @@ double ref_correlation_f(const float *a, const float *b, size_t n);
 /* a − b in degrees, modulo 180° (the period of φ12 and of the rotation branch), in [−90, 90). */
 double ref_dmod180(double a, double b);
 
+/* Temporary directories for tests that write real files. ref_tmpdir makes
+ * $TMPDIR/ssb4d_<tag>_XXXXXX (or under /tmp) into dir; 0 on success. ref_dir_count counts the
+ * entries whose names contain needle (all when NULL; SIZE_MAX when dir cannot be read).
+ * ref_dir_clear removes everything in dir, ref_rmtree dir itself too; both return 0 on success. */
+int ref_tmpdir(char *dir, size_t n, const char *tag);
+size_t ref_dir_count(const char *dir, const char *needle);
+int ref_dir_clear(const char *dir);
+int ref_rmtree(const char *dir);
+
 /* Deterministic uniform [0, 1) numbers for test parameters (splitmix64 on *state). */
 double ref_urand(uint64_t *state);
 
