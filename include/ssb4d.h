@@ -413,6 +413,23 @@ ssb4d_status ssb4d_simulate(const ssb4d_sim_params *p, const char *npy_path, int
                             const char *command_line, ssb4d_sim_info *info, ssb4d_err *err);
 /* SIMULATOR-API-END */
 
+/* BAND-API-BEGIN (thick-sample band objective, src/ssb/band.c, SPEC §5.6) */
+typedef struct {
+    double band_lo_inv_A, band_hi_inv_A; /* the band 0.2 < |q| < 0.9 Å⁻¹ by default */
+    int threads;                         /* 0: all cores */
+} ssb4d_band_opts;
+
+void ssb4d_band_opts_default(ssb4d_band_opts *o);
+
+/* Band objective fit(θ) = Σ_{q∈band} |Σ_k G(q,k)·γ*(q,k)|² / Σ_k |γ(q,k)|² (larger is better) for
+ * n parameter sets at once: ab[i] with thick[i] (thick NULL: thin for all). Each read of a G
+ * plane serves every parameter set of the batch; sums run in a fixed order, so fit[i] does not
+ * depend on n, the batch's other members or the thread count. */
+ssb4d_status ssb4d_band_fit(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d_aberrations *ab,
+                            const ssb4d_thick *thick, size_t n, const ssb4d_band_opts *o,
+                            ssb4d_mem *mem, double *fit, ssb4d_err *err);
+/* BAND-API-END */
+
 #ifdef __cplusplus
 }
 #endif

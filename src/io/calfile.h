@@ -6,6 +6,19 @@
 #define SSB4D_CALFILE_SCHEMA "ssb4d.calibration"
 #define SSB4D_CALFILE_VERSION 1
 
+/* One recorded trial of a fit (the best ones are kept in the file). */
+typedef struct {
+    int stage;                   /* 0 global, 1 Nelder–Mead, ... (fit.h FIT_STAGE_*) */
+    size_t number;               /* position in the fit's trace */
+    double C10_nm, C12_nm, phi12_deg, loss;
+} ssb4d_calfile_trial;
+
+/* The fit of one scan region (half-open rectangle [r0, r1) × [c0, c1) of scan positions). */
+typedef struct {
+    size_t r0, r1, c0, c1;
+    double C10_nm, C12_nm, phi12_deg, loss;
+} ssb4d_calfile_region;
+
 /* Every double is NaN when the file does not give it. */
 typedef struct {
     int version;
@@ -19,6 +32,29 @@ typedef struct {
     char data_identity[96];      /* "sha256:<hex>" of the source file, or "" */
     int32_t *flagged;            /* malloc'ed; n_flagged entries */
     size_t n_flagged;
+    size_t n_bf;                 /* selected BF pixels (0 unknown) */
+    /* Thick-sample model (fit --tilt); has_thick = 0: thin. gain = fit / standard fit. */
+    int has_thick;
+    ssb4d_thick thick;
+    double gain;
+    /* 180° branch check (SPEC §6.3): 1 if the fit flipped the rotation; skewness of the kept
+     * phase and of the other branch (NaN when not evaluated). */
+    int branch_flipped;
+    double skewness, skewness_other;
+    /* Search settings of the fit that produced the aberrations (has_search = 0: none). */
+    int has_search;
+    size_t trials;
+    uint64_t seed;
+    double range_lo[3], range_hi[3]; /* C10 nm, C12 nm, φ12 deg */
+    int locked[3];
+    size_t evaluations;
+    ssb4d_calfile_trial *best;   /* malloc'ed; the best trials, lowest loss first (<= 50) */
+    size_t n_best;
+    /* The fit ran on this scan region only (has_region = 0: the full field). */
+    int has_region;
+    size_t region[4];            /* r0, r1, c0, c1 */
+    ssb4d_calfile_region *regions; /* malloc'ed; fit-regions results */
+    size_t n_regions;
 } ssb4d_calfile;
 
 void ssb4d_calfile_init(ssb4d_calfile *c);          /* everything unset */
