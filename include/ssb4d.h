@@ -173,6 +173,13 @@ ssb4d_status ssb4d_source_read_frames(ssb4d_source *s, size_t pos0, size_t npos,
 /* Column read, see above. det_pix are flat detector indices (row * det_cols + col). */
 ssb4d_status ssb4d_source_read_columns(ssb4d_source *s, const int32_t *det_pix, size_t n_pix,
                                        size_t row0, size_t nrows, float *out, ssb4d_err *err);
+/* A view of scan rows [r0, r1) x cols [c0, c1) of parent: shape (r1-r0, c1-c0, det_rows,
+ * det_cols), same dtype; frame and column reads go to the parent (columns through a bounded
+ * scratch, at most the caller's output size or one parent row), with the same values as a
+ * cropped copy of the data. The parent must outlive the view; closing the view leaves the parent
+ * open. Refuses (SSB4D_EINVAL) empty rectangles, ones outside the scan and ones under 32x32. */
+ssb4d_status ssb4d_source_region(ssb4d_source *parent, size_t r0, size_t r1, size_t c0, size_t c1,
+                                 ssb4d_source **out, ssb4d_err *err);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Calibration (src/calibrate/)                                                                 */
@@ -266,6 +273,15 @@ ssb4d_status ssb4d_loss(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d_a
                         const ssb4d_thick *thick, const ssb4d_ssb_opts *o, ssb4d_mem *mem,
                         double *loss, float *mean_phase, ssb4d_err *err);
 
+/* Exact losses of n parameter sets (ab[i], thick[i] or thick NULL = thin) in one pass over G:
+ * each G plane is read once for the whole batch. loss[i] is bit-identical to ssb4d_loss with
+ * ab[i] alone, whatever n and the thread count, except that the batch takes the complex path for
+ * every member when any member has odd-m terms (then path = SSB4D_PATH_COMPLEX gives the same
+ * bits for a batch of one). */
+ssb4d_status ssb4d_loss_batch(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d_aberrations *ab,
+                              const ssb4d_thick *thick, size_t n, const ssb4d_ssb_opts *o,
+                              ssb4d_mem *mem, double *loss, ssb4d_err *err);
+
 /* Object F = mean of corrected spectra, upsampled by f (SPEC §5.5); writes the complex object
  * O (f*ny by f*nx complex64 as float pairs) and/or its phase (arg O). Either may be NULL. */
 ssb4d_status ssb4d_object(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d_aberrations *ab,
@@ -280,6 +296,72 @@ ssb4d_status ssb4d_mean_phase_upsampled(const ssb4d_G *G, const ssb4d_geometry *
 
 /* The smallest f in {1,2,3,4,8} with f/(2 s) >= 2 α0/λ on both axes (8 if none). */
 int ssb4d_upsample_auto(const ssb4d_geometry *g);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Fitting (src/fit/), SPEC §6                                                                   */
+/*
+ * The standard fit of (C10, C12, φ12) on a built G, driven by the exact loss:
+ *   1. a seeded quasi-random global search on a coarse subset of the fit pixels (every m-th),
+ *      evaluated in batches that share each read of G, then Nelder–Mead on that subset;
+ *   2. Nelder–Mead on all fit pixels from there (smaller steps);
+ *   3. the 180° branch check (SPEC §6.3): the skewness of the phase about its median; if it is
+ *      below −0.2, Nelder–Mead from (−C10, C12, φ12 + 90°) (= (−C10, −C12, φ12)) with the
+ *      rotation flipped by 180°, and the branch with the larger skewness is kept.
+ * The fit pixels are the BF pixels within fit_radius × the selection radius: the outer ring of
+ * the disk biases the loss's minimum for strong scatterers (docs/fit.md has the measurements).
+ * Deterministic: the trace depends only on G, the geometry and these parameters, never on the
+ * thread count.
+ */
+typedef struct {
+    int stage;          /* 0 global (coarse), 1 Nelder–Mead (coarse), 2 Nelder–Mead (all fit
+                           pixels), 3 Nelder–Mead on the flipped branch */
+    size_t number;      /* position in the whole trace */
+    double C10_nm, C12_nm, phi12_deg, loss;
+    int cached;         /* answered by the evaluation cache */
+} ssb4d_fit_trial;
+
+typedef struct {
+    double lo[3], hi[3]; /* box for (C10 nm, C12 nm, φ12 deg); φ12 wraps over a 180° range */
+    double start[3];
+    int locked[3];
+    size_t trials;       /* global candidates (default 200) */
+    size_t batch;        /* candidates per batch (default 8) */
+    uint64_t seed;       /* default 42 */
+    double fit_radius;   /* fraction of the selection radius (default 0.8; 1 = all BF pixels) */
+    size_t coarse_bf;    /* pixels of the coarse subset (default 256; 0 = no coarse stage) */
+    int branch_check;    /* default 1 */
+    ssb4d_aberrations base; /* the other coefficients, held fixed */
+    int threads;         /* 0: all cores */
+    /* Progress, 0..1 (an estimate: the work of Nelder–Mead is not known in advance). */
+    void (*progress)(void *user, double fraction);
+    void *progress_user;
+} ssb4d_fit_params;
+
+void ssb4d_fit_params_default(ssb4d_fit_params *p);
+
+typedef struct {
+    ssb4d_aberrations ab;       /* base with the fitted C10, C12, φ12 */
+    ssb4d_geometry geom;        /* the geometry kept (rotation flipped when branch_flipped) */
+    double loss;                /* exact loss on the fit pixels at the fit */
+    int branch_flipped;
+    double skewness;            /* of the phase on the kept branch */
+    double skewness_other;      /* of the other branch (NaN when the check was not needed) */
+    size_t n_fit_bf, n_coarse_bf;
+    size_t evaluations;         /* objective evaluations (cache misses) */
+    int nm_iterations;          /* over all Nelder–Mead stages */
+    char trace_sha256[65];      /* over every trial (stage, parameters, loss) in order */
+    ssb4d_fit_trial *trials;    /* the whole trace; freed by ssb4d_fit_result_free */
+    size_t n_trials;
+    double seconds;
+} ssb4d_fit_result;
+
+ssb4d_status ssb4d_fit(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d_fit_params *p,
+                       ssb4d_mem *mem, ssb4d_fit_result *r, ssb4d_err *err);
+void ssb4d_fit_result_free(ssb4d_fit_result *r);
+
+/* Skewness of a phase image about its median, mean(v³)/mean(v²)^{3/2} with v = φ − median(φ)
+ * (SPEC §6.3; positive on the right branch). 0 for a constant image. */
+double ssb4d_phase_skewness(const float *phase, size_t n);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Simulator (src/sim/) — section owned by the simulator; see docs/simulate.md                   */
@@ -422,12 +504,19 @@ typedef struct {
 void ssb4d_band_opts_default(ssb4d_band_opts *o);
 
 /* Band objective fit(θ) = Σ_{q∈band} |Σ_k G(q,k)·γ*(q,k)|² / Σ_k |γ(q,k)|² (larger is better) for
- * n parameter sets at once: ab[i] with thick[i] (thick NULL: thin for all). Each read of a G
- * plane serves every parameter set of the batch; sums run in a fixed order, so fit[i] does not
- * depend on n, the batch's other members or the thread count. */
+ * n parameter sets at once: ab[i] with thick[i] (thick NULL: thin for all; thickness 0 is the
+ * thin model exactly). γ is unnormalised (SPEC §5.6); sums run over the stored half-plane with
+ * weight 2 per column except columns 0 and nx/2, q at its fftfreq value. Each read of a G plane
+ * serves every parameter set of the batch; sums run in a fixed order (BF blocks of 64 merged in
+ * block order), so fit[i] does not depend on n, the batch's other members or the thread count. */
 ssb4d_status ssb4d_band_fit(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d_aberrations *ab,
                             const ssb4d_thick *thick, size_t n, const ssb4d_band_opts *o,
                             ssb4d_mem *mem, double *fit, ssb4d_err *err);
+/* The band's power Σ_{q∈band} w_q Σ_k |G(q,k)|² over the stored pixels with A(k) > 0: an upper
+ * bound of fit(θ) for any θ (Cauchy–Schwarz), so fit/power in [0, 1] is the fraction of the
+ * band's power that the model explains. */
+ssb4d_status ssb4d_band_power(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d_band_opts *o,
+                              ssb4d_mem *mem, double *power, ssb4d_err *err);
 /* BAND-API-END */
 
 #ifdef __cplusplus

@@ -34,19 +34,21 @@ typedef struct {
     ssb4d_mem *mem;
 } objective;
 
-/* One exact loss per candidate. Candidates of a batch are evaluated one after another for now;
- * sharing each read of G between them is the next step (SPEC §6.1, issue 4). */
+/* The exact losses of a whole batch in one pass over G (ssb4d_loss_batch: each plane read once). */
 static ssb4d_status thin_eval(void *user, const double *x, size_t n, double *loss, ssb4d_err *err)
 {
     const objective *o = user;
-    for (size_t i = 0; i < n; i++) {
-        ssb4d_aberrations ab;
-        fit_thin_aberrations(o->p, x + 3 * i, &ab);
-        ssb4d_status st = ssb4d_loss(o->G, o->g, &ab, NULL, &o->p->ssb, o->mem, &loss[i], NULL, err);
-        if (st)
-            return st;
+    ssb4d_aberrations ab[64];
+    ssb4d_status st = SSB4D_OK;
+    for (size_t i0 = 0; i0 < n && !st; i0 += 64) {
+        size_t m = n - i0 < 64 ? n - i0 : 64;
+        for (size_t i = 0; i < m; i++)
+            fit_thin_aberrations(o->p, x + 3 * (i0 + i), &ab[i]);
+        st = ssb4d_loss_batch(o->G, o->g, ab, NULL, m, &o->p->ssb, o->mem, loss + i0, err);
     }
-    return SSB4D_OK;
+    if (!st && o->p->work)
+        o->p->work(o->p->work_user, (double)n * (double)ssb4d_G_n_bf(o->G));
+    return st;
 }
 
 ssb4d_status fit_thin(const ssb4d_G *G, const ssb4d_geometry *g, const fit_thin_params *p,
@@ -76,13 +78,17 @@ ssb4d_status fit_thin(const ssb4d_G *G, const ssb4d_geometry *g, const fit_thin_
     fit_state *s = fit_state_new(&fp);
     if (!s)
         return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory starting the fit");
-    ssb4d_status st = fit_global(s, FIT_STAGE_GLOBAL, p->trials, p->batch, p->seed, err);
+    ssb4d_status st = SSB4D_OK;
+    double x0[FIT_MAX_PARAMS] = {0};
+    if (p->trials) {
+        st = fit_global(s, p->stage_base, p->trials, p->batch ? p->batch : 1, p->seed, err);
+        if (!st)
+            memcpy(x0, fit_best(s)->x, sizeof x0);
+    } else
+        memcpy(x0, p->start, 3 * sizeof *x0);
     int it = 0;
-    if (!st) {
-        double x0[FIT_MAX_PARAMS];
-        memcpy(x0, fit_best(s)->x, sizeof x0);
-        st = fit_nelder_mead(s, FIT_STAGE_NM, x0, &p->nm, &it, err);
-    }
+    if (!st)
+        st = fit_nelder_mead(s, p->stage_base + 1, x0, &p->nm, &it, err);
     if (st) {
         fit_state_free(s);
         return st;

@@ -7,7 +7,9 @@
 #include "ssb4d.h"
 
 enum { FIT_C10 = 0, FIT_C12 = 1, FIT_PHI12 = 2 };
-enum { FIT_STAGE_GLOBAL = 0, FIT_STAGE_NM = 1 };
+/* Stages of the trace: the global search and Nelder–Mead on the coarse BF subset, Nelder–Mead
+ * on all fit pixels, and Nelder–Mead on the other 180° branch. */
+enum { FIT_STAGE_GLOBAL = 0, FIT_STAGE_NM = 1, FIT_STAGE_NM_FULL = 2, FIT_STAGE_BRANCH = 3 };
 
 typedef struct {
     double lo[3], hi[3];     /* the box: C10 nm, C12 nm, φ12 deg (φ12 wraps with period 180°) */
@@ -19,9 +21,14 @@ typedef struct {
     fit_nm_opts nm;
     ssb4d_aberrations base;  /* every other coefficient */
     ssb4d_ssb_opts ssb;
+    int stage_base;          /* trials are recorded as stage_base (global), stage_base + 1 (NM) */
+    /* Called after every batch with the work done (candidates × BF pixels); may be NULL. */
+    void (*work)(void *user, double units);
+    void *work_user;
 } fit_thin_params;
 
-/* SPEC §6.1 defaults: box C10 ±40, C12 0–10, φ12 ±90; start (0, 5, 0); nothing locked. */
+/* SPEC §6.1 defaults: box C10 ±40, C12 0–10, φ12 ±90; start (0, 5, 0); nothing locked.
+ * trials = 0 skips the global search (Nelder–Mead from start). */
 void fit_thin_params_default(fit_thin_params *p);
 
 typedef struct {

@@ -47,7 +47,8 @@ void ssb4d_G_free(ssb4d_G *G)
 {
     if (!G)
         return;
-    ssb4d_mem_free(G->mem, G->data, 0);
+    if (!G->is_view)
+        ssb4d_mem_free(G->mem, G->data, 0);
     free(G->bf_pix);
     free(G->plane_of);
     free(G->totals);
@@ -224,6 +225,46 @@ ssb4d_status ssb4d_gbuild(ssb4d_source *src, const ssb4d_geometry *g, const int3
         return st;
     }
     *out = G;
+    return SSB4D_OK;
+}
+
+ssb4d_status ssb4d_G_subset(const ssb4d_G *G, const size_t *idx, size_t n, ssb4d_G **out,
+                            ssb4d_err *err)
+{
+    *out = NULL;
+    if (n == 0)
+        return ssb4d_fail(err, SSB4D_EINVAL, "a BF subset needs at least one pixel");
+    for (size_t i = 0; i < n; i++)
+        if (idx[i] >= G->n_bf || (i && idx[i] <= idx[i - 1]))
+            return ssb4d_fail(err, SSB4D_EINVAL, "BF subset indices must be ascending and below %zu", G->n_bf);
+    ssb4d_G *V = calloc(1, sizeof *V);
+    if (!V)
+        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+    *V = *G;
+    V->is_view = 1;
+    V->n_bf = n;
+    V->bf_pix = malloc(n * sizeof *V->bf_pix);
+    V->plane_of = malloc(n * sizeof *V->plane_of);
+    V->totals = malloc(n * sizeof *V->totals);
+    if (!V->bf_pix || !V->plane_of || !V->totals) {
+        ssb4d_G_free(V);
+        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+    }
+    uint64_t grand = 0;
+    V->n_stored = 0;
+    for (size_t i = 0; i < n; i++) {
+        V->bf_pix[i] = G->bf_pix[idx[i]];
+        V->plane_of[i] = G->plane_of[idx[i]];
+        V->totals[i] = G->totals[idx[i]];
+        V->n_stored += V->plane_of[i] >= 0;
+        grand += V->totals[i];
+    }
+    V->dc = (double)grand / (double)n;
+    if (!(V->dc > 0)) {
+        ssb4d_G_free(V);
+        return ssb4d_fail(err, SSB4D_EINVAL, "the BF subset has no counts");
+    }
+    *out = V;
     return SSB4D_OK;
 }
 

@@ -20,6 +20,7 @@ struct ssb4d_G {
     uint64_t *totals;       /* per BF pixel: exact sum of counts over the scan */
     double dc;              /* mean over BF of the totals (SPEC 5.3) */
     ssb4d_mem *mem;
+    int is_view;            /* 1: data belongs to another G (ssb4d_G_subset) */
 };
 
 static inline const fftwf_complex *G_plane(const struct ssb4d_G *G, size_t ib)
@@ -27,6 +28,12 @@ static inline const fftwf_complex *G_plane(const struct ssb4d_G *G, size_t ib)
     int64_t p = G->plane_of[ib];
     return p < 0 ? NULL : G->data + (size_t)p * G->plane_stride;
 }
+
+/* A view of G restricted to the BF pixels idx[0..n) (indices into G's BF order, ascending): it
+ * shares G's spectra (no copy), has its own dc (the mean of its pixels' totals) and must be freed
+ * with ssb4d_G_free before G. The fit evaluates its loss on such subsets (docs/fit.md). */
+ssb4d_status ssb4d_G_subset(const struct ssb4d_G *G, const size_t *idx, size_t n, struct ssb4d_G **out,
+                            ssb4d_err *err);
 
 /* A(k) can be non-zero for this BF pixel under geometry g (conservative: the widest edge). */
 int ssb4d_bf_pixel_active(const ssb4d_geometry *g, size_t det_cols, int32_t pix);

@@ -58,13 +58,17 @@ SSB_HOT void ssb_phases_real(float *ph, size_t n, float inv_dc)
 typedef struct {
     cfloat *buf;    /* corrected spectrum (half or full plane) */
     float *real;    /* c2r output */
-    double *part;   /* block partial sum of φ */
+    double *part;   /* block partial sums of φ, one plane per parameter set */
+    double *s2;     /* block partial Σφ², one per parameter set */
     cfloat *R, *C;  /* phasors */
 } thread_scratch;
 
+/* The per-pixel phases of n parameter sets at once: every G plane is read once per block and
+ * serves all n (a batch of fit candidates shares each read of G). Each set's arithmetic and
+ * summation order is exactly that of a batch of one, so loss[i] does not depend on n. */
 static ssb4d_status phase_stack(const ssb4d_G *G, const ssb4d_geometry *g,
-                                const ssb4d_aberrations *ab, const ssb4d_thick *thick, int f,
-                                const ssb4d_ssb_opts *o, ssb4d_mem *mem, double *loss,
+                                const ssb4d_aberrations *ab, const ssb4d_thick *thick, size_t n,
+                                int f, const ssb4d_ssb_opts *o, ssb4d_mem *mem, double *loss,
                                 float *mean_phase, ssb4d_err *err)
 {
     ssb4d_ssb_opts dflt;
@@ -72,47 +76,69 @@ static ssb4d_status phase_stack(const ssb4d_G *G, const ssb4d_geometry *g,
         ssb4d_ssb_opts_default(&dflt);
         o = &dflt;
     }
-    ssb_ctx c;
-    ssb4d_status st = ssb_ctx_init(&c, G, g, ab, thick, f, err);
-    if (st)
-        return st;
-    int real = c.even_only && o->path != SSB4D_PATH_COMPLEX;
-    if (o->path == SSB4D_PATH_REAL && !c.even_only) {
-        ssb_ctx_free(&c);
-        return ssb4d_fail(err, SSB4D_EINVAL, "the real-output path needs even-m aberrations only");
+    if (n == 0)
+        return SSB4D_OK;
+    ssb_ctx *c = calloc(n, sizeof *c);
+    cfloat **Eq = calloc(n, sizeof *Eq);
+    double **total = calloc(n, sizeof *total);
+    double *S2 = calloc(n, sizeof *S2);
+    if (!c || !Eq || !total || !S2) {
+        free(c), free(Eq), free(total), free(S2);
+        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
     }
-    size_t nyf = c.nyf, nxf = c.nxf, npix = nyf * nxf;
+    ssb4d_status st = SSB4D_OK;
+    size_t n_init = 0;
+    for (; n_init < n && !st; n_init++) {
+        st = ssb_ctx_init(&c[n_init], G, g, &ab[n_init], thick ? &thick[n_init] : NULL, f, err);
+        if (st)
+            break;
+    }
+    /* One path for the whole batch: the real-output path only when every set allows it. */
+    int even_all = 1, fast_all = 1;
+    for (size_t j = 0; j < n_init; j++)
+        even_all &= c[j].even_only, fast_all &= c[j].fast;
+    int real = even_all && o->path != SSB4D_PATH_COMPLEX;
+    if (!st && o->path == SSB4D_PATH_REAL && !even_all)
+        st = ssb4d_fail(err, SSB4D_EINVAL, "the real-output path needs even-m aberrations only");
+    size_t nyf = c[0].nyf, nxf = c[0].nxf, npix = nyf * nxf;
     size_t ncols = real ? nxf / 2 + 1 : nxf, nspec = nyf * ncols;
     int nt = ssb4d_threads_resolve(o->threads);
     if ((size_t)nt > (G->n_bf + BLOCK - 1) / BLOCK)
         nt = (int)((G->n_bf + BLOCK - 1) / BLOCK);
 
-    cfloat *Eq = NULL;
-    double *total = ssb4d_mem_calloc(mem, npix * sizeof(double), "loss mean-phase sum", err);
-    thread_scratch *ts = calloc((size_t)nt, sizeof *ts);
-    if (!total || !ts)
-        st = ts ? SSB4D_ENOMEM : ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
-    if (!st && c.fast) {
-        Eq = ssb4d_mem_alloc(mem, nspec * sizeof(cfloat), "loss exp(-i chi(q))", err);
-        if (!Eq)
+    thread_scratch *ts = st ? NULL : calloc((size_t)nt, sizeof *ts);
+    if (!st && !ts)
+        st = ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+    for (size_t j = 0; !st && j < n; j++) {
+        total[j] = ssb4d_mem_calloc(mem, npix * sizeof(double), "loss mean-phase sum", err);
+        if (!total[j])
             st = SSB4D_ENOMEM;
-        else {
+        else if (c[j].fast) {
+            Eq[j] = ssb4d_mem_alloc(mem, nspec * sizeof(cfloat), "loss exp(-i chi(q))", err);
+            if (!Eq[j])
+                st = SSB4D_ENOMEM;
+            else {
+                const ssb_ctx *cj = &c[j];
+                cfloat *E = Eq[j];
 #pragma omp parallel for num_threads(nt) schedule(static)
-            for (size_t i = 0; i < nyf; i++)
-                for (size_t j = 0; j < ncols; j++)
-                    Eq[i * ncols + j] = ssb_eq(&c, i, j);
+                for (size_t i = 0; i < nyf; i++)
+                    for (size_t q = 0; q < ncols; q++)
+                        E[i * ncols + q] = ssb_eq(cj, i, q);
+            }
         }
     }
     for (int t = 0; !st && t < nt; t++) {
         ts[t].buf = ssb4d_mem_alloc(mem, nspec * sizeof(cfloat), "loss tile spectrum", err);
         ts[t].real = real ? ssb4d_mem_alloc(mem, npix * sizeof(float), "loss tile plane", err) : NULL;
-        ts[t].part = ssb4d_mem_alloc(mem, npix * sizeof(double), "loss block partial", err);
+        ts[t].part = ssb4d_mem_alloc(mem, n * npix * sizeof(double), "loss block partial", err);
+        ts[t].s2 = calloc(n, sizeof(double));
         ts[t].R = ssb4d_mem_alloc(mem, (nyf + ncols) * sizeof(cfloat), "loss phasors", err);
-        if (!ts[t].buf || (real && !ts[t].real) || !ts[t].part || !ts[t].R)
-            st = SSB4D_ENOMEM;
+        if (!ts[t].buf || (real && !ts[t].real) || !ts[t].part || !ts[t].R || !ts[t].s2)
+            st = ts[t].s2 ? SSB4D_ENOMEM : ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
         else
             ts[t].C = ts[t].R + nyf;
     }
+    (void)fast_all;
     fftwf_plan plan = NULL;
     if (!st) {
         ssb4d_fftw_lock();
@@ -126,8 +152,6 @@ static ssb4d_status phase_stack(const ssb4d_G *G, const ssb4d_geometry *g,
         if (!plan)
             st = ssb4d_fail(err, SSB4D_EINTERNAL, "FFTW could not plan the inverse transform");
     }
-    double S2 = 0.0;
-    const float dc = (float)c.dc;
     if (!st) {
         size_t nblocks = (G->n_bf + BLOCK - 1) / BLOCK;
 #pragma omp parallel num_threads(nt)
@@ -135,54 +159,65 @@ static ssb4d_status phase_stack(const ssb4d_G *G, const ssb4d_geometry *g,
             thread_scratch *s = &ts[omp_get_thread_num()];
 #pragma omp for ordered schedule(dynamic, 1)
             for (size_t b = 0; b < nblocks; b++) {
-                memset(s->part, 0, npix * sizeof(double));
-                double s2 = 0.0;
+                memset(s->part, 0, n * npix * sizeof(double));
+                memset(s->s2, 0, n * sizeof(double));
                 size_t end = (b + 1) * BLOCK < G->n_bf ? (b + 1) * BLOCK : G->n_bf;
                 for (size_t ib = b * BLOCK; ib < end; ib++) {
-                    if (!G_plane(G, ib) || c.Ak[ib] == 0.0)
+                    if (!G_plane(G, ib))
                         continue; /* φ_k ≡ 0: contributes nothing, still counts in N_bf */
-                    if (c.fast)
-                        ssb_pixel_phasors(&c, ib, s->R, nyf, s->C, ncols);
-                    for (size_t i = 0; i < nyf; i++)
-                        ssb_corr_row(&c, ib, i, ncols, Eq ? Eq + i * ncols : NULL, c.fast ? s->R[i] : 0,
-                                     s->C, s->buf + i * ncols);
-                    double pix = 0.0;
-                    if (real) {
-                        for (size_t q = 0; q < nspec; q++) /* −i·Ĉ */
-                            s->buf[q] = cimagf(s->buf[q]) - I * crealf(s->buf[q]);
-                        s->buf[0] = 0;
-                        fftwf_execute_dft_c2r(plan, (fftwf_complex *)s->buf, s->real);
-                        const float inv = 1.0f / dc;
-                        float *ph = s->real;
-                        ssb_phases_real(ph, npix, inv);
-                        pix = accumulate(s->part, ph, npix);
-                    } else {
-                        s->buf[0] = dc;
-                        fftwf_execute_dft(plan, (fftwf_complex *)s->buf, (fftwf_complex *)s->buf);
-                        float *ph = (float *)s->buf; /* phases written over the consumed spectrum */
-                        for (size_t r = 0; r < npix; r++)
-                            ph[r] = atan2f(cimagf(s->buf[r]), crealf(s->buf[r]));
-                        pix = accumulate(s->part, ph, npix);
+                    for (size_t j = 0; j < n; j++) {
+                        const ssb_ctx *cj = &c[j];
+                        if (cj->Ak[ib] == 0.0)
+                            continue;
+                        if (cj->fast)
+                            ssb_pixel_phasors(cj, ib, s->R, nyf, s->C, ncols);
+                        for (size_t i = 0; i < nyf; i++)
+                            ssb_corr_row(cj, ib, i, ncols, Eq[j] ? Eq[j] + i * ncols : NULL,
+                                         cj->fast ? s->R[i] : 0, s->C, s->buf + i * ncols);
+                        const float dc = (float)cj->dc;
+                        double *part = s->part + j * npix;
+                        if (real) {
+                            for (size_t q = 0; q < nspec; q++) /* −i·Ĉ */
+                                s->buf[q] = cimagf(s->buf[q]) - I * crealf(s->buf[q]);
+                            s->buf[0] = 0;
+                            fftwf_execute_dft_c2r(plan, (fftwf_complex *)s->buf, s->real);
+                            const float inv = 1.0f / dc;
+                            float *ph = s->real;
+                            ssb_phases_real(ph, npix, inv);
+                            s->s2[j] += accumulate(part, ph, npix);
+                        } else {
+                            s->buf[0] = dc;
+                            fftwf_execute_dft(plan, (fftwf_complex *)s->buf, (fftwf_complex *)s->buf);
+                            float *ph = (float *)s->buf; /* phases written over the consumed spectrum */
+                            for (size_t r = 0; r < npix; r++)
+                                ph[r] = atan2f(cimagf(s->buf[r]), crealf(s->buf[r]));
+                            s->s2[j] += accumulate(part, ph, npix);
+                        }
                     }
-                    s2 += pix;
                 }
 #pragma omp ordered
                 {
-                    for (size_t r = 0; r < npix; r++)
-                        total[r] += s->part[r];
-                    S2 += s2;
+                    for (size_t j = 0; j < n; j++) {
+                        const double *part = s->part + j * npix;
+                        for (size_t r = 0; r < npix; r++)
+                            total[j][r] += part[r];
+                        S2[j] += s->s2[j];
+                    }
                 }
             }
         }
-        double nbf = (double)G->n_bf, mean2 = 0.0;
-        for (size_t r = 0; r < npix; r++) {
-            double m = total[r] / nbf;
-            mean2 += m * m;
-            if (mean_phase)
-                mean_phase[r] = (float)m;
+        double nbf = (double)G->n_bf;
+        for (size_t j = 0; j < n; j++) {
+            double mean2 = 0.0;
+            for (size_t r = 0; r < npix; r++) {
+                double m = total[j][r] / nbf;
+                mean2 += m * m;
+                if (mean_phase)
+                    mean_phase[j * npix + r] = (float)m;
+            }
+            if (loss)
+                loss[j] = S2[j] / (nbf * (double)npix) - mean2 / (double)npix;
         }
-        if (loss)
-            *loss = S2 / (nbf * (double)npix) - mean2 / (double)npix;
     }
     if (plan) {
         ssb4d_fftw_lock();
@@ -195,11 +230,16 @@ static ssb4d_status phase_stack(const ssb4d_G *G, const ssb4d_geometry *g,
         ssb4d_mem_free(mem, ts[t].real, 1);
         ssb4d_mem_free(mem, ts[t].part, 1);
         ssb4d_mem_free(mem, ts[t].R, 1);
+        free(ts[t].s2);
     }
     free(ts);
-    ssb4d_mem_free(mem, Eq, 1);
-    ssb4d_mem_free(mem, total, 1);
-    ssb_ctx_free(&c);
+    for (size_t j = 0; j < n; j++) {
+        ssb4d_mem_free(mem, Eq[j], 1);
+        ssb4d_mem_free(mem, total[j], 1);
+    }
+    for (size_t j = 0; j < n_init; j++)
+        ssb_ctx_free(&c[j]);
+    free(c), free(Eq), free(total), free(S2);
     return st;
 }
 
@@ -207,7 +247,7 @@ ssb4d_status ssb4d_loss(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d_a
                         const ssb4d_thick *thick, const ssb4d_ssb_opts *o, ssb4d_mem *mem,
                         double *loss, float *mean_phase, ssb4d_err *err)
 {
-    return phase_stack(G, g, ab, thick, 1, o, mem, loss, mean_phase, err);
+    return phase_stack(G, g, ab, thick, 1, 1, o, mem, loss, mean_phase, err);
 }
 
 ssb4d_status ssb4d_mean_phase_upsampled(const ssb4d_G *G, const ssb4d_geometry *g,
@@ -215,5 +255,12 @@ ssb4d_status ssb4d_mean_phase_upsampled(const ssb4d_G *G, const ssb4d_geometry *
                                         int upsample, const ssb4d_ssb_opts *o, ssb4d_mem *mem,
                                         float *phase, ssb4d_err *err)
 {
-    return phase_stack(G, g, ab, thick, upsample, o, mem, NULL, phase, err);
+    return phase_stack(G, g, ab, thick, 1, upsample, o, mem, NULL, phase, err);
+}
+
+ssb4d_status ssb4d_loss_batch(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d_aberrations *ab,
+                              const ssb4d_thick *thick, size_t n, const ssb4d_ssb_opts *o,
+                              ssb4d_mem *mem, double *loss, ssb4d_err *err)
+{
+    return phase_stack(G, g, ab, thick, n, 1, o, mem, loss, NULL, err);
 }
