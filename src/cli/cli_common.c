@@ -1,6 +1,7 @@
 /* cli_common.c — shared flags and the sidecar < calibration file < flags layering. */
 #include "cli/cli_common.h"
 
+#include "common/sha256.h"
 #include "common/textfile.h"
 #include "io/calfile.h"
 #include "qem/qem.h"
@@ -230,18 +231,97 @@ static void layer(cli_values *out, const cli_values *in)
         out->ab_from_truth = in->ab_from_truth;
         memcpy(out->source, in->source, sizeof out->source);
     }
+    if (in->has_thick) {
+        out->thick = in->thick;
+        out->has_thick = 1;
+    }
 }
 
-/* The calibration a .qem carries (qem-format §9.8: its overrides win over its recorded values).
- * Only the header is read here; the data are verified when the source is opened. */
-static int read_qem_calibration(const char *path, cli_values *v)
+/* ---- data identity ----------------------------------------------------------------------- */
+
+/* True when path starts with the .qem magic. */
+static int is_qem_file(const char *path)
 {
     FILE *f = fopen(path, "rb");
     char magic[8] = {0};
     int is_qem = f && fread(magic, 1, 8, f) == 8 && !memcmp(magic, "QEMDATA1", 8);
     if (f)
         fclose(f);
-    if (!is_qem)
+    return is_qem;
+}
+
+/* SHA-256 of the header's body checksums; the header checksum itself was verified by
+ * qem_open, so the list is what the writer recorded. */
+static int qem_identity(const char *path, char hex[65])
+{
+    qem_file *q = NULL;
+    ssb4d_err err = {0};
+    if (qem_open(path, 0, 1, &q, &err))
+        return -1;
+    const cJSON *sums = cJSON_GetObjectItemCaseSensitive(qem_header_json(q), "sha256");
+    ssb4d_sha256 *h = cJSON_IsArray(sums) ? ssb4d_sha256_new() : NULL;
+    if (!h) {
+        qem_close(q);
+        return -1;
+    }
+    for (const cJSON *e = sums->child; e; e = e->next)
+        if (cJSON_IsString(e))
+            ssb4d_sha256_update(h, e->valuestring, strlen(e->valuestring));
+    ssb4d_sha256_final_hex(h, hex);
+    qem_close(q);
+    return 0;
+}
+
+static int file_sha256(const char *path, char hex[65])
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return -1;
+    ssb4d_sha256 *h = ssb4d_sha256_new();
+    size_t cap = (size_t)4 << 20;
+    unsigned char *buf = malloc(cap);
+    int bad = !h || !buf;
+    size_t got;
+    while (!bad && (got = fread(buf, 1, cap, f)) > 0)
+        ssb4d_sha256_update(h, buf, got);
+    bad = bad || ferror(f);
+    fclose(f);
+    free(buf);
+    if (h)
+        ssb4d_sha256_final_hex(h, hex); /* also frees h */
+    return bad ? -1 : 0;
+}
+
+int cli_data_identity(const char *path, char *out, size_t n)
+{
+    char hex[65];
+    int qem = is_qem_file(path);
+    const char *prefix = qem ? "qem-body-sha256:" : "sha256:";
+    if (n)
+        out[0] = 0;
+    if ((qem ? qem_identity(path, hex) : file_sha256(path, hex)) != 0 ||
+        strlen(prefix) + 64 >= n)
+        return -1;
+    snprintf(out, n, "%s%s", prefix, hex);
+    return 0;
+}
+
+/* "sha256:0123456789abcdef…": enough of an identity to tell two apart in a message. */
+static void short_identity(const char *id, char *out, size_t n)
+{
+    const char *colon = strrchr(id, ':');
+    size_t keep = colon ? (size_t)(colon - id) + 1 + 16 : 16;
+    if (strlen(id) <= keep)
+        snprintf(out, n, "%s", id);
+    else
+        snprintf(out, n, "%.*s…", (int)keep, id);
+}
+
+/* The calibration a .qem carries (qem-format §9.8: its overrides win over its recorded values).
+ * Only the header is read here; the data are verified when the source is opened. */
+static int read_qem_calibration(const char *path, cli_values *v)
+{
+    if (!is_qem_file(path))
         return 0;
     qem_file *q = NULL;
     ssb4d_err err = {0};
@@ -310,6 +390,21 @@ int cli_resolve(const char *data_path, const cli_micro *m, cli_values *out)
             c.ab = cf.ab;
             c.has_ab = 1;
             snprintf(c.source, sizeof c.source, "calibration file");
+        }
+        if (cf.has_thick) {
+            c.thick = cf.thick;
+            c.has_thick = 1;
+        }
+        /* Hashing DATA costs a read of the file (a .qem: its header only), so only when the
+         * calibration file has an identity to compare with. */
+        if (data_path && cf.data_identity[0] &&
+            cli_data_identity(data_path, out->data_identity, sizeof out->data_identity) == 0 &&
+            ssb4d_calfile_identity_differs(cf.data_identity, out->data_identity)) {
+            char a[128], b[128];
+            short_identity(cf.data_identity, a, sizeof a);
+            short_identity(out->data_identity, b, sizeof b);
+            fprintf(stderr, "ssb4d: warning: %s was made from other data (%s ≠ %s)\n",
+                    m->calibration_path, a, b);
         }
         ssb4d_calfile_free(&cf);
         layer(out, &c);

@@ -47,6 +47,10 @@ typedef struct {
     int has_ab;         /* aberrations given (cal file aberrations or simulator truth) */
     int ab_from_truth;  /* they are the simulator's true aberrations (sidecar) */
     char source[64];    /* where the aberrations came from */
+    int has_thick;      /* a thick-sample model (tilt, thickness) was given (calibration file) */
+    ssb4d_thick thick;
+    char data_identity[96]; /* DATA's identity if cli_resolve computed it (to compare it with a
+                               calibration file's), else "" */
 } cli_values;
 
 typedef struct {
@@ -67,8 +71,17 @@ int cli_micro_handle(cli_micro *m, int opt, const char *arg);
 
 /* Layers the calibration a .qem DATA carries, the sidecar (found next to data_path or given by
  * --sidecar), the calibration file and the flags, in that order (later wins).
- * Fills `out` (unset fields stay NaN). Returns 0 or prints one error line and returns exit code. */
+ * Fills `out` (unset fields stay NaN). Returns 0 or prints one error line and returns exit code.
+ * When the calibration file records a data identity and data_path is given, DATA's identity is
+ * computed (out->data_identity) and a warning line is printed if they differ. */
 int cli_resolve(const char *data_path, const cli_micro *m, cli_values *out);
+
+/* The identity of a data file for calibration files (SPEC §4): "qem-body-sha256:<hex>" for a
+ * .qem, the SHA-256 of the concatenated body checksums (the header's "sha256" list, verified
+ * against the body whenever the file is opened as a source), so only the header is read; for
+ * any other file "sha256:<hex>" of its bytes. Returns 0, or -1 when it cannot be read or n is
+ * too small (out is then ""). */
+int cli_data_identity(const char *path, char *out, size_t n);
 
 /* Calibration params / geometry from resolved values (unset → fit from data / defaults). */
 void cli_values_to_calib_params(const cli_values *v, int threads, int hot_pixels,

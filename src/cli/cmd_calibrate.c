@@ -3,7 +3,6 @@
  * calibration JSON (SPEC §8). */
 #include "cli/cli_common.h"
 #include "cli/commands.h"
-#include "common/sha256.h"
 #include "io/calfile.h"
 
 #include <cjson/cJSON.h>
@@ -32,38 +31,6 @@ static void help(FILE *f)
             "(scan_row, scan_col, det_row, det_col).\n"
             "Exit status: 0 ok, 2 bad input (one line on stderr), 1 internal error.\n",
             CLI_MICROSCOPE_HELP);
-}
-
-/* "sha256:<hex>" of the file's bytes. */
-static int file_identity(const char *path, char *out, size_t n)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return -1;
-    ssb4d_sha256 *h = ssb4d_sha256_new();
-    size_t cap = (size_t)4 << 20;
-    unsigned char *buf = malloc(cap);
-    if (!h || !buf) {
-        fclose(f);
-        free(buf);
-        if (h) {
-            char hex[65];
-            ssb4d_sha256_final_hex(h, hex);
-        }
-        return -1;
-    }
-    size_t got;
-    while ((got = fread(buf, 1, cap, f)) > 0)
-        ssb4d_sha256_update(h, buf, got);
-    int bad = ferror(f);
-    fclose(f);
-    free(buf);
-    char hex[65];
-    ssb4d_sha256_final_hex(h, hex);
-    if (bad)
-        return -1;
-    snprintf(out, n, "sha256:%s", hex);
-    return 0;
 }
 
 static cJSON *num(double v) { return isfinite(v) ? cJSON_CreateNumber(v) : cJSON_CreateNull(); }
@@ -236,7 +203,10 @@ int cmd_calibrate(int argc, char **argv)
         ssb4d_calibration_free(&cal);
         return cli_error(CMD, st, err.msg);
     }
-    if (file_identity(data, cf.data_identity, sizeof cf.data_identity) != 0)
+    /* cli_resolve computed it already when --calibration had one to compare with. */
+    if (v.data_identity[0])
+        snprintf(cf.data_identity, sizeof cf.data_identity, "%s", v.data_identity);
+    else if (cli_data_identity(data, cf.data_identity, sizeof cf.data_identity) != 0)
         cf.data_identity[0] = 0;
     rc = CLI_EXIT_OK;
     if (outpath && (st = ssb4d_calfile_write(outpath, &cf, &err)) != SSB4D_OK) {

@@ -26,7 +26,8 @@ static void usage(FILE *f)
             "Builds G(q,k) from DATA (a .qem from ssb4d import, or .npy counts, uint8/16/32, shape\n"
             "scan_row x scan_col x det_row x det_col),\n"
             "applies the aberration-corrected single-side-band correction and writes the phase image.\n\n"
-            "aberrations (default: those of --calibration, else the simulator's truth from the sidecar, else 0):\n"
+            "aberrations (default: those of --calibration, else the simulator's truth from the sidecar, else 0;\n"
+            "the thick model likewise from --calibration, else none):\n"
             "  --c10 NM              defocus coefficient C10 (nm; C10 = -defocus)\n"
             "  --c12 NM              two-fold astigmatism C12 (nm)\n"
             "  --phi12 DEG           its angle (degrees)\n"
@@ -75,6 +76,7 @@ int cmd_reconstruct(int argc, char **argv)
     int upsample = 1, upsample_auto = 0, mean_phase = 0, quiet = 0;
     ssb4d_path path = SSB4D_PATH_AUTO;
     ssb4d_thick thick = {{0, 0}, 0};
+    int tilt_given = 0, thickness_given = 0;
     double block_mb = 256;
     optind = 1;
     opterr = 0;
@@ -150,6 +152,7 @@ int cmd_reconstruct(int argc, char **argv)
                 fprintf(stderr, "ssb4d reconstruct: --tilt must be ROW,COL in mrad\n");
                 return CLI_EXIT_USAGE;
             }
+            tilt_given = 1;
             break;
         case OPT_THICKNESS:
             if (cli_parse_double(optarg, &thick.thickness_nm) || thick.thickness_nm < 0 ||
@@ -157,6 +160,7 @@ int cmd_reconstruct(int argc, char **argv)
                 fprintf(stderr, "ssb4d reconstruct: --thickness must be >= 0 nm\n");
                 return CLI_EXIT_USAGE;
             }
+            thickness_given = 1;
             break;
         case OPT_BLOCK_MB:
             if (cli_parse_double(optarg, &block_mb) || !(block_mb > 0) || block_mb > 1e6) {
@@ -209,6 +213,18 @@ int cmd_reconstruct(int argc, char **argv)
         snprintf(ab_source_buf, sizeof ab_source_buf, "flags%s%s", v.has_ab ? " over " : "",
                  v.has_ab ? v.source : "");
         ab_source = ab_source_buf;
+    }
+    /* The thick model: the calibration file's, each part overridable by its flag. */
+    const char *thick_source = "flags";
+    if (v.has_thick) {
+        if (!tilt_given) {
+            thick.tilt_mrad[0] = v.thick.tilt_mrad[0];
+            thick.tilt_mrad[1] = v.thick.tilt_mrad[1];
+        }
+        if (!thickness_given)
+            thick.thickness_nm = v.thick.thickness_nm;
+        thick_source = (tilt_given || thickness_given) ? "flags over calibration file"
+                                                       : "calibration file";
     }
     if (v.ab_from_truth && !(c_mask || phi_mask) && !m.json)
         fprintf(stderr, "ssb4d reconstruct: using the simulator's true aberrations from the sidecar\n");
@@ -349,6 +365,7 @@ int cmd_reconstruct(int argc, char **argv)
             cJSON *t = cJSON_AddArrayToObject(o, "tilt_mrad");
             cJSON_AddItemToArray(t, cJSON_CreateNumber(thick.tilt_mrad[0]));
             cJSON_AddItemToArray(t, cJSON_CreateNumber(thick.tilt_mrad[1]));
+            cJSON_AddStringToObject(o, "thick_source", thick_source);
         }
         cJSON *ge = cJSON_AddObjectToObject(o, "geometry");
         cJSON_AddNumberToObject(ge, "kv", g.kv);
@@ -373,6 +390,9 @@ int cmd_reconstruct(int argc, char **argv)
                g.centre_px[0], g.centre_px[1], g.rotation_deg);
         printf("aberrations  C10 %.4f nm, C12 %.4f nm, phi12 %.3f deg (%s)\n", ab.C_nm[SSB4D_C10],
                ab.C_nm[SSB4D_C12], ab.phi_deg[SSB4D_C12], ab_source);
+        if (thick.thickness_nm > 0)
+            printf("thick model  tilt (%.4g, %.4g) mrad, thickness %.4g nm (%s)\n",
+                   thick.tilt_mrad[0], thick.tilt_mrad[1], thick.thickness_nm, thick_source);
         printf("BF pixels    %zu (%zu stored), G %.1f MiB, built in %.3f s\n", ssb4d_G_n_bf(G),
                ssb4d_G_n_stored(G), ssb4d_G_bytes(G) / 1048576.0, t_build);
         printf("loss         %.9g (%s path, %.3f s)\n", loss,

@@ -1,5 +1,6 @@
-/* source.c — data sources: memory-mapped .npy files, caller-owned arrays and encoded .qem files
- * (source_qem.c). All expose frames (for calibration) and BF columns (for the G build, SPEC §5.3). */
+/* source.c — data sources: memory-mapped .npy files, caller-owned arrays, encoded .qem files
+ * (source_qem.c) and region views of another source (source_region.c). All expose frames (for
+ * calibration) and BF columns (for the G build, SPEC §5.3). */
 #include "common/err.h"
 #include "ingest/source.h"
 #include "io/npy.h"
@@ -21,6 +22,8 @@ struct ssb4d_source {
     void *map;                 /* mmap base (NULL for memory sources) */
     size_t map_len;
     qem_file *qem;             /* encoded source (data == NULL) */
+    ssb4d_source *parent;      /* region view (data == NULL, qem == NULL): not owned */
+    size_t origin[2];          /* the view's first scan row and column in the parent */
 };
 
 static ssb4d_status check_shape(const size_t shape[4], ssb4d_err *err)
@@ -117,6 +120,22 @@ ssb4d_status ssb4d_source_open_npy(const char *path, ssb4d_source **out, ssb4d_e
     return SSB4D_OK;
 }
 
+ssb4d_status ssb4d_source_new_view(ssb4d_source *parent, size_t r0, size_t c0,
+                                   const size_t shape[4], ssb4d_source **out, ssb4d_err *err)
+{
+    *out = NULL;
+    ssb4d_source *s = calloc(1, sizeof *s);
+    if (!s)
+        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+    memcpy(s->shape, shape, sizeof s->shape);
+    s->dtype = parent->dtype;
+    s->parent = parent;
+    s->origin[0] = r0;
+    s->origin[1] = c0;
+    *out = s;
+    return SSB4D_OK;
+}
+
 void ssb4d_source_close(ssb4d_source *s)
 {
     if (!s)
@@ -156,6 +175,8 @@ ssb4d_status ssb4d_source_read_frames(ssb4d_source *s, size_t pos0, size_t npos,
                           pos0, npos, npos_all);
     if (s->qem)
         return ssb4d_qem_read_frames(s->qem, pos0, npos, out, err);
+    if (s->parent)
+        return ssb4d_region_read_frames(s->parent, s->origin, s->shape, pos0, npos, out, err);
     size_t base = pos0 * fr, n = npos * fr;
     if (s->dtype == SSB4D_U16) {
         const uint16_t *p = (const uint16_t *)s->data + base;
@@ -188,6 +209,9 @@ ssb4d_status ssb4d_source_read_columns_mt(ssb4d_source *s, const int32_t *det_pi
         threads = 1;
     if (s->qem)
         return ssb4d_qem_read_columns(s->qem, det_pix, n_pix, row0, nrows, out, threads, err);
+    if (s->parent)
+        return ssb4d_region_read_columns(s->parent, s->origin, s->shape, det_pix, n_pix, row0,
+                                         nrows, out, threads, err);
     const size_t plane = nrows * nx;
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
     for (size_t r = 0; r < nrows; r++)
@@ -211,6 +235,15 @@ ssb4d_status ssb4d_source_read_columns_mt(ssb4d_source *s, const int32_t *det_pi
 
 void ssb4d_source_done_with(ssb4d_source *s, size_t pos0, size_t npos)
 {
+    if (s->parent && npos) {
+        /* The parent's positions from the first to the last one of the range: the frames of
+         * other columns in between are dropped too, which is harmless for a hint. */
+        size_t vnx = s->shape[1], pnx = s->parent->shape[1], last = pos0 + npos - 1;
+        size_t p0 = (s->origin[0] + pos0 / vnx) * pnx + s->origin[1] + pos0 % vnx;
+        size_t p1 = (s->origin[0] + last / vnx) * pnx + s->origin[1] + last % vnx;
+        ssb4d_source_done_with(s->parent, p0, p1 - p0 + 1);
+        return;
+    }
     if (!s->map || npos == 0)
         return; /* .qem: decoded blocks are never kept, the encoded file is what stays resident */
     size_t fr_bytes = s->shape[2] * s->shape[3] * (size_t)s->dtype;

@@ -12,8 +12,23 @@ ssb4d_status ssb4d_source_read_columns_mt(ssb4d_source *s, const int32_t *det_pi
  * file drops those pages from the process (they stay in the page cache), so reading a 19 GB file
  * does not grow the footprint by 19 GB. A hint: never fails. */
 void ssb4d_source_done_with(ssb4d_source *s, size_t pos0, size_t npos);
-/* The encoded file behind a .qem source (NULL for other sources). */
+/* The encoded file behind a .qem source (NULL for other sources, region views of a .qem too:
+ * their scan coordinates are not the file's). */
 qem_file *ssb4d_source_qem(const ssb4d_source *s);
+/* A view of shape `shape` whose scan position (0, 0) is (r0, c0) of parent (source.c; the
+ * rectangle is checked by ssb4d_source_region). */
+ssb4d_status ssb4d_source_new_view(ssb4d_source *parent, size_t r0, size_t c0,
+                                   const size_t shape[4], ssb4d_source **out, ssb4d_err *err);
+
+/* source_region.c: reads of a view (shape vshape, origin in the parent), mapped to the parent;
+ * ranges are already checked against vshape. */
+ssb4d_status ssb4d_region_read_frames(ssb4d_source *parent, const size_t origin[2],
+                                      const size_t vshape[4], size_t pos0, size_t npos,
+                                      uint32_t *out, ssb4d_err *err);
+ssb4d_status ssb4d_region_read_columns(ssb4d_source *parent, const size_t origin[2],
+                                       const size_t vshape[4], const int32_t *det_pix,
+                                       size_t n_pix, size_t row0, size_t nrows, float *out,
+                                       int threads, ssb4d_err *err);
 
 /* source_qem.c: frames and columns decoded from the streams (same layouts as above). */
 ssb4d_status ssb4d_qem_read_frames(const qem_file *q, size_t pos0, size_t npos, uint32_t *out,

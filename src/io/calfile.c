@@ -1,19 +1,31 @@
-/* calfile.c — the calibration JSON file, schema "ssb4d.calibration" version 1 (SPEC §8).
+/* calfile.c — the calibration JSON file, schema "ssb4d.calibration" version 1 (SPEC §8;
+ * docs/calibration-file.md has an example).
  *
  *   {"schema":"ssb4d.calibration", "version":1, "software":"ssb4d <ver>",
- *    "data_identity":"sha256:<hex>" | null,
+ *    "data_identity":"sha256:<hex>" | "qem-body-sha256:<hex>" | null,
  *    "microscope":{"kv":..,"semiangle_mrad":..},
  *    "scan":{"shape":[rows,cols],"step_A":[r,c]},
  *    "detector":{"shape":[rows,cols],"sampling_mrad":[r,c],"centre_px":[r,c],
- *                "disk_radius_px":..,"selection_radius_px":..,"flagged_pixels":[flat,...]},
+ *                "disk_radius_px":..,"selection_radius_px":..,"n_bf":..,"flagged_pixels":[flat,...]},
  *    "rotation_deg":..,
+ *    "branch":{"flipped":bool,"skewness":..,"skewness_other":..},             (when evaluated)
  *    "aberrations":{"C10_nm":..,"C12_nm":..,"phi12_deg":.., <other nonzero C_nm / phi_deg>},
- *    "loss":..}
+ *    "thick":{"tilt_mrad":[r,c],"thickness_nm":..,"gain":..},                  (thick model)
+ *    "loss":..,
+ *    "search":{"trials":..,"seed":<integer, or a decimal string above 2^53>,
+ *              "ranges":{"C10_nm":[lo,hi],"C12_nm":[lo,hi],"phi12_deg":[lo,hi]},
+ *              "locked":["C10_nm"|"C12_nm"|"phi12_deg",...],"evaluations":..,
+ *              "best_trials":[{"stage":..,"number":..,"C10_nm":..,"C12_nm":..,"phi12_deg":..,
+ *                              "loss":..},...]},                              (after a fit)
+ *    "region":[r0,r1,c0,c1],                                   (the fit ran on this region only)
+ *    "regions":[{"rect":[r0,r1,c0,c1],"C10_nm":..,"C12_nm":..,"phi12_deg":..,"loss":..},...]}
  *
  * Unknown values are written as null (JSON has no NaN) and read back as NaN; every section and
- * value other than schema and version is optional. Reading refuses malformed JSON, a different
- * schema name, a newer version, wrong types and absurd values, naming the key. Unknown extra keys
- * are allowed (later stages add their own). Doubles are printed so that they read back exactly.
+ * value other than schema and version is optional (a thick model needs its tilt and thickness).
+ * Rectangles are half-open scan ranges [r0, r1) x [c0, c1). Reading refuses malformed JSON, a
+ * different schema name, a newer version, wrong types and absurd values, naming the key. Unknown
+ * extra keys are allowed (later stages add their own). Doubles are printed so that they read
+ * back exactly, -0.0 and subnormals included, and the seed is exact for all 64 bits.
  */
 #include "io/calfile.h"
 
@@ -24,6 +36,7 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,6 +45,11 @@
 #include <unistd.h>
 
 #define CALFILE_MAX_BYTES ((size_t)256 << 20)
+#define MAX_EXACT_INT 9007199254740992.0 /* 2^53: larger integers do not survive a double */
+
+/* The three fitted parameters, in the order of range_lo / locked / the trial fields. */
+static const char *const PARAM_KEY[3] = {"C10_nm", "C12_nm", "phi12_deg"};
+static const double PARAM_LIMIT[3] = {1e9, 1e9, 1e4};
 
 void ssb4d_calfile_init(ssb4d_calfile *c)
 {
@@ -44,6 +62,10 @@ void ssb4d_calfile_init(ssb4d_calfile *c)
     c->bf_radius_px = c->disk_radius_px = c->loss = NAN;
     for (int i = 0; i < SSB4D_N_ABERR; i++)
         c->ab.C_nm[i] = c->ab.phi_deg[i] = 0.0;
+    c->thick.tilt_mrad[0] = c->thick.tilt_mrad[1] = c->thick.thickness_nm = NAN;
+    c->gain = c->skewness = c->skewness_other = NAN;
+    for (int i = 0; i < 3; i++)
+        c->range_lo[i] = c->range_hi[i] = NAN;
 }
 
 void ssb4d_calfile_free(ssb4d_calfile *c)
@@ -53,6 +75,17 @@ void ssb4d_calfile_free(ssb4d_calfile *c)
     free(c->flagged);
     c->flagged = NULL;
     c->n_flagged = 0;
+    free(c->best);
+    c->best = NULL;
+    c->n_best = 0;
+    free(c->regions);
+    c->regions = NULL;
+    c->n_regions = 0;
+}
+
+int ssb4d_calfile_identity_differs(const char *a, const char *b)
+{
+    return a && b && a[0] && b[0] && strcmp(a, b) != 0;
 }
 
 ssb4d_status ssb4d_calfile_from_calibration(ssb4d_calfile *c, const ssb4d_calibration *cal,
@@ -62,6 +95,7 @@ ssb4d_status ssb4d_calfile_from_calibration(ssb4d_calfile *c, const ssb4d_calibr
     c->geom = cal->geom;
     c->bf_radius_px = cal->selection_radius_px;
     c->disk_radius_px = cal->disk_radius_px;
+    c->n_bf = cal->n_bf;
     for (int i = 0; i < 2; i++) {
         c->det_shape[i] = cal->det_shape[i];
         c->scan_shape[i] = cal->scan_shape[i];
@@ -101,6 +135,58 @@ static cJSON *pair(const double v[2])
     return a;
 }
 
+static cJSON *rect(const size_t v[4])
+{
+    cJSON *a = cJSON_CreateArray();
+    for (int i = 0; i < 4; i++)
+        cJSON_AddItemToArray(a, num_or_null((double)v[i]));
+    return a;
+}
+
+/* C10, C12, φ12 and the loss of a trial or a region result. */
+static void add_point(cJSON *o, double C10, double C12, double phi12, double loss)
+{
+    cJSON_AddItemToObject(o, PARAM_KEY[0], num_or_null(C10));
+    cJSON_AddItemToObject(o, PARAM_KEY[1], num_or_null(C12));
+    cJSON_AddItemToObject(o, PARAM_KEY[2], num_or_null(phi12));
+    cJSON_AddItemToObject(o, "loss", num_or_null(loss));
+}
+
+static int is_plus_zero(double v) { return v == 0.0 && !signbit(v); }
+
+static cJSON *search_json(const ssb4d_calfile *c)
+{
+    cJSON *s = cJSON_CreateObject();
+    cJSON_AddItemToObject(s, "trials", num_or_null((double)c->trials));
+    if (c->seed <= (UINT64_C(1) << 53)) {
+        cJSON_AddItemToObject(s, "seed", num_or_null((double)c->seed));
+    } else { /* a JSON number would be read as a double and lose the low bits */
+        char buf[24];
+        snprintf(buf, sizeof buf, "%" PRIu64, c->seed);
+        cJSON_AddStringToObject(s, "seed", buf);
+    }
+    cJSON *rg = cJSON_AddObjectToObject(s, "ranges");
+    for (int i = 0; i < 3; i++) {
+        double v[2] = {c->range_lo[i], c->range_hi[i]};
+        cJSON_AddItemToObject(rg, PARAM_KEY[i], pair(v));
+    }
+    cJSON *lk = cJSON_AddArrayToObject(s, "locked");
+    for (int i = 0; i < 3; i++)
+        if (c->locked[i])
+            cJSON_AddItemToArray(lk, cJSON_CreateString(PARAM_KEY[i]));
+    cJSON_AddItemToObject(s, "evaluations", num_or_null((double)c->evaluations));
+    cJSON *bt = cJSON_AddArrayToObject(s, "best_trials");
+    for (size_t i = 0; i < c->n_best; i++) {
+        const ssb4d_calfile_trial *t = &c->best[i];
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddItemToObject(o, "stage", num_or_null((double)t->stage));
+        cJSON_AddItemToObject(o, "number", num_or_null((double)t->number));
+        add_point(o, t->C10_nm, t->C12_nm, t->phi12_deg, t->loss);
+        cJSON_AddItemToArray(bt, o);
+    }
+    return s;
+}
+
 static cJSON *shape_pair(const size_t v[2])
 {
     if (!v[0] || !v[1])
@@ -138,17 +224,26 @@ char *ssb4d_calfile_to_json(const ssb4d_calfile *c)
     cJSON_AddItemToObject(det, "centre_px", pair(c->geom.centre_px));
     cJSON_AddItemToObject(det, "disk_radius_px", num_or_null(c->disk_radius_px));
     cJSON_AddItemToObject(det, "selection_radius_px", num_or_null(c->bf_radius_px));
+    cJSON_AddItemToObject(det, "n_bf", c->n_bf ? num_or_null((double)c->n_bf) : cJSON_CreateNull());
     cJSON *fl = cJSON_AddArrayToObject(det, "flagged_pixels");
     for (size_t i = 0; i < c->n_flagged; i++)
         cJSON_AddItemToArray(fl, num_or_null((double)c->flagged[i]));
 
     cJSON_AddItemToObject(root, "rotation_deg", num_or_null(c->geom.rotation_deg));
+    if (c->branch_flipped || !isnan(c->skewness) || !isnan(c->skewness_other)) {
+        cJSON *br = cJSON_AddObjectToObject(root, "branch");
+        cJSON_AddBoolToObject(br, "flipped", c->branch_flipped != 0);
+        cJSON_AddItemToObject(br, "skewness", num_or_null(c->skewness));
+        cJSON_AddItemToObject(br, "skewness_other", num_or_null(c->skewness_other));
+    }
 
     if (c->has_ab) {
         cJSON *ab = cJSON_AddObjectToObject(root, "aberrations");
         for (int i = 0; i < SSB4D_N_ABERR; i++) {
+            /* +0.0 coefficients are left out; -0.0 is kept so that the file reloads bit for bit */
             int always = (i == SSB4D_C10 || i == SSB4D_C12);
-            if (!always && c->ab.C_nm[i] == 0.0)
+            if (!always && is_plus_zero(c->ab.C_nm[i]) &&
+                (ssb4d_aberr_m(i) == 0 || is_plus_zero(c->ab.phi_deg[i])))
                 continue;
             char key[32];
             snprintf(key, sizeof key, "%s_nm", ssb4d_aberr_name(i));
@@ -159,7 +254,28 @@ char *ssb4d_calfile_to_json(const ssb4d_calfile *c)
             }
         }
     }
+    if (c->has_thick) {
+        cJSON *th = cJSON_AddObjectToObject(root, "thick");
+        cJSON_AddItemToObject(th, "tilt_mrad", pair(c->thick.tilt_mrad));
+        cJSON_AddItemToObject(th, "thickness_nm", num_or_null(c->thick.thickness_nm));
+        cJSON_AddItemToObject(th, "gain", num_or_null(c->gain));
+    }
     cJSON_AddItemToObject(root, "loss", num_or_null(c->loss));
+    if (c->has_search)
+        cJSON_AddItemToObject(root, "search", search_json(c));
+    if (c->has_region)
+        cJSON_AddItemToObject(root, "region", rect(c->region));
+    if (c->n_regions) {
+        cJSON *rs = cJSON_AddArrayToObject(root, "regions");
+        for (size_t i = 0; i < c->n_regions; i++) {
+            const ssb4d_calfile_region *g = &c->regions[i];
+            cJSON *o = cJSON_CreateObject();
+            size_t rc[4] = {g->r0, g->r1, g->c0, g->c1};
+            cJSON_AddItemToObject(o, "rect", rect(rc));
+            add_point(o, g->C10_nm, g->C12_nm, g->phi12_deg, g->loss);
+            cJSON_AddItemToArray(rs, o);
+        }
+    }
     char *text = cJSON_Print(root);
     cJSON_Delete(root);
     return text;
@@ -248,6 +364,229 @@ static ssb4d_status get_shape(const rd *r, const cJSON *obj, const char *full, s
             e->valuedouble != floor(e->valuedouble))
             return bad(r, full, "must be an array of two positive integers (at most 65536)");
         out[i] = (size_t)e->valuedouble;
+    }
+    return SSB4D_OK;
+}
+
+static const cJSON *get_obj(const rd *r, const cJSON *root, const char *key, ssb4d_status *st);
+
+/* An optional integer in [0, max] (null or absent: 0). */
+static ssb4d_status get_count(const rd *r, const cJSON *obj, const char *key, const char *full,
+                              double max, size_t *out)
+{
+    *out = 0;
+    const cJSON *it = obj ? cJSON_GetObjectItemCaseSensitive(obj, key) : NULL;
+    if (!it || cJSON_IsNull(it))
+        return SSB4D_OK;
+    if (!cJSON_IsNumber(it) || !(it->valuedouble >= 0 && it->valuedouble <= max) ||
+        it->valuedouble != floor(it->valuedouble)) {
+        char msg[96];
+        snprintf(msg, sizeof msg, "must be an integer in 0 .. %.0f", max);
+        return bad(r, full, msg);
+    }
+    *out = (size_t)it->valuedouble;
+    return SSB4D_OK;
+}
+
+/* A rectangle [r0, r1, c0, c1] of scan positions: integers, r0 < r1, c0 < c1, inside the scan
+ * when its shape is known. */
+static ssb4d_status get_rect(const rd *r, const cJSON *it, const char *full,
+                             const size_t scan_shape[2], size_t out[4])
+{
+    static const char what[] = "must be [r0, r1, c0, c1]: integers with r0 < r1 and c0 < c1";
+    if (!cJSON_IsArray(it) || cJSON_GetArraySize(it) != 4)
+        return bad(r, full, what);
+    for (int i = 0; i < 4; i++) {
+        const cJSON *e = cJSON_GetArrayItem(it, i);
+        if (!cJSON_IsNumber(e) || !(e->valuedouble >= 0 && e->valuedouble <= 65536) ||
+            e->valuedouble != floor(e->valuedouble))
+            return bad(r, full, what);
+        out[i] = (size_t)e->valuedouble;
+    }
+    if (out[0] >= out[1] || out[2] >= out[3])
+        return bad(r, full, what);
+    if (scan_shape[0] && (out[1] > scan_shape[0] || out[3] > scan_shape[1])) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "= [%zu, %zu, %zu, %zu] is outside the %zux%zu scan", out[0],
+                 out[1], out[2], out[3], scan_shape[0], scan_shape[1]);
+        return bad(r, full, msg);
+    }
+    return SSB4D_OK;
+}
+
+/* An optional array (null or absent: NULL). */
+static const cJSON *get_array(const rd *r, const cJSON *obj, const char *key, const char *full,
+                              const char *what, ssb4d_status *st)
+{
+    const cJSON *it = obj ? cJSON_GetObjectItemCaseSensitive(obj, key) : NULL;
+    if (!it || cJSON_IsNull(it))
+        return NULL;
+    if (!cJSON_IsArray(it)) {
+        *st = bad(r, full, what);
+        return NULL;
+    }
+    return it;
+}
+
+/* C10, C12, φ12 and loss of a trial / region entry `prefix` (each may be null: NaN). */
+static ssb4d_status get_point(const rd *r, const cJSON *o, const char *prefix, double v[4])
+{
+    char full[96];
+    ssb4d_status st;
+    for (int i = 0; i < 3; i++) {
+        snprintf(full, sizeof full, "%s.%s", prefix, PARAM_KEY[i]);
+        if ((st = get_num(r, o, PARAM_KEY[i], full, -PARAM_LIMIT[i], PARAM_LIMIT[i], &v[i])))
+            return st;
+    }
+    snprintf(full, sizeof full, "%s.loss", prefix);
+    return get_num(r, o, "loss", full, -1e300, 1e300, &v[3]);
+}
+
+/* The seed: an integer up to 2^53 or a decimal string (any uint64). */
+static ssb4d_status get_seed(const rd *r, const cJSON *obj, uint64_t *out)
+{
+    static const char what[] = "must be an integer in 0 .. 2^53 or a decimal string of a 64-bit "
+                               "unsigned integer";
+    *out = 0;
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(obj, "seed");
+    if (!it || cJSON_IsNull(it))
+        return SSB4D_OK;
+    if (cJSON_IsNumber(it)) {
+        double v = it->valuedouble;
+        if (!(v >= 0 && v <= MAX_EXACT_INT) || v != floor(v))
+            return bad(r, "search.seed", what);
+        *out = (uint64_t)v;
+        return SSB4D_OK;
+    }
+    if (!cJSON_IsString(it))
+        return bad(r, "search.seed", what);
+    const char *t = it->valuestring;
+    size_t n = strlen(t);
+    if (n == 0 || n > 20 || strspn(t, "0123456789") != n)
+        return bad(r, "search.seed", what);
+    errno = 0;
+    unsigned long long v = strtoull(t, NULL, 10);
+    if (errno == ERANGE)
+        return bad(r, "search.seed", "is larger than 2^64 - 1");
+    *out = (uint64_t)v;
+    return SSB4D_OK;
+}
+
+static ssb4d_status parse_search(const rd *r, const cJSON *s, ssb4d_calfile *c)
+{
+    ssb4d_status st = SSB4D_OK;
+    c->has_search = 1;
+    if ((st = get_count(r, s, "trials", "search.trials", MAX_EXACT_INT, &c->trials)) ||
+        (st = get_count(r, s, "evaluations", "search.evaluations", MAX_EXACT_INT, &c->evaluations)) ||
+        (st = get_seed(r, s, &c->seed)))
+        return st;
+    const cJSON *rg = get_obj(r, s, "ranges", &st);
+    if (st)
+        return bad(r, "search.ranges", "must be an object");
+    for (int i = 0; i < 3; i++) {
+        char full[64];
+        double v[2];
+        snprintf(full, sizeof full, "search.ranges.%s", PARAM_KEY[i]);
+        if ((st = get_pair(r, rg, PARAM_KEY[i], full, -PARAM_LIMIT[i], PARAM_LIMIT[i], v)))
+            return st;
+        if (v[0] > v[1])
+            return bad(r, full, "must be [lo, hi] with lo <= hi");
+        c->range_lo[i] = v[0];
+        c->range_hi[i] = v[1];
+    }
+    const cJSON *lk = get_array(r, s, "locked", "search.locked",
+                                "must be an array of parameter names", &st);
+    if (st)
+        return st;
+    size_t i = 0;
+    for (const cJSON *e = lk ? lk->child : NULL; e; e = e->next, i++) {
+        int k = -1;
+        for (int j = 0; j < 3 && cJSON_IsString(e); j++)
+            if (!strcmp(e->valuestring, PARAM_KEY[j]))
+                k = j;
+        if (k < 0) {
+            char full[48];
+            snprintf(full, sizeof full, "search.locked[%zu]", i);
+            return bad(r, full, "must be one of \"C10_nm\", \"C12_nm\", \"phi12_deg\"");
+        }
+        c->locked[k] = 1;
+    }
+    const cJSON *bt = get_array(r, s, "best_trials", "search.best_trials",
+                                "must be an array of trial objects", &st);
+    if (st || !bt)
+        return st;
+    size_t n = (size_t)cJSON_GetArraySize(bt);
+    if (n && !(c->best = calloc(n, sizeof *c->best)))
+        return ssb4d_fail(r->err, SSB4D_ENOMEM, "out of memory reading %s", r->path);
+    i = 0;
+    for (const cJSON *e = bt->child; e; e = e->next, i++) {
+        char full[64];
+        snprintf(full, sizeof full, "search.best_trials[%zu]", i);
+        if (!cJSON_IsObject(e))
+            return bad(r, full, "must be an object");
+        ssb4d_calfile_trial *t = &c->best[i];
+        size_t stage;
+        char key[96];
+        snprintf(key, sizeof key, "%s.stage", full);
+        if ((st = get_count(r, e, "stage", key, 1000, &stage)))
+            return st;
+        t->stage = (int)stage;
+        snprintf(key, sizeof key, "%s.number", full);
+        if ((st = get_count(r, e, "number", key, MAX_EXACT_INT, &t->number)))
+            return st;
+        double v[4];
+        if ((st = get_point(r, e, full, v)))
+            return st;
+        t->C10_nm = v[0];
+        t->C12_nm = v[1];
+        t->phi12_deg = v[2];
+        t->loss = v[3];
+        c->n_best = i + 1;
+    }
+    return SSB4D_OK;
+}
+
+static ssb4d_status parse_regions(const rd *r, const cJSON *root, ssb4d_calfile *c)
+{
+    ssb4d_status st = SSB4D_OK;
+    const cJSON *one = cJSON_GetObjectItemCaseSensitive(root, "region");
+    if (one && !cJSON_IsNull(one)) {
+        if ((st = get_rect(r, one, "region", c->scan_shape, c->region)))
+            return st;
+        c->has_region = 1;
+    }
+    const cJSON *rs = get_array(r, root, "regions", "regions",
+                                "must be an array of region objects", &st);
+    if (st || !rs)
+        return st;
+    size_t n = (size_t)cJSON_GetArraySize(rs), i = 0;
+    if (n && !(c->regions = calloc(n, sizeof *c->regions)))
+        return ssb4d_fail(r->err, SSB4D_ENOMEM, "out of memory reading %s", r->path);
+    for (const cJSON *e = rs->child; e; e = e->next, i++) {
+        char full[48], key[64];
+        snprintf(full, sizeof full, "regions[%zu]", i);
+        if (!cJSON_IsObject(e))
+            return bad(r, full, "must be an object");
+        snprintf(key, sizeof key, "%s.rect", full);
+        size_t rc[4];
+        const cJSON *it = cJSON_GetObjectItemCaseSensitive(e, "rect");
+        if (!it)
+            return bad(r, key, "is missing");
+        if ((st = get_rect(r, it, key, c->scan_shape, rc)))
+            return st;
+        double v[4];
+        if ((st = get_point(r, e, full, v)))
+            return st;
+        ssb4d_calfile_region *g = &c->regions[i];
+        g->r0 = rc[0];
+        g->r1 = rc[1];
+        g->c0 = rc[2];
+        g->c1 = rc[3];
+        g->C10_nm = v[0];
+        g->C12_nm = v[1];
+        g->phi12_deg = v[2];
+        g->loss = v[3];
+        c->n_regions = i + 1;
     }
     return SSB4D_OK;
 }
@@ -361,9 +700,28 @@ static ssb4d_status parse(const rd *r, const cJSON *root, ssb4d_calfile *c)
         }
         c->n_flagged = n;
     }
+    if ((st = get_count(r, det, "n_bf", "detector.n_bf",
+                        c->det_shape[0] ? (double)c->det_shape[0] * (double)c->det_shape[1]
+                                        : 4096.0 * 4096.0,
+                        &c->n_bf)))
+        return st;
 
     if ((st = get_num(r, root, "rotation_deg", "rotation_deg", -1e4, 1e4, &c->geom.rotation_deg)))
         return st;
+
+    const cJSON *br = get_obj(r, root, "branch", &st);
+    if (st)
+        return st;
+    if (br) {
+        const cJSON *fl2 = cJSON_GetObjectItemCaseSensitive(br, "flipped");
+        if (fl2 && !cJSON_IsNull(fl2) && !cJSON_IsBool(fl2))
+            return bad(r, "branch.flipped", "must be true or false");
+        c->branch_flipped = cJSON_IsTrue(fl2);
+        if ((st = get_num(r, br, "skewness", "branch.skewness", -1e300, 1e300, &c->skewness)) ||
+            (st = get_num(r, br, "skewness_other", "branch.skewness_other", -1e300, 1e300,
+                          &c->skewness_other)))
+            return st;
+    }
 
     const cJSON *ab = get_obj(r, root, "aberrations", &st);
     if (st)
@@ -385,9 +743,29 @@ static ssb4d_status parse(const rd *r, const cJSON *root, ssb4d_calfile *c)
             c->ab.phi_deg[i] = isnan(v) ? 0.0 : v;
         }
     }
+
+    const cJSON *th = get_obj(r, root, "thick", &st);
+    if (st)
+        return st;
+    if (th) {
+        if ((st = get_pair(r, th, "tilt_mrad", "thick.tilt_mrad", -1000, 1000, c->thick.tilt_mrad)) ||
+            (st = get_num(r, th, "thickness_nm", "thick.thickness_nm", 0, 1e4,
+                          &c->thick.thickness_nm)) ||
+            (st = get_num(r, th, "gain", "thick.gain", -1e300, 1e300, &c->gain)))
+            return st;
+        if (isnan(c->thick.tilt_mrad[0]) || isnan(c->thick.tilt_mrad[1]))
+            return bad(r, "thick.tilt_mrad", "is missing (a thick model needs [row, col] in mrad)");
+        if (isnan(c->thick.thickness_nm))
+            return bad(r, "thick.thickness_nm", "is missing (a thick model needs it, in nm)");
+        c->has_thick = 1;
+    }
+
     if ((st = get_num(r, root, "loss", "loss", -1e300, 1e300, &c->loss)))
         return st;
-    return SSB4D_OK;
+    const cJSON *se = get_obj(r, root, "search", &st);
+    if (st || (se && (st = parse_search(r, se, c))))
+        return st;
+    return parse_regions(r, root, c);
 }
 
 ssb4d_status ssb4d_calfile_read(const char *path, ssb4d_calfile *c, ssb4d_err *err)

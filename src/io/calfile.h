@@ -8,7 +8,7 @@
 
 /* One recorded trial of a fit (the best ones are kept in the file). */
 typedef struct {
-    int stage;                   /* 0 global, 1 Nelder–Mead, ... (fit.h FIT_STAGE_*) */
+    int stage;                   /* as ssb4d_fit_trial.stage (0 global, 1..3 Nelder–Mead) */
     size_t number;               /* position in the fit's trace */
     double C10_nm, C12_nm, phi12_deg, loss;
 } ssb4d_calfile_trial;
@@ -19,7 +19,9 @@ typedef struct {
     double C10_nm, C12_nm, phi12_deg, loss;
 } ssb4d_calfile_region;
 
-/* Every double is NaN when the file does not give it. */
+/* Every double is NaN when the file does not give it; counts are 0. A thick model (has_thick)
+ * has finite tilt and thickness. rotation_deg is the rotation to reconstruct with (the branch,
+ * if flipped, already included). best[] is written only with the search settings (has_search). */
 typedef struct {
     int version;
     ssb4d_geometry geom;
@@ -29,7 +31,8 @@ typedef struct {
     int has_ab;
     ssb4d_aberrations ab;
     double loss;
-    char data_identity[96];      /* "sha256:<hex>" of the source file, or "" */
+    char data_identity[96];      /* "sha256:<hex>" of the data file, "qem-body-sha256:<hex>" of a
+                                    .qem's encoded body (cli_data_identity), or "" (unknown) */
     int32_t *flagged;            /* malloc'ed; n_flagged entries */
     size_t n_flagged;
     size_t n_bf;                 /* selected BF pixels (0 unknown) */
@@ -66,6 +69,9 @@ ssb4d_status ssb4d_calfile_from_calibration(ssb4d_calfile *c, const ssb4d_calibr
 char *ssb4d_calfile_to_json(const ssb4d_calfile *c);
 /* Atomic write (temp + rename). */
 ssb4d_status ssb4d_calfile_write(const char *path, const ssb4d_calfile *c, ssb4d_err *err);
-/* Reads; refuses malformed files and future versions with a clear message. */
+/* Reads; refuses malformed files and future versions with a clear message (SSB4D_EFORMAT, or
+ * SSB4D_EIO when it cannot be read). c is initialised either way and must be freed. */
 ssb4d_status ssb4d_calfile_read(const char *path, ssb4d_calfile *c, ssb4d_err *err);
+/* 1 when both data identities are known (not "" or NULL) and differ, else 0. */
+int ssb4d_calfile_identity_differs(const char *a, const char *b);
 #endif

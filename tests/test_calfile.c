@@ -1,0 +1,447 @@
+/* test_calfile.c — the calibration JSON file (src/io/calfile, SPEC §8).
+ *
+ *   - every field survives write → read bit for bit, with awkward doubles (0.1, -0.0, 1e-300,
+ *     the smallest subnormal, 1/3, values near the range limits), a seed of 2^64-1 (written as
+ *     a string) and 2^53 (the largest written as a number), NaN as null, and several trials and
+ *     regions; writing the read-back struct gives the same text;
+ *   - an empty struct round-trips (nothing but unknowns) and optional sections stay absent;
+ *   - refusals name the problem: malformed JSON, trailing garbage, wrong schema, version 99,
+ *     non-integer version, wrong types and absurd values in every new section, a seed that is not
+ *     an exact integer, rectangles that are empty or outside the scan, half a thick model;
+ *   - ssb4d_calfile_identity_differs. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "io/calfile.h"
+#include "ref_ssb.h"
+
+static char g_dir[512];
+
+static int setup(void **state)
+{
+    (void)state;
+    return ref_tmpdir(g_dir, sizeof g_dir, "calfile");
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    return ref_rmtree(g_dir);
+}
+
+static const char *tpath(const char *name)
+{
+    static char buf[700];
+    snprintf(buf, sizeof buf, "%s/%s", g_dir, name);
+    return buf;
+}
+
+static void write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(text, 1, strlen(text), f), strlen(text));
+    fclose(f);
+}
+
+/* Same bits (NaN == NaN of the same payload; -0.0 != 0.0). */
+static void same_double(double a, double b, const char *what)
+{
+    if (memcmp(&a, &b, sizeof a) != 0)
+        fail_msg("%s: %.17g read back as %.17g", what, a, b);
+}
+
+static void same_calfile(const ssb4d_calfile *a, const ssb4d_calfile *b)
+{
+    assert_int_equal(a->version, b->version);
+    const double *ga = &a->geom.kv, *gb = &b->geom.kv;
+    for (size_t i = 0; i < sizeof a->geom / sizeof(double); i++)
+        same_double(ga[i], gb[i], "geometry");
+    same_double(a->bf_radius_px, b->bf_radius_px, "selection radius");
+    same_double(a->disk_radius_px, b->disk_radius_px, "disk radius");
+    assert_memory_equal(a->det_shape, b->det_shape, sizeof a->det_shape);
+    assert_memory_equal(a->scan_shape, b->scan_shape, sizeof a->scan_shape);
+    assert_int_equal(a->has_ab, b->has_ab);
+    for (int i = 0; i < SSB4D_N_ABERR; i++) {
+        same_double(a->ab.C_nm[i], b->ab.C_nm[i], ssb4d_aberr_name(i));
+        if (ssb4d_aberr_m(i))
+            same_double(a->ab.phi_deg[i], b->ab.phi_deg[i], "phi");
+    }
+    same_double(a->loss, b->loss, "loss");
+    assert_string_equal(a->data_identity, b->data_identity);
+    assert_int_equal(a->n_flagged, b->n_flagged);
+    if (a->n_flagged)
+        assert_memory_equal(a->flagged, b->flagged, a->n_flagged * sizeof *a->flagged);
+    assert_int_equal(a->n_bf, b->n_bf);
+    assert_int_equal(a->has_thick, b->has_thick);
+    if (a->has_thick) {
+        same_double(a->thick.tilt_mrad[0], b->thick.tilt_mrad[0], "tilt row");
+        same_double(a->thick.tilt_mrad[1], b->thick.tilt_mrad[1], "tilt col");
+        same_double(a->thick.thickness_nm, b->thick.thickness_nm, "thickness");
+        same_double(a->gain, b->gain, "gain");
+    }
+    assert_int_equal(a->branch_flipped, b->branch_flipped);
+    same_double(a->skewness, b->skewness, "skewness");
+    same_double(a->skewness_other, b->skewness_other, "skewness_other");
+    assert_int_equal(a->has_search, b->has_search);
+    if (a->has_search) {
+        assert_int_equal(a->trials, b->trials);
+        if (a->seed != b->seed)
+            fail_msg("seed %llu read back as %llu", (unsigned long long)a->seed,
+                     (unsigned long long)b->seed);
+        for (int i = 0; i < 3; i++) {
+            same_double(a->range_lo[i], b->range_lo[i], "range lo");
+            same_double(a->range_hi[i], b->range_hi[i], "range hi");
+            assert_int_equal(a->locked[i], b->locked[i]);
+        }
+        assert_int_equal(a->evaluations, b->evaluations);
+        assert_int_equal(a->n_best, b->n_best);
+        for (size_t i = 0; i < a->n_best; i++) {
+            assert_int_equal(a->best[i].stage, b->best[i].stage);
+            assert_int_equal(a->best[i].number, b->best[i].number);
+            same_double(a->best[i].C10_nm, b->best[i].C10_nm, "trial C10");
+            same_double(a->best[i].C12_nm, b->best[i].C12_nm, "trial C12");
+            same_double(a->best[i].phi12_deg, b->best[i].phi12_deg, "trial phi12");
+            same_double(a->best[i].loss, b->best[i].loss, "trial loss");
+        }
+    }
+    assert_int_equal(a->has_region, b->has_region);
+    if (a->has_region)
+        assert_memory_equal(a->region, b->region, sizeof a->region);
+    assert_int_equal(a->n_regions, b->n_regions);
+    for (size_t i = 0; i < a->n_regions; i++) {
+        const ssb4d_calfile_region *x = &a->regions[i], *y = &b->regions[i];
+        assert_true(x->r0 == y->r0 && x->r1 == y->r1 && x->c0 == y->c0 && x->c1 == y->c1);
+        same_double(x->C10_nm, y->C10_nm, "region C10");
+        same_double(x->C12_nm, y->C12_nm, "region C12");
+        same_double(x->phi12_deg, y->phi12_deg, "region phi12");
+        same_double(x->loss, y->loss, "region loss");
+    }
+}
+
+static void round_trip(const ssb4d_calfile *c, const char *name)
+{
+    ssb4d_err err = {0};
+    assert_int_equal(ssb4d_calfile_write(tpath(name), c, &err), SSB4D_OK);
+    ssb4d_calfile back;
+    if (ssb4d_calfile_read(tpath(name), &back, &err) != SSB4D_OK)
+        fail_msg("reading back %s: %s", name, err.msg);
+    same_calfile(c, &back);
+    /* and the text is a fixed point */
+    char *t1 = ssb4d_calfile_to_json(c), *t2 = ssb4d_calfile_to_json(&back);
+    assert_string_equal(t1, t2);
+    free(t1);
+    free(t2);
+    ssb4d_calfile_free(&back);
+}
+
+/* A calfile with every field set to an awkward value. */
+static void fill_everything(ssb4d_calfile *c)
+{
+    ssb4d_calfile_init(c);
+    c->geom.kv = 300.1;
+    c->geom.semiangle_mrad = 0.1;
+    c->geom.scan_step_A[0] = 1.0 / 3.0;
+    c->geom.scan_step_A[1] = 1e-9;
+    c->geom.det_sampling_mrad[0] = 1.2786300000000001;
+    c->geom.det_sampling_mrad[1] = 999.99999999999989;
+    c->geom.centre_px[0] = -0.0;
+    c->geom.centre_px[1] = 23.999999999999996;
+    c->geom.rotation_deg = -9.2377e-300;
+    c->bf_radius_px = 19.552;
+    c->disk_radius_px = 1e5;
+    c->det_shape[0] = 48;
+    c->det_shape[1] = 47;
+    c->scan_shape[0] = 64;
+    c->scan_shape[1] = 96;
+    c->has_ab = 1;
+    for (int i = 0; i < SSB4D_N_ABERR; i++) {
+        c->ab.C_nm[i] = (i % 3 == 0) ? 0.1 * (i + 1) : (i % 3 == 1 ? -0.0 : 0.0);
+        c->ab.phi_deg[i] = ssb4d_aberr_m(i) ? (i == SSB4D_C23 ? -0.0 : 7.0 / (i + 1)) : 0.0;
+    }
+    c->ab.C_nm[SSB4D_C10] = -11.8;
+    c->ab.C_nm[SSB4D_C30] = 1e-300;
+    c->ab.C_nm[SSB4D_C56] = 4.9406564584124654e-324; /* the smallest subnormal */
+    c->ab.phi_deg[SSB4D_C54] = 12.5;                  /* an angle whose C is +0 */
+    c->loss = 0.1 + 0.2;
+    snprintf(c->data_identity, sizeof c->data_identity, "sha256:%064d", 7);
+    c->n_flagged = 3;
+    c->flagged = malloc(3 * sizeof *c->flagged);
+    c->flagged[0] = 0;
+    c->flagged[1] = 17;
+    c->flagged[2] = 48 * 47 - 1;
+    c->n_bf = 1201;
+    c->has_thick = 1;
+    c->thick.tilt_mrad[0] = -0.0;
+    c->thick.tilt_mrad[1] = 12.345678901234567;
+    c->thick.thickness_nm = 9.6;
+    c->gain = 1.0000000000000002;
+    c->branch_flipped = 1;
+    c->skewness = -0.1;
+    c->skewness_other = NAN;
+    c->has_search = 1;
+    c->trials = 200;
+    c->seed = UINT64_MAX;
+    c->range_lo[0] = -40;
+    c->range_hi[0] = 40;
+    c->range_lo[1] = 0;
+    c->range_hi[1] = 10;
+    c->range_lo[2] = -90;
+    c->range_hi[2] = NAN;
+    c->locked[1] = 1;
+    c->evaluations = 9007199254740992ull;
+    c->n_best = 3;
+    c->best = calloc(3, sizeof *c->best);
+    for (size_t i = 0; i < 3; i++) {
+        c->best[i].stage = (int)(i % 2);
+        c->best[i].number = 100 * i + 3;
+        c->best[i].C10_nm = -11.8 + 0.1 * (double)i;
+        c->best[i].C12_nm = i == 2 ? NAN : 3.0000000000000004;
+        c->best[i].phi12_deg = -89.99999999999999;
+        c->best[i].loss = 1e-300 * (double)(i + 1);
+    }
+    c->has_region = 1;
+    c->region[0] = 0;
+    c->region[1] = 64;
+    c->region[2] = 32;
+    c->region[3] = 96;
+    c->n_regions = 2;
+    c->regions = calloc(2, sizeof *c->regions);
+    c->regions[0] = (ssb4d_calfile_region){0, 32, 0, 48, -12.1, 2.9, 31.7, 0.1};
+    c->regions[1] = (ssb4d_calfile_region){32, 64, 48, 96, -0.0, NAN, 1e-300, -0.0};
+}
+
+static void round_trip_everything(void **state)
+{
+    (void)state;
+    ssb4d_calfile c;
+    fill_everything(&c);
+    round_trip(&c, "all.json");
+    /* the seed above 2^53 is a string; 2^53 itself is still a number */
+    char *text = ssb4d_calfile_to_json(&c);
+    assert_non_null(strstr(text, "\"18446744073709551615\""));
+    assert_non_null(strstr(text, "\"locked\":\t[\"C12_nm\"]"));
+    free(text);
+    c.seed = 9007199254740992ull;
+    text = ssb4d_calfile_to_json(&c);
+    assert_non_null(strstr(text, "9007199254740992"));
+    assert_null(strstr(text, "\"9007199254740992\""));
+    free(text);
+    round_trip(&c, "seed53.json");
+    c.seed = 9007199254740993ull; /* 2^53 + 1: not a double */
+    round_trip(&c, "seed53p1.json");
+    c.seed = 0;
+    c.branch_flipped = 0;
+    round_trip(&c, "seed0.json");
+    ssb4d_calfile_free(&c);
+    ssb4d_calfile_free(&c); /* idempotent */
+}
+
+static void round_trip_empty(void **state)
+{
+    (void)state;
+    ssb4d_calfile c;
+    ssb4d_calfile_init(&c);
+    round_trip(&c, "empty.json");
+    char *text = ssb4d_calfile_to_json(&c);
+    const char *absent[] = {"\"thick\"", "\"branch\"", "\"search\"", "\"region\"", "\"regions\"",
+                            "\"aberrations\""};
+    for (size_t i = 0; i < sizeof absent / sizeof absent[0]; i++)
+        if (strstr(text, absent[i]))
+            fail_msg("an empty calfile writes %s:\n%s", absent[i], text);
+    assert_non_null(strstr(text, "\"n_bf\":\tnull"));
+    free(text);
+    /* a minimal hand-written file */
+    write_text(tpath("min.json"), "{\"schema\":\"ssb4d.calibration\",\"version\":1}");
+    ssb4d_err err = {0};
+    assert_int_equal(ssb4d_calfile_read(tpath("min.json"), &c, &err), SSB4D_OK);
+    assert_true(isnan(c.geom.kv) && isnan(c.thick.thickness_nm) && isnan(c.skewness));
+    assert_int_equal(c.has_thick + c.has_search + c.has_region + (int)c.n_regions + (int)c.n_bf, 0);
+    ssb4d_calfile_free(&c);
+    /* sections with nulls and empty lists */
+    write_text(tpath("nulls.json"),
+               "{\"schema\":\"ssb4d.calibration\",\"version\":1,\"branch\":{\"flipped\":null},"
+               "\"search\":{\"seed\":null,\"ranges\":null,\"locked\":[],\"best_trials\":[]},"
+               "\"region\":null,\"regions\":[],\"thick\":null,\"detector\":{\"n_bf\":null}}");
+    assert_int_equal(ssb4d_calfile_read(tpath("nulls.json"), &c, &err), SSB4D_OK);
+    assert_int_equal(c.has_search, 1);
+    assert_int_equal(c.n_best, 0);
+    assert_int_equal(c.branch_flipped, 0);
+    assert_int_equal(c.has_region + c.has_thick, 0);
+    ssb4d_calfile_free(&c);
+}
+
+/* Reads `body` (inside a valid schema/version object unless raw) and expects a refusal whose
+ * message contains needle. */
+static void refuses(const char *body, int raw, const char *needle)
+{
+    char text[4096];
+    if (raw)
+        snprintf(text, sizeof text, "%s", body);
+    else
+        snprintf(text, sizeof text, "{\"schema\":\"ssb4d.calibration\",\"version\":1,%s}", body);
+    write_text(tpath("bad.json"), text);
+    ssb4d_calfile c;
+    ssb4d_err err = {0};
+    ssb4d_status st = ssb4d_calfile_read(tpath("bad.json"), &c, &err);
+    if (st != SSB4D_EFORMAT)
+        fail_msg("accepted (status %d): %s", (int)st, text);
+    if (!strstr(err.msg, needle))
+        fail_msg("message \"%s\" lacks \"%s\" for %s", err.msg, needle, text);
+    assert_null(strchr(err.msg, '\n'));
+    assert_null(c.best);
+    assert_null(c.regions);
+    assert_null(c.flagged);
+    ssb4d_calfile_free(&c);
+}
+
+static void refusals(void **state)
+{
+    (void)state;
+    /* whole-file problems */
+    refuses("{\"schema\":\"ssb4d.calibration\",\"version\":1", 1, "not valid JSON");
+    refuses("{\"schema\":\"ssb4d.calibration\",\"version\":1} x", 1, "not valid JSON");
+    refuses("[1, 2]", 1, "not an object");
+    refuses("{\"version\":1}", 1, "no \"schema\"");
+    refuses("{\"schema\":\"ssb4d.benchmark\",\"version\":1}", 1, "schema \"ssb4d.benchmark\"");
+    refuses("{\"schema\":\"ssb4d.calibration\",\"version\":99}", 1, "newer ssb4d");
+    refuses("{\"schema\":\"ssb4d.calibration\",\"version\":1.5}", 1, "\"version\"");
+    refuses("{\"schema\":\"ssb4d.calibration\",\"version\":\"1\"}", 1, "\"version\"");
+    refuses("{\"schema\":\"ssb4d.calibration\",\"version\":1,\"loss\":NaN}", 1, "not valid JSON");
+    /* existing sections */
+    refuses("\"aberrations\":{\"C10_nm\":\"abc\"}", 0, "\"aberrations.C10_nm\" must be a number");
+    refuses("\"aberrations\":{\"C12_nm\":1e999}", 0, "\"aberrations.C12_nm\"");
+    refuses("\"aberrations\":{\"C30_nm\":2e9}", 0, "out of range");
+    refuses("\"rotation_deg\":true", 0, "\"rotation_deg\" must be a number");
+    refuses("\"microscope\":{\"kv\":-300}", 0, "\"microscope.kv\"");
+    refuses("\"detector\":[]", 0, "\"detector\" must be an object");
+    /* n_bf */
+    refuses("\"detector\":{\"n_bf\":-1}", 0, "\"detector.n_bf\" must be an integer");
+    refuses("\"detector\":{\"n_bf\":1.5}", 0, "\"detector.n_bf\"");
+    refuses("\"detector\":{\"shape\":[4,4],\"n_bf\":17}", 0, "\"detector.n_bf\" must be an integer in 0 .. 16");
+    /* thick */
+    refuses("\"thick\":{\"tilt_mrad\":[1,2]}", 0, "\"thick.thickness_nm\" is missing");
+    refuses("\"thick\":{\"thickness_nm\":10}", 0, "\"thick.tilt_mrad\" is missing");
+    refuses("\"thick\":{\"tilt_mrad\":[1,null],\"thickness_nm\":10}", 0, "\"thick.tilt_mrad\" is missing");
+    refuses("\"thick\":{\"tilt_mrad\":[1,2],\"thickness_nm\":-1}", 0, "\"thick.thickness_nm\" = -1 is out of range");
+    refuses("\"thick\":{\"tilt_mrad\":[1,2000],\"thickness_nm\":1}", 0, "\"thick.tilt_mrad\" [1] = 2000");
+    refuses("\"thick\":{\"tilt_mrad\":\"1,2\",\"thickness_nm\":1}", 0, "\"thick.tilt_mrad\" must be an array");
+    refuses("\"thick\":{\"tilt_mrad\":[1,2],\"thickness_nm\":1,\"gain\":\"x\"}", 0, "\"thick.gain\"");
+    refuses("\"thick\":5", 0, "\"thick\" must be an object");
+    /* branch */
+    refuses("\"branch\":{\"flipped\":1}", 0, "\"branch.flipped\" must be true or false");
+    refuses("\"branch\":{\"skewness\":\"big\"}", 0, "\"branch.skewness\" must be a number");
+    refuses("\"branch\":{\"skewness_other\":[]}", 0, "\"branch.skewness_other\"");
+    /* search */
+    refuses("\"search\":[]", 0, "\"search\" must be an object");
+    refuses("\"search\":{\"trials\":-5}", 0, "\"search.trials\" must be an integer");
+    refuses("\"search\":{\"evaluations\":\"many\"}", 0, "\"search.evaluations\"");
+    refuses("\"search\":{\"seed\":-1}", 0, "\"search.seed\"");
+    refuses("\"search\":{\"seed\":1.5}", 0, "\"search.seed\"");
+    refuses("\"search\":{\"seed\":1e17}", 0, "\"search.seed\""); /* above 2^53: not exact */
+    refuses("\"search\":{\"seed\":\"12a\"}", 0, "\"search.seed\"");
+    refuses("\"search\":{\"seed\":\"-3\"}", 0, "\"search.seed\"");
+    refuses("\"search\":{\"seed\":\"\"}", 0, "\"search.seed\"");
+    refuses("\"search\":{\"seed\":\"18446744073709551616\"}", 0, "larger than 2^64 - 1");
+    refuses("\"search\":{\"seed\":true}", 0, "\"search.seed\"");
+    refuses("\"search\":{\"ranges\":{\"C10_nm\":[40,-40]}}", 0, "\"search.ranges.C10_nm\" must be [lo, hi]");
+    refuses("\"search\":{\"ranges\":{\"phi12_deg\":[0,1e5]}}", 0, "\"search.ranges.phi12_deg\" [1]");
+    refuses("\"search\":{\"ranges\":{\"C12_nm\":5}}", 0, "\"search.ranges.C12_nm\"");
+    refuses("\"search\":{\"ranges\":[]}", 0, "\"search.ranges\" must be an object");
+    refuses("\"search\":{\"locked\":[\"C10_nm\",\"C30_nm\"]}", 0, "\"search.locked[1]\" must be one of");
+    refuses("\"search\":{\"locked\":[0]}", 0, "\"search.locked[0]\"");
+    refuses("\"search\":{\"locked\":\"C10_nm\"}", 0, "\"search.locked\" must be an array");
+    refuses("\"search\":{\"best_trials\":{}}", 0, "\"search.best_trials\" must be an array");
+    refuses("\"search\":{\"best_trials\":[{},5]}", 0, "\"search.best_trials[1]\" must be an object");
+    refuses("\"search\":{\"best_trials\":[{\"stage\":-1}]}", 0, "\"search.best_trials[0].stage\"");
+    refuses("\"search\":{\"best_trials\":[{\"number\":0.5}]}", 0, "\"search.best_trials[0].number\"");
+    refuses("\"search\":{\"best_trials\":[{},{\"C10_nm\":\"abc\"}]}", 0,
+            "\"search.best_trials[1].C10_nm\" must be a number");
+    refuses("\"search\":{\"best_trials\":[{\"phi12_deg\":1e6}]}", 0, "\"search.best_trials[0].phi12_deg\"");
+    refuses("\"search\":{\"best_trials\":[{\"loss\":[1]}]}", 0, "\"search.best_trials[0].loss\"");
+    /* region(s) */
+    refuses("\"region\":[0,32,0]", 0, "\"region\" must be [r0, r1, c0, c1]");
+    refuses("\"region\":[5,5,0,32]", 0, "\"region\" must be [r0, r1, c0, c1]");
+    refuses("\"region\":[0,32,40,8]", 0, "\"region\"");
+    refuses("\"region\":[0,32,0.5,8]", 0, "\"region\"");
+    refuses("\"region\":[-1,32,0,8]", 0, "\"region\"");
+    refuses("\"region\":\"all\"", 0, "\"region\"");
+    refuses("\"scan\":{\"shape\":[32,32]},\"region\":[0,33,0,32]", 0,
+            "\"region\" = [0, 33, 0, 32] is outside the 32x32 scan");
+    refuses("\"regions\":{}", 0, "\"regions\" must be an array");
+    refuses("\"regions\":[3]", 0, "\"regions[0]\" must be an object");
+    refuses("\"regions\":[{\"C10_nm\":1}]", 0, "\"regions[0].rect\" is missing");
+    refuses("\"regions\":[{\"rect\":[0,32,0,32]},{\"rect\":[0,32,0,0]}]", 0, "\"regions[1].rect\"");
+    refuses("\"regions\":[{\"rect\":[0,32,0,32],\"C12_nm\":\"x\"}]", 0, "\"regions[0].C12_nm\"");
+    refuses("\"scan\":{\"shape\":[32,32]},\"regions\":[{\"rect\":[0,32,0,64]}]", 0,
+            "outside the 32x32 scan");
+}
+
+static void missing_file(void **state)
+{
+    (void)state;
+    ssb4d_calfile c;
+    ssb4d_err err = {0};
+    assert_int_equal(ssb4d_calfile_read(tpath("nope.json"), &c, &err), SSB4D_EIO);
+    ssb4d_calfile_free(&c);
+}
+
+static void identities(void **state)
+{
+    (void)state;
+    assert_int_equal(ssb4d_calfile_identity_differs("sha256:ab", "sha256:ab"), 0);
+    assert_int_equal(ssb4d_calfile_identity_differs("sha256:ab", "sha256:ac"), 1);
+    assert_int_equal(ssb4d_calfile_identity_differs("sha256:ab", "qem-body-sha256:ab"), 1);
+    assert_int_equal(ssb4d_calfile_identity_differs("", "sha256:ac"), 0);
+    assert_int_equal(ssb4d_calfile_identity_differs("sha256:ab", ""), 0);
+    assert_int_equal(ssb4d_calfile_identity_differs(NULL, "sha256:ab"), 0);
+    assert_int_equal(ssb4d_calfile_identity_differs("sha256:ab", NULL), 0);
+}
+
+/* From a measured calibration: geometry, radii, shapes, n_bf and the flagged list. */
+static void from_calibration(void **state)
+{
+    (void)state;
+    ssb4d_calibration cal;
+    memset(&cal, 0, sizeof cal);
+    cal.geom = (ssb4d_geometry){300, 25, {0.5, 0.5}, {1.25, 1.5}, {24, 23.5}, -9.5};
+    cal.selection_radius_px = 18;
+    cal.disk_radius_px = 19.5;
+    cal.det_shape[0] = cal.det_shape[1] = 48;
+    cal.scan_shape[0] = cal.scan_shape[1] = 32;
+    cal.n_bf = 1001;
+    int32_t fl[2] = {5, 77};
+    cal.flagged = fl;
+    cal.n_flagged = 2;
+    ssb4d_calfile c;
+    ssb4d_err err = {0};
+    assert_int_equal(ssb4d_calfile_from_calibration(&c, &cal, &err), SSB4D_OK);
+    assert_int_equal(c.n_bf, 1001);
+    assert_int_equal(c.n_flagged, 2);
+    assert_int_equal(c.flagged[1], 77);
+    assert_int_equal(c.has_ab + c.has_thick + c.has_search, 0);
+    round_trip(&c, "fromcal.json");
+    ssb4d_calfile_free(&c);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(round_trip_everything),
+        cmocka_unit_test(round_trip_empty),
+        cmocka_unit_test(refusals),
+        cmocka_unit_test(missing_file),
+        cmocka_unit_test(identities),
+        cmocka_unit_test(from_calibration),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
