@@ -322,7 +322,7 @@ typedef struct {
 
 typedef struct {
     double lo[3], hi[3]; /* box for (C10 nm, C12 nm, φ12 deg); φ12 wraps over a 180° range */
-    double start[3];
+    double start[3];     /* default (0, 5, 0); the search starts 1e-3 off it (standard.c says why) */
     int locked[3];
     size_t trials;       /* global candidates (default 200) */
     size_t batch;        /* candidates per batch (default 8) */

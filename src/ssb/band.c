@@ -1,0 +1,512 @@
+/* band.c — the thick-sample band objective of SPEC 5.6 for a batch of parameter sets.
+ *
+ *   fit(θ) = Σ_{q∈band} w_q |N(q)|² / D(q),  N(q) = Σ_k G(q,k)·conj(γ(q,k)),  D(q) = Σ_k |γ(q,k)|²
+ *
+ * with γ unnormalised (t1·w1 − t2·w2), w_q = 2 on the stored half-plane except columns 0 and nx/2.
+ * Frequencies are fftfreq values (an even axis's Nyquist bin at −1/(2s), as NumPy); the default
+ * band lies well inside Nyquist, where the half-plane weighting is exact for even-m χ.
+ *
+ * One pass over G per batch: BF pixels in logical blocks of BLOCK, each block's partial sums
+ * (every parameter set × every band bin) made by one thread in BF order and added to the totals
+ * in block order (an OpenMP ordered loop). The geometry of a (q,k) pair (apertures, q·k) is shared
+ * by the whole batch; everything else is per parameter set, so fit[i] depends only on set i.
+ *
+ * Fast kernel (χ = C10, C12 only; SPEC 5.2 quadratic form χ(v) = πλ vᵀMv):
+ *   χ(q∓k) = χ(q) ∓ u + χ(k), u = q·b, b = 2πλ M k, hence
+ *   conj(γ) = A(k)·e^{−iu}·(w1 A(q−k) e^{iχ(q)} − w2 A(q+k) e^{−iχ(q)}),
+ *   and e^{−iu} = R(row)·C(col) from per-pixel tables. The sinc arguments are
+ *   x1,2 = (t/2)(∓πλ|q|² + 2π q·(λk − τ)), so sin x = Im(e^{∓i(t/2)πλ|q|²}·R'(row)·C'(col)):
+ *   no trigonometric call per bin. Other aberrations use the generic kernel (direct P(q∓k)). */
+#include "common/err.h"
+#include "common/parallel.h"
+#include "optics/optics.h"
+#include "ssb/ssb_internal.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define BLOCK 64
+
+void ssb4d_band_opts_default(ssb4d_band_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->band_lo_inv_A = 0.2;
+    o->band_hi_inv_A = 0.9;
+}
+
+static double fftfreq(size_t i, size_t n, double d)
+{
+    long k = (i < (n + 1) / 2) ? (long)i : (long)i - (long)n;
+    return (double)k / ((double)n * d);
+}
+
+/* ---- geometry shared by the batch -------------------------------------------------------- */
+
+typedef struct {
+    const struct ssb4d_G *G;
+    double lambda, alpha0, ang[2];
+    size_t nb;          /* band bins (stored half-plane) */
+    size_t *off;        /* bin → offset in a plane (row·nxh + col) */
+    int *rs, *cs;       /* bin → compact row / column slot */
+    double *qx, *qy, *q2, *wq;
+    size_t nr, nc;      /* rows / columns that hold band bins */
+    double *rq, *cq;    /* their frequencies */
+    double *kx, *ky, *Ak; /* per BF pixel (rotated k), A(k) */
+} band_geom;
+
+static double aperture(const band_geom *b, double vx, double vy)
+{
+    double r = sqrt(vx * vx + vy * vy);
+    double w = r > 0 ? sqrt(vx * vx * b->ang[0] * b->ang[0] + vy * vy * b->ang[1] * b->ang[1]) / r
+                     : b->ang[0];
+    double A = (b->alpha0 - b->lambda * r) / w + 0.5;
+    return A < 0 ? 0 : A > 1 ? 1 : A;
+}
+
+static void geom_free(band_geom *b, ssb4d_mem *mem)
+{
+    ssb4d_mem_free(mem, b->off, 0);
+    ssb4d_mem_free(mem, b->rs, 0);
+    ssb4d_mem_free(mem, b->cs, 0);
+    ssb4d_mem_free(mem, b->qx, 0);
+    ssb4d_mem_free(mem, b->rq, 0);
+    ssb4d_mem_free(mem, b->kx, 0);
+    memset(b, 0, sizeof *b);
+}
+
+static ssb4d_status geom_init(band_geom *b, const struct ssb4d_G *G, const ssb4d_geometry *g,
+                              const ssb4d_band_opts *o, ssb4d_mem *mem, ssb4d_err *err)
+{
+    memset(b, 0, sizeof *b);
+    b->G = G;
+    b->lambda = ssb4d_wavelength_A(g->kv);
+    b->alpha0 = g->semiangle_mrad * 1e-3;
+    b->ang[0] = g->det_sampling_mrad[0] * 1e-3;
+    b->ang[1] = g->det_sampling_mrad[1] * 1e-3;
+    size_t ny = G->ny, nx = G->nx, nxh = G->nxh;
+    double lo = o->band_lo_inv_A, hi = o->band_hi_inv_A;
+    int *row_slot = calloc(ny, sizeof *row_slot), *col_slot = calloc(nxh, sizeof *col_slot);
+    if (!row_slot || !col_slot) {
+        free(row_slot);
+        free(col_slot);
+        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+    }
+    /* Count the band's bins, rows and columns. */
+    size_t nb = 0;
+    for (size_t i = 0; i < ny; i++)
+        for (size_t j = 0; j < nxh; j++) {
+            double qx = fftfreq(i, ny, g->scan_step_A[0]), qy = fftfreq(j, nx, g->scan_step_A[1]);
+            double r = sqrt(qx * qx + qy * qy);
+            if (r > lo && r < hi) {
+                nb++;
+                row_slot[i] = col_slot[j] = 1;
+            }
+        }
+    for (size_t i = 0; i < ny; i++)
+        row_slot[i] = row_slot[i] ? (int)b->nr++ : -1;
+    for (size_t j = 0; j < nxh; j++)
+        col_slot[j] = col_slot[j] ? (int)b->nc++ : -1;
+    b->nb = nb;
+    size_t n1 = nb ? nb : 1;
+    b->off = ssb4d_mem_alloc(mem, n1 * sizeof *b->off, "band bins", err);
+    b->rs = ssb4d_mem_alloc(mem, n1 * sizeof *b->rs, "band bins", err);
+    b->cs = ssb4d_mem_alloc(mem, n1 * sizeof *b->cs, "band bins", err);
+    b->qx = ssb4d_mem_alloc(mem, 4 * n1 * sizeof *b->qx, "band bins", err);
+    b->rq = ssb4d_mem_alloc(mem, (b->nr + b->nc + 1) * sizeof *b->rq, "band bins", err);
+    b->kx = ssb4d_mem_alloc(mem, 3 * (G->n_bf ? G->n_bf : 1) * sizeof *b->kx, "band k", err);
+    if (!b->off || !b->rs || !b->cs || !b->qx || !b->rq || !b->kx) {
+        free(row_slot);
+        free(col_slot);
+        geom_free(b, mem);
+        return SSB4D_ENOMEM;
+    }
+    b->qy = b->qx + n1;
+    b->q2 = b->qy + n1;
+    b->wq = b->q2 + n1;
+    b->cq = b->rq + b->nr;
+    b->ky = b->kx + G->n_bf;
+    b->Ak = b->ky + G->n_bf;
+    size_t m = 0;
+    for (size_t i = 0; i < ny; i++) {
+        double qx = fftfreq(i, ny, g->scan_step_A[0]);
+        if (row_slot[i] >= 0)
+            b->rq[row_slot[i]] = qx;
+        for (size_t j = 0; j < nxh; j++) {
+            double qy = fftfreq(j, nx, g->scan_step_A[1]);
+            if (col_slot[j] >= 0)
+                b->cq[col_slot[j]] = qy;
+            double r = sqrt(qx * qx + qy * qy);
+            if (!(r > lo && r < hi))
+                continue;
+            b->off[m] = i * nxh + j;
+            b->rs[m] = row_slot[i];
+            b->cs[m] = col_slot[j];
+            b->qx[m] = qx;
+            b->qy[m] = qy;
+            b->q2[m] = qx * qx + qy * qy;
+            b->wq[m] = (j == 0 || (nx % 2 == 0 && j == nx / 2)) ? 1.0 : 2.0;
+            m++;
+        }
+    }
+    free(row_slot);
+    free(col_slot);
+    double a = -g->rotation_deg * (M_PI / 180.0), ca = cos(a), sa = sin(a);
+    double dk0 = b->ang[0] / b->lambda, dk1 = b->ang[1] / b->lambda;
+    for (size_t ib = 0; ib < G->n_bf; ib++) {
+        int32_t p = G->bf_pix[ib], dcols = (int32_t)G->det_shape[1];
+        double kx = ((double)(p / dcols) - g->centre_px[0]) * dk0;
+        double ky = ((double)(p % dcols) - g->centre_px[1]) * dk1;
+        b->kx[ib] = kx * ca + ky * sa;
+        b->ky[ib] = -kx * sa + ky * ca;
+        b->Ak[ib] = aperture(b, b->kx[ib], b->ky[ib]);
+    }
+    return SSB4D_OK;
+}
+
+/* ---- one parameter set ------------------------------------------------------------------- */
+
+typedef struct {
+    double C[SSB4D_N_ABERR], phi[SSB4D_N_ABERR]; /* Å, rad */
+    int quadratic;
+    double m00, m01, m11;
+    int thick;
+    double t, tau[2];
+    /* per band bin (fast kernel): e^{iχ(q)}, e^{∓i(t/2)πλ|q|²} and 2π q·τ */
+    double complex *E, *Qm, *Qp;
+    double *qt;
+} band_set;
+
+static double chi(const band_set *s, double lambda, double vx, double vy)
+{
+    if (s->quadratic)
+        return M_PI * lambda * (s->m00 * vx * vx + 2 * s->m01 * vx * vy + s->m11 * vy * vy);
+    double r2 = vx * vx + vy * vy;
+    if (r2 == 0.0)
+        return 0.0;
+    double alpha = lambda * sqrt(r2), phi = atan2(vy, vx), sum = 0.0, ap = alpha;
+    for (int n = 1; n <= 5; n++) {
+        ap *= alpha; /* alpha^(n+1) */
+        for (int i = 0; i < SSB4D_N_ABERR; i++) {
+            if (ssb4d_aberr_n(i) != n || s->C[i] == 0.0)
+                continue;
+            int m = ssb4d_aberr_m(i);
+            sum += s->C[i] * ap / (n + 1) * (m ? cos(m * (phi - s->phi[i])) : 1.0);
+        }
+    }
+    return 2.0 * M_PI / lambda * sum;
+}
+
+static ssb4d_status set_init(band_set *s, const ssb4d_aberrations *ab, const ssb4d_thick *th,
+                             size_t index, ssb4d_err *err)
+{
+    memset(s, 0, sizeof *s);
+    s->quadratic = 1;
+    for (int i = 0; i < SSB4D_N_ABERR; i++) {
+        if (!isfinite(ab->C_nm[i]) || !isfinite(ab->phi_deg[i]) || fabs(ab->C_nm[i]) > 1e9)
+            return ssb4d_fail(err, SSB4D_EINVAL, "parameter set %zu: aberration %s is not a finite value",
+                              index, ssb4d_aberr_name(i));
+        s->C[i] = ab->C_nm[i] * 10.0;
+        s->phi[i] = ab->phi_deg[i] * (M_PI / 180.0);
+        if (s->C[i] != 0.0 && i != SSB4D_C10 && i != SSB4D_C12)
+            s->quadratic = 0;
+    }
+    double cs = cos(2 * s->phi[SSB4D_C12]), sn = sin(2 * s->phi[SSB4D_C12]);
+    s->m00 = s->C[SSB4D_C10] + s->C[SSB4D_C12] * cs;
+    s->m01 = s->C[SSB4D_C12] * sn;
+    s->m11 = s->C[SSB4D_C10] - s->C[SSB4D_C12] * cs;
+    if (th) {
+        if (!(th->thickness_nm >= 0) || !isfinite(th->thickness_nm) || !isfinite(th->tilt_mrad[0]) ||
+            !isfinite(th->tilt_mrad[1]))
+            return ssb4d_fail(err, SSB4D_EINVAL, "parameter set %zu: thickness must be >= 0 and tilt finite",
+                              index);
+        /* t = 0 is the thin model exactly: every weight is 1, so no weight is computed. */
+        s->thick = th->thickness_nm > 0;
+        s->t = th->thickness_nm * 10.0;
+        s->tau[0] = th->tilt_mrad[0] * 1e-3;
+        s->tau[1] = th->tilt_mrad[1] * 1e-3;
+    }
+    return SSB4D_OK;
+}
+
+static void set_tables(band_set *s, const band_geom *b)
+{
+    if (!s->quadratic)
+        return;
+    for (size_t m = 0; m < b->nb; m++) {
+        double x = chi(s, b->lambda, b->qx[m], b->qy[m]);
+        s->E[m] = cos(x) + I * sin(x);
+        if (s->thick) {
+            double h = 0.5 * s->t * M_PI * b->lambda * b->q2[m];
+            s->Qm[m] = cos(h) - I * sin(h);
+            s->Qp[m] = cos(h) + I * sin(h);
+            s->qt[m] = 2 * M_PI * (b->qx[m] * s->tau[0] + b->qy[m] * s->tau[1]);
+        }
+    }
+}
+
+static inline double sinc_from(double x, double sinx) { return fabs(x) < 1e-6 ? 1.0 : sinx / x; }
+
+/* Per-thread scratch: geometry of the current pixel's bins and per-set phasor tables. */
+typedef struct {
+    double *A1, *A2, *qk;   /* nb each */
+    double complex *R, *C, *Rt, *Ct;
+    double *part;           /* n × nb × 3: Re N, Im N, D of the current block */
+} band_scratch;
+
+/* Fast kernel: pixel ib, set s, accumulating into acc (nb × 3). */
+static void accum_fast(const band_geom *b, const band_set *s, size_t ib, const cfloat *plane,
+                       band_scratch *w, double *restrict acc)
+{
+    double kx = b->kx[ib], ky = b->ky[ib], Ak = b->Ak[ib], lam = b->lambda;
+    /* b = 2πλ M k; e^{−iu} = e^{−i bx qx}·e^{−i by qy} */
+    double bx = 2 * M_PI * lam * (s->m00 * kx + s->m01 * ky);
+    double by = 2 * M_PI * lam * (s->m01 * kx + s->m11 * ky);
+    for (size_t r = 0; r < b->nr; r++)
+        w->R[r] = cos(bx * b->rq[r]) - I * sin(bx * b->rq[r]);
+    for (size_t c = 0; c < b->nc; c++)
+        w->C[c] = cos(by * b->cq[c]) - I * sin(by * b->cq[c]);
+    double ex = 0, ey = 0, ht = 0.5 * s->t;
+    if (s->thick) {
+        /* e^{iπt q·(λk − τ)} */
+        ex = M_PI * s->t * (lam * kx - s->tau[0]);
+        ey = M_PI * s->t * (lam * ky - s->tau[1]);
+        for (size_t r = 0; r < b->nr; r++)
+            w->Rt[r] = cos(ex * b->rq[r]) + I * sin(ex * b->rq[r]);
+        for (size_t c = 0; c < b->nc; c++)
+            w->Ct[c] = cos(ey * b->cq[c]) + I * sin(ey * b->cq[c]);
+    }
+    const double pl = M_PI * lam, tpl = 2 * M_PI * lam;
+    /* Complex products written out in real arithmetic: no Annex G NaN fix-up calls. */
+    const double *R = (const double *)w->R, *C = (const double *)w->C;
+    const double *Rt = (const double *)w->Rt, *Ct = (const double *)w->Ct;
+    const double *E = (const double *)s->E, *Qm = (const double *)s->Qm, *Qp = (const double *)s->Qp;
+    const float *gp = (const float *)plane;
+    for (size_t m = 0; m < b->nb; m++) {
+        double A1 = w->A1[m], A2 = w->A2[m];
+        if (A1 == 0.0 && A2 == 0.0)
+            continue; /* γ = 0: adds exactly 0 to N and D */
+        int r = b->rs[m], c = b->cs[m];
+        if (s->thick) {
+            double spr = Rt[2 * r] * Ct[2 * c] - Rt[2 * r + 1] * Ct[2 * c + 1];
+            double spi = Rt[2 * r] * Ct[2 * c + 1] + Rt[2 * r + 1] * Ct[2 * c];
+            double base = tpl * w->qk[m] - s->qt[m];
+            double x1 = ht * (-pl * b->q2[m] + base), x2 = ht * (pl * b->q2[m] + base);
+            double s1 = Qm[2 * m] * spi + Qm[2 * m + 1] * spr; /* Im(Qm·sp) = sin x1 */
+            double s2 = Qp[2 * m] * spi + Qp[2 * m + 1] * spr; /* Im(Qp·sp) = sin x2 */
+            A1 *= sinc_from(x1, s1);
+            A2 *= sinc_from(x2, s2);
+        }
+        double phr = Ak * (R[2 * r] * C[2 * c] - R[2 * r + 1] * C[2 * c + 1]);
+        double phi = Ak * (R[2 * r] * C[2 * c + 1] + R[2 * r + 1] * C[2 * c]);
+        double dr = (A1 - A2) * E[2 * m], di = (A1 + A2) * E[2 * m + 1];
+        double cr = phr * dr - phi * di, ci = phr * di + phi * dr; /* conj(γ) */
+        double gr = gp[2 * b->off[m]], gi = gp[2 * b->off[m] + 1];
+        acc[3 * m] += gr * cr - gi * ci;
+        acc[3 * m + 1] += gr * ci + gi * cr;
+        acc[3 * m + 2] += cr * cr + ci * ci;
+    }
+}
+
+/* Generic kernel: P(q∓k) evaluated directly (any χ). */
+static void accum_generic(const band_geom *b, const band_set *s, size_t ib, const cfloat *plane,
+                          band_scratch *w, double *restrict acc)
+{
+    double kx = b->kx[ib], ky = b->ky[ib], Ak = b->Ak[ib], lam = b->lambda;
+    double xk = chi(s, lam, kx, ky);
+    double complex Pk = Ak * (cos(xk) - I * sin(xk));
+    for (size_t m = 0; m < b->nb; m++) {
+        double A1 = w->A1[m], A2 = w->A2[m];
+        if (A1 == 0.0 && A2 == 0.0)
+            continue;
+        double qx = b->qx[m], qy = b->qy[m];
+        double x1 = chi(s, lam, qx - kx, qy - ky), x2 = chi(s, lam, qx + kx, qy + ky);
+        double complex t1 = A1 * (cos(x1) - I * sin(x1)) * conj(Pk); /* P(q−k)P*(k) */
+        double complex t2 = A2 * (cos(x2) + I * sin(x2)) * Pk;       /* P*(q+k)P(k) */
+        if (s->thick) {
+            double qt = 2 * M_PI * (qx * s->tau[0] + qy * s->tau[1]);
+            double r1 = -M_PI * lam * (b->q2[m] - 2 * w->qk[m]) - qt;
+            double r2 = M_PI * lam * (b->q2[m] + 2 * w->qk[m]) - qt;
+            double y1 = r1 * s->t / 2, y2 = r2 * s->t / 2;
+            t1 *= sinc_from(y1, sin(y1));
+            t2 *= sinc_from(y2, sin(y2));
+        }
+        double complex cg = conj(t1 - t2);
+        double complex gv = (double)crealf(plane[b->off[m]]) + I * (double)cimagf(plane[b->off[m]]);
+        double complex nv = gv * cg;
+        acc[3 * m] += creal(nv);
+        acc[3 * m + 1] += cimag(nv);
+        acc[3 * m + 2] += creal(cg) * creal(cg) + cimag(cg) * cimag(cg);
+    }
+}
+
+/* The (q,k) geometry shared by every set: A(q−k), A(q+k), q·k. */
+static void pixel_geometry(const band_geom *b, size_t ib, band_scratch *w)
+{
+    double kx = b->kx[ib], ky = b->ky[ib];
+    for (size_t m = 0; m < b->nb; m++) {
+        double qx = b->qx[m], qy = b->qy[m];
+        w->A1[m] = aperture(b, qx - kx, qy - ky);
+        w->A2[m] = aperture(b, qx + kx, qy + ky);
+        w->qk[m] = qx * kx + qy * ky;
+    }
+}
+
+ssb4d_status ssb4d_band_fit(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d_aberrations *ab,
+                            const ssb4d_thick *thick, size_t n, const ssb4d_band_opts *o,
+                            ssb4d_mem *mem, double *fit, ssb4d_err *err)
+{
+    if (!G || !g || (n && (!ab || !fit)))
+        return ssb4d_fail(err, SSB4D_EINVAL, "band fit: missing argument");
+    ssb4d_band_opts dflt;
+    if (!o) {
+        ssb4d_band_opts_default(&dflt);
+        o = &dflt;
+    }
+    if (!(o->band_lo_inv_A >= 0) || !(o->band_hi_inv_A > o->band_lo_inv_A) || !isfinite(o->band_hi_inv_A))
+        return ssb4d_fail(err, SSB4D_EINVAL, "band fit: the band must satisfy 0 <= lo < hi (got %g, %g 1/A)",
+                          o->band_lo_inv_A, o->band_hi_inv_A);
+    ssb4d_status st = ssb4d_geometry_check(g, err);
+    if (st)
+        return st;
+    if (n == 0)
+        return SSB4D_OK;
+    band_set *sets = calloc(n, sizeof *sets);
+    if (!sets)
+        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+    for (size_t i = 0; i < n && !st; i++)
+        st = set_init(&sets[i], &ab[i], thick ? &thick[i] : NULL, i, err);
+    if (st) {
+        free(sets);
+        return st;
+    }
+    band_geom b;
+    if ((st = geom_init(&b, G, g, o, mem, err))) {
+        free(sets);
+        return st;
+    }
+    size_t nb = b.nb, nb1 = nb ? nb : 1, nsum = n * nb1 * 3;
+    /* Per-set tables: E, Qm, Qp (complex) and qt, allocated as one block. */
+    double complex *tabs = ssb4d_mem_alloc(mem, n * nb1 * 3 * sizeof(double complex), "band set tables", err);
+    double *qts = ssb4d_mem_alloc(mem, n * nb1 * sizeof(double), "band set tables", err);
+    double *total = ssb4d_mem_calloc(mem, nsum * sizeof(double), "band sums", err);
+    size_t nblocks = (G->n_bf + BLOCK - 1) / BLOCK;
+    int nt = ssb4d_threads_resolve(o->threads);
+    if ((size_t)nt > nblocks)
+        nt = nblocks ? (int)nblocks : 1;
+    band_scratch *ws = calloc((size_t)nt, sizeof *ws);
+    if (!tabs || !qts || !total || !ws)
+        st = ws ? SSB4D_ENOMEM : ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+    for (int t = 0; !st && t < nt; t++) {
+        band_scratch *w = &ws[t];
+        w->A1 = ssb4d_mem_alloc(mem, 3 * nb1 * sizeof(double), "band pixel geometry", err);
+        w->R = ssb4d_mem_alloc(mem, 2 * (b.nr + b.nc + 1) * sizeof(double complex), "band phasors", err);
+        w->part = ssb4d_mem_alloc(mem, nsum * sizeof(double), "band block partial", err);
+        if (!w->A1 || !w->R || !w->part) {
+            st = SSB4D_ENOMEM;
+            break;
+        }
+        w->A2 = w->A1 + nb1;
+        w->qk = w->A2 + nb1;
+        w->C = w->R + b.nr;
+        w->Rt = w->C + b.nc;
+        w->Ct = w->Rt + b.nr;
+    }
+    if (!st) {
+        for (size_t i = 0; i < n; i++) {
+            sets[i].E = tabs + i * nb1 * 3;
+            sets[i].Qm = sets[i].E + nb1;
+            sets[i].Qp = sets[i].Qm + nb1;
+            sets[i].qt = qts + i * nb1;
+        }
+#pragma omp parallel for num_threads(nt) schedule(static)
+        for (size_t i = 0; i < n; i++)
+            set_tables(&sets[i], &b);
+#pragma omp parallel num_threads(nt)
+        {
+            band_scratch *w = &ws[omp_get_thread_num()];
+#pragma omp for ordered schedule(dynamic, 1)
+            for (size_t blk = 0; blk < nblocks; blk++) {
+                memset(w->part, 0, nsum * sizeof(double));
+                size_t end = (blk + 1) * BLOCK < G->n_bf ? (blk + 1) * BLOCK : G->n_bf;
+                for (size_t ib = blk * BLOCK; ib < end; ib++) {
+                    const cfloat *plane = (const cfloat *)G_plane(G, ib);
+                    if (!plane || b.Ak[ib] == 0.0)
+                        continue; /* γ ≡ 0 for this pixel */
+                    pixel_geometry(&b, ib, w);
+                    for (size_t i = 0; i < n; i++) {
+                        double *acc = w->part + i * nb1 * 3;
+                        if (sets[i].quadratic)
+                            accum_fast(&b, &sets[i], ib, plane, w, acc);
+                        else
+                            accum_generic(&b, &sets[i], ib, plane, w, acc);
+                    }
+                }
+#pragma omp ordered
+                for (size_t q = 0; q < nsum; q++)
+                    total[q] += w->part[q];
+            }
+        }
+        for (size_t i = 0; i < n; i++) {
+            const double *t = total + i * nb1 * 3;
+            double f = 0.0;
+            for (size_t m = 0; m < nb; m++)
+                if (t[3 * m + 2] > 0.0)
+                    f += b.wq[m] * (t[3 * m] * t[3 * m] + t[3 * m + 1] * t[3 * m + 1]) / t[3 * m + 2];
+            fit[i] = f;
+        }
+    }
+    for (int t = 0; ws && t < nt; t++) {
+        ssb4d_mem_free(mem, ws[t].A1, 1);
+        ssb4d_mem_free(mem, ws[t].R, 1);
+        ssb4d_mem_free(mem, ws[t].part, 1);
+    }
+    free(ws);
+    ssb4d_mem_free(mem, tabs, 1);
+    ssb4d_mem_free(mem, qts, 1);
+    ssb4d_mem_free(mem, total, 1);
+    geom_free(&b, mem);
+    free(sets);
+    return st;
+}
+
+ssb4d_status ssb4d_band_power(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d_band_opts *o,
+                              ssb4d_mem *mem, double *power, ssb4d_err *err)
+{
+    if (!G || !g || !power)
+        return ssb4d_fail(err, SSB4D_EINVAL, "band power: missing argument");
+    ssb4d_band_opts dflt;
+    if (!o) {
+        ssb4d_band_opts_default(&dflt);
+        o = &dflt;
+    }
+    ssb4d_status st = ssb4d_geometry_check(g, err);
+    if (st)
+        return st;
+    band_geom b;
+    if ((st = geom_init(&b, G, g, o, mem, err)))
+        return st;
+    /* Per bin, Σ_k |G|² in BF order (pixel-major so that each plane is read once). */
+    double *acc = ssb4d_mem_calloc(mem, (b.nb ? b.nb : 1) * sizeof *acc, "band power", err);
+    if (!acc) {
+        geom_free(&b, mem);
+        return SSB4D_ENOMEM;
+    }
+    for (size_t ib = 0; ib < G->n_bf; ib++) {
+        const float *plane = (const float *)G_plane(G, ib);
+        if (!plane || b.Ak[ib] == 0.0)
+            continue;
+        for (size_t m = 0; m < b.nb; m++) {
+            double re = plane[2 * b.off[m]], im = plane[2 * b.off[m] + 1];
+            acc[m] += re * re + im * im;
+        }
+    }
+    double p = 0.0;
+    for (size_t m = 0; m < b.nb; m++)
+        p += b.wq[m] * acc[m];
+    ssb4d_mem_free(mem, acc, 0);
+    *power = p;
+    geom_free(&b, mem);
+    return SSB4D_OK;
+}
