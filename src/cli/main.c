@@ -16,6 +16,9 @@ static const struct {
     {"simulate", cmd_simulate, "simulate a 4D-STEM acquisition (multislice, Poisson counts)"},
     {"calibrate", cmd_calibrate, "find the BF disk, detector sampling, hot pixels and rotation"},
     {"reconstruct", cmd_reconstruct, "build G(q,k) and write the SSB phase image at given aberrations"},
+    {"fit", cmd_fit, "fit the aberrations (the main job); without DATA, on a built-in simulation"},
+    {"demo", cmd_demo, "simulate a small dataset, fit it and print the truth beside the fit"},
+    {"fit-regions", cmd_fit_regions, "fit a grid or list of scan regions: a map of C10, C12, phi12"},
 };
 
 static void usage(FILE *f)

@@ -1,0 +1,1042 @@
+/* cmd_fit.c — the main job: `ssb4d fit [DATA]`, `ssb4d demo` and `ssb4d fit-regions DATA`.
+ *
+ * fit: calibrate (what is not given) → build G (of the whole scan, or of --region only) →
+ * ssb4d_fit (global search, Nelder–Mead, 180° branch check) → [--tilt: the thick-sample search]
+ * → object → DIR/phase.tiff, phase.png, object.npy, calibration.json, trials.json and a summary.
+ * Without DATA it fits a built-in simulated dataset with known aberrations (as does `demo`).
+ * fit-regions: the same fit on each region of a grid (or a list), full-field calibration kept,
+ * → DIR/regions.json, regions.csv, defocus.png. */
+#include "cli/cli_common.h"
+#include "cli/commands.h"
+#include "cli/progress.h"
+#include "common/atomic.h"
+#include "common/err.h"
+#include "fit/fit.h"
+#include "fit/tilt.h"
+#include "io/calfile.h"
+#include "io/image.h"
+#include "io/npy.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+
+enum {
+    OPT_TRIALS = CLI_OPT_FIRST_FREE, OPT_SEED, OPT_BATCH, OPT_RANGE, OPT_LOCK, OPT_START, OPT_TILT,
+    OPT_REGION, OPT_FIT_RADIUS, OPT_NO_BRANCH, OPT_UPSAMPLE, OPT_FORCE, OPT_QUIET, OPT_GRID,
+    OPT_REGIONS
+};
+
+/* The built-in dataset: the `small` simulation (128² scan, 64² detector, SrTiO3, 300 kV) with
+ * these aberrations at the entrance surface. */
+#define BUILTIN_C10 12.0
+#define BUILTIN_C12 3.0
+#define BUILTIN_PHI12 35.0
+#define BUILTIN_SEED 7
+
+static const char FIT_HELP[] =
+    "search:\n"
+    "  --trials N            global candidates (default 200)\n"
+    "  --seed N              search seed (default 42); same seed => same trial trace\n"
+    "  --batch N             candidates per batch sharing each read of G (default 8)\n"
+    "  --range P=LO:HI       search box, P = C10 (nm, default -40:40), C12 (nm, 0:10) or\n"
+    "                        phi12 (deg, -90:90); repeatable\n"
+    "  --start C10,C12,PHI12 start point (default 0,5,0)\n"
+    "  --lock P[,P]          hold C10, C12 and/or phi12 at the start value\n"
+    "  --fit-radius F        fit on the BF pixels within F x the selection radius (default 0.8)\n"
+    "  --no-branch-check     skip the 180-degree branch check\n"
+    "  --tilt                also fit the thick-sample model: tilt (mrad) and thickness (nm)\n"
+    "output:\n"
+    "  -o, --output DIR      output folder (default %s); it is created if needed\n"
+    "  --upsample F          1, 2, 3, 4, 8 or auto for the phase image (default 1)\n"
+    "  --force               replace outputs that already exist in DIR\n"
+    "  --quiet               no progress bar\n\n";
+
+static void usage_fit(FILE *f)
+{
+    fprintf(f,
+            "usage: ssb4d fit [DATA] [options]\n\n"
+            "Fits the probe aberrations C10, C12, phi12 of DATA (a .qem from ssb4d import, or .npy\n"
+            "counts) by minimising the exact SSB loss (SPEC 6.1), checks the 180-degree branch of the\n"
+            "scan-detector rotation, reconstructs and writes DIR/phase.tiff (float32), phase.png,\n"
+            "object.npy (complex64), calibration.json (reload with reconstruct --calibration) and\n"
+            "trials.json (every trial). Without DATA it fits a built-in simulated dataset with known\n"
+            "aberrations. Progress goes to stderr; --json prints one JSON object on stdout.\n\n"
+            "  --region R0:R1,C0:C1  fit only these scan rows/cols (half-open, >= 32x32); the\n"
+            "                        full field's calibration is kept\n");
+    fprintf(f, FIT_HELP, "ssb4d-fit");
+    fprintf(f, "%s", CLI_MICROSCOPE_HELP);
+}
+
+static void usage_demo(FILE *f)
+{
+    fprintf(f,
+            "usage: ssb4d demo [options]\n\n"
+            "Simulates a small dataset (128x128 scan, 64x64 detector, SrTiO3, 300 kV) with known\n"
+            "aberrations (C10 %.0f nm, C12 %.0f nm, phi12 %.0f deg), fits it and prints the truth beside\n"
+            "the fit. Same options as ssb4d fit; outputs go to ssb4d-demo/ (replaced on each run).\n\n",
+            BUILTIN_C10, BUILTIN_C12, BUILTIN_PHI12);
+    fprintf(f, FIT_HELP, "ssb4d-demo");
+}
+
+static void usage_regions(FILE *f)
+{
+    fprintf(f,
+            "usage: ssb4d fit-regions DATA (--grid RxC | --regions R0:R1,C0:C1[;...]) [options]\n\n"
+            "Fits C10, C12, phi12 on each region (every region >= 32x32 scan positions) with the\n"
+            "full field's calibration, and writes DIR/regions.json, DIR/regions.csv (one row per\n"
+            "region: rectangle, C10, C12, phi12, loss, branch) and DIR/defocus.png (the C10 map,\n"
+            "one grey cell per grid region).\n\n"
+            "  --grid RxC            a grid of R x C equal regions covering the scan (e.g. 4x4)\n"
+            "  --regions LIST        explicit rectangles separated by ';'\n");
+    fprintf(f, FIT_HELP, "ssb4d-regions");
+}
+
+/* ---- parsing ---------------------------------------------------------------------------------- */
+
+static int param_index(const char *name)
+{
+    if (!strcasecmp(name, "C10"))
+        return FIT_C10;
+    if (!strcasecmp(name, "C12"))
+        return FIT_C12;
+    if (!strcasecmp(name, "phi12"))
+        return FIT_PHI12;
+    return -1;
+}
+
+static int parse_range(const char *s, ssb4d_fit_params *p)
+{
+    char name[16];
+    double lo, hi;
+    int n = 0;
+    if (sscanf(s, "%15[^=]=%lf:%lf%n", name, &lo, &hi, &n) != 3 || s[n] || param_index(name) < 0 ||
+        !isfinite(lo) || !isfinite(hi) || !(lo < hi)) {
+        fprintf(stderr, "ssb4d fit: --range must be C10|C12|phi12=LO:HI with LO < HI; got '%s'\n", s);
+        return -1;
+    }
+    int j = param_index(name);
+    if ((j == FIT_C10 && (lo < -1e4 || hi > 1e4)) || (j == FIT_C12 && (lo < 0 || hi > 1e4)) ||
+        (j == FIT_PHI12 && (lo < -360 || hi > 360))) {
+        fprintf(stderr, "ssb4d fit: --range %s is absurd (C10 within +-1e4 nm, C12 within 0..1e4 nm, "
+                        "phi12 within +-360 deg)\n", s);
+        return -1;
+    }
+    p->lo[j] = lo;
+    p->hi[j] = hi;
+    return 0;
+}
+
+static int parse_lock(const char *s, ssb4d_fit_params *p)
+{
+    char buf[64];
+    if (strlen(s) >= sizeof buf)
+        return -1;
+    strcpy(buf, s);
+    for (char *t = strtok(buf, ","); t; t = strtok(NULL, ",")) {
+        int j = param_index(t);
+        if (j < 0) {
+            fprintf(stderr, "ssb4d fit: --lock takes C10, C12 and/or phi12; got '%s'\n", t);
+            return -1;
+        }
+        p->locked[j] = 1;
+    }
+    return 0;
+}
+
+static int parse_rect(const char *s, size_t r[4])
+{
+    unsigned long long v[4];
+    int n = 0;
+    if (sscanf(s, "%llu:%llu,%llu:%llu%n", &v[0], &v[1], &v[2], &v[3], &n) != 4 || s[n] ||
+        strchr(s, '-'))
+        return -1;
+    for (int i = 0; i < 4; i++)
+        r[i] = (size_t)v[i];
+    return 0;
+}
+
+static int parse_count(const char *s, const char *flag, double lo, double hi, double *out)
+{
+    if (cli_parse_double(s, out) || *out < lo || *out > hi || *out != floor(*out)) {
+        fprintf(stderr, "ssb4d fit: %s must be a whole number in %.0f..%.0f; got '%s'\n", flag, lo, hi, s);
+        return -1;
+    }
+    return 0;
+}
+
+typedef struct {
+    const char *cmd;           /* "fit", "demo" or "fit-regions" */
+    const char *data;          /* NULL: the built-in dataset */
+    const char *out_dir;
+    int quiet, force, tilt, upsample, upsample_auto;
+    int has_region;
+    size_t region[4];
+    size_t grid[2];            /* fit-regions */
+    char *regions_list;        /* fit-regions: "R0:R1,C0:C1;..." */
+    ssb4d_fit_params fp;
+    cli_micro m;
+} fit_opts;
+
+/* Parses argv for all three commands; returns -1 to exit 0 (help), or an exit code > 0, or 0. */
+static int parse(int argc, char **argv, fit_opts *o)
+{
+    static const struct option opts[] = {
+        CLI_MICROSCOPE_OPTIONS,
+        {"trials", required_argument, 0, OPT_TRIALS},
+        {"seed", required_argument, 0, OPT_SEED},
+        {"batch", required_argument, 0, OPT_BATCH},
+        {"range", required_argument, 0, OPT_RANGE},
+        {"lock", required_argument, 0, OPT_LOCK},
+        {"start", required_argument, 0, OPT_START},
+        {"tilt", no_argument, 0, OPT_TILT},
+        {"region", required_argument, 0, OPT_REGION},
+        {"fit-radius", required_argument, 0, OPT_FIT_RADIUS},
+        {"no-branch-check", no_argument, 0, OPT_NO_BRANCH},
+        {"upsample", required_argument, 0, OPT_UPSAMPLE},
+        {"force", no_argument, 0, OPT_FORCE},
+        {"quiet", no_argument, 0, OPT_QUIET},
+        {"grid", required_argument, 0, OPT_GRID},
+        {"regions", required_argument, 0, OPT_REGIONS},
+        {"output", required_argument, 0, 'o'},
+        {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0},
+    };
+    int is_demo = !strcmp(o->cmd, "demo"), is_regions = !strcmp(o->cmd, "fit-regions");
+    optind = 1;
+    opterr = 0;
+    int c;
+    double v, start[3];
+    int start_given = 0;
+    while ((c = getopt_long(argc, argv, ":o:h", opts, NULL)) != -1) {
+        int r = cli_micro_handle(&o->m, c, optarg);
+        if (r < 0)
+            return CLI_EXIT_USAGE;
+        if (r > 0)
+            continue;
+        switch (c) {
+        case 'h':
+            (is_demo ? usage_demo : is_regions ? usage_regions : usage_fit)(stdout);
+            return -1;
+        case 'o': o->out_dir = optarg; break;
+        case OPT_QUIET: o->quiet = 1; break;
+        case OPT_FORCE: o->force = 1; break;
+        case OPT_TILT: o->tilt = 1; break;
+        case OPT_NO_BRANCH: o->fp.branch_check = 0; break;
+        case OPT_TRIALS:
+            if (parse_count(optarg, "--trials", 1, 1e6, &v))
+                return CLI_EXIT_USAGE;
+            o->fp.trials = (size_t)v;
+            break;
+        case OPT_BATCH:
+            if (parse_count(optarg, "--batch", 1, 64, &v))
+                return CLI_EXIT_USAGE;
+            o->fp.batch = (size_t)v;
+            break;
+        case OPT_SEED: {
+            char *e;
+            errno = 0;
+            unsigned long long s = strtoull(optarg, &e, 10);
+            if (errno || *e || !*optarg || optarg[0] == '-') {
+                fprintf(stderr, "ssb4d %s: --seed must be a whole number >= 0; got '%s'\n", o->cmd, optarg);
+                return CLI_EXIT_USAGE;
+            }
+            o->fp.seed = s;
+            break;
+        }
+        case OPT_RANGE:
+            if (parse_range(optarg, &o->fp))
+                return CLI_EXIT_USAGE;
+            break;
+        case OPT_LOCK:
+            if (parse_lock(optarg, &o->fp))
+                return CLI_EXIT_USAGE;
+            break;
+        case OPT_START: {
+            int n = 0;
+            if (sscanf(optarg, "%lf,%lf,%lf%n", &start[0], &start[1], &start[2], &n) != 3 || optarg[n] ||
+                !isfinite(start[0]) || !isfinite(start[1]) || !isfinite(start[2])) {
+                fprintf(stderr, "ssb4d %s: --start must be C10,C12,PHI12 (nm, nm, deg); got '%s'\n", o->cmd, optarg);
+                return CLI_EXIT_USAGE;
+            }
+            start_given = 1;
+            break;
+        }
+        case OPT_FIT_RADIUS:
+            if (cli_parse_double(optarg, &v) || !(v > 0 && v <= 1)) {
+                fprintf(stderr, "ssb4d %s: --fit-radius must be a fraction in (0, 1]; got '%s'\n", o->cmd, optarg);
+                return CLI_EXIT_USAGE;
+            }
+            o->fp.fit_radius = v;
+            break;
+        case OPT_UPSAMPLE:
+            if (!strcasecmp(optarg, "auto"))
+                o->upsample_auto = 1;
+            else if (cli_parse_double(optarg, &v) || (v != 1 && v != 2 && v != 3 && v != 4 && v != 8)) {
+                fprintf(stderr, "ssb4d %s: --upsample must be 1, 2, 3, 4, 8 or auto\n", o->cmd);
+                return CLI_EXIT_USAGE;
+            } else
+                o->upsample = (int)v;
+            break;
+        case OPT_REGION:
+            if (is_regions || parse_rect(optarg, o->region)) {
+                fprintf(stderr, "ssb4d %s: --region must be R0:R1,C0:C1 (scan rows and columns, half-open)%s\n",
+                        o->cmd, is_regions ? "; fit-regions takes --grid or --regions" : "");
+                return CLI_EXIT_USAGE;
+            }
+            o->has_region = 1;
+            break;
+        case OPT_GRID: {
+            unsigned long long a, b;
+            int n = 0;
+            if (!is_regions || sscanf(optarg, "%llux%llu%n", &a, &b, &n) != 2 || optarg[n] || !a || !b ||
+                a > 64 || b > 64 || strchr(optarg, '-')) {
+                fprintf(stderr, "ssb4d %s: --grid must be RxC with 1..64 each (fit-regions only)\n", o->cmd);
+                return CLI_EXIT_USAGE;
+            }
+            o->grid[0] = (size_t)a, o->grid[1] = (size_t)b;
+            break;
+        }
+        case OPT_REGIONS:
+            if (!is_regions) {
+                fprintf(stderr, "ssb4d %s: --regions belongs to fit-regions\n", o->cmd);
+                return CLI_EXIT_USAGE;
+            }
+            o->regions_list = optarg;
+            break;
+        case ':':
+            fprintf(stderr, "ssb4d %s: option %s needs a value\n", o->cmd, argv[optind - 1]);
+            return CLI_EXIT_USAGE;
+        default:
+            fprintf(stderr, "ssb4d %s: unknown option '%s' (see --help)\n", o->cmd, argv[optind - 1]);
+            return CLI_EXIT_USAGE;
+        }
+    }
+    if (start_given)
+        memcpy(o->fp.start, start, sizeof start);
+    for (int j = 0; j < 3; j++)
+        if (!(o->fp.lo[j] <= o->fp.start[j] && o->fp.start[j] <= o->fp.hi[j])) {
+            static const char *nm[3] = {"C10", "C12", "phi12"};
+            fprintf(stderr, "ssb4d %s: the start value %g of %s lies outside its range %g:%g (use --start or --range)\n",
+                    o->cmd, o->fp.start[j], nm[j], o->fp.lo[j], o->fp.hi[j]);
+            return CLI_EXIT_USAGE;
+        }
+    int nargs = argc - optind;
+    if (is_demo ? nargs != 0 : is_regions ? nargs != 1 : nargs > 1) {
+        fprintf(stderr, "ssb4d %s: %s (see --help)\n", o->cmd,
+                is_demo ? "takes no DATA" : is_regions ? "expected exactly one DATA file" : "expected at most one DATA file");
+        return CLI_EXIT_USAGE;
+    }
+    o->data = nargs ? argv[optind] : NULL;
+    if (is_regions && !o->grid[0] && !o->regions_list) {
+        fprintf(stderr, "ssb4d fit-regions: give --grid RxC or --regions LIST\n");
+        return CLI_EXIT_USAGE;
+    }
+    if (is_regions && o->tilt) {
+        fprintf(stderr, "ssb4d fit-regions: --tilt is not supported per region; use fit --region --tilt\n");
+        return CLI_EXIT_USAGE;
+    }
+    return 0;
+}
+
+/* ---- output folder ----------------------------------------------------------------------------- */
+
+static void join(char *buf, size_t n, const char *dir, const char *name)
+{
+    snprintf(buf, n, "%s/%s", dir, name);
+}
+
+/* Creates DIR if needed; refuses outputs that exist unless --force (before any long work). */
+static int prepare_dir(const fit_opts *o, const char *const *names, size_t n_names)
+{
+    struct stat sb;
+    if (stat(o->out_dir, &sb) == 0) {
+        if (!S_ISDIR(sb.st_mode)) {
+            fprintf(stderr, "ssb4d %s: %s exists and is not a folder\n", o->cmd, o->out_dir);
+            return CLI_EXIT_USAGE;
+        }
+    } else if (mkdir(o->out_dir, 0777) != 0) {
+        fprintf(stderr, "ssb4d %s: cannot create the output folder %s: %s\n", o->cmd, o->out_dir, strerror(errno));
+        return CLI_EXIT_USAGE;
+    }
+    for (size_t i = 0; i < n_names && !o->force; i++) {
+        char p[4096];
+        join(p, sizeof p, o->out_dir, names[i]);
+        if (stat(p, &sb) == 0) {
+            fprintf(stderr, "ssb4d %s: %s already exists (use --force to replace it, or -o DIR)\n", o->cmd, p);
+            return CLI_EXIT_USAGE;
+        }
+    }
+    return 0;
+}
+
+/* ---- the job: data, calibration, G ------------------------------------------------------------- */
+
+typedef struct {
+    ssb4d_source *src;          /* whole scan */
+    uint16_t *builtin_counts;   /* the built-in dataset's counts (src wraps them) */
+    double truth[3];            /* the built-in dataset's truth at the mid-plane, else NaN */
+    cli_values v;
+    ssb4d_calibration cal;
+    int have_cal;
+    size_t shape[4];
+    ssb4d_mem *mem;
+} job;
+
+static void job_free(job *j)
+{
+    if (j->have_cal)
+        ssb4d_calibration_free(&j->cal);
+    ssb4d_source_close(j->src);
+    free(j->builtin_counts);
+    ssb4d_mem_destroy(j->mem);
+}
+
+static void sim_progress(void *user, size_t done, size_t total)
+{
+    cli_progress_update(user, total ? (double)done / (double)total : 1.0);
+}
+
+static int open_builtin(const fit_opts *o, job *j, ssb4d_err *err)
+{
+    ssb4d_sim_params sp;
+    ssb4d_sim_params_preset(&sp, "small", err);
+    memset(&sp.ab, 0, sizeof sp.ab);
+    sp.ab.C_nm[SSB4D_C10] = BUILTIN_C10;
+    sp.ab.C_nm[SSB4D_C12] = BUILTIN_C12;
+    sp.ab.phi_deg[SSB4D_C12] = BUILTIN_PHI12;
+    sp.seed = BUILTIN_SEED;
+    sp.threads = o->m.threads;
+    ssb4d_sim_info info;
+    if (ssb4d_sim_describe(&sp, &info, err))
+        return cli_error(o->cmd, err->code, err->msg);
+    size_t shape[4] = {(size_t)sp.scan_n, (size_t)sp.scan_n, (size_t)sp.det, (size_t)sp.det};
+    j->builtin_counts = malloc(shape[0] * shape[1] * shape[2] * shape[3] * sizeof(uint16_t));
+    if (!j->builtin_counts)
+        return cli_error(o->cmd, SSB4D_ENOMEM, "out of memory for the built-in dataset");
+    cli_progress pb;
+    cli_progress_start(&pb, "simulate", o->quiet || o->m.json);
+    sp.progress = sim_progress;
+    sp.progress_user = &pb;
+    ssb4d_status st = ssb4d_simulate_to_memory(&sp, j->builtin_counts, NULL, NULL, NULL, &info, err);
+    cli_progress_done(&pb);
+    if (!st)
+        st = ssb4d_source_from_memory(j->builtin_counts, SSB4D_U16, shape, &j->src, err);
+    if (st)
+        return cli_error(o->cmd, st, err->msg);
+    /* What a sidecar would say: the microscope and the detector sampling. Flags still win. */
+    cli_values_unset(&j->v);
+    j->v.kv = sp.kv;
+    j->v.semiangle_mrad = sp.semiangle_mrad;
+    j->v.scan_step_A[0] = j->v.scan_step_A[1] = info.scan_step_A;
+    j->v.det_sampling_mrad[0] = j->v.det_sampling_mrad[1] = info.det_sampling_mrad;
+    j->v.rotation_deg = 0;
+    const cli_values *f = &o->m.flags;
+    if (!isnan(f->kv)) j->v.kv = f->kv;
+    if (!isnan(f->semiangle_mrad)) j->v.semiangle_mrad = f->semiangle_mrad;
+    if (!isnan(f->rotation_deg)) j->v.rotation_deg = f->rotation_deg;
+    if (!isnan(f->bf_radius_px)) j->v.bf_radius_px = f->bf_radius_px;
+    for (int i = 0; i < 2; i++) {
+        if (!isnan(f->scan_step_A[i])) j->v.scan_step_A[i] = f->scan_step_A[i];
+        if (!isnan(f->det_sampling_mrad[i])) j->v.det_sampling_mrad[i] = f->det_sampling_mrad[i];
+        if (!isnan(f->centre_px[i])) j->v.centre_px[i] = f->centre_px[i];
+    }
+    j->truth[0] = BUILTIN_C10 + 0.5 * info.thickness_nm;
+    j->truth[1] = BUILTIN_C12;
+    j->truth[2] = BUILTIN_PHI12;
+    return 0;
+}
+
+static int job_open(const fit_opts *o, job *j, ssb4d_err *err)
+{
+    memset(j, 0, sizeof *j);
+    j->truth[0] = j->truth[1] = j->truth[2] = NAN;
+    j->mem = ssb4d_mem_create(0);
+    if (!j->mem)
+        return cli_error(o->cmd, SSB4D_ENOMEM, "out of memory");
+    int rc;
+    ssb4d_mem_stage_begin(j->mem, "load");
+    if (o->data) {
+        ssb4d_status st = ssb4d_source_open(o->data, &j->src, err); /* a missing file first */
+        if (st)
+            return cli_error(o->cmd, st, err->msg);
+        if ((rc = cli_resolve(o->data, &o->m, &j->v)))
+            return rc;
+        if ((rc = cli_check_microscope(&j->v)))
+            return rc;
+    } else if ((rc = open_builtin(o, j, err)))
+        return rc;
+    ssb4d_mem_stage_end(j->mem);
+    ssb4d_source_shape(j->src, j->shape);
+
+    ssb4d_mem_stage_begin(j->mem, "calibrate");
+    ssb4d_calib_params cp;
+    cli_values_to_calib_params(&j->v, o->m.threads, o->m.hot_pixels, &cp);
+    cp.mem = j->mem;
+    ssb4d_status st = ssb4d_calibrate(j->src, &cp, &j->cal, err);
+    ssb4d_mem_stage_end(j->mem);
+    if (st)
+        return cli_error(o->cmd, st, err->msg);
+    j->have_cal = 1;
+    return 0;
+}
+
+/* G of the whole scan or of a region (full-field calibration, the region's data only). */
+static ssb4d_status build_G(const fit_opts *o, job *j, const size_t *region, ssb4d_G **G,
+                            double *seconds, ssb4d_err *err)
+{
+    ssb4d_source *view = NULL, *src = j->src;
+    ssb4d_status st = SSB4D_OK;
+    if (region) {
+        st = ssb4d_source_region(j->src, region[0], region[1], region[2], region[3], &view, err);
+        src = view;
+    }
+    ssb4d_gbuild_opts go;
+    ssb4d_gbuild_opts_default(&go);
+    go.threads = o->m.threads;
+    cli_progress pb;
+    cli_progress_start(&pb, "G build", o->quiet || o->m.json);
+    go.progress = cli_progress_update;
+    go.progress_user = &pb;
+    ssb4d_mem_stage_begin(j->mem, "G build");
+    if (!st)
+        st = ssb4d_gbuild(src, &j->cal.geom, j->cal.bf_pix, j->cal.n_bf, &go, j->mem, G, err);
+    ssb4d_mem_stage_end(j->mem);
+    cli_progress_done(&pb);
+    *seconds = cli_progress_elapsed(&pb);
+    ssb4d_source_close(view);
+    return st;
+}
+
+/* ---- outputs ----------------------------------------------------------------------------------- */
+
+static cJSON *trials_json(const ssb4d_fit_result *r)
+{
+    cJSON *a = cJSON_CreateArray();
+    for (size_t i = 0; i < r->n_trials; i++) {
+        const ssb4d_fit_trial *t = &r->trials[i];
+        cJSON *e = cJSON_CreateObject();
+        static const char *stages[] = {"global", "nelder-mead", "nelder-mead-full", "branch"};
+        cJSON_AddStringToObject(e, "stage", t->stage >= 0 && t->stage < 4 ? stages[t->stage] : "?");
+        cJSON_AddNumberToObject(e, "number", (double)t->number);
+        cJSON_AddNumberToObject(e, "C10_nm", t->C10_nm);
+        cJSON_AddNumberToObject(e, "C12_nm", t->C12_nm);
+        cJSON_AddNumberToObject(e, "phi12_deg", t->phi12_deg);
+        cJSON_AddNumberToObject(e, "loss", t->loss);
+        if (t->cached)
+            cJSON_AddTrueToObject(e, "cached");
+        cJSON_AddItemToArray(a, e);
+    }
+    return a;
+}
+
+static int cmp_trial_loss(const void *a, const void *b)
+{
+    const ssb4d_fit_trial *x = a, *y = b;
+    if (x->loss != y->loss)
+        return x->loss < y->loss ? -1 : 1;
+    return (x->number > y->number) - (x->number < y->number);
+}
+
+/* The calibration file of a fit: the calibration, the fitted values, branch, search settings,
+ * the best 50 distinct trials, the region and the thick model. */
+static ssb4d_status fill_calfile(const fit_opts *o, const job *j, const ssb4d_fit_result *r,
+                                 const fit_tilt_result *tr, const size_t *region,
+                                 ssb4d_calfile *cf, ssb4d_err *err)
+{
+    ssb4d_status st = ssb4d_calfile_from_calibration(cf, &j->cal, err);
+    if (st)
+        return st;
+    cf->geom = r->geom;
+    cf->has_ab = 1;
+    cf->ab = r->ab;
+    cf->loss = r->loss;
+    cf->n_bf = j->cal.n_bf;
+    cf->branch_flipped = r->branch_flipped;
+    cf->skewness = r->skewness;
+    cf->skewness_other = r->skewness_other;
+    cf->has_search = 1;
+    cf->trials = o->fp.trials;
+    cf->seed = o->fp.seed;
+    memcpy(cf->range_lo, o->fp.lo, sizeof cf->range_lo);
+    memcpy(cf->range_hi, o->fp.hi, sizeof cf->range_hi);
+    memcpy(cf->locked, o->fp.locked, sizeof cf->locked);
+    cf->evaluations = r->evaluations;
+    if (o->data && cli_data_identity(o->data, cf->data_identity, sizeof cf->data_identity) != 0)
+        cf->data_identity[0] = 0;
+    if (tr) {
+        cf->has_thick = 1;
+        cf->thick = tr->thick;
+        cf->gain = tr->gain;
+        cf->ab.C_nm[SSB4D_C10] = tr->C10_nm;
+        cf->ab.C_nm[SSB4D_C12] = tr->C12_nm;
+        cf->ab.phi_deg[SSB4D_C12] = tr->phi12_deg;
+    }
+    if (region) {
+        cf->has_region = 1;
+        memcpy(cf->region, region, sizeof cf->region);
+    }
+    ssb4d_fit_trial *sorted = malloc((r->n_trials + 1) * sizeof *sorted);
+    cf->best = calloc(50, sizeof *cf->best);
+    if (!sorted || !cf->best) {
+        free(sorted);
+        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+    }
+    size_t n = 0;
+    for (size_t i = 0; i < r->n_trials; i++)
+        if (!r->trials[i].cached)
+            sorted[n++] = r->trials[i];
+    qsort(sorted, n, sizeof *sorted, cmp_trial_loss);
+    for (size_t i = 0; i < n && cf->n_best < 50; i++) {
+        ssb4d_calfile_trial *b = &cf->best[cf->n_best++];
+        b->stage = sorted[i].stage;
+        b->number = sorted[i].number;
+        b->C10_nm = sorted[i].C10_nm;
+        b->C12_nm = sorted[i].C12_nm;
+        b->phi12_deg = sorted[i].phi12_deg;
+        b->loss = sorted[i].loss;
+    }
+    free(sorted);
+    return SSB4D_OK;
+}
+
+static ssb4d_status write_json_file(const char *path, cJSON *o, ssb4d_err *err)
+{
+    char *s = cJSON_Print(o);
+    if (!s)
+        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+    ssb4d_status st = ssb4d_write_text_atomic(path, s, err);
+    free(s);
+    return st;
+}
+
+static void add_ab(cJSON *o, const double x[3])
+{
+    cJSON_AddNumberToObject(o, "C10_nm", x[0]);
+    cJSON_AddNumberToObject(o, "C12_nm", x[1]);
+    cJSON_AddNumberToObject(o, "phi12_deg", x[2]);
+}
+
+/* ---- fit and demo ------------------------------------------------------------------------------ */
+
+static void fit_progress(void *user, double f) { cli_progress_update(user, f); }
+
+static int run_fit(fit_opts *o)
+{
+    static const char *outputs[] = {"phase.tiff", "phase.png", "object.npy", "calibration.json", "trials.json"};
+    int rc = prepare_dir(o, outputs, sizeof outputs / sizeof outputs[0]);
+    if (rc)
+        return rc;
+    ssb4d_err err = {0};
+    cli_progress total;
+    cli_progress_start(&total, "total", 1);
+    job j;
+    if ((rc = job_open(o, &j, &err))) {
+        job_free(&j);
+        return rc;
+    }
+    const size_t *region = o->has_region ? o->region : NULL;
+    ssb4d_G *G = NULL;
+    double t_build = 0, t_fit = 0, t_tilt = 0, t_image = 0;
+    ssb4d_status st = build_G(o, &j, region, &G, &t_build, &err);
+
+    ssb4d_fit_result r;
+    memset(&r, 0, sizeof r);
+    fit_tilt_result tr;
+    int have_tilt = 0;
+    if (!st) {
+        ssb4d_fit_params fp = o->fp;
+        fp.threads = o->m.threads;
+        cli_progress pb;
+        cli_progress_start(&pb, "fit", o->quiet || o->m.json);
+        fp.progress = fit_progress;
+        fp.progress_user = &pb;
+        ssb4d_mem_stage_begin(j.mem, "fit");
+        st = ssb4d_fit(G, &j.cal.geom, &fp, j.mem, &r, &err);
+        ssb4d_mem_stage_end(j.mem);
+        cli_progress_done(&pb);
+        t_fit = cli_progress_elapsed(&pb);
+    }
+    if (!st && o->tilt) {
+        fit_tilt_params tp;
+        fit_tilt_params_default(&tp);
+        memcpy(tp.thin.lo, o->fp.lo, sizeof tp.thin.lo);
+        memcpy(tp.thin.hi, o->fp.hi, sizeof tp.thin.hi);
+        tp.thin.start[FIT_C10] = r.ab.C_nm[SSB4D_C10];
+        tp.thin.start[FIT_C12] = r.ab.C_nm[SSB4D_C12];
+        tp.thin.start[FIT_PHI12] = r.ab.phi_deg[SSB4D_C12];
+        memcpy(tp.thin.locked, o->fp.locked, sizeof tp.thin.locked);
+        tp.thin.seed = o->fp.seed;
+        tp.thin.batch = o->fp.batch;
+        tp.band.threads = o->m.threads;
+        cli_progress pb;
+        cli_progress_start(&pb, "tilt fit", o->quiet || o->m.json);
+        ssb4d_mem_stage_begin(j.mem, "tilt fit");
+        st = fit_tilt(G, &r.geom, &tp, j.mem, &tr, NULL, &err);
+        ssb4d_mem_stage_end(j.mem);
+        cli_progress_done(&pb);
+        t_tilt = cli_progress_elapsed(&pb);
+        have_tilt = !st;
+    }
+    ssb4d_aberrations ab = r.ab;
+    ssb4d_thick thick = {{0, 0}, 0};
+    if (have_tilt) {
+        ab.C_nm[SSB4D_C10] = tr.C10_nm;
+        ab.C_nm[SSB4D_C12] = tr.C12_nm;
+        ab.phi_deg[SSB4D_C12] = tr.phi12_deg;
+        thick = tr.thick;
+    }
+    /* The image, exactly as `reconstruct --calibration DIR/calibration.json` computes it. */
+    size_t ny = 0, nx = 0;
+    int up = o->upsample_auto ? ssb4d_upsample_auto(&r.geom) : o->upsample;
+    float *phase = NULL, *object = NULL;
+    if (!st) {
+        ssb4d_G_scan_shape(G, &ny, &nx);
+        phase = malloc(ny * nx * up * up * sizeof *phase);
+        object = malloc(2 * ny * nx * up * up * sizeof *object);
+        if (!phase || !object)
+            st = ssb4d_fail(&err, SSB4D_ENOMEM, "out of memory for the output image");
+    }
+    if (!st) {
+        ssb4d_ssb_opts so;
+        ssb4d_ssb_opts_default(&so);
+        so.threads = o->m.threads;
+        cli_progress pb;
+        cli_progress_start(&pb, "image", 1);
+        ssb4d_mem_stage_begin(j.mem, "object");
+        st = ssb4d_object(G, &r.geom, &ab, &thick, up, &so, j.mem, object, phase, &err);
+        ssb4d_mem_stage_end(j.mem);
+        t_image = cli_progress_elapsed(&pb);
+    }
+    char path[4096];
+    ssb4d_calfile cf;
+    ssb4d_calfile_init(&cf);
+    if (!st) {
+        double pixel[2] = {r.geom.scan_step_A[0] / up, r.geom.scan_step_A[1] / up};
+        size_t oshape[2] = {ny * up, nx * up};
+        join(path, sizeof path, o->out_dir, "phase.tiff");
+        st = cli_write_image(path, phase, ny * up, nx * up, pixel, &err);
+        join(path, sizeof path, o->out_dir, "phase.png");
+        if (!st)
+            st = cli_write_image(path, phase, ny * up, nx * up, pixel, &err);
+        join(path, sizeof path, o->out_dir, "object.npy");
+        if (!st)
+            st = ssb4d_npy_save(path, "<c8", 2, oshape, object, &err);
+        if (!st)
+            st = fill_calfile(o, &j, &r, have_tilt ? &tr : NULL, region, &cf, &err);
+        join(path, sizeof path, o->out_dir, "calibration.json");
+        if (!st)
+            st = ssb4d_calfile_write(path, &cf, &err);
+        if (!st) {
+            cJSON *t = cJSON_CreateObject();
+            cJSON_AddStringToObject(t, "trace_sha256", r.trace_sha256);
+            cJSON_AddNumberToObject(t, "seed", (double)o->fp.seed);
+            cJSON_AddNumberToObject(t, "evaluations", (double)r.evaluations);
+            cJSON_AddItemToObject(t, "trials", trials_json(&r));
+            join(path, sizeof path, o->out_dir, "trials.json");
+            st = write_json_file(path, t, &err);
+            cJSON_Delete(t);
+        }
+    }
+    ssb4d_calfile_free(&cf);
+    free(phase);
+    free(object);
+    int exit_code = 0;
+    size_t peak = ssb4d_mem_peak(j.mem), rss = ssb4d_rss_peak();
+    double x[3] = {ab.C_nm[SSB4D_C10], ab.C_nm[SSB4D_C12], ab.phi_deg[SSB4D_C12]};
+    int builtin = !o->data;
+    if (st)
+        exit_code = cli_error(o->cmd, st, err.msg);
+    else if (o->m.json) {
+        cJSON *out = cJSON_CreateObject();
+        add_ab(out, x);
+        cJSON_AddNumberToObject(out, "loss", r.loss);
+        cJSON_AddNumberToObject(out, "rotation_deg", r.geom.rotation_deg);
+        cJSON_AddBoolToObject(out, "branch_flipped", r.branch_flipped);
+        cJSON_AddNumberToObject(out, "skewness", r.skewness);
+        if (isfinite(r.skewness_other))
+            cJSON_AddNumberToObject(out, "skewness_other_branch", r.skewness_other);
+        cJSON_AddNumberToObject(out, "n_bf", (double)ssb4d_G_n_bf(G));
+        cJSON_AddNumberToObject(out, "n_fit_bf", (double)r.n_fit_bf);
+        cJSON_AddNumberToObject(out, "n_coarse_bf", (double)r.n_coarse_bf);
+        cJSON_AddNumberToObject(out, "evaluations", (double)r.evaluations);
+        cJSON_AddNumberToObject(out, "nm_iterations", r.nm_iterations);
+        cJSON_AddStringToObject(out, "trace_sha256", r.trace_sha256);
+        if (have_tilt) {
+            cJSON *t = cJSON_AddArrayToObject(out, "tilt_mrad");
+            cJSON_AddItemToArray(t, cJSON_CreateNumber(thick.tilt_mrad[0]));
+            cJSON_AddItemToArray(t, cJSON_CreateNumber(thick.tilt_mrad[1]));
+            cJSON_AddNumberToObject(out, "thickness_nm", thick.thickness_nm);
+            cJSON_AddNumberToObject(out, "gain", tr.gain);
+            cJSON_AddNumberToObject(out, "tilt_evaluations", (double)tr.evaluations);
+        }
+        if (region) {
+            cJSON *rg = cJSON_AddArrayToObject(out, "region");
+            for (int i = 0; i < 4; i++)
+                cJSON_AddItemToArray(rg, cJSON_CreateNumber((double)region[i]));
+        }
+        if (builtin) {
+            cJSON *t = cJSON_AddObjectToObject(out, "truth");
+            add_ab(t, j.truth);
+        }
+        cJSON_AddNumberToObject(out, "seconds", cli_progress_elapsed(&total));
+        cJSON_AddNumberToObject(out, "g_build_seconds", t_build);
+        cJSON_AddNumberToObject(out, "fit_seconds", t_fit);
+        if (have_tilt)
+            cJSON_AddNumberToObject(out, "tilt_seconds", t_tilt);
+        cJSON_AddNumberToObject(out, "image_seconds", t_image);
+        cJSON_AddNumberToObject(out, "peak_tracked_bytes", (double)peak);
+        cJSON_AddNumberToObject(out, "peak_rss_bytes", (double)rss);
+        cJSON_AddNumberToObject(out, "g_bytes", (double)ssb4d_G_bytes(G));
+        cJSON_AddStringToObject(out, "output_dir", o->out_dir);
+        char *s = cJSON_PrintUnformatted(out);
+        printf("%s\n", s);
+        free(s);
+        cJSON_Delete(out);
+    } else {
+        printf("data         %s (%zux%zu scan, %zux%zu detector)%s\n", o->data ? o->data : "built-in simulation",
+               j.shape[0], j.shape[1], j.shape[2], j.shape[3], builtin ? ", SrTiO3 300 kV, 1 unit cell" : "");
+        if (region)
+            printf("region       rows %zu:%zu, cols %zu:%zu (full-field calibration)\n", region[0], region[1],
+                   region[2], region[3]);
+        printf("%-12s %12s%s\n", "", "fit", builtin ? "        truth (mid-plane)" : "");
+        static const char *names[3] = {"C10", "C12", "phi12"}, *units[3] = {"nm", "nm", "deg"};
+        for (int i = 0; i < 3; i++) {
+            printf("%-12s %9.3f %-3s", names[i], x[i], units[i]);
+            if (builtin)
+                printf("   %9.3f %-3s", j.truth[i], units[i]);
+            printf("\n");
+        }
+        if (have_tilt)
+            printf("thick model  tilt (%.2f, %.2f) mrad, thickness %.1f nm, gain %.4f\n", thick.tilt_mrad[0],
+                   thick.tilt_mrad[1], thick.thickness_nm, tr.gain);
+        printf("loss         %.8g (exact, %zu of %zu BF pixels)\n", r.loss, r.n_fit_bf, ssb4d_G_n_bf(G));
+        printf("branch       rotation %.2f deg, skewness %+.3f%s\n", r.geom.rotation_deg, r.skewness,
+               r.branch_flipped ? " (flipped by 180 deg: the other branch had the lower skewness)" : "");
+        printf("search       %zu evaluations, %d Nelder-Mead iterations, seed %llu, trace %.16s\n",
+               r.evaluations, r.nm_iterations, (unsigned long long)o->fp.seed, r.trace_sha256);
+        printf("time         %.2f s (G build %.2f s, fit %.2f s, ", cli_progress_elapsed(&total), t_build, t_fit);
+        if (have_tilt)
+            printf("tilt fit %.2f s, ", t_tilt);
+        printf("image %.2f s)\n", t_image);
+        printf("memory       peak %.1f MiB tracked (G %.1f MiB), %.1f MiB process\n", peak / 1048576.0,
+               ssb4d_G_bytes(G) / 1048576.0, rss / 1048576.0);
+        printf("wrote        %s/phase.tiff, phase.png, object.npy, calibration.json, trials.json\n", o->out_dir);
+    }
+    if (o->m.memory_report)
+        ssb4d_mem_report_print(j.mem, stderr);
+    ssb4d_fit_result_free(&r);
+    ssb4d_G_free(G);
+    job_free(&j);
+    return exit_code;
+}
+
+static void init_opts(fit_opts *o, const char *cmd, const char *out_dir)
+{
+    memset(o, 0, sizeof *o);
+    o->cmd = cmd;
+    o->out_dir = out_dir;
+    o->upsample = 1;
+    ssb4d_fit_params_default(&o->fp);
+    cli_micro_init(&o->m);
+}
+
+int cmd_fit(int argc, char **argv)
+{
+    fit_opts o;
+    init_opts(&o, "fit", "ssb4d-fit");
+    int rc = parse(argc, argv, &o);
+    if (rc)
+        return rc < 0 ? 0 : rc;
+    return run_fit(&o);
+}
+
+int cmd_demo(int argc, char **argv)
+{
+    fit_opts o;
+    init_opts(&o, "demo", "ssb4d-demo");
+    int rc = parse(argc, argv, &o);
+    if (rc)
+        return rc < 0 ? 0 : rc;
+    o.force = 1; /* the demo's own folder: replaced on every run */
+    return run_fit(&o);
+}
+
+/* ---- fit-regions -------------------------------------------------------------------------------- */
+
+static int parse_region_list(const fit_opts *o, size_t (**rects)[4], size_t *n)
+{
+    *n = 0;
+    *rects = NULL;
+    if (o->grid[0]) { /* the rectangles are filled once the scan shape is known */
+        *n = o->grid[0] * o->grid[1];
+        *rects = calloc(*n, sizeof **rects);
+        return *rects ? 0 : -1;
+    }
+    char *buf = strdup(o->regions_list);
+    if (!buf)
+        return -1;
+    size_t cap = 1;
+    for (const char *p = buf; *p; p++)
+        cap += *p == ';';
+    *rects = calloc(cap, sizeof **rects);
+    int bad = !*rects;
+    for (char *t = strtok(buf, ";"); t && !bad; t = strtok(NULL, ";"))
+        if (parse_rect(t, (*rects)[(*n)++])) {
+            fprintf(stderr, "ssb4d fit-regions: region '%s' is not R0:R1,C0:C1\n", t);
+            bad = 1;
+        }
+    free(buf);
+    if (!bad && *n == 0) {
+        fprintf(stderr, "ssb4d fit-regions: --regions lists no region\n");
+        bad = 1;
+    }
+    return bad ? -1 : 0;
+}
+
+int cmd_fit_regions(int argc, char **argv)
+{
+    fit_opts o;
+    init_opts(&o, "fit-regions", "ssb4d-regions");
+    int rc = parse(argc, argv, &o);
+    if (rc)
+        return rc < 0 ? 0 : rc;
+    size_t (*rects)[4] = NULL, n = 0;
+    if (parse_region_list(&o, &rects, &n)) {
+        free(rects);
+        return CLI_EXIT_USAGE;
+    }
+    static const char *outputs[] = {"regions.json", "regions.csv", "defocus.png"};
+    if ((rc = prepare_dir(&o, outputs, 3))) {
+        free(rects);
+        return rc;
+    }
+    ssb4d_err err = {0};
+    cli_progress total;
+    cli_progress_start(&total, "total", 1);
+    job j;
+    if ((rc = job_open(&o, &j, &err))) {
+        job_free(&j);
+        free(rects);
+        return rc;
+    }
+    if (o.grid[0]) { /* equal cells; the last row/column takes the remainder */
+        size_t R = o.grid[0], C = o.grid[1], hr = j.shape[0] / R, hc = j.shape[1] / C;
+        for (size_t a = 0; a < R; a++)
+            for (size_t b = 0; b < C; b++) {
+                size_t *r = rects[a * C + b];
+                r[0] = a * hr, r[1] = a + 1 == R ? j.shape[0] : (a + 1) * hr;
+                r[2] = b * hc, r[3] = b + 1 == C ? j.shape[1] : (b + 1) * hc;
+            }
+    }
+    /* Check every rectangle before the first fit. */
+    for (size_t i = 0; i < n; i++) {
+        ssb4d_source *view = NULL;
+        ssb4d_status st = ssb4d_source_region(j.src, rects[i][0], rects[i][1], rects[i][2], rects[i][3], &view, &err);
+        ssb4d_source_close(view);
+        if (st) {
+            job_free(&j);
+            free(rects);
+            return cli_error(o.cmd, st, err.msg);
+        }
+    }
+    cJSON *list = cJSON_CreateArray();
+    char *csv = NULL;
+    size_t csv_len = 0;
+    FILE *cf = open_memstream(&csv, &csv_len);
+    fprintf(cf, "r0,r1,c0,c1,C10_nm,C12_nm,phi12_deg,loss,rotation_deg,branch_flipped,evaluations\n");
+    double *c10 = calloc(n, sizeof *c10);
+    ssb4d_status st = c10 ? SSB4D_OK : ssb4d_fail(&err, SSB4D_ENOMEM, "out of memory");
+    for (size_t i = 0; i < n && !st; i++) {
+        ssb4d_G *G = NULL;
+        double tb;
+        st = build_G(&o, &j, rects[i], &G, &tb, &err);
+        ssb4d_fit_result r;
+        if (!st) {
+            ssb4d_fit_params fp = o.fp;
+            fp.threads = o.m.threads;
+            st = ssb4d_fit(G, &j.cal.geom, &fp, j.mem, &r, &err);
+        }
+        ssb4d_G_free(G); /* the next region's G replaces it */
+        if (st)
+            break;
+        double x[3] = {r.ab.C_nm[SSB4D_C10], r.ab.C_nm[SSB4D_C12], r.ab.phi_deg[SSB4D_C12]};
+        c10[i] = x[0];
+        cJSON *e = cJSON_CreateObject();
+        cJSON *rc4 = cJSON_AddArrayToObject(e, "rect");
+        for (int k = 0; k < 4; k++)
+            cJSON_AddItemToArray(rc4, cJSON_CreateNumber((double)rects[i][k]));
+        add_ab(e, x);
+        cJSON_AddNumberToObject(e, "loss", r.loss);
+        cJSON_AddNumberToObject(e, "rotation_deg", r.geom.rotation_deg);
+        cJSON_AddBoolToObject(e, "branch_flipped", r.branch_flipped);
+        cJSON_AddNumberToObject(e, "evaluations", (double)r.evaluations);
+        cJSON_AddItemToArray(list, e);
+        fprintf(cf, "%zu,%zu,%zu,%zu,%.6f,%.6f,%.4f,%.9g,%.4f,%d,%zu\n", rects[i][0], rects[i][1], rects[i][2],
+                rects[i][3], x[0], x[1], x[2], r.loss, r.geom.rotation_deg, r.branch_flipped, r.evaluations);
+        if (!o.quiet && !o.m.json)
+            fprintf(stderr, "ssb4d fit-regions: region %zu/%zu (rows %zu:%zu, cols %zu:%zu): C10 %.3f nm, C12 %.3f nm, "
+                            "phi12 %.2f deg\n", i + 1, n, rects[i][0], rects[i][1], rects[i][2], rects[i][3], x[0],
+                    x[1], x[2]);
+        ssb4d_fit_result_free(&r);
+    }
+    fclose(cf);
+    if (csv_len && csv[csv_len - 1] == '\n')
+        csv[csv_len - 1] = 0; /* the writer adds the final newline */
+    char path[4096];
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "data", o.data);
+    cJSON_AddNumberToObject(root, "seed", (double)o.fp.seed);
+    cJSON_AddItemToObject(root, "regions", list);
+    if (!st) {
+        join(path, sizeof path, o.out_dir, "regions.json");
+        st = write_json_file(path, root, &err);
+    }
+    if (!st) {
+        join(path, sizeof path, o.out_dir, "regions.csv");
+        st = ssb4d_write_text_atomic(path, csv, &err);
+    }
+    if (!st) {
+        /* The defocus map: one cell per grid region (a list is drawn on the scan grid, cells 8 px). */
+        size_t R = o.grid[0] ? o.grid[0] : j.shape[0], C = o.grid[1] ? o.grid[1] : j.shape[1];
+        size_t cell = o.grid[0] ? 32 : 1;
+        float *img = calloc(R * C * cell * cell, sizeof *img);
+        if (!img)
+            st = ssb4d_fail(&err, SSB4D_ENOMEM, "out of memory");
+        for (size_t i = 0; img && i < n; i++) {
+            size_t r0 = o.grid[0] ? i / C : rects[i][0], r1 = o.grid[0] ? r0 + 1 : rects[i][1];
+            size_t c0 = o.grid[0] ? i % C : rects[i][2], c1 = o.grid[0] ? c0 + 1 : rects[i][3];
+            for (size_t a = r0 * cell; a < r1 * cell; a++)
+                for (size_t b = c0 * cell; b < c1 * cell; b++)
+                    img[a * C * cell + b] = (float)c10[i];
+        }
+        double px[2] = {1, 1};
+        join(path, sizeof path, o.out_dir, "defocus.png");
+        if (!st)
+            st = cli_write_image(path, img, R * cell, C * cell, px, &err);
+        free(img);
+    }
+    if (st)
+        rc = cli_error(o.cmd, st, err.msg);
+    else if (o.m.json) {
+        cJSON_AddNumberToObject(root, "seconds", cli_progress_elapsed(&total));
+        cJSON_AddStringToObject(root, "output_dir", o.out_dir);
+        char *s = cJSON_PrintUnformatted(root);
+        printf("%s\n", s);
+        free(s);
+    } else {
+        printf("%s", csv);
+        printf("wrote %s/regions.json, regions.csv, defocus.png (%.1f s)\n", o.out_dir, cli_progress_elapsed(&total));
+    }
+    cJSON_Delete(root);
+    free(csv);
+    free(c10);
+    free(rects);
+    job_free(&j);
+    return rc;
+}
