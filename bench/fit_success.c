@@ -2,8 +2,10 @@
  * (C10 ∈ ±30 nm, C12 ∈ 0–8 nm, φ12 ∈ ±90°, drawn from a seeded generator) simulated with the
  * built-in simulator at a preset size, calibrated with the microscope values a sidecar gives
  * (kV, semi-angle, scan step, detector sampling, rotation 0), fitted with the default ssb4d_fit,
- * and compared with the truth at the slab's mid-plane (C10 + t/2):
- * |ΔC10| ≤ 0.2 nm, |ΔC12| ≤ 0.2 nm, |Δφ12| ≤ 3° (φ12 only when C12 ≥ 1 nm).
+ * and compared with the truth: |ΔC10| ≤ 0.2 nm, |ΔC12| ≤ 0.2 nm, |Δφ12| ≤ 3° (φ12 only when
+ * C12 ≥ 1 nm). C10 is compared two ways: with the mean depth of the simulator's potential
+ * planes, C10 + (t − dz)/2 (the multislice puts each slice's potential at its entrance; "ok"),
+ * and with the mid-plane C10 + t/2 of the shared datasets' README ("ok_midplane").
  *
  * usage: ssb4d_fit_success [N=30] [preset=small] [seed=2026] [trials=200] [coarse_bf=256]
  *                          [fit_radius=0.8] > record.jsonl
@@ -57,7 +59,7 @@ int main(int argc, char **argv)
     }
     ssb4d_err err = {0};
     uint64_t rng = seed;
-    int ok_all = 0;
+    int ok_all = 0, ok_mid_all = 0;
     double evals = 0, secs = 0, fit_secs = 0;
     for (int i = 0; i < n; i++) {
         ssb4d_sim_params sp;
@@ -104,22 +106,26 @@ int main(int argc, char **argv)
         if (ssb4d_fit(G, &cal.geom, &fp, NULL, &r, &err))
             goto fail;
         double t3 = now();
-        double c10 = sp.ab.C_nm[SSB4D_C10] + 0.5 * info.thickness_nm;
+        double c10 = sp.ab.C_nm[SSB4D_C10] + 0.5 * (info.thickness_nm - info.thickness_nm / info.n_slices);
+        double c10_mid = sp.ab.C_nm[SSB4D_C10] + 0.5 * info.thickness_nm;
         double d10 = r.ab.C_nm[SSB4D_C10] - c10, d12 = r.ab.C_nm[SSB4D_C12] - sp.ab.C_nm[SSB4D_C12];
         double dphi = dmod180(r.ab.phi_deg[SSB4D_C12], sp.ab.phi_deg[SSB4D_C12]);
         int ok = fabs(d10) <= 0.2 && fabs(d12) <= 0.2 && (sp.ab.C_nm[SSB4D_C12] < 1 || fabs(dphi) <= 3);
+        int ok_mid = fabs(r.ab.C_nm[SSB4D_C10] - c10_mid) <= 0.2 && fabs(d12) <= 0.2 &&
+                     (sp.ab.C_nm[SSB4D_C12] < 1 || fabs(dphi) <= 3);
         ok_all += ok;
+        ok_mid_all += ok_mid;
         evals += (double)r.evaluations;
         secs += t3 - t1;
         fit_secs += t3 - t2;
-        printf("{\"i\":%d,\"truth\":{\"C10_nm_midplane\":%.4f,\"C12_nm\":%.4f,\"phi12_deg\":%.3f},"
+        printf("{\"i\":%d,\"truth\":{\"C10_nm_mean_plane\":%.4f,\"C10_nm_midplane\":%.4f,\"C12_nm\":%.4f,\"phi12_deg\":%.3f},"
                "\"fit\":{\"C10_nm\":%.4f,\"C12_nm\":%.4f,\"phi12_deg\":%.3f,\"loss\":%.9g},"
-               "\"dC10\":%.4f,\"dC12\":%.4f,\"dphi12\":%.3f,\"ok\":%s,\"branch_flipped\":%d,"
+               "\"dC10\":%.4f,\"dC12\":%.4f,\"dphi12\":%.3f,\"ok\":%s,\"ok_midplane\":%s,\"branch_flipped\":%d,"
                "\"skewness\":%.3f,\"evaluations\":%zu,\"nm_iterations\":%d,\"n_fit_bf\":%zu,"
                "\"simulate_s\":%.2f,\"calibrate_gbuild_s\":%.2f,\"fit_s\":%.2f}\n",
-               i, c10, sp.ab.C_nm[SSB4D_C12], sp.ab.phi_deg[SSB4D_C12], r.ab.C_nm[SSB4D_C10],
+               i, c10, c10_mid, sp.ab.C_nm[SSB4D_C12], sp.ab.phi_deg[SSB4D_C12], r.ab.C_nm[SSB4D_C10],
                r.ab.C_nm[SSB4D_C12], r.ab.phi_deg[SSB4D_C12], r.loss, d10, d12, dphi,
-               ok ? "true" : "false", r.branch_flipped, r.skewness, r.evaluations, r.nm_iterations,
+               ok ? "true" : "false", ok_mid ? "true" : "false", r.branch_flipped, r.skewness, r.evaluations, r.nm_iterations,
                r.n_fit_bf, t1 - t0, t2 - t1, t3 - t2);
         fflush(stdout);
         ssb4d_fit_result_free(&r);
@@ -133,10 +139,11 @@ int main(int argc, char **argv)
         return 1;
     }
     printf("{\"summary\":true,\"preset\":\"%s\",\"n\":%d,\"recovered\":%d,\"rate\":%.4f,"
+           "\"recovered_midplane\":%d,\"rate_midplane\":%.4f,"
            "\"evaluations_per_fit\":%.1f,\"fit_seconds_per_fit\":%.2f,"
            "\"calibrate_gbuild_fit_seconds_per_fit\":%.2f,\"seed\":%llu,\"trials\":%zu,"
            "\"coarse_bf\":%zu,\"fit_radius\":%g}\n",
-           preset, n, ok_all, (double)ok_all / n, evals / n, fit_secs / n, secs / n,
+           preset, n, ok_all, (double)ok_all / n, ok_mid_all, (double)ok_mid_all / n, evals / n, fit_secs / n, secs / n,
            (unsigned long long)seed, fp0.trials, fp0.coarse_bf, fp0.fit_radius);
     return 0;
 }

@@ -380,7 +380,7 @@ static int prepare_dir(const fit_opts *o, const char *const *names, size_t n_nam
 typedef struct {
     ssb4d_source *src;          /* whole scan */
     uint16_t *builtin_counts;   /* the built-in dataset's counts (src wraps them) */
-    double truth[3];            /* the built-in dataset's truth at the mid-plane, else NaN */
+    double truth[3];            /* the built-in dataset's truth at the mean plane depth, else NaN */
     cli_values v;
     ssb4d_calibration cal;
     int have_cal;
@@ -446,7 +446,8 @@ static int open_builtin(const fit_opts *o, job *j, ssb4d_err *err)
         if (!isnan(f->det_sampling_mrad[i])) j->v.det_sampling_mrad[i] = f->det_sampling_mrad[i];
         if (!isnan(f->centre_px[i])) j->v.centre_px[i] = f->centre_px[i];
     }
-    j->truth[0] = BUILTIN_C10 + 0.5 * info.thickness_nm;
+    /* The mean depth of the simulator's potential planes (docs/simulate.md, docs/fit.md). */
+    j->truth[0] = BUILTIN_C10 + 0.5 * (info.thickness_nm - info.thickness_nm / info.n_slices);
     j->truth[1] = BUILTIN_C12;
     j->truth[2] = BUILTIN_PHI12;
     return 0;
@@ -804,7 +805,7 @@ static int run_fit(fit_opts *o)
         if (region)
             printf("region       rows %zu:%zu, cols %zu:%zu (full-field calibration)\n", region[0], region[1],
                    region[2], region[3]);
-        printf("%-12s %12s%s\n", "", "fit", builtin ? "        truth (mid-plane)" : "");
+        printf("%-12s %12s%s\n", "", "fit", builtin ? "        truth (mean plane depth)" : "");
         static const char *names[3] = {"C10", "C12", "phi12"}, *units[3] = {"nm", "nm", "deg"};
         for (int i = 0; i < 3; i++) {
             printf("%-12s %9.3f %-3s", names[i], x[i], units[i]);

@@ -300,7 +300,7 @@ ssb4d_status fit_global(fit_state *s, int stage, size_t n_candidates, size_t bat
 void fit_nm_opts_default(fit_nm_opts *o)
 {
     for (int j = 0; j < FIT_MAX_PARAMS; j++)
-        o->step[j] = 1.0;
+        o->step[j] = 1.0, o->xscale[j] = 1.0;
     o->step[0] = 2.0; /* C10, nm */
     o->step[1] = 0.5; /* C12, nm (SPEC: >= 0.2) */
     o->step[2] = 5.0; /* phi12, deg (SPEC: >= 2.3) */
@@ -382,7 +382,8 @@ ssb4d_status fit_nelder_mead(fit_state *s, int stage, const double *x0, const fi
         for (int a = 1; a <= d; a++) {
             fspread = fmax(fspread, fabs(f[a] - f[0]));
             for (int k = 0; k < d; k++)
-                xspread = fmax(xspread, fabs(pdiff(p, free_idx[k], v[a][free_idx[k]], v[0][free_idx[k]])));
+                xspread = fmax(xspread, fabs(pdiff(p, free_idx[k], v[a][free_idx[k]], v[0][free_idx[k]])) /
+                                            o->xscale[free_idx[k]]);
         }
         if (xspread <= o->xtol && fspread <= o->ftol)
             break;

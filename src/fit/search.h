@@ -67,7 +67,8 @@ ssb4d_status fit_global(fit_state *s, int stage, size_t n_candidates, size_t bat
 
 typedef struct {
     double step[FIT_MAX_PARAMS]; /* initial simplex step per parameter */
-    double xtol;                 /* stop when every vertex is within xtol of the best ... */
+    double xtol;                 /* stop when every vertex is within xtol·xscale[j] of the best ... */
+    double xscale[FIT_MAX_PARAMS]; /* per-parameter scale of xtol (default 1) */
     double ftol;                 /* ... and every loss within ftol of the best */
     int max_iter;
 } fit_nm_opts;

@@ -184,7 +184,9 @@ static void thin_params(const ssb4d_fit_params *p, progress_t *pr, fit_thin_para
     t->work_user = pr;
 }
 
-/* Nelder–Mead with the refinement steps (SPEC §6.1: at least 0.2 nm in C12 and 2.3° in φ12). */
+/* Nelder–Mead with the refinement steps (SPEC §6.1: at least 0.2 nm in C12 and 2.3° in φ12), and
+ * φ12 converged at 0.1° rather than 0.01°: a tenth of a degree moves χ by less than 0.01 nm of
+ * C12 at C12 = 3 nm, and the finer stop cost 33 full-set evaluations on A1 (docs/fit.md). */
 static ssb4d_status refine(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d_fit_params *p,
                            progress_t *pr, const double x0[3], int stage, ssb4d_mem *mem,
                            ssb4d_fit_result *r, fit_thin_result *out, ssb4d_err *err)
@@ -194,9 +196,10 @@ static ssb4d_status refine(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4
     t.trials = 0;
     memcpy(t.start, x0, sizeof t.start);
     clamp_start(p, t.start);
-    t.nm.step[FIT_C10] = 0.5;
+    t.nm.step[FIT_C10] = 0.2;
     t.nm.step[FIT_C12] = 0.2;
     t.nm.step[FIT_PHI12] = 2.3;
+    t.nm.xscale[FIT_PHI12] = 10.0;
     t.stage_base = stage - 1;
     fit_state *s = NULL;
     ssb4d_status st = fit_thin(G, g, &t, mem, out, &s, err);

@@ -652,6 +652,10 @@ static char *sidecar_text(const ssb4d_sim_params *p, const ssb4d_sim_info *g, co
     cJSON_AddNumberToObject(ab, "defocus_nm", -p->ab.C_nm[SSB4D_C10]);
     cJSON_AddNumberToObject(ab, "expected_recovered_C10_nm_at_midplane",
                             p->ab.C_nm[SSB4D_C10] + g->thickness_nm / 2.0);
+    /* The multislice transmits each slice's potential at the slice's entrance, then propagates:
+     * the potential planes sit at depths 0, dz, ..., (n-1)·dz, whose mean is (t − dz)/2. */
+    cJSON_AddNumberToObject(ab, "expected_recovered_C10_nm_at_mean_plane",
+                            p->ab.C_nm[SSB4D_C10] + 0.5 * (g->thickness_nm - g->thickness_nm / g->n_slices));
     cJSON_AddStringToObject(ab, "convention",
                             "Krivanek polar, abTEM: probe(k) = A(k) exp(-i chi(k)), alpha = lambda |k|, "
                             "phi = atan2(k_col, k_row); C10 = -defocus; aberrations defined at the "
