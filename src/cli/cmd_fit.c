@@ -25,6 +25,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 enum {
     OPT_TRIALS = CLI_OPT_FIRST_FREE, OPT_SEED, OPT_BATCH, OPT_RANGE, OPT_LOCK, OPT_START, OPT_TILT,
@@ -177,6 +178,7 @@ typedef struct {
     int quiet, force, tilt, upsample, upsample_auto;
     int has_region;
     size_t region[4];
+    int created_dir;           /* the output folder was made by this run */
     size_t grid[2];            /* fit-regions */
     char *regions_list;        /* fit-regions: "R0:R1,C0:C1;..." */
     ssb4d_fit_params fp;
@@ -352,7 +354,7 @@ static void join(char *buf, size_t n, const char *dir, const char *name)
 }
 
 /* Creates DIR if needed; refuses outputs that exist unless --force (before any long work). */
-static int prepare_dir(const fit_opts *o, const char *const *names, size_t n_names)
+static int prepare_dir(fit_opts *o, const char *const *names, size_t n_names)
 {
     struct stat sb;
     if (stat(o->out_dir, &sb) == 0) {
@@ -363,7 +365,8 @@ static int prepare_dir(const fit_opts *o, const char *const *names, size_t n_nam
     } else if (mkdir(o->out_dir, 0777) != 0) {
         fprintf(stderr, "ssb4d %s: cannot create the output folder %s: %s\n", o->cmd, o->out_dir, strerror(errno));
         return CLI_EXIT_USAGE;
-    }
+    } else
+        o->created_dir = 1;
     for (size_t i = 0; i < n_names && !o->force; i++) {
         char p[4096];
         join(p, sizeof p, o->out_dir, names[i]);
@@ -373,6 +376,13 @@ static int prepare_dir(const fit_opts *o, const char *const *names, size_t n_nam
         }
     }
     return 0;
+}
+
+/* A run that failed leaves no empty output folder behind (rmdir removes only an empty one). */
+static void remove_if_empty(const fit_opts *o)
+{
+    if (o->created_dir)
+        rmdir(o->out_dir);
 }
 
 /* ---- the job: data, calibration, G ------------------------------------------------------------- */
@@ -453,7 +463,30 @@ static int open_builtin(const fit_opts *o, job *j, ssb4d_err *err)
     return 0;
 }
 
-static int job_open(const fit_opts *o, job *j, ssb4d_err *err)
+/* Fills a grid's rectangles from the scan shape and checks every rectangle (a region view is made
+ * and closed), so that a bad region is refused before the calibration's long read. */
+static int check_regions(const fit_opts *o, job *j, size_t (*rects)[4], size_t n, ssb4d_err *err)
+{
+    if (o->grid[0] && rects) { /* equal cells; the last row/column takes the remainder */
+        size_t R = o->grid[0], C = o->grid[1], hr = j->shape[0] / R, hc = j->shape[1] / C;
+        for (size_t a = 0; a < R; a++)
+            for (size_t b = 0; b < C; b++) {
+                size_t *r = rects[a * C + b];
+                r[0] = a * hr, r[1] = a + 1 == R ? j->shape[0] : (a + 1) * hr;
+                r[2] = b * hc, r[3] = b + 1 == C ? j->shape[1] : (b + 1) * hc;
+            }
+    }
+    for (size_t i = 0; i < n; i++) {
+        ssb4d_source *view = NULL;
+        ssb4d_status st = ssb4d_source_region(j->src, rects[i][0], rects[i][1], rects[i][2], rects[i][3], &view, err);
+        ssb4d_source_close(view);
+        if (st)
+            return cli_error(o->cmd, st, err->msg);
+    }
+    return 0;
+}
+
+static int job_open(const fit_opts *o, job *j, size_t (*rects)[4], size_t n_rects, ssb4d_err *err)
 {
     memset(j, 0, sizeof *j);
     j->truth[0] = j->truth[1] = j->truth[2] = NAN;
@@ -474,6 +507,8 @@ static int job_open(const fit_opts *o, job *j, ssb4d_err *err)
         return rc;
     ssb4d_mem_stage_end(j->mem);
     ssb4d_source_shape(j->src, j->shape);
+    if ((rc = check_regions(o, j, rects, n_rects, err)))
+        return rc;
 
     ssb4d_mem_stage_begin(j->mem, "calibrate");
     ssb4d_calib_params cp;
@@ -637,8 +672,11 @@ static int run_fit(fit_opts *o)
     cli_progress total;
     cli_progress_start(&total, "total", 1);
     job j;
-    if ((rc = job_open(o, &j, &err))) {
+    size_t one[1][4];
+    memcpy(one[0], o->region, sizeof one[0]);
+    if ((rc = job_open(o, &j, one, o->has_region, &err))) {
         job_free(&j);
+        remove_if_empty(o);
         return rc;
     }
     const size_t *region = o->has_region ? o->region : NULL;
@@ -751,9 +789,10 @@ static int run_fit(fit_opts *o)
     size_t peak = ssb4d_mem_peak(j.mem), rss = ssb4d_rss_peak();
     double x[3] = {ab.C_nm[SSB4D_C10], ab.C_nm[SSB4D_C12], ab.phi_deg[SSB4D_C12]};
     int builtin = !o->data;
-    if (st)
+    if (st) {
         exit_code = cli_error(o->cmd, st, err.msg);
-    else if (o->m.json) {
+        remove_if_empty(o);
+    } else if (o->m.json) {
         cJSON *out = cJSON_CreateObject();
         add_ab(out, x);
         cJSON_AddNumberToObject(out, "loss", r.loss);
@@ -921,30 +960,11 @@ int cmd_fit_regions(int argc, char **argv)
     cli_progress total;
     cli_progress_start(&total, "total", 1);
     job j;
-    if ((rc = job_open(&o, &j, &err))) {
+    if ((rc = job_open(&o, &j, rects, n, &err))) {
         job_free(&j);
         free(rects);
+        remove_if_empty(&o);
         return rc;
-    }
-    if (o.grid[0]) { /* equal cells; the last row/column takes the remainder */
-        size_t R = o.grid[0], C = o.grid[1], hr = j.shape[0] / R, hc = j.shape[1] / C;
-        for (size_t a = 0; a < R; a++)
-            for (size_t b = 0; b < C; b++) {
-                size_t *r = rects[a * C + b];
-                r[0] = a * hr, r[1] = a + 1 == R ? j.shape[0] : (a + 1) * hr;
-                r[2] = b * hc, r[3] = b + 1 == C ? j.shape[1] : (b + 1) * hc;
-            }
-    }
-    /* Check every rectangle before the first fit. */
-    for (size_t i = 0; i < n; i++) {
-        ssb4d_source *view = NULL;
-        ssb4d_status st = ssb4d_source_region(j.src, rects[i][0], rects[i][1], rects[i][2], rects[i][3], &view, &err);
-        ssb4d_source_close(view);
-        if (st) {
-            job_free(&j);
-            free(rects);
-            return cli_error(o.cmd, st, err.msg);
-        }
     }
     cJSON *list = cJSON_CreateArray();
     char *csv = NULL;
@@ -1022,9 +1042,10 @@ int cmd_fit_regions(int argc, char **argv)
             st = cli_write_image(path, img, R * cell, C * cell, px, &err);
         free(img);
     }
-    if (st)
+    if (st) {
         rc = cli_error(o.cmd, st, err.msg);
-    else if (o.m.json) {
+        remove_if_empty(&o);
+    } else if (o.m.json) {
         cJSON_AddNumberToObject(root, "seconds", cli_progress_elapsed(&total));
         cJSON_AddStringToObject(root, "output_dir", o.out_dir);
         char *s = cJSON_PrintUnformatted(root);
