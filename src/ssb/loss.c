@@ -94,9 +94,9 @@ static ssb4d_status phase_stack(const ssb4d_G *G, const ssb4d_geometry *g,
             break;
     }
     /* One path for the whole batch: the real-output path only when every set allows it. */
-    int even_all = 1, fast_all = 1;
+    int even_all = 1;
     for (size_t j = 0; j < n_init; j++)
-        even_all &= c[j].even_only, fast_all &= c[j].fast;
+        even_all &= c[j].even_only;
     int real = even_all && o->path != SSB4D_PATH_COMPLEX;
     if (!st && o->path == SSB4D_PATH_REAL && !even_all)
         st = ssb4d_fail(err, SSB4D_EINVAL, "the real-output path needs even-m aberrations only");
@@ -138,7 +138,6 @@ static ssb4d_status phase_stack(const ssb4d_G *G, const ssb4d_geometry *g,
         else
             ts[t].C = ts[t].R + nyf;
     }
-    (void)fast_all;
     fftwf_plan plan = NULL;
     if (!st) {
         ssb4d_fftw_lock();
