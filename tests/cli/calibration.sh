@@ -9,26 +9,7 @@
 # usage: calibration.sh SSB4D_BIN SHARED_DATA
 set -u
 BIN=$1
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-fail=0
-pass=0
-ok() { pass=$((pass + 1)); }
-bad() { echo "FAIL: $*"; fail=$((fail + 1)); }
-
-# expect RC DESCRIPTION PATTERN -- command...: exit status RC and PATTERN in stdout+stderr.
-expect() {
-    local want=$1 what=$2 pattern=$3
-    shift 4
-    "$@" >"$T/out" 2>"$T/err"
-    local rc=$?
-    if [ "$rc" -ne "$want" ] || ! cat "$T/out" "$T/err" | grep -qiE -- "$pattern"; then
-        bad "$what: rc=$rc (want $want), pattern '$pattern'"
-        cat "$T/out" "$T/err" | head -5
-    else
-        ok
-    fi
-}
+. "$(dirname "$0")/lib/harness.sh"
 
 # json_value FILE KEY: the text after "KEY": up to the next comma (or the whole [..] list).
 json_value() {
@@ -142,5 +123,4 @@ refused "missing file" "$T/nope.json" "nope.json"
 expect 2 "calibrate refuses version 99 too" "newer ssb4d" -- "$BIN" calibrate "$T/d.npy" --calibration "$T/v99.json" -o "$T/never.json"
 [ -e "$T/never.json" ] && bad "calibrate wrote an output from a refused file" || ok
 
-echo "calibration.sh: $pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish calibration.sh

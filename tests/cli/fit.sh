@@ -9,26 +9,7 @@
 # usage: fit.sh SSB4D_BIN SHARED_DATA
 set -u
 BIN=$1
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-fail=0
-pass=0
-ok() { pass=$((pass + 1)); }
-bad() { echo "FAIL: $*"; fail=$((fail + 1)); }
-
-# expect RC DESCRIPTION PATTERN -- command...: exit status RC and PATTERN in stdout+stderr.
-expect() {
-    local want=$1 what=$2 pattern=$3
-    shift 4
-    "$@" >"$T/out" 2>"$T/err"
-    local rc=$?
-    if [ "$rc" -ne "$want" ] || ! cat "$T/out" "$T/err" | grep -qiE -- "$pattern"; then
-        bad "$what: rc=$rc (want $want), pattern '$pattern'"
-        cat "$T/out" "$T/err" | head -5
-    else
-        ok
-    fi
-}
+. "$(dirname "$0")/lib/harness.sh"
 
 # num FILE KEY: the number after "KEY": in a one-line JSON object.
 num() { sed -n "s/.*\"$2\":\(-\{0,1\}[0-9.eE+-]*\).*/\1/p" "$1" | head -1; }
@@ -109,5 +90,4 @@ for f in regions.json regions.csv defocus.png; do
 done
 [ "$(wc -l <"$T/g/regions.csv")" -eq 2 ] && grep -q "^0,32,0,32," "$T/g/regions.csv" && ok || bad "regions.csv rows"
 
-echo "fit.sh: $pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish fit.sh

@@ -8,26 +8,7 @@ set -u
 BIN=$1
 G=$2/qem-golden
 SIM=$2/sim
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-fail=0
-pass=0
-ok() { pass=$((pass + 1)); }
-bad() { echo "FAIL: $*"; fail=$((fail + 1)); }
-
-# expect RC DESCRIPTION PATTERN -- command...: exit status RC and PATTERN in stdout+stderr.
-expect() {
-    local want=$1 what=$2 pattern=$3
-    shift 4
-    "$@" >"$T/out" 2>"$T/err"
-    local rc=$?
-    if [ "$rc" -ne "$want" ] || ! cat "$T/out" "$T/err" | grep -qiE "$pattern"; then
-        bad "$what: rc=$rc (want $want)"
-        cat "$T/out" "$T/err" | head -5
-    else
-        ok
-    fi
-}
+. "$(dirname "$0")/lib/harness.sh"
 
 # Golden files: each verifies against its .npy (every count), each bad file is refused.
 for q in "$G"/*.qem; do
@@ -115,5 +96,4 @@ cmp -s "$T/t1.qem" "$T/t2.qem" && ok || bad "import with 1 and 2 threads wrote d
 "$BIN" simulate --preset tiny --scan 16 --quiet -o "$T/simq.qem" 2>"$T/err" || bad "simulate qem: $(cat "$T/err")"
 expect 0 "simulate -o .qem equals -o .npy" "identical: 589824 counts" -- "$BIN" verify -q --strict "$T/sim.npy" "$T/simq.qem"
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish qem.sh

@@ -1,0 +1,28 @@
+# harness.sh — what the command-line test scripts share (sourced, not run: CTest runs only
+# tests/cli/*.sh). A temporary folder $T removed on exit, pass/fail counters and `expect`.
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+fail=0
+pass=0
+ok() { pass=$((pass + 1)); }
+bad() { echo "FAIL: $*"; fail=$((fail + 1)); }
+
+# expect RC DESCRIPTION PATTERN -- command...: exit status RC and PATTERN in stdout+stderr.
+expect() {
+    local want=$1 what=$2 pattern=$3
+    shift 4
+    "$@" >"$T/out" 2>"$T/err"
+    local rc=$?
+    if [ "$rc" -ne "$want" ] || ! cat "$T/out" "$T/err" | grep -qiE -- "$pattern"; then
+        bad "$what: rc=$rc (want $want), pattern '$pattern'"
+        cat "$T/out" "$T/err" | head -5
+    else
+        ok
+    fi
+}
+
+# finish NAME: prints the counts; the script's exit status is 0 only when nothing failed.
+finish() {
+    echo "$1: $pass passed, $fail failed"
+    [ "$fail" -eq 0 ]
+}
