@@ -36,12 +36,6 @@ void ssb4d_band_opts_default(ssb4d_band_opts *o)
     o->band_hi_inv_A = 0.9;
 }
 
-static double fftfreq(size_t i, size_t n, double d)
-{
-    long k = (i < (n + 1) / 2) ? (long)i : (long)i - (long)n;
-    return (double)k / ((double)n * d);
-}
-
 /* ---- geometry shared by the batch -------------------------------------------------------- */
 
 typedef struct {
@@ -58,11 +52,7 @@ typedef struct {
 
 static double aperture(const band_geom *b, double vx, double vy)
 {
-    double r = sqrt(vx * vx + vy * vy);
-    double w = r > 0 ? sqrt(vx * vx * b->ang[0] * b->ang[0] + vy * vy * b->ang[1] * b->ang[1]) / r
-                     : b->ang[0];
-    double A = (b->alpha0 - b->lambda * r) / w + 0.5;
-    return A < 0 ? 0 : A > 1 ? 1 : A;
+    return ssb_aperture(b->lambda, b->alpha0, b->ang, vx, vy);
 }
 
 static void geom_free(band_geom *b, ssb4d_mem *mem)
@@ -97,7 +87,7 @@ static ssb4d_status geom_init(band_geom *b, const struct ssb4d_G *G, const ssb4d
     size_t nb = 0;
     for (size_t i = 0; i < ny; i++)
         for (size_t j = 0; j < nxh; j++) {
-            double qx = fftfreq(i, ny, g->scan_step_A[0]), qy = fftfreq(j, nx, g->scan_step_A[1]);
+            double qx = ssb_fftfreq(i, ny, g->scan_step_A[0]), qy = ssb_fftfreq(j, nx, g->scan_step_A[1]);
             double r = sqrt(qx * qx + qy * qy);
             if (r > lo && r < hi) {
                 nb++;
@@ -130,11 +120,11 @@ static ssb4d_status geom_init(band_geom *b, const struct ssb4d_G *G, const ssb4d
     b->Ak = b->ky + G->n_bf;
     size_t m = 0;
     for (size_t i = 0; i < ny; i++) {
-        double qx = fftfreq(i, ny, g->scan_step_A[0]);
+        double qx = ssb_fftfreq(i, ny, g->scan_step_A[0]);
         if (row_slot[i] >= 0)
             b->rq[row_slot[i]] = qx;
         for (size_t j = 0; j < nxh; j++) {
-            double qy = fftfreq(j, nx, g->scan_step_A[1]);
+            double qy = ssb_fftfreq(j, nx, g->scan_step_A[1]);
             if (col_slot[j] >= 0)
                 b->cq[col_slot[j]] = qy;
             double r = sqrt(qx * qx + qy * qy);
@@ -152,14 +142,8 @@ static ssb4d_status geom_init(band_geom *b, const struct ssb4d_G *G, const ssb4d
     }
     free(row_slot);
     free(col_slot);
-    double a = -g->rotation_deg * (M_PI / 180.0), ca = cos(a), sa = sin(a);
-    double dk0 = b->ang[0] / b->lambda, dk1 = b->ang[1] / b->lambda;
     for (size_t ib = 0; ib < G->n_bf; ib++) {
-        int32_t p = G->bf_pix[ib], dcols = (int32_t)G->det_shape[1];
-        double kx = ((double)(p / dcols) - g->centre_px[0]) * dk0;
-        double ky = ((double)(p % dcols) - g->centre_px[1]) * dk1;
-        b->kx[ib] = kx * ca + ky * sa;
-        b->ky[ib] = -kx * sa + ky * ca;
+        ssb_bf_k(g, b->lambda, G->det_shape[1], G->bf_pix[ib], &b->kx[ib], &b->ky[ib]);
         b->Ak[ib] = aperture(b, b->kx[ib], b->ky[ib]);
     }
     return SSB4D_OK;
@@ -170,7 +154,7 @@ static ssb4d_status geom_init(band_geom *b, const struct ssb4d_G *G, const ssb4d
 typedef struct {
     double C[SSB4D_N_ABERR], phi[SSB4D_N_ABERR]; /* Å, rad */
     int quadratic;
-    double m00, m01, m11;
+    double m[3];
     int thick;
     double t, tau[2];
     /* per band bin (fast kernel): e^{iχ(q)}, e^{∓i(t/2)πλ|q|²} and 2π q·τ */
@@ -180,42 +164,19 @@ typedef struct {
 
 static double chi(const band_set *s, double lambda, double vx, double vy)
 {
-    if (s->quadratic)
-        return M_PI * lambda * (s->m00 * vx * vx + 2 * s->m01 * vx * vy + s->m11 * vy * vy);
-    double r2 = vx * vx + vy * vy;
-    if (r2 == 0.0)
-        return 0.0;
-    double alpha = lambda * sqrt(r2), phi = atan2(vy, vx), sum = 0.0, ap = alpha;
-    for (int n = 1; n <= 5; n++) {
-        ap *= alpha; /* alpha^(n+1) */
-        for (int i = 0; i < SSB4D_N_ABERR; i++) {
-            if (ssb4d_aberr_n(i) != n || s->C[i] == 0.0)
-                continue;
-            int m = ssb4d_aberr_m(i);
-            sum += s->C[i] * ap / (n + 1) * (m ? cos(m * (phi - s->phi[i])) : 1.0);
-        }
-    }
-    return 2.0 * M_PI / lambda * sum;
+    return ssb_chi(lambda, s->C, s->phi, s->quadratic, s->m, vx, vy);
 }
 
 static ssb4d_status set_init(band_set *s, const ssb4d_aberrations *ab, const ssb4d_thick *th,
                              size_t index, ssb4d_err *err)
 {
     memset(s, 0, sizeof *s);
-    s->quadratic = 1;
-    for (int i = 0; i < SSB4D_N_ABERR; i++) {
+    for (int i = 0; i < SSB4D_N_ABERR; i++)
         if (!isfinite(ab->C_nm[i]) || !isfinite(ab->phi_deg[i]) || fabs(ab->C_nm[i]) > 1e9)
             return ssb4d_fail(err, SSB4D_EINVAL, "parameter set %zu: aberration %s is not a finite value",
                               index, ssb4d_aberr_name(i));
-        s->C[i] = ab->C_nm[i] * 10.0;
-        s->phi[i] = ab->phi_deg[i] * (M_PI / 180.0);
-        if (s->C[i] != 0.0 && i != SSB4D_C10 && i != SSB4D_C12)
-            s->quadratic = 0;
-    }
-    double cs = cos(2 * s->phi[SSB4D_C12]), sn = sin(2 * s->phi[SSB4D_C12]);
-    s->m00 = s->C[SSB4D_C10] + s->C[SSB4D_C12] * cs;
-    s->m01 = s->C[SSB4D_C12] * sn;
-    s->m11 = s->C[SSB4D_C10] - s->C[SSB4D_C12] * cs;
+    int even_only;
+    ssb_coefficients(ab, s->C, s->phi, s->m, &s->quadratic, &even_only);
     if (th) {
         if (!(th->thickness_nm >= 0) || !isfinite(th->thickness_nm) || !isfinite(th->tilt_mrad[0]) ||
             !isfinite(th->tilt_mrad[1]))
@@ -261,8 +222,8 @@ static void accum_fast(const band_geom *b, const band_set *s, size_t ib, const c
 {
     double kx = b->kx[ib], ky = b->ky[ib], Ak = b->Ak[ib], lam = b->lambda;
     /* b = 2πλ M k; e^{−iu} = e^{−i bx qx}·e^{−i by qy} */
-    double bx = 2 * M_PI * lam * (s->m00 * kx + s->m01 * ky);
-    double by = 2 * M_PI * lam * (s->m01 * kx + s->m11 * ky);
+    double bx = 2 * M_PI * lam * (s->m[0] * kx + s->m[1] * ky);
+    double by = 2 * M_PI * lam * (s->m[1] * kx + s->m[2] * ky);
     for (size_t r = 0; r < b->nr; r++)
         w->R[r] = cos(bx * b->rq[r]) - I * sin(bx * b->rq[r]);
     for (size_t c = 0; c < b->nc; c++)

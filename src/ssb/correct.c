@@ -10,12 +10,6 @@
 
 double complex ssb_probe(const ssb_ctx *c, double vx, double vy, double *A);
 
-static double fftfreq(size_t i, size_t n, double d)
-{
-    long k = (i < (n + 1) / 2) ? (long)i : (long)i - (long)n;
-    return (double)k / ((double)n * d);
-}
-
 ssb4d_status ssb_ctx_init(ssb_ctx *c, const struct ssb4d_G *G, const ssb4d_geometry *g,
                           const ssb4d_aberrations *ab, const ssb4d_thick *thick, int f,
                           ssb4d_err *err)
@@ -34,22 +28,7 @@ ssb4d_status ssb_ctx_init(ssb_ctx *c, const struct ssb4d_G *G, const ssb4d_geome
     c->alpha0 = g->semiangle_mrad * 1e-3;
     c->ang[0] = g->det_sampling_mrad[0] * 1e-3;
     c->ang[1] = g->det_sampling_mrad[1] * 1e-3;
-    c->quadratic_only = 1;
-    c->even_only = 1;
-    for (int i = 0; i < SSB4D_N_ABERR; i++) {
-        c->C[i] = ab->C_nm[i] * 10.0;
-        c->phi[i] = ab->phi_deg[i] * (M_PI / 180.0);
-        if (c->C[i] != 0.0) {
-            if (i != SSB4D_C10 && i != SSB4D_C12)
-                c->quadratic_only = 0;
-            if (ssb4d_aberr_m(i) % 2)
-                c->even_only = 0;
-        }
-    }
-    double cs = cos(2 * c->phi[SSB4D_C12]), sn = sin(2 * c->phi[SSB4D_C12]);
-    c->m00 = c->C[SSB4D_C10] + c->C[SSB4D_C12] * cs;
-    c->m01 = c->C[SSB4D_C12] * sn;
-    c->m11 = c->C[SSB4D_C10] - c->C[SSB4D_C12] * cs;
+    ssb_coefficients(ab, c->C, c->phi, c->m, &c->quadratic_only, &c->even_only);
     if (thick && thick->thickness_nm != 0.0) {
         if (!(thick->thickness_nm > 0) || !isfinite(thick->tilt_mrad[0]) || !isfinite(thick->tilt_mrad[1]))
             return ssb4d_fail(err, SSB4D_EINVAL, "thickness must be >= 0 and tilt finite");
@@ -77,18 +56,11 @@ ssb4d_status ssb_ctx_init(ssb_ctx *c, const struct ssb4d_G *G, const ssb4d_geome
         return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
     }
     for (size_t i = 0; i < c->nyf; i++)
-        c->qr[i] = fftfreq(i, c->nyf, g->scan_step_A[0] / f);
+        c->qr[i] = ssb_fftfreq(i, c->nyf, g->scan_step_A[0] / f);
     for (size_t j = 0; j < c->nxf; j++)
-        c->qcf[j] = (float)(c->qc[j] = fftfreq(j, c->nxf, g->scan_step_A[1] / f));
-    double a = -g->rotation_deg * (M_PI / 180.0), ca = cos(a), sa = sin(a);
-    double dk0 = c->ang[0] / c->lambda, dk1 = c->ang[1] / c->lambda;
-    size_t dc_cols = G->det_shape[1];
-    for (size_t ib = 0; ib < G->n_bf; ib++) {
-        double row = (double)(G->bf_pix[ib] / (int32_t)dc_cols), col = (double)(G->bf_pix[ib] % (int32_t)dc_cols);
-        double kx = (row - g->centre_px[0]) * dk0, ky = (col - g->centre_px[1]) * dk1;
-        c->kx[ib] = kx * ca + ky * sa;
-        c->ky[ib] = -kx * sa + ky * ca;
-    }
+        c->qcf[j] = (float)(c->qc[j] = ssb_fftfreq(j, c->nxf, g->scan_step_A[1] / f));
+    for (size_t ib = 0; ib < G->n_bf; ib++)
+        ssb_bf_k(g, c->lambda, G->det_shape[1], G->bf_pix[ib], &c->kx[ib], &c->ky[ib]);
     for (size_t ib = 0; ib < G->n_bf; ib++) {
         double A;
         c->Pk[ib] = ssb_probe(c, c->kx[ib], c->ky[ib], &A);
@@ -111,30 +83,12 @@ void ssb_ctx_free(ssb_ctx *c)
 
 static double chi(const ssb_ctx *c, double vx, double vy)
 {
-    if (c->quadratic_only)
-        return M_PI * c->lambda * (c->m00 * vx * vx + 2 * c->m01 * vx * vy + c->m11 * vy * vy);
-    double r2 = vx * vx + vy * vy;
-    if (r2 == 0.0)
-        return 0.0;
-    double alpha = c->lambda * sqrt(r2), phi = atan2(vy, vx), sum = 0.0, ap = alpha;
-    for (int n = 1; n <= 5; n++) {
-        ap *= alpha; /* alpha^(n+1) */
-        for (int i = 0; i < SSB4D_N_ABERR; i++) {
-            if (ssb4d_aberr_n(i) != n || c->C[i] == 0.0)
-                continue;
-            int m = ssb4d_aberr_m(i);
-            sum += c->C[i] * ap / (n + 1) * (m ? cos(m * (phi - c->phi[i])) : 1.0);
-        }
-    }
-    return 2.0 * M_PI / c->lambda * sum;
+    return ssb_chi(c->lambda, c->C, c->phi, c->quadratic_only, c->m, vx, vy);
 }
 
 static double aperture(const ssb_ctx *c, double vx, double vy)
 {
-    double r = sqrt(vx * vx + vy * vy);
-    double w = r > 0 ? sqrt(vx * vx * c->ang[0] * c->ang[0] + vy * vy * c->ang[1] * c->ang[1]) / r : c->ang[0];
-    double A = (c->alpha0 - c->lambda * r) / w + 0.5;
-    return A < 0 ? 0 : A > 1 ? 1 : A;
+    return ssb_aperture(c->lambda, c->alpha0, c->ang, vx, vy);
 }
 
 double complex ssb_probe(const ssb_ctx *c, double vx, double vy, double *A)
@@ -159,7 +113,7 @@ static double complex n_at(const ssb_ctx *c, size_t ib, double qx, double qy)
         /* Separable form (see ssb_internal.h), two exponentials instead of four. */
         double a, b, k2 = kx * kx + ky * ky, q2 = qx * qx + qy * qy, dot = qx * kx + qy * ky;
         ssb_pixel_ab(c, ib, &a, &b);
-        double chq = M_PI * c->lambda * (c->m00 * qx * qx + 2 * c->m01 * qx * qy + c->m11 * qy * qy);
+        double chq = M_PI * c->lambda * (c->m[0] * qx * qx + 2 * c->m[1] * qx * qy + c->m[2] * qy * qy);
         double r1 = sqrt(fmax(q2 - 2 * dot + k2, 0.0)), r2 = sqrt(fmax(q2 + 2 * dot + k2, 0.0));
         A1 = fmin(fmax((c->alpha0 - c->lambda * r1) / c->ang[0] + 0.5, 0.0), 1.0);
         A2 = fmin(fmax((c->alpha0 - c->lambda * r2) / c->ang[0] + 0.5, 0.0), 1.0);
@@ -211,8 +165,8 @@ cfloat ssb_eq(const ssb_ctx *c, size_t i, size_t j)
 void ssb_pixel_ab(const ssb_ctx *c, size_t ib, double *a, double *b)
 {
     double s = 2 * M_PI * c->lambda;
-    *a = s * (c->m00 * c->kx[ib] + c->m01 * c->ky[ib]);
-    *b = s * (c->m01 * c->kx[ib] + c->m11 * c->ky[ib]);
+    *a = s * (c->m[0] * c->kx[ib] + c->m[1] * c->ky[ib]);
+    *b = s * (c->m[1] * c->kx[ib] + c->m[2] * c->ky[ib]);
 }
 
 /* out[i] = e^{iθ·k_i} for the first `count` bins of an n-point fftfreq grid (k_i its integer), from

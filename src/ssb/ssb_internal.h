@@ -22,7 +22,7 @@ typedef struct {
     double lambda, alpha0, ang[2];
     double C[SSB4D_N_ABERR], phi[SSB4D_N_ABERR]; /* Å, rad */
     int quadratic_only, even_only, thick;
-    double m00, m01, m11;                         /* χ(v) = πλ (m00 vx² + 2 m01 vx vy + m11 vy²) */
+    double m[3];                                  /* χ(v) = πλ (m0 vx² + 2 m1 vx vy + m2 vy²) */
     double tau[2], t_A;
     int fast;
     float inv_w;                                  /* 1 / pixel width (fast kernel) */
@@ -35,6 +35,81 @@ typedef struct {
     double complex *Pk;                           /* P(k) per BF pixel */
     double dc;
 } ssb_ctx;
+
+/* ---- the SSB model, shared by the correction (correct.c) and the band objective (band.c) ---- */
+
+/* numpy.fft.fftfreq(n, d)[i]. */
+static inline double ssb_fftfreq(size_t i, size_t n, double d)
+{
+    long k = (i < (n + 1) / 2) ? (long)i : (long)i - (long)n;
+    return (double)k / ((double)n * d);
+}
+
+/* Aberrations in internal units: C in Å, φ in rad; m of χ's quadratic part
+ * (χ(v) = πλ (m0 vx² + 2 m1 vx vy + m2 vy²) when only C10 and C12 are non-zero). */
+static inline void ssb_coefficients(const ssb4d_aberrations *ab, double C[SSB4D_N_ABERR],
+                                    double phi[SSB4D_N_ABERR], double m[3], int *quadratic_only,
+                                    int *even_only)
+{
+    *quadratic_only = *even_only = 1;
+    for (int i = 0; i < SSB4D_N_ABERR; i++) {
+        C[i] = ab->C_nm[i] * 10.0;
+        phi[i] = ab->phi_deg[i] * (M_PI / 180.0);
+        if (C[i] != 0.0) {
+            if (i != SSB4D_C10 && i != SSB4D_C12)
+                *quadratic_only = 0;
+            if (ssb4d_aberr_m(i) % 2)
+                *even_only = 0;
+        }
+    }
+    double cs = cos(2 * phi[SSB4D_C12]), sn = sin(2 * phi[SSB4D_C12]);
+    m[0] = C[SSB4D_C10] + C[SSB4D_C12] * cs;
+    m[1] = C[SSB4D_C12] * sn;
+    m[2] = C[SSB4D_C10] - C[SSB4D_C12] * cs;
+}
+
+/* χ(v) in rad (SPEC 5.2, the section-2 series) from ssb_coefficients' values. */
+static inline double ssb_chi(double lambda, const double *C, const double *phi, int quadratic_only,
+                             const double m[3], double vx, double vy)
+{
+    if (quadratic_only)
+        return M_PI * lambda * (m[0] * vx * vx + 2 * m[1] * vx * vy + m[2] * vy * vy);
+    double r2 = vx * vx + vy * vy;
+    if (r2 == 0.0)
+        return 0.0;
+    double alpha = lambda * sqrt(r2), ph = atan2(vy, vx), sum = 0.0, ap = alpha;
+    for (int n = 1; n <= 5; n++) {
+        ap *= alpha; /* alpha^(n+1) */
+        for (int i = 0; i < SSB4D_N_ABERR; i++) {
+            if (ssb4d_aberr_n(i) != n || C[i] == 0.0)
+                continue;
+            int mm = ssb4d_aberr_m(i);
+            sum += C[i] * ap / (n + 1) * (mm ? cos(mm * (ph - phi[i])) : 1.0);
+        }
+    }
+    return 2.0 * M_PI / lambda * sum;
+}
+
+/* A(v): the soft aperture with a one-pixel linear edge (SPEC 5.2); ang = detector sampling, rad. */
+static inline double ssb_aperture(double lambda, double alpha0, const double ang[2], double vx, double vy)
+{
+    double r = sqrt(vx * vx + vy * vy);
+    double w = r > 0 ? sqrt(vx * vx * ang[0] * ang[0] + vy * vy * ang[1] * ang[1]) / r : ang[0];
+    double A = (alpha0 - lambda * r) / w + 0.5;
+    return A < 0 ? 0 : A > 1 ? 1 : A;
+}
+
+/* k of BF pixel `pix` (flat detector index), rotated by the scan–detector rotation (SPEC 5.1). */
+static inline void ssb_bf_k(const ssb4d_geometry *g, double lambda, size_t det_cols, int32_t pix,
+                            double *kx_out, double *ky_out)
+{
+    double a = -g->rotation_deg * (M_PI / 180.0), ca = cos(a), sa = sin(a);
+    double dk0 = g->det_sampling_mrad[0] * 1e-3 / lambda, dk1 = g->det_sampling_mrad[1] * 1e-3 / lambda;
+    double row = (double)(pix / (int32_t)det_cols), col = (double)(pix % (int32_t)det_cols);
+    double kx = (row - g->centre_px[0]) * dk0, ky = (col - g->centre_px[1]) * dk1;
+    *kx_out = kx * ca + ky * sa;
+    *ky_out = -kx * sa + ky * ca;
+}
 
 ssb4d_status ssb_ctx_init(ssb_ctx *c, const struct ssb4d_G *G, const ssb4d_geometry *g,
                           const ssb4d_aberrations *ab, const ssb4d_thick *thick, int f,
