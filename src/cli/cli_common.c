@@ -214,7 +214,7 @@ static int read_sidecar(const char *path, cli_values *v)
             (dst) = (src); \
     } while (0)
 
-static void layer(cli_values *out, const cli_values *in)
+void cli_values_layer(cli_values *out, const cli_values *in)
 {
     OVERRIDE(out->kv, in->kv);
     OVERRIDE(out->semiangle_mrad, in->semiangle_mrad);
@@ -354,7 +354,7 @@ int cli_resolve(const char *data_path, const cli_micro *m, cli_values *out)
         int rc = read_qem_calibration(data_path, &q);
         if (rc)
             return rc;
-        layer(out, &q);
+        cli_values_layer(out, &q);
     }
     char side[4096];
     const char *sidecar = m->sidecar_path;
@@ -366,7 +366,7 @@ int cli_resolve(const char *data_path, const cli_micro *m, cli_values *out)
         int rc = read_sidecar(sidecar, &s);
         if (rc)
             return rc;
-        layer(out, &s);
+        cli_values_layer(out, &s);
     }
     if (m->calibration_path) {
         ssb4d_calfile cf;
@@ -407,9 +407,9 @@ int cli_resolve(const char *data_path, const cli_micro *m, cli_values *out)
                     m->calibration_path, a, b);
         }
         ssb4d_calfile_free(&cf);
-        layer(out, &c);
+        cli_values_layer(out, &c);
     }
-    layer(out, &m->flags);
+    cli_values_layer(out, &m->flags);
     return 0;
 }
 

@@ -64,6 +64,8 @@ typedef struct {
 } cli_micro;
 
 void cli_values_unset(cli_values *v);
+/* Every value `in` sets (not NaN; aberrations and thick model when given) replaces out's. */
+void cli_values_layer(cli_values *out, const cli_values *in);
 void cli_micro_init(cli_micro *m);
 /* Handles a shared option; returns 1 if handled, 0 if not a shared option, -1 on a bad value
  * (message already printed). */

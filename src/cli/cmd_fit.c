@@ -446,16 +446,7 @@ static int open_builtin(const fit_opts *o, job *j, ssb4d_err *err)
     j->v.scan_step_A[0] = j->v.scan_step_A[1] = info.scan_step_A;
     j->v.det_sampling_mrad[0] = j->v.det_sampling_mrad[1] = info.det_sampling_mrad;
     j->v.rotation_deg = 0;
-    const cli_values *f = &o->m.flags;
-    if (!isnan(f->kv)) j->v.kv = f->kv;
-    if (!isnan(f->semiangle_mrad)) j->v.semiangle_mrad = f->semiangle_mrad;
-    if (!isnan(f->rotation_deg)) j->v.rotation_deg = f->rotation_deg;
-    if (!isnan(f->bf_radius_px)) j->v.bf_radius_px = f->bf_radius_px;
-    for (int i = 0; i < 2; i++) {
-        if (!isnan(f->scan_step_A[i])) j->v.scan_step_A[i] = f->scan_step_A[i];
-        if (!isnan(f->det_sampling_mrad[i])) j->v.det_sampling_mrad[i] = f->det_sampling_mrad[i];
-        if (!isnan(f->centre_px[i])) j->v.centre_px[i] = f->centre_px[i];
-    }
+    cli_values_layer(&j->v, &o->m.flags);
     /* The mean depth of the simulator's potential planes (docs/simulate.md, docs/fit.md). */
     j->truth[0] = BUILTIN_C10 + 0.5 * (info.thickness_nm - info.thickness_nm / info.n_slices);
     j->truth[1] = BUILTIN_C12;
@@ -603,7 +594,10 @@ static ssb4d_status fill_calfile(const fit_opts *o, const job *j, const ssb4d_fi
     memcpy(cf->range_hi, o->fp.hi, sizeof cf->range_hi);
     memcpy(cf->locked, o->fp.locked, sizeof cf->locked);
     cf->evaluations = r->evaluations;
-    if (o->data && cli_data_identity(o->data, cf->data_identity, sizeof cf->data_identity) != 0)
+    /* cli_resolve has hashed DATA already when --calibration recorded an identity. */
+    if (j->v.data_identity[0])
+        snprintf(cf->data_identity, sizeof cf->data_identity, "%s", j->v.data_identity);
+    else if (o->data && cli_data_identity(o->data, cf->data_identity, sizeof cf->data_identity) != 0)
         cf->data_identity[0] = 0;
     if (tr) {
         cf->has_thick = 1;
