@@ -19,12 +19,27 @@ void fit_thin_params_default(fit_thin_params *p)
     ssb4d_ssb_opts_default(&p->ssb);
 }
 
-void fit_thin_aberrations(const fit_thin_params *p, const double x[3], ssb4d_aberrations *ab)
+void fit_point_aberrations(const ssb4d_aberrations *base, const double x[3], ssb4d_aberrations *ab)
 {
-    *ab = p->base;
+    *ab = *base;
     ab->C_nm[SSB4D_C10] = x[FIT_C10];
     ab->C_nm[SSB4D_C12] = x[FIT_C12];
     ab->phi_deg[SSB4D_C12] = x[FIT_PHI12];
+}
+
+void fit_thin_aberrations(const fit_thin_params *p, const double x[3], ssb4d_aberrations *ab)
+{
+    fit_point_aberrations(&p->base, x, ab);
+}
+
+ssb4d_status fit_check_start(const double lo[3], const double hi[3], const double start[3],
+                             ssb4d_err *err)
+{
+    for (int j = 0; j < 3; j++)
+        if (!(lo[j] <= start[j] && start[j] <= hi[j]))
+            return ssb4d_fail(err, SSB4D_EINVAL, "the fit's start value %g of %s lies outside its range [%g, %g]",
+                              start[j], j == FIT_C10 ? "C10" : j == FIT_C12 ? "C12" : "phi12", lo[j], hi[j]);
+    return SSB4D_OK;
 }
 
 typedef struct {
@@ -56,10 +71,9 @@ ssb4d_status fit_thin(const ssb4d_G *G, const ssb4d_geometry *g, const fit_thin_
 {
     if (state)
         *state = NULL;
-    for (int j = 0; j < 3; j++)
-        if (!(p->lo[j] <= p->start[j] && p->start[j] <= p->hi[j]))
-            return ssb4d_fail(err, SSB4D_EINVAL, "the fit's start value %g of %s lies outside its range [%g, %g]",
-                              p->start[j], j == FIT_C10 ? "C10" : j == FIT_C12 ? "C12" : "phi12", p->lo[j], p->hi[j]);
+    ssb4d_status cst = fit_check_start(p->lo, p->hi, p->start, err);
+    if (cst)
+        return cst;
     objective o = {G, g, p, mem};
     fit_problem fp;
     memset(&fp, 0, sizeof fp);

@@ -45,4 +45,9 @@ ssb4d_status fit_thin(const ssb4d_G *G, const ssb4d_geometry *g, const fit_thin_
 
 /* The aberrations of a fit point (base with C10, C12, φ12 replaced). */
 void fit_thin_aberrations(const fit_thin_params *p, const double x[3], ssb4d_aberrations *ab);
+void fit_point_aberrations(const ssb4d_aberrations *base, const double x[3], ssb4d_aberrations *ab);
+
+/* SSB4D_EINVAL, naming the parameter, unless lo[j] <= start[j] <= hi[j] for C10, C12, φ12. */
+ssb4d_status fit_check_start(const double lo[3], const double hi[3], const double start[3],
+                             ssb4d_err *err);
 #endif

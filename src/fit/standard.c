@@ -228,14 +228,6 @@ static ssb4d_status phase_skewness(const ssb4d_G *G, const ssb4d_geometry *g,
     return st;
 }
 
-static void set_ab(const ssb4d_fit_params *p, const double x[3], ssb4d_aberrations *ab)
-{
-    *ab = p->base;
-    ab->C_nm[SSB4D_C10] = x[FIT_C10];
-    ab->C_nm[SSB4D_C12] = x[FIT_C12];
-    ab->phi_deg[SSB4D_C12] = x[FIT_PHI12];
-}
-
 ssb4d_status ssb4d_fit(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d_fit_params *p,
                        ssb4d_mem *mem, ssb4d_fit_result *r, ssb4d_err *err)
 {
@@ -245,10 +237,9 @@ ssb4d_status ssb4d_fit(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d_fi
         return ssb4d_fail(err, SSB4D_EINVAL, "ssb4d_fit needs G, a geometry and parameters");
     if (!(p->fit_radius > 0 && p->fit_radius <= 1))
         return ssb4d_fail(err, SSB4D_EINVAL, "the fit radius must be a fraction in (0, 1]; got %g", p->fit_radius);
-    for (int j = 0; j < 3; j++)
-        if (!(p->lo[j] <= p->start[j] && p->start[j] <= p->hi[j]))
-            return ssb4d_fail(err, SSB4D_EINVAL, "the fit's start value %g of %s lies outside its range [%g, %g]",
-                              p->start[j], j == FIT_C10 ? "C10" : j == FIT_C12 ? "C12" : "phi12", p->lo[j], p->hi[j]);
+    ssb4d_status cst = fit_check_start(p->lo, p->hi, p->start, err);
+    if (cst)
+        return cst;
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
 
@@ -297,7 +288,7 @@ ssb4d_status ssb4d_fit(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d_fi
     r->geom = *g;
     if (!st) {
         r->loss = tr.loss;
-        set_ab(p, x, &r->ab);
+        fit_point_aberrations(&p->base, x, &r->ab);
     }
     /* 3. the 180° branch */
     if (!st && p->branch_check) {
@@ -311,7 +302,7 @@ ssb4d_status ssb4d_fit(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d_fi
             ssb4d_aberrations ab2;
             double s2 = NAN;
             if (!st) {
-                set_ab(p, tr.x, &ab2);
+                fit_point_aberrations(&p->base, tr.x, &ab2);
                 st = phase_skewness(G, &g2, &ab2, p->threads, mem, &s2, err);
             }
             if (!st && s2 > r->skewness) {

@@ -57,10 +57,7 @@ typedef struct {
 
 static void point_aberrations(const fit_tilt_params *p, const double *x, ssb4d_aberrations *ab)
 {
-    *ab = p->thin.base;
-    ab->C_nm[SSB4D_C10] = x[TILT_C10];
-    ab->C_nm[SSB4D_C12] = x[TILT_C12];
-    ab->phi_deg[SSB4D_C12] = x[TILT_PHI12];
+    fit_point_aberrations(&p->thin.base, x, ab); /* x starts with C10, C12, φ12 (TILT_*) */
 }
 
 /* The whole batch in one ssb4d_band_fit call (one pass over G). */
@@ -153,11 +150,9 @@ static size_t best_distinct(const fit_state *s, const fit_problem *fp, int stage
 
 static ssb4d_status check_params(const fit_tilt_params *p, ssb4d_err *err)
 {
-    static const char *names[3] = {"C10", "C12", "phi12"};
-    for (int j = 0; j < 3; j++)
-        if (!(p->thin.lo[j] <= p->thin.start[j] && p->thin.start[j] <= p->thin.hi[j]))
-            return ssb4d_fail(err, SSB4D_EINVAL, "the fit's start value %g of %s lies outside its range [%g, %g]",
-                              p->thin.start[j], names[j], p->thin.lo[j], p->thin.hi[j]);
+    ssb4d_status st = fit_check_start(p->thin.lo, p->thin.hi, p->thin.start, err);
+    if (st)
+        return st;
     if (!(p->tilt_max_mrad >= 0) || !isfinite(p->tilt_max_mrad))
         return ssb4d_fail(err, SSB4D_EINVAL, "the tilt range must be >= 0 mrad (got %g)", p->tilt_max_mrad);
     if (!(p->thickness_lo_nm > 0) || !(p->thickness_hi_nm >= p->thickness_lo_nm) || !isfinite(p->thickness_hi_nm))
