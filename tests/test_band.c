@@ -76,21 +76,7 @@ static int setup(void **state)
     (void)state;
     memset(&FX, 0, sizeof FX);
     ref_sim_params p;
-    memset(&p, 0, sizeof p);
-    p.ny = 16;
-    p.nx = 12; /* non-square scan, unequal detector sampling (32×24 window) */
-    p.pr = p.pc = 2;
-    p.dx[0] = p.dx[1] = 0.25;
-    p.kv = 300;
-    p.semiangle_mrad = 25;
-    p.ab.C_nm[SSB4D_C10] = -8;
-    p.ab.C_nm[SSB4D_C12] = 2;
-    p.ab.phi_deg[SSB4D_C12] = 40;
-    p.dose = 1e5;
-    p.n_atoms = 6;
-    p.atom_sigma_A = 0.4;
-    p.atom_phase = 0.3;
-    p.seed = 11;
+    ref_sim_params_scene(&p, 11); /* non-square scan, unequal detector sampling */
     if (ref_simulate(&p, &FX.sim))
         return -1;
     FX.g = FX.sim.geom;

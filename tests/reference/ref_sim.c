@@ -39,6 +39,25 @@ static uint32_t poisson(uint64_t *s, double lam)
     return v < 0 ? 0 : (uint32_t)v;
 }
 
+void ref_sim_params_scene(ref_sim_params *p, uint64_t seed)
+{
+    memset(p, 0, sizeof *p);
+    p->ny = 16;
+    p->nx = 12;
+    p->pr = p->pc = 2;
+    p->dx[0] = p->dx[1] = 0.25;
+    p->kv = 300;
+    p->semiangle_mrad = 25;
+    p->ab.C_nm[SSB4D_C10] = -8;
+    p->ab.C_nm[SSB4D_C12] = 2;
+    p->ab.phi_deg[SSB4D_C12] = 40;
+    p->dose = 1e5;
+    p->n_atoms = 6;
+    p->atom_sigma_A = 0.4;
+    p->atom_phase = 0.3;
+    p->seed = seed;
+}
+
 int ref_simulate(const ref_sim_params *p, ref_sim *out)
 {
     memset(out, 0, sizeof *out);

@@ -190,6 +190,10 @@ typedef struct {
     ssb4d_geometry geom;
 } ref_sim;
 
+/* The small scene the SSB tests share: 16×12 scan (non-square), 2×2 fine pixels of 0.25 Å
+ * (a 32×24 detector, so unequal sampling), 300 kV, 25 mrad, C10 −8 nm, C12 2 nm at 40°,
+ * dose 1e5, six atoms of σ 0.4 Å and peak phase 0.3 rad, noise seed `seed`. */
+void ref_sim_params_scene(ref_sim_params *p, uint64_t seed);
 int ref_simulate(const ref_sim_params *p, ref_sim *out);
 void ref_sim_free(ref_sim *s);
 
