@@ -10,10 +10,12 @@
 #include <cmocka.h>
 
 #include <math.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "fit/fit.h"
+#include "gbuild/gbuild.h"
 #include "ref_ssb.h"
 
 #define SIM SSB4D_SHARED_DATA "/sim/"
@@ -169,6 +171,55 @@ static void test_batch_equals_single(void **st)
     ssb4d_calibration_free(&c);
 }
 
+/* A BF-subset view of G (what the fit's coarse and fit-pixel stages evaluate) has the same spectra,
+ * dc and loss, to the bit, as a G built from those pixels alone; bad subsets are refused. */
+static void test_subset_equals_built(void **st)
+{
+    (void)st;
+    ssb4d_calibration c;
+    ssb4d_G *G = NULL;
+    build(&REF_SET_A1, 2, 0.0, &c, &G);
+    size_t n = 0, *idx = malloc(c.n_bf * sizeof *idx);
+    int32_t *pix = malloc(c.n_bf * sizeof *pix);
+    for (size_t i = 0; i < c.n_bf; i += 3)
+        idx[n] = i, pix[n++] = c.bf_pix[i];
+    ssb4d_err err = {0};
+    ssb4d_G *V = NULL, *B = NULL;
+    assert_int_equal(ssb4d_G_subset(G, idx, n, &V, &err), SSB4D_OK);
+    ssb4d_source *src = NULL;
+    char path[512];
+    assert_int_equal(ssb4d_source_open(path_of(&REF_SET_A1, path, sizeof path), &src, &err), SSB4D_OK);
+    ssb4d_gbuild_opts go;
+    ssb4d_gbuild_opts_default(&go);
+    assert_int_equal(ssb4d_gbuild(src, &c.geom, pix, n, &go, NULL, &B, &err), SSB4D_OK);
+    char hv[65], hb[65];
+    ssb4d_G_sha256(V, hv);
+    ssb4d_G_sha256(B, hb);
+    assert_string_equal(hv, hb);
+    ssb4d_aberrations ab;
+    memset(&ab, 0, sizeof ab);
+    ab.C_nm[SSB4D_C10] = -11.8;
+    ab.C_nm[SSB4D_C12] = 3;
+    ab.phi_deg[SSB4D_C12] = 30;
+    double lv, lb, lg;
+    assert_int_equal(ssb4d_loss(V, &c.geom, &ab, NULL, NULL, NULL, &lv, NULL, &err), SSB4D_OK);
+    assert_int_equal(ssb4d_loss(B, &c.geom, &ab, NULL, NULL, NULL, &lb, NULL, &err), SSB4D_OK);
+    assert_int_equal(ssb4d_loss(G, &c.geom, &ab, NULL, NULL, NULL, &lg, NULL, &err), SSB4D_OK);
+    assert_memory_equal(&lv, &lb, sizeof lv);
+    assert_true(lv != lg); /* a real subset: its loss differs from the full set's */
+    ssb4d_G *W = NULL;
+    size_t bad[2] = {5, 5};
+    assert_int_equal(ssb4d_G_subset(G, bad, 2, &W, &err), SSB4D_EINVAL);
+    assert_int_equal(ssb4d_G_subset(G, idx, 0, &W, &err), SSB4D_EINVAL);
+    ssb4d_G_free(V); /* before its parent */
+    ssb4d_G_free(B);
+    ssb4d_G_free(G);
+    ssb4d_source_close(src);
+    ssb4d_calibration_free(&c);
+    free(idx);
+    free(pix);
+}
+
 static void test_skewness(void **st)
 {
     (void)st;
@@ -206,6 +257,7 @@ int main(void)
         cmocka_unit_test(test_skewness),
         cmocka_unit_test(test_bad_params),
         cmocka_unit_test(test_batch_equals_single),
+        cmocka_unit_test(test_subset_equals_built),
         cmocka_unit_test(test_a1_recovers_truth),
         cmocka_unit_test(test_a2_recovers_truth),
         cmocka_unit_test(test_branch_check_from_wrong_rotation),
