@@ -234,6 +234,14 @@ typedef struct {
     int threads;            /* 0: all cores */
     size_t block_bytes;     /* decoded float32 per block of scan rows; 0: 256 MiB */
     int store_inactive;     /* 1: also store BF pixels whose aperture A(k) is 0 */
+    /* Memory (SPEC 9). The bits of every stored plane are the same whatever these are. */
+    int half;               /* 1: hold the planes in half precision (a preview copy, half the
+                               size; consumers convert them back to float32 group by group) */
+    size_t resident_bytes;  /* the most bytes of planes to hold; 0: all. The innermost BF pixels
+                               are kept, the others are streamed: rebuilt from the source by every
+                               pass that needs them (the source must then outlive G) */
+    size_t group_bytes;     /* float32 planes materialised at once by the build and by passes over
+                               a half or streamed G; 0: 256 MiB */
     void (*progress)(void *user, double fraction);
     void *progress_user;
 } ssb4d_gbuild_opts;
@@ -250,9 +258,18 @@ size_t ssb4d_G_n_stored(const ssb4d_G *G);  /* those with a stored spectrum */
 size_t ssb4d_G_bytes(const ssb4d_G *G);
 double ssb4d_G_dc(const ssb4d_G *G);
 void ssb4d_G_scan_shape(const ssb4d_G *G, size_t *ny, size_t *nx);
-/* Stored half-plane spectrum of the i-th BF pixel ((ny, nx/2+1) complex64 as float pairs), or NULL. */
+/* Stored half-plane spectrum of the i-th BF pixel ((ny, nx/2+1) complex64 as float pairs), or
+ * NULL when the pixel is inactive or its plane is not resident in float32 (half or streamed). */
 const float *ssb4d_G_plane(const ssb4d_G *G, size_t i);
-/* SHA-256 (hex, 65 bytes) of the stored spectra in BF order. */
+/* Copies the i-th BF pixel's float32 plane (ny*(nx/2+1) complex values) into out, converting a
+ * half plane or rebuilding a streamed one. SSB4D_EINVAL for an inactive pixel. */
+ssb4d_status ssb4d_G_plane_copy(const ssb4d_G *G, size_t i, float *out, ssb4d_err *err);
+/* Stored planes held in memory (all of them unless streamed), and whether they are half. */
+size_t ssb4d_G_n_resident(const ssb4d_G *G);
+int ssb4d_G_is_half(const ssb4d_G *G);
+/* SHA-256 (hex, 65 bytes) of the stored float32 spectra in BF order and dc: the same for a
+ * resident and a streamed G (streamed planes are rebuilt); for a half G, of its half planes.
+ * "unavailable" if a streamed plane could not be rebuilt. */
 void ssb4d_G_sha256(const ssb4d_G *G, char hex[65]);
 
 /* ------------------------------------------------------------------------------------------ */

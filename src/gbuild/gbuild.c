@@ -7,6 +7,7 @@
 #include "gbuild/gbuild.h"
 
 #include "common/err.h"
+#include "common/half.h"
 #include "common/parallel.h"
 #include "common/sha256.h"
 #include "ingest/source.h"
@@ -19,6 +20,7 @@
 #include <string.h>
 
 #define DEFAULT_BLOCK_BYTES ((size_t)256 << 20)
+#define DEFAULT_GROUP_BYTES ((size_t)256 << 20)
 
 void ssb4d_gbuild_opts_default(ssb4d_gbuild_opts *o)
 {
@@ -47,12 +49,173 @@ void ssb4d_G_free(ssb4d_G *G)
 {
     if (!G)
         return;
-    if (!G->is_view)
+    if (!G->is_view) {
         ssb4d_mem_free(G->mem, G->data, 0);
+        ssb4d_mem_free(G->mem, G->data_h, 0);
+    }
     free(G->bf_pix);
     free(G->plane_of);
     free(G->totals);
     free(G);
+}
+
+/* The float32 planes of the BF pixels idx[0..n) (indices into G's BF order, ascending) into
+ * dest[0..n) (NULL: read for the totals only), their counts added into totals (may be NULL).
+ * Per block of scan rows: read the columns, real FFT along the scan columns of each row; then a
+ * complex FFT along the scan rows of each plane. Every row goes through the same 1-D plan on the
+ * same aligned scratch and every plane through the same column plan, so a plane's bits depend
+ * on neither the block size, the group it is built in, nor the thread count. */
+static ssb4d_status build_planes(const ssb4d_G *G, ssb4d_source *src, const size_t *idx, size_t n,
+                                 fftwf_complex *const *dest, uint64_t *totals, size_t block_bytes,
+                                 int nt, ssb4d_mem *mem, const ssb4d_gbuild_opts *o, double prog0,
+                                 double prog_span, ssb4d_err *err)
+{
+    size_t ny = G->ny, nx = G->nx;
+    int32_t *pix = malloc(n * sizeof *pix);
+    if (!pix)
+        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+    fftwf_complex *first = NULL;
+    for (size_t i = 0; i < n; i++) {
+        pix[i] = G->bf_pix[idx[i]];
+        if (!first && dest[i])
+            first = dest[i];
+    }
+    size_t row_bytes = n * nx * sizeof(float);
+    size_t rows_per_block = block_bytes / row_bytes;
+    if (rows_per_block < 1)
+        rows_per_block = 1;
+    if (rows_per_block > ny)
+        rows_per_block = ny;
+    /* Per-thread scratch: one aligned input row and one aligned output row. */
+    size_t in_bytes = ((nx + 16) * sizeof(float) + 63) / 64 * 64;
+    size_t scratch_stride = in_bytes + ((G->nxh + 8) * sizeof(fftwf_complex) + 63) / 64 * 64;
+    float *block = ssb4d_mem_alloc(mem, rows_per_block * row_bytes, "G build block", err);
+    char *scratch = block ? ssb4d_mem_alloc(mem, (size_t)nt * scratch_stride, "G build FFT scratch", err)
+                          : NULL;
+    if (!block || !scratch) {
+        ssb4d_mem_free(mem, block, 0);
+        free(pix);
+        return SSB4D_ENOMEM;
+    }
+    float *r_in = (float *)scratch;
+    fftwf_complex *r_out = (fftwf_complex *)(scratch + in_bytes);
+    ssb4d_fftw_lock();
+    fftwf_plan prow = fftwf_plan_dft_r2c_1d((int)nx, r_in, r_out, FFTW_ESTIMATE);
+    fftwf_plan pcol = NULL;
+    if (first) {
+        int nyi = (int)ny;
+        pcol = fftwf_plan_many_dft(1, &nyi, (int)G->nxh, first, NULL, (int)G->nxh, 1, first, NULL,
+                                   (int)G->nxh, 1, FFTW_FORWARD, FFTW_ESTIMATE);
+    }
+    ssb4d_fftw_unlock();
+    ssb4d_status st = SSB4D_OK;
+    if (!prow || (first && !pcol))
+        st = ssb4d_fail(err, SSB4D_EINTERNAL, "FFTW could not plan the G build");
+
+    size_t n_blocks = (ny + rows_per_block - 1) / rows_per_block;
+    for (size_t b = 0; b < n_blocks && !st; b++) {
+        size_t row0 = b * rows_per_block;
+        size_t nrows = (row0 + rows_per_block <= ny) ? rows_per_block : ny - row0;
+        st = ssb4d_source_read_columns_mt(src, pix, n, row0, nrows, block, nt, err);
+        if (st)
+            break;
+        ssb4d_source_done_with(src, row0 * nx, nrows * nx);
+        int bad = 0;
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 8) reduction(| : bad)
+        for (size_t i = 0; i < n; i++) {
+            const float *img = block + i * nrows * nx;
+            uint64_t sum = 0;
+            for (size_t k = 0; k < nrows * nx; k++) {
+                float v = img[k];
+                if (!(v >= 0.0f) || v > 4294967295.0f)
+                    bad = 1;
+                else
+                    sum += (uint64_t)v;
+            }
+            if (totals)
+                totals[idx[i]] += sum;
+            fftwf_complex *plane = dest[i];
+            if (!plane)
+                continue;
+            int t = omp_get_thread_num();
+            float *in = (float *)(scratch + (size_t)t * scratch_stride);
+            fftwf_complex *o2 = (fftwf_complex *)(scratch + (size_t)t * scratch_stride + in_bytes);
+            for (size_t r = 0; r < nrows; r++) {
+                memcpy(in, img + r * nx, nx * sizeof(float));
+                fftwf_execute_dft_r2c(prow, in, o2);
+                memcpy(plane + (row0 + r) * G->nxh, o2, G->nxh * sizeof(fftwf_complex));
+            }
+        }
+        if (bad)
+            st = ssb4d_fail(err, SSB4D_EFORMAT, "the data holds negative or non-finite values");
+        if (o && o->progress)
+            o->progress(o->progress_user, prog0 + prog_span * (double)(b + 1) / ((double)n_blocks + 1.0));
+    }
+    if (!st && first) {
+        size_t used = ny * G->nxh;
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 4)
+        for (size_t i = 0; i < n; i++) {
+            if (!dest[i])
+                continue;
+            fftwf_execute_dft(pcol, dest[i], dest[i]);
+            /* Zero the padding so hashes and copies are well defined. */
+            memset(dest[i] + used, 0, (G->plane_stride - used) * sizeof(fftwf_complex));
+        }
+    }
+    ssb4d_fftw_lock();
+    if (prow)
+        fftwf_destroy_plan(prow);
+    if (pcol)
+        fftwf_destroy_plan(pcol);
+    ssb4d_fftw_unlock();
+    ssb4d_mem_free(mem, block, 0);
+    ssb4d_mem_free(mem, scratch, 0);
+    free(pix);
+    return st;
+}
+
+static size_t plane_bytes_f32(const ssb4d_G *G) { return G->plane_stride * sizeof(fftwf_complex); }
+
+/* Which stored planes stay resident when they do not all fit in resident_bytes: the innermost
+ * BF pixels (nearest the disk centre; ties in BF order), which every fit subset uses. */
+typedef struct {
+    double r2;
+    size_t ib;
+} by_radius;
+
+static int cmp_radius(const void *a, const void *b)
+{
+    const by_radius *x = a, *y = b;
+    if (x->r2 != y->r2)
+        return x->r2 < y->r2 ? -1 : 1;
+    return x->ib < y->ib ? -1 : (x->ib > y->ib);
+}
+
+static ssb4d_status choose_resident(ssb4d_G *G, const ssb4d_geometry *g, size_t n_keep, ssb4d_err *err)
+{
+    by_radius *v = malloc((G->n_stored ? G->n_stored : 1) * sizeof *v);
+    if (!v)
+        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+    size_t k = 0;
+    for (size_t ib = 0; ib < G->n_bf; ib++) {
+        if (G->plane_of[ib] == G_INACTIVE)
+            continue;
+        double dr = (double)(G->bf_pix[ib] / (int32_t)G->det_shape[1]) - g->centre_px[0];
+        double dc = (double)(G->bf_pix[ib] % (int32_t)G->det_shape[1]) - g->centre_px[1];
+        v[k].r2 = dr * dr + dc * dc;
+        v[k].ib = ib;
+        k++;
+    }
+    qsort(v, k, sizeof *v, cmp_radius);
+    for (size_t i = 0; i < k; i++)
+        G->plane_of[v[i].ib] = i < n_keep ? 0 : G_STREAMED;
+    free(v);
+    size_t p = 0;
+    for (size_t ib = 0; ib < G->n_bf; ib++)
+        if (G->plane_of[ib] >= 0)
+            G->plane_of[ib] = (int64_t)p++;
+    G->n_resident = p;
+    return SSB4D_OK;
 }
 
 ssb4d_status ssb4d_gbuild(ssb4d_source *src, const ssb4d_geometry *g, const int32_t *bf_pix,
@@ -93,6 +256,13 @@ ssb4d_status ssb4d_gbuild(ssb4d_source *src, const ssb4d_geometry *g, const int3
     G->det_shape[0] = shape[2];
     G->det_shape[1] = shape[3];
     G->mem = mem;
+    G->src = src;
+    G->threads = o->threads;
+    G->block_bytes = o->block_bytes ? o->block_bytes : DEFAULT_BLOCK_BYTES;
+    size_t group_bytes = o->group_bytes ? o->group_bytes : DEFAULT_GROUP_BYTES;
+    G->group_planes = group_bytes / plane_bytes_f32(G) / 64 * 64;
+    if (G->group_planes < 64)
+        G->group_planes = 64;
     G->bf_pix = malloc(n_bf * sizeof *G->bf_pix);
     G->plane_of = malloc(n_bf * sizeof *G->plane_of);
     G->totals = calloc(n_bf, sizeof *G->totals);
@@ -104,106 +274,75 @@ ssb4d_status ssb4d_gbuild(ssb4d_source *src, const ssb4d_geometry *g, const int3
     for (size_t i = 0; i < n_bf; i++)
         G->plane_of[i] = (o->store_inactive || ssb4d_bf_pixel_active(g, shape[3], bf_pix[i]))
                              ? (int64_t)G->n_stored++
-                             : -1;
-    size_t g_bytes = G->n_stored * G->plane_stride * sizeof(fftwf_complex);
-    if (G->n_stored) {
-        G->data = ssb4d_mem_alloc(mem, g_bytes, "G(q,k)", err);
-        if (!G->data) {
+                             : G_INACTIVE;
+    G->n_resident = G->n_stored;
+    size_t per_plane = o->half ? G->plane_stride * 2 * sizeof(uint16_t) : plane_bytes_f32(G);
+    if (o->resident_bytes && G->n_stored * per_plane > o->resident_bytes) {
+        st = choose_resident(G, g, o->resident_bytes / per_plane, err);
+        if (st) {
+            ssb4d_G_free(G);
+            return st;
+        }
+    }
+    if (G->n_resident) {
+        if (o->half)
+            G->data_h = ssb4d_mem_alloc(mem, G->n_resident * per_plane, "G(q,k) half", err);
+        else
+            G->data = ssb4d_mem_alloc(mem, G->n_resident * per_plane, "G(q,k)", err);
+        if (!G->data && !G->data_h) {
             ssb4d_G_free(G);
             return SSB4D_ENOMEM;
         }
     }
 
-    /* Block of scan rows: all BF columns (totals need the unstored ones too). */
-    size_t block_bytes = o->block_bytes ? o->block_bytes : DEFAULT_BLOCK_BYTES;
-    size_t row_bytes = n_bf * nx * sizeof(float);
-    size_t rows_per_block = block_bytes / row_bytes;
-    if (rows_per_block < 1)
-        rows_per_block = 1;
-    if (rows_per_block > ny)
-        rows_per_block = ny;
-    /* Per-thread scratch: one aligned input row and one aligned output row. */
-    size_t in_bytes = ((nx + 16) * sizeof(float) + 63) / 64 * 64;
-    size_t scratch_stride = in_bytes + ((G->nxh + 8) * sizeof(fftwf_complex) + 63) / 64 * 64;
-    float *block = ssb4d_mem_alloc(mem, rows_per_block * row_bytes, "G build block", err);
-    char *scratch = block ? ssb4d_mem_alloc(mem, (size_t)nt * scratch_stride, "G build FFT scratch", err)
-                          : NULL;
-    if (!block || !scratch) {
-        ssb4d_mem_free(mem, block, 0);
+    size_t *idx = malloc(n_bf * sizeof *idx);
+    fftwf_complex **dest = malloc(n_bf * sizeof *dest);
+    if (!idx || !dest) {
+        free(idx), free(dest);
         ssb4d_G_free(G);
-        return SSB4D_ENOMEM;
+        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
     }
-    float *r_in = (float *)scratch;
-    fftwf_complex *r_out = (fftwf_complex *)(scratch + in_bytes);
-
-    ssb4d_fftw_lock();
-    fftwf_plan prow = fftwf_plan_dft_r2c_1d((int)nx, r_in, r_out, FFTW_ESTIMATE);
-    fftwf_plan pcol = NULL;
-    if (G->n_stored) {
-        int n = (int)ny;
-        pcol = fftwf_plan_many_dft(1, &n, (int)G->nxh, G->data, NULL, (int)G->nxh, 1, G->data, NULL,
-                                   (int)G->nxh, 1, FFTW_FORWARD, FFTW_ESTIMATE);
-    }
-    ssb4d_fftw_unlock();
-    if (!prow || (G->n_stored && !pcol)) {
-        ssb4d_mem_free(mem, block, 0);
-        ssb4d_mem_free(mem, scratch, 0);
-        ssb4d_G_free(G);
-        return ssb4d_fail(err, SSB4D_EINTERNAL, "FFTW could not plan the G build");
-    }
-
-    size_t n_blocks = (ny + rows_per_block - 1) / rows_per_block;
-    double work_total = (double)n_blocks + 1.0;
-    for (size_t b = 0; b < n_blocks && !st; b++) {
-        size_t row0 = b * rows_per_block;
-        size_t nrows = (row0 + rows_per_block <= ny) ? rows_per_block : ny - row0;
-        st = ssb4d_source_read_columns_mt(src, bf_pix, n_bf, row0, nrows, block, nt, err);
-        if (st)
-            break;
-        ssb4d_source_done_with(src, row0 * nx, nrows * nx);
-        int bad = 0;
-#pragma omp parallel for num_threads(nt) schedule(dynamic, 8) reduction(| : bad)
-        for (size_t ib = 0; ib < n_bf; ib++) {
-            const float *img = block + ib * nrows * nx;
-            uint64_t sum = 0;
-            for (size_t i = 0; i < nrows * nx; i++) {
-                float v = img[i];
-                if (!(v >= 0.0f) || v > 4294967295.0f)
-                    bad = 1;
-                else
-                    sum += (uint64_t)v;
-            }
-            G->totals[ib] += sum;
-            int64_t p = G->plane_of[ib];
-            if (p < 0)
-                continue;
-            int t = omp_get_thread_num();
-            float *in = (float *)(scratch + (size_t)t * scratch_stride);
-            fftwf_complex *o2 = (fftwf_complex *)(scratch + (size_t)t * scratch_stride + in_bytes);
-            fftwf_complex *plane = G->data + (size_t)p * G->plane_stride;
-            for (size_t r = 0; r < nrows; r++) {
-                memcpy(in, img + r * nx, nx * sizeof(float));
-                fftwf_execute_dft_r2c(prow, in, o2);
-                memcpy(plane + (row0 + r) * G->nxh, o2, G->nxh * sizeof(fftwf_complex));
-            }
+    if (G_resident_f32(G) || G->n_stored == 0) {
+        /* Everything resident in float32: one pass over all BF pixels, straight into G. */
+        for (size_t i = 0; i < n_bf; i++) {
+            idx[i] = i;
+            dest[i] = (fftwf_complex *)G_plane(G, i);
         }
-        if (bad)
-            st = ssb4d_fail(err, SSB4D_EFORMAT, "the data holds negative or non-finite values");
-        if (o->progress)
-            o->progress(o->progress_user, (double)(b + 1) / work_total);
-    }
-    if (!st && G->n_stored) {
+        st = build_planes(G, src, idx, n_bf, dest, G->totals, G->block_bytes, nt, mem, o, 0.0, 1.0, err);
+    } else {
+        /* Groups of BF pixels: resident float32 planes are built in place, the others in the
+         * group's buffer, then converted to half precision or dropped (streamed). */
+        size_t span = G->group_planes;
+        fftwf_complex *buf = ssb4d_mem_alloc(mem, span * plane_bytes_f32(G), "G build group", err);
+        if (!buf)
+            st = SSB4D_ENOMEM;
+        size_t n_groups = (n_bf + span - 1) / span;
+        for (size_t gi = 0; gi < n_groups && !st; gi++) {
+            size_t ib0 = gi * span, ib1 = ib0 + span < n_bf ? ib0 + span : n_bf;
+            for (size_t ib = ib0; ib < ib1; ib++) {
+                idx[ib - ib0] = ib;
+                int64_t p = G->plane_of[ib];
+                dest[ib - ib0] = p == G_INACTIVE                ? NULL
+                                 : (p >= 0 && G->data)          ? G->data + (size_t)p * G->plane_stride
+                                 : o->half && p >= 0            ? buf + (ib - ib0) * G->plane_stride
+                                 : NULL; /* streamed: the totals only */
+            }
+            st = build_planes(G, src, idx, ib1 - ib0, dest, G->totals, G->block_bytes, nt, mem, o,
+                              (double)gi / (double)n_groups, 1.0 / (double)n_groups, err);
+            if (!st && G->data_h) {
+                size_t hp = G->plane_stride * 2;
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 4)
-        for (size_t p = 0; p < G->n_stored; p++) {
-            fftwf_complex *plane = G->data + p * G->plane_stride;
-            fftwf_execute_dft(pcol, plane, plane);
+                for (size_t ib = ib0; ib < ib1; ib++) {
+                    int64_t p = G->plane_of[ib];
+                    if (p >= 0)
+                        ssb4d_f32_to_f16((const float *)(buf + (ib - ib0) * G->plane_stride),
+                                         G->data_h + (size_t)p * hp, hp);
+                }
+            }
         }
-        /* Zero the padding so hashes and copies are well defined. */
-        size_t used = ny * G->nxh;
-        for (size_t p = 0; p < G->n_stored; p++)
-            memset(G->data + p * G->plane_stride + used, 0,
-                   (G->plane_stride - used) * sizeof(fftwf_complex));
+        ssb4d_mem_free(mem, buf, 0);
     }
+    free(idx), free(dest);
     uint64_t grand = 0;
     for (size_t ib = 0; ib < n_bf; ib++)
         grand += G->totals[ib];
@@ -212,20 +351,101 @@ ssb4d_status ssb4d_gbuild(ssb4d_source *src, const ssb4d_geometry *g, const int3
         st = ssb4d_fail(err, SSB4D_ENOTFOUND, "the selected BF pixels hold no counts (is the BF disk where the calibration says?)");
     if (o->progress)
         o->progress(o->progress_user, 1.0);
-
-    ssb4d_fftw_lock();
-    fftwf_destroy_plan(prow);
-    if (pcol)
-        fftwf_destroy_plan(pcol);
-    ssb4d_fftw_unlock();
-    ssb4d_mem_free(mem, block, 0);
-    ssb4d_mem_free(mem, scratch, 0);
     if (st) {
         ssb4d_G_free(G);
         return st;
     }
+    if (G->n_resident == G->n_stored)
+        G->src = NULL; /* nothing to rebuild: the source may be closed */
     *out = G;
     return SSB4D_OK;
+}
+
+/* ---- passes over a half or streamed G ------------------------------------------------------ */
+
+size_t G_group_span(const ssb4d_G *G) { return G_resident_f32(G) ? G->n_bf : G->group_planes; }
+
+ssb4d_status G_group_init(const ssb4d_G *G, ssb4d_mem *mem, G_group *gr, ssb4d_err *err)
+{
+    memset(gr, 0, sizeof *gr);
+    gr->cap = G_group_span(G);
+    gr->mem = mem;
+    gr->planes = calloc(gr->cap ? gr->cap : 1, sizeof *gr->planes);
+    if (!gr->planes)
+        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+    if (!G_resident_f32(G)) {
+        gr->buf = ssb4d_mem_alloc(mem, gr->cap * G->plane_stride * sizeof(fftwf_complex),
+                                  G->data_h ? "G group (from half)" : "G group (streamed)", err);
+        if (!gr->buf) {
+            free(gr->planes);
+            gr->planes = NULL;
+            return SSB4D_ENOMEM;
+        }
+    }
+    return SSB4D_OK;
+}
+
+void G_group_free(G_group *gr)
+{
+    free(gr->planes);
+    /* Kept in the cache: the next pass (a slider drag, the next fit evaluation) reuses it. */
+    ssb4d_mem_free(gr->mem, gr->buf, 1);
+    memset(gr, 0, sizeof *gr);
+}
+
+ssb4d_status G_group_load(const ssb4d_G *G, size_t ib0, size_t ib1, G_group *gr, ssb4d_err *err)
+{
+    if (ib1 - ib0 > gr->cap)
+        return ssb4d_fail(err, SSB4D_EINTERNAL, "G group of %zu pixels exceeds its %zu", ib1 - ib0, gr->cap);
+    gr->ib0 = ib0;
+    gr->ib1 = ib1;
+    if (G_resident_f32(G)) {
+        for (size_t ib = ib0; ib < ib1; ib++)
+            gr->planes[ib - ib0] = G_plane(G, ib);
+        return SSB4D_OK;
+    }
+    int nt = ssb4d_threads_resolve(G->threads);
+    size_t n = ib1 - ib0, n_stream = 0;
+    size_t *idx = malloc((n ? n : 1) * sizeof *idx);
+    fftwf_complex **dest = malloc((n ? n : 1) * sizeof *dest);
+    if (!idx || !dest) {
+        free(idx), free(dest);
+        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+    }
+    for (size_t ib = ib0; ib < ib1; ib++) {
+        int64_t p = G->plane_of[ib];
+        fftwf_complex *slot = gr->buf + (ib - ib0) * G->plane_stride;
+        if (p == G_INACTIVE)
+            gr->planes[ib - ib0] = NULL;
+        else if (p >= 0 && G->data)
+            gr->planes[ib - ib0] = G->data + (size_t)p * G->plane_stride;
+        else {
+            gr->planes[ib - ib0] = slot;
+            if (p == G_STREAMED) {
+                idx[n_stream] = ib;
+                dest[n_stream++] = slot;
+            }
+        }
+    }
+    if (G->data_h) {
+        size_t hp = G->plane_stride * 2;
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 4)
+        for (size_t ib = ib0; ib < ib1; ib++) {
+            int64_t p = G->plane_of[ib];
+            if (p >= 0)
+                ssb4d_f16_to_f32(G->data_h + (size_t)p * hp, (float *)(gr->buf + (ib - ib0) * G->plane_stride), hp);
+        }
+    }
+    ssb4d_status st = SSB4D_OK;
+    if (n_stream) {
+        if (!G->src)
+            st = ssb4d_fail(err, SSB4D_EINVAL, "G has streamed planes but no source to rebuild them from");
+        else
+            st = build_planes(G, G->src, idx, n_stream, dest, NULL, G->block_bytes, nt, gr->mem, NULL,
+                              0.0, 0.0, err);
+    }
+    free(idx), free(dest);
+    return st;
 }
 
 ssb4d_status ssb4d_G_subset(const ssb4d_G *G, const size_t *idx, size_t n, ssb4d_G **out,
@@ -251,12 +471,13 @@ ssb4d_status ssb4d_G_subset(const ssb4d_G *G, const size_t *idx, size_t n, ssb4d
         return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
     }
     uint64_t grand = 0;
-    V->n_stored = 0;
+    V->n_stored = V->n_resident = 0;
     for (size_t i = 0; i < n; i++) {
         V->bf_pix[i] = G->bf_pix[idx[i]];
         V->plane_of[i] = G->plane_of[idx[i]];
         V->totals[i] = G->totals[idx[i]];
-        V->n_stored += V->plane_of[i] >= 0;
+        V->n_stored += V->plane_of[i] != G_INACTIVE;
+        V->n_resident += V->plane_of[i] >= 0;
         grand += V->totals[i];
     }
     V->dc = (double)grand / (double)n;
@@ -270,7 +491,10 @@ ssb4d_status ssb4d_G_subset(const ssb4d_G *G, const size_t *idx, size_t n, ssb4d
 
 size_t ssb4d_G_n_bf(const ssb4d_G *G) { return G->n_bf; }
 size_t ssb4d_G_n_stored(const ssb4d_G *G) { return G->n_stored; }
-size_t ssb4d_G_bytes(const ssb4d_G *G) { return G->n_stored * G->plane_stride * sizeof(fftwf_complex); }
+size_t ssb4d_G_bytes(const ssb4d_G *G)
+{
+    return G->n_resident * G->plane_stride * (G->data_h ? 2 * sizeof(uint16_t) : sizeof(fftwf_complex));
+}
 double ssb4d_G_dc(const ssb4d_G *G) { return G->dc; }
 
 void ssb4d_G_scan_shape(const ssb4d_G *G, size_t *ny, size_t *nx)
@@ -286,13 +510,67 @@ const float *ssb4d_G_plane(const ssb4d_G *G, size_t i)
     return (const float *)G_plane(G, i);
 }
 
+size_t ssb4d_G_n_resident(const ssb4d_G *G) { return G->n_resident; }
+int ssb4d_G_is_half(const ssb4d_G *G) { return G->data_h != NULL; }
+
+ssb4d_status ssb4d_G_plane_copy(const ssb4d_G *G, size_t i, float *out, ssb4d_err *err)
+{
+    if (i >= G->n_bf || !G_stored(G, i))
+        return ssb4d_fail(err, SSB4D_EINVAL, "BF pixel %zu has no stored plane", i);
+    size_t used = G->ny * G->nxh;
+    const fftwf_complex *p = G_plane(G, i);
+    if (p) {
+        memcpy(out, p, used * sizeof *p);
+        return SSB4D_OK;
+    }
+    if (G->data_h) {
+        if (G->plane_of[i] >= 0) {
+            ssb4d_f16_to_f32(G->data_h + (size_t)G->plane_of[i] * G->plane_stride * 2, out, 2 * used);
+            return SSB4D_OK;
+        }
+    }
+    /* Streamed: rebuild this one plane into an aligned buffer (the plans need the alignment). */
+    fftwf_complex *buf = ssb4d_mem_alloc(G->mem, G->plane_stride * sizeof *buf, "G plane copy", err);
+    if (!buf)
+        return SSB4D_ENOMEM;
+    ssb4d_status st = build_planes(G, G->src, &i, 1, &buf, NULL, G->block_bytes,
+                                   ssb4d_threads_resolve(G->threads), G->mem, NULL, 0.0, 0.0, err);
+    if (!st)
+        memcpy(out, buf, used * sizeof *buf);
+    ssb4d_mem_free(G->mem, buf, 0);
+    return st;
+}
+
 void ssb4d_G_sha256(const ssb4d_G *G, char hex[65])
 {
     ssb4d_sha256 *h = ssb4d_sha256_new();
-    for (size_t i = 0; i < G->n_bf; i++) {
-        const fftwf_complex *p = G_plane(G, i);
-        if (p)
-            ssb4d_sha256_update(h, p, G->ny * G->nxh * sizeof(fftwf_complex));
+    size_t used = G->ny * G->nxh;
+    if (G->data_h) {
+        for (size_t i = 0; i < G->n_bf; i++)
+            if (G->plane_of[i] >= 0)
+                ssb4d_sha256_update(h, G->data_h + (size_t)G->plane_of[i] * G->plane_stride * 2,
+                                    2 * used * sizeof(uint16_t));
+    } else {
+        G_group gr;
+        ssb4d_err e;
+        if (G_group_init(G, G->mem, &gr, &e)) {
+            ssb4d_sha256_final_hex(h, hex);
+            snprintf(hex, 65, "unavailable");
+            return;
+        }
+        for (size_t ib0 = 0; ib0 < G->n_bf; ib0 += gr.cap) {
+            size_t ib1 = ib0 + gr.cap < G->n_bf ? ib0 + gr.cap : G->n_bf;
+            if (G_group_load(G, ib0, ib1, &gr, &e)) {
+                G_group_free(&gr);
+                ssb4d_sha256_final_hex(h, hex);
+                snprintf(hex, 65, "unavailable");
+                return;
+            }
+            for (size_t ib = ib0; ib < ib1; ib++)
+                if (gr.planes[ib - ib0])
+                    ssb4d_sha256_update(h, gr.planes[ib - ib0], used * sizeof(fftwf_complex));
+        }
+        G_group_free(&gr);
     }
     ssb4d_sha256_update(h, &G->dc, sizeof G->dc);
     ssb4d_sha256_final_hex(h, hex);

@@ -15,19 +15,58 @@ struct ssb4d_G {
     size_t n_bf, n_stored;
     size_t det_shape[2];
     int32_t *bf_pix;        /* all selected BF pixels, flat detector index, BF order */
-    int64_t *plane_of;      /* per BF pixel: stored plane index or -1 (aperture-inactive) */
-    fftwf_complex *data;    /* n_stored planes */
+    int64_t *plane_of;      /* per BF pixel: resident plane index, G_INACTIVE or G_STREAMED */
+    fftwf_complex *data;    /* n_resident float32 planes (NULL when half) */
+    uint16_t *data_h;       /* half precision: n_resident planes of binary16 pairs (else NULL) */
+    size_t n_resident;      /* stored planes held in data / data_h */
     uint64_t *totals;       /* per BF pixel: exact sum of counts over the scan */
     double dc;              /* mean over BF of the totals (SPEC 5.3) */
     ssb4d_mem *mem;
     int is_view;            /* 1: data belongs to another G (ssb4d_G_subset) */
+    /* What a streamed plane is rebuilt from (streaming mode, SPEC 9): the source, the block of
+     * scan rows decoded at a time and the threads. */
+    ssb4d_source *src;
+    size_t block_bytes;
+    size_t group_planes;    /* float32 planes a consumer materialises at once (multiple of 64) */
+    int threads;
 };
 
+#define G_INACTIVE (-1)     /* A(k) = 0 everywhere: no plane, φ_k = 0 */
+#define G_STREAMED (-2)     /* stored but not resident: rebuilt from the source when needed */
+
+/* The resident float32 plane of BF pixel ib, or NULL (inactive, streamed or half precision). */
 static inline const fftwf_complex *G_plane(const struct ssb4d_G *G, size_t ib)
 {
     int64_t p = G->plane_of[ib];
-    return p < 0 ? NULL : G->data + (size_t)p * G->plane_stride;
+    return (p < 0 || !G->data) ? NULL : G->data + (size_t)p * G->plane_stride;
 }
+
+/* BF pixel ib has a stored spectrum (resident, streamed or half). */
+static inline int G_stored(const struct ssb4d_G *G, size_t ib) { return G->plane_of[ib] != G_INACTIVE; }
+
+/* Every stored plane is resident in float32 (no group loading needed). */
+static inline int G_resident_f32(const struct ssb4d_G *G)
+{
+    return G->data != NULL && G->n_resident == G->n_stored;
+}
+
+/* Float32 planes of the BF pixels [ib0, ib1) for one pass of a consumer (loss, object, band):
+ * resident float32 planes are pointed at in place; half-precision planes are converted and
+ * streamed planes rebuilt from the source into the group's own buffer, with the bits the full
+ * build gives. planes[ib - ib0] is NULL for inactive pixels. */
+typedef struct {
+    const fftwf_complex **planes; /* group_planes entries */
+    fftwf_complex *buf;           /* group_planes float32 planes (NULL when G is resident f32) */
+    size_t cap;                   /* BF pixels per group */
+    size_t ib0, ib1;
+    ssb4d_mem *mem;
+} G_group;
+
+ssb4d_status G_group_init(const struct ssb4d_G *G, ssb4d_mem *mem, G_group *gr, ssb4d_err *err);
+ssb4d_status G_group_load(const struct ssb4d_G *G, size_t ib0, size_t ib1, G_group *gr, ssb4d_err *err);
+void G_group_free(G_group *gr);
+/* BF pixels per group for G (all of them when G is resident float32). */
+size_t G_group_span(const struct ssb4d_G *G);
 
 /* A view of G restricted to the BF pixels idx[0..n) (indices into G's BF order, ascending): it
  * shares G's spectra (no copy), has its own dc (the mean of its pixels' totals) and must be freed

@@ -70,6 +70,10 @@ static ssb4d_status geom_init(band_geom *b, const struct ssb4d_G *G, const ssb4d
                               const ssb4d_band_opts *o, ssb4d_mem *mem, ssb4d_err *err)
 {
     memset(b, 0, sizeof *b);
+    /* The band sums read G plane by plane in BF blocks; they have no group pass (yet). */
+    if (!G_resident_f32(G) && G->n_stored)
+        return ssb4d_fail(err, SSB4D_EINVAL, "the thick-sample fit needs G resident in float32 (a "
+                                             "larger --memory, without --preview-precision half)");
     b->G = G;
     b->lambda = ssb4d_wavelength_A(g->kv);
     b->alpha0 = g->semiangle_mrad * 1e-3;

@@ -215,11 +215,10 @@ static inline cfloat g_at(const struct ssb4d_G *G, const cfloat *plane, size_t i
 }
 
 
-SSB_HOT void ssb_corr_row(const ssb_ctx *c, size_t ib, size_t i, size_t ncols, const cfloat *Eq_row,
-                  cfloat R, const cfloat *Ctab, cfloat *out)
+SSB_HOT void ssb_corr_row(const ssb_ctx *c, size_t ib, const cfloat *plane, size_t i, size_t ncols,
+                          const cfloat *Eq_row, cfloat R, const cfloat *Ctab, cfloat *out)
 {
     const struct ssb4d_G *G = c->G;
-    const cfloat *plane = (const cfloat *)G_plane(G, ib);
     if (!plane || c->Ak[ib] == 0.0) {
         memset(out, 0, ncols * sizeof *out);
         return;

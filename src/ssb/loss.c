@@ -151,18 +151,32 @@ static ssb4d_status phase_stack(const ssb4d_G *G, const ssb4d_geometry *g,
         if (!plan)
             st = ssb4d_fail(err, SSB4D_EINTERNAL, "FFTW could not plan the inverse transform");
     }
+    /* Groups of BF pixels whose float32 planes are at hand (all of G when it is resident in
+     * float32; else converted from half or rebuilt from the source). A group spans whole blocks,
+     * so the block order of the sums, and with it the bits, is the same for every group size. */
+    G_group gr = {0};
+    int have_group = 0;
     if (!st) {
-        size_t nblocks = (G->n_bf + BLOCK - 1) / BLOCK;
+        st = G_group_init(G, mem, &gr, err);
+        have_group = !st;
+    }
+    for (size_t g0 = 0; !st && g0 < G->n_bf; g0 += gr.cap) {
+        size_t g1 = g0 + gr.cap < G->n_bf ? g0 + gr.cap : G->n_bf;
+        st = G_group_load(G, g0, g1, &gr, err);
+        if (st)
+            break;
+        size_t b0 = g0 / BLOCK, b1 = (g1 + BLOCK - 1) / BLOCK;
 #pragma omp parallel num_threads(nt)
         {
             thread_scratch *s = &ts[omp_get_thread_num()];
 #pragma omp for ordered schedule(dynamic, 1)
-            for (size_t b = 0; b < nblocks; b++) {
+            for (size_t b = b0; b < b1; b++) {
                 memset(s->part, 0, n * npix * sizeof(double));
                 memset(s->s2, 0, n * sizeof(double));
-                size_t end = (b + 1) * BLOCK < G->n_bf ? (b + 1) * BLOCK : G->n_bf;
+                size_t end = (b + 1) * BLOCK < g1 ? (b + 1) * BLOCK : g1;
                 for (size_t ib = b * BLOCK; ib < end; ib++) {
-                    if (!G_plane(G, ib))
+                    const cfloat *plane = (const cfloat *)gr.planes[ib - g0];
+                    if (!plane)
                         continue; /* φ_k ≡ 0: contributes nothing, still counts in N_bf */
                     for (size_t j = 0; j < n; j++) {
                         const ssb_ctx *cj = &c[j];
@@ -171,7 +185,7 @@ static ssb4d_status phase_stack(const ssb4d_G *G, const ssb4d_geometry *g,
                         if (cj->fast)
                             ssb_pixel_phasors(cj, ib, s->R, nyf, s->C, ncols);
                         for (size_t i = 0; i < nyf; i++)
-                            ssb_corr_row(cj, ib, i, ncols, Eq[j] ? Eq[j] + i * ncols : NULL,
+                            ssb_corr_row(cj, ib, plane, i, ncols, Eq[j] ? Eq[j] + i * ncols : NULL,
                                          cj->fast ? s->R[i] : 0, s->C, s->buf + i * ncols);
                         const float dc = (float)cj->dc;
                         double *part = s->part + j * npix;
@@ -205,6 +219,10 @@ static ssb4d_status phase_stack(const ssb4d_G *G, const ssb4d_geometry *g,
                 }
             }
         }
+    }
+    if (have_group)
+        G_group_free(&gr);
+    if (!st) {
         double nbf = (double)G->n_bf;
         for (size_t j = 0; j < n; j++) {
             double mean2 = 0.0;

@@ -1,6 +1,7 @@
 /* object.c — the object F = mean corrected spectrum, its inverse FFT and the phase of the mean
- * (SPEC 5.4, 5.5). Parallel over output rows; each row sums the BF pixels in BF order, so the
- * bits do not depend on the thread count and no partial planes are needed. */
+ * (SPEC 5.4, 5.5). Parallel over output rows; every bin sums the BF pixels in BF order into its
+ * own double accumulator, group of BF pixels after group (see G_group), so the bits depend on
+ * neither the thread count nor the group size. */
 #include "common/err.h"
 #include "common/parallel.h"
 #include "ssb/ssb_internal.h"
@@ -39,44 +40,69 @@ ssb4d_status ssb4d_object(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d
                 ssb_pixel_phasors(&c, ib, NULL, 0, Ctabs + ib * ncols, ncols);
         }
     }
-    size_t per_thread = nxf * (2 * sizeof(cfloat) + sizeof(double complex));
-    char *scr = (F && (!c.fast || Ctabs)) ? ssb4d_mem_alloc(mem, (size_t)nt * per_thread, "object rows", err) : NULL;
-    if (!F || (c.fast && !Ctabs) || !scr) {
+    /* acc: the running sum over BF pixels of every bin, in BF order whatever the grouping. */
+    size_t per_thread = nxf * 2 * sizeof(cfloat);
+    double complex *acc = (F && (!c.fast || Ctabs))
+                              ? ssb4d_mem_calloc(mem, nyf * ncols * sizeof *acc, "object sum", err)
+                              : NULL;
+    char *scr = acc ? ssb4d_mem_alloc(mem, (size_t)nt * per_thread, "object rows", err) : NULL;
+    G_group gr = {0};
+    st = scr ? G_group_init(G, mem, &gr, err) : SSB4D_ENOMEM;
+    if (st) {
+        ssb4d_mem_free(mem, scr, 0);
+        ssb4d_mem_free(mem, acc, 0);
         ssb4d_mem_free(mem, F, 0);
         ssb4d_mem_free(mem, Ctabs, 0);
         ssb_ctx_free(&c);
-        return SSB4D_ENOMEM;
+        return st;
     }
-    const double inv_nbf = 1.0 / (double)G->n_bf;
+    for (size_t g0 = 0; !st && g0 < G->n_bf; g0 += gr.cap) {
+        size_t g1 = g0 + gr.cap < G->n_bf ? g0 + gr.cap : G->n_bf;
+        st = G_group_load(G, g0, g1, &gr, err);
+        if (st)
+            break;
 #pragma omp parallel num_threads(nt)
-    {
-        char *mine = scr + (size_t)omp_get_thread_num() * per_thread;
-        double complex *acc = (double complex *)mine;
-        cfloat *row = (cfloat *)(mine + nxf * sizeof(double complex));
-        cfloat *eq = row + nxf;
+        {
+            char *mine = scr + (size_t)omp_get_thread_num() * per_thread;
+            cfloat *row = (cfloat *)mine;
+            cfloat *eq = row + nxf;
 #pragma omp for schedule(dynamic, 1)
-        for (size_t i = 0; i < nyf; i++) {
-            memset(acc, 0, ncols * sizeof *acc);
-            if (c.fast)
-                for (size_t j = 0; j < ncols; j++)
-                    eq[j] = ssb_eq(&c, i, j);
-            for (size_t ib = 0; ib < G->n_bf; ib++) {
-                if (!G_plane(G, ib) || c.Ak[ib] == 0.0)
-                    continue;
-                cfloat R = 0;
-                if (c.fast) {
-                    double a, b;
-                    ssb_pixel_ab(&c, ib, &a, &b);
-                    R = (cfloat)cexp(I * a * c.qr[i]);
+            for (size_t i = 0; i < nyf; i++) {
+                double complex *a = acc + i * ncols;
+                if (c.fast)
+                    for (size_t j = 0; j < ncols; j++)
+                        eq[j] = ssb_eq(&c, i, j);
+                for (size_t ib = g0; ib < g1; ib++) {
+                    const cfloat *plane = (const cfloat *)gr.planes[ib - g0];
+                    if (!plane || c.Ak[ib] == 0.0)
+                        continue;
+                    cfloat R = 0;
+                    if (c.fast) {
+                        double pa, pb;
+                        ssb_pixel_ab(&c, ib, &pa, &pb);
+                        R = (cfloat)cexp(I * pa * c.qr[i]);
+                    }
+                    ssb_corr_row(&c, ib, plane, i, ncols, eq, R, Ctabs ? Ctabs + ib * ncols : NULL, row);
+                    for (size_t j = 0; j < ncols; j++)
+                        a[j] += row[j];
                 }
-                ssb_corr_row(&c, ib, i, ncols, eq, R, Ctabs ? Ctabs + ib * ncols : NULL, row);
-                for (size_t j = 0; j < ncols; j++)
-                    acc[j] += row[j];
             }
-            for (size_t j = 0; j < ncols; j++)
-                F[i * nxf + j] = (cfloat)(acc[j] * inv_nbf);
         }
     }
+    G_group_free(&gr);
+    if (st) {
+        ssb4d_mem_free(mem, scr, 0);
+        ssb4d_mem_free(mem, acc, 0);
+        ssb4d_mem_free(mem, F, 0);
+        ssb4d_mem_free(mem, Ctabs, 0);
+        ssb_ctx_free(&c);
+        return st;
+    }
+    const double inv_nbf = 1.0 / (double)G->n_bf;
+    for (size_t i = 0; i < nyf; i++)
+        for (size_t j = 0; j < ncols; j++)
+            F[i * nxf + j] = (cfloat)(acc[i * ncols + j] * inv_nbf);
+    ssb4d_mem_free(mem, acc, 1);
     if (half)
         for (size_t i = 0; i < nyf; i++)
             for (size_t j = ncols; j < nxf; j++)

@@ -122,10 +122,11 @@ cfloat ssb_eq(const ssb_ctx *c, size_t i, size_t j);
 void ssb_pixel_phasors(const ssb_ctx *c, size_t ib, cfloat *R, size_t nrows, cfloat *Ctab,
                        size_t ncols);
 void ssb_pixel_ab(const ssb_ctx *c, size_t ib, double *a, double *b);
-/* Ĉ_k on fine row i, columns [0, ncols): out[j] = G_f(q,k)·n(q,k). DC is left to the caller.
- * Eq_row, R and Ctab are only read by the fast kernel. */
-void ssb_corr_row(const ssb_ctx *c, size_t ib, size_t i, size_t ncols, const cfloat *Eq_row,
-                  cfloat R, const cfloat *Ctab, cfloat *out);
+/* Ĉ_k on fine row i, columns [0, ncols): out[j] = G_f(q,k)·n(q,k), from BF pixel ib's float32
+ * plane (NULL: inactive, out = 0; see G_group for half and streamed G). DC is left to the
+ * caller. Eq_row, R and Ctab are only read by the fast kernel. */
+void ssb_corr_row(const ssb_ctx *c, size_t ib, const cfloat *plane, size_t i, size_t ncols,
+                  const cfloat *Eq_row, cfloat R, const cfloat *Ctab, cfloat *out);
 
 /* Hot loops are compiled twice (AVX2 and baseline) and picked at run time. Results are the same
  * bits either way: the loops use only IEEE +, −, ×, ÷ and sqrt, and C17 mode turns off FMA

@@ -1,0 +1,293 @@
+/* test_gstream.c — the memory modes of G (SPEC 9, issue 5): a G whose planes are partly or wholly
+ * streamed (rebuilt from the source by every pass) gives the same bits as the resident G — its
+ * SHA-256, every plane, losses, batched losses, mean phases, objects at any upsampling and a whole
+ * fit trace — for any group size; a half-precision G holds exactly the rounded float32 planes and
+ * its previews stay within half precision's error of the exact ones. Both a .npy and an encoded
+ * .qem source are streamed from. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/half.h"
+#include "gbuild/gbuild.h"
+#include "ref_ssb.h"
+
+#define SIM SSB4D_SHARED_DATA "/sim/"
+
+typedef struct {
+    ssb4d_source *src;
+    ssb4d_calibration cal;
+    ssb4d_aberrations ab;
+} scene;
+
+static void open_scene(scene *s, const char *path)
+{
+    const ref_shared_set *d = &REF_SET_A1;
+    ssb4d_err err = {0};
+    memset(s, 0, sizeof *s);
+    if (ssb4d_source_open(path, &s->src, &err))
+        fail_msg("%s", err.msg);
+    ssb4d_calib_params p;
+    ssb4d_calib_params_default(&p);
+    p.kv = d->g.kv;
+    p.semiangle_mrad = d->g.semiangle_mrad;
+    memcpy(p.scan_step_A, d->g.scan_step_A, sizeof p.scan_step_A);
+    memcpy(p.det_sampling_mrad, d->g.det_sampling_mrad, sizeof p.det_sampling_mrad);
+    p.rotation_deg = 0;
+    if (ssb4d_calibrate(s->src, &p, &s->cal, &err))
+        fail_msg("%s", err.msg);
+    s->ab.C_nm[SSB4D_C10] = d->C10;
+    s->ab.C_nm[SSB4D_C12] = d->C12;
+    s->ab.phi_deg[SSB4D_C12] = d->phi12;
+}
+
+static void close_scene(scene *s)
+{
+    ssb4d_calibration_free(&s->cal);
+    ssb4d_source_close(s->src);
+}
+
+static ssb4d_G *build(scene *s, int half, size_t resident_bytes, size_t group_bytes, ssb4d_mem *mem)
+{
+    ssb4d_gbuild_opts go;
+    ssb4d_gbuild_opts_default(&go);
+    go.half = half;
+    go.resident_bytes = resident_bytes;
+    go.group_bytes = group_bytes;
+    go.block_bytes = 1 << 18; /* several row blocks per group */
+    ssb4d_G *G = NULL;
+    ssb4d_err err = {0};
+    if (ssb4d_gbuild(s->src, &s->cal.geom, s->cal.bf_pix, s->cal.n_bf, &go, mem, &G, &err))
+        fail_msg("%s", err.msg);
+    return G;
+}
+
+typedef struct {
+    char sha[65];
+    double loss, batch[3];
+    float *mean_phase, *obj1, *obj2;
+    size_t npix;
+} results;
+
+static void evaluate(scene *s, const ssb4d_G *G, ssb4d_mem *mem, results *r)
+{
+    ssb4d_err err = {0};
+    size_t ny, nx;
+    ssb4d_G_scan_shape(G, &ny, &nx);
+    r->npix = ny * nx;
+    ssb4d_G_sha256(G, r->sha);
+    r->mean_phase = malloc(r->npix * sizeof(float));
+    r->obj1 = malloc(2 * r->npix * sizeof(float));
+    r->obj2 = malloc(8 * r->npix * sizeof(float));
+    assert_non_null(r->mean_phase);
+    assert_non_null(r->obj1);
+    assert_non_null(r->obj2);
+    if (ssb4d_loss(G, &s->cal.geom, &s->ab, NULL, NULL, mem, &r->loss, r->mean_phase, &err))
+        fail_msg("%s", err.msg);
+    ssb4d_aberrations abs[3] = {s->ab, s->ab, s->ab};
+    abs[1].C_nm[SSB4D_C10] += 2;
+    abs[2].phi_deg[SSB4D_C12] -= 20;
+    if (ssb4d_loss_batch(G, &s->cal.geom, abs, NULL, 3, NULL, mem, r->batch, &err))
+        fail_msg("%s", err.msg);
+    if (ssb4d_object(G, &s->cal.geom, &s->ab, NULL, 1, NULL, mem, r->obj1, NULL, &err))
+        fail_msg("%s", err.msg);
+    if (ssb4d_object(G, &s->cal.geom, &s->ab, NULL, 2, NULL, mem, r->obj2, NULL, &err))
+        fail_msg("%s", err.msg);
+}
+
+static void results_free(results *r)
+{
+    free(r->mean_phase);
+    free(r->obj1);
+    free(r->obj2);
+}
+
+static void assert_same(const results *a, const results *b)
+{
+    assert_string_equal(a->sha, b->sha);
+    assert_memory_equal(&a->loss, &b->loss, sizeof a->loss);
+    assert_memory_equal(a->batch, b->batch, sizeof a->batch);
+    assert_memory_equal(a->mean_phase, b->mean_phase, a->npix * sizeof(float));
+    assert_memory_equal(a->obj1, b->obj1, 2 * a->npix * sizeof(float));
+    assert_memory_equal(a->obj2, b->obj2, 8 * a->npix * sizeof(float));
+}
+
+static void streamed_equals_resident(const char *path)
+{
+    scene s;
+    open_scene(&s, path);
+    ssb4d_mem *mem = ssb4d_mem_create(0);
+    ssb4d_G *R = build(&s, 0, 0, 0, mem);
+    size_t g_bytes = ssb4d_G_bytes(R), plane = g_bytes / ssb4d_G_n_stored(R);
+    results ref;
+    evaluate(&s, R, mem, &ref);
+    printf("  resident: %zu BF, %zu stored, %.1f KiB of G, loss %.9g\n", ssb4d_G_n_bf(R),
+           ssb4d_G_n_stored(R), g_bytes / 1024.0, ref.loss);
+
+    /* A third resident (groups of 64 and of 192 planes), then nothing resident. */
+    const size_t resident[] = {g_bytes / 3, g_bytes / 3, 1};
+    const size_t groups[] = {64 * plane, 192 * plane, 0};
+    for (int v = 0; v < 3; v++) {
+        ssb4d_G *S = build(&s, 0, resident[v], groups[v], mem);
+        assert_true(ssb4d_G_n_resident(S) < ssb4d_G_n_stored(S));
+        assert_int_equal(ssb4d_G_n_stored(S), ssb4d_G_n_stored(R));
+        assert_true(ssb4d_G_bytes(S) <= resident[v]);
+        results r;
+        evaluate(&s, S, mem, &r);
+        assert_same(&ref, &r);
+        /* Every plane, resident or rebuilt, equals the resident G's. */
+        size_t ny, nx;
+        ssb4d_G_scan_shape(R, &ny, &nx);
+        float *p = malloc(ny * (nx / 2 + 1) * 2 * sizeof *p);
+        assert_non_null(p);
+        for (size_t i = 0; i < ssb4d_G_n_bf(R); i += 7) {
+            const float *q = ssb4d_G_plane(R, i);
+            if (!q)
+                continue;
+            ssb4d_err err = {0};
+            assert_int_equal(ssb4d_G_plane_copy(S, i, p, &err), SSB4D_OK);
+            assert_memory_equal(p, q, ny * (nx / 2 + 1) * 2 * sizeof *p);
+        }
+        free(p);
+        printf("  streamed (%zu of %zu planes resident, groups of %zu): same bits\n",
+               ssb4d_G_n_resident(S), ssb4d_G_n_stored(S), groups[v] ? groups[v] / plane : 0);
+        /* The thick-sample band sums have no group pass: refused with a reason. */
+        if (v == 0) {
+            ssb4d_err err = {0};
+            double fit;
+            assert_int_equal(ssb4d_band_fit(S, &s.cal.geom, &s.ab, NULL, 1, NULL, mem, &fit, &err),
+                             SSB4D_EINVAL);
+            assert_non_null(strstr(err.msg, "resident"));
+        }
+        results_free(&r);
+        ssb4d_G_free(S);
+    }
+    results_free(&ref);
+    ssb4d_G_free(R);
+    ssb4d_mem_destroy(mem);
+    close_scene(&s);
+}
+
+static void test_streamed_npy(void **state)
+{
+    (void)state;
+    streamed_equals_resident(SIM "sim_A1_SrTiO3_300kV_counts.npy");
+}
+
+static void test_streamed_qem(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/ssb4d_gstream_XXXXXX", path[64];
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/a1.qem", dir);
+    ssb4d_import_params ip;
+    ssb4d_import_params_default(&ip);
+    ssb4d_err err = {0};
+    if (ssb4d_import(SIM "sim_A1_SrTiO3_300kV_counts.npy", path, &ip, NULL, &err))
+        fail_msg("%s", err.msg);
+    streamed_equals_resident(path);
+    unlink(path);
+    rmdir(dir);
+}
+
+/* A fit on a streamed G walks the same trace as on the resident G. */
+static void test_streamed_fit(void **state)
+{
+    (void)state;
+    scene s;
+    open_scene(&s, SIM "sim_A1_SrTiO3_300kV_counts.npy");
+    ssb4d_mem *mem = ssb4d_mem_create(0);
+    ssb4d_G *R = build(&s, 0, 0, 0, mem);
+    ssb4d_G *S = build(&s, 0, ssb4d_G_bytes(R) / 2, 0, mem);
+    ssb4d_fit_params p;
+    ssb4d_fit_params_default(&p);
+    p.trials = 24;
+    p.coarse_bf = 128;
+    ssb4d_fit_result a, b;
+    ssb4d_err err = {0};
+    if (ssb4d_fit(R, &s.cal.geom, &p, mem, &a, &err) || ssb4d_fit(S, &s.cal.geom, &p, mem, &b, &err))
+        fail_msg("%s", err.msg);
+    printf("  fit: %zu evaluations, C10 %.4f nm, trace %.16s… on both\n", a.evaluations,
+           a.ab.C_nm[SSB4D_C10], a.trace_sha256);
+    assert_string_equal(a.trace_sha256, b.trace_sha256);
+    assert_memory_equal(&a.loss, &b.loss, sizeof a.loss);
+    ssb4d_fit_result_free(&a);
+    ssb4d_fit_result_free(&b);
+    ssb4d_G_free(S);
+    ssb4d_G_free(R);
+    ssb4d_mem_destroy(mem);
+    close_scene(&s);
+}
+
+/* Half precision: the planes are the float32 planes rounded to binary16 (whatever the group
+ * size), the previews are within half precision's error, and half the bytes are held. */
+static void test_half(void **state)
+{
+    (void)state;
+    scene s;
+    open_scene(&s, SIM "sim_A1_SrTiO3_300kV_counts.npy");
+    ssb4d_mem *mem = ssb4d_mem_create(0);
+    ssb4d_G *R = build(&s, 0, 0, 0, mem);
+    size_t plane = ssb4d_G_bytes(R) / ssb4d_G_n_stored(R);
+    ssb4d_G *H = build(&s, 1, 0, 64 * plane, mem);
+    ssb4d_G *H2 = build(&s, 1, 0, 0, mem);
+    assert_true(ssb4d_G_is_half(H));
+    assert_int_equal(2 * ssb4d_G_bytes(H), ssb4d_G_bytes(R));
+    size_t ny, nx;
+    ssb4d_G_scan_shape(R, &ny, &nx);
+    size_t nv = ny * (nx / 2 + 1) * 2;
+    float *p = malloc(nv * sizeof *p), *want = malloc(nv * sizeof *want);
+    uint16_t *h = malloc(nv * sizeof *h);
+    assert_true(p && want && h);
+    for (size_t i = 0; i < ssb4d_G_n_bf(R); i++) {
+        const float *q = ssb4d_G_plane(R, i);
+        if (!q)
+            continue;
+        ssb4d_f32_to_f16(q, h, nv);
+        ssb4d_f16_to_f32(h, want, nv);
+        ssb4d_err err = {0};
+        assert_int_equal(ssb4d_G_plane_copy(H, i, p, &err), SSB4D_OK);
+        assert_memory_equal(p, want, nv * sizeof *p);
+    }
+    results ref, a, b;
+    evaluate(&s, R, mem, &ref);
+    evaluate(&s, H, mem, &a);
+    evaluate(&s, H2, mem, &b);
+    assert_same(&a, &b); /* the group size does not change a half G's bits either */
+    double rel = fabs(a.loss - ref.loss) / ref.loss, dmax = 0;
+    for (size_t r = 0; r < ref.npix; r++) {
+        double d = fabs(atan2(a.obj1[2 * r + 1], a.obj1[2 * r]) - atan2(ref.obj1[2 * r + 1], ref.obj1[2 * r]));
+        dmax = fmax(dmax, fmin(d, 2 * M_PI - d));
+    }
+    printf("  half: loss %.9g vs %.9g (rel %.2e), phase max |diff| %.2e rad\n", a.loss, ref.loss, rel, dmax);
+    assert_true(rel < 1e-3);
+    assert_true(dmax < 1e-2);
+    results_free(&ref);
+    results_free(&a);
+    results_free(&b);
+    free(p), free(want), free(h);
+    ssb4d_G_free(H2);
+    ssb4d_G_free(H);
+    ssb4d_G_free(R);
+    ssb4d_mem_destroy(mem);
+    close_scene(&s);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_streamed_npy),
+        cmocka_unit_test(test_streamed_qem),
+        cmocka_unit_test(test_streamed_fit),
+        cmocka_unit_test(test_half),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
