@@ -158,6 +158,28 @@ void *ssb4d_mem_alloc(ssb4d_mem *m, size_t bytes, const char *tag, ssb4d_err *er
     return (char *)raw + MEM_ALIGN;
 }
 
+ssb4d_status ssb4d_mem_external(ssb4d_mem *m, size_t bytes, int add, const char *tag, ssb4d_err *err)
+{
+    if (!m)
+        return SSB4D_OK;
+    pthread_mutex_lock(&m->lock);
+    if (!add) {
+        m->live -= bytes <= m->live ? bytes : m->live;
+        pthread_mutex_unlock(&m->lock);
+        return SSB4D_OK;
+    }
+    if (m->limit && m->live + bytes > m->limit) {
+        size_t limit = m->limit;
+        pthread_mutex_unlock(&m->lock);
+        return ssb4d_fail(err, SSB4D_ENOMEM, "%s (%.2f GiB) does not fit in the memory budget (%.2f GiB)",
+                          tag ? tag : "external data", bytes / 1073741824.0, limit / 1073741824.0);
+    }
+    m->live += bytes;
+    note_peak(m);
+    pthread_mutex_unlock(&m->lock);
+    return SSB4D_OK;
+}
+
 void *ssb4d_mem_calloc(ssb4d_mem *m, size_t bytes, const char *tag, ssb4d_err *err)
 {
     void *p = ssb4d_mem_alloc(m, bytes, tag, err);
