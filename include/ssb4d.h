@@ -78,6 +78,9 @@ void *ssb4d_mem_alloc(ssb4d_mem *m, size_t bytes, const char *tag, ssb4d_err *er
 void *ssb4d_mem_calloc(ssb4d_mem *m, size_t bytes, const char *tag, ssb4d_err *err);
 /* Frees a block. keep_in_cache != 0 parks it in the reuse cache instead (counted as cache). */
 void ssb4d_mem_free(ssb4d_mem *m, void *p, int keep_in_cache);
+/* Counts (add = 1) or stops counting (add = 0) bytes held outside the allocator, such as the
+ * memory-mapped encoded file, as live under the budget. */
+ssb4d_status ssb4d_mem_external(ssb4d_mem *m, size_t bytes, int add, const char *tag, ssb4d_err *err);
 /* Returns every cached block to the system. */
 void ssb4d_mem_trim(ssb4d_mem *m);
 size_t ssb4d_mem_live(const ssb4d_mem *m);
