@@ -384,6 +384,140 @@ void ssb4d_fit_result_free(ssb4d_fit_result *r);
 double ssb4d_phase_skewness(const float *phase, size_t n);
 
 /* ------------------------------------------------------------------------------------------ */
+/* Memory planner (src/plan/), SPEC §9: plan, then execute                                       */
+/*
+ * From the data's shape, the number of BF pixels and a memory budget the planner decides once how
+ * G is held (float32 resident; float32 with the outer BF pixels streamed; a half-precision preview
+ * copy beside a float32 fit G), the G build's decode block, the group of planes a pass over a half
+ * or streamed G materialises, and the fit batch. It predicts every stage of the session
+ * (ssb4d_session_run) by replaying that stage's allocations through a model of the accounting
+ * layer (exact-size reuse cache included), so the prediction is the tracked bytes the run will
+ * count. Budgets count tracked bytes: the encoded file, G and every transient; the process
+ * footprint adds the program, libraries and small arrays (about 0.1–0.2 GiB).
+ */
+typedef enum { SSB4D_PREVIEW_AUTO = 0, SSB4D_PREVIEW_FLOAT = 1, SSB4D_PREVIEW_HALF = 2 } ssb4d_preview_precision;
+
+typedef struct {
+    size_t scan[2], det[2];   /* acquisition shape */
+    size_t n_bf;              /* selected BF pixels */
+    size_t n_stored;          /* of those, with a stored plane (0: all) */
+    size_t n_fit_bf;          /* the fit's pixels (0: 0.64 n_bf, a fit radius of 0.8) */
+    size_t n_coarse_bf;       /* the fit's coarse subset (0: 256) */
+    size_t encoded_bytes;     /* resident data: the .qem file (0 for data read from disk) */
+    int rotation_fitted;      /* calibration fits the rotation (moments and CoM planes) */
+    int threads;              /* 0: all cores */
+    int upsample;             /* preview factor (0: 2) */
+    size_t region[2];         /* region refit shape (0: none) */
+    size_t memory_bytes;      /* the budget (0: available RAM) */
+    ssb4d_preview_precision preview;
+    size_t fit_batch;         /* 0: 8 */
+    size_t loss_tile;         /* BF pixels in flight per loss pass (0: one per thread) */
+} ssb4d_plan_input;
+
+typedef struct {
+    char name[48];
+    size_t peak_bytes, after_bytes, cache_bytes; /* tracked, predicted */
+    double seconds;                              /* rough, from this machine's measured rates */
+    char time_class[24];
+    char tiles[200];                             /* what the stage was given */
+} ssb4d_plan_stage;
+
+#define SSB4D_PLAN_MAX_STAGES 16
+typedef struct {
+    int fits;
+    char reason[256];                  /* why not, when it does not fit */
+    size_t memory_bytes;               /* the budget planned for */
+    size_t min_memory_bytes;           /* the smallest budget that runs the session (streaming) */
+    size_t resident_memory_bytes;      /* the smallest budget with G resident in float32 */
+    size_t encoded_bytes, g_bytes, g_half_bytes;
+    size_t resident_bytes;             /* encoded + G as held after the G build */
+    size_t session_peak_bytes;
+    /* decisions */
+    char mode[16];                     /* "resident", "streaming" */
+    int preview_half;
+    size_t fit_resident_bytes;         /* float32 planes held for the fit (all = g_bytes) */
+    size_t preview_resident_bytes;     /* planes held for previews */
+    size_t block_bytes, group_bytes, fit_batch, loss_tile;
+    int region_frees_g;                /* the region refit frees the full field's G first */
+    size_t region_resident_bytes;      /* planes of the region's own G held */
+    ssb4d_plan_stage stages[SSB4D_PLAN_MAX_STAGES];
+    size_t n_stages;
+} ssb4d_plan;
+
+void ssb4d_plan_input_default(ssb4d_plan_input *in);
+/* SSB4D_EINVAL for absurd shapes or counts; a budget that is too small is not an error: the plan
+ * says fits = 0 with the reason and min_memory_bytes. */
+ssb4d_status ssb4d_plan_make(const ssb4d_plan_input *in, ssb4d_plan *out, ssb4d_err *err);
+/* Available memory (MemAvailable; 0 if unknown) and total RAM (MemTotal) in bytes. */
+size_t ssb4d_mem_available(void);
+size_t ssb4d_mem_total(void);
+/* Parses "16G", "512M", "8GiB", "1.5T", "2000000" (bytes) into bytes: K/M/G/T are powers of
+ * 1024, an optional "B" or "iB" follows. Returns 0 on success, -1 for anything else. */
+int ssb4d_parse_size(const char *s, size_t *out);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Session (src/session/): the seed document's viewer session, stage by stage, under a budget   */
+/*
+ * load, calibrate, G build, fit (with the branch check), an upsampled preview with its FFT, drag
+ * previews, releases (preview + loss over all BF pixels), a region refit, the next full preview
+ * and saving the calibration; each stage's tracked peak / after / cache, footprint and time.
+ * The memory decisions come from ssb4d_plan_make with the calibrated counts, so the report holds
+ * the prediction beside the measurement. Previews use the half-precision copy of G when the plan
+ * chose it; the fit always uses float32 G (resident or streamed, same bits).
+ */
+typedef struct {
+    int upsample;          /* preview factor; 0: ssb4d_upsample_auto */
+    int fft;               /* previews also transform the phase (the viewer's FFT panel) */
+    size_t drags;          /* drag previews (default 20) */
+    size_t releases;       /* releases: preview + loss (default 3) */
+    int region;            /* 1: a region refit (default) */
+    size_t region_rect[4]; /* r0, r1, c0, c1; all 0: centred, side ssb4d_plan_region_side */
+    int save;              /* write calibration.json into the output folder (default 1) */
+} ssb4d_session_script;
+
+void ssb4d_session_script_default(ssb4d_session_script *s);
+/* Reads a JSON script: {"upsample": 2 | "auto", "fft": true, "drags": 20, "releases": 3,
+ * "region": {"rows": [r0, r1], "cols": [c0, c1]} | "centre" | null, "save": true}; keys left out
+ * keep their defaults, unknown keys are refused. */
+ssb4d_status ssb4d_session_script_read(const char *path, ssb4d_session_script *s, ssb4d_err *err);
+
+typedef struct {
+    ssb4d_calib_params calib;  /* microscope values and overrides (calib.mem is ignored) */
+    size_t memory_bytes;       /* 0: available RAM */
+    ssb4d_preview_precision preview;
+    int threads;               /* 0: all cores */
+    const char *out_dir;       /* where "save calibration" writes (NULL: not written) */
+    int hashes;                /* SHA-256 of G and of the previews' phase */
+    void (*stage)(void *user, const char *name); /* called as each stage starts (may be NULL) */
+    void *user;
+} ssb4d_session_params;
+
+void ssb4d_session_params_default(ssb4d_session_params *p);
+
+#define SSB4D_SESSION_MAX_STAGES 16
+typedef struct {
+    ssb4d_plan plan;           /* the decisions it ran with and their prediction */
+    ssb4d_stage_record stages[SSB4D_SESSION_MAX_STAGES];
+    size_t n_stages;
+    size_t shape[4], n_bf, n_stored;
+    size_t encoded_bytes, g_bytes, resident_bytes;
+    size_t session_peak_bytes, session_rss_peak_bytes;
+    int upsample;
+    double C10_nm, C12_nm, phi12_deg, loss;      /* the fit */
+    double region_C10_nm, region_C12_nm, region_phi12_deg;
+    size_t region_rect[4];
+    double release_loss;                          /* the last release's loss */
+    char g_sha256[65], phase_sha256[65], trace_sha256[65];
+    char first_preview_sha256[65];                /* the first preview; equals phase_sha256 when the
+                                                     drags and releases returned to the fit */
+    int rebuilt_same_bits;                        /* next full preview after a rebuild == first */
+} ssb4d_session_report;
+
+ssb4d_status ssb4d_session_run(const char *data_path, const ssb4d_session_params *p,
+                               const ssb4d_session_script *s, ssb4d_session_report *r,
+                               ssb4d_err *err);
+
+/* ------------------------------------------------------------------------------------------ */
 /* Simulator (src/sim/) — section owned by the simulator; see docs/simulate.md                   */
 /* ------------------------------------------------------------------------------------------ */
 /* Import into the encoded .qem form (src/ingest/import.c, SPEC §3)                             */

@@ -29,6 +29,8 @@ const char CLI_MICROSCOPE_HELP[] =
     "  --sidecar FILE        simulator sidecar JSON (default: DATA with .json, if present)\n"
     "  --no-hot-pixels       do not detect hot pixels\n"
     "  --threads N           worker threads (default: all cores)\n"
+    "  --memory SIZE         memory budget, e.g. 16G, 512M (default: the available RAM); block,\n"
+    "                        tile and group sizes and how G is held follow from it\n"
     "  --memory-report       print the per-stage memory table on stderr\n"
     "  --json                print one JSON result object on stdout\n";
 
@@ -104,10 +106,29 @@ int cli_micro_handle(cli_micro *m, int opt, const char *arg)
         return 1;
     }
     case CLI_OPT_MEMORY_REPORT: m->memory_report = 1; return 1;
+    case CLI_OPT_MEMORY: return cli_parse_memory(arg, &m->memory_bytes) ? -1 : 1;
     case CLI_OPT_JSON: m->json = 1; return 1;
     case CLI_OPT_NO_HOT_PIXELS: m->hot_pixels = 0; return 1;
     default: return 0;
     }
+}
+
+int cli_parse_memory(const char *arg, size_t *out)
+{
+    if (ssb4d_parse_size(arg, out) || *out < ((size_t)1 << 20)) {
+        fprintf(stderr, "ssb4d: invalid value '%s' for --memory (a size such as 16G, 8GiB or 512M, at least 1M)\n",
+                arg ? arg : "");
+        return -1;
+    }
+    return 0;
+}
+
+size_t cli_memory_budget(const cli_micro *m)
+{
+    if (m->memory_bytes)
+        return m->memory_bytes;
+    size_t a = ssb4d_mem_available();
+    return a ? a : ssb4d_mem_total();
 }
 
 /* ---- sidecar ------------------------------------------------------------------------------ */

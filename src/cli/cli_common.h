@@ -16,7 +16,7 @@
 enum {
     CLI_OPT_KV = 1000, CLI_OPT_SEMIANGLE, CLI_OPT_SCAN_STEP, CLI_OPT_DET_SAMPLING, CLI_OPT_ROTATION,
     CLI_OPT_BF_RADIUS, CLI_OPT_CENTRE, CLI_OPT_CALIBRATION, CLI_OPT_SIDECAR, CLI_OPT_THREADS,
-    CLI_OPT_MEMORY_REPORT, CLI_OPT_JSON, CLI_OPT_NO_HOT_PIXELS,
+    CLI_OPT_MEMORY_REPORT, CLI_OPT_JSON, CLI_OPT_NO_HOT_PIXELS, CLI_OPT_MEMORY,
     CLI_OPT_FIRST_FREE = 1100 /* commands number their own options from here */
 };
 
@@ -34,7 +34,8 @@ enum {
     {"threads", required_argument, 0, CLI_OPT_THREADS},                    \
     {"memory-report", no_argument, 0, CLI_OPT_MEMORY_REPORT},              \
     {"json", no_argument, 0, CLI_OPT_JSON},                                \
-    {"no-hot-pixels", no_argument, 0, CLI_OPT_NO_HOT_PIXELS}
+    {"no-hot-pixels", no_argument, 0, CLI_OPT_NO_HOT_PIXELS},             \
+    {"memory", required_argument, 0, CLI_OPT_MEMORY}
 
 /* Help text for the shared flags (printed by each command's --help). */
 extern const char CLI_MICROSCOPE_HELP[];
@@ -59,6 +60,7 @@ typedef struct {
     const char *sidecar_path;
     int threads;
     int memory_report;
+    size_t memory_bytes; /* --memory (0: not given: the available RAM) */
     int json;
     int hot_pixels;
 } cli_micro;
@@ -91,6 +93,13 @@ void cli_values_to_calib_params(const cli_values *v, int threads, int hot_pixels
 /* Checks the values that must be known before any work (kv, semiangle, scan step) and prints one
  * line naming the missing or absurd one. Returns 0 or CLI_EXIT_USAGE. */
 int cli_check_microscope(const cli_values *v);
+
+/* The budget: --memory, else the available RAM (MemAvailable). */
+size_t cli_memory_budget(const cli_micro *m);
+/* Parses a --memory value into *out; prints one error line and returns -1 when it is not a size. */
+int cli_parse_memory(const char *arg, size_t *out);
+/* Help line for --memory (for commands that take it without the microscope flags). */
+#define CLI_MEMORY_HELP "  --memory SIZE         memory budget, e.g. 16G, 512M (default: the available RAM)\n"
 
 /* Prints "ssb4d <cmd>: <msg>" on stderr and returns the exit code for status st. */
 int cli_error(const char *cmd, ssb4d_status st, const char *msg);

@@ -10,4 +10,7 @@ int cmd_verify(int argc, char **argv);
 int cmd_fit(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
 int cmd_fit_regions(int argc, char **argv);
+int cmd_plan(int argc, char **argv);
+int cmd_session(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
 #endif

@@ -19,6 +19,9 @@ static const struct {
     {"fit", cmd_fit, "fit the aberrations (the main job); without DATA, on a built-in simulation"},
     {"demo", cmd_demo, "simulate a small dataset, fit it and print the truth beside the fit"},
     {"fit-regions", cmd_fit_regions, "fit a grid or list of scan regions: a map of C10, C12, phi12"},
+    {"plan", cmd_plan, "the memory plan of a session under a budget: per stage peak, after, tiles"},
+    {"session", cmd_session, "replay the viewer session and print its per-stage memory table"},
+    {"bench", cmd_bench, "benchmark records: bench run, bench compare OLD NEW, bench sweep"},
 };
 
 static void usage(FILE *f)

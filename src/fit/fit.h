@@ -50,4 +50,8 @@ void fit_point_aberrations(const ssb4d_aberrations *base, const double x[3], ssb
 /* SSB4D_EINVAL, naming the parameter, unless lo[j] <= start[j] <= hi[j] for C10, C12, φ12. */
 ssb4d_status fit_check_start(const double lo[3], const double hi[3], const double start[3],
                              ssb4d_err *err);
+/* BF indices (into bf_pix) within fraction × (distance of the farthest BF pixel from g's centre)
+ * of the centre: the standard fit's pixels (idx may be NULL to count them). */
+size_t fit_pixels_of(const int32_t *bf_pix, size_t n_bf, size_t det_cols, const ssb4d_geometry *g,
+                     double fraction, size_t *idx);
 #endif

@@ -118,25 +118,32 @@ static void trace_hash(ssb4d_fit_result *r)
 
 /* ---- pixels ----------------------------------------------------------------------------------- */
 
-/* BF indices within fit_radius × (distance of the farthest BF pixel) of the centre. */
-static size_t fit_pixels(const ssb4d_G *G, const ssb4d_geometry *g, double fraction, size_t *idx)
+size_t fit_pixels_of(const int32_t *bf_pix, size_t n_bf, size_t det_cols, const ssb4d_geometry *g,
+                     double fraction, size_t *idx)
 {
-    size_t cols = G->det_shape[1];
-    double *d = malloc(G->n_bf * sizeof *d), dmax = 0;
+    double *d = malloc((n_bf ? n_bf : 1) * sizeof *d), dmax = 0;
     if (!d)
         return 0;
-    for (size_t i = 0; i < G->n_bf; i++) {
-        double r = (double)(G->bf_pix[i] / (int32_t)cols) - g->centre_px[0];
-        double c = (double)(G->bf_pix[i] % (int32_t)cols) - g->centre_px[1];
+    for (size_t i = 0; i < n_bf; i++) {
+        double r = (double)(bf_pix[i] / (int32_t)det_cols) - g->centre_px[0];
+        double c = (double)(bf_pix[i] % (int32_t)det_cols) - g->centre_px[1];
         d[i] = sqrt(r * r + c * c);
         dmax = fmax(dmax, d[i]);
     }
     size_t n = 0;
-    for (size_t i = 0; i < G->n_bf; i++)
-        if (fraction >= 1.0 || d[i] <= fraction * dmax)
-            idx[n++] = i;
+    for (size_t i = 0; i < n_bf; i++)
+        if (fraction >= 1.0 || d[i] <= fraction * dmax) {
+            if (idx)
+                idx[n] = i;
+            n++;
+        }
     free(d);
     return n;
+}
+
+static size_t fit_pixels(const ssb4d_G *G, const ssb4d_geometry *g, double fraction, size_t *idx)
+{
+    return fit_pixels_of(G->bf_pix, G->n_bf, G->det_shape[1], g, fraction, idx);
 }
 
 /* ---- one refinement on a given G and geometry -------------------------------------------------- */

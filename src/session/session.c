@@ -1,0 +1,479 @@
+/* session.c — the seed document's viewer session, replayed stage by stage under a memory budget
+ * (issue 5): load, calibrate, G build, fit, upsampled preview with FFT, drags, releases, region
+ * refit, next full preview, save. What stays resident is the encoded file plus G; each stage's
+ * transients are freed (or parked in the reuse cache, as a viewer would keep them) when it ends.
+ *
+ * The order of allocations here is what src/plan/plan.c replays; tests/test_plan.c compares the
+ * two stage by stage, so a change here that moves memory shows up there. */
+#include "common/err.h"
+#include "common/sha256.h"
+#include "fit/fit.h"
+#include "gbuild/gbuild.h"
+#include "io/calfile.h"
+#include "plan/plan.h"
+
+#include <cjson/cJSON.h>
+#include <fftw3.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+void ssb4d_fftw_lock(void);
+void ssb4d_fftw_unlock(void);
+
+void ssb4d_session_script_default(ssb4d_session_script *s)
+{
+    memset(s, 0, sizeof *s);
+    s->fft = 1;
+    s->drags = 20;
+    s->releases = 3;
+    s->region = 1;
+    s->save = 1;
+}
+
+void ssb4d_session_params_default(ssb4d_session_params *p)
+{
+    memset(p, 0, sizeof *p);
+    ssb4d_calib_params_default(&p->calib);
+}
+
+/* ---- the script file ------------------------------------------------------------------------ */
+
+static int get_count(const cJSON *v, size_t max, size_t *out)
+{
+    if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > (double)max ||
+        v->valuedouble != floor(v->valuedouble))
+        return -1;
+    *out = (size_t)v->valuedouble;
+    return 0;
+}
+
+static int get_pair(const cJSON *a, size_t out[2])
+{
+    if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) != 2)
+        return -1;
+    for (int i = 0; i < 2; i++)
+        if (get_count(cJSON_GetArrayItem(a, i), 1u << 20, &out[i]))
+            return -1;
+    return 0;
+}
+
+ssb4d_status ssb4d_session_script_read(const char *path, ssb4d_session_script *s, ssb4d_err *err)
+{
+    ssb4d_session_script_default(s);
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return ssb4d_fail(err, SSB4D_EIO, "cannot open the session script %s", path);
+    char buf[65536];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    int more = fgetc(f) != EOF;
+    fclose(f);
+    if (more)
+        return ssb4d_fail(err, SSB4D_EFORMAT, "session script %s is larger than 64 KiB", path);
+    buf[n] = 0;
+    cJSON *j = cJSON_ParseWithLength(buf, n);
+    if (!cJSON_IsObject(j)) {
+        cJSON_Delete(j);
+        return ssb4d_fail(err, SSB4D_EFORMAT, "session script %s is not a JSON object", path);
+    }
+    ssb4d_status st = SSB4D_OK;
+    const cJSON *v;
+    cJSON_ArrayForEach(v, j)
+    {
+        const char *k = v->string;
+        size_t c;
+        if (!strcmp(k, "upsample")) {
+            if (cJSON_IsString(v) && !strcmp(v->valuestring, "auto"))
+                s->upsample = 0;
+            else if (!get_count(v, 8, &c) && (c == 1 || c == 2 || c == 3 || c == 4 || c == 8))
+                s->upsample = (int)c;
+            else
+                st = ssb4d_fail(err, SSB4D_EFORMAT, "session script: \"upsample\" must be 1, 2, 3, 4, 8 or \"auto\"");
+        } else if (!strcmp(k, "fft") || !strcmp(k, "save")) {
+            if (!cJSON_IsBool(v))
+                st = ssb4d_fail(err, SSB4D_EFORMAT, "session script: \"%s\" must be true or false", k);
+            else if (!strcmp(k, "fft"))
+                s->fft = cJSON_IsTrue(v);
+            else
+                s->save = cJSON_IsTrue(v);
+        } else if (!strcmp(k, "drags") || !strcmp(k, "releases")) {
+            if (get_count(v, 10000, &c))
+                st = ssb4d_fail(err, SSB4D_EFORMAT, "session script: \"%s\" must be a count from 0 to 10000", k);
+            else if (!strcmp(k, "drags"))
+                s->drags = c;
+            else
+                s->releases = c;
+        } else if (!strcmp(k, "region")) {
+            memset(s->region_rect, 0, sizeof s->region_rect);
+            if (cJSON_IsNull(v))
+                s->region = 0;
+            else if (cJSON_IsString(v) && !strcmp(v->valuestring, "centre"))
+                s->region = 1;
+            else if (cJSON_IsObject(v) && !get_pair(cJSON_GetObjectItemCaseSensitive(v, "rows"), s->region_rect) &&
+                     !get_pair(cJSON_GetObjectItemCaseSensitive(v, "cols"), s->region_rect + 2) &&
+                     cJSON_GetArraySize(v) == 2)
+                s->region = 1;
+            else
+                st = ssb4d_fail(err, SSB4D_EFORMAT,
+                                "session script: \"region\" must be {\"rows\": [r0, r1], \"cols\": [c0, c1]}, \"centre\" or null");
+        } else
+            st = ssb4d_fail(err, SSB4D_EFORMAT, "session script: unknown key \"%s\" (known: upsample, fft, "
+                                                "drags, releases, region, save)", k);
+        if (st)
+            break;
+    }
+    cJSON_Delete(j);
+    return st;
+}
+
+/* ---- stages --------------------------------------------------------------------------------- */
+
+typedef struct {
+    const ssb4d_session_params *p;
+    ssb4d_session_report *r;
+    ssb4d_mem *mem;
+} run;
+
+static void begin(run *x, const char *name)
+{
+    if (x->p->stage)
+        x->p->stage(x->p->user, name);
+    ssb4d_mem_stage_begin(x->mem, name);
+}
+
+static void end(run *x)
+{
+    ssb4d_mem_stage_end(x->mem);
+    size_t i = ssb4d_mem_stage_count(x->mem);
+    if (i && x->r->n_stages < SSB4D_SESSION_MAX_STAGES)
+        x->r->stages[x->r->n_stages++] = *ssb4d_mem_stage(x->mem, i - 1);
+}
+
+/* One preview as the viewer draws it: the phase image, the object at upsampling f, and (fft)
+ * the phase's spectrum for the FFT panel. hex (may be NULL) gets the phase's SHA-256. */
+static ssb4d_status preview(run *x, const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d_aberrations *ab,
+                            int f, int fft, char *hex, ssb4d_err *err)
+{
+    size_t ny, nx;
+    ssb4d_G_scan_shape(G, &ny, &nx);
+    size_t nyf = (size_t)f * ny, nxf = (size_t)f * nx;
+    float *ph = ssb4d_mem_alloc(x->mem, nyf * nxf * sizeof *ph, "preview phase", err);
+    if (!ph)
+        return SSB4D_ENOMEM;
+    ssb4d_ssb_opts so;
+    ssb4d_ssb_opts_default(&so);
+    so.threads = x->p->threads;
+    ssb4d_status st = ssb4d_object(G, g, ab, NULL, f, &so, x->mem, NULL, ph, err);
+    if (!st && fft) {
+        fftwf_complex *spec = ssb4d_mem_alloc(x->mem, nyf * (nxf / 2 + 1) * sizeof *spec, "preview FFT", err);
+        if (!spec)
+            st = SSB4D_ENOMEM;
+        else {
+            ssb4d_fftw_lock();
+            fftwf_plan pl = fftwf_plan_dft_r2c_2d((int)nyf, (int)nxf, ph, spec, FFTW_ESTIMATE);
+            ssb4d_fftw_unlock();
+            if (!pl)
+                st = ssb4d_fail(err, SSB4D_EINTERNAL, "FFTW could not plan the preview's FFT");
+            else {
+                fftwf_execute(pl);
+                ssb4d_fftw_lock();
+                fftwf_destroy_plan(pl);
+                ssb4d_fftw_unlock();
+            }
+            ssb4d_mem_free(x->mem, spec, 1);
+        }
+    }
+    if (!st && hex) {
+        ssb4d_sha256 *h = ssb4d_sha256_new();
+        ssb4d_sha256_update(h, ph, nyf * nxf * sizeof *ph);
+        ssb4d_sha256_final_hex(h, hex);
+    }
+    ssb4d_mem_free(x->mem, ph, 1);
+    return st;
+}
+
+static ssb4d_status build(run *x, ssb4d_source *src, const ssb4d_calibration *cal, int half,
+                          size_t resident, size_t g_bytes, ssb4d_G **G, ssb4d_err *err)
+{
+    ssb4d_gbuild_opts go;
+    ssb4d_gbuild_opts_default(&go);
+    go.threads = x->p->threads;
+    go.half = half;
+    /* 0 in the plan means "nothing resident"; 0 in gbuild means "all": keep them apart. */
+    go.resident_bytes = resident >= g_bytes ? 0 : resident ? resident : 1;
+    go.block_bytes = x->r->plan.block_bytes;
+    go.group_bytes = x->r->plan.group_bytes;
+    return ssb4d_gbuild(src, &cal->geom, cal->bf_pix, cal->n_bf, &go, x->mem, G, err);
+}
+
+static size_t count_stored(const ssb4d_calibration *c)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < c->n_bf; i++)
+        n += ssb4d_bf_pixel_active(&c->geom, c->det_shape[1], c->bf_pix[i]);
+    return n;
+}
+
+static int is_qem(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return 0;
+    char m[8] = {0};
+    size_t n = fread(m, 1, 8, f);
+    fclose(f);
+    return n == 8 && !memcmp(m, "QEM", 3);
+}
+
+static ssb4d_status save_calibration(run *x, const ssb4d_calibration *cal, const ssb4d_fit_result *fr,
+                                     ssb4d_err *err)
+{
+    ssb4d_calfile cf;
+    ssb4d_calfile_init(&cf);
+    ssb4d_status st = ssb4d_calfile_from_calibration(&cf, cal, err);
+    if (!st) {
+        cf.geom = fr->geom;
+        cf.has_ab = 1;
+        cf.ab = fr->ab;
+        cf.loss = fr->loss;
+        cf.branch_flipped = fr->branch_flipped;
+        cf.skewness = fr->skewness;
+        cf.skewness_other = fr->skewness_other;
+        if (x->p->out_dir) {
+            char path[4096];
+            mkdir(x->p->out_dir, 0777);
+            snprintf(path, sizeof path, "%s/calibration.json", x->p->out_dir);
+            st = ssb4d_calfile_write(path, &cf, err);
+        } else {
+            char *text = ssb4d_calfile_to_json(&cf); /* the work of a save, without the file */
+            if (!text)
+                st = ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+            free(text);
+        }
+    }
+    ssb4d_calfile_free(&cf);
+    return st;
+}
+
+ssb4d_status ssb4d_session_run(const char *data_path, const ssb4d_session_params *p,
+                               const ssb4d_session_script *s, ssb4d_session_report *r,
+                               ssb4d_err *err)
+{
+    memset(r, 0, sizeof *r);
+    size_t budget = p->memory_bytes ? p->memory_bytes : ssb4d_mem_available();
+    run x = {p, r, ssb4d_mem_create(budget)};
+    if (!x.mem)
+        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+    ssb4d_source *src = NULL, *view = NULL;
+    ssb4d_calibration cal;
+    int have_cal = 0;
+    ssb4d_G *G = NULL, *RG = NULL;
+    ssb4d_fit_result fr, rr;
+    memset(&fr, 0, sizeof fr);
+    memset(&rr, 0, sizeof rr);
+    ssb4d_status st;
+
+    /* load: the encoded file is mapped and verified; it stays resident for the session. */
+    begin(&x, "load");
+    st = ssb4d_source_open(data_path, &src, err);
+    if (!st && is_qem(data_path)) {
+        struct stat sb;
+        if (stat(data_path, &sb) == 0)
+            r->encoded_bytes = (size_t)sb.st_size;
+        st = ssb4d_mem_external(x.mem, r->encoded_bytes, 1, "the encoded data", err);
+    }
+    end(&x);
+    if (st)
+        goto out;
+    ssb4d_source_shape(src, r->shape);
+
+    begin(&x, "calibrate");
+    ssb4d_calib_params cp = p->calib;
+    cp.mem = x.mem;
+    cp.threads = p->threads;
+    st = ssb4d_calibrate(src, &cp, &cal, err);
+    have_cal = !st;
+    end(&x);
+    if (st)
+        goto out;
+
+    /* Plan with the calibrated counts: every later size comes from here. */
+    r->n_bf = cal.n_bf;
+    r->n_stored = count_stored(&cal);
+    r->upsample = s->upsample ? s->upsample : ssb4d_upsample_auto(&cal.geom);
+    if (s->region) {
+        memcpy(r->region_rect, s->region_rect, sizeof r->region_rect);
+        if (!r->region_rect[1] && !r->region_rect[3]) {
+            size_t hr = ssb4d_plan_region_side(r->shape[0]), hc = ssb4d_plan_region_side(r->shape[1]);
+            r->region_rect[0] = (r->shape[0] - hr) / 2, r->region_rect[1] = r->region_rect[0] + hr;
+            r->region_rect[2] = (r->shape[1] - hc) / 2, r->region_rect[3] = r->region_rect[2] + hc;
+        }
+    }
+    ssb4d_plan_input pi;
+    ssb4d_plan_input_default(&pi);
+    pi.scan[0] = r->shape[0], pi.scan[1] = r->shape[1], pi.det[0] = r->shape[2], pi.det[1] = r->shape[3];
+    pi.n_bf = cal.n_bf;
+    pi.n_stored = r->n_stored;
+    ssb4d_fit_params fp;
+    ssb4d_fit_params_default(&fp);
+    fp.threads = p->threads;
+    pi.n_fit_bf = fit_pixels_of(cal.bf_pix, cal.n_bf, cal.det_shape[1], &cal.geom, fp.fit_radius, NULL);
+    pi.n_coarse_bf = fp.coarse_bf;
+    pi.encoded_bytes = r->encoded_bytes;
+    pi.rotation_fitted = isnan(p->calib.rotation_deg);
+    pi.threads = p->threads;
+    pi.upsample = r->upsample;
+    if (s->region)
+        pi.region[0] = r->region_rect[1] - r->region_rect[0], pi.region[1] = r->region_rect[3] - r->region_rect[2];
+    pi.memory_bytes = budget;
+    pi.preview = p->preview;
+    st = ssb4d_plan_make(&pi, &r->plan, err);
+    if (!st && !r->plan.fits)
+        st = ssb4d_fail(err, SSB4D_ENOMEM, "the session does not fit in %.2f GiB: %s", budget / 1073741824.0,
+                        r->plan.reason);
+    if (st)
+        goto out;
+    const ssb4d_plan *pl = &r->plan;
+    r->g_bytes = pl->g_bytes;
+
+    /* G build: the fit's float32 G (the outer BF pixels streamed when the budget says so). */
+    begin(&x, "G build");
+    st = build(&x, src, &cal, 0, pl->fit_resident_bytes, pl->g_bytes, &G, err);
+    end(&x);
+    if (st)
+        goto out;
+    r->resident_bytes = r->encoded_bytes + ssb4d_G_bytes(G);
+    if (p->hashes) {
+        ssb4d_G_sha256(G, r->g_sha256); /* outside any stage; its group buffer is returned */
+        ssb4d_mem_trim(x.mem);
+    }
+
+    begin(&x, "fit");
+    st = ssb4d_fit(G, &cal.geom, &fp, x.mem, &fr, err);
+    ssb4d_mem_trim(x.mem); /* the fit's tiles go back, as the seed's find_aberrations does */
+    end(&x);
+    if (st)
+        goto out;
+    r->C10_nm = fr.ab.C_nm[SSB4D_C10], r->C12_nm = fr.ab.C_nm[SSB4D_C12];
+    r->phi12_deg = fr.ab.phi_deg[SSB4D_C12], r->loss = fr.loss;
+    memcpy(r->trace_sha256, fr.trace_sha256, sizeof r->trace_sha256);
+
+    int same = !pl->preview_half && pl->preview_resident_bytes == pl->fit_resident_bytes;
+    char name[48];
+    snprintf(name, sizeof name, "preview (%dx%s)", r->upsample, s->fft ? ", FFT" : "");
+    begin(&x, name);
+    if (!same) { /* the preview copy replaces the fit's G */
+        ssb4d_G_free(G);
+        G = NULL;
+        st = build(&x, src, &cal, pl->preview_half, pl->preview_resident_bytes,
+                   pl->preview_half ? pl->g_half_bytes : pl->g_bytes, &G, err);
+    }
+    if (!st)
+        st = preview(&x, G, &fr.geom, &fr.ab, r->upsample, s->fft, p->hashes ? r->first_preview_sha256 : NULL, err);
+    end(&x);
+    if (st)
+        goto out;
+
+    /* Drags move C10 through ±1 nm and come back; releases add the loss over all BF pixels. */
+    if (s->drags) {
+        snprintf(name, sizeof name, "%zu drags", s->drags);
+        begin(&x, name);
+        for (size_t i = 0; i < s->drags && !st; i++) {
+            ssb4d_aberrations ab = fr.ab;
+            ab.C_nm[SSB4D_C10] += sin(2 * M_PI * (double)(i + 1) / (double)s->drags);
+            st = preview(&x, G, &fr.geom, &ab, r->upsample, s->fft, NULL, err);
+        }
+        end(&x);
+        if (st)
+            goto out;
+    }
+    if (s->releases) {
+        snprintf(name, sizeof name, "%zu releases", s->releases);
+        begin(&x, name);
+        ssb4d_ssb_opts so;
+        ssb4d_ssb_opts_default(&so);
+        so.threads = p->threads;
+        for (size_t i = 0; i < s->releases && !st; i++) {
+            ssb4d_aberrations ab = fr.ab;
+            ab.C_nm[SSB4D_C10] += 0.2 * (double)(s->releases - 1 - i); /* the last one at the fit */
+            st = preview(&x, G, &fr.geom, &ab, r->upsample, s->fft, NULL, err);
+            if (!st)
+                st = ssb4d_loss(G, &fr.geom, &ab, NULL, &so, x.mem, &r->release_loss, NULL, err);
+        }
+        end(&x);
+        if (st)
+            goto out;
+    }
+
+    if (s->region) {
+        const size_t *q = r->region_rect;
+        snprintf(name, sizeof name, "region refit %zux%zu", q[1] - q[0], q[3] - q[2]);
+        begin(&x, name);
+        if (pl->region_frees_g) {
+            ssb4d_G_free(G);
+            G = NULL;
+            ssb4d_mem_trim(x.mem);
+        }
+        st = ssb4d_source_region(src, q[0], q[1], q[2], q[3], &view, err);
+        if (!st) {
+            size_t region_g = r->n_stored * (((q[1] - q[0]) * ((q[3] - q[2]) / 2 + 1) + 7) / 8 * 8) * 8;
+            st = build(&x, view, &cal, 0, pl->region_resident_bytes, region_g, &RG, err);
+        }
+        if (!st)
+            st = ssb4d_fit(RG, &cal.geom, &fp, x.mem, &rr, err);
+        ssb4d_G_free(RG);
+        RG = NULL;
+        ssb4d_mem_trim(x.mem);
+        end(&x);
+        ssb4d_source_close(view);
+        view = NULL;
+        if (st)
+            goto out;
+        r->region_C10_nm = rr.ab.C_nm[SSB4D_C10], r->region_C12_nm = rr.ab.C_nm[SSB4D_C12];
+        r->region_phi12_deg = rr.ab.phi_deg[SSB4D_C12];
+
+        begin(&x, "next full preview");
+        int rebuilt = !G;
+        if (!G)
+            st = build(&x, src, &cal, pl->preview_half, pl->preview_resident_bytes,
+                       pl->preview_half ? pl->g_half_bytes : pl->g_bytes, &G, err);
+        char hex[65] = "";
+        if (!st)
+            st = preview(&x, G, &fr.geom, &fr.ab, r->upsample, s->fft, p->hashes ? hex : NULL, err);
+        end(&x);
+        if (st)
+            goto out;
+        if (p->hashes) {
+            memcpy(r->phase_sha256, hex, sizeof hex);
+            r->rebuilt_same_bits = rebuilt && !strcmp(hex, r->first_preview_sha256);
+        }
+    } else if (p->hashes)
+        memcpy(r->phase_sha256, r->first_preview_sha256, sizeof r->phase_sha256);
+
+    if (s->save) {
+        begin(&x, "save calibration");
+        st = save_calibration(&x, &cal, &fr, err);
+        end(&x);
+    }
+out:
+    for (size_t i = 0; i < r->n_stages; i++) {
+        if (r->stages[i].peak_bytes > r->session_peak_bytes)
+            r->session_peak_bytes = r->stages[i].peak_bytes;
+        if (r->stages[i].rss_peak_bytes > r->session_rss_peak_bytes)
+            r->session_rss_peak_bytes = r->stages[i].rss_peak_bytes;
+    }
+    ssb4d_fit_result_free(&fr);
+    ssb4d_fit_result_free(&rr);
+    ssb4d_G_free(RG);
+    ssb4d_G_free(G);
+    if (have_cal)
+        ssb4d_calibration_free(&cal);
+    ssb4d_source_close(view);
+    ssb4d_source_close(src);
+    if (r->encoded_bytes)
+        ssb4d_mem_external(x.mem, r->encoded_bytes, 0, NULL, NULL);
+    ssb4d_mem_destroy(x.mem);
+    return st;
+}
