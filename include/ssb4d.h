@@ -198,6 +198,7 @@ typedef struct {
     int hot_pixels;              /* 1: detect hot pixels (default), 0: only file masks */
     int threads;                 /* 0: all cores */
     ssb4d_mem *mem;              /* counts the frame blocks and per-position buffers (may be NULL) */
+    size_t block_bytes;          /* frames read at a time (uint32), 0: 64 MiB; same results for any */
 } ssb4d_calib_params;
 
 void ssb4d_calib_params_default(ssb4d_calib_params *p);
@@ -395,6 +396,17 @@ double ssb4d_phase_skewness(const float *phase, size_t n);
  * count. Budgets count tracked bytes: the encoded file, G and every transient; the process
  * footprint adds the program, libraries and small arrays (about 0.1–0.2 GiB).
  */
+/* What a session does (src/session/); the planner plans the same stages. */
+typedef struct {
+    int upsample;          /* preview factor; 0: ssb4d_upsample_auto */
+    int fft;               /* previews also transform the phase (the viewer's FFT panel) */
+    size_t drags;          /* drag previews (default 20) */
+    size_t releases;       /* releases: preview + loss (default 3) */
+    int region;            /* 1: a region refit (default) */
+    size_t region_rect[4]; /* r0, r1, c0, c1; all 0: centred, side ssb4d_plan_region_side */
+    int save;              /* write calibration.json into the output folder (default 1) */
+} ssb4d_session_script;
+
 typedef enum { SSB4D_PREVIEW_AUTO = 0, SSB4D_PREVIEW_FLOAT = 1, SSB4D_PREVIEW_HALF = 2 } ssb4d_preview_precision;
 
 typedef struct {
@@ -412,6 +424,7 @@ typedef struct {
     ssb4d_preview_precision preview;
     size_t fit_batch;         /* 0: 8 */
     size_t loss_tile;         /* BF pixels in flight per loss pass (0: one per thread) */
+    const ssb4d_session_script *script; /* the session's stages (NULL: the built-in one) */
 } ssb4d_plan_input;
 
 typedef struct {
@@ -438,6 +451,7 @@ typedef struct {
     size_t fit_resident_bytes;         /* float32 planes held for the fit (all = g_bytes) */
     size_t preview_resident_bytes;     /* planes held for previews */
     size_t block_bytes, group_bytes, fit_batch, loss_tile;
+    size_t calib_block_bytes;          /* the calibration's frame block */
     int region_frees_g;                /* the region refit frees the full field's G first */
     size_t region_resident_bytes;      /* planes of the region's own G held */
     ssb4d_plan_stage stages[SSB4D_PLAN_MAX_STAGES];
@@ -465,16 +479,6 @@ int ssb4d_parse_size(const char *s, size_t *out);
  * the prediction beside the measurement. Previews use the half-precision copy of G when the plan
  * chose it; the fit always uses float32 G (resident or streamed, same bits).
  */
-typedef struct {
-    int upsample;          /* preview factor; 0: ssb4d_upsample_auto */
-    int fft;               /* previews also transform the phase (the viewer's FFT panel) */
-    size_t drags;          /* drag previews (default 20) */
-    size_t releases;       /* releases: preview + loss (default 3) */
-    int region;            /* 1: a region refit (default) */
-    size_t region_rect[4]; /* r0, r1, c0, c1; all 0: centred, side ssb4d_plan_region_side */
-    int save;              /* write calibration.json into the output folder (default 1) */
-} ssb4d_session_script;
-
 void ssb4d_session_script_default(ssb4d_session_script *s);
 /* Reads a JSON script: {"upsample": 2 | "auto", "fft": true, "drags": 20, "releases": 3,
  * "region": {"rows": [r0, r1], "cols": [c0, c1]} | "centre" | null, "save": true}; keys left out
@@ -511,6 +515,7 @@ typedef struct {
     char first_preview_sha256[65];                /* the first preview; equals phase_sha256 when the
                                                      drags and releases returned to the fit */
     int rebuilt_same_bits;                        /* next full preview after a rebuild == first */
+    int does_not_fit;                             /* the run was refused: the budget is too small */
 } ssb4d_session_report;
 
 ssb4d_status ssb4d_session_run(const char *data_path, const ssb4d_session_params *p,

@@ -464,7 +464,7 @@ ssb4d_status ssb4d_calibrate(ssb4d_source *src, const ssb4d_calib_params *p,
     int nt = ssb4d_threads_resolve(p->threads);
 
     /* ---- pass 1: totals and per-frame moments ---- */
-    size_t block = CAL_BLOCK_BYTES / (fr * sizeof(uint32_t));
+    size_t block = (p->block_bytes ? p->block_bytes : CAL_BLOCK_BYTES) / (fr * sizeof(uint32_t));
     if (block < 1)
         block = 1;
     if (block > npos)

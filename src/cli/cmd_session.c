@@ -128,7 +128,7 @@ int cmd_session(int argc, char **argv)
         return cli_error(CMD, SSB4D_ENOMEM, "out of memory");
     ssb4d_status st = ssb4d_session_run(data, &p, &s, r, &err);
     if (st) {
-        int too_small = st == SSB4D_ENOMEM && r->plan.n_stages && !r->plan.fits;
+        int too_small = r->does_not_fit;
         free(r);
         rc = cli_error(CMD, st, err.msg);
         return too_small ? CLI_EXIT_USAGE : rc;

@@ -171,8 +171,8 @@ ssb4d_status ssb4d_mem_external(ssb4d_mem *m, size_t bytes, int add, const char 
     if (m->limit && m->live + bytes > m->limit) {
         size_t limit = m->limit;
         pthread_mutex_unlock(&m->lock);
-        return ssb4d_fail(err, SSB4D_ENOMEM, "%s (%.2f GiB) does not fit in the memory budget (%.2f GiB)",
-                          tag ? tag : "external data", bytes / 1073741824.0, limit / 1073741824.0);
+        return ssb4d_fail(err, SSB4D_ENOMEM, "%s (%.1f MiB) does not fit in the memory budget (%.1f MiB)",
+                          tag ? tag : "external data", bytes / 1048576.0, limit / 1048576.0);
     }
     m->live += bytes;
     note_peak(m);

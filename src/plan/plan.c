@@ -247,13 +247,15 @@ static void replay_fit(model *m, const shape *s, const gmode *g, size_t batch, s
 }
 
 /* session.c's preview: the phase image, the object, the FFT of the phase for the display. */
-static void replay_preview(model *m, const shape *s, const gmode *g, size_t f)
+static void replay_preview(model *m, const shape *s, const gmode *g, size_t f, int fft)
 {
     size_t nyf = f * s->ny, nxf = f * s->nx;
     m_alloc(m, nyf * nxf * 4);
     replay_object(m, s, g, f);
-    m_alloc(m, nyf * (nxf / 2 + 1) * 8);
-    m_free(m, nyf * (nxf / 2 + 1) * 8, 1);
+    if (fft) {
+        m_alloc(m, nyf * (nxf / 2 + 1) * 8);
+        m_free(m, nyf * (nxf / 2 + 1) * 8, 1);
+    }
     m_free(m, nyf * nxf * 4, 1);
 }
 
@@ -284,6 +286,7 @@ typedef struct {
     size_t cal_block, cal_extra, E;
     size_t f;
     int nt;
+    ssb4d_session_script script;
 } problem;
 
 static void stage_begin(model *m) { m->stage_peak = m->live + m->cached; }
@@ -379,27 +382,35 @@ static void run_session(const problem *pr, const decisions *d, size_t limit, ssb
         replay_gfree(m, s, &d->fit_g);
         replay_gbuild(m, s, &d->prev_g);
     }
-    replay_preview(m, s, &d->prev_g, pr->f);
+    replay_preview(m, s, &d->prev_g, pr->f, pr->script.fft);
     describe_g(s, &d->prev_g, gdesc, sizeof gdesc);
     snprintf(t, sizeof t, "%s%s; %zux upsampled, with its FFT", same ? "" : "rebuilt as ", gdesc, pr->f);
     char name[48];
-    snprintf(name, sizeof name, "preview (%zux, FFT)", pr->f);
+    snprintf(name, sizeof name, "preview (%zux%s)", pr->f, pr->script.fft ? ", FFT" : "");
     double rebuild = same ? 0 : gbuild_secs(pr, s, &d->prev_g);
     stage_end(m, p, name, rebuild + obj + pass_rebuild_secs(pr, s, &d->prev_g), t);
 
-    stage_begin(m);
-    for (int i = 0; i < 20; i++)
-        replay_preview(m, s, &d->prev_g, pr->f);
-    stage_end(m, p, "20 drags", 20 * (obj + pass_rebuild_secs(pr, s, &d->prev_g)), "previews reuse the cached buffers");
-
-    stage_begin(m);
-    for (int i = 0; i < 3; i++) {
-        replay_preview(m, s, &d->prev_g, pr->f);
-        replay_loss(m, s, &d->prev_g, 1, s->n_bf, view_needs_group(s, &d->prev_g, s->n_bf, 0));
+    const ssb4d_session_script *sc = &pr->script;
+    if (sc->drags) {
+        stage_begin(m);
+        for (size_t i = 0; i < sc->drags; i++)
+            replay_preview(m, s, &d->prev_g, pr->f, pr->script.fft);
+        snprintf(name, sizeof name, "%zu drags", sc->drags);
+        stage_end(m, p, name, (double)sc->drags * (obj + pass_rebuild_secs(pr, s, &d->prev_g)),
+                  "previews reuse the cached buffers");
     }
-    stage_end(m, p, "3 releases",
-              3 * (obj + secs((double)s->n_bf * (double)(s->ny * s->nx), 2.0, pr->nt) + 2 * pass_rebuild_secs(pr, s, &d->prev_g)),
-              "preview and the loss over all BF pixels");
+    if (sc->releases) {
+        stage_begin(m);
+        for (size_t i = 0; i < sc->releases; i++) {
+            replay_preview(m, s, &d->prev_g, pr->f, pr->script.fft);
+            replay_loss(m, s, &d->prev_g, 1, s->n_bf, view_needs_group(s, &d->prev_g, s->n_bf, 0));
+        }
+        snprintf(name, sizeof name, "%zu releases", sc->releases);
+        stage_end(m, p, name,
+                  (double)sc->releases * (obj + secs((double)s->n_bf * (double)(s->ny * s->nx), 2.0, pr->nt) +
+                                          2 * pass_rebuild_secs(pr, s, &d->prev_g)),
+                  "preview and the loss over all BF pixels");
+    }
 
     int have_region = pr->rs.ny > 0;
     if (have_region) {
@@ -421,13 +432,15 @@ static void run_session(const problem *pr, const decisions *d, size_t limit, ssb
         stage_begin(m);
         if (d->region_frees)
             replay_gbuild(m, s, &d->prev_g);
-        replay_preview(m, s, &d->prev_g, pr->f);
+        replay_preview(m, s, &d->prev_g, pr->f, pr->script.fft);
         stage_end(m, p, "next full preview",
                   (d->region_frees ? gbuild_secs(pr, s, &d->prev_g) : 0) + obj + pass_rebuild_secs(pr, s, &d->prev_g),
                   d->region_frees ? "G rebuilt from the encoded data (same bits)" : "G kept");
     }
-    stage_begin(m);
-    stage_end(m, p, "save calibration", 0.0, "calibration.json");
+    if (pr->script.save) {
+        stage_begin(m);
+        stage_end(m, p, "save calibration", 0.0, "calibration.json");
+    }
     p->session_peak_bytes = m->session_peak;
     *failed = m->failed || (limit && m->session_peak > limit);
 }
@@ -441,23 +454,41 @@ static int try_plan(const problem *pr, decisions *d, size_t B, ssb4d_plan *p)
     return !failed;
 }
 
-/* The most planes of *g (n_res) for which the session fits in B (binary search), or -1. */
-static long fit_resident(const problem *pr, decisions *d, gmode *g, size_t n_max, size_t B, ssb4d_plan *p)
+/* The most planes (n_res of *g, and of *g2 too when not NULL: one G serves both) for which the
+ * session fits in B (binary search: more resident planes never need less memory), or -1. */
+static long fit_resident(const problem *pr, decisions *d, gmode *g, gmode *g2, size_t n_max, size_t B,
+                         ssb4d_plan *p)
 {
     size_t lo = 0, hi = n_max;
     g->n_res = 0;
+    if (g2)
+        g2->n_res = 0;
     if (!try_plan(pr, d, B, p))
         return -1;
     while (lo < hi) {
         size_t mid = lo + (hi - lo + 1) / 2;
         g->n_res = mid;
+        if (g2)
+            g2->n_res = mid;
         if (try_plan(pr, d, B, p))
             lo = mid;
         else
             hi = mid - 1;
     }
     g->n_res = lo;
+    if (g2)
+        g2->n_res = lo;
     return (long)lo;
+}
+
+size_t plan_calib_block(size_t budget, size_t encoded, size_t det_pixels, size_t npos)
+{
+    size_t want = (size_t)64 << 20, room = budget > encoded ? budget - encoded : 0;
+    if (budget && want > room / 2)
+        want = room / 4;
+    size_t frames = want / (det_pixels * 4);
+    frames = frames < 1 ? 1 : frames > npos ? npos : frames;
+    return frames * det_pixels * 4;
 }
 
 size_t ssb4d_plan_region_side(size_t n) { return n >= 512 ? 256 : n / 2; }
@@ -480,6 +511,10 @@ ssb4d_status ssb4d_plan_make(const ssb4d_plan_input *in, ssb4d_plan *p, ssb4d_er
     memset(&pr, 0, sizeof pr);
     pr.in = in;
     pr.nt = ssb4d_threads_resolve(in->threads);
+    if (in->script)
+        pr.script = *in->script;
+    else
+        ssb4d_session_script_default(&pr.script);
     size_t n_stored = in->n_stored ? in->n_stored : in->n_bf;
     size_t n_fit = in->n_fit_bf ? in->n_fit_bf : (size_t)(0.64 * (double)in->n_bf);
     if (n_fit < 1)
@@ -496,15 +531,14 @@ ssb4d_status ssb4d_plan_make(const ssb4d_plan_input *in, ssb4d_plan *p, ssb4d_er
     pr.E = in->encoded_bytes;
     pr.f = in->upsample ? (size_t)in->upsample : 2;
     size_t fr = in->det[0] * in->det[1], npos = in->scan[0] * in->scan[1];
-    size_t frames = ((size_t)64 << 20) / (fr * 4);
-    frames = frames < 1 ? 1 : frames > npos ? npos : frames;
-    pr.cal_block = frames * fr * 4;
+    size_t B = in->memory_bytes ? in->memory_bytes : ssb4d_mem_available();
+    pr.cal_block = plan_calib_block(B, in->encoded_bytes, fr, npos);
     pr.cal_extra = 0;
     if (in->rotation_fitted) /* moments then CoM, both live at the end */
         pr.cal_extra = npos * 3 * 8 + npos * 2 * 8;
 
-    size_t B = in->memory_bytes ? in->memory_bytes : ssb4d_mem_available();
     p->memory_bytes = B;
+    p->calib_block_bytes = pr.cal_block;
     p->encoded_bytes = pr.E;
     p->g_bytes = n_stored * p32(&pr.s);
     p->g_half_bytes = n_stored * p16(&pr.s);
@@ -537,7 +571,7 @@ ssb4d_status ssb4d_plan_make(const ssb4d_plan_input *in, ssb4d_plan *p, ssb4d_er
 
     /* The smallest budget of all: nothing resident, small blocks and groups. */
     decisions dmin = d;
-    gmode tiny = {0, 0, 64, (size_t)8 << 20};
+    gmode tiny = {0, 0, 64, (size_t)1 << 20};
     dmin.fit_g = dmin.prev_g = tiny;
     dmin.region_g = tiny;
     dmin.region_frees = 1;
@@ -545,8 +579,14 @@ ssb4d_status ssb4d_plan_make(const ssb4d_plan_input *in, ssb4d_plan *p, ssb4d_er
     p->min_memory_bytes = tmp.session_peak_bytes;
 
     int ok = 0;
-    if (resident_need <= B && in->preview != SSB4D_PREVIEW_HALF) {
-        ok = try_plan(&pr, &d, B, p);
+    if (in->preview != SSB4D_PREVIEW_HALF) {
+        /* Resident float32, with the decode block shrunk until the G build fits. */
+        for (size_t bb = block; !ok && bb >= ((size_t)1 << 20); bb /= 4) {
+            d.fit_g.block_bytes = d.prev_g.block_bytes = d.region_g.block_bytes = bb;
+            ok = try_plan(&pr, &d, B, p);
+        }
+        if (!ok)
+            d.fit_g.block_bytes = d.prev_g.block_bytes = d.region_g.block_bytes = block;
         snprintf(p->mode, sizeof p->mode, "resident");
     }
     if (!ok) {
@@ -555,7 +595,7 @@ ssb4d_status ssb4d_plan_make(const ssb4d_plan_input *in, ssb4d_plan *p, ssb4d_er
         d.region_frees = region_g > 0;
         size_t room = B > pr.E ? B - pr.E : 0;
         size_t bb = room / 16, gbytes = room / 16;
-        bb = bb > block ? block : bb < ((size_t)8 << 20) ? ((size_t)8 << 20) : bb;
+        bb = bb > block ? block : bb < ((size_t)1 << 20) ? ((size_t)1 << 20) : bb;
         gbytes = gbytes > group ? group : gbytes;
         d.fit_g.block_bytes = d.prev_g.block_bytes = d.region_g.block_bytes = bb;
         d.fit_g.group_planes = d.prev_g.group_planes = group_planes_of(&pr.s, gbytes);
@@ -574,17 +614,16 @@ ssb4d_status ssb4d_plan_make(const ssb4d_plan_input *in, ssb4d_plan *p, ssb4d_er
             d.prev_g.n_res = 0;
             ok = try_plan(&pr, &d, B, p);
             if (ok && want_half)
-                fit_resident(&pr, &d, &d.prev_g, n_stored, B, p);
+                fit_resident(&pr, &d, &d.prev_g, NULL, n_stored, B, p);
             if (ok && pr.rs.ny)
-                fit_resident(&pr, &d, &d.region_g, n_stored, B, p);
+                fit_resident(&pr, &d, &d.region_g, NULL, n_stored, B, p);
         }
         if (ok) {
-            if (!want_half) {
+            if (!want_half) { /* float32 previews use the fit's G */
                 d.prev_g = d.fit_g;
-                fit_resident(&pr, &d, &d.fit_g, n_stored, B, p);
-                d.prev_g = d.fit_g;
+                fit_resident(&pr, &d, &d.fit_g, &d.prev_g, n_stored, B, p);
             } else
-                fit_resident(&pr, &d, &d.fit_g, n_stored, B, p);
+                fit_resident(&pr, &d, &d.fit_g, NULL, n_stored, B, p);
             ok = try_plan(&pr, &d, B, p);
         }
         snprintf(p->mode, sizeof p->mode, "streaming");
@@ -636,6 +675,8 @@ int ssb4d_parse_size(const char *s, size_t *out)
 {
     if (!s || !*s)
         return -1;
+    if (!((*s >= '0' && *s <= '9') || *s == '.'))
+        return -1; /* no signs, spaces, "inf" or "nan" */
     char *e;
     double v = strtod(s, &e);
     if (e == s || !isfinite(v) || v <= 0)

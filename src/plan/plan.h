@@ -5,4 +5,8 @@
 
 /* Side of the built-in session's region refit for a scan side n: 256 from 512 up, else n/2. */
 size_t ssb4d_plan_region_side(size_t n);
+/* The calibration's frame block for a budget: 64 MiB (calibrate.c's default) when it fits
+ * comfortably beside the encoded data, else a quarter of what is left (at least one frame).
+ * Whole frames of det_pixels uint32 values, at most npos of them. */
+size_t plan_calib_block(size_t budget, size_t encoded, size_t det_pixels, size_t npos);
 #endif

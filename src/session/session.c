@@ -283,16 +283,32 @@ ssb4d_status ssb4d_session_run(const char *data_path, const ssb4d_session_params
         if (stat(data_path, &sb) == 0)
             r->encoded_bytes = (size_t)sb.st_size;
         st = ssb4d_mem_external(x.mem, r->encoded_bytes, 1, "the encoded data", err);
+        r->does_not_fit = st == SSB4D_ENOMEM;
+        if (st)
+            r->encoded_bytes = 0; /* not counted: nothing to uncount */
     }
     end(&x);
     if (st)
         goto out;
     ssb4d_source_shape(src, r->shape);
 
+    /* The calibration's frame block (a quarter of what the budget leaves, at most 64 MiB; CoM
+     * planes when it fits the rotation) must fit beside the encoded data. */
+    size_t fr_px = r->shape[2] * r->shape[3], npos = r->shape[0] * r->shape[1];
+    size_t cal_block = plan_calib_block(budget, r->encoded_bytes, fr_px, npos);
+    size_t cal_need = r->encoded_bytes + cal_block + (isnan(p->calib.rotation_deg) ? npos * 40 : 0);
+    if (cal_need > budget) {
+        r->does_not_fit = 1;
+        st = ssb4d_fail(err, SSB4D_ENOMEM, "the session does not fit in %.3f GiB: calibrating needs %.3f GiB "
+                                           "(the encoded data and one block of frames)",
+                        budget / 1073741824.0, cal_need / 1073741824.0);
+        goto out;
+    }
     begin(&x, "calibrate");
     ssb4d_calib_params cp = p->calib;
     cp.mem = x.mem;
     cp.threads = p->threads;
+    cp.block_bytes = cal_block;
     st = ssb4d_calibrate(src, &cp, &cal, err);
     have_cal = !st;
     end(&x);
@@ -329,7 +345,9 @@ ssb4d_status ssb4d_session_run(const char *data_path, const ssb4d_session_params
         pi.region[0] = r->region_rect[1] - r->region_rect[0], pi.region[1] = r->region_rect[3] - r->region_rect[2];
     pi.memory_bytes = budget;
     pi.preview = p->preview;
+    pi.script = s;
     st = ssb4d_plan_make(&pi, &r->plan, err);
+    r->does_not_fit = !st && !r->plan.fits;
     if (!st && !r->plan.fits)
         st = ssb4d_fail(err, SSB4D_ENOMEM, "the session does not fit in %.2f GiB: %s", budget / 1073741824.0,
                         r->plan.reason);
