@@ -284,6 +284,9 @@ typedef enum { SSB4D_PATH_AUTO = 0, SSB4D_PATH_REAL = 1, SSB4D_PATH_COMPLEX = 2 
 typedef struct {
     int threads;      /* 0: all cores */
     ssb4d_path path;  /* auto: real-output path when χ is even-m only */
+    size_t loss_tile; /* loss and mean phase: 0 = each thread sums its own blocks of BF pixels
+                         (the default); T = T BF pixels' phase planes in flight at once, summed
+                         afterwards (the GPU's layout, for the bench sweep). Same bits for any. */
 } ssb4d_ssb_opts;
 
 void ssb4d_ssb_opts_default(ssb4d_ssb_opts *o);
@@ -423,7 +426,6 @@ typedef struct {
     size_t memory_bytes;      /* the budget (0: available RAM) */
     ssb4d_preview_precision preview;
     size_t fit_batch;         /* 0: 8 */
-    size_t loss_tile;         /* BF pixels in flight per loss pass (0: one per thread) */
     const ssb4d_session_script *script; /* the session's stages (NULL: the built-in one) */
 } ssb4d_plan_input;
 
@@ -450,7 +452,7 @@ typedef struct {
     int preview_half;
     size_t fit_resident_bytes;         /* float32 planes held for the fit (all = g_bytes) */
     size_t preview_resident_bytes;     /* planes held for previews */
-    size_t block_bytes, group_bytes, fit_batch, loss_tile;
+    size_t block_bytes, group_bytes, fit_batch; /* loss passes: one BF pixel per thread in flight */
     size_t calib_block_bytes;          /* the calibration's frame block */
     int region_frees_g;                /* the region refit frees the full field's G first */
     size_t region_resident_bytes;      /* planes of the region's own G held */

@@ -281,6 +281,56 @@ static void test_half(void **state)
     close_scene(&s);
 }
 
+/* The tiled loss layout (ssb4d_ssb_opts.loss_tile: T pixels' phase planes in flight) gives the
+ * per-thread layout's bits for any T, batch, path and memory mode of G. */
+static void test_loss_tiles(void **state)
+{
+    (void)state;
+    scene s;
+    open_scene(&s, SIM "sim_A1_SrTiO3_300kV_counts.npy");
+    ssb4d_mem *mem = ssb4d_mem_create(0);
+    ssb4d_G *R = build(&s, 0, 0, 0, mem);
+    ssb4d_G *S = build(&s, 0, ssb4d_G_bytes(R) / 3, 0, mem);
+    size_t ny, nx;
+    ssb4d_G_scan_shape(R, &ny, &nx);
+    size_t npix = ny * nx;
+    ssb4d_aberrations abs[3] = {s.ab, s.ab, s.ab};
+    abs[1].C_nm[SSB4D_C10] += 2;
+    abs[2].C_nm[SSB4D_C21] = 20; /* odd m: the complex path for the whole batch */
+    abs[2].phi_deg[SSB4D_C21] = 10;
+    const size_t tiles[] = {1, 7, 64, 100, 100000};
+    for (int g = 0; g < 2; g++) {
+        const ssb4d_G *G = g ? S : R;
+        for (int path = 0; path < 2; path++) {
+            size_t nb = path ? 3 : 2; /* real path for the first two, complex with the third */
+            ssb4d_ssb_opts o;
+            ssb4d_ssb_opts_default(&o);
+            double want[3], got[3], l0, l1;
+            float *m0 = malloc(npix * sizeof *m0), *m1 = malloc(npix * sizeof *m1);
+            assert_true(m0 && m1);
+            ssb4d_err err = {0};
+            if (ssb4d_loss_batch(G, &s.cal.geom, abs, NULL, nb, &o, mem, want, &err) ||
+                ssb4d_loss(G, &s.cal.geom, &abs[path ? 2 : 0], NULL, &o, mem, &l0, m0, &err))
+                fail_msg("%s", err.msg);
+            for (size_t t = 0; t < sizeof tiles / sizeof tiles[0]; t++) {
+                o.loss_tile = tiles[t];
+                if (ssb4d_loss_batch(G, &s.cal.geom, abs, NULL, nb, &o, mem, got, &err) ||
+                    ssb4d_loss(G, &s.cal.geom, &abs[path ? 2 : 0], NULL, &o, mem, &l1, m1, &err))
+                    fail_msg("%s", err.msg);
+                assert_memory_equal(want, got, nb * sizeof *want);
+                assert_memory_equal(&l0, &l1, sizeof l0);
+                assert_memory_equal(m0, m1, npix * sizeof *m0);
+            }
+            free(m0), free(m1);
+        }
+    }
+    printf("  loss tiles 1, 7, 64, 100, all: the per-thread bits (real and complex paths, resident and streamed G)\n");
+    ssb4d_G_free(S);
+    ssb4d_G_free(R);
+    ssb4d_mem_destroy(mem);
+    close_scene(&s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -288,6 +338,7 @@ int main(void)
         cmocka_unit_test(test_streamed_qem),
         cmocka_unit_test(test_streamed_fit),
         cmocka_unit_test(test_half),
+        cmocka_unit_test(test_loss_tiles),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

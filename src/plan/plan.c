@@ -643,7 +643,6 @@ ssb4d_status ssb4d_plan_make(const ssb4d_plan_input *in, ssb4d_plan *p, ssb4d_er
     p->block_bytes = d.fit_g.block_bytes;
     p->group_bytes = d.fit_g.group_planes * p32(&pr.s);
     p->fit_batch = d.batch;
-    p->loss_tile = 0;
     p->region_frees_g = d.region_frees;
     p->region_resident_bytes = pr.rs.ny ? d.region_g.n_res * p32(&pr.rs) : 0;
     p->resident_bytes = pr.E + p->fit_resident_bytes;

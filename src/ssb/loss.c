@@ -49,6 +49,23 @@ SSB_HOT static double accumulate(double *restrict part, const float *restrict ph
     return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
 
+/* Σ ph² with accumulate()'s 8 lanes and combination, so the tiled path's sums are its bits. */
+SSB_HOT static double square_sum(const float *restrict ph, size_t n)
+{
+    double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    size_t r = 0;
+    for (; r + 8 <= n; r += 8)
+        for (int k = 0; k < 8; k++) {
+            double v = ph[r + k];
+            acc[k] += v * v;
+        }
+    for (; r < n; r++) {
+        double v = ph[r];
+        acc[0] += v * v;
+    }
+    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
 SSB_HOT void ssb_phases_real(float *ph, size_t n, float inv_dc)
 {
     for (size_t r = 0; r < n; r++)
@@ -62,6 +79,112 @@ typedef struct {
     double *s2;     /* block partial Σφ², one per parameter set */
     cfloat *R, *C;  /* phasors */
 } thread_scratch;
+
+/* φ_k of BF pixel ib under set c into dst (npix floats; dst may be s->buf on the complex path,
+ * the phases overwriting the consumed spectrum). */
+static void pixel_phases(const ssb_ctx *c, size_t ib, const cfloat *plane, const cfloat *Eqj,
+                         thread_scratch *s, int real, fftwf_plan plan, size_t ncols, float *dst)
+{
+    size_t nyf = c->nyf, npix = c->nyf * c->nxf, nspec = nyf * ncols;
+    if (c->fast)
+        ssb_pixel_phasors(c, ib, s->R, nyf, s->C, ncols);
+    for (size_t i = 0; i < nyf; i++)
+        ssb_corr_row(c, ib, plane, i, ncols, Eqj ? Eqj + i * ncols : NULL, c->fast ? s->R[i] : 0, s->C,
+                     s->buf + i * ncols);
+    const float dc = (float)c->dc;
+    if (real) {
+        for (size_t q = 0; q < nspec; q++) /* −i·Ĉ */
+            s->buf[q] = cimagf(s->buf[q]) - I * crealf(s->buf[q]);
+        s->buf[0] = 0;
+        fftwf_execute_dft_c2r(plan, (fftwf_complex *)s->buf, dst);
+        ssb_phases_real(dst, npix, 1.0f / dc);
+    } else {
+        s->buf[0] = dc;
+        fftwf_execute_dft(plan, (fftwf_complex *)s->buf, (fftwf_complex *)s->buf);
+        for (size_t r = 0; r < npix; r++)
+            dst[r] = atan2f(cimagf(s->buf[r]), crealf(s->buf[r]));
+    }
+}
+
+/* The tiled layout (o->loss_tile = T): T pixels' phase planes are computed at once (threads over
+ * (pixel, set) pairs), then added into the current block's partial sums in BF order, parallel
+ * over output pixels; at every block boundary the partial goes into the total, as the per-thread
+ * layout's ordered merge does. The same operations in the same order: the same bits. */
+typedef struct {
+    size_t tile, slot;        /* pixels in flight, floats per phase plane (64-byte multiple) */
+    float *planes;            /* tile * n planes */
+    double *part;             /* n planes: the current block's partial sums */
+    double *s2pix, *s2blk;    /* per (pixel, set) Σφ²; per set, the block's */
+    unsigned char *valid;     /* per (pixel, set): has a phase plane */
+    size_t next_block;        /* the next block boundary (BF index) */
+} tiled;
+
+static void tiled_flush(tiled *t, size_t n, size_t npix, double **total, double *S2, int nt)
+{
+    for (size_t j = 0; j < n; j++) {
+        double *part = t->part + j * npix, *tot = total[j];
+#pragma omp parallel for num_threads(nt) schedule(static)
+        for (size_t r = 0; r < npix; r++) {
+            tot[r] += part[r];
+            part[r] = 0.0;
+        }
+        S2[j] += t->s2blk[j];
+        t->s2blk[j] = 0.0;
+    }
+}
+
+static ssb4d_status tiled_pass(const ssb4d_G *G, const ssb_ctx *c, size_t n, cfloat **Eq, thread_scratch *ts,
+                               int nt, int real, fftwf_plan plan, size_t ncols, const G_group *gr, size_t g0,
+                               size_t g1, tiled *t, double **total, double *S2)
+{
+    size_t npix = c[0].nyf * c[0].nxf;
+    for (size_t t0 = g0; t0 < g1; t0 += t->tile) {
+        size_t t1 = t0 + t->tile < g1 ? t0 + t->tile : g1, m = (t1 - t0) * n;
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
+        for (size_t k = 0; k < m; k++) {
+            size_t ib = t0 + k / n, j = k % n;
+            const cfloat *plane = (const cfloat *)gr->planes[ib - g0];
+            t->valid[k] = plane && c[j].Ak[ib] != 0.0;
+            if (!t->valid[k])
+                continue;
+            float *dst = t->planes + k * t->slot;
+            pixel_phases(&c[j], ib, plane, Eq[j], &ts[omp_get_thread_num()], real, plan, ncols, dst);
+            t->s2pix[k] = square_sum(dst, npix);
+        }
+        /* Add the tile into the block partials in BF order; flush at each block boundary. */
+        size_t ib = t0;
+        while (ib < t1) {
+            size_t end = t->next_block < t1 ? t->next_block : t1;
+            for (size_t j = 0; j < n; j++) {
+                double *part = t->part + j * npix;
+#pragma omp parallel for num_threads(nt) schedule(static)
+                for (size_t r0 = 0; r0 < npix; r0 += 4096) {
+                    size_t r1 = r0 + 4096 < npix ? r0 + 4096 : npix;
+                    for (size_t q = ib; q < end; q++) {
+                        size_t k = (q - t0) * n + j;
+                        if (!t->valid[k])
+                            continue;
+                        const float *ph = t->planes + k * t->slot;
+                        for (size_t r = r0; r < r1; r++)
+                            part[r] += ph[r];
+                    }
+                }
+                for (size_t q = ib; q < end; q++) {
+                    size_t k = (q - t0) * n + j;
+                    if (t->valid[k])
+                        t->s2blk[j] += t->s2pix[k];
+                }
+            }
+            ib = end;
+            if (ib == t->next_block) {
+                tiled_flush(t, n, npix, total, S2, nt);
+                t->next_block += BLOCK;
+            }
+        }
+    }
+    (void)G;
+    return SSB4D_OK;
+}
 
 /* The per-pixel phases of n parameter sets at once: every G plane is read once per block and
  * serves all n (a batch of fit candidates shares each read of G). Each set's arithmetic and
@@ -127,23 +250,40 @@ static ssb4d_status phase_stack(const ssb4d_G *G, const ssb4d_geometry *g,
             }
         }
     }
+    const int tiles = o->loss_tile > 0;
     for (int t = 0; !st && t < nt; t++) {
         ts[t].buf = ssb4d_mem_alloc(mem, nspec * sizeof(cfloat), "loss tile spectrum", err);
-        ts[t].real = real ? ssb4d_mem_alloc(mem, npix * sizeof(float), "loss tile plane", err) : NULL;
-        ts[t].part = ssb4d_mem_alloc(mem, n * npix * sizeof(double), "loss block partial", err);
+        ts[t].real = real && !tiles ? ssb4d_mem_alloc(mem, npix * sizeof(float), "loss tile plane", err) : NULL;
+        ts[t].part = !tiles ? ssb4d_mem_alloc(mem, n * npix * sizeof(double), "loss block partial", err) : NULL;
         ts[t].s2 = calloc(n, sizeof(double));
         ts[t].R = ssb4d_mem_alloc(mem, (nyf + ncols) * sizeof(cfloat), "loss phasors", err);
-        if (!ts[t].buf || (real && !ts[t].real) || !ts[t].part || !ts[t].R || !ts[t].s2)
+        if (!ts[t].buf || (real && !tiles && !ts[t].real) || (!tiles && !ts[t].part) || !ts[t].R || !ts[t].s2)
             st = ts[t].s2 ? SSB4D_ENOMEM : ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
         else
             ts[t].C = ts[t].R + nyf;
+    }
+    tiled tl;
+    memset(&tl, 0, sizeof tl);
+    if (!st && tiles) {
+        tl.tile = o->loss_tile < G->n_bf ? o->loss_tile : G->n_bf;
+        tl.slot = (npix + 15) / 16 * 16; /* every plane 64-byte aligned, as the plan's output was */
+        tl.planes = ssb4d_mem_alloc(mem, tl.tile * n * tl.slot * sizeof(float), "loss tile planes", err);
+        tl.part = tl.planes ? ssb4d_mem_calloc(mem, n * npix * sizeof(double), "loss block partial", err) : NULL;
+        tl.s2pix = calloc(tl.tile * n, sizeof(double));
+        tl.s2blk = calloc(n, sizeof(double));
+        tl.valid = calloc(tl.tile * n, 1);
+        tl.next_block = BLOCK;
+        if (!tl.planes || !tl.part)
+            st = SSB4D_ENOMEM;
+        else if (!tl.s2pix || !tl.s2blk || !tl.valid)
+            st = ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
     }
     fftwf_plan plan = NULL;
     if (!st) {
         ssb4d_fftw_lock();
         if (real)
-            plan = fftwf_plan_dft_c2r_2d((int)nyf, (int)nxf, (fftwf_complex *)ts[0].buf, ts[0].real,
-                                         FFTW_ESTIMATE);
+            plan = fftwf_plan_dft_c2r_2d((int)nyf, (int)nxf, (fftwf_complex *)ts[0].buf,
+                                         tiles ? tl.planes : ts[0].real, FFTW_ESTIMATE);
         else
             plan = fftwf_plan_dft_2d((int)nyf, (int)nxf, (fftwf_complex *)ts[0].buf,
                                      (fftwf_complex *)ts[0].buf, FFTW_BACKWARD, FFTW_ESTIMATE);
@@ -165,6 +305,10 @@ static ssb4d_status phase_stack(const ssb4d_G *G, const ssb4d_geometry *g,
         st = G_group_load(G, g0, g1, &gr, err);
         if (st)
             break;
+        if (tiles) {
+            st = tiled_pass(G, c, n, Eq, ts, nt, real, plan, ncols, &gr, g0, g1, &tl, total, S2);
+            continue;
+        }
         size_t b0 = g0 / BLOCK, b1 = (g1 + BLOCK - 1) / BLOCK;
 #pragma omp parallel num_threads(nt)
         {
@@ -182,30 +326,9 @@ static ssb4d_status phase_stack(const ssb4d_G *G, const ssb4d_geometry *g,
                         const ssb_ctx *cj = &c[j];
                         if (cj->Ak[ib] == 0.0)
                             continue;
-                        if (cj->fast)
-                            ssb_pixel_phasors(cj, ib, s->R, nyf, s->C, ncols);
-                        for (size_t i = 0; i < nyf; i++)
-                            ssb_corr_row(cj, ib, plane, i, ncols, Eq[j] ? Eq[j] + i * ncols : NULL,
-                                         cj->fast ? s->R[i] : 0, s->C, s->buf + i * ncols);
-                        const float dc = (float)cj->dc;
-                        double *part = s->part + j * npix;
-                        if (real) {
-                            for (size_t q = 0; q < nspec; q++) /* −i·Ĉ */
-                                s->buf[q] = cimagf(s->buf[q]) - I * crealf(s->buf[q]);
-                            s->buf[0] = 0;
-                            fftwf_execute_dft_c2r(plan, (fftwf_complex *)s->buf, s->real);
-                            const float inv = 1.0f / dc;
-                            float *ph = s->real;
-                            ssb_phases_real(ph, npix, inv);
-                            s->s2[j] += accumulate(part, ph, npix);
-                        } else {
-                            s->buf[0] = dc;
-                            fftwf_execute_dft(plan, (fftwf_complex *)s->buf, (fftwf_complex *)s->buf);
-                            float *ph = (float *)s->buf; /* phases written over the consumed spectrum */
-                            for (size_t r = 0; r < npix; r++)
-                                ph[r] = atan2f(cimagf(s->buf[r]), crealf(s->buf[r]));
-                            s->s2[j] += accumulate(part, ph, npix);
-                        }
+                        float *ph = real ? s->real : (float *)s->buf;
+                        pixel_phases(cj, ib, plane, Eq[j], s, real, plan, ncols, ph);
+                        s->s2[j] += accumulate(s->part + j * npix, ph, npix);
                     }
                 }
 #pragma omp ordered
@@ -222,6 +345,13 @@ static ssb4d_status phase_stack(const ssb4d_G *G, const ssb4d_geometry *g,
     }
     if (have_group)
         G_group_free(&gr);
+    if (!st && tiles && tl.next_block - BLOCK < G->n_bf)
+        tiled_flush(&tl, n, npix, total, S2, nt); /* the last, partial block */
+    if (tiles) {
+        ssb4d_mem_free(mem, tl.part, 1);
+        ssb4d_mem_free(mem, tl.planes, 1);
+        free(tl.s2pix), free(tl.s2blk), free(tl.valid);
+    }
     if (!st) {
         double nbf = (double)G->n_bf;
         for (size_t j = 0; j < n; j++) {
