@@ -1,20 +1,506 @@
-/* cmd_bench.c — `ssb4d bench run|compare|sweep` (SPEC 10). */
+/* cmd_bench.c — `ssb4d bench run|compare|sweep` (SPEC 10).
+ *
+ *   run:     the session (ssb4d_session_run) on a named workload, repeated; one JSON record with
+ *            per-stage median/min/max times, memory, hashes, machine and git identity;
+ *   compare: two records (cmd_bench_compare.c);
+ *   sweep:   the loss at the fit over loss tiles: time relative to the default layout, live
+ *            bytes above G, cache kept, and a check that every tile gives the same bits. */
 #include "cli/cli_common.h"
 #include "cli/cmd_bench_compare.h"
 #include "cli/commands.h"
+#include "bench/record.h"
+#include "common/parallel.h"
+#include "common/err.h"
+#include "common/sha256.h"
 
+#include <cjson/cJSON.h>
+#include <getopt.h>
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#define GIB 1073741824.0
+
+static const char BENCH_COMMON_HELP[] =
+    "  --workload NAME       small, medium or reference: DIR/NAME.qem (with NAME.json), simulated\n"
+    "                        with that preset first when missing (reference: about 20 minutes)\n"
+    "  --data FILE           use FILE (a .qem or .npy with its sidecar) instead of a workload\n"
+    "  --cache DIR           where workloads live (default $SSB4D_BENCH_DATA, else ./bench-data)\n";
+
+/* ---- workloads ---------------------------------------------------------------------------- */
+
+typedef struct {
+    const char *name;  /* workload name or NULL */
+    const char *data;  /* explicit file or NULL */
+    const char *cache;
+    char path[4096];
+} workload;
+
+static int workload_resolve(const char *cmd, workload *w)
+{
+    if (w->data) {
+        snprintf(w->path, sizeof w->path, "%s", w->data);
+        return 0;
+    }
+    if (!w->name) {
+        fprintf(stderr, "ssb4d bench %s: give --workload small|medium|reference or --data FILE\n", cmd);
+        return CLI_EXIT_USAGE;
+    }
+    if (strcmp(w->name, "small") && strcmp(w->name, "medium") && strcmp(w->name, "reference") &&
+        strcmp(w->name, "tiny")) {
+        fprintf(stderr, "ssb4d bench %s: unknown workload '%s' (tiny, small, medium or reference)\n", cmd, w->name);
+        return CLI_EXIT_USAGE;
+    }
+    const char *dir = w->cache ? w->cache : getenv("SSB4D_BENCH_DATA");
+    if (!dir || !*dir)
+        dir = "bench-data";
+    snprintf(w->path, sizeof w->path, "%s/%s.qem", dir, w->name);
+    struct stat sb;
+    if (stat(w->path, &sb) == 0)
+        return 0;
+    mkdir(dir, 0777);
+    fprintf(stderr, "ssb4d bench %s: simulating the %s workload into %s\n", cmd, w->name, w->path);
+    ssb4d_sim_params sp;
+    ssb4d_err err = {0};
+    ssb4d_sim_info info;
+    if (ssb4d_sim_params_preset(&sp, w->name, &err) || ssb4d_simulate(&sp, w->path, 0, "ssb4d bench", &info, &err))
+        return cli_error("bench", err.code, err.msg);
+    return 0;
+}
+
+static int session_params(const cli_micro *m, const char *path, ssb4d_session_params *p)
+{
+    cli_values v;
+    int rc = cli_resolve(path, m, &v);
+    if (!rc)
+        rc = cli_check_microscope(&v);
+    if (rc)
+        return rc;
+    ssb4d_session_params_default(p);
+    cli_values_to_calib_params(&v, m->threads, m->hot_pixels, &p->calib);
+    p->memory_bytes = cli_memory_budget(m);
+    p->threads = m->threads;
+    p->hashes = 1;
+    return 0;
+}
+
+int cli_parse_preview(const char *arg, ssb4d_preview_precision *out);
+
+/* ---- bench run ----------------------------------------------------------------------------- */
+
+static void run_help(FILE *f)
+{
+    fprintf(f,
+            "usage: ssb4d bench run (--workload NAME | --data FILE) [--repeat N] -o RECORD.json\n\n"
+            "Runs the session stages (load, calibrate, G build, fit, preview with FFT, 20 drags, 3\n"
+            "releases, region refit, next full preview, save) N times and writes one benchmark record:\n"
+            "per-stage median/min/max wall time, tracked peak / after / cache and footprint peak (of\n"
+            "the last repeat), the fit, SHA-256 of G, of the phase and of the fit's trace, the machine\n"
+            "and the git revision (docs/bench.md). The hashes must agree between repeats.\n\n"
+            "%s"
+            "  --repeat N            repeats (default 5, at most %d)\n"
+            "  --preview-precision P auto, float or half\n"
+            "  -o, --output FILE     the record (required)\n"
+            "  -h, --help            this help\n\n%s",
+            BENCH_COMMON_HELP, BENCH_MAX_RUNS, CLI_MICROSCOPE_HELP);
+}
+
+enum { OPT_WORKLOAD = CLI_OPT_FIRST_FREE, OPT_DATA, OPT_CACHE, OPT_REPEAT, OPT_PREVIEW, OPT_TILES, OPT_TILE_REPEAT };
+
+static int parse_int(const char *s, long lo, long hi, long *out)
+{
+    char *e;
+    long v = strtol(s, &e, 10);
+    if (e == s || *e || v < lo || v > hi)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static int bench_run(int argc, char **argv)
+{
+    static const struct option opts[] = {CLI_MICROSCOPE_OPTIONS,
+                                         {"workload", required_argument, 0, OPT_WORKLOAD},
+                                         {"data", required_argument, 0, OPT_DATA},
+                                         {"cache", required_argument, 0, OPT_CACHE},
+                                         {"repeat", required_argument, 0, OPT_REPEAT},
+                                         {"preview-precision", required_argument, 0, OPT_PREVIEW},
+                                         {"output", required_argument, 0, 'o'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    cli_micro m;
+    cli_micro_init(&m);
+    workload w = {0};
+    const char *out = NULL;
+    long repeat = 5;
+    ssb4d_preview_precision prec = SSB4D_PREVIEW_AUTO;
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "o:h", opts, NULL)) != -1) {
+        int r = cli_micro_handle(&m, c, optarg);
+        if (r < 0)
+            return CLI_EXIT_USAGE;
+        if (r)
+            continue;
+        switch (c) {
+        case OPT_WORKLOAD: w.name = optarg; break;
+        case OPT_DATA: w.data = optarg; break;
+        case OPT_CACHE: w.cache = optarg; break;
+        case OPT_REPEAT:
+            if (parse_int(optarg, 1, BENCH_MAX_RUNS, &repeat)) {
+                fprintf(stderr, "ssb4d bench run: invalid value '%s' for --repeat (1 to %d)\n", optarg, BENCH_MAX_RUNS);
+                return CLI_EXIT_USAGE;
+            }
+            break;
+        case OPT_PREVIEW:
+            if (cli_parse_preview(optarg, &prec))
+                return CLI_EXIT_USAGE;
+            break;
+        case 'o': out = optarg; break;
+        case 'h': run_help(stdout); return CLI_EXIT_OK;
+        default: run_help(stderr); return CLI_EXIT_USAGE;
+        }
+    }
+    if (optind != argc || !out) {
+        fprintf(stderr, "ssb4d bench run: %s (try --help)\n", !out ? "-o RECORD.json is required" : "unexpected argument");
+        return CLI_EXIT_USAGE;
+    }
+    int rc = workload_resolve("run", &w);
+    if (rc)
+        return rc;
+    ssb4d_session_params p;
+    if ((rc = session_params(&m, w.path, &p)))
+        return rc;
+    p.preview = prec;
+    ssb4d_session_script s;
+    ssb4d_session_script_default(&s);
+
+    bench_record *rec = calloc(1, sizeof *rec);
+    ssb4d_session_report *r = calloc(1, sizeof *r);
+    if (!rec || !r) {
+        free(rec), free(r);
+        return cli_error("bench", SSB4D_ENOMEM, "out of memory");
+    }
+    ssb4d_err err = {0};
+    char first_hashes[3][65] = {{0}};
+    for (long k = 0; k < repeat; k++) {
+        fprintf(stderr, "ssb4d bench run: %s, repeat %ld of %ld\n", w.path, k + 1, repeat);
+        if (ssb4d_session_run(w.path, &p, &s, r, &err)) {
+            free(rec), free(r);
+            return cli_error("bench", err.code, err.msg);
+        }
+        if (k == 0) {
+            memcpy(first_hashes[0], r->g_sha256, 65);
+            memcpy(first_hashes[1], r->phase_sha256, 65);
+            memcpy(first_hashes[2], r->trace_sha256, 65);
+            rec->n_stages = r->n_stages < BENCH_MAX_STAGES ? r->n_stages : BENCH_MAX_STAGES;
+            for (size_t i = 0; i < rec->n_stages; i++)
+                snprintf(rec->stages[i].name, sizeof rec->stages[i].name, "%s", r->stages[i].name);
+        } else if (strcmp(first_hashes[0], r->g_sha256) || strcmp(first_hashes[1], r->phase_sha256) ||
+                   strcmp(first_hashes[2], r->trace_sha256) || r->n_stages != rec->n_stages) {
+            free(rec), free(r);
+            return cli_error("bench", SSB4D_EINTERNAL, "repeat results differ from the first run's (hashes)");
+        }
+        for (size_t i = 0; i < rec->n_stages; i++) {
+            bench_stage *b = &rec->stages[i];
+            const ssb4d_stage_record *q = &r->stages[i];
+            b->seconds[b->n_runs++] = q->seconds;
+            b->peak_bytes = q->peak_bytes;
+            b->after_bytes = q->after_bytes;
+            b->cache_bytes = q->cache_bytes;
+            b->rss_peak_bytes = q->rss_peak_bytes;
+        }
+    }
+    snprintf(rec->workload, sizeof rec->workload, "%s", w.name ? w.name : w.data);
+    if (cli_data_identity(w.path, rec->identity, sizeof rec->identity))
+        rec->identity[0] = 0;
+    memcpy(rec->shape, r->shape, sizeof rec->shape);
+    rec->n_bf = r->n_bf;
+    rec->n_stored = r->n_stored;
+    rec->encoded_bytes = r->encoded_bytes;
+    rec->g_bytes = r->g_bytes;
+    rec->threads = ssb4d_threads_resolve(m.threads);
+    rec->memory_budget_bytes = r->plan.memory_bytes;
+    rec->repeat = (int)repeat;
+    rec->upsample = r->upsample;
+    snprintf(rec->preview_precision, sizeof rec->preview_precision, "%s", r->plan.preview_half ? "half" : "float");
+    snprintf(rec->mode, sizeof rec->mode, "%s", r->plan.mode);
+    rec->C10_nm = r->C10_nm, rec->C12_nm = r->C12_nm, rec->phi12_deg = r->phi12_deg, rec->loss = r->loss;
+    rec->session_peak_bytes = r->session_peak_bytes;
+    rec->session_rss_peak_bytes = r->session_rss_peak_bytes;
+    memcpy(rec->g_sha256, r->g_sha256, 65);
+    memcpy(rec->phase_sha256, r->phase_sha256, 65);
+    memcpy(rec->trace_sha256, r->trace_sha256, 65);
+    bench_record_finish(rec);
+    ssb4d_status st = bench_record_write(rec, out, &err);
+    if (!st) {
+        printf("%-24s %10s %10s %10s %12s\n", "stage", "median s", "min s", "max s", "peak GiB");
+        for (size_t i = 0; i < rec->n_stages; i++) {
+            const bench_stage *b = &rec->stages[i];
+            printf("%-24s %10.3f %10.3f %10.3f %12.3f\n", b->name, b->median, b->min, b->max, b->peak_bytes / GIB);
+        }
+        printf("session peak %.3f GiB (footprint %.3f GiB); record %s\n", rec->session_peak_bytes / GIB,
+               rec->session_rss_peak_bytes / GIB, out);
+    }
+    free(rec), free(r);
+    return st ? cli_error("bench", st, err.msg) : CLI_EXIT_OK;
+}
+
+/* ---- bench sweep --------------------------------------------------------------------------- */
+
+static void sweep_help(FILE *f)
+{
+    fprintf(f,
+            "usage: ssb4d bench sweep (--workload NAME | --data FILE) --loss-tile LIST [-o OUT.json]\n\n"
+            "The interactive loss (a release: the loss over all BF pixels at the fit) for each loss\n"
+            "tile in LIST (BF pixels whose phase planes are in flight at once; 'default' is the\n"
+            "per-thread layout, 'all' every BF pixel): median time relative to the default, live\n"
+            "bytes above G while it runs, the cache it leaves, and a check that every tile gives the\n"
+            "same loss and mean phase bits (exit 1 if not). G is built once; the aberrations are the\n"
+            "calibration file's or the sidecar's truth.\n\n"
+            "%s"
+            "  --loss-tile LIST      e.g. 64,128,256,512,1024,all (default is always measured)\n"
+            "  --repeat N            timed runs per tile, interleaved (default 5)\n"
+            "  -o, --output FILE     also write the rows as JSON\n"
+            "  -h, --help            this help\n\n%s",
+            BENCH_COMMON_HELP, CLI_MICROSCOPE_HELP);
+}
+
+static double now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+#define MAX_TILES 16
+
+static int bench_sweep(int argc, char **argv)
+{
+    static const struct option opts[] = {CLI_MICROSCOPE_OPTIONS,
+                                         {"workload", required_argument, 0, OPT_WORKLOAD},
+                                         {"data", required_argument, 0, OPT_DATA},
+                                         {"cache", required_argument, 0, OPT_CACHE},
+                                         {"loss-tile", required_argument, 0, OPT_TILES},
+                                         {"repeat", required_argument, 0, OPT_REPEAT},
+                                         {"output", required_argument, 0, 'o'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    cli_micro m;
+    cli_micro_init(&m);
+    workload w = {0};
+    const char *out = NULL, *list = NULL;
+    long repeat = 5;
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "o:h", opts, NULL)) != -1) {
+        int r = cli_micro_handle(&m, c, optarg);
+        if (r < 0)
+            return CLI_EXIT_USAGE;
+        if (r)
+            continue;
+        switch (c) {
+        case OPT_WORKLOAD: w.name = optarg; break;
+        case OPT_DATA: w.data = optarg; break;
+        case OPT_CACHE: w.cache = optarg; break;
+        case OPT_TILES: list = optarg; break;
+        case OPT_REPEAT:
+            if (parse_int(optarg, 1, 100, &repeat)) {
+                fprintf(stderr, "ssb4d bench sweep: invalid value '%s' for --repeat (1 to 100)\n", optarg);
+                return CLI_EXIT_USAGE;
+            }
+            break;
+        case 'o': out = optarg; break;
+        case 'h': sweep_help(stdout); return CLI_EXIT_OK;
+        default: sweep_help(stderr); return CLI_EXIT_USAGE;
+        }
+    }
+    if (optind != argc || !list) {
+        fprintf(stderr, "ssb4d bench sweep: %s (try --help)\n", !list ? "--loss-tile LIST is required" : "unexpected argument");
+        return CLI_EXIT_USAGE;
+    }
+    /* tiles[0] = 0: the default layout; (size_t)-1: all */
+    size_t tiles[MAX_TILES + 1] = {0};
+    size_t nt = 1;
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", list);
+    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+        long v;
+        if (nt > MAX_TILES) {
+            fprintf(stderr, "ssb4d bench sweep: at most %d tiles\n", MAX_TILES);
+            return CLI_EXIT_USAGE;
+        }
+        if (!strcmp(tok, "all"))
+            tiles[nt++] = (size_t)-1;
+        else if (!strcmp(tok, "default"))
+            continue;
+        else if (!parse_int(tok, 1, 1 << 24, &v))
+            tiles[nt++] = (size_t)v;
+        else {
+            fprintf(stderr, "ssb4d bench sweep: invalid loss tile '%s' (a count, 'all' or 'default')\n", tok);
+            return CLI_EXIT_USAGE;
+        }
+    }
+    int rc = workload_resolve("sweep", &w);
+    if (rc)
+        return rc;
+    cli_values v;
+    if ((rc = cli_resolve(w.path, &m, &v)) || (rc = cli_check_microscope(&v)))
+        return rc;
+    if (!v.has_ab) {
+        fprintf(stderr, "ssb4d bench sweep: no aberrations to evaluate at (give --calibration or a sidecar with the truth)\n");
+        return CLI_EXIT_USAGE;
+    }
+    ssb4d_err err = {0};
+    ssb4d_source *src = NULL;
+    ssb4d_calibration cal;
+    ssb4d_G *G = NULL;
+    ssb4d_mem *mem = ssb4d_mem_create(cli_memory_budget(&m));
+    ssb4d_calib_params cp;
+    cli_values_to_calib_params(&v, m.threads, m.hot_pixels, &cp);
+    cp.mem = mem;
+    ssb4d_status st = ssb4d_source_open(w.path, &src, &err);
+    if (!st)
+        st = ssb4d_calibrate(src, &cp, &cal, &err);
+    if (st) {
+        ssb4d_source_close(src);
+        ssb4d_mem_destroy(mem);
+        return cli_error("bench", st, err.msg);
+    }
+    ssb4d_gbuild_opts go;
+    ssb4d_gbuild_opts_default(&go);
+    go.threads = m.threads;
+    fprintf(stderr, "ssb4d bench sweep: building G for %zu BF pixels\n", cal.n_bf);
+    st = ssb4d_gbuild(src, &cal.geom, cal.bf_pix, cal.n_bf, &go, mem, &G, &err);
+    if (st) {
+        ssb4d_calibration_free(&cal);
+        ssb4d_source_close(src);
+        ssb4d_mem_destroy(mem);
+        return cli_error("bench", st, err.msg);
+    }
+    size_t ny, nx;
+    ssb4d_G_scan_shape(G, &ny, &nx);
+    float *phase = malloc(ny * nx * sizeof *phase);
+    double loss[MAX_TILES + 1], secs[MAX_TILES + 1][100], live[MAX_TILES + 1], cache[MAX_TILES + 1];
+    char hex[MAX_TILES + 1][65];
+    size_t base = ssb4d_mem_live(mem);
+    /* Memory and bits: one run per tile from an empty cache. */
+    for (size_t t = 0; t < nt && !st && phase; t++) {
+        ssb4d_ssb_opts so;
+        ssb4d_ssb_opts_default(&so);
+        so.threads = m.threads;
+        so.loss_tile = tiles[t] == (size_t)-1 ? ssb4d_G_n_bf(G) : tiles[t];
+        ssb4d_mem_trim(mem);
+        ssb4d_mem_stage_begin(mem, "loss");
+        st = ssb4d_loss(G, &cal.geom, &v.ab, NULL, &so, mem, &loss[t], phase, &err);
+        ssb4d_mem_stage_end(mem);
+        const ssb4d_stage_record *sr = ssb4d_mem_stage(mem, ssb4d_mem_stage_count(mem) - 1);
+        live[t] = (double)(sr->peak_bytes - base);
+        cache[t] = (double)sr->cache_bytes;
+        ssb4d_sha256 *h = ssb4d_sha256_new();
+        ssb4d_sha256_update(h, phase, ny * nx * sizeof *phase);
+        ssb4d_sha256_final_hex(h, hex[t]);
+    }
+    /* Times: interleaved repeats, each tile's buffers kept in the cache between its runs. */
+    for (long k = 0; k < repeat && !st && phase; k++)
+        for (size_t t = 0; t < nt && !st; t++) {
+            ssb4d_ssb_opts so;
+            ssb4d_ssb_opts_default(&so);
+            so.threads = m.threads;
+            so.loss_tile = tiles[t] == (size_t)-1 ? ssb4d_G_n_bf(G) : tiles[t];
+            double l, t0 = now();
+            st = ssb4d_loss(G, &cal.geom, &v.ab, NULL, &so, mem, &l, NULL, &err);
+            secs[t][k] = now() - t0;
+        }
+    int same = 1;
+    cJSON *rows = cJSON_CreateArray();
+    if (!st && phase) {
+        double med[MAX_TILES + 1];
+        for (size_t t = 0; t < nt; t++) {
+            qsort(secs[t], (size_t)repeat, sizeof(double), cmp_double);
+            med[t] = repeat % 2 ? secs[t][repeat / 2] : 0.5 * (secs[t][repeat / 2 - 1] + secs[t][repeat / 2]);
+        }
+        printf("loss tile sweep: %s, %zu BF pixels, %zux%zu scan, %d threads, %ld interleaved runs\n", w.path,
+               cal.n_bf, ny, nx, ssb4d_threads_resolve(m.threads), repeat);
+        printf("%-12s %12s %10s %16s %12s  %s\n", "loss tile", "loss s", "vs default", "live above G GiB",
+               "cache GiB", "bits");
+        for (size_t t = 0; t < nt; t++) {
+            int eq = !memcmp(&loss[t], &loss[0], sizeof loss[0]) && !strcmp(hex[t], hex[0]);
+            same &= eq;
+            char name[32];
+            if (tiles[t] == 0)
+                snprintf(name, sizeof name, "default");
+            else if (tiles[t] == (size_t)-1)
+                snprintf(name, sizeof name, "all (%zu)", cal.n_bf);
+            else
+                snprintf(name, sizeof name, "%zu", tiles[t]);
+            printf("%-12s %12.4f %+9.1f%% %16.3f %12.3f  %s\n", name, med[t], 100.0 * (med[t] / med[0] - 1.0),
+                   live[t] / GIB, cache[t] / GIB, eq ? "same" : "DIFFERENT");
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddStringToObject(o, "loss_tile", name);
+            cJSON_AddNumberToObject(o, "median_seconds", med[t]);
+            cJSON_AddNumberToObject(o, "relative", med[t] / med[0] - 1.0);
+            cJSON_AddNumberToObject(o, "live_above_g_bytes", live[t]);
+            cJSON_AddNumberToObject(o, "cache_bytes", cache[t]);
+            cJSON_AddNumberToObject(o, "loss", loss[t]);
+            cJSON_AddStringToObject(o, "mean_phase_sha256", hex[t]);
+            cJSON_AddBoolToObject(o, "same_bits", eq);
+            cJSON_AddItemToArray(rows, o);
+        }
+        printf("every tile gives the same bits: %s\n", same ? "yes" : "NO");
+    }
+    if (!st && out) {
+        cJSON *j = cJSON_CreateObject();
+        cJSON_AddStringToObject(j, "schema", "ssb4d-bench-sweep/1");
+        cJSON_AddStringToObject(j, "workload", w.name ? w.name : w.data);
+        cJSON_AddNumberToObject(j, "n_bf", (double)cal.n_bf);
+        cJSON_AddNumberToObject(j, "threads", ssb4d_threads_resolve(m.threads));
+        cJSON_AddItemToObject(j, "rows", rows);
+        rows = NULL;
+        char *text = cJSON_Print(j);
+        FILE *f = fopen(out, "w");
+        if (!f || fputs(text, f) < 0 || fclose(f))
+            st = ssb4d_fail(&err, SSB4D_EIO, "cannot write %s", out);
+        free(text);
+        cJSON_Delete(j);
+    }
+    cJSON_Delete(rows);
+    free(phase);
+    ssb4d_G_free(G);
+    ssb4d_calibration_free(&cal);
+    ssb4d_source_close(src);
+    ssb4d_mem_destroy(mem);
+    if (st)
+        return cli_error("bench", st, err.msg);
+    return same ? CLI_EXIT_OK : CLI_EXIT_INTERNAL;
+}
 
 int cmd_bench(int argc, char **argv)
 {
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
         FILE *f = argc < 2 ? stderr : stdout;
-        fprintf(f, "usage: ssb4d bench run|compare|sweep ...   (ssb4d bench <sub> --help)\n");
+        fprintf(f, "usage: ssb4d bench run|compare|sweep ...   (ssb4d bench <sub> --help)\n\n"
+                   "  run      the session on a workload, repeated: one benchmark record (JSON)\n"
+                   "  compare  OLD.json NEW.json: exit 1 when a time grew > 10 %%, a memory metric\n"
+                   "           > 10 %% and > 0.25 GiB, or a hash changed\n"
+                   "  sweep    the loss over loss tiles: time, live bytes above G, cache, same bits\n");
         return argc < 2 ? CLI_EXIT_USAGE : CLI_EXIT_OK;
     }
     if (!strcmp(argv[1], "compare"))
         return cmd_bench_compare(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "run"))
+        return bench_run(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "sweep"))
+        return bench_sweep(argc - 1, argv + 1);
     fprintf(stderr, "ssb4d bench: unknown subcommand '%s' (run, compare or sweep)\n", argv[1]);
     return CLI_EXIT_USAGE;
 }
