@@ -41,8 +41,13 @@ typedef struct {
 
 static int workload_resolve(const char *cmd, workload *w)
 {
+    struct stat sb;
     if (w->data) {
         snprintf(w->path, sizeof w->path, "%s", w->data);
+        if (stat(w->path, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+            fprintf(stderr, "ssb4d bench %s: cannot open %s (no such file)\n", cmd, w->path);
+            return CLI_EXIT_USAGE;
+        }
         return 0;
     }
     if (!w->name) {
@@ -58,7 +63,6 @@ static int workload_resolve(const char *cmd, workload *w)
     if (!dir || !*dir)
         dir = "bench-data";
     snprintf(w->path, sizeof w->path, "%s/%s.qem", dir, w->name);
-    struct stat sb;
     if (stat(w->path, &sb) == 0)
         return 0;
     mkdir(dir, 0777);

@@ -491,7 +491,7 @@ size_t plan_calib_block(size_t budget, size_t encoded, size_t det_pixels, size_t
     return frames * det_pixels * 4;
 }
 
-size_t ssb4d_plan_region_side(size_t n) { return n >= 512 ? 256 : n / 2; }
+size_t ssb4d_plan_region_side(size_t n) { return n >= 512 ? 256 : n >= 64 ? n / 2 : 0; }
 
 ssb4d_status ssb4d_plan_make(const ssb4d_plan_input *in, ssb4d_plan *p, ssb4d_err *err)
 {

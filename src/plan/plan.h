@@ -3,7 +3,8 @@
 #define SSB4D_PLAN_H
 #include "ssb4d.h"
 
-/* Side of the built-in session's region refit for a scan side n: 256 from 512 up, else n/2. */
+/* Side of the built-in session's region refit for a scan side n: 256 from 512 up, n/2 from 64
+ * up, 0 (no region refit: regions are at least 32x32) below. */
 size_t ssb4d_plan_region_side(size_t n);
 /* The calibration's frame block for a budget: 64 MiB (calibrate.c's default) when it fits
  * comfortably beside the encoded data, else a quarter of what is left (at least one frame).

@@ -327,6 +327,18 @@ ssb4d_status ssb4d_session_run(const char *data_path, const ssb4d_session_params
             r->region_rect[2] = (r->shape[1] - hc) / 2, r->region_rect[3] = r->region_rect[2] + hc;
         }
     }
+    /* The scan is too small for a region (below 64x64), or the script's region is bad: checked
+     * now, before the long stages. */
+    int do_region = s->region && r->region_rect[1] > r->region_rect[0] && r->region_rect[3] > r->region_rect[2];
+    if (do_region) {
+        ssb4d_source *probe = NULL;
+        st = ssb4d_source_region(src, r->region_rect[0], r->region_rect[1], r->region_rect[2], r->region_rect[3],
+                                 &probe, err);
+        ssb4d_source_close(probe);
+        if (st)
+            goto out;
+    } else
+        memset(r->region_rect, 0, sizeof r->region_rect);
     ssb4d_plan_input pi;
     ssb4d_plan_input_default(&pi);
     pi.scan[0] = r->shape[0], pi.scan[1] = r->shape[1], pi.det[0] = r->shape[2], pi.det[1] = r->shape[3];
@@ -341,7 +353,7 @@ ssb4d_status ssb4d_session_run(const char *data_path, const ssb4d_session_params
     pi.rotation_fitted = isnan(p->calib.rotation_deg);
     pi.threads = p->threads;
     pi.upsample = r->upsample;
-    if (s->region)
+    if (do_region)
         pi.region[0] = r->region_rect[1] - r->region_rect[0], pi.region[1] = r->region_rect[3] - r->region_rect[2];
     pi.memory_bytes = budget;
     pi.preview = p->preview;
@@ -425,7 +437,7 @@ ssb4d_status ssb4d_session_run(const char *data_path, const ssb4d_session_params
             goto out;
     }
 
-    if (s->region) {
+    if (do_region) {
         const size_t *q = r->region_rect;
         snprintf(name, sizeof name, "region refit %zux%zu", q[1] - q[0], q[3] - q[2]);
         begin(&x, name);
