@@ -2,6 +2,7 @@
  * BF disk, detector sampling, flagged pixels and scan-detector rotation (SPEC §4), written as a
  * calibration JSON (SPEC §8). */
 #include "cli/cli_common.h"
+#include "cli/cli_job.h"
 #include "cli/commands.h"
 #include "io/calfile.h"
 
@@ -28,7 +29,9 @@ static void help(FILE *f)
             "  -o, --output FILE     write the calibration JSON to FILE (atomically)\n"
             "  -h, --help            this help\n\n%s\n"
             "DATA is a .qem (ssb4d import) or a .npy of uint8/uint16/uint32 counts, shape\n"
-            "(scan_row, scan_col, det_row, det_col).\n"
+            "(scan_row, scan_col, det_row, det_col). --memory bounds the frame blocks read at a time\n"
+            "(at most 64 MiB, fewer frames under a small budget: the same results) and the\n"
+            "per-position buffers; DATA itself is read through, not held.\n"
             "Exit status: 0 ok, 2 bad input (one line on stderr), 1 internal error.\n",
             CLI_MICROSCOPE_HELP);
 }
@@ -178,24 +181,24 @@ int cmd_calibrate(int argc, char **argv)
     ssb4d_calib_params p;
     cli_values_to_calib_params(&v, m.threads, m.hot_pixels, &p);
 
-    ssb4d_mem *mem = m.memory_report ? ssb4d_mem_create(0) : NULL;
-    p.mem = mem;
-    if (mem)
-        ssb4d_mem_stage_begin(mem, "calibrate");
+    /* The frame blocks and per-position buffers are counted under the budget. */
+    ssb4d_mem *mem = ssb4d_mem_create(cli_memory_budget(&m));
+    if (!mem) {
+        ssb4d_source_close(src);
+        return cli_error(CMD, SSB4D_ENOMEM, "out of memory");
+    }
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     ssb4d_calibration cal;
-    st = ssb4d_calibrate(src, &p, &cal, &err);
+    rc = cli_job_calibrate(CMD, src, &p, mem, 0, &cal);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
-    if (mem) {
-        ssb4d_mem_stage_end(mem);
+    if (m.memory_report)
         ssb4d_mem_report_print(mem, stderr);
-        ssb4d_mem_destroy(mem);
-    }
+    ssb4d_mem_destroy(mem);
     ssb4d_source_close(src);
-    if (st)
-        return cli_error(CMD, st, err.msg);
+    if (rc)
+        return rc;
 
     ssb4d_calfile cf;
     st = ssb4d_calfile_from_calibration(&cf, &cal, &err);

@@ -7,6 +7,7 @@
  * fit-regions: the same fit on each region of a grid (or a list), full-field calibration kept,
  * → DIR/regions.json, regions.csv, defocus.png. */
 #include "cli/cli_common.h"
+#include "cli/cli_job.h"
 #include "cli/commands.h"
 #include "cli/progress.h"
 #include "common/atomic.h"
@@ -56,7 +57,12 @@ static const char FIT_HELP[] =
     "  -o, --output DIR      output folder (default %s); it is created if needed\n"
     "  --upsample F          1, 2, 3, 4, 8 or auto for the phase image (default 1)\n"
     "  --force               replace outputs that already exist in DIR\n"
-    "  --quiet               no progress bar\n\n";
+    "  --quiet               no progress bar\n"
+    "memory: the budget (--memory, default the available RAM) counts a .qem DATA (it stays\n"
+    "mapped), the output images, G and every transient. When G does not fit, its outer BF\n"
+    "pixels are streamed (rebuilt from DATA by every pass): slower, the same fit and images bit\n"
+    "for bit. --tilt needs G resident in float32 and says which budget that takes. A budget\n"
+    "below the smallest that runs exits 2 with that smallest budget (see also ssb4d plan).\n\n";
 
 static void usage_fit(FILE *f)
 {
@@ -395,7 +401,11 @@ typedef struct {
     ssb4d_calibration cal;
     int have_cal;
     size_t shape[4];
-    ssb4d_mem *mem;
+    ssb4d_mem *mem;             /* limited to the budget */
+    size_t budget;
+    size_t encoded;             /* a .qem DATA's mapped bytes counted in mem (0: none) */
+    size_t held;                /* data held for the whole job: the .qem or the built-in counts */
+    int rotation_fitted;
 } job;
 
 static void job_free(job *j)
@@ -403,7 +413,9 @@ static void job_free(job *j)
     if (j->have_cal)
         ssb4d_calibration_free(&j->cal);
     ssb4d_source_close(j->src);
-    free(j->builtin_counts);
+    ssb4d_mem_free(j->mem, j->builtin_counts, 0);
+    if (j->encoded)
+        ssb4d_mem_external(j->mem, j->encoded, 0, NULL, NULL);
     ssb4d_mem_destroy(j->mem);
 }
 
@@ -426,9 +438,11 @@ static int open_builtin(const fit_opts *o, job *j, ssb4d_err *err)
     if (ssb4d_sim_describe(&sp, &info, err))
         return cli_error(o->cmd, err->code, err->msg);
     size_t shape[4] = {(size_t)sp.scan_n, (size_t)sp.scan_n, (size_t)sp.det, (size_t)sp.det};
-    j->builtin_counts = malloc(shape[0] * shape[1] * shape[2] * shape[3] * sizeof(uint16_t));
+    /* The counts stay in memory for the whole job: counted under the budget like a .qem. */
+    j->held = shape[0] * shape[1] * shape[2] * shape[3] * sizeof(uint16_t);
+    j->builtin_counts = ssb4d_mem_alloc(j->mem, j->held, "the built-in dataset", err);
     if (!j->builtin_counts)
-        return cli_error(o->cmd, SSB4D_ENOMEM, "out of memory for the built-in dataset");
+        return cli_job_error(o->cmd, err->code, err->msg, j->budget);
     cli_progress pb;
     cli_progress_start(&pb, "simulate", o->quiet || o->m.json);
     sp.progress = sim_progress;
@@ -481,7 +495,8 @@ static int job_open(const fit_opts *o, job *j, size_t (*rects)[4], size_t n_rect
 {
     memset(j, 0, sizeof *j);
     j->truth[0] = j->truth[1] = j->truth[2] = NAN;
-    j->mem = ssb4d_mem_create(0);
+    j->budget = cli_memory_budget(&o->m);
+    j->mem = ssb4d_mem_create(j->budget);
     if (!j->mem)
         return cli_error(o->cmd, SSB4D_ENOMEM, "out of memory");
     int rc;
@@ -490,6 +505,10 @@ static int job_open(const fit_opts *o, job *j, size_t (*rects)[4], size_t n_rect
         ssb4d_status st = ssb4d_source_open(o->data, &j->src, err); /* a missing file first */
         if (st)
             return cli_error(o->cmd, st, err->msg);
+        size_t qem_bytes = cli_job_encoded_bytes(o->data);
+        if (qem_bytes && (st = ssb4d_mem_external(j->mem, qem_bytes, 1, "the encoded data", err)))
+            return cli_job_error(o->cmd, st, err->msg, j->budget);
+        j->encoded = j->held = qem_bytes;
         if ((rc = cli_resolve(o->data, &o->m, &j->v)))
             return rc;
         if ((rc = cli_check_microscope(&j->v)))
@@ -501,31 +520,54 @@ static int job_open(const fit_opts *o, job *j, size_t (*rects)[4], size_t n_rect
     if ((rc = check_regions(o, j, rects, n_rects, err)))
         return rc;
 
-    ssb4d_mem_stage_begin(j->mem, "calibrate");
     ssb4d_calib_params cp;
     cli_values_to_calib_params(&j->v, o->m.threads, o->m.hot_pixels, &cp);
-    cp.mem = j->mem;
-    ssb4d_status st = ssb4d_calibrate(j->src, &cp, &j->cal, err);
-    ssb4d_mem_stage_end(j->mem);
-    if (st)
-        return cli_error(o->cmd, st, err->msg);
+    j->rotation_fitted = isnan(cp.rotation_deg);
+    if ((rc = cli_job_calibrate(o->cmd, j->src, &cp, j->mem, j->held, &j->cal)))
+        return rc;
     j->have_cal = 1;
     return 0;
 }
 
-/* G of the whole scan or of a region (full-field calibration, the region's data only). */
-static ssb4d_status build_G(const fit_opts *o, job *j, const size_t *region, ssb4d_G **G,
+/* Bytes of one float32 plane of G for a scan of ny x nx (gbuild.c's stride). */
+static size_t plane_bytes(size_t ny, size_t nx) { return (ny * (nx / 2 + 1) + 7) / 8 * 8 * 8; }
+
+/* The plan of this job: region (rows, cols) the shape of the (largest) region's G, or NULL for
+ * the whole scan; held_extra: the output images kept beside the data. Returns 0 or the exit code
+ * (the job does not fit: message printed). */
+static int job_plan(const fit_opts *o, const job *j, const size_t *region, int upsample, size_t held_extra,
+                    ssb4d_plan *p)
+{
+    size_t shape_rc[2] = {region ? region[0] : 0, region ? region[1] : 0};
+    return cli_job_plan(o->cmd, &j->cal, j->shape, j->held + held_extra, j->rotation_fitted, upsample, shape_rc,
+                        &o->fp, o->m.threads, j->budget, p);
+}
+
+/* How the plan holds the G of the whole scan (region NULL) or of a region of rows x cols: the
+ * bytes of planes to keep resident and that G's full size. */
+static void job_g(const job *j, const ssb4d_plan *p, const size_t *region, size_t *resident, size_t *g_bytes)
+{
+    size_t n_stored = p->g_bytes / plane_bytes(j->shape[0], j->shape[1]);
+    *g_bytes = region ? n_stored * plane_bytes(region[0], region[1]) : p->g_bytes;
+    *resident = region ? p->region_resident_bytes : p->fit_resident_bytes;
+}
+
+/* G of the whole scan or of a region (full-field calibration, the region's data only), held as
+ * the plan says (resident, g_bytes from job_plan). A region's view goes to *view: a streamed G
+ * rebuilds planes from it, so the caller closes it after freeing G. */
+static ssb4d_status build_G(const fit_opts *o, job *j, const size_t *region, const ssb4d_plan *p,
+                            size_t resident, size_t g_bytes, ssb4d_G **G, ssb4d_source **view,
                             double *seconds, ssb4d_err *err)
 {
-    ssb4d_source *view = NULL, *src = j->src;
+    ssb4d_source *src = j->src;
     ssb4d_status st = SSB4D_OK;
+    *view = NULL;
     if (region) {
-        st = ssb4d_source_region(j->src, region[0], region[1], region[2], region[3], &view, err);
-        src = view;
+        st = ssb4d_source_region(j->src, region[0], region[1], region[2], region[3], view, err);
+        src = *view;
     }
     ssb4d_gbuild_opts go;
-    ssb4d_gbuild_opts_default(&go);
-    go.threads = o->m.threads;
+    cli_job_gbuild_opts(p, resident, g_bytes, o->m.threads, &go);
     cli_progress pb;
     cli_progress_start(&pb, "G build", o->quiet || o->m.json);
     go.progress = cli_progress_update;
@@ -536,7 +578,6 @@ static ssb4d_status build_G(const fit_opts *o, job *j, const size_t *region, ssb
     ssb4d_mem_stage_end(j->mem);
     cli_progress_done(&pb);
     *seconds = cli_progress_elapsed(&pb);
-    ssb4d_source_close(view);
     return st;
 }
 
@@ -674,9 +715,38 @@ static int run_fit(fit_opts *o)
         return rc;
     }
     const size_t *region = o->has_region ? o->region : NULL;
+    size_t rshape[2] = {region ? region[1] - region[0] : 0, region ? region[3] - region[2] : 0};
+    size_t ny = region ? rshape[0] : j.shape[0], nx = region ? rshape[1] : j.shape[1];
+    /* Automatic upsampling follows the step and semi-angle, not the fit's rotation. */
+    int up = o->upsample_auto ? ssb4d_upsample_auto(&j.cal.geom) : o->upsample;
+    size_t image_bytes = ny * nx * (size_t)(up * up) * sizeof(float); /* the object is twice that */
+    ssb4d_plan plan;
+    size_t resident = 0, g_bytes = 0;
+    rc = job_plan(o, &j, region ? rshape : NULL, up, 3 * image_bytes, &plan);
+    if (!rc)
+        job_g(&j, &plan, region ? rshape : NULL, &resident, &g_bytes);
+    if (!rc && o->tilt && resident < g_bytes) {
+        /* band.c reads G's planes directly: no streaming for the thick-sample search. */
+        char b[32], need[32];
+        fprintf(stderr, "ssb4d %s: --tilt needs G resident in float32, which takes a budget of at least %s; "
+                        "in %s the outer BF pixels of G would be streamed\n", o->cmd,
+                cli_job_size(need, plan.resident_memory_bytes, 1), cli_job_size(b, j.budget, 0));
+        rc = CLI_EXIT_USAGE;
+    }
+    if (rc) {
+        job_free(&j);
+        remove_if_empty(o);
+        return rc;
+    }
+    /* The outputs first: they stay live to the end, as the plan counted them (beside the data). */
+    float *phase = ssb4d_mem_alloc(j.mem, image_bytes, "the phase image", &err);
+    float *object = phase ? ssb4d_mem_alloc(j.mem, 2 * image_bytes, "the complex object", &err) : NULL;
+    ssb4d_status st = phase && object ? SSB4D_OK : err.code;
     ssb4d_G *G = NULL;
+    ssb4d_source *view = NULL;
     double t_build = 0, t_fit = 0, t_tilt = 0, t_image = 0;
-    ssb4d_status st = build_G(o, &j, region, &G, &t_build, &err);
+    if (!st)
+        st = build_G(o, &j, region, &plan, resident, g_bytes, &G, &view, &t_build, &err);
 
     ssb4d_fit_result r;
     memset(&r, 0, sizeof r);
@@ -725,16 +795,6 @@ static int run_fit(fit_opts *o)
         thick = tr.thick;
     }
     /* The image, exactly as `reconstruct --calibration DIR/calibration.json` computes it. */
-    size_t ny = 0, nx = 0;
-    int up = o->upsample_auto ? ssb4d_upsample_auto(&r.geom) : o->upsample;
-    float *phase = NULL, *object = NULL;
-    if (!st) {
-        ssb4d_G_scan_shape(G, &ny, &nx);
-        phase = malloc(ny * nx * up * up * sizeof *phase);
-        object = malloc(2 * ny * nx * up * up * sizeof *object);
-        if (!phase || !object)
-            st = ssb4d_fail(&err, SSB4D_ENOMEM, "out of memory for the output image");
-    }
     if (!st) {
         ssb4d_ssb_opts so;
         ssb4d_ssb_opts_default(&so);
@@ -777,14 +837,16 @@ static int run_fit(fit_opts *o)
         }
     }
     ssb4d_calfile_free(&cf);
-    free(phase);
-    free(object);
+    ssb4d_mem_free(j.mem, phase, 0);
+    ssb4d_mem_free(j.mem, object, 0);
     int exit_code = 0;
     size_t peak = ssb4d_mem_peak(j.mem), rss = ssb4d_rss_peak();
     double x[3] = {ab.C_nm[SSB4D_C10], ab.C_nm[SSB4D_C12], ab.phi_deg[SSB4D_C12]};
     int builtin = !o->data;
+    size_t n_resident = G ? ssb4d_G_n_resident(G) : 0, n_stored = G ? ssb4d_G_n_stored(G) : 0;
+    const char *g_mode = n_resident < n_stored ? "streaming" : "resident";
     if (st) {
-        exit_code = cli_error(o->cmd, st, err.msg);
+        exit_code = cli_job_error(o->cmd, st, err.msg, j.budget);
         remove_if_empty(o);
     } else if (o->m.json) {
         cJSON *out = cJSON_CreateObject();
@@ -827,6 +889,11 @@ static int run_fit(fit_opts *o)
         cJSON_AddNumberToObject(out, "peak_tracked_bytes", (double)peak);
         cJSON_AddNumberToObject(out, "peak_rss_bytes", (double)rss);
         cJSON_AddNumberToObject(out, "g_bytes", (double)ssb4d_G_bytes(G));
+        cJSON_AddNumberToObject(out, "memory_bytes", (double)j.budget);
+        cJSON_AddStringToObject(out, "g_mode", g_mode);
+        cJSON_AddNumberToObject(out, "n_resident", (double)n_resident);
+        cJSON_AddNumberToObject(out, "min_memory_bytes", (double)plan.min_memory_bytes);
+        cJSON_AddNumberToObject(out, "resident_memory_bytes", (double)plan.resident_memory_bytes);
         cJSON_AddStringToObject(out, "output_dir", o->out_dir);
         char *s = cJSON_PrintUnformatted(out);
         printf("%s\n", s);
@@ -858,14 +925,17 @@ static int run_fit(fit_opts *o)
         if (have_tilt)
             printf("tilt fit %.2f s, ", t_tilt);
         printf("image %.2f s)\n", t_image);
-        printf("memory       peak %.1f MiB tracked (G %.1f MiB), %.1f MiB process\n", peak / 1048576.0,
-               ssb4d_G_bytes(G) / 1048576.0, rss / 1048576.0);
+        char b[32];
+        printf("memory       peak %.1f MiB tracked (G %.1f MiB, %s: %zu of %zu planes held; budget %s), "
+               "%.1f MiB process\n", peak / 1048576.0, ssb4d_G_bytes(G) / 1048576.0, g_mode, n_resident, n_stored,
+               cli_job_size(b, j.budget, 0), rss / 1048576.0);
         printf("wrote        %s/phase.tiff, phase.png, object.npy, calibration.json, trials.json\n", o->out_dir);
     }
     if (o->m.memory_report)
         ssb4d_mem_report_print(j.mem, stderr);
     ssb4d_fit_result_free(&r);
     ssb4d_G_free(G);
+    ssb4d_source_close(view); /* after G: a streamed G rebuilds its planes from the view */
     job_free(&j);
     return exit_code;
 }
@@ -960,6 +1030,19 @@ int cmd_fit_regions(int argc, char **argv)
         remove_if_empty(&o);
         return rc;
     }
+    /* One plan for the largest region: every region's G is held within its bytes. */
+    size_t largest[2] = {0, 0};
+    for (size_t i = 0; i < n; i++)
+        for (int k = 0; k < 2; k++)
+            if (rects[i][2 * k + 1] - rects[i][2 * k] > largest[k])
+                largest[k] = rects[i][2 * k + 1] - rects[i][2 * k];
+    ssb4d_plan plan;
+    if ((rc = job_plan(&o, &j, largest, 1, 0, &plan))) {
+        job_free(&j);
+        free(rects);
+        remove_if_empty(&o);
+        return rc;
+    }
     cJSON *list = cJSON_CreateArray();
     char *csv = NULL;
     size_t csv_len = 0;
@@ -969,8 +1052,11 @@ int cmd_fit_regions(int argc, char **argv)
     ssb4d_status st = c10 ? SSB4D_OK : ssb4d_fail(&err, SSB4D_ENOMEM, "out of memory");
     for (size_t i = 0; i < n && !st; i++) {
         ssb4d_G *G = NULL;
+        ssb4d_source *view = NULL;
         double tb;
-        st = build_G(&o, &j, rects[i], &G, &tb, &err);
+        size_t rshape[2] = {rects[i][1] - rects[i][0], rects[i][3] - rects[i][2]}, resident, g_bytes;
+        job_g(&j, &plan, rshape, &resident, &g_bytes);
+        st = build_G(&o, &j, rects[i], &plan, resident, g_bytes, &G, &view, &tb, &err);
         ssb4d_fit_result r;
         if (!st) {
             ssb4d_fit_params fp = o.fp;
@@ -978,6 +1064,7 @@ int cmd_fit_regions(int argc, char **argv)
             st = ssb4d_fit(G, &j.cal.geom, &fp, j.mem, &r, &err);
         }
         ssb4d_G_free(G); /* the next region's G replaces it */
+        ssb4d_source_close(view);
         if (st)
             break;
         double x[3] = {r.ab.C_nm[SSB4D_C10], r.ab.C_nm[SSB4D_C12], r.ab.phi_deg[SSB4D_C12]};
@@ -1037,7 +1124,7 @@ int cmd_fit_regions(int argc, char **argv)
         free(img);
     }
     if (st) {
-        rc = cli_error(o.cmd, st, err.msg);
+        rc = cli_job_error(o.cmd, st, err.msg, j.budget);
         remove_if_empty(&o);
     } else if (o.m.json) {
         cJSON_AddNumberToObject(root, "seconds", cli_progress_elapsed(&total));

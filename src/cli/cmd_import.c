@@ -1,6 +1,7 @@
 /* cmd_import.c — `ssb4d import IN -o OUT.qem [options]`: stream an acquisition in a foreign
  * format into the encoded .qem form (SPEC §3, src/ingest/import.c). */
 #include "cli/cli_common.h"
+#include "cli/cli_job.h"
 #include "cli/cli_input.h"
 #include "cli/commands.h"
 #include "cli/progress.h"
@@ -32,12 +33,17 @@ static void help(FILE *f)
             "                        file records\n"
             "  --chunk-scans N       scans per chunk (a multiple of 512; default: automatic)\n"
             "  --threads N           encoder threads (default: all cores)\n"
+            "%s"
+            "                        it counts the read blocks (two 32 MiB blocks of uint32 frames\n"
+            "                        in flight and one converted block, less for small inputs); the\n"
+            "                        encoder's chunk buffer (at most 128 MiB) comes on top\n"
             "  --force               replace OUT if it exists\n"
             "  --json                print one JSON report object on stdout\n"
             "  -q, --quiet           no progress bar\n"
             "  -h, --help            this help\n\n%s\n"
-            "Exit status: 0 ok, 2 bad input (one line on stderr; no output file), 1 internal error.\n",
-            CLI_INPUT_HELP);
+            "Exit status: 0 ok, 2 bad input or a budget too small (one line on stderr; no output\n"
+            "file), 1 internal error.\n",
+            CLI_MEMORY_HELP, CLI_INPUT_HELP);
 }
 
 enum { OPT_HOT = CLI_OPT_FIRST_FREE, OPT_CHUNK, OPT_FORCE };
@@ -59,6 +65,7 @@ int cmd_import(int argc, char **argv)
         {"scan-step", required_argument, 0, CLI_OPT_SCAN_STEP},
         {"det-sampling", required_argument, 0, CLI_OPT_DET_SAMPLING},
         {"threads", required_argument, 0, CLI_OPT_THREADS}, {"json", no_argument, 0, CLI_OPT_JSON},
+        {"memory", required_argument, 0, CLI_OPT_MEMORY},
         {"quiet", no_argument, 0, 'q'},             {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
     ssb4d_import_params ip;
@@ -142,6 +149,10 @@ int cmd_import(int argc, char **argv)
         ip.det_sampling_mrad[i] = v->det_sampling_mrad[i];
     }
     ip.threads = m.threads;
+    size_t budget = cli_memory_budget(&m);
+    ip.mem = ssb4d_mem_create(budget);
+    if (!ip.mem)
+        return cli_error(CMD, SSB4D_ENOMEM, "out of memory");
 
     cli_progress pb;
     cli_progress_start(&pb, "import", quiet || m.json);
@@ -157,8 +168,9 @@ int cmd_import(int argc, char **argv)
     ssb4d_err err = {0};
     ssb4d_status st = ssb4d_import(in, out, &ip, &rep, &err);
     cli_progress_done(&pb);
+    ssb4d_mem_destroy(ip.mem);
     if (st)
-        return cli_error(CMD, st, err.msg);
+        return cli_job_error(CMD, st, err.msg, budget);
 
     static const char *hot_names[] = {"median", "zero", "none"};
     double ratio = rep.encoded_bytes ? (double)rep.input_bytes / (double)rep.encoded_bytes : 0;

@@ -2,7 +2,10 @@
  * compression ratio, calibration, flagged pixels, processing), from its header alone unless
  * --check asks for the body checksums and the spatial index too. */
 #include "cli/cli_common.h"
+#include "cli/cli_job.h"
 #include "cli/commands.h"
+#include "codec/codec.h"
+#include "common/parallel.h"
 #include "qem/qem.h"
 
 #include <cjson/cJSON.h>
@@ -25,9 +28,16 @@ static void help(FILE *f)
             "  --check               also verify every 64 MiB body checksum and the spatial index\n"
             "                        (reads and decodes the whole file)\n"
             "  --threads N           threads for --check (default: all cores)\n"
+            "%s"
+            "                        info uses at most the header and 9 bytes per detector pixel\n"
+            "                        (0.3 MiB for 192x192); --check adds about 34 bytes per pixel\n"
+            "                        per thread (1.2 MiB for 192x192) and runs on fewer threads\n"
+            "                        when the budget asks for it. The file is mapped and read\n"
+            "                        through, not held, so it is not counted\n"
             "  --json                print one JSON object on stdout\n"
             "  -h, --help            this help\n\n"
-            "Exit status: 0 ok, 2 not a valid .qem (one line on stderr), 1 internal error.\n");
+            "Exit status: 0 ok, 2 not a valid .qem or a budget too small (one line on stderr),\n"
+            "1 internal error.\n", CLI_MEMORY_HELP);
 }
 
 enum { OPT_CHECK = CLI_OPT_FIRST_FREE };
@@ -66,6 +76,7 @@ int cmd_info(int argc, char **argv)
 {
     static const struct option opts[] = {{"check", no_argument, 0, OPT_CHECK},
                                          {"threads", required_argument, 0, CLI_OPT_THREADS},
+                                         {"memory", required_argument, 0, CLI_OPT_MEMORY},
                                          {"json", no_argument, 0, CLI_OPT_JSON},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
@@ -108,11 +119,25 @@ int cmd_info(int argc, char **argv)
     ssb4d_status st = qem_open(path, check, m.threads, &q, &err);
     if (st)
         return cli_error(CMD, st, err.msg);
-    if (check && (st = qem_check_spatial_index(q, m.threads, &err))) {
+    const qem_info *in = qem_get_info(q);
+    /* What info holds: the per-pixel arrays (valid mask, two spatial field maps) and, with
+     * --check, the spatial index check's scratch. */
+    size_t budget = cli_memory_budget(&m), per_pixel = in->n_pix * (1 + 2 * sizeof(uint32_t));
+    if (per_pixel > budget) {
+        fprintf(stderr, "ssb4d info: the job does not fit in %.1f MiB: the per-pixel arrays need %.1f MiB\n",
+                budget / 1048576.0, per_pixel / 1048576.0);
+        qem_close(q);
+        return CLI_EXIT_USAGE;
+    }
+    int nt = check ? cli_qem_check_threads(CMD, q, m.threads, budget, per_pixel) : 1;
+    if (!nt) {
+        qem_close(q);
+        return CLI_EXIT_USAGE;
+    }
+    if (check && (st = qem_check_spatial_index(q, nt, &err))) {
         qem_close(q);
         return cli_error(CMD, st, err.msg);
     }
-    const qem_info *in = qem_get_info(q);
     const uint8_t *valid = qem_valid_mask(q);
     size_t n_flagged = 0;
     for (size_t k = 0; k < in->n_pix; k++)

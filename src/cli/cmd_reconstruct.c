@@ -1,11 +1,15 @@
 /* cmd_reconstruct.c — `ssb4d reconstruct DATA`: calibrate (what is not given), build G, SSB at the
  * given aberrations, write the phase image and print the loss. */
 #include "cli/cli_common.h"
+#include "cli/cli_job.h"
 #include "cli/commands.h"
 #include "cli/progress.h"
 #include "common/err.h"
+#include "fit/fit.h"
+#include "gbuild/gbuild.h"
 #include "io/image.h"
 #include "io/npy.h"
+#include "plan/plan.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -13,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 
 enum {
     OPT_C10 = CLI_OPT_FIRST_FREE, OPT_C12, OPT_PHI12, OPT_ABERR, OPT_UPSAMPLE, OPT_ESTIMATOR, OPT_PATH,
@@ -40,8 +45,13 @@ static void usage(FILE *f)
             "  --upsample F          1, 2, 3, 4, 8 or auto (default 1)\n"
             "  --estimator E         phase-of-mean (default) or mean-phase\n"
             "  --path P              auto (default), real or complex (loss path)\n"
-            "  --block-mb N          decoded block size for the G build (MiB, default 256)\n"
-            "  --quiet               no progress bar\n\n%s",
+            "  --block-mb N          decoded block size for the G build (MiB); overrides the block\n"
+            "                        the --memory plan picks (256 MiB, less under a small budget)\n"
+            "  --quiet               no progress bar\n\n"
+            "memory: the budget (--memory, default the available RAM) counts a .qem DATA (it stays\n"
+            "mapped), the output images, G and every transient. When G does not fit, its outer BF\n"
+            "pixels are streamed (rebuilt from DATA by every pass): slower, same bits. A budget below\n"
+            "the smallest that runs exits 2 with that smallest budget (see also ssb4d plan).\n\n%s",
             CLI_MICROSCOPE_HELP);
 }
 
@@ -77,7 +87,7 @@ int cmd_reconstruct(int argc, char **argv)
     ssb4d_path path = SSB4D_PATH_AUTO;
     ssb4d_thick thick = {{0, 0}, 0};
     int tilt_given = 0, thickness_given = 0;
-    double block_mb = 256;
+    double block_mb = 0; /* 0: the plan's */
     optind = 1;
     opterr = 0;
     int c;
@@ -229,72 +239,86 @@ int cmd_reconstruct(int argc, char **argv)
     if (v.ab_from_truth && !(c_mask || phi_mask) && !m.json)
         fprintf(stderr, "ssb4d reconstruct: using the simulator's true aberrations from the sidecar\n");
 
-    ssb4d_mem *mem = ssb4d_mem_create(0);
+    /* Everything large is counted under the budget; the plan made after calibrating sizes the
+     * G build (block, group, planes held) so that the job fits, with the same bits for any. */
+    size_t budget = cli_memory_budget(&m);
+    ssb4d_mem *mem = ssb4d_mem_create(budget);
+    if (!mem)
+        return cli_error("reconstruct", SSB4D_ENOMEM, "out of memory");
     cli_progress total;
     cli_progress_start(&total, "total", 1);
-    ssb4d_mem_stage_begin(mem, "load");
     ssb4d_source *src = NULL;
-    ssb4d_status st = ssb4d_source_open(data, &src, &err);
-    ssb4d_mem_stage_end(mem);
-    if (st) {
-        ssb4d_mem_destroy(mem);
-        return cli_error("reconstruct", st, err.msg);
-    }
-    size_t shape[4];
-    ssb4d_source_shape(src, shape);
-
-    ssb4d_mem_stage_begin(mem, "calibrate");
-    ssb4d_calib_params cp;
-    cli_values_to_calib_params(&v, m.threads, m.hot_pixels, &cp);
-    cp.mem = mem;
     ssb4d_calibration cal;
     memset(&cal, 0, sizeof cal);
-    st = ssb4d_calibrate(src, &cp, &cal, &err);
+    int have_cal = 0, exit_code = 0;
+    ssb4d_G *G = NULL;
+    float *phase = NULL, *object = NULL;
+    size_t encoded = 0, shape[4] = {0};
+    ssb4d_plan plan;
+    memset(&plan, 0, sizeof plan);
+    ssb4d_mem_stage_begin(mem, "load");
+    ssb4d_status st = ssb4d_source_open(data, &src, &err);
+    size_t qem_bytes = st ? 0 : cli_job_encoded_bytes(data);
+    if (qem_bytes && !(st = ssb4d_mem_external(mem, qem_bytes, 1, "the encoded data", &err)))
+        encoded = qem_bytes; /* counted: uncounted at the end */
     ssb4d_mem_stage_end(mem);
     if (st) {
-        ssb4d_source_close(src);
-        ssb4d_mem_destroy(mem);
-        return cli_error("reconstruct", st, err.msg);
+        exit_code = cli_job_error("reconstruct", st, err.msg, budget);
+        goto out;
     }
+    ssb4d_source_shape(src, shape);
+
+    ssb4d_calib_params cp;
+    cli_values_to_calib_params(&v, m.threads, m.hot_pixels, &cp);
+    if ((exit_code = cli_job_calibrate("reconstruct", src, &cp, mem, encoded, &cal)))
+        goto out;
+    have_cal = 1;
     ssb4d_geometry g = cal.geom;
     if (upsample_auto)
         upsample = ssb4d_upsample_auto(&g);
+    size_t ny = shape[0], nx = shape[1], nyf = ny * (size_t)upsample, nxf = nx * (size_t)upsample;
+    size_t image_bytes = nyf * nxf * sizeof *phase, object_bytes = object_path ? 2 * image_bytes : 0;
+    static const size_t no_region[2] = {0, 0};
+    if ((exit_code = cli_job_plan("reconstruct", &cal, shape, encoded + image_bytes + object_bytes,
+                                  isnan(cp.rotation_deg), upsample, no_region, NULL, m.threads, budget, &plan)))
+        goto out;
+
+    /* The outputs first: they stay live to the end, as the plan counted them (beside the data). */
+    phase = ssb4d_mem_alloc(mem, image_bytes, "the phase image", &err);
+    if (phase && object_path)
+        object = ssb4d_mem_alloc(mem, object_bytes, "the complex object", &err);
+    if (!phase || (object_path && !object)) {
+        exit_code = cli_job_error("reconstruct", err.code, err.msg, budget);
+        goto out;
+    }
 
     ssb4d_mem_stage_begin(mem, "G build");
     ssb4d_gbuild_opts go;
-    ssb4d_gbuild_opts_default(&go);
-    go.threads = m.threads;
-    go.block_bytes = (size_t)(block_mb * 1048576.0);
+    cli_job_gbuild_opts(&plan, plan.fit_resident_bytes, plan.g_bytes, m.threads, &go);
+    if (block_mb > 0) /* --block-mb overrides the plan's block */
+        go.block_bytes = (size_t)(block_mb * 1048576.0);
     cli_progress pb;
     cli_progress_start(&pb, "G build", quiet || m.json);
     go.progress = cli_progress_update;
     go.progress_user = &pb;
-    ssb4d_G *G = NULL;
     st = ssb4d_gbuild(src, &g, cal.bf_pix, cal.n_bf, &go, mem, &G, &err);
     cli_progress_done(&pb);
     double t_build = cli_progress_elapsed(&pb);
     ssb4d_mem_stage_end(mem);
     if (st) {
-        ssb4d_calibration_free(&cal);
-        ssb4d_source_close(src);
-        ssb4d_mem_destroy(mem);
-        return cli_error("reconstruct", st, err.msg);
+        exit_code = cli_job_error("reconstruct", st, err.msg, budget);
+        goto out;
     }
 
     ssb4d_ssb_opts so;
     ssb4d_ssb_opts_default(&so);
     so.threads = m.threads;
     so.path = path;
-    size_t ny = shape[0], nx = shape[1], nyf = ny * (size_t)upsample, nxf = nx * (size_t)upsample;
-    float *phase = malloc(nyf * nxf * sizeof *phase);
-    float *object = object_path ? malloc(2 * nyf * nxf * sizeof *object) : NULL;
     double loss = NAN, t_loss = 0, t_image = 0;
     int even = 1;
     for (int i = 0; i < SSB4D_N_ABERR; i++)
         if (ab.C_nm[i] != 0 && ssb4d_aberr_m(i) % 2)
             even = 0;
-    if (!phase || (object_path && !object))
-        st = ssb4d_fail(&err, SSB4D_ENOMEM, "out of memory for the %zux%zu output", nyf, nxf);
     if (!st) {
         ssb4d_mem_stage_begin(mem, "exact loss");
         cli_progress t;
@@ -324,9 +348,10 @@ int cmd_reconstruct(int argc, char **argv)
         }
         ssb4d_mem_stage_end(mem);
     }
-    int exit_code = 0;
+    size_t n_resident = ssb4d_G_n_resident(G), n_stored = ssb4d_G_n_stored(G);
+    const char *g_mode = n_resident < n_stored ? "streaming" : "resident";
     if (st) {
-        exit_code = cli_error("reconstruct", st, err.msg);
+        exit_code = cli_job_error("reconstruct", st, err.msg, budget);
     } else if (m.json) {
         cJSON *o = cJSON_CreateObject();
         cJSON_AddNumberToObject(o, "loss", loss);
@@ -337,6 +362,13 @@ int cmd_reconstruct(int argc, char **argv)
         cJSON_AddNumberToObject(o, "loss_seconds", t_loss);
         cJSON_AddNumberToObject(o, "image_seconds", t_image);
         cJSON_AddNumberToObject(o, "g_bytes", (double)ssb4d_G_bytes(G));
+        cJSON_AddNumberToObject(o, "memory_bytes", (double)budget);
+        cJSON_AddStringToObject(o, "g_mode", g_mode);
+        cJSON_AddNumberToObject(o, "n_resident", (double)n_resident);
+        cJSON_AddNumberToObject(o, "block_bytes", (double)go.block_bytes);
+        cJSON_AddNumberToObject(o, "min_memory_bytes", (double)plan.min_memory_bytes);
+        cJSON_AddNumberToObject(o, "resident_memory_bytes", (double)plan.resident_memory_bytes);
+        cJSON_AddNumberToObject(o, "peak_tracked_bytes", (double)ssb4d_mem_peak(mem));
         cJSON_AddStringToObject(o, "output", out_path);
         if (object_path)
             cJSON_AddStringToObject(o, "object", object_path);
@@ -395,6 +427,9 @@ int cmd_reconstruct(int argc, char **argv)
                    thick.tilt_mrad[0], thick.tilt_mrad[1], thick.thickness_nm, thick_source);
         printf("BF pixels    %zu (%zu stored), G %.1f MiB, built in %.3f s\n", ssb4d_G_n_bf(G),
                ssb4d_G_n_stored(G), ssb4d_G_bytes(G) / 1048576.0, t_build);
+        char b[32], pk[32];
+        printf("memory       budget %s, G %s (%zu of %zu planes held), peak %s tracked\n",
+               cli_job_size(b, budget, 0), g_mode, n_resident, n_stored, cli_job_size(pk, ssb4d_mem_peak(mem), 0));
         printf("loss         %.9g (%s path, %.3f s)\n", loss,
                path_name(path == SSB4D_PATH_REAL || (path == SSB4D_PATH_AUTO && even)), t_loss);
         printf("phase image  %s (%zux%zu, %s, upsample %d, pixel %.4g A)\n", out_path, nyf, nxf,
@@ -402,13 +437,17 @@ int cmd_reconstruct(int argc, char **argv)
         if (object_path)
             printf("object       %s\n", object_path);
     }
+out:
     if (m.memory_report)
         ssb4d_mem_report_print(mem, stderr);
-    free(phase);
-    free(object);
+    ssb4d_mem_free(mem, phase, 0);
+    ssb4d_mem_free(mem, object, 0);
     ssb4d_G_free(G);
-    ssb4d_calibration_free(&cal);
+    if (have_cal)
+        ssb4d_calibration_free(&cal);
     ssb4d_source_close(src);
+    if (encoded)
+        ssb4d_mem_external(mem, encoded, 0, NULL, NULL);
     ssb4d_mem_destroy(mem);
     return exit_code;
 }

@@ -2,6 +2,8 @@
  * projected-phase ground truths and a sidecar JSON (docs/simulate.md). */
 #include "cli/cli_common.h"
 #include "cli/commands.h"
+#include "codec/codec.h"
+#include "common/parallel.h"
 #include "ssb4d.h"
 
 #include <errno.h>
@@ -18,7 +20,7 @@ enum {
     OPT_PRESET = CLI_OPT_FIRST_FREE, OPT_SPECIMEN, OPT_CELLS_Z, OPT_THICKNESS, OPT_WINDOW_CELLS,
     OPT_SCAN, OPT_SCAN_CELLS, OPT_DETECTOR, OPT_GRID, OPT_KV, OPT_SEMIANGLE, OPT_C10, OPT_C12,
     OPT_PHI12, OPT_C30, OPT_ABERR, OPT_TILT, OPT_DOSE, OPT_SEED, OPT_THREADS, OPT_QUIET, OPT_FORCE,
-    OPT_HELP
+    OPT_HELP, OPT_MEMORY
 };
 
 static const char HELP[] =
@@ -56,6 +58,10 @@ static const char HELP[] =
     "  --threads N            worker threads (default: all cores)\n"
     "  --quiet                no progress or summary on stderr\n"
     "  --force                overwrite existing outputs\n"
+    "  --memory SIZE          memory budget, e.g. 16G, 512M (default: the available RAM); the\n"
+    "                         simulation's working set (per-thread grid buffers, a block of\n"
+    "                         about 8 MiB of scan rows, for .qem one chunk of at most 128 MiB)\n"
+    "                         is checked against it before any work\n"
     "  --memory-report        print the memory table (process footprint) on stderr\n"
     "  -h, --help             this help\n";
 
@@ -78,6 +84,36 @@ static int parse_int(const char *s, long lo, long hi, int *out)
         return -1;
     *out = (int)v;
     return 0;
+}
+
+/* The simulator's largest buffers (src/sim/sim.c and, for .qem, src/qem/qem_write.c): it has no
+ * memory context, so its known working set is checked up front instead. Parts in bytes. */
+typedef struct {
+    size_t grid, blocks, writer, total;
+} sim_working_set;
+
+static sim_working_set working_set(const ssb4d_sim_params *p, const ssb4d_sim_info *info, int to_qem)
+{
+    sim_working_set w = {0, 0, 0, 0};
+    size_t nt = (size_t)ssb4d_threads_resolve(p->threads), N = (size_t)p->scan_n;
+    size_t MM = (size_t)info->grid * (size_t)info->grid, DD = (size_t)p->det * (size_t)p->det;
+    /* probe, two transmission functions, propagator and one wave per thread (complex64), the
+     * aperture and the mask */
+    w.grid = (4 + nt) * MM * 8 + 2 * MM * 4;
+    /* a block of whole scan rows (~8 MiB of uint16 counts), its sums, a pattern per thread and
+     * the two phase images */
+    size_t rows = ((size_t)8 << 20) / (N * DD * 2);
+    rows = rows < 1 ? 1 : rows > N ? N : rows;
+    w.blocks = rows * N * (DD * 2 + 16) + nt * DD * 4 + 2 * N * N * 4;
+    if (to_qem) { /* one chunk of frames (the writer's default size), its encoder scratch */
+        size_t cs = ((size_t)128 << 20) / (2 * DD) / QEM_INTERVAL * QEM_INTERVAL;
+        cs = cs < QEM_INTERVAL ? QEM_INTERVAL : cs > 8192 ? 8192 : cs;
+        cs = cs > N * N ? N * N : cs;
+        size_t nb = (cs + QEM_INTERVAL - 1) / QEM_INTERVAL;
+        w.writer = cs * DD * 2 + DD * (qem_stream_bound(QEM_INTERVAL) + 8) + nb * DD * 5;
+    }
+    w.total = w.grid + w.blocks + w.writer;
+    return w;
 }
 
 typedef struct {
@@ -129,6 +165,7 @@ int cmd_simulate(int argc, char **argv)
         {"quiet", no_argument, 0, OPT_QUIET},
         {"force", no_argument, 0, OPT_FORCE},
         {"memory-report", no_argument, 0, CLI_OPT_MEMORY_REPORT},
+        {"memory", required_argument, 0, OPT_MEMORY},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
@@ -153,6 +190,7 @@ int cmd_simulate(int argc, char **argv)
     double thickness_nm = NAN;
     const char *thickness_arg = NULL;
     int quiet = 0, force = 0, memory_report = 0;
+    size_t memory_bytes = 0; /* 0: the available RAM */
     optind = 1;
     opterr = 0;
     int c;
@@ -253,6 +291,10 @@ int cmd_simulate(int argc, char **argv)
         case OPT_FORCE: force = 1; break;
         case 'h': fputs(HELP, stdout); return CLI_EXIT_OK;
         case CLI_OPT_MEMORY_REPORT: memory_report = 1; break;
+        case OPT_MEMORY:
+            if (cli_parse_memory(optarg, &memory_bytes))
+                return CLI_EXIT_USAGE;
+            break;
         case ':': return usage_error("option %s needs a value", argv[optind - 1]);
         default: return usage_error("unknown option '%s' (see ssb4d simulate --help)", argv[optind - 1]);
         }
@@ -273,6 +315,18 @@ int cmd_simulate(int argc, char **argv)
     ssb4d_sim_info info;
     if (ssb4d_sim_describe(&p, &info, &err))
         return cli_error("simulate", err.code, err.msg);
+    {
+        size_t n = strlen(out), budget = memory_bytes ? memory_bytes : ssb4d_mem_available();
+        sim_working_set w = working_set(&p, &info, n >= 4 && !strcmp(out + n - 4, ".qem"));
+        if (budget && w.total > budget) {
+            fprintf(stderr, "ssb4d simulate: the simulation does not fit in %.1f MiB: it needs about %.1f MiB "
+                            "(grid buffers %.1f MiB, blocks of rows %.1f MiB, .qem chunk %.1f MiB; fewer "
+                            "--threads or a smaller --grid or --detector need less)\n",
+                    budget / 1048576.0, w.total / 1048576.0, w.grid / 1048576.0, w.blocks / 1048576.0,
+                    w.writer / 1048576.0);
+            return CLI_EXIT_USAGE;
+        }
+    }
 
     /* outputs: refuse existing ones (unless --force) and unwritable folders before any work */
     {

@@ -2,6 +2,7 @@
  * acquisition with the original it was imported from, block of scan rows by block, and exits
  * non-zero on any difference. */
 #include "cli/cli_common.h"
+#include "cli/cli_job.h"
 #include "cli/cli_input.h"
 #include "cli/commands.h"
 #include "cli/progress.h"
@@ -29,12 +30,18 @@ static void help(FILE *f)
             "are reported and not compared, unless --strict.\n\n"
             "  --strict              compare the replaced flagged pixels too\n"
             "  --threads N           decoder threads (default: all cores)\n"
+            "%s"
+            "                        it counts the blocks of scan rows compared at a time (6 bytes\n"
+            "                        per count, at most 48 MiB; fewer rows under a small budget),\n"
+            "                        9 bytes per detector pixel and the spatial index check's scratch\n"
+            "                        (about 34 bytes per pixel per thread; fewer threads if need be)\n"
             "  --json                print one JSON result object on stdout\n"
             "  -q, --quiet           no progress bar\n"
             "  -h, --help            this help\n\n%s\n"
             "Exit status: 0 every compared count is equal, 3 a count or the shape differs (the first\n"
-            "differences are listed), 2 bad input (one line on stderr), 1 internal error.\n",
-            CLI_INPUT_HELP);
+            "differences are listed), 2 bad input or a budget too small (one line on stderr),\n"
+            "1 internal error.\n",
+            CLI_MEMORY_HELP, CLI_INPUT_HELP);
 }
 
 enum { OPT_STRICT = CLI_OPT_FIRST_FREE };
@@ -58,6 +65,7 @@ int cmd_verify(int argc, char **argv)
     static const struct option opts[] = {CLI_INPUT_OPTIONS,
                                          {"strict", no_argument, 0, OPT_STRICT},
                                          {"threads", required_argument, 0, CLI_OPT_THREADS},
+                                         {"memory", required_argument, 0, CLI_OPT_MEMORY},
                                          {"json", no_argument, 0, CLI_OPT_JSON},
                                          {"quiet", no_argument, 0, 'q'},
                                          {"help", no_argument, 0, 'h'},
@@ -107,7 +115,15 @@ int cmd_verify(int argc, char **argv)
     qem_file *q = NULL;
     if ((st = qem_open(path, 1, m.threads, &q, &err)))
         return cli_error(CMD, st, err.msg);
-    if ((st = qem_check_spatial_index(q, m.threads, &err))) {
+    /* Within the budget: the .qem's per-pixel arrays (valid mask, two field maps), the spatial
+     * index check's scratch, then the comparison blocks. The mapped files are read through. */
+    size_t budget = cli_memory_budget(&m), per_pixel = qem_get_info(q)->n_pix * (1 + 2 * sizeof(uint32_t));
+    int nt = cli_qem_check_threads(CMD, q, m.threads, budget, per_pixel);
+    if (!nt) {
+        qem_close(q);
+        return CLI_EXIT_USAGE;
+    }
+    if ((st = qem_check_spatial_index(q, nt, &err))) {
         qem_close(q);
         return cli_error(CMD, st, err.msg);
     }
@@ -131,16 +147,31 @@ int cmd_verify(int argc, char **argv)
     int skip_flagged = !strict && replaced_flagged(q);
     size_t rows = shape[0], cols = shape[1], P = shape[2] * shape[3];
     size_t frame = cols * P; /* one scan row */
+    /* Rows per block: 32 MiB of original counts, fewer when the budget is smaller (any block
+     * size compares the same counts in the same order). */
+    size_t row_bytes = frame * (sizeof(uint32_t) + sizeof(uint16_t));
+    size_t room = budget > per_pixel ? budget - per_pixel : 0;
     size_t step = VERIFY_BLOCK_BYTES / (frame * sizeof(uint32_t));
-    step = step < 1 ? 1 : step > rows ? rows : step;
-    uint32_t *a = malloc(step * frame * sizeof *a);
-    uint16_t *b = malloc(step * frame * sizeof *b);
-    if (!a || !b) {
-        free(a);
-        free(b);
+    step = step < 1 ? 1 : step; /* at least one row, whatever its size */
+    if (step * row_bytes > room)
+        step = room / row_bytes;
+    step = step > rows ? rows : step;
+    if (step < 1) {
+        fprintf(stderr, "ssb4d verify: the job does not fit in %.1f MiB: comparing one scan row needs %.1f MiB\n",
+                budget / 1048576.0, (per_pixel + row_bytes) / 1048576.0);
         framesrc_close(fs);
         qem_close(q);
-        return cli_error(CMD, SSB4D_ENOMEM, "out of memory");
+        return CLI_EXIT_USAGE;
+    }
+    ssb4d_mem *mem = ssb4d_mem_create(room);
+    uint32_t *a = mem ? ssb4d_mem_alloc(mem, step * frame * sizeof *a, "the original block", &err) : NULL;
+    uint16_t *b = a ? ssb4d_mem_alloc(mem, step * frame * sizeof *b, "the decoded block", &err) : NULL;
+    if (!a || !b) {
+        ssb4d_mem_free(mem, a, 0);
+        ssb4d_mem_destroy(mem);
+        framesrc_close(fs);
+        qem_close(q);
+        return mem ? cli_job_error(CMD, err.code, err.msg, budget) : cli_error(CMD, SSB4D_ENOMEM, "out of memory");
     }
     cli_progress pb;
     cli_progress_start(&pb, "verify", quiet || m.json);
@@ -169,8 +200,9 @@ int cmd_verify(int argc, char **argv)
         cli_progress_update(&pb, (double)(r0 + nr) / (double)rows);
     }
     cli_progress_done(&pb);
-    free(a);
-    free(b);
+    ssb4d_mem_free(mem, a, 0);
+    ssb4d_mem_free(mem, b, 0);
+    ssb4d_mem_destroy(mem);
     framesrc_close(fs);
     qem_close(q);
     if (st)

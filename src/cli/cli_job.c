@@ -1,0 +1,177 @@
+/* cli_job.c — a command's memory plan (SPEC 9): calibrate within the budget, plan the job's
+ * stages with the planner (src/plan), build G as the plan says, and report a budget refusal as
+ * "does not fit" (exit 2). Used by reconstruct, fit, demo, fit-regions, calibrate, import, info
+ * and verify. */
+#include "cli/cli_job.h"
+
+#include "codec/codec.h"
+#include "common/parallel.h"
+#include "fit/fit.h"
+#include "gbuild/gbuild.h"
+#include "plan/plan.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+/* A size for messages: MiB below 1 GiB (tiny data has tiny budgets), else GiB; up = round up,
+ * so that a smallest budget printed can be given back to --memory as it is. */
+const char *cli_job_size(char buf[32], size_t bytes, int up)
+{
+    double mib = (double)bytes / 1048576.0, gib = mib / 1024.0;
+    if (gib >= 1)
+        snprintf(buf, 32, "%.2f GiB", up ? ceil(gib * 100) / 100 : gib);
+    else
+        snprintf(buf, 32, "%.1f MiB", up ? ceil(mib * 10) / 10 : mib);
+    return buf;
+}
+
+/* Exit for a failed step: a refusal by the budget (mem.c's messages name "the memory budget") is
+ * the user's "does not fit", exit 2; anything else as cli_error says. */
+int cli_job_error(const char *cmd, ssb4d_status st, const char *msg, size_t budget)
+{
+    if (st == SSB4D_ENOMEM && strstr(msg, "memory budget")) {
+        char b[32];
+        fprintf(stderr, "ssb4d %s: the job does not fit in %s: %s\n", cmd, cli_job_size(b, budget, 0), msg);
+        return CLI_EXIT_USAGE;
+    }
+    return cli_error(cmd, st, msg);
+}
+
+/* The size of DATA when it is a .qem: its mapping stays resident for the whole job (every pass
+ * decodes from it), so it counts under the budget. 0 for anything else (.npy pages are read
+ * through, not held). */
+size_t cli_job_encoded_bytes(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    char magic[8] = {0};
+    size_t n = f ? fread(magic, 1, sizeof magic, f) : 0;
+    if (f)
+        fclose(f);
+    struct stat sb;
+    return n == 8 && !memcmp(magic, "QEMDATA1", 8) && stat(path, &sb) == 0 ? (size_t)sb.st_size : 0;
+}
+
+/* Calibrates src under mem's budget with the frame block the planner would pick (the same
+ * results for any block), after checking that the encoded data and one block fit at all.
+ * encoded: the bytes already counted in mem. Returns 0 or the exit code (message printed). */
+int cli_job_calibrate(const char *cmd, ssb4d_source *src, ssb4d_calib_params *cp, ssb4d_mem *mem,
+                      size_t encoded, ssb4d_calibration *cal)
+{
+    size_t budget = ssb4d_mem_limit(mem), sh[4];
+    ssb4d_source_shape(src, sh);
+    size_t npos = sh[0] * sh[1];
+    cp->mem = mem;
+    cp->block_bytes = plan_calib_block(budget, encoded, sh[2] * sh[3], npos);
+    /* The moments and centre-of-mass planes are held when the rotation is fitted (plan.c). */
+    size_t need = encoded + cp->block_bytes + (isnan(cp->rotation_deg) ? npos * 40 : 0);
+    if (budget && need > budget) {
+        char b[32], n[32];
+        fprintf(stderr, "ssb4d %s: the job does not fit in %s: calibrating needs %s (the encoded data and "
+                        "one block of frames)\n", cmd, cli_job_size(b, budget, 0), cli_job_size(n, need, 1));
+        return CLI_EXIT_USAGE;
+    }
+    ssb4d_err err = {0};
+    ssb4d_mem_stage_begin(mem, "calibrate");
+    ssb4d_status st = ssb4d_calibrate(src, cp, cal, &err);
+    ssb4d_mem_stage_end(mem);
+    return st ? cli_job_error(cmd, st, err.msg, budget) : 0;
+}
+
+/* Plans a job on calibrated data (src/plan, SPEC 9) with the stages it runs: G build, fit (fp,
+ * NULL for reconstruct, whose loss the one "release" stands for), the image at upsample f
+ * (float32 G only: these commands write exact images) and, with region[0] > 0, a refit of a
+ * region of that shape. held: bytes live for the whole job besides G (the encoded data, the
+ * output images). Returns 0, or exit 2 with one line when the job does not fit. */
+int cli_job_plan(const char *cmd, const ssb4d_calibration *cal, const size_t shape[4], size_t held,
+                 int rotation_fitted, int upsample, const size_t region[2], const ssb4d_fit_params *fp,
+                 int threads, size_t budget, ssb4d_plan *p)
+{
+    ssb4d_session_script sc;
+    ssb4d_session_script_default(&sc);
+    sc.upsample = upsample;
+    sc.fft = 0;
+    sc.drags = 0;
+    sc.releases = fp ? 0 : 1;
+    sc.region = region && region[0];
+    ssb4d_fit_params def;
+    ssb4d_fit_params_default(&def);
+    if (!fp)
+        fp = &def;
+    ssb4d_plan_input in;
+    ssb4d_plan_input_default(&in);
+    memcpy(in.scan, shape, 2 * sizeof *shape);
+    memcpy(in.det, shape + 2, 2 * sizeof *shape);
+    in.n_bf = cal->n_bf;
+    for (size_t i = 0; i < cal->n_bf; i++)
+        in.n_stored += ssb4d_bf_pixel_active(&cal->geom, cal->det_shape[1], cal->bf_pix[i]);
+    in.n_fit_bf = fit_pixels_of(cal->bf_pix, cal->n_bf, cal->det_shape[1], &cal->geom, fp->fit_radius, NULL);
+    in.n_coarse_bf = fp->coarse_bf;
+    in.fit_batch = fp->batch;
+    in.encoded_bytes = held;
+    in.rotation_fitted = rotation_fitted;
+    in.threads = threads;
+    in.upsample = upsample;
+    if (sc.region)
+        in.region[0] = region[0], in.region[1] = region[1];
+    in.memory_bytes = budget;
+    in.preview = SSB4D_PREVIEW_FLOAT;
+    in.script = &sc;
+    ssb4d_err err = {0};
+    ssb4d_status st = ssb4d_plan_make(&in, p, &err);
+    if (st)
+        return cli_error(cmd, st, err.msg);
+    if (!p->fits) {
+        /* The smallest budget moves with the budget (the calibration's block grows with it):
+         * step up from the plan's figure until a plan at that budget fits. */
+        size_t least = p->min_memory_bytes;
+        ssb4d_plan q;
+        for (int i = 0; i < 16; i++) {
+            in.memory_bytes = least;
+            if (ssb4d_plan_make(&in, &q, NULL) || q.fits)
+                break;
+            least = q.min_memory_bytes > least ? q.min_memory_bytes : least + least / 64;
+        }
+        char b[32], m[32];
+        fprintf(stderr, "ssb4d %s: the job does not fit in %s: %s; the smallest budget is %s\n", cmd,
+                cli_job_size(b, budget, 0), p->reason, cli_job_size(m, least, 1));
+        return CLI_EXIT_USAGE;
+    }
+    return 0;
+}
+
+/* G build options from the plan. resident: the plan's float32 bytes to hold (0 = nothing), g_bytes:
+ * that G's full size; gbuild's resident_bytes = 0 means "all", so the two zeros are kept apart. */
+void cli_job_gbuild_opts(const ssb4d_plan *p, size_t resident, size_t g_bytes, int threads,
+                         ssb4d_gbuild_opts *go)
+{
+    ssb4d_gbuild_opts_default(go);
+    go->threads = threads;
+    go->half = 0;
+    go->resident_bytes = resident >= g_bytes ? 0 : resident ? resident : 1;
+    go->block_bytes = p->block_bytes;
+    go->group_bytes = p->group_bytes;
+}
+
+/* The threads a spatial-index check of q may run on within budget, beside `other` bytes held:
+ * each holds one block's sums of every spatial field (qem_read.c).
+ * Returns the thread count, or 0 after printing why not even one fits. */
+int cli_qem_check_threads(const char *cmd, const qem_file *q, int threads, size_t budget, size_t other)
+{
+    const qem_info *in = qem_get_info(q);
+    size_t per_thread = qem_spatial_fields(in->shape[2], in->shape[3]) * QEM_INTERVAL * sizeof(uint32_t);
+    size_t nt = (size_t)ssb4d_threads_resolve(threads);
+    nt = nt > in->n_blocks ? in->n_blocks : nt;
+    size_t room = budget > other ? budget - other : 0;
+    if (nt * per_thread > room)
+        nt = room / per_thread; /* the same verdict on fewer threads */
+    if (nt < 1) {
+        fprintf(stderr, "ssb4d %s: the job does not fit in %.1f MiB: checking the spatial index needs %.1f MiB "
+                        "(%.1f MiB per thread beside %.1f MiB of per-pixel arrays)\n", cmd, budget / 1048576.0,
+                (other + per_thread) / 1048576.0, per_thread / 1048576.0, other / 1048576.0);
+        return 0;
+    }
+    return (int)nt;
+}
+

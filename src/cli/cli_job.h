@@ -1,0 +1,30 @@
+/* cli_job.h — a command's memory plan under --memory (cli_job.c). */
+#ifndef SSB4D_CLI_JOB_H
+#define SSB4D_CLI_JOB_H
+#include "cli/cli_common.h"
+#include "qem/qem.h"
+
+/* A size for messages: MiB below 1 GiB, else GiB; up = round up (a smallest budget printed can
+ * be given back to --memory as it is). */
+const char *cli_job_size(char buf[32], size_t bytes, int up);
+/* Exit for a failed step: a refusal by the budget is "does not fit", exit 2; else cli_error's. */
+int cli_job_error(const char *cmd, ssb4d_status st, const char *msg, size_t budget);
+/* DATA's size when it is a .qem (its mapping stays resident and counts under the budget), else 0. */
+size_t cli_job_encoded_bytes(const char *path);
+/* Calibrates src under mem's budget with the planner's frame block; encoded: bytes already counted
+ * in mem. Returns 0 or the exit code (message printed). */
+int cli_job_calibrate(const char *cmd, ssb4d_source *src, ssb4d_calib_params *cp, ssb4d_mem *mem,
+                      size_t encoded, ssb4d_calibration *cal);
+/* Plans a job on calibrated data: G build, fit (fp; NULL for reconstruct), the image at upsample,
+ * and a region refit of region's shape when region[0] > 0. held: bytes live for the whole job
+ * besides G. Returns 0, or exit 2 with one line when the job does not fit. */
+int cli_job_plan(const char *cmd, const ssb4d_calibration *cal, const size_t shape[4], size_t held,
+                 int rotation_fitted, int upsample, const size_t region[2], const ssb4d_fit_params *fp,
+                 int threads, size_t budget, ssb4d_plan *p);
+/* G build options from the plan (float32; resident = the plan's bytes to hold, 0 = nothing). */
+void cli_job_gbuild_opts(const ssb4d_plan *p, size_t resident, size_t g_bytes, int threads,
+                         ssb4d_gbuild_opts *go);
+/* The threads a spatial-index check of q may run on within budget beside `other` bytes, or 0
+ * after printing why not even one fits. */
+int cli_qem_check_threads(const char *cmd, const qem_file *q, int threads, size_t budget, size_t other);
+#endif

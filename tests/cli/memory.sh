@@ -1,0 +1,161 @@
+#!/usr/bin/env bash
+# --memory SIZE on every command (issue 5): block / group sizes and how G is held follow from the
+# budget, and the results do not. On tiny simulated data (.qem):
+#   (a) reconstruct gives byte-identical phase and object files under three budgets: ample (G
+#       resident), one that streams most of G, and one just above the job's smallest budget;
+#   (b) fit under the same budgets gives the same trial trace, C10, C12, phi12 and images;
+#       fit-regions the same regions.csv; calibrate the same calibration; verify the same verdict;
+#   (c) a budget below the smallest exits 2 with one "does not fit" line naming the smallest
+#       budget and writes nothing; fit --tilt refuses a budget that would stream G;
+#   (d) bad values (abc, -1, 0, 12Q) exit 2 naming --memory on every command;
+#   (e) session --json and plan --json carry the documented keys and stage fields; plan exits 3
+#       with the smallest budget when the reference workload does not fit in 1G, 0 in 24G.
+# usage: memory.sh SSB4D_BIN SHARED_DATA
+set -u
+BIN=$1
+. "$(dirname "$0")/lib/harness.sh"
+
+# num FILE KEY / str FILE KEY: the number / string after the first "KEY": of a one-line JSON object.
+num() { grep -o "\"$2\":-\{0,1\}[0-9.eE+-]*" "$1" | head -1 | cut -d: -f2; }
+str() { grep -o "\"$2\":\"[^\"]*\"" "$1" | head -1 | cut -d: -f2 | tr -d '"'; }
+have_python=0
+command -v python3 >/dev/null 2>&1 && have_python=1
+
+"$BIN" simulate --preset tiny -o "$T/t.qem" --quiet || { echo "simulate failed"; exit 1; }
+"$BIN" simulate --preset tiny -o "$T/n.npy" --quiet || { echo "simulate failed"; exit 1; }
+Q=$T/t.qem
+run() { "$BIN" "$@" --threads 2 --quiet; } # the plan depends on the thread count: keep it fixed
+
+# --- the three budgets ---------------------------------------------------------------------------
+run reconstruct "$Q" --memory 4G -o "$T/p_big.tiff" --object "$T/o_big.npy" --json >"$T/r_big.json" 2>"$T/err" ||
+    { bad "reconstruct --memory 4G failed"; cat "$T/err"; }
+[ "$(str "$T/r_big.json" g_mode)" = resident ] && ok || bad "4G does not hold G resident"
+need=$(num "$T/r_big.json" resident_memory_bytes)
+[ -n "$need" ] || { echo "reconstruct --json lacks resident_memory_bytes"; exit 1; }
+stream=$((need * 45 / 100)) # well below what G resident needs
+run reconstruct "$Q" --memory "$stream" -o "$T/p_stream.tiff" --object "$T/o_stream.npy" --json >"$T/r_stream.json" 2>"$T/err" ||
+    { bad "reconstruct --memory $stream failed"; cat "$T/err"; }
+[ "$(str "$T/r_stream.json" g_mode)" = streaming ] && ok || bad "--memory $stream does not stream G"
+"$BIN" plan "$Q" --memory "$stream" --region 0x0 --upsample 1 --preview-precision float --threads 2 --json \
+    >"$T/plan_stream.json" 2>/dev/null
+grep -q '"fits":true' "$T/plan_stream.json" && [ "$(str "$T/plan_stream.json" mode)" = streaming ] && ok ||
+    bad "ssb4d plan does not call --memory $stream a streaming plan"
+least=$(num "$T/r_stream.json" min_memory_bytes)
+low=$((least + least / 50)) # 2 % above the smallest budget
+[ "$low" -lt "$stream" ] && ok || bad "the smallest budget $least is not below the streaming one $stream"
+run reconstruct "$Q" --memory "$low" -o "$T/p_low.tiff" --object "$T/o_low.npy" --json >"$T/r_low.json" 2>"$T/err" ||
+    { bad "reconstruct --memory $low failed"; cat "$T/err"; }
+[ "$(str "$T/r_low.json" g_mode)" = streaming ] && ok || bad "--memory $low does not stream G"
+n_stream=$(num "$T/r_stream.json" n_resident); n_low=$(num "$T/r_low.json" n_resident)
+[ -n "$n_low" ] && [ "$n_low" -lt "$n_stream" ] && ok || bad "a smaller budget held no fewer planes ($n_low vs $n_stream)"
+peak=$(num "$T/r_low.json" peak_tracked_bytes)
+[ -n "$peak" ] && awk -v p="$peak" -v b="$low" 'BEGIN { exit !(p <= b) }' && ok || bad "tracked peak $peak above the budget $low"
+echo "budgets: 4G (resident), $stream bytes (streaming, $n_stream planes held), $low bytes (smallest $least, $n_low held)"
+
+# --- (a) reconstruct: the same bits ----------------------------------------------------------------
+for b in stream low; do
+    cmp -s "$T/p_big.tiff" "$T/p_$b.tiff" && ok || bad "reconstruct phase differs between 4G and the $b budget"
+    cmp -s "$T/o_big.npy" "$T/o_$b.npy" && ok || bad "reconstruct object differs between 4G and the $b budget"
+    [ "$(num "$T/r_big.json" loss)" = "$(num "$T/r_$b.json" loss)" ] && ok || bad "reconstruct loss differs ($b)"
+done
+
+# --- (b) fit, fit-regions, calibrate, verify: the same results --------------------------------------
+quick=(--trials 4 --lock C12,phi12 --no-branch-check) # a short, deterministic search
+for b in big stream low; do
+    case $b in big) mem=4G ;; stream) mem=$stream ;; low) mem=$low ;; esac
+    run fit "$Q" --memory "$mem" -o "$T/f_$b" "${quick[@]}" --json >"$T/f_$b.json" 2>"$T/err" ||
+        { bad "fit --memory $mem failed"; cat "$T/err"; }
+done
+h=$(str "$T/f_big.json" trace_sha256)
+[ -n "$h" ] && ok || bad "fit --json lacks trace_sha256"
+for b in stream low; do
+    [ "$(str "$T/f_$b.json" g_mode)" = streaming ] && ok || bad "fit under the $b budget does not stream G"
+    [ "$(str "$T/f_$b.json" trace_sha256)" = "$h" ] && ok || bad "fit trace differs between 4G and the $b budget"
+    for k in C10_nm C12_nm phi12_deg loss; do
+        [ "$(num "$T/f_$b.json" $k)" = "$(num "$T/f_big.json" $k)" ] && ok || bad "fit $k differs ($b budget)"
+    done
+    cmp -s "$T/f_big/phase.tiff" "$T/f_$b/phase.tiff" && cmp -s "$T/f_big/object.npy" "$T/f_$b/object.npy" && ok ||
+        bad "fit images differ between 4G and the $b budget"
+done
+for b in big low; do
+    case $b in big) mem=4G ;; low) mem=$low ;; esac
+    run fit-regions "$Q" --regions 0:32,0:32 --memory "$mem" -o "$T/g_$b" "${quick[@]}" >/dev/null 2>"$T/err" ||
+        { bad "fit-regions --memory $mem failed"; cat "$T/err"; }
+done
+cmp -s "$T/g_big/regions.csv" "$T/g_low/regions.csv" && ok || bad "fit-regions differs between 4G and $low bytes"
+for mem in 4G 1M; do
+    "$BIN" calibrate "$Q" --memory $mem --threads 2 -o "$T/cal_$mem.json" >/dev/null 2>"$T/err" ||
+        { bad "calibrate --memory $mem failed"; cat "$T/err"; }
+done
+cmp -s "$T/cal_4G.json" "$T/cal_1M.json" && ok || bad "calibrate differs between 4G and 1M (frame blocks)"
+expect 0 "verify in 1M" "identical" -- "$BIN" verify "$T/n.npy" "$Q" --memory 1M --threads 2 --quiet
+expect 0 "info --check in 1M" "verified" -- "$BIN" info "$Q" --check --memory 1M
+expect 2 "import below its read blocks" "does not fit.*import" -- "$BIN" import "$T/n.npy" -o "$T/i.qem" --memory 2M -q
+[ ! -e "$T/i.qem" ] && ok || bad "a refused import left its output"
+expect 0 "import in 64M" "n.npy -> " -- "$BIN" import "$T/n.npy" -o "$T/i.qem" --memory 64M -q
+expect 2 "simulate beyond the budget" "does not fit.*needs about" -- "$BIN" simulate --preset tiny -o "$T/s.qem" --memory 2M --quiet
+[ ! -e "$T/s.qem" ] && ok || bad "a refused simulate left its output"
+
+# --- (c) below the smallest budget: exit 2, one line, no output --------------------------------------
+expect 2 "reconstruct below the smallest budget" "does not fit in .*smallest budget is" -- \
+    run reconstruct "$Q" --memory 1M -o "$T/p_none.tiff"
+[ "$(wc -l <"$T/err")" -le 2 ] && ok || bad "more than the one refusal line (and the sidecar note) on stderr"
+[ ! -e "$T/p_none.tiff" ] && ok || bad "a refused reconstruct wrote its image"
+expect 2 "fit below the smallest budget" "does not fit in .*smallest budget is" -- run fit "$Q" --memory 1M -o "$T/f_none"
+[ ! -e "$T/f_none" ] && ok || bad "a refused fit left its output folder"
+expect 2 "fit --tilt with G streamed" "--tilt needs G resident.*at least" -- \
+    run fit "$Q" --tilt --memory "$stream" -o "$T/f_tilt"
+[ ! -e "$T/f_tilt" ] && ok || bad "a refused fit --tilt left its output folder"
+
+# --- (d) bad values -----------------------------------------------------------------------------------
+for v in abc -1 0 12Q; do
+    expect 2 "reconstruct --memory $v" "--memory" -- "$BIN" reconstruct "$Q" --memory "$v"
+    expect 2 "fit --memory $v" "--memory" -- "$BIN" fit "$Q" --memory "$v" -o "$T/bad"
+    expect 2 "calibrate --memory $v" "--memory" -- "$BIN" calibrate "$Q" --memory "$v"
+    expect 2 "import --memory $v" "--memory" -- "$BIN" import "$T/n.npy" -o "$T/bad.qem" --memory "$v"
+    expect 2 "info --memory $v" "--memory" -- "$BIN" info "$Q" --memory "$v"
+    expect 2 "verify --memory $v" "--memory" -- "$BIN" verify "$T/n.npy" "$Q" --memory "$v"
+    expect 2 "simulate --memory $v" "--memory" -- "$BIN" simulate --preset tiny -o "$T/bad.npy" --memory "$v"
+    expect 2 "plan --memory $v" "--memory" -- "$BIN" plan "$Q" --memory "$v"
+    expect 2 "session --memory $v" "--memory" -- "$BIN" session "$Q" --memory "$v"
+done
+[ ! -e "$T/bad" ] && [ ! -e "$T/bad.qem" ] && [ ! -e "$T/bad.npy" ] && ok || bad "a bad --memory left outputs"
+for c in reconstruct fit demo fit-regions calibrate import info verify simulate; do
+    "$BIN" $c --help 2>&1 | grep -q -- "--memory" && ok || bad "$c --help does not document --memory"
+done
+
+# --- (e) session and plan JSON ---------------------------------------------------------------------------
+echo '{"drags": 2, "releases": 1, "region": null, "save": false}' >"$T/script.json"
+"$BIN" session "$Q" --memory 4G --threads 2 --script "$T/script.json" --json >"$T/session.json" 2>"$T/err" ||
+    { bad "session failed"; cat "$T/err"; }
+"$BIN" plan "$Q" --threads 2 --json >"$T/plan.json" 2>/dev/null || bad "plan of the tiny data does not fit"
+if [ $have_python = 1 ]; then
+    python3 - "$T/session.json" "$T/plan.json" <<'EOF' && ok || bad "session / plan JSON keys"
+import json, sys
+top = ["encoded_bytes", "g_bytes", "resident_bytes", "session_peak_bytes", "fits", "stages"]
+for path, stage_keys in ((sys.argv[1], ["name", "peak_bytes", "after_bytes", "cache_bytes", "rss_peak_bytes", "seconds"]),
+                         (sys.argv[2], ["name", "peak_bytes", "after_bytes", "cache_bytes"])):
+    with open(path) as f:
+        lines = [l for l in f.read().splitlines() if l.strip()]
+    assert len(lines) == 1, f"{path}: {len(lines)} lines, want one JSON object"
+    d = json.loads(lines[0])
+    missing = [k for k in top if k not in d]
+    assert not missing, f"{path}: lacks {missing}"
+    assert d["stages"], f"{path}: no stages"
+    for s in d["stages"]:
+        missing = [k for k in stage_keys if k not in s]
+        assert not missing, f"{path}: stage {s.get('name')} lacks {missing}"
+EOF
+else
+    for k in encoded_bytes g_bytes resident_bytes session_peak_bytes fits stages; do
+        grep -q "\"$k\":" "$T/session.json" && grep -q "\"$k\":" "$T/plan.json" && ok || bad "session / plan JSON lacks $k"
+    done
+    for k in name peak_bytes after_bytes cache_bytes rss_peak_bytes seconds; do
+        grep -q "\"$k\":" "$T/session.json" && ok || bad "session stages lack $k"
+    done
+fi
+expect 3 "plan: the reference workload in 1G" "smallest budget" -- \
+    "$BIN" plan --shape 512x512x192x192 --bf 8939 --memory 1G
+expect 0 "plan: the reference workload in 24G" "fits" -- "$BIN" plan --shape 512x512x192x192 --bf 8939 --memory 24G
+
+finish memory
