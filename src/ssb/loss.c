@@ -328,6 +328,9 @@ static ssb4d_status phase_stack(const ssb4d_G *G, const ssb4d_geometry *g,
                             continue;
                         float *ph = real ? s->real : (float *)s->buf;
                         pixel_phases(cj, ib, plane, Eq[j], s, real, plan, ncols, ph);
+#ifdef SSB4D_BENCH_SLOWDOWN
+                        pixel_phases(cj, ib, plane, Eq[j], s, real, plan, ncols, ph); /* CMakeLists.txt */
+#endif
                         s->s2[j] += accumulate(s->part + j * npix, ph, npix);
                     }
                 }
