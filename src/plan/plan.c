@@ -358,7 +358,10 @@ static void run_session(const problem *pr, const decisions *d, size_t limit, ssb
     m_free(m, pr->cal_block, 0);
     if (pr->cal_extra)
         m_free(m, pr->cal_extra, 0);
-    snprintf(t, sizeof t, "frame blocks of %.0f MiB", (double)pr->cal_block / MIB);
+    if (pr->cal_block >= MIB)
+        snprintf(t, sizeof t, "frame blocks of %.0f MiB", (double)pr->cal_block / MIB);
+    else
+        snprintf(t, sizeof t, "frame blocks of %.0f KiB", (double)pr->cal_block / 1024);
     stage_end(m, p, "calibrate",
               secs((double)(pr->in->scan[0] * pr->in->scan[1]) * (double)(pr->in->det[0] * pr->in->det[1]), 3.5, pr->nt), t);
 
