@@ -251,8 +251,20 @@ static void test_half(void **state)
         const float *q = ssb4d_G_plane(R, i);
         if (!q)
             continue;
-        ssb4d_f32_to_f16(q, h, nv);
+        /* Independently: the plane scaled by 2^-e so its largest component is at most 32768,
+         * rounded to binary16, scaled back (exact powers of two). */
+        float amax = 0;
+        for (size_t k = 0; k < nv; k++)
+            amax = fmaxf(amax, fabsf(q[k]));
+        int e = 0;
+        if (amax > 0)
+            frexpf(amax / 32768.0f, &e);
+        for (size_t k = 0; k < nv; k++)
+            want[k] = ldexpf(q[k], -e);
+        ssb4d_f32_to_f16(want, h, nv);
         ssb4d_f16_to_f32(h, want, nv);
+        for (size_t k = 0; k < nv; k++)
+            want[k] = ldexpf(want[k], e);
         ssb4d_err err = {0};
         assert_int_equal(ssb4d_G_plane_copy(H, i, p, &err), SSB4D_OK);
         assert_memory_equal(p, want, nv * sizeof *p);
@@ -277,6 +289,57 @@ static void test_half(void **state)
     ssb4d_G_free(H2);
     ssb4d_G_free(H);
     ssb4d_G_free(R);
+    ssb4d_mem_destroy(mem);
+    close_scene(&s);
+}
+
+/* Counts 1000 times A1's: G's low frequencies (sums over the scan, about 1e9) are far beyond
+ * binary16's 65504, so the half copy must scale each plane; its loss and phase stay close. */
+static void test_half_range(void **state)
+{
+    (void)state;
+    scene s;
+    open_scene(&s, SIM "sim_A1_SrTiO3_300kV_counts.npy");
+    size_t sh[4];
+    ssb4d_source_shape(s.src, sh);
+    size_t nfr = sh[0] * sh[1], fr = sh[2] * sh[3];
+    uint32_t *counts = malloc(nfr * fr * sizeof *counts);
+    assert_non_null(counts);
+    ssb4d_err err = {0};
+    if (ssb4d_source_read_frames(s.src, 0, nfr, counts, &err))
+        fail_msg("%s", err.msg);
+    for (size_t i = 0; i < nfr * fr; i++)
+        counts[i] *= 1000;
+    ssb4d_source *big = NULL;
+    if (ssb4d_source_from_memory(counts, SSB4D_U32, sh, &big, &err))
+        fail_msg("%s", err.msg);
+    ssb4d_source *orig = s.src;
+    s.src = big;
+    ssb4d_mem *mem = ssb4d_mem_create(0);
+    ssb4d_G *R = build(&s, 0, 0, 0, mem), *H = build(&s, 1, 0, 0, mem);
+    s.src = orig;
+    double lr, lh;
+    size_t ny, nx;
+    ssb4d_G_scan_shape(R, &ny, &nx);
+    float *pr = malloc(ny * nx * sizeof *pr), *ph = malloc(ny * nx * sizeof *ph);
+    assert_true(pr && ph);
+    if (ssb4d_loss(R, &s.cal.geom, &s.ab, NULL, NULL, mem, &lr, NULL, &err) ||
+        ssb4d_loss(H, &s.cal.geom, &s.ab, NULL, NULL, mem, &lh, NULL, &err) ||
+        ssb4d_object(R, &s.cal.geom, &s.ab, NULL, 1, NULL, mem, NULL, pr, &err) ||
+        ssb4d_object(H, &s.cal.geom, &s.ab, NULL, 1, NULL, mem, NULL, ph, &err))
+        fail_msg("%s", err.msg);
+    double dmax = 0;
+    for (size_t r = 0; r < ny * nx; r++)
+        dmax = fmax(dmax, fabs((double)pr[r] - ph[r]));
+    printf("  half, 1000x counts (G up to %.3g): loss %.9g vs %.9g, phase max |diff| %.2e rad\n",
+           (double)ssb4d_G_plane(R, 0)[0], lh, lr, dmax);
+    assert_true(isfinite(lh) && fabs(lh - lr) < 1e-3 * lr);
+    assert_true(dmax < 1e-2);
+    free(pr), free(ph);
+    ssb4d_G_free(H);
+    ssb4d_G_free(R);
+    ssb4d_source_close(big);
+    free(counts);
     ssb4d_mem_destroy(mem);
     close_scene(&s);
 }
@@ -338,6 +401,7 @@ int main(void)
         cmocka_unit_test(test_streamed_qem),
         cmocka_unit_test(test_streamed_fit),
         cmocka_unit_test(test_half),
+        cmocka_unit_test(test_half_range),
         cmocka_unit_test(test_loss_tiles),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -52,11 +52,43 @@ void ssb4d_G_free(ssb4d_G *G)
     if (!G->is_view) {
         ssb4d_mem_free(G->mem, G->data, 0);
         ssb4d_mem_free(G->mem, G->data_h, 0);
+        free(G->h_exp);
     }
     free(G->bf_pix);
     free(G->plane_of);
     free(G->totals);
     free(G);
+}
+
+int G_half_store(const float *in, uint16_t *out, size_t n)
+{
+    float amax = 0.0f;
+    for (size_t i = 0; i < n; i++) {
+        float a = fabsf(in[i]);
+        amax = a > amax ? a : amax;
+    }
+    int e = 0;
+    if (amax > 0.0f && isfinite(amax)) {
+        frexpf(amax / 32768.0f, &e); /* amax / 32768 = m·2^e with m in [0.5, 1): amax·2^-e <= 32768 */
+        e = e < -100 ? -100 : e > 120 ? 120 : e;
+    }
+    const float scale = ldexpf(1.0f, -e);
+    float tmp[256];
+    for (size_t i0 = 0; i0 < n; i0 += 256) {
+        size_t m = n - i0 < 256 ? n - i0 : 256;
+        for (size_t i = 0; i < m; i++)
+            tmp[i] = in[i0 + i] * scale;
+        ssb4d_f32_to_f16(tmp, out + i0, m);
+    }
+    return e;
+}
+
+void G_half_load(const uint16_t *in, int e, float *out, size_t n)
+{
+    ssb4d_f16_to_f32(in, out, n);
+    const float scale = ldexpf(1.0f, e);
+    for (size_t i = 0; i < n; i++)
+        out[i] *= scale;
 }
 
 /* The float32 planes of the BF pixels idx[0..n) (indices into G's BF order, ascending) into
@@ -285,9 +317,14 @@ ssb4d_status ssb4d_gbuild(ssb4d_source *src, const ssb4d_geometry *g, const int3
         }
     }
     if (G->n_resident) {
-        if (o->half)
+        if (o->half) {
             G->data_h = ssb4d_mem_alloc(mem, G->n_resident * per_plane, "G(q,k) half", err);
-        else
+            G->h_exp = calloc(G->n_resident, 1);
+            if (G->data_h && !G->h_exp) {
+                ssb4d_G_free(G);
+                return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+            }
+        } else
             G->data = ssb4d_mem_alloc(mem, G->n_resident * per_plane, "G(q,k)", err);
         if (!G->data && !G->data_h) {
             ssb4d_G_free(G);
@@ -335,8 +372,8 @@ ssb4d_status ssb4d_gbuild(ssb4d_source *src, const ssb4d_geometry *g, const int3
                 for (size_t ib = ib0; ib < ib1; ib++) {
                     int64_t p = G->plane_of[ib];
                     if (p >= 0)
-                        ssb4d_f32_to_f16((const float *)(buf + (ib - ib0) * G->plane_stride),
-                                         G->data_h + (size_t)p * hp, hp);
+                        G->h_exp[p] = (int8_t)G_half_store((const float *)(buf + (ib - ib0) * G->plane_stride),
+                                                           G->data_h + (size_t)p * hp, hp);
                 }
             }
         }
@@ -433,7 +470,7 @@ ssb4d_status G_group_load(const ssb4d_G *G, size_t ib0, size_t ib1, G_group *gr,
         for (size_t ib = ib0; ib < ib1; ib++) {
             int64_t p = G->plane_of[ib];
             if (p >= 0)
-                ssb4d_f16_to_f32(G->data_h + (size_t)p * hp, (float *)(gr->buf + (ib - ib0) * G->plane_stride), hp);
+                G_half_load(G->data_h + (size_t)p * hp, G->h_exp[p], (float *)(gr->buf + (ib - ib0) * G->plane_stride), hp);
         }
     }
     ssb4d_status st = SSB4D_OK;
@@ -525,7 +562,7 @@ ssb4d_status ssb4d_G_plane_copy(const ssb4d_G *G, size_t i, float *out, ssb4d_er
     }
     if (G->data_h) {
         if (G->plane_of[i] >= 0) {
-            ssb4d_f16_to_f32(G->data_h + (size_t)G->plane_of[i] * G->plane_stride * 2, out, 2 * used);
+            G_half_load(G->data_h + (size_t)G->plane_of[i] * G->plane_stride * 2, G->h_exp[G->plane_of[i]], out, 2 * used);
             return SSB4D_OK;
         }
     }
@@ -547,9 +584,11 @@ void ssb4d_G_sha256(const ssb4d_G *G, char hex[65])
     size_t used = G->ny * G->nxh;
     if (G->data_h) {
         for (size_t i = 0; i < G->n_bf; i++)
-            if (G->plane_of[i] >= 0)
+            if (G->plane_of[i] >= 0) {
                 ssb4d_sha256_update(h, G->data_h + (size_t)G->plane_of[i] * G->plane_stride * 2,
                                     2 * used * sizeof(uint16_t));
+                ssb4d_sha256_update(h, &G->h_exp[G->plane_of[i]], 1);
+            }
     } else {
         G_group gr;
         ssb4d_err e;

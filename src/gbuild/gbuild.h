@@ -17,7 +17,9 @@ struct ssb4d_G {
     int32_t *bf_pix;        /* all selected BF pixels, flat detector index, BF order */
     int64_t *plane_of;      /* per BF pixel: resident plane index, G_INACTIVE or G_STREAMED */
     fftwf_complex *data;    /* n_resident float32 planes (NULL when half) */
-    uint16_t *data_h;       /* half precision: n_resident planes of binary16 pairs (else NULL) */
+    uint16_t *data_h;       /* half precision: n_resident planes of binary16 pairs (else NULL),
+                               each plane scaled by 2^-h_exp[p] into binary16's range */
+    int8_t *h_exp;          /* per half plane: its power-of-two scale */
     size_t n_resident;      /* stored planes held in data / data_h */
     uint64_t *totals;       /* per BF pixel: exact sum of counts over the scan */
     double dc;              /* mean over BF of the totals (SPEC 5.3) */
@@ -40,6 +42,12 @@ static inline const fftwf_complex *G_plane(const struct ssb4d_G *G, size_t ib)
     int64_t p = G->plane_of[ib];
     return (p < 0 || !G->data) ? NULL : G->data + (size_t)p * G->plane_stride;
 }
+
+/* A float32 plane into half precision: scaled by a power of two so that its largest component is
+ * at most 32768 (G's low frequencies hold sums of counts over the whole scan, far above binary16's
+ * 65504), then rounded to nearest even; the scale is exact both ways. Returns the exponent. */
+int G_half_store(const float *in, uint16_t *out, size_t n);
+void G_half_load(const uint16_t *in, int e, float *out, size_t n);
 
 /* BF pixel ib has a stored spectrum (resident, streamed or half). */
 static inline int G_stored(const struct ssb4d_G *G, size_t ib) { return G->plane_of[ib] != G_INACTIVE; }
