@@ -65,7 +65,7 @@ int cli_job_calibrate(const char *cmd, ssb4d_source *src, ssb4d_calib_params *cp
     cp->mem = mem;
     cp->block_bytes = plan_calib_block(budget, encoded, sh[2] * sh[3], npos);
     /* The moments and centre-of-mass planes are held when the rotation is fitted (plan.c). */
-    size_t need = encoded + cp->block_bytes + (isnan(cp->rotation_deg) ? npos * 40 : 0);
+    size_t need = encoded + cp->block_bytes + plan_calib_extra(npos, isnan(cp->rotation_deg));
     if (budget && need > budget) {
         char b[32], n[32];
         fprintf(stderr, "ssb4d %s: the job does not fit in %s: calibrating needs %s (the encoded data and "
@@ -101,12 +101,7 @@ int cli_job_plan(const char *cmd, const ssb4d_calibration *cal, const size_t sha
         fp = &def;
     ssb4d_plan_input in;
     ssb4d_plan_input_default(&in);
-    memcpy(in.scan, shape, 2 * sizeof *shape);
-    memcpy(in.det, shape + 2, 2 * sizeof *shape);
-    in.n_bf = cal->n_bf;
-    for (size_t i = 0; i < cal->n_bf; i++)
-        in.n_stored += ssb4d_bf_pixel_active(&cal->geom, cal->det_shape[1], cal->bf_pix[i]);
-    in.n_fit_bf = fit_pixels_of(cal->bf_pix, cal->n_bf, cal->det_shape[1], &cal->geom, fp->fit_radius, NULL);
+    plan_input_from_calibration(&in, cal, shape, fp->fit_radius);
     in.n_coarse_bf = fp->coarse_bf;
     in.fit_batch = fp->batch;
     in.encoded_bytes = held;

@@ -2,10 +2,9 @@
  * plan of a session (SPEC 9): per stage the predicted peak and after, the tiles, the time class;
  * "does not fit" with the smallest budget that would; the "what fits which machine" table. */
 #include "cli/cli_common.h"
+#include "cli/cli_job.h"
 #include "cli/cli_report.h"
 #include "cli/commands.h"
-#include "fit/fit.h"
-#include "gbuild/gbuild.h"
 #include "plan/plan.h"
 #include "common/parallel.h"
 
@@ -15,7 +14,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #define CMD "plan"
 
@@ -193,26 +191,18 @@ int cmd_plan(int argc, char **argv)
         ssb4d_source_close(src);
         if (st)
             return cli_error(CMD, st, err.msg);
-        memcpy(in.scan, sh, 2 * sizeof *sh);
-        memcpy(in.det, sh + 2, 2 * sizeof *sh);
-        in.n_bf = cal.n_bf;
-        for (size_t i = 0; i < cal.n_bf; i++)
-            in.n_stored += ssb4d_bf_pixel_active(&cal.geom, cal.det_shape[1], cal.bf_pix[i]);
-        if (!in.n_fit_bf)
-            in.n_fit_bf = fit_pixels_of(cal.bf_pix, cal.n_bf, cal.det_shape[1], &cal.geom, 0.8, NULL);
+        size_t fit_bf = in.n_fit_bf; /* --fit-bf, if given, wins */
+        ssb4d_fit_params fp;
+        ssb4d_fit_params_default(&fp);
+        plan_input_from_calibration(&in, &cal, sh, fp.fit_radius);
+        if (fit_bf)
+            in.n_fit_bf = fit_bf;
         in.rotation_fitted = isnan(cp.rotation_deg);
         if (!in.upsample)
             in.upsample = ssb4d_upsample_auto(&cal.geom);
         ssb4d_calibration_free(&cal);
-        if (!have_encoded) {
-            FILE *fh = fopen(data, "rb");
-            char mg[8] = {0};
-            size_t got = fh ? fread(mg, 1, 8, fh) : 0;
-            if (fh)
-                fclose(fh);
-            struct stat sb;
-            in.encoded_bytes = got == 8 && !memcmp(mg, "QEMDATA1", 8) && stat(data, &sb) == 0 ? (size_t)sb.st_size : 0;
-        }
+        if (!have_encoded)
+            in.encoded_bytes = cli_job_encoded_bytes(data);
     }
     if (region[0] == (size_t)-1) {
         region[0] = ssb4d_plan_region_side(in.scan[0]);

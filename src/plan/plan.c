@@ -13,6 +13,8 @@
 
 #include "common/err.h"
 #include "common/parallel.h"
+#include "fit/fit.h"
+#include "gbuild/gbuild.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -494,6 +496,19 @@ size_t plan_calib_block(size_t budget, size_t encoded, size_t det_pixels, size_t
     return frames * det_pixels * 4;
 }
 
+size_t plan_calib_extra(size_t npos, int rotation_fitted) { return rotation_fitted ? npos * (3 * 8 + 2 * 8) : 0; }
+
+void plan_input_from_calibration(ssb4d_plan_input *in, const ssb4d_calibration *cal,
+                                 const size_t shape[4], double fit_radius)
+{
+    in->scan[0] = shape[0], in->scan[1] = shape[1], in->det[0] = shape[2], in->det[1] = shape[3];
+    in->n_bf = cal->n_bf;
+    in->n_stored = 0;
+    for (size_t i = 0; i < cal->n_bf; i++)
+        in->n_stored += ssb4d_bf_pixel_active(&cal->geom, cal->det_shape[1], cal->bf_pix[i]);
+    in->n_fit_bf = fit_pixels_of(cal->bf_pix, cal->n_bf, cal->det_shape[1], &cal->geom, fit_radius, NULL);
+}
+
 size_t ssb4d_plan_region_side(size_t n) { return n >= 512 ? 256 : n >= 64 ? n / 2 : 0; }
 
 ssb4d_status ssb4d_plan_make(const ssb4d_plan_input *in, ssb4d_plan *p, ssb4d_err *err)
@@ -536,9 +551,7 @@ ssb4d_status ssb4d_plan_make(const ssb4d_plan_input *in, ssb4d_plan *p, ssb4d_er
     size_t fr = in->det[0] * in->det[1], npos = in->scan[0] * in->scan[1];
     size_t B = in->memory_bytes ? in->memory_bytes : ssb4d_mem_available();
     pr.cal_block = plan_calib_block(B, in->encoded_bytes, fr, npos);
-    pr.cal_extra = 0;
-    if (in->rotation_fitted) /* moments then CoM, both live at the end */
-        pr.cal_extra = npos * 3 * 8 + npos * 2 * 8;
+    pr.cal_extra = plan_calib_extra(npos, in->rotation_fitted); /* moments then CoM, both live at the end */
 
     p->memory_bytes = B;
     p->calib_block_bytes = pr.cal_block;

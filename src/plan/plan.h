@@ -10,4 +10,11 @@ size_t ssb4d_plan_region_side(size_t n);
  * comfortably beside the encoded data, else a quarter of what is left (at least one frame).
  * Whole frames of det_pixels uint32 values, at most npos of them. */
 size_t plan_calib_block(size_t budget, size_t encoded, size_t det_pixels, size_t npos);
+/* The calibration's per-position planes held beside its frame block (calibrate.c: moments and
+ * centre of mass, 40 bytes a position) when it fits the rotation; 0 otherwise. */
+size_t plan_calib_extra(size_t npos, int rotation_fitted);
+/* Fills in's shape (scan, det from shape[4]) and counts from a calibration: n_bf, n_stored (BF
+ * pixels with a stored plane, gbuild.c's rule) and n_fit_bf (the fit's pixels at fit_radius). */
+void plan_input_from_calibration(ssb4d_plan_input *in, const ssb4d_calibration *cal,
+                                 const size_t shape[4], double fit_radius);
 #endif

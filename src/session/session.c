@@ -9,6 +9,7 @@
 #include "common/sha256.h"
 #include "fit/fit.h"
 #include "gbuild/gbuild.h"
+#include "ingest/source.h"
 #include "io/calfile.h"
 #include "plan/plan.h"
 
@@ -208,25 +209,6 @@ static ssb4d_status build(run *x, ssb4d_source *src, const ssb4d_calibration *ca
     return ssb4d_gbuild(src, &cal->geom, cal->bf_pix, cal->n_bf, &go, x->mem, G, err);
 }
 
-static size_t count_stored(const ssb4d_calibration *c)
-{
-    size_t n = 0;
-    for (size_t i = 0; i < c->n_bf; i++)
-        n += ssb4d_bf_pixel_active(&c->geom, c->det_shape[1], c->bf_pix[i]);
-    return n;
-}
-
-static int is_qem(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return 0;
-    char m[8] = {0};
-    size_t n = fread(m, 1, 8, f);
-    fclose(f);
-    return n == 8 && !memcmp(m, "QEM", 3);
-}
-
 static ssb4d_status save_calibration(run *x, const ssb4d_calibration *cal, const ssb4d_fit_result *fr,
                                      ssb4d_err *err)
 {
@@ -278,10 +260,9 @@ ssb4d_status ssb4d_session_run(const char *data_path, const ssb4d_session_params
     /* load: the encoded file is mapped and verified; it stays resident for the session. */
     begin(&x, "load");
     st = ssb4d_source_open(data_path, &src, err);
-    if (!st && is_qem(data_path)) {
-        struct stat sb;
-        if (stat(data_path, &sb) == 0)
-            r->encoded_bytes = (size_t)sb.st_size;
+    const qem_file *q = st ? NULL : ssb4d_source_qem(src);
+    if (q) {
+        r->encoded_bytes = qem_get_info(q)->file_bytes;
         st = ssb4d_mem_external(x.mem, r->encoded_bytes, 1, "the encoded data", err);
         r->does_not_fit = st == SSB4D_ENOMEM;
         if (st)
@@ -296,7 +277,7 @@ ssb4d_status ssb4d_session_run(const char *data_path, const ssb4d_session_params
      * planes when it fits the rotation) must fit beside the encoded data. */
     size_t fr_px = r->shape[2] * r->shape[3], npos = r->shape[0] * r->shape[1];
     size_t cal_block = plan_calib_block(budget, r->encoded_bytes, fr_px, npos);
-    size_t cal_need = r->encoded_bytes + cal_block + (isnan(p->calib.rotation_deg) ? npos * 40 : 0);
+    size_t cal_need = r->encoded_bytes + cal_block + plan_calib_extra(npos, isnan(p->calib.rotation_deg));
     if (cal_need > budget) {
         r->does_not_fit = 1;
         st = ssb4d_fail(err, SSB4D_ENOMEM, "the session does not fit in %.3f GiB: calibrating needs %.3f GiB "
@@ -317,7 +298,6 @@ ssb4d_status ssb4d_session_run(const char *data_path, const ssb4d_session_params
 
     /* Plan with the calibrated counts: every later size comes from here. */
     r->n_bf = cal.n_bf;
-    r->n_stored = count_stored(&cal);
     r->upsample = s->upsample ? s->upsample : ssb4d_upsample_auto(&cal.geom);
     if (s->region) {
         memcpy(r->region_rect, s->region_rect, sizeof r->region_rect);
@@ -341,13 +321,11 @@ ssb4d_status ssb4d_session_run(const char *data_path, const ssb4d_session_params
         memset(r->region_rect, 0, sizeof r->region_rect);
     ssb4d_plan_input pi;
     ssb4d_plan_input_default(&pi);
-    pi.scan[0] = r->shape[0], pi.scan[1] = r->shape[1], pi.det[0] = r->shape[2], pi.det[1] = r->shape[3];
-    pi.n_bf = cal.n_bf;
-    pi.n_stored = r->n_stored;
     ssb4d_fit_params fp;
     ssb4d_fit_params_default(&fp);
     fp.threads = p->threads;
-    pi.n_fit_bf = fit_pixels_of(cal.bf_pix, cal.n_bf, cal.det_shape[1], &cal.geom, fp.fit_radius, NULL);
+    plan_input_from_calibration(&pi, &cal, r->shape, fp.fit_radius);
+    r->n_stored = pi.n_stored;
     pi.n_coarse_bf = fp.coarse_bf;
     pi.encoded_bytes = r->encoded_bytes;
     pi.rotation_fitted = isnan(p->calib.rotation_deg);
