@@ -29,22 +29,30 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+int bench_stats(const double *runs, size_t n, double *median, double *min, double *max)
+{
+    *median = *min = *max = NAN; /* written as null: a stage that never ran */
+    if (n == 0)
+        return 0;
+    double *v = malloc(n * sizeof *v);
+    if (!v)
+        return -1;
+    memcpy(v, runs, n * sizeof *v);
+    qsort(v, n, sizeof *v, cmp_double);
+    *min = v[0];
+    *max = v[n - 1];
+    *median = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+    free(v);
+    return 0;
+}
+
 void bench_record_finish(bench_record *r)
 {
     size_t n_stages = r->n_stages < BENCH_MAX_STAGES ? r->n_stages : BENCH_MAX_STAGES;
     for (size_t i = 0; i < n_stages; i++) {
         bench_stage *s = &r->stages[i];
         size_t n = s->n_runs < BENCH_MAX_RUNS ? s->n_runs : BENCH_MAX_RUNS;
-        if (n == 0) {
-            s->median = s->min = s->max = NAN; /* written as null: a stage that never ran */
-            continue;
-        }
-        double v[BENCH_MAX_RUNS];
-        memcpy(v, s->seconds, n * sizeof *v);
-        qsort(v, n, sizeof *v, cmp_double);
-        s->min = v[0];
-        s->max = v[n - 1];
-        s->median = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+        bench_stats(s->seconds, n, &s->median, &s->min, &s->max);
     }
 }
 

@@ -47,6 +47,9 @@ typedef struct {
     char g_sha256[65], phase_sha256[65], trace_sha256[65];
 } bench_record;
 
+/* Median (the mean of the middle two for an even count), min and max of n values; NaN for n = 0.
+ * Returns -1 when out of memory (the outputs are then NaN). */
+int bench_stats(const double *runs, size_t n, double *median, double *min, double *max);
 /* Median, min and max of every stage's runs. */
 void bench_record_finish(bench_record *r);
 

@@ -123,6 +123,21 @@ int cli_parse_memory(const char *arg, size_t *out)
     return 0;
 }
 
+int cli_parse_preview(const char *arg, ssb4d_preview_precision *out)
+{
+    if (!strcmp(arg, "auto"))
+        *out = SSB4D_PREVIEW_AUTO;
+    else if (!strcmp(arg, "float") || !strcmp(arg, "float32"))
+        *out = SSB4D_PREVIEW_FLOAT;
+    else if (!strcmp(arg, "half") || !strcmp(arg, "float16"))
+        *out = SSB4D_PREVIEW_HALF;
+    else {
+        fprintf(stderr, "ssb4d: invalid value '%s' for --preview-precision (auto, float or half)\n", arg);
+        return -1;
+    }
+    return 0;
+}
+
 size_t cli_memory_budget(const cli_micro *m)
 {
     if (m->memory_bytes)

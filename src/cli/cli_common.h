@@ -98,6 +98,8 @@ int cli_check_microscope(const cli_values *v);
 size_t cli_memory_budget(const cli_micro *m);
 /* Parses a --memory value into *out; prints one error line and returns -1 when it is not a size. */
 int cli_parse_memory(const char *arg, size_t *out);
+/* Parses --preview-precision auto|float|half (float32, float16 too); -1 with a message otherwise. */
+int cli_parse_preview(const char *arg, ssb4d_preview_precision *out);
 /* Help line for --memory (for commands that take it without the microscope flags). */
 #define CLI_MEMORY_HELP "  --memory SIZE         memory budget, e.g. 16G, 512M (default: the available RAM)\n"
 

@@ -91,8 +91,6 @@ static int session_params(const cli_micro *m, const char *path, ssb4d_session_pa
     return 0;
 }
 
-int cli_parse_preview(const char *arg, ssb4d_preview_precision *out);
-
 /* ---- bench run ----------------------------------------------------------------------------- */
 
 static void run_help(FILE *f)
@@ -280,12 +278,6 @@ static double now(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 #define MAX_TILES 16
 
 static int bench_sweep(int argc, char **argv)
@@ -430,8 +422,8 @@ static int bench_sweep(int argc, char **argv)
     if (!st && phase) {
         double med[MAX_TILES + 1];
         for (size_t t = 0; t < nt; t++) {
-            qsort(secs[t], (size_t)repeat, sizeof(double), cmp_double);
-            med[t] = repeat % 2 ? secs[t][repeat / 2] : 0.5 * (secs[t][repeat / 2 - 1] + secs[t][repeat / 2]);
+            double lo, hi;
+            bench_stats(secs[t], (size_t)repeat, &med[t], &lo, &hi);
         }
         printf("loss tile sweep: %s, %zu BF pixels, %zux%zu scan, %d threads, %ld interleaved runs\n", w.path,
                cal.n_bf, ny, nx, ssb4d_threads_resolve(m.threads), repeat);

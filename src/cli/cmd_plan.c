@@ -48,8 +48,6 @@ static void help(FILE *f)
 enum { OPT_SHAPE = CLI_OPT_FIRST_FREE, OPT_BF, OPT_FIT_BF, OPT_ENCODED, OPT_UPSAMPLE, OPT_REGION, OPT_PREVIEW,
        OPT_ROT_FITTED };
 
-int cli_parse_preview(const char *arg, ssb4d_preview_precision *out);
-
 static int parse_dims(const char *s, size_t *out, int n)
 {
     const char *p = s;

@@ -38,21 +38,6 @@ static void help(FILE *f)
 
 enum { OPT_SCRIPT = CLI_OPT_FIRST_FREE, OPT_PREVIEW, OPT_HASHES };
 
-int cli_parse_preview(const char *arg, ssb4d_preview_precision *out)
-{
-    if (!strcmp(arg, "auto"))
-        *out = SSB4D_PREVIEW_AUTO;
-    else if (!strcmp(arg, "float") || !strcmp(arg, "float32"))
-        *out = SSB4D_PREVIEW_FLOAT;
-    else if (!strcmp(arg, "half") || !strcmp(arg, "float16"))
-        *out = SSB4D_PREVIEW_HALF;
-    else {
-        fprintf(stderr, "ssb4d: invalid value '%s' for --preview-precision (auto, float or half)\n", arg);
-        return -1;
-    }
-    return 0;
-}
-
 static void on_stage(void *user, const char *name)
 {
     if (!*(int *)user)

@@ -215,9 +215,10 @@ size_t ssb4d_mem_cached(const ssb4d_mem *m) { return m ? m->cached : 0; }
 size_t ssb4d_mem_peak(const ssb4d_mem *m) { return m ? m->peak_all : 0; }
 size_t ssb4d_mem_limit(const ssb4d_mem *m) { return m ? m->limit : 0; }
 
-static size_t proc_status_kib(const char *key)
+/* A "Key:   N kB" line of a /proc file (status, meminfo), in bytes; 0 if unavailable. */
+static size_t proc_kib(const char *file, const char *key)
 {
-    FILE *f = fopen("/proc/self/status", "r");
+    FILE *f = fopen(file, "r");
     if (!f)
         return 0;
     char line[256];
@@ -231,6 +232,11 @@ static size_t proc_status_kib(const char *key)
     fclose(f);
     return v * 1024;
 }
+
+static size_t proc_status_kib(const char *key) { return proc_kib("/proc/self/status", key); }
+
+size_t ssb4d_mem_available(void) { return proc_kib("/proc/meminfo", "MemAvailable"); }
+size_t ssb4d_mem_total(void) { return proc_kib("/proc/meminfo", "MemTotal"); }
 
 size_t ssb4d_rss_now(void) { return proc_status_kib("VmRSS"); }
 size_t ssb4d_rss_peak(void) { return proc_status_kib("VmHWM"); }

@@ -665,26 +665,7 @@ ssb4d_status ssb4d_plan_make(const ssb4d_plan_input *in, ssb4d_plan *p, ssb4d_er
     return SSB4D_OK;
 }
 
-/* ---- memory of this machine, sizes ------------------------------------------------------------ */
-
-static size_t meminfo(const char *key)
-{
-    FILE *f = fopen("/proc/meminfo", "r");
-    if (!f)
-        return 0;
-    char line[256];
-    size_t klen = strlen(key), v = 0;
-    while (fgets(line, sizeof line, f))
-        if (!strncmp(line, key, klen) && line[klen] == ':') {
-            v = (size_t)strtoull(line + klen + 1, NULL, 10) * 1024;
-            break;
-        }
-    fclose(f);
-    return v;
-}
-
-size_t ssb4d_mem_available(void) { return meminfo("MemAvailable"); }
-size_t ssb4d_mem_total(void) { return meminfo("MemTotal"); }
+/* ---- sizes ----------------------------------------------------------------------------------- */
 
 int ssb4d_parse_size(const char *s, size_t *out)
 {
