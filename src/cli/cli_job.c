@@ -136,19 +136,6 @@ int cli_job_plan(const char *cmd, const ssb4d_calibration *cal, const size_t sha
     return 0;
 }
 
-/* G build options from the plan. resident: the plan's float32 bytes to hold (0 = nothing), g_bytes:
- * that G's full size; gbuild's resident_bytes = 0 means "all", so the two zeros are kept apart. */
-void cli_job_gbuild_opts(const ssb4d_plan *p, size_t resident, size_t g_bytes, int threads,
-                         ssb4d_gbuild_opts *go)
-{
-    ssb4d_gbuild_opts_default(go);
-    go->threads = threads;
-    go->half = 0;
-    go->resident_bytes = resident >= g_bytes ? 0 : resident ? resident : 1;
-    go->block_bytes = p->block_bytes;
-    go->group_bytes = p->group_bytes;
-}
-
 /* The threads a spatial-index check of q may run on within budget, beside `other` bytes held:
  * each holds one block's sums of every spatial field (qem_read.c).
  * Returns the thread count, or 0 after printing why not even one fits. */

@@ -21,9 +21,6 @@ int cli_job_calibrate(const char *cmd, ssb4d_source *src, ssb4d_calib_params *cp
 int cli_job_plan(const char *cmd, const ssb4d_calibration *cal, const size_t shape[4], size_t held,
                  int rotation_fitted, int upsample, const size_t region[2], const ssb4d_fit_params *fp,
                  int threads, size_t budget, ssb4d_plan *p);
-/* G build options from the plan (float32; resident = the plan's bytes to hold, 0 = nothing). */
-void cli_job_gbuild_opts(const ssb4d_plan *p, size_t resident, size_t g_bytes, int threads,
-                         ssb4d_gbuild_opts *go);
 /* The threads a spatial-index check of q may run on within budget beside `other` bytes, or 0
  * after printing why not even one fits. */
 int cli_qem_check_threads(const char *cmd, const qem_file *q, int threads, size_t budget, size_t other);

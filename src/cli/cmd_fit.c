@@ -8,6 +8,7 @@
  * → DIR/regions.json, regions.csv, defocus.png. */
 #include "cli/cli_common.h"
 #include "cli/cli_job.h"
+#include "plan/plan.h"
 #include "cli/commands.h"
 #include "cli/progress.h"
 #include "common/atomic.h"
@@ -567,7 +568,7 @@ static ssb4d_status build_G(const fit_opts *o, job *j, const size_t *region, con
         src = *view;
     }
     ssb4d_gbuild_opts go;
-    cli_job_gbuild_opts(p, resident, g_bytes, o->m.threads, &go);
+    plan_gbuild_opts(p, 0, resident, g_bytes, o->m.threads, &go); /* float32: exact images */
     cli_progress pb;
     cli_progress_start(&pb, "G build", o->quiet || o->m.json);
     go.progress = cli_progress_update;

@@ -294,7 +294,7 @@ int cmd_reconstruct(int argc, char **argv)
 
     ssb4d_mem_stage_begin(mem, "G build");
     ssb4d_gbuild_opts go;
-    cli_job_gbuild_opts(&plan, plan.fit_resident_bytes, plan.g_bytes, m.threads, &go);
+    plan_gbuild_opts(&plan, 0, plan.fit_resident_bytes, plan.g_bytes, m.threads, &go); /* float32 */
     if (block_mb > 0) /* --block-mb overrides the plan's block */
         go.block_bytes = (size_t)(block_mb * 1048576.0);
     cli_progress pb;

@@ -509,6 +509,17 @@ void plan_input_from_calibration(ssb4d_plan_input *in, const ssb4d_calibration *
     in->n_fit_bf = fit_pixels_of(cal->bf_pix, cal->n_bf, cal->det_shape[1], &cal->geom, fit_radius, NULL);
 }
 
+void plan_gbuild_opts(const ssb4d_plan *p, int half, size_t resident, size_t g_bytes, int threads,
+                      ssb4d_gbuild_opts *go)
+{
+    ssb4d_gbuild_opts_default(go);
+    go->threads = threads;
+    go->half = half;
+    go->resident_bytes = resident >= g_bytes ? 0 : resident ? resident : 1;
+    go->block_bytes = p->block_bytes;
+    go->group_bytes = p->group_bytes;
+}
+
 size_t ssb4d_plan_region_side(size_t n) { return n >= 512 ? 256 : n >= 64 ? n / 2 : 0; }
 
 ssb4d_status ssb4d_plan_make(const ssb4d_plan_input *in, ssb4d_plan *p, ssb4d_err *err)

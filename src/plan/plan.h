@@ -17,4 +17,9 @@ size_t plan_calib_extra(size_t npos, int rotation_fitted);
  * pixels with a stored plane, gbuild.c's rule) and n_fit_bf (the fit's pixels at fit_radius). */
 void plan_input_from_calibration(ssb4d_plan_input *in, const ssb4d_calibration *cal,
                                  const size_t shape[4], double fit_radius);
+/* G build options as a plan says: half or float32, `resident` bytes of planes held (the plan's
+ * 0 = nothing; gbuild's resident_bytes 0 = all, so the two zeros are kept apart), g_bytes that
+ * G's full size, the plan's decode block and group. */
+void plan_gbuild_opts(const ssb4d_plan *p, int half, size_t resident, size_t g_bytes, int threads,
+                      ssb4d_gbuild_opts *go);
 #endif

@@ -199,13 +199,7 @@ static ssb4d_status build(run *x, ssb4d_source *src, const ssb4d_calibration *ca
                           size_t resident, size_t g_bytes, ssb4d_G **G, ssb4d_err *err)
 {
     ssb4d_gbuild_opts go;
-    ssb4d_gbuild_opts_default(&go);
-    go.threads = x->p->threads;
-    go.half = half;
-    /* 0 in the plan means "nothing resident"; 0 in gbuild means "all": keep them apart. */
-    go.resident_bytes = resident >= g_bytes ? 0 : resident ? resident : 1;
-    go.block_bytes = x->r->plan.block_bytes;
-    go.group_bytes = x->r->plan.group_bytes;
+    plan_gbuild_opts(&x->r->plan, half, resident, g_bytes, x->p->threads, &go);
     return ssb4d_gbuild(src, &cal->geom, cal->bf_pix, cal->n_bf, &go, x->mem, G, err);
 }
 
