@@ -283,7 +283,8 @@ typedef enum { SSB4D_PATH_AUTO = 0, SSB4D_PATH_REAL = 1, SSB4D_PATH_COMPLEX = 2 
 
 typedef struct {
     int threads;      /* 0: all cores */
-    ssb4d_path path;  /* auto: real-output path when χ is even-m only */
+    ssb4d_path path;  /* auto and real: the real-output path (valid for any χ, SPEC 5.4's γ);
+                         complex: full-plane transforms, for checks */
     size_t loss_tile; /* loss and mean phase: 0 = each thread sums its own blocks of BF pixels
                          (the default); T = T BF pixels' phase planes in flight at once, summed
                          afterwards (the GPU's layout, for the bench sweep). Same bits for any. */
@@ -299,9 +300,7 @@ ssb4d_status ssb4d_loss(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d_a
 
 /* Exact losses of n parameter sets (ab[i], thick[i] or thick NULL = thin) in one pass over G:
  * each G plane is read once for the whole batch. loss[i] is bit-identical to ssb4d_loss with
- * ab[i] alone, whatever n and the thread count, except that the batch takes the complex path for
- * every member when any member has odd-m terms (then path = SSB4D_PATH_COMPLEX gives the same
- * bits for a batch of one). */
+ * ab[i] alone, whatever n and the thread count. */
 ssb4d_status ssb4d_loss_batch(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d_aberrations *ab,
                               const ssb4d_thick *thick, size_t n, const ssb4d_ssb_opts *o,
                               ssb4d_mem *mem, double *loss, ssb4d_err *err);

@@ -44,7 +44,8 @@ static void usage(FILE *f)
             "  --object FILE         also write the complex object (.npy complex64)\n"
             "  --upsample F          1, 2, 3, 4, 8 or auto (default 1)\n"
             "  --estimator E         phase-of-mean (default) or mean-phase\n"
-            "  --path P              auto (default), real or complex (loss path)\n"
+            "  --path P              auto (default) or real: the real-output path; complex: full-plane\n"
+            "                        transforms (same results to rounding, for checks)\n"
             "  --block-mb N          decoded block size for the G build (MiB); overrides the block\n"
             "                        the --memory plan picks (256 MiB, less under a small budget)\n"
             "  --quiet               no progress bar\n\n"
@@ -315,10 +316,6 @@ int cmd_reconstruct(int argc, char **argv)
     so.threads = m.threads;
     so.path = path;
     double loss = NAN, t_loss = 0, t_image = 0;
-    int even = 1;
-    for (int i = 0; i < SSB4D_N_ABERR; i++)
-        if (ab.C_nm[i] != 0 && ssb4d_aberr_m(i) % 2)
-            even = 0;
     if (!st) {
         ssb4d_mem_stage_begin(mem, "exact loss");
         cli_progress t;
@@ -373,7 +370,7 @@ int cmd_reconstruct(int argc, char **argv)
         if (object_path)
             cJSON_AddStringToObject(o, "object", object_path);
         cJSON_AddStringToObject(o, "estimator", mean_phase ? "mean-phase" : "phase-of-mean");
-        cJSON_AddStringToObject(o, "loss_path", path_name(path == SSB4D_PATH_REAL || (path == SSB4D_PATH_AUTO && even)));
+        cJSON_AddStringToObject(o, "loss_path", path_name(path != SSB4D_PATH_COMPLEX));
         cJSON_AddNumberToObject(o, "upsample", upsample);
         cJSON *sh = cJSON_AddArrayToObject(o, "image_shape");
         cJSON_AddItemToArray(sh, cJSON_CreateNumber((double)nyf));
@@ -431,7 +428,7 @@ int cmd_reconstruct(int argc, char **argv)
         printf("memory       budget %s, G %s (%zu of %zu planes held), peak %s tracked\n",
                cli_job_size(b, budget, 0), g_mode, n_resident, n_stored, cli_job_size(pk, ssb4d_mem_peak(mem), 0));
         printf("loss         %.9g (%s path, %.3f s)\n", loss,
-               path_name(path == SSB4D_PATH_REAL || (path == SSB4D_PATH_AUTO && even)), t_loss);
+               path_name(path != SSB4D_PATH_COMPLEX), t_loss);
         printf("phase image  %s (%zux%zu, %s, upsample %d, pixel %.4g A)\n", out_path, nyf, nxf,
                mean_phase ? "mean phase" : "phase of mean", upsample, pixel[0]);
         if (object_path)

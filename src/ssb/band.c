@@ -179,8 +179,7 @@ static ssb4d_status set_init(band_set *s, const ssb4d_aberrations *ab, const ssb
         if (!isfinite(ab->C_nm[i]) || !isfinite(ab->phi_deg[i]) || fabs(ab->C_nm[i]) > 1e9)
             return ssb4d_fail(err, SSB4D_EINVAL, "parameter set %zu: aberration %s is not a finite value",
                               index, ssb4d_aberr_name(i));
-    int even_only;
-    ssb_coefficients(ab, s->C, s->phi, s->m, &s->quadratic, &even_only);
+    ssb_coefficients(ab, s->C, s->phi, s->m, &s->quadratic);
     if (th) {
         if (!(th->thickness_nm >= 0) || !isfinite(th->thickness_nm) || !isfinite(th->tilt_mrad[0]) ||
             !isfinite(th->tilt_mrad[1]))
@@ -286,9 +285,9 @@ static void accum_generic(const band_geom *b, const band_set *s, size_t ib, cons
         if (A1 == 0.0 && A2 == 0.0)
             continue;
         double qx = b->qx[m], qy = b->qy[m];
-        double x1 = chi(s, lam, qx - kx, qy - ky), x2 = chi(s, lam, qx + kx, qy + ky);
-        double complex t1 = A1 * (cos(x1) - I * sin(x1)) * conj(Pk); /* P(q−k)P*(k) */
-        double complex t2 = A2 * (cos(x2) + I * sin(x2)) * Pk;       /* P*(q+k)P(k) */
+        double x1 = chi(s, lam, kx - qx, ky - qy), x2 = chi(s, lam, kx + qx, ky + qy);
+        double complex t1 = A1 * (cos(x1) - I * sin(x1)) * conj(Pk); /* P(k−q)P*(k) (SPEC 5.4) */
+        double complex t2 = A2 * (cos(x2) + I * sin(x2)) * Pk;       /* P*(k+q)P(k) */
         if (s->thick) {
             double qt = 2 * M_PI * (qx * s->tau[0] + qy * s->tau[1]);
             double r1 = -M_PI * lam * (b->q2[m] - 2 * w->qk[m]) - qt;

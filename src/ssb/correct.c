@@ -28,7 +28,7 @@ ssb4d_status ssb_ctx_init(ssb_ctx *c, const struct ssb4d_G *G, const ssb4d_geome
     c->alpha0 = g->semiangle_mrad * 1e-3;
     c->ang[0] = g->det_sampling_mrad[0] * 1e-3;
     c->ang[1] = g->det_sampling_mrad[1] * 1e-3;
-    ssb_coefficients(ab, c->C, c->phi, c->m, &c->quadratic_only, &c->even_only);
+    ssb_coefficients(ab, c->C, c->phi, c->m, &c->quadratic_only);
     if (thick && thick->thickness_nm != 0.0) {
         if (!(thick->thickness_nm > 0) || !isfinite(thick->tilt_mrad[0]) || !isfinite(thick->tilt_mrad[1]))
             return ssb4d_fail(err, SSB4D_EINVAL, "thickness must be >= 0 and tilt finite");
@@ -122,8 +122,8 @@ static double complex n_at(const ssb_ctx *c, size_t ib, double qx, double qy)
         double m = cabs(g);
         return conj(g) / (m > 1e-8 ? m : 1e-8);
     }
-    double complex P1 = ssb_probe(c, qx - kx, qy - ky, &A1); /* P(q−k) */
-    double complex P2 = ssb_probe(c, qx + kx, qy + ky, &A2); /* P(q+k) */
+    double complex P1 = ssb_probe(c, kx - qx, ky - qy, &A1); /* P(k−q) (SPEC 5.4) */
+    double complex P2 = ssb_probe(c, kx + qx, ky + qy, &A2); /* P(k+q) */
     double complex t1 = P1 * conj(Pk), t2 = conj(P2) * Pk;
     double complex gam;
     if (c->thick) {

@@ -216,13 +216,10 @@ static ssb4d_status phase_stack(const ssb4d_G *G, const ssb4d_geometry *g,
         if (st)
             break;
     }
-    /* One path for the whole batch: the real-output path only when every set allows it. */
-    int even_all = 1;
-    for (size_t j = 0; j < n_init; j++)
-        even_all &= c[j].even_only;
-    int real = even_all && o->path != SSB4D_PATH_COMPLEX;
-    if (!st && o->path == SSB4D_PATH_REAL && !even_all)
-        st = ssb4d_fail(err, SSB4D_EINVAL, "the real-output path needs even-m aberrations only");
+    /* SPEC 5.4's γ = P(k−q)P*(k) − P*(k+q)P(k) satisfies γ(−q,k) = −conj γ(q,k) for any χ and
+     * the centrosymmetric aperture (thick weights too), so the real-output path holds for every
+     * parameter set; the complex path is kept for checks (docs/ssb-math.md). */
+    int real = o->path != SSB4D_PATH_COMPLEX;
     size_t nyf = c[0].nyf, nxf = c[0].nxf, npix = nyf * nxf;
     size_t ncols = real ? nxf / 2 + 1 : nxf, nspec = nyf * ncols;
     int nt = ssb4d_threads_resolve(o->threads);

@@ -25,9 +25,9 @@ ssb4d_status ssb4d_object(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d
     if (st)
         return st;
     size_t nyf = c.nyf, nxf = c.nxf, npix = nyf * nxf;
-    /* Even-m χ: F(−q) = −conj F(q) on every bin (docs/ssb-math.md), so only the half plane
+    /* F(−q) = −conj F(q) on every bin for any χ (docs/ssb-math.md), so only the half plane
      * j <= nxf/2 is summed and the rest is filled by that symmetry. */
-    int half = c.even_only && o->path != SSB4D_PATH_COMPLEX;
+    int half = o->path != SSB4D_PATH_COMPLEX;
     size_t ncols = half ? nxf / 2 + 1 : nxf;
     int nt = ssb4d_threads_resolve(o->threads);
     cfloat *F = ssb4d_mem_alloc(mem, npix * sizeof(cfloat), "object spectrum", err);

@@ -21,7 +21,7 @@ typedef struct {
     const struct ssb4d_G *G;
     double lambda, alpha0, ang[2];
     double C[SSB4D_N_ABERR], phi[SSB4D_N_ABERR]; /* Å, rad */
-    int quadratic_only, even_only, thick;
+    int quadratic_only, thick;
     double m[3];                                  /* χ(v) = πλ (m0 vx² + 2 m1 vx vy + m2 vy²) */
     double tau[2], t_A;
     int fast;
@@ -48,19 +48,14 @@ static inline double ssb_fftfreq(size_t i, size_t n, double d)
 /* Aberrations in internal units: C in Å, φ in rad; m of χ's quadratic part
  * (χ(v) = πλ (m0 vx² + 2 m1 vx vy + m2 vy²) when only C10 and C12 are non-zero). */
 static inline void ssb_coefficients(const ssb4d_aberrations *ab, double C[SSB4D_N_ABERR],
-                                    double phi[SSB4D_N_ABERR], double m[3], int *quadratic_only,
-                                    int *even_only)
+                                    double phi[SSB4D_N_ABERR], double m[3], int *quadratic_only)
 {
-    *quadratic_only = *even_only = 1;
+    *quadratic_only = 1;
     for (int i = 0; i < SSB4D_N_ABERR; i++) {
         C[i] = ab->C_nm[i] * 10.0;
         phi[i] = ab->phi_deg[i] * (M_PI / 180.0);
-        if (C[i] != 0.0) {
-            if (i != SSB4D_C10 && i != SSB4D_C12)
-                *quadratic_only = 0;
-            if (ssb4d_aberr_m(i) % 2)
-                *even_only = 0;
-        }
+        if (C[i] != 0.0 && i != SSB4D_C10 && i != SSB4D_C12)
+            *quadratic_only = 0;
     }
     double cs = cos(2 * phi[SSB4D_C12]), sn = sin(2 * phi[SSB4D_C12]);
     m[0] = C[SSB4D_C10] + C[SSB4D_C12] * cs;

@@ -116,8 +116,8 @@ static double alpha2(const ref_optics *o, double vx, double vy)
 double complex ref_gamma(const ref_optics *o, double qx, double qy, double kx, double ky)
 {
     double complex Pk = ref_probe(o, kx, ky);
-    double complex Pm = o->gamma_variant ? ref_probe(o, kx - qx, ky - qy)
-                                         : ref_probe(o, qx - kx, qy - ky);
+    double complex Pm = o->gamma_variant ? ref_probe(o, qx - kx, qy - ky)
+                                         : ref_probe(o, kx - qx, ky - qy);
     double complex Pp = ref_probe(o, qx + kx, qy + ky);
     double complex t1 = Pm * conj(Pk);
     double complex t2 = conj(Pp) * Pk;

@@ -30,8 +30,9 @@ typedef struct {
     int thick;            /* 1: SPEC 5.6 weights (even when thickness is 0) */
     double tau[2];        /* tilt, rad */
     double t;             /* thickness, Å */
-    int gamma_variant;    /* 0: SPEC γ = P(q−k)P*(k) − P*(q+k)P(k) (default, binding);
-                             1: diagnostic only: textbook P(k−q)P*(k) − P*(k+q)P(k) */
+    int gamma_variant;    /* 0: SPEC 5.4 γ = P(k−q)P*(k) − P*(k+q)P(k) (default, binding);
+                             1: diagnostic only: the earlier text's P(q−k)P*(k) − P*(q+k)P(k),
+                             which differs for odd-m aberrations */
 } ref_optics;
 
 /* ab == NULL: all zero; th == NULL: thin model. */
