@@ -584,9 +584,15 @@ ssb4d_status ssb4d_import(const char *in_path, const char *out_path, const ssb4d
  * potentials, and the detector is the central D×D crop of |DFT(exit wave)|², zero frequency at
  * pixel (D/2, D/2), pixel spacing 1/L (L = simulation window). One pattern sums to 1 over the
  * full simulation grid; counts are Poisson(dose·I), seeded per scan position from (seed, index),
- * so results do not depend on the thread count. Scan position (i, j) is (i·step, j·step) Å with
- * (0, 0) on an atomic column and step = scan_cells·a/scan_n (periodic, endpoint excluded);
- * scan and detector are not rotated (det_row ∥ scan_row).
+ * so results do not depend on the thread count. Scan position (i, j) is the scan-frame vector
+ * (x, y) = (i·step, j·step) Å with (0, 0) on an atomic column and step = scan_cells·a/scan_n
+ * (endpoint excluded). With a scan rotation θ = scan_rotation_deg it sits in the specimen /
+ * detector frame (det_row, det_col) at
+ *     r_det = R(a)ᵀ·(x, y) = (x cos θ + y sin θ, −x sin θ + y cos θ),   a = −θ,
+ * the inverse of SPEC §5.1's k mapping, so θ is exactly the rotation that ssb4d's reconstruction
+ * needs (test_sim.c: test_rotation_convention). θ = 0: det_row ∥ scan_row, and the scan is
+ * periodic against the crystal; other angles (except multiples of 90°) are not, like real data.
+ * Aberration angles (φ12, ...) stay in the detector frame (from +det_row towards +det_col).
  */
 typedef enum { SSB4D_SPECIMEN_SRTIO3 = 0, SSB4D_SPECIMEN_AU = 1 } ssb4d_specimen;
 
@@ -598,6 +604,9 @@ typedef struct {
     double semiangle_mrad;  /* probe semi-angle (mrad) */
     ssb4d_aberrations ab;   /* public units (nm, degrees), at the entrance surface */
     double tilt_mrad[2];    /* specimen/beam tilt (row, col), mrad; enters the propagator */
+    double scan_rotation_deg; /* scan rotated against the detector, degrees (see above): the
+                                 value to give ssb4d's reconstruction as its rotation; finite,
+                                 |θ| <= 1e4 */
     int scan_n;             /* scan positions per axis (scan_n × scan_n) */
     int scan_cells;         /* the scan covers scan_cells × scan_cells whole unit cells */
     int det;                /* detector D (D × D pixels) */

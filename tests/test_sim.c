@@ -440,6 +440,197 @@ static void test_phase_columns(void **state)
     }
 }
 
+
+/* ---- the scan rotation (docs/simulate.md, SPEC §5.1) ------------------------------------------ */
+
+typedef struct {
+    ssb4d_geometry g;
+    uint16_t *counts;
+    float *phase_bl;
+    size_t N, D;
+} rot_data;
+
+/* A thin SrTiO3 crystal (1 cell) scanned at rotation `deg`: preset tiny (48² detector, C10
+ * −10 nm, C12 2 nm at 20°) with a 64² scan over 3 cells. The step (0.18 Å) samples the CoM
+ * field's band 2α/λ: at the preset's 0.37 Å the aliased lattice frequencies bias the CoM-curl
+ * angle of a rotated scan by up to 3° (measured at dose 1e7: −2.9° at −30°, +1.6° at +30°,
+ * −2.8° at 60°; at 0.18 Å: −0.8°, 0.0°, −0.5°). A high dose keeps the comparison off the noise. */
+static void rot_simulate(double deg, rot_data *d)
+{
+    ssb4d_sim_params p;
+    assert_int_equal(ssb4d_sim_params_preset(&p, "tiny", NULL), SSB4D_OK);
+    p.scan_rotation_deg = deg;
+    p.scan_n = 64;
+    p.dose = 1e6;
+    p.threads = 2;
+    ssb4d_sim_info info;
+    ssb4d_err e;
+    d->N = (size_t)p.scan_n;
+    d->D = (size_t)p.det;
+    d->counts = malloc(d->N * d->N * d->D * d->D * sizeof(uint16_t));
+    d->phase_bl = malloc(d->N * d->N * sizeof(float));
+    assert_non_null(d->counts);
+    assert_non_null(d->phase_bl);
+    assert_int_equal(ssb4d_simulate_to_memory(&p, d->counts, NULL, NULL, d->phase_bl, &info, &e),
+                     SSB4D_OK);
+    memset(&d->g, 0, sizeof d->g);
+    d->g.kv = p.kv;
+    d->g.semiangle_mrad = p.semiangle_mrad;
+    d->g.scan_step_A[0] = d->g.scan_step_A[1] = info.scan_step_A;
+    d->g.det_sampling_mrad[0] = d->g.det_sampling_mrad[1] = info.det_sampling_mrad;
+    d->g.centre_px[0] = d->g.centre_px[1] = (double)(d->D / 2);
+}
+
+static void rot_free(rot_data *d)
+{
+    free(d->counts);
+    free(d->phase_bl);
+}
+
+/* The simulator's scan rotation is the rotation ssb4d's reconstruction needs: at the true
+ * aberrations the loss is clearly lowest when the geometry says +θ (not −θ, not 0), the mean
+ * phase then matches the rotated ground truth, and the calibration's centre-of-mass curl finds
+ * θ (mod 180°). Swapping the placement for its transpose (r_det = R(a)·r_scan) makes −θ win:
+ * this is the test that pins the convention. */
+static void test_rotation_convention(void **state)
+{
+    (void)state;
+    const double theta = 30.0;
+    rot_data d;
+    rot_simulate(theta, &d);
+    size_t shape[4] = {d.N, d.N, d.D, d.D}, npos = d.N * d.N;
+    ssb4d_source *src = NULL;
+    ssb4d_err e;
+    assert_int_equal(ssb4d_source_from_memory(d.counts, SSB4D_U16, shape, &src, &e), SSB4D_OK);
+
+    /* calibration: the CoM curl, rotation not given */
+    ssb4d_calib_params cp;
+    ssb4d_calib_params_default(&cp);
+    cp.kv = d.g.kv;
+    cp.semiangle_mrad = d.g.semiangle_mrad;
+    cp.scan_step_A[0] = cp.scan_step_A[1] = d.g.scan_step_A[0];
+    cp.det_sampling_mrad[0] = cp.det_sampling_mrad[1] = d.g.det_sampling_mrad[0];
+    cp.threads = 2;
+    ssb4d_calibration cal;
+    assert_int_equal(ssb4d_calibrate(src, &cp, &cal, &e), SSB4D_OK);
+    fprintf(stderr, "scan rotation %g: CoM-curl rotation %.3f deg (sigma %.3f, curl ratio %.3f)\n",
+            theta, cal.rotation_curl_deg, cal.rotation_sigma_deg, cal.curl_ratio);
+    assert_true(cal.rotation_fitted);
+    assert_true(fabs(ref_dmod180(cal.rotation_curl_deg, theta)) < 2.0);
+
+    /* G on the calibration's BF pixels (G does not depend on the rotation: SPEC §5.1) */
+    ssb4d_gbuild_opts go;
+    ssb4d_gbuild_opts_default(&go);
+    go.threads = 2;
+    ssb4d_G *G = NULL;
+    assert_int_equal(ssb4d_gbuild(src, &d.g, cal.bf_pix, cal.n_bf, &go, NULL, &G, &e), SSB4D_OK);
+    ssb4d_aberrations ab;
+    memset(&ab, 0, sizeof ab);
+    ab.C_nm[SSB4D_C10] = -10.0 + 0.5 * (0.3905 - 0.3905 / 2); /* the mean plane (docs/simulate.md) */
+    ab.C_nm[SSB4D_C12] = 2.0;
+    ab.phi_deg[SSB4D_C12] = 20.0;
+    ssb4d_ssb_opts so;
+    ssb4d_ssb_opts_default(&so);
+    so.threads = 2;
+    const double rots[3] = {theta, -theta, 0.0};
+    double loss[3], corr[3];
+    float *mp = malloc(npos * sizeof(float));
+    assert_non_null(mp);
+    for (int k = 0; k < 3; k++) {
+        ssb4d_geometry g = d.g;
+        g.rotation_deg = rots[k];
+        /* χ is evaluated at the rotated k (the scan frame): the simulator's detector-frame
+         * φ12 = 20° is 20° + rotation there */
+        ab.phi_deg[SSB4D_C12] = 20.0 + rots[k];
+        assert_int_equal(ssb4d_loss(G, &g, &ab, NULL, &so, NULL, &loss[k], mp, &e), SSB4D_OK);
+        corr[k] = ref_correlation_f(mp, d.phase_bl, npos);
+        fprintf(stderr, "  geometry rotation %+5.1f: loss %.6g, mean phase vs rotated ground "
+                "truth r = %.4f\n", rots[k], loss[k], corr[k]);
+    }
+    assert_true(loss[0] < 0.7 * loss[1]);
+    assert_true(loss[0] < 0.7 * loss[2]);
+    /* below the unrotated scan's ~0.9: the rotated field is not periodic, so the scan FFT wraps
+     * across a seam that the SSB model cannot explain */
+    assert_true(corr[0] > 0.8);
+    assert_true(corr[0] > corr[1] + 0.3 && corr[0] > corr[2] + 0.3);
+    free(mp);
+    ssb4d_G_free(G);
+    ssb4d_calibration_free(&cal);
+    ssb4d_source_close(src);
+    rot_free(&d);
+}
+
+/* The ground truth and the patterns are placed at the rotated positions. At 90° position (i, j)
+ * sits at (j·s, −i·s), which is the unrotated scan's position (j, N − i) moved by a whole
+ * scan period (S cells): the same phase and, the crystal being periodic, the same pattern. At 30°
+ * the phase equals the projected potential's Fourier series summed here term by term. */
+static void test_rotation_positions(void **state)
+{
+    (void)state;
+    ssb4d_sim_params p;
+    assert_int_equal(ssb4d_sim_params_preset(&p, "tiny", NULL), SSB4D_OK);
+    p.scan_n = 16;
+    p.scan_cells = 2;
+    p.det = 32;
+    p.window_cells = 3;
+    p.threads = 2;
+    size_t N = 16, DD = 32 * 32, npos = N * N;
+    float *ph0 = malloc(npos * sizeof(float)), *ph90 = malloc(npos * sizeof(float));
+    float *in0 = malloc(npos * DD * sizeof(float)), *in90 = malloc(npos * DD * sizeof(float));
+    assert_true(ph0 && ph90 && in0 && in90);
+    ssb4d_sim_info info;
+    ssb4d_err e;
+    assert_int_equal(ssb4d_simulate_to_memory(&p, NULL, in0, ph0, NULL, &info, &e), SSB4D_OK);
+    p.scan_rotation_deg = 90.0;
+    assert_int_equal(ssb4d_simulate_to_memory(&p, NULL, in90, ph90, NULL, &info, &e), SSB4D_OK);
+    double dph = 0.0, dmax = 0.0, imax = 0.0;
+    for (size_t i = 0; i < N; i++)
+        for (size_t j = 0; j < N; j++) {
+            size_t a = i * N + j, b = j * N + (N - i) % N;
+            double d = fabs((double)ph90[a] - ph0[b]);
+            dph = d > dph ? d : dph;
+            for (size_t k = 0; k < DD; k++) {
+                double v = fabs((double)in90[a * DD + k] - in0[b * DD + k]);
+                dmax = v > dmax ? v : dmax;
+                imax = in0[b * DD + k] > imax ? in0[b * DD + k] : imax;
+            }
+        }
+    fprintf(stderr, "rotation 90: phase max |diff| %.3g rad, pattern max |diff| %.3g (of %.3g)\n",
+            dph, dmax, imax);
+    assert_true(dph < 1e-5);
+    assert_true(dmax < 1e-5 * imax);
+
+    /* 30°: the rotated ground truth against the Fourier series summed here, point by point */
+    p.scan_rotation_deg = 30.0;
+    assert_int_equal(ssb4d_simulate_to_memory(&p, NULL, NULL, ph90, NULL, &info, &e), SSB4D_OK);
+    const sim_crystal *cr = sim_crystal_get(p.specimen);
+    double a = cr->a_A, gmax = info.antialias_inv_A, s = info.scan_step_A;
+    double c30 = cos(M_PI / 6), s30 = sin(M_PI / 6), worst = 0.0;
+    int hmax = (int)floor(gmax * a);
+    const size_t pts[4][2] = {{0, 0}, {3, 5}, {15, 1}, {9, 14}};
+    for (int t = 0; t < 4; t++) {
+        double x = pts[t][0] * s, y = pts[t][1] * s;
+        double rr = x * c30 + y * s30, rc = -x * s30 + y * c30, v = 0.0;
+        for (int h = -hmax; h <= hmax; h++)
+            for (int k = -hmax; k <= hmax; k++) {
+                if (((double)h * h + (double)k * k) / (a * a) > gmax * gmax * (1 + 1e-12))
+                    continue;
+                double cf[2];
+                sim_layer_coeff(cr, -1, h, k, cf);
+                double ph = 2.0 * M_PI * (h * rr + k * rc) / a;
+                v += info.sigma * (cf[0] * cos(ph) - cf[1] * sin(ph));
+            }
+        double d = fabs(v - ph90[pts[t][0] * N + pts[t][1]]);
+        worst = d > worst ? d : worst;
+    }
+    fprintf(stderr, "rotation 30: ground truth vs direct Fourier sum, max |diff| %.3g rad\n", worst);
+    assert_true(worst < 1e-5);
+    free(ph0);
+    free(ph90);
+    free(in0);
+    free(in90);
+}
+
 static void test_bad_params(void **state)
 {
     (void)state;
@@ -480,6 +671,9 @@ static void test_bad_params(void **state)
     BAD(q.scan_n = 100000);
     BAD(q.ab.C_nm[SSB4D_C30] = INFINITY);
     BAD(q.tilt_mrad[1] = 1e4);
+    BAD(q.scan_rotation_deg = NAN);
+    BAD(q.scan_rotation_deg = INFINITY);
+    BAD(q.scan_rotation_deg = -1.5e4);
 #undef BAD
 }
 
@@ -494,7 +688,9 @@ static void test_cli_errors(void **state)
     if (!bin || access(bin, X_OK) != 0)
         skip();
     const char *bad[] = {"--preset nope", "--specimen si", "--semiangle 0", "--kv -5",
-                         "--dose 0", "--scan 1", "--detector 4", "--frobnicate"};
+                         "--dose 0", "--scan 1", "--detector 4", "--frobnicate",
+                         "--scan-rotation nan", "--scan-rotation inf", "--scan-rotation 2e4",
+                         "--scan-rotation 30deg", "--scan-rotation"};
     char cmd[1024];
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         snprintf(cmd, sizeof cmd, "%s simulate %s -o /tmp/ssb4d_test_sim_never.npy 2>/dev/null", bin,
@@ -503,9 +699,36 @@ static void test_cli_errors(void **state)
         assert_true(WIFEXITED(rc));
         assert_int_equal(WEXITSTATUS(rc), 2);
     }
-    snprintf(cmd, sizeof cmd, "%s simulate --help >/dev/null", bin);
+    snprintf(cmd, sizeof cmd, "%s simulate --help | grep -q -- --scan-rotation", bin);
     int rc = system(cmd);
     assert_true(WIFEXITED(rc) && WEXITSTATUS(rc) == 0);
+    /* the rotation reaches the sidecar, where ssb4d reconstruct reads it */
+    char dir[] = "/tmp/ssb4d_test_sim_cli_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    snprintf(cmd, sizeof cmd, "%s simulate --preset tiny --scan 8 --scan-rotation -12.5 --quiet -o %s/r.npy",
+             bin, dir);
+    rc = system(cmd);
+    assert_true(WIFEXITED(rc) && WEXITSTATUS(rc) == 0);
+    char js[300];
+    snprintf(js, sizeof js, "%s/r.json", dir);
+    char *text = slurp(js);
+    cJSON *root = cJSON_Parse(text);
+    free(text);
+    assert_non_null(root);
+    cJSON *sc = cJSON_GetObjectItem(root, "scan");
+    assert_true(cJSON_GetObjectItem(sc, "rotation_deg")->valuedouble == -12.5);
+    assert_true(cJSON_GetObjectItem(cJSON_GetObjectItem(root, "detector"), "rotation_vs_scan_deg")
+                    ->valuedouble == -12.5);
+    double ur = cJSON_GetArrayItem(cJSON_GetObjectItem(sc, "scan_row_unit_vector_in_detector_frame"), 1)
+                    ->valuedouble;
+    assert_true(fabs(ur - sin(12.5 * M_PI / 180)) < 1e-12); /* (cos θ, −sin θ), θ = −12.5° */
+    cJSON_Delete(root);
+    const char *sfx[4] = {".npy", ".json", "_phase.npy", "_phase_bandlimited.npy"};
+    for (int i = 0; i < 4; i++) {
+        snprintf(js, sizeof js, "%s/r%s", dir, sfx[i]);
+        assert_int_equal(unlink(js), 0);
+    }
+    rmdir(dir);
 }
 
 int main(void)
@@ -515,6 +738,8 @@ int main(void)
         cmocka_unit_test(test_determinism),
         cmocka_unit_test(test_poisson),         cmocka_unit_test(test_normalisation),
         cmocka_unit_test(test_streaming_file),  cmocka_unit_test(test_phase_columns),
+        cmocka_unit_test(test_rotation_convention),
+        cmocka_unit_test(test_rotation_positions),
         cmocka_unit_test(test_bad_params),      cmocka_unit_test(test_cli_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -20,7 +20,7 @@ enum {
     OPT_PRESET = CLI_OPT_FIRST_FREE, OPT_SPECIMEN, OPT_CELLS_Z, OPT_THICKNESS, OPT_WINDOW_CELLS,
     OPT_SCAN, OPT_SCAN_CELLS, OPT_DETECTOR, OPT_GRID, OPT_KV, OPT_SEMIANGLE, OPT_C10, OPT_C12,
     OPT_PHI12, OPT_C30, OPT_ABERR, OPT_TILT, OPT_DOSE, OPT_SEED, OPT_THREADS, OPT_QUIET, OPT_FORCE,
-    OPT_HELP, OPT_MEMORY
+    OPT_HELP, OPT_MEMORY, OPT_SCAN_ROTATION
 };
 
 static const char HELP[] =
@@ -42,6 +42,12 @@ static const char HELP[] =
     "  --window-cells W       periodic simulation window, W x W unit cells (preset)\n"
     "  --scan N               scan positions per axis (preset)\n"
     "  --scan-cells S         the scan covers S x S whole unit cells, step = S*a/N (preset)\n"
+    "  --scan-rotation DEG    scan rotated against the detector (default 0): scan position\n"
+    "                         (i,j), (x,y) = (i,j)*step, sits at (det_row, det_col) =\n"
+    "                         (x cos t + y sin t, -x sin t + y cos t), t = DEG, so DEG is the\n"
+    "                         --rotation that ssb4d reconstruct needs; written to the sidecar\n"
+    "                         as scan.rotation_deg. Finite, |DEG| <= 1e4. Not a multiple of\n"
+    "                         90: the scan is not periodic against the crystal (like real data)\n"
     "  --detector D           detector pixels per axis (preset); sampling = 1e3*lambda/L mrad\n"
     "  --grid M               simulation grid M x M (default auto: >= 2*D and antialias band\n"
     "                         >= 2*alpha/lambda)\n"
@@ -49,7 +55,8 @@ static const char HELP[] =
     "  --semiangle MRAD       probe convergence semi-angle, mrad (default 25)\n"
     "  --c10 NM               C10 = -defocus, nm (default -10)\n"
     "  --c12 NM               twofold astigmatism, nm (default 2)\n"
-    "  --phi12 DEG            its angle from +det_row towards +det_col, degrees (default 20)\n"
+    "  --phi12 DEG            its angle from +det_row towards +det_col, degrees (default 20;\n"
+    "                         the detector frame, whatever --scan-rotation)\n"
     "  --c30 NM               spherical aberration, nm (default 0)\n"
     "  --aberr LIST           any Krivanek coefficients, e.g. C21=1.5,phi21=30,C23=2 (nm, deg)\n"
     "  --tilt ROW,COL         specimen/beam tilt, mrad (default 0,0)\n"
@@ -148,6 +155,7 @@ int cmd_simulate(int argc, char **argv)
         {"window-cells", required_argument, 0, OPT_WINDOW_CELLS},
         {"scan", required_argument, 0, OPT_SCAN},
         {"scan-cells", required_argument, 0, OPT_SCAN_CELLS},
+        {"scan-rotation", required_argument, 0, OPT_SCAN_ROTATION},
         {"detector", required_argument, 0, OPT_DETECTOR},
         {"det", required_argument, 0, OPT_DETECTOR},
         {"grid", required_argument, 0, OPT_GRID},
@@ -226,6 +234,12 @@ int cmd_simulate(int argc, char **argv)
         case OPT_SCAN_CELLS:
             if (parse_int(optarg, 1, 100000, &p.scan_cells))
                 return usage_error("--scan-cells must be an integer 1..100000, got '%s'", optarg);
+            break;
+        case OPT_SCAN_ROTATION:
+            /* cli_parse_double refuses non-finite values; beyond ±1e4 degrees is a typo */
+            if (cli_parse_double(optarg, &p.scan_rotation_deg) || !(fabs(p.scan_rotation_deg) <= 1e4))
+                return usage_error("--scan-rotation must be a finite angle within ±1e4 degrees, "
+                                   "got '%s'", optarg);
             break;
         case OPT_DETECTOR:
             if (parse_int(optarg, -1000000, 1000000, &p.det))
@@ -382,11 +396,11 @@ int cmd_simulate(int argc, char **argv)
     }
     if (!quiet)
         fprintf(stderr,
-                "ssb4d simulate: %s, %d cell(s) (%.3g nm), %d×%d scan (step %.5g Å) × %d×%d "
-                "detector (%.5g mrad/px, BF radius %.2f px), grid %d\n",
+                "ssb4d simulate: %s, %d cell(s) (%.3g nm), %d×%d scan (step %.5g Å, rotation %g°) "
+                "× %d×%d detector (%.5g mrad/px, BF radius %.2f px), grid %d\n",
                 p.specimen == SSB4D_SPECIMEN_AU ? "Au" : "SrTiO3", p.cells_z, info.thickness_nm,
-                p.scan_n, p.scan_n, info.scan_step_A, p.det, p.det, info.det_sampling_mrad,
-                info.bf_radius_px, info.grid);
+                p.scan_n, p.scan_n, info.scan_step_A, p.scan_rotation_deg, p.det, p.det,
+                info.det_sampling_mrad, info.bf_radius_px, info.grid);
     ssb4d_mem *mem = memory_report ? ssb4d_mem_create(0) : NULL;
     ssb4d_mem_stage_begin(mem, "simulate");
     ssb4d_status st = ssb4d_simulate(&p, out, force, cmd, &info, &err);

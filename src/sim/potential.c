@@ -144,3 +144,56 @@ void sim_phase_series(const sim_crystal *c, double sigma, int cells_z, double gm
     free(cf);
     free(T);
 }
+
+void sim_phase_lattice(const sim_crystal *c, double sigma, int cells_z, double gmax, size_t ny,
+                       size_t nx, const double e_row[2], const double e_col[2], float *out)
+{
+    double a = c->a_A;
+    int hmax = (int)floor(gmax * a);
+    double lim2 = (gmax * a) * (gmax * a) * (1.0 + 1e-12);
+    double *acc = calloc(ny * nx, sizeof(double));
+    double *A = malloc(ny * 2 * sizeof(double)), *B = malloc(nx * 2 * sizeof(double));
+    if (!acc || !A || !B) {
+        free(acc);
+        free(A);
+        free(B);
+        memset(out, 0, ny * nx * sizeof(float));
+        return;
+    }
+    /* V is real, so c(−G) = conj c(G): sum the half-plane (h > 0, or h = 0 and k > 0) twice
+     * over its real part, plus the G = 0 term. */
+    for (int h = 0; h <= hmax; h++)
+        for (int k = h == 0 ? 0 : -hmax; k <= hmax; k++) {
+            if ((double)h * h + (double)k * k > lim2)
+                continue;
+            double v[2];
+            sim_layer_coeff(c, -1, h, k, v);
+            double w = (h == 0 && k == 0) ? 1.0 : 2.0;
+            double cr = v[0] * sigma * cells_z * w, ci = v[1] * sigma * cells_z * w;
+            /* G·r in cycles per scan step along each scan axis; reduced modulo 1 per point so
+             * that the phase of far points does not lose digits */
+            double u = (h * e_row[0] + k * e_row[1]) / a, t = (h * e_col[0] + k * e_col[1]) / a;
+            for (size_t i = 0; i < ny; i++) {
+                double ph = 2.0 * M_PI * fmod((double)i * u, 1.0);
+                A[2 * i] = cos(ph);
+                A[2 * i + 1] = sin(ph);
+            }
+            for (size_t j = 0; j < nx; j++) {
+                double ph = 2.0 * M_PI * fmod((double)j * t, 1.0);
+                B[2 * j] = cos(ph);
+                B[2 * j + 1] = sin(ph);
+            }
+            for (size_t i = 0; i < ny; i++) {
+                /* (c · A_i) once per row, then Re((c A_i) · B_j) */
+                double pr = cr * A[2 * i] - ci * A[2 * i + 1], pi = cr * A[2 * i + 1] + ci * A[2 * i];
+                double *row = acc + i * nx;
+                for (size_t j = 0; j < nx; j++)
+                    row[j] += pr * B[2 * j] - pi * B[2 * j + 1];
+            }
+        }
+    for (size_t n = 0; n < ny * nx; n++)
+        out[n] = (float)acc[n];
+    free(acc);
+    free(A);
+    free(B);
+}

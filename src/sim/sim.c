@@ -109,6 +109,9 @@ ssb4d_status ssb4d_sim_describe(const ssb4d_sim_params *p, ssb4d_sim_info *info,
                           p->grid);
     if (p->threads < 0 || p->threads > 1024)
         return ssb4d_fail(err, SSB4D_EINVAL, "threads must be 0..1024, got %d", p->threads);
+    if (!isfinite(p->scan_rotation_deg) || fabs(p->scan_rotation_deg) > 1e4)
+        return ssb4d_fail(err, SSB4D_EINVAL, "scan rotation must be finite and within ±1e4 "
+                          "degrees, got %g", p->scan_rotation_deg);
     for (int i = 0; i < 2; i++)
         if (!isfinite(p->tilt_mrad[i]) || fabs(p->tilt_mrad[i]) > 200)
             return ssb4d_fail(err, SSB4D_EINVAL, "tilt must be within ±200 mrad");
@@ -158,6 +161,36 @@ ssb4d_status ssb4d_sim_describe(const ssb4d_sim_params *p, ssb4d_sim_info *info,
     return SSB4D_OK;
 }
 
+/* ---- the scan geometry --------------------------------------------------------------------- */
+
+/* cos θ and sin θ of the scan rotation, exact at multiples of 90° (cos(π/2) is not 0 in
+ * floating point, and θ = 0 must place the positions exactly where the unrotated scan did). */
+static void scan_rotation(double deg, double *c, double *s)
+{
+    double q = deg / 90.0;
+    if (q == floor(q)) {
+        static const double cs[4][2] = {{1, 0}, {0, 1}, {-1, 0}, {0, -1}};
+        int k = (int)fmod(fmod(q, 4.0) + 4.0, 4.0);
+        *c = cs[k][0];
+        *s = cs[k][1];
+        return;
+    }
+    *c = cos(deg * M_PI / 180.0);
+    *s = sin(deg * M_PI / 180.0);
+}
+
+/* The specimen-frame (det_row, det_col) steps of one scan row and one scan column: position
+ * (i, j) is i·e_row + j·e_col = R(a)ᵀ·(i·step, j·step), a = −θ (docs/simulate.md). */
+static void scan_basis(const ssb4d_sim_params *p, double step, double e_row[2], double e_col[2])
+{
+    double c, s;
+    scan_rotation(p->scan_rotation_deg, &c, &s);
+    e_row[0] = step * c;
+    e_row[1] = -step * s;
+    e_col[0] = step * s;
+    e_col[1] = step * c;
+}
+
 /* ---- the multislice ------------------------------------------------------------------------ */
 
 typedef struct {
@@ -166,6 +199,7 @@ typedef struct {
     ssb4d_sim_info info;
     int M, D, N, nt;
     double lambda, L;
+    double e_row[2], e_col[2]; /* scan basis in the specimen frame (scan_basis) */
     double *kf;              /* grid frequencies fftfreq(M, L/M), 1/Å */
     fftwf_complex *P;        /* probe P(k), normalised Σ|P|² = 1 (unshifted layout) */
     int *ap;                 /* indices with P != 0 */
@@ -221,6 +255,7 @@ static ssb4d_status ctx_init(sim_ctx *c, const ssb4d_sim_params *p, ssb4d_err *e
     c->nt = ssb4d_threads_resolve(p->threads);
     c->lambda = c->info.wavelength_A;
     c->L = c->info.window_A;
+    scan_basis(p, c->info.scan_step_A, c->e_row, c->e_col);
     int M = c->M;
     size_t MM = (size_t)M * M;
     c->kf = malloc(M * sizeof(double));
@@ -338,8 +373,9 @@ static double simulate_position(sim_ctx *c, int tid, size_t pos, float *pat, dou
     size_t MM = (size_t)M * M;
     fftwf_complex *w = c->ws[tid];
     double *er = c->er[tid], *ec = c->ec[tid];
-    double step = c->info.scan_step_A;
-    double Rr = (double)(pos / N) * step, Rc = (double)(pos % N) * step;
+    /* At θ = 0 the basis is (step, 0), (0, step): the same doubles as i·step and j·step. */
+    double i0 = (double)(pos / N), j0 = (double)(pos % N);
+    double Rr = i0 * c->e_row[0] + j0 * c->e_col[0], Rc = i0 * c->e_row[1] + j0 * c->e_col[1];
     for (int i = 0; i < M; i++) {
         /* exp(-2πi k R), with k·R reduced modulo 1 in exact integer steps of the window */
         double ph = -2.0 * M_PI * fmod(c->kf[i] * Rr, 1.0);
@@ -508,12 +544,19 @@ static void phases(const ssb4d_sim_params *p, const ssb4d_sim_info *g, float *ph
 {
     const sim_crystal *cr = sim_crystal_get(p->specimen);
     size_t N = (size_t)p->scan_n;
-    if (phase)
-        sim_phase_series(cr, g->sigma, p->cells_z, g->antialias_inv_A, N, N, g->scan_step_A,
-                         g->scan_step_A, phase);
-    if (phase_bl)
-        sim_phase_series(cr, g->sigma, p->cells_z, 2.0 * p->semiangle_mrad * 1e-3 / g->wavelength_A,
-                         N, N, g->scan_step_A, g->scan_step_A, phase_bl);
+    double gmax[2] = {g->antialias_inv_A, 2.0 * p->semiangle_mrad * 1e-3 / g->wavelength_A};
+    float *out[2] = {phase, phase_bl};
+    double e_row[2], e_col[2];
+    scan_basis(p, g->scan_step_A, e_row, e_col);
+    for (int k = 0; k < 2; k++) {
+        if (!out[k])
+            continue;
+        if (p->scan_rotation_deg == 0.0) /* the separable series: the unrotated scan's bits */
+            sim_phase_series(cr, g->sigma, p->cells_z, gmax[k], N, N, g->scan_step_A,
+                             g->scan_step_A, out[k]);
+        else
+            sim_phase_lattice(cr, g->sigma, p->cells_z, gmax[k], N, N, e_row, e_col, out[k]);
+    }
 }
 
 /* ---- in memory -------------------------------------------------------------------------- */
@@ -666,10 +709,31 @@ static char *sidecar_text(const ssb4d_sim_params *p, const ssb4d_sim_info *g, co
     cJSON_AddItemToObject(sc, "shape", cJSON_CreateIntArray(sh2, 2));
     cJSON_AddItemToObject(sc, "step_A", num_pair(g->scan_step_A, g->scan_step_A));
     cJSON_AddItemToObject(sc, "origin_A", num_pair(0, 0));
-    cJSON_AddNumberToObject(sc, "rotation_deg", 0.0);
-    char cov[96];
-    snprintf(cov, sizeof cov, "yes: %dx%d unit cells, periodic (endpoint excluded)", p->scan_cells,
-             p->scan_cells);
+    cJSON_AddNumberToObject(sc, "rotation_deg", p->scan_rotation_deg);
+    double e_row[2], e_col[2]; /* the shared sidecars' unit vectors (+ 0.0: no "-0") */
+    scan_basis(p, 1.0, e_row, e_col);
+    cJSON_AddItemToObject(sc, "scan_row_unit_vector_in_detector_frame",
+                          num_pair(e_row[0] + 0.0, e_row[1] + 0.0));
+    cJSON_AddItemToObject(sc, "scan_col_unit_vector_in_detector_frame",
+                          num_pair(e_col[0] + 0.0, e_col[1] + 0.0));
+    cJSON_AddStringToObject(sc, "position_formula",
+                            "r(i,j) = step*(i*u_row + j*u_col) in the (det_row, det_col)-aligned "
+                            "specimen frame");
+    cJSON_AddStringToObject(sc, "rotation_note",
+                            p->scan_rotation_deg == 0.0
+                                ? "scan and detector axes are aligned (no rotation, no flip)"
+                                : "scan position (i, j) at (det_row, det_col) = (x cos t + y sin t, "
+                                  "-x sin t + y cos t), (x, y) = (i, j) * step, t = rotation_deg: "
+                                  "the rotation that ssb4d reconstruct needs (SPEC 5.1)");
+    char cov[160];
+    double quarter = p->scan_rotation_deg / 90.0;
+    if (quarter == floor(quarter))
+        snprintf(cov, sizeof cov, "yes: %dx%d unit cells, periodic (endpoint excluded)",
+                 p->scan_cells, p->scan_cells);
+    else
+        snprintf(cov, sizeof cov, "no: %dx%d unit cells' length per axis, rotated by %g deg, "
+                 "so not periodic against the crystal", p->scan_cells, p->scan_cells,
+                 p->scan_rotation_deg);
     cJSON_AddStringToObject(sc, "covers_whole_unit_cells", cov);
 
     cJSON *det = cJSON_AddObjectToObject(root, "detector");
@@ -681,7 +745,7 @@ static char *sidecar_text(const ssb4d_sim_params *p, const ssb4d_sim_info *g, co
     cJSON_AddNumberToObject(det, "bf_disk_radius_px_expected", g->bf_radius_px);
     cJSON_AddStringToObject(det, "pixel_model",
                             "point-sampled reciprocal space (detector sampling = 1/simulation window)");
-    cJSON_AddNumberToObject(det, "rotation_vs_scan_deg", 0.0);
+    cJSON_AddNumberToObject(det, "rotation_vs_scan_deg", p->scan_rotation_deg);
 
     cJSON *sp = cJSON_AddObjectToObject(root, "specimen");
     cJSON_AddStringToObject(sp, "name", p->specimen == SSB4D_SPECIMEN_AU ? "au" : "srtio3");

@@ -47,6 +47,13 @@ void sim_layer_coeff(const sim_crystal *c, int layer, int h, int k, double out[2
 void sim_phase_series(const sim_crystal *c, double sigma, int cells_z, double gmax, size_t ny,
                       size_t nx, double step_r, double step_c, float *out);
 
+/* The same phase at the points i·e_row + j·e_col (Å, specimen frame: (det_row, det_col)),
+ * i < ny, j < nx: a scan lattice of any orientation (the rotated scan). One term per G at a
+ * time, so it costs |G terms| · ny · nx; sim_phase_series is the faster separable form for an
+ * unrotated scan. out: ny*nx float32. */
+void sim_phase_lattice(const sim_crystal *c, double sigma, int cells_z, double gmax, size_t ny,
+                       size_t nx, const double e_row[2], const double e_col[2], float *out);
+
 /* ---- random numbers (rng.c) --------------------------------------------------------------- */
 
 typedef struct {

@@ -70,6 +70,14 @@ printf '{"schema": "ssb4d.calibration", "version": 99}' >"$T/future.json"
 expect_error "future calibration" "newer|version" -- "$BIN" reconstruct "$A1" $M --calibration "$T/future.json"
 printf '{broken' >"$T/broken.json"
 expect_error "malformed calibration" "json|malformed|parse" -- "$BIN" reconstruct "$A1" $M --calibration "$T/broken.json"
+expect_error "scan rotation not finite" "scan-rotation" -- "$BIN" simulate --preset tiny --scan-rotation nan -o "$T/r.npy"
+expect_error "scan rotation infinite" "scan-rotation" -- "$BIN" simulate --preset tiny --scan-rotation -inf -o "$T/r.npy"
+expect_error "scan rotation absurd" "scan-rotation" -- "$BIN" simulate --preset tiny --scan-rotation 1e5 -o "$T/r.npy"
+expect_error "scan rotation not a number" "scan-rotation" -- "$BIN" simulate --preset tiny --scan-rotation 30deg -o "$T/r.npy"
+if ls "$T"/r*.npy "$T"/r.json >/dev/null 2>&1; then
+    echo "FAIL: a refused simulate left output behind"
+    fail=$((fail + 1))
+fi
 # No output file may be left behind by a failed run.
 if ls "$T"/*.tiff "$T"/*.tmp* >/dev/null 2>&1; then
     echo "FAIL: a failed run left output behind"
