@@ -133,7 +133,7 @@ int cmd_import(int argc, char **argv)
     if (!out)
         return cli_error(CMD, SSB4D_EINVAL, "no output given: use -o OUT.qem");
     const char *in = argv[optind];
-    if (cli_input_check(&ci, CMD))
+    if (cli_input_check(&ci, CMD) || cli_check_readable(CMD, in)) /* the file before anything else */
         return CLI_EXIT_USAGE;
     ip.format = ci.format;
     ip.dataset = ci.dataset;

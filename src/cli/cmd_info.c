@@ -113,6 +113,8 @@ int cmd_info(int argc, char **argv)
         return cli_error(CMD, SSB4D_EINVAL, msg);
     }
     const char *path = argv[optind];
+    if (cli_check_readable(CMD, path))
+        return CLI_EXIT_USAGE;
 
     ssb4d_err err = {0};
     qem_file *q = NULL;

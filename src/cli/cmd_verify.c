@@ -106,6 +106,10 @@ int cmd_verify(int argc, char **argv)
     if (cli_input_check(&ci, CMD))
         return CLI_EXIT_USAGE;
     const char *orig = argv[optind], *path = argv[optind + 1];
+    /* Both files first, in the order given: checking FILE.qem reads all of it, which must not
+     * come before learning that ORIGINAL is missing. */
+    if (cli_check_readable(CMD, orig) || cli_check_readable(CMD, path))
+        return CLI_EXIT_USAGE;
 
     ssb4d_err err = {0};
     framesrc_opts fo;
