@@ -53,9 +53,10 @@ enum { OPT_STRICT = CLI_OPT_FIRST_FREE };
 static void replaced_what(const qem_flag_handling *h, char *out, size_t n)
 {
     if (h->replaced)
-        snprintf(out, n, "the %zu flagged pixel%s whose counts the import replaced (--hot-pixels %s, "
-                 "recorded in the file)", h->replaced_pixels, h->replaced_pixels == 1 ? "" : "s",
-                 h->policy ? h->policy : h->method ? h->method : "policy not recorded");
+        snprintf(out, n, "the %zu flagged pixel%s whose counts the import replaced (%s%s, recorded in "
+                 "the file)", h->replaced_pixels, h->replaced_pixels == 1 ? "" : "s",
+                 h->policy ? "--hot-pixels " : "", /* other writers record a method, not a policy */
+                 h->policy ? h->policy : h->method ? h->method : "method not recorded");
     else if (h->markers_zeroed)
         snprintf(out, n, "the flagged pixels whose %zu marker value%s the import stored as 0 (recorded "
                  "in the file)", h->markers_zeroed, h->markers_zeroed == 1 ? "" : "s");
