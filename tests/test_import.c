@@ -7,7 +7,8 @@
  *     step), otherwise refused with the scan position and pixel, and nothing is left behind;
  *   - an existing output is refused (and untouched) unless force;
  *   - hot pixels: MEDIAN replaces them by the lower median of their valid 3x3 neighbours in every
- *     frame (computed independently here), ZERO by 0, NONE leaves them; metadata records it;
+ *     frame (computed independently here), ZERO by 0, NONE leaves them; metadata records it,
+ *     and qem_get_flag_handling reads it back (nothing for a file from another writer);
  *   - raw big-endian input with a header offset;
  *   - user calibration overrides come back from qem_effective_calibration;
  *   - float and truncated .npy are refused without output;
@@ -505,6 +506,21 @@ static void hot_pixels(void **state)
         const cJSON *hp = hot_record(f);
         assert_string_equal(json_str(hp, "policy"), name);
         assert_int_equal(rep.flagged_file, 0);
+        /* what info and verify read back: the policy, the flagged counts, the replacement */
+        qem_flag_handling fh;
+        qem_get_flag_handling(f, &fh);
+        assert_non_null(fh.policy);
+        assert_string_equal(fh.policy, name);
+        assert_true(fh.flagged_recorded);
+        assert_int_equal(fh.flagged_by_file, 0);
+        assert_int_equal(fh.flagged_by_totals, hot == SSB4D_HOT_NONE ? 0 : N_HOT);
+        assert_int_equal(fh.replaced, hot != SSB4D_HOT_NONE);
+        assert_int_equal(fh.replaced_pixels, hot == SSB4D_HOT_NONE ? 0 : N_HOT);
+        if (hot == SSB4D_HOT_NONE)
+            assert_null(fh.method);
+        else
+            assert_string_equal(fh.method, hot == SSB4D_HOT_MEDIAN ? "median_3x3_valid_neighbours" : "zero");
+        assert_int_equal(fh.markers_zeroed, 0);
         if (hot == SSB4D_HOT_NONE) {
             assert_int_equal(rep.flagged_found, 0);
             assert_int_equal(n_invalid(f), 0);
@@ -551,6 +567,21 @@ static void hot_pixels(void **state)
         qem_close(f);
     }
     free(v);
+
+    /* A file from another writer (the reference, with a mask) records no import step: no
+     * policy, no replacement, although pixels are flagged. */
+    qem_file *g = open_qem(GOLDEN "u16-masked-20x30x33x17.qem");
+    qem_flag_handling fh;
+    memset(&fh, 0xA5, sizeof fh);
+    qem_get_flag_handling(g, &fh);
+    assert_true(n_invalid(g) > 0);
+    assert_null(fh.policy);
+    assert_false(fh.flagged_recorded);
+    assert_false(fh.replaced);
+    assert_null(fh.method);
+    assert_int_equal(fh.replaced_pixels, 0);
+    assert_int_equal(fh.markers_zeroed, 0);
+    qem_close(g);
 }
 
 /* ---------------------------------------------------------------------------------------- */

@@ -9,12 +9,14 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 const char CLI_MICROSCOPE_HELP[] =
     "microscope and calibration (flags override --calibration, which overrides the sidecar DATA.json):\n"
@@ -32,7 +34,9 @@ const char CLI_MICROSCOPE_HELP[] =
     "  --memory SIZE         memory budget, e.g. 16G, 512M (default: the available RAM); block,\n"
     "                        tile and group sizes and how G is held follow from it\n"
     "  --memory-report       print the per-stage memory table on stderr\n"
-    "  --json                print one JSON result object on stdout\n";
+    "  --json                print one JSON result object on stdout\n"
+    "A missing or unreadable DATA is reported first (one line naming it, exit 2), before any\n"
+    "of these values, the sidecar or the calibration file is looked for.\n";
 
 void cli_values_unset(cli_values *v)
 {
@@ -144,6 +148,29 @@ size_t cli_memory_budget(const cli_micro *m)
         return m->memory_bytes;
     size_t a = ssb4d_mem_available();
     return a ? a : ssb4d_mem_total();
+}
+
+/* ---- input files ---------------------------------------------------------------------------- */
+
+int cli_check_readable(const char *cmd, const char *path)
+{
+    /* Opened, not just stat'ed, so that a file without read permission is caught too;
+     * O_NONBLOCK so that a FIFO given by mistake cannot hang the check. */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    struct stat sb;
+    const char *why = NULL;
+    if (fd < 0 || fstat(fd, &sb) != 0)
+        why = strerror(errno);
+    else if (S_ISDIR(sb.st_mode))
+        why = "it is a folder, not a data file";
+    else if (!S_ISREG(sb.st_mode))
+        why = "not a regular file"; /* the readers map and seek, and read DATA more than once */
+    if (fd >= 0)
+        close(fd);
+    if (!why)
+        return 0;
+    fprintf(stderr, "ssb4d %s: cannot open %s: %s\n", cmd, path, why);
+    return CLI_EXIT_USAGE;
 }
 
 /* ---- sidecar ------------------------------------------------------------------------------ */

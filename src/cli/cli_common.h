@@ -73,6 +73,12 @@ void cli_micro_init(cli_micro *m);
  * (message already printed). */
 int cli_micro_handle(cli_micro *m, int opt, const char *arg);
 
+/* The first check of every command that reads input files, made once the command line has been
+ * parsed and before anything else (sidecar, calibration file, microscope values, outputs):
+ * path must name a regular file this process can open for reading. Otherwise prints one line
+ * "ssb4d <cmd>: cannot open PATH: <reason>" and returns CLI_EXIT_USAGE; 0 when it can be read. */
+int cli_check_readable(const char *cmd, const char *path);
+
 /* Layers the calibration a .qem DATA carries, the sidecar (found next to data_path or given by
  * --sidecar), the calibration file and the flags, in that order (later wins).
  * Fills `out` (unset fields stay NaN). Returns 0 or prints one error line and returns exit code.

@@ -43,12 +43,11 @@ static int workload_resolve(const char *cmd, workload *w)
 {
     struct stat sb;
     if (w->data) {
+        /* The file first, before the microscope values (which may come from its sidecar). */
+        char name[32];
+        snprintf(name, sizeof name, "bench %s", cmd);
         snprintf(w->path, sizeof w->path, "%s", w->data);
-        if (stat(w->path, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-            fprintf(stderr, "ssb4d bench %s: cannot open %s (no such file)\n", cmd, w->path);
-            return CLI_EXIT_USAGE;
-        }
-        return 0;
+        return cli_check_readable(name, w->path);
     }
     if (!w->name) {
         fprintf(stderr, "ssb4d bench %s: give --workload small|medium|reference or --data FILE\n", cmd);

@@ -149,6 +149,9 @@ int cmd_calibrate(int argc, char **argv)
         return cli_error(CMD, SSB4D_EINVAL, msg);
     }
     const char *data = argv[optind];
+    int rc = cli_check_readable(CMD, data); /* first: before the sidecar or microscope values */
+    if (rc)
+        return rc;
 
     ssb4d_err err = {0};
     ssb4d_source *src = NULL;
@@ -159,7 +162,7 @@ int cmd_calibrate(int argc, char **argv)
     /* The sidecar (simulator truth) supplies only the microscope (kV, semi-angle, scan step):
      * the geometry calibrate measures comes from the data unless flags or --calibration give it. */
     cli_values v, given;
-    int rc = cli_resolve(data, &m, &v);
+    rc = cli_resolve(data, &m, &v);
     if (!rc) {
         cli_micro m2 = m;
         m2.sidecar_path = NULL;

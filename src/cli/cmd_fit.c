@@ -503,7 +503,7 @@ static int job_open(const fit_opts *o, job *j, size_t (*rects)[4], size_t n_rect
     int rc;
     ssb4d_mem_stage_begin(j->mem, "load");
     if (o->data) {
-        ssb4d_status st = ssb4d_source_open(o->data, &j->src, err); /* a missing file first */
+        ssb4d_status st = ssb4d_source_open(o->data, &j->src, err);
         if (st)
             return cli_error(o->cmd, st, err->msg);
         size_t qem_bytes = cli_job_encoded_bytes(o->data);
@@ -701,6 +701,9 @@ static void fit_progress(void *user, double f) { cli_progress_update(user, f); }
 static int run_fit(fit_opts *o)
 {
     static const char *outputs[] = {"phase.tiff", "phase.png", "object.npy", "calibration.json", "trials.json"};
+    /* A missing DATA first: before the output folder is made or the microscope resolved. */
+    if (o->data && cli_check_readable(o->cmd, o->data))
+        return CLI_EXIT_USAGE;
     int rc = prepare_dir(o, outputs, sizeof outputs / sizeof outputs[0]);
     if (rc)
         return rc;
@@ -1017,7 +1020,8 @@ int cmd_fit_regions(int argc, char **argv)
         return CLI_EXIT_USAGE;
     }
     static const char *outputs[] = {"regions.json", "regions.csv", "defocus.png"};
-    if ((rc = prepare_dir(&o, outputs, 3))) {
+    /* A missing DATA first: before the output folder is made or the microscope resolved. */
+    if ((rc = cli_check_readable(o.cmd, o.data)) || (rc = prepare_dir(&o, outputs, 3))) {
         free(rects);
         return rc;
     }

@@ -20,14 +20,19 @@ static void help(FILE *f)
 {
     fprintf(f,
             "usage: ssb4d import IN -o OUT.qem [options]\n\n"
-            "Streams a 4D-STEM acquisition into the encoded .qem form: counts are kept exactly\n"
-            "(uint8/uint16; uint32 only when every value fits 16 bits), flagged pixels are marked\n"
-            "invalid, and the file appears atomically once everything succeeded. Memory stays\n"
-            "within a few 32 MiB read blocks plus one chunk being encoded, whatever the input size.\n\n"
+            "Streams a 4D-STEM acquisition into the encoded .qem form. Every count is stored\n"
+            "exactly (uint8/uint16; uint32 only when every value fits 16 bits) except those of\n"
+            "flagged detector pixels (masked by the file, or hot or dead in the per-pixel totals),\n"
+            "which --hot-pixels median (the default) and zero replace before encoding. Flagged\n"
+            "pixels stay marked invalid in the .qem and the step is recorded there (ssb4d info\n"
+            "shows it; ssb4d verify does not count the replaced values as differences). The file\n"
+            "appears atomically once everything succeeded. Memory stays within a few 32 MiB read\n"
+            "blocks plus one chunk being encoded, whatever the input size.\n\n"
             "  -o, --output FILE     the .qem to write (required)\n"
-            "  --hot-pixels P        median (default): flagged pixels take the median of their valid\n"
-            "                        3x3 neighbours; zero: set to 0; none: no detection, no change.\n"
-            "                        Pixels the file's mask flags are always marked invalid.\n"
+            "  --hot-pixels P        what flagged pixels store: median (default): in every frame the\n"
+            "                        median of their valid 3x3 neighbours; zero: 0; none: no hot/dead\n"
+            "                        detection, and the file's masked pixels keep their counts too\n"
+            "                        (a marker value too large for the dtype is stored as 0, recorded)\n"
             "  --kv KV, --semiangle MRAD, --scan-step A[,A], --det-sampling M[,M]\n"
             "                        microscope values, recorded as user overrides beside what the\n"
             "                        file records\n"
@@ -42,7 +47,7 @@ static void help(FILE *f)
             "  -q, --quiet           no progress bar\n"
             "  -h, --help            this help\n\n%s\n"
             "Exit status: 0 ok, 2 bad input or a budget too small (one line on stderr; no output\n"
-            "file), 1 internal error.\n",
+            "file; a missing or unreadable IN is reported first), 1 internal error.\n",
             CLI_MEMORY_HELP, CLI_INPUT_HELP);
 }
 
@@ -133,7 +138,7 @@ int cmd_import(int argc, char **argv)
     if (!out)
         return cli_error(CMD, SSB4D_EINVAL, "no output given: use -o OUT.qem");
     const char *in = argv[optind];
-    if (cli_input_check(&ci, CMD))
+    if (cli_input_check(&ci, CMD) || cli_check_readable(CMD, in)) /* the file before anything else */
         return CLI_EXIT_USAGE;
     ip.format = ci.format;
     ip.dataset = ci.dataset;
@@ -174,6 +179,8 @@ int cmd_import(int argc, char **argv)
 
     static const char *hot_names[] = {"median", "zero", "none"};
     double ratio = rep.encoded_bytes ? (double)rep.input_bytes / (double)rep.encoded_bytes : 0;
+    /* median and zero replace every flagged pixel (the file's and the ones found); none, none. */
+    size_t replaced = ip.hot == SSB4D_HOT_NONE ? 0 : rep.flagged_file + rep.flagged_found;
     if (m.json) {
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "input", in);
@@ -190,6 +197,7 @@ int cmd_import(int argc, char **argv)
         cJSON_AddStringToObject(o, "hot_pixels", hot_names[ip.hot]);
         cJSON_AddNumberToObject(o, "flagged_by_file", (double)rep.flagged_file);
         cJSON_AddNumberToObject(o, "flagged_by_totals", (double)rep.flagged_found);
+        cJSON_AddNumberToObject(o, "replaced_pixels", (double)replaced);
         cJSON_AddNumberToObject(o, "seconds", rep.seconds);
         char *s = cJSON_PrintUnformatted(o);
         cJSON_Delete(o);
@@ -205,8 +213,14 @@ int cmd_import(int argc, char **argv)
            8 * rep.source_dtype_bytes, 8 * rep.stored_dtype_bytes);
     printf("  size        %.1f MB of counts -> %.1f MB encoded (ratio %.2f)\n",
            (double)rep.input_bytes / 1e6, (double)rep.encoded_bytes / 1e6, ratio);
-    printf("  flagged     %zu by the file's mask, %zu found from the totals (--hot-pixels %s)\n",
-           rep.flagged_file, rep.flagged_found, hot_names[ip.hot]);
+    printf("  flagged     %zu by the file's mask, %zu found from the totals%s\n", rep.flagged_file,
+           rep.flagged_found, rep.flagged_file + rep.flagged_found ? ", marked invalid" : "");
+    if (replaced)
+        printf("  hot pixels  --hot-pixels %s: the counts of the %zu flagged pixel%s were %s\n",
+               hot_names[ip.hot], replaced, replaced == 1 ? "" : "s",
+               ip.hot == SSB4D_HOT_ZERO ? "set to 0" : "replaced by the median of their valid 3x3 neighbours");
+    else
+        printf("  hot pixels  --hot-pixels %s: no count replaced\n", hot_names[ip.hot]);
     printf("  time        %.2f s (%.1f MB/s of input)\n", rep.seconds,
            rep.seconds > 0 ? (double)rep.input_bytes / 1e6 / rep.seconds : 0.0);
     return CLI_EXIT_OK;

@@ -23,7 +23,10 @@ static void help(FILE *f)
             "usage: ssb4d info FILE.qem [--check] [--json]\n\n"
             "Prints the shape, dtype, chunking, sizes and compression ratio of an encoded\n"
             "acquisition, its effective calibration (user overrides win over what the source\n"
-            "recorded), the flagged detector pixels and the processing steps recorded at import.\n"
+            "recorded), the flagged detector pixels and the processing steps recorded at import:\n"
+            "the --hot-pixels policy applied, how many pixels were flagged (by the source's mask,\n"
+            "found hot or dead) and whether their counts were replaced (median, zero) or kept\n"
+            "(none). Every other count is stored exactly as read.\n"
             "The header is always validated; the body is not read unless --check is given.\n\n"
             "  --check               also verify every 64 MiB body checksum and the spatial index\n"
             "                        (reads and decodes the whole file)\n"
@@ -36,8 +39,8 @@ static void help(FILE *f)
             "                        through, not held, so it is not counted\n"
             "  --json                print one JSON object on stdout\n"
             "  -h, --help            this help\n\n"
-            "Exit status: 0 ok, 2 not a valid .qem or a budget too small (one line on stderr),\n"
-            "1 internal error.\n", CLI_MEMORY_HELP);
+            "Exit status: 0 ok, 2 a missing or unreadable FILE, not a valid .qem or a budget too\n"
+            "small (one line on stderr), 1 internal error.\n", CLI_MEMORY_HELP);
 }
 
 enum { OPT_CHECK = CLI_OPT_FIRST_FREE };
@@ -52,6 +55,36 @@ static cJSON *pair_or_null(const double v[2])
     cJSON_AddItemToArray(a, num_or_null(v[0]));
     cJSON_AddItemToArray(a, num_or_null(v[1]));
     return a;
+}
+
+/* The import's hot-pixel step in one line: which policy, and whether the flagged pixels' counts
+ * are still the source's (every other count always is). */
+static void describe_flag_handling(const qem_flag_handling *h, size_t n_flagged, char *out, size_t n)
+{
+    const char *policy = h->policy ? h->policy : "policy not recorded";
+    size_t k = h->replaced ? h->replaced_pixels : n_flagged;
+    const char *s = k == 1 ? "" : "s";
+    int w;
+    if (h->replaced && h->method && !strcmp(h->method, "median_3x3_valid_neighbours"))
+        w = snprintf(out, n, "%s at import: the counts of the %zu flagged pixel%s were replaced by the "
+                     "median of their valid 3x3 neighbours", policy, k, s);
+    else if (h->replaced && h->method && !strcmp(h->method, "zero"))
+        w = snprintf(out, n, "%s at import: the counts of the %zu flagged pixel%s were set to 0", policy, k, s);
+    else if (h->replaced)
+        w = snprintf(out, n, "%s at import: the counts of the %zu flagged pixel%s were replaced (%s)", policy,
+                     k, s, h->method ? h->method : "method not recorded");
+    else if (!h->policy)
+        w = snprintf(out, n, "no import record (not written by ssb4d import); no count replaced");
+    else if (!strcmp(h->policy, "none") && k)
+        w = snprintf(out, n, "none at import: no hot/dead detection; the %zu flagged pixel%s kept their counts",
+                     k, s);
+    else if (!strcmp(h->policy, "none"))
+        w = snprintf(out, n, "none at import: no hot/dead detection; no count replaced");
+    else
+        w = snprintf(out, n, "%s at import: no pixel flagged, no count replaced", h->policy);
+    if (h->markers_zeroed && w >= 0 && (size_t)w < n)
+        snprintf(out + w, n - (size_t)w, "; %zu marker value%s too large for the dtype stored as 0",
+                 h->markers_zeroed, h->markers_zeroed == 1 ? "" : "s");
 }
 
 static void print_value(const char *name, double v, const char *unit)
@@ -113,6 +146,8 @@ int cmd_info(int argc, char **argv)
         return cli_error(CMD, SSB4D_EINVAL, msg);
     }
     const char *path = argv[optind];
+    if (cli_check_readable(CMD, path))
+        return CLI_EXIT_USAGE;
 
     ssb4d_err err = {0};
     qem_file *q = NULL;
@@ -153,6 +188,8 @@ int cmd_info(int argc, char **argv)
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(sci, "source_format");
     const cJSON *proc = cJSON_GetObjectItemCaseSensitive(sci, "processing");
     const char *src_format = cJSON_IsString(fmt) ? fmt->valuestring : "unknown";
+    qem_flag_handling fh;
+    qem_get_flag_handling(q, &fh);
 
     if (m.json) {
         cJSON *o = cJSON_CreateObject();
@@ -171,6 +208,17 @@ int cmd_info(int argc, char **argv)
         cJSON_AddNumberToObject(o, "compression_ratio", ratio);
         cJSON_AddNumberToObject(o, "bits_per_count", bits);
         cJSON_AddNumberToObject(o, "flagged_pixels", (double)n_flagged);
+        /* The import's hot-pixel step; null where the file does not record it. */
+        cJSON *hp = cJSON_AddObjectToObject(o, "hot_pixels");
+        cJSON_AddItemToObject(hp, "policy", fh.policy ? cJSON_CreateString(fh.policy) : cJSON_CreateNull());
+        cJSON_AddItemToObject(hp, "flagged_by_file",
+                              fh.flagged_recorded ? cJSON_CreateNumber((double)fh.flagged_by_file) : cJSON_CreateNull());
+        cJSON_AddItemToObject(hp, "flagged_by_totals",
+                              fh.flagged_recorded ? cJSON_CreateNumber((double)fh.flagged_by_totals) : cJSON_CreateNull());
+        cJSON_AddBoolToObject(hp, "counts_replaced", fh.replaced);
+        cJSON_AddItemToObject(hp, "method", fh.method ? cJSON_CreateString(fh.method) : cJSON_CreateNull());
+        cJSON_AddNumberToObject(hp, "replaced_pixels", (double)fh.replaced_pixels);
+        cJSON_AddNumberToObject(hp, "markers_stored_as_zero", (double)fh.markers_zeroed);
         cJSON_AddStringToObject(o, "source_format", src_format);
         cJSON *c = cJSON_AddObjectToObject(o, "calibration");
         cJSON_AddItemToObject(c, "kv", num_or_null(cal.kv));
@@ -201,7 +249,16 @@ int cmd_info(int argc, char **argv)
            in->header_bytes, in->body_bytes, in->payload_bytes);
     printf("  %-18s %zu bytes dense -> ratio %.2f, %.3f bits per count\n", "compression", dense,
            ratio, bits);
-    printf("  %-18s %zu pixel%s\n", "flagged", n_flagged, n_flagged == 1 ? "" : "s");
+    printf("  %-18s %zu pixel%s", "flagged", n_flagged, n_flagged == 1 ? "" : "s");
+    if (n_flagged)
+        printf(", marked invalid");
+    if (fh.flagged_recorded)
+        printf(" (%zu by the source's mask, %zu found hot or dead at import)", fh.flagged_by_file,
+               fh.flagged_by_totals);
+    printf("\n");
+    char hot[384];
+    describe_flag_handling(&fh, n_flagged, hot, sizeof hot);
+    printf("  %-18s %s\n", "hot pixels", hot);
     printf("  %-18s %s\n", "source format", src_format);
     print_value("kV", cal.kv, "kV");
     print_value("semi-angle", cal.semiangle_mrad, "mrad");

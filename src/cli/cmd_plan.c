@@ -152,6 +152,8 @@ int cmd_plan(int argc, char **argv)
         fprintf(stderr, "ssb4d plan: give either DATA or --shape with --bf (try --help)\n");
         return CLI_EXIT_USAGE;
     }
+    if (data && cli_check_readable(CMD, data)) /* first: before the microscope values */
+        return CLI_EXIT_USAGE;
     ssb4d_err err = {0};
     if (have_shape) {
         if (!in.n_bf) {

@@ -199,10 +199,13 @@ int cmd_reconstruct(int argc, char **argv)
         fprintf(stderr, "ssb4d reconstruct: --object must name a .npy file\n");
         return CLI_EXIT_USAGE;
     }
+    /* A missing DATA is the first thing to say, before any unknown microscope value. */
+    int rc = cli_check_readable("reconstruct", data);
+    if (rc)
+        return rc;
 
     cli_values v;
-    int rc = cli_resolve(data, &m, &v);
-    if (rc)
+    if ((rc = cli_resolve(data, &m, &v)))
         return rc;
     if ((rc = cli_check_microscope(&v)))
         return rc;

@@ -84,6 +84,10 @@ int cmd_session(int argc, char **argv)
         return CLI_EXIT_USAGE;
     }
     const char *data = argv[optind];
+    /* A missing DATA is the first thing to say, before the script or the microscope values. */
+    int rc = cli_check_readable(CMD, data);
+    if (rc)
+        return rc;
     ssb4d_err err = {0};
     ssb4d_session_script s;
     if (script) {
@@ -92,8 +96,7 @@ int cmd_session(int argc, char **argv)
     } else
         ssb4d_session_script_default(&s);
     cli_values v;
-    int rc = cli_resolve(data, &m, &v);
-    if (rc)
+    if ((rc = cli_resolve(data, &m, &v)))
         return rc;
     if ((rc = cli_check_microscope(&v)))
         return rc;

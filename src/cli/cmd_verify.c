@@ -25,10 +25,11 @@ static void help(FILE *f)
     fprintf(f,
             "usage: ssb4d verify ORIGINAL FILE.qem [options]\n\n"
             "Decodes FILE.qem (body checksums, spatial index and every stream checked) and compares\n"
-            "every count with ORIGINAL, read as `ssb4d import` reads it. Pixels flagged in the .qem\n"
-            "whose values the import replaced (--hot-pixels median or zero, recorded in the file)\n"
-            "are reported and not compared, unless --strict.\n\n"
-            "  --strict              compare the replaced flagged pixels too\n"
+            "every count with ORIGINAL, read as `ssb4d import` reads it. The counts of flagged\n"
+            "pixels that the import replaced (--hot-pixels median or zero, recorded in the file)\n"
+            "are not the original's on purpose: they are counted and not compared, unless --strict.\n\n"
+            "  --strict              compare the replaced flagged pixels too; their differences are\n"
+            "                        marked as replaced at import, and exit 3 as any difference\n"
             "  --threads N           decoder threads (default: all cores)\n"
             "%s"
             "                        it counts the blocks of scan rows compared at a time (6 bytes\n"
@@ -39,25 +40,28 @@ static void help(FILE *f)
             "  -q, --quiet           no progress bar\n"
             "  -h, --help            this help\n\n%s\n"
             "Exit status: 0 every compared count is equal, 3 a count or the shape differs (the first\n"
-            "differences are listed), 2 bad input or a budget too small (one line on stderr),\n"
+            "differences are listed), 2 bad input or a budget too small (one line on stderr; a\n"
+            "missing or unreadable file is reported first, before FILE.qem is checked),\n"
             "1 internal error.\n",
             CLI_MEMORY_HELP, CLI_INPUT_HELP);
 }
 
 enum { OPT_STRICT = CLI_OPT_FIRST_FREE };
 
-/* 1 when the .qem records that flagged pixels' values were replaced at import. */
-static int replaced_flagged(const qem_file *q)
+/* The flagged pixels whose stored values the import changed on purpose, as recorded in the
+ * .qem, for the messages (so a replaced pixel is never mistaken for damage). "" when none. */
+static void replaced_what(const qem_flag_handling *h, char *out, size_t n)
 {
-    const cJSON *sci = cJSON_GetObjectItemCaseSensitive(qem_header_json(q), "scientific_metadata");
-    const cJSON *r;
-    cJSON_ArrayForEach(r, cJSON_GetObjectItemCaseSensitive(sci, "processing")) {
-        const cJSON *op = cJSON_GetObjectItemCaseSensitive(r, "operation");
-        if (cJSON_IsString(op) && (!strcmp(op->valuestring, "flagged_pixel_replacement") ||
-                                   !strcmp(op->valuestring, "flagged_marker_zeroing")))
-            return 1;
-    }
-    return 0;
+    if (h->replaced)
+        snprintf(out, n, "the %zu flagged pixel%s whose counts the import replaced (%s%s, recorded in "
+                 "the file)", h->replaced_pixels, h->replaced_pixels == 1 ? "" : "s",
+                 h->policy ? "--hot-pixels " : "", /* other writers record a method, not a policy */
+                 h->policy ? h->policy : h->method ? h->method : "method not recorded");
+    else if (h->markers_zeroed)
+        snprintf(out, n, "the flagged pixels whose %zu marker value%s the import stored as 0 (recorded "
+                 "in the file)", h->markers_zeroed, h->markers_zeroed == 1 ? "" : "s");
+    else
+        out[0] = 0;
 }
 
 int cmd_verify(int argc, char **argv)
@@ -106,6 +110,10 @@ int cmd_verify(int argc, char **argv)
     if (cli_input_check(&ci, CMD))
         return CLI_EXIT_USAGE;
     const char *orig = argv[optind], *path = argv[optind + 1];
+    /* Both files first, in the order given: checking FILE.qem reads all of it, which must not
+     * come before learning that ORIGINAL is missing. */
+    if (cli_check_readable(CMD, orig) || cli_check_readable(CMD, path))
+        return CLI_EXIT_USAGE;
 
     ssb4d_err err = {0};
     framesrc_opts fo;
@@ -144,7 +152,14 @@ int cmd_verify(int argc, char **argv)
         return CLI_EXIT_DIFFER;
     }
     const uint8_t *valid = qem_valid_mask(q);
-    int skip_flagged = !strict && replaced_flagged(q);
+    qem_flag_handling fh;
+    qem_get_flag_handling(q, &fh);
+    char replaced[256];
+    replaced_what(&fh, replaced, sizeof replaced);
+    int changed = replaced[0] != 0; /* flagged pixels' values differ from the source on purpose */
+    char policy[32]; /* fh's strings live in q's header, closed before the report */
+    snprintf(policy, sizeof policy, "%s", fh.policy ? fh.policy : "");
+    int skip_flagged = !strict && changed;
     size_t rows = shape[0], cols = shape[1], P = shape[2] * shape[3];
     size_t frame = cols * P; /* one scan row */
     /* Rows per block: 32 MiB of original counts, fewer when the budget is smaller (any block
@@ -176,7 +191,7 @@ int cmd_verify(int argc, char **argv)
     cli_progress pb;
     cli_progress_start(&pb, "verify", quiet || m.json);
     cli_progress_set_rate(&pb, (double)(rows * frame * (size_t)in->dtype_bytes) / 1e6, "MB");
-    size_t n_diff = 0, n_compared = 0, n_skipped = 0;
+    size_t n_diff = 0, n_compared = 0, n_skipped = 0, n_diff_replaced = 0;
     for (size_t r0 = 0; r0 < rows && !st; r0 += step) {
         size_t nr = rows - r0 < step ? rows - r0 : step;
         size_t lo[4] = {r0, 0, 0, 0}, hi[4] = {r0 + nr, cols, shape[2], shape[3]};
@@ -191,10 +206,16 @@ int cmd_verify(int argc, char **argv)
                 }
                 n_compared++;
                 uint32_t x = a[t * P + k], y = b[t * P + k];
-                if (x != y && n_diff++ < MAX_LISTED && !m.json) {
+                if (x == y)
+                    continue;
+                /* With --strict, a replaced flagged pixel's difference is expected: said so. */
+                int expected = changed && !valid[k];
+                n_diff_replaced += expected;
+                if (n_diff++ < MAX_LISTED && !m.json) {
                     size_t s = r0 * cols + t;
-                    fprintf(stderr, "ssb4d verify: scan (%zu, %zu) pixel (%zu, %zu): original %u, %s %u\n",
-                            s / cols, s % cols, k / shape[3], k % shape[3], x, path, y);
+                    fprintf(stderr, "ssb4d verify: scan (%zu, %zu) pixel (%zu, %zu): original %u, %s %u%s\n",
+                            s / cols, s % cols, k / shape[3], k % shape[3], x, path, y,
+                            expected ? " (a flagged pixel replaced at import)" : "");
                 }
             }
         cli_progress_update(&pb, (double)(r0 + nr) / (double)rows);
@@ -215,20 +236,29 @@ int cmd_verify(int argc, char **argv)
         cJSON_AddNumberToObject(o, "compared", (double)n_compared);
         cJSON_AddNumberToObject(o, "differences", (double)n_diff);
         cJSON_AddNumberToObject(o, "skipped_replaced", (double)n_skipped);
+        /* What the import recorded about flagged pixels, and the differences it explains. */
+        cJSON_AddItemToObject(o, "hot_pixels", policy[0] ? cJSON_CreateString(policy) : cJSON_CreateNull());
+        cJSON_AddBoolToObject(o, "flagged_values_changed_at_import", changed);
+        cJSON_AddNumberToObject(o, "differences_in_replaced", (double)n_diff_replaced);
         char *s = cJSON_PrintUnformatted(o);
         cJSON_Delete(o);
         if (s)
             puts(s);
         free(s);
+    } else if (n_diff && n_diff == n_diff_replaced) {
+        /* --strict on a file whose flagged pixels were replaced: not damage, the import's step. */
+        printf("ssb4d verify: %zu of %zu counts differ between %s and %s, all in %s; every other count "
+               "is identical\n", n_diff, n_compared, orig, path, replaced);
     } else if (n_diff) {
-        printf("ssb4d verify: %zu of %zu counts DIFFER between %s and %s\n", n_diff, n_compared,
-               orig, path);
-    } else {
-        printf("ssb4d verify: %s and %s are identical: %zu counts compared", orig, path, n_compared);
-        if (n_skipped)
-            printf(", %zu values of flagged pixels replaced at import not compared (--strict compares them)",
-                   n_skipped);
+        printf("ssb4d verify: %zu of %zu counts DIFFER between %s and %s", n_diff, n_compared, orig, path);
+        if (n_diff_replaced)
+            printf(" (%zu of them in %s)", n_diff_replaced, replaced);
         printf("\n");
+    } else if (n_skipped) {
+        printf("ssb4d verify: %s and %s are identical in every compared count (%zu); %zu values of %s "
+               "were not compared (--strict compares them)\n", orig, path, n_compared, n_skipped, replaced);
+    } else {
+        printf("ssb4d verify: %s and %s are identical: %zu counts compared\n", orig, path, n_compared);
     }
     return n_diff ? CLI_EXIT_DIFFER : CLI_EXIT_OK;
 }

@@ -51,6 +51,25 @@ const cJSON *qem_header_json(const qem_file *f);       /* the parsed header (own
 const char *qem_file_name(const qem_file *f);          /* the path given to qem_open */
 void qem_effective_calibration(const qem_file *f, qem_calibration *cal);
 
+/* What was done to the flagged (invalid) detector pixels' counts before encoding, from the
+ * header: metadata.hot_pixel_correction (written by ssb4d import; other writers record none) and
+ * the processing records that changed stored values (§9.5). Every other count is stored as
+ * read. The strings point into f's header. */
+typedef struct {
+    const char *policy;       /* --hot-pixels at import: "median", "zero" or "none"; NULL when the
+                                 file does not record one */
+    int flagged_recorded;     /* 1 when the two counts below were recorded with the policy */
+    size_t flagged_by_file;   /* flagged by the source's own mask */
+    size_t flagged_by_totals; /* found hot or dead from the per-pixel totals at import */
+    int replaced;             /* 1: a flagged_pixel_replacement record: flagged pixels' counts were
+                                 replaced (they are not the source's) */
+    const char *method;       /* its method ("median_3x3_valid_neighbours", "zero"), else NULL */
+    size_t replaced_pixels;   /* its pixel_count */
+    size_t markers_zeroed;    /* flagged_marker_zeroing's value_count: marker values of flagged
+                                 pixels too large for the dtype, stored as 0 */
+} qem_flag_handling;
+void qem_get_flag_handling(const qem_file *f, qem_flag_handling *h);
+
 /* Block b (0 <= b < n_blocks, over all chunks in order) covers scans [t0, t0+n). */
 void qem_block_range(const qem_file *f, size_t b, size_t *t0, size_t *n);
 

@@ -553,6 +553,48 @@ void qem_calibration_from_metadata(const cJSON *sci, qem_calibration *cal)
     } /* else: row and column in different units — not representable, left unknown */
 }
 
+/* ---- flagged pixels ---- */
+
+static size_t uint_field(const cJSON *o, const char *key, int *found)
+{
+    uint64_t v = 0;
+    int ok = qem_json_uint(cJSON_GetObjectItemCaseSensitive(o, key), 0, QEM_MAX_JSON_INT, &v);
+    if (found)
+        *found = ok;
+    return ok ? (size_t)v : 0;
+}
+
+void qem_get_flag_handling(const qem_file *f, qem_flag_handling *h)
+{
+    memset(h, 0, sizeof *h);
+    const cJSON *head = qem_header_json(f);
+    /* The policy and counts are the writer's own record (§10): read, never required. */
+    const cJSON *hp = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(head, "metadata"),
+                                                       "hot_pixel_correction");
+    const cJSON *pol = cJSON_GetObjectItemCaseSensitive(hp, "policy");
+    if (cJSON_IsString(pol) && pol->valuestring[0]) {
+        h->policy = pol->valuestring;
+        int a = 0, b = 0;
+        h->flagged_by_file = uint_field(hp, "flagged_by_file", &a);
+        h->flagged_by_totals = uint_field(hp, "flagged_by_totals", &b);
+        h->flagged_recorded = a && b;
+    }
+    /* What changed stored values is in processing (§9.5), validated when the file was opened. */
+    const cJSON *proc = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(head, "scientific_metadata"), "processing");
+    if (!cJSON_IsArray(proc))
+        return;
+    const cJSON *r = find_op(proc, "flagged_pixel_replacement");
+    if (r) {
+        const cJSON *m = cJSON_GetObjectItemCaseSensitive(r, "method");
+        h->replaced = 1;
+        h->method = cJSON_IsString(m) ? m->valuestring : NULL;
+        h->replaced_pixels = uint_field(r, "pixel_count", NULL);
+    }
+    if ((r = find_op(proc, "flagged_marker_zeroing")))
+        h->markers_zeroed = uint_field(r, "value_count", NULL);
+}
+
 /* ---- builder ---- */
 
 static int known_value(double v) { return isfinite(v) && v > 0; }

@@ -78,6 +78,49 @@ if ls "$T"/r*.npy "$T"/r.json >/dev/null 2>&1; then
     echo "FAIL: a refused simulate left output behind"
     fail=$((fail + 1))
 fi
+# A missing or unreadable input file is the first thing every command reports: one line naming
+# the file, exit 2, before microscope values (none are given here), sidecars, calibration files
+# or outputs are looked at, and without creating any output.
+N=$T/nope.npy
+expect_error "reconstruct: missing file before the unknown kV" "cannot open .*nope.npy" -- "$BIN" reconstruct "$N"
+expect_error "fit: missing file" "cannot open .*nope.npy" -- "$BIN" fit "$N" -o "$T/fit-out"
+expect_error "fit-regions: missing file" "cannot open .*nope.npy" -- "$BIN" fit-regions "$N" --grid 2x2 -o "$T/regions-out"
+expect_error "calibrate: missing file" "cannot open .*nope.npy" -- "$BIN" calibrate "$N"
+expect_error "plan: missing file" "cannot open .*nope.npy" -- "$BIN" plan "$N"
+expect_error "session: missing file" "cannot open .*nope.npy" -- "$BIN" session "$N" -o "$T/session-out"
+expect_error "info: missing file" "cannot open .*nope.qem" -- "$BIN" info "$T/nope.qem"
+expect_error "verify: missing original" "cannot open .*nope.npy" -- "$BIN" verify "$N" "$DATA/../qem-golden/u8-poisson-16x16x12x12.qem"
+expect_error "verify: missing .qem" "cannot open .*nope.qem" -- "$BIN" verify "$A1" "$T/nope.qem"
+expect_error "import: missing file" "cannot open .*nope.npy" -- "$BIN" import "$N" -o "$T/nope-out.qem"
+expect_error "bench run: missing --data" "cannot open .*nope.npy" -- "$BIN" bench run --data "$N" -o "$T/rec.json"
+expect_error "bench sweep: missing --data" "cannot open .*nope.npy" -- "$BIN" bench sweep --data "$N" --loss-tile all
+# ... also before other problems that a later step would find: a broken calibration file, an
+# existing output, a missing sidecar
+printf '{broken' >"$T/broken.json"
+expect_error "missing file before a broken --calibration" "cannot open .*nope.npy" -- "$BIN" reconstruct "$N" --calibration "$T/broken.json"
+expect_error "missing file before a missing --sidecar" "cannot open .*nope.npy" -- "$BIN" fit "$N" --sidecar "$T/nope.json" -o "$T/fit-out"
+: >"$T/exists.qem"
+expect_error "missing file before an existing output" "cannot open .*nope.npy" -- "$BIN" import "$N" -o "$T/exists.qem"
+for out in fit-out regions-out session-out nope-out.qem rec.json; do
+    if [ -e "$T/$out" ]; then
+        echo "FAIL: a run on a missing file created $out"
+        fail=$((fail + 1))
+    fi
+done
+# A folder or a FIFO is not a data file (the FIFO must not hang the check).
+mkdir "$T/folder"
+for cmd in reconstruct calibrate plan session info; do
+    expect_error "$cmd: a folder" "cannot open .*folder: it is a folder" -- "$BIN" $cmd "$T/folder"
+done
+expect_error "import: a folder" "cannot open .*folder: it is a folder" -- "$BIN" import "$T/folder" -o "$T/f.qem"
+mkfifo "$T/fifo"
+expect_error "reconstruct: a FIFO" "cannot open .*fifo: not a regular file" -- timeout 20 "$BIN" reconstruct "$T/fifo" $M
+# Without read permission (root reads everything, so only as another user).
+if [ "$(id -u)" -ne 0 ]; then
+    cp "$A1" "$T/locked.npy" && chmod 000 "$T/locked.npy"
+    expect_error "reconstruct: no read permission" "cannot open .*locked.npy: permission denied" -- "$BIN" reconstruct "$T/locked.npy" $M
+fi
+
 # No output file may be left behind by a failed run.
 if ls "$T"/*.tiff "$T"/*.tmp* >/dev/null 2>&1; then
     echo "FAIL: a failed run left output behind"
