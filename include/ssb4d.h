@@ -620,7 +620,7 @@ typedef struct {
     double dose;            /* electrons per probe position */
     uint64_t seed;
     int threads;            /* 0: all cores */
-    size_t reuse_bytes;     /* bound of the patterns kept for reuse (see below); 0: 1 GiB */
+    size_t reuse_bytes;     /* bound of the patterns kept for reuse (see above); 0: 1 GiB */
     size_t block_bytes;     /* counts per block of whole scan rows (uint16); 0: 8 MiB */
     /* The results never depend on threads, reuse_bytes or block_bytes: only speed and memory. */
     /* Optional progress callback (called from the calling thread after each block of rows). */
