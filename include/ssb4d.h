@@ -593,6 +593,11 @@ ssb4d_status ssb4d_import(const char *in_path, const char *out_path, const ssb4d
  * needs (test_sim.c: test_rotation_convention). θ = 0: det_row ∥ scan_row, and the scan is
  * periodic against the crystal; other angles (except multiples of 90°) are not, like real data.
  * Aberration angles (φ12, ...) stay in the detector frame (from +det_row towards +det_col).
+ * Pattern reuse: the window is a periodic crystal, so at a multiple of 90° each position is
+ * simulated at its place reduced modulo the lattice (exact integers: i·S mod N in units of
+ * a/N), and each of the (N/gcd(N, S))² distinct noise-free patterns is computed once (kept in
+ * row tables up to reuse_bytes; the others recomputed per block of rows). Other angles compute
+ * every position. The noise stays per position, so the counts depend on neither.
  */
 typedef enum { SSB4D_SPECIMEN_SRTIO3 = 0, SSB4D_SPECIMEN_AU = 1 } ssb4d_specimen;
 
@@ -614,6 +619,9 @@ typedef struct {
     double dose;            /* electrons per probe position */
     uint64_t seed;
     int threads;            /* 0: all cores */
+    size_t reuse_bytes;     /* bound of the patterns kept for reuse (see above); 0: 1 GiB */
+    size_t block_bytes;     /* counts per block of whole scan rows (uint16); 0: 8 MiB */
+    /* The results never depend on threads, reuse_bytes or block_bytes: only speed and memory. */
     /* Optional progress callback (called from the calling thread after each block of rows). */
     void (*progress)(void *user, size_t done, size_t total);
     void *progress_user;
@@ -638,6 +646,7 @@ typedef struct {
     double min_sum_full, max_sum_full;
     double mean_sum_detector;     /* ... over the D × D crop */
     size_t n_clamped;             /* counts clamped at 65535 */
+    size_t n_patterns;            /* multislice runs (distinct patterns computed) */
     uint16_t max_count;
     double seconds;
 } ssb4d_sim_info;

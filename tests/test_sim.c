@@ -199,25 +199,101 @@ static void hash_counts(const ssb4d_sim_params *p, char hex[65], ssb4d_sim_info 
     free(c);
 }
 
+/* Counts do not depend on the thread count, the block size or how many patterns are kept for
+ * reuse (small_params: 12² scan over 2 cells, gcd 2, so 6² distinct patterns), on the reuse
+ * path (0°, 90°) and on the direct one (30°). */
 static void test_determinism(void **state)
 {
     (void)state;
+    const double rots[3] = {0.0, 90.0, 30.0};
+    char first[3][65];
+    for (int r = 0; r < 3; r++) {
+        ssb4d_sim_params p;
+        small_params(&p);
+        p.scan_rotation_deg = rots[r];
+        char h1[65], h2[65], h3[65], h4[65];
+        ssb4d_sim_info info;
+        p.threads = 1;
+        hash_counts(&p, h1, &info);
+        size_t n_default = info.n_patterns;
+        p.threads = 2;
+        hash_counts(&p, h2, &info);
+        p.threads = 3;
+        p.block_bytes = 1;   /* one scan row per block */
+        p.reuse_bytes = 1;   /* no row table kept: every block computes its own */
+        hash_counts(&p, h4, &info);
+        size_t n_none = info.n_patterns;
+        p.threads = 2;
+        p.block_bytes = (size_t)5 * 12 * 32 * 32 * 2; /* 5 rows */
+        p.reuse_bytes = (size_t)2 * 6 * (32 * 32 * 4 + 16); /* 2 of the 6 row tables kept */
+        hash_counts(&p, h3, &info);
+        fprintf(stderr, "rotation %g: %zu patterns computed (none kept, 1-row blocks: %zu; 2 kept, "
+                "5-row blocks: %zu)\n", rots[r], n_default, n_none, info.n_patterns);
+        assert_string_equal(h1, h2);
+        assert_string_equal(h1, h3);
+        assert_string_equal(h1, h4);
+        if (r < 2) {
+            assert_int_equal(n_default, 36);           /* (N/gcd(N, S))² */
+            assert_int_equal(n_none, 12 * 6);          /* each row's 6 patterns */
+            assert_true(info.n_patterns > 36 && info.n_patterns < 12 * 6);
+        } else {
+            assert_int_equal(n_default, 144);          /* no reuse */
+        }
+        memcpy(first[r], h1, 65);
+        p.seed = 43;
+        hash_counts(&p, h3, &info);
+        assert_string_not_equal(h1, h3);
+        assert_true(info.max_count > 0);
+    }
+    assert_string_not_equal(first[0], first[1]);
+}
+
+/* Pattern reuse computes each position at its place reduced modulo the lattice: the result
+ * must equal the pattern simulated directly at the unreduced place R(a)ᵀ·(i·s, j·s), up to
+ * float rounding. On a grid that W does not divide (126 for W = 4), which needs the
+ * transmission functions built from one cell (ctx_init): sampling e^{iσV} on the window's grid
+ * put non-lattice frequencies in them and translations then changed patterns by ~1e-4. */
+static void test_reuse_matches_direct(void **state)
+{
+    (void)state;
     ssb4d_sim_params p;
-    small_params(&p);
-    char h1[65], h2[65], h3[65], h4[65];
-    ssb4d_sim_info info;
-    p.threads = 1;
-    hash_counts(&p, h1, &info);
+    assert_int_equal(ssb4d_sim_params_preset(&p, "tiny", NULL), SSB4D_OK);
+    p.scan_n = 12;
+    p.scan_cells = 3; /* step a/4: gcd 3, 4 distinct reduced positions per axis */
+    p.cells_z = 4;
     p.threads = 2;
-    hash_counts(&p, h2, &info);
-    p.threads = 3;
-    hash_counts(&p, h4, &info);
-    assert_string_equal(h1, h2);
-    assert_string_equal(h1, h4);
-    p.seed = 43;
-    hash_counts(&p, h3, &info);
-    assert_string_not_equal(h1, h3);
-    assert_true(info.max_count > 0);
+    size_t N = 12, DD = 48 * 48;
+    float *in = malloc(N * N * DD * sizeof(float)), *d = malloc(DD * sizeof(float));
+    assert_true(in && d);
+    const double rots[5] = {0.0, 90.0, 180.0, -90.0, 270.0};
+    const size_t pts[5][2] = {{0, 0}, {1, 3}, {11, 11}, {6, 2}, {5, 10}};
+    for (int r = 0; r < 5; r++) {
+        p.scan_rotation_deg = rots[r];
+        ssb4d_sim_info info;
+        ssb4d_err e;
+        assert_int_equal(ssb4d_simulate_to_memory(&p, NULL, in, NULL, NULL, &info, &e), SSB4D_OK);
+        assert_int_equal(info.grid, 126);
+        assert_int_equal(info.n_patterns, 16);
+        double c = cos(rots[r] * M_PI / 180.0), sn = sin(rots[r] * M_PI / 180.0), worst = 0.0;
+        for (int t = 0; t < 5; t++) {
+            size_t i = pts[t][0], j = pts[t][1];
+            double x = (double)i * info.scan_step_A, y = (double)j * info.scan_step_A, sums[2];
+            assert_int_equal(sim_pattern_at(&p, x * c + y * sn, -x * sn + y * c, d, sums, &e), SSB4D_OK);
+            const float *a = in + (i * N + j) * DD;
+            double peak = 0.0, dmax = 0.0;
+            for (size_t k = 0; k < DD; k++) {
+                peak = d[k] > peak ? d[k] : peak;
+                double v = fabs((double)a[k] - d[k]);
+                dmax = v > dmax ? v : dmax;
+            }
+            worst = dmax / peak > worst ? dmax / peak : worst;
+        }
+        fprintf(stderr, "rotation %g: reused vs direct patterns, max |diff| %.2g of the peak\n",
+                rots[r], worst);
+        assert_true(worst < 1e-5);
+    }
+    free(in);
+    free(d);
 }
 
 static void test_poisson(void **state)
@@ -735,7 +811,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_a1_convention),   cmocka_unit_test(test_a2_convention),
-        cmocka_unit_test(test_determinism),
+        cmocka_unit_test(test_determinism),     cmocka_unit_test(test_reuse_matches_direct),
         cmocka_unit_test(test_poisson),         cmocka_unit_test(test_normalisation),
         cmocka_unit_test(test_streaming_file),  cmocka_unit_test(test_phase_columns),
         cmocka_unit_test(test_rotation_convention),

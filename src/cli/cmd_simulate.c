@@ -4,6 +4,7 @@
 #include "cli/commands.h"
 #include "codec/codec.h"
 #include "common/parallel.h"
+#include "sim/sim.h"
 #include "ssb4d.h"
 
 #include <errno.h>
@@ -47,7 +48,8 @@ static const char HELP[] =
     "                         (x cos t + y sin t, -x sin t + y cos t), t = DEG, so DEG is the\n"
     "                         --rotation that ssb4d reconstruct needs; written to the sidecar\n"
     "                         as scan.rotation_deg. Finite, |DEG| <= 1e4. Not a multiple of\n"
-    "                         90: the scan is not periodic against the crystal (like real data)\n"
+    "                         90: the scan is not periodic against the crystal (like real\n"
+    "                         data) and every position is simulated (no pattern reuse)\n"
     "  --detector D           detector pixels per axis (preset); sampling = 1e3*lambda/L mrad\n"
     "  --grid M               simulation grid M x M (default auto: >= 2*D and antialias band\n"
     "                         >= 2*alpha/lambda)\n"
@@ -67,8 +69,9 @@ static const char HELP[] =
     "  --force                overwrite existing outputs\n"
     "  --memory SIZE          memory budget, e.g. 16G, 512M (default: the available RAM); the\n"
     "                         simulation's working set (per-thread grid buffers, a block of\n"
-    "                         about 8 MiB of scan rows, for .qem one chunk of at most 128 MiB)\n"
-    "                         is checked against it before any work\n"
+    "                         about 8 MiB of scan rows, for .qem one chunk of at most 128 MiB,\n"
+    "                         the noise-free patterns kept for reuse: at most 1 GiB, fewer\n"
+    "                         when the budget is short) is checked against it before any work\n"
     "  --memory-report        print the memory table (process footprint) on stderr\n"
     "  -h, --help             this help\n";
 
@@ -96,12 +99,12 @@ static int parse_int(const char *s, long lo, long hi, int *out)
 /* The simulator's largest buffers (src/sim/sim.c and, for .qem, src/qem/qem_write.c): it has no
  * memory context, so its known working set is checked up front instead. Parts in bytes. */
 typedef struct {
-    size_t grid, blocks, writer, total;
+    size_t grid, blocks, writer, reuse, total;
 } sim_working_set;
 
 static sim_working_set working_set(const ssb4d_sim_params *p, const ssb4d_sim_info *info, int to_qem)
 {
-    sim_working_set w = {0, 0, 0, 0};
+    sim_working_set w = {0, 0, 0, 0, 0};
     size_t nt = (size_t)ssb4d_threads_resolve(p->threads), N = (size_t)p->scan_n;
     size_t MM = (size_t)info->grid * (size_t)info->grid, DD = (size_t)p->det * (size_t)p->det;
     /* probe, two transmission functions, propagator and one wave per thread (complex64), the
@@ -109,9 +112,12 @@ static sim_working_set working_set(const ssb4d_sim_params *p, const ssb4d_sim_in
     w.grid = (4 + nt) * MM * 8 + 2 * MM * 4;
     /* a block of whole scan rows (~8 MiB of uint16 counts), its sums, a pattern per thread and
      * the two phase images */
-    size_t rows = ((size_t)8 << 20) / (N * DD * 2);
-    rows = rows < 1 ? 1 : rows > N ? N : rows;
+    size_t rows = sim_rows_per_block(p);
     w.blocks = rows * N * (DD * 2 + 16) + nt * DD * 4 + 2 * N * N * 4;
+    /* pattern reuse: the kept row tables, and the block's scratch tables when not all are kept */
+    size_t n_tables, table = sim_reuse_table_bytes(p, &n_tables), kept = sim_reuse_cache_bytes(p);
+    if (table)
+        w.reuse = kept + (kept < n_tables * table ? (rows < n_tables ? rows : n_tables) * table : 0);
     if (to_qem) { /* one chunk of frames (the writer's default size), its encoder scratch */
         size_t cs = ((size_t)128 << 20) / (2 * DD) / QEM_INTERVAL * QEM_INTERVAL;
         cs = cs < QEM_INTERVAL ? QEM_INTERVAL : cs > 8192 ? 8192 : cs;
@@ -119,7 +125,7 @@ static sim_working_set working_set(const ssb4d_sim_params *p, const ssb4d_sim_in
         size_t nb = (cs + QEM_INTERVAL - 1) / QEM_INTERVAL;
         w.writer = cs * DD * 2 + DD * (qem_stream_bound(QEM_INTERVAL) + 8) + nb * DD * 5;
     }
-    w.total = w.grid + w.blocks + w.writer;
+    w.total = w.grid + w.blocks + w.writer + w.reuse;
     return w;
 }
 
@@ -331,13 +337,28 @@ int cmd_simulate(int argc, char **argv)
         return cli_error("simulate", err.code, err.msg);
     {
         size_t n = strlen(out), budget = memory_bytes ? memory_bytes : ssb4d_mem_available();
-        sim_working_set w = working_set(&p, &info, n >= 4 && !strcmp(out + n - 4, ".qem"));
+        int to_qem = n >= 4 && !strcmp(out + n - 4, ".qem");
+        sim_working_set w = working_set(&p, &info, to_qem);
+        if (budget && w.total > budget && w.reuse) {
+            /* Keep fewer patterns for reuse rather than refuse: only the speed changes. With
+             * none kept (reuse_bytes 1) the blocks still share their own scratch tables. */
+            ssb4d_sim_params q = p;
+            q.reuse_bytes = 1;
+            sim_working_set w0 = working_set(&q, &info, to_qem);
+            if (w0.total <= budget) {
+                p.reuse_bytes = budget > w0.total ? budget - w0.total : 1;
+                w = working_set(&p, &info, to_qem);
+            } else {
+                w = w0; /* the message below states the least it needs */
+            }
+        }
         if (budget && w.total > budget) {
             fprintf(stderr, "ssb4d simulate: the simulation does not fit in %.1f MiB: it needs about %.1f MiB "
-                            "(grid buffers %.1f MiB, blocks of rows %.1f MiB, .qem chunk %.1f MiB; fewer "
-                            "--threads or a smaller --grid or --detector need less)\n",
+                            "(grid buffers %.1f MiB, blocks of rows %.1f MiB, .qem chunk %.1f MiB, reused "
+                            "patterns %.1f MiB; fewer --threads or a smaller --grid or --detector need "
+                            "less)\n",
                     budget / 1048576.0, w.total / 1048576.0, w.grid / 1048576.0, w.blocks / 1048576.0,
-                    w.writer / 1048576.0);
+                    w.writer / 1048576.0, w.reuse / 1048576.0);
             return CLI_EXIT_USAGE;
         }
     }

@@ -200,6 +200,14 @@ typedef struct {
     int M, D, N, nt;
     double lambda, L;
     double e_row[2], e_col[2]; /* scan basis in the specimen frame (scan_basis) */
+    /* Pattern reuse (run): at a multiple of 90° scan position (i, j) sits at (mr, mc)·a/N with
+     * integers mr, mc, and the pattern depends only on (mr mod N, mc mod N). One of the two is
+     * set by the scan row i (the row key), the other by the column j; both are multiples of
+     * g = gcd(N, S), so there are P = N/g distinct values of each. */
+    int exact;               /* rotation a multiple of 90°: positions reduced exactly */
+    int reuse;               /* exact and g > 1: each distinct reduced position computed once */
+    int cs, sn;              /* cos θ, sin θ there */
+    int g, nkey;             /* g = gcd(N, S) and P = N/g */
     double *kf;              /* grid frequencies fftfreq(M, L/M), 1/Å */
     fftwf_complex *P;        /* probe P(k), normalised Σ|P|² = 1 (unshifted layout) */
     int *ap;                 /* indices with P != 0 */
@@ -256,6 +264,23 @@ static ssb4d_status ctx_init(sim_ctx *c, const ssb4d_sim_params *p, ssb4d_err *e
     c->lambda = c->info.wavelength_A;
     c->L = c->info.window_A;
     scan_basis(p, c->info.scan_step_A, c->e_row, c->e_col);
+    double q = p->scan_rotation_deg / 90.0;
+    c->exact = q == floor(q);
+    if (c->exact) {
+        double cs, sn;
+        scan_rotation(p->scan_rotation_deg, &cs, &sn);
+        c->cs = (int)cs;
+        c->sn = (int)sn;
+        int a = c->N, b = p->scan_cells % c->N;
+        while (b) {
+            int t = a % b;
+            a = b;
+            b = t;
+        }
+        c->g = a;
+        c->nkey = c->N / a;
+        c->reuse = a > 1;
+    }
     int M = c->M;
     size_t MM = (size_t)M * M;
     c->kf = malloc(M * sizeof(double));
@@ -330,54 +355,92 @@ static ssb4d_status ctx_init(sim_ctx *c, const ssb4d_sim_params *p, ssb4d_err *e
         c->P[c->ap[n]][0] *= s;
         c->P[c->ap[n]][1] *= s;
     }
-    /* transmission functions: V from its Fourier series on the grid (|G| <= kmax), t = e^{iσV},
-     * then band-limited to kmax */
-    int W = p->window_cells;
-    double sigma = c->info.sigma;
+    /* Transmission functions, from one unit cell: V on a K×K grid of the cell from its Fourier
+     * series (|G| <= kmax), t = e^{iσV} there, and t's Fourier coefficients placed on the
+     * window's reciprocal-lattice points (multiples of W) inside the antialias band. t then has
+     * only lattice frequencies, so the crystal is exactly periodic with period a and a lattice
+     * translation of the probe leaves the pattern unchanged: the pattern reuse of run() relies
+     * on it. Sampling e^{iσV} on the M grid instead aliases its harmonics beyond the grid's
+     * Nyquist onto non-lattice frequencies when W does not divide M (translations then changed
+     * patterns by up to 1e-4 of the peak on tiny's 126 grid). When W divides M, K = M/W and this
+     * is the same function as the M-grid computation. */
+    int W = p->window_cells, hmax = (int)floor(kmax * c->cr->a_A);
+    int K = (M + W - 1) / W;
+    if (K < 2 * hmax + 1)
+        K = 2 * hmax + 1; /* the band's coefficients must not alias on the cell grid */
+    while (!is_fast_size(K))
+        K++;
+    size_t KK = (size_t)K * K;
+    fftwf_complex *cell = fftwf_malloc(KK * sizeof(fftwf_complex));
+    if (!cell) {
+        ctx_free(c);
+        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory for a %d cell grid", K);
+    }
+    ssb4d_fftw_lock();
+    fftwf_plan cf = fftwf_plan_dft_2d(K, K, cell, cell, FFTW_FORWARD, FFTW_ESTIMATE);
+    fftwf_plan cb = fftwf_plan_dft_2d(K, K, cell, cell, FFTW_BACKWARD, FFTW_ESTIMATE);
+    ssb4d_fftw_unlock();
+    if (!cf || !cb) {
+        ssb4d_fftw_lock();
+        if (cf)
+            fftwf_destroy_plan(cf);
+        if (cb)
+            fftwf_destroy_plan(cb);
+        ssb4d_fftw_unlock();
+        fftwf_free(cell);
+        ctx_free(c);
+        return ssb4d_fail(err, SSB4D_EINTERNAL, "FFTW could not plan a %d×%d transform", K, K);
+    }
+    double sigma = c->info.sigma, inv_K2 = 1.0 / (double)KK;
     for (int l = 0; l < c->cr->n_layers && l < 2; l++) {
-        fftwf_complex *t = c->trans[l];
-        memset(t, 0, MM * sizeof(fftwf_complex));
-        int hmax = (int)floor(kmax * c->cr->a_A);
+        memset(cell, 0, KK * sizeof(fftwf_complex));
         for (int h = -hmax; h <= hmax; h++)
             for (int k = -hmax; k <= hmax; k++) {
                 double g2 = ((double)h * h + (double)k * k) / (c->cr->a_A * c->cr->a_A);
                 if (g2 > kmax2)
                     continue;
-                int fi = ((h * W) % M + M) % M, fj = ((k * W) % M + M) % M;
                 double v[2];
                 sim_layer_coeff(c->cr, l, h, k, v);
-                t[(size_t)fi * M + fj][0] = (float)v[0];
-                t[(size_t)fi * M + fj][1] = (float)v[1];
+                size_t n = (size_t)((h % K + K) % K) * K + (size_t)((k % K + K) % K);
+                cell[n][0] = (float)v[0];
+                cell[n][1] = (float)v[1];
             }
-        fftwf_execute_dft(c->bwd, t, t); /* V(r) = Σ_G c(G) e^{2πiG·r} */
-        for (size_t n = 0; n < MM; n++) {
-            double ph = sigma * t[n][0];
-            t[n][0] = (float)cos(ph);
-            t[n][1] = (float)sin(ph);
+        fftwf_execute(cb); /* V(r) = Σ_G c(G) e^{2πiG·r} on the cell grid */
+        for (size_t n = 0; n < KK; n++) {
+            double ph = sigma * cell[n][0];
+            cell[n][0] = (float)cos(ph);
+            cell[n][1] = (float)sin(ph);
         }
-        fftwf_execute_dft(c->fwd, t, t);
-        for (size_t n = 0; n < MM; n++) {
-            float m = c->mask[n] > 0 ? (float)inv_M2 : 0.0f;
-            t[n][0] *= m;
-            t[n][1] *= m;
-        }
+        fftwf_execute(cf); /* K² × t's Fourier coefficients (aliased among lattice points only) */
+        fftwf_complex *t = c->trans[l];
+        memset(t, 0, MM * sizeof(fftwf_complex));
+        for (int h = -hmax; h <= hmax; h++)
+            for (int k = -hmax; k <= hmax; k++) {
+                size_t fi = (size_t)(((h * W) % M + M) % M), fj = (size_t)(((k * W) % M + M) % M);
+                if (!(c->mask[fi * M + fj] > 0))
+                    continue;
+                const float *v = cell[(size_t)((h % K + K) % K) * K + (size_t)((k % K + K) % K)];
+                t[fi * M + fj][0] = (float)(v[0] * inv_K2);
+                t[fi * M + fj][1] = (float)(v[1] * inv_K2);
+            }
         fftwf_execute_dft(c->bwd, t, t);
     }
+    ssb4d_fftw_lock();
+    fftwf_destroy_plan(cf);
+    fftwf_destroy_plan(cb);
+    ssb4d_fftw_unlock();
+    fftwf_free(cell);
     return SSB4D_OK;
 }
 
-/* One scan position: the noise-free crop into pat (D×D float), returns Σ I over the full grid. */
-static double simulate_position(sim_ctx *c, int tid, size_t pos, float *pat, double *sum_det)
+/* ---- probe positions ------------------------------------------------------------------------ */
+
+/* The probe's shift tables e^{−2πi k·R} along each axis, for R in Å (any rotation). k·R is
+ * reduced modulo 1 before the cosine. */
+static void ramp_from_A(const sim_ctx *c, int tid, double Rr, double Rc)
 {
-    int M = c->M, D = c->D, N = c->N;
-    size_t MM = (size_t)M * M;
-    fftwf_complex *w = c->ws[tid];
     double *er = c->er[tid], *ec = c->ec[tid];
-    /* At θ = 0 the basis is (step, 0), (0, step): the same doubles as i·step and j·step. */
-    double i0 = (double)(pos / N), j0 = (double)(pos % N);
-    double Rr = i0 * c->e_row[0] + j0 * c->e_col[0], Rc = i0 * c->e_row[1] + j0 * c->e_col[1];
-    for (int i = 0; i < M; i++) {
-        /* exp(-2πi k R), with k·R reduced modulo 1 in exact integer steps of the window */
+    for (int i = 0; i < c->M; i++) {
         double ph = -2.0 * M_PI * fmod(c->kf[i] * Rr, 1.0);
         er[2 * i] = cos(ph);
         er[2 * i + 1] = sin(ph);
@@ -385,6 +448,33 @@ static double simulate_position(sim_ctx *c, int tid, size_t pos, float *pat, dou
         ec[2 * i] = cos(ph);
         ec[2 * i + 1] = sin(ph);
     }
+}
+
+/* The same for R = (mr, mc)·a/N with integers mr, mc: k·R = n·m/(W·N) for grid frequency n/L,
+ * reduced modulo 1 in exact integer arithmetic. */
+static void ramp_exact(const sim_ctx *c, int tid, long mr, long mc)
+{
+    double *er = c->er[tid], *ec = c->ec[tid];
+    long M = c->M, WN = (long)c->p->window_cells * c->N;
+    for (long i = 0; i < M; i++) {
+        long n = i < (M + 1) / 2 ? i : i - M;
+        double ph = -2.0 * M_PI * (double)(((n * mr) % WN + WN) % WN) / (double)WN;
+        er[2 * i] = cos(ph);
+        er[2 * i + 1] = sin(ph);
+        ph = -2.0 * M_PI * (double)(((n * mc) % WN + WN) % WN) / (double)WN;
+        ec[2 * i] = cos(ph);
+        ec[2 * i + 1] = sin(ph);
+    }
+}
+
+/* The multislice for the probe position in thread tid's shift tables: the noise-free crop into
+ * pat (D×D float); returns Σ I over the full grid and sets *sum_det to Σ over the crop. */
+static double multislice(const sim_ctx *c, int tid, float *pat, double *sum_det)
+{
+    int M = c->M, D = c->D;
+    size_t MM = (size_t)M * M;
+    fftwf_complex *w = c->ws[tid];
+    const double *er = c->er[tid], *ec = c->ec[tid];
     memset(w, 0, MM * sizeof(fftwf_complex));
     for (size_t n = 0; n < c->n_ap; n++) {
         int idx = c->ap[n], i = idx / M, j = idx % M;
@@ -440,6 +530,95 @@ static double simulate_position(sim_ctx *c, int tid, size_t pos, float *pat, dou
     return sum;
 }
 
+/* ---- pattern reuse ---------------------------------------------------------------------- */
+
+/* Exact mode (a multiple of 90°): r_det = (i·cs + j·sn, −i·sn + j·cs)·S·a/N. At 0° and 180° the
+ * scan row sets the det_row coordinate; at 90° and 270° it sets the det_col coordinate. */
+static int reduce(const sim_ctx *c, long m)
+{
+    long N = c->N;
+    return (int)((((m % N) + N) % N) / c->g);
+}
+
+static int row_key(const sim_ctx *c, size_t i)
+{
+    long S = c->p->scan_cells, v = (long)i * S;
+    return reduce(c, c->cs ? v * c->cs : -v * c->sn);
+}
+
+static int col_key(const sim_ctx *c, size_t j)
+{
+    long S = c->p->scan_cells, v = (long)j * S;
+    return reduce(c, c->cs ? v * c->cs : v * c->sn);
+}
+
+/* The noise-free pattern of the reduced position (row key, column key) into pat. */
+static double pattern_exact(const sim_ctx *c, int tid, int rk, int ck, float *pat, double *sum_det)
+{
+    long a = (long)rk * c->g, b = (long)ck * c->g;
+    if (c->cs)
+        ramp_exact(c, tid, a, b);
+    else
+        ramp_exact(c, tid, b, a);
+    return multislice(c, tid, pat, sum_det);
+}
+
+/* The P patterns of one row key (indexed by the column key) and their sums. */
+typedef struct {
+    float *pat;
+    double *sum; /* (Σ grid, Σ crop) per pattern */
+} row_table;
+
+static int table_alloc(row_table *t, size_t P, size_t DD)
+{
+    t->pat = malloc(P * DD * sizeof(float));
+    t->sum = malloc(P * 2 * sizeof(double));
+    if (!t->pat || !t->sum) {
+        free(t->pat);
+        free(t->sum);
+        t->pat = NULL;
+        t->sum = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+size_t sim_rows_per_block(const ssb4d_sim_params *p)
+{
+    size_t N = (size_t)p->scan_n, row = N * (size_t)p->det * (size_t)p->det * sizeof(uint16_t);
+    size_t rows = (p->block_bytes ? p->block_bytes : SIM_BLOCK_DEFAULT_BYTES) / row;
+    return rows < 1 ? 1 : rows > N ? N : rows;
+}
+
+size_t sim_reuse_table_bytes(const ssb4d_sim_params *p, size_t *n_tables)
+{
+    double q = p->scan_rotation_deg / 90.0;
+    if (n_tables)
+        *n_tables = 0;
+    if (q != floor(q) || p->scan_n < 1 || p->scan_cells < 1 || p->det < 1)
+        return 0;
+    size_t N = (size_t)p->scan_n, a = N, b = (size_t)p->scan_cells % N;
+    while (b) {
+        size_t t = a % b;
+        a = b;
+        b = t;
+    }
+    if (a == 1)
+        return 0; /* every position is distinct */
+    if (n_tables)
+        *n_tables = N / a;
+    return N / a * ((size_t)p->det * p->det * sizeof(float) + 2 * sizeof(double));
+}
+
+size_t sim_reuse_cache_bytes(const ssb4d_sim_params *p)
+{
+    size_t P, table = sim_reuse_table_bytes(p, &P);
+    if (!table)
+        return 0;
+    size_t cap = p->reuse_bytes ? p->reuse_bytes : SIM_REUSE_DEFAULT_BYTES, n = cap / table;
+    return (n > P ? P : n) * table;
+}
+
 typedef ssb4d_status (*block_sink)(void *user, const uint16_t *block, size_t pos0, size_t npos,
                                    ssb4d_err *err);
 
@@ -454,39 +633,100 @@ static ssb4d_status run(const ssb4d_sim_params *p, block_sink sink, void *sink_u
         return st;
     int N = c.N, D = c.D, nt = c.nt;
     size_t DD = (size_t)D * D, total = (size_t)N * N;
-    size_t row_bytes = (size_t)N * DD * sizeof(uint16_t);
-    size_t rows_per_block = (8u << 20) / row_bytes; /* ~8 MiB blocks */
-    if (rows_per_block < 1)
-        rows_per_block = 1;
-    if (rows_per_block > (size_t)N)
-        rows_per_block = N;
+    size_t rows_per_block = sim_rows_per_block(p);
     size_t block_pos = rows_per_block * N;
     uint16_t *block = sink ? malloc(block_pos * DD * sizeof(uint16_t)) : NULL;
     float *pats = malloc((size_t)nt * DD * sizeof(float));
     double *sums = malloc(block_pos * 2 * sizeof(double));
     size_t *clamped = calloc(nt, sizeof(size_t));
     uint16_t *maxc = calloc(nt, sizeof(uint16_t));
-    if ((sink && !block) || !pats || !sums || !clamped || !maxc) {
-        free(block);
-        free(pats);
-        free(sums);
-        free(clamped);
-        free(maxc);
-        ctx_free(&c);
-        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory for a block of %zu positions", block_pos);
+    /* Exact mode: the kept tables (row key -> table, never evicted, at most n_keep of them), the
+     * block's own tables for the row keys that are not kept, and per block row its table. */
+    size_t P = c.reuse ? (size_t)c.nkey : 0, n_keep = 0, n_kept = 0;
+    row_table *kept = c.reuse ? calloc(P, sizeof *kept) : NULL;
+    row_table *scratch = c.reuse ? calloc(rows_per_block, sizeof *scratch) : NULL;
+    const row_table **rowtab = c.reuse ? calloc(rows_per_block, sizeof *rowtab) : NULL;
+    int *todo = c.reuse ? malloc(rows_per_block * sizeof *todo) : NULL;
+    row_table **todo_t = c.reuse ? malloc(rows_per_block * sizeof *todo_t) : NULL;
+    int *ckey = c.reuse ? malloc((size_t)N * sizeof *ckey) : NULL;
+    if ((sink && !block) || !pats || !sums || !clamped || !maxc ||
+        (c.reuse && (!kept || !scratch || !rowtab || !todo || !todo_t || !ckey))) {
+        st = ssb4d_fail(err, SSB4D_ENOMEM, "out of memory for a block of %zu positions", block_pos);
+        goto done;
+    }
+    if (c.reuse) {
+        size_t table = P * (DD * sizeof(float) + 2 * sizeof(double));
+        n_keep = sim_reuse_cache_bytes(p) / table;
+        for (int j = 0; j < N; j++)
+            ckey[j] = col_key(&c, (size_t)j);
     }
     double sum_full = 0.0, sum_det = 0.0, smin = INFINITY, smax = -INFINITY;
     double dose = p->dose;
+    size_t n_patterns = c.reuse ? 0 : total;
     for (size_t pos0 = 0; pos0 < total && !st; pos0 += block_pos) {
         size_t npos = total - pos0 < block_pos ? total - pos0 : block_pos;
+        size_t nrows = npos / N, row0 = pos0 / N, n_todo = 0, n_scratch = 0;
+        if (c.reuse) {
+            /* Which row tables the block needs: kept ones are reused, new ones are kept while
+             * there is room, the others live in the block's scratch tables. */
+            for (size_t r = 0; r < nrows; r++) {
+                int rk = row_key(&c, row0 + r);
+                const row_table *t = kept[rk].pat ? &kept[rk] : NULL;
+                for (size_t u = 0; u < n_todo && !t; u++)
+                    if (todo[u] == rk)
+                        t = todo_t[u];
+                if (!t) {
+                    row_table *fresh = n_kept < n_keep ? &kept[rk] : &scratch[n_scratch];
+                    if (!fresh->pat && table_alloc(fresh, P, DD)) {
+                        st = ssb4d_fail(err, SSB4D_ENOMEM, "out of memory for %zu patterns", P);
+                        break;
+                    }
+                    if (fresh == &kept[rk])
+                        n_kept++;
+                    else
+                        n_scratch++;
+                    todo[n_todo] = rk;
+                    todo_t[n_todo++] = fresh;
+                    t = fresh;
+                }
+                rowtab[r] = t;
+            }
+            if (st)
+                break;
+            n_patterns += n_todo * P;
+            /* Every pattern of the new tables once, in parallel over all of them. */
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
+            for (size_t w = 0; w < n_todo * P; w++) {
+                int tid = omp_get_thread_num();
+                row_table *t = todo_t[w / P];
+                size_t k = w % P;
+                t->sum[2 * k] = pattern_exact(&c, tid, todo[w / P], (int)k, t->pat + k * DD,
+                                              &t->sum[2 * k + 1]);
+            }
+        }
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
         for (size_t q = 0; q < npos; q++) {
             int tid = omp_get_thread_num();
             size_t pos = pos0 + q;
-            float *pat = pats + (size_t)tid * DD;
-            double sd;
-            sums[2 * q] = simulate_position(&c, tid, pos, pat, &sd);
-            sums[2 * q + 1] = sd;
+            const float *pat;
+            if (c.reuse) {
+                const row_table *t = rowtab[q / N];
+                size_t k = (size_t)ckey[q % N];
+                pat = t->pat + k * DD;
+                sums[2 * q] = t->sum[2 * k];
+                sums[2 * q + 1] = t->sum[2 * k + 1];
+            } else if (c.exact) { /* gcd(N, S) = 1: every reduced position is distinct */
+                float *own = pats + (size_t)tid * DD;
+                sums[2 * q] = pattern_exact(&c, tid, row_key(&c, pos / N), col_key(&c, pos % N), own,
+                                            &sums[2 * q + 1]);
+                pat = own;
+            } else {
+                float *own = pats + (size_t)tid * DD;
+                double i = (double)(pos / N), j = (double)(pos % N);
+                ramp_from_A(&c, tid, i * c.e_row[0] + j * c.e_col[0], i * c.e_row[1] + j * c.e_col[1]);
+                sums[2 * q] = multislice(&c, tid, own, &sums[2 * q + 1]);
+                pat = own;
+            }
             if (intensity)
                 memcpy(intensity + pos * DD, pat, DD * sizeof(float));
             if (block) {
@@ -518,6 +758,8 @@ static ssb4d_status run(const ssb4d_sim_params *p, block_sink sink, void *sink_u
         if (p->progress)
             p->progress(p->progress_user, pos0 + npos, total);
     }
+    if (st)
+        goto done;
     c.info.mean_sum_full = sum_full / (double)total;
     c.info.mean_sum_detector = sum_det / (double)total;
     c.info.min_sum_full = smin;
@@ -527,10 +769,26 @@ static ssb4d_status run(const ssb4d_sim_params *p, block_sink sink, void *sink_u
         if (maxc[t] > c.info.max_count)
             c.info.max_count = maxc[t];
     }
+    c.info.n_patterns = n_patterns;
     clock_gettime(CLOCK_MONOTONIC, &t1);
     c.info.seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
     if (info)
         *info = c.info;
+done:
+    for (size_t k = 0; kept && k < P; k++) {
+        free(kept[k].pat);
+        free(kept[k].sum);
+    }
+    for (size_t k = 0; scratch && k < rows_per_block; k++) {
+        free(scratch[k].pat);
+        free(scratch[k].sum);
+    }
+    free(kept);
+    free(scratch);
+    free(rowtab);
+    free(todo);
+    free(todo_t);
+    free(ckey);
     free(block);
     free(pats);
     free(sums);
@@ -944,4 +1202,21 @@ done:
     free(phase);
     free(phase_bl);
     return st;
+}
+
+/* ---- one position, directly (tests) ------------------------------------------------------- */
+
+ssb4d_status sim_pattern_at(const ssb4d_sim_params *p, double r_row_A, double r_col_A, float *pat,
+                            double sums[2], ssb4d_err *err)
+{
+    ssb4d_sim_params q = *p;
+    q.threads = 1;
+    sim_ctx c;
+    ssb4d_status st = ctx_init(&c, &q, err);
+    if (st)
+        return st;
+    ramp_from_A(&c, 0, r_row_A, r_col_A);
+    sums[0] = multislice(&c, 0, pat, &sums[1]);
+    ctx_free(&c);
+    return SSB4D_OK;
 }

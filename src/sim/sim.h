@@ -54,6 +54,32 @@ void sim_phase_series(const sim_crystal *c, double sigma, int cells_z, double gm
 void sim_phase_lattice(const sim_crystal *c, double sigma, int cells_z, double gmax, size_t ny,
                        size_t nx, const double e_row[2], const double e_col[2], float *out);
 
+/* ---- pattern reuse (sim.c) ------------------------------------------------------------------ */
+
+/* Default bound of the kept patterns (ssb4d_sim_params.reuse_bytes = 0). */
+#define SIM_REUSE_DEFAULT_BYTES ((size_t)1 << 30)
+/* Default block of counts (ssb4d_sim_params.block_bytes = 0). */
+#define SIM_BLOCK_DEFAULT_BYTES ((size_t)8 << 20)
+
+/* Whole scan rows per block: block_bytes of uint16 counts, at least 1, at most scan_n. */
+size_t sim_rows_per_block(const ssb4d_sim_params *p);
+
+/* Bytes of patterns a simulation with p keeps for reuse: whole row tables of N/gcd(N, S)
+ * patterns (plus 16 B of sums each), as many as reuse_bytes allows, at most all N/gcd(N, S)
+ * of them; 0 where nothing is reused (a rotation that is not a multiple of 90°, or
+ * gcd(N, S) = 1). */
+size_t sim_reuse_cache_bytes(const ssb4d_sim_params *p);
+/* Bytes of one row table (0 where nothing is reused) and, in *n_tables (may be NULL), how many
+ * distinct tables the scan has (N/gcd(N, S)). A block whose row tables are not all kept
+ * computes the others into up to min(rows per block, n_tables) scratch tables. */
+size_t sim_reuse_table_bytes(const ssb4d_sim_params *p, size_t *n_tables);
+
+/* The noise-free pattern (D×D crop) of one probe position r = (row, col) Å in the specimen
+ * frame, simulated directly (no lattice reduction), and its sums over the grid and the crop;
+ * for tests. */
+ssb4d_status sim_pattern_at(const ssb4d_sim_params *p, double r_row_A, double r_col_A, float *pat,
+                            double sums[2], ssb4d_err *err);
+
 /* ---- random numbers (rng.c) --------------------------------------------------------------- */
 
 typedef struct {
