@@ -321,17 +321,59 @@ ssb4d_status ssb4d_mean_phase_upsampled(const ssb4d_G *G, const ssb4d_geometry *
 int ssb4d_upsample_auto(const ssb4d_geometry *g);
 
 /* ------------------------------------------------------------------------------------------ */
+/* Parallax estimate (src/parallax/), SPEC §6.1: tilt-corrected bright field                    */
+/*
+ * Each BF pixel's image is shifted by the gradient of χ at its k: for χ = πλ vᵀMv (C10, C12) the
+ * images of two pixels p detector pixels apart are shifted against each other by B·p with
+ * B = λ·M·R(a)·diag(Δk) (Å per pixel; a = −rotation, SPEC 5.1). ssb4d_parallax_estimate measures
+ * B from the cross-spectra of pixel pairs in G (a pass over a subset of G and one over all of it,
+ * reading a few hundred of the strongest frequencies), and splits it into C10, C12, φ12 and the
+ * scan–detector rotation. The shifts cannot tell the rotation a from a + 180° with (−C10, −C12):
+ * the estimate reports the branch with the rotation in [−90°, 90°), the fit decides the branch.
+ * The rotation is undetermined when C10 is small against C12 (pure astigmatism turns with φ12).
+ */
+typedef struct {
+    int threads;         /* 0: all cores */
+    size_t max_bins;     /* frequencies read per BF pixel (default 1024) */
+    size_t max_bytes;    /* cap on the per-pixel spectra held (n_bf × bins × 8; default 64 MiB) */
+} ssb4d_parallax_opts;
+
+void ssb4d_parallax_opts_default(ssb4d_parallax_opts *o);
+
+typedef struct {
+    double B[4];            /* shift (Å) per detector pixel: [row←row, row←col, col←row, col←col] */
+    double C10_nm, C12_nm, phi12_deg; /* φ12 in the scan frame (ssb4d's χ), on this branch */
+    double rotation_deg;    /* in [−90, 90); the other branch is +180° with −C10, −C12 */
+    double est[4];          /* (C10, C12, φ12, rotation) as above */
+    double sigma[4];        /* their standard errors (from the shifts' residuals; NaN if unknown) */
+    double residual_A;      /* rms misfit of the measured shifts (Å) */
+    size_t n_offsets;       /* pixel offsets measured */
+    size_t n_bins, n_pixels;
+    double seconds;
+} ssb4d_parallax;
+
+ssb4d_status ssb4d_parallax_estimate(const ssb4d_G *G, const ssb4d_geometry *g,
+                                     const ssb4d_parallax_opts *o, ssb4d_mem *mem,
+                                     ssb4d_parallax *out, ssb4d_err *err);
+/* (C10 nm, C12 nm, φ12 deg in the scan frame) that the measured B gives at a stated rotation (a
+ * rotation the user gave), and the part of B that rotation leaves unexplained (nm of C10-like
+ * misfit: large when the stated rotation disagrees with the shifts). */
+void ssb4d_parallax_at_rotation(const ssb4d_parallax *p, const ssb4d_geometry *g, double rotation_deg,
+                                double ab[3], double *misfit_nm);
+
+/* ------------------------------------------------------------------------------------------ */
 /* Fitting (src/fit/), SPEC §6                                                                   */
 /*
- * The standard fit of (C10, C12, φ12) on a built G, driven by the exact loss:
- *   1. a seeded quasi-random global search on a coarse subset of the fit pixels (every m-th),
- *      evaluated in batches that share each read of G, then Nelder–Mead on that subset;
- *   2. Nelder–Mead on all fit pixels from there (smaller steps);
- *   3. the 180° branch check (SPEC §6.3): the skewness of the phase about its median; if it is
- *      below −0.2, Nelder–Mead from (−C10, C12, φ12 + 90°) (= (−C10, −C12, φ12)) with the
- *      rotation flipped by 180°, and the branch with the larger skewness is kept.
- * The fit pixels are the BF pixels within fit_radius × the selection radius: the outer ring of
- * the disk biases the loss's minimum for strong scatterers (docs/fit.md has the measurements).
+ * The standard fit of (C10, C12, φ12) on a built G (docs/fit.md):
+ *   1. the parallax estimate (ssb4d_parallax_estimate) gives the start, the scan–detector
+ *      rotation (when the user did not give one) and the size of the search box;
+ *   2. a seeded quasi-random search in that box on a coarse subset of the fit pixels, evaluated in
+ *      batches that share each read of G, then Nelder–Mead on the subset and on all fit pixels;
+ *      the objective is the band objective (the fraction of the spectra's power that the model's
+ *      γ explains, SPEC 5.6 at zero thickness) or the exact loss;
+ *   3. the 180° branch (SPEC §6.3);
+ *   4. the exact loss (SPEC 5.4) over all selected BF pixels at the endpoint, and a confidence.
+ * When the parallax finds no shift (no contrast) the search covers the whole box from `start`.
  * Deterministic: the trace depends only on G, the geometry and these parameters, never on the
  * thread count.
  */
@@ -343,15 +385,27 @@ typedef struct {
     int cached;         /* answered by the evaluation cache */
 } ssb4d_fit_trial;
 
+typedef enum { SSB4D_FIT_OBJ_BAND = 0, SSB4D_FIT_OBJ_LOSS = 1 } ssb4d_fit_objective;
+
 typedef struct {
     double lo[3], hi[3]; /* box for (C10 nm, C12 nm, φ12 deg); φ12 wraps over a 180° range */
-    double start[3];     /* default (0, 5, 0); the search starts 1e-3 off it (standard.c says why) */
-    int locked[3];
-    size_t trials;       /* global candidates (default 200) */
+    double start[3];     /* used when start_given or when the parallax finds nothing (0, 5, 0) */
+    int start_given;     /* 1: start at `start` rather than at the parallax estimate */
+    int locked[3];       /* held at `start` */
+    size_t trials;       /* global candidates (default 64 around the parallax estimate; at least
+                            200 over the whole box without one) */
     size_t batch;        /* candidates per batch (default 8) */
     uint64_t seed;       /* default 42 */
-    double fit_radius;   /* fraction of the selection radius (default 0.8; 1 = all BF pixels) */
+    double fit_radius;   /* fraction of the selection radius (default 1: all BF pixels) */
     size_t coarse_bf;    /* pixels of the coarse subset (default 256; 0 = no coarse stage) */
+    ssb4d_fit_objective objective; /* default SSB4D_FIT_OBJ_BAND */
+    double band_lo_inv_A, band_hi_inv_A; /* the band objective's band; 0: automatic */
+    int use_parallax;    /* default 1 */
+    /* The rotation in the geometry: given by the user (kept; the checks only warn) or measured
+     * by the calibration (CoM curl, with its standard error; NaN = not measured), in which case
+     * the parallax may replace it. */
+    int rotation_given;
+    double rotation_sigma_deg;
     int branch_check;    /* default 1 */
     ssb4d_aberrations base; /* the other coefficients, held fixed */
     int threads;         /* 0: all cores */
@@ -363,12 +417,22 @@ typedef struct {
 void ssb4d_fit_params_default(ssb4d_fit_params *p);
 
 typedef struct {
-    ssb4d_aberrations ab;       /* base with the fitted C10, C12, φ12 */
-    ssb4d_geometry geom;        /* the geometry kept (rotation flipped when branch_flipped) */
-    double loss;                /* exact loss on the fit pixels at the fit */
-    int branch_flipped;
+    ssb4d_aberrations ab;       /* base with the fitted C10, C12, φ12 (φ12 in the scan frame) */
+    double phi12_probe_deg;     /* φ12 in the probe (detector) frame: φ12 − rotation, mod 180 */
+    ssb4d_geometry geom;        /* the geometry kept (rotation from the parallax, flipped by the
+                                   branch check) */
+    char rotation_source[24];   /* "given", "parallax", "centre of mass", "undetermined" */
+    double rotation_sigma_deg;  /* standard error of the rotation used (NaN when unknown) */
+    double loss;                /* exact loss (SPEC 5.4) on all selected BF pixels at the fit */
+    double objective;           /* the minimised objective at the fit (on the fit pixels) */
+    int branch_flipped;         /* the kept branch is 180° from the one the start gave */
     double skewness;            /* of the phase on the kept branch */
-    double skewness_other;      /* of the other branch (NaN when the check was not needed) */
+    double skewness_other;      /* of the other branch */
+    ssb4d_parallax parallax;    /* the parallax estimate (parallax_ok = 0: none) */
+    int parallax_ok;
+    double loss_contrast;       /* (median of the global search − best) / |median| of the objective */
+    int confident;              /* 0: no clear minimum, or the fit and the parallax disagree */
+    char warning[256];          /* why not confident (empty when confident) */
     size_t n_fit_bf, n_coarse_bf;
     size_t evaluations;         /* objective evaluations (cache misses) */
     int nm_iterations;          /* over all Nelder–Mead stages */

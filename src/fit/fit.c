@@ -17,6 +17,7 @@ void fit_thin_params_default(fit_thin_params *p)
     p->seed = 42;
     fit_nm_opts_default(&p->nm);
     ssb4d_ssb_opts_default(&p->ssb);
+    ssb4d_band_opts_default(&p->band);
 }
 
 void fit_point_aberrations(const ssb4d_aberrations *base, const double x[3], ssb4d_aberrations *ab)
@@ -47,19 +48,28 @@ typedef struct {
     const ssb4d_geometry *g;
     const fit_thin_params *p;
     ssb4d_mem *mem;
+    double inv_power;        /* band objective: 1 / band power */
 } objective;
 
-/* The exact losses of a whole batch in one pass over G (ssb4d_loss_batch: each plane read once). */
+/* A whole batch in one pass over G (each plane read once): the exact losses, or −fit/power of
+ * the band objective (the fraction of the band's power that γ explains, negated: lower is
+ * better either way). */
 static ssb4d_status thin_eval(void *user, const double *x, size_t n, double *loss, ssb4d_err *err)
 {
     const objective *o = user;
     ssb4d_aberrations ab[64];
+    double fit[64];
     ssb4d_status st = SSB4D_OK;
     for (size_t i0 = 0; i0 < n && !st; i0 += 64) {
         size_t m = n - i0 < 64 ? n - i0 : 64;
         for (size_t i = 0; i < m; i++)
             fit_thin_aberrations(o->p, x + 3 * (i0 + i), &ab[i]);
-        st = ssb4d_loss_batch(o->G, o->g, ab, NULL, m, &o->p->ssb, o->mem, loss + i0, err);
+        if (o->p->objective == SSB4D_FIT_OBJ_BAND) {
+            st = ssb4d_band_fit(o->G, o->g, ab, NULL, m, &o->p->band, o->mem, fit, err);
+            for (size_t i = 0; !st && i < m; i++)
+                loss[i0 + i] = -fit[i] * o->inv_power;
+        } else
+            st = ssb4d_loss_batch(o->G, o->g, ab, NULL, m, &o->p->ssb, o->mem, loss + i0, err);
     }
     if (!st && o->p->work)
         o->p->work(o->p->work_user, (double)n * (double)ssb4d_G_n_bf(o->G));
@@ -74,7 +84,17 @@ ssb4d_status fit_thin(const ssb4d_G *G, const ssb4d_geometry *g, const fit_thin_
     ssb4d_status cst = fit_check_start(p->lo, p->hi, p->start, err);
     if (cst)
         return cst;
-    objective o = {G, g, p, mem};
+    objective o = {G, g, p, mem, 0.0};
+    if (p->objective == SSB4D_FIT_OBJ_BAND) {
+        double power = p->band_power;
+        ssb4d_status pst = power > 0 ? SSB4D_OK : ssb4d_band_power(G, g, &p->band, mem, &power, err);
+        if (pst)
+            return pst;
+        if (!(power > 0))
+            return ssb4d_fail(err, SSB4D_ENOTFOUND, "the band %g-%g 1/A holds no signal",
+                              p->band.band_lo_inv_A, p->band.band_hi_inv_A);
+        o.inv_power = 1.0 / power;
+    }
     fit_problem fp;
     memset(&fp, 0, sizeof fp);
     fp.n_params = 3;

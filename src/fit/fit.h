@@ -21,6 +21,9 @@ typedef struct {
     fit_nm_opts nm;
     ssb4d_aberrations base;  /* every other coefficient */
     ssb4d_ssb_opts ssb;
+    int objective;           /* SSB4D_FIT_OBJ_LOSS (the exact loss) or SSB4D_FIT_OBJ_BAND */
+    ssb4d_band_opts band;    /* the band objective's band and threads */
+    double band_power;       /* its normalisation (ssb4d_band_power on the same G); 0: computed */
     int stage_base;          /* trials are recorded as stage_base (global), stage_base + 1 (NM) */
     /* Called after every batch with the work done (candidates × BF pixels); may be NULL. */
     void (*work)(void *user, double units);

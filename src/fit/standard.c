@@ -18,11 +18,14 @@ void ssb4d_fit_params_default(ssb4d_fit_params *p)
     memcpy(p->lo, t.lo, sizeof p->lo);
     memcpy(p->hi, t.hi, sizeof p->hi);
     memcpy(p->start, t.start, sizeof p->start);
-    p->trials = t.trials;
+    p->trials = 64;
     p->batch = t.batch;
     p->seed = t.seed;
-    p->fit_radius = 0.8;
+    p->fit_radius = 1.0;
     p->coarse_bf = 256;
+    p->objective = SSB4D_FIT_OBJ_BAND;
+    p->use_parallax = 1;
+    p->rotation_sigma_deg = NAN;
     p->branch_check = 1;
 }
 
@@ -146,63 +149,121 @@ static size_t fit_pixels(const ssb4d_G *G, const ssb4d_geometry *g, double fract
     return fit_pixels_of(G->bf_pix, G->n_bf, G->det_shape[1], g, fraction, idx);
 }
 
-/* ---- one refinement on a given G and geometry -------------------------------------------------- */
+/* ---- the search ------------------------------------------------------------------------------ */
 
-static void clamp_start(const ssb4d_fit_params *p, double x[3])
+/* Where the search looks: its box, start, locks and candidates. */
+typedef struct {
+    double lo[3], hi[3], start[3];
+    int locked[3];
+    size_t trials;
+} search_box;
+
+static double wrap180(double deg)
 {
-    for (int j = 0; j < 3; j++) {
-        if (p->locked[j])
-            x[j] = p->start[j];
-        if (j == FIT_PHI12 && p->hi[j] - p->lo[j] >= 180) {
-            double t = fmod(x[j] - p->lo[j], 180.0);
-            x[j] = p->lo[j] + (t < 0 ? t + 180.0 : t);
-        } else
-            x[j] = fmin(p->hi[j], fmax(p->lo[j], x[j]));
-    }
+    double r = fmod(deg + 180.0, 360.0);
+    if (r < 0)
+        r += 360.0;
+    return r - 180.0;
+}
+
+/* φ12 into [−90, 90). */
+static double wrap_phi(double deg)
+{
+    double r = fmod(deg + 90.0, 180.0);
+    if (r < 0)
+        r += 180.0;
+    return r - 90.0;
 }
 
 /* The start point, moved off exact symmetry by 1e-3 (nm, nm, deg). At χ with exact zeros on the
  * scan's frequency grid (C10 = 0 with φ12 = 0 or 45°: χ(q) = 0 on the grid's diagonals or axes)
- * γ cancels exactly in the triple-overlap bins, which max(|γ|, 1e-8) then drops: the loss jumps
- * there (0.07344 at (0, 5, 0) against 0.07433 at φ12 = 1e-6°, measured), a spurious minimum
- * exactly at SPEC's default start that trapped 1 fit in 30 of the success-rate study. */
-static void nudged_start(const ssb4d_fit_params *p, double x[3])
+ * γ cancels exactly in the triple-overlap bins: a degenerate point exactly at SPEC's default
+ * start. */
+static void nudge(const search_box *b, double x[3])
 {
     for (int j = 0; j < 3; j++) {
-        x[j] = p->start[j];
-        if (!p->locked[j])
-            x[j] = x[j] + 1e-3 <= p->hi[j] ? x[j] + 1e-3 : x[j] - 1e-3;
+        x[j] = b->start[j];
+        if (!b->locked[j])
+            x[j] = x[j] + 1e-3 <= b->hi[j] ? x[j] + 1e-3 : x[j] - 1e-3;
     }
 }
 
-static void thin_params(const ssb4d_fit_params *p, progress_t *pr, fit_thin_params *t)
+/* The box around the parallax estimate x0 (scan frame) with standard errors sd: wide enough for
+ * the estimate's statistical error (4 σ) and its bias (measured over the study: within 8 % of C10
+ * and C12), at least the width of the loss's well (docs/fit.md), and inside the user's box. */
+static void parallax_box(const ssb4d_fit_params *p, const double x0[3], const double sd[3], search_box *b)
+{
+    double c10 = x0[0], c12 = x0[1];
+    double s10 = fmax(1.5, 4.0 * sd[0] + 0.08 * fabs(c10) + 0.04 * c12);
+    double s12 = fmax(1.0, 4.0 * sd[1] + 0.08 * c12 + 0.04 * fabs(c10));
+    /* φ12 only matters where C12 is clearly non-zero: an arc there, the whole circle otherwise */
+    double sphi = c12 > s12 ? fmax(10.0, 4.0 * sd[2] + (180.0 / M_PI) * s12 / c12) : 90.0;
+    b->lo[0] = fmax(p->lo[0], c10 - s10);
+    b->hi[0] = fmin(p->hi[0], c10 + s10);
+    b->lo[1] = fmax(p->lo[1], c12 - s12);
+    b->hi[1] = fmin(p->hi[1], c12 + s12);
+    int full_phi = p->hi[2] - p->lo[2] >= 180.0;
+    if (sphi >= 90.0 || !full_phi) {
+        b->lo[2] = p->lo[2];
+        b->hi[2] = p->hi[2];
+    } else { /* an arc, which may cross the wrap: χ is periodic in φ12 */
+        b->lo[2] = x0[2] - sphi;
+        b->hi[2] = x0[2] + sphi;
+    }
+    for (int j = 0; j < 3; j++) {
+        b->locked[j] = p->locked[j];
+        if (b->lo[j] > b->hi[j]) /* the estimate lies outside the user's box: use the box */
+            b->lo[j] = p->lo[j], b->hi[j] = p->hi[j];
+        b->start[j] = p->locked[j] ? p->start[j] : fmin(b->hi[j], fmax(b->lo[j], x0[j]));
+    }
+    if (!p->locked[2] && sphi < 90.0 && full_phi)
+        b->start[2] = x0[2];
+    b->trials = p->trials;
+}
+
+static void user_box(const ssb4d_fit_params *p, search_box *b)
+{
+    memcpy(b->lo, p->lo, sizeof b->lo);
+    memcpy(b->hi, p->hi, sizeof b->hi);
+    memcpy(b->start, p->start, sizeof b->start);
+    memcpy(b->locked, p->locked, sizeof b->locked);
+    b->trials = p->trials > 200 ? p->trials : 200;
+}
+
+static void thin_params(const ssb4d_fit_params *p, const search_box *b, const ssb4d_band_opts *band,
+                        progress_t *pr, fit_thin_params *t)
 {
     fit_thin_params_default(t);
-    memcpy(t->lo, p->lo, sizeof t->lo);
-    memcpy(t->hi, p->hi, sizeof t->hi);
-    nudged_start(p, t->start);
-    memcpy(t->locked, p->locked, sizeof t->locked);
-    t->trials = p->trials;
+    memcpy(t->lo, b->lo, sizeof t->lo);
+    memcpy(t->hi, b->hi, sizeof t->hi);
+    nudge(b, t->start);
+    memcpy(t->locked, b->locked, sizeof t->locked);
+    t->trials = b->trials;
     t->batch = p->batch;
     t->seed = p->seed;
     t->base = p->base;
     t->ssb.threads = p->threads;
+    t->objective = p->objective;
+    t->band = *band;
     t->work = on_work;
     t->work_user = pr;
 }
 
 /* Nelder–Mead with the refinement steps (SPEC §6.1: at least 0.2 nm in C12 and 2.3° in φ12), and
  * φ12 converged at 0.1° rather than 0.01°: a tenth of a degree moves χ by less than 0.01 nm of
- * C12 at C12 = 3 nm, and the finer stop cost 33 full-set evaluations on A1 (docs/fit.md). */
+ * C12 at C12 = 3 nm. */
 static ssb4d_status refine(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d_fit_params *p,
-                           progress_t *pr, const double x0[3], int stage, ssb4d_mem *mem,
-                           ssb4d_fit_result *r, fit_thin_result *out, ssb4d_err *err)
+                           const search_box *b, const ssb4d_band_opts *band, progress_t *pr,
+                           const double x0[3], int stage, ssb4d_mem *mem, ssb4d_fit_result *r,
+                           fit_thin_result *out, ssb4d_err *err)
 {
     fit_thin_params t;
-    thin_params(p, pr, &t);
+    thin_params(p, b, band, pr, &t);
     t.trials = 0;
     memcpy(t.start, x0, sizeof t.start);
-    clamp_start(p, t.start);
+    for (int j = 0; j < 3; j++)
+        if (j != FIT_PHI12 || t.hi[j] - t.lo[j] < 180)
+            t.start[j] = fmin(t.hi[j], fmax(t.lo[j], t.start[j]));
     t.nm.step[FIT_C10] = 0.2;
     t.nm.step[FIT_C12] = 0.2;
     t.nm.step[FIT_PHI12] = 2.3;
@@ -235,11 +296,53 @@ static ssb4d_status phase_skewness(const ssb4d_G *G, const ssb4d_geometry *g,
     return st;
 }
 
+/* The band objective's automatic band: from just beyond the lowest ring of frequencies (a
+ * non-periodic scan's edges put their power there) to the SSB passband 2α/λ. */
+static void auto_band(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d_fit_params *p, int threads,
+                      ssb4d_band_opts *o)
+{
+    ssb4d_band_opts_default(o);
+    double lambda = ssb4d_wavelength_A(g->kv);
+    double fov = fmin((double)G->ny * g->scan_step_A[0], (double)G->nx * g->scan_step_A[1]);
+    o->band_lo_inv_A = p->band_lo_inv_A > 0 ? p->band_lo_inv_A : 1.5 / fov;
+    o->band_hi_inv_A = p->band_hi_inv_A > 0 ? p->band_hi_inv_A : 2.0 * g->semiangle_mrad * 1e-3 / lambda;
+    o->threads = threads;
+}
+
+/* Chooses the rotation the fit uses (SPEC §6.1, §6.3): the user's, else the better determined of
+ * the parallax's and the calibration's centre-of-mass value; a rotation nothing determines is
+ * used, but said so. Both measurements leave the 180° branch open. */
+#define ROTATION_SIGMA_OK 1.0 /* degrees: what the study's success criterion allows */
+static void choose_rotation(const ssb4d_fit_params *p, const ssb4d_geometry *g, ssb4d_fit_result *r)
+{
+    r->geom = *g;
+    double sp = r->parallax_ok ? r->parallax.sigma[3] : NAN, sc = p->rotation_sigma_deg;
+    if (p->rotation_given) {
+        snprintf(r->rotation_source, sizeof r->rotation_source, "given");
+        r->rotation_sigma_deg = NAN;
+        return;
+    }
+    int use_px = r->parallax_ok && isfinite(sp) && (!isfinite(sc) || sp <= sc);
+    if (use_px) {
+        /* the parallax's branch nearest the calibration's rotation (the branch check decides) */
+        double rp = r->parallax.rotation_deg;
+        if (fabs(wrap180(rp + 180.0 - g->rotation_deg)) < fabs(wrap180(rp - g->rotation_deg)))
+            rp = wrap180(rp + 180.0);
+        r->geom.rotation_deg = rp;
+        r->rotation_sigma_deg = sp;
+    } else
+        r->rotation_sigma_deg = sc;
+    const char *src = use_px ? "parallax" : isfinite(sc) ? "centre of mass" : "undetermined";
+    if (!(r->rotation_sigma_deg <= ROTATION_SIGMA_OK))
+        src = "undetermined";
+    snprintf(r->rotation_source, sizeof r->rotation_source, "%s", src);
+}
+
 ssb4d_status ssb4d_fit(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d_fit_params *p,
                        ssb4d_mem *mem, ssb4d_fit_result *r, ssb4d_err *err)
 {
     memset(r, 0, sizeof *r);
-    r->skewness = r->skewness_other = NAN;
+    r->skewness = r->skewness_other = r->loss_contrast = NAN;
     if (!G || !g || !p)
         return ssb4d_fail(err, SSB4D_EINVAL, "ssb4d_fit needs G, a geometry and parameters");
     if (!(p->fit_radius > 0 && p->fit_radius <= 1))
@@ -250,13 +353,42 @@ ssb4d_status ssb4d_fit(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d_fi
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
 
+    /* 1. the parallax estimate: start, rotation and box */
+    ssb4d_status st = SSB4D_OK;
+    if (p->use_parallax) {
+        ssb4d_parallax_opts po;
+        ssb4d_parallax_opts_default(&po);
+        po.threads = p->threads;
+        ssb4d_err perr = {0};
+        st = ssb4d_parallax_estimate(G, g, &po, mem, &r->parallax, &perr);
+        r->parallax_ok = !st;
+        if (st == SSB4D_ENOTFOUND) /* no measurable shift: the search covers the whole box */
+            st = SSB4D_OK;
+        else if (st && err)
+            *err = perr;
+    }
+    if (st)
+        return st;
+    choose_rotation(p, g, r);
+    search_box box;
+    if (r->parallax_ok && !p->start_given) {
+        double x0[3], sd[3] = {r->parallax.sigma[0], r->parallax.sigma[1], r->parallax.sigma[2]};
+        ssb4d_parallax_at_rotation(&r->parallax, &r->geom, r->geom.rotation_deg, x0, NULL);
+        for (int j = 0; j < 3; j++)
+            if (!isfinite(sd[j]))
+                sd[j] = 0;
+        parallax_box(p, x0, sd, &box);
+    } else
+        user_box(p, &box);
+
+    /* 2. the search: global + Nelder–Mead on the coarse subset, Nelder–Mead on all fit pixels */
     size_t *idx = malloc(G->n_bf * sizeof *idx);
     if (!idx)
         return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
-    size_t n_fit = fit_pixels(G, g, p->fit_radius, idx);
+    size_t n_fit = fit_pixels(G, &r->geom, p->fit_radius, idx);
     ssb4d_G *F = NULL, *C = NULL;
-    ssb4d_status st = n_fit ? ssb4d_G_subset(G, idx, n_fit, &F, err)
-                            : ssb4d_fail(err, SSB4D_EINVAL, "no BF pixel lies within the fit radius");
+    st = n_fit ? ssb4d_G_subset(G, idx, n_fit, &F, err)
+               : ssb4d_fail(err, SSB4D_EINVAL, "no BF pixel lies within the fit radius");
     /* The coarse subset: every m-th fit pixel, m = ceil(n_fit / coarse_bf). */
     size_t m = p->coarse_bf && n_fit > p->coarse_bf ? (n_fit + p->coarse_bf - 1) / p->coarse_bf : 1;
     size_t n_coarse = 0;
@@ -269,58 +401,90 @@ ssb4d_status ssb4d_fit(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d_fi
     r->n_fit_bf = n_fit;
     r->n_coarse_bf = n_coarse;
     const ssb4d_G *Gc = C ? C : F;
+    ssb4d_band_opts band;
+    auto_band(G, &r->geom, p, p->threads, &band);
 
     progress_t pr = {p, 0, 0};
-    pr.expected = (double)(p->trials + 70) * (double)n_coarse + 50.0 * (double)n_fit;
+    pr.expected = (double)(box.trials + 70) * (double)n_coarse + 50.0 * (double)n_fit;
     fit_thin_result tr;
     double x[3];
+    double median = NAN;
     if (!st) {
-        /* 1. global search + Nelder–Mead on the coarse subset */
         fit_thin_params t;
-        thin_params(p, &pr, &t);
+        thin_params(p, &box, &band, &pr, &t);
         t.stage_base = FIT_STAGE_GLOBAL;
         fit_state *s = NULL;
-        st = fit_thin(Gc, g, &t, mem, &tr, &s, err);
-        if (!st)
+        st = fit_thin(Gc, &r->geom, &t, mem, &tr, &s, err);
+        if (!st) {
+            size_t nt;
+            const fit_trial *tt = fit_trials(s, &nt);
+            double *v = malloc((nt ? nt : 1) * sizeof *v);
+            size_t nv = 0;
+            for (size_t i = 0; v && i < nt; i++)
+                if (tt[i].stage == FIT_STAGE_GLOBAL)
+                    v[nv++] = tt[i].loss;
+            if (nv) {
+                for (size_t a = 1; a < nv; a++) /* insertion sort: a few dozen values */
+                    for (size_t b2 = a; b2 > 0 && v[b2] < v[b2 - 1]; b2--) {
+                        double tmp = v[b2];
+                        v[b2] = v[b2 - 1];
+                        v[b2 - 1] = tmp;
+                    }
+                median = nv % 2 ? v[nv / 2] : 0.5 * (v[nv / 2 - 1] + v[nv / 2]);
+            }
+            free(v);
             st = append_trials(r, s, err);
+        }
         r->nm_iterations += st ? 0 : tr.nm_iterations;
         fit_state_free(s);
         memcpy(x, tr.x, sizeof x);
     }
-    /* 2. Nelder–Mead on all fit pixels */
     if (!st && Gc != F) {
-        st = refine(F, g, p, &pr, x, FIT_STAGE_NM_FULL, mem, r, &tr, err);
+        st = refine(F, &r->geom, p, &box, &band, &pr, x, FIT_STAGE_NM_FULL, mem, r, &tr, err);
         memcpy(x, tr.x, sizeof x);
     }
-    r->geom = *g;
     if (!st) {
-        r->loss = tr.loss;
+        r->objective = tr.loss;
         fit_point_aberrations(&p->base, x, &r->ab);
+        if (isfinite(median) && median != 0)
+            r->loss_contrast = (median - tr.loss) / fabs(median);
     }
-    /* 3. the 180° branch */
+    /* 3. the 180° branch: on the other branch (rotation + 180°, −C10, −C12) γ is exactly −γ, so
+     * the objective is the same and the phase image is negated; the sign of the specimen's
+     * potential decides (SPEC §6.3). */
     if (!st && p->branch_check) {
-        st = phase_skewness(G, g, &r->ab, p->threads, mem, &r->skewness, err);
-        if (!st && r->skewness < -0.2) {
-            ssb4d_geometry g2 = *g;
-            g2.rotation_deg = fmod(g->rotation_deg + 180.0 + 180.0, 360.0) - 180.0;
-            double x2[3] = {-x[FIT_C10], x[FIT_C12], x[FIT_PHI12] + 90.0};
-            pr.expected += 50.0 * (double)n_fit;
-            st = refine(F, &g2, p, &pr, x2, FIT_STAGE_BRANCH, mem, r, &tr, err);
-            ssb4d_aberrations ab2;
-            double s2 = NAN;
-            if (!st) {
-                fit_point_aberrations(&p->base, tr.x, &ab2);
-                st = phase_skewness(G, &g2, &ab2, p->threads, mem, &s2, err);
-            }
-            if (!st && s2 > r->skewness) {
-                r->skewness_other = r->skewness;
-                r->skewness = s2;
-                r->branch_flipped = 1;
-                r->geom = g2;
-                r->ab = ab2;
-                r->loss = tr.loss;
-            } else if (!st)
-                r->skewness_other = s2;
+        st = phase_skewness(G, &r->geom, &r->ab, p->threads, mem, &r->skewness, err);
+        r->skewness_other = -r->skewness;
+        if (!st && r->skewness < 0 && !p->rotation_given) {
+            r->geom.rotation_deg = wrap180(r->geom.rotation_deg + 180.0);
+            double x2[3] = {-x[FIT_C10], x[FIT_C12], wrap_phi(x[FIT_PHI12] + 90.0)};
+            fit_point_aberrations(&p->base, x2, &r->ab);
+            memcpy(x, x2, sizeof x);
+            r->skewness_other = r->skewness;
+            r->skewness = -r->skewness;
+            r->branch_flipped = 1;
+        }
+    }
+    /* 4. the exact loss on every selected BF pixel at the endpoint (SPEC §6.1) */
+    if (!st) {
+        ssb4d_ssb_opts o;
+        ssb4d_ssb_opts_default(&o);
+        o.threads = p->threads;
+        st = ssb4d_loss(G, &r->geom, &r->ab, NULL, &o, mem, &r->loss, NULL, err);
+    }
+    if (!st) {
+        r->phi12_probe_deg = wrap_phi(r->ab.phi_deg[SSB4D_C12] - r->geom.rotation_deg);
+        /* confidence: a clear minimum, and the fit where the parallax put it */
+        r->confident = 1;
+        if (!(r->loss_contrast > 0.01)) {
+            r->confident = 0;
+            snprintf(r->warning, sizeof r->warning, "no clear minimum: the best objective is only %.2g %% below the "
+                     "median of the search", 100.0 * r->loss_contrast);
+        }
+        if (!strcmp(r->rotation_source, "undetermined")) {
+            r->confident = 0;
+            snprintf(r->warning, sizeof r->warning, "the scan-detector rotation is undetermined (neither the "
+                     "parallax nor the centre of mass fixes it): give --rotation");
         }
     }
     ssb4d_G_free(C);

@@ -1,0 +1,435 @@
+/* fit_study.c — the widened success-rate study of the fit (issue 11, docs/fit.md).
+ *
+ * Draws N cases from a wide family with a seeded generator: SrTiO3 or Au, 200 or 300 kV,
+ * semi-angle 15–35 mrad, scans 32²–128² (step 0.25–0.6 Å), detectors 48²–96² (BF disk 0.35–0.85
+ * of the half-width), dose 500–1e5 electrons per pattern (log-uniform), C10 ±40 nm, C12 0–10 nm,
+ * φ12 any, thickness one cell, 2–10 nm or 10–20 nm (the thickest tilted up to 5 mrad), scan–
+ * detector rotation 0, a multiple of 90° or any angle in ±180°. Each case is simulated in memory
+ * (ssb4d_simulate_to_memory), calibrated from the microscope values a sidecar gives (kV, semi-
+ * angle, scan step, detector sampling; never the rotation), G is built and ssb4d_fit runs with its
+ * defaults (and with --tilt also the thick-sample fit on the tilted thick cases).
+ *
+ * A case succeeds when |ΔC10| ≤ 0.2 nm against the mean depth of the potential planes (≤ 2 nm for
+ * crystals thicker than 10 nm), |ΔC12| ≤ 0.2 nm, |Δφ12| ≤ 3° when C12 ≥ 1 nm (φ12 in the probe
+ * frame) and the rotation within 1° (mod 360). One JSON line per case on stdout, then one summary
+ * line per stratum and overall; `--table` prints the per-stratum table in Markdown on stderr.
+ *
+ * usage: ssb4d_fit_study [--n N] [--seed S] [--cases i,j,..] [--tilt] [--threads T]
+ *                        [--dump DIR] [--table] [--max-scan N] > record.jsonl
+ */
+#include "common/splitmix.h"
+#include "fit/tilt.h"
+#include "gbuild/gbuild.h"
+#include "ssb4d.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+static double now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Uniform in [0, 1) from the top 53 bits. */
+static double unit(uint64_t *s) { return (double)(ssb4d_splitmix64(s) >> 11) * 0x1p-53; }
+
+static double wrap(double d, double period)
+{
+    d = fmod(d, period);
+    if (d > period / 2)
+        d -= period;
+    if (d < -period / 2)
+        d += period;
+    return d;
+}
+
+static long gcd(long a, long b) { return b ? gcd(b, a % b) : a; }
+
+/* ---- the family --------------------------------------------------------------------------- */
+
+enum { TH_THIN, TH_MEDIUM, TH_THICK, N_TH };
+enum { ROT_ZERO, ROT_QUARTER, ROT_ANY, N_ROT };
+enum { DOSE_LOW, DOSE_MID, DOSE_HIGH, N_DOSE };
+static const char *th_name[] = {"thin (1 cell)", "2-10 nm", "10-20 nm, tilted"};
+static const char *rot_name[] = {"rotation 0", "rotation k*90", "rotation any"};
+static const char *dose_name[] = {"dose 500-3e3", "dose 3e3-2e4", "dose 2e4-1e5"};
+
+typedef struct {
+    int index;
+    ssb4d_sim_params sp;
+    int th, rot, dose_class;
+    double rotation_deg; /* the truth in ssb4d's convention */
+    double c10_mean_plane, thickness_nm;
+} study_case;
+
+/* Draws case i. The stratum of each dimension cycles with i so that every stratum is filled
+ * evenly; everything else is random (seeded by seed and i, independent of the other cases). */
+static int draw_case(uint64_t seed, int i, int max_scan, study_case *c, ssb4d_err *err)
+{
+    memset(c, 0, sizeof *c);
+    c->index = i;
+    uint64_t r = seed * 0x9E3779B97F4A7C15ull + (uint64_t)i * 0xD1B54A32D192ED03ull;
+    ssb4d_sim_params *p = &c->sp;
+    if (ssb4d_sim_params_preset(p, "small", err))
+        return -1;
+    c->th = i % N_TH;
+    c->rot = (i / N_TH) % N_ROT;
+    c->dose_class = (i / (N_TH * N_ROT)) % N_DOSE;
+    p->specimen = unit(&r) < 0.5 ? SSB4D_SPECIMEN_SRTIO3 : SSB4D_SPECIMEN_AU;
+    p->kv = unit(&r) < 0.5 ? 200.0 : 300.0;
+    p->semiangle_mrad = 15.0 + 20.0 * unit(&r);
+    static const double dose_lo[] = {500, 3e3, 2e4}, dose_hi[] = {3e3, 2e4, 1e5};
+    p->dose = exp(log(dose_lo[c->dose_class]) + (log(dose_hi[c->dose_class]) - log(dose_lo[c->dose_class])) * unit(&r));
+    memset(&p->ab, 0, sizeof p->ab);
+    p->ab.C_nm[SSB4D_C10] = -40.0 + 80.0 * unit(&r);
+    p->ab.C_nm[SSB4D_C12] = 10.0 * unit(&r);
+    p->ab.phi_deg[SSB4D_C12] = -90.0 + 180.0 * unit(&r);
+    double a = p->specimen == SSB4D_SPECIMEN_AU ? 4.078 : 3.905;
+    /* thickness and tilt */
+    if (c->th == TH_THIN)
+        p->cells_z = 1;
+    else if (c->th == TH_MEDIUM)
+        p->cells_z = (int)lround((2.0 + 8.0 * unit(&r)) * 10.0 / a);
+    else {
+        p->cells_z = (int)lround((10.0 + 10.0 * unit(&r)) * 10.0 / a);
+        double t = 5.0 * sqrt(unit(&r)), ang = 2 * M_PI * unit(&r);
+        p->tilt_mrad[0] = t * cos(ang);
+        p->tilt_mrad[1] = t * sin(ang);
+    }
+    if (p->cells_z < 1)
+        p->cells_z = 1;
+    /* scan: sizes 32, 64, 128 (thick crystals at arbitrary rotations are simulated position by
+     * position: 32 only); the step 0.25–0.6 Å sets the cells covered */
+    static const int scans[] = {32, 64, 128};
+    int ns = (c->th == TH_THICK && c->rot == ROT_ANY) ? 1 : 3;
+    p->scan_n = scans[(int)(unit(&r) * ns)];
+    if (p->scan_n > max_scan)
+        p->scan_n = max_scan;
+    double step = 0.25 + 0.35 * unit(&r);
+    p->scan_cells = (int)lround(step * p->scan_n / a);
+    if (p->scan_cells < 1)
+        p->scan_cells = 1;
+    if (c->th == TH_THICK) { /* few distinct positions per cell: the simulator reuses patterns */
+        int best = p->scan_cells;
+        long bestn = p->scan_n / gcd(p->scan_n, best);
+        for (int s = p->scan_cells - 2; s <= p->scan_cells + 2; s++)
+            if (s >= 1 && p->scan_n / gcd(p->scan_n, s) < bestn)
+                best = s, bestn = p->scan_n / gcd(p->scan_n, s);
+        p->scan_cells = best;
+    }
+    /* detector and the window that puts the BF disk at a fraction f of the half-width */
+    static const int dets[] = {48, 64, 96};
+    int nd = (c->th == TH_THICK && c->rot == ROT_ANY) ? 2 : 3;
+    p->det = dets[(int)(unit(&r) * nd)];
+    double f = 0.35 + 0.5 * unit(&r), lambda = ssb4d_wavelength_A(p->kv);
+    double L = f * (p->det / 2.0) * lambda / (p->semiangle_mrad * 1e-3);
+    p->window_cells = (int)lround(L / a);
+    if (p->window_cells < 2)
+        p->window_cells = 2;
+    /* rotation */
+    if (c->rot == ROT_QUARTER) {
+        c->rotation_deg = wrap(90.0 * (1 + (int)(unit(&r) * 3)), 360.0);
+        p->scan_rotation_deg = c->rotation_deg;
+    } else if (c->rot == ROT_ANY) {
+        c->rotation_deg = -180.0 + 360.0 * unit(&r);
+        p->scan_rotation_deg = c->rotation_deg;
+    }
+    p->seed = seed + (uint64_t)i;
+    p->threads = 0;
+    ssb4d_sim_info info;
+    if (ssb4d_sim_describe(p, &info, err))
+        return -1;
+    c->thickness_nm = info.thickness_nm;
+    c->c10_mean_plane = p->ab.C_nm[SSB4D_C10] + 0.5 * (info.thickness_nm - info.thickness_nm / info.n_slices);
+    return 0;
+}
+
+static int write_dump(const char *dir, const study_case *c, const uint16_t *counts, const ssb4d_sim_info *info)
+{
+    char path[1024];
+    mkdir(dir, 0755);
+    snprintf(path, sizeof path, "%s/case%03d.npy", dir, c->index);
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        return -1;
+    size_t n = (size_t)c->sp.scan_n, d = (size_t)c->sp.det;
+    char hdr[256];
+    int len = snprintf(hdr, sizeof hdr, "{'descr': '<u2', 'fortran_order': False, 'shape': (%zu, %zu, %zu, %zu), }", n, n, d, d);
+    int total = 10 + len + 1, pad = (total + 63) / 64 * 64;
+    fwrite("\x93NUMPY\x01\x00", 1, 8, f);
+    unsigned short hl = (unsigned short)(pad - 10);
+    fputc(hl & 255, f);
+    fputc(hl >> 8, f);
+    fwrite(hdr, 1, (size_t)len, f);
+    for (int k = total; k < pad; k++)
+        fputc(' ', f);
+    fputc('\n', f);
+    fwrite(counts, sizeof *counts, n * n * d * d, f);
+    fclose(f);
+    snprintf(path, sizeof path, "%s/case%03d.json", dir, c->index);
+    f = fopen(path, "w");
+    if (!f)
+        return -1;
+    /* the microscope values a user would know; the rotation is left out on purpose */
+    fprintf(f, "{\"optics\": {\"voltage_kV\": %g, \"semiangle_mrad\": %.6f},\n"
+               " \"scan\": {\"step_A\": [%.9g, %.9g]},\n"
+               " \"detector\": {\"sampling_mrad\": [%.9g, %.9g]},\n"
+               " \"study_truth\": {\"C10_nm_mean_plane\": %.6f, \"C12_nm\": %.6f, \"phi12_deg_probe\": %.4f,"
+               " \"rotation_deg\": %.4f, \"thickness_nm\": %.4f, \"tilt_mrad\": [%.4f, %.4f], \"dose\": %.1f,"
+               " \"specimen\": \"%s\"}}\n",
+            c->sp.kv, c->sp.semiangle_mrad, info->scan_step_A, info->scan_step_A, info->det_sampling_mrad,
+            info->det_sampling_mrad, c->c10_mean_plane, c->sp.ab.C_nm[SSB4D_C12], c->sp.ab.phi_deg[SSB4D_C12],
+            c->rotation_deg, c->thickness_nm, -c->sp.tilt_mrad[0], -c->sp.tilt_mrad[1], c->sp.dose,
+            c->sp.specimen == SSB4D_SPECIMEN_AU ? "Au" : "SrTiO3");
+    fclose(f);
+    return 0;
+}
+
+/* ---- the study ------------------------------------------------------------------------------ */
+
+typedef struct {
+    int n, ok;
+} tally;
+
+static void tally_add(tally *t, int ok)
+{
+    t->n++;
+    t->ok += ok;
+}
+
+int main(int argc, char **argv)
+{
+    int n = 120, threads = 0, tilt = 0, table = 0, max_scan = 128, rotation_given = 0, objective = -1;
+    int only_th = -1, only_rot = -1, only_dose = -1, branch_check = 1;
+    uint64_t seed = 2026;
+    const char *cases = NULL, *dump = NULL;
+    for (int a = 1; a < argc; a++) {
+        if (!strcmp(argv[a], "--n") && a + 1 < argc)
+            n = atoi(argv[++a]);
+        else if (!strcmp(argv[a], "--seed") && a + 1 < argc)
+            seed = strtoull(argv[++a], NULL, 10);
+        else if (!strcmp(argv[a], "--cases") && a + 1 < argc)
+            cases = argv[++a];
+        else if (!strcmp(argv[a], "--threads") && a + 1 < argc)
+            threads = atoi(argv[++a]);
+        else if (!strcmp(argv[a], "--dump") && a + 1 < argc)
+            dump = argv[++a];
+        else if (!strcmp(argv[a], "--max-scan") && a + 1 < argc)
+            max_scan = atoi(argv[++a]);
+        else if (!strcmp(argv[a], "--tilt"))
+            tilt = 1;
+        else if (!strcmp(argv[a], "--rotation-given")) /* diagnostics: the true rotation given */
+            rotation_given = 1;
+        else if (!strcmp(argv[a], "--no-branch-check"))
+            branch_check = 0;
+        else if (!strcmp(argv[a], "--objective") && a + 1 < argc) {
+            a++;
+            objective = !strcmp(argv[a], "loss") ? SSB4D_FIT_OBJ_LOSS : SSB4D_FIT_OBJ_BAND;
+        } else if (!strcmp(argv[a], "--only") && a + 2 < argc) { /* one stratum: th|rot|dose K */
+            int k = atoi(argv[a + 2]);
+            if (!strcmp(argv[a + 1], "th"))
+                only_th = k;
+            else if (!strcmp(argv[a + 1], "rot"))
+                only_rot = k;
+            else
+                only_dose = k;
+            a += 2;
+        }
+        else if (!strcmp(argv[a], "--table"))
+            table = 1;
+        else {
+            fprintf(stderr, "usage: ssb4d_fit_study [--n N] [--seed S] [--cases i,j,..] [--tilt] "
+                            "[--threads T] [--dump DIR] [--table] [--max-scan N]\n");
+            return 2;
+        }
+    }
+    tally all = {0, 0}, by_th[N_TH] = {{0, 0}}, by_rot[N_ROT] = {{0, 0}}, by_dose[N_DOSE] = {{0, 0}};
+    tally by_spec[2] = {{0, 0}}, by_scan[3] = {{0, 0}}, by_tilt = {0, 0};
+    double t_all0 = now();
+    for (int i = 0; i < n; i++) {
+        if (cases) { /* a comma-separated list of indices */
+            int want = 0;
+            for (const char *s = cases; *s;) {
+                char *e;
+                long v = strtol(s, &e, 10);
+                if (e == s)
+                    break;
+                if (v == i)
+                    want = 1;
+                s = *e ? e + 1 : e;
+            }
+            if (!want)
+                continue;
+        }
+        ssb4d_err err = {0};
+        study_case c;
+        if (draw_case(seed, i, max_scan, &c, &err)) {
+            fprintf(stderr, "case %d: %s\n", i, err.msg);
+            return 1;
+        }
+        c.sp.threads = threads;
+        if ((only_th >= 0 && c.th != only_th) || (only_rot >= 0 && c.rot != only_rot) ||
+            (only_dose >= 0 && c.dose_class != only_dose))
+            continue;
+        ssb4d_sim_info info;
+        ssb4d_sim_describe(&c.sp, &info, &err);
+        size_t dd = (size_t)c.sp.det * c.sp.det, np = (size_t)c.sp.scan_n * c.sp.scan_n;
+        size_t shape[4] = {(size_t)c.sp.scan_n, (size_t)c.sp.scan_n, (size_t)c.sp.det, (size_t)c.sp.det};
+        uint16_t *counts = malloc(np * dd * sizeof *counts);
+        double t0 = now();
+        if (!counts || ssb4d_simulate_to_memory(&c.sp, counts, NULL, NULL, NULL, &info, &err)) {
+            fprintf(stderr, "case %d: simulate: %s\n", i, err.msg);
+            return 1;
+        }
+        double t1 = now();
+        if (dump)
+            write_dump(dump, &c, counts, &info);
+        ssb4d_source *src = NULL;
+        ssb4d_calibration cal;
+        ssb4d_calib_params cp;
+        ssb4d_calib_params_default(&cp);
+        cp.kv = c.sp.kv;
+        cp.semiangle_mrad = c.sp.semiangle_mrad;
+        cp.scan_step_A[0] = cp.scan_step_A[1] = info.scan_step_A;
+        cp.det_sampling_mrad[0] = cp.det_sampling_mrad[1] = info.det_sampling_mrad;
+        cp.threads = threads;
+        ssb4d_gbuild_opts go;
+        ssb4d_gbuild_opts_default(&go);
+        go.threads = threads;
+        ssb4d_G *G = NULL;
+        if (ssb4d_source_from_memory(counts, SSB4D_U16, shape, &src, &err) ||
+            ssb4d_calibrate(src, &cp, &cal, &err) ||
+            ssb4d_gbuild(src, &cal.geom, cal.bf_pix, cal.n_bf, &go, NULL, &G, &err)) {
+            fprintf(stderr, "case %d: calibrate/G: %s\n", i, err.msg);
+            return 1;
+        }
+        double t2 = now();
+        ssb4d_fit_params fp;
+        ssb4d_fit_params_default(&fp);
+        fp.threads = threads;
+        fp.rotation_given = rotation_given;
+        fp.rotation_sigma_deg = cal.rotation_fitted ? cal.rotation_sigma_deg : NAN;
+        fp.branch_check = branch_check;
+        if (objective >= 0)
+            fp.objective = (ssb4d_fit_objective)objective;
+        ssb4d_geometry g0 = cal.geom;
+        if (rotation_given)
+            g0.rotation_deg = c.rotation_deg;
+        ssb4d_fit_result r;
+        if (ssb4d_fit(G, &g0, &fp, NULL, &r, &err)) {
+            fprintf(stderr, "case %d: fit: %s\n", i, err.msg);
+            return 1;
+        }
+        double t3 = now();
+        double tol10 = c.thickness_nm > 10.0 ? 2.0 : 0.2;
+        double c12 = c.sp.ab.C_nm[SSB4D_C12];
+        double d10 = r.ab.C_nm[SSB4D_C10] - c.c10_mean_plane;
+        double d12 = r.ab.C_nm[SSB4D_C12] - c12;
+        double dphi = wrap(r.phi12_probe_deg - c.sp.ab.phi_deg[SSB4D_C12], 180.0);
+        double drot = wrap(r.geom.rotation_deg - c.rotation_deg, 360.0);
+        int ok10 = fabs(d10) <= tol10, ok12 = fabs(d12) <= 0.2, okphi = c12 < 1.0 || fabs(dphi) <= 3.0;
+        int okrot = fabs(drot) <= 1.0;
+        int ok = ok10 && ok12 && okphi && okrot;
+        /* the thick-sample fit on the tilted thick cases */
+        int tilt_ok = -1;
+        double tilt_fit[2] = {NAN, NAN}, t_fit = NAN, t4 = t3;
+        if (tilt && c.th == TH_THICK) {
+            fit_tilt_params tp;
+            fit_tilt_params_default(&tp);
+            tp.thin.start[0] = r.ab.C_nm[SSB4D_C10];
+            tp.thin.start[1] = r.ab.C_nm[SSB4D_C12];
+            tp.thin.start[2] = r.ab.phi_deg[SSB4D_C12];
+            fit_tilt_result tr;
+            if (fit_tilt(G, &r.geom, &tp, NULL, &tr, NULL, &err)) {
+                fprintf(stderr, "case %d: tilt: %s\n", i, err.msg);
+                return 1;
+            }
+            t4 = now();
+            tilt_fit[0] = tr.thick.tilt_mrad[0];
+            tilt_fit[1] = tr.thick.tilt_mrad[1];
+            t_fit = tr.thick.thickness_nm;
+            /* the simulator's tilt is a beam tilt: the specimen tilt is its negative (docs/tilt.md) */
+            tilt_ok = hypot(tilt_fit[0] + c.sp.tilt_mrad[0], tilt_fit[1] + c.sp.tilt_mrad[1]) <= 1.0;
+            tally_add(&by_tilt, tilt_ok);
+        }
+        tally_add(&all, ok);
+        tally_add(&by_th[c.th], ok);
+        tally_add(&by_rot[c.rot], ok);
+        tally_add(&by_dose[c.dose_class], ok);
+        tally_add(&by_spec[c.sp.specimen == SSB4D_SPECIMEN_AU], ok);
+        tally_add(&by_scan[c.sp.scan_n == 32 ? 0 : c.sp.scan_n == 64 ? 1 : 2], ok);
+        printf("{\"i\":%d,\"specimen\":\"%s\",\"kv\":%g,\"semiangle_mrad\":%.2f,\"scan\":%d,\"scan_cells\":%d,"
+               "\"step_A\":%.4f,\"det\":%d,\"bf_radius_px\":%.2f,\"dose\":%.0f,\"thickness_nm\":%.2f,"
+               "\"tilt_mrad\":[%.3f,%.3f],\"strata\":{\"thickness\":\"%s\",\"rotation\":\"%s\",\"dose\":\"%s\"},"
+               "\"truth\":{\"C10_nm_mean_plane\":%.4f,\"C12_nm\":%.4f,\"phi12_deg_probe\":%.3f,\"rotation_deg\":%.3f},"
+               "\"fit\":{\"C10_nm\":%.4f,\"C12_nm\":%.4f,\"phi12_deg_probe\":%.3f,\"phi12_deg_scan\":%.3f,"
+               "\"rotation_deg\":%.3f,\"rotation_source\":\"%s\",\"branch_flipped\":%d,\"loss\":%.9g,"
+               "\"confident\":%d,\"skewness\":%.3f,\"contrast\":%.4f},"
+               "\"parallax\":{\"C10_nm\":%.4f,\"C12_nm\":%.4f,\"phi12_deg_scan\":%.3f,\"rotation_deg\":%.3f,"
+               "\"sigma\":[%.4f,%.4f,%.3f,%.3f]},"
+               "\"calibration_rotation_deg\":%.3f,\"calibration_rotation_sigma_deg\":%.3f,"
+               "\"dC10\":%.4f,\"dC12\":%.4f,\"dphi12\":%.3f,\"drotation\":%.3f,\"ok\":%s,"
+               "\"tilt_fit_mrad\":[%.3f,%.3f],\"thickness_fit_nm\":%.3f,\"tilt_ok\":%d,"
+               "\"evaluations\":%zu,\"simulate_s\":%.2f,\"calibrate_gbuild_s\":%.2f,\"fit_s\":%.2f,\"tilt_s\":%.2f}\n",
+               i, c.sp.specimen == SSB4D_SPECIMEN_AU ? "Au" : "SrTiO3", c.sp.kv, c.sp.semiangle_mrad, c.sp.scan_n,
+               c.sp.scan_cells, info.scan_step_A, c.sp.det, info.bf_radius_px, c.sp.dose, c.thickness_nm,
+               -c.sp.tilt_mrad[0], -c.sp.tilt_mrad[1], th_name[c.th], rot_name[c.rot], dose_name[c.dose_class],
+               c.c10_mean_plane, c12, c.sp.ab.phi_deg[SSB4D_C12], c.rotation_deg, r.ab.C_nm[SSB4D_C10],
+               r.ab.C_nm[SSB4D_C12], r.phi12_probe_deg, r.ab.phi_deg[SSB4D_C12], r.geom.rotation_deg,
+               r.rotation_source, r.branch_flipped, r.loss, r.confident, r.skewness, r.loss_contrast, r.parallax.C10_nm, r.parallax.C12_nm,
+               r.parallax.phi12_deg, r.parallax.rotation_deg, r.parallax.sigma[0], r.parallax.sigma[1],
+               r.parallax.sigma[2], r.parallax.sigma[3], cal.rotation_curl_deg, cal.rotation_sigma_deg, d10, d12,
+               dphi, drot, ok ? "true" : "false", tilt_fit[0], tilt_fit[1], t_fit, tilt_ok, r.evaluations,
+               t1 - t0, t2 - t1, t3 - t2, t4 - t3);
+        fflush(stdout);
+        ssb4d_fit_result_free(&r);
+        ssb4d_G_free(G);
+        ssb4d_calibration_free(&cal);
+        ssb4d_source_close(src);
+        free(counts);
+    }
+    double secs = now() - t_all0;
+#define SUMMARY(label, t)                                                                                  \
+    printf("{\"summary\":\"%s\",\"n\":%d,\"ok\":%d,\"rate\":%.4f}\n", label, (t).n, (t).ok,             \
+           (t).n ? (double)(t).ok / (t).n : 0.0)
+    for (int k = 0; k < N_TH; k++)
+        SUMMARY(th_name[k], by_th[k]);
+    for (int k = 0; k < N_ROT; k++)
+        SUMMARY(rot_name[k], by_rot[k]);
+    for (int k = 0; k < N_DOSE; k++)
+        SUMMARY(dose_name[k], by_dose[k]);
+    SUMMARY("SrTiO3", by_spec[0]);
+    SUMMARY("Au", by_spec[1]);
+    SUMMARY("scan 32", by_scan[0]);
+    SUMMARY("scan 64", by_scan[1]);
+    SUMMARY("scan 128", by_scan[2]);
+    if (tilt)
+        SUMMARY("tilt within 1 mrad (--tilt, thick cases)", by_tilt);
+    SUMMARY("all", all);
+    printf("{\"summary\":\"study\",\"seed\":%llu,\"n\":%d,\"seconds\":%.1f}\n", (unsigned long long)seed, all.n, secs);
+    if (table) {
+        fprintf(stderr, "| stratum | cases | recovered | rate |\n|---|---|---|---|\n");
+#define ROW(label, t) fprintf(stderr, "| %s | %d | %d | %.0f %% |\n", label, (t).n, (t).ok, (t).n ? 100.0 * (t).ok / (t).n : 0.0)
+        for (int k = 0; k < N_TH; k++)
+            ROW(th_name[k], by_th[k]);
+        for (int k = 0; k < N_ROT; k++)
+            ROW(rot_name[k], by_rot[k]);
+        for (int k = 0; k < N_DOSE; k++)
+            ROW(dose_name[k], by_dose[k]);
+        ROW("SrTiO3", by_spec[0]);
+        ROW("Au", by_spec[1]);
+        ROW("scan 32", by_scan[0]);
+        ROW("scan 64", by_scan[1]);
+        ROW("scan 128", by_scan[2]);
+        if (tilt)
+            ROW("tilt within 1 mrad (--tilt)", by_tilt);
+        ROW("**all**", all);
+    }
+    return 0;
+}
