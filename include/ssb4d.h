@@ -211,6 +211,8 @@ typedef struct {
     double disk_radius_px;       /* equal-area radius of pixels > disk_threshold */
     double disk_threshold;       /* mean + std of the mean pattern, or the two-class threshold */
     int disk_threshold_two_class; /* 1: mean + std gave no filled disk (disk > half the detector) */
+    int disk_threshold_half_median; /* 1: mean + std found only the bright core of a non-flat disk;
+                                       the disk is the set above half its median */
     double edge_radius_px;       /* equal-area radius of pixels > median(disk)/2 */
     double selection_radius_px;
     double rotation_curl_deg;    /* measured (NaN if not measured) */

@@ -47,7 +47,7 @@ static cJSON *measured_json(const ssb4d_calibration *c, double seconds)
     cJSON_AddItemToObject(m, "disk_radius_px", num(c->disk_radius_px));
     cJSON_AddItemToObject(m, "disk_threshold", num(c->disk_threshold));
     cJSON_AddStringToObject(m, "disk_threshold_method",
-                            c->disk_threshold_two_class ? "two-class" : "mean+std");
+                            c->disk_threshold_half_median ? "half-median" : c->disk_threshold_two_class ? "two-class" : "mean+std");
     cJSON_AddItemToObject(m, "edge_radius_px", num(c->edge_radius_px));
     cJSON_AddNumberToObject(m, "n_bf", (double)c->n_bf);
     cJSON_AddNumberToObject(m, "n_flagged", (double)c->n_flagged);
@@ -75,7 +75,7 @@ static void print_summary(const char *data, const ssb4d_calibration *c, const ch
            c->scan_shape[1], c->det_shape[0], c->det_shape[1], c->total_counts);
     printf("  BF disk     centroid (%.3f, %.3f) px, radius %.3f px (%s threshold), edge radius %.3f px\n",
            c->disk_centre_px[0], c->disk_centre_px[1], c->disk_radius_px,
-           c->disk_threshold_two_class ? "two-class" : "mean+std", c->edge_radius_px);
+           c->disk_threshold_half_median ? "half-median" : c->disk_threshold_two_class ? "two-class" : "mean+std", c->edge_radius_px);
     printf("  centre      (%.3f, %.3f) px%s\n", c->geom.centre_px[0], c->geom.centre_px[1],
            c->centre_fitted ? " (centroid)" : " (given)");
     if (c->det_sampling_fitted)
