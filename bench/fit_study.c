@@ -191,6 +191,61 @@ static int write_dump(const char *dir, const study_case *c, const uint16_t *coun
     return 0;
 }
 
+
+/* ---- branch diagnostics (research): statistics of the phase at the true branch --------------- */
+
+static double corr(const double *a, const double *b, size_t n)
+{
+    double ma = 0, mb = 0, sab = 0, saa = 0, sbb = 0;
+    for (size_t i = 0; i < n; i++)
+        ma += a[i], mb += b[i];
+    ma /= (double)n, mb /= (double)n;
+    for (size_t i = 0; i < n; i++) {
+        sab += (a[i] - ma) * (b[i] - mb);
+        saa += (a[i] - ma) * (a[i] - ma);
+        sbb += (b[i] - mb) * (b[i] - mb);
+    }
+    return saa > 0 && sbb > 0 ? sab / sqrt(saa * sbb) : 0.0;
+}
+
+/* At the truth: skewness of the phase, its correlation with the (negated) BF-disk image and with
+ * the dark-field image (everything outside the BF disk), from the counts. */
+static void branch_stats(const uint16_t *counts, size_t np, size_t dd, const ssb4d_calibration *cal,
+                         const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d_aberrations *ab, double out[3])
+{
+    ssb4d_err err = {0};
+    float *ph = malloc(np * sizeof *ph);
+    double *phd = malloc(np * sizeof *phd), *bf = calloc(np, sizeof *bf), *df = calloc(np, sizeof *df);
+    unsigned char *inbf = calloc(dd, 1);
+    out[0] = out[1] = out[2] = NAN;
+    if (!ph || !phd || !bf || !df || !inbf || ssb4d_object(G, g, ab, NULL, 1, NULL, NULL, NULL, ph, &err))
+        goto done;
+    for (size_t i = 0; i < cal->n_bf; i++)
+        inbf[cal->bf_pix[i]] = 1;
+    /* the dark field: beyond 1.1 × the disk radius */
+    double r2 = 1.21 * cal->disk_radius_px * cal->disk_radius_px;
+    size_t det = cal->det_shape[1];
+    for (size_t pos = 0; pos < np; pos++) {
+        const uint16_t *f = counts + pos * dd;
+        double sb = 0, sd = 0;
+        for (size_t q = 0; q < dd; q++) {
+            double yr = (double)(q / det) - cal->disk_centre_px[0], xc = (double)(q % det) - cal->disk_centre_px[1];
+            if (inbf[q])
+                sb += f[q];
+            else if (yr * yr + xc * xc > r2)
+                sd += f[q];
+        }
+        bf[pos] = -sb;
+        df[pos] = sd;
+        phd[pos] = ph[pos];
+    }
+    out[0] = ssb4d_phase_skewness(ph, np);
+    out[1] = corr(phd, bf, np);
+    out[2] = corr(phd, df, np);
+done:
+    free(ph), free(phd), free(bf), free(df), free(inbf);
+}
+
 /* ---- the study ------------------------------------------------------------------------------ */
 
 typedef struct {
@@ -327,6 +382,15 @@ int main(int argc, char **argv)
             return 1;
         }
         double t3 = now();
+        double bstat[3];
+        {
+            ssb4d_geometry gt = cal.geom;
+            gt.rotation_deg = c.rotation_deg;
+            ssb4d_aberrations at = c.sp.ab;
+            at.C_nm[SSB4D_C10] = c.c10_mean_plane;
+            at.phi_deg[SSB4D_C12] = c.sp.ab.phi_deg[SSB4D_C12] + c.rotation_deg; /* scan frame */
+            branch_stats(counts, np, dd, &cal, G, &gt, &at, bstat);
+        }
         double tol10 = c.thickness_nm > 10.0 ? 2.0 : 0.2;
         double c12 = c.sp.ab.C_nm[SSB4D_C12];
         double d10 = r.ab.C_nm[SSB4D_C10] - c.c10_mean_plane;
@@ -365,7 +429,7 @@ int main(int argc, char **argv)
         tally_add(&by_spec[c.sp.specimen == SSB4D_SPECIMEN_AU], ok);
         tally_add(&by_scan[c.sp.scan_n == 32 ? 0 : c.sp.scan_n == 64 ? 1 : 2], ok);
         printf("{\"i\":%d,\"specimen\":\"%s\",\"kv\":%g,\"semiangle_mrad\":%.2f,\"scan\":%d,\"scan_cells\":%d,"
-               "\"step_A\":%.4f,\"det\":%d,\"bf_radius_px\":%.2f,\"dose\":%.0f,\"thickness_nm\":%.2f,"
+               "\"step_A\":%.4f,\"det\":%d,\"bf_radius_px\":%.2f,\"window_A\":%.2f,\"footprint_A\":%.2f,\"dose\":%.0f,\"thickness_nm\":%.2f,"
                "\"tilt_mrad\":[%.3f,%.3f],\"strata\":{\"thickness\":\"%s\",\"rotation\":\"%s\",\"dose\":\"%s\"},"
                "\"truth\":{\"C10_nm_mean_plane\":%.4f,\"C12_nm\":%.4f,\"phi12_deg_probe\":%.3f,\"rotation_deg\":%.3f},"
                "\"fit\":{\"C10_nm\":%.4f,\"C12_nm\":%.4f,\"phi12_deg_probe\":%.3f,\"phi12_deg_scan\":%.3f,"
@@ -376,16 +440,17 @@ int main(int argc, char **argv)
                "\"calibration_rotation_deg\":%.3f,\"calibration_rotation_sigma_deg\":%.3f,"
                "\"dC10\":%.4f,\"dC12\":%.4f,\"dphi12\":%.3f,\"drotation\":%.3f,\"ok\":%s,"
                "\"tilt_fit_mrad\":[%.3f,%.3f],\"thickness_fit_nm\":%.3f,\"tilt_ok\":%d,"
-               "\"evaluations\":%zu,\"simulate_s\":%.2f,\"calibrate_gbuild_s\":%.2f,\"fit_s\":%.2f,\"tilt_s\":%.2f}\n",
+               "\"truth_branch\":{\"skewness\":%.3f,\"corr_negbf\":%.4f,\"corr_df\":%.4f},\"evaluations\":%zu,\"simulate_s\":%.2f,\"calibrate_gbuild_s\":%.2f,\"fit_s\":%.2f,\"tilt_s\":%.2f}\n",
                i, c.sp.specimen == SSB4D_SPECIMEN_AU ? "Au" : "SrTiO3", c.sp.kv, c.sp.semiangle_mrad, c.sp.scan_n,
-               c.sp.scan_cells, info.scan_step_A, c.sp.det, info.bf_radius_px, c.sp.dose, c.thickness_nm,
+               c.sp.scan_cells, info.scan_step_A, c.sp.det, info.bf_radius_px, info.window_A,
+               2.0 * c.sp.semiangle_mrad * 1e-3 * 10.0 * (fabs(c.sp.ab.C_nm[SSB4D_C10]) + c.sp.ab.C_nm[SSB4D_C12]) + 4.0, c.sp.dose, c.thickness_nm,
                -c.sp.tilt_mrad[0], -c.sp.tilt_mrad[1], th_name[c.th], rot_name[c.rot], dose_name[c.dose_class],
                c.c10_mean_plane, c12, c.sp.ab.phi_deg[SSB4D_C12], c.rotation_deg, r.ab.C_nm[SSB4D_C10],
                r.ab.C_nm[SSB4D_C12], r.phi12_probe_deg, r.ab.phi_deg[SSB4D_C12], r.geom.rotation_deg,
                r.rotation_source, r.branch_flipped, r.loss, r.confident, r.skewness, r.loss_contrast, r.parallax.C10_nm, r.parallax.C12_nm,
                r.parallax.phi12_deg, r.parallax.rotation_deg, r.parallax.sigma[0], r.parallax.sigma[1],
                r.parallax.sigma[2], r.parallax.sigma[3], cal.rotation_curl_deg, cal.rotation_sigma_deg, d10, d12,
-               dphi, drot, ok ? "true" : "false", tilt_fit[0], tilt_fit[1], t_fit, tilt_ok, r.evaluations,
+               dphi, drot, ok ? "true" : "false", tilt_fit[0], tilt_fit[1], t_fit, tilt_ok, bstat[0], bstat[1], bstat[2], r.evaluations,
                t1 - t0, t2 - t1, t3 - t2, t4 - t3);
         fflush(stdout);
         ssb4d_fit_result_free(&r);

@@ -28,9 +28,25 @@ void fit_point_aberrations(const ssb4d_aberrations *base, const double x[3], ssb
     ab->phi_deg[SSB4D_C12] = x[FIT_PHI12];
 }
 
-void fit_thin_aberrations(const fit_thin_params *p, const double x[3], ssb4d_aberrations *ab)
+void fit_thin_aberrations(const fit_thin_params *p, const double *x, ssb4d_aberrations *ab)
 {
     fit_point_aberrations(&p->base, x, ab);
+    if (p->fit_rotation) /* probe frame → scan frame (docs/fit.md) */
+        ab->phi_deg[SSB4D_C12] = x[FIT_PHI12] + x[FIT_ROT];
+}
+
+/* Until band.c takes a rotation per set: one call per set. */
+static ssb4d_status band_fit_rot(const ssb4d_G *G, const ssb4d_geometry *g, const double *rot,
+                                 const ssb4d_aberrations *ab, size_t n, const ssb4d_band_opts *o,
+                                 ssb4d_mem *mem, double *fit, ssb4d_err *err)
+{
+    ssb4d_status st = SSB4D_OK;
+    for (size_t i = 0; i < n && !st; i++) {
+        ssb4d_geometry gi = *g;
+        gi.rotation_deg = rot[i];
+        st = ssb4d_band_fit(G, &gi, &ab[i], NULL, 1, o, mem, &fit[i], err);
+    }
+    return st;
 }
 
 ssb4d_status fit_check_start(const double lo[3], const double hi[3], const double start[3],
@@ -58,16 +74,26 @@ static ssb4d_status thin_eval(void *user, const double *x, size_t n, double *los
 {
     const objective *o = user;
     ssb4d_aberrations ab[64];
-    double fit[64];
+    double fit[64], rot[64];
     ssb4d_status st = SSB4D_OK;
+    size_t np = o->p->fit_rotation ? 4 : 3;
     for (size_t i0 = 0; i0 < n && !st; i0 += 64) {
         size_t m = n - i0 < 64 ? n - i0 : 64;
-        for (size_t i = 0; i < m; i++)
-            fit_thin_aberrations(o->p, x + 3 * (i0 + i), &ab[i]);
+        for (size_t i = 0; i < m; i++) {
+            fit_thin_aberrations(o->p, x + np * (i0 + i), &ab[i]);
+            rot[i] = o->p->fit_rotation ? x[np * (i0 + i) + FIT_ROT] : o->g->rotation_deg;
+        }
         if (o->p->objective == SSB4D_FIT_OBJ_BAND) {
-            st = ssb4d_band_fit(o->G, o->g, ab, NULL, m, &o->p->band, o->mem, fit, err);
+            st = o->p->fit_rotation ? band_fit_rot(o->G, o->g, rot, ab, m, &o->p->band, o->mem, fit, err)
+                                    : ssb4d_band_fit(o->G, o->g, ab, NULL, m, &o->p->band, o->mem, fit, err);
             for (size_t i = 0; !st && i < m; i++)
                 loss[i0 + i] = -fit[i] * o->inv_power;
+        } else if (o->p->fit_rotation) { /* the exact loss takes one geometry per call */
+            for (size_t i = 0; i < m && !st; i++) {
+                ssb4d_geometry gi = *o->g;
+                gi.rotation_deg = rot[i];
+                st = ssb4d_loss_batch(o->G, &gi, &ab[i], NULL, 1, &o->p->ssb, o->mem, loss + i0 + i, err);
+            }
         } else
             st = ssb4d_loss_batch(o->G, o->g, ab, NULL, m, &o->p->ssb, o->mem, loss + i0, err);
     }
@@ -97,8 +123,8 @@ ssb4d_status fit_thin(const ssb4d_G *G, const ssb4d_geometry *g, const fit_thin_
     }
     fit_problem fp;
     memset(&fp, 0, sizeof fp);
-    fp.n_params = 3;
-    for (int j = 0; j < 3; j++) {
+    fp.n_params = p->fit_rotation ? 4 : 3;
+    for (int j = 0; j < fp.n_params; j++) {
         fp.lo[j] = p->lo[j];
         fp.hi[j] = p->hi[j];
         fp.start[j] = p->start[j];
@@ -119,7 +145,7 @@ ssb4d_status fit_thin(const ssb4d_G *G, const ssb4d_geometry *g, const fit_thin_
         if (!st)
             memcpy(x0, fit_best(s)->x, sizeof x0);
     } else
-        memcpy(x0, p->start, 3 * sizeof *x0);
+        memcpy(x0, p->start, (size_t)fp.n_params * sizeof *x0);
     int it = 0;
     if (!st)
         st = fit_nelder_mead(s, p->stage_base + 1, x0, &p->nm, &it, err);

@@ -6,15 +6,19 @@
 #include "fit/search.h"
 #include "ssb4d.h"
 
-enum { FIT_C10 = 0, FIT_C12 = 1, FIT_PHI12 = 2 };
+enum { FIT_C10 = 0, FIT_C12 = 1, FIT_PHI12 = 2, FIT_ROT = 3 };
 /* Stages of the trace: the global search and Nelder–Mead on the coarse BF subset, Nelder–Mead
  * on all fit pixels, and Nelder–Mead on the other 180° branch. */
 enum { FIT_STAGE_GLOBAL = 0, FIT_STAGE_NM = 1, FIT_STAGE_NM_FULL = 2, FIT_STAGE_BRANCH = 3 };
 
 typedef struct {
-    double lo[3], hi[3];     /* the box: C10 nm, C12 nm, φ12 deg (φ12 wraps with period 180°) */
-    double start[3];
-    int locked[3];
+    /* The box: C10 nm, C12 nm, φ12 deg (φ12 wraps with period 180°) and, when fit_rotation,
+     * the scan–detector rotation in degrees; φ12 is then in the probe frame (φ12 − rotation), so
+     * that turning the rotation does not turn the astigmatism with it. */
+    double lo[4], hi[4];
+    double start[4];
+    int locked[4];
+    int fit_rotation;        /* 1: the rotation is the fourth parameter (g's rotation is ignored) */
     size_t trials;           /* global candidates (default 200) */
     size_t batch;            /* candidates per batch (default 8) */
     uint64_t seed;           /* default 42 */
@@ -35,7 +39,7 @@ typedef struct {
 void fit_thin_params_default(fit_thin_params *p);
 
 typedef struct {
-    double x[3];             /* fitted C10 nm, C12 nm, φ12 deg */
+    double x[4];             /* fitted C10 nm, C12 nm, φ12 deg (and the rotation, deg) */
     double loss;
     size_t evaluations, trials;
     int nm_iterations;
@@ -46,8 +50,8 @@ typedef struct {
 ssb4d_status fit_thin(const ssb4d_G *G, const ssb4d_geometry *g, const fit_thin_params *p,
                       ssb4d_mem *mem, fit_thin_result *r, fit_state **state, ssb4d_err *err);
 
-/* The aberrations of a fit point (base with C10, C12, φ12 replaced). */
-void fit_thin_aberrations(const fit_thin_params *p, const double x[3], ssb4d_aberrations *ab);
+/* The aberrations of a fit point (base with C10, C12, φ12 replaced; φ12 in the scan frame). */
+void fit_thin_aberrations(const fit_thin_params *p, const double *x, ssb4d_aberrations *ab);
 void fit_point_aberrations(const ssb4d_aberrations *base, const double x[3], ssb4d_aberrations *ab);
 
 /* SSB4D_EINVAL, naming the parameter, unless lo[j] <= start[j] <= hi[j] for C10, C12, φ12. */

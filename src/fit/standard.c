@@ -153,8 +153,9 @@ static size_t fit_pixels(const ssb4d_G *G, const ssb4d_geometry *g, double fract
 
 /* Where the search looks: its box, start, locks and candidates. */
 typedef struct {
-    double lo[3], hi[3], start[3];
-    int locked[3];
+    double lo[4], hi[4], start[4]; /* C10, C12, φ12 and, when fit_rotation, the rotation */
+    int locked[4];
+    int fit_rotation;             /* φ12 is then in the probe frame (fit.h) */
     size_t trials;
 } search_box;
 
@@ -179,19 +180,21 @@ static double wrap_phi(double deg)
  * scan's frequency grid (C10 = 0 with φ12 = 0 or 45°: χ(q) = 0 on the grid's diagonals or axes)
  * γ cancels exactly in the triple-overlap bins: a degenerate point exactly at SPEC's default
  * start. */
-static void nudge(const search_box *b, double x[3])
+static void nudge(const search_box *b, double x[4])
 {
-    for (int j = 0; j < 3; j++) {
+    for (int j = 0; j < 4; j++) {
         x[j] = b->start[j];
         if (!b->locked[j])
             x[j] = x[j] + 1e-3 <= b->hi[j] ? x[j] + 1e-3 : x[j] - 1e-3;
     }
 }
 
-/* The box around the parallax estimate x0 (scan frame) with standard errors sd: wide enough for
- * the estimate's statistical error (4 σ) and its bias (measured over the study: within 8 % of C10
- * and C12), at least the width of the loss's well (docs/fit.md), and inside the user's box. */
-static void parallax_box(const ssb4d_fit_params *p, const double x0[3], const double sd[3], search_box *b)
+/* The box around the parallax estimate x0 with standard errors sd: wide enough for the
+ * estimate's statistical error (4 σ) and its bias (measured over the study: within 8 % of C10
+ * and C12), at least the width of the loss's well (docs/fit.md), and inside the user's box.
+ * With fit_rotation, x0[2] is φ12 in the probe frame and x0[3] the rotation, sd[3] its error. */
+static void parallax_box(const ssb4d_fit_params *p, const double x0[4], const double sd[4], int fit_rotation,
+                         search_box *b)
 {
     double c10 = x0[0], c12 = x0[1];
     double s10 = fmax(1.5, 4.0 * sd[0] + 0.08 * fabs(c10) + 0.04 * c12);
@@ -218,15 +221,26 @@ static void parallax_box(const ssb4d_fit_params *p, const double x0[3], const do
     }
     if (!p->locked[2] && sphi < 90.0 && full_phi)
         b->start[2] = x0[2];
+    b->fit_rotation = fit_rotation;
+    b->locked[3] = 0;
+    b->start[3] = x0[3];
+    /* the rotation: its error, at least 1.5° (the trotters' edges fix it to a fraction of that);
+     * a rotation nothing determines gets the whole half-circle (the branch is decided apart) */
+    double srot = isfinite(sd[3]) ? fmax(1.5, 4.0 * sd[3] + 0.5) : 90.0;
+    b->lo[3] = x0[3] - fmin(srot, 90.0);
+    b->hi[3] = x0[3] + fmin(srot, 90.0);
     b->trials = p->trials;
 }
 
 static void user_box(const ssb4d_fit_params *p, search_box *b)
 {
-    memcpy(b->lo, p->lo, sizeof b->lo);
-    memcpy(b->hi, p->hi, sizeof b->hi);
-    memcpy(b->start, p->start, sizeof b->start);
-    memcpy(b->locked, p->locked, sizeof b->locked);
+    memset(b, 0, sizeof *b);
+    memcpy(b->lo, p->lo, sizeof p->lo);
+    memcpy(b->hi, p->hi, sizeof p->hi);
+    memcpy(b->start, p->start, sizeof p->start);
+    memcpy(b->locked, p->locked, sizeof p->locked);
+    b->locked[3] = 1;
+    b->fit_rotation = 0;
     b->trials = p->trials > 200 ? p->trials : 200;
 }
 
@@ -238,6 +252,8 @@ static void thin_params(const ssb4d_fit_params *p, const search_box *b, const ss
     memcpy(t->hi, b->hi, sizeof t->hi);
     nudge(b, t->start);
     memcpy(t->locked, b->locked, sizeof t->locked);
+    t->fit_rotation = b->fit_rotation;
+    t->nm.step[FIT_ROT] = 0.5;
     t->trials = b->trials;
     t->batch = p->batch;
     t->seed = p->seed;
@@ -254,20 +270,22 @@ static void thin_params(const ssb4d_fit_params *p, const search_box *b, const ss
  * C12 at C12 = 3 nm. */
 static ssb4d_status refine(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d_fit_params *p,
                            const search_box *b, const ssb4d_band_opts *band, progress_t *pr,
-                           const double x0[3], int stage, ssb4d_mem *mem, ssb4d_fit_result *r,
+                           const double x0[4], int stage, ssb4d_mem *mem, ssb4d_fit_result *r,
                            fit_thin_result *out, ssb4d_err *err)
 {
     fit_thin_params t;
     thin_params(p, b, band, pr, &t);
     t.trials = 0;
     memcpy(t.start, x0, sizeof t.start);
-    for (int j = 0; j < 3; j++)
+    for (int j = 0; j < (b->fit_rotation ? 4 : 3); j++)
         if (j != FIT_PHI12 || t.hi[j] - t.lo[j] < 180)
             t.start[j] = fmin(t.hi[j], fmax(t.lo[j], t.start[j]));
     t.nm.step[FIT_C10] = 0.2;
     t.nm.step[FIT_C12] = 0.2;
     t.nm.step[FIT_PHI12] = 2.3;
     t.nm.xscale[FIT_PHI12] = 10.0;
+    t.nm.step[FIT_ROT] = 0.5;
+    t.nm.xscale[FIT_ROT] = 10.0;
     t.stage_base = stage - 1;
     fit_state *s = NULL;
     ssb4d_status st = fit_thin(G, g, &t, mem, out, &s, err);
@@ -371,15 +389,31 @@ ssb4d_status ssb4d_fit(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d_fi
         return st;
     choose_rotation(p, g, r);
     search_box box;
+    /* Unless the user gave it, the rotation is searched with the aberrations: the parallax fixes it
+     * only to ~1-6° (and not at all without defocus), the band objective to a fraction of that. */
+    int fit_rotation = !p->rotation_given;
     if (r->parallax_ok && !p->start_given) {
-        double x0[3], sd[3] = {r->parallax.sigma[0], r->parallax.sigma[1], r->parallax.sigma[2]};
+        double x0[4], sd[4] = {r->parallax.sigma[0], r->parallax.sigma[1], r->parallax.sigma[2], r->rotation_sigma_deg};
         ssb4d_parallax_at_rotation(&r->parallax, &r->geom, r->geom.rotation_deg, x0, NULL);
+        x0[3] = r->geom.rotation_deg;
+        if (fit_rotation)
+            x0[2] = wrap_phi(x0[2] - x0[3]); /* φ12 in the probe frame */
         for (int j = 0; j < 3; j++)
             if (!isfinite(sd[j]))
                 sd[j] = 0;
-        parallax_box(p, x0, sd, &box);
-    } else
+        parallax_box(p, x0, sd, fit_rotation, &box);
+    } else {
         user_box(p, &box);
+        if (fit_rotation) {
+            box.fit_rotation = 1;
+            box.locked[3] = 0;
+            box.start[3] = r->geom.rotation_deg;
+            double srot = isfinite(r->rotation_sigma_deg) ? fmax(1.5, 4.0 * r->rotation_sigma_deg + 0.5) : 90.0;
+            box.lo[3] = box.start[3] - fmin(srot, 90.0);
+            box.hi[3] = box.start[3] + fmin(srot, 90.0);
+            box.start[2] = wrap_phi(box.start[2] - box.start[3]);
+        }
+    }
 
     /* 2. the search: global + Nelder–Mead on the coarse subset, Nelder–Mead on all fit pixels */
     size_t *idx = malloc(G->n_bf * sizeof *idx);
@@ -407,7 +441,7 @@ ssb4d_status ssb4d_fit(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d_fi
     progress_t pr = {p, 0, 0};
     pr.expected = (double)(box.trials + 70) * (double)n_coarse + 50.0 * (double)n_fit;
     fit_thin_result tr;
-    double x[3];
+    double x[4] = {0, 0, 0, r->geom.rotation_deg};
     double median = NAN;
     if (!st) {
         fit_thin_params t;
@@ -445,6 +479,10 @@ ssb4d_status ssb4d_fit(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d_fi
     }
     if (!st) {
         r->objective = tr.loss;
+        if (box.fit_rotation) { /* back to the scan frame */
+            r->geom.rotation_deg = wrap180(x[3]);
+            x[2] = wrap_phi(x[2] + x[3]);
+        }
         fit_point_aberrations(&p->base, x, &r->ab);
         if (isfinite(median) && median != 0)
             r->loss_contrast = (median - tr.loss) / fabs(median);
@@ -457,7 +495,7 @@ ssb4d_status ssb4d_fit(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d_fi
         r->skewness_other = -r->skewness;
         if (!st && r->skewness < 0 && !p->rotation_given) {
             r->geom.rotation_deg = wrap180(r->geom.rotation_deg + 180.0);
-            double x2[3] = {-x[FIT_C10], x[FIT_C12], wrap_phi(x[FIT_PHI12] + 90.0)};
+            double x2[4] = {-x[FIT_C10], x[FIT_C12], wrap_phi(x[FIT_PHI12] + 90.0), 0};
             fit_point_aberrations(&p->base, x2, &r->ab);
             memcpy(x, x2, sizeof x);
             r->skewness_other = r->skewness;

@@ -102,6 +102,24 @@ double complex ssb_probe(const ssb_ctx *c, double vx, double vy, double *A)
 
 static double sinc(double x) { return fabs(x) < 1e-6 ? 1.0 : sin(x) / x; }
 
+/* conj(γ)/|γ|, on every bin the apertures open (docs/ssb-math.md, "degenerate bins"): where both
+ * trotter terms are present and cancel exactly (|γ| < 1e-8: χ(q) = 0 on a grid bin, or every bin
+ * of the triple overlap at zero aberration), γ's direction as the aberrations leave that point,
+ * −i·t1/|t1|. A threshold that dropped those bins made the loss jump at degenerate points (a false
+ * basin at C10 = C12 = 0); the bins that enter now depend on the apertures only. t1 = w1·t1 and
+ * t2 = w2·t2 are the two weighted terms, γ = t1 − t2. */
+static double complex unit_conj(double complex t1, double complex t2)
+{
+    double complex gam = t1 - t2;
+    double mag = cabs(gam);
+    if (mag >= 1e-8)
+        return conj(gam) / mag;
+    double m1 = cabs(t1), m2 = cabs(t2);
+    if (m1 > 0)
+        return conj(-I * t1) / m1;
+    return m2 > 0 ? conj(-t2) / m2 : 0.0;
+}
+
 /* n(q,k) at one frequency vector, double precision. */
 static double complex n_at(const ssb_ctx *c, size_t ib, double qx, double qy)
 {
@@ -117,25 +135,20 @@ static double complex n_at(const ssb_ctx *c, size_t ib, double qx, double qy)
         double r1 = sqrt(fmax(q2 - 2 * dot + k2, 0.0)), r2 = sqrt(fmax(q2 + 2 * dot + k2, 0.0));
         A1 = fmin(fmax((c->alpha0 - c->lambda * r1) / c->ang[0] + 0.5, 0.0), 1.0);
         A2 = fmin(fmax((c->alpha0 - c->lambda * r2) / c->ang[0] + 0.5, 0.0), 1.0);
-        double complex e = cos(chq) - I * sin(chq);
-        double complex g = c->Ak[ib] * cexp(I * (a * qx + b * qy)) * (A1 * e - A2 * conj(e));
-        double m = cabs(g);
-        return conj(g) / (m > 1e-8 ? m : 1e-8);
+        double complex e = cos(chq) - I * sin(chq), p = c->Ak[ib] * cexp(I * (a * qx + b * qy));
+        return unit_conj(p * A1 * e, p * A2 * conj(e));
     }
     double complex P1 = ssb_probe(c, kx - qx, ky - qy, &A1); /* P(k−q) (SPEC 5.4) */
     double complex P2 = ssb_probe(c, kx + qx, ky + qy, &A2); /* P(k+q) */
     double complex t1 = P1 * conj(Pk), t2 = conj(P2) * Pk;
-    double complex gam;
     if (c->thick) {
         double k2 = kx * kx + ky * ky, qt = 2 * M_PI * (qx * c->tau[0] + qy * c->tau[1]);
         double r1 = -M_PI * c->lambda * ((qx - kx) * (qx - kx) + (qy - ky) * (qy - ky) - k2) - qt;
         double r2 = M_PI * c->lambda * ((qx + kx) * (qx + kx) + (qy + ky) * (qy + ky) - k2) - qt;
-        gam = sinc(r1 * c->t_A / 2) * t1 - sinc(r2 * c->t_A / 2) * t2;
-    } else {
-        gam = t1 - t2;
+        t1 *= sinc(r1 * c->t_A / 2);
+        t2 *= sinc(r2 * c->t_A / 2);
     }
-    double mag = cabs(gam);
-    return conj(gam) / (mag > 1e-8 ? mag : 1e-8);
+    return unit_conj(t1, t2);
 }
 
 /* n at fine bin (i, j) with the Nyquist alias average. */
@@ -277,9 +290,16 @@ SSB_HOT void ssb_corr_row(const ssb_ctx *c, size_t ib, const cfloat *plane, size
         float pi = Rr * ct[2 * j + 1] + Ri * ct[2 * j];
         float gr = pr * dr - pi * di, gi = pr * di + pi * dr;             /* γ */
         float m2 = gr * gr + gi * gi;
+        /* |γ| < 1e-8 with a trotter open: γ's direction −i·p·e (unit_conj); blended branch-free */
+        float deg = (m2 < 1e-16f ? 1.0f : 0.0f) * (A1 + A2 > 0.0f ? 1.0f : 0.0f);
+        float xr = pr * er - pi * ei, xi = pr * ei + pi * er;             /* p·e, |p·e| = Ak */
+        float hr = xi, hi = -xr;                                          /* −i·p·e */
+        gr = deg * hr + (1.0f - deg) * gr;
+        gi = deg * hi + (1.0f - deg) * gi;
+        m2 = gr * gr + gi * gi;
         m2 = m2 > 1e-16f ? m2 : 1e-16f;
         float inv = 1.0f / sqrtf(m2);
-        float nr = gr * inv, ni = -gi * inv;                              /* conj(γ)/max(|γ|,1e-8) */
+        float nr = gr * inv, ni = -gi * inv;                              /* conj(γ)/|γ| */
         float vr = o[2 * j], vi = o[2 * j + 1];
         o[2 * j] = vr * nr - vi * ni;
         o[2 * j + 1] = vr * ni + vi * nr;

@@ -136,9 +136,20 @@ double complex ref_ncorr(const ref_optics *o, double qx, double qy, double kx, d
 {
     double complex g = ref_gamma(o, qx, qy, kx, ky);
     double m = cabs(g);
-    if (m < 1e-8)
-        m = 1e-8;
-    return conj(g) / m;
+    if (m >= 1e-8)
+        return conj(g) / m;
+    /* A bin the apertures open whose two terms cancel: γ's direction as the aberrations leave
+     * that point, −i·t1/|t1| (docs/ssb-math.md, "degenerate bins"). t1 with its thick weight. */
+    double complex t1 = ref_probe(o, kx - qx, ky - qy) * conj(ref_probe(o, kx, ky));
+    double complex t2 = conj(ref_probe(o, kx + qx, ky + qy)) * ref_probe(o, kx, ky);
+    if (o->thick) {
+        double a2k = alpha2(o, kx, ky), qt = qx * o->tau[0] + qy * o->tau[1];
+        t1 *= sinc((-(M_PI / o->lambda) * (alpha2(o, qx - kx, qy - ky) - a2k) - 2.0 * M_PI * qt) * o->t / 2.0);
+        t2 *= sinc(((M_PI / o->lambda) * (alpha2(o, qx + kx, qy + ky) - a2k) - 2.0 * M_PI * qt) * o->t / 2.0);
+    }
+    if (cabs(t1) > 0)
+        return conj(-I * t1) / cabs(t1);
+    return cabs(t2) > 0 ? conj(-t2) / cabs(t2) : 0.0;
 }
 
 double ref_fftfreq(size_t i, size_t n, double d)
