@@ -664,6 +664,13 @@ ssb4d_status ssb4d_import(const char *in_path, const char *out_path, const ssb4d
  * a/N), and each of the (N/gcd(N, S))² distinct noise-free patterns is computed once (kept in
  * row tables up to reuse_bytes; the others recomputed per block of rows). Other angles compute
  * every position. The noise stays per position, so the counts depend on neither.
+ * Detector oversampling S (det_oversample, odd): the multislice runs in a window of S·W cells
+ * (far-field spacing 1/(S·L)), and each detector pixel is the sum of the S×S native pixels it
+ * covers (the central (S·D)² crop), so the pixel spacing 1/L, the BF radius in pixels and the
+ * zero frequency at (D/2, D/2) are those of S = 1 while each pixel integrates the intensity over
+ * its area and a probe wider than L no longer wraps. S = 1 is the point-sampled detector, bit for
+ * bit the simulator without oversampling. Auto (0): the smallest odd S with S·L >= 1.3·F, F the
+ * probe footprint (ssb4d_sim_info.probe_footprint_A, docs/simulate.md).
  */
 typedef enum { SSB4D_SPECIMEN_SRTIO3 = 0, SSB4D_SPECIMEN_AU = 1 } ssb4d_specimen;
 
@@ -681,7 +688,11 @@ typedef struct {
     int scan_n;             /* scan positions per axis (scan_n × scan_n) */
     int scan_cells;         /* the scan covers scan_cells × scan_cells whole unit cells */
     int det;                /* detector D (D × D pixels) */
-    int grid;               /* simulation grid M (M × M); 0 = auto (see ssb4d_sim_describe) */
+    int grid;               /* simulation grid M (M × M) of the whole simulated window of
+                               det_oversample·window_cells cells; 0 = auto (ssb4d_sim_describe) */
+    int det_oversample;     /* detector oversampling S (see above): 0 = auto, else odd, 1..63;
+                               even S is refused (its native pixels cannot be centred on the
+                               detector pixels); 1 = point-sampled detector */
     double dose;            /* electrons per probe position */
     uint64_t seed;
     int threads;            /* 0: all cores */
@@ -695,16 +706,19 @@ typedef struct {
 
 /* Derived geometry and, after a simulation, its statistics. */
 typedef struct {
-    int grid;                     /* M actually used */
+    int grid;                     /* M actually used (the grid of the S·L window) */
     double wavelength_A;
     double sigma;                 /* interaction constant, rad/(V·Å) */
     double lattice_A;
-    double window_A;              /* L */
-    double real_sampling_A;       /* L / M */
+    double window_A;              /* L = window_cells·a: the detector pixel is 1/L */
+    int det_oversample;           /* S actually used (det_oversample, or the auto value) */
+    double sim_window_A;          /* S·L: the simulated periodic window */
+    double probe_footprint_A;     /* F: the probe's diameter, the auto-S rule's input */
+    double real_sampling_A;       /* S·L / M */
     double scan_step_A;           /* both axes */
     double det_sampling_mrad;     /* 1e3·λ/L, both axes */
     double bf_radius_px;          /* α/(λ/L) */
-    double antialias_inv_A;       /* band limit of transmission and propagator: M/(3L) */
+    double antialias_inv_A;       /* band limit of transmission and propagator: M/(3·S·L) */
     double thickness_nm;
     int n_slices;
     /* filled by a simulation */
@@ -721,11 +735,14 @@ typedef struct {
  * changed afterwards. SSB4D_EINVAL for an unknown name. */
 ssb4d_status ssb4d_sim_params_preset(ssb4d_sim_params *p, const char *preset, ssb4d_err *err);
 /* Checks p (SSB4D_EINVAL with the reason) and fills the derived geometry of info (may be NULL).
- * Auto grid: the smallest FFT-friendly M >= 2·D whose antialias band M/(3L) reaches the SSB
- * passband 2α/λ (so that the object's frequencies up to 2α/λ are all simulated). */
+ * Auto S: the smallest odd S with S·L >= 1.3·F, F = 2·max_z max_{|k| <= α/λ} |∇χ_z(k)|/(2π)
+ * + |tilt|·t + 4 Å, χ_z being χ with C10 + z at the depths z = 0 and t (the thickness), all
+ * coefficients in Å. Auto grid: the smallest FFT-friendly M >= 2·S·D whose antialias band
+ * M/(3·S·L) reaches the SSB passband 2α/λ (so that the object's frequencies up to 2α/λ are all
+ * simulated). */
 ssb4d_status ssb4d_sim_describe(const ssb4d_sim_params *p, ssb4d_sim_info *info, ssb4d_err *err);
 /* In memory. Any output may be NULL: counts (scan_n² · D² uint16), intensity (the noise-free
- * normalised intensity of the crop, float32, same shape), phase and phase_bl (scan_n² float32:
+ * normalised intensity on the D×D detector, S×S-binned when oversampled, float32, same shape), phase and phase_bl (scan_n² float32:
  * projected phase σ·V_proj of the whole specimen at the scan positions, up to the antialias band,
  * and low-passed to |q| <= 2α/λ). info may be NULL. */
 ssb4d_status ssb4d_simulate_to_memory(const ssb4d_sim_params *p, uint16_t *counts, float *intensity,

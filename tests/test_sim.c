@@ -186,6 +186,10 @@ static void small_params(ssb4d_sim_params *p)
     p->ab.phi_deg[SSB4D_C21] = 40.0;
     p->tilt_mrad[0] = 3.0;
     p->seed = 42;
+    /* The point-sampled detector: auto would pick S = 3 here (footprint 10.3 Å against an
+     * 11.7 Å window), and these tests check determinism, sums and streaming, which the
+     * oversampled path has its own tests for (test_oversample_*). */
+    p->det_oversample = 1;
 }
 
 static void hash_counts(const ssb4d_sim_params *p, char hex[65], ssb4d_sim_info *info)
@@ -294,6 +298,398 @@ static void test_reuse_matches_direct(void **state)
     }
     free(in);
     free(d);
+}
+
+/* ---- detector oversampling (docs/simulate.md) ------------------------------------------------ */
+
+static float *intensities(const ssb4d_sim_params *p, ssb4d_sim_info *info)
+{
+    size_t n = (size_t)p->scan_n * p->scan_n * p->det * p->det;
+    float *f = malloc(n * sizeof(float));
+    assert_non_null(f);
+    ssb4d_err e;
+    assert_int_equal(ssb4d_simulate_to_memory(p, NULL, f, NULL, NULL, info, &e), SSB4D_OK);
+    return f;
+}
+
+/* S = 1 is the simulator before oversampling, bit for bit: SHA-256 of the noise-free float32
+ * intensities and of the counts of three cases (exact path without reuse, reuse with coma, tilt
+ * and 2 cells, direct path at 30° on Au), computed by commit cf1b8f9 (the simulator just before
+ * detector oversampling) with the FFTW 3 float build of this machine (x86-64). Another FFTW build
+ * may round differently; regenerate them with that commit there. */
+static void test_oversample_identity(void **state)
+{
+    (void)state;
+    static const char *golden[3][2] = {
+        {"abf5de938c2ee38b8bb7f72e1d7a47e39b8a30bc9956f94c8c96e7e830721fce",
+         "0a9185cec588a3f217f59bcb1d2d00a43edb47f9493a4270def1ee6460e6831a"},
+        {"ee737e648a65398315673d9007e7fbace5137874c1b7fc07b7f5630fc6e67ea9",
+         "6d9f70e4821381ba8f2046cab92fd44e9f9755d7c8fc475b07e577b13bf2c439"},
+        {"b7bd913b08995d832b8ce7230aa139b66f80b6386541c23b07b4efc0dfc0ff95",
+         "b9e3f54e419875b8a39e2a102a8218776bd8d09befa76066261708efccf943eb"},
+    };
+    for (int c = 0; c < 3; c++)
+        for (int s = 0; s < 2; s++) { /* S = 1 given, and auto (which picks 1 here) */
+            ssb4d_sim_params p;
+            assert_int_equal(ssb4d_sim_params_preset(&p, "tiny", NULL), SSB4D_OK);
+            p.threads = 2;
+            if (c == 0) {
+                p.scan_n = 8;
+            } else if (c == 1) {
+                p.scan_n = 12;
+                p.cells_z = 2;
+                p.ab.C_nm[SSB4D_C21] = 20;
+                p.ab.phi_deg[SSB4D_C21] = 40;
+                p.tilt_mrad[0] = 3;
+                p.seed = 7;
+            } else {
+                p.scan_n = 6;
+                p.scan_rotation_deg = 30;
+                p.specimen = SSB4D_SPECIMEN_AU;
+            }
+            p.det_oversample = s == 0 ? 1 : 0;
+            size_t n = (size_t)p.scan_n * p.scan_n * p.det * p.det;
+            uint16_t *cnt = malloc(n * sizeof(uint16_t));
+            float *f = malloc(n * sizeof(float));
+            assert_true(cnt && f);
+            ssb4d_sim_info info;
+            ssb4d_err e;
+            assert_int_equal(ssb4d_simulate_to_memory(&p, cnt, f, NULL, NULL, &info, &e), SSB4D_OK);
+            assert_int_equal(info.det_oversample, 1);
+            char h[2][65];
+            ssb4d_sha256_hex(f, n * sizeof(float), h[0]);
+            ssb4d_sha256_hex(cnt, n * sizeof(uint16_t), h[1]);
+            assert_string_equal(h[0], golden[c][0]);
+            assert_string_equal(h[1], golden[c][1]);
+            free(cnt);
+            free(f);
+        }
+}
+
+/* The auto rule: the smallest odd S with S·L >= 1.3·F. F against closed forms, S = 1 for every
+ * preset, S > 1 for strongly defocused probes in small windows, and the parameter checks. */
+static void test_oversample_auto(void **state)
+{
+    (void)state;
+    const char *presets[4] = {"tiny", "small", "medium", "reference"};
+    ssb4d_sim_params p, q;
+    ssb4d_sim_info info;
+    ssb4d_err e;
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(ssb4d_sim_params_preset(&p, presets[i], NULL), SSB4D_OK);
+        assert_int_equal(p.det_oversample, 0); /* auto */
+        assert_int_equal(ssb4d_sim_describe(&p, &info, &e), SSB4D_OK);
+        /* C10 −10 nm, C12 2 nm: F = 2·α·(|C10| + |C12|) + 4 Å = 2·0.025·120 + 4 = 10 Å */
+        assert_true(fabs(info.probe_footprint_A - 10.0) < 1e-9);
+        assert_int_equal(info.det_oversample, 1);
+        assert_true(info.sim_window_A == info.window_A);
+    }
+    /* closed forms: pure defocus (at the entrance or the exit surface, whichever is farther from
+     * focus); defocus and spherical aberration of opposite signs, whose
+     * largest ray sits inside the aperture (r(α) = C10·α + C30·α³, |r| largest at
+     * α² = −C10/(3·C30)); a thick specimen (C10 + t at the exit); a tilted beam (+ |τ|·t) */
+    assert_int_equal(ssb4d_sim_params_preset(&p, "tiny", NULL), SSB4D_OK);
+    memset(&p.ab, 0, sizeof p.ab);
+    p.ab.C_nm[SSB4D_C10] = 20.0; /* largest at the exit of the one-cell crystal: C10 + t */
+    assert_int_equal(ssb4d_sim_describe(&p, &info, &e), SSB4D_OK);
+    assert_true(fabs(info.probe_footprint_A - (2 * 0.025 * (200 + 3.905) + 4)) < 1e-9);
+    p.ab.C_nm[SSB4D_C10] = -20.0; /* largest at the entrance */
+    assert_int_equal(ssb4d_sim_describe(&p, &info, &e), SSB4D_OK);
+    assert_true(fabs(info.probe_footprint_A - (2 * 0.025 * 200 + 4)) < 1e-9);
+    p.ab.C_nm[SSB4D_C10] = -10.0;
+    p.ab.C_nm[SSB4D_C30] = 2e4; /* 20 µm */
+    assert_int_equal(ssb4d_sim_describe(&p, &info, &e), SSB4D_OK);
+    double a2 = 100.0 / (3 * 2e5), a1 = sqrt(a2), r_in = fabs(-100 * a1 + 2e5 * a1 * a2);
+    double r_rim = fabs(-100 * 0.025 + 2e5 * pow(0.025, 3));
+    assert_true(r_in > r_rim);
+    assert_true(fabs(info.probe_footprint_A - (2 * r_in + 4)) < 2e-3);
+    memset(&p.ab, 0, sizeof p.ab);
+    p.cells_z = 50;
+    assert_int_equal(ssb4d_sim_describe(&p, &info, &e), SSB4D_OK);
+    assert_true(fabs(info.probe_footprint_A - (2 * 0.025 * 50 * 3.905 + 4)) < 1e-9);
+    p.tilt_mrad[0] = 6;
+    p.tilt_mrad[1] = 8;
+    assert_int_equal(ssb4d_sim_describe(&p, &info, &e), SSB4D_OK);
+    assert_true(fabs(info.probe_footprint_A - (2 * 0.025 * 195.25 + 0.010 * 195.25 + 4)) < 1e-9);
+    /* the issue's case: Au, 300 kV, 25 mrad, C10 = 27.7 nm, window 3 cells (12.2 Å), 64² detector:
+     * F = 2·0.025·(277 + 4.078) + 4 = 18.05 Å (at the exit), 1.3·F = 23.5 Å, so S = 2 → 3 (odd),
+     * and the grid grows to 384 from 128 */
+    assert_int_equal(ssb4d_sim_params_preset(&p, "small", NULL), SSB4D_OK);
+    p.specimen = SSB4D_SPECIMEN_AU;
+    p.window_cells = 3;
+    memset(&p.ab, 0, sizeof p.ab);
+    p.ab.C_nm[SSB4D_C10] = 27.7;
+    assert_int_equal(ssb4d_sim_describe(&p, &info, &e), SSB4D_OK);
+    fprintf(stderr, "Au, C10 27.7 nm, window 12.2 A: footprint %.2f A, auto S %d, grid %d, "
+            "window %.1f A\n", info.probe_footprint_A, info.det_oversample, info.grid,
+            info.sim_window_A);
+    assert_int_equal(info.det_oversample, 3);
+    assert_true(fabs(info.sim_window_A - 3 * 3 * 4.078) < 1e-9);
+    assert_true(info.grid >= 3 * 2 * 64);
+    double mrad1 = info.det_sampling_mrad, bf1 = info.bf_radius_px;
+    q = p;
+    q.det_oversample = 1;
+    assert_int_equal(ssb4d_sim_describe(&q, &info, &e), SSB4D_OK);
+    assert_true(info.det_sampling_mrad == mrad1 && info.bf_radius_px == bf1); /* S changes neither */
+    assert_int_equal(info.grid, 128);
+    /* 35 mrad, 40 nm, a window that puts the BF disk at 0.85 of a 96-pixel detector's half-width
+     * (23 Å: 6 SrTiO3 cells): F = 32 Å, S = 3 */
+    assert_int_equal(ssb4d_sim_params_preset(&p, "small", NULL), SSB4D_OK);
+    p.semiangle_mrad = 35;
+    p.window_cells = 6;
+    p.det = 96;
+    memset(&p.ab, 0, sizeof p.ab);
+    p.ab.C_nm[SSB4D_C10] = 40;
+    assert_int_equal(ssb4d_sim_describe(&p, &info, &e), SSB4D_OK);
+    assert_int_equal(info.det_oversample, 3);
+    p.ab.C_nm[SSB4D_C10] = 120; /* F = 88 Å in 23.4 Å: S = 5 */
+    assert_int_equal(ssb4d_sim_describe(&p, &info, &e), SSB4D_OK);
+    assert_int_equal(info.det_oversample, 5);
+    /* checks: even, negative and too large S; a grid smaller than the oversampled detector */
+    assert_int_equal(ssb4d_sim_params_preset(&p, "tiny", NULL), SSB4D_OK);
+    const int bad[4] = {2, 4, -1, SIM_OVERSAMPLE_MAX + 2};
+    for (int i = 0; i < 4; i++) {
+        q = p;
+        q.det_oversample = bad[i];
+        assert_int_equal(ssb4d_sim_describe(&q, NULL, &e), SSB4D_EINVAL);
+        assert_non_null(strstr(e.msg, "det-oversample"));
+    }
+    q = p;
+    q.det_oversample = 3;
+    q.grid = 3 * 48 - 2;
+    assert_int_equal(ssb4d_sim_describe(&q, NULL, &e), SSB4D_EINVAL);
+    q.grid = 3 * 126;
+    assert_int_equal(ssb4d_sim_describe(&q, &info, &e), SSB4D_OK);
+    assert_int_equal(info.grid, 378);
+    /* an absurd footprint is refused with its reason, not a huge grid */
+    q = p;
+    q.ab.C_nm[SSB4D_C10] = 1e6;
+    assert_int_equal(ssb4d_sim_describe(&q, NULL, &e), SSB4D_EINVAL);
+    assert_non_null(strstr(e.msg, "footprint"));
+}
+
+/* A probe that fits any window (no aberrations: F = 4.2 Å in 15.6 Å): the oversampled pattern
+ * equals the point-sampled one up to what the pixel integration changes.
+ *  - The BF disk's total (pixels within r_bf + 1.5) agrees within 1e-3 (measured 3e-4).
+ *  - The interior (within r_bf − 1.5) is lower by a uniform factor: the probe is normalised to
+ *    Σ|P|² = 1, and the soft aperture's edge, one native pixel wide, holds ∫A² = w/3 instead of
+ *    w/2 of a hard edge, so Σ A² = π r² − π r·w/3 (pixels, w = 1/S) and the interior level is
+ *    1/ΣA²: I_S/I_1 = (r − 1/3)/(r − 1/(3S)) = 0.98873 for r = 19.83 and S = 3 (measured
+ *    0.98883, asserted within 1e-3).
+ *  - After that factor, every interior pixel agrees within 5e-3 (measured 2.8e-3; S = 3 against
+ *    S = 5 after their factor: 2.5e-4): the rest is the point sample against the pixel's mean
+ *    near the edges of the diffracted disks that cross the BF disk.
+ * The grids are 120·S, so that both runs have the same antialias band and real-space sampling.
+ * Alignment: at a column the crystal is mirror-symmetric about the probe, so the pattern is
+ * symmetric about the zero-frequency pixel (D/2, D/2) under row and column mirrors and the
+ * transpose: within 1e-5 of the peak for S = 1, 3, 5 (measured 8e-7, 4e-7, 4e-7). An even S
+ * binned the same way is half a native pixel off centre: with the odd-S check removed, S = 2
+ * and 4 broke the symmetry by 45 % and 23 % of the peak. */
+static void test_oversample_fits(void **state)
+{
+    (void)state;
+    ssb4d_sim_params p;
+    assert_int_equal(ssb4d_sim_params_preset(&p, "tiny", NULL), SSB4D_OK);
+    memset(&p.ab, 0, sizeof p.ab);
+    p.scan_n = 4;
+    p.scan_cells = 1;
+    p.threads = 2;
+    ssb4d_sim_info i1, i3;
+    p.det_oversample = 1;
+    p.grid = 120;
+    float *a = intensities(&p, &i1);
+    p.det_oversample = 3;
+    p.grid = 360;
+    float *b = intensities(&p, &i3);
+    assert_int_equal(i1.det_oversample, 1);
+    assert_int_equal(i3.det_oversample, 3);
+    assert_true(fabs(i1.antialias_inv_A - i3.antialias_inv_A) < 1e-12);
+    assert_true(i3.det_sampling_mrad == i1.det_sampling_mrad && i3.bf_radius_px == i1.bf_radius_px);
+    int D = p.det;
+    size_t np = (size_t)p.scan_n * p.scan_n, DD = (size_t)D * D;
+    double r = i1.bf_radius_px, bf1 = 0, bf3 = 0, in1 = 0, in3 = 0;
+    for (size_t q = 0; q < np; q++)
+        for (int i = 0; i < D; i++)
+            for (int j = 0; j < D; j++) {
+                double rr = hypot(i - D / 2, j - D / 2);
+                size_t k = q * DD + (size_t)i * D + j;
+                if (rr <= r + 1.5) {
+                    bf1 += a[k];
+                    bf3 += b[k];
+                }
+                if (rr <= r - 1.5) {
+                    in1 += a[k];
+                    in3 += b[k];
+                }
+            }
+    double level = in3 / in1, predicted = (r - 1.0 / 3) / (r - 1.0 / 9), worst = 0.0;
+    for (size_t q = 0; q < np; q++)
+        for (int i = 0; i < D; i++)
+            for (int j = 0; j < D; j++)
+                if (hypot(i - D / 2, j - D / 2) <= r - 1.5) {
+                    size_t k = q * DD + (size_t)i * D + j;
+                    double d = fabs(level * a[k] - b[k]) / b[k];
+                    worst = d > worst ? d : worst;
+                }
+    fprintf(stderr, "C10 = 0, S 1 vs 3: BF disk sum %.6f vs %.6f (rel %.2e); interior level %.5f "
+            "(predicted %.5f), then max rel diff %.2e; detector sums %.6f vs %.6f\n", bf1 / np,
+            bf3 / np, fabs(bf3 - bf1) / bf1, level, predicted, worst, i1.mean_sum_detector,
+            i3.mean_sum_detector);
+    assert_true(fabs(bf3 - bf1) / bf1 < 1e-3);
+    assert_true(fabs(level - predicted) < 1e-3);
+    assert_true(worst < 5e-3);
+    assert_true(fabs(i3.mean_sum_full - 1.0) < 1e-3 && fabs(i3.mean_sum_detector - i1.mean_sum_detector) < 1e-3);
+    free(a);
+    free(b);
+    /* alignment: the symmetric pattern of the probe on the Sr column */
+    float *pat = malloc(DD * sizeof(float));
+    assert_non_null(pat);
+    for (int S = 1; S <= 5; S += 2) {
+        p.det_oversample = S;
+        p.grid = 0;
+        double sums[2], worst_sym = 0.0, peak = 0.0;
+        ssb4d_err e;
+        assert_int_equal(sim_pattern_at(&p, 0.0, 0.0, pat, sums, &e), SSB4D_OK);
+        for (int i = 1; i < D; i++)
+            for (int j = 1; j < D; j++) {
+                float v = pat[i * D + j];
+                double d = fmax(fabs(v - pat[(D - i) * D + j]),
+                                fmax(fabs(v - pat[i * D + D - j]), fabs(v - pat[j * D + i])));
+                worst_sym = d > worst_sym ? d : worst_sym;
+                peak = v > peak ? v : peak;
+            }
+        fprintf(stderr, "S %d: mirror asymmetry about (D/2, D/2) %.2e of the peak\n", S,
+                worst_sym / peak);
+        assert_true(worst_sym < 1e-5 * peak);
+    }
+    free(pat);
+}
+
+/* The oversampled window gives the same counts for any thread count, block size and reuse bound,
+ * and its reuse (the lattice is the same, the window S·W cells: the exact ramp works in units
+ * of 1/(S·W·N)) equals direct simulations at the unreduced positions. A strongly defocused probe
+ * in a small window (auto S = 3), at 0° and 90°. */
+static void defocused_params(ssb4d_sim_params *p)
+{
+    assert_int_equal(ssb4d_sim_params_preset(p, "tiny", NULL), SSB4D_OK);
+    p->window_cells = 2; /* L = 7.81 Å, BF radius 9.9 px */
+    p->det = 24;
+    memset(&p->ab, 0, sizeof p->ab);
+    p->ab.C_nm[SSB4D_C10] = -20.0; /* F = 14 Å */
+    p->ab.C_nm[SSB4D_C12] = 1.0;
+    p->ab.phi_deg[SSB4D_C12] = 30.0;
+    p->scan_n = 6;
+    p->scan_cells = 2; /* gcd 2: 3² distinct patterns */
+    p->seed = 11;
+}
+
+static void test_oversample_determinism(void **state)
+{
+    (void)state;
+    const double rots[2] = {0.0, 90.0};
+    for (int r = 0; r < 2; r++) {
+        ssb4d_sim_params p;
+        defocused_params(&p);
+        p.scan_rotation_deg = rots[r];
+        char h1[65], h2[65], h3[65];
+        ssb4d_sim_info info;
+        p.threads = 1;
+        hash_counts(&p, h1, &info);
+        assert_int_equal(info.det_oversample, 3);
+        assert_int_equal(info.n_patterns, 9);
+        p.threads = 2;
+        hash_counts(&p, h2, &info);
+        p.block_bytes = 1;
+        p.reuse_bytes = 1;
+        hash_counts(&p, h3, &info);
+        fprintf(stderr, "S 3, rotation %g: counts %.16s (1 thread) %.16s (2) %.16s (2, 1-row blocks, "
+                "nothing kept: %zu patterns)\n", rots[r], h1, h2, h3, info.n_patterns);
+        assert_string_equal(h1, h2);
+        assert_string_equal(h1, h3);
+        /* reused patterns against direct simulations at the unreduced positions */
+        size_t N = 6, DD = 24 * 24;
+        p.block_bytes = 0;
+        p.reuse_bytes = 0;
+        float *in = intensities(&p, &info), *d = malloc(DD * sizeof(float));
+        assert_non_null(d);
+        double c = cos(rots[r] * M_PI / 180.0), sn = sin(rots[r] * M_PI / 180.0), worst = 0.0;
+        const size_t pts[3][2] = {{0, 0}, {1, 4}, {5, 3}};
+        for (int t = 0; t < 3; t++) {
+            size_t i = pts[t][0], j = pts[t][1];
+            double x = (double)i * info.scan_step_A, y = (double)j * info.scan_step_A, sums[2];
+            ssb4d_err e;
+            assert_int_equal(sim_pattern_at(&p, x * c + y * sn, -x * sn + y * c, d, sums, &e), SSB4D_OK);
+            double peak = 0.0, dmax = 0.0;
+            for (size_t k = 0; k < DD; k++) {
+                peak = d[k] > peak ? d[k] : peak;
+                double v = fabs((double)in[(i * N + j) * DD + k] - d[k]);
+                dmax = v > dmax ? v : dmax;
+            }
+            worst = dmax / peak > worst ? dmax / peak : worst;
+        }
+        fprintf(stderr, "S 3, rotation %g: reused vs direct patterns, max |diff| %.2g of the peak\n",
+                rots[r], worst);
+        assert_true(worst < 1e-5);
+        free(in);
+        free(d);
+    }
+}
+
+/* Why it matters: a probe of footprint 14 Å (C10 −20 nm) in a 7.8 Å window wraps around the
+ * periodic window at S = 1. The position-dependent part of the BF disk's interior (each pixel's
+ * mean over the scan removed; within r_bf − 1.5) differs from S = 5's by 30 % (relative L2),
+ * while S = 3 and S = 5, both above the footprint limit, differ by 1.7 % (and S = 5 vs 7 by
+ * 0.5 %). The grids are 64·S (one antialias band for all). */
+static double fluct_diff(const float *a, const float *b, size_t np, int D, double rmax)
+{
+    size_t DD = (size_t)D * D;
+    double num = 0.0, den = 0.0;
+    for (int i = 0; i < D; i++)
+        for (int j = 0; j < D; j++) {
+            if (hypot(i - D / 2, j - D / 2) > rmax)
+                continue;
+            double ma = 0.0, mb = 0.0;
+            for (size_t q = 0; q < np; q++) {
+                ma += a[q * DD + (size_t)i * D + j];
+                mb += b[q * DD + (size_t)i * D + j];
+            }
+            ma /= (double)np;
+            mb /= (double)np;
+            for (size_t q = 0; q < np; q++) {
+                double x = a[q * DD + (size_t)i * D + j] - ma, y = b[q * DD + (size_t)i * D + j] - mb;
+                num += (x - y) * (x - y);
+                den += y * y;
+            }
+        }
+    return sqrt(num / den);
+}
+
+static void test_oversample_wrap(void **state)
+{
+    (void)state;
+    ssb4d_sim_params p;
+    defocused_params(&p);
+    p.ab.C_nm[SSB4D_C12] = 0.0;
+    p.scan_n = 4;
+    p.scan_cells = 1;
+    p.threads = 2;
+    float *in[3];
+    ssb4d_sim_info info;
+    for (int k = 0; k < 3; k++) {
+        p.det_oversample = 2 * k + 1;
+        p.grid = 64 * p.det_oversample;
+        in[k] = intensities(&p, &info);
+    }
+    size_t np = (size_t)p.scan_n * p.scan_n;
+    double rmax = info.bf_radius_px - 1.5;
+    double d15 = fluct_diff(in[0], in[2], np, p.det, rmax), d35 = fluct_diff(in[1], in[2], np, p.det, rmax);
+    fprintf(stderr, "wrapped probe (F %.1f A, window %.2f A): position-dependent part, relative L2 "
+            "difference S 1 vs 5 %.3f, S 3 vs 5 %.4f\n", info.probe_footprint_A, info.window_A, d15, d35);
+    assert_true(d15 > 0.15);
+    assert_true(d35 < 0.04);
+    assert_true(d15 > 8 * d35);
+    for (int k = 0; k < 3; k++)
+        free(in[k]);
 }
 
 static void test_poisson(void **state)
@@ -766,7 +1162,9 @@ static void test_cli_errors(void **state)
     const char *bad[] = {"--preset nope", "--specimen si", "--semiangle 0", "--kv -5",
                          "--dose 0", "--scan 1", "--detector 4", "--frobnicate",
                          "--scan-rotation nan", "--scan-rotation inf", "--scan-rotation 2e4",
-                         "--scan-rotation 30deg", "--scan-rotation"};
+                         "--scan-rotation 30deg", "--scan-rotation", "--det-oversample 2",
+                         "--det-oversample 0", "--det-oversample -3", "--det-oversample 65",
+                         "--det-oversample three", "--det-oversample 3 --grid 100"};
     char cmd[1024];
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         snprintf(cmd, sizeof cmd, "%s simulate %s -o /tmp/ssb4d_test_sim_never.npy 2>/dev/null", bin,
@@ -777,6 +1175,9 @@ static void test_cli_errors(void **state)
     }
     snprintf(cmd, sizeof cmd, "%s simulate --help | grep -q -- --scan-rotation", bin);
     int rc = system(cmd);
+    assert_true(WIFEXITED(rc) && WEXITSTATUS(rc) == 0);
+    snprintf(cmd, sizeof cmd, "%s simulate --help | grep -q -- '--det-oversample S|auto'", bin);
+    rc = system(cmd);
     assert_true(WIFEXITED(rc) && WEXITSTATUS(rc) == 0);
     /* the rotation reaches the sidecar, where ssb4d reconstruct reads it */
     char dir[] = "/tmp/ssb4d_test_sim_cli_XXXXXX";
@@ -798,10 +1199,37 @@ static void test_cli_errors(void **state)
     double ur = cJSON_GetArrayItem(cJSON_GetObjectItem(sc, "scan_row_unit_vector_in_detector_frame"), 1)
                     ->valuedouble;
     assert_true(fabs(ur - sin(12.5 * M_PI / 180)) < 1e-12); /* (cos θ, −sin θ), θ = −12.5° */
+    /* the detector oversampling the run used: auto picked 1 for tiny */
+    cJSON *det = cJSON_GetObjectItem(root, "detector");
+    assert_int_equal(cJSON_GetObjectItem(det, "det_oversample")->valueint, 1);
+    assert_non_null(strstr(cJSON_GetObjectItem(det, "det_oversample_rule")->valuestring, "auto"));
+    assert_true(cJSON_GetObjectItem(det, "probe_footprint_A")->valuedouble == 10.0);
+    double mrad1 = cJSON_GetArrayItem(cJSON_GetObjectItem(det, "sampling_mrad"), 0)->valuedouble;
+    cJSON_Delete(root);
+    /* a given S: recorded, the simulated window is S·W cells, the detector sampling unchanged */
+    snprintf(cmd, sizeof cmd, "%s simulate --preset tiny --scan 4 --det-oversample 3 --quiet -o %s/o.npy",
+             bin, dir);
+    rc = system(cmd);
+    assert_true(WIFEXITED(rc) && WEXITSTATUS(rc) == 0);
+    snprintf(js, sizeof js, "%s/o.json", dir);
+    text = slurp(js);
+    root = cJSON_Parse(text);
+    free(text);
+    assert_non_null(root);
+    det = cJSON_GetObjectItem(root, "detector");
+    assert_int_equal(cJSON_GetObjectItem(det, "det_oversample")->valueint, 3);
+    assert_string_equal(cJSON_GetObjectItem(det, "det_oversample_rule")->valuestring, "given");
+    assert_true(cJSON_GetArrayItem(cJSON_GetObjectItem(det, "sampling_mrad"), 0)->valuedouble == mrad1);
+    cJSON *sp = cJSON_GetObjectItem(root, "specimen");
+    assert_int_equal(cJSON_GetArrayItem(cJSON_GetObjectItem(sp, "simulation_window_unit_cells"), 0)
+                         ->valueint, 12);
+    assert_int_equal(cJSON_GetArrayItem(cJSON_GetObjectItem(sp, "gpts"), 0)->valueint, 360);
     cJSON_Delete(root);
     const char *sfx[4] = {".npy", ".json", "_phase.npy", "_phase_bandlimited.npy"};
     for (int i = 0; i < 4; i++) {
         snprintf(js, sizeof js, "%s/r%s", dir, sfx[i]);
+        assert_int_equal(unlink(js), 0);
+        snprintf(js, sizeof js, "%s/o%s", dir, sfx[i]);
         assert_int_equal(unlink(js), 0);
     }
     rmdir(dir);
@@ -812,6 +1240,9 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_a1_convention),   cmocka_unit_test(test_a2_convention),
         cmocka_unit_test(test_determinism),     cmocka_unit_test(test_reuse_matches_direct),
+        cmocka_unit_test(test_oversample_identity), cmocka_unit_test(test_oversample_auto),
+        cmocka_unit_test(test_oversample_fits), cmocka_unit_test(test_oversample_determinism),
+        cmocka_unit_test(test_oversample_wrap),
         cmocka_unit_test(test_poisson),         cmocka_unit_test(test_normalisation),
         cmocka_unit_test(test_streaming_file),  cmocka_unit_test(test_phase_columns),
         cmocka_unit_test(test_rotation_convention),

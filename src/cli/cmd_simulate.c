@@ -21,7 +21,7 @@ enum {
     OPT_PRESET = CLI_OPT_FIRST_FREE, OPT_SPECIMEN, OPT_CELLS_Z, OPT_THICKNESS, OPT_WINDOW_CELLS,
     OPT_SCAN, OPT_SCAN_CELLS, OPT_DETECTOR, OPT_GRID, OPT_KV, OPT_SEMIANGLE, OPT_C10, OPT_C12,
     OPT_PHI12, OPT_C30, OPT_ABERR, OPT_TILT, OPT_DOSE, OPT_SEED, OPT_THREADS, OPT_QUIET, OPT_FORCE,
-    OPT_HELP, OPT_MEMORY, OPT_SCAN_ROTATION
+    OPT_HELP, OPT_MEMORY, OPT_SCAN_ROTATION, OPT_DET_OVERSAMPLE
 };
 
 static const char HELP[] =
@@ -51,8 +51,18 @@ static const char HELP[] =
     "                         90: the scan is not periodic against the crystal (like real\n"
     "                         data) and every position is simulated (no pattern reuse)\n"
     "  --detector D           detector pixels per axis (preset); sampling = 1e3*lambda/L mrad\n"
-    "  --grid M               simulation grid M x M (default auto: >= 2*D and antialias band\n"
-    "                         >= 2*alpha/lambda)\n"
+    "  --det-oversample S|auto  detector oversampling (default auto): simulate a window of\n"
+    "                         S*W cells and sum each SxS block of its far-field samples into one\n"
+    "                         detector pixel, so every pixel integrates the intensity over its\n"
+    "                         area and a probe wider than the window does not wrap; the pixel\n"
+    "                         size, BF radius and mrad/px do not change. S odd (1 = point\n"
+    "                         samples); auto: the smallest odd S with S*L >= 1.3 x the probe\n"
+    "                         footprint (2 x max ray displacement |grad chi|/2pi over the\n"
+    "                         aperture at entrance and exit, + |tilt|*t + 4 A). Costs S^2 or\n"
+    "                         more in time and in grid buffers; written to the sidecar\n"
+    "                         (detector.det_oversample)\n"
+    "  --grid M               simulation grid M x M of the whole S*W-cell window (default auto:\n"
+    "                         >= 2*S*D and antialias band >= 2*alpha/lambda)\n"
     "  --kv KV                accelerating voltage, kV (default 300)\n"
     "  --semiangle MRAD       probe convergence semi-angle, mrad (default 25)\n"
     "  --c10 NM               C10 = -defocus, nm (default -10)\n"
@@ -108,7 +118,7 @@ static sim_working_set working_set(const ssb4d_sim_params *p, const ssb4d_sim_in
     size_t nt = (size_t)ssb4d_threads_resolve(p->threads), N = (size_t)p->scan_n;
     size_t MM = (size_t)info->grid * (size_t)info->grid, DD = (size_t)p->det * (size_t)p->det;
     /* probe, two transmission functions, propagator and one wave per thread (complex64), the
-     * aperture and the mask */
+     * aperture and the mask; the grid is that of the oversampled window (about S× per axis) */
     w.grid = (4 + nt) * MM * 8 + 2 * MM * 4;
     /* a block of whole scan rows (~8 MiB of uint16 counts), its sums, a pattern per thread and
      * the two phase images */
@@ -165,6 +175,7 @@ int cmd_simulate(int argc, char **argv)
         {"detector", required_argument, 0, OPT_DETECTOR},
         {"det", required_argument, 0, OPT_DETECTOR},
         {"grid", required_argument, 0, OPT_GRID},
+        {"det-oversample", required_argument, 0, OPT_DET_OVERSAMPLE},
         {"kv", required_argument, 0, OPT_KV},
         {"semiangle", required_argument, 0, OPT_SEMIANGLE},
         {"c10", required_argument, 0, OPT_C10},
@@ -254,6 +265,14 @@ int cmd_simulate(int argc, char **argv)
         case OPT_GRID:
             if (parse_int(optarg, 0, 1000000, &p.grid))
                 return usage_error("--grid must be a non-negative integer, got '%s'", optarg);
+            break;
+        case OPT_DET_OVERSAMPLE:
+            if (!strcasecmp(optarg, "auto"))
+                p.det_oversample = 0;
+            else if (parse_int(optarg, 1, SIM_OVERSAMPLE_MAX, &p.det_oversample) ||
+                     p.det_oversample % 2 == 0)
+                return usage_error("--det-oversample must be auto or an odd integer 1..63, got '%s'",
+                                   optarg);
             break;
         case OPT_KV:
             if (cli_parse_double(optarg, &p.kv))
@@ -355,8 +374,8 @@ int cmd_simulate(int argc, char **argv)
         if (budget && w.total > budget) {
             fprintf(stderr, "ssb4d simulate: the simulation does not fit in %.1f MiB: it needs about %.1f MiB "
                             "(grid buffers %.1f MiB, blocks of rows %.1f MiB, .qem chunk %.1f MiB, reused "
-                            "patterns %.1f MiB; fewer --threads or a smaller --grid or --detector need "
-                            "less)\n",
+                            "patterns %.1f MiB; fewer --threads, a smaller --grid or --detector, or a lower "
+                            "--det-oversample need less)\n",
                     budget / 1048576.0, w.total / 1048576.0, w.grid / 1048576.0, w.blocks / 1048576.0,
                     w.writer / 1048576.0, w.reuse / 1048576.0);
             return CLI_EXIT_USAGE;
@@ -418,10 +437,13 @@ int cmd_simulate(int argc, char **argv)
     if (!quiet)
         fprintf(stderr,
                 "ssb4d simulate: %s, %d cell(s) (%.3g nm), %d×%d scan (step %.5g Å, rotation %g°) "
-                "× %d×%d detector (%.5g mrad/px, BF radius %.2f px), grid %d\n",
+                "× %d×%d detector (%.5g mrad/px, BF radius %.2f px), grid %d, detector "
+                "oversampling %d%s (window %d cells = %.4g Å, probe footprint %.3g Å)\n",
                 p.specimen == SSB4D_SPECIMEN_AU ? "Au" : "SrTiO3", p.cells_z, info.thickness_nm,
                 p.scan_n, p.scan_n, info.scan_step_A, p.scan_rotation_deg, p.det, p.det,
-                info.det_sampling_mrad, info.bf_radius_px, info.grid);
+                info.det_sampling_mrad, info.bf_radius_px, info.grid, info.det_oversample,
+                p.det_oversample ? "" : " (auto)", info.det_oversample * p.window_cells,
+                info.sim_window_A, info.probe_footprint_A);
     ssb4d_mem *mem = memory_report ? ssb4d_mem_create(0) : NULL;
     ssb4d_mem_stage_begin(mem, "simulate");
     ssb4d_status st = ssb4d_simulate(&p, out, force, cmd, &info, &err);

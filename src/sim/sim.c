@@ -77,6 +77,62 @@ static int is_fast_size(int n)
     return n == 1;
 }
 
+/* Largest geometric ray displacement (Å) over the aperture |α| <= alpha0, with C10 moved by z_A
+ * (the defocus the wave has gained at depth z). A ray leaving the aperture at angle α lands at
+ * r = ∇_k χ/(2π) = Σ C α^n (cos m(φ−φ_nm), −m/(n+1)·sin m(φ−φ_nm)) (radial, azimuthal; C in Å),
+ * which is the stationary-phase point of ψ(r) = ∫ P(k) e^{2πik·r} dk. Sampled on a polar grid of
+ * 64 radii × 720 angles: the terms have at most 6 lobes, and the largest |r| usually sits at the
+ * rim, which is sampled exactly. */
+static double ray_radius_A(const ssb4d_aberrations *ab, double alpha0, double z_A)
+{
+    double C[SSB4D_N_ABERR], phi[SSB4D_N_ABERR];
+    int n[SSB4D_N_ABERR], m[SSB4D_N_ABERR], nc = 0;
+    for (int i = 0; i < SSB4D_N_ABERR; i++) {
+        double c = ab->C_nm[i] * 10.0 + (i == SSB4D_C10 ? z_A : 0.0);
+        if (c == 0.0)
+            continue;
+        C[nc] = c;
+        phi[nc] = ab->phi_deg[i] * (M_PI / 180.0);
+        n[nc] = ssb4d_aberr_n(i);
+        m[nc++] = ssb4d_aberr_m(i);
+    }
+    enum { NR = 64, NA = 720 };
+    double an[NR][SSB4D_N_ABERR]; /* C·α^n at each radius: the trigonometry is per angle only */
+    for (int ir = 0; ir < NR; ir++)
+        for (int t = 0; t < nc; t++)
+            an[ir][t] = C[t] * pow(alpha0 * (ir + 1) / NR, n[t]);
+    double best = 0.0;
+    for (int ia = 0; ia < NA; ia++) {
+        double f = ia * (2.0 * M_PI / NA), cu[SSB4D_N_ABERR], su[SSB4D_N_ABERR];
+        for (int t = 0; t < nc; t++) {
+            cu[t] = cos(m[t] * (f - phi[t]));
+            su[t] = -m[t] / (n[t] + 1.0) * sin(m[t] * (f - phi[t]));
+        }
+        for (int ir = 0; ir < NR; ir++) {
+            double rr = 0.0, ra = 0.0;
+            for (int t = 0; t < nc; t++) {
+                rr += an[ir][t] * cu[t];
+                ra += an[ir][t] * su[t];
+            }
+            double r = hypot(rr, ra);
+            best = r > best ? r : best;
+        }
+    }
+    return best;
+}
+
+/* The probe footprint F (Å) of the auto-S rule (docs/simulate.md): the diameter of the
+ * geometric probe at the entrance and at the exit surface (the propagation through the specimen
+ * adds its depth to C10; |∇χ| is convex in z, so the two surfaces bound every depth), the drift
+ * |τ|·t of a tilted beam, and 4 Å for the diffraction-limited core and the aperture's ringing. */
+static double probe_footprint_A(const ssb4d_sim_params *p, double thickness_A)
+{
+    double alpha0 = p->semiangle_mrad * 1e-3;
+    double r0 = ray_radius_A(&p->ab, alpha0, 0.0), r1 = ray_radius_A(&p->ab, alpha0, thickness_A);
+    double tilt = 1e-3 * hypot(p->tilt_mrad[0], p->tilt_mrad[1]);
+    return 2.0 * (r0 > r1 ? r0 : r1) + tilt * thickness_A + 4.0;
+}
+
 ssb4d_status ssb4d_sim_describe(const ssb4d_sim_params *p, ssb4d_sim_info *info, ssb4d_err *err)
 {
     if (!p)
@@ -104,9 +160,11 @@ ssb4d_status ssb4d_sim_describe(const ssb4d_sim_params *p, ssb4d_sim_info *info,
     if (p->cells_z < 1 || p->cells_z > 100000)
         return ssb4d_fail(err, SSB4D_EINVAL, "thickness must be 1..100000 unit cells, got %d",
                           p->cells_z);
-    if (p->grid != 0 && (p->grid < p->det || p->grid > 16384))
-        return ssb4d_fail(err, SSB4D_EINVAL, "grid must be 0 (auto) or %d..16384, got %d", p->det,
-                          p->grid);
+    if (p->det_oversample < 0 || p->det_oversample > SIM_OVERSAMPLE_MAX ||
+        (p->det_oversample > 0 && p->det_oversample % 2 == 0))
+        return ssb4d_fail(err, SSB4D_EINVAL, "det-oversample must be auto (0) or odd 1..%d, got %d "
+                          "(an even S cannot centre its native pixels on the detector pixels)",
+                          SIM_OVERSAMPLE_MAX, p->det_oversample);
     if (p->threads < 0 || p->threads > 1024)
         return ssb4d_fail(err, SSB4D_EINVAL, "threads must be 0..1024, got %d", p->threads);
     if (!isfinite(p->scan_rotation_deg) || fabs(p->scan_rotation_deg) > 1e4)
@@ -127,17 +185,41 @@ ssb4d_status ssb4d_sim_describe(const ssb4d_sim_params *p, ssb4d_sim_info *info,
     double a = cr->a_A, L = p->window_cells * a;
     double alpha = p->semiangle_mrad * 1e-3;
     double bf_px = alpha * L / lambda;
+    double thickness_A = p->cells_z * a;
+    double foot = probe_footprint_A(p, thickness_A);
+    int S = p->det_oversample;
+    if (S == 0) { /* auto: the smallest odd S whose window holds 1.3× the footprint */
+        double need = ceil(1.3 * foot / L);
+        if (need > SIM_OVERSAMPLE_MAX)
+            return ssb4d_fail(err, SSB4D_EINVAL, "the probe's footprint (%.4g A) needs a window of "
+                              "%.4g A, more than %d times the %.4g A window: widen the window, "
+                              "reduce the aberrations or the thickness, or give det-oversample 1 "
+                              "(point samples; the probe then wraps)", foot, 1.3 * foot,
+                              SIM_OVERSAMPLE_MAX, L);
+        S = need < 1 ? 1 : (int)need;
+        if (S % 2 == 0)
+            S++;
+    }
+    double Ls = S * L; /* the simulated window; S = 1 keeps every value below bit for bit */
+    if (p->grid != 0 && (p->grid < S * p->det || p->grid > 16384)) {
+        if (S == 1)
+            return ssb4d_fail(err, SSB4D_EINVAL, "grid must be 0 (auto) or %d..16384, got %d",
+                              p->det, p->grid);
+        return ssb4d_fail(err, SSB4D_EINVAL, "grid must be 0 (auto) or %d..16384 with detector "
+                          "oversampling %d (the grid of the %d-cell window), got %d", S * p->det,
+                          S, S * p->window_cells, p->grid);
+    }
     int M = p->grid;
     if (M == 0) {
-        int need = (int)ceil(6.0 * bf_px) + 2; /* M/(3L) >= 2α/λ */
-        M = 2 * p->det > need ? 2 * p->det : need;
+        int need = (int)ceil(6.0 * bf_px * S) + 2; /* M/(3·S·L) >= 2α/λ */
+        M = 2 * S * p->det > need ? 2 * S * p->det : need;
         while (M % 2 || !is_fast_size(M))
             M++;
     }
     if (M > 16384)
         return ssb4d_fail(err, SSB4D_EINVAL, "simulation grid %d is absurd (window too large for "
-                          "the semiangle)", M);
-    double kmax = M / (3.0 * L);
+                          "the semiangle%s)", M, S > 1 ? ", or the detector oversampling too high" : "");
+    double kmax = M / (3.0 * Ls);
     if (alpha / lambda > kmax)
         return ssb4d_fail(err, SSB4D_EINVAL, "the probe aperture (%.3g 1/A) exceeds the antialias "
                           "band %.3g 1/A of a %d grid; use a larger --grid", alpha / lambda, kmax, M);
@@ -150,7 +232,10 @@ ssb4d_status ssb4d_sim_describe(const ssb4d_sim_params *p, ssb4d_sim_info *info,
         info->sigma = sim_sigma(p->kv);
         info->lattice_A = a;
         info->window_A = L;
-        info->real_sampling_A = L / M;
+        info->det_oversample = S;
+        info->sim_window_A = Ls;
+        info->probe_footprint_A = foot;
+        info->real_sampling_A = Ls / M;
         info->scan_step_A = p->scan_cells * a / p->scan_n;
         info->det_sampling_mrad = 1e3 * lambda / L;
         info->bf_radius_px = bf_px;
@@ -198,7 +283,8 @@ typedef struct {
     const sim_crystal *cr;
     ssb4d_sim_info info;
     int M, D, N, nt;
-    double lambda, L;
+    int S, Wc;                 /* detector oversampling and the simulated window's cells, S·W */
+    double lambda, L;          /* L: the simulated window S·W·a (grid frequencies are n/L) */
     double e_row[2], e_col[2]; /* scan basis in the specimen frame (scan_basis) */
     /* Pattern reuse (run): at a multiple of 90° scan position (i, j) sits at (mr, mc)·a/N with
      * integers mr, mc, and the pattern depends only on (mr mod N, mc mod N). One of the two is
@@ -262,7 +348,9 @@ static ssb4d_status ctx_init(sim_ctx *c, const ssb4d_sim_params *p, ssb4d_err *e
     c->N = p->scan_n;
     c->nt = ssb4d_threads_resolve(p->threads);
     c->lambda = c->info.wavelength_A;
-    c->L = c->info.window_A;
+    c->S = c->info.det_oversample;
+    c->Wc = c->S * p->window_cells;
+    c->L = c->info.sim_window_A;
     scan_basis(p, c->info.scan_step_A, c->e_row, c->e_col);
     double q = p->scan_rotation_deg / 90.0;
     c->exact = q == floor(q);
@@ -321,7 +409,10 @@ static ssb4d_status ctx_init(sim_ctx *c, const ssb4d_sim_params *p, ssb4d_err *e
 
     double kmax = c->info.antialias_inv_A, kmax2 = kmax * kmax;
     double lambda = c->lambda, alpha0 = p->semiangle_mrad * 1e-3;
-    double ang = lambda / c->L; /* angular size of one pixel (rad), both axes */
+    /* angular size of one native pixel (rad), both axes: with S > 1 the aperture edge is 1/S of
+     * a detector pixel wide (nearly the real, hard aperture), and the binning into detector
+     * pixels makes the partial pixels of SPEC 5.2's edge */
+    double ang = lambda / c->L;
     double dz = c->cr->a_A / c->cr->n_layers;
     double tr = p->tilt_mrad[0] * 1e-3, tc = p->tilt_mrad[1] * 1e-3;
     double inv_M2 = 1.0 / ((double)M * M), inv_M4 = inv_M2 * inv_M2;
@@ -364,7 +455,7 @@ static ssb4d_status ctx_init(sim_ctx *c, const ssb4d_sim_params *p, ssb4d_err *e
      * Nyquist onto non-lattice frequencies when W does not divide M (translations then changed
      * patterns by up to 1e-4 of the peak on tiny's 126 grid). When W divides M, K = M/W and this
      * is the same function as the M-grid computation. */
-    int W = p->window_cells, hmax = (int)floor(kmax * c->cr->a_A);
+    int W = c->Wc, hmax = (int)floor(kmax * c->cr->a_A);
     int K = (M + W - 1) / W;
     if (K < 2 * hmax + 1)
         K = 2 * hmax + 1; /* the band's coefficients must not alias on the cell grid */
@@ -450,12 +541,12 @@ static void ramp_from_A(const sim_ctx *c, int tid, double Rr, double Rc)
     }
 }
 
-/* The same for R = (mr, mc)·a/N with integers mr, mc: k·R = n·m/(W·N) for grid frequency n/L,
- * reduced modulo 1 in exact integer arithmetic. */
+/* The same for R = (mr, mc)·a/N with integers mr, mc: k·R = n·m/(S·W·N) for grid frequency
+ * n/L (L = S·W·a), reduced modulo 1 in exact integer arithmetic. */
 static void ramp_exact(const sim_ctx *c, int tid, long mr, long mc)
 {
     double *er = c->er[tid], *ec = c->ec[tid];
-    long M = c->M, WN = (long)c->p->window_cells * c->N;
+    long M = c->M, WN = (long)c->Wc * c->N;
     for (long i = 0; i < M; i++) {
         long n = i < (M + 1) / 2 ? i : i - M;
         double ph = -2.0 * M_PI * (double)(((n * mr) % WN + WN) % WN) / (double)WN;
@@ -467,8 +558,9 @@ static void ramp_exact(const sim_ctx *c, int tid, long mr, long mc)
     }
 }
 
-/* The multislice for the probe position in thread tid's shift tables: the noise-free crop into
- * pat (D×D float); returns Σ I over the full grid and sets *sum_det to Σ over the crop. */
+/* The multislice for the probe position in thread tid's shift tables: the noise-free detector
+ * pattern into pat (D×D float); returns Σ I over the full grid and sets *sum_det to Σ over the
+ * detector. */
 static double multislice(const sim_ctx *c, int tid, float *pat, double *sum_det)
 {
     int M = c->M, D = c->D;
@@ -516,14 +608,25 @@ static double multislice(const sim_ctx *c, int tid, float *pat, double *sum_det)
         }
         sum += rs;
     }
+    /* The detector: pixel (d, e) is centred on native frequency S·(d − D/2, e − D/2) and sums
+     * the S×S native pixels around it (S odd: h = (S−1)/2 on each side), i.e. the intensity
+     * integrated over its area 1/L × 1/L. The pixels tile the central (S·D)² native crop, and
+     * the zero frequency stays at (D/2, D/2). With S = 1 this is the point sample, bit for bit
+     * (0.0 + v rounds back to v). */
+    int S = c->S, h = (S - 1) / 2;
     double sd = 0.0;
     for (int d = 0; d < D; d++) {
-        int fi = ((d - D / 2) % M + M) % M;
         for (int e = 0; e < D; e++) {
-            int fj = ((e - D / 2) % M + M) % M;
-            float v = w[(size_t)fi * M + fj][0];
-            pat[d * D + e] = v;
-            sd += v;
+            double v = 0.0;
+            for (int a = 0; a < S; a++) {
+                size_t fi = (size_t)(((S * (d - D / 2) - h + a) % M + M) % M);
+                for (int b = 0; b < S; b++) {
+                    int fj = ((S * (e - D / 2) - h + b) % M + M) % M;
+                    v += w[fi * M + (size_t)fj][0];
+                }
+            }
+            pat[d * D + e] = (float)v;
+            sd += pat[d * D + e];
         }
     }
     *sum_det = sd;
@@ -1001,8 +1104,21 @@ static char *sidecar_text(const ssb4d_sim_params *p, const ssb4d_sim_info *g, co
     cJSON_AddItemToObject(det, "sampling_inv_A", num_pair(1.0 / g->window_A, 1.0 / g->window_A));
     cJSON_AddItemToObject(det, "zero_frequency_pixel", cJSON_CreateIntArray(zf, 2));
     cJSON_AddNumberToObject(det, "bf_disk_radius_px_expected", g->bf_radius_px);
-    cJSON_AddStringToObject(det, "pixel_model",
-                            "point-sampled reciprocal space (detector sampling = 1/simulation window)");
+    int S = g->det_oversample;
+    if (S == 1)
+        cJSON_AddStringToObject(det, "pixel_model",
+                                "point-sampled reciprocal space (detector sampling = 1/simulation window)");
+    else
+        cJSON_AddStringToObject(det, "pixel_model",
+                                "area-integrated: each pixel sums the det_oversample^2 native far-field "
+                                "samples (spacing 1/simulation window) that tile it; detector sampling = "
+                                "det_oversample/simulation window");
+    cJSON_AddNumberToObject(det, "det_oversample", S);
+    cJSON_AddStringToObject(det, "det_oversample_rule",
+                            p->det_oversample ? "given"
+                                              : "auto: smallest odd S with S*L >= 1.3*probe_footprint_A, "
+                                                "L = 1/sampling_inv_A");
+    cJSON_AddNumberToObject(det, "probe_footprint_A", g->probe_footprint_A);
     cJSON_AddNumberToObject(det, "rotation_vs_scan_deg", p->scan_rotation_deg);
 
     cJSON *sp = cJSON_AddObjectToObject(root, "specimen");
@@ -1011,9 +1127,10 @@ static char *sidecar_text(const ssb4d_sim_params *p, const ssb4d_sim_info *g, co
     cJSON_AddStringToObject(sp, "zone_axis", "[001]");
     cJSON_AddNumberToObject(sp, "lattice_constant_A", cr->a_A);
     cJSON_AddNumberToObject(sp, "cells", p->cells_z);
-    int wc[3] = {p->window_cells, p->window_cells, p->cells_z};
+    /* the simulated (periodic) window: det_oversample × the detector's window */
+    int wc[3] = {S * p->window_cells, S * p->window_cells, p->cells_z};
     cJSON_AddItemToObject(sp, "simulation_window_unit_cells", cJSON_CreateIntArray(wc, 3));
-    cJSON_AddItemToObject(sp, "simulation_window_A", num_pair(g->window_A, g->window_A));
+    cJSON_AddItemToObject(sp, "simulation_window_A", num_pair(g->sim_window_A, g->sim_window_A));
     cJSON_AddNumberToObject(sp, "thickness_A", g->thickness_nm * 10.0);
     cJSON_AddNumberToObject(sp, "thickness_nm", g->thickness_nm);
     cJSON_AddNumberToObject(sp, "n_slices", g->n_slices);
@@ -1051,6 +1168,11 @@ static char *sidecar_text(const ssb4d_sim_params *p, const ssb4d_sim_info *g, co
     cJSON *val = cJSON_AddObjectToObject(root, "validation");
     cJSON_AddNumberToObject(val, "intensity_sum_full_grid_mean", g->mean_sum_full);
     cJSON_AddNumberToObject(val, "noisefree_intensity_sum_mean", g->mean_sum_detector);
+    cJSON_AddStringToObject(val, "sums",
+                            "means over the scan of one noise-free pattern's sum: over the full "
+                            "simulation grid (the whole beam, 1 up to the antialias band's loss) and "
+                            "over the D x D detector (the fraction of the beam that lands on it; the "
+                            "same angular range for any det_oversample)");
     cJSON_AddNumberToObject(val, "counts_max", g->max_count);
     cJSON_AddNumberToObject(val, "counts_clamped", (double)g->n_clamped);
     cJSON *tm = cJSON_AddObjectToObject(root, "timing_s");

@@ -74,6 +74,8 @@ expect_error "scan rotation not finite" "scan-rotation" -- "$BIN" simulate --pre
 expect_error "scan rotation infinite" "scan-rotation" -- "$BIN" simulate --preset tiny --scan-rotation -inf -o "$T/r.npy"
 expect_error "scan rotation absurd" "scan-rotation" -- "$BIN" simulate --preset tiny --scan-rotation 1e5 -o "$T/r.npy"
 expect_error "scan rotation not a number" "scan-rotation" -- "$BIN" simulate --preset tiny --scan-rotation 30deg -o "$T/r.npy"
+expect_error "even detector oversampling" "det-oversample" -- "$BIN" simulate --preset tiny --det-oversample 4 -o "$T/r.npy"
+expect_error "grid below the oversampled detector" "grid" -- "$BIN" simulate --preset tiny --det-oversample 3 --grid 126 -o "$T/r.npy"
 if ls "$T"/r*.npy "$T"/r.json >/dev/null 2>&1; then
     echo "FAIL: a refused simulate left output behind"
     fail=$((fail + 1))
