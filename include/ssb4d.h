@@ -769,10 +769,22 @@ void ssb4d_band_opts_default(ssb4d_band_opts *o);
  * thin model exactly). γ is unnormalised (SPEC §5.6); sums run over the stored half-plane with
  * weight 2 per column except columns 0 and nx/2, q at its fftfreq value. Each read of a G plane
  * serves every parameter set of the batch; sums run in a fixed order (BF blocks of 64 merged in
- * block order), so fit[i] does not depend on n, the batch's other members or the thread count. */
+ * block order), so fit[i] does not depend on n, the batch's other members or the thread count.
+ * G may be resident, streamed or half precision (read in groups of planes, as the loss does): a
+ * streamed float32 G gives the resident G's bits for any group size; a half G is a preview-
+ * precision value. */
 ssb4d_status ssb4d_band_fit(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d_aberrations *ab,
                             const ssb4d_thick *thick, size_t n, const ssb4d_band_opts *o,
                             ssb4d_mem *mem, double *fit, ssb4d_err *err);
+/* ssb4d_band_fit with a scan–detector rotation per parameter set, for a search over the rotation
+ * and the aberrations together: rotation_deg[i] replaces g->rotation_deg for set i (NULL: g's for
+ * all; ssb4d_band_fit is this call with NULL). Still one pass over G per batch; the per-(q,k)
+ * geometry is made once per distinct rotation (sets with bit-equal rotations share it, so a batch
+ * of one rotation costs what ssb4d_band_fit costs). fit[i] is bit-identical to ssb4d_band_fit of
+ * set i alone with g->rotation_deg = rotation_deg[i], for any batch, thread count or G mode. */
+ssb4d_status ssb4d_band_fit_rot(const ssb4d_G *G, const ssb4d_geometry *g, const double *rotation_deg,
+                                const ssb4d_aberrations *ab, const ssb4d_thick *thick, size_t n,
+                                const ssb4d_band_opts *o, ssb4d_mem *mem, double *fit, ssb4d_err *err);
 /* The band's power Σ_{q∈band} w_q Σ_k |G(q,k)|² over the stored pixels with A(k) > 0: an upper
  * bound of fit(θ) for any θ (Cauchy–Schwarz), so fit/power in [0, 1] is the fraction of the
  * band's power that the model explains. */

@@ -1,6 +1,7 @@
 /* test_band.c — the band objective ssb4d_band_fit (SPEC §5.6, src/ssb/band.c) against the float64
  * reference (tests/reference/ref_band.c): values, batch and thread independence (bit for bit),
- * a negative control, the thickness-0 identities and the power bound. */
+ * per-set rotations (ssb4d_band_fit_rot, bit for bit against single calls), a negative control,
+ * the thickness-0 identities and the power bound. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -195,6 +196,79 @@ static void test_threads(void **st)
     assert_memory_equal(f1, f5, sizeof f1);
 }
 
+static void lib_fit_rot(const double *rot, const ssb4d_aberrations *ab, const ssb4d_thick *th, size_t n,
+                        int threads, double *fit)
+{
+    ssb4d_band_opts o;
+    ssb4d_band_opts_default(&o);
+    o.threads = threads;
+    CHECK_OK(ssb4d_band_fit_rot(FX.G, &FX.g, rot, ab, th, n, &o, FX.mem, fit, ERR));
+}
+
+/* Per-set rotations (ssb4d_band_fit_rot): fit[i] is the bits of ssb4d_band_fit with set i alone
+ * and g.rotation_deg = rot[i], whatever the batch, its order, duplicates and the thread count;
+ * rotation NULL, or all equal to g's, is ssb4d_band_fit; the rotation is applied as the float64
+ * reference applies it, and changes the value. */
+static void test_rotation_per_set(void **st)
+{
+    (void)st;
+    /* Two sets share 7°; −0 and 0 are different bits, so they get tables of their own. */
+    const double rot[NSETS] = {7, -3, 7, 12.5, 90, 0.0, -0.0};
+    double all[NSETS], rev[NSETS], one;
+    lib_fit_rot(rot, AB, TH, NSETS, 2, all);
+    double rrot[NSETS];
+    ssb4d_aberrations abr[NSETS];
+    ssb4d_thick thr[NSETS];
+    for (int i = 0; i < NSETS; i++) {
+        rrot[i] = rot[NSETS - 1 - i];
+        abr[i] = AB[NSETS - 1 - i];
+        thr[i] = TH[NSETS - 1 - i];
+    }
+    lib_fit_rot(rrot, abr, thr, NSETS, 5, rev);
+    ssb4d_geometry g0 = FX.g;
+    for (int i = 0; i < NSETS; i++) {
+        FX.g.rotation_deg = rot[i];
+        lib_fit(&AB[i], &TH[i], 1, 1, &one);
+        FX.g = g0;
+        assert_memory_equal(&one, &all[i], sizeof one);
+        assert_memory_equal(&rev[NSETS - 1 - i], &all[i], sizeof one);
+    }
+    /* One parameter set under three rotations in one batch, and a duplicate. */
+    ssb4d_aberrations same[4] = {AB[2], AB[2], AB[2], AB[2]};
+    ssb4d_thick sth[4] = {TH[2], TH[2], TH[2], TH[2]};
+    const double r4[4] = {-3, 7, 12.5, -3};
+    double d[4];
+    lib_fit_rot(r4, same, sth, 4, 2, d);
+    for (int i = 0; i < 4; i++) {
+        FX.g.rotation_deg = r4[i];
+        lib_fit(&AB[2], &TH[2], 1, 2, &one);
+        FX.g = g0;
+        assert_memory_equal(&one, &d[i], sizeof one);
+    }
+    assert_true(d[0] != d[1] && d[1] != d[2]);
+    /* NULL, and every rotation equal to g's, are ssb4d_band_fit. */
+    double plain[NSETS], nul[NSETS], eq[NSETS], g7[NSETS];
+    for (int i = 0; i < NSETS; i++)
+        g7[i] = FX.g.rotation_deg;
+    lib_fit(AB, TH, NSETS, 2, plain);
+    lib_fit_rot(NULL, AB, TH, NSETS, 2, nul);
+    lib_fit_rot(g7, AB, TH, NSETS, 2, eq);
+    assert_memory_equal(plain, nul, sizeof plain);
+    assert_memory_equal(plain, eq, sizeof plain);
+    /* Against the reference at set 1's rotation (−3°, fast kernel, thick) and set 3's (12.5°,
+     * generic kernel); 10° away from g's rotation the value moves well beyond that tolerance. */
+    for (int i = 1; i <= 3; i += 2) {
+        ssb4d_geometry gi = FX.g;
+        gi.rotation_deg = rot[i];
+        double ref = ref_band_fit(&FX.ref, &gi, &AB[i], &TH[i], 0.2, 0.9, 0);
+        double rel = fabs(all[i] - ref) / ref, moved = fabs(plain[i] - all[i]) / all[i];
+        printf("# set %d at %g deg: lib %.12g ref %.12g (rel %.2e); at %g deg rel change %.2e\n", i, rot[i],
+               all[i], ref, rel, FX.g.rotation_deg, moved);
+        assert_true(rel < 1e-5);
+        assert_true(moved > 1e-3);
+    }
+}
+
 /* The comparison can fail: the reference with the tilt's sign flipped, or with the sign of the
  * defocus term flipped (the textbook γ variant is the same for even m, so flip C10), differs. */
 static void test_negative_control(void **st)
@@ -277,6 +351,9 @@ static void test_bad_arguments(void **st)
     ssb4d_aberrations bad = AB[0];
     bad.C_nm[SSB4D_C10] = NAN;
     assert_int_equal(ssb4d_band_fit(FX.G, &FX.g, &bad, NULL, 1, NULL, FX.mem, &f, &err), SSB4D_EINVAL);
+    double rot[1] = {NAN};
+    assert_int_equal(ssb4d_band_fit_rot(FX.G, &FX.g, rot, AB, NULL, 1, NULL, FX.mem, &f, &err), SSB4D_EINVAL);
+    assert_non_null(strstr(err.msg, "rotation"));
     /* n = 0 is a no-op */
     assert_int_equal(ssb4d_band_fit(FX.G, &FX.g, NULL, NULL, 0, NULL, FX.mem, NULL, &err), SSB4D_OK);
     assert_int_equal(ssb4d_mem_live(FX.mem), ssb4d_G_bytes(FX.G));
@@ -288,6 +365,7 @@ int main(void)
         cmocka_unit_test(test_matches_reference),
         cmocka_unit_test(test_batch_independent),
         cmocka_unit_test(test_threads),
+        cmocka_unit_test(test_rotation_per_set),
         cmocka_unit_test(test_negative_control),
         cmocka_unit_test(test_thickness_zero_exact),
         cmocka_unit_test(test_power_bound),

@@ -62,8 +62,8 @@ static const char FIT_HELP[] =
     "memory: the budget (--memory, default the available RAM) counts a .qem DATA (it stays\n"
     "mapped), the output images, G and every transient. When G does not fit, its outer BF\n"
     "pixels are streamed (rebuilt from DATA by every pass): slower, the same fit and images bit\n"
-    "for bit. --tilt needs G resident in float32 and says which budget that takes. A budget\n"
-    "below the smallest that runs exits 2 with that smallest budget (see also ssb4d plan).\n\n";
+    "for bit (--tilt too). A budget below the smallest that runs exits 2 with that smallest\n"
+    "budget (see also ssb4d plan).\n\n";
 
 static void usage_fit(FILE *f)
 {
@@ -729,14 +729,6 @@ static int run_fit(fit_opts *o)
     rc = job_plan(o, &j, region ? rshape : NULL, up, 3 * image_bytes, &plan);
     if (!rc)
         job_g(&j, &plan, region ? rshape : NULL, &resident, &g_bytes);
-    if (!rc && o->tilt && resident < g_bytes) {
-        /* band.c reads G's planes directly: no streaming for the thick-sample search. */
-        char b[32], need[32];
-        fprintf(stderr, "ssb4d %s: --tilt needs G resident in float32, which takes a budget of at least %s; "
-                        "in %s the outer BF pixels of G would be streamed\n", o->cmd,
-                cli_job_size(need, plan.resident_memory_bytes, 1), cli_job_size(b, j.budget, 0));
-        rc = CLI_EXIT_USAGE;
-    }
     if (rc) {
         job_free(&j);
         remove_if_empty(o);

@@ -8,8 +8,12 @@
  *
  * One pass over G per batch: BF pixels in logical blocks of BLOCK, each block's partial sums
  * (every parameter set × every band bin) made by one thread in BF order and added to the totals
- * in block order (an OpenMP ordered loop). The geometry of a (q,k) pair (apertures, q·k) is shared
- * by the whole batch; everything else is per parameter set, so fit[i] depends only on set i.
+ * in block order (an OpenMP ordered loop). G is read in groups of whole blocks (G_group: resident
+ * float32 planes in place, half planes converted, streamed planes rebuilt), so neither the group
+ * size nor how G is held changes the order of the sums. Each set may carry its own scan–detector
+ * rotation; the geometry of a (q,k) pair (k, apertures, q·k) is made once per distinct rotation
+ * and shared by that rotation's sets; everything else is per parameter set, so fit[i] depends
+ * only on set i and its rotation.
  *
  * Fast kernel (χ = C10, C12 only; SPEC 5.2 quadratic form χ(v) = πλ vᵀMv):
  *   χ(q∓k) = χ(q) ∓ u + χ(k), u = q·b, b = 2πλ M k, hence
@@ -36,23 +40,50 @@ void ssb4d_band_opts_default(ssb4d_band_opts *o)
     o->band_hi_inv_A = 0.9;
 }
 
-/* ---- geometry shared by the batch -------------------------------------------------------- */
+/* ---- the band's bins, shared by every parameter set and rotation ------------------------- */
 
 typedef struct {
     const struct ssb4d_G *G;
     double lambda, alpha0, ang[2];
+    double in2, out2;   /* aperture(): |v|² below which A = 1, above which A = 0, exactly */
     size_t nb;          /* band bins (stored half-plane) */
     size_t *off;        /* bin → offset in a plane (row·nxh + col) */
     int *rs, *cs;       /* bin → compact row / column slot */
     double *qx, *qy, *q2, *wq;
     size_t nr, nc;      /* rows / columns that hold band bins */
     double *rq, *cq;    /* their frequencies */
-    double *kx, *ky, *Ak; /* per BF pixel (rotated k), A(k) */
 } band_geom;
 
-static double aperture(const band_geom *b, double vx, double vy)
+/* k of every BF pixel under one scan–detector rotation (SPEC 5.1: a rotation touches k only). */
+typedef struct {
+    double *kx, *ky, *Ak; /* rotated k, A(k) */
+} band_rot;
+
+/* ssb_aperture's value, without its square roots and division away from the edge. Where λ|v| lies
+ * more than half the widest pixel (plus a margin far above rounding) inside or outside α0, the
+ * clamp gives exactly 1 or 0; only the one-pixel annulus of the edge is evaluated in full. So the
+ * bits are ssb_aperture's everywhere, and a k table per rotation stays cheap. */
+static inline double aperture(const band_geom *b, double vx, double vy)
 {
+    double r2 = vx * vx + vy * vy;
+    if (r2 >= b->out2)
+        return 0.0;
+    if (r2 <= b->in2)
+        return 1.0;
     return ssb_aperture(b->lambda, b->alpha0, b->ang, vx, vy);
+}
+
+static void aperture_bounds(band_geom *b)
+{
+    double wmax = fmax(b->ang[0], b->ang[1]), half = 0.5 * wmax * (1 + 1e-6);
+    b->in2 = -1.0;
+    b->out2 = INFINITY;
+    if (!(wmax > 0) || !isfinite(wmax) || !(b->lambda > 0))
+        return;
+    double hi = (b->alpha0 + half) / b->lambda, lo = (b->alpha0 - half) / b->lambda;
+    b->out2 = hi * hi;
+    if (lo > 0)
+        b->in2 = lo * lo;
 }
 
 static void geom_free(band_geom *b, ssb4d_mem *mem)
@@ -62,7 +93,6 @@ static void geom_free(band_geom *b, ssb4d_mem *mem)
     ssb4d_mem_free(mem, b->cs, 0);
     ssb4d_mem_free(mem, b->qx, 0);
     ssb4d_mem_free(mem, b->rq, 0);
-    ssb4d_mem_free(mem, b->kx, 0);
     memset(b, 0, sizeof *b);
 }
 
@@ -70,15 +100,12 @@ static ssb4d_status geom_init(band_geom *b, const struct ssb4d_G *G, const ssb4d
                               const ssb4d_band_opts *o, ssb4d_mem *mem, ssb4d_err *err)
 {
     memset(b, 0, sizeof *b);
-    /* The band sums read G plane by plane in BF blocks; they have no group pass (yet). */
-    if (!G_resident_f32(G) && G->n_stored)
-        return ssb4d_fail(err, SSB4D_EINVAL, "the thick-sample fit needs G resident in float32 (a "
-                                             "larger --memory, without --preview-precision half)");
     b->G = G;
     b->lambda = ssb4d_wavelength_A(g->kv);
     b->alpha0 = g->semiangle_mrad * 1e-3;
     b->ang[0] = g->det_sampling_mrad[0] * 1e-3;
     b->ang[1] = g->det_sampling_mrad[1] * 1e-3;
+    aperture_bounds(b);
     size_t ny = G->ny, nx = G->nx, nxh = G->nxh;
     double lo = o->band_lo_inv_A, hi = o->band_hi_inv_A;
     int *row_slot = calloc(ny, sizeof *row_slot), *col_slot = calloc(nxh, sizeof *col_slot);
@@ -109,8 +136,7 @@ static ssb4d_status geom_init(band_geom *b, const struct ssb4d_G *G, const ssb4d
     b->cs = ssb4d_mem_alloc(mem, n1 * sizeof *b->cs, "band bins", err);
     b->qx = ssb4d_mem_alloc(mem, 4 * n1 * sizeof *b->qx, "band bins", err);
     b->rq = ssb4d_mem_alloc(mem, (b->nr + b->nc + 1) * sizeof *b->rq, "band bins", err);
-    b->kx = ssb4d_mem_alloc(mem, 3 * (G->n_bf ? G->n_bf : 1) * sizeof *b->kx, "band k", err);
-    if (!b->off || !b->rs || !b->cs || !b->qx || !b->rq || !b->kx) {
+    if (!b->off || !b->rs || !b->cs || !b->qx || !b->rq) {
         free(row_slot);
         free(col_slot);
         geom_free(b, mem);
@@ -120,8 +146,6 @@ static ssb4d_status geom_init(band_geom *b, const struct ssb4d_G *G, const ssb4d
     b->q2 = b->qy + n1;
     b->wq = b->q2 + n1;
     b->cq = b->rq + b->nr;
-    b->ky = b->kx + G->n_bf;
-    b->Ak = b->ky + G->n_bf;
     size_t m = 0;
     for (size_t i = 0; i < ny; i++) {
         double qx = ssb_fftfreq(i, ny, g->scan_step_A[0]);
@@ -146,9 +170,26 @@ static ssb4d_status geom_init(band_geom *b, const struct ssb4d_G *G, const ssb4d
     }
     free(row_slot);
     free(col_slot);
+    return SSB4D_OK;
+}
+
+/* The k table of rotation `rotation_deg`: g with its rotation replaced, so a set evaluated in a
+ * batch of many rotations sees the bits that a call with that rotation in g gives. */
+static ssb4d_status rot_init(band_rot *r, const band_geom *b, const ssb4d_geometry *g, double rotation_deg,
+                             ssb4d_mem *mem, ssb4d_err *err)
+{
+    const struct ssb4d_G *G = b->G;
+    size_t n = G->n_bf ? G->n_bf : 1;
+    r->kx = ssb4d_mem_alloc(mem, 3 * n * sizeof *r->kx, "band k", err);
+    if (!r->kx)
+        return SSB4D_ENOMEM;
+    r->ky = r->kx + n;
+    r->Ak = r->ky + n;
+    ssb4d_geometry gr = *g;
+    gr.rotation_deg = rotation_deg;
     for (size_t ib = 0; ib < G->n_bf; ib++) {
-        ssb_bf_k(g, b->lambda, G->det_shape[1], G->bf_pix[ib], &b->kx[ib], &b->ky[ib]);
-        b->Ak[ib] = aperture(b, b->kx[ib], b->ky[ib]);
+        ssb_bf_k(&gr, b->lambda, G->det_shape[1], G->bf_pix[ib], &r->kx[ib], &r->ky[ib]);
+        r->Ak[ib] = aperture(b, r->kx[ib], r->ky[ib]);
     }
     return SSB4D_OK;
 }
@@ -161,6 +202,7 @@ typedef struct {
     double m[3];
     int thick;
     double t, tau[2];
+    size_t rot;         /* its rotation: an index into the batch's distinct rotations */
     /* per band bin (fast kernel): e^{iχ(q)}, e^{∓i(t/2)πλ|q|²} and 2π q·τ */
     double complex *E, *Qm, *Qp;
     double *qt;
@@ -220,10 +262,10 @@ typedef struct {
 } band_scratch;
 
 /* Fast kernel: pixel ib, set s, accumulating into acc (nb × 3). */
-static void accum_fast(const band_geom *b, const band_set *s, size_t ib, const cfloat *plane,
-                       band_scratch *w, double *restrict acc)
+static void accum_fast(const band_geom *b, const band_rot *k, const band_set *s, size_t ib,
+                       const cfloat *plane, band_scratch *w, double *restrict acc)
 {
-    double kx = b->kx[ib], ky = b->ky[ib], Ak = b->Ak[ib], lam = b->lambda;
+    double kx = k->kx[ib], ky = k->ky[ib], Ak = k->Ak[ib], lam = b->lambda;
     /* b = 2πλ M k; e^{−iu} = e^{−i bx qx}·e^{−i by qy} */
     double bx = 2 * M_PI * lam * (s->m[0] * kx + s->m[1] * ky);
     double by = 2 * M_PI * lam * (s->m[1] * kx + s->m[2] * ky);
@@ -274,10 +316,10 @@ static void accum_fast(const band_geom *b, const band_set *s, size_t ib, const c
 }
 
 /* Generic kernel: P(q∓k) evaluated directly (any χ). */
-static void accum_generic(const band_geom *b, const band_set *s, size_t ib, const cfloat *plane,
-                          band_scratch *w, double *restrict acc)
+static void accum_generic(const band_geom *b, const band_rot *k, const band_set *s, size_t ib,
+                          const cfloat *plane, band_scratch *w, double *restrict acc)
 {
-    double kx = b->kx[ib], ky = b->ky[ib], Ak = b->Ak[ib], lam = b->lambda;
+    double kx = k->kx[ib], ky = k->ky[ib], Ak = k->Ak[ib], lam = b->lambda;
     double xk = chi(s, lam, kx, ky);
     double complex Pk = Ak * (cos(xk) - I * sin(xk));
     for (size_t m = 0; m < b->nb; m++) {
@@ -305,63 +347,111 @@ static void accum_generic(const band_geom *b, const band_set *s, size_t ib, cons
     }
 }
 
-/* The (q,k) geometry shared by every set: A(q−k), A(q+k), q·k. */
-static void pixel_geometry(const band_geom *b, size_t ib, band_scratch *w)
+/* |q∓k|² = |q|² + |k|² ∓ 2q·k sorts each bin into inside (A = 1), outside (A = 0) or on the
+ * aperture's edge (−1 for now), with aperture()'s thresholds; their margin is far above this
+ * form's rounding, so the sorting is exact. A function of its own, with restrict arguments: so
+ * GCC vectorises the loop (inlined in the OpenMP region as plain code it did not). */
+static void classify(size_t nb, const double *restrict qx, const double *restrict qy,
+                     const double *restrict q2, double kx, double ky, double in2, double out2,
+                     double *restrict A1, double *restrict A2, double *restrict qk)
 {
-    double kx = b->kx[ib], ky = b->ky[ib];
-    for (size_t m = 0; m < b->nb; m++) {
-        double qx = b->qx[m], qy = b->qy[m];
-        w->A1[m] = aperture(b, qx - kx, qy - ky);
-        w->A2[m] = aperture(b, qx + kx, qy + ky);
-        w->qk[m] = qx * kx + qy * ky;
+    double k2 = kx * kx + ky * ky;
+    for (size_t m = 0; m < nb; m++) {
+        double d = qx[m] * kx + qy[m] * ky, s = q2[m] + k2, r1 = s - 2 * d, r2 = s + 2 * d;
+        qk[m] = d;
+        A1[m] = r1 <= in2 ? 1.0 : r1 < out2 ? -1.0 : 0.0;
+        A2[m] = r2 <= in2 ? 1.0 : r2 < out2 ? -1.0 : 0.0;
     }
 }
 
-ssb4d_status ssb4d_band_fit(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d_aberrations *ab,
-                            const ssb4d_thick *thick, size_t n, const ssb4d_band_opts *o,
-                            ssb4d_mem *mem, double *fit, ssb4d_err *err)
+/* The (q,k) geometry shared by every set of one rotation: A(q−k), A(q+k), q·k. It is made once
+ * per pixel and distinct rotation, so it is kept cheap: only the edge bins left by classify()
+ * call ssb_aperture. The values are aperture()'s, i.e. ssb_aperture's, bit for bit. */
+static void pixel_geometry(const band_geom *b, const band_rot *k, size_t ib, band_scratch *w)
+{
+    double kx = k->kx[ib], ky = k->ky[ib];
+    classify(b->nb, b->qx, b->qy, b->q2, kx, ky, b->in2, b->out2, w->A1, w->A2, w->qk);
+    for (size_t m = 0; m < b->nb; m++) {
+        if (w->A1[m] < 0)
+            w->A1[m] = ssb_aperture(b->lambda, b->alpha0, b->ang, b->qx[m] - kx, b->qy[m] - ky);
+        if (w->A2[m] < 0)
+            w->A2[m] = ssb_aperture(b->lambda, b->alpha0, b->ang, b->qx[m] + kx, b->qy[m] + ky);
+    }
+}
+
+/* Checks shared by the band entry points; fills *o with the defaults when given NULL. */
+static ssb4d_status check_args(const ssb4d_geometry *g, const ssb4d_band_opts **o, ssb4d_band_opts *dflt,
+                               ssb4d_err *err)
+{
+    if (!*o) {
+        ssb4d_band_opts_default(dflt);
+        *o = dflt;
+    }
+    if (!((*o)->band_lo_inv_A >= 0) || !((*o)->band_hi_inv_A > (*o)->band_lo_inv_A) ||
+        !isfinite((*o)->band_hi_inv_A))
+        return ssb4d_fail(err, SSB4D_EINVAL,
+                          "the band objective's band must satisfy 0 <= lo < hi (got %g, %g 1/A)",
+                          (*o)->band_lo_inv_A, (*o)->band_hi_inv_A);
+    return ssb4d_geometry_check(g, err);
+}
+
+ssb4d_status ssb4d_band_fit_rot(const ssb4d_G *G, const ssb4d_geometry *g, const double *rotation_deg,
+                                const ssb4d_aberrations *ab, const ssb4d_thick *thick, size_t n,
+                                const ssb4d_band_opts *o, ssb4d_mem *mem, double *fit, ssb4d_err *err)
 {
     if (!G || !g || (n && (!ab || !fit)))
         return ssb4d_fail(err, SSB4D_EINVAL, "band fit: missing argument");
     ssb4d_band_opts dflt;
-    if (!o) {
-        ssb4d_band_opts_default(&dflt);
-        o = &dflt;
-    }
-    if (!(o->band_lo_inv_A >= 0) || !(o->band_hi_inv_A > o->band_lo_inv_A) || !isfinite(o->band_hi_inv_A))
-        return ssb4d_fail(err, SSB4D_EINVAL, "band fit: the band must satisfy 0 <= lo < hi (got %g, %g 1/A)",
-                          o->band_lo_inv_A, o->band_hi_inv_A);
-    ssb4d_status st = ssb4d_geometry_check(g, err);
-    if (st)
+    ssb4d_status st = check_args(g, &o, &dflt, err);
+    if (st || n == 0)
         return st;
-    if (n == 0)
-        return SSB4D_OK;
     band_set *sets = calloc(n, sizeof *sets);
-    if (!sets)
+    double *urot = calloc(n, sizeof *urot); /* the distinct rotations, in order of first use */
+    band_rot *rots = calloc(n, sizeof *rots);
+    if (!sets || !urot || !rots) {
+        free(sets), free(urot), free(rots);
         return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
-    for (size_t i = 0; i < n && !st; i++)
+    }
+    size_t nrot = 0;
+    for (size_t i = 0; i < n && !st; i++) {
         st = set_init(&sets[i], &ab[i], thick ? &thick[i] : NULL, i, err);
-    if (st) {
-        free(sets);
-        return st;
+        double r = rotation_deg ? rotation_deg[i] : g->rotation_deg;
+        if (!st && !isfinite(r))
+            st = ssb4d_fail(err, SSB4D_EINVAL, "parameter set %zu: the rotation is not a finite value", i);
+        /* Bit-equal rotations share one k table (−0 and 0 do not: their tables could differ in
+         * a zero's sign, and a set's bits must be those of a call with its own rotation). */
+        size_t u = 0;
+        while (u < nrot && memcmp(&urot[u], &r, sizeof r))
+            u++;
+        if (u == nrot)
+            urot[nrot++] = r;
+        sets[i].rot = u;
     }
     band_geom b;
-    if ((st = geom_init(&b, G, g, o, mem, err))) {
-        free(sets);
-        return st;
-    }
+    memset(&b, 0, sizeof b);
+    if (!st)
+        st = geom_init(&b, G, g, o, mem, err);
+    size_t n_rot_init = 0;
+    for (; !st && n_rot_init < nrot; n_rot_init++)
+        if ((st = rot_init(&rots[n_rot_init], &b, g, urot[n_rot_init], mem, err)))
+            break;
     size_t nb = b.nb, nb1 = nb ? nb : 1, nsum = n * nb1 * 3;
-    /* Per-set tables: E, Qm, Qp (complex) and qt, allocated as one block. */
-    double complex *tabs = ssb4d_mem_alloc(mem, n * nb1 * 3 * sizeof(double complex), "band set tables", err);
-    double *qts = ssb4d_mem_alloc(mem, n * nb1 * sizeof(double), "band set tables", err);
-    double *total = ssb4d_mem_calloc(mem, nsum * sizeof(double), "band sums", err);
     size_t nblocks = (G->n_bf + BLOCK - 1) / BLOCK;
     int nt = ssb4d_threads_resolve(o->threads);
     if ((size_t)nt > nblocks)
         nt = nblocks ? (int)nblocks : 1;
-    band_scratch *ws = calloc((size_t)nt, sizeof *ws);
-    if (!tabs || !qts || !total || !ws)
-        st = ws ? SSB4D_ENOMEM : ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+    /* Per-set tables: E, Qm, Qp (complex) and qt, allocated as one block. */
+    double complex *tabs = NULL;
+    double *qts = NULL, *total = NULL;
+    band_scratch *ws = NULL;
+    if (!st) {
+        tabs = ssb4d_mem_alloc(mem, n * nb1 * 3 * sizeof(double complex), "band set tables", err);
+        qts = ssb4d_mem_alloc(mem, n * nb1 * sizeof(double), "band set tables", err);
+        total = ssb4d_mem_calloc(mem, nsum * sizeof(double), "band sums", err);
+        ws = calloc((size_t)nt, sizeof *ws);
+        if (!tabs || !qts || !total || !ws)
+            st = ws ? SSB4D_ENOMEM : ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+    }
     for (int t = 0; !st && t < nt; t++) {
         band_scratch *w = &ws[t];
         w->A1 = ssb4d_mem_alloc(mem, 3 * nb1 * sizeof(double), "band pixel geometry", err);
@@ -387,24 +477,51 @@ ssb4d_status ssb4d_band_fit(const ssb4d_G *G, const ssb4d_geometry *g, const ssb
 #pragma omp parallel for num_threads(nt) schedule(static)
         for (size_t i = 0; i < n; i++)
             set_tables(&sets[i], &b);
+    }
+    /* G in groups of BF pixels whose float32 planes are at hand: all of G when it is resident in
+     * float32, else converted from half precision or rebuilt from the source (loss.c does the
+     * same). A group spans whole blocks, so the block order of the sums, and with it the bits,
+     * is the same for every group size and for a resident G. */
+    G_group gr = {0};
+    int have_group = 0;
+    if (!st) {
+        st = G_group_init(G, mem, &gr, err);
+        have_group = !st;
+    }
+    if (!st && gr.cap % BLOCK && gr.cap < G->n_bf)
+        st = ssb4d_fail(err, SSB4D_EINTERNAL, "G groups of %zu pixels split the blocks of %d", gr.cap, BLOCK);
+    for (size_t g0 = 0; !st && g0 < G->n_bf; g0 += gr.cap) {
+        size_t g1 = g0 + gr.cap < G->n_bf ? g0 + gr.cap : G->n_bf;
+        if ((st = G_group_load(G, g0, g1, &gr, err)))
+            break;
+        size_t b0 = g0 / BLOCK, b1 = (g1 + BLOCK - 1) / BLOCK;
 #pragma omp parallel num_threads(nt)
         {
             band_scratch *w = &ws[omp_get_thread_num()];
 #pragma omp for ordered schedule(dynamic, 1)
-            for (size_t blk = 0; blk < nblocks; blk++) {
+            for (size_t blk = b0; blk < b1; blk++) {
                 memset(w->part, 0, nsum * sizeof(double));
-                size_t end = (blk + 1) * BLOCK < G->n_bf ? (blk + 1) * BLOCK : G->n_bf;
+                size_t end = (blk + 1) * BLOCK < g1 ? (blk + 1) * BLOCK : g1;
                 for (size_t ib = blk * BLOCK; ib < end; ib++) {
-                    const cfloat *plane = (const cfloat *)G_plane(G, ib);
-                    if (!plane || b.Ak[ib] == 0.0)
-                        continue; /* γ ≡ 0 for this pixel */
-                    pixel_geometry(&b, ib, w);
-                    for (size_t i = 0; i < n; i++) {
-                        double *acc = w->part + i * nb1 * 3;
-                        if (sets[i].quadratic)
-                            accum_fast(&b, &sets[i], ib, plane, w, acc);
-                        else
-                            accum_generic(&b, &sets[i], ib, plane, w, acc);
+                    const cfloat *plane = (const cfloat *)gr.planes[ib - g0];
+                    if (!plane)
+                        continue; /* unstored: γ contributes nothing */
+                    /* The plane is read once for the whole batch; its (q,k) geometry is made
+                     * once per distinct rotation and serves that rotation's sets. */
+                    for (size_t u = 0; u < nrot; u++) {
+                        const band_rot *k = &rots[u];
+                        if (k->Ak[ib] == 0.0)
+                            continue; /* γ ≡ 0 for this pixel under this rotation */
+                        pixel_geometry(&b, k, ib, w);
+                        for (size_t i = 0; i < n; i++) {
+                            if (sets[i].rot != u)
+                                continue;
+                            double *acc = w->part + i * nb1 * 3;
+                            if (sets[i].quadratic)
+                                accum_fast(&b, k, &sets[i], ib, plane, w, acc);
+                            else
+                                accum_generic(&b, k, &sets[i], ib, plane, w, acc);
+                        }
                     }
                 }
 #pragma omp ordered
@@ -412,6 +529,10 @@ ssb4d_status ssb4d_band_fit(const ssb4d_G *G, const ssb4d_geometry *g, const ssb
                     total[q] += w->part[q];
             }
         }
+    }
+    if (have_group)
+        G_group_free(&gr);
+    if (!st)
         for (size_t i = 0; i < n; i++) {
             const double *t = total + i * nb1 * 3;
             double f = 0.0;
@@ -420,7 +541,6 @@ ssb4d_status ssb4d_band_fit(const ssb4d_G *G, const ssb4d_geometry *g, const ssb
                     f += b.wq[m] * (t[3 * m] * t[3 * m] + t[3 * m + 1] * t[3 * m + 1]) / t[3 * m + 2];
             fit[i] = f;
         }
-    }
     for (int t = 0; ws && t < nt; t++) {
         ssb4d_mem_free(mem, ws[t].A1, 1);
         ssb4d_mem_free(mem, ws[t].R, 1);
@@ -430,9 +550,18 @@ ssb4d_status ssb4d_band_fit(const ssb4d_G *G, const ssb4d_geometry *g, const ssb
     ssb4d_mem_free(mem, tabs, 1);
     ssb4d_mem_free(mem, qts, 1);
     ssb4d_mem_free(mem, total, 1);
+    for (size_t u = 0; u < n_rot_init; u++)
+        ssb4d_mem_free(mem, rots[u].kx, 0);
     geom_free(&b, mem);
-    free(sets);
+    free(sets), free(urot), free(rots);
     return st;
+}
+
+ssb4d_status ssb4d_band_fit(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d_aberrations *ab,
+                            const ssb4d_thick *thick, size_t n, const ssb4d_band_opts *o,
+                            ssb4d_mem *mem, double *fit, ssb4d_err *err)
+{
+    return ssb4d_band_fit_rot(G, g, NULL, ab, thick, n, o, mem, fit, err);
 }
 
 ssb4d_status ssb4d_band_power(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d_band_opts *o,
@@ -441,36 +570,56 @@ ssb4d_status ssb4d_band_power(const ssb4d_G *G, const ssb4d_geometry *g, const s
     if (!G || !g || !power)
         return ssb4d_fail(err, SSB4D_EINVAL, "band power: missing argument");
     ssb4d_band_opts dflt;
-    if (!o) {
-        ssb4d_band_opts_default(&dflt);
-        o = &dflt;
-    }
-    ssb4d_status st = ssb4d_geometry_check(g, err);
+    ssb4d_status st = check_args(g, &o, &dflt, err);
     if (st)
         return st;
     band_geom b;
+    band_rot k = {0};
     if ((st = geom_init(&b, G, g, o, mem, err)))
         return st;
-    /* Per bin, Σ_k |G|² in BF order (pixel-major so that each plane is read once). */
-    double *acc = ssb4d_mem_calloc(mem, (b.nb ? b.nb : 1) * sizeof *acc, "band power", err);
-    if (!acc) {
-        geom_free(&b, mem);
-        return SSB4D_ENOMEM;
+    st = rot_init(&k, &b, g, g->rotation_deg, mem, err);
+    double *acc = st ? NULL : ssb4d_mem_calloc(mem, (b.nb ? b.nb : 1) * sizeof *acc, "band power", err);
+    if (!st && !acc)
+        st = SSB4D_ENOMEM;
+    G_group gr = {0};
+    int have_group = 0;
+    if (!st) {
+        st = G_group_init(G, mem, &gr, err);
+        have_group = !st;
     }
-    for (size_t ib = 0; ib < G->n_bf; ib++) {
-        const float *plane = (const float *)G_plane(G, ib);
-        if (!plane || b.Ak[ib] == 0.0)
-            continue;
-        for (size_t m = 0; m < b.nb; m++) {
-            double re = plane[2 * b.off[m]], im = plane[2 * b.off[m] + 1];
-            acc[m] += re * re + im * im;
+    /* Per bin, Σ_k |G|² in BF order, group after group: threads split the bins, never the sum
+     * over k, so the bits do not depend on the threads or the group size. */
+    int nt = ssb4d_threads_resolve(o->threads);
+    const size_t chunk = 1024;
+    size_t nchunks = (b.nb + chunk - 1) / chunk;
+    for (size_t g0 = 0; !st && g0 < G->n_bf; g0 += gr.cap) {
+        size_t g1 = g0 + gr.cap < G->n_bf ? g0 + gr.cap : G->n_bf;
+        if ((st = G_group_load(G, g0, g1, &gr, err)))
+            break;
+#pragma omp parallel for num_threads(nt) schedule(static)
+        for (size_t c = 0; c < nchunks; c++) {
+            size_t m0 = c * chunk, m1 = m0 + chunk < b.nb ? m0 + chunk : b.nb;
+            for (size_t ib = g0; ib < g1; ib++) {
+                const float *plane = (const float *)gr.planes[ib - g0];
+                if (!plane || k.Ak[ib] == 0.0)
+                    continue;
+                for (size_t m = m0; m < m1; m++) {
+                    double re = plane[2 * b.off[m]], im = plane[2 * b.off[m] + 1];
+                    acc[m] += re * re + im * im;
+                }
+            }
         }
     }
-    double p = 0.0;
-    for (size_t m = 0; m < b.nb; m++)
-        p += b.wq[m] * acc[m];
+    if (have_group)
+        G_group_free(&gr);
+    if (!st) {
+        double p = 0.0;
+        for (size_t m = 0; m < b.nb; m++)
+            p += b.wq[m] * acc[m];
+        *power = p;
+    }
     ssb4d_mem_free(mem, acc, 0);
-    *power = p;
+    ssb4d_mem_free(mem, k.kx, 0);
     geom_free(&b, mem);
-    return SSB4D_OK;
+    return st;
 }
