@@ -210,14 +210,56 @@ static double corr(const double *a, const double *b, size_t n)
 
 /* At the truth: skewness of the phase, its correlation with the (negated) BF-disk image and with
  * the dark-field image (everything outside the BF disk), from the counts. */
+#include <complex.h>
+#include <fftw3.h>
+/* The integrated centre of mass (iCoM, thin object: φ ⋆ |probe|²) at rotation g: the CoM vectors
+ * taken into the scan frame, integrated by FFT (periodic scan). */
+static void icom(const uint16_t *counts, size_t n, size_t det, const ssb4d_geometry *g, float *out)
+{
+    size_t np = n * n, dd = det * det;
+    double a = -g->rotation_deg * M_PI / 180.0, ca = cos(a), sa = sin(a);
+    double complex *cx = fftw_malloc(np * sizeof *cx), *cy = fftw_malloc(np * sizeof *cy);
+    for (size_t p = 0; p < np; p++) {
+        const uint16_t *f = counts + p * dd;
+        double s0 = 0, sr = 0, sc = 0;
+        for (size_t q = 0; q < dd; q++) {
+            s0 += f[q];
+            sr += (double)(q / det) * f[q];
+            sc += (double)(q % det) * f[q];
+        }
+        double kr = s0 > 0 ? sr / s0 - g->centre_px[0] : 0, kc = s0 > 0 ? sc / s0 - g->centre_px[1] : 0;
+        cx[p] = kr * ca + kc * sa;
+        cy[p] = -kr * sa + kc * ca;
+    }
+    fftw_plan f1 = fftw_plan_dft_2d((int)n, (int)n, (fftw_complex *)cx, (fftw_complex *)cx, FFTW_FORWARD, FFTW_ESTIMATE);
+    fftw_execute_dft(f1, (fftw_complex *)cx, (fftw_complex *)cx);
+    fftw_execute_dft(f1, (fftw_complex *)cy, (fftw_complex *)cy);
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = 0; j < n; j++) {
+            double qx = (double)((long)i < (long)(n + 1) / 2 ? (long)i : (long)i - (long)n);
+            double qy = (double)((long)j < (long)(n + 1) / 2 ? (long)j : (long)j - (long)n);
+            double q2 = qx * qx + qy * qy;
+            size_t k = i * n + j;
+            cx[k] = q2 > 0 ? (qx * cx[k] + qy * cy[k]) / (2 * M_PI * I * q2) : 0;
+        }
+    fftw_plan b1 = fftw_plan_dft_2d((int)n, (int)n, (fftw_complex *)cx, (fftw_complex *)cx, FFTW_BACKWARD, FFTW_ESTIMATE);
+    fftw_execute(b1);
+    for (size_t p = 0; p < np; p++)
+        out[p] = (float)creal(cx[p]);
+    fftw_destroy_plan(f1);
+    fftw_destroy_plan(b1);
+    fftw_free(cx);
+    fftw_free(cy);
+}
+
 static void branch_stats(const uint16_t *counts, size_t np, size_t dd, const ssb4d_calibration *cal,
-                         const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d_aberrations *ab, double out[3])
+                         const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d_aberrations *ab, double out[4])
 {
     ssb4d_err err = {0};
     float *ph = malloc(np * sizeof *ph);
     double *phd = malloc(np * sizeof *phd), *bf = calloc(np, sizeof *bf), *df = calloc(np, sizeof *df);
     unsigned char *inbf = calloc(dd, 1);
-    out[0] = out[1] = out[2] = NAN;
+    out[0] = out[1] = out[2] = out[3] = NAN;
     if (!ph || !phd || !bf || !df || !inbf || ssb4d_object(G, g, ab, NULL, 1, NULL, NULL, NULL, ph, &err))
         goto done;
     for (size_t i = 0; i < cal->n_bf; i++)
@@ -242,6 +284,8 @@ static void branch_stats(const uint16_t *counts, size_t np, size_t dd, const ssb
     out[0] = ssb4d_phase_skewness(ph, np);
     out[1] = corr(phd, bf, np);
     out[2] = corr(phd, df, np);
+    icom(counts, (size_t)sqrt((double)np), cal->det_shape[1], g, ph);
+    out[3] = ssb4d_phase_skewness(ph, np);
 done:
     free(ph), free(phd), free(bf), free(df), free(inbf);
 }
@@ -261,7 +305,7 @@ static void tally_add(tally *t, int ok)
 int main(int argc, char **argv)
 {
     int n = 120, threads = 0, tilt = 0, table = 0, max_scan = 128, rotation_given = 0, objective = -1;
-    int only_th = -1, only_rot = -1, only_dose = -1, branch_check = 1;
+    int only_th = -1, only_rot = -1, only_dose = -1, branch_check = 1, stats_only = 0;
     uint64_t seed = 2026;
     const char *cases = NULL, *dump = NULL;
     for (int a = 1; a < argc; a++) {
@@ -281,6 +325,8 @@ int main(int argc, char **argv)
             tilt = 1;
         else if (!strcmp(argv[a], "--rotation-given")) /* diagnostics: the true rotation given */
             rotation_given = 1;
+        else if (!strcmp(argv[a], "--stats-only")) /* research: the truth's branch statistics only */
+            stats_only = 1;
         else if (!strcmp(argv[a], "--no-branch-check"))
             branch_check = 0;
         else if (!strcmp(argv[a], "--objective") && a + 1 < argc) {
@@ -377,12 +423,15 @@ int main(int argc, char **argv)
         if (rotation_given)
             g0.rotation_deg = c.rotation_deg;
         ssb4d_fit_result r;
-        if (ssb4d_fit(G, &g0, &fp, NULL, &r, &err)) {
+        memset(&r, 0, sizeof r);
+        if (stats_only)
+            fp.use_parallax = 0, fp.trials = 0, fp.coarse_bf = 0;
+        if (!stats_only && ssb4d_fit(G, &g0, &fp, NULL, &r, &err)) {
             fprintf(stderr, "case %d: fit: %s\n", i, err.msg);
             return 1;
         }
         double t3 = now();
-        double bstat[3];
+        double bstat[4];
         {
             ssb4d_geometry gt = cal.geom;
             gt.rotation_deg = c.rotation_deg;
@@ -440,7 +489,7 @@ int main(int argc, char **argv)
                "\"calibration_rotation_deg\":%.3f,\"calibration_rotation_sigma_deg\":%.3f,"
                "\"dC10\":%.4f,\"dC12\":%.4f,\"dphi12\":%.3f,\"drotation\":%.3f,\"ok\":%s,"
                "\"tilt_fit_mrad\":[%.3f,%.3f],\"thickness_fit_nm\":%.3f,\"tilt_ok\":%d,"
-               "\"truth_branch\":{\"skewness\":%.3f,\"corr_negbf\":%.4f,\"corr_df\":%.4f},\"evaluations\":%zu,\"simulate_s\":%.2f,\"calibrate_gbuild_s\":%.2f,\"fit_s\":%.2f,\"tilt_s\":%.2f}\n",
+               "\"truth_branch\":{\"skewness\":%.3f,\"corr_negbf\":%.4f,\"corr_df\":%.4f,\"icom_skewness\":%.3f},\"evaluations\":%zu,\"simulate_s\":%.2f,\"calibrate_gbuild_s\":%.2f,\"fit_s\":%.2f,\"tilt_s\":%.2f}\n",
                i, c.sp.specimen == SSB4D_SPECIMEN_AU ? "Au" : "SrTiO3", c.sp.kv, c.sp.semiangle_mrad, c.sp.scan_n,
                c.sp.scan_cells, info.scan_step_A, c.sp.det, info.bf_radius_px, info.window_A,
                2.0 * c.sp.semiangle_mrad * 1e-3 * 10.0 * (fabs(c.sp.ab.C_nm[SSB4D_C10]) + c.sp.ab.C_nm[SSB4D_C12]) + 4.0, c.sp.dose, c.thickness_nm,
@@ -450,7 +499,7 @@ int main(int argc, char **argv)
                r.rotation_source, r.branch_flipped, r.loss, r.confident, r.skewness, r.loss_contrast, r.parallax.C10_nm, r.parallax.C12_nm,
                r.parallax.phi12_deg, r.parallax.rotation_deg, r.parallax.sigma[0], r.parallax.sigma[1],
                r.parallax.sigma[2], r.parallax.sigma[3], cal.rotation_curl_deg, cal.rotation_sigma_deg, d10, d12,
-               dphi, drot, ok ? "true" : "false", tilt_fit[0], tilt_fit[1], t_fit, tilt_ok, bstat[0], bstat[1], bstat[2], r.evaluations,
+               dphi, drot, ok ? "true" : "false", tilt_fit[0], tilt_fit[1], t_fit, tilt_ok, bstat[0], bstat[1], bstat[2], bstat[3], r.evaluations,
                t1 - t0, t2 - t1, t3 - t2, t4 - t3);
         fflush(stdout);
         ssb4d_fit_result_free(&r);

@@ -35,19 +35,6 @@ void fit_thin_aberrations(const fit_thin_params *p, const double *x, ssb4d_aberr
         ab->phi_deg[SSB4D_C12] = x[FIT_PHI12] + x[FIT_ROT];
 }
 
-/* Until band.c takes a rotation per set: one call per set. */
-static ssb4d_status band_fit_rot(const ssb4d_G *G, const ssb4d_geometry *g, const double *rot,
-                                 const ssb4d_aberrations *ab, size_t n, const ssb4d_band_opts *o,
-                                 ssb4d_mem *mem, double *fit, ssb4d_err *err)
-{
-    ssb4d_status st = SSB4D_OK;
-    for (size_t i = 0; i < n && !st; i++) {
-        ssb4d_geometry gi = *g;
-        gi.rotation_deg = rot[i];
-        st = ssb4d_band_fit(G, &gi, &ab[i], NULL, 1, o, mem, &fit[i], err);
-    }
-    return st;
-}
 
 ssb4d_status fit_check_start(const double lo[3], const double hi[3], const double start[3],
                              ssb4d_err *err)
@@ -84,7 +71,7 @@ static ssb4d_status thin_eval(void *user, const double *x, size_t n, double *los
             rot[i] = o->p->fit_rotation ? x[np * (i0 + i) + FIT_ROT] : o->g->rotation_deg;
         }
         if (o->p->objective == SSB4D_FIT_OBJ_BAND) {
-            st = o->p->fit_rotation ? band_fit_rot(o->G, o->g, rot, ab, m, &o->p->band, o->mem, fit, err)
+            st = o->p->fit_rotation ? ssb4d_band_fit_rot(o->G, o->g, rot, ab, NULL, m, &o->p->band, o->mem, fit, err)
                                     : ssb4d_band_fit(o->G, o->g, ab, NULL, m, &o->p->band, o->mem, fit, err);
             for (size_t i = 0; !st && i < m; i++)
                 loss[i0 + i] = -fit[i] * o->inv_power;
