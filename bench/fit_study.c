@@ -104,29 +104,23 @@ static int draw_case(uint64_t seed, int i, int max_scan, study_case *c, ssb4d_er
     }
     if (p->cells_z < 1)
         p->cells_z = 1;
-    /* scan: sizes 32, 64, 128 (thick crystals at arbitrary rotations are simulated position by
-     * position: 32 only); the step 0.25–0.6 Å sets the cells covered */
+    /* scan: sizes 32, 64, 128, step 0.25–0.6 Å; the cells covered are chosen near that step so that
+     * few positions per cell are distinct (the simulator computes each distinct one once, at
+     * rotations that are multiples of 90°) */
     static const int scans[] = {32, 64, 128};
-    int ns = (c->th == TH_THICK && c->rot == ROT_ANY) ? 1 : 3;
-    p->scan_n = scans[(int)(unit(&r) * ns)];
+    p->scan_n = scans[(int)(unit(&r) * 3)];
     if (p->scan_n > max_scan)
         p->scan_n = max_scan;
     double step = 0.25 + 0.35 * unit(&r);
-    p->scan_cells = (int)lround(step * p->scan_n / a);
-    if (p->scan_cells < 1)
-        p->scan_cells = 1;
-    if (c->th == TH_THICK) { /* few distinct positions per cell: the simulator reuses patterns */
-        int best = p->scan_cells;
-        long bestn = p->scan_n / gcd(p->scan_n, best);
-        for (int s = p->scan_cells - 2; s <= p->scan_cells + 2; s++)
-            if (s >= 1 && p->scan_n / gcd(p->scan_n, s) < bestn)
-                best = s, bestn = p->scan_n / gcd(p->scan_n, s);
-        p->scan_cells = best;
-    }
+    int s0 = (int)lround(step * p->scan_n / a);
+    p->scan_cells = s0 < 1 ? 1 : s0;
+    long bestn = p->scan_n / gcd(p->scan_n, p->scan_cells);
+    for (int sc = s0 - 3; sc <= s0 + 3; sc++)
+        if (sc >= 1 && sc * a / p->scan_n >= 0.2 && sc * a / p->scan_n <= 0.7 && p->scan_n / gcd(p->scan_n, sc) < bestn)
+            p->scan_cells = sc, bestn = p->scan_n / gcd(p->scan_n, sc);
     /* detector and the window that puts the BF disk at a fraction f of the half-width */
     static const int dets[] = {48, 64, 96};
-    int nd = (c->th == TH_THICK && c->rot == ROT_ANY) ? 2 : 3;
-    p->det = dets[(int)(unit(&r) * nd)];
+    p->det = dets[(int)(unit(&r) * 3)];
     double f = 0.35 + 0.5 * unit(&r), lambda = ssb4d_wavelength_A(p->kv);
     double L = f * (p->det / 2.0) * lambda / (p->semiangle_mrad * 1e-3);
     p->window_cells = (int)lround(L / a);
@@ -145,6 +139,29 @@ static int draw_case(uint64_t seed, int i, int max_scan, study_case *c, ssb4d_er
     ssb4d_sim_info info;
     if (ssb4d_sim_describe(p, &info, err))
         return -1;
+    /* Bound the simulation's cost (about 2 FFTs of the grid per slice and distinct pattern; the
+     * study must rerun in about two hours): smaller scans first, then a coarser detector. */
+    for (;;) {
+        double per = (double)(p->scan_n / gcd(p->scan_n, p->scan_cells));
+        double patterns = (c->rot == ROT_ANY) ? (double)p->scan_n * p->scan_n : per * per;
+        double m2 = (double)info.grid * info.grid;
+        double cost = patterns * 2.0 * info.n_slices * 5.0 * m2 * log2(m2);
+        if (cost < 3e11 || (p->scan_n == 32 && p->det == 48))
+            break;
+        if (p->scan_n > 32) {
+            double st = p->scan_cells * a / p->scan_n;
+            p->scan_n /= 2;
+            p->scan_cells = (int)lround(st * p->scan_n / a) < 1 ? 1 : (int)lround(st * p->scan_n / a);
+        } else {
+            double f0 = info.bf_radius_px / (p->det / 2.0);
+            p->det = p->det == 96 ? 64 : 48;
+            p->window_cells = (int)lround(f0 * (p->det / 2.0) * lambda / (p->semiangle_mrad * 1e-3) / a);
+            if (p->window_cells < 2)
+                p->window_cells = 2;
+        }
+        if (ssb4d_sim_describe(p, &info, err))
+            return -1;
+    }
     c->thickness_nm = info.thickness_nm;
     c->c10_mean_plane = p->ab.C_nm[SSB4D_C10] + 0.5 * (info.thickness_nm - info.thickness_nm / info.n_slices);
     return 0;
@@ -305,7 +322,7 @@ static void tally_add(tally *t, int ok)
 int main(int argc, char **argv)
 {
     int n = 120, threads = 0, tilt = 0, table = 0, max_scan = 128, rotation_given = 0, objective = -1;
-    int only_th = -1, only_rot = -1, only_dose = -1, branch_check = 1, stats_only = 0;
+    int only_th = -1, only_rot = -1, only_dose = -1, branch_check = 1, stats_only = 0, det_os = -1;
     uint64_t seed = 2026;
     const char *cases = NULL, *dump = NULL;
     for (int a = 1; a < argc; a++) {
@@ -325,6 +342,8 @@ int main(int argc, char **argv)
             tilt = 1;
         else if (!strcmp(argv[a], "--rotation-given")) /* diagnostics: the true rotation given */
             rotation_given = 1;
+        else if (!strcmp(argv[a], "--det-oversample") && a + 1 < argc) /* research: force S */
+            det_os = atoi(argv[++a]);
         else if (!strcmp(argv[a], "--stats-only")) /* research: the truth's branch statistics only */
             stats_only = 1;
         else if (!strcmp(argv[a], "--no-branch-check"))
@@ -375,6 +394,8 @@ int main(int argc, char **argv)
             return 1;
         }
         c.sp.threads = threads;
+        if (det_os >= 0)
+            c.sp.det_oversample = det_os;
         if ((only_th >= 0 && c.th != only_th) || (only_rot >= 0 && c.rot != only_rot) ||
             (only_dose >= 0 && c.dose_class != only_dose))
             continue;
@@ -384,13 +405,23 @@ int main(int argc, char **argv)
         size_t shape[4] = {(size_t)c.sp.scan_n, (size_t)c.sp.scan_n, (size_t)c.sp.det, (size_t)c.sp.det};
         uint16_t *counts = malloc(np * dd * sizeof *counts);
         double t0 = now();
-        if (!counts || ssb4d_simulate_to_memory(&c.sp, counts, NULL, NULL, NULL, &info, &err)) {
+        float *gt = dump ? malloc(np * sizeof *gt) : NULL;
+        if (!counts || ssb4d_simulate_to_memory(&c.sp, counts, NULL, NULL, gt, &info, &err)) {
             fprintf(stderr, "case %d: simulate: %s\n", i, err.msg);
             return 1;
         }
         double t1 = now();
-        if (dump)
+        if (dump) {
             write_dump(dump, &c, counts, &info);
+            char path[1024];
+            snprintf(path, sizeof path, "%s/case%03d_phase_bl.f32", dump, c.index);
+            FILE *f = fopen(path, "wb");
+            if (f) {
+                fwrite(gt, sizeof *gt, np, f);
+                fclose(f);
+            }
+        }
+        free(gt);
         ssb4d_source *src = NULL;
         ssb4d_calibration cal;
         ssb4d_calib_params cp;

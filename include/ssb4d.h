@@ -338,12 +338,20 @@ typedef struct {
     int threads;         /* 0: all cores */
     size_t max_bins;     /* frequencies read per BF pixel (default 1024) */
     size_t max_bytes;    /* cap on the per-pixel spectra held (n_bf × bins × 8; default 64 MiB) */
+    double max_aberration_nm; /* the largest |C10| + |C12| considered (sizes the one-pixel shift
+                                 search; default 50) */
 } ssb4d_parallax_opts;
 
 void ssb4d_parallax_opts_default(ssb4d_parallax_opts *o);
 
+#define SSB4D_PARALLAX_ALT 3
 typedef struct {
     double B[4];            /* shift (Å) per detector pixel: [row←row, row←col, col←row, col←col] */
+    double J;               /* mean over the offsets of the normalised cross-correlation at B */
+    /* Other shift fields that the one- and two-pixel offsets allowed (a crystal's aliased
+     * reflections can make several fit nearly as well), worse by J: the fit weighs them too. */
+    size_t n_alt;
+    double alt_B[SSB4D_PARALLAX_ALT][4], alt_J[SSB4D_PARALLAX_ALT];
     double C10_nm, C12_nm, phi12_deg; /* φ12 in the scan frame (ssb4d's χ), on this branch */
     double rotation_deg;    /* in [−90, 90); the other branch is +180° with −C10, −C12 */
     double est[4];          /* (C10, C12, φ12, rotation) as above */
@@ -351,6 +359,8 @@ typedef struct {
     double residual_A;      /* rms misfit of the measured shifts (Å) */
     size_t n_offsets;       /* pixel offsets measured */
     size_t n_bins, n_pixels;
+    int aliased;            /* 1: the scan is too coarse for any frequency to be free of aliases in
+                               the inner BF pixels; every pixel was used (less reliable) */
     double seconds;
 } ssb4d_parallax;
 
@@ -362,6 +372,9 @@ ssb4d_status ssb4d_parallax_estimate(const ssb4d_G *G, const ssb4d_geometry *g,
  * misfit: large when the stated rotation disagrees with the shifts). */
 void ssb4d_parallax_at_rotation(const ssb4d_parallax *p, const ssb4d_geometry *g, double rotation_deg,
                                 double ab[3], double *misfit_nm);
+/* p with its shift field replaced by alternative k (< p->n_alt): B, J and the estimate (C10, C12,
+ * φ12, rotation) recomputed; the standard errors are kept. */
+void ssb4d_parallax_alternative(const ssb4d_parallax *p, const ssb4d_geometry *g, size_t k, ssb4d_parallax *out);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Fitting (src/fit/), SPEC §6                                                                   */

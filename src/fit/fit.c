@@ -127,14 +127,24 @@ ssb4d_status fit_thin(const ssb4d_G *G, const ssb4d_geometry *g, const fit_thin_
         return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory starting the fit");
     ssb4d_status st = SSB4D_OK;
     double x0[FIT_MAX_PARAMS] = {0};
+    size_t bsz = p->batch ? p->batch : 1;
+    for (size_t i = 0; i < p->n_seeds && !st; i += bsz)
+        st = fit_eval_batch(s, p->stage_base, p->seeds + i * (size_t)fp.n_params,
+                            p->n_seeds - i < bsz ? p->n_seeds - i : bsz, NULL, err);
+    if (st) {
+        fit_state_free(s);
+        return st;
+    }
     if (p->trials) {
-        st = fit_global(s, p->stage_base, p->trials, p->batch ? p->batch : 1, p->seed, err);
+        st = fit_global(s, p->stage_base, p->trials, bsz, p->seed, err);
         if (!st)
             memcpy(x0, fit_best(s)->x, sizeof x0);
-    } else
+    } else if (p->n_seeds)
+        memcpy(x0, fit_best(s)->x, sizeof x0);
+    else
         memcpy(x0, p->start, (size_t)fp.n_params * sizeof *x0);
     int it = 0;
-    if (!st)
+    if (!st && !p->no_nm)
         st = fit_nelder_mead(s, p->stage_base + 1, x0, &p->nm, &it, err);
     if (st) {
         fit_state_free(s);

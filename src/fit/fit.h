@@ -29,6 +29,11 @@ typedef struct {
     ssb4d_band_opts band;    /* the band objective's band and threads */
     double band_power;       /* its normalisation (ssb4d_band_power on the same G); 0: computed */
     int stage_base;          /* trials are recorded as stage_base (global), stage_base + 1 (NM) */
+    /* Candidates evaluated (as one batch series, stage_base) before the global search; with
+     * no_nm the fit stops there and returns the best of them. */
+    const double *seeds;     /* n_seeds points of n_params values */
+    size_t n_seeds;
+    int no_nm;
     /* Called after every batch with the work done (candidates × BF pixels); may be NULL. */
     void (*work)(void *user, double units);
     void *work_user;

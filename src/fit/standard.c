@@ -356,6 +356,102 @@ static void choose_rotation(const ssb4d_fit_params *p, const ssb4d_geometry *g, 
     snprintf(r->rotation_source, sizeof r->rotation_source, "%s", src);
 }
 
+/* Rotations nothing fixes better than this (deg) are scanned over the half-circle, in these steps. */
+#define ROTATION_SIGMA_SCAN 2.0
+#define ROTATION_SCAN_STEP 2.0
+
+/* The start: the parallax's shift field and its alternatives (fit.h: a crystal's aliased
+ * reflections can make several fit nearly as well), each as the aberrations it gives at the
+ * rotation the fit starts from — or, when neither it nor the calibration fixes the rotation (C10
+ * small against C12: astigmatism turns with φ12), at every rotation over the half-circle in
+ * ROTATION_SCAN_STEP. They are evaluated as seeds (stage 0, batched) on the coarse subset with
+ * the band objective, which sees what the shifts cannot: the trotters' geometry and the sign of
+ * the contrast transfer. x0 becomes the best (C10, C12, φ12 in the scan frame, rotation); *sd_rot
+ * the rotation's standard error at that point. */
+static ssb4d_status start_seeds(const ssb4d_G *Gc, const ssb4d_fit_params *p, ssb4d_fit_result *r,
+                                const ssb4d_band_opts *band, progress_t *pr, ssb4d_mem *mem, int fit_rotation,
+                                double x0[4], double *sd_rot, ssb4d_err *err)
+{
+    size_t nsteps = (size_t)(180.0 / ROTATION_SCAN_STEP), cap = (1 + SSB4D_PARALLAX_ALT) * nsteps, n = 0;
+    int np = fit_rotation ? 4 : 3;
+    double *seeds = malloc(cap * 4 * sizeof *seeds), *sds = malloc(cap * sizeof *sds);
+    if (!seeds || !sds) {
+        free(seeds), free(sds);
+        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory (fit start)");
+    }
+    double r0 = r->geom.rotation_deg;
+    for (size_t h = 0; h <= r->parallax.n_alt; h++) {
+        ssb4d_parallax px = r->parallax;
+        if (h > 0)
+            ssb4d_parallax_alternative(&r->parallax, &r->geom, h - 1, &px);
+        double sr = h == 0 ? r->rotation_sigma_deg : px.sigma[3];
+        /* this hypothesis's rotation on the branch nearest the one the fit starts from */
+        double rh = px.rotation_deg;
+        if (fabs(wrap180(rh + 180.0 - r0)) < fabs(wrap180(rh - r0)))
+            rh = wrap180(rh + 180.0);
+        if (h == 0 && !strcmp(r->rotation_source, "centre of mass"))
+            rh = r0;
+        int scan = fit_rotation && !(sr <= ROTATION_SIGMA_SCAN);
+        size_t m = scan ? nsteps : 1;
+        for (size_t i = 0; i < m; i++) {
+            double rot = !fit_rotation ? r0 : scan ? rh - 90.0 + ROTATION_SCAN_STEP * (double)i : rh, ab[3];
+            ssb4d_parallax_at_rotation(&px, &r->geom, rot, ab, NULL);
+            double *x = seeds + np * n;
+            x[0] = fmin(p->hi[0], fmax(p->lo[0], ab[0]));
+            x[1] = fmin(p->hi[1], fmax(p->lo[1], ab[1]));
+            x[2] = fit_rotation ? wrap_phi(ab[2] - rot) : ab[2]; /* the probe frame when rotating */
+            if (fit_rotation)
+                x[3] = rot;
+            sds[n] = scan ? ROTATION_SCAN_STEP : sr;
+            n++;
+        }
+    }
+    search_box b;
+    user_box(p, &b);
+    b.trials = 0;
+    if (fit_rotation) {
+        b.fit_rotation = 1;
+        b.locked[3] = 0;
+        b.lo[3] = r0 - 180.0;
+        b.hi[3] = r0 + 180.0;
+        b.start[2] = wrap_phi(b.start[2] - r0);
+        b.start[3] = r0;
+    }
+    fit_thin_params t;
+    thin_params(p, &b, band, pr, &t);
+    t.trials = 0;
+    t.seeds = seeds;
+    t.n_seeds = n;
+    t.no_nm = 1;
+    t.stage_base = FIT_STAGE_GLOBAL;
+    fit_state *s = NULL;
+    fit_thin_result tr;
+    ssb4d_status st = fit_thin(Gc, &r->geom, &t, mem, &tr, &s, err);
+    if (!st) {
+        st = append_trials(r, s, err);
+        size_t best = 0; /* the seed that won (seeds are clamped and wrapped when evaluated) */
+        double dbest = INFINITY;
+        for (size_t i = 0; i < n; i++) {
+            const double *x = seeds + np * i;
+            double d = fabs(x[0] - tr.x[0]) + fabs(x[1] - tr.x[1]) + fabs(wrap_phi(x[2] - tr.x[2]));
+            if (fit_rotation)
+                d += fabs(wrap180(x[3] - tr.x[3]));
+            if (d < dbest)
+                dbest = d, best = i;
+        }
+        x0[0] = tr.x[0];
+        x0[1] = tr.x[1];
+        x0[2] = fit_rotation ? wrap_phi(tr.x[2] + tr.x[3]) : tr.x[2]; /* the scan frame */
+        x0[3] = fit_rotation ? tr.x[3] : r0;
+        *sd_rot = sds[best];
+        r->geom.rotation_deg = wrap180(x0[3]);
+    }
+    fit_state_free(s);
+    free(seeds);
+    free(sds);
+    return st;
+}
+
 ssb4d_status ssb4d_fit(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d_fit_params *p,
                        ssb4d_mem *mem, ssb4d_fit_result *r, ssb4d_err *err)
 {
@@ -388,14 +484,40 @@ ssb4d_status ssb4d_fit(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d_fi
     if (st)
         return st;
     choose_rotation(p, g, r);
-    search_box box;
+    /* The fit pixels and the coarse subset (every m-th fit pixel, m = ceil(n_fit / coarse_bf)). */
+    size_t *idx = malloc(G->n_bf * sizeof *idx);
+    if (!idx)
+        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+    size_t n_fit = fit_pixels(G, &r->geom, p->fit_radius, idx);
+    ssb4d_G *F = NULL, *C = NULL;
+    st = n_fit ? ssb4d_G_subset(G, idx, n_fit, &F, err)
+               : ssb4d_fail(err, SSB4D_EINVAL, "no BF pixel lies within the fit radius");
+    size_t m = p->coarse_bf && n_fit > p->coarse_bf ? (n_fit + p->coarse_bf - 1) / p->coarse_bf : 1;
+    size_t n_coarse = 0;
+    if (!st) {
+        for (size_t i = 0; i < n_fit; i += m)
+            idx[n_coarse++] = idx[i];
+        st = m > 1 ? ssb4d_G_subset(G, idx, n_coarse, &C, err) : SSB4D_OK;
+    }
+    free(idx);
+    r->n_fit_bf = n_fit;
+    r->n_coarse_bf = n_coarse;
+    const ssb4d_G *Gc = C ? C : F;
+    ssb4d_band_opts band;
+    auto_band(G, &r->geom, p, p->threads, &band);
+    progress_t pr = {p, 0, 0};
+    pr.expected = (double)(p->trials + 160) * (double)n_coarse + 50.0 * (double)n_fit;
+
     /* Unless the user gave it, the rotation is searched with the aberrations: the parallax fixes it
      * only to ~1-6° (and not at all without defocus), the band objective to a fraction of that. */
     int fit_rotation = !p->rotation_given;
-    if (r->parallax_ok && !p->start_given) {
+    search_box box;
+    if (!st && r->parallax_ok && !p->start_given) {
         double x0[4], sd[4] = {r->parallax.sigma[0], r->parallax.sigma[1], r->parallax.sigma[2], r->rotation_sigma_deg};
         ssb4d_parallax_at_rotation(&r->parallax, &r->geom, r->geom.rotation_deg, x0, NULL);
         x0[3] = r->geom.rotation_deg;
+        if (!p->locked[0] && !p->locked[1] && !p->locked[2])
+            st = start_seeds(Gc, p, r, &band, &pr, mem, fit_rotation, x0, &sd[3], err);
         if (fit_rotation)
             x0[2] = wrap_phi(x0[2] - x0[3]); /* φ12 in the probe frame */
         for (int j = 0; j < 3; j++)
@@ -416,30 +538,6 @@ ssb4d_status ssb4d_fit(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d_fi
     }
 
     /* 2. the search: global + Nelder–Mead on the coarse subset, Nelder–Mead on all fit pixels */
-    size_t *idx = malloc(G->n_bf * sizeof *idx);
-    if (!idx)
-        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
-    size_t n_fit = fit_pixels(G, &r->geom, p->fit_radius, idx);
-    ssb4d_G *F = NULL, *C = NULL;
-    st = n_fit ? ssb4d_G_subset(G, idx, n_fit, &F, err)
-               : ssb4d_fail(err, SSB4D_EINVAL, "no BF pixel lies within the fit radius");
-    /* The coarse subset: every m-th fit pixel, m = ceil(n_fit / coarse_bf). */
-    size_t m = p->coarse_bf && n_fit > p->coarse_bf ? (n_fit + p->coarse_bf - 1) / p->coarse_bf : 1;
-    size_t n_coarse = 0;
-    if (!st) {
-        for (size_t i = 0; i < n_fit; i += m)
-            idx[n_coarse++] = idx[i];
-        st = m > 1 ? ssb4d_G_subset(G, idx, n_coarse, &C, err) : SSB4D_OK;
-    }
-    free(idx);
-    r->n_fit_bf = n_fit;
-    r->n_coarse_bf = n_coarse;
-    const ssb4d_G *Gc = C ? C : F;
-    ssb4d_band_opts band;
-    auto_band(G, &r->geom, p, p->threads, &band);
-
-    progress_t pr = {p, 0, 0};
-    pr.expected = (double)(box.trials + 70) * (double)n_coarse + 50.0 * (double)n_fit;
     fit_thin_result tr;
     double x[4] = {0, 0, 0, r->geom.rotation_deg};
     double median = NAN;

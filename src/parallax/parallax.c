@@ -31,6 +31,7 @@
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdio.h>
 #include <time.h>
 
 typedef float complex cfloat;
@@ -40,6 +41,7 @@ void ssb4d_parallax_opts_default(ssb4d_parallax_opts *o)
     memset(o, 0, sizeof *o);
     o->max_bins = 1024;
     o->max_bytes = 64u << 20;
+    o->max_aberration_nm = 50.0;
 }
 
 /* ---- frequencies -------------------------------------------------------------------------- */
@@ -77,6 +79,9 @@ typedef struct {
     long *bi, *bj;      /* signed frequency indices of the selected bins (bj >= 0) */
     double *qx, *qy;    /* 1/Å */
     cfloat *v;          /* n_bf × nb windowed spectra at the bins (zero for unstored pixels) */
+    double *kcut;       /* per bin: only pixels with |k| below this (1/Å) are free of aliases */
+    double *kr;         /* per BF pixel: |k| (1/Å; the same in every rotation) */
+    int aliased;        /* 1: no bin was alias-free; every pixel is used */
     int32_t *bf_of;     /* detector pixel → BF index, or −1 */
     int *row, *col;     /* BF pixel → detector row, col */
     size_t n_used;      /* pixels with values */
@@ -88,6 +93,8 @@ static void px_free(px *p, ssb4d_mem *mem)
     free(p->bj);
     free(p->qx);
     free(p->qy);
+    free(p->kcut);
+    free(p->kr);
     ssb4d_mem_free(mem, p->v, 0);
     free(p->bf_of);
     free(p->row);
@@ -155,6 +162,15 @@ static ssb4d_status select_bins(const ssb4d_G *G, const ssb4d_geometry *g, size_
         free(pw);
         return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory (parallax bins)");
     }
+    /* A scan step s folds the spectrum by 1/s: bin q also holds q + n/s. Those aliases carry
+     * signal in BF pixels within α/λ of ±(q + n/s) only, so pixels with |k| < 1/s − |q| − α/λ see
+     * q alone, whatever the rotation. Bins where that leaves a few pixels are preferred: pixel
+     * pairs that mix a crystal's aliased reflections in give cross-correlation peaks at wrong
+     * shifts. */
+    double fold = fmin(1.0 / g->scan_step_A[0], 1.0 / g->scan_step_A[1]), kap = g->semiangle_mrad * 1e-3 / lambda;
+    double kmin = 3.0 * fmax(g->det_sampling_mrad[0], g->det_sampling_mrad[1]) * 1e-3 / lambda;
+    size_t n_free = 0;
+    for (int pass = 0; pass < 2; pass++) {
     size_t n = 0;
     for (size_t i = 0; i < ny; i++)
         for (size_t j = 0; j < nxh; j++) {
@@ -167,10 +183,18 @@ static ssb4d_status select_bins(const ssb4d_G *G, const ssb4d_geometry *g, size_
             double qy = (double)fj / ((double)nx * g->scan_step_A[1]);
             if (qx * qx + qy * qy >= qmax * qmax)
                 continue;
+            if (pass == 0 && fold - hypot(qx, qy) - kap < kmin)
+                continue;
             rk[n].p = pw[i * nxh + j];
             rk[n].idx = i * nxh + j;
             n++;
         }
+    n_free = n;
+    if (pass == 0 && n >= 128 && !getenv("SSB4D_PARALLAX_ALL"))
+        break;
+    p->aliased = 1;
+    }
+    size_t n = n_free;
     free(pw);
     qsort(rk, n, sizeof *rk, cmp_ranked);
     p->nb = n < want ? n : want;
@@ -179,7 +203,8 @@ static ssb4d_status select_bins(const ssb4d_G *G, const ssb4d_geometry *g, size_
     p->bj = malloc(n1 * sizeof *p->bj);
     p->qx = malloc(n1 * sizeof *p->qx);
     p->qy = malloc(n1 * sizeof *p->qy);
-    if (!p->bi || !p->bj || !p->qx || !p->qy) {
+    p->kcut = malloc(n1 * sizeof *p->kcut);
+    if (!p->bi || !p->bj || !p->qx || !p->qy || !p->kcut) {
         free(rk);
         return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory (parallax bins)");
     }
@@ -189,6 +214,8 @@ static ssb4d_status select_bins(const ssb4d_G *G, const ssb4d_geometry *g, size_
         p->bj[b] = (long)j;
         p->qx[b] = (double)p->bi[b] / ((double)ny * g->scan_step_A[0]);
         p->qy[b] = (double)p->bj[b] / ((double)nx * g->scan_step_A[1]);
+        double cut = fold - hypot(p->qx[b], p->qy[b]) - kap;
+        p->kcut[b] = p->aliased || cut >= 1.05 * kap ? INFINITY : cut;
     }
     free(rk);
     return SSB4D_OK;
@@ -254,7 +281,10 @@ static size_t cross(const ssb4d_G *G, const px *p, int dr, int dc, int nt, doubl
         double sr[32] = {0}, si[32] = {0};
         for (size_t k = 0; k < np; k++) {
             const cfloat *a = p->v + pairs[2 * k] * nb, *c = p->v + pairs[2 * k + 1] * nb;
+            double rk = fmax(p->kr[pairs[2 * k]], p->kr[pairs[2 * k + 1]]);
             for (size_t b = b0; b < b1; b++) {
+                if (rk >= p->kcut[b])
+                    continue;
                 float ar = crealf(a[b]), ai = cimagf(a[b]), cr = crealf(c[b]), ci = cimagf(c[b]);
                 sr[b - b0] += (double)ar * cr + (double)ai * ci; /* a·conj(c) */
                 si[b - b0] += (double)ai * cr - (double)ar * ci;
@@ -331,6 +361,206 @@ static int peak(const px *p, const double complex *X, const double centre[2], do
     out[1] = bd[1];
     *curv = sqrt(H[0] * H[2] - H[1] * H[1]);
     return 1;
+}
+
+
+/* ---- the joint objective over offsets ---------------------------------------------------------- */
+
+#define MAX_OFFSETS 48
+
+typedef struct {
+    int dr, dc;
+    double complex *X; /* normalised cross-spectrum at the selected bins */
+    size_t pairs;
+} off;
+
+#define NHYP 4
+
+/* c on the grid (i·h, j·h), |i|, |j| <= rad, row-major: the phasor of each bin separates into
+ * a row and a column factor, so the table costs one complex product per bin and grid point. */
+static int corr_table(const px *p, const double complex *X, int rad, double h, double *out)
+{
+    int w = 2 * rad + 1;
+    double complex *ex = malloc((size_t)w * p->nb * sizeof *ex), *ey = malloc((size_t)w * p->nb * sizeof *ey);
+    double complex *y = malloc(p->nb * sizeof *y);
+    if (!ex || !ey || !y) {
+        free(ex), free(ey), free(y);
+        return 0;
+    }
+    for (int i = -rad; i <= rad; i++)
+        for (size_t b = 0; b < p->nb; b++) {
+            ex[(size_t)(i + rad) * p->nb + b] = cexp(2 * M_PI * I * p->qx[b] * i * h);
+            ey[(size_t)(i + rad) * p->nb + b] = cexp(2 * M_PI * I * p->qy[b] * i * h);
+        }
+    for (int i = 0; i < w; i++) {
+        for (size_t b = 0; b < p->nb; b++)
+            y[b] = X[b] * ex[(size_t)i * p->nb + b];
+        for (int j = 0; j < w; j++) {
+            const double complex *e = ey + (size_t)j * p->nb;
+            double c = 0;
+            for (size_t b = 0; b < p->nb; b++)
+                c += creal(y[b]) * creal(e[b]) - cimag(y[b]) * cimag(e[b]);
+            out[i * w + j] = c;
+        }
+    }
+    free(ex), free(ey), free(y);
+    return 1;
+}
+
+/* J at grid point g = (b1 row, b2 row, b1 col, b2 col) in steps: a sum of table lookups. */
+static double grid_J(const off *o, size_t n, double *const *tab, const int *rad, const int g[4])
+{
+    double J = 0;
+    for (size_t k = 0; k < n; k++) {
+        int di = o[k].dr * g[0] + o[k].dc * g[1], dj = o[k].dr * g[2] + o[k].dc * g[3];
+        J += tab[k][(di + rad[k]) * (2 * rad[k] + 1) + (dj + rad[k])];
+    }
+    return J;
+}
+
+/* J at g is no lower than at any of its 8 axis neighbours (within the grid). */
+static int grid_local_max(const off *o, size_t n, double *const *tab, const int *rad, int lim, const int g[4], double J)
+{
+    for (int c = 0; c < 4; c++)
+        for (int s = -1; s <= 1; s += 2) {
+            int h[4] = {g[0], g[1], g[2], g[3]};
+            h[c] += s;
+            if (h[c] < -lim || h[c] > lim || h[0] * h[0] + h[2] * h[2] > lim * lim || h[1] * h[1] + h[3] * h[3] > lim * lim)
+                continue;
+            if (grid_J(o, n, tab, rad, h) > J)
+                return 0;
+        }
+    return 1;
+}
+
+/* Keeps the NHYP best (sorted), replacing a kept point within 3 steps of g rather than adding. */
+static void hyp_insert(double *hj, int (*hb)[4], size_t *nh, double J, const int g[4])
+{
+    for (size_t k = 0; k < *nh; k++) {
+        int d = 0;
+        for (int c = 0; c < 4; c++)
+            d = abs(hb[k][c] - g[c]) > d ? abs(hb[k][c] - g[c]) : d;
+        if (d <= 3) {
+            if (J > hj[k]) { /* move it, then restore the order */
+                hj[k] = J;
+                memcpy(hb[k], g, 4 * sizeof *g);
+                for (size_t m = k; m > 0 && hj[m] > hj[m - 1]; m--) {
+                    double tj = hj[m];
+                    int tb[4];
+                    memcpy(tb, hb[m], sizeof tb);
+                    hj[m] = hj[m - 1], memcpy(hb[m], hb[m - 1], sizeof tb);
+                    hj[m - 1] = tj, memcpy(hb[m - 1], tb, sizeof tb);
+                }
+            }
+            return;
+        }
+    }
+    size_t pos = *nh < NHYP ? *nh : NHYP - 1;
+    if (*nh == NHYP && J <= hj[NHYP - 1])
+        return;
+    while (pos > 0 && hj[pos - 1] < J) {
+        hj[pos] = hj[pos - 1];
+        memcpy(hb[pos], hb[pos - 1], 4 * sizeof(int));
+        pos--;
+    }
+    hj[pos] = J;
+    memcpy(hb[pos], g, 4 * sizeof *g);
+    if (*nh < NHYP)
+        (*nh)++;
+}
+
+/* J(B) = Σ_Δ c_Δ(B·Δ) over the first n offsets, with its gradient and Hessian in B. */
+static double joint(const px *p, const off *o, size_t n, const double B[4], double grad[4], double hess[16])
+{
+    double J = 0;
+    if (grad)
+        memset(grad, 0, 4 * sizeof *grad);
+    if (hess)
+        memset(hess, 0, 16 * sizeof *hess);
+    for (size_t k = 0; k < n; k++) {
+        double u[2] = {o[k].dr, o[k].dc};
+        double d[2] = {B[0] * u[0] + B[1] * u[1], B[2] * u[0] + B[3] * u[1]}, g[2], H[3];
+        J += corr(p, o[k].X, d, g, H);
+        if (!grad)
+            continue;
+        double Hm[2][2] = {{H[0], H[1]}, {H[1], H[2]}};
+        for (int r = 0; r < 2; r++)
+            for (int c = 0; c < 2; c++) {
+                grad[2 * r + c] += g[r] * u[c];
+                for (int r2 = 0; r2 < 2; r2++)
+                    for (int c2 = 0; c2 < 2; c2++)
+                        hess[(2 * r + c) * 4 + 2 * r2 + c2] += Hm[r][r2] * u[c] * u[c2];
+            }
+    }
+    return J;
+}
+
+/* Solves A x = b (4×4) by Gaussian elimination with partial pivoting; 0 if singular. */
+static int solve4(double A[16], double b[4], double x[4])
+{
+    int idx[4] = {0, 1, 2, 3};
+    for (int c = 0; c < 4; c++) {
+        int piv = c;
+        for (int r = c + 1; r < 4; r++)
+            if (fabs(A[idx[r] * 4 + c]) > fabs(A[idx[piv] * 4 + c]))
+                piv = r;
+        int t = idx[c];
+        idx[c] = idx[piv];
+        idx[piv] = t;
+        double a = A[idx[c] * 4 + c];
+        if (!(fabs(a) > 1e-300))
+            return 0;
+        for (int r = c + 1; r < 4; r++) {
+            double f = A[idx[r] * 4 + c] / a;
+            for (int k = c; k < 4; k++)
+                A[idx[r] * 4 + k] -= f * A[idx[c] * 4 + k];
+            b[idx[r]] -= f * b[idx[c]];
+        }
+    }
+    for (int c = 3; c >= 0; c--) {
+        double s = b[idx[c]];
+        for (int k = c + 1; k < 4; k++)
+            s -= A[idx[c] * 4 + k] * x[k];
+        x[c] = s / A[idx[c] * 4 + c];
+    }
+    return 1;
+}
+
+/* Maximises J over B from B (Newton steps, each at most `limit` Å per pixel of offset, halved
+ * until J grows). */
+static void joint_maximise(const px *p, const off *o, size_t n, double B[4], double fovlim)
+{
+    double g[4], H[16];
+    double J = joint(p, o, n, B, g, H);
+    for (int it = 0; it < 30; it++) {
+        double A[16], b[4], x[4];
+        for (int k = 0; k < 16; k++)
+            A[k] = -H[k];
+        memcpy(b, g, sizeof b);
+        if (!solve4(A, b, x))
+            break;
+        /* keep the step small against the longest offset's shift: at most a quarter Å there */
+        int umax = 1;
+        for (size_t k = 0; k < n; k++)
+            umax = abs(o[k].dr) + abs(o[k].dc) > umax ? abs(o[k].dr) + abs(o[k].dc) : umax;
+        double len = sqrt(x[0] * x[0] + x[1] * x[1] + x[2] * x[2] + x[3] * x[3]) * umax;
+        double scale = len > 0.25 ? 0.25 / len : 1.0;
+        double Bn[4], Jn = -INFINITY;
+        for (int half = 0; half < 8; half++, scale *= 0.5) {
+            for (int k = 0; k < 4; k++)
+                Bn[k] = B[k] + scale * x[k];
+            Jn = joint(p, o, n, Bn, NULL, NULL);
+            if (Jn > J)
+                break;
+        }
+        if (!(Jn > J))
+            break;
+        memcpy(B, Bn, sizeof Bn);
+        J = joint(p, o, n, B, g, H);
+        if (scale * len < 1e-5)
+            break;
+    }
+    (void)fovlim;
 }
 
 /* ---- B → aberrations and rotation ----------------------------------------------------------- */
@@ -436,7 +666,8 @@ ssb4d_status ssb4d_parallax_estimate(const ssb4d_G *G, const ssb4d_geometry *g,
     p.bf_of = malloc(rows * cols * sizeof *p.bf_of);
     p.row = malloc((G->n_bf ? G->n_bf : 1) * sizeof *p.row);
     p.col = malloc((G->n_bf ? G->n_bf : 1) * sizeof *p.col);
-    if (!p.bf_of || !p.row || !p.col) {
+    p.kr = malloc((G->n_bf ? G->n_bf : 1) * sizeof *p.kr);
+    if (!p.bf_of || !p.row || !p.col || !p.kr) {
         px_free(&p, mem);
         return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory (parallax)");
     }
@@ -447,6 +678,7 @@ ssb4d_status ssb4d_parallax_estimate(const ssb4d_G *G, const ssb4d_geometry *g,
         p.row[ib] = (int)(G->bf_pix[ib] / (int32_t)cols);
         p.col[ib] = (int)(G->bf_pix[ib] % (int32_t)cols);
         p.bf_of[G->bf_pix[ib]] = (int32_t)ib;
+        p.kr[ib] = hypot((p.row[ib] - g->centre_px[0]) * dk[0], (p.col[ib] - g->centre_px[1]) * dk[1]);
         if (G_stored(G, ib)) {
             p.n_used++;
             rmax = fmax(rmax, hypot(p.row[ib] - g->centre_px[0], p.col[ib] - g->centre_px[1]));
@@ -463,65 +695,147 @@ ssb4d_status ssb4d_parallax_estimate(const ssb4d_G *G, const ssb4d_geometry *g,
         st = ssb4d_fail(err, SSB4D_ENOTFOUND, "the scan is too small for the parallax estimate");
     if (!st)
         st = extract(G, nt, &p, mem, err);
-    double complex *X = st ? NULL : malloc(p.nb * sizeof *X);
-    if (!st && !X)
-        st = ssb4d_fail(err, SSB4D_ENOMEM, "out of memory (parallax)");
 
-    /* The ladder: offsets along four directions, doubling while the pairs still cover a good
-     * part of the disk; each level's search is centred on the prediction of the levels before. */
+    /* Offsets along four directions, doubling while the pairs still cover a good part of the
+     * disk; their cross-spectra X_Δ, each normalised so that every offset weighs the same. */
     static const int dirs[4][2] = {{1, 0}, {0, 1}, {1, 1}, {1, -1}};
-    meas ms[64];
-    size_t nm = 0;
+    off ofs[MAX_OFFSETS];
+    size_t no = 0;
+    for (int scale = 1; !st && scale <= (int)fmax(1.0, 0.7 * rmax); scale *= 2)
+        for (int d = 0; d < 4 && no < MAX_OFFSETS; d++) {
+            off *q = &ofs[no];
+            q->dr = dirs[d][0] * scale;
+            q->dc = dirs[d][1] * scale;
+            q->X = malloc(p.nb * sizeof *q->X);
+            if (!q->X) {
+                st = ssb4d_fail(err, SSB4D_ENOMEM, "out of memory (parallax)");
+                break;
+            }
+            q->pairs = cross(G, &p, q->dr, q->dc, nt, q->X);
+            double norm = 0;
+            for (size_t b = 0; b < p.nb; b++)
+                norm += cabs(q->X[b]);
+            if (q->pairs < 8 || !(norm > 0)) {
+                free(q->X);
+                continue;
+            }
+            for (size_t b = 0; b < p.nb; b++)
+                q->X[b] /= norm;
+            no++;
+        }
     double B[4] = {0, 0, 0, 0}; /* (row, col) shift per (row, col) pixel offset */
+    double alt_B[SSB4D_PARALLAX_ALT][4], alt_J[SSB4D_PARALLAX_ALT];
+    size_t n_alt = 0;
+    double best = NAN;
     int have_B = 0;
     double fov = fmin(G->ny * g->scan_step_A[0], G->nx * g->scan_step_A[1]);
-    double h = 0.5 * fmin(g->scan_step_A[0], g->scan_step_A[1]);
-    /* Alias spacing of a crystal is at least ~2 Å; a one-pixel shift search within ±1 Å. */
-    double r1 = fmin(1.0, 0.25 * fov);
-    for (int scale = 1; !st && scale <= (int)(0.7 * rmax) && nm + 4 <= sizeof ms / sizeof ms[0]; scale *= 2) {
-        size_t level_start = nm;
-        for (int d = 0; d < 4; d++) {
-            int dr = dirs[d][0] * scale, dc = dirs[d][1] * scale;
-            double pred[2] = {B[0] * dr + B[1] * dc, B[2] * dr + B[3] * dc};
-            if (have_B && hypot(pred[0], pred[1]) > 0.3 * fov)
-                continue; /* the images would barely overlap */
-            size_t np = cross(G, &p, dr, dc, nt, X);
-            if (np < 8)
-                continue;
-            double radius = have_B ? fmax(0.3, 0.25 * hypot(pred[0], pred[1])) : r1;
-            radius = fmin(radius, 1.0);
-            double d2[2], cv;
-            if (!peak(&p, X, have_B ? pred : (double[2]){0, 0}, radius, fmin(h, radius / 4), d2, &cv))
-                continue;
-            ms[nm].dr = dr;
-            ms[nm].dc = dc;
-            ms[nm].d[0] = d2[0];
-            ms[nm].d[1] = d2[1];
-            ms[nm].curv = cv;
-            ms[nm].pairs = np;
-            nm++;
+    double h = 0.25 * fmin(g->scan_step_A[0], g->scan_step_A[1]);
+    /* The largest shift per pixel the aberration box allows (|M| <= max_aberration_nm). */
+    double bmax = fmin(1.1 * (o->max_aberration_nm > 0 ? o->max_aberration_nm : 50.0) * 10.0 * fmax(g->det_sampling_mrad[0], g->det_sampling_mrad[1]) * 1e-3,
+                       0.3 * fov);
+    if (!st && no >= 2 && ofs[0].dr == 1 && ofs[0].dc == 0 && ofs[1].dr == 0 && ofs[1].dc == 1) {
+        /* One- and two-pixel offsets: a crystal's cross-correlation has several peaks within reach
+         * (its undersampled reflections alias), so no single offset's highest peak can be
+         * trusted. B's first estimate is the grid point (b1, b2) of B's two columns, within the
+         * box's largest shift, that maximises J: every offset's correlation is tabulated on the
+         * grid once, and J at each grid pair is a sum of table lookups. */
+        size_t nlev = no < 8 ? no : 8;
+        double hg = fmin(h, 0.05);
+        int n = (int)ceil(bmax / hg);
+        if (n > 40) { /* keep the tables small: a coarser grid, refined by Newton below */
+            n = 40;
+            hg = bmax / n;
         }
-        if (nm == level_start)
-            break;
-        /* Least squares of d = B·Δ over every measurement so far (equal weights). */
-        double A[2][2] = {{0, 0}, {0, 0}}, Y[2][2] = {{0, 0}, {0, 0}};
-        for (size_t i = 0; i < nm; i++) {
-            double u[2] = {ms[i].dr, ms[i].dc};
-            for (int r = 0; r < 2; r++)
-                for (int c = 0; c < 2; c++) {
-                    A[r][c] += u[r] * u[c];
-                    Y[r][c] += ms[i].d[r] * u[c];
+        double *tab[8] = {0};
+        int rad[8], ok = 1;
+        for (size_t k = 0; k < nlev && ok; k++) {
+            rad[k] = (abs(ofs[k].dr) + abs(ofs[k].dc)) * n;
+            tab[k] = malloc((size_t)(2 * rad[k] + 1) * (2 * rad[k] + 1) * sizeof *tab[k]);
+            ok = tab[k] != NULL && corr_table(&p, ofs[k].X, rad[k], hg, tab[k]);
+        }
+        /* the NHYP best grid points that are local maxima in all four directions, kept apart */
+        double hj[NHYP];
+        int hb[NHYP][4];
+        size_t nh = 0;
+        for (int i1 = -n; ok && i1 <= n; i1++)
+            for (int j1 = -n; j1 <= n; j1++) {
+                if (i1 * i1 + j1 * j1 > n * n)
+                    continue;
+                for (int i2 = -n; i2 <= n; i2++)
+                    for (int j2 = -n; j2 <= n; j2++) {
+                        if (i2 * i2 + j2 * j2 > n * n)
+                            continue;
+                        int g4[4] = {i1, i2, j1, j2};
+                        double J = grid_J(ofs, nlev, tab, rad, g4);
+                        if (nh == NHYP && J <= hj[NHYP - 1])
+                            continue;
+                        if (!grid_local_max(ofs, nlev, tab, rad, n, g4, J))
+                            continue;
+                        hyp_insert(hj, hb, &nh, J, g4);
+                    }
+            }
+        for (size_t k = 0; k < nlev; k++)
+            free(tab[k]);
+        /* each hypothesis refined on ever longer offsets; the best over all offsets is B */
+        double Bh[NHYP][4], Jh[NHYP];
+        for (size_t k = 0; k < nh; k++) {
+            for (int c = 0; c < 4; c++)
+                Bh[k][c] = hb[k][c] * hg; /* B = [b1_row b2_row; b1_col b2_col] */
+            for (size_t lev = nlev; lev <= no; lev += 4) {
+                joint_maximise(&p, ofs, lev < no ? lev : no, Bh[k], 0.3 * fov);
+                if (lev >= no)
+                    break;
+            }
+            Jh[k] = joint(&p, ofs, no, Bh[k], NULL, NULL) / (double)no;
+            if (getenv("SSB4D_PARALLAX_DEBUG"))
+                fprintf(stderr, "hypothesis %zu: grid J %.4f -> B [%.3f %.3f; %.3f %.3f] J %.4f\n", k, hj[k], Bh[k][0],
+                        Bh[k][1], Bh[k][2], Bh[k][3], Jh[k]);
+        }
+        size_t kb = 0;
+        for (size_t k = 1; k < nh; k++)
+            if (Jh[k] > Jh[kb])
+                kb = k;
+        if (nh) {
+            memcpy(B, Bh[kb], sizeof B);
+            have_B = 1;
+            best = Jh[kb];
+            size_t na = 0;
+            for (size_t k = 0; k < nh && na < SSB4D_PARALLAX_ALT; k++)
+                if (k != kb) {
+                    memcpy(alt_B[na], Bh[k], sizeof alt_B[na]);
+                    alt_J[na] = Jh[k];
+                    na++;
                 }
+            n_alt = na;
         }
-        double det = A[0][0] * A[1][1] - A[0][1] * A[1][0];
-        if (!(fabs(det) > 0))
-            continue;
-        double Ai[2][2] = {{A[1][1] / det, -A[0][1] / det}, {-A[1][0] / det, A[0][0] / det}};
-        for (int r = 0; r < 2; r++)
-            for (int c = 0; c < 2; c++)
-                B[r * 2 + c] = Y[r][0] * Ai[0][c] + Y[r][1] * Ai[1][c];
-        have_B = 1;
+        if (getenv("SSB4D_PARALLAX_TRUEB")) {
+            double Bt[4];
+            sscanf(getenv("SSB4D_PARALLAX_TRUEB"), "%lf,%lf,%lf,%lf", &Bt[0], &Bt[1], &Bt[2], &Bt[3]);
+            fprintf(stderr, "true B J %.4f (best candidate %.4f)\n", joint(&p, ofs, nlev, Bt, NULL, NULL), best);
+        }
     }
+    /* Each offset's own peak next to B·Δ: the measurements whose scatter gives B's error. */
+    meas ms[MAX_OFFSETS];
+    size_t nm = 0;
+    for (size_t k = 0; have_B && k < no; k++) {
+        double pred[2] = {B[0] * ofs[k].dr + B[1] * ofs[k].dc, B[2] * ofs[k].dr + B[3] * ofs[k].dc}, d2[2], cv;
+        if (hypot(pred[0], pred[1]) > 0.3 * fov || !peak(&p, ofs[k].X, pred, 2 * h, h / 2, d2, &cv))
+            continue;
+        ms[nm].dr = ofs[k].dr;
+        ms[nm].dc = ofs[k].dc;
+        ms[nm].d[0] = d2[0];
+        ms[nm].d[1] = d2[1];
+        ms[nm].curv = cv;
+        ms[nm].pairs = ofs[k].pairs;
+        if (getenv("SSB4D_PARALLAX_DEBUG"))
+            fprintf(stderr, "parallax: offset (%d,%d) pairs %zu predicted (%.3f,%.3f) -> (%.3f,%.3f)\n", ofs[k].dr,
+                    ofs[k].dc, ofs[k].pairs, pred[0], pred[1], d2[0], d2[1]);
+        nm++;
+    }
+    for (size_t k = 0; k < no; k++)
+        free(ofs[k].X);
+    if (have_B && nm < 3)
+        have_B = 0;
     if (!st && !have_B)
         st = ssb4d_fail(err, SSB4D_ENOTFOUND, "no parallax shift could be measured (no contrast in the BF images?)");
     if (!st) {
@@ -541,10 +855,15 @@ ssb4d_status ssb4d_parallax_estimate(const ssb4d_G *G, const ssb4d_geometry *g,
         double det = A[0][0] * A[1][1] - A[0][1] * A[1][0];
         double Ai[2][2] = {{A[1][1] / det, -A[0][1] / det}, {-A[1][0] / det, A[0][0] / det}};
         memcpy(out->B, B, sizeof out->B);
+        out->J = best;
+        out->n_alt = n_alt;
+        memcpy(out->alt_B, alt_B, sizeof out->alt_B);
+        memcpy(out->alt_J, alt_J, sizeof out->alt_J);
         out->residual_A = nm ? sqrt(rss / (2.0 * (double)nm)) : NAN;
         out->n_offsets = nm;
         out->n_bins = p.nb;
         out->n_pixels = p.n_used;
+        out->aliased = p.aliased;
         solve(B, dk, lambda, out->est);
         /* Uncertainties: B's rows are independent with covariance s2·A⁻¹; propagate by finite
          * differences of the solution. */
@@ -587,7 +906,6 @@ ssb4d_status ssb4d_parallax_estimate(const ssb4d_G *G, const ssb4d_geometry *g,
         out->phi12_deg = out->est[2];
         out->rotation_deg = out->est[3];
     }
-    free(X);
     px_free(&p, mem);
     struct timespec t1;
     clock_gettime(CLOCK_MONOTONIC, &t1);
@@ -607,4 +925,21 @@ void ssb4d_parallax_at_rotation(const ssb4d_parallax *p, const ssb4d_geometry *g
     if (misfit_nm)
         *misfit_nm = mis / 10.0;
     (void)wrap180;
+}
+
+void ssb4d_parallax_alternative(const ssb4d_parallax *p, const ssb4d_geometry *g, size_t k, ssb4d_parallax *out)
+{
+    *out = *p;
+    if (k >= p->n_alt)
+        return;
+    double lambda = ssb4d_wavelength_A(g->kv);
+    double dk[2] = {g->det_sampling_mrad[0] * 1e-3 / lambda, g->det_sampling_mrad[1] * 1e-3 / lambda};
+    memcpy(out->B, p->alt_B[k], sizeof out->B);
+    out->J = p->alt_J[k];
+    solve(out->B, dk, lambda, out->est);
+    out->C10_nm = out->est[0];
+    out->C12_nm = out->est[1];
+    out->phi12_deg = out->est[2];
+    out->rotation_deg = out->est[3];
+    out->n_alt = 0;
 }

@@ -1,6 +1,13 @@
 /* band.c — the thick-sample band objective of SPEC 5.6 for a batch of parameter sets.
  *
- *   fit(θ) = Σ_{q∈band} w_q |N(q)|² / D(q),  N(q) = Σ_k G(q,k)·conj(γ(q,k)),  D(q) = Σ_k |γ(q,k)|²
+ *   fit(θ) = Σ_{q∈band} w_q (|N(q)|² − E(q)) / D(q),  N(q) = Σ_k G(q,k)·conj(γ(q,k)),
+ *   D(q) = Σ_k |γ(q,k)|²,  E(q) = Σ_k T_k |γ(q,k)|²
+ *
+ * E is the counting noise's expected share of |N|²: a pixel's Poisson counts put a white noise of
+ * variance T_k (its total counts) into every bin of its spectrum, so without E the noise adds
+ * Σ_k T_k|γ|²/Σ_k|γ|² to each bin: a |γ|-weighted mean of the pixels' counts, which depends on θ
+ * when the BF disk is not flat and pulled the fit's C10 by 0.25 nm at 4,500 electrons per
+ * pattern (Au, 300 kV, 25 mrad; docs/fit.md). SPEC 5.6's objective is this with E = 0.
  *
  * with γ unnormalised (t1·w1 − t2·w2), w_q = 2 on the stored half-plane except columns 0 and nx/2.
  * Frequencies are fftfreq values (an even axis's Nyquist bin at −1/(2s), as NumPy); the default
@@ -263,7 +270,7 @@ typedef struct {
 
 /* Fast kernel: pixel ib, set s, accumulating into acc (nb × 3). */
 static void accum_fast(const band_geom *b, const band_rot *k, const band_set *s, size_t ib,
-                       const cfloat *plane, band_scratch *w, double *restrict acc)
+                       const cfloat *plane, double T, band_scratch *w, double *restrict acc)
 {
     double kx = k->kx[ib], ky = k->ky[ib], Ak = k->Ak[ib], lam = b->lambda;
     /* b = 2πλ M k; e^{−iu} = e^{−i bx qx}·e^{−i by qy} */
@@ -309,15 +316,17 @@ static void accum_fast(const band_geom *b, const band_rot *k, const band_set *s,
         double dr = (A1 - A2) * E[2 * m], di = (A1 + A2) * E[2 * m + 1];
         double cr = phr * dr - phi * di, ci = phr * di + phi * dr; /* conj(γ) */
         double gr = gp[2 * b->off[m]], gi = gp[2 * b->off[m] + 1];
-        acc[3 * m] += gr * cr - gi * ci;
-        acc[3 * m + 1] += gr * ci + gi * cr;
-        acc[3 * m + 2] += cr * cr + ci * ci;
+        double g2 = cr * cr + ci * ci;
+        acc[4 * m] += gr * cr - gi * ci;
+        acc[4 * m + 1] += gr * ci + gi * cr;
+        acc[4 * m + 2] += g2;
+        acc[4 * m + 3] += T * g2;
     }
 }
 
 /* Generic kernel: P(q∓k) evaluated directly (any χ). */
 static void accum_generic(const band_geom *b, const band_rot *k, const band_set *s, size_t ib,
-                          const cfloat *plane, band_scratch *w, double *restrict acc)
+                          const cfloat *plane, double T, band_scratch *w, double *restrict acc)
 {
     double kx = k->kx[ib], ky = k->ky[ib], Ak = k->Ak[ib], lam = b->lambda;
     double xk = chi(s, lam, kx, ky);
@@ -341,9 +350,11 @@ static void accum_generic(const band_geom *b, const band_rot *k, const band_set 
         double complex cg = conj(t1 - t2);
         double complex gv = (double)crealf(plane[b->off[m]]) + I * (double)cimagf(plane[b->off[m]]);
         double complex nv = gv * cg;
-        acc[3 * m] += creal(nv);
-        acc[3 * m + 1] += cimag(nv);
-        acc[3 * m + 2] += creal(cg) * creal(cg) + cimag(cg) * cimag(cg);
+        double g2 = creal(cg) * creal(cg) + cimag(cg) * cimag(cg);
+        acc[4 * m] += creal(nv);
+        acc[4 * m + 1] += cimag(nv);
+        acc[4 * m + 2] += g2;
+        acc[4 * m + 3] += T * g2;
     }
 }
 
@@ -435,7 +446,7 @@ ssb4d_status ssb4d_band_fit_rot(const ssb4d_G *G, const ssb4d_geometry *g, const
     for (; !st && n_rot_init < nrot; n_rot_init++)
         if ((st = rot_init(&rots[n_rot_init], &b, g, urot[n_rot_init], mem, err)))
             break;
-    size_t nb = b.nb, nb1 = nb ? nb : 1, nsum = n * nb1 * 3;
+    size_t nb = b.nb, nb1 = nb ? nb : 1, nsum = n * nb1 * 4;
     size_t nblocks = (G->n_bf + BLOCK - 1) / BLOCK;
     int nt = ssb4d_threads_resolve(o->threads);
     if ((size_t)nt > nblocks)
@@ -506,6 +517,7 @@ ssb4d_status ssb4d_band_fit_rot(const ssb4d_G *G, const ssb4d_geometry *g, const
                     const cfloat *plane = (const cfloat *)gr.planes[ib - g0];
                     if (!plane)
                         continue; /* unstored: γ contributes nothing */
+                    const double T = (double)G->totals[ib]; /* Poisson: E|noise of G(q,k)|² */
                     /* The plane is read once for the whole batch; its (q,k) geometry is made
                      * once per distinct rotation and serves that rotation's sets. */
                     for (size_t u = 0; u < nrot; u++) {
@@ -516,11 +528,11 @@ ssb4d_status ssb4d_band_fit_rot(const ssb4d_G *G, const ssb4d_geometry *g, const
                         for (size_t i = 0; i < n; i++) {
                             if (sets[i].rot != u)
                                 continue;
-                            double *acc = w->part + i * nb1 * 3;
+                            double *acc = w->part + i * nb1 * 4;
                             if (sets[i].quadratic)
-                                accum_fast(&b, k, &sets[i], ib, plane, w, acc);
+                                accum_fast(&b, k, &sets[i], ib, plane, T, w, acc);
                             else
-                                accum_generic(&b, k, &sets[i], ib, plane, w, acc);
+                                accum_generic(&b, k, &sets[i], ib, plane, T, w, acc);
                         }
                     }
                 }
@@ -534,11 +546,11 @@ ssb4d_status ssb4d_band_fit_rot(const ssb4d_G *G, const ssb4d_geometry *g, const
         G_group_free(&gr);
     if (!st)
         for (size_t i = 0; i < n; i++) {
-            const double *t = total + i * nb1 * 3;
+            const double *t = total + i * nb1 * 4;
             double f = 0.0;
             for (size_t m = 0; m < nb; m++)
-                if (t[3 * m + 2] > 0.0)
-                    f += b.wq[m] * (t[3 * m] * t[3 * m] + t[3 * m + 1] * t[3 * m + 1]) / t[3 * m + 2];
+                if (t[4 * m + 2] > 0.0)
+                    f += b.wq[m] * (t[4 * m] * t[4 * m] + t[4 * m + 1] * t[4 * m + 1] - t[4 * m + 3]) / t[4 * m + 2];
             fit[i] = f;
         }
     for (int t = 0; ws && t < nt; t++) {
