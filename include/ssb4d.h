@@ -359,8 +359,6 @@ typedef struct {
     double residual_A;      /* rms misfit of the measured shifts (Å) */
     size_t n_offsets;       /* pixel offsets measured */
     size_t n_bins, n_pixels;
-    int aliased;            /* 1: the scan is too coarse for any frequency to be free of aliases in
-                               the inner BF pixels; every pixel was used (less reliable) */
     double seconds;
 } ssb4d_parallax;
 

@@ -79,9 +79,6 @@ typedef struct {
     long *bi, *bj;      /* signed frequency indices of the selected bins (bj >= 0) */
     double *qx, *qy;    /* 1/Å */
     cfloat *v;          /* n_bf × nb windowed spectra at the bins (zero for unstored pixels) */
-    double *kcut;       /* per bin: only pixels with |k| below this (1/Å) are free of aliases */
-    double *kr;         /* per BF pixel: |k| (1/Å; the same in every rotation) */
-    int aliased;        /* 1: no bin was alias-free; every pixel is used */
     int32_t *bf_of;     /* detector pixel → BF index, or −1 */
     int *row, *col;     /* BF pixel → detector row, col */
     size_t n_used;      /* pixels with values */
@@ -93,8 +90,6 @@ static void px_free(px *p, ssb4d_mem *mem)
     free(p->bj);
     free(p->qx);
     free(p->qy);
-    free(p->kcut);
-    free(p->kr);
     ssb4d_mem_free(mem, p->v, 0);
     free(p->bf_of);
     free(p->row);
@@ -162,15 +157,6 @@ static ssb4d_status select_bins(const ssb4d_G *G, const ssb4d_geometry *g, size_
         free(pw);
         return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory (parallax bins)");
     }
-    /* A scan step s folds the spectrum by 1/s: bin q also holds q + n/s. Those aliases carry
-     * signal in BF pixels within α/λ of ±(q + n/s) only, so pixels with |k| < 1/s − |q| − α/λ see
-     * q alone, whatever the rotation. Bins where that leaves a few pixels are preferred: pixel
-     * pairs that mix a crystal's aliased reflections in give cross-correlation peaks at wrong
-     * shifts. */
-    double fold = fmin(1.0 / g->scan_step_A[0], 1.0 / g->scan_step_A[1]), kap = g->semiangle_mrad * 1e-3 / lambda;
-    double kmin = 3.0 * fmax(g->det_sampling_mrad[0], g->det_sampling_mrad[1]) * 1e-3 / lambda;
-    size_t n_free = 0;
-    for (int pass = 0; pass < 2; pass++) {
     size_t n = 0;
     for (size_t i = 0; i < ny; i++)
         for (size_t j = 0; j < nxh; j++) {
@@ -183,18 +169,10 @@ static ssb4d_status select_bins(const ssb4d_G *G, const ssb4d_geometry *g, size_
             double qy = (double)fj / ((double)nx * g->scan_step_A[1]);
             if (qx * qx + qy * qy >= qmax * qmax)
                 continue;
-            if (pass == 0 && fold - hypot(qx, qy) - kap < kmin)
-                continue;
             rk[n].p = pw[i * nxh + j];
             rk[n].idx = i * nxh + j;
             n++;
         }
-    n_free = n;
-    if (pass == 0 && n >= 128 && !getenv("SSB4D_PARALLAX_ALL"))
-        break;
-    p->aliased = 1;
-    }
-    size_t n = n_free;
     free(pw);
     qsort(rk, n, sizeof *rk, cmp_ranked);
     p->nb = n < want ? n : want;
@@ -203,8 +181,7 @@ static ssb4d_status select_bins(const ssb4d_G *G, const ssb4d_geometry *g, size_
     p->bj = malloc(n1 * sizeof *p->bj);
     p->qx = malloc(n1 * sizeof *p->qx);
     p->qy = malloc(n1 * sizeof *p->qy);
-    p->kcut = malloc(n1 * sizeof *p->kcut);
-    if (!p->bi || !p->bj || !p->qx || !p->qy || !p->kcut) {
+    if (!p->bi || !p->bj || !p->qx || !p->qy) {
         free(rk);
         return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory (parallax bins)");
     }
@@ -214,8 +191,6 @@ static ssb4d_status select_bins(const ssb4d_G *G, const ssb4d_geometry *g, size_
         p->bj[b] = (long)j;
         p->qx[b] = (double)p->bi[b] / ((double)ny * g->scan_step_A[0]);
         p->qy[b] = (double)p->bj[b] / ((double)nx * g->scan_step_A[1]);
-        double cut = fold - hypot(p->qx[b], p->qy[b]) - kap;
-        p->kcut[b] = p->aliased || cut >= 1.05 * kap ? INFINITY : cut;
     }
     free(rk);
     return SSB4D_OK;
@@ -281,10 +256,7 @@ static size_t cross(const ssb4d_G *G, const px *p, int dr, int dc, int nt, doubl
         double sr[32] = {0}, si[32] = {0};
         for (size_t k = 0; k < np; k++) {
             const cfloat *a = p->v + pairs[2 * k] * nb, *c = p->v + pairs[2 * k + 1] * nb;
-            double rk = fmax(p->kr[pairs[2 * k]], p->kr[pairs[2 * k + 1]]);
             for (size_t b = b0; b < b1; b++) {
-                if (rk >= p->kcut[b])
-                    continue;
                 float ar = crealf(a[b]), ai = cimagf(a[b]), cr = crealf(c[b]), ci = cimagf(c[b]);
                 sr[b - b0] += (double)ar * cr + (double)ai * ci; /* a·conj(c) */
                 si[b - b0] += (double)ai * cr - (double)ar * ci;
@@ -666,8 +638,7 @@ ssb4d_status ssb4d_parallax_estimate(const ssb4d_G *G, const ssb4d_geometry *g,
     p.bf_of = malloc(rows * cols * sizeof *p.bf_of);
     p.row = malloc((G->n_bf ? G->n_bf : 1) * sizeof *p.row);
     p.col = malloc((G->n_bf ? G->n_bf : 1) * sizeof *p.col);
-    p.kr = malloc((G->n_bf ? G->n_bf : 1) * sizeof *p.kr);
-    if (!p.bf_of || !p.row || !p.col || !p.kr) {
+    if (!p.bf_of || !p.row || !p.col) {
         px_free(&p, mem);
         return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory (parallax)");
     }
@@ -678,7 +649,6 @@ ssb4d_status ssb4d_parallax_estimate(const ssb4d_G *G, const ssb4d_geometry *g,
         p.row[ib] = (int)(G->bf_pix[ib] / (int32_t)cols);
         p.col[ib] = (int)(G->bf_pix[ib] % (int32_t)cols);
         p.bf_of[G->bf_pix[ib]] = (int32_t)ib;
-        p.kr[ib] = hypot((p.row[ib] - g->centre_px[0]) * dk[0], (p.col[ib] - g->centre_px[1]) * dk[1]);
         if (G_stored(G, ib)) {
             p.n_used++;
             rmax = fmax(rmax, hypot(p.row[ib] - g->centre_px[0], p.col[ib] - g->centre_px[1]));
@@ -863,7 +833,6 @@ ssb4d_status ssb4d_parallax_estimate(const ssb4d_G *G, const ssb4d_geometry *g,
         out->n_offsets = nm;
         out->n_bins = p.nb;
         out->n_pixels = p.n_used;
-        out->aliased = p.aliased;
         solve(B, dk, lambda, out->est);
         /* Uncertainties: B's rows are independent with covariance s2·A⁻¹; propagate by finite
          * differences of the solution. */
