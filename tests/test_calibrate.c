@@ -374,6 +374,46 @@ static void test_dead_pixels(void **state)
     assert_int_equal(out[0], 5 * C + 4);
 }
 
+
+/* A strong scatterer's BF disk is not flat (a bright core, a dimmer rim): at high dose mean + std
+ * picked out the core alone as a compact disk (Au, 300 kV, 25 mrad: 14.4 px of 25.7). The disk
+ * is then the set above half its median. */
+static void test_non_flat_disk(void **state)
+{
+    (void)state;
+    ssb4d_sim_params sp;
+    ssb4d_err err = {0};
+    assert_int_equal(ssb4d_sim_params_preset(&sp, "tiny", &err), SSB4D_OK);
+    sp.specimen = SSB4D_SPECIMEN_AU;
+    sp.scan_n = 64;
+    sp.scan_cells = 7;
+    sp.det = 64;
+    sp.window_cells = 5;
+    sp.dose = 1e6;
+    sp.ab.C_nm[SSB4D_C10] = 5;
+    sp.ab.C_nm[SSB4D_C12] = 0.3;
+    ssb4d_sim_info info;
+    assert_int_equal(ssb4d_sim_describe(&sp, &info, &err), SSB4D_OK);
+    size_t shape[4] = {64, 64, 64, 64};
+    uint16_t *counts = malloc(64 * 64 * 64 * 64 * sizeof *counts);
+    assert_non_null(counts);
+    assert_int_equal(ssb4d_simulate_to_memory(&sp, counts, NULL, NULL, NULL, &info, &err), SSB4D_OK);
+    ssb4d_source *src;
+    assert_int_equal(ssb4d_source_from_memory(counts, SSB4D_U16, shape, &src, &err), SSB4D_OK);
+    ssb4d_calib_params p;
+    params(&p, 300, 25, info.scan_step_A, 0);
+    ssb4d_calibration c;
+    assert_int_equal(ssb4d_calibrate(src, &p, &c, &err), SSB4D_OK);
+    printf("non-flat disk: radius %.2f px (simulated %.2f), centre (%.2f, %.2f), half-median %d\n", c.disk_radius_px,
+           info.bf_radius_px, c.disk_centre_px[0], c.disk_centre_px[1], c.disk_threshold_half_median);
+    assert_true(fabs(c.disk_radius_px - info.bf_radius_px) < 1.0);
+    assert_true(fabs(c.disk_centre_px[0] - 32) < 0.2 && fabs(c.disk_centre_px[1] - 32) < 0.2);
+    assert_true(c.disk_threshold_half_median);
+    ssb4d_calibration_free(&c);
+    ssb4d_source_close(src);
+    free(counts);
+}
+
 static void test_threads_bit_identical(void **state)
 {
     (void)state;
@@ -664,6 +704,7 @@ int main(void)
         cmocka_unit_test(test_rotation_detector_90),
         cmocka_unit_test(test_hot_pixels),
         cmocka_unit_test(test_dead_pixels),
+        cmocka_unit_test(test_non_flat_disk),
         cmocka_unit_test(test_threads_bit_identical),
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_calfile_round_trip),
