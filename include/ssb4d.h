@@ -492,8 +492,8 @@ typedef struct {
     size_t scan[2], det[2];   /* acquisition shape */
     size_t n_bf;              /* selected BF pixels */
     size_t n_stored;          /* of those, with a stored plane (0: all) */
-    size_t n_fit_bf;          /* the fit's pixels (0: 0.64 n_bf, a fit radius of 0.8) */
-    size_t n_coarse_bf;       /* the fit's coarse subset (0: 256) */
+    size_t n_fit_bf;          /* the fit's pixels (0: fit_radius² n_bf, all of them by default) */
+    size_t n_coarse_bf;       /* the fit's coarse subset (0: fit->coarse_bf) */
     size_t encoded_bytes;     /* resident data: the .qem file (0 for data read from disk) */
     int rotation_fitted;      /* calibration fits the rotation (moments and CoM planes) */
     int threads;              /* 0: all cores */
@@ -501,8 +501,16 @@ typedef struct {
     size_t region[2];         /* region refit shape (0: none) */
     size_t memory_bytes;      /* the budget (0: available RAM) */
     ssb4d_preview_precision preview;
-    size_t fit_batch;         /* 0: 8 */
+    size_t fit_batch;         /* 0: fit->batch */
     const ssb4d_session_script *script; /* the session's stages (NULL: the built-in one) */
+    /* The fit as it will run (NULL: ssb4d_fit_params_default): its objective, trials, locks,
+     * whether the rotation is given (else a k table per candidate's rotation) and the parallax. */
+    const ssb4d_fit_params *fit;
+    int no_fit;               /* 1: the job fits nothing (reconstruct): no fit stage */
+    /* The calibrated geometry (NULL: unknown). With it the band objective's bins and the
+     * parallax estimate's spectra are counted as the fit will hold them; without it they are
+     * bounded by the whole half-plane. */
+    const ssb4d_geometry *geometry;
 } ssb4d_plan_input;
 
 typedef struct {

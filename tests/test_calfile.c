@@ -8,6 +8,10 @@
  *   - refusals name the problem: malformed JSON, trailing garbage, wrong schema, version 99,
  *     non-integer version, wrong types and absurd values in every new section, a seed that is not
  *     an exact integer, rectangles that are empty or outside the scan, half a thick model;
+ *   - the rotation's source and the fit section (issue 11: objective, φ12 in both frames,
+ *     confidence, warning, the parallax estimate) round-trip too; ssb4d_calfile_set_fit records
+ *     a fit result; a file written before issue 11 (no rotation_source, no fit section, the same
+ *     schema version 1) still loads, with those unknown;
  *   - ssb4d_calfile_identity_differs. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -114,6 +118,32 @@ static void same_calfile(const ssb4d_calfile *a, const ssb4d_calfile *b)
             same_double(a->best[i].loss, b->best[i].loss, "trial loss");
         }
     }
+    assert_string_equal(a->trials_phi12_frame, b->trials_phi12_frame);
+    assert_string_equal(a->rotation_method, b->rotation_method);
+    assert_string_equal(a->rotation_from, b->rotation_from);
+    same_double(a->rotation_sigma_deg, b->rotation_sigma_deg, "rotation sigma");
+    assert_int_equal(a->has_fit, b->has_fit);
+    if (a->has_fit) {
+        assert_string_equal(a->objective, b->objective);
+        same_double(a->phi12_scan_deg, b->phi12_scan_deg, "phi12 scan");
+        same_double(a->phi12_probe_deg, b->phi12_probe_deg, "phi12 probe");
+        assert_int_equal(a->loss_n_bf, b->loss_n_bf);
+        assert_int_equal(a->fit_n_bf, b->fit_n_bf);
+        assert_int_equal(a->confident, b->confident);
+        assert_string_equal(a->warning, b->warning);
+        same_double(a->loss_contrast, b->loss_contrast, "loss contrast");
+        assert_int_equal(a->has_parallax, b->has_parallax);
+        if (a->has_parallax) {
+            same_double(a->px_C10_nm, b->px_C10_nm, "parallax C10");
+            same_double(a->px_C12_nm, b->px_C12_nm, "parallax C12");
+            same_double(a->px_phi12_scan_deg, b->px_phi12_scan_deg, "parallax phi12");
+            same_double(a->px_rotation_deg, b->px_rotation_deg, "parallax rotation");
+            for (int i = 0; i < 4; i++)
+                same_double(a->px_sigma[i], b->px_sigma[i], "parallax sigma");
+            same_double(a->px_residual_A, b->px_residual_A, "parallax residual");
+            same_double(a->px_seconds, b->px_seconds, "parallax seconds");
+        }
+    }
     assert_int_equal(a->has_region, b->has_region);
     if (a->has_region)
         assert_memory_equal(a->region, b->region, sizeof a->region);
@@ -209,6 +239,30 @@ static void fill_everything(ssb4d_calfile *c)
         c->best[i].phi12_deg = -89.99999999999999;
         c->best[i].loss = 1e-300 * (double)(i + 1);
     }
+    snprintf(c->trials_phi12_frame, sizeof c->trials_phi12_frame, "probe");
+    snprintf(c->rotation_method, sizeof c->rotation_method, "%s", SSB4D_CALFILE_ROT_FIT);
+    snprintf(c->rotation_from, sizeof c->rotation_from, "parallax");
+    c->rotation_sigma_deg = 0.1;
+    c->has_fit = 1;
+    snprintf(c->objective, sizeof c->objective, "band");
+    c->phi12_scan_deg = -0.0;
+    c->phi12_probe_deg = 89.99999999999999;
+    c->loss_n_bf = 1201;
+    c->fit_n_bf = 0;
+    c->confident = 0;
+    snprintf(c->warning, sizeof c->warning, "no clear minimum: \"quoted\", \u00b0 and a\ttab");
+    c->loss_contrast = -1e-300;
+    c->has_parallax = 1;
+    c->px_C10_nm = -11.9;
+    c->px_C12_nm = 2.9000000000000004;
+    c->px_phi12_scan_deg = NAN;
+    c->px_rotation_deg = -90;
+    c->px_sigma[0] = 0.04;
+    c->px_sigma[1] = NAN;
+    c->px_sigma[2] = 1e-300;
+    c->px_sigma[3] = 0.22143037896589657;
+    c->px_residual_A = 0.0101;
+    c->px_seconds = 0.113876607;
     c->has_region = 1;
     c->region[0] = 0;
     c->region[1] = 64;
@@ -242,6 +296,19 @@ static void round_trip_everything(void **state)
     c.seed = 0;
     c.branch_flipped = 0;
     round_trip(&c, "seed0.json");
+    /* the fit section with no parallax, a confident fit, and a given rotation's source */
+    c.has_parallax = 0;
+    c.confident = 1;
+    c.warning[0] = 0;
+    snprintf(c.rotation_method, sizeof c.rotation_method, "%s", SSB4D_CALFILE_ROT_GIVEN);
+    snprintf(c.rotation_from, sizeof c.rotation_from, "--rotation");
+    c.rotation_sigma_deg = NAN;
+    text = ssb4d_calfile_to_json(&c);
+    assert_non_null(strstr(text, "\"parallax\":\tnull"));
+    assert_non_null(strstr(text, "\"warning\":\tnull"));
+    assert_non_null(strstr(text, "\"confident\":\ttrue"));
+    free(text);
+    round_trip(&c, "fit_noparallax.json");
     ssb4d_calfile_free(&c);
     ssb4d_calfile_free(&c); /* idempotent */
 }
@@ -254,7 +321,7 @@ static void round_trip_empty(void **state)
     round_trip(&c, "empty.json");
     char *text = ssb4d_calfile_to_json(&c);
     const char *absent[] = {"\"thick\"", "\"branch\"", "\"search\"", "\"region\"", "\"regions\"",
-                            "\"aberrations\""};
+                            "\"aberrations\"", "\"fit\"", "\"rotation_source\""};
     for (size_t i = 0; i < sizeof absent / sizeof absent[0]; i++)
         if (strstr(text, absent[i]))
             fail_msg("an empty calfile writes %s:\n%s", absent[i], text);
@@ -368,6 +435,23 @@ static void refusals(void **state)
             "\"search.best_trials[1].C10_nm\" must be a number");
     refuses("\"search\":{\"best_trials\":[{\"phi12_deg\":1e6}]}", 0, "\"search.best_trials[0].phi12_deg\"");
     refuses("\"search\":{\"best_trials\":[{\"loss\":[1]}]}", 0, "\"search.best_trials[0].loss\"");
+    /* rotation source and fit section */
+    refuses("\"rotation_source\":\"given\"", 0, "\"rotation_source\" must be an object");
+    refuses("\"rotation_source\":{\"from\":\"sidecar\"}", 0, "\"rotation_source.method\" is missing");
+    refuses("\"rotation_source\":{\"method\":1}", 0, "\"rotation_source.method\" must be a string");
+    refuses("\"rotation_source\":{\"method\":\"given\",\"sigma_deg\":-1}", 0, "\"rotation_source.sigma_deg\"");
+    refuses("\"rotation_source\":{\"method\":\"a method name longer than its field\"}", 0, "is too long");
+    refuses("\"fit\":[]", 0, "\"fit\" must be an object");
+    refuses("\"fit\":{\"confident\":1}", 0, "\"fit.confident\" must be true or false");
+    refuses("\"fit\":{\"warning\":5}", 0, "\"fit.warning\" must be a string");
+    refuses("\"fit\":{\"objective\":\"bandwidth\"}", 0, "\"fit.objective\" is too long");
+    refuses("\"fit\":{\"phi12_probe_deg\":\"x\"}", 0, "\"fit.phi12_probe_deg\" must be a number");
+    refuses("\"fit\":{\"loss_n_bf\":-2}", 0, "\"fit.loss_n_bf\"");
+    refuses("\"fit\":{\"parallax\":3}", 0, "\"fit.parallax\" must be an object");
+    refuses("\"fit\":{\"parallax\":{\"C10_nm\":\"x\"}}", 0, "\"fit.parallax.C10_nm\" must be a number");
+    refuses("\"fit\":{\"parallax\":{\"sigma\":[1,2]}}", 0, "\"fit.parallax.sigma\" must be an object");
+    refuses("\"fit\":{\"parallax\":{\"sigma\":{\"rotation_deg\":-1}}}", 0, "\"fit.parallax.sigma.rotation_deg\"");
+    refuses("\"search\":{\"phi12_frame\":7}", 0, "\"search.phi12_frame\" must be a string");
     /* region(s) */
     refuses("\"region\":[0,32,0]", 0, "\"region\" must be [r0, r1, c0, c1]");
     refuses("\"region\":[5,5,0,32]", 0, "\"region\" must be [r0, r1, c0, c1]");
@@ -433,6 +517,106 @@ static void from_calibration(void **state)
     ssb4d_calfile_free(&c);
 }
 
+/* A file as ssb4d wrote it before issue 11 (the docs' example of then): the same schema version,
+ * no rotation_source, no fit section, trials without a frame. It loads, with those unknown. */
+static void old_file_loads(void **state)
+{
+    (void)state;
+    write_text(tpath("old.json"),
+               "{\"schema\": \"ssb4d.calibration\", \"version\": 1, \"software\": \"ssb4d 0.1.0\",\n"
+               " \"data_identity\": \"sha256:1e5aaa9721b43ee5e8738019cb15a88c524c766b4ea97c5925dc8b6517d8bdf4\",\n"
+               " \"microscope\": {\"kv\": 300, \"semiangle_mrad\": 25},\n"
+               " \"scan\": {\"shape\": [64, 64], \"step_A\": [0.36609375, 0.36609375]},\n"
+               " \"detector\": {\"shape\": [48, 48], \"sampling_mrad\": [1.278625735155724, 1.278625735155724],\n"
+               "   \"centre_px\": [24, 24], \"disk_radius_px\": 19.5522421554852, \"selection_radius_px\": 19.5522421554852,\n"
+               "   \"n_bf\": 1201, \"flagged_pixels\": [1175]},\n"
+               " \"rotation_deg\": 8.977714682556062,\n"
+               " \"branch\": {\"flipped\": false, \"skewness\": -0.412, \"skewness_other\": 0.388},\n"
+               " \"aberrations\": {\"C10_nm\": -9.81, \"C12_nm\": 2.03, \"phi12_deg\": 19.7, \"C30_nm\": 1000},\n"
+               " \"thick\": {\"tilt_mrad\": [1.5, -2], \"thickness_nm\": 5, \"gain\": 1.013},\n"
+               " \"loss\": 0.0487261,\n"
+               " \"search\": {\"trials\": 200, \"seed\": 42, \"ranges\": {\"C10_nm\": [-40, 40], \"C12_nm\": [0, 10],\n"
+               "   \"phi12_deg\": [-90, 90]}, \"locked\": [\"phi12_deg\"], \"evaluations\": 331,\n"
+               "   \"best_trials\": [{\"stage\": 1, \"number\": 330, \"C10_nm\": -9.81, \"C12_nm\": 2.03,\n"
+               "     \"phi12_deg\": 19.7, \"loss\": 0.0487261}]},\n"
+               " \"region\": [0, 64, 0, 64],\n"
+               " \"regions\": [{\"rect\": [0, 32, 0, 32], \"C10_nm\": -9.7, \"C12_nm\": 2.0, \"phi12_deg\": 19.1,\n"
+               "   \"loss\": 0.0502}]}\n");
+    ssb4d_calfile c;
+    ssb4d_err err = {0};
+    if (ssb4d_calfile_read(tpath("old.json"), &c, &err) != SSB4D_OK)
+        fail_msg("an issue-10 file does not load: %s", err.msg);
+    assert_int_equal(c.version, 1);
+    assert_true(c.geom.rotation_deg == 8.977714682556062);
+    assert_true(c.ab.C_nm[SSB4D_C10] == -9.81 && c.ab.phi_deg[SSB4D_C12] == 19.7);
+    assert_true(c.has_thick && c.has_search && c.has_region && c.n_regions == 1 && c.n_best == 1);
+    assert_int_equal(c.has_fit, 0);
+    assert_int_equal(c.has_parallax, 0);
+    assert_int_equal(c.confident, -1);
+    assert_string_equal(c.rotation_method, "");
+    assert_string_equal(c.trials_phi12_frame, "");
+    assert_true(isnan(c.rotation_sigma_deg) && isnan(c.phi12_probe_deg));
+    /* written again by this ssb4d: still version 1, still no fit section of its own making */
+    char *text = ssb4d_calfile_to_json(&c);
+    assert_non_null(strstr(text, "\"version\":\t1,"));
+    assert_null(strstr(text, "\"fit\""));
+    free(text);
+    ssb4d_calfile_free(&c);
+}
+
+/* ssb4d_calfile_set_fit: a fit result's geometry, aberrations, branch, rotation source and fit
+ * section, φ12 in both frames. */
+static void set_fit(void **state)
+{
+    (void)state;
+    ssb4d_fit_result r;
+    memset(&r, 0, sizeof r);
+    r.geom = (ssb4d_geometry){300, 25, {0.5, 0.5}, {1.25, 1.25}, {24, 24}, 12.4};
+    r.ab.C_nm[SSB4D_C10] = -9.8;
+    r.ab.C_nm[SSB4D_C12] = 2.0;
+    r.ab.phi_deg[SSB4D_C12] = 47.42;
+    r.phi12_probe_deg = 35.02;
+    r.loss = 0.0466;
+    r.branch_flipped = 1;
+    r.skewness = 3.1;
+    r.skewness_other = -3.1;
+    snprintf(r.rotation_source, sizeof r.rotation_source, "parallax");
+    r.rotation_sigma_deg = 0.3;
+    r.confident = 1;
+    r.loss_contrast = 0.3;
+    r.n_fit_bf = 900;
+    r.parallax_ok = 1;
+    r.parallax.C10_nm = -9.9;
+    r.parallax.C12_nm = 1.9;
+    r.parallax.phi12_deg = 46;
+    r.parallax.rotation_deg = 12.1;
+    for (int i = 0; i < 4; i++)
+        r.parallax.sigma[i] = 0.1 * (i + 1);
+    r.parallax.residual_A = 0.01;
+    r.parallax.seconds = 0.2;
+    ssb4d_fit_params p;
+    ssb4d_fit_params_default(&p);
+    ssb4d_calfile c;
+    ssb4d_calfile_init(&c);
+    ssb4d_calfile_set_fit(&c, &r, &p, "ignored: not given", 1201);
+    assert_true(c.geom.rotation_deg == 12.4 && c.has_ab && c.loss == 0.0466 && c.branch_flipped);
+    assert_string_equal(c.rotation_method, SSB4D_CALFILE_ROT_FIT);
+    assert_string_equal(c.rotation_from, "parallax");
+    assert_true(c.phi12_scan_deg == 47.42 && c.phi12_probe_deg == 35.02);
+    assert_true(c.has_fit && c.has_parallax && c.confident == 1 && c.loss_n_bf == 1201 && c.fit_n_bf == 900);
+    assert_string_equal(c.objective, "band");
+    round_trip(&c, "setfit.json");
+    p.rotation_given = 1;
+    p.objective = SSB4D_FIT_OBJ_LOSS;
+    ssb4d_calfile_set_fit(&c, &r, &p, "--rotation", 1201);
+    assert_string_equal(c.rotation_method, SSB4D_CALFILE_ROT_GIVEN);
+    assert_string_equal(c.rotation_from, "--rotation");
+    assert_true(isnan(c.rotation_sigma_deg));
+    assert_string_equal(c.objective, "loss");
+    round_trip(&c, "setfit_given.json");
+    ssb4d_calfile_free(&c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -442,6 +626,8 @@ int main(void)
         cmocka_unit_test(missing_file),
         cmocka_unit_test(identities),
         cmocka_unit_test(from_calibration),
+        cmocka_unit_test(old_file_loads),
+        cmocka_unit_test(set_fit),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

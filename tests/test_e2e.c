@@ -1,7 +1,10 @@
 /* test_e2e.c — the acceptance path through the real binary: `ssb4d simulate --preset small`, then
  * `ssb4d reconstruct` with the calibration read from the sidecar, at the simulated aberrations; the
  * phase must correlate with the simulator's band-limited projected phase (>= 0.9), far better than
- * at wrong aberrations, and the JSON record must carry loss, n_bf and seconds. */
+ * at wrong aberrations, and the JSON record must carry loss, n_bf and seconds (the loss over all
+ * n_bf BF pixels: loss_n_bf). Then `ssb4d fit` on the same data recovers the truth with the
+ * sidecar's rotation held, and `reconstruct --calibration` of its calibration.json reports the same
+ * loss to the bit over the same pixels (the two losses are the same quantity) and the same phase. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -60,6 +63,7 @@ static double reconstruct_corr(const char *extra, double *loss)
     assert_true(cJSON_IsNumber(cJSON_GetObjectItem(j, "loss")));
     assert_true(cJSON_IsNumber(cJSON_GetObjectItem(j, "seconds")));
     assert_true(cJSON_GetObjectItem(j, "n_bf")->valuedouble > 1000);
+    assert_true(cJSON_GetObjectItem(j, "loss_n_bf")->valuedouble == cJSON_GetObjectItem(j, "n_bf")->valuedouble);
     *loss = cJSON_GetObjectItem(j, "loss")->valuedouble;
     cJSON_Delete(j);
     char p1[512], p2[512];
@@ -95,6 +99,36 @@ static void simulate_reconstruct(void **state)
     snprintf(cmd, sizeof cmd, "cd %s && %s reconstruct s.npy -o a.tiff --upsample 2 --quiet --threads 1 >/dev/null && "
              "%s reconstruct s.npy -o b.tiff --upsample 2 --quiet --threads 2 >/dev/null && cmp a.tiff b.tiff",
              dir, bin, bin);
+    assert_int_equal(run(cmd, out, sizeof out), 0);
+
+    /* The fit (the sidecar states the rotation: held) and the reconstruction of its file. */
+    snprintf(cmd, sizeof cmd, "%s fit %s/s.npy -o %s/fit --json --quiet", bin, dir, dir);
+    assert_int_equal(run(cmd, out, sizeof out), 0);
+    cJSON *f = cJSON_Parse(out);
+    assert_non_null(f);
+    double c10 = cJSON_GetObjectItem(f, "C10_nm")->valuedouble, c12 = cJSON_GetObjectItem(f, "C12_nm")->valuedouble;
+    double phi = cJSON_GetObjectItem(f, "phi12_probe_deg")->valuedouble, fl = cJSON_GetObjectItem(f, "loss")->valuedouble;
+    double fn = cJSON_GetObjectItem(f, "loss_n_bf")->valuedouble;
+    printf("# fit: C10 %.3f nm, C12 %.3f nm, phi12 %.2f deg (probe frame), rotation %s %g, loss %.9g over %.0f BF "
+           "pixels, %s\n", c10, c12, phi, cJSON_GetObjectItem(f, "rotation_source")->valuestring,
+           cJSON_GetObjectItem(f, "rotation_deg")->valuedouble, fl, fn,
+           cJSON_IsTrue(cJSON_GetObjectItem(f, "confident")) ? "confident" : "not confident");
+    /* the small preset: C10 -10 nm at the entrance surface, mid-plane -9.80475; C12 2, phi12 20 */
+    assert_true(fabs(c10 - -9.80475) <= 0.2 && fabs(c12 - 2.0) <= 0.2 && fabs(ref_dmod180(phi, 20.0)) <= 3.0);
+    assert_string_equal(cJSON_GetObjectItem(f, "rotation_source")->valuestring, "given");
+    assert_true(cJSON_IsTrue(cJSON_GetObjectItem(f, "confident")));
+    assert_true(fn == cJSON_GetObjectItem(f, "n_bf")->valuedouble);
+    cJSON_Delete(f);
+    snprintf(cmd, sizeof cmd, "%s reconstruct %s/s.npy --calibration %s/fit/calibration.json -o %s/re.tiff --json --quiet",
+             bin, dir, dir, dir);
+    assert_int_equal(run(cmd, out, sizeof out), 0);
+    cJSON *rj = cJSON_Parse(out);
+    assert_non_null(rj);
+    double rl = cJSON_GetObjectItem(rj, "loss")->valuedouble, rn = cJSON_GetObjectItem(rj, "loss_n_bf")->valuedouble;
+    cJSON_Delete(rj);
+    assert_memory_equal(&rl, &fl, sizeof rl);
+    assert_true(rn == fn);
+    snprintf(cmd, sizeof cmd, "cmp %s/re.tiff %s/fit/phase.tiff", dir, dir);
     assert_int_equal(run(cmd, out, sizeof out), 0);
 }
 

@@ -41,7 +41,7 @@ const char CLI_MICROSCOPE_HELP[] =
 void cli_values_unset(cli_values *v)
 {
     memset(v, 0, sizeof *v);
-    v->kv = v->semiangle_mrad = v->rotation_deg = v->bf_radius_px = NAN;
+    v->kv = v->semiangle_mrad = v->rotation_deg = v->bf_radius_px = v->rotation_sigma_deg = NAN;
     for (int i = 0; i < 2; i++)
         v->scan_step_A[i] = v->det_sampling_mrad[i] = v->centre_px[i] = NAN;
 }
@@ -97,7 +97,11 @@ int cli_micro_handle(cli_micro *m, int opt, const char *arg)
     case CLI_OPT_SCAN_STEP: return cli_parse_pair(arg, v->scan_step_A) ? bad_value("scan-step", arg) : 1;
     case CLI_OPT_DET_SAMPLING:
         return cli_parse_pair(arg, v->det_sampling_mrad) ? bad_value("det-sampling", arg) : 1;
-    case CLI_OPT_ROTATION: return cli_parse_double(arg, &v->rotation_deg) ? bad_value("rotation", arg) : 1;
+    case CLI_OPT_ROTATION:
+        if (cli_parse_double(arg, &v->rotation_deg))
+            return bad_value("rotation", arg);
+        snprintf(v->rotation_from, sizeof v->rotation_from, "--rotation");
+        return 1;
     case CLI_OPT_BF_RADIUS: return cli_parse_double(arg, &v->bf_radius_px) ? bad_value("bf-radius", arg) : 1;
     case CLI_OPT_CENTRE: return cli_parse_pair(arg, v->centre_px) ? bad_value("centre", arg) : 1;
     case CLI_OPT_CALIBRATION: m->calibration_path = arg; return 1;
@@ -247,6 +251,8 @@ static int read_sidecar(const char *path, cli_values *v)
     v->semiangle_mrad = json_num(optics, "semiangle_mrad");
     json_pair(scan, "step_A", v->scan_step_A);
     v->rotation_deg = json_num(scan, "rotation_deg");
+    if (!isnan(v->rotation_deg))
+        snprintf(v->rotation_from, sizeof v->rotation_from, "sidecar");
     json_pair(det, "sampling_mrad", v->det_sampling_mrad);
     json_pair(det, "zero_frequency_pixel", v->centre_px);
     if (cJSON_IsObject(ab)) {
@@ -281,7 +287,12 @@ void cli_values_layer(cli_values *out, const cli_values *in)
 {
     OVERRIDE(out->kv, in->kv);
     OVERRIDE(out->semiangle_mrad, in->semiangle_mrad);
-    OVERRIDE(out->rotation_deg, in->rotation_deg);
+    if (!isnan(in->rotation_deg)) {
+        out->rotation_deg = in->rotation_deg;
+        memcpy(out->rotation_from, in->rotation_from, sizeof out->rotation_from);
+        out->rotation_measured = in->rotation_measured;
+        out->rotation_sigma_deg = in->rotation_sigma_deg;
+    }
     OVERRIDE(out->bf_radius_px, in->bf_radius_px);
     for (int i = 0; i < 2; i++) {
         OVERRIDE(out->scan_step_A[i], in->scan_step_A[i]);
@@ -443,6 +454,13 @@ int cli_resolve(const char *data_path, const cli_micro *m, cli_values *out)
         c.kv = cf.geom.kv;
         c.semiangle_mrad = cf.geom.semiangle_mrad;
         c.rotation_deg = cf.geom.rotation_deg;
+        snprintf(c.rotation_from, sizeof c.rotation_from, "calibration file");
+        /* A rotation `ssb4d calibrate` measured from the centre of mass (or could not measure)
+         * leaves the 180° branch open: the fit may refine it. Any other recorded rotation (given,
+         * or fitted and branch-checked by ssb4d fit; files that do not say) is held. */
+        c.rotation_measured = !strcmp(cf.rotation_method, SSB4D_CALFILE_ROT_COM) ||
+                              !strcmp(cf.rotation_method, SSB4D_CALFILE_ROT_UNDETERMINED);
+        c.rotation_sigma_deg = cf.rotation_sigma_deg;
         c.bf_radius_px = cf.bf_radius_px;
         for (int i = 0; i < 2; i++) {
             c.scan_step_A[i] = cf.geom.scan_step_A[i];

@@ -52,6 +52,14 @@ typedef struct {
     ssb4d_thick thick;
     char data_identity[96]; /* DATA's identity if cli_resolve computed it (to compare it with a
                                calibration file's), else "" */
+    /* Where rotation_deg came from (set with it, layered with it): "--rotation", "calibration
+     * file", "sidecar", "built-in dataset" ("" while unset). rotation_measured = 1 when it is a
+     * measurement that leaves the 180° branch open (a calibration file written by `ssb4d
+     * calibrate` from the centre of mass), with its standard error rotation_sigma_deg (NaN: not
+     * recorded); the fit may then refine it. Otherwise a stated rotation is held by the fit. */
+    char rotation_from[32];
+    int rotation_measured;
+    double rotation_sigma_deg;
 } cli_values;
 
 typedef struct {

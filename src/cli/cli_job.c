@@ -104,6 +104,8 @@ int cli_job_plan(const char *cmd, const ssb4d_calibration *cal, const size_t sha
     plan_input_from_calibration(&in, cal, shape, fp->fit_radius);
     in.n_coarse_bf = fp->coarse_bf;
     in.fit_batch = fp->batch;
+    in.fit = fp;
+    in.no_fit = fp == &def;
     in.encoded_bytes = held;
     in.rotation_fitted = rotation_fitted;
     in.threads = threads;

@@ -148,7 +148,8 @@ void cli_session_print(FILE *f, const ssb4d_session_report *r)
             r->session_rss_peak_bytes / GIB, p->session_peak_bytes / GIB);
     fprintf(f, "  = encoded %.3f + G %.3f %+.3f GiB (target: at most + 1 GiB; the seed document: + 6 GiB)\n",
             r->encoded_bytes / GIB, r->g_bytes / GIB, extra);
-    fprintf(f, "fit: C10 %.3f nm, C12 %.3f nm, phi12 %.2f deg (loss %.6g); region refit: C10 %.3f nm, C12 %.3f nm, "
+    fprintf(f, "fit: C10 %.3f nm, C12 %.3f nm, phi12 %.2f deg (scan frame; loss %.6g over all BF pixels); region refit: "
+               "C10 %.3f nm, C12 %.3f nm, "
                "phi12 %.2f deg\n",
             r->C10_nm, r->C12_nm, r->phi12_deg, r->loss, r->region_C10_nm, r->region_C12_nm, r->region_phi12_deg);
     if (r->phase_sha256[0])

@@ -170,6 +170,9 @@ int cmd_calibrate(int argc, char **argv)
     }
     if (!rc) {
         v.rotation_deg = given.rotation_deg;
+        memcpy(v.rotation_from, given.rotation_from, sizeof v.rotation_from);
+        v.rotation_measured = given.rotation_measured;
+        v.rotation_sigma_deg = given.rotation_sigma_deg;
         v.bf_radius_px = given.bf_radius_px;
         for (int i = 0; i < 2; i++) {
             v.det_sampling_mrad[i] = given.det_sampling_mrad[i];
@@ -209,6 +212,16 @@ int cmd_calibrate(int argc, char **argv)
         ssb4d_calibration_free(&cal);
         return cli_error(CMD, st, err.msg);
     }
+    /* How the rotation was obtained: measured here (the centre-of-mass curl leaves the 180°
+     * branch to the fit), stated, or carried over from a file that measured it. */
+    if (cal.rotation_fitted || (!isnan(v.rotation_deg) && v.rotation_measured)) {
+        snprintf(cf.rotation_method, sizeof cf.rotation_method, "%s", SSB4D_CALFILE_ROT_COM);
+        cf.rotation_sigma_deg = cal.rotation_fitted ? cal.rotation_sigma_deg : v.rotation_sigma_deg;
+    } else if (!isnan(v.rotation_deg)) {
+        snprintf(cf.rotation_method, sizeof cf.rotation_method, "%s", SSB4D_CALFILE_ROT_GIVEN);
+        snprintf(cf.rotation_from, sizeof cf.rotation_from, "%s", v.rotation_from);
+    } else
+        snprintf(cf.rotation_method, sizeof cf.rotation_method, "%s", SSB4D_CALFILE_ROT_UNDETERMINED);
     /* cli_resolve computed it already when --calibration had one to compare with. */
     if (v.data_identity[0])
         snprintf(cf.data_identity, sizeof cf.data_identity, "%s", v.data_identity);

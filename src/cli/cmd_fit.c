@@ -1,8 +1,9 @@
 /* cmd_fit.c — the main job: `ssb4d fit [DATA]`, `ssb4d demo` and `ssb4d fit-regions DATA`.
  *
  * fit: calibrate (what is not given) → build G (of the whole scan, or of --region only) →
- * ssb4d_fit (global search, Nelder–Mead, 180° branch check) → [--tilt: the thick-sample search]
- * → object → DIR/phase.tiff, phase.png, object.npy, calibration.json, trials.json and a summary.
+ * ssb4d_fit (parallax estimate, search of C10, C12, φ12 and, unless it was given, the rotation on
+ * the band objective, 180° branch check, exact loss) → [--tilt: the thick-sample search] →
+ * object → DIR/phase.tiff, phase.png, object.npy, calibration.json, trials.json and a summary.
  * Without DATA it fits a built-in simulated dataset with known aberrations (as does `demo`).
  * fit-regions: the same fit on each region of a grid (or a list), full-field calibration kept,
  * → DIR/regions.json, regions.csv, defocus.png. */
@@ -32,7 +33,7 @@
 enum {
     OPT_TRIALS = CLI_OPT_FIRST_FREE, OPT_SEED, OPT_BATCH, OPT_RANGE, OPT_LOCK, OPT_START, OPT_TILT,
     OPT_REGION, OPT_FIT_RADIUS, OPT_NO_BRANCH, OPT_UPSAMPLE, OPT_FORCE, OPT_QUIET, OPT_GRID,
-    OPT_REGIONS
+    OPT_REGIONS, OPT_OBJECTIVE
 };
 
 /* The built-in dataset: the `small` simulation (128² scan, 64² detector, SrTiO3, 300 kV) with
@@ -44,34 +45,52 @@ enum {
 
 static const char FIT_HELP[] =
     "search:\n"
-    "  --trials N            global candidates (default 200)\n"
+    "  --objective band|loss what the search minimises (default band: the fraction of the\n"
+    "                        spectra's power the model explains, SPEC 5.6 at zero thickness;\n"
+    "                        loss: the exact SSB loss); the loss reported is always the exact\n"
+    "                        loss over all BF pixels\n"
+    "  --trials N            global candidates around the parallax estimate (default 64; at\n"
+    "                        least 200 over the whole box when there is no parallax estimate)\n"
     "  --seed N              search seed (default 42); same seed => same trial trace\n"
     "  --batch N             candidates per batch sharing each read of G (default 8)\n"
     "  --range P=LO:HI       search box, P = C10 (nm, default -40:40), C12 (nm, 0:10) or\n"
     "                        phi12 (deg, -90:90); repeatable\n"
-    "  --start C10,C12,PHI12 start point (default 0,5,0)\n"
-    "  --lock P[,P]          hold C10, C12 and/or phi12 at the start value\n"
-    "  --fit-radius F        fit on the BF pixels within F x the selection radius (default 0.8)\n"
+    "  --start C10,C12,PHI12 start point instead of the parallax estimate; the search then\n"
+    "                        covers the whole box\n"
+    "  --lock P[,P]          hold C10, C12 and/or phi12 at the start value (default 0,5,0;\n"
+    "                        phi12 in the probe frame when the rotation is searched); the\n"
+    "                        search then starts there, as with --start\n"
+    "  --fit-radius F        fit on the BF pixels within F x the selection radius (default 1)\n"
     "  --no-branch-check     skip the 180-degree branch check\n"
     "  --tilt                also fit the thick-sample model: tilt (mrad) and thickness (nm)\n"
+    "rotation: a rotation that was stated (--rotation, --calibration from ssb4d fit or with a\n"
+    "given rotation, the sidecar's scan.rotation_deg) is held, and the branch check only warns;\n"
+    "otherwise the fit searches it with C10, C12, phi12, from the parallax estimate or the\n"
+    "centre of mass, and the branch check may add 180 degrees. phi12 is reported in the\n"
+    "probe (detector) frame and in the scan frame (phi12_deg = scan frame, what reconstruct\n"
+    "--phi12 takes). A fit without a clear minimum, or one the parallax disagrees with, prints\n"
+    "one warning line on stderr and still exits 0.\n"
     "output:\n"
     "  -o, --output DIR      output folder (default %s); it is created if needed\n"
     "  --upsample F          1, 2, 3, 4, 8 or auto for the phase image (default 1)\n"
     "  --force               replace outputs that already exist in DIR\n"
     "  --quiet               no progress bar\n"
     "memory: the budget (--memory, default the available RAM) counts a .qem DATA (it stays\n"
-    "mapped), the output images, G and every transient. When G does not fit, its outer BF\n"
-    "pixels are streamed (rebuilt from DATA by every pass): slower, the same fit and images bit\n"
-    "for bit (--tilt too). A budget below the smallest that runs exits 2 with that smallest\n"
-    "budget (see also ssb4d plan).\n\n";
+    "mapped), the output images, G and every transient (the parallax's per-pixel spectra, the\n"
+    "band objective's tables). When G does not fit, its outer BF pixels are streamed (rebuilt\n"
+    "from DATA by every pass): slower, the same fit and images bit for bit (--tilt too). A budget\n"
+    "below the smallest that runs exits 2 with that smallest budget (see also ssb4d plan).\n\n";
 
 static void usage_fit(FILE *f)
 {
     fprintf(f,
             "usage: ssb4d fit [DATA] [options]\n\n"
             "Fits the probe aberrations C10, C12, phi12 of DATA (a .qem from ssb4d import, or .npy\n"
-            "counts) by minimising the exact SSB loss (SPEC 6.1), checks the 180-degree branch of the\n"
-            "scan-detector rotation, reconstructs and writes DIR/phase.tiff (float32), phase.png,\n"
+            "counts) (SPEC 6.1): a parallax (tilt-corrected bright-field) estimate gives the start,\n"
+            "the scan-detector rotation and a small search box; a seeded global search and\n"
+            "Nelder-Mead on the band objective refine C10, C12, phi12 and, unless it was given, the\n"
+            "rotation; the 180-degree branch is checked and the exact SSB loss over all BF pixels\n"
+            "reported. It reconstructs and writes DIR/phase.tiff (float32), phase.png,\n"
             "object.npy (complex64), calibration.json (reload with reconstruct --calibration) and\n"
             "trials.json (every trial). Without DATA it fits a built-in simulated dataset with known\n"
             "aberrations. Progress goes to stderr; --json prints one JSON object on stdout.\n\n"
@@ -212,6 +231,7 @@ static int parse(int argc, char **argv, fit_opts *o)
         {"quiet", no_argument, 0, OPT_QUIET},
         {"grid", required_argument, 0, OPT_GRID},
         {"regions", required_argument, 0, OPT_REGIONS},
+        {"objective", required_argument, 0, OPT_OBJECTIVE},
         {"output", required_argument, 0, 'o'},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
@@ -237,6 +257,16 @@ static int parse(int argc, char **argv, fit_opts *o)
         case OPT_FORCE: o->force = 1; break;
         case OPT_TILT: o->tilt = 1; break;
         case OPT_NO_BRANCH: o->fp.branch_check = 0; break;
+        case OPT_OBJECTIVE:
+            if (!strcmp(optarg, "band"))
+                o->fp.objective = SSB4D_FIT_OBJ_BAND;
+            else if (!strcmp(optarg, "loss"))
+                o->fp.objective = SSB4D_FIT_OBJ_LOSS;
+            else {
+                fprintf(stderr, "ssb4d %s: --objective must be band or loss; got '%s'\n", o->cmd, optarg);
+                return CLI_EXIT_USAGE;
+            }
+            break;
         case OPT_TRIALS:
             if (parse_count(optarg, "--trials", 1, 1e6, &v))
                 return CLI_EXIT_USAGE;
@@ -326,8 +356,15 @@ static int parse(int argc, char **argv, fit_opts *o)
             return CLI_EXIT_USAGE;
         }
     }
-    if (start_given)
+    if (start_given) {
         memcpy(o->fp.start, start, sizeof start);
+        o->fp.start_given = 1;
+    }
+    /* A locked parameter is held at the start value (--start, default 0,5,0), and the search
+     * then starts there too: ssb4d_fit narrows its box around the parallax estimate without
+     * keeping a locked start inside it (it would refuse the start), so locks use the whole box. */
+    if (o->fp.locked[0] || o->fp.locked[1] || o->fp.locked[2])
+        o->fp.start_given = 1;
     for (int j = 0; j < 3; j++)
         if (!(o->fp.lo[j] <= o->fp.start[j] && o->fp.start[j] <= o->fp.hi[j])) {
             static const char *nm[3] = {"C10", "C12", "phi12"};
@@ -461,6 +498,7 @@ static int open_builtin(const fit_opts *o, job *j, ssb4d_err *err)
     j->v.scan_step_A[0] = j->v.scan_step_A[1] = info.scan_step_A;
     j->v.det_sampling_mrad[0] = j->v.det_sampling_mrad[1] = info.det_sampling_mrad;
     j->v.rotation_deg = 0;
+    snprintf(j->v.rotation_from, sizeof j->v.rotation_from, "built-in dataset");
     cli_values_layer(&j->v, &o->m.flags);
     /* The mean depth of the simulator's potential planes (docs/simulate.md, docs/fit.md). */
     j->truth[0] = BUILTIN_C10 + 0.5 * (info.thickness_nm - info.thickness_nm / info.n_slices);
@@ -536,12 +574,26 @@ static size_t plane_bytes(size_t ny, size_t nx) { return (ny * (nx / 2 + 1) + 7)
 /* The plan of this job: region (rows, cols) the shape of the (largest) region's G, or NULL for
  * the whole scan; held_extra: the output images kept beside the data. Returns 0 or the exit code
  * (the job does not fit: message printed). */
-static int job_plan(const fit_opts *o, const job *j, const size_t *region, int upsample, size_t held_extra,
-                    ssb4d_plan *p)
+static int job_plan(const fit_opts *o, const job *j, const ssb4d_fit_params *fp, const size_t *region,
+                    int upsample, size_t held_extra, ssb4d_plan *p)
 {
     size_t shape_rc[2] = {region ? region[0] : 0, region ? region[1] : 0};
     return cli_job_plan(o->cmd, &j->cal, j->shape, j->held + held_extra, j->rotation_fitted, upsample, shape_rc,
-                        &o->fp, o->m.threads, j->budget, p);
+                        fp, o->m.threads, j->budget, p);
+}
+
+/* The fit's parameters for this job: the command line's, the threads, and the rotation: held
+ * when someone stated it (--rotation, a calibration file, the sidecar, the built-in dataset),
+ * else searched from the calibration's centre-of-mass value with its standard error (or a
+ * calibration file's centre-of-mass value: measured, its 180° branch open). */
+static void job_fit_params(const fit_opts *o, const job *j, ssb4d_fit_params *fp)
+{
+    *fp = o->fp;
+    fp->threads = o->m.threads;
+    int stated = !isnan(j->v.rotation_deg) && !j->v.rotation_measured;
+    fp->rotation_given = stated;
+    fp->rotation_sigma_deg = stated ? NAN : !isnan(j->v.rotation_deg) ? j->v.rotation_sigma_deg
+                                                                     : j->cal.rotation_sigma_deg;
 }
 
 /* How the plan holds the G of the whole scan (region NULL) or of a region of rows x cols: the
@@ -582,6 +634,155 @@ static ssb4d_status build_G(const fit_opts *o, job *j, const size_t *region, con
     return st;
 }
 
+/* ---- what the fit found, for the summary, the JSON and the calibration file ------------------ */
+
+/* φ12 in the probe (detector) frame of a scan-frame value, with the fit's rotation, in [−90, 90). */
+static double phi12_probe(const ssb4d_fit_result *r, double phi12_scan)
+{
+    double d = fmod(phi12_scan - r->geom.rotation_deg + 90.0, 180.0);
+    if (d < 0)
+        d += 180.0;
+    return d - 90.0;
+}
+
+/* The fit's confidence as the command reports it: the library's (a clear minimum; the rotation
+ * determined), and for a rotation that was given, the branch check's verdict (SPEC 6.3: a given
+ * rotation is checked, not flipped; a warning at most). */
+typedef struct {
+    int confident;
+    char warning[600];
+} fit_verdict;
+
+#define BRANCH_WARN_SKEWNESS (-0.2) /* SPEC 6.3's threshold */
+
+static void verdict(const ssb4d_fit_params *fp, const ssb4d_fit_result *r, fit_verdict *v)
+{
+    v->confident = r->confident;
+    snprintf(v->warning, sizeof v->warning, "%s", r->warning);
+    if (fp->rotation_given && fp->branch_check && r->skewness < BRANCH_WARN_SKEWNESS) {
+        size_t n = strlen(v->warning);
+        snprintf(v->warning + n, sizeof v->warning - n,
+                 "%sthe phase's skewness is %+.2f with the given rotation %.2f deg: the other branch (rotation + "
+                 "180 deg, -C10, -C12) may be the right one; the fit does not change a given rotation",
+                 n ? "; " : "", r->skewness, r->geom.rotation_deg);
+        v->confident = 0;
+    }
+    if (!v->confident && !v->warning[0])
+        snprintf(v->warning, sizeof v->warning, "the fit is not confident");
+}
+
+static cJSON *num_or_null(double v) { return isfinite(v) ? cJSON_CreateNumber(v) : cJSON_CreateNull(); }
+
+/* How the rotation was obtained, in words. */
+static void rotation_label(const ssb4d_fit_params *fp, const ssb4d_fit_result *r, const job *j, char *buf, size_t n)
+{
+    if (fp->rotation_given) {
+        snprintf(buf, n, "given: %s", j->v.rotation_from[0] ? j->v.rotation_from : "stated");
+        return;
+    }
+    const char *obj = fp->objective == SSB4D_FIT_OBJ_LOSS ? "the exact loss" : "the band objective";
+    if (!strcmp(r->rotation_source, "parallax"))
+        snprintf(buf, n, "fitted from the parallax and %s", obj);
+    else if (!strcmp(r->rotation_source, "centre of mass"))
+        snprintf(buf, n, "fitted from the centre of mass and %s", obj);
+    else
+        snprintf(buf, n, "fitted with %s; neither the parallax nor the centre of mass determined it", obj);
+    if (r->branch_flipped) {
+        size_t k = strlen(buf);
+        snprintf(buf + k, n - k, ", then +180 deg by the branch check");
+    }
+}
+
+static const char *rotation_source_key(const ssb4d_fit_params *fp, const ssb4d_fit_result *r)
+{
+    return fp->rotation_given ? "given" : r->rotation_source;
+}
+
+static cJSON *parallax_json(const ssb4d_fit_result *r)
+{
+    if (!r->parallax_ok)
+        return cJSON_CreateNull();
+    const ssb4d_parallax *p = &r->parallax;
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddItemToObject(o, "C10_nm", num_or_null(p->C10_nm));
+    cJSON_AddItemToObject(o, "C12_nm", num_or_null(p->C12_nm));
+    cJSON_AddItemToObject(o, "phi12_scan_deg", num_or_null(p->phi12_deg));
+    cJSON_AddItemToObject(o, "rotation_deg", num_or_null(p->rotation_deg));
+    cJSON *sg = cJSON_AddObjectToObject(o, "sigma");
+    static const char *keys[4] = {"C10_nm", "C12_nm", "phi12_deg", "rotation_deg"};
+    for (int i = 0; i < 4; i++)
+        cJSON_AddItemToObject(sg, keys[i], num_or_null(p->sigma[i]));
+    cJSON_AddItemToObject(o, "residual_A", num_or_null(p->residual_A));
+    cJSON_AddItemToObject(o, "seconds", num_or_null(p->seconds));
+    return o;
+}
+
+/* The fit's keys of --json (and of regions.json): φ12 in both frames, the rotation and its
+ * source, the objective, the branch, the confidence and the parallax estimate. */
+static void add_fit_json(cJSON *out, const ssb4d_fit_params *fp, const ssb4d_fit_result *r, const fit_verdict *v,
+                         const job *j, double phi12_probe_deg, double phi12_scan_deg)
+{
+    cJSON_AddItemToObject(out, "phi12_probe_deg", num_or_null(phi12_probe_deg));
+    cJSON_AddItemToObject(out, "phi12_scan_deg", num_or_null(phi12_scan_deg));
+    cJSON_AddItemToObject(out, "rotation_deg", num_or_null(r->geom.rotation_deg));
+    cJSON_AddStringToObject(out, "rotation_source", rotation_source_key(fp, r));
+    if (fp->rotation_given && j->v.rotation_from[0])
+        cJSON_AddStringToObject(out, "rotation_given_by", j->v.rotation_from);
+    else
+        cJSON_AddNullToObject(out, "rotation_given_by");
+    cJSON_AddItemToObject(out, "rotation_sigma_deg", num_or_null(r->rotation_sigma_deg));
+    cJSON_AddStringToObject(out, "objective", fp->objective == SSB4D_FIT_OBJ_LOSS ? "loss" : "band");
+    cJSON_AddItemToObject(out, "objective_value", num_or_null(r->objective));
+    cJSON_AddBoolToObject(out, "branch_checked", fp->branch_check != 0);
+    cJSON_AddBoolToObject(out, "branch_flipped", r->branch_flipped);
+    cJSON_AddItemToObject(out, "skewness", num_or_null(r->skewness));
+    if (isfinite(r->skewness_other))
+        cJSON_AddNumberToObject(out, "skewness_other_branch", r->skewness_other);
+    cJSON_AddBoolToObject(out, "confident", v->confident != 0);
+    if (v->confident)
+        cJSON_AddNullToObject(out, "warning");
+    else
+        cJSON_AddStringToObject(out, "warning", v->warning);
+    cJSON_AddItemToObject(out, "loss_contrast", num_or_null(r->loss_contrast));
+    cJSON_AddItemToObject(out, "parallax", parallax_json(r));
+}
+
+/* The summary's lines from the rotation to the branch (after the fitted values). */
+static void print_fit_summary(const ssb4d_fit_params *fp, const ssb4d_fit_result *r, const fit_verdict *v,
+                              const job *j, size_t n_bf, int thick)
+{
+    (void)v;
+    char lab[160];
+    rotation_label(fp, r, j, lab, sizeof lab);
+    printf("rotation     %9.3f deg (%s)\n", r->geom.rotation_deg, lab);
+    if (r->parallax_ok) {
+        const ssb4d_parallax *p = &r->parallax;
+        printf("parallax     C10 %.2f +- %.2f nm, C12 %.2f +- %.2f nm, phi12 %.1f +- %.1f deg (scan frame), rotation "
+               "%.2f +- %.2f deg; residual %.3f A, %.2f s\n", p->C10_nm, p->sigma[0], p->C12_nm, p->sigma[1],
+               p->phi12_deg, p->sigma[2], p->rotation_deg, p->sigma[3], p->residual_A, p->seconds);
+    } else
+        printf("parallax     no estimate (no shift measured): the search covered the whole box\n");
+    if (fp->objective == SSB4D_FIT_OBJ_LOSS)
+        printf("objective    exact loss %.8g on %zu fit pixels (contrast %.3g)\n", r->objective, r->n_fit_bf,
+               r->loss_contrast);
+    else
+        printf("objective    band: %.2f %% of the band's power explained on %zu fit pixels (contrast %.3g)\n",
+               -100.0 * r->objective, r->n_fit_bf, r->loss_contrast);
+    printf("loss         %.8g (exact SSB loss over all %zu BF pixels%s)\n", r->loss, n_bf,
+           thick ? ", of the standard fit's thin model" : "");
+    if (!fp->branch_check)
+        printf("branch       not checked (--no-branch-check)\n");
+    else if (fp->rotation_given)
+        printf("branch       checked, not flipped (the rotation was given): phase skewness %+.3f%s\n", r->skewness,
+               r->skewness < BRANCH_WARN_SKEWNESS ? ", negative: see the warning" : ", positive on the right branch");
+    else if (r->branch_flipped)
+        printf("branch       flipped by 180 deg: the phase's skewness was %+.3f on the first branch, %+.3f on the "
+               "kept one (positive on the right branch, SPEC 6.3)\n", r->skewness_other, r->skewness);
+    else
+        printf("branch       kept: phase skewness %+.3f (%+.3f on the other branch); the sign of the skewness "
+               "decides, positive on the right branch (SPEC 6.3)\n", r->skewness, r->skewness_other);
+}
+
 /* ---- outputs ----------------------------------------------------------------------------------- */
 
 static cJSON *trials_json(const ssb4d_fit_result *r)
@@ -612,30 +813,28 @@ static int cmp_trial_loss(const void *a, const void *b)
     return (x->number > y->number) - (x->number < y->number);
 }
 
-/* The calibration file of a fit: the calibration, the fitted values, branch, search settings,
- * the best 50 distinct trials, the region and the thick model. */
-static ssb4d_status fill_calfile(const fit_opts *o, const job *j, const ssb4d_fit_result *r,
-                                 const fit_tilt_result *tr, const size_t *region,
-                                 ssb4d_calfile *cf, ssb4d_err *err)
+/* The calibration file of a fit: the calibration, the fitted values, branch, how the rotation
+ * was obtained, the fit's record (objective, φ12 in both frames, confidence, parallax), search
+ * settings, the best 50 distinct trials, the region and the thick model. */
+static ssb4d_status fill_calfile(const fit_opts *o, const job *j, const ssb4d_fit_params *fp,
+                                 const ssb4d_fit_result *r, const fit_tilt_result *tr, const size_t *region,
+                                 size_t loss_n_bf, ssb4d_calfile *cf, ssb4d_err *err)
 {
     ssb4d_status st = ssb4d_calfile_from_calibration(cf, &j->cal, err);
     if (st)
         return st;
-    cf->geom = r->geom;
-    cf->has_ab = 1;
-    cf->ab = r->ab;
-    cf->loss = r->loss;
+    ssb4d_calfile_set_fit(cf, r, fp, j->v.rotation_from, loss_n_bf);
     cf->n_bf = j->cal.n_bf;
-    cf->branch_flipped = r->branch_flipped;
-    cf->skewness = r->skewness;
-    cf->skewness_other = r->skewness_other;
     cf->has_search = 1;
-    cf->trials = o->fp.trials;
+    cf->trials = 0; /* the global candidates the fit ran (at least 200 without the parallax's start) */
+    for (size_t i = 0; i < r->n_trials; i++)
+        cf->trials += r->trials[i].stage == 0;
     cf->seed = o->fp.seed;
     memcpy(cf->range_lo, o->fp.lo, sizeof cf->range_lo);
     memcpy(cf->range_hi, o->fp.hi, sizeof cf->range_hi);
     memcpy(cf->locked, o->fp.locked, sizeof cf->locked);
     cf->evaluations = r->evaluations;
+    snprintf(cf->trials_phi12_frame, sizeof cf->trials_phi12_frame, "%s", fp->rotation_given ? "scan" : "probe");
     /* cli_resolve has hashed DATA already when --calibration recorded an identity. */
     if (j->v.data_identity[0])
         snprintf(cf->data_identity, sizeof cf->data_identity, "%s", j->v.data_identity);
@@ -648,6 +847,8 @@ static ssb4d_status fill_calfile(const fit_opts *o, const job *j, const ssb4d_fi
         cf->ab.C_nm[SSB4D_C10] = tr->C10_nm;
         cf->ab.C_nm[SSB4D_C12] = tr->C12_nm;
         cf->ab.phi_deg[SSB4D_C12] = tr->phi12_deg;
+        cf->phi12_scan_deg = tr->phi12_deg;
+        cf->phi12_probe_deg = phi12_probe(r, tr->phi12_deg);
     }
     if (region) {
         cf->has_region = 1;
@@ -726,7 +927,9 @@ static int run_fit(fit_opts *o)
     size_t image_bytes = ny * nx * (size_t)(up * up) * sizeof(float); /* the object is twice that */
     ssb4d_plan plan;
     size_t resident = 0, g_bytes = 0;
-    rc = job_plan(o, &j, region ? rshape : NULL, up, 3 * image_bytes, &plan);
+    ssb4d_fit_params fp;
+    job_fit_params(o, &j, &fp);
+    rc = job_plan(o, &j, &fp, region ? rshape : NULL, up, 3 * image_bytes, &plan);
     if (!rc)
         job_g(&j, &plan, region ? rshape : NULL, &resident, &g_bytes);
     if (rc) {
@@ -749,8 +952,6 @@ static int run_fit(fit_opts *o)
     fit_tilt_result tr;
     int have_tilt = 0;
     if (!st) {
-        ssb4d_fit_params fp = o->fp;
-        fp.threads = o->m.threads;
         cli_progress pb;
         cli_progress_start(&pb, "fit", o->quiet || o->m.json);
         fp.progress = fit_progress;
@@ -817,7 +1018,7 @@ static int run_fit(fit_opts *o)
         if (!st)
             st = ssb4d_npy_save(path, "<c8", 2, oshape, object, &err);
         if (!st)
-            st = fill_calfile(o, &j, &r, have_tilt ? &tr : NULL, region, &cf, &err);
+            st = fill_calfile(o, &j, &fp, &r, have_tilt ? &tr : NULL, region, ssb4d_G_n_bf(G), &cf, &err);
         join(path, sizeof path, o->out_dir, "calibration.json");
         if (!st)
             st = ssb4d_calfile_write(path, &cf, &err);
@@ -826,6 +1027,9 @@ static int run_fit(fit_opts *o)
             cJSON_AddStringToObject(t, "trace_sha256", r.trace_sha256);
             cJSON_AddNumberToObject(t, "seed", (double)o->fp.seed);
             cJSON_AddNumberToObject(t, "evaluations", (double)r.evaluations);
+            /* With the rotation searched the trials' phi12 is in the probe frame (the search's
+             * coordinate, the rotation being a fourth parameter); else in the scan frame. */
+            cJSON_AddStringToObject(t, "phi12_frame", fp.rotation_given ? "scan" : "probe");
             cJSON_AddItemToObject(t, "trials", trials_json(&r));
             join(path, sizeof path, o->out_dir, "trials.json");
             st = write_json_file(path, t, &err);
@@ -841,18 +1045,18 @@ static int run_fit(fit_opts *o)
     int builtin = !o->data;
     size_t n_resident = G ? ssb4d_G_n_resident(G) : 0, n_stored = G ? ssb4d_G_n_stored(G) : 0;
     const char *g_mode = n_resident < n_stored ? "streaming" : "resident";
+    fit_verdict v;
+    if (!st)
+        verdict(&fp, &r, &v);
     if (st) {
         exit_code = cli_job_error(o->cmd, st, err.msg, j.budget);
         remove_if_empty(o);
     } else if (o->m.json) {
         cJSON *out = cJSON_CreateObject();
         add_ab(out, x);
+        add_fit_json(out, &fp, &r, &v, &j, have_tilt ? phi12_probe(&r, x[2]) : r.phi12_probe_deg, x[2]);
         cJSON_AddNumberToObject(out, "loss", r.loss);
-        cJSON_AddNumberToObject(out, "rotation_deg", r.geom.rotation_deg);
-        cJSON_AddBoolToObject(out, "branch_flipped", r.branch_flipped);
-        cJSON_AddNumberToObject(out, "skewness", r.skewness);
-        if (isfinite(r.skewness_other))
-            cJSON_AddNumberToObject(out, "skewness_other_branch", r.skewness_other);
+        cJSON_AddNumberToObject(out, "loss_n_bf", (double)ssb4d_G_n_bf(G));
         cJSON_AddNumberToObject(out, "n_bf", (double)ssb4d_G_n_bf(G));
         cJSON_AddNumberToObject(out, "n_fit_bf", (double)r.n_fit_bf);
         cJSON_AddNumberToObject(out, "n_coarse_bf", (double)r.n_coarse_bf);
@@ -875,6 +1079,7 @@ static int run_fit(fit_opts *o)
         if (builtin) {
             cJSON *t = cJSON_AddObjectToObject(out, "truth");
             add_ab(t, j.truth);
+            cJSON_AddStringToObject(t, "phi12_frame", "probe");
         }
         cJSON_AddNumberToObject(out, "seconds", cli_progress_elapsed(&total));
         cJSON_AddNumberToObject(out, "g_build_seconds", t_build);
@@ -902,19 +1107,22 @@ static int run_fit(fit_opts *o)
             printf("region       rows %zu:%zu, cols %zu:%zu (full-field calibration)\n", region[0], region[1],
                    region[2], region[3]);
         printf("%-12s %12s%s\n", "", "fit", builtin ? "        truth (mean plane depth)" : "");
-        static const char *names[3] = {"C10", "C12", "phi12"}, *units[3] = {"nm", "nm", "deg"};
-        for (int i = 0; i < 3; i++) {
-            printf("%-12s %9.3f %-3s", names[i], x[i], units[i]);
+        static const char *names[2] = {"C10", "C12"};
+        for (int i = 0; i < 2; i++) {
+            printf("%-12s %9.3f nm", names[i], x[i]);
             if (builtin)
-                printf("   %9.3f %-3s", j.truth[i], units[i]);
+                printf("    %9.3f nm", j.truth[i]);
             printf("\n");
         }
+        double probe = have_tilt ? phi12_probe(&r, x[2]) : r.phi12_probe_deg;
+        printf("%-12s %9.3f deg (probe/detector frame), %.3f deg (scan frame)", "phi12", probe, x[2]);
+        if (builtin)
+            printf("; truth %.3f deg (detector frame)", j.truth[2]);
+        printf("\n");
+        print_fit_summary(&fp, &r, &v, &j, ssb4d_G_n_bf(G), have_tilt);
         if (have_tilt)
-            printf("thick model  tilt (%.2f, %.2f) mrad, thickness %.1f nm, gain %.4f\n", thick.tilt_mrad[0],
-                   thick.tilt_mrad[1], thick.thickness_nm, tr.gain);
-        printf("loss         %.8g (exact, %zu of %zu BF pixels)\n", r.loss, r.n_fit_bf, ssb4d_G_n_bf(G));
-        printf("branch       rotation %.2f deg, skewness %+.3f%s\n", r.geom.rotation_deg, r.skewness,
-               r.branch_flipped ? " (flipped by 180 deg: the other branch had the lower skewness)" : "");
+            printf("thick model  tilt (%.2f, %.2f) mrad, thickness %.1f nm, gain %.4f (C10, C12, phi12 above are "
+                   "the thick model's)\n", thick.tilt_mrad[0], thick.tilt_mrad[1], thick.thickness_nm, tr.gain);
         printf("search       %zu evaluations, %d Nelder-Mead iterations, seed %llu, trace %.16s\n",
                r.evaluations, r.nm_iterations, (unsigned long long)o->fp.seed, r.trace_sha256);
         printf("time         %.2f s (G build %.2f s, fit %.2f s, ", cli_progress_elapsed(&total), t_build, t_fit);
@@ -927,6 +1135,8 @@ static int run_fit(fit_opts *o)
                cli_job_size(b, j.budget, 0), rss / 1048576.0);
         printf("wrote        %s/phase.tiff, phase.png, object.npy, calibration.json, trials.json\n", o->out_dir);
     }
+    if (!st && !v.confident)
+        fprintf(stderr, "ssb4d %s: warning: %s\n", o->cmd, v.warning);
     if (o->m.memory_report)
         ssb4d_mem_report_print(j.mem, stderr);
     ssb4d_fit_result_free(&r);
@@ -1034,7 +1244,9 @@ int cmd_fit_regions(int argc, char **argv)
             if (rects[i][2 * k + 1] - rects[i][2 * k] > largest[k])
                 largest[k] = rects[i][2 * k + 1] - rects[i][2 * k];
     ssb4d_plan plan;
-    if ((rc = job_plan(&o, &j, largest, 1, 0, &plan))) {
+    ssb4d_fit_params rfp;
+    job_fit_params(&o, &j, &rfp);
+    if ((rc = job_plan(&o, &j, &rfp, largest, 1, 0, &plan))) {
         job_free(&j);
         free(rects);
         remove_if_empty(&o);
@@ -1044,7 +1256,9 @@ int cmd_fit_regions(int argc, char **argv)
     char *csv = NULL;
     size_t csv_len = 0;
     FILE *cf = open_memstream(&csv, &csv_len);
-    fprintf(cf, "r0,r1,c0,c1,C10_nm,C12_nm,phi12_deg,loss,rotation_deg,branch_flipped,evaluations\n");
+    fprintf(cf, "r0,r1,c0,c1,C10_nm,C12_nm,phi12_deg,loss,rotation_deg,branch_flipped,evaluations,phi12_probe_deg,"
+                "rotation_source,confident\n");
+    size_t n_unsure = 0;
     double *c10 = calloc(n, sizeof *c10);
     ssb4d_status st = c10 ? SSB4D_OK : ssb4d_fail(&err, SSB4D_ENOMEM, "out of memory");
     for (size_t i = 0; i < n && !st; i++) {
@@ -1055,11 +1269,9 @@ int cmd_fit_regions(int argc, char **argv)
         job_g(&j, &plan, rshape, &resident, &g_bytes);
         st = build_G(&o, &j, rects[i], &plan, resident, g_bytes, &G, &view, &tb, &err);
         ssb4d_fit_result r;
-        if (!st) {
-            ssb4d_fit_params fp = o.fp;
-            fp.threads = o.m.threads;
-            st = ssb4d_fit(G, &j.cal.geom, &fp, j.mem, &r, &err);
-        }
+        size_t loss_n_bf = G ? ssb4d_G_n_bf(G) : 0;
+        if (!st)
+            st = ssb4d_fit(G, &j.cal.geom, &rfp, j.mem, &r, &err);
         ssb4d_G_free(G); /* the next region's G replaces it */
         ssb4d_source_close(view);
         if (st)
@@ -1070,18 +1282,25 @@ int cmd_fit_regions(int argc, char **argv)
         cJSON *rc4 = cJSON_AddArrayToObject(e, "rect");
         for (int k = 0; k < 4; k++)
             cJSON_AddItemToArray(rc4, cJSON_CreateNumber((double)rects[i][k]));
+        fit_verdict v;
+        verdict(&rfp, &r, &v);
+        n_unsure += !v.confident;
         add_ab(e, x);
+        add_fit_json(e, &rfp, &r, &v, &j, r.phi12_probe_deg, x[2]);
         cJSON_AddNumberToObject(e, "loss", r.loss);
-        cJSON_AddNumberToObject(e, "rotation_deg", r.geom.rotation_deg);
-        cJSON_AddBoolToObject(e, "branch_flipped", r.branch_flipped);
+        cJSON_AddNumberToObject(e, "loss_n_bf", (double)loss_n_bf);
         cJSON_AddNumberToObject(e, "evaluations", (double)r.evaluations);
         cJSON_AddItemToArray(list, e);
-        fprintf(cf, "%zu,%zu,%zu,%zu,%.6f,%.6f,%.4f,%.9g,%.4f,%d,%zu\n", rects[i][0], rects[i][1], rects[i][2],
-                rects[i][3], x[0], x[1], x[2], r.loss, r.geom.rotation_deg, r.branch_flipped, r.evaluations);
+        fprintf(cf, "%zu,%zu,%zu,%zu,%.6f,%.6f,%.4f,%.9g,%.4f,%d,%zu,%.4f,%s,%d\n", rects[i][0], rects[i][1],
+                rects[i][2], rects[i][3], x[0], x[1], x[2], r.loss, r.geom.rotation_deg, r.branch_flipped,
+                r.evaluations, r.phi12_probe_deg, rotation_source_key(&rfp, &r), v.confident);
         if (!o.quiet && !o.m.json)
             fprintf(stderr, "ssb4d fit-regions: region %zu/%zu (rows %zu:%zu, cols %zu:%zu): C10 %.3f nm, C12 %.3f nm, "
-                            "phi12 %.2f deg\n", i + 1, n, rects[i][0], rects[i][1], rects[i][2], rects[i][3], x[0],
-                    x[1], x[2]);
+                            "phi12 %.2f deg (probe frame), rotation %.2f deg\n", i + 1, n, rects[i][0], rects[i][1],
+                    rects[i][2], rects[i][3], x[0], x[1], r.phi12_probe_deg, r.geom.rotation_deg);
+        if (!v.confident)
+            fprintf(stderr, "ssb4d fit-regions: warning: region %zu (rows %zu:%zu, cols %zu:%zu): %s\n", i + 1,
+                    rects[i][0], rects[i][1], rects[i][2], rects[i][3], v.warning);
         ssb4d_fit_result_free(&r);
     }
     fclose(cf);
@@ -1091,6 +1310,8 @@ int cmd_fit_regions(int argc, char **argv)
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "data", o.data);
     cJSON_AddNumberToObject(root, "seed", (double)o.fp.seed);
+    cJSON_AddStringToObject(root, "objective", rfp.objective == SSB4D_FIT_OBJ_LOSS ? "loss" : "band");
+    cJSON_AddNumberToObject(root, "not_confident", (double)n_unsure);
     cJSON_AddItemToObject(root, "regions", list);
     if (!st) {
         join(path, sizeof path, o.out_dir, "regions.json");

@@ -31,14 +31,15 @@ static void help(FILE *f)
             "encoded size is that of the .qem file.\n\n"
             "  --shape RxCxDRxDC     scan rows x scan cols x detector rows x detector cols\n"
             "  --bf N                selected BF pixels (with --shape)\n"
-            "  --fit-bf N            the fit's pixels (default 0.64 N, a fit radius of 0.8)\n"
+            "  --fit-bf N            the fit's pixels (default N: the fit radius is 1)\n"
             "  --encoded SIZE        resident encoded data (default with --shape: the uint16 counts\n"
             "                        / 13.1, the ratio of the reference workload; 0 for data on disk)\n"
             "  --upsample F          preview upsampling 1, 2, 3, 4 or 8 (default: auto from DATA, else 2)\n"
             "  --region RxC          region refit shape (default 256x256, half the scan below 512);\n"
             "                        0x0: no region refit\n"
             "  --preview-precision P auto, float or half\n"
-            "  --rotation-fitted     with --shape: the calibration fits the rotation (CoM planes)\n"
+            "  --rotation-fitted     with --shape: the calibration fits the rotation (CoM planes) and\n"
+            "                        the fit searches it (a k table per candidate's rotation)\n"
             "  -h, --help            this help\n\n%s\n"
             "Exit status: 0 the session fits, 3 it does not fit in the budget (the plan is still\n"
             "printed), 2 bad input, 1 internal error.\n",
@@ -155,6 +156,7 @@ int cmd_plan(int argc, char **argv)
     if (data && cli_check_readable(CMD, data)) /* first: before the microscope values */
         return CLI_EXIT_USAGE;
     ssb4d_err err = {0};
+    ssb4d_geometry geom; /* DATA's calibrated geometry, for the plan (outlives the calibration) */
     if (have_shape) {
         if (!in.n_bf) {
             fprintf(stderr, "ssb4d plan: --shape needs --bf N, the number of selected BF pixels\n");
@@ -200,6 +202,8 @@ int cmd_plan(int argc, char **argv)
         in.rotation_fitted = isnan(cp.rotation_deg);
         if (!in.upsample)
             in.upsample = ssb4d_upsample_auto(&cal.geom);
+        geom = cal.geom; /* the plan counts the band's and the parallax's bins from it */
+        in.geometry = &geom;
         ssb4d_calibration_free(&cal);
         if (!have_encoded)
             in.encoded_bytes = cli_job_encoded_bytes(data);
@@ -216,6 +220,11 @@ int cmd_plan(int argc, char **argv)
     in.region[0] = region[0], in.region[1] = region[1];
     in.threads = m.threads;
     in.memory_bytes = cli_memory_budget(&m);
+    /* The session's fit: the rotation held when it was given, else searched with the aberrations. */
+    ssb4d_fit_params fit;
+    ssb4d_fit_params_default(&fit);
+    fit.rotation_given = !in.rotation_fitted;
+    in.fit = &fit;
     ssb4d_plan p;
     ssb4d_status st = ssb4d_plan_make(&in, &p, &err);
     if (st)
@@ -228,7 +237,7 @@ int cmd_plan(int argc, char **argv)
         cJSON_Delete(j);
     } else {
         printf("plan for %zux%zu scan x %zux%zu detector, %zu BF pixels (%zu fit), %d threads\n", in.scan[0],
-               in.scan[1], in.det[0], in.det[1], in.n_bf, in.n_fit_bf ? in.n_fit_bf : (size_t)(0.64 * in.n_bf),
+               in.scan[1], in.det[0], in.det[1], in.n_bf, in.n_fit_bf ? in.n_fit_bf : in.n_bf,
                ssb4d_threads_resolve(in.threads));
         cli_plan_print(stdout, &p, &in);
     }

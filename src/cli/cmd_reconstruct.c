@@ -355,6 +355,7 @@ int cmd_reconstruct(int argc, char **argv)
     } else if (m.json) {
         cJSON *o = cJSON_CreateObject();
         cJSON_AddNumberToObject(o, "loss", loss);
+        cJSON_AddNumberToObject(o, "loss_n_bf", (double)ssb4d_G_n_bf(G));
         cJSON_AddNumberToObject(o, "n_bf", (double)ssb4d_G_n_bf(G));
         cJSON_AddNumberToObject(o, "n_stored", (double)ssb4d_G_n_stored(G));
         cJSON_AddNumberToObject(o, "seconds", cli_progress_elapsed(&total));
@@ -430,8 +431,8 @@ int cmd_reconstruct(int argc, char **argv)
         char b[32], pk[32];
         printf("memory       budget %s, G %s (%zu of %zu planes held), peak %s tracked\n",
                cli_job_size(b, budget, 0), g_mode, n_resident, n_stored, cli_job_size(pk, ssb4d_mem_peak(mem), 0));
-        printf("loss         %.9g (%s path, %.3f s)\n", loss,
-               path_name(path != SSB4D_PATH_COMPLEX), t_loss);
+        printf("loss         %.9g (exact SSB loss over all %zu BF pixels, as ssb4d fit reports it; %s path, "
+               "%.3f s)\n", loss, ssb4d_G_n_bf(G), path_name(path != SSB4D_PATH_COMPLEX), t_loss);
         printf("phase image  %s (%zux%zu, %s, upsample %d, pixel %.4g A)\n", out_path, nyf, nxf,
                mean_phase ? "mean phase" : "phase of mean", upsample, pixel[0]);
         if (object_path)

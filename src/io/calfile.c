@@ -8,10 +8,17 @@
  *    "detector":{"shape":[rows,cols],"sampling_mrad":[r,c],"centre_px":[r,c],
  *                "disk_radius_px":..,"selection_radius_px":..,"n_bf":..,"flagged_pixels":[flat,...]},
  *    "rotation_deg":..,
+ *    "rotation_source":{"method":"given"|"centre of mass"|"undetermined"|"fit","from":..|null,
+ *                       "sigma_deg":..},                                    (when known)
  *    "branch":{"flipped":bool,"skewness":..,"skewness_other":..},             (when evaluated)
  *    "aberrations":{"C10_nm":..,"C12_nm":..,"phi12_deg":.., <other nonzero C_nm / phi_deg>},
  *    "thick":{"tilt_mrad":[r,c],"thickness_nm":..,"gain":..},                  (thick model)
  *    "loss":..,
+ *    "fit":{"objective":"band"|"loss","phi12_scan_deg":..,"phi12_probe_deg":..,"loss_n_bf":..,
+ *           "fit_n_bf":..,"confident":bool,"warning":".."|null,"loss_contrast":..,
+ *           "parallax":{"C10_nm":..,"C12_nm":..,"phi12_scan_deg":..,"rotation_deg":..,
+ *                       "sigma":{"C10_nm":..,"C12_nm":..,"phi12_deg":..,"rotation_deg":..},
+ *                       "residual_A":..,"seconds":..}|null},                  (after a fit)
  *    "search":{"trials":..,"seed":<integer, or a decimal string above 2^53>,
  *              "ranges":{"C10_nm":[lo,hi],"C12_nm":[lo,hi],"phi12_deg":[lo,hi]},
  *              "locked":["C10_nm"|"C12_nm"|"phi12_deg",...],"evaluations":..,
@@ -66,6 +73,13 @@ void ssb4d_calfile_init(ssb4d_calfile *c)
     c->gain = c->skewness = c->skewness_other = NAN;
     for (int i = 0; i < 3; i++)
         c->range_lo[i] = c->range_hi[i] = NAN;
+    c->rotation_sigma_deg = NAN;
+    c->phi12_scan_deg = c->phi12_probe_deg = c->loss_contrast = NAN;
+    c->confident = -1;
+    c->px_C10_nm = c->px_C12_nm = c->px_phi12_scan_deg = c->px_rotation_deg = NAN;
+    c->px_residual_A = c->px_seconds = NAN;
+    for (int i = 0; i < 4; i++)
+        c->px_sigma[i] = NAN;
 }
 
 void ssb4d_calfile_free(ssb4d_calfile *c)
@@ -108,6 +122,46 @@ ssb4d_status ssb4d_calfile_from_calibration(ssb4d_calfile *c, const ssb4d_calibr
         c->n_flagged = cal->n_flagged;
     }
     return SSB4D_OK;
+}
+
+void ssb4d_calfile_set_fit(ssb4d_calfile *c, const ssb4d_fit_result *r, const ssb4d_fit_params *p,
+                           const char *given_by, size_t loss_n_bf)
+{
+    c->geom = r->geom;
+    c->has_ab = 1;
+    c->ab = r->ab;
+    c->loss = r->loss;
+    c->branch_flipped = r->branch_flipped;
+    c->skewness = r->skewness;
+    c->skewness_other = r->skewness_other;
+    if (p->rotation_given) {
+        snprintf(c->rotation_method, sizeof c->rotation_method, "%s", SSB4D_CALFILE_ROT_GIVEN);
+        snprintf(c->rotation_from, sizeof c->rotation_from, "%s", given_by ? given_by : "");
+        c->rotation_sigma_deg = NAN;
+    } else {
+        snprintf(c->rotation_method, sizeof c->rotation_method, "%s", SSB4D_CALFILE_ROT_FIT);
+        snprintf(c->rotation_from, sizeof c->rotation_from, "%s", r->rotation_source);
+        c->rotation_sigma_deg = r->rotation_sigma_deg;
+    }
+    c->has_fit = 1;
+    snprintf(c->objective, sizeof c->objective, "%s", p->objective == SSB4D_FIT_OBJ_LOSS ? "loss" : "band");
+    c->phi12_scan_deg = r->ab.phi_deg[SSB4D_C12];
+    c->phi12_probe_deg = r->phi12_probe_deg;
+    c->loss_n_bf = loss_n_bf;
+    c->fit_n_bf = r->n_fit_bf;
+    c->confident = r->confident != 0;
+    snprintf(c->warning, sizeof c->warning, "%s", r->warning);
+    c->loss_contrast = r->loss_contrast;
+    c->has_parallax = r->parallax_ok;
+    if (r->parallax_ok) {
+        c->px_C10_nm = r->parallax.C10_nm;
+        c->px_C12_nm = r->parallax.C12_nm;
+        c->px_phi12_scan_deg = r->parallax.phi12_deg;
+        c->px_rotation_deg = r->parallax.rotation_deg;
+        memcpy(c->px_sigma, r->parallax.sigma, sizeof c->px_sigma);
+        c->px_residual_A = r->parallax.residual_A;
+        c->px_seconds = r->parallax.seconds;
+    }
 }
 
 /* ---- writing --------------------------------------------------------------------------------- */
@@ -175,6 +229,8 @@ static cJSON *search_json(const ssb4d_calfile *c)
         if (c->locked[i])
             cJSON_AddItemToArray(lk, cJSON_CreateString(PARAM_KEY[i]));
     cJSON_AddItemToObject(s, "evaluations", num_or_null((double)c->evaluations));
+    if (c->trials_phi12_frame[0])
+        cJSON_AddStringToObject(s, "phi12_frame", c->trials_phi12_frame);
     cJSON *bt = cJSON_AddArrayToObject(s, "best_trials");
     for (size_t i = 0; i < c->n_best; i++) {
         const ssb4d_calfile_trial *t = &c->best[i];
@@ -185,6 +241,45 @@ static cJSON *search_json(const ssb4d_calfile *c)
         cJSON_AddItemToArray(bt, o);
     }
     return s;
+}
+
+static const char *const SIGMA_KEY[4] = {"C10_nm", "C12_nm", "phi12_deg", "rotation_deg"};
+
+static cJSON *fit_json(const ssb4d_calfile *c)
+{
+    cJSON *f = cJSON_CreateObject();
+    if (c->objective[0])
+        cJSON_AddStringToObject(f, "objective", c->objective);
+    else
+        cJSON_AddNullToObject(f, "objective");
+    cJSON_AddItemToObject(f, "phi12_scan_deg", num_or_null(c->phi12_scan_deg));
+    cJSON_AddItemToObject(f, "phi12_probe_deg", num_or_null(c->phi12_probe_deg));
+    cJSON_AddItemToObject(f, "loss_n_bf", c->loss_n_bf ? num_or_null((double)c->loss_n_bf) : cJSON_CreateNull());
+    cJSON_AddItemToObject(f, "fit_n_bf", c->fit_n_bf ? num_or_null((double)c->fit_n_bf) : cJSON_CreateNull());
+    if (c->confident >= 0)
+        cJSON_AddBoolToObject(f, "confident", c->confident != 0);
+    else
+        cJSON_AddNullToObject(f, "confident");
+    if (c->warning[0])
+        cJSON_AddStringToObject(f, "warning", c->warning);
+    else
+        cJSON_AddNullToObject(f, "warning");
+    cJSON_AddItemToObject(f, "loss_contrast", num_or_null(c->loss_contrast));
+    if (!c->has_parallax) {
+        cJSON_AddNullToObject(f, "parallax");
+        return f;
+    }
+    cJSON *px = cJSON_AddObjectToObject(f, "parallax");
+    cJSON_AddItemToObject(px, "C10_nm", num_or_null(c->px_C10_nm));
+    cJSON_AddItemToObject(px, "C12_nm", num_or_null(c->px_C12_nm));
+    cJSON_AddItemToObject(px, "phi12_scan_deg", num_or_null(c->px_phi12_scan_deg));
+    cJSON_AddItemToObject(px, "rotation_deg", num_or_null(c->px_rotation_deg));
+    cJSON *sg = cJSON_AddObjectToObject(px, "sigma");
+    for (int i = 0; i < 4; i++)
+        cJSON_AddItemToObject(sg, SIGMA_KEY[i], num_or_null(c->px_sigma[i]));
+    cJSON_AddItemToObject(px, "residual_A", num_or_null(c->px_residual_A));
+    cJSON_AddItemToObject(px, "seconds", num_or_null(c->px_seconds));
+    return f;
 }
 
 static cJSON *shape_pair(const size_t v[2])
@@ -230,6 +325,15 @@ char *ssb4d_calfile_to_json(const ssb4d_calfile *c)
         cJSON_AddItemToArray(fl, num_or_null((double)c->flagged[i]));
 
     cJSON_AddItemToObject(root, "rotation_deg", num_or_null(c->geom.rotation_deg));
+    if (c->rotation_method[0]) {
+        cJSON *rs = cJSON_AddObjectToObject(root, "rotation_source");
+        cJSON_AddStringToObject(rs, "method", c->rotation_method);
+        if (c->rotation_from[0])
+            cJSON_AddStringToObject(rs, "from", c->rotation_from);
+        else
+            cJSON_AddNullToObject(rs, "from");
+        cJSON_AddItemToObject(rs, "sigma_deg", num_or_null(c->rotation_sigma_deg));
+    }
     if (c->branch_flipped || !isnan(c->skewness) || !isnan(c->skewness_other)) {
         cJSON *br = cJSON_AddObjectToObject(root, "branch");
         cJSON_AddBoolToObject(br, "flipped", c->branch_flipped != 0);
@@ -261,6 +365,8 @@ char *ssb4d_calfile_to_json(const ssb4d_calfile *c)
         cJSON_AddItemToObject(th, "gain", num_or_null(c->gain));
     }
     cJSON_AddItemToObject(root, "loss", num_or_null(c->loss));
+    if (c->has_fit)
+        cJSON_AddItemToObject(root, "fit", fit_json(c));
     if (c->has_search)
         cJSON_AddItemToObject(root, "search", search_json(c));
     if (c->has_region)
@@ -472,13 +578,33 @@ static ssb4d_status get_seed(const rd *r, const cJSON *obj, uint64_t *out)
     return SSB4D_OK;
 }
 
+/* An optional string of fewer than n bytes into out (null or absent: ""). */
+static ssb4d_status get_str(const rd *r, const cJSON *obj, const char *key, const char *full, char *out,
+                            size_t n)
+{
+    out[0] = 0;
+    const cJSON *it = obj ? cJSON_GetObjectItemCaseSensitive(obj, key) : NULL;
+    if (!it || cJSON_IsNull(it))
+        return SSB4D_OK;
+    if (!cJSON_IsString(it))
+        return bad(r, full, "must be a string");
+    if (strlen(it->valuestring) >= n) {
+        char msg[64];
+        snprintf(msg, sizeof msg, "is too long (at most %zu bytes)", n - 1);
+        return bad(r, full, msg);
+    }
+    strcpy(out, it->valuestring);
+    return SSB4D_OK;
+}
+
 static ssb4d_status parse_search(const rd *r, const cJSON *s, ssb4d_calfile *c)
 {
     ssb4d_status st = SSB4D_OK;
     c->has_search = 1;
     if ((st = get_count(r, s, "trials", "search.trials", MAX_EXACT_INT, &c->trials)) ||
         (st = get_count(r, s, "evaluations", "search.evaluations", MAX_EXACT_INT, &c->evaluations)) ||
-        (st = get_seed(r, s, &c->seed)))
+        (st = get_seed(r, s, &c->seed)) ||
+        (st = get_str(r, s, "phi12_frame", "search.phi12_frame", c->trials_phi12_frame, sizeof c->trials_phi12_frame)))
         return st;
     const cJSON *rg = get_obj(r, s, "ranges", &st);
     if (st)
@@ -542,6 +668,59 @@ static ssb4d_status parse_search(const rd *r, const cJSON *s, ssb4d_calfile *c)
         t->phi12_deg = v[2];
         t->loss = v[3];
         c->n_best = i + 1;
+    }
+    return SSB4D_OK;
+}
+
+static ssb4d_status parse_rotation_source(const rd *r, const cJSON *o, ssb4d_calfile *c)
+{
+    ssb4d_status st;
+    if ((st = get_str(r, o, "method", "rotation_source.method", c->rotation_method, sizeof c->rotation_method)) ||
+        (st = get_str(r, o, "from", "rotation_source.from", c->rotation_from, sizeof c->rotation_from)) ||
+        (st = get_num(r, o, "sigma_deg", "rotation_source.sigma_deg", 0, 1e4, &c->rotation_sigma_deg)))
+        return st;
+    if (!c->rotation_method[0])
+        return bad(r, "rotation_source.method", "is missing");
+    return SSB4D_OK;
+}
+
+static ssb4d_status parse_fit(const rd *r, const cJSON *f, ssb4d_calfile *c)
+{
+    ssb4d_status st = SSB4D_OK;
+    c->has_fit = 1;
+    if ((st = get_str(r, f, "objective", "fit.objective", c->objective, sizeof c->objective)) ||
+        (st = get_num(r, f, "phi12_scan_deg", "fit.phi12_scan_deg", -1e4, 1e4, &c->phi12_scan_deg)) ||
+        (st = get_num(r, f, "phi12_probe_deg", "fit.phi12_probe_deg", -1e4, 1e4, &c->phi12_probe_deg)) ||
+        (st = get_count(r, f, "loss_n_bf", "fit.loss_n_bf", 4096.0 * 4096.0, &c->loss_n_bf)) ||
+        (st = get_count(r, f, "fit_n_bf", "fit.fit_n_bf", 4096.0 * 4096.0, &c->fit_n_bf)) ||
+        (st = get_str(r, f, "warning", "fit.warning", c->warning, sizeof c->warning)) ||
+        (st = get_num(r, f, "loss_contrast", "fit.loss_contrast", -1e300, 1e300, &c->loss_contrast)))
+        return st;
+    const cJSON *cf = cJSON_GetObjectItemCaseSensitive(f, "confident");
+    if (cf && !cJSON_IsNull(cf) && !cJSON_IsBool(cf))
+        return bad(r, "fit.confident", "must be true or false");
+    c->confident = cJSON_IsBool(cf) ? cJSON_IsTrue(cf) : -1;
+    const cJSON *px = get_obj(r, f, "parallax", &st);
+    if (st)
+        return bad(r, "fit.parallax", "must be an object or null");
+    if (!px)
+        return SSB4D_OK;
+    c->has_parallax = 1;
+    if ((st = get_num(r, px, "C10_nm", "fit.parallax.C10_nm", -1e9, 1e9, &c->px_C10_nm)) ||
+        (st = get_num(r, px, "C12_nm", "fit.parallax.C12_nm", -1e9, 1e9, &c->px_C12_nm)) ||
+        (st = get_num(r, px, "phi12_scan_deg", "fit.parallax.phi12_scan_deg", -1e4, 1e4, &c->px_phi12_scan_deg)) ||
+        (st = get_num(r, px, "rotation_deg", "fit.parallax.rotation_deg", -1e4, 1e4, &c->px_rotation_deg)) ||
+        (st = get_num(r, px, "residual_A", "fit.parallax.residual_A", 0, 1e300, &c->px_residual_A)) ||
+        (st = get_num(r, px, "seconds", "fit.parallax.seconds", 0, 1e300, &c->px_seconds)))
+        return st;
+    const cJSON *sg = get_obj(r, px, "sigma", &st);
+    if (st)
+        return bad(r, "fit.parallax.sigma", "must be an object");
+    for (int i = 0; sg && i < 4; i++) {
+        char full[64];
+        snprintf(full, sizeof full, "fit.parallax.sigma.%s", SIGMA_KEY[i]);
+        if ((st = get_num(r, sg, SIGMA_KEY[i], full, 0, 1e300, &c->px_sigma[i])))
+            return st;
     }
     return SSB4D_OK;
 }
@@ -708,6 +887,9 @@ static ssb4d_status parse(const rd *r, const cJSON *root, ssb4d_calfile *c)
 
     if ((st = get_num(r, root, "rotation_deg", "rotation_deg", -1e4, 1e4, &c->geom.rotation_deg)))
         return st;
+    const cJSON *rsrc = get_obj(r, root, "rotation_source", &st);
+    if (st || (rsrc && (st = parse_rotation_source(r, rsrc, c))))
+        return st;
 
     const cJSON *br = get_obj(r, root, "branch", &st);
     if (st)
@@ -761,6 +943,9 @@ static ssb4d_status parse(const rd *r, const cJSON *root, ssb4d_calfile *c)
     }
 
     if ((st = get_num(r, root, "loss", "loss", -1e300, 1e300, &c->loss)))
+        return st;
+    const cJSON *fi = get_obj(r, root, "fit", &st);
+    if (st || (fi && (st = parse_fit(r, fi, c))))
         return st;
     const cJSON *se = get_obj(r, root, "search", &st);
     if (st || (se && (st = parse_search(r, se, c))))

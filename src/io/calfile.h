@@ -6,6 +6,12 @@
 #define SSB4D_CALFILE_SCHEMA "ssb4d.calibration"
 #define SSB4D_CALFILE_VERSION 1
 
+/* rotation_source.method: how rotation_deg was obtained. */
+#define SSB4D_CALFILE_ROT_GIVEN "given"          /* stated: --rotation, a sidecar, a calibration file */
+#define SSB4D_CALFILE_ROT_COM "centre of mass"   /* measured by `ssb4d calibrate`; 180° branch open */
+#define SSB4D_CALFILE_ROT_UNDETERMINED "undetermined" /* nothing measured it (calibrate set 0) */
+#define SSB4D_CALFILE_ROT_FIT "fit"              /* fitted with the aberrations, branch checked */
+
 /* One recorded trial of a fit (the best ones are kept in the file). */
 typedef struct {
     int stage;                   /* as ssb4d_fit_trial.stage (0 global, 1..3 Nelder–Mead) */
@@ -52,7 +58,31 @@ typedef struct {
     int locked[3];
     size_t evaluations;
     ssb4d_calfile_trial *best;   /* malloc'ed; the best trials, lowest loss first (<= 50) */
+    char trials_phi12_frame[8];  /* the trials' φ12: "scan", or "probe" when the fit searched the
+                                    rotation (φ12 − rotation); "" not recorded (scan) */
     size_t n_best;
+    /* How rotation_deg was obtained (rotation_source; "" when the file does not say): method one
+     * of SSB4D_CALFILE_ROT_*; from: who stated it ("--rotation", "sidecar", ...) for "given",
+     * what gave the fit its start and error ("parallax", "centre of mass", "undetermined") for
+     * "fit"; sigma: its standard error in degrees (NaN unknown). */
+    char rotation_method[24];
+    char rotation_from[32];
+    double rotation_sigma_deg;
+    /* The standard fit's record ("fit" section, has_fit): the objective it minimised ("band" or
+     * "loss"), φ12 in the scan frame (= aberrations.phi12_deg) and in the probe (detector) frame,
+     * the BF pixels of the exact loss, its confidence (confident: 1, 0; -1 not recorded), the
+     * warning ("" none) and the objective's contrast; the parallax estimate (has_parallax). */
+    int has_fit;
+    char objective[8];
+    double phi12_scan_deg, phi12_probe_deg;
+    size_t loss_n_bf, fit_n_bf;
+    int confident;
+    char warning[256];
+    double loss_contrast;
+    int has_parallax;
+    double px_C10_nm, px_C12_nm, px_phi12_scan_deg, px_rotation_deg;
+    double px_sigma[4];          /* C10 nm, C12 nm, φ12 deg, rotation deg (NaN unknown) */
+    double px_residual_A, px_seconds;
     /* The fit ran on this scan region only (has_region = 0: the full field). */
     int has_region;
     size_t region[4];            /* r0, r1, c0, c1 */
@@ -65,6 +95,13 @@ void ssb4d_calfile_free(ssb4d_calfile *c);
 /* Fills from a measured calibration (copies the flagged list). */
 ssb4d_status ssb4d_calfile_from_calibration(ssb4d_calfile *c, const ssb4d_calibration *cal,
                                             ssb4d_err *err);
+/* Records a standard fit (ssb4d_fit with parameters p): the geometry it kept, the aberrations,
+ * the loss, the branch check, how the rotation was obtained (given_by: who stated a given
+ * rotation, e.g. "--rotation"; may be NULL) and the "fit" section (objective, φ12 in both frames,
+ * confidence, parallax estimate). loss_n_bf: the BF pixels of the exact loss. Search settings,
+ * trials, region and thick model are the caller's. */
+void ssb4d_calfile_set_fit(ssb4d_calfile *c, const ssb4d_fit_result *r, const ssb4d_fit_params *p,
+                           const char *given_by, size_t loss_n_bf);
 /* JSON text (caller frees with free()). */
 char *ssb4d_calfile_to_json(const ssb4d_calfile *c);
 /* Atomic write (temp + rename). */

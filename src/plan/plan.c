@@ -7,14 +7,18 @@
  * first time a buffer moved; a replay drifts too, but tests/test_plan.c runs the real session and
  * compares every stage's tracked peak and after with the replay, so the drift shows at once.
  * The replays below mirror: calibrate.c (frame block, moments, CoM), gbuild.c (single pass or
- * groups), loss.c (phase_stack), object.c, standard.c (batches, singles, branch check) and
- * src/session/session.c (the stage order, trims, the preview buffers). */
+ * groups), loss.c (phase_stack), object.c, parallax.c (its per-pixel spectra and group passes),
+ * band.c (band power; a batch's bins, k tables per distinct rotation, set tables, sums and
+ * per-thread scratch), standard.c (the parallax estimate, the coarse and full stages of the band
+ * or loss search, the branch check, the exact loss over all BF pixels) and src/session/session.c
+ * (the stage order, trims, the preview buffers). */
 #include "plan/plan.h"
 
 #include "common/err.h"
 #include "common/parallel.h"
 #include "fit/fit.h"
 #include "gbuild/gbuild.h"
+#include "ssb/ssb_internal.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -91,16 +95,92 @@ typedef struct {
     size_t ny, nx, nxh, stride; /* G's plane: stride complex values */
     size_t n_bf, n_stored, n_fit, n_coarse;
     int nt;
+    size_t band_nb, band_nr, band_nc; /* the band objective's bins, and rows / columns holding them */
+    size_t px_nb;                     /* the parallax estimate's bins (0: it stops before its spectra) */
+    int px_runs;                      /* the parallax estimate reads G (enough stored pixels) */
 } shape;
 
 static size_t p32(const shape *s) { return s->stride * 8; }
 static size_t p16(const shape *s) { return s->stride * 4; }
 
-static shape make_shape(size_t ny, size_t nx, size_t n_bf, size_t n_stored, size_t n_fit,
-                        size_t n_coarse, int nt)
+/* band.c geom_init's bins for the band lo < |q| < hi on an ny x nx scan (the same arithmetic, so
+ * the same count at the band's edges), and the rows and columns that hold them. */
+static void band_bins(size_t ny, size_t nx, const double step[2], double lo, double hi, size_t *nb, size_t *nr,
+                      size_t *nc)
 {
-    shape s = {ny, nx, nx / 2 + 1, 0, n_bf, n_stored, n_fit, n_coarse, nt};
+    size_t nxh = nx / 2 + 1, n = 0, rows = 0, cols = 0;
+    unsigned char *col = calloc(nxh, 1);
+    for (size_t i = 0; i < ny; i++) {
+        int row = 0;
+        for (size_t j = 0; j < nxh; j++) {
+            double qx = ssb_fftfreq(i, ny, step[0]), qy = ssb_fftfreq(j, nx, step[1]);
+            double r = sqrt(qx * qx + qy * qy);
+            if (r > lo && r < hi) {
+                n++;
+                row = 1;
+                if (col && !col[j])
+                    col[j] = 1, cols++;
+            }
+        }
+        rows += row;
+    }
+    free(col);
+    *nb = n, *nr = rows, *nc = col ? cols : nxh;
+}
+
+/* parallax.c: the bins select_bins keeps (the strongest of those off DC's 3x3, off the Nyquist
+ * row and column and inside the SSB passband, at most max_bins and the max_bytes cap) for n_bf
+ * pixels; without a geometry every bin of the half-plane counts. */
+static size_t parallax_bins(size_t ny, size_t nx, size_t n_bf, const ssb4d_geometry *g)
+{
+    ssb4d_parallax_opts o;
+    ssb4d_parallax_opts_default(&o);
+    size_t want = o.max_bins ? o.max_bins : 1024;
+    if (o.max_bytes && n_bf && want * n_bf * 8 > o.max_bytes)
+        want = o.max_bytes / (n_bf * 8);
+    if (want < 16)
+        want = 16;
+    size_t nxh = nx / 2 + 1, n = 0;
+    if (!g)
+        n = ny * nxh;
+    else {
+        double lambda = ssb4d_wavelength_A(g->kv), qmax = 2.0 * g->semiangle_mrad * 1e-3 / lambda;
+        for (size_t i = 0; i < ny; i++)
+            for (size_t j = 0; j < nxh; j++) {
+                long fi = i < (ny + 1) / 2 ? (long)i : (long)i - (long)ny, fj = (long)j;
+                if (labs(fi) <= 1 && fj <= 1)
+                    continue;
+                if ((ny % 2 == 0 && i == ny / 2) || (nx % 2 == 0 && j == nx / 2))
+                    continue;
+                double qx = (double)fi / ((double)ny * g->scan_step_A[0]);
+                double qy = (double)fj / ((double)nx * g->scan_step_A[1]);
+                if (qx * qx + qy * qy >= qmax * qmax)
+                    continue;
+                n++;
+            }
+    }
+    return n < want ? n : want;
+}
+
+static shape make_shape(size_t ny, size_t nx, size_t n_bf, size_t n_stored, size_t n_fit,
+                        size_t n_coarse, int nt, const ssb4d_geometry *g, const ssb4d_fit_params *fp)
+{
+    shape s = {ny, nx, nx / 2 + 1, 0, n_bf, n_stored, n_fit, n_coarse, nt, 0, 0, 0, 0, 0};
     s.stride = (ny * s.nxh + 7) / 8 * 8;
+    if (g) { /* standard.c auto_band */
+        double lambda = ssb4d_wavelength_A(g->kv);
+        double fov = fmin((double)ny * g->scan_step_A[0], (double)nx * g->scan_step_A[1]);
+        double lo = fp->band_lo_inv_A > 0 ? fp->band_lo_inv_A : 1.5 / fov;
+        double hi = fp->band_hi_inv_A > 0 ? fp->band_hi_inv_A : 2.0 * g->semiangle_mrad * 1e-3 / lambda;
+        band_bins(ny, nx, g->scan_step_A, lo, hi, &s.band_nb, &s.band_nr, &s.band_nc);
+    } else { /* no geometry: the whole half-plane, an upper bound */
+        s.band_nb = ny * s.nxh, s.band_nr = ny, s.band_nc = s.nxh;
+    }
+    /* parallax.c runs on 8 or more stored pixels and reads its spectra from 4 bins up */
+    s.px_runs = fp->use_parallax && n_stored >= 8;
+    s.px_nb = s.px_runs ? parallax_bins(ny, nx, n_bf, g) : 0;
+    if (s.px_nb < 4)
+        s.px_nb = 0;
     return s;
 }
 
@@ -176,8 +256,20 @@ static void replay_group_pass(model *m, const shape *s, const gmode *g)
     size_t gb = g->group_planes * p32(s);
     m_alloc(m, gb);
     if (g->n_res < s->n_stored) {
-        size_t n = s->n_stored - g->n_res;
-        replay_build_planes(m, s, n < g->group_planes ? n : g->group_planes, g->block_bytes);
+        /* A group rebuilds the streamed pixels it holds, n of them, in blocks of
+         * floor(block / row) rows: the block is not monotone in n (59 pixels can need more bytes
+         * than 64), and which n occur depends on where the streamed pixels lie, so the replay
+         * takes the n up to the most a group can hold that needs the largest block. */
+        size_t nmax = s->n_stored - g->n_res, best = 1, best_bytes = 0;
+        if (nmax > g->group_planes)
+            nmax = g->group_planes;
+        for (size_t n = 1; n <= nmax; n++) {
+            size_t row_bytes = n * s->nx * 4, rows = g->block_bytes / row_bytes;
+            rows = rows < 1 ? 1 : rows > s->ny ? s->ny : rows;
+            if (rows * row_bytes > best_bytes)
+                best_bytes = rows * row_bytes, best = n;
+        }
+        replay_build_planes(m, s, best, g->block_bytes);
     }
     m_free(m, gb, 1);
 }
@@ -228,24 +320,148 @@ static void replay_object(model *m, const shape *s, const gmode *g, size_t f)
     m_free(m, npix * 8, 1);
 }
 
-/* standard.c: global batches and Nelder–Mead on the coarse subset, Nelder–Mead on the fit pixels,
- * the branch check's phase on all BF pixels. */
-static void replay_fit(model *m, const shape *s, const gmode *g, size_t batch, size_t trials)
+/* How the standard fit searches (standard.c), as far as memory goes. */
+typedef struct {
+    size_t batch, trials;  /* global candidates in batches of batch */
+    int d;                 /* Nelder–Mead's free parameters (C10, C12, φ12 unless locked; the rotation) */
+    int fit_rotation;      /* the rotation is a search parameter: a k table per distinct rotation */
+    int band;              /* the band objective (else the exact loss) */
+    int branch_check;
+} fitcfg;
+
+/* band.c ssb4d_band_power on a view of n_view BF pixels: the band's bins, one k table, the sums
+ * per bin, one group pass. */
+static void replay_band_power(model *m, const shape *s, const gmode *g, size_t n_view, int grp)
+{
+    size_t nb1 = s->band_nb ? s->band_nb : 1, nv1 = n_view ? n_view : 1;
+    size_t geom[5] = {nb1 * 8, nb1 * 4, nb1 * 4, 4 * nb1 * 8, (s->band_nr + s->band_nc + 1) * 8};
+    for (int i = 0; i < 5; i++)
+        m_alloc(m, geom[i]);
+    m_alloc(m, 3 * nv1 * 8);
+    m_alloc(m, nb1 * 8);
+    if (grp)
+        replay_group_pass(m, s, g);
+    m_free(m, nb1 * 8, 0);
+    m_free(m, 3 * nv1 * 8, 0);
+    for (int i = 0; i < 5; i++)
+        m_free(m, geom[i], 0);
+}
+
+/* band.c ssb4d_band_fit_rot: n parameter sets with nrot distinct rotations on a view of n_view
+ * BF pixels. The set tables, the sums and the per-thread scratch go to the reuse cache (their
+ * sizes follow n, so every batch size leaves its own); the k tables and the bins do not. */
+static void replay_band(model *m, const shape *s, const gmode *g, size_t n_view, size_t n, size_t nrot, int grp)
+{
+    size_t nb1 = s->band_nb ? s->band_nb : 1, nv1 = n_view ? n_view : 1, nsum = n * nb1 * 3;
+    size_t geom[5] = {nb1 * 8, nb1 * 4, nb1 * 4, 4 * nb1 * 8, (s->band_nr + s->band_nc + 1) * 8};
+    size_t nblocks = (n_view + 63) / 64, nt = (size_t)s->nt;
+    if (nt > nblocks)
+        nt = nblocks ? nblocks : 1;
+    for (int i = 0; i < 5; i++)
+        m_alloc(m, geom[i]);
+    for (size_t u = 0; u < nrot; u++)
+        m_alloc(m, 3 * nv1 * 8);
+    m_alloc(m, n * nb1 * 3 * 16); /* E, Qm, Qp */
+    m_alloc(m, n * nb1 * 8);      /* qt */
+    m_alloc(m, nsum * 8);         /* the totals */
+    for (size_t t = 0; t < nt; t++) {
+        m_alloc(m, 3 * nb1 * 8);                          /* A1, A2, q·k */
+        m_alloc(m, 2 * (s->band_nr + s->band_nc + 1) * 16); /* row / column phasors */
+        m_alloc(m, nsum * 8);                             /* the block's partial sums */
+    }
+    if (grp)
+        replay_group_pass(m, s, g);
+    for (size_t t = 0; t < nt; t++) {
+        m_free(m, 3 * nb1 * 8, 1);
+        m_free(m, 2 * (s->band_nr + s->band_nc + 1) * 16, 1);
+        m_free(m, nsum * 8, 1);
+    }
+    m_free(m, n * nb1 * 3 * 16, 1);
+    m_free(m, n * nb1 * 8, 1);
+    m_free(m, nsum * 8, 1);
+    for (size_t u = 0; u < nrot; u++)
+        m_free(m, 3 * nv1 * 8, 0);
+    for (int i = 0; i < 5; i++)
+        m_free(m, geom[i], 0);
+}
+
+/* One batch of n candidates with nrot distinct rotations (fit.c thin_eval): the band objective in
+ * one call; the exact loss in one call per rotation when the rotation is searched. */
+static void replay_batch(model *m, const shape *s, const gmode *g, const fitcfg *c, size_t n_view, size_t n,
+                         size_t nrot, int grp)
+{
+    if (c->band)
+        replay_band(m, s, g, n_view, n, c->fit_rotation ? nrot : 1, grp);
+    else if (c->fit_rotation)
+        for (size_t i = 0; i < n; i++)
+            replay_loss(m, s, g, 1, n_view, grp);
+    else
+        replay_loss(m, s, g, n, n_view, grp);
+}
+
+/* parallax.c: the bins' power over a subset of G (a group pass), then every pixel's spectra at
+ * those bins (n_bf x bins complex64, live through a second group pass), freed at the end. */
+static void replay_parallax(model *m, const shape *s, const gmode *g)
+{
+    if (!s->px_runs)
+        return;
+    int grp = view_needs_group(s, g, s->n_bf, 0);
+    if (grp)
+        replay_group_pass(m, s, g);
+    if (!s->px_nb)
+        return;
+    size_t spectra = (s->n_bf ? s->n_bf : 1) * s->px_nb * 8;
+    m_alloc(m, spectra);
+    if (grp)
+        replay_group_pass(m, s, g);
+    m_free(m, spectra, 0);
+}
+
+/* Nelder–Mead (search.c) on a view as far as memory goes: the start (n_start = 0 when it is the
+ * global search's best, answered by the cache), the initial simplex as one batch (the rotation's
+ * step gives it a second rotation), then single points. A shrink evaluates d vertices as one
+ * batch with up to d rotations: counted as one, so that the plan bounds what a shrink needs. */
+static void replay_nm(model *m, const shape *s, const gmode *g, const fitcfg *c, size_t n_view, int n_start, int grp)
+{
+    if (n_start)
+        replay_batch(m, s, g, c, n_view, 1, 1, grp);
+    if (c->d <= 0)
+        return;
+    size_t d = (size_t)c->d;
+    replay_batch(m, s, g, c, n_view, d, c->fit_rotation && d > 1 ? 2 : 1, grp);
+    if (d > 1)
+        replay_batch(m, s, g, c, n_view, d, c->fit_rotation ? d : 1, grp);
+    replay_batch(m, s, g, c, n_view, 1, 1, grp);
+}
+
+/* standard.c ssb4d_fit: the parallax estimate on all of G; on the coarse subset the band power,
+ * the global batches and Nelder–Mead; on all fit pixels (when the coarse subset is smaller) the
+ * band power and Nelder–Mead; the branch check's phase (an object on all BF pixels); the exact
+ * loss over all BF pixels. */
+static void replay_fit(model *m, const shape *s, const gmode *g, const fitcfg *c)
 {
     size_t coarse = s->n_coarse < s->n_fit ? s->n_coarse : s->n_fit;
     int grp = view_needs_group(s, g, s->n_fit, 1); /* both views lie within the fit radius */
-    if (trials >= batch)
-        replay_loss(m, s, g, batch, coarse, grp);
-    if (trials % batch)
-        replay_loss(m, s, g, trials % batch, coarse, grp);
-    /* Nelder–Mead: the simplex's 3 new vertices as one batch, then single points. */
-    replay_loss(m, s, g, 3, coarse, grp);
-    replay_loss(m, s, g, 1, coarse, grp);
-    replay_loss(m, s, g, 3, s->n_fit, grp);
-    replay_loss(m, s, g, 1, s->n_fit, grp);
-    m_alloc(m, s->ny * s->nx * 4);
-    replay_object(m, s, g, 1);
-    m_free(m, s->ny * s->nx * 4, 0);
+    replay_parallax(m, s, g);
+    if (c->band)
+        replay_band_power(m, s, g, coarse, grp);
+    size_t batch = c->batch ? c->batch : 1;
+    for (size_t i = 0; i < c->trials / batch; i++)
+        replay_batch(m, s, g, c, coarse, batch, batch, grp);
+    if (c->trials % batch)
+        replay_batch(m, s, g, c, coarse, c->trials % batch, c->trials % batch, grp);
+    replay_nm(m, s, g, c, coarse, c->trials == 0, grp);
+    if (coarse < s->n_fit) {
+        if (c->band)
+            replay_band_power(m, s, g, s->n_fit, grp);
+        replay_nm(m, s, g, c, s->n_fit, 1, grp);
+    }
+    if (c->branch_check) {
+        m_alloc(m, s->ny * s->nx * 4);
+        replay_object(m, s, g, 1);
+        m_free(m, s->ny * s->nx * 4, 0);
+    }
+    replay_loss(m, s, g, 1, s->n_bf, view_needs_group(s, g, s->n_bf, 0));
 }
 
 /* session.c's preview: the phase image, the object, the FFT of the phase for the display. */
@@ -279,11 +495,12 @@ static void time_class(double s, char *out, size_t n)
 typedef struct {
     gmode fit_g, prev_g, region_g;
     int region_frees;
-    size_t batch, trials;
+    fitcfg fit;
 } decisions;
 
 typedef struct {
     const ssb4d_plan_input *in;
+    int in_band;  /* the fit's objective is the band objective */
     shape s, rs; /* full field, region */
     size_t cal_block, cal_extra, E;
     size_t f;
@@ -315,7 +532,10 @@ static double fit_secs(const problem *pr, const shape *s, const gmode *g, size_t
 {
     double npix = (double)(s->ny * s->nx), coarse = (double)(s->n_coarse < s->n_fit ? s->n_coarse : s->n_fit);
     double evals_px = ((double)trials + 70.0) * coarse + 80.0 * (double)s->n_fit;
-    double t = secs(evals_px * npix, 2.0, pr->nt) + secs((double)s->n_bf * npix, 1.1, pr->nt) * 2;
+    /* the band objective costs about a fifth of the exact loss per evaluation (no FFT); the
+     * exact loss over all BF pixels and the branch check's object come once at the end */
+    double t = secs(evals_px * npix, pr->in_band ? 0.4 : 2.0, pr->nt) + secs((double)s->n_bf * npix, 2.0, pr->nt) +
+               secs((double)s->n_bf * npix, 1.1, pr->nt);
     /* streamed fit pixels are rebuilt by every evaluation */
     if (!g->half && g->n_res < s->n_fit)
         t += 150.0 * gbuild_secs(pr, s, g) * (double)(s->n_fit - g->n_res) / (double)s->n_bf;
@@ -373,12 +593,16 @@ static void run_session(const problem *pr, const decisions *d, size_t limit, ssb
     snprintf(t, sizeof t, "%s; decode block %.0f MiB", gdesc, (double)d->fit_g.block_bytes / MIB);
     stage_end(m, p, "G build", gbuild_secs(pr, s, &d->fit_g), t);
 
-    stage_begin(m);
-    replay_fit(m, s, &d->fit_g, d->batch, d->trials);
-    m_trim(m);
-    snprintf(t, sizeof t, "batches of %zu on %zu coarse pixels, then %zu fit pixels; one loss pass per "
-                          "thread in flight", d->batch, s->n_coarse < s->n_fit ? s->n_coarse : s->n_fit, s->n_fit);
-    stage_end(m, p, "fit", fit_secs(pr, s, &d->fit_g, d->trials), t);
+    if (!pr->in->no_fit) {
+        stage_begin(m);
+        replay_fit(m, s, &d->fit_g, &d->fit);
+        m_trim(m);
+        snprintf(t, sizeof t, "parallax spectra %.1f MiB; %s batches of %zu on %zu coarse pixels, then %zu fit pixels; "
+                              "the exact loss on all %zu", (double)(s->px_nb * s->n_bf * 8) / MIB,
+                 d->fit.band ? "band" : "loss", d->fit.batch, s->n_coarse < s->n_fit ? s->n_coarse : s->n_fit, s->n_fit,
+                 s->n_bf);
+        stage_end(m, p, "fit", fit_secs(pr, s, &d->fit_g, d->fit.trials), t);
+    }
 
     int same = !memcmp(&d->fit_g, &d->prev_g, sizeof d->prev_g);
     double obj = secs((double)s->n_bf * (double)(s->ny * s->nx * pr->f * pr->f), 1.1, pr->nt);
@@ -426,13 +650,13 @@ static void run_session(const problem *pr, const decisions *d, size_t limit, ssb
             m_trim(m);
         }
         replay_gbuild(m, rs, &d->region_g);
-        replay_fit(m, rs, &d->region_g, d->batch, d->trials);
+        replay_fit(m, rs, &d->region_g, &d->fit);
         replay_gfree(m, rs, &d->region_g);
         m_trim(m);
         describe_g(rs, &d->region_g, gdesc, sizeof gdesc);
         snprintf(t, sizeof t, "%s%s", d->region_frees ? "full field's G freed first; " : "", gdesc);
         snprintf(name, sizeof name, "region refit %zux%zu", rs->ny, rs->nx);
-        stage_end(m, p, name, gbuild_secs(pr, rs, &d->region_g) + fit_secs(pr, rs, &d->region_g, d->trials), t);
+        stage_end(m, p, name, gbuild_secs(pr, rs, &d->region_g) + fit_secs(pr, rs, &d->region_g, d->fit.trials), t);
 
         stage_begin(m);
         if (d->region_frees)
@@ -507,6 +731,7 @@ void plan_input_from_calibration(ssb4d_plan_input *in, const ssb4d_calibration *
     for (size_t i = 0; i < cal->n_bf; i++)
         in->n_stored += ssb4d_bf_pixel_active(&cal->geom, cal->det_shape[1], cal->bf_pix[i]);
     in->n_fit_bf = fit_pixels_of(cal->bf_pix, cal->n_bf, cal->det_shape[1], &cal->geom, fit_radius, NULL);
+    in->geometry = &cal->geom;
 }
 
 void plan_gbuild_opts(const ssb4d_plan *p, int half, size_t resident, size_t g_bytes, int threads,
@@ -544,19 +769,23 @@ ssb4d_status ssb4d_plan_make(const ssb4d_plan_input *in, ssb4d_plan *p, ssb4d_er
         pr.script = *in->script;
     else
         ssb4d_session_script_default(&pr.script);
+    ssb4d_fit_params fdef;
+    ssb4d_fit_params_default(&fdef);
+    const ssb4d_fit_params *fp = in->fit ? in->fit : &fdef;
+    pr.in_band = fp->objective == SSB4D_FIT_OBJ_BAND;
     size_t n_stored = in->n_stored ? in->n_stored : in->n_bf;
-    size_t n_fit = in->n_fit_bf ? in->n_fit_bf : (size_t)(0.64 * (double)in->n_bf);
+    size_t n_fit = in->n_fit_bf ? in->n_fit_bf : (size_t)(fp->fit_radius * fp->fit_radius * (double)in->n_bf);
     if (n_fit < 1)
         n_fit = 1;
-    size_t n_coarse = in->n_coarse_bf ? in->n_coarse_bf : 256;
+    size_t n_coarse = in->n_coarse_bf ? in->n_coarse_bf : fp->coarse_bf ? fp->coarse_bf : 256;
     if (n_fit > n_coarse && n_coarse) {
         size_t mstep = (n_fit + n_coarse - 1) / n_coarse;
         n_coarse = (n_fit + mstep - 1) / mstep;
     } else
         n_coarse = n_fit;
-    pr.s = make_shape(in->scan[0], in->scan[1], in->n_bf, n_stored, n_fit, n_coarse, pr.nt);
+    pr.s = make_shape(in->scan[0], in->scan[1], in->n_bf, n_stored, n_fit, n_coarse, pr.nt, in->geometry, fp);
     if (in->region[0] && in->region[1])
-        pr.rs = make_shape(in->region[0], in->region[1], in->n_bf, n_stored, n_fit, n_coarse, pr.nt);
+        pr.rs = make_shape(in->region[0], in->region[1], in->n_bf, n_stored, n_fit, n_coarse, pr.nt, in->geometry, fp);
     pr.E = in->encoded_bytes;
     pr.f = in->upsample ? (size_t)in->upsample : 2;
     size_t fr = in->det[0] * in->det[1], npos = in->scan[0] * in->scan[1];
@@ -572,8 +801,18 @@ ssb4d_status ssb4d_plan_make(const ssb4d_plan_input *in, ssb4d_plan *p, ssb4d_er
 
     decisions d;
     memset(&d, 0, sizeof d);
-    d.batch = in->fit_batch ? in->fit_batch : 8;
-    d.trials = 200;
+    /* standard.c: trials around the parallax estimate, at least 200 over the whole box without
+     * one (a given start, or no parallax); Nelder–Mead over the free parameters. */
+    d.fit.batch = in->fit_batch ? in->fit_batch : fp->batch ? fp->batch : 8;
+    d.fit.trials = fp->trials;
+    if ((fp->start_given || !pr.s.px_nb) && d.fit.trials < 200)
+        d.fit.trials = 200;
+    d.fit.fit_rotation = !fp->rotation_given;
+    d.fit.band = pr.in_band;
+    d.fit.branch_check = fp->branch_check;
+    d.fit.d = d.fit.fit_rotation;
+    for (int j = 0; j < 3; j++)
+        d.fit.d += !fp->locked[j];
     size_t block = (size_t)256 << 20, group = (size_t)256 << 20;
     gmode full = {0, n_stored, group_planes_of(&pr.s, group), block};
     d.fit_g = d.prev_g = full;
@@ -669,7 +908,7 @@ ssb4d_status ssb4d_plan_make(const ssb4d_plan_input *in, ssb4d_plan *p, ssb4d_er
     p->preview_resident_bytes = d.prev_g.n_res * (d.prev_g.half ? p16(&pr.s) : p32(&pr.s));
     p->block_bytes = d.fit_g.block_bytes;
     p->group_bytes = d.fit_g.group_planes * p32(&pr.s);
-    p->fit_batch = d.batch;
+    p->fit_batch = d.fit.batch;
     p->region_frees_g = d.region_frees;
     p->region_resident_bytes = pr.rs.ny ? d.region_g.n_res * p32(&pr.rs) : 0;
     p->resident_bytes = pr.E + p->fit_resident_bytes;

@@ -14,7 +14,8 @@ size_t plan_calib_block(size_t budget, size_t encoded, size_t det_pixels, size_t
  * centre of mass, 40 bytes a position) when it fits the rotation; 0 otherwise. */
 size_t plan_calib_extra(size_t npos, int rotation_fitted);
 /* Fills in's shape (scan, det from shape[4]) and counts from a calibration: n_bf, n_stored (BF
- * pixels with a stored plane, gbuild.c's rule) and n_fit_bf (the fit's pixels at fit_radius). */
+ * pixels with a stored plane, gbuild.c's rule), n_fit_bf (the fit's pixels at fit_radius) and
+ * the geometry (pointing into cal, which must outlive the plan's making). */
 void plan_input_from_calibration(ssb4d_plan_input *in, const ssb4d_calibration *cal,
                                  const size_t shape[4], double fit_radius);
 /* G build options as a plan says: half or float32, `resident` bytes of planes held (the plan's

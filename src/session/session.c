@@ -204,19 +204,13 @@ static ssb4d_status build(run *x, ssb4d_source *src, const ssb4d_calibration *ca
 }
 
 static ssb4d_status save_calibration(run *x, const ssb4d_calibration *cal, const ssb4d_fit_result *fr,
-                                     ssb4d_err *err)
+                                     const ssb4d_fit_params *fp, ssb4d_err *err)
 {
     ssb4d_calfile cf;
     ssb4d_calfile_init(&cf);
     ssb4d_status st = ssb4d_calfile_from_calibration(&cf, cal, err);
     if (!st) {
-        cf.geom = fr->geom;
-        cf.has_ab = 1;
-        cf.ab = fr->ab;
-        cf.loss = fr->loss;
-        cf.branch_flipped = fr->branch_flipped;
-        cf.skewness = fr->skewness;
-        cf.skewness_other = fr->skewness_other;
+        ssb4d_calfile_set_fit(&cf, fr, fp, NULL, cal->n_bf);
         if (x->p->out_dir) {
             char path[4096];
             mkdir(x->p->out_dir, 0777);
@@ -318,9 +312,14 @@ ssb4d_status ssb4d_session_run(const char *data_path, const ssb4d_session_params
     ssb4d_fit_params fp;
     ssb4d_fit_params_default(&fp);
     fp.threads = p->threads;
+    /* A rotation in the parameters was stated: the fit holds it. Otherwise the calibration's
+     * centre-of-mass value (with its error) is where the fit's rotation search may start. */
+    fp.rotation_given = !isnan(p->calib.rotation_deg);
+    fp.rotation_sigma_deg = fp.rotation_given ? NAN : cal.rotation_sigma_deg;
     plan_input_from_calibration(&pi, &cal, r->shape, fp.fit_radius);
     r->n_stored = pi.n_stored;
     pi.n_coarse_bf = fp.coarse_bf;
+    pi.fit = &fp;
     pi.encoded_bytes = r->encoded_bytes;
     pi.rotation_fitted = isnan(p->calib.rotation_deg);
     pi.threads = p->threads;
@@ -456,7 +455,7 @@ ssb4d_status ssb4d_session_run(const char *data_path, const ssb4d_session_params
 
     if (s->save) {
         begin(&x, "save calibration");
-        st = save_calibration(&x, &cal, &fr, err);
+        st = save_calibration(&x, &cal, &fr, &fp, err);
         end(&x);
     }
 out:

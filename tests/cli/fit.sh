@@ -1,18 +1,24 @@
 #!/usr/bin/env bash
 # `ssb4d fit`, `ssb4d fit-regions` and `ssb4d demo --help` end to end on tiny simulated data:
 # the fit recovers the simulator's truth (mid-plane C10 within 0.3 nm on this 32x32 scan, C12
-# within 0.2 nm, phi12 within 3 deg), writes its five outputs, --json carries the documented
-# keys, `reconstruct --calibration DIR/calibration.json` reproduces phase.tiff byte for byte, the
-# same seed gives the same trace with 1 and 2 threads, a region fit and fit-regions keep the
-# full-field calibration, and bad flags / existing outputs are refused before any work with
-# exit status 2 and no output.
+# within 0.2 nm, phi12 within 3 deg) with the sidecar's rotation held and, on a copy without a
+# sidecar, with the rotation searched (within 1 deg of the true 0); writes its five outputs;
+# --json and calibration.json carry the documented keys (phi12 in both frames, the rotation's
+# source, the parallax estimate, the objective, the confidence); `reconstruct --calibration
+# DIR/calibration.json` reproduces phase.tiff byte for byte (held and fitted rotation); `fit
+# --calibration` holds a fit's rotation and searches a centre-of-mass one; a given rotation 180
+# deg off is kept and warned about on one stderr line with exit 0; --objective loss fits too;
+# the same seed gives the same trace with 1 and 2 threads; a region fit and fit-regions keep the
+# full-field calibration; bad flags / existing outputs are refused before any work with exit
+# status 2 and no output.
 # usage: fit.sh SSB4D_BIN SHARED_DATA
 set -u
 BIN=$1
 . "$(dirname "$0")/lib/harness.sh"
 
-# num FILE KEY: the number after "KEY": in a one-line JSON object.
-num() { sed -n "s/.*\"$2\":\(-\{0,1\}[0-9.eE+-]*\).*/\1/p" "$1" | head -1; }
+# num FILE KEY: the number after the first "KEY": in a one-line JSON object (str: the string).
+num() { grep -o "\"$2\":-\{0,1\}[0-9.eE+-]*" "$1" | head -1 | cut -d: -f2; }
+str() { grep -o "\"$2\":\"[^\"]*\"" "$1" | head -1 | cut -d: -f2- | tr -d '"'; }
 # within A B TOL: |A - B| <= TOL
 within() { awk -v a="$1" -v b="$2" -v t="$3" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= t) }'; }
 
@@ -25,24 +31,95 @@ rc=$?
 for f in phase.tiff phase.png object.npy calibration.json trials.json; do
     [ -s "$T/f/$f" ] && ok || bad "fit did not write $f"
 done
-for k in C10_nm C12_nm phi12_deg loss rotation_deg branch_flipped n_bf evaluations seconds; do
+for k in C10_nm C12_nm phi12_deg phi12_probe_deg phi12_scan_deg loss loss_n_bf rotation_deg rotation_source \
+    rotation_given_by rotation_sigma_deg objective objective_value branch_flipped confident warning loss_contrast \
+    parallax n_bf evaluations seconds; do
     grep -q "\"$k\":" "$T/f.json" && ok || bad "--json lacks $k"
 done
-c10=$(num "$T/f.json" C10_nm); c12=$(num "$T/f.json" C12_nm); phi=$(num "$T/f.json" phi12_deg)
+c10=$(num "$T/f.json" C10_nm); c12=$(num "$T/f.json" C12_nm); phi=$(num "$T/f.json" phi12_probe_deg)
 within "$c10" -9.80475 0.3 && ok || bad "C10 $c10, truth -9.805 at the mid-plane"
 within "$c12" 2 0.2 && ok || bad "C12 $c12, truth 2"
-within "$phi" 20 3 && ok || bad "phi12 $phi, truth 20"
+within "$phi" 20 3 && ok || bad "phi12 $phi (probe frame), truth 20"
+[ "$(num "$T/f.json" phi12_deg)" = "$(num "$T/f.json" phi12_scan_deg)" ] && ok || bad "phi12_deg is not the scan frame's"
 grep -q '"branch_flipped":false' "$T/f.json" && ok || bad "branch flipped on the right branch"
+# The sidecar states the rotation (0): held, the branch only checked.
+[ "$(str "$T/f.json" rotation_source)" = given ] && [ "$(str "$T/f.json" rotation_given_by)" = sidecar ] &&
+    [ "$(num "$T/f.json" rotation_deg)" = 0 ] && ok || bad "the sidecar's rotation was not held as given"
+grep -q '"confident":true' "$T/f.json" && grep -q '"warning":null' "$T/f.json" && ok || bad "fit not confident"
+grep -q '"objective":"band"' "$T/f.json" && ok || bad "the default objective is not band"
+grep -qE '"parallax":\{"C10_nm":-?[0-9.]+,"C12_nm":[0-9.]+,"phi12_scan_deg":-?[0-9.]+,"rotation_deg":-?[0-9.eE+-]+,"sigma":\{' \
+    "$T/f.json" && grep -qE '"residual_A":[0-9.eE+-]+,"seconds":' "$T/f.json" && ok || bad "--json parallax object"
+[ "$(num "$T/f.json" loss_n_bf)" = "$(num "$T/f.json" n_bf)" ] && ok || bad "the loss is not over all BF pixels"
 grep -qE '"stage":[[:space:]]*"global"' "$T/f/trials.json" &&
     grep -qE '"stage":[[:space:]]*"nelder-mead-full"' "$T/f/trials.json" &&
     ok || bad "trials.json lacks the global / full Nelder-Mead stages"
 grep -q '"best_trials"' "$T/f/calibration.json" && grep -q '"seed"' "$T/f/calibration.json" && ok ||
     bad "calibration.json lacks the search settings"
 grep -qE '"data_identity":[[:space:]]*"sha256:' "$T/f/calibration.json" && ok || bad "calibration.json lacks the data identity"
+cf=$(tr -d ' \n\t' <"$T/f/calibration.json")
+for k in '"rotation_source":{"method":"given","from":"sidecar"' '"fit":{"objective":"band","phi12_scan_deg":' \
+    '"phi12_probe_deg":' '"loss_n_bf":' '"confident":true' '"warning":null' '"loss_contrast":' '"parallax":{"C10_nm":' \
+    '"phi12_frame":"scan"'; do
+    case $cf in *"$k"*) ok ;; *) bad "calibration.json lacks $k" ;; esac
+done
+grep -q '"phi12_frame":"scan"' "$T/f/trials.json" 2>/dev/null || tr -d ' \n\t' <"$T/f/trials.json" | grep -q '"phi12_frame":"scan"' &&
+    ok || bad "trials.json does not say the frame of its phi12"
+
+# --- the human summary: phi12 in both frames, the rotation's source, branch, parallax, loss -------
+"$BIN" fit "$T/t.npy" -o "$T/fh" --threads 2 --quiet >"$T/fh.out" 2>"$T/fh.err" && ok || bad "fit (summary) failed"
+grep -qE '^phi12 +-?[0-9.]+ deg \(probe/detector frame\), -?[0-9.]+ deg \(scan frame\)' "$T/fh.out" && ok ||
+    bad "summary lacks phi12 in both frames"
+grep -qE '^rotation +-?[0-9.]+ deg \(given: sidecar\)' "$T/fh.out" && ok || bad "summary lacks the rotation's source"
+grep -qE '^branch +checked, not flipped \(the rotation was given\)' "$T/fh.out" && ok || bad "summary lacks the branch line"
+grep -qE '^parallax +C10 -?[0-9.]+ \+- [0-9.]+ nm, C12 .* rotation .* s$' "$T/fh.out" && ok || bad "summary lacks the parallax line"
+grep -qE '^loss +[0-9.e-]+ \(exact SSB loss over all [0-9]+ BF pixels\)' "$T/fh.out" && ok || bad "summary's loss line"
+[ ! -s "$T/fh.err" ] && ok || bad "a confident fit wrote to stderr: $(cat "$T/fh.err")"
 
 # --- the calibration file reproduces the image bit for bit --------------------------------------
 "$BIN" reconstruct "$T/t.npy" --calibration "$T/f/calibration.json" -o "$T/re.tiff" --quiet >/dev/null 2>&1 &&
     cmp -s "$T/re.tiff" "$T/f/phase.tiff" && ok || bad "reconstruct --calibration does not reproduce phase.tiff"
+
+# The rotation searched: the same data without a sidecar (microscope from flags).
+cp "$T/t.npy" "$T/d.npy"
+M="--kv 300 --semiangle 25 --scan-step 0.36609375"
+"$BIN" fit "$T/d.npy" $M -o "$T/s" --json --threads 2 >"$T/s.json" 2>"$T/s.err" && ok || { bad "fit without a sidecar"; cat "$T/s.err"; }
+[ "$(str "$T/s.json" rotation_source)" = parallax ] && grep -q '"rotation_given_by":null' "$T/s.json" && ok ||
+    bad "the rotation was not fitted from the parallax ($(str "$T/s.json" rotation_source))"
+within "$(num "$T/s.json" rotation_deg)" 0 1 && ok || bad "searched rotation $(num "$T/s.json" rotation_deg), truth 0"
+within "$(num "$T/s.json" C10_nm)" -9.80475 0.3 && within "$(num "$T/s.json" C12_nm)" 2 0.2 &&
+    within "$(num "$T/s.json" phi12_probe_deg)" 20 3 && ok || bad "fit with the rotation searched misses the truth"
+grep -q '"branch_checked":true' "$T/s.json" && grep -q '"branch_flipped":false' "$T/s.json" && ok || bad "searched rotation: branch"
+tr -d ' \n\t' <"$T/s/calibration.json" | grep -q '"rotation_source":{"method":"fit","from":"parallax","sigma_deg":[0-9]' &&
+    ok || bad "calibration.json does not record the fitted rotation's source"
+"$BIN" reconstruct "$T/d.npy" --calibration "$T/s/calibration.json" -o "$T/sre.tiff" --quiet >/dev/null 2>&1 &&
+    cmp -s "$T/sre.tiff" "$T/s/phase.tiff" && ok || bad "reconstruct --calibration does not reproduce a fitted rotation's phase"
+# fit --calibration: a fit's rotation is held (it was fitted and branch-checked) ...
+"$BIN" fit "$T/d.npy" --calibration "$T/s/calibration.json" -o "$T/sc" --json --threads 2 >"$T/sc.json" 2>/dev/null &&
+    [ "$(str "$T/sc.json" rotation_given_by)" = "calibration file" ] &&
+    [ "$(num "$T/sc.json" rotation_deg)" = "$(num "$T/s.json" rotation_deg)" ] && ok ||
+    bad "fit --calibration did not hold the file's fitted rotation"
+# ... a centre-of-mass one from calibrate is searched (its 180-degree branch is open).
+"$BIN" calibrate "$T/d.npy" $M -o "$T/com.json" >/dev/null 2>&1 &&
+    tr -d ' \n\t' <"$T/com.json" | grep -q '"rotation_source":{"method":"centreofmass"' && ok ||
+    bad "calibrate does not record its centre-of-mass rotation"
+"$BIN" fit "$T/d.npy" --calibration "$T/com.json" -o "$T/scom" --json --threads 2 >"$T/scom.json" 2>/dev/null &&
+    [ "$(str "$T/scom.json" rotation_source)" = parallax ] && within "$(num "$T/scom.json" rotation_deg)" 0 1 && ok ||
+    bad "fit --calibration held calibrate's centre-of-mass rotation"
+# A given rotation 180 deg off: kept, not flipped; one warning line, exit 0.
+"$BIN" fit "$T/t.npy" --rotation 180 -o "$T/w" --json --threads 2 >"$T/w.json" 2>"$T/w.err"
+rc=$?
+[ $rc -eq 0 ] && ok || bad "a fit with a warning exits $rc"
+[ "$(num "$T/w.json" rotation_deg)" = 180 ] && grep -q '"branch_flipped":false' "$T/w.json" &&
+    grep -q '"confident":false' "$T/w.json" && [ "$(str "$T/w.json" rotation_given_by)" = "--rotation" ] && ok ||
+    bad "a given wrong rotation was changed, or not called unconfident"
+[ "$(wc -l <"$T/w.err")" -eq 1 ] && grep -qE "^ssb4d fit: warning: .*skewness is -[0-9.]+ with the given rotation" "$T/w.err" &&
+    ok || bad "the warning is not one stderr line: $(cat "$T/w.err")"
+grep -q '"warning":"[^"]*skewness' "$T/w.json" && ok || bad "--json lacks the warning text"
+# --objective loss: the exact loss as the search's objective.
+"$BIN" fit "$T/t.npy" --objective loss -o "$T/l" --json --threads 2 >"$T/l.json" 2>/dev/null && ok || bad "--objective loss failed"
+grep -q '"objective":"loss"' "$T/l.json" && within "$(num "$T/l.json" C10_nm)" -9.80475 0.3 &&
+    within "$(num "$T/l.json" C12_nm)" 2 0.2 && within "$(num "$T/l.json" phi12_probe_deg)" 20 3 && ok ||
+    bad "--objective loss misses the truth"
 
 # --- determinism: 1 thread, same trace -----------------------------------------------------------
 "$BIN" fit "$T/t.npy" -o "$T/f1" --json --threads 1 >"$T/f1.json" 2>/dev/null
@@ -65,6 +142,7 @@ expect 2 "start outside" "outside its range" -- "$BIN" fit "$T/t.npy" -o "$T/x1"
 expect 2 "trials zero" "--trials" -- "$BIN" fit "$T/t.npy" -o "$T/x1" --trials 0
 expect 2 "seed negative" "--seed" -- "$BIN" fit "$T/t.npy" -o "$T/x1" --seed -3
 expect 2 "fit radius" "--fit-radius" -- "$BIN" fit "$T/t.npy" -o "$T/x1" --fit-radius 1.5
+expect 2 "objective" "--objective must be band or loss" -- "$BIN" fit "$T/t.npy" -o "$T/x1" --objective chi2
 expect 2 "region syntax" "--region" -- "$BIN" fit "$T/t.npy" -o "$T/x1" --region 0:10
 expect 2 "region small" "at least 32x32" -- "$BIN" fit "$T/t.npy" -o "$T/x1" --region 0:20,0:32
 expect 2 "region outside" "outside|beyond|exceeds|within" -- "$BIN" fit "$T/t.npy" -o "$T/x1" --region 0:40,0:40
@@ -77,6 +155,9 @@ expect 2 "fit-regions small cells" "at least 32x32" -- "$BIN" fit-regions "$T/t.
 [ ! -e "$T/x1" ] && [ ! -e "$T/x2" ] && [ ! -e "$T/x4" ] && ok || bad "a refused run left outputs or an empty folder"
 for c in fit demo fit-regions; do
     expect 0 "$c --help" "usage: ssb4d $c" -- "$BIN" "$c" --help
+    grep -q -- "--objective band|loss" "$T/out" && grep -q "selection radius (default 1)" "$T/out" &&
+        grep -q "global candidates around the parallax estimate (default 64; at" "$T/out" && ok ||
+        bad "$c --help: --objective, --fit-radius or --trials text"
 done
 
 # --- region fit and fit-regions on the whole (32x32) scan -----------------------------------------
@@ -89,5 +170,10 @@ for f in regions.json regions.csv defocus.png; do
     [ -s "$T/g/$f" ] && ok || bad "fit-regions did not write $f"
 done
 [ "$(wc -l <"$T/g/regions.csv")" -eq 2 ] && grep -q "^0,32,0,32," "$T/g/regions.csv" && ok || bad "regions.csv rows"
+head -1 "$T/g/regions.csv" | grep -q ',phi12_probe_deg,rotation_source,confident$' && ok || bad "regions.csv header"
+rj=$(tr -d ' \n\t' <"$T/g/regions.json")
+for k in '"objective":"band"' '"phi12_probe_deg":' '"rotation_source":"given"' '"confident":true' '"parallax":{'; do
+    case $rj in *"$k"*) ok ;; *) bad "regions.json lacks $k" ;; esac
+done
 
 finish fit.sh

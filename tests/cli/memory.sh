@@ -3,9 +3,11 @@
 # budget, and the results do not. On tiny simulated data (.qem):
 #   (a) reconstruct gives byte-identical phase and object files under three budgets: ample (G
 #       resident), one that streams most of G, and one just above the job's smallest budget;
-#   (b) fit under the same budgets gives the same trial trace, C10, C12, phi12 and images;
-#       fit --tilt the same thick-sample fit with G streamed as resident; fit-regions the same
-#       regions.csv; calibrate the same calibration; verify the same verdict;
+#   (b) fit under its own three budgets (ample; the smallest its refusal names, and that plus 3/4
+#       of G, both streaming) gives the same trial trace, C10, C12, phi12, rotation and images, with
+#       the tracked peak inside the budget; 0.1 MiB below its smallest it is refused; fit --tilt the same
+#       thick-sample fit with G streamed as resident; fit-regions the same regions.csv at the
+#       smallest budget its refusal names; calibrate the same calibration; verify the same verdict;
 #   (c) a budget below the smallest exits 2 with one "does not fit" line naming the smallest
 #       budget and writes nothing;
 #   (d) bad values (abc, -1, 0, 12Q) exit 2 naming --memory on every command;
@@ -61,33 +63,63 @@ for b in stream low; do
 done
 
 # --- (b) fit, fit-regions, calibrate, verify: the same results --------------------------------------
-quick=(--trials 4 --lock C12,phi12 --no-branch-check) # a short, deterministic search
-for b in big stream low; do
-    case $b in big) mem=4G ;; stream) mem=$stream ;; low) mem=$low ;; esac
+# A short, deterministic search (8 candidates around the parallax estimate, no branch check). The
+# fit holds more than reconstruct (the parallax's per-pixel spectra, the band objective's
+# tables), all planned: its own budgets are 4G, the smallest its refusal names (MiB, rounded up)
+# and that plus 3/4 of G (streaming); 0.1 MiB below the smallest it is refused.
+quick=(--trials 8 --no-branch-check)
+run fit "$Q" --memory 4G -o "$T/f_big" "${quick[@]}" --json >"$T/f_big.json" 2>"$T/err" ||
+    { bad "fit --memory 4G failed"; cat "$T/err"; }
+smallest() { grep -o 'smallest budget is [0-9.]* MiB' "$T/err" | grep -o '[0-9.]*' | awk '{ printf "%d", $1 * 1048576 }'; }
+expect 2 "fit in 1M" "smallest budget is [0-9.]+ MiB" -- run fit "$Q" --memory 1M -o "$T/f_none" "${quick[@]}"
+flow=$(smallest)
+fg=$(num "$T/f_big.json" g_bytes)
+[ -n "$flow" ] && [ -n "$fg" ] && ok || { echo "no smallest fit budget or g_bytes ($flow, $fg)"; exit 1; }
+[ "$flow" -gt "$low" ] && ok || bad "the fit's smallest budget $flow is not above reconstruct's $low (spectra not planned?)"
+fstream=$((flow + fg * 3 / 4)) # a quarter of G or so streamed: each pass rebuilds it
+echo "fit budgets: 4G, $fstream bytes (streaming), $flow bytes (its smallest)"
+for b in stream low; do
+    case $b in stream) mem=$fstream ;; low) mem=$flow ;; esac
     run fit "$Q" --memory "$mem" -o "$T/f_$b" "${quick[@]}" --json >"$T/f_$b.json" 2>"$T/err" ||
         { bad "fit --memory $mem failed"; cat "$T/err"; }
+    peak=$(num "$T/f_$b.json" peak_tracked_bytes)
+    [ -n "$peak" ] && [ "$peak" -le "$mem" ] && ok || bad "fit: tracked peak $peak above the budget $mem"
 done
 h=$(str "$T/f_big.json" trace_sha256)
 [ -n "$h" ] && ok || bad "fit --json lacks trace_sha256"
 for b in stream low; do
     [ "$(str "$T/f_$b.json" g_mode)" = streaming ] && ok || bad "fit under the $b budget does not stream G"
     [ "$(str "$T/f_$b.json" trace_sha256)" = "$h" ] && ok || bad "fit trace differs between 4G and the $b budget"
-    for k in C10_nm C12_nm phi12_deg loss; do
+    for k in C10_nm C12_nm phi12_deg rotation_deg loss; do
         [ "$(num "$T/f_$b.json" $k)" = "$(num "$T/f_big.json" $k)" ] && ok || bad "fit $k differs ($b budget)"
     done
     cmp -s "$T/f_big/phase.tiff" "$T/f_$b/phase.tiff" && cmp -s "$T/f_big/object.npy" "$T/f_$b/object.npy" && ok ||
         bad "fit images differ between 4G and the $b budget"
 done
+expect 2 "fit below its smallest budget" "does not fit in .*smallest budget is" -- \
+    run fit "$Q" --memory $((flow - 104858)) -o "$T/f_under" "${quick[@]}"
+[ ! -e "$T/f_under" ] && ok || bad "a refused fit left its output folder"
+# fit-regions: its smallest budget is the one its refusal names (MiB, rounded up).
+expect 2 "fit-regions in 1M" "smallest budget is [0-9.]+ MiB" -- \
+    run fit-regions "$Q" --regions 0:32,0:32 --memory 1M -o "$T/g_none" "${quick[@]}"
+glow=$(smallest)
 for b in big low; do
-    case $b in big) mem=4G ;; low) mem=$low ;; esac
+    case $b in big) mem=4G ;; low) mem=$glow ;; esac
     run fit-regions "$Q" --regions 0:32,0:32 --memory "$mem" -o "$T/g_$b" "${quick[@]}" >/dev/null 2>"$T/err" ||
         { bad "fit-regions --memory $mem failed"; cat "$T/err"; }
 done
-cmp -s "$T/g_big/regions.csv" "$T/g_low/regions.csv" && ok || bad "fit-regions differs between 4G and $low bytes"
+cmp -s "$T/g_big/regions.csv" "$T/g_low/regions.csv" && ok || bad "fit-regions differs between 4G and $glow bytes"
 # fit --tilt: the band objective reads G in groups like every other pass, so a streamed G gives
-# the resident G's thick-sample fit.
+# the resident G's thick-sample fit. Its ~1,200 evaluations each rebuild every streamed plane, so
+# the budget streams as few as it can: the largest of flow + 15/16, 14/16, ... of G that streams.
+ftilt=$fstream
+for f in 15 14 13 12; do
+    mem=$((flow + fg * f / 16))
+    run fit "$Q" --memory "$mem" -o "$T/probe" --force "${quick[@]}" --json >"$T/probe.json" 2>/dev/null &&
+        [ "$(str "$T/probe.json" g_mode)" = streaming ] && { ftilt=$mem; break; }
+done
 for b in big stream; do
-    case $b in big) mem=4G ;; stream) mem=$stream ;; esac
+    case $b in big) mem=4G ;; stream) mem=$ftilt ;; esac
     run fit "$Q" --tilt --memory "$mem" -o "$T/t_$b" "${quick[@]}" --json >"$T/t_$b.json" 2>"$T/err" ||
         { bad "fit --tilt --memory $mem failed"; cat "$T/err"; }
 done
