@@ -444,7 +444,8 @@ static ssb4d_status start_seeds(const ssb4d_G *Gc, const ssb4d_fit_params *p, ss
         x0[2] = fit_rotation ? wrap_phi(tr.x[2] + tr.x[3]) : tr.x[2]; /* the scan frame */
         x0[3] = fit_rotation ? tr.x[3] : r0;
         *sd_rot = sds[best];
-        r->geom.rotation_deg = wrap180(x0[3]);
+        if (fit_rotation) /* a given rotation is reported as given (180 stays 180) */
+            r->geom.rotation_deg = wrap180(x0[3]);
     }
     fit_state_free(s);
     free(seeds);

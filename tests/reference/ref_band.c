@@ -32,15 +32,17 @@ double ref_band_fit(const ref_data *d, const ssb4d_geometry *g, const ssb4d_aber
             if (!in_band(qx, qy, lo, hi))
                 continue;
             double complex N = 0.0;
-            double D = 0.0;
+            double D = 0.0, E = 0.0;
             for (size_t p = 0; p < d->n_bf; p++) {
                 double complex gam = ref_gamma(&o, qx, qy, kx[p], ky[p]);
                 N += d->G[(p * ny + i) * nx + j] * conj(gam);
-                D += creal(gam) * creal(gam) + cimag(gam) * cimag(gam);
+                double g2 = creal(gam) * creal(gam) + cimag(gam) * cimag(gam);
+                D += g2;
+                E += creal(d->G[p * ny * nx]) * g2; /* G(0,k): the pixel's total counts T_k */
             }
             double w = (full_plane || j == 0 || (nx % 2 == 0 && j == nx / 2)) ? 1.0 : 2.0;
             if (D > 0)
-                fit += w * (creal(N) * creal(N) + cimag(N) * cimag(N)) / D;
+                fit += w * (creal(N) * creal(N) + cimag(N) * cimag(N) - E) / D;
         }
     free(kx);
     free(ky);

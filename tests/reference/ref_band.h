@@ -7,7 +7,8 @@
 
 #include "ref_ssb.h"
 
-/* fit(θ) = Σ_{q∈band} w_q |Σ_k G(q,k)·conj(γ(q,k))|² / Σ_k |γ(q,k)|², band lo < |q| < hi (1/Å),
+/* fit(θ) = Σ_{q∈band} w_q (|Σ_k G(q,k)·conj(γ(q,k))|² − Σ_k T_k|γ(q,k)|²) / Σ_k |γ(q,k)|²,
+ * band lo < |q| < hi (1/Å), T_k = G(0,k) the pixel's total counts (the counting noise's share),
  * q at its fftfreq value. full_plane = 0: the SPEC's stored half-plane (columns 0..nx/2) with
  * w_q = 2 except columns 0 and nx/2; full_plane = 1: every bin of the full plane with w_q = 1
  * (equal to the half-plane form when χ is even-m and the band lies inside Nyquist).
