@@ -307,6 +307,23 @@ done:
     free(ph), free(phd), free(bf), free(df), free(inbf);
 }
 
+/* One JSON line on stdout, with C's "nan"/"-nan" written as JSON's null. */
+static void json_line(const char *line)
+{
+    for (const char *p = line; *p;) {
+        int at_value = p > line && (p[-1] == ':' || p[-1] == ',' || p[-1] == '[');
+        if (at_value && !strncmp(p, "-nan", 4)) {
+            fputs("null", stdout);
+            p += 4;
+        } else if (at_value && !strncmp(p, "nan", 3)) {
+            fputs("null", stdout);
+            p += 3;
+        } else
+            fputc(*p++, stdout);
+    }
+    fflush(stdout);
+}
+
 /* ---- the study ------------------------------------------------------------------------------ */
 
 typedef struct {
@@ -480,6 +497,9 @@ int main(int argc, char **argv)
         int ok10 = fabs(d10) <= tol10, ok12 = fabs(d12) <= 0.2, okphi = c12 < 1.0 || fabs(dphi) <= 3.0;
         int okrot = fabs(drot) <= 1.0;
         int ok = ok10 && ok12 && okphi && okrot;
+        /* C10 of a crystal t thick is the defocus at its mean plane; the probe is defocused by ±t/2
+         * through it, so a second tally accepts C10 anywhere in the middle half of the depth */
+        int ok_depth = (fabs(d10) <= fmax(tol10, 0.25 * c.thickness_nm)) && ok12 && okphi && okrot;
         /* the thick-sample fit on the tilted thick cases */
         int tilt_ok = -1;
         double tilt_fit[2] = {NAN, NAN}, t_fit = NAN, t4 = t3;
@@ -508,7 +528,8 @@ int main(int argc, char **argv)
         tally_add(&by_dose[c.dose_class], ok);
         tally_add(&by_spec[c.sp.specimen == SSB4D_SPECIMEN_AU], ok);
         tally_add(&by_scan[c.sp.scan_n == 32 ? 0 : c.sp.scan_n == 64 ? 1 : 2], ok);
-        printf("{\"i\":%d,\"specimen\":\"%s\",\"kv\":%g,\"semiangle_mrad\":%.2f,\"scan\":%d,\"scan_cells\":%d,"
+        char line[8192];
+        snprintf(line, sizeof line, "{\"i\":%d,\"specimen\":\"%s\",\"kv\":%g,\"semiangle_mrad\":%.2f,\"scan\":%d,\"scan_cells\":%d,"
                "\"step_A\":%.4f,\"det\":%d,\"bf_radius_px\":%.2f,\"window_A\":%.2f,\"footprint_A\":%.2f,\"dose\":%.0f,\"thickness_nm\":%.2f,"
                "\"tilt_mrad\":[%.3f,%.3f],\"strata\":{\"thickness\":\"%s\",\"rotation\":\"%s\",\"dose\":\"%s\"},"
                "\"truth\":{\"C10_nm_mean_plane\":%.4f,\"C12_nm\":%.4f,\"phi12_deg_probe\":%.3f,\"rotation_deg\":%.3f},"
@@ -518,7 +539,7 @@ int main(int argc, char **argv)
                "\"parallax\":{\"C10_nm\":%.4f,\"C12_nm\":%.4f,\"phi12_deg_scan\":%.3f,\"rotation_deg\":%.3f,"
                "\"sigma\":[%.4f,%.4f,%.3f,%.3f]},"
                "\"calibration_rotation_deg\":%.3f,\"calibration_rotation_sigma_deg\":%.3f,"
-               "\"dC10\":%.4f,\"dC12\":%.4f,\"dphi12\":%.3f,\"drotation\":%.3f,\"ok\":%s,"
+               "\"dC10\":%.4f,\"dC12\":%.4f,\"dphi12\":%.3f,\"drotation\":%.3f,\"ok\":%s,\"ok_depth\":%s,\"branch_ok\":%s,"
                "\"tilt_fit_mrad\":[%.3f,%.3f],\"thickness_fit_nm\":%.3f,\"tilt_ok\":%d,"
                "\"truth_branch\":{\"skewness\":%.3f,\"corr_negbf\":%.4f,\"corr_df\":%.4f,\"icom_skewness\":%.3f},\"evaluations\":%zu,\"simulate_s\":%.2f,\"calibrate_gbuild_s\":%.2f,\"fit_s\":%.2f,\"tilt_s\":%.2f}\n",
                i, c.sp.specimen == SSB4D_SPECIMEN_AU ? "Au" : "SrTiO3", c.sp.kv, c.sp.semiangle_mrad, c.sp.scan_n,
@@ -530,9 +551,9 @@ int main(int argc, char **argv)
                r.rotation_source, r.branch_flipped, r.loss, r.confident, r.skewness, r.loss_contrast, r.parallax.C10_nm, r.parallax.C12_nm,
                r.parallax.phi12_deg, r.parallax.rotation_deg, r.parallax.sigma[0], r.parallax.sigma[1],
                r.parallax.sigma[2], r.parallax.sigma[3], cal.rotation_curl_deg, cal.rotation_sigma_deg, d10, d12,
-               dphi, drot, ok ? "true" : "false", tilt_fit[0], tilt_fit[1], t_fit, tilt_ok, bstat[0], bstat[1], bstat[2], bstat[3], r.evaluations,
+               dphi, drot, ok ? "true" : "false", ok_depth ? "true" : "false", fabs(drot) < 90.0 ? "true" : "false", tilt_fit[0], tilt_fit[1], t_fit, tilt_ok, bstat[0], bstat[1], bstat[2], bstat[3], r.evaluations,
                t1 - t0, t2 - t1, t3 - t2, t4 - t3);
-        fflush(stdout);
+        json_line(line);
         ssb4d_fit_result_free(&r);
         ssb4d_G_free(G);
         ssb4d_calibration_free(&cal);

@@ -444,7 +444,8 @@ typedef struct {
     ssb4d_parallax parallax;    /* the parallax estimate (parallax_ok = 0: none) */
     int parallax_ok;
     double loss_contrast;       /* (median of the global search − best) / |median| of the objective */
-    int confident;              /* 0: no clear minimum, or the fit and the parallax disagree */
+    int confident;              /* 0: no clear minimum, the rotation undetermined, or (rotation
+                                   searched) |skewness| < SSB4D_FIT_SKEW_SETTLED: branch uncertain */
     char warning[256];          /* why not confident (empty when confident) */
     size_t n_fit_bf, n_coarse_bf;
     size_t evaluations;         /* objective evaluations (cache misses) */
@@ -454,6 +455,10 @@ typedef struct {
     size_t n_trials;
     double seconds;
 } ssb4d_fit_result;
+
+/* Below this |skewness| of the fitted phase the sign of the phase does not settle the 180° branch
+ * (thick crystals; docs/fit.md) and a searched rotation's fit is not confident. */
+#define SSB4D_FIT_SKEW_SETTLED 1.5
 
 ssb4d_status ssb4d_fit(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d_fit_params *p,
                        ssb4d_mem *mem, ssb4d_fit_result *r, ssb4d_err *err);

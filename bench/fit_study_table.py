@@ -1,0 +1,72 @@
+#!/usr/bin/python3
+"""Per-stratum table of an ssb4d_fit_study JSONL (one or more files; summary lines ignored).
+
+usage: bench/fit_study_table.py FILE.jsonl [...]   (Markdown on stdout)
+
+Columns: n; ok (C10 within 0.2 nm, 2 nm above 10 nm thickness; C12 within 0.2 nm; phi12 within
+3 deg when C12 >= 1 nm; rotation within 1 deg); ok_depth (C10 anywhere in the middle half of the
+crystal's depth); branch (rotation within 90 deg of the truth); confident (the fit said so); and
+ok among the confident fits (how far a confident answer can be trusted).
+"""
+import json
+import sys
+
+
+def load(paths):
+    rows = []
+    for p in paths:
+        for line in open(p):
+            line = line.strip()
+            if not line.startswith("{"):
+                continue
+            d = json.loads(line)
+            if "i" in d:
+                rows.append(d)
+    return rows
+
+
+def pct(a, n):
+    return f"{a}/{n} ({100.0 * a / n:.0f} %)" if n else "-"
+
+
+def row(label, rs):
+    n = len(rs)
+    ok = sum(r["ok"] for r in rs)
+    okd = sum(r["ok_depth"] for r in rs)
+    br = sum(r["branch_ok"] for r in rs)
+    conf = [r for r in rs if r["fit"]["confident"]]
+    okc = sum(r["ok"] for r in conf)
+    return f"| {label} | {n} | {pct(ok, n)} | {pct(okd, n)} | {pct(br, n)} | {pct(len(conf), n)} | {pct(okc, len(conf))} |"
+
+
+def main():
+    rows = load(sys.argv[1:])
+    print("| stratum | n | ok | ok (depth) | branch | confident | ok when confident |")
+    print("|---|---|---|---|---|---|---|")
+    print(row("all", rows))
+    for key in ("thickness", "rotation", "dose"):
+        labels = []
+        for r in rows:
+            if r["strata"][key] not in labels:
+                labels.append(r["strata"][key])
+        for lab in sorted(labels):
+            print(row(lab, [r for r in rows if r["strata"][key] == lab]))
+    for sp in ("SrTiO3", "Au"):
+        print(row(sp, [r for r in rows if r["specimen"] == sp]))
+    tilt = [r for r in rows if r.get("tilt_ok", -1) >= 0]
+    if tilt:
+        t = sum(r["tilt_ok"] for r in tilt)
+        print(f"\nthick-sample fit (--tilt) on the tilted thick cases: tilt within 1 mrad {pct(t, len(tilt))}")
+    thin = [r for r in rows if r["strata"]["thickness"].startswith("thin")]
+    if thin:
+        e = sorted(abs(r["dC10"]) for r in thin if r["branch_ok"])
+        if e:
+            print(f"thin cases on the right branch: median |dC10| {e[len(e) // 2]:.3f} nm, max {e[-1]:.3f} nm")
+    secs = sum(r["simulate_s"] + r["calibrate_gbuild_s"] + r["fit_s"] + r["tilt_s"] for r in rows)
+    fit = sorted(r["fit_s"] for r in rows)
+    if fit:
+        print(f"fit time: median {fit[len(fit) // 2]:.1f} s, max {fit[-1]:.1f} s; all stages {secs:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
