@@ -757,9 +757,6 @@ ssb4d_status ssb4d_parallax_estimate(const ssb4d_G *G, const ssb4d_geometry *g,
                     break;
             }
             Jh[k] = joint(&p, ofs, no, Bh[k], NULL, NULL) / (double)no;
-            if (getenv("SSB4D_PARALLAX_DEBUG"))
-                fprintf(stderr, "hypothesis %zu: grid J %.4f -> B [%.3f %.3f; %.3f %.3f] J %.4f\n", k, hj[k], Bh[k][0],
-                        Bh[k][1], Bh[k][2], Bh[k][3], Jh[k]);
         }
         size_t kb = 0;
         for (size_t k = 1; k < nh; k++)
@@ -778,11 +775,6 @@ ssb4d_status ssb4d_parallax_estimate(const ssb4d_G *G, const ssb4d_geometry *g,
                 }
             n_alt = na;
         }
-        if (getenv("SSB4D_PARALLAX_TRUEB")) {
-            double Bt[4];
-            sscanf(getenv("SSB4D_PARALLAX_TRUEB"), "%lf,%lf,%lf,%lf", &Bt[0], &Bt[1], &Bt[2], &Bt[3]);
-            fprintf(stderr, "true B J %.4f (best candidate %.4f)\n", joint(&p, ofs, nlev, Bt, NULL, NULL), best);
-        }
     }
     /* Each offset's own peak next to B·Δ: the measurements whose scatter gives B's error. */
     meas ms[MAX_OFFSETS];
@@ -797,9 +789,6 @@ ssb4d_status ssb4d_parallax_estimate(const ssb4d_G *G, const ssb4d_geometry *g,
         ms[nm].d[1] = d2[1];
         ms[nm].curv = cv;
         ms[nm].pairs = ofs[k].pairs;
-        if (getenv("SSB4D_PARALLAX_DEBUG"))
-            fprintf(stderr, "parallax: offset (%d,%d) pairs %zu predicted (%.3f,%.3f) -> (%.3f,%.3f)\n", ofs[k].dr,
-                    ofs[k].dc, ofs[k].pairs, pred[0], pred[1], d2[0], d2[1]);
         nm++;
     }
     for (size_t k = 0; k < no; k++)
