@@ -341,6 +341,7 @@ int main(int argc, char **argv)
     int n = 120, threads = 0, tilt = 0, table = 0, max_scan = 128, rotation_given = 0, objective = -1;
     int only_th = -1, only_rot = -1, only_dose = -1, branch_check = 1, stats_only = 0, det_os = -1;
     uint64_t seed = 2026;
+    double fit_radius = 0.0; /* 0: the library's default */
     const char *cases = NULL, *dump = NULL;
     for (int a = 1; a < argc; a++) {
         if (!strcmp(argv[a], "--n") && a + 1 < argc)
@@ -355,6 +356,8 @@ int main(int argc, char **argv)
             dump = argv[++a];
         else if (!strcmp(argv[a], "--max-scan") && a + 1 < argc)
             max_scan = atoi(argv[++a]);
+        else if (!strcmp(argv[a], "--fit-radius") && a + 1 < argc)
+            fit_radius = atof(argv[++a]);
         else if (!strcmp(argv[a], "--tilt"))
             tilt = 1;
         else if (!strcmp(argv[a], "--rotation-given")) /* diagnostics: the true rotation given */
@@ -465,6 +468,8 @@ int main(int argc, char **argv)
         fp.rotation_given = rotation_given;
         fp.rotation_sigma_deg = cal.rotation_fitted ? cal.rotation_sigma_deg : NAN;
         fp.branch_check = branch_check;
+        if (fit_radius > 0)
+            fp.fit_radius = fit_radius;
         if (objective >= 0)
             fp.objective = (ssb4d_fit_objective)objective;
         ssb4d_geometry g0 = cal.geom;
