@@ -523,8 +523,12 @@ int main(int argc, char **argv)
             tilt_fit[0] = tr.thick.tilt_mrad[0];
             tilt_fit[1] = tr.thick.tilt_mrad[1];
             t_fit = tr.thick.thickness_nm;
-            /* the simulator's tilt is a beam tilt: the specimen tilt is its negative (docs/tilt.md) */
-            tilt_ok = hypot(tilt_fit[0] + c.sp.tilt_mrad[0], tilt_fit[1] + c.sp.tilt_mrad[1]) <= 1.0;
+            /* the fit's tilt is in the scan frame, the simulator's in the detector frame (a direction
+             * at a in the detector frame lies at a + rotation in the scan frame); the simulator's
+             * tilt is a beam tilt, the specimen tilt its negative (docs/tilt.md) */
+            double a = r.geom.rotation_deg * M_PI / 180.0, ca = cos(a), sa = sin(a);
+            double tp0 = ca * tilt_fit[0] + sa * tilt_fit[1], tp1 = -sa * tilt_fit[0] + ca * tilt_fit[1];
+            tilt_ok = hypot(tp0 + c.sp.tilt_mrad[0], tp1 + c.sp.tilt_mrad[1]) <= 1.0;
             tally_add(&by_tilt, tilt_ok);
         }
         tally_add(&all, ok);

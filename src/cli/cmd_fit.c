@@ -43,6 +43,15 @@ enum {
 #define BUILTIN_PHI12 35.0
 #define BUILTIN_SEED 7
 
+
+/* The specimen tilt in the probe (detector) frame from the scan frame the thick model fits it in:
+ * a direction at angle a in the detector frame lies at a + rotation in the scan frame (as φ12). */
+static void tilt_to_probe(const double scan[2], double rotation_deg, double probe[2])
+{
+    double a = rotation_deg * M_PI / 180.0, c = cos(a), s = sin(a);
+    probe[0] = c * scan[0] + s * scan[1];
+    probe[1] = -s * scan[0] + c * scan[1];
+}
 static const char FIT_HELP[] =
     "search:\n"
     "  --objective band|loss what the search minimises (default band: the fraction of the\n"
@@ -1067,6 +1076,11 @@ static int run_fit(fit_opts *o)
             cJSON *t = cJSON_AddArrayToObject(out, "tilt_mrad");
             cJSON_AddItemToArray(t, cJSON_CreateNumber(thick.tilt_mrad[0]));
             cJSON_AddItemToArray(t, cJSON_CreateNumber(thick.tilt_mrad[1]));
+            double tp[2];
+            tilt_to_probe(thick.tilt_mrad, r.geom.rotation_deg, tp);
+            t = cJSON_AddArrayToObject(out, "tilt_probe_mrad");
+            cJSON_AddItemToArray(t, cJSON_CreateNumber(tp[0]));
+            cJSON_AddItemToArray(t, cJSON_CreateNumber(tp[1]));
             cJSON_AddNumberToObject(out, "thickness_nm", thick.thickness_nm);
             cJSON_AddNumberToObject(out, "gain", tr.gain);
             cJSON_AddNumberToObject(out, "tilt_evaluations", (double)tr.evaluations);
@@ -1120,9 +1134,13 @@ static int run_fit(fit_opts *o)
             printf("; truth %.3f deg (detector frame)", j.truth[2]);
         printf("\n");
         print_fit_summary(&fp, &r, &v, &j, ssb4d_G_n_bf(G), have_tilt);
-        if (have_tilt)
-            printf("thick model  tilt (%.2f, %.2f) mrad, thickness %.1f nm, gain %.4f (C10, C12, phi12 above are "
-                   "the thick model's)\n", thick.tilt_mrad[0], thick.tilt_mrad[1], thick.thickness_nm, tr.gain);
+        if (have_tilt) {
+            double tp[2];
+            tilt_to_probe(thick.tilt_mrad, r.geom.rotation_deg, tp);
+            printf("thick model  tilt (%.2f, %.2f) mrad (scan frame), (%.2f, %.2f) mrad (probe/detector frame), "
+                   "thickness %.1f nm, gain %.4f (C10, C12, phi12 above are the thick model's)\n", thick.tilt_mrad[0],
+                   thick.tilt_mrad[1], tp[0], tp[1], thick.thickness_nm, tr.gain);
+        }
         printf("search       %zu evaluations, %d Nelder-Mead iterations, seed %llu, trace %.16s\n",
                r.evaluations, r.nm_iterations, (unsigned long long)o->fp.seed, r.trace_sha256);
         printf("time         %.2f s (G build %.2f s, fit %.2f s, ", cli_progress_elapsed(&total), t_build, t_fit);
