@@ -43,7 +43,6 @@ enum {
 #define BUILTIN_PHI12 35.0
 #define BUILTIN_SEED 7
 
-
 /* The specimen tilt in the probe (detector) frame from the scan frame the thick model fits it in:
  * a direction at angle a in the detector frame lies at a + rotation in the scan frame (as φ12). */
 static void tilt_to_probe(const double scan[2], double rotation_deg, double probe[2])
@@ -52,6 +51,7 @@ static void tilt_to_probe(const double scan[2], double rotation_deg, double prob
     probe[0] = c * scan[0] + s * scan[1];
     probe[1] = -s * scan[0] + c * scan[1];
 }
+
 static const char FIT_HELP[] =
     "search:\n"
     "  --objective band|loss what the search minimises (default band: the fraction of the\n"
@@ -74,11 +74,13 @@ static const char FIT_HELP[] =
     "  --tilt                also fit the thick-sample model: tilt (mrad) and thickness (nm)\n"
     "rotation: a rotation that was stated (--rotation, --calibration from ssb4d fit or with a\n"
     "given rotation, the sidecar's scan.rotation_deg) is held, and the branch check only warns;\n"
-    "otherwise the fit searches it with C10, C12, phi12, from the parallax estimate or the\n"
-    "centre of mass, and the branch check may add 180 degrees. phi12 is reported in the\n"
-    "probe (detector) frame and in the scan frame (phi12_deg = scan frame, what reconstruct\n"
-    "--phi12 takes). A fit without a clear minimum, or one the parallax disagrees with, prints\n"
-    "one warning line on stderr and still exits 0.\n"
+    "otherwise the fit searches it with C10, C12, phi12, from the parallax estimate (the\n"
+    "centre of mass only without one), and the branch check may add 180 degrees. On crystals\n"
+    "more than a few nm thick the phase does not settle that branch: give the rotation. phi12\n"
+    "(and --tilt's tilt) is reported in the probe (detector) frame and in the scan frame\n"
+    "(phi12_deg = scan frame, what reconstruct --phi12 takes). A fit without a clear minimum,\n"
+    "with an undetermined rotation or an uncertain branch prints one warning line on stderr\n"
+    "and still exits 0.\n"
     "output:\n"
     "  -o, --output DIR      output folder (default %s); it is created if needed\n"
     "  --upsample F          1, 2, 3, 4, 8 or auto for the phase image (default 1)\n"
