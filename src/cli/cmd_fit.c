@@ -786,12 +786,17 @@ static void print_fit_summary(const ssb4d_fit_params *fp, const ssb4d_fit_result
     else if (fp->rotation_given)
         printf("branch       checked, not flipped (the rotation was given): phase skewness %+.3f%s\n", r->skewness,
                r->skewness < BRANCH_WARN_SKEWNESS ? ", negative: see the warning" : ", positive on the right branch");
-    else if (r->branch_flipped)
-        printf("branch       flipped by 180 deg: the phase's skewness was %+.3f on the first branch, %+.3f on the "
-               "kept one (positive on the right branch, SPEC 6.3)\n", r->skewness_other, r->skewness);
-    else
-        printf("branch       kept: phase skewness %+.3f (%+.3f on the other branch); the sign of the skewness "
-               "decides, positive on the right branch (SPEC 6.3)\n", r->skewness, r->skewness_other);
+    else {
+        /* below SSB4D_FIT_SKEW_SETTLED the sign does not settle the branch (thick crystals) */
+        const char *weak = fabs(r->skewness) < SSB4D_FIT_SKEW_SETTLED ? "; too weak to settle the branch, see the "
+                                                                         "warning" : "";
+        if (r->branch_flipped)
+            printf("branch       flipped by 180 deg: the phase's skewness was %+.3f on the first branch, %+.3f on "
+                   "the kept one (positive on the right branch, SPEC 6.3)%s\n", r->skewness_other, r->skewness, weak);
+        else
+            printf("branch       kept: phase skewness %+.3f (%+.3f on the other branch); the sign of the skewness "
+                   "decides, positive on the right branch (SPEC 6.3)%s\n", r->skewness, r->skewness_other, weak);
+    }
 }
 
 /* ---- outputs ----------------------------------------------------------------------------------- */

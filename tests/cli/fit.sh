@@ -10,7 +10,8 @@
 # deg off is kept and warned about on one stderr line with exit 0; --objective loss fits too;
 # the same seed gives the same trace with 1 and 2 threads; a region fit and fit-regions keep the
 # full-field calibration; fit --tilt reports the tilt in the scan and the probe frame on a scan
-# rotated 90 deg; bad flags / existing outputs are refused before any work with exit
+# rotated 90 deg, and the same crystal with its rotation searched warns that its branch is
+# uncertain; bad flags / existing outputs are refused before any work with exit
 # status 2 and no output.
 # usage: fit.sh SSB4D_BIN SHARED_DATA
 set -u
@@ -195,5 +196,13 @@ awk -v sx="$sx" -v sy="$sy" -v px="$px" -v py="$py" -v r="$rot" 'BEGIN { a = r *
     bad "tilt_mrad ($sx, $sy) at rotation $rot is not tilt_probe_mrad ($px, $py) in the scan frame"
 grep -q "mrad (scan frame), (.*) mrad (probe/detector frame)" <("$BIN" fit "$T/th.npy" --tilt -o "$T/th2" --threads 2 2>/dev/null) &&
     ok || bad "the summary's thick-model line lacks the two frames"
+# The same 12 nm crystal without its sidecar: the rotation is searched, and the phase's skewness
+# (about 1.1 here) is too weak to settle the 180-degree branch: one warning line, exit 0.
+cp "$T/th.npy" "$T/thn.npy"
+"$BIN" fit "$T/thn.npy" --kv 300 --semiangle 25 --scan-step 0.36609375 -o "$T/thn" --json --threads 2 \
+    >"$T/thn-fit.json" 2>"$T/thn.err" && ok || bad "fit of the thick crystal with the rotation searched failed"
+[ "$(grep -c 'warning: the 180 degree branch is uncertain' "$T/thn.err")" -eq 1 ] && ok ||
+    { bad "no branch warning for a weak skewness"; cat "$T/thn.err"; }
+grep -q '"confident":false' "$T/thn-fit.json" && ok || bad "a weak-skewness fit says it is confident"
 
 finish fit.sh
