@@ -48,6 +48,18 @@ void ssb4d_parallax_opts_default(ssb4d_parallax_opts *o)
 
 static long freq_index(size_t i, size_t n) { return i < (n + 1) / 2 ? (long)i : (long)i - (long)n; }
 
+int parallax_bin_eligible(size_t i, size_t j, size_t ny, size_t nx, const ssb4d_geometry *g, double qmax2)
+{
+    long fi = freq_index(i, ny), fj = (long)j;
+    if (labs(fi) <= 1 && fj <= 1)
+        return 0;
+    if ((ny % 2 == 0 && i == ny / 2) || (nx % 2 == 0 && j == nx / 2))
+        return 0;
+    double qx = (double)fi / ((double)ny * g->scan_step_A[0]);
+    double qy = (double)fj / ((double)nx * g->scan_step_A[1]);
+    return qx * qx + qy * qy < qmax2;
+}
+
 /* G(i, j) of a half-plane for any signed column j in (−nx, nx) and any row (Hermitian mirror). */
 static inline cfloat g_any(const cfloat *plane, size_t ny, size_t nx, size_t nxh, long i, long j)
 {
@@ -160,14 +172,7 @@ static ssb4d_status select_bins(const ssb4d_G *G, const ssb4d_geometry *g, size_
     size_t n = 0;
     for (size_t i = 0; i < ny; i++)
         for (size_t j = 0; j < nxh; j++) {
-            long fi = freq_index(i, ny), fj = (long)j;
-            if (labs(fi) <= 1 && fj <= 1)
-                continue;
-            if ((ny % 2 == 0 && i == ny / 2) || (nx % 2 == 0 && j == nx / 2))
-                continue;
-            double qx = (double)fi / ((double)ny * g->scan_step_A[0]);
-            double qy = (double)fj / ((double)nx * g->scan_step_A[1]);
-            if (qx * qx + qy * qy >= qmax * qmax)
+            if (!parallax_bin_eligible(i, j, ny, nx, g, qmax * qmax))
                 continue;
             rk[n].p = pw[i * nxh + j];
             rk[n].idx = i * nxh + j;

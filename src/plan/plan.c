@@ -18,6 +18,7 @@
 #include "common/parallel.h"
 #include "fit/fit.h"
 #include "gbuild/gbuild.h"
+#include "parallax/parallax.h"
 #include "ssb/ssb_internal.h"
 
 #include <math.h>
@@ -146,18 +147,8 @@ static size_t parallax_bins(size_t ny, size_t nx, size_t n_bf, const ssb4d_geome
     else {
         double lambda = ssb4d_wavelength_A(g->kv), qmax = 2.0 * g->semiangle_mrad * 1e-3 / lambda;
         for (size_t i = 0; i < ny; i++)
-            for (size_t j = 0; j < nxh; j++) {
-                long fi = i < (ny + 1) / 2 ? (long)i : (long)i - (long)ny, fj = (long)j;
-                if (labs(fi) <= 1 && fj <= 1)
-                    continue;
-                if ((ny % 2 == 0 && i == ny / 2) || (nx % 2 == 0 && j == nx / 2))
-                    continue;
-                double qx = (double)fi / ((double)ny * g->scan_step_A[0]);
-                double qy = (double)fj / ((double)nx * g->scan_step_A[1]);
-                if (qx * qx + qy * qy >= qmax * qmax)
-                    continue;
-                n++;
-            }
+            for (size_t j = 0; j < nxh; j++)
+                n += (size_t)parallax_bin_eligible(i, j, ny, nx, g, qmax * qmax);
     }
     return n < want ? n : want;
 }
