@@ -229,6 +229,29 @@ static double corr(const double *a, const double *b, size_t n)
  * the dark-field image (everything outside the BF disk), from the counts. */
 #include <complex.h>
 #include <fftw3.h>
+/* The band objective's explained fraction (fit/power, SPEC 5.6, the fit's automatic band, all BF
+ * pixels) at aberrations ab and rotation rot_deg: the truth's against the fit's tells a search
+ * that missed the objective's minimum (truth higher) from an objective whose minimum is not the
+ * truth (fit higher). NaN on error. */
+static double explained(const ssb4d_G *G, const ssb4d_geometry *g0, int scan_n, double rot_deg,
+                        const ssb4d_aberrations *ab)
+{
+    ssb4d_geometry g = *g0;
+    g.rotation_deg = rot_deg;
+    ssb4d_band_opts o;
+    ssb4d_band_opts_default(&o);
+    double fov = scan_n * fmin(g.scan_step_A[0], g.scan_step_A[1]);
+    o.band_lo_inv_A = 1.5 / fov;
+    o.band_hi_inv_A = 2.0 * g.semiangle_mrad * 1e-3 / ssb4d_wavelength_A(g.kv);
+    o.threads = 1;
+    double power = 0, fit = 0;
+    ssb4d_err err;
+    if (ssb4d_band_power(G, &g, &o, NULL, &power, &err) || ssb4d_band_fit(G, &g, ab, NULL, 1, &o, NULL, &fit, &err) ||
+        !(power > 0))
+        return NAN;
+    return fit / power;
+}
+
 /* The integrated centre of mass (iCoM, thin object: φ ⋆ |probe|²) at rotation g: the CoM vectors
  * taken into the scan frame, integrated by FFT (periodic scan). */
 static void icom(const uint16_t *counts, size_t n, size_t det, const ssb4d_geometry *g, float *out)
@@ -484,7 +507,7 @@ int main(int argc, char **argv)
             return 1;
         }
         double t3 = now();
-        double bstat[4];
+        double bstat[4], expl[2], loss_truth = NAN;
         {
             ssb4d_geometry gt = cal.geom;
             gt.rotation_deg = c.rotation_deg;
@@ -492,7 +515,14 @@ int main(int argc, char **argv)
             at.C_nm[SSB4D_C10] = c.c10_mean_plane;
             at.phi_deg[SSB4D_C12] = c.sp.ab.phi_deg[SSB4D_C12] + c.rotation_deg; /* scan frame */
             branch_stats(counts, np, dd, &cal, G, &gt, &at, bstat);
+            expl[0] = explained(G, &cal.geom, c.sp.scan_n, c.rotation_deg, &at);
+            ssb4d_ssb_opts so;
+            ssb4d_ssb_opts_default(&so);
+            so.threads = threads;
+            if (ssb4d_loss(G, &gt, &at, NULL, &so, NULL, &loss_truth, NULL, &err))
+                loss_truth = NAN;
         }
+        expl[1] = explained(G, &cal.geom, c.sp.scan_n, r.geom.rotation_deg, &r.ab);
         double tol10 = c.thickness_nm > 10.0 ? 2.0 : 0.2;
         double c12 = c.sp.ab.C_nm[SSB4D_C12];
         double d10 = r.ab.C_nm[SSB4D_C10] - c.c10_mean_plane;
@@ -550,7 +580,7 @@ int main(int argc, char **argv)
                "\"calibration_rotation_deg\":%.3f,\"calibration_rotation_sigma_deg\":%.3f,"
                "\"dC10\":%.4f,\"dC12\":%.4f,\"dphi12\":%.3f,\"drotation\":%.3f,\"ok\":%s,\"ok_depth\":%s,\"branch_ok\":%s,"
                "\"tilt_fit_mrad\":[%.3f,%.3f],\"thickness_fit_nm\":%.3f,\"tilt_ok\":%d,"
-               "\"truth_branch\":{\"skewness\":%.3f,\"corr_negbf\":%.4f,\"corr_df\":%.4f,\"icom_skewness\":%.3f},\"evaluations\":%zu,\"simulate_s\":%.2f,\"calibrate_gbuild_s\":%.2f,\"fit_s\":%.2f,\"tilt_s\":%.2f}\n",
+               "\"explained\":{\"truth\":%.6f,\"fit\":%.6f},\"loss_truth\":%.9g,\"truth_branch\":{\"skewness\":%.3f,\"corr_negbf\":%.4f,\"corr_df\":%.4f,\"icom_skewness\":%.3f},\"evaluations\":%zu,\"simulate_s\":%.2f,\"calibrate_gbuild_s\":%.2f,\"fit_s\":%.2f,\"tilt_s\":%.2f}\n",
                i, c.sp.specimen == SSB4D_SPECIMEN_AU ? "Au" : "SrTiO3", c.sp.kv, c.sp.semiangle_mrad, c.sp.scan_n,
                c.sp.scan_cells, info.scan_step_A, c.sp.det, info.bf_radius_px, info.window_A,
                2.0 * c.sp.semiangle_mrad * 1e-3 * 10.0 * (fabs(c.sp.ab.C_nm[SSB4D_C10]) + c.sp.ab.C_nm[SSB4D_C12]) + 4.0, c.sp.dose, c.thickness_nm,
@@ -560,7 +590,7 @@ int main(int argc, char **argv)
                r.rotation_source, r.branch_flipped, r.loss, r.confident, r.skewness, r.loss_contrast, r.parallax.C10_nm, r.parallax.C12_nm,
                r.parallax.phi12_deg, r.parallax.rotation_deg, r.parallax.sigma[0], r.parallax.sigma[1],
                r.parallax.sigma[2], r.parallax.sigma[3], cal.rotation_curl_deg, cal.rotation_sigma_deg, d10, d12,
-               dphi, drot, ok ? "true" : "false", ok_depth ? "true" : "false", fabs(drot) < 90.0 ? "true" : "false", tilt_fit[0], tilt_fit[1], t_fit, tilt_ok, bstat[0], bstat[1], bstat[2], bstat[3], r.evaluations,
+               dphi, drot, ok ? "true" : "false", ok_depth ? "true" : "false", fabs(drot) < 90.0 ? "true" : "false", tilt_fit[0], tilt_fit[1], t_fit, tilt_ok, expl[0], expl[1], loss_truth, bstat[0], bstat[1], bstat[2], bstat[3], r.evaluations,
                t1 - t0, t2 - t1, t3 - t2, t4 - t3);
         json_line(line);
         ssb4d_fit_result_free(&r);

@@ -76,6 +76,15 @@ def main():
         e = sorted(abs(r["dC10"]) for r in thin if r["branch_ok"])
         if e:
             print(f"thin cases on the right branch: median |dC10| {e[len(e) // 2]:.3f} nm, max {e[-1]:.3f} nm")
+    ex = [r for r in rows if "explained" in r and not r["ok"]]
+    if ex:
+        br = sum(not r["branch_ok"] for r in ex)
+        rest = [r for r in ex if r["branch_ok"]]
+        obj = sum(r["explained"]["fit"] is not None and r["explained"]["truth"] is not None
+                  and r["explained"]["fit"] >= r["explained"]["truth"] for r in rest)
+        print(f"misses: {len(ex)}; wrong branch {br}; of the other {len(rest)}, the band objective "
+              f"better at the fit than at the truth on {obj} (the objective's minimum is not the truth), "
+              f"worse on {len(rest) - obj} (the search missed it)")
     secs = sum(r["simulate_s"] + r["calibrate_gbuild_s"] + r["fit_s"] + r["tilt_s"] for r in rows)
     fit = sorted(r["fit_s"] for r in rows)
     if fit:
