@@ -36,7 +36,9 @@ typedef enum {
     SSB4D_EIO = 3,       /* file could not be read or written */
     SSB4D_EFORMAT = 4,   /* file is malformed, wrong dtype or wrong shape */
     SSB4D_ENOTFOUND = 5, /* something expected in the data was not found (e.g. the BF disk) */
-    SSB4D_EINTERNAL = 6
+    SSB4D_EINTERNAL = 6,
+    SSB4D_ECANCELLED = 7 /* the caller cancelled the call (progress callback or ssb4d_session_cancel);
+                            what the call was making is dropped, everything else is as before */
 } ssb4d_status;
 
 /* One error line; functions fill it on failure. */
@@ -94,6 +96,23 @@ size_t ssb4d_mem_stage_count(const ssb4d_mem *m);
 const ssb4d_stage_record *ssb4d_mem_stage(const ssb4d_mem *m, size_t i);
 /* Prints the stage table ("peak during / after", tracked, cache, footprint) to f. */
 void ssb4d_mem_report_print(const ssb4d_mem *m, FILE *f);
+/*
+ * Progress and cancel. The memory context is the one object every stage receives, so it also
+ * carries the call's progress callback and its cancel flag. Long loops poll it (every BF plane,
+ * block of frames or batch of candidates); the callback is called from whichever thread polls,
+ * never by two threads at once, at most every 20 ms, with the stage's name and the work done so
+ * far (0..1, an estimate). Returning non-zero cancels: the stage stops at its next poll and
+ * returns SSB4D_ECANCELLED. ssb4d_mem_cancel may be called from any thread.
+ */
+typedef int (*ssb4d_progress_fn)(void *user, const char *stage, double fraction);
+void ssb4d_mem_set_progress(ssb4d_mem *m, ssb4d_progress_fn fn, void *user);
+void ssb4d_mem_cancel(ssb4d_mem *m);
+void ssb4d_mem_cancel_clear(ssb4d_mem *m);
+int ssb4d_mem_cancelled(const ssb4d_mem *m);
+/* Returns 1 when the call is cancelled (calling the callback first when it is due). 0 for NULL. */
+int ssb4d_mem_poll(ssb4d_mem *m);
+/* Records the work done (0..1) and polls. */
+int ssb4d_mem_progress(ssb4d_mem *m, double fraction);
 /* Current and peak process footprint from /proc/self/status (bytes; 0 if unavailable). */
 size_t ssb4d_rss_now(void);
 size_t ssb4d_rss_peak(void);
@@ -612,6 +631,145 @@ typedef struct {
 ssb4d_status ssb4d_session_run(const char *data_path, const ssb4d_session_params *p,
                                const ssb4d_session_script *s, ssb4d_session_report *r,
                                ssb4d_err *err);
+
+/* ------------------------------------------------------------------------------------------ */
+/* The session handle (src/session/handle.c): one live acquisition that a viewer, a script or a */
+/* GPU backend steers                                                                           */
+/*
+ * open → calibrate → fit (→ tilt fit) → previews, the object, region refits → save → close.
+ * The handle owns the data source, the memory context (the budget), the calibration, G (built on
+ * first need, held as the memory plan decides: resident, or its outer BF pixels streamed) and
+ * the current parameters (aberrations, thick model, geometry with its rotation), which a fit, an
+ * apply or a set call changes and every preview and save uses. Each call is one stage in the
+ * memory report (ssb4d_session_mem: ssb4d_mem_stage / ssb4d_mem_report_print).
+ *
+ * Thread safety: a handle is used by one thread at a time; ssb4d_session_cancel may be called
+ * from any thread at any time (it is what a viewer's "newer request" does). Handles are
+ * independent of each other. Results are the same bits as the stage functions called directly,
+ * whatever the thread count.
+ *
+ * Cancel: the progress callback (opts.progress) is called at least every ~50 ms of work with the
+ * stage's name and the fraction done; returning non-zero, or ssb4d_session_cancel, ends the
+ * running call with SSB4D_ECANCELLED within about 50 ms of work. The session stays usable: what
+ * the call was making is dropped and the current parameters are those before the call.
+ */
+typedef struct ssb4d_session ssb4d_session;
+
+/* Where the heavy passes run. AUTO: the best available (the CPU in this build). */
+typedef enum { SSB4D_BACKEND_AUTO = 0, SSB4D_BACKEND_CPU = 1, SSB4D_BACKEND_CUDA = 2 } ssb4d_backend_kind;
+
+typedef struct {
+    /* The microscope: kv, semiangle_mrad, scan_step_A are required (> 0); det_sampling_mrad,
+     * rotation_deg (NaN: measured), centre_px, bf_radius_px as ssb4d_calib_params says. A
+     * rotation given here is held by every fit (rotation_given). calib.mem/threads are ignored. */
+    ssb4d_calib_params calib;
+    size_t memory_bytes;            /* the budget; 0: available RAM */
+    int threads;                    /* 0: all cores */
+    ssb4d_backend_kind backend;
+    ssb4d_progress_fn progress;     /* may be NULL */
+    void *progress_user;
+} ssb4d_session_opts;
+
+void ssb4d_session_opts_default(ssb4d_session_opts *o);
+
+/* Opens DATA (.qem or .npy; the .qem's mapping counts under the budget). Nothing is read yet. */
+ssb4d_status ssb4d_session_open(const char *path, const ssb4d_session_opts *o, ssb4d_session **out,
+                                ssb4d_err *err);
+/* Opens a caller-owned 4-D array (scan rows, scan cols, det rows, det cols), used without a copy:
+ * it must stay alive and unchanged until ssb4d_session_close. */
+ssb4d_status ssb4d_session_open_memory(const void *data, ssb4d_dtype dtype, const size_t shape[4],
+                                       const ssb4d_session_opts *o, ssb4d_session **out, ssb4d_err *err);
+/* Frees everything the session holds. NULL is allowed. */
+void ssb4d_session_close(ssb4d_session *s);
+/* Thread-safe: ends the running (or the next) call with SSB4D_ECANCELLED. */
+void ssb4d_session_cancel(ssb4d_session *s);
+
+/* Finds the BF disk, detector sampling, hot pixels and (unless given) the rotation, and plans
+ * memory for the session (SPEC §4, §9). A budget too small for the session is SSB4D_ENOMEM with
+ * the planner's reason. Called by the other calls when needed. */
+ssb4d_status ssb4d_session_calibrate(ssb4d_session *s, ssb4d_err *err);
+const ssb4d_calibration *ssb4d_session_calibration(const ssb4d_session *s); /* NULL before */
+const ssb4d_plan *ssb4d_session_plan(const ssb4d_session *s);                /* NULL before */
+/* The acquisition's shape (scan rows, scan cols, det rows, det cols). */
+void ssb4d_session_shape(const ssb4d_session *s, size_t shape[4]);
+
+/* The standard fit (ssb4d_fit) of the whole field; p NULL: defaults. The session's threads, the
+ * rotation (given or measured) and progress are filled in. On success the session's parameters
+ * become the fit's (aberrations, geometry with its rotation; thick model reset to thin). r is
+ * freed by ssb4d_fit_result_free. */
+ssb4d_status ssb4d_session_fit(ssb4d_session *s, const ssb4d_fit_params *p, ssb4d_fit_result *r,
+                               ssb4d_err *err);
+
+/* The thick-sample (tilt) fit, SPEC §6.2, from the last standard fit (its box, locks, seed and
+ * batch; run ssb4d_session_fit first). On success the session's parameters become its result. */
+typedef struct {
+    double C10_nm, C12_nm, phi12_deg; /* at mid-depth, φ12 in the scan frame */
+    ssb4d_thick thick;                /* tilt (scan frame) and thickness */
+    double gain;                      /* band objective against the thin baseline (>= 1) */
+    int thin_kept;                    /* no thick point beat the thin baseline */
+    size_t evaluations;
+    char trace_sha256[65];
+} ssb4d_tilt_result;
+ssb4d_status ssb4d_session_fit_tilt(ssb4d_session *s, ssb4d_tilt_result *r, ssb4d_err *err);
+
+/* The current parameters (any may be NULL). */
+void ssb4d_session_get(const ssb4d_session *s, ssb4d_aberrations *ab, ssb4d_thick *thick, ssb4d_geometry *g);
+/* Sets the current aberrations and thick model (thick NULL: thin). */
+void ssb4d_session_set(ssb4d_session *s, const ssb4d_aberrations *ab, const ssb4d_thick *thick);
+/* Holds the scan–detector rotation at deg (later fits keep it, as if given). Calibrates first. */
+ssb4d_status ssb4d_session_set_rotation(ssb4d_session *s, double deg, ssb4d_err *err);
+/* Makes a fit's result (of the whole field or of a region) the current parameters: its
+ * aberrations and geometry, for the whole field. */
+void ssb4d_session_apply(ssb4d_session *s, const ssb4d_fit_result *r);
+
+/* One preview: what a viewer draws while a slider moves, and on release. */
+typedef enum {
+    SSB4D_ESTIMATE_OBJECT = 0,     /* arg of the mean corrected spectrum (SPEC §5.5, the image) */
+    SSB4D_ESTIMATE_MEAN_PHASE = 1  /* mean of the BF pixels' phases (what the loss measures) */
+} ssb4d_estimator;
+typedef struct {
+    const ssb4d_aberrations *ab;  /* NULL: the current ones (higher orders included) */
+    const ssb4d_thick *thick;     /* NULL: the current ones */
+    double rotation_deg;          /* NaN: the current rotation */
+    int upsample;                 /* 1, 2, 3, 4 or 8; 0: ssb4d_upsample_auto */
+    size_t subset;                /* 0: all BF pixels; n: every ⌊N_bf/n⌋-th (a drag preview) */
+    ssb4d_estimator estimator;
+    int want_loss;                /* also the exact loss (SPEC 5.4) over the same BF pixels,
+                                     native sampling */
+} ssb4d_preview_req;
+void ssb4d_preview_req_default(ssb4d_preview_req *q);
+/* The phase image's shape for an upsampling (0: auto), after calibration. */
+ssb4d_status ssb4d_session_image_shape(ssb4d_session *s, int upsample, size_t *ny, size_t *nx, ssb4d_err *err);
+/* phase: room for the image_shape floats; loss (want_loss) may be NULL otherwise. */
+ssb4d_status ssb4d_session_preview(ssb4d_session *s, const ssb4d_preview_req *q, float *phase, double *loss,
+                                   ssb4d_err *err);
+/* The complex object (image_shape complex64 as float pairs) and/or its phase, at the current
+ * parameters; exactly what `ssb4d fit` writes as object.npy and phase.tiff. */
+ssb4d_status ssb4d_session_object(ssb4d_session *s, int upsample, float *object, float *phase, ssb4d_err *err);
+
+/* Refits scan rows [r0, r1) x cols [c0, c1) (at least 32x32) with the full field's calibration;
+ * p NULL: the last fit's parameters (or the defaults). The session's parameters are unchanged
+ * (ssb4d_session_apply makes them current). */
+ssb4d_status ssb4d_session_fit_region(ssb4d_session *s, const size_t rect[4], const ssb4d_fit_params *p,
+                                      ssb4d_fit_result *r, ssb4d_err *err);
+/* A grid of rows x cols equal regions (the last row and column take the remainder), each refit
+ * as above: results[rows*cols] (row-major; free each with ssb4d_fit_result_free) and rects
+ * (may be NULL) their rectangles. The aberration map is results[i].ab over rects[i]. */
+ssb4d_status ssb4d_session_fit_regions(ssb4d_session *s, size_t rows, size_t cols, const ssb4d_fit_params *p,
+                                       ssb4d_fit_result *results, size_t (*rects)[4], ssb4d_err *err);
+
+/* Writes the calibration and the current parameters as a calibration file (docs/calibration-
+ * file.md) that `ssb4d reconstruct --calibration` reads; refuses an existing path unless force.
+ * The file appears atomically. */
+ssb4d_status ssb4d_session_save_calibration(ssb4d_session *s, const char *path, int force, ssb4d_err *err);
+/* Reads a calibration file: its microscope, geometry, rotation (held as given) and aberrations
+ * become the session's; the session is recalibrated with them on its next call. */
+ssb4d_status ssb4d_session_load_calibration(ssb4d_session *s, const char *path, ssb4d_err *err);
+
+/* The memory context: limit, peak and the per-stage table (ssb4d_mem_stage_count, ...). */
+const ssb4d_mem *ssb4d_session_mem(const ssb4d_session *s);
+/* The backend in use ("cpu"). */
+const char *ssb4d_session_backend(const ssb4d_session *s);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Simulator (src/sim/) — section owned by the simulator; see docs/simulate.md                   */

@@ -487,6 +487,10 @@ ssb4d_status ssb4d_calibrate(ssb4d_source *src, const ssb4d_calib_params *p,
     }
     for (size_t p0 = 0; p0 < npos; p0 += block) {
         size_t n = npos - p0 < block ? npos - p0 : block;
+        if (ssb4d_mem_progress(p->mem, 0.9 * (double)p0 / (double)npos)) {
+            st = ssb4d_fail(err, SSB4D_ECANCELLED, "cancelled");
+            goto done;
+        }
         st = ssb4d_source_read_frames(src, p0, n, buf, err);
         if (st)
             goto done;

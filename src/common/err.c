@@ -34,6 +34,7 @@ const char *ssb4d_status_name(ssb4d_status s)
     case SSB4D_EFORMAT: return "bad format";
     case SSB4D_ENOTFOUND: return "not found";
     case SSB4D_EINTERNAL: return "internal error";
+    case SSB4D_ECANCELLED: return "cancelled";
     }
     return "unknown";
 }

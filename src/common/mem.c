@@ -9,6 +9,7 @@
 
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -40,7 +41,17 @@ struct ssb4d_mem {
     ssb4d_stage_record cur;
     ssb4d_stage_record stages[MAX_STAGES];
     size_t n_stages;
+    /* The call's progress and cancel (ssb4d_mem_set_progress): any thread may poll; one calls
+     * the callback at a time (cb_lock, tried, never waited on), at most every POLL_NS. */
+    atomic_int cancelled;
+    ssb4d_progress_fn progress;
+    void *progress_user;
+    pthread_mutex_t cb_lock;
+    _Atomic long long last_call_ns;
+    _Atomic double fraction;
 };
+
+#define POLL_NS 20000000LL /* 20 ms: the callback runs often enough to cancel within ~50 ms */
 
 static void note_peak(ssb4d_mem *m)
 {
@@ -57,6 +68,7 @@ ssb4d_mem *ssb4d_mem_create(size_t limit_bytes)
     if (!m)
         return NULL;
     pthread_mutex_init(&m->lock, NULL);
+    pthread_mutex_init(&m->cb_lock, NULL);
     m->limit = limit_bytes;
     return m;
 }
@@ -86,6 +98,7 @@ void ssb4d_mem_destroy(ssb4d_mem *m)
         return;
     ssb4d_mem_trim(m);
     pthread_mutex_destroy(&m->lock);
+    pthread_mutex_destroy(&m->cb_lock);
     free(m);
 }
 
@@ -320,4 +333,77 @@ void ssb4d_mem_report_print(const ssb4d_mem *m, FILE *f)
             tr_max = s->peak_bytes;
     }
     fprintf(f, "  %-28s %8.3f (footprint %.3f)\n", "session peak", tr_max / G, rss_max / G);
+}
+
+/* ---- progress and cancel ---------------------------------------------------------------------- */
+
+static long long now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+
+void ssb4d_mem_set_progress(ssb4d_mem *m, ssb4d_progress_fn fn, void *user)
+{
+    if (!m)
+        return;
+    pthread_mutex_lock(&m->cb_lock);
+    m->progress = fn;
+    m->progress_user = user;
+    atomic_store(&m->fraction, 0.0);
+    atomic_store(&m->last_call_ns, 0);
+    pthread_mutex_unlock(&m->cb_lock);
+}
+
+void ssb4d_mem_cancel(ssb4d_mem *m)
+{
+    if (m)
+        atomic_store(&m->cancelled, 1);
+}
+
+void ssb4d_mem_cancel_clear(ssb4d_mem *m)
+{
+    if (m)
+        atomic_store(&m->cancelled, 0);
+}
+
+int ssb4d_mem_cancelled(const ssb4d_mem *m)
+{
+    return m && atomic_load(&((ssb4d_mem *)m)->cancelled);
+}
+
+/* Calls the callback when it is due (or force) and this thread gets the lock. */
+static void call_progress(ssb4d_mem *m, int force)
+{
+    if (!m->progress)
+        return;
+    long long t = now_ns();
+    if (!force && t - atomic_load(&m->last_call_ns) < POLL_NS)
+        return;
+    if (pthread_mutex_trylock(&m->cb_lock))
+        return; /* another thread is in the callback: it answers for this moment too */
+    atomic_store(&m->last_call_ns, t);
+    const char *stage = m->in_stage ? m->cur.name : "";
+    if (m->progress && m->progress(m->progress_user, stage, atomic_load(&m->fraction)))
+        atomic_store(&m->cancelled, 1);
+    pthread_mutex_unlock(&m->cb_lock);
+}
+
+int ssb4d_mem_poll(ssb4d_mem *m)
+{
+    if (!m)
+        return 0;
+    if (atomic_load(&m->cancelled))
+        return 1;
+    call_progress(m, 0);
+    return atomic_load(&m->cancelled);
+}
+
+int ssb4d_mem_progress(ssb4d_mem *m, double fraction)
+{
+    if (!m)
+        return 0;
+    atomic_store(&m->fraction, fraction < 0 ? 0.0 : fraction > 1 ? 1.0 : fraction);
+    return ssb4d_mem_poll(m);
 }

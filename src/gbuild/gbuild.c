@@ -146,6 +146,10 @@ static ssb4d_status build_planes(const ssb4d_G *G, ssb4d_source *src, const size
 
     size_t n_blocks = (ny + rows_per_block - 1) / rows_per_block;
     for (size_t b = 0; b < n_blocks && !st; b++) {
+        if (ssb4d_mem_progress(mem, prog0 + prog_span * (double)b / ((double)n_blocks + 1.0))) {
+            st = ssb4d_fail(err, SSB4D_ECANCELLED, "cancelled");
+            break;
+        }
         size_t row0 = b * rows_per_block;
         size_t nrows = (row0 + rows_per_block <= ny) ? rows_per_block : ny - row0;
         st = ssb4d_source_read_columns_mt(src, pix, n, row0, nrows, block, nt, err);
@@ -167,8 +171,8 @@ static ssb4d_status build_planes(const ssb4d_G *G, ssb4d_source *src, const size
             if (totals)
                 totals[idx[i]] += sum;
             fftwf_complex *plane = dest[i];
-            if (!plane)
-                continue;
+            if (!plane || ssb4d_mem_poll(mem))
+                continue; /* cancelled: checked after the block */
             int t = omp_get_thread_num();
             float *in = (float *)(scratch + (size_t)t * scratch_stride);
             fftwf_complex *o2 = (fftwf_complex *)(scratch + (size_t)t * scratch_stride + in_bytes);
@@ -180,6 +184,8 @@ static ssb4d_status build_planes(const ssb4d_G *G, ssb4d_source *src, const size
         }
         if (bad)
             st = ssb4d_fail(err, SSB4D_EFORMAT, "the data holds negative or non-finite values");
+        else if (ssb4d_mem_cancelled(mem))
+            st = ssb4d_fail(err, SSB4D_ECANCELLED, "cancelled");
         if (o && o->progress)
             o->progress(o->progress_user, prog0 + prog_span * (double)(b + 1) / ((double)n_blocks + 1.0));
     }

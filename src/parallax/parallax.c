@@ -212,6 +212,10 @@ static ssb4d_status extract(const ssb4d_G *G, int nt, px *p, ssb4d_mem *mem, ssb
     ssb4d_status st = G_group_init(G, mem, &gr, err);
     for (size_t g0 = 0; !st && g0 < G->n_bf; g0 += gr.cap) {
         size_t g1 = g0 + gr.cap < G->n_bf ? g0 + gr.cap : G->n_bf;
+        if (ssb4d_mem_poll(mem)) {
+            st = ssb4d_fail(err, SSB4D_ECANCELLED, "cancelled");
+            break;
+        }
         if ((st = G_group_load(G, g0, g1, &gr, err)))
             break;
 #pragma omp parallel for num_threads(nt) schedule(static)

@@ -503,6 +503,10 @@ ssb4d_status ssb4d_band_fit_rot(const ssb4d_G *G, const ssb4d_geometry *g, const
         st = ssb4d_fail(err, SSB4D_EINTERNAL, "G groups of %zu pixels split the blocks of %d", gr.cap, BLOCK);
     for (size_t g0 = 0; !st && g0 < G->n_bf; g0 += gr.cap) {
         size_t g1 = g0 + gr.cap < G->n_bf ? g0 + gr.cap : G->n_bf;
+        if (ssb4d_mem_progress(mem, (double)g0 / (double)G->n_bf)) {
+            st = ssb4d_fail(err, SSB4D_ECANCELLED, "cancelled");
+            break;
+        }
         if ((st = G_group_load(G, g0, g1, &gr, err)))
             break;
         size_t b0 = g0 / BLOCK, b1 = (g1 + BLOCK - 1) / BLOCK;
@@ -515,8 +519,8 @@ ssb4d_status ssb4d_band_fit_rot(const ssb4d_G *G, const ssb4d_geometry *g, const
                 size_t end = (blk + 1) * BLOCK < g1 ? (blk + 1) * BLOCK : g1;
                 for (size_t ib = blk * BLOCK; ib < end; ib++) {
                     const cfloat *plane = (const cfloat *)gr.planes[ib - g0];
-                    if (!plane)
-                        continue; /* unstored: γ contributes nothing */
+                    if (!plane || ssb4d_mem_poll(mem))
+                        continue; /* unstored: γ contributes nothing; cancelled: dropped below */
                     const double T = (double)G->totals[ib]; /* Poisson: E|noise of G(q,k)|² */
                     /* The plane is read once for the whole batch; its (q,k) geometry is made
                      * once per distinct rotation and serves that rotation's sets. */
@@ -542,6 +546,8 @@ ssb4d_status ssb4d_band_fit_rot(const ssb4d_G *G, const ssb4d_geometry *g, const
             }
         }
     }
+    if (!st && ssb4d_mem_cancelled(mem))
+        st = ssb4d_fail(err, SSB4D_ECANCELLED, "cancelled");
     if (have_group)
         G_group_free(&gr);
     if (!st)

@@ -135,7 +135,7 @@ static void tiled_flush(tiled *t, size_t n, size_t npix, double **total, double 
 
 static ssb4d_status tiled_pass(const ssb4d_G *G, const ssb_ctx *c, size_t n, cfloat **Eq, thread_scratch *ts,
                                int nt, int real, fftwf_plan plan, size_t ncols, const G_group *gr, size_t g0,
-                               size_t g1, tiled *t, double **total, double *S2)
+                               size_t g1, tiled *t, double **total, double *S2, ssb4d_mem *mem)
 {
     size_t npix = c[0].nyf * c[0].nxf;
     for (size_t t0 = g0; t0 < g1; t0 += t->tile) {
@@ -144,7 +144,7 @@ static ssb4d_status tiled_pass(const ssb4d_G *G, const ssb_ctx *c, size_t n, cfl
         for (size_t k = 0; k < m; k++) {
             size_t ib = t0 + k / n, j = k % n;
             const cfloat *plane = (const cfloat *)gr->planes[ib - g0];
-            t->valid[k] = plane && c[j].Ak[ib] != 0.0;
+            t->valid[k] = plane && c[j].Ak[ib] != 0.0 && !ssb4d_mem_poll(mem);
             if (!t->valid[k])
                 continue;
             float *dst = t->planes + k * t->slot;
@@ -299,11 +299,15 @@ static ssb4d_status phase_stack(const ssb4d_G *G, const ssb4d_geometry *g,
     }
     for (size_t g0 = 0; !st && g0 < G->n_bf; g0 += gr.cap) {
         size_t g1 = g0 + gr.cap < G->n_bf ? g0 + gr.cap : G->n_bf;
+        if (ssb4d_mem_progress(mem, (double)g0 / (double)G->n_bf)) {
+            st = ssb4d_fail(err, SSB4D_ECANCELLED, "cancelled");
+            break;
+        }
         st = G_group_load(G, g0, g1, &gr, err);
         if (st)
             break;
         if (tiles) {
-            st = tiled_pass(G, c, n, Eq, ts, nt, real, plan, ncols, &gr, g0, g1, &tl, total, S2);
+            st = tiled_pass(G, c, n, Eq, ts, nt, real, plan, ncols, &gr, g0, g1, &tl, total, S2, mem);
             continue;
         }
         size_t b0 = g0 / BLOCK, b1 = (g1 + BLOCK - 1) / BLOCK;
@@ -317,8 +321,9 @@ static ssb4d_status phase_stack(const ssb4d_G *G, const ssb4d_geometry *g,
                 size_t end = (b + 1) * BLOCK < g1 ? (b + 1) * BLOCK : g1;
                 for (size_t ib = b * BLOCK; ib < end; ib++) {
                     const cfloat *plane = (const cfloat *)gr.planes[ib - g0];
-                    if (!plane)
-                        continue; /* φ_k ≡ 0: contributes nothing, still counts in N_bf */
+                    if (!plane || ssb4d_mem_poll(mem))
+                        continue; /* φ_k ≡ 0: contributes nothing, still counts in N_bf;
+                                     cancelled: the sums are dropped below */
                     for (size_t j = 0; j < n; j++) {
                         const ssb_ctx *cj = &c[j];
                         if (cj->Ak[ib] == 0.0)
@@ -343,6 +348,8 @@ static ssb4d_status phase_stack(const ssb4d_G *G, const ssb4d_geometry *g,
             }
         }
     }
+    if (!st && ssb4d_mem_cancelled(mem)) /* planes were skipped: the sums are incomplete */
+        st = ssb4d_fail(err, SSB4D_ECANCELLED, "cancelled");
     if (have_group)
         G_group_free(&gr);
     if (!st && tiles && tl.next_block - BLOCK < G->n_bf)

@@ -58,6 +58,10 @@ ssb4d_status ssb4d_object(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d
     }
     for (size_t g0 = 0; !st && g0 < G->n_bf; g0 += gr.cap) {
         size_t g1 = g0 + gr.cap < G->n_bf ? g0 + gr.cap : G->n_bf;
+        if (ssb4d_mem_progress(mem, (double)g0 / (double)G->n_bf)) {
+            st = ssb4d_fail(err, SSB4D_ECANCELLED, "cancelled");
+            break;
+        }
         st = G_group_load(G, g0, g1, &gr, err);
         if (st)
             break;
@@ -69,6 +73,8 @@ ssb4d_status ssb4d_object(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d
 #pragma omp for schedule(dynamic, 1)
             for (size_t i = 0; i < nyf; i++) {
                 double complex *a = acc + i * ncols;
+                if (ssb4d_mem_poll(mem))
+                    continue; /* cancelled: the sum is dropped below */
                 if (c.fast)
                     for (size_t j = 0; j < ncols; j++)
                         eq[j] = ssb_eq(&c, i, j);
@@ -90,6 +96,8 @@ ssb4d_status ssb4d_object(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d
         }
     }
     G_group_free(&gr);
+    if (!st && ssb4d_mem_cancelled(mem))
+        st = ssb4d_fail(err, SSB4D_ECANCELLED, "cancelled");
     if (st) {
         ssb4d_mem_free(mem, scr, 0);
         ssb4d_mem_free(mem, acc, 0);

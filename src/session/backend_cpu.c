@@ -1,0 +1,45 @@
+/* backend_cpu.c — the CPU backend: the session's passes are the library's stage functions. */
+#include "common/err.h"
+#include "session/backend.h"
+
+static int always(void) { return 1; }
+
+static ssb4d_status cpu_tilt(const ssb4d_G *G, const ssb4d_geometry *g, const fit_tilt_params *p, ssb4d_mem *mem,
+                             fit_tilt_result *r, ssb4d_err *err)
+{
+    return fit_tilt(G, g, p, mem, r, NULL, err);
+}
+
+static ssb4d_status cpu_loss(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d_aberrations *ab,
+                             const ssb4d_thick *thick, const ssb4d_ssb_opts *o, ssb4d_mem *mem, double *loss,
+                             ssb4d_err *err)
+{
+    return ssb4d_loss(G, g, ab, thick, o, mem, loss, NULL, err);
+}
+
+static const session_backend cpu = {
+    .name = "cpu",
+    .available = always,
+    .gbuild = ssb4d_gbuild,
+    .G_free = ssb4d_G_free,
+    .fit = ssb4d_fit,
+    .fit_tilt = cpu_tilt,
+    .loss = cpu_loss,
+    .object = ssb4d_object,
+    .mean_phase = ssb4d_mean_phase_upsampled,
+};
+
+const session_backend *session_backend_cpu(void) { return &cpu; }
+
+ssb4d_status session_backend_select(ssb4d_backend_kind kind, const session_backend **out, ssb4d_err *err)
+{
+    switch (kind) {
+    case SSB4D_BACKEND_AUTO:
+    case SSB4D_BACKEND_CPU:
+        *out = &cpu;
+        return SSB4D_OK;
+    case SSB4D_BACKEND_CUDA:
+        return ssb4d_fail(err, SSB4D_EINVAL, "the CUDA backend is not in this build (use the CPU backend)");
+    }
+    return ssb4d_fail(err, SSB4D_EINVAL, "unknown backend %d", (int)kind);
+}

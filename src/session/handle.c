@@ -1,0 +1,650 @@
+/* handle.c — the session handle (include/ssb4d.h): one live acquisition that a viewer, Python
+ * or a script steers. It strings the stages together exactly as `ssb4d fit` does (calibrate,
+ * plan, G build, fit, object), so the same inputs give the same bits through either.
+ *
+ * Plan, then execute: the memory plan is made once, right after the calibration (the first point
+ * where the BF pixel count is known), and every G the session builds is held as it says. */
+#include "common/err.h"
+#include "gbuild/gbuild.h"
+#include "ingest/source.h"
+#include "io/calfile.h"
+#include "plan/plan.h"
+#include "session/backend.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+struct ssb4d_session {
+    ssb4d_session_opts o;
+    const session_backend *bk;
+    ssb4d_mem *mem;            /* the budget; also carries progress and cancel */
+    size_t budget;
+    ssb4d_source *src;
+    size_t shape[4];
+    size_t encoded;            /* a .qem's mapped bytes, counted in mem for the session's life */
+    ssb4d_calibration cal;
+    int have_cal;
+    ssb4d_plan plan;
+    ssb4d_G *G;                /* the whole field's float32 G (NULL: not built, or freed) */
+    /* The rotation the fits start from: given (held) or measured (its standard error). */
+    int rotation_given;
+    double rotation_deg, rotation_sigma_deg;
+    /* The current parameters, which previews, the object and saves use. */
+    ssb4d_geometry geom;
+    ssb4d_aberrations ab;
+    ssb4d_thick thick;
+    /* The last standard fit of the whole field (without its trace) and its parameters. */
+    int have_fit, have_tilt;
+    ssb4d_fit_result fit;
+    ssb4d_fit_params fp;
+    ssb4d_tilt_result tilt;
+};
+
+/* ---- open and close ---------------------------------------------------------------------------- */
+
+void ssb4d_session_opts_default(ssb4d_session_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    ssb4d_calib_params_default(&o->calib);
+    o->backend = SSB4D_BACKEND_AUTO;
+}
+
+static ssb4d_status check_opts(const ssb4d_session_opts *o, ssb4d_err *err)
+{
+    const ssb4d_calib_params *c = &o->calib;
+    if (!(c->kv >= 1.0 && c->kv <= 5000.0))
+        return ssb4d_fail(err, SSB4D_EINVAL, "the accelerating voltage must be 1..5000 kV (got %g)", c->kv);
+    if (!(c->semiangle_mrad > 0.0 && c->semiangle_mrad <= 1000.0))
+        return ssb4d_fail(err, SSB4D_EINVAL, "the probe semi-angle must be in (0, 1000] mrad (got %g)",
+                          c->semiangle_mrad);
+    for (int i = 0; i < 2; i++)
+        if (!(c->scan_step_A[i] > 0.0 && c->scan_step_A[i] < 1e6))
+            return ssb4d_fail(err, SSB4D_EINVAL, "the scan step must be a positive length in Å (got %g)",
+                              c->scan_step_A[i]);
+    if (!isnan(c->rotation_deg) && !(fabs(c->rotation_deg) <= 1e4))
+        return ssb4d_fail(err, SSB4D_EINVAL, "the rotation must be finite, |rotation| <= 10000 deg");
+    if (o->threads < 0)
+        return ssb4d_fail(err, SSB4D_EINVAL, "threads must be >= 0 (0: all cores)");
+    return SSB4D_OK;
+}
+
+/* The session around an opened source (taken over: closed on failure). */
+static ssb4d_status make(ssb4d_source *src, size_t encoded, const ssb4d_session_opts *o, ssb4d_session **out,
+                         ssb4d_err *err)
+{
+    ssb4d_session *s = calloc(1, sizeof *s);
+    if (!s) {
+        ssb4d_source_close(src);
+        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+    }
+    s->o = *o;
+    s->src = src;
+    s->budget = o->memory_bytes ? o->memory_bytes : ssb4d_mem_available();
+    ssb4d_status st = session_backend_select(o->backend, &s->bk, err);
+    if (!st && !(s->mem = ssb4d_mem_create(s->budget)))
+        st = ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+    if (!st && encoded) {
+        ssb4d_mem_stage_begin(s->mem, "load");
+        st = ssb4d_mem_external(s->mem, encoded, 1, "the encoded data", err);
+        ssb4d_mem_stage_end(s->mem);
+        if (!st)
+            s->encoded = encoded;
+    }
+    if (st) {
+        ssb4d_session_close(s);
+        return st;
+    }
+    ssb4d_mem_set_progress(s->mem, o->progress, o->progress_user);
+    ssb4d_source_shape(src, s->shape);
+    s->rotation_given = !isnan(o->calib.rotation_deg);
+    s->rotation_deg = o->calib.rotation_deg;
+    s->rotation_sigma_deg = NAN;
+    *out = s;
+    return SSB4D_OK;
+}
+
+ssb4d_status ssb4d_session_open(const char *path, const ssb4d_session_opts *o, ssb4d_session **out,
+                                ssb4d_err *err)
+{
+    *out = NULL;
+    if (!path || !o)
+        return ssb4d_fail(err, SSB4D_EINVAL, "session: missing path or options");
+    ssb4d_source *src = NULL;
+    ssb4d_status st = ssb4d_source_open(path, &src, err); /* a missing file first */
+    if (!st)
+        st = check_opts(o, err);
+    if (st) {
+        ssb4d_source_close(src);
+        return st;
+    }
+    /* A .qem's mapping stays resident (every pass decodes from it): it counts under the budget. */
+    struct stat sb;
+    size_t encoded = ssb4d_source_qem(src) && stat(path, &sb) == 0 ? (size_t)sb.st_size : 0;
+    return make(src, encoded, o, out, err);
+}
+
+ssb4d_status ssb4d_session_open_memory(const void *data, ssb4d_dtype dtype, const size_t shape[4],
+                                       const ssb4d_session_opts *o, ssb4d_session **out, ssb4d_err *err)
+{
+    *out = NULL;
+    if (!o)
+        return ssb4d_fail(err, SSB4D_EINVAL, "session: missing options");
+    ssb4d_status st = check_opts(o, err);
+    ssb4d_source *src = NULL;
+    if (!st)
+        st = ssb4d_source_from_memory(data, dtype, shape, &src, err);
+    return st ? st : make(src, 0, o, out, err);
+}
+
+static void drop_G(ssb4d_session *s)
+{
+    if (s->G) {
+        s->bk->G_free(s->G);
+        s->G = NULL;
+        ssb4d_mem_trim(s->mem);
+    }
+}
+
+static void drop_calibration(ssb4d_session *s)
+{
+    drop_G(s);
+    if (s->have_cal)
+        ssb4d_calibration_free(&s->cal);
+    s->have_cal = 0;
+}
+
+void ssb4d_session_close(ssb4d_session *s)
+{
+    if (!s)
+        return;
+    drop_calibration(s);
+    ssb4d_source_close(s->src);
+    if (s->encoded)
+        ssb4d_mem_external(s->mem, s->encoded, 0, NULL, NULL);
+    ssb4d_mem_destroy(s->mem);
+    free(s);
+}
+
+void ssb4d_session_cancel(ssb4d_session *s)
+{
+    if (s)
+        ssb4d_mem_cancel(s->mem);
+}
+
+void ssb4d_session_shape(const ssb4d_session *s, size_t shape[4]) { memcpy(shape, s->shape, 4 * sizeof *shape); }
+const ssb4d_mem *ssb4d_session_mem(const ssb4d_session *s) { return s->mem; }
+const char *ssb4d_session_backend(const ssb4d_session *s) { return s->bk->name; }
+
+/* ---- one call = one stage ---------------------------------------------------------------------- */
+
+/* Every call starts here: a cancel belongs to the call that was running when it came. */
+static void call_begin(ssb4d_session *s, const char *stage)
+{
+    ssb4d_mem_cancel_clear(s->mem);
+    ssb4d_mem_stage_begin(s->mem, stage);
+    ssb4d_mem_progress(s->mem, 0.0);
+}
+
+static void call_end(ssb4d_session *s) { ssb4d_mem_stage_end(s->mem); }
+
+/* The fit's and the G build's progress (0..1) goes into the call's progress. */
+static void on_fraction(void *user, double f) { ssb4d_mem_progress(user, f); }
+
+/* ---- calibration and plan ---------------------------------------------------------------------- */
+
+static ssb4d_status plan_session(ssb4d_session *s, ssb4d_err *err)
+{
+    ssb4d_fit_params fp;
+    ssb4d_fit_params_default(&fp);
+    fp.rotation_given = s->rotation_given;
+    ssb4d_plan_input in;
+    ssb4d_plan_input_default(&in);
+    plan_input_from_calibration(&in, &s->cal, s->shape, fp.fit_radius);
+    in.n_coarse_bf = fp.coarse_bf;
+    in.fit = &fp;
+    in.encoded_bytes = s->encoded;
+    in.rotation_fitted = isnan(s->o.calib.rotation_deg);
+    in.threads = s->o.threads;
+    in.upsample = ssb4d_upsample_auto(&s->cal.geom);
+    in.memory_bytes = s->budget;
+    in.preview = SSB4D_PREVIEW_FLOAT;
+    ssb4d_status st = ssb4d_plan_make(&in, &s->plan, err);
+    if (!st && !s->plan.fits)
+        st = ssb4d_fail(err, SSB4D_ENOMEM, "the session does not fit in the memory budget (%.2f GiB): %s",
+                        (double)s->budget / 1073741824.0, s->plan.reason);
+    return st;
+}
+
+ssb4d_status ssb4d_session_calibrate(ssb4d_session *s, ssb4d_err *err)
+{
+    if (s->have_cal)
+        return SSB4D_OK;
+    ssb4d_calib_params cp = s->o.calib;
+    size_t npos = s->shape[0] * s->shape[1];
+    cp.mem = s->mem;
+    cp.threads = s->o.threads;
+    cp.rotation_deg = s->rotation_deg;
+    cp.block_bytes = plan_calib_block(s->budget, s->encoded, s->shape[2] * s->shape[3], npos);
+    size_t need = s->encoded + cp.block_bytes + plan_calib_extra(npos, isnan(cp.rotation_deg));
+    if (s->budget && need > s->budget)
+        return ssb4d_fail(err, SSB4D_ENOMEM, "the session does not fit in the memory budget (%.2f GiB): "
+                                             "calibrating needs %.2f GiB (the encoded data and one block of frames)",
+                          (double)s->budget / 1073741824.0, (double)need / 1073741824.0);
+    call_begin(s, "calibrate");
+    ssb4d_status st = ssb4d_calibrate(s->src, &cp, &s->cal, err);
+    call_end(s);
+    if (st)
+        return st;
+    s->have_cal = 1;
+    if ((st = plan_session(s, err))) {
+        drop_calibration(s);
+        return st;
+    }
+    if (!s->rotation_given) {
+        s->rotation_deg = s->cal.geom.rotation_deg;
+        s->rotation_sigma_deg = s->cal.rotation_sigma_deg;
+    }
+    if (!s->have_fit)
+        s->geom = s->cal.geom;
+    return SSB4D_OK;
+}
+
+const ssb4d_calibration *ssb4d_session_calibration(const ssb4d_session *s) { return s->have_cal ? &s->cal : NULL; }
+const ssb4d_plan *ssb4d_session_plan(const ssb4d_session *s) { return s->have_cal ? &s->plan : NULL; }
+
+/* The geometry the fits start from: the calibration's, with the held or measured rotation. */
+static ssb4d_geometry fit_geometry(const ssb4d_session *s)
+{
+    ssb4d_geometry g = s->cal.geom;
+    g.rotation_deg = s->rotation_deg;
+    return g;
+}
+
+/* ---- G --------------------------------------------------------------------------------------- */
+
+/* G of src (the whole field, or a region's view) held as the plan says: `resident` bytes of
+ * float32 planes (the outer BF pixels streamed beyond them), g_bytes its full size. */
+static ssb4d_status build(ssb4d_session *s, ssb4d_source *src, size_t resident, size_t g_bytes, ssb4d_G **G,
+                          ssb4d_err *err)
+{
+    ssb4d_gbuild_opts go;
+    plan_gbuild_opts(&s->plan, 0, resident, g_bytes, s->o.threads, &go);
+    go.progress = on_fraction;
+    go.progress_user = s->mem;
+    call_begin(s, "G build");
+    ssb4d_status st = s->bk->gbuild(src, &s->cal.geom, s->cal.bf_pix, s->cal.n_bf, &go, s->mem, G, err);
+    call_end(s);
+    return st;
+}
+
+static ssb4d_status need_G(ssb4d_session *s, ssb4d_err *err)
+{
+    ssb4d_status st = ssb4d_session_calibrate(s, err);
+    if (!st && !s->G)
+        st = build(s, s->src, s->plan.fit_resident_bytes, s->plan.g_bytes, &s->G, err);
+    return st;
+}
+
+/* ---- fits -------------------------------------------------------------------------------------- */
+
+/* The fit's parameters: the caller's (or the defaults), with the session's threads, rotation and
+ * progress. */
+static void fit_params(const ssb4d_session *s, const ssb4d_fit_params *p, ssb4d_fit_params *fp)
+{
+    if (p)
+        *fp = *p;
+    else
+        ssb4d_fit_params_default(fp);
+    fp->threads = s->o.threads;
+    fp->rotation_given = s->rotation_given;
+    fp->rotation_sigma_deg = s->rotation_given ? NAN : s->rotation_sigma_deg;
+    fp->progress = on_fraction;
+    fp->progress_user = s->mem;
+}
+
+ssb4d_status ssb4d_session_fit(ssb4d_session *s, const ssb4d_fit_params *p, ssb4d_fit_result *r, ssb4d_err *err)
+{
+    memset(r, 0, sizeof *r);
+    ssb4d_status st = need_G(s, err);
+    if (st)
+        return st;
+    ssb4d_fit_params fp;
+    fit_params(s, p, &fp);
+    ssb4d_geometry g = fit_geometry(s);
+    call_begin(s, "fit");
+    st = s->bk->fit(s->G, &g, &fp, s->mem, r, err);
+    ssb4d_mem_trim(s->mem); /* the fit's tiles go back */
+    call_end(s);
+    if (st)
+        return st;
+    s->fit = *r;
+    s->fit.trials = NULL, s->fit.n_trials = 0; /* the caller owns the trace */
+    s->fp = fp;
+    s->have_fit = 1, s->have_tilt = 0;
+    s->ab = r->ab;
+    s->geom = r->geom;
+    memset(&s->thick, 0, sizeof s->thick);
+    return SSB4D_OK;
+}
+
+ssb4d_status ssb4d_session_fit_tilt(ssb4d_session *s, ssb4d_tilt_result *r, ssb4d_err *err)
+{
+    memset(r, 0, sizeof *r);
+    if (!s->have_fit)
+        return ssb4d_fail(err, SSB4D_EINVAL, "the tilt fit starts from a standard fit: run ssb4d_session_fit first");
+    ssb4d_status st = need_G(s, err);
+    if (st)
+        return st;
+    /* From the standard fit, as `ssb4d fit --tilt` does: its box, start, locks, seed, batch. */
+    fit_tilt_params tp;
+    fit_tilt_params_default(&tp);
+    memcpy(tp.thin.lo, s->fp.lo, sizeof tp.thin.lo);
+    memcpy(tp.thin.hi, s->fp.hi, sizeof tp.thin.hi);
+    tp.thin.start[FIT_C10] = s->fit.ab.C_nm[SSB4D_C10];
+    tp.thin.start[FIT_C12] = s->fit.ab.C_nm[SSB4D_C12];
+    tp.thin.start[FIT_PHI12] = s->fit.ab.phi_deg[SSB4D_C12];
+    memcpy(tp.thin.locked, s->fp.locked, sizeof tp.thin.locked);
+    tp.thin.seed = s->fp.seed;
+    tp.thin.batch = s->fp.batch;
+    tp.band.threads = s->o.threads;
+    fit_tilt_result tr;
+    call_begin(s, "tilt fit");
+    st = s->bk->fit_tilt(s->G, &s->fit.geom, &tp, s->mem, &tr, err);
+    call_end(s);
+    if (st)
+        return st;
+    r->C10_nm = tr.C10_nm, r->C12_nm = tr.C12_nm, r->phi12_deg = tr.phi12_deg;
+    r->thick = tr.thick;
+    r->gain = tr.gain;
+    r->thin_kept = tr.thin_kept;
+    r->evaluations = tr.evaluations;
+    memcpy(r->trace_sha256, tr.trace_sha256, sizeof r->trace_sha256);
+    s->tilt = *r;
+    s->have_tilt = 1;
+    s->ab = s->fit.ab;
+    s->ab.C_nm[SSB4D_C10] = tr.C10_nm;
+    s->ab.C_nm[SSB4D_C12] = tr.C12_nm;
+    s->ab.phi_deg[SSB4D_C12] = tr.phi12_deg;
+    s->thick = tr.thick;
+    s->geom = s->fit.geom;
+    return SSB4D_OK;
+}
+
+/* ---- current parameters ------------------------------------------------------------------------ */
+
+void ssb4d_session_get(const ssb4d_session *s, ssb4d_aberrations *ab, ssb4d_thick *thick, ssb4d_geometry *g)
+{
+    if (ab)
+        *ab = s->ab;
+    if (thick)
+        *thick = s->thick;
+    if (g)
+        *g = s->geom;
+}
+
+void ssb4d_session_set(ssb4d_session *s, const ssb4d_aberrations *ab, const ssb4d_thick *thick)
+{
+    if (ab)
+        s->ab = *ab;
+    if (thick)
+        s->thick = *thick;
+    else
+        memset(&s->thick, 0, sizeof s->thick);
+}
+
+ssb4d_status ssb4d_session_set_rotation(ssb4d_session *s, double deg, ssb4d_err *err)
+{
+    if (!(fabs(deg) <= 1e4))
+        return ssb4d_fail(err, SSB4D_EINVAL, "the rotation must be finite, |rotation| <= 10000 deg");
+    ssb4d_status st = ssb4d_session_calibrate(s, err);
+    if (st)
+        return st;
+    s->rotation_given = 1;
+    s->rotation_deg = deg;
+    s->rotation_sigma_deg = NAN;
+    s->geom.rotation_deg = deg;
+    return SSB4D_OK;
+}
+
+void ssb4d_session_apply(ssb4d_session *s, const ssb4d_fit_result *r)
+{
+    s->ab = r->ab;
+    s->geom = r->geom;
+    memset(&s->thick, 0, sizeof s->thick);
+}
+
+/* ---- previews and the object ------------------------------------------------------------------- */
+
+void ssb4d_preview_req_default(ssb4d_preview_req *q)
+{
+    memset(q, 0, sizeof *q);
+    q->rotation_deg = NAN;
+    q->upsample = 1;
+}
+
+static ssb4d_status check_upsample(int f, ssb4d_err *err)
+{
+    if (f != 0 && f != 1 && f != 2 && f != 3 && f != 4 && f != 8)
+        return ssb4d_fail(err, SSB4D_EINVAL, "upsampling must be 1, 2, 3, 4 or 8 (0: automatic), got %d", f);
+    return SSB4D_OK;
+}
+
+ssb4d_status ssb4d_session_image_shape(ssb4d_session *s, int upsample, size_t *ny, size_t *nx, ssb4d_err *err)
+{
+    ssb4d_status st = check_upsample(upsample, err);
+    if (!st)
+        st = ssb4d_session_calibrate(s, err);
+    if (st)
+        return st;
+    size_t f = (size_t)(upsample ? upsample : ssb4d_upsample_auto(&s->cal.geom));
+    *ny = f * s->shape[0], *nx = f * s->shape[1];
+    return SSB4D_OK;
+}
+
+ssb4d_status ssb4d_session_preview(ssb4d_session *s, const ssb4d_preview_req *q, float *phase, double *loss,
+                                   ssb4d_err *err)
+{
+    if (!q || !phase || (q->want_loss && !loss))
+        return ssb4d_fail(err, SSB4D_EINVAL, "preview: missing request or output");
+    ssb4d_status st = check_upsample(q->upsample, err);
+    if (!st && !isnan(q->rotation_deg) && !(fabs(q->rotation_deg) <= 1e4))
+        st = ssb4d_fail(err, SSB4D_EINVAL, "the rotation must be finite, |rotation| <= 10000 deg");
+    if (!st)
+        st = need_G(s, err);
+    if (st)
+        return st;
+    int f = q->upsample ? q->upsample : ssb4d_upsample_auto(&s->cal.geom);
+    ssb4d_geometry g = s->geom;
+    if (!isnan(q->rotation_deg))
+        g.rotation_deg = q->rotation_deg;
+    const ssb4d_aberrations *ab = q->ab ? q->ab : &s->ab;
+    const ssb4d_thick *thick = q->thick ? q->thick : &s->thick;
+    /* A drag preview reads every ⌊N/n⌋-th BF pixel: a view of G, no copy of its planes. */
+    const ssb4d_G *P = s->G;
+    ssb4d_G *sub = NULL;
+    size_t n_bf = ssb4d_G_n_bf(s->G);
+    call_begin(s, "preview");
+    if (q->subset && q->subset < n_bf) {
+        size_t step = n_bf / q->subset, n = (n_bf + step - 1) / step;
+        size_t *idx = malloc(n * sizeof *idx);
+        if (!idx)
+            st = ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+        for (size_t i = 0; idx && i < n; i++)
+            idx[i] = i * step;
+        if (!st)
+            st = ssb4d_G_subset(s->G, idx, n, &sub, err);
+        free(idx);
+        P = sub;
+    }
+    ssb4d_ssb_opts so;
+    ssb4d_ssb_opts_default(&so);
+    so.threads = s->o.threads;
+    if (!st)
+        st = q->estimator == SSB4D_ESTIMATE_MEAN_PHASE
+                 ? s->bk->mean_phase(P, &g, ab, thick, f, &so, s->mem, phase, err)
+                 : s->bk->object(P, &g, ab, thick, f, &so, s->mem, NULL, phase, err);
+    if (!st && q->want_loss)
+        st = s->bk->loss(P, &g, ab, thick, &so, s->mem, loss, err);
+    if (sub)
+        s->bk->G_free(sub);
+    call_end(s);
+    return st;
+}
+
+ssb4d_status ssb4d_session_object(ssb4d_session *s, int upsample, float *object, float *phase, ssb4d_err *err)
+{
+    ssb4d_status st = check_upsample(upsample, err);
+    if (!st)
+        st = need_G(s, err);
+    if (st)
+        return st;
+    int f = upsample ? upsample : ssb4d_upsample_auto(&s->cal.geom);
+    ssb4d_ssb_opts so;
+    ssb4d_ssb_opts_default(&so);
+    so.threads = s->o.threads;
+    call_begin(s, "object");
+    st = s->bk->object(s->G, &s->geom, &s->ab, &s->thick, f, &so, s->mem, object, phase, err);
+    call_end(s);
+    return st;
+}
+
+/* ---- regions ----------------------------------------------------------------------------------- */
+
+/* Bytes of one float32 plane of G for a scan of ny x nx (gbuild.c's stride). */
+static size_t plane_bytes(size_t ny, size_t nx) { return (ny * (nx / 2 + 1) + 7) / 8 * 8 * 8; }
+
+ssb4d_status ssb4d_session_fit_region(ssb4d_session *s, const size_t rect[4], const ssb4d_fit_params *p,
+                                      ssb4d_fit_result *r, ssb4d_err *err)
+{
+    memset(r, 0, sizeof *r);
+    if (!rect)
+        return ssb4d_fail(err, SSB4D_EINVAL, "region: missing rectangle");
+    ssb4d_source *view = NULL;
+    ssb4d_status st = ssb4d_source_region(s->src, rect[0], rect[1], rect[2], rect[3], &view, err);
+    if (!st)
+        st = ssb4d_session_calibrate(s, err);
+    if (st) {
+        ssb4d_source_close(view);
+        return st;
+    }
+    /* The plan frees the full field's G first when both do not fit (it is rebuilt on need). */
+    if (s->plan.region_frees_g)
+        drop_G(s);
+    size_t n_stored = s->plan.g_bytes / plane_bytes(s->shape[0], s->shape[1]);
+    size_t g_bytes = n_stored * plane_bytes(rect[1] - rect[0], rect[3] - rect[2]);
+    ssb4d_G *RG = NULL;
+    st = build(s, view, s->plan.region_resident_bytes, g_bytes, &RG, err);
+    ssb4d_fit_params fp;
+    fit_params(s, p ? p : s->have_fit ? &s->fp : NULL, &fp);
+    ssb4d_geometry g = fit_geometry(s);
+    if (!st) {
+        call_begin(s, "region fit");
+        st = s->bk->fit(RG, &g, &fp, s->mem, r, err);
+        call_end(s);
+    }
+    if (RG)
+        s->bk->G_free(RG);
+    ssb4d_source_close(view); /* after G: a streamed G rebuilds its planes from the view */
+    ssb4d_mem_trim(s->mem);
+    return st;
+}
+
+ssb4d_status ssb4d_session_fit_regions(ssb4d_session *s, size_t rows, size_t cols, const ssb4d_fit_params *p,
+                                       ssb4d_fit_result *results, size_t (*rects)[4], ssb4d_err *err)
+{
+    if (!rows || !cols || rows > s->shape[0] || cols > s->shape[1])
+        return ssb4d_fail(err, SSB4D_EINVAL, "a grid of %zux%zu regions does not fit a %zux%zu scan", rows, cols,
+                          s->shape[0], s->shape[1]);
+    size_t hr = s->shape[0] / rows, hc = s->shape[1] / cols, n = rows * cols;
+    memset(results, 0, n * sizeof *results);
+    ssb4d_status st = SSB4D_OK;
+    for (size_t i = 0; i < n && !st; i++) {
+        size_t a = i / cols, b = i % cols, q[4];
+        q[0] = a * hr, q[1] = a + 1 == rows ? s->shape[0] : (a + 1) * hr;
+        q[2] = b * hc, q[3] = b + 1 == cols ? s->shape[1] : (b + 1) * hc;
+        if (rects)
+            memcpy(rects[i], q, sizeof q);
+        st = ssb4d_session_fit_region(s, q, p, &results[i], err);
+    }
+    if (st)
+        for (size_t i = 0; i < n; i++)
+            ssb4d_fit_result_free(&results[i]);
+    return st;
+}
+
+/* ---- calibration files ------------------------------------------------------------------------- */
+
+ssb4d_status ssb4d_session_save_calibration(ssb4d_session *s, const char *path, int force, ssb4d_err *err)
+{
+    if (!path)
+        return ssb4d_fail(err, SSB4D_EINVAL, "save: missing path");
+    if (!force && access(path, F_OK) == 0)
+        return ssb4d_fail(err, SSB4D_EIO, "%s already exists (pass force to replace it)", path);
+    ssb4d_status st = ssb4d_session_calibrate(s, err);
+    if (st)
+        return st;
+    ssb4d_calfile cf;
+    ssb4d_calfile_init(&cf);
+    call_begin(s, "save calibration");
+    st = ssb4d_calfile_from_calibration(&cf, &s->cal, err);
+    if (!st) {
+        if (s->have_fit)
+            ssb4d_calfile_set_fit(&cf, &s->fit, &s->fp, s->rotation_given ? "session" : NULL, s->cal.n_bf);
+        /* What the session shows now (a fit, then perhaps sliders or an applied region). */
+        cf.geom = s->geom;
+        cf.has_ab = 1;
+        cf.ab = s->ab;
+        cf.has_thick = s->thick.thickness_nm > 0;
+        cf.thick = s->thick;
+        if (s->have_tilt)
+            cf.gain = s->tilt.gain;
+        st = ssb4d_calfile_write(path, &cf, err);
+    }
+    call_end(s);
+    ssb4d_calfile_free(&cf);
+    return st;
+}
+
+ssb4d_status ssb4d_session_load_calibration(ssb4d_session *s, const char *path, ssb4d_err *err)
+{
+    ssb4d_calfile cf;
+    ssb4d_status st = ssb4d_calfile_read(path, &cf, err);
+    if (st) {
+        ssb4d_calfile_free(&cf);
+        return st;
+    }
+    ssb4d_calib_params *c = &s->o.calib;
+    c->kv = cf.geom.kv;
+    c->semiangle_mrad = cf.geom.semiangle_mrad;
+    for (int i = 0; i < 2; i++) {
+        c->scan_step_A[i] = cf.geom.scan_step_A[i];
+        c->det_sampling_mrad[i] = isnan(cf.geom.det_sampling_mrad[i]) ? 0.0 : cf.geom.det_sampling_mrad[i];
+        c->centre_px[i] = cf.geom.centre_px[i];
+    }
+    c->bf_radius_px = isnan(cf.bf_radius_px) ? 0.0 : cf.bf_radius_px;
+    /* A rotation `ssb4d calibrate` measured from the centre of mass leaves the 180° branch open
+     * (the fit may refine it); any other recorded rotation is held (as the command line does). */
+    int measured = !strcmp(cf.rotation_method, SSB4D_CALFILE_ROT_COM) ||
+                   !strcmp(cf.rotation_method, SSB4D_CALFILE_ROT_UNDETERMINED);
+    c->rotation_deg = cf.geom.rotation_deg;
+    s->rotation_given = !measured;
+    s->rotation_deg = cf.geom.rotation_deg;
+    s->rotation_sigma_deg = measured ? cf.rotation_sigma_deg : NAN;
+    drop_calibration(s);
+    s->have_fit = s->have_tilt = 0;
+    if ((st = check_opts(&s->o, err)) || (st = ssb4d_session_calibrate(s, err))) {
+        ssb4d_calfile_free(&cf);
+        return st;
+    }
+    s->geom = s->cal.geom;
+    s->geom.rotation_deg = cf.geom.rotation_deg;
+    if (cf.has_ab)
+        s->ab = cf.ab;
+    if (cf.has_thick)
+        s->thick = cf.thick;
+    ssb4d_calfile_free(&cf);
+    return SSB4D_OK;
+}

@@ -1,0 +1,377 @@
+/* test_session.c — the session handle (src/session/handle.c) against the stage functions it
+ * strings together: the same fit trace, image and loss bits as calibrate + G build + fit +
+ * object called directly; previews (subset, upsampling, estimators); a cancel from the progress
+ * callback or from another thread ends the call with SSB4D_ECANCELLED and leaves the session
+ * usable (the next fit has the uncancelled trace); region refits; a saved calibration reopened
+ * gives the same image; bad input is refused with a clear status. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ssb4d.h"
+
+/* A 64x64 scan of the tiny preset's crystal (48x48 detector), made once. */
+static uint16_t *counts;
+static size_t shape[4];
+static ssb4d_sim_params sp;
+static ssb4d_sim_info info;
+
+static int setup(void **state)
+{
+    ssb4d_err err = {0};
+    if (ssb4d_sim_params_preset(&sp, "tiny", &err))
+        return -1;
+    sp.scan_n = 64;
+    sp.scan_cells = 6;
+    if (ssb4d_sim_describe(&sp, &info, &err))
+        return -1;
+    shape[0] = shape[1] = (size_t)sp.scan_n;
+    shape[2] = shape[3] = (size_t)sp.det;
+    counts = malloc(shape[0] * shape[1] * shape[2] * shape[3] * sizeof *counts);
+    if (!counts || ssb4d_simulate_to_memory(&sp, counts, NULL, NULL, NULL, &info, &err)) {
+        fprintf(stderr, "simulate: %s\n", err.msg);
+        return -1;
+    }
+    (void)state;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    free(counts);
+    (void)state;
+    return 0;
+}
+
+static void opts(ssb4d_session_opts *o)
+{
+    ssb4d_session_opts_default(o);
+    o->calib.kv = sp.kv;
+    o->calib.semiangle_mrad = sp.semiangle_mrad;
+    o->calib.scan_step_A[0] = o->calib.scan_step_A[1] = info.scan_step_A;
+    o->calib.det_sampling_mrad[0] = o->calib.det_sampling_mrad[1] = info.det_sampling_mrad;
+    o->calib.rotation_deg = 0;
+}
+
+/* A short search: these tests compare paths, not the fit's accuracy (test_fit.c does that). */
+static ssb4d_fit_params quick(void)
+{
+    ssb4d_fit_params fp;
+    ssb4d_fit_params_default(&fp);
+    fp.trials = 16;
+    return fp;
+}
+
+static ssb4d_session *open_session(const ssb4d_session_opts *o)
+{
+    ssb4d_session *s = NULL;
+    ssb4d_err err = {0};
+    if (ssb4d_session_open_memory(counts, SSB4D_U16, shape, o, &s, &err))
+        fail_msg("open: %s", err.msg);
+    return s;
+}
+
+/* The same job by the stage functions: trace, exact loss and the upsampled image. */
+typedef struct {
+    char trace[65];
+    double loss;
+    float *phase;
+    size_t n;
+} direct_result;
+
+static void direct(int upsample, direct_result *d)
+{
+    ssb4d_err err = {0};
+    ssb4d_source *src = NULL;
+    assert_int_equal(ssb4d_source_from_memory(counts, SSB4D_U16, shape, &src, &err), 0);
+    ssb4d_session_opts o;
+    opts(&o);
+    ssb4d_calib_params cp = o.calib;
+    ssb4d_calibration cal;
+    assert_int_equal(ssb4d_calibrate(src, &cp, &cal, &err), 0);
+    ssb4d_gbuild_opts go;
+    ssb4d_gbuild_opts_default(&go);
+    ssb4d_G *G = NULL;
+    assert_int_equal(ssb4d_gbuild(src, &cal.geom, cal.bf_pix, cal.n_bf, &go, NULL, &G, &err), 0);
+    ssb4d_fit_params fp = quick();
+    fp.rotation_given = 1;
+    ssb4d_fit_result r;
+    assert_int_equal(ssb4d_fit(G, &cal.geom, &fp, NULL, &r, &err), 0);
+    memcpy(d->trace, r.trace_sha256, sizeof d->trace);
+    d->loss = r.loss;
+    d->n = (size_t)(upsample * upsample) * shape[0] * shape[1];
+    d->phase = malloc(d->n * sizeof *d->phase);
+    ssb4d_thick thin = {{0, 0}, 0};
+    assert_int_equal(ssb4d_object(G, &r.geom, &r.ab, &thin, upsample, NULL, NULL, NULL, d->phase, &err), 0);
+    ssb4d_fit_result_free(&r);
+    ssb4d_G_free(G);
+    ssb4d_calibration_free(&cal);
+    ssb4d_source_close(src);
+}
+
+static void test_same_bits_as_the_stages(void **state)
+{
+    ssb4d_fit_params fq = quick();
+    direct_result d;
+    direct(2, &d);
+    ssb4d_session_opts o;
+    opts(&o);
+    ssb4d_session *s = open_session(&o);
+    ssb4d_err err = {0};
+    ssb4d_fit_result r;
+    assert_int_equal(ssb4d_session_fit(s, &fq, &r, &err), 0);
+    assert_string_equal(r.trace_sha256, d.trace);
+    assert_memory_equal(&r.loss, &d.loss, sizeof d.loss);
+    size_t ny, nx;
+    assert_int_equal(ssb4d_session_image_shape(s, 2, &ny, &nx, &err), 0);
+    assert_int_equal(ny * nx, d.n);
+    float *ph = malloc(d.n * sizeof *ph), *pv = malloc(d.n * sizeof *pv);
+    float *obj = malloc(2 * d.n * sizeof *obj);
+    assert_int_equal(ssb4d_session_object(s, 2, obj, ph, &err), 0);
+    assert_memory_equal(ph, d.phase, d.n * sizeof *ph);
+    /* A release: the preview at the current parameters with the exact loss over all BF pixels. */
+    ssb4d_preview_req q;
+    ssb4d_preview_req_default(&q);
+    q.upsample = 2;
+    q.want_loss = 1;
+    double loss = 0;
+    assert_int_equal(ssb4d_session_preview(s, &q, pv, &loss, &err), 0);
+    assert_memory_equal(pv, d.phase, d.n * sizeof *pv);
+    assert_memory_equal(&loss, &d.loss, sizeof loss);
+    /* A drag preview (a subset) differs from the full one but is finite; the mean-phase estimator
+     * at native sampling is another image of the same size as the upsampling-1 preview. */
+    q.subset = 50;
+    q.want_loss = 0;
+    assert_int_equal(ssb4d_session_preview(s, &q, pv, NULL, &err), 0);
+    size_t differ = 0;
+    for (size_t i = 0; i < d.n; i++) {
+        assert_true(isfinite(pv[i]));
+        differ += pv[i] != d.phase[i];
+    }
+    assert_true(differ > d.n / 2);
+    q.subset = 0;
+    q.upsample = 1;
+    q.estimator = SSB4D_ESTIMATE_MEAN_PHASE;
+    assert_int_equal(ssb4d_session_preview(s, &q, pv, NULL, &err), 0);
+    /* Every call is a stage of the memory report. */
+    const ssb4d_mem *m = ssb4d_session_mem(s);
+    int saw_fit = 0, saw_build = 0;
+    for (size_t i = 0; i < ssb4d_mem_stage_count(m); i++) {
+        saw_fit |= !strcmp(ssb4d_mem_stage(m, i)->name, "fit");
+        saw_build |= !strcmp(ssb4d_mem_stage(m, i)->name, "G build");
+    }
+    assert_true(saw_fit && saw_build);
+    assert_string_equal(ssb4d_session_backend(s), "cpu");
+    ssb4d_fit_result_free(&r);
+    ssb4d_session_close(s);
+    free(ph), free(pv), free(obj), free(d.phase);
+    (void)state;
+}
+
+/* Cancels on the n-th call of the progress callback. */
+typedef struct {
+    int calls, cancel_at;
+    char last_stage[48];
+} canceller;
+
+static int cancel_cb(void *user, const char *stage, double fraction)
+{
+    canceller *c = user;
+    assert_true(fraction >= 0.0 && fraction <= 1.0);
+    snprintf(c->last_stage, sizeof c->last_stage, "%s", stage);
+    return ++c->calls >= c->cancel_at;
+}
+
+static void test_cancel_from_the_callback(void **state)
+{
+    ssb4d_fit_params fq = quick();
+    direct_result d;
+    direct(1, &d);
+    ssb4d_session_opts o;
+    opts(&o);
+    canceller c = {0, 1 << 30, ""};
+    o.progress = cancel_cb;
+    o.progress_user = &c;
+    o.threads = 2;
+    ssb4d_session *s = open_session(&o);
+    ssb4d_err err = {0};
+    ssb4d_fit_result r;
+    /* The G build cancelled at once: the session has no G and builds it on the next call. */
+    c.calls = 0, c.cancel_at = 1;
+    assert_int_equal(ssb4d_session_fit(s, &fq, &r, &err), SSB4D_ECANCELLED);
+    assert_string_equal(ssb4d_status_name(err.code), "cancelled");
+    ssb4d_fit_result_free(&r);
+    /* Cancelled in the middle of the fit (the G build and calibration go through). */
+    c.calls = 0, c.cancel_at = 1 << 30;
+    assert_int_equal(ssb4d_session_calibrate(s, &err), 0);
+    ssb4d_preview_req q;
+    ssb4d_preview_req_default(&q);
+    float *ph = malloc(d.n * sizeof *ph);
+    assert_int_equal(ssb4d_session_preview(s, &q, ph, NULL, &err), 0); /* builds G */
+    c.calls = 0, c.cancel_at = 3;
+    assert_int_equal(ssb4d_session_fit(s, &fq, &r, &err), SSB4D_ECANCELLED);
+    assert_string_equal(c.last_stage, "fit");
+    ssb4d_fit_result_free(&r);
+    /* Intact: the next fit is the uncancelled one, bit for bit. */
+    c.calls = 0, c.cancel_at = 1 << 30;
+    assert_int_equal(ssb4d_session_fit(s, &fq, &r, &err), 0);
+    assert_string_equal(r.trace_sha256, d.trace);
+    assert_true(c.calls > 0); /* the callback ran during the fit */
+    ssb4d_fit_result_free(&r);
+    /* A cancelled preview leaves the current parameters as they were. */
+    ssb4d_aberrations before;
+    ssb4d_session_get(s, &before, NULL, NULL);
+    c.calls = 0, c.cancel_at = 1;
+    assert_int_equal(ssb4d_session_preview(s, &q, ph, NULL, &err), SSB4D_ECANCELLED);
+    ssb4d_aberrations after;
+    ssb4d_session_get(s, &after, NULL, NULL);
+    assert_memory_equal(&before, &after, sizeof before);
+    ssb4d_session_close(s);
+    free(ph), free(d.phase);
+    (void)state;
+}
+
+typedef struct {
+    ssb4d_session *s;
+    volatile int done;
+} cancel_thread_arg;
+
+static void *keep_cancelling(void *p)
+{
+    cancel_thread_arg *a = p;
+    while (!a->done) {
+        ssb4d_session_cancel(a->s);
+        usleep(1000);
+    }
+    return NULL;
+}
+
+static void test_cancel_from_another_thread(void **state)
+{
+    ssb4d_fit_params fq = quick();
+    ssb4d_session_opts o;
+    opts(&o);
+    ssb4d_session *s = open_session(&o);
+    ssb4d_err err = {0};
+    assert_int_equal(ssb4d_session_calibrate(s, &err), 0);
+    cancel_thread_arg a = {s, 0};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, keep_cancelling, &a), 0);
+    ssb4d_fit_result r;
+    ssb4d_status st = ssb4d_session_fit(s, &fq, &r, &err);
+    a.done = 1;
+    pthread_join(t, NULL);
+    assert_int_equal(st, SSB4D_ECANCELLED);
+    ssb4d_fit_result_free(&r);
+    assert_int_equal(ssb4d_session_fit(s, &fq, &r, &err), 0); /* no cancel left over */
+    ssb4d_fit_result_free(&r);
+    ssb4d_session_close(s);
+    (void)state;
+}
+
+static void test_regions_and_calibration_file(void **state)
+{
+    ssb4d_fit_params fq = quick();
+    ssb4d_session_opts o;
+    opts(&o);
+    ssb4d_session *s = open_session(&o);
+    ssb4d_err err = {0};
+    ssb4d_fit_result r, reg[2];
+    size_t rects[2][4];
+    assert_int_equal(ssb4d_session_fit(s, &fq, &r, &err), 0);
+    assert_int_equal(ssb4d_session_fit_regions(s, 2, 1, &fq, reg, rects, &err), 0);
+    assert_int_equal(rects[1][0], 32);
+    assert_int_equal(rects[1][1], 64);
+    for (int i = 0; i < 2; i++) {
+        /* one crystal, one set of aberrations: each half agrees with the whole to ~1 nm */
+        assert_true(fabs(reg[i].ab.C_nm[SSB4D_C10] - r.ab.C_nm[SSB4D_C10]) < 1.0);
+        ssb4d_fit_result_free(&reg[i]);
+    }
+    /* Refits leave the current parameters alone. */
+    ssb4d_aberrations cur;
+    ssb4d_session_get(s, &cur, NULL, NULL);
+    assert_memory_equal(&cur, &r.ab, sizeof cur);
+    size_t bad[4] = {0, 16, 0, 16};
+    assert_int_equal(ssb4d_session_fit_region(s, bad, NULL, &reg[0], &err), SSB4D_EINVAL);
+
+    char dir[] = "/tmp/ssb4d-session-XXXXXX", path[256];
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/calibration.json", dir);
+    assert_int_equal(ssb4d_session_save_calibration(s, path, 0, &err), 0);
+    assert_int_equal(ssb4d_session_save_calibration(s, path, 0, &err), SSB4D_EIO); /* exists */
+    assert_non_null(strstr(err.msg, "already exists"));
+    size_t n = shape[0] * shape[1];
+    float *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b);
+    assert_int_equal(ssb4d_session_object(s, 1, NULL, a, &err), 0);
+    ssb4d_session_opts o2;
+    opts(&o2);
+    o2.calib.rotation_deg = NAN; /* the file's rotation is used */
+    ssb4d_session *t = open_session(&o2);
+    assert_int_equal(ssb4d_session_load_calibration(t, path, &err), 0);
+    assert_int_equal(ssb4d_session_object(t, 1, NULL, b, &err), 0);
+    assert_memory_equal(a, b, n * sizeof *a);
+    ssb4d_session_close(t);
+    unlink(path);
+    rmdir(dir);
+    free(a), free(b);
+    ssb4d_fit_result_free(&r);
+    ssb4d_session_close(s);
+    (void)state;
+}
+
+static void test_bad_input(void **state)
+{
+    ssb4d_session_opts o;
+    opts(&o);
+    ssb4d_session *s = NULL;
+    ssb4d_err err = {0};
+    assert_int_not_equal(ssb4d_session_open("/nonexistent/data.qem", &o, &s, &err), 0);
+    assert_null(s);
+    assert_non_null(strstr(err.msg, "nonexistent"));
+    o.calib.kv = NAN; /* the microscope must be stated */
+    assert_int_equal(ssb4d_session_open_memory(counts, SSB4D_U16, shape, &o, &s, &err), SSB4D_EINVAL);
+    assert_null(s);
+    opts(&o);
+    o.backend = SSB4D_BACKEND_CUDA;
+    assert_int_equal(ssb4d_session_open_memory(counts, SSB4D_U16, shape, &o, &s, &err), SSB4D_EINVAL);
+    assert_non_null(strstr(err.msg, "CUDA"));
+    opts(&o);
+    o.memory_bytes = 1 << 20; /* 1 MiB: the counts alone do not fit a session */
+    s = open_session(&o);
+    assert_int_equal(ssb4d_session_calibrate(s, &err), SSB4D_ENOMEM);
+    ssb4d_session_close(s);
+    opts(&o);
+    s = open_session(&o);
+    ssb4d_tilt_result tr;
+    assert_int_equal(ssb4d_session_fit_tilt(s, &tr, &err), SSB4D_EINVAL);
+    ssb4d_preview_req q;
+    ssb4d_preview_req_default(&q);
+    q.upsample = 5;
+    float one;
+    assert_int_equal(ssb4d_session_preview(s, &q, &one, NULL, &err), SSB4D_EINVAL);
+    assert_int_equal(ssb4d_session_set_rotation(s, INFINITY, &err), SSB4D_EINVAL);
+    ssb4d_session_close(s);
+    ssb4d_session_close(NULL);
+    (void)state;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_same_bits_as_the_stages),
+        cmocka_unit_test(test_cancel_from_the_callback),
+        cmocka_unit_test(test_cancel_from_another_thread),
+        cmocka_unit_test(test_regions_and_calibration_file),
+        cmocka_unit_test(test_bad_input),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
