@@ -512,6 +512,23 @@ typedef struct {
 
 typedef enum { SSB4D_PREVIEW_AUTO = 0, SSB4D_PREVIEW_FLOAT = 1, SSB4D_PREVIEW_HALF = 2 } ssb4d_preview_precision;
 
+/* The machine's speeds, for the plan's times only (no decision depends on them): rates in
+ * nanoseconds per unit of work on `threads` threads; the plan scales them to its thread count.
+ * Stated: the figures measured on the 2-core machine of docs/memory.md at the reference size.
+ * Measured: ssb4d_machine_profile_measure times each pass on a small synthetic acquisition here
+ * (about a second; small passes run from cache, so large jobs can be somewhat slower). */
+typedef struct {
+    char source[96];      /* where the rates come from */
+    int threads;
+    double calibrate_ns;  /* per count read (decode + per-frame sums) */
+    double gbuild_ns;     /* per BF pixel x scan position */
+    double loss_ns;       /* per BF pixel x image pixel, the exact loss */
+    double band_ns;       /* per BF pixel x image pixel, the band objective */
+    double object_ns;     /* per BF pixel x output pixel, the object */
+} ssb4d_machine_profile;
+void ssb4d_machine_profile_stated(ssb4d_machine_profile *p);
+ssb4d_status ssb4d_machine_profile_measure(int threads, ssb4d_machine_profile *p, ssb4d_err *err);
+
 typedef struct {
     size_t scan[2], det[2];   /* acquisition shape */
     size_t n_bf;              /* selected BF pixels */
@@ -535,12 +552,13 @@ typedef struct {
      * parallax estimate's spectra are counted as the fit will hold them; without it they are
      * bounded by the whole half-plane. */
     const ssb4d_geometry *geometry;
+    const ssb4d_machine_profile *profile; /* the times' rates (NULL: the stated profile) */
 } ssb4d_plan_input;
 
 typedef struct {
     char name[48];
     size_t peak_bytes, after_bytes, cache_bytes; /* tracked, predicted */
-    double seconds;                              /* rough, from this machine's measured rates */
+    double seconds;                              /* rough, from the machine profile's rates */
     char time_class[24];
     char tiles[200];                             /* what the stage was given */
 } ssb4d_plan_stage;
@@ -566,6 +584,7 @@ typedef struct {
     size_t region_resident_bytes;      /* planes of the region's own G held */
     ssb4d_plan_stage stages[SSB4D_PLAN_MAX_STAGES];
     size_t n_stages;
+    char profile_source[96];           /* the machine profile the times come from */
 } ssb4d_plan;
 
 void ssb4d_plan_input_default(ssb4d_plan_input *in);

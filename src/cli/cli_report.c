@@ -111,6 +111,7 @@ cJSON *cli_plan_json(const ssb4d_plan *p, const ssb4d_plan_input *in)
     cJSON_AddBoolToObject(j, "fits", p->fits);
     cJSON_AddItemToObject(j, "stages", plan_stages(p));
     cJSON_AddNumberToObject(j, "g_half_bytes", (double)p->g_half_bytes);
+    cJSON_AddStringToObject(j, "profile", p->profile_source);
     decisions_json(j, p);
     ssb4d_plan mp[6];
     machines(in, mp);

@@ -26,7 +26,8 @@ static void help(FILE *f)
             "resident; the outer BF pixels streamed, i.e. rebuilt from the encoded data by every pass;\n"
             "a half-precision preview copy), the decode block, the group of planes a pass\n"
             "materialises, and per stage the predicted tracked peak and after, the tiles and a time\n"
-            "class (from this machine's measured rates). Ends with what fits machines of 8 to 128 GB.\n"
+            "class (from a machine profile: the stated rates of the 2-core reference machine, or this\n"
+            "machine's with --measure). Ends with what fits machines of 8 to 128 GB.\n"
             "With DATA the BF pixels are counted by calibrating it (a full read of the data); the\n"
             "encoded size is that of the .qem file.\n\n"
             "  --shape RxCxDRxDC     scan rows x scan cols x detector rows x detector cols\n"
@@ -40,6 +41,8 @@ static void help(FILE *f)
             "  --preview-precision P auto, float or half\n"
             "  --rotation-fitted     with --shape: the calibration fits the rotation (CoM planes) and\n"
             "                        the fit searches it (a k table per candidate's rotation)\n"
+            "  --measure             time this machine's passes first (about a second) and take the\n"
+            "                        times from them instead of the stated profile\n"
             "  -h, --help            this help\n\n%s\n"
             "Exit status: 0 the session fits, 3 it does not fit in the budget (the plan is still\n"
             "printed), 2 bad input, 1 internal error.\n",
@@ -47,7 +50,7 @@ static void help(FILE *f)
 }
 
 enum { OPT_SHAPE = CLI_OPT_FIRST_FREE, OPT_BF, OPT_FIT_BF, OPT_ENCODED, OPT_UPSAMPLE, OPT_REGION, OPT_PREVIEW,
-       OPT_ROT_FITTED };
+       OPT_ROT_FITTED, OPT_MEASURE };
 
 static int parse_dims(const char *s, size_t *out, int n)
 {
@@ -84,6 +87,7 @@ int cmd_plan(int argc, char **argv)
                                          {"region", required_argument, 0, OPT_REGION},
                                          {"preview-precision", required_argument, 0, OPT_PREVIEW},
                                          {"rotation-fitted", no_argument, 0, OPT_ROT_FITTED},
+                                         {"measure", no_argument, 0, OPT_MEASURE},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     cli_micro m;
@@ -91,7 +95,7 @@ int cmd_plan(int argc, char **argv)
     ssb4d_plan_input in;
     ssb4d_plan_input_default(&in);
     size_t shape[4] = {0}, region[2] = {(size_t)-1, (size_t)-1};
-    int have_shape = 0, have_encoded = 0, c;
+    int have_shape = 0, have_encoded = 0, measure = 0, c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         int r = cli_micro_handle(&m, c, optarg);
@@ -144,6 +148,7 @@ int cmd_plan(int argc, char **argv)
                 return CLI_EXIT_USAGE;
             break;
         case OPT_ROT_FITTED: in.rotation_fitted = 1; break;
+        case OPT_MEASURE: measure = 1; break;
         case 'h': help(stdout); return CLI_EXIT_OK;
         default: help(stderr); return CLI_EXIT_USAGE;
         }
@@ -225,6 +230,12 @@ int cmd_plan(int argc, char **argv)
     ssb4d_fit_params_default(&fit);
     fit.rotation_given = !in.rotation_fitted;
     in.fit = &fit;
+    ssb4d_machine_profile prof;
+    if (measure) {
+        if (ssb4d_machine_profile_measure(m.threads, &prof, &err))
+            return cli_error(CMD, err.code, err.msg);
+        in.profile = &prof;
+    }
     ssb4d_plan p;
     ssb4d_status st = ssb4d_plan_make(&in, &p, &err);
     if (st)
@@ -240,6 +251,7 @@ int cmd_plan(int argc, char **argv)
                in.scan[1], in.det[0], in.det[1], in.n_bf, in.n_fit_bf ? in.n_fit_bf : in.n_bf,
                ssb4d_threads_resolve(in.threads));
         cli_plan_print(stdout, &p, &in);
+        printf("times from the %s profile\n", p.profile_source);
     }
     return p.fits ? CLI_EXIT_OK : 3;
 }

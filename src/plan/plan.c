@@ -468,11 +468,11 @@ static void replay_preview(model *m, const shape *s, const gmode *g, size_t f, i
     m_free(m, nyf * nxf * 4, 1);
 }
 
-/* ---- rates of this machine (2 cores, Release), for the time class only --------------------- */
-/* Measured on the reference workload (docs/memory.md): decode + calibrate 3.5 ns per count,
- * G build 8.6 ns per (BF pixel x scan position), loss 2.0 ns and object 1.1 ns per (BF pixel x
- * output pixel), all for 2 threads. */
-static double secs(double work, double rate_ns, int nt) { return work * rate_ns * 1e-9 * 2.0 / (nt > 0 ? nt : 1); }
+/* ---- times, from the machine profile (profile.c); for the time class only ------------------ */
+static double secs(const ssb4d_machine_profile *mp, double work, double rate_ns, int nt)
+{
+    return work * rate_ns * 1e-9 * (double)(mp->threads > 0 ? mp->threads : 1) / (nt > 0 ? nt : 1);
+}
 
 static void time_class(double s, char *out, size_t n)
 {
@@ -497,6 +497,7 @@ typedef struct {
     size_t f;
     int nt;
     ssb4d_session_script script;
+    ssb4d_machine_profile mp;
 } problem;
 
 static void stage_begin(model *m) { m->stage_peak = m->live + m->cached; }
@@ -516,7 +517,7 @@ static void stage_end(model *m, ssb4d_plan *p, const char *name, double seconds,
 
 static double gbuild_secs(const problem *pr, const shape *s, const gmode *g)
 {
-    return secs((double)s->n_bf * (double)(s->ny * s->nx), 8.6, pr->nt);
+    return secs(&pr->mp, (double)s->n_bf * (double)(s->ny * s->nx), pr->mp.gbuild_ns, pr->nt);
 }
 
 static double fit_secs(const problem *pr, const shape *s, const gmode *g, size_t trials)
@@ -525,8 +526,9 @@ static double fit_secs(const problem *pr, const shape *s, const gmode *g, size_t
     double evals_px = ((double)trials + 70.0) * coarse + 80.0 * (double)s->n_fit;
     /* the band objective costs about a fifth of the exact loss per evaluation (no FFT); the
      * exact loss over all BF pixels and the branch check's object come once at the end */
-    double t = secs(evals_px * npix, pr->in_band ? 0.4 : 2.0, pr->nt) + secs((double)s->n_bf * npix, 2.0, pr->nt) +
-               secs((double)s->n_bf * npix, 1.1, pr->nt);
+    const ssb4d_machine_profile *mp = &pr->mp;
+    double t = secs(mp, evals_px * npix, pr->in_band ? mp->band_ns : mp->loss_ns, pr->nt) +
+               secs(mp, (double)s->n_bf * npix, mp->loss_ns, pr->nt) + secs(mp, (double)s->n_bf * npix, mp->object_ns, pr->nt);
     /* streamed fit pixels are rebuilt by every evaluation */
     if (!g->half && g->n_res < s->n_fit)
         t += 150.0 * gbuild_secs(pr, s, g) * (double)(s->n_fit - g->n_res) / (double)s->n_bf;
@@ -576,7 +578,8 @@ static void run_session(const problem *pr, const decisions *d, size_t limit, ssb
     else
         snprintf(t, sizeof t, "frame blocks of %.0f KiB", (double)pr->cal_block / 1024);
     stage_end(m, p, "calibrate",
-              secs((double)(pr->in->scan[0] * pr->in->scan[1]) * (double)(pr->in->det[0] * pr->in->det[1]), 3.5, pr->nt), t);
+              secs(&pr->mp, (double)(pr->in->scan[0] * pr->in->scan[1]) * (double)(pr->in->det[0] * pr->in->det[1]),
+                   pr->mp.calibrate_ns, pr->nt), t);
 
     stage_begin(m);
     replay_gbuild(m, s, &d->fit_g);
@@ -596,7 +599,7 @@ static void run_session(const problem *pr, const decisions *d, size_t limit, ssb
     }
 
     int same = !memcmp(&d->fit_g, &d->prev_g, sizeof d->prev_g);
-    double obj = secs((double)s->n_bf * (double)(s->ny * s->nx * pr->f * pr->f), 1.1, pr->nt);
+    double obj = secs(&pr->mp, (double)s->n_bf * (double)(s->ny * s->nx * pr->f * pr->f), pr->mp.object_ns, pr->nt);
     stage_begin(m);
     if (!same) {
         replay_gfree(m, s, &d->fit_g);
@@ -627,7 +630,7 @@ static void run_session(const problem *pr, const decisions *d, size_t limit, ssb
         }
         snprintf(name, sizeof name, "%zu releases", sc->releases);
         stage_end(m, p, name,
-                  (double)sc->releases * (obj + secs((double)s->n_bf * (double)(s->ny * s->nx), 2.0, pr->nt) +
+                  (double)sc->releases * (obj + secs(&pr->mp, (double)s->n_bf * (double)(s->ny * s->nx), pr->mp.loss_ns, pr->nt) +
                                           2 * pass_rebuild_secs(pr, s, &d->prev_g)),
                   "preview and the loss over all BF pixels");
     }
@@ -756,6 +759,10 @@ ssb4d_status ssb4d_plan_make(const ssb4d_plan_input *in, ssb4d_plan *p, ssb4d_er
     memset(&pr, 0, sizeof pr);
     pr.in = in;
     pr.nt = ssb4d_threads_resolve(in->threads);
+    if (in->profile)
+        pr.mp = *in->profile;
+    else
+        ssb4d_machine_profile_stated(&pr.mp);
     if (in->script)
         pr.script = *in->script;
     else
@@ -785,6 +792,7 @@ ssb4d_status ssb4d_plan_make(const ssb4d_plan_input *in, ssb4d_plan *p, ssb4d_er
     pr.cal_extra = plan_calib_extra(npos, in->rotation_fitted); /* moments then CoM, both live at the end */
 
     p->memory_bytes = B;
+    snprintf(p->profile_source, sizeof p->profile_source, "%s", pr.mp.source);
     p->calib_block_bytes = pr.cal_block;
     p->encoded_bytes = pr.E;
     p->g_bytes = n_stored * p32(&pr.s);
