@@ -186,6 +186,211 @@ static ssb4d_status tiled_pass(const ssb4d_G *G, const ssb_ctx *c, size_t n, cfl
     return SSB4D_OK;
 }
 
+/* ---- the stack: n parameter sets' phases over all BF pixels -------------------------------- */
+
+/* What a pass over G holds for n parameter sets: their contexts and exp(−iχ(q)) tables, the
+ * running sums (Σφ per pixel, Σφ²), the per-thread scratch and the inverse FFT's plan. */
+typedef struct {
+    size_t n, n_init;           /* sets; contexts made */
+    ssb_ctx *c;
+    cfloat **Eq;
+    double **total, *S2;
+    int real, nt, tiles;
+    size_t nyf, nxf, npix, ncols, nspec;
+    thread_scratch *ts;
+    tiled tl;
+    fftwf_plan plan;
+} stack;
+
+/* The allocations come in this order (the planner replays it, src/plan/plan.c replay_loss). */
+static ssb4d_status stack_init(stack *k, const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d_aberrations *ab,
+                               const ssb4d_thick *thick, size_t n, int f, const ssb4d_ssb_opts *o, ssb4d_mem *mem,
+                               ssb4d_err *err)
+{
+    memset(k, 0, sizeof *k);
+    k->n = n;
+    k->c = calloc(n, sizeof *k->c);
+    k->Eq = calloc(n, sizeof *k->Eq);
+    k->total = calloc(n, sizeof *k->total);
+    k->S2 = calloc(n, sizeof *k->S2);
+    if (!k->c || !k->Eq || !k->total || !k->S2)
+        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+    ssb4d_status st = SSB4D_OK;
+    for (; k->n_init < n && !st; k->n_init++) {
+        st = ssb_ctx_init(&k->c[k->n_init], G, g, &ab[k->n_init], thick ? &thick[k->n_init] : NULL, f, err);
+        if (st)
+            break;
+    }
+    if (st)
+        return st;
+    /* SPEC 5.4's γ = P(k−q)P*(k) − P*(k+q)P(k) satisfies γ(−q,k) = −conj γ(q,k) for any χ and
+     * the centrosymmetric aperture (thick weights too), so the real-output path holds for every
+     * parameter set; the complex path is kept for checks (docs/ssb-math.md). */
+    k->real = o->path != SSB4D_PATH_COMPLEX;
+    k->nyf = k->c[0].nyf, k->nxf = k->c[0].nxf, k->npix = k->nyf * k->nxf;
+    k->ncols = k->real ? k->nxf / 2 + 1 : k->nxf, k->nspec = k->nyf * k->ncols;
+    size_t nyf = k->nyf, npix = k->npix, ncols = k->ncols, nspec = k->nspec;
+    int nt = ssb4d_threads_resolve(o->threads);
+    if ((size_t)nt > (G->n_bf + BLOCK - 1) / BLOCK)
+        nt = (int)((G->n_bf + BLOCK - 1) / BLOCK);
+    k->nt = nt;
+    k->ts = calloc((size_t)nt, sizeof *k->ts);
+    if (!k->ts)
+        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+    for (size_t j = 0; !st && j < n; j++) {
+        k->total[j] = ssb4d_mem_calloc(mem, npix * sizeof(double), "loss mean-phase sum", err);
+        if (!k->total[j])
+            st = SSB4D_ENOMEM;
+        else if (k->c[j].fast) {
+            k->Eq[j] = ssb4d_mem_alloc(mem, nspec * sizeof(cfloat), "loss exp(-i chi(q))", err);
+            if (!k->Eq[j])
+                st = SSB4D_ENOMEM;
+            else {
+                const ssb_ctx *cj = &k->c[j];
+                cfloat *E = k->Eq[j];
+#pragma omp parallel for num_threads(nt) schedule(static)
+                for (size_t i = 0; i < nyf; i++)
+                    for (size_t q = 0; q < ncols; q++)
+                        E[i * ncols + q] = ssb_eq(cj, i, q);
+            }
+        }
+    }
+    k->tiles = o->loss_tile > 0;
+    int real = k->real, tiles = k->tiles;
+    thread_scratch *ts = k->ts;
+    for (int t = 0; !st && t < nt; t++) {
+        ts[t].buf = ssb4d_mem_alloc(mem, nspec * sizeof(cfloat), "loss tile spectrum", err);
+        ts[t].real = real && !tiles ? ssb4d_mem_alloc(mem, npix * sizeof(float), "loss tile plane", err) : NULL;
+        ts[t].part = !tiles ? ssb4d_mem_alloc(mem, n * npix * sizeof(double), "loss block partial", err) : NULL;
+        ts[t].s2 = calloc(n, sizeof(double));
+        ts[t].R = ssb4d_mem_alloc(mem, (nyf + ncols) * sizeof(cfloat), "loss phasors", err);
+        if (!ts[t].buf || (real && !tiles && !ts[t].real) || (!tiles && !ts[t].part) || !ts[t].R || !ts[t].s2)
+            st = ts[t].s2 ? SSB4D_ENOMEM : ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+        else
+            ts[t].C = ts[t].R + nyf;
+    }
+    tiled *tl = &k->tl;
+    if (!st && tiles) {
+        tl->tile = o->loss_tile < G->n_bf ? o->loss_tile : G->n_bf;
+        tl->slot = (npix + 15) / 16 * 16; /* every plane 64-byte aligned, as the plan's output was */
+        tl->planes = ssb4d_mem_alloc(mem, tl->tile * n * tl->slot * sizeof(float), "loss tile planes", err);
+        tl->part = tl->planes ? ssb4d_mem_calloc(mem, n * npix * sizeof(double), "loss block partial", err) : NULL;
+        tl->s2pix = calloc(tl->tile * n, sizeof(double));
+        tl->s2blk = calloc(n, sizeof(double));
+        tl->valid = calloc(tl->tile * n, 1);
+        tl->next_block = BLOCK;
+        if (!tl->planes || !tl->part)
+            st = SSB4D_ENOMEM;
+        else if (!tl->s2pix || !tl->s2blk || !tl->valid)
+            st = ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+    }
+    if (!st) {
+        ssb4d_fftw_lock();
+        if (real)
+            k->plan = fftwf_plan_dft_c2r_2d((int)nyf, (int)k->nxf, (fftwf_complex *)ts[0].buf,
+                                            tiles ? tl->planes : ts[0].real, FFTW_ESTIMATE);
+        else
+            k->plan = fftwf_plan_dft_2d((int)nyf, (int)k->nxf, (fftwf_complex *)ts[0].buf,
+                                        (fftwf_complex *)ts[0].buf, FFTW_BACKWARD, FFTW_ESTIMATE);
+        ssb4d_fftw_unlock();
+        if (!k->plan)
+            st = ssb4d_fail(err, SSB4D_EINTERNAL, "FFTW could not plan the inverse transform");
+    }
+    return st;
+}
+
+/* One group of BF pixels [g0, g1) (whole blocks) in the per-thread layout: each thread sums its
+ * blocks, and the blocks' partials go into the totals in block order. */
+static void stack_group(stack *k, const ssb4d_G *G, const G_group *gr, size_t g0, size_t g1, ssb4d_mem *mem)
+{
+    const size_t n = k->n, npix = k->npix, ncols = k->ncols;
+    const int real = k->real;
+    size_t b0 = g0 / BLOCK, b1 = (g1 + BLOCK - 1) / BLOCK;
+#pragma omp parallel num_threads(k->nt)
+    {
+        thread_scratch *s = &k->ts[omp_get_thread_num()];
+#pragma omp for ordered schedule(dynamic, 1)
+        for (size_t b = b0; b < b1; b++) {
+            memset(s->part, 0, n * npix * sizeof(double));
+            memset(s->s2, 0, n * sizeof(double));
+            size_t end = (b + 1) * BLOCK < g1 ? (b + 1) * BLOCK : g1;
+            for (size_t ib = b * BLOCK; ib < end; ib++) {
+                const cfloat *plane = (const cfloat *)gr->planes[ib - g0];
+                if (!plane || ssb4d_mem_poll(mem))
+                    continue; /* φ_k ≡ 0: contributes nothing, still counts in N_bf;
+                                 cancelled: the sums are dropped by the caller */
+                for (size_t j = 0; j < n; j++) {
+                    const ssb_ctx *cj = &k->c[j];
+                    if (cj->Ak[ib] == 0.0)
+                        continue;
+                    float *ph = real ? s->real : (float *)s->buf;
+                    pixel_phases(cj, ib, plane, k->Eq[j], s, real, k->plan, ncols, ph);
+#ifdef SSB4D_BENCH_SLOWDOWN
+                    pixel_phases(cj, ib, plane, k->Eq[j], s, real, k->plan, ncols, ph); /* CMakeLists.txt */
+#endif
+                    s->s2[j] += accumulate(s->part + j * npix, ph, npix);
+                }
+            }
+#pragma omp ordered
+            {
+                for (size_t j = 0; j < n; j++) {
+                    const double *part = s->part + j * npix;
+                    for (size_t r = 0; r < npix; r++)
+                        k->total[j][r] += part[r];
+                    k->S2[j] += s->s2[j];
+                }
+            }
+        }
+    }
+}
+
+/* loss = Σφ²/(N·P) − Σ_r mean(φ)²/P per set, and the mean phase. */
+static void stack_finish(const stack *k, size_t n_bf, double *loss, float *mean_phase)
+{
+    double nbf = (double)n_bf;
+    for (size_t j = 0; j < k->n; j++) {
+        double mean2 = 0.0;
+        for (size_t r = 0; r < k->npix; r++) {
+            double m = k->total[j][r] / nbf;
+            mean2 += m * m;
+            if (mean_phase)
+                mean_phase[j * k->npix + r] = (float)m;
+        }
+        if (loss)
+            loss[j] = k->S2[j] / (nbf * (double)k->npix) - mean2 / (double)k->npix;
+    }
+}
+
+static void stack_free(stack *k, ssb4d_mem *mem)
+{
+    if (k->tiles) {
+        ssb4d_mem_free(mem, k->tl.part, 1);
+        ssb4d_mem_free(mem, k->tl.planes, 1);
+        free(k->tl.s2pix), free(k->tl.s2blk), free(k->tl.valid);
+    }
+    if (k->plan) {
+        ssb4d_fftw_lock();
+        fftwf_destroy_plan(k->plan);
+        ssb4d_fftw_unlock();
+    }
+    for (int t = 0; k->ts && t < k->nt; t++) {
+        /* Kept in the cache: the next evaluation reuses the same tiles. */
+        ssb4d_mem_free(mem, k->ts[t].buf, 1);
+        ssb4d_mem_free(mem, k->ts[t].real, 1);
+        ssb4d_mem_free(mem, k->ts[t].part, 1);
+        ssb4d_mem_free(mem, k->ts[t].R, 1);
+        free(k->ts[t].s2);
+    }
+    free(k->ts);
+    for (size_t j = 0; k->Eq && k->total && j < k->n; j++) {
+        ssb4d_mem_free(mem, k->Eq[j], 1);
+        ssb4d_mem_free(mem, k->total[j], 1);
+    }
+    for (size_t j = 0; k->c && j < k->n_init; j++)
+        ssb_ctx_free(&k->c[j]);
+    free(k->c), free(k->Eq), free(k->total), free(k->S2);
+}
+
 /* The per-pixel phases of n parameter sets at once: every G plane is read once per block and
  * serves all n (a batch of fit candidates shares each read of G). Each set's arithmetic and
  * summation order is exactly that of a batch of one, so loss[i] does not depend on n. */
@@ -201,93 +406,8 @@ static ssb4d_status phase_stack(const ssb4d_G *G, const ssb4d_geometry *g,
     }
     if (n == 0)
         return SSB4D_OK;
-    ssb_ctx *c = calloc(n, sizeof *c);
-    cfloat **Eq = calloc(n, sizeof *Eq);
-    double **total = calloc(n, sizeof *total);
-    double *S2 = calloc(n, sizeof *S2);
-    if (!c || !Eq || !total || !S2) {
-        free(c), free(Eq), free(total), free(S2);
-        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
-    }
-    ssb4d_status st = SSB4D_OK;
-    size_t n_init = 0;
-    for (; n_init < n && !st; n_init++) {
-        st = ssb_ctx_init(&c[n_init], G, g, &ab[n_init], thick ? &thick[n_init] : NULL, f, err);
-        if (st)
-            break;
-    }
-    /* SPEC 5.4's γ = P(k−q)P*(k) − P*(k+q)P(k) satisfies γ(−q,k) = −conj γ(q,k) for any χ and
-     * the centrosymmetric aperture (thick weights too), so the real-output path holds for every
-     * parameter set; the complex path is kept for checks (docs/ssb-math.md). */
-    int real = o->path != SSB4D_PATH_COMPLEX;
-    size_t nyf = c[0].nyf, nxf = c[0].nxf, npix = nyf * nxf;
-    size_t ncols = real ? nxf / 2 + 1 : nxf, nspec = nyf * ncols;
-    int nt = ssb4d_threads_resolve(o->threads);
-    if ((size_t)nt > (G->n_bf + BLOCK - 1) / BLOCK)
-        nt = (int)((G->n_bf + BLOCK - 1) / BLOCK);
-
-    thread_scratch *ts = st ? NULL : calloc((size_t)nt, sizeof *ts);
-    if (!st && !ts)
-        st = ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
-    for (size_t j = 0; !st && j < n; j++) {
-        total[j] = ssb4d_mem_calloc(mem, npix * sizeof(double), "loss mean-phase sum", err);
-        if (!total[j])
-            st = SSB4D_ENOMEM;
-        else if (c[j].fast) {
-            Eq[j] = ssb4d_mem_alloc(mem, nspec * sizeof(cfloat), "loss exp(-i chi(q))", err);
-            if (!Eq[j])
-                st = SSB4D_ENOMEM;
-            else {
-                const ssb_ctx *cj = &c[j];
-                cfloat *E = Eq[j];
-#pragma omp parallel for num_threads(nt) schedule(static)
-                for (size_t i = 0; i < nyf; i++)
-                    for (size_t q = 0; q < ncols; q++)
-                        E[i * ncols + q] = ssb_eq(cj, i, q);
-            }
-        }
-    }
-    const int tiles = o->loss_tile > 0;
-    for (int t = 0; !st && t < nt; t++) {
-        ts[t].buf = ssb4d_mem_alloc(mem, nspec * sizeof(cfloat), "loss tile spectrum", err);
-        ts[t].real = real && !tiles ? ssb4d_mem_alloc(mem, npix * sizeof(float), "loss tile plane", err) : NULL;
-        ts[t].part = !tiles ? ssb4d_mem_alloc(mem, n * npix * sizeof(double), "loss block partial", err) : NULL;
-        ts[t].s2 = calloc(n, sizeof(double));
-        ts[t].R = ssb4d_mem_alloc(mem, (nyf + ncols) * sizeof(cfloat), "loss phasors", err);
-        if (!ts[t].buf || (real && !tiles && !ts[t].real) || (!tiles && !ts[t].part) || !ts[t].R || !ts[t].s2)
-            st = ts[t].s2 ? SSB4D_ENOMEM : ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
-        else
-            ts[t].C = ts[t].R + nyf;
-    }
-    tiled tl;
-    memset(&tl, 0, sizeof tl);
-    if (!st && tiles) {
-        tl.tile = o->loss_tile < G->n_bf ? o->loss_tile : G->n_bf;
-        tl.slot = (npix + 15) / 16 * 16; /* every plane 64-byte aligned, as the plan's output was */
-        tl.planes = ssb4d_mem_alloc(mem, tl.tile * n * tl.slot * sizeof(float), "loss tile planes", err);
-        tl.part = tl.planes ? ssb4d_mem_calloc(mem, n * npix * sizeof(double), "loss block partial", err) : NULL;
-        tl.s2pix = calloc(tl.tile * n, sizeof(double));
-        tl.s2blk = calloc(n, sizeof(double));
-        tl.valid = calloc(tl.tile * n, 1);
-        tl.next_block = BLOCK;
-        if (!tl.planes || !tl.part)
-            st = SSB4D_ENOMEM;
-        else if (!tl.s2pix || !tl.s2blk || !tl.valid)
-            st = ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
-    }
-    fftwf_plan plan = NULL;
-    if (!st) {
-        ssb4d_fftw_lock();
-        if (real)
-            plan = fftwf_plan_dft_c2r_2d((int)nyf, (int)nxf, (fftwf_complex *)ts[0].buf,
-                                         tiles ? tl.planes : ts[0].real, FFTW_ESTIMATE);
-        else
-            plan = fftwf_plan_dft_2d((int)nyf, (int)nxf, (fftwf_complex *)ts[0].buf,
-                                     (fftwf_complex *)ts[0].buf, FFTW_BACKWARD, FFTW_ESTIMATE);
-        ssb4d_fftw_unlock();
-        if (!plan)
-            st = ssb4d_fail(err, SSB4D_EINTERNAL, "FFTW could not plan the inverse transform");
-    }
+    stack k;
+    ssb4d_status st = stack_init(&k, G, g, ab, thick, n, f, o, mem, err);
     /* Groups of BF pixels whose float32 planes are at hand (all of G when it is resident in
      * float32; else converted from half or rebuilt from the source). A group spans whole blocks,
      * so the block order of the sums, and with it the bits, is the same for every group size. */
@@ -306,94 +426,21 @@ static ssb4d_status phase_stack(const ssb4d_G *G, const ssb4d_geometry *g,
         st = G_group_load(G, g0, g1, &gr, err);
         if (st)
             break;
-        if (tiles) {
-            st = tiled_pass(G, c, n, Eq, ts, nt, real, plan, ncols, &gr, g0, g1, &tl, total, S2, mem);
-            continue;
-        }
-        size_t b0 = g0 / BLOCK, b1 = (g1 + BLOCK - 1) / BLOCK;
-#pragma omp parallel num_threads(nt)
-        {
-            thread_scratch *s = &ts[omp_get_thread_num()];
-#pragma omp for ordered schedule(dynamic, 1)
-            for (size_t b = b0; b < b1; b++) {
-                memset(s->part, 0, n * npix * sizeof(double));
-                memset(s->s2, 0, n * sizeof(double));
-                size_t end = (b + 1) * BLOCK < g1 ? (b + 1) * BLOCK : g1;
-                for (size_t ib = b * BLOCK; ib < end; ib++) {
-                    const cfloat *plane = (const cfloat *)gr.planes[ib - g0];
-                    if (!plane || ssb4d_mem_poll(mem))
-                        continue; /* φ_k ≡ 0: contributes nothing, still counts in N_bf;
-                                     cancelled: the sums are dropped below */
-                    for (size_t j = 0; j < n; j++) {
-                        const ssb_ctx *cj = &c[j];
-                        if (cj->Ak[ib] == 0.0)
-                            continue;
-                        float *ph = real ? s->real : (float *)s->buf;
-                        pixel_phases(cj, ib, plane, Eq[j], s, real, plan, ncols, ph);
-#ifdef SSB4D_BENCH_SLOWDOWN
-                        pixel_phases(cj, ib, plane, Eq[j], s, real, plan, ncols, ph); /* CMakeLists.txt */
-#endif
-                        s->s2[j] += accumulate(s->part + j * npix, ph, npix);
-                    }
-                }
-#pragma omp ordered
-                {
-                    for (size_t j = 0; j < n; j++) {
-                        const double *part = s->part + j * npix;
-                        for (size_t r = 0; r < npix; r++)
-                            total[j][r] += part[r];
-                        S2[j] += s->s2[j];
-                    }
-                }
-            }
-        }
+        if (k.tiles)
+            st = tiled_pass(G, k.c, n, k.Eq, k.ts, k.nt, k.real, k.plan, k.ncols, &gr, g0, g1, &k.tl, k.total, k.S2,
+                            mem);
+        else
+            stack_group(&k, G, &gr, g0, g1, mem);
     }
     if (!st && ssb4d_mem_cancelled(mem)) /* planes were skipped: the sums are incomplete */
         st = ssb4d_fail(err, SSB4D_ECANCELLED, "cancelled");
     if (have_group)
         G_group_free(&gr);
-    if (!st && tiles && tl.next_block - BLOCK < G->n_bf)
-        tiled_flush(&tl, n, npix, total, S2, nt); /* the last, partial block */
-    if (tiles) {
-        ssb4d_mem_free(mem, tl.part, 1);
-        ssb4d_mem_free(mem, tl.planes, 1);
-        free(tl.s2pix), free(tl.s2blk), free(tl.valid);
-    }
-    if (!st) {
-        double nbf = (double)G->n_bf;
-        for (size_t j = 0; j < n; j++) {
-            double mean2 = 0.0;
-            for (size_t r = 0; r < npix; r++) {
-                double m = total[j][r] / nbf;
-                mean2 += m * m;
-                if (mean_phase)
-                    mean_phase[j * npix + r] = (float)m;
-            }
-            if (loss)
-                loss[j] = S2[j] / (nbf * (double)npix) - mean2 / (double)npix;
-        }
-    }
-    if (plan) {
-        ssb4d_fftw_lock();
-        fftwf_destroy_plan(plan);
-        ssb4d_fftw_unlock();
-    }
-    for (int t = 0; ts && t < nt; t++) {
-        /* Kept in the cache: the next evaluation reuses the same tiles. */
-        ssb4d_mem_free(mem, ts[t].buf, 1);
-        ssb4d_mem_free(mem, ts[t].real, 1);
-        ssb4d_mem_free(mem, ts[t].part, 1);
-        ssb4d_mem_free(mem, ts[t].R, 1);
-        free(ts[t].s2);
-    }
-    free(ts);
-    for (size_t j = 0; j < n; j++) {
-        ssb4d_mem_free(mem, Eq[j], 1);
-        ssb4d_mem_free(mem, total[j], 1);
-    }
-    for (size_t j = 0; j < n_init; j++)
-        ssb_ctx_free(&c[j]);
-    free(c), free(Eq), free(total), free(S2);
+    if (!st && k.tiles && k.tl.next_block - BLOCK < G->n_bf)
+        tiled_flush(&k.tl, n, k.npix, k.total, k.S2, k.nt); /* the last, partial block */
+    if (!st)
+        stack_finish(&k, G->n_bf, loss, mean_phase);
+    stack_free(&k, mem);
     return st;
 }
 
