@@ -687,6 +687,15 @@ typedef struct {
     ssb4d_backend_kind backend;
     ssb4d_progress_fn progress;     /* may be NULL */
     void *progress_user;
+    /* What the session will do, for the memory plan made at calibration (plan, then execute):
+     * its stages (NULL: the viewer's session, ssb4d_session_script_default), the fit it will run
+     * (NULL: the defaults; no_fit: none, as in a reconstruction) and the bytes the caller keeps
+     * live beside it for the session's life (output images, data it holds), which count under
+     * the budget. Only memory decisions follow from these; results do not. */
+    const ssb4d_session_script *script;
+    const ssb4d_fit_params *fit;
+    int no_fit;
+    size_t held_bytes;
 } ssb4d_session_opts;
 
 void ssb4d_session_opts_default(ssb4d_session_opts *o);
@@ -785,8 +794,9 @@ ssb4d_status ssb4d_session_save_calibration(ssb4d_session *s, const char *path, 
  * become the session's; the session is recalibrated with them on its next call. */
 ssb4d_status ssb4d_session_load_calibration(ssb4d_session *s, const char *path, ssb4d_err *err);
 
-/* The memory context: limit, peak and the per-stage table (ssb4d_mem_stage_count, ...). */
-const ssb4d_mem *ssb4d_session_mem(const ssb4d_session *s);
+/* The memory context: limit, peak and the per-stage table (ssb4d_mem_stage_count, ...). The caller
+ * may allocate its own buffers under the session's budget from it (opts.held_bytes plans them). */
+ssb4d_mem *ssb4d_session_mem(const ssb4d_session *s);
 /* The backend in use ("cpu"). */
 const char *ssb4d_session_backend(const ssb4d_session *s);
 

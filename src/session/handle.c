@@ -175,7 +175,7 @@ void ssb4d_session_cancel(ssb4d_session *s)
 }
 
 void ssb4d_session_shape(const ssb4d_session *s, size_t shape[4]) { memcpy(shape, s->shape, 4 * sizeof *shape); }
-const ssb4d_mem *ssb4d_session_mem(const ssb4d_session *s) { return s->mem; }
+ssb4d_mem *ssb4d_session_mem(const ssb4d_session *s) { return s->mem; }
 const char *ssb4d_session_backend(const ssb4d_session *s) { return s->bk->name; }
 
 /* ---- one call = one stage ---------------------------------------------------------------------- */
@@ -195,20 +195,37 @@ static void on_fraction(void *user, double f) { ssb4d_mem_progress(user, f); }
 
 /* ---- calibration and plan ---------------------------------------------------------------------- */
 
+/* The plan of what the options say the session will do (the stages, the fit, the bytes held). */
 static ssb4d_status plan_session(ssb4d_session *s, ssb4d_err *err)
 {
     ssb4d_fit_params fp;
-    ssb4d_fit_params_default(&fp);
+    if (s->o.fit)
+        fp = *s->o.fit;
+    else
+        ssb4d_fit_params_default(&fp);
     fp.rotation_given = s->rotation_given;
+    ssb4d_session_script sc;
+    if (s->o.script)
+        sc = *s->o.script;
+    else
+        ssb4d_session_script_default(&sc);
     ssb4d_plan_input in;
     ssb4d_plan_input_default(&in);
     plan_input_from_calibration(&in, &s->cal, s->shape, fp.fit_radius);
     in.n_coarse_bf = fp.coarse_bf;
+    in.fit_batch = fp.batch;
     in.fit = &fp;
-    in.encoded_bytes = s->encoded;
+    in.no_fit = s->o.no_fit;
+    in.encoded_bytes = s->encoded + s->o.held_bytes;
     in.rotation_fitted = isnan(s->o.calib.rotation_deg);
     in.threads = s->o.threads;
-    in.upsample = ssb4d_upsample_auto(&s->cal.geom);
+    in.upsample = sc.upsample ? sc.upsample : ssb4d_upsample_auto(&s->cal.geom);
+    in.script = &sc;
+    if (sc.region) {
+        size_t r0 = sc.region_rect[0], r1 = sc.region_rect[1], c0 = sc.region_rect[2], c1 = sc.region_rect[3];
+        in.region[0] = r1 > r0 ? r1 - r0 : ssb4d_plan_region_side(s->shape[0]);
+        in.region[1] = c1 > c0 ? c1 - c0 : ssb4d_plan_region_side(s->shape[1]);
+    }
     in.memory_bytes = s->budget;
     in.preview = SSB4D_PREVIEW_FLOAT;
     ssb4d_status st = ssb4d_plan_make(&in, &s->plan, err);
