@@ -562,6 +562,11 @@ int cli_error(const char *cmd, ssb4d_status st, const char *msg)
 ssb4d_status cli_write_image(const char *path, const float *img, size_t rows, size_t cols,
                              double pixel_A[2], ssb4d_err *err)
 {
+    const char *dot = strrchr(path, '.');
+    if (dot && !strcasecmp(dot, ".png")) {
+        ssb4d_png_legend lg = {pixel_A ? pixel_A[1] : 0.0, "rad"};
+        return ssb4d_image_write_png_legend(path, img, rows, cols, &lg, err);
+    }
     return ssb4d_image_write(path, img, rows, cols, pixel_A, err);
 }
 

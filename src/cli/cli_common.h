@@ -125,8 +125,9 @@ int cli_parse_pair(const char *s, double out[2]);
 /* Parses a positive double; returns 0 on success. */
 int cli_parse_double(const char *s, double *out);
 
-/* Writes a float32 image to .tiff/.tif (float32), .npy or .png (8-bit, contrast stretched) by the
- * extension of path. pixel_A is the sampling written into the TIFF tags (Å). */
+/* Writes a float32 phase image to .tiff/.tif (float32), .npy or .png by the extension of path.
+ * pixel_A is the sampling written into the TIFF tags (Å). A .png is the 8-bit preview (contrast
+ * stretched) with a scale bar from pixel_A[1] and a colour bar in rad, in margins beside it. */
 ssb4d_status cli_write_image(const char *path, const float *img, size_t rows, size_t cols,
                              double pixel_A[2], ssb4d_err *err);
 

@@ -1347,12 +1347,16 @@ int cmd_fit_regions(int argc, char **argv)
         st = ssb4d_write_text_atomic(path, csv, &err);
     }
     if (!st) {
-        /* The defocus map: one cell per grid region (a list is drawn on the scan grid, cells 8 px). */
+        /* The defocus map: one 32-px cell per grid region (a list is drawn on the scan grid, one
+         * pixel per scan position; positions no region covers have no value: dark blue), with a
+         * colour bar of C10 in nm labelled with its ends. */
         size_t R = o.grid[0] ? o.grid[0] : j.shape[0], C = o.grid[1] ? o.grid[1] : j.shape[1];
         size_t cell = o.grid[0] ? 32 : 1;
-        float *img = calloc(R * C * cell * cell, sizeof *img);
+        float *img = malloc(R * C * cell * cell * sizeof *img);
         if (!img)
             st = ssb4d_fail(&err, SSB4D_ENOMEM, "out of memory");
+        for (size_t i = 0; img && i < R * C * cell * cell; i++)
+            img[i] = NAN;
         for (size_t i = 0; img && i < n; i++) {
             size_t r0 = o.grid[0] ? i / C : rects[i][0], r1 = o.grid[0] ? r0 + 1 : rects[i][1];
             size_t c0 = o.grid[0] ? i % C : rects[i][2], c1 = o.grid[0] ? c0 + 1 : rects[i][3];
@@ -1360,10 +1364,10 @@ int cmd_fit_regions(int argc, char **argv)
                 for (size_t b = c0 * cell; b < c1 * cell; b++)
                     img[a * C * cell + b] = (float)c10[i];
         }
-        double px[2] = {1, 1};
+        ssb4d_png_legend lg = {0.0, "C10 nm"};
         join(path, sizeof path, o.out_dir, "defocus.png");
         if (!st)
-            st = cli_write_image(path, img, R * cell, C * cell, px, &err);
+            st = ssb4d_image_write_png_legend(path, img, R * cell, C * cell, &lg, &err);
         free(img);
     }
     if (st) {
