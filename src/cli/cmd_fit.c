@@ -921,7 +921,9 @@ static int run_fit(fit_opts *o)
     /* A missing DATA first: before the output folder is made or the microscope resolved. */
     if (o->data && cli_check_readable(o->cmd, o->data))
         return CLI_EXIT_USAGE;
-    int rc = prepare_dir(o, outputs, sizeof outputs / sizeof outputs[0]);
+    int rc = cli_auto_calibration(o->cmd, o->data, &o->m, o->quiet);
+    if (!rc)
+        rc = prepare_dir(o, outputs, sizeof outputs / sizeof outputs[0]);
     if (rc)
         return rc;
     ssb4d_err err = {0};
@@ -1248,7 +1250,8 @@ int cmd_fit_regions(int argc, char **argv)
     }
     static const char *outputs[] = {"regions.json", "regions.csv", "defocus.png"};
     /* A missing DATA first: before the output folder is made or the microscope resolved. */
-    if ((rc = cli_check_readable(o.cmd, o.data)) || (rc = prepare_dir(&o, outputs, 3))) {
+    if ((rc = cli_check_readable(o.cmd, o.data)) || (rc = cli_auto_calibration(o.cmd, o.data, &o.m, o.quiet)) ||
+        (rc = prepare_dir(&o, outputs, 3))) {
         free(rects);
         return rc;
     }

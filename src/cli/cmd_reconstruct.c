@@ -201,6 +201,8 @@ int cmd_reconstruct(int argc, char **argv)
     }
     /* A missing DATA is the first thing to say, before any unknown microscope value. */
     int rc = cli_check_readable("reconstruct", data);
+    if (!rc)
+        rc = cli_auto_calibration("reconstruct", data, &m, quiet);
     if (rc)
         return rc;
 
