@@ -280,6 +280,18 @@ static int read_sidecar(const char *path, cli_values *v)
     return 0;
 }
 
+int cli_read_sidecar(const char *data, const cli_micro *m, cli_values *v, char *path, size_t n)
+{
+    cli_values_unset(v);
+    if (n)
+        path[0] = 0;
+    if (m->sidecar_path)
+        snprintf(path, n, "%s", m->sidecar_path);
+    else if (!data || !find_sidecar(data, path, n))
+        return 0;
+    return read_sidecar(path, v);
+}
+
 #define OVERRIDE(dst, src) \
     do {                   \
         if (!isnan(src))   \
