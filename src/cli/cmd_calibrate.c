@@ -209,7 +209,7 @@ int cmd_calibrate(int argc, char **argv)
     int rc = cli_check_readable(CMD, data); /* first: before the sidecar or microscope values */
     if (rc)
         return rc;
-    /* The outputs next, before any work: by default beside DATA. */
+    /* The outputs' names: by default beside DATA (checked once the values are, before any work). */
     char defpath[4096], picture[4096];
     int defaulted = !outpath;
     if (!outpath) {
@@ -219,8 +219,6 @@ int cmd_calibrate(int argc, char **argv)
     }
     if (picture_path(outpath, picture, sizeof picture))
         return cli_error(CMD, SSB4D_EINVAL, "the output path is too long");
-    if ((rc = check_output(outpath, force, defaulted)) || (rc = check_output(picture, force, defaulted)))
-        return rc;
 
     ssb4d_err err = {0};
     ssb4d_source *src = NULL;
@@ -249,6 +247,8 @@ int cmd_calibrate(int argc, char **argv)
         }
         rc = cli_check_microscope(&v);
     }
+    if (!rc && !(rc = check_output(outpath, force, defaulted)))
+        rc = check_output(picture, force, defaulted);
     if (rc) {
         ssb4d_source_close(src);
         return rc;

@@ -40,15 +40,21 @@ void ssb4d_image_stretch(const float *img, size_t n, float *lo_out, float *hi_ou
     *hi_out = hi;
 }
 
-void ssb4d_image_to_u8(const float *img, size_t n, unsigned char *out)
+/* Grey levels for the stretch [lo, hi]. */
+static void map_u8(const float *img, size_t n, float lo, float hi, unsigned char *out)
 {
-    float lo, hi;
-    ssb4d_image_stretch(img, n, &lo, &hi);
     float scale = hi > lo ? 255.0f / (hi - lo) : 0.0f;
     for (size_t i = 0; i < n; i++) {
         float v = isfinite(img[i]) ? (img[i] - lo) * scale : 0.0f;
         out[i] = (unsigned char)(v < 0 ? 0 : v > 255 ? 255 : v + 0.5f);
     }
+}
+
+void ssb4d_image_to_u8(const float *img, size_t n, unsigned char *out)
+{
+    float lo, hi;
+    ssb4d_image_stretch(img, n, &lo, &hi);
+    map_u8(img, n, lo, hi, out);
 }
 
 static const char *ext_of(const char *path)
@@ -242,7 +248,7 @@ ssb4d_status ssb4d_image_write_png_legend(const char *path, const float *img, si
         free(g);
         return st;
     }
-    ssb4d_image_to_u8(img, rows * cols, g);
+    map_u8(img, rows * cols, L.lo, L.hi, g); /* = ssb4d_image_to_u8, the stretch computed once */
     for (size_t r = 0; r < rows; r++)
         for (size_t k = 0; k < cols; k++) {
             unsigned char v[3] = {g[r * cols + k], g[r * cols + k], g[r * cols + k]};
