@@ -101,7 +101,8 @@ static void usage_fit(FILE *f)
             "the scan-detector rotation and a small search box; a seeded global search and\n"
             "Nelder-Mead on the band objective refine C10, C12, phi12 and, unless it was given, the\n"
             "rotation; the 180-degree branch is checked and the exact SSB loss over all BF pixels\n"
-            "reported. It reconstructs and writes DIR/phase.tiff (float32), phase.png,\n"
+            "reported. It reconstructs and writes DIR/phase.tiff (float32), phase.png (preview\n"
+            "with a scale bar and a colour bar in rad),\n"
             "object.npy (complex64), calibration.json (reload with reconstruct --calibration) and\n"
             "trials.json (every trial). Without DATA it fits a built-in simulated dataset with known\n"
             "aberrations. Progress goes to stderr; --json prints one JSON object on stdout.\n\n"
@@ -129,7 +130,7 @@ static void usage_regions(FILE *f)
             "Fits C10, C12, phi12 on each region (every region >= 32x32 scan positions) with the\n"
             "full field's calibration, and writes DIR/regions.json, DIR/regions.csv (one row per\n"
             "region: rectangle, C10, C12, phi12, loss, branch) and DIR/defocus.png (the C10 map,\n"
-            "one grey cell per grid region).\n\n"
+            "one grey cell per grid region, with a colour bar of C10 in nm).\n\n"
             "  --grid RxC            a grid of R x C equal regions covering the scan (e.g. 4x4)\n"
             "  --regions LIST        explicit rectangles separated by ';'\n");
     fprintf(f, FIT_HELP, "ssb4d-regions");
