@@ -828,6 +828,9 @@ typedef struct {
     /* Microscope values given by the user (NaN = not given): recorded as calibration overrides
      * (provenance user_override), never mixed with what the file recorded. */
     double kv, semiangle_mrad, scan_step_A[2], det_sampling_mrad[2];
+    /* What each override records as its evidence (kv, semi-angle, scan step, det sampling), e.g.
+     * "sidecar s.json"; NULL: "ssb4d import --kv" and so on. */
+    const char *evidence[4];
     size_t chunk_scans;       /* 0: the writer's default */
     int threads;              /* 0: all cores */
     int force;                /* replace an existing output */
@@ -844,7 +847,8 @@ typedef struct {
     const char *source_format;          /* "numpy", "raw", "hdf5", "dectris-arina-hdf5",
                                            "merlin-mib": a static string, valid for ever */
     size_t flagged_file, flagged_found; /* pixels flagged by the file's mask / by the totals */
-    size_t input_bytes;                 /* the counts as the source holds them */
+    size_t input_bytes;                 /* the counts as the source holds them (set as soon as
+                                           the source is open, before the first progress call) */
     size_t encoded_bytes;               /* size of the written .qem */
     double seconds;
 } ssb4d_import_report;

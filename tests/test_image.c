@@ -1,5 +1,7 @@
 /* test_image.c — phase images written as TIFF float32 (read back with libtiff, bit for bit, with
- * the sampling in the resolution tags), 8-bit PNG (decoded with libspng) and .npy. */
+ * the sampling in the resolution tags), 8-bit PNG (decoded with libspng) and .npy; the annotated
+ * preview (the image pixels exactly the plain rendering, the scale and colour bars and their
+ * labels in the margins); the calibration picture (disk circle, flagged pixels in red). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,6 +16,7 @@
 #include <tiffio.h>
 #include <unistd.h>
 
+#include "io/annotate.h"
 #include "io/image.h"
 #include "io/npy.h"
 
@@ -104,13 +107,178 @@ static void png_and_npy(void **state)
     assert_int_equal(ssb4d_image_write(path, img, ROWS, COLS, NULL, &err), SSB4D_EIO);
 }
 
+/* Decodes a PNG as RGB8 (grey ones too); *w, *h its size. Caller frees. */
+static unsigned char *decode_rgb(const char *path, uint32_t *w, uint32_t *h)
+{
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    spng_ctx *ctx = spng_ctx_new(0);
+    spng_set_png_file(ctx, f);
+    struct spng_ihdr ihdr;
+    assert_int_equal(spng_get_ihdr(ctx, &ihdr), 0);
+    size_t n = 0;
+    assert_int_equal(spng_decoded_image_size(ctx, SPNG_FMT_RGB8, &n), 0);
+    unsigned char *rgb = malloc(n);
+    assert_non_null(rgb);
+    assert_int_equal(spng_decode_image(ctx, rgb, n, SPNG_FMT_RGB8, 0), 0);
+    spng_ctx_free(ctx);
+    fclose(f);
+    *w = ihdr.width;
+    *h = ihdr.height;
+    return rgb;
+}
+
+/* Pixels in [x0, x1) x [y0, y1) that differ from white. */
+static size_t non_white(const unsigned char *rgb, uint32_t w, long x0, long y0, long x1, long y1)
+{
+    size_t n = 0;
+    for (long y = y0; y < y1; y++)
+        for (long x = x0; x < x1; x++)
+            for (int c = 0; c < 3; c++)
+                if (rgb[((size_t)y * w + (size_t)x) * 3 + c] != 255) {
+                    n++;
+                    break;
+                }
+    return n;
+}
+
+static void png_legend(void **state)
+{
+    (void)state;
+    char path[128];
+    snprintf(path, sizeof path, "%s/legend.png", dir);
+    ssb4d_png_legend lg = {0.5, "rad"};
+    ssb4d_err err = {0};
+    assert_int_equal(ssb4d_image_write_png_legend(path, img, ROWS, COLS, &lg, &err), SSB4D_OK);
+    ssb4d_png_layout L;
+    ssb4d_png_legend_layout(img, ROWS, COLS, &lg, &L);
+    uint32_t w, h;
+    unsigned char *rgb = decode_rgb(path, &w, &h);
+    /* The size: the image plus both margins. */
+    assert_int_equal(w, L.width);
+    assert_int_equal(h, L.height);
+    assert_true(w > COLS + 20 && h > ROWS + 10);
+    /* The image region is the plain rendering, pixel for pixel. */
+    unsigned char want[ROWS * COLS];
+    ssb4d_image_to_u8(img, ROWS * COLS, want);
+    for (int r = 0; r < ROWS; r++)
+        for (int c = 0; c < COLS; c++)
+            for (int k = 0; k < 3; k++)
+                assert_int_equal(rgb[((size_t)r * w + (size_t)c) * 3 + k], want[r * COLS + c]);
+    /* The scale bar: 0.3 x 53 px x 0.5 A = 7.95 A -> 5 A = 10 px, black, labelled "5 Å". */
+    assert_true(L.bar_length_A == 5.0);
+    assert_string_equal(L.scale_label, "5 \xC3\x85");
+    const long *sb = L.scale_bar;
+    assert_int_equal(sb[2] - sb[0], 10);
+    assert_true(sb[1] >= ROWS); /* below the image */
+    assert_int_equal(non_white(rgb, w, sb[0], sb[1], sb[2], sb[3]), (size_t)((sb[2] - sb[0]) * (sb[3] - sb[1])));
+    for (long x = sb[0]; x < sb[2]; x++)
+        assert_int_equal(rgb[((size_t)sb[1] * w + (size_t)x) * 3], 0);
+    assert_true(non_white(rgb, w, 0, L.label_y, (long)w, L.label_y + SSB4D_FONT_H * L.scale) > 10); /* its label */
+    /* The colour bar: right of the image, white (hi) at the top to black (lo) at the bottom. */
+    const long *cb = L.colour_bar;
+    assert_true(cb[0] > COLS);
+    assert_int_equal(rgb[((size_t)cb[1] * w + (size_t)cb[0]) * 3], 255);
+    assert_int_equal(rgb[((size_t)(cb[3] - 1) * w + (size_t)cb[0]) * 3], 0);
+    assert_true(non_white(rgb, w, cb[0], cb[1], cb[2], cb[3]) > (size_t)((cb[3] - cb[1]) * (cb[2] - cb[0])) / 2);
+    /* Its labels: the stretch's ends and the unit, right of the bar. */
+    float lo, hi;
+    ssb4d_image_stretch(img, ROWS * COLS, &lo, &hi);
+    assert_true(L.lo == lo && L.hi == hi && lo < hi);
+    char buf[32];
+    snprintf(buf, sizeof buf, "%.2f", (double)hi);
+    assert_string_equal(L.hi_label, buf);
+    snprintf(buf, sizeof buf, "%.2f", (double)lo);
+    assert_string_equal(L.lo_label, buf);
+    assert_string_equal(L.unit_label, "rad");
+    assert_true(non_white(rgb, w, cb[2] + 1, 0, (long)w, SSB4D_FONT_H) > 10);
+    free(rgb);
+
+    /* No legend: the image alone, the same bytes as the plain writer's pixels. */
+    assert_int_equal(ssb4d_image_write_png_legend(path, img, ROWS, COLS, NULL, &err), SSB4D_OK);
+    rgb = decode_rgb(path, &w, &h);
+    assert_int_equal(w, COLS);
+    assert_int_equal(h, ROWS);
+    for (int i = 0; i < ROWS * COLS; i++)
+        assert_int_equal(rgb[3 * i], want[i]);
+    free(rgb);
+    /* A large pixel: the bar is labelled in nm (0.3 x 53 x 40 A = 636 A -> 500 A = 50 nm, 12.5 px). */
+    lg.pixel_A = 40;
+    ssb4d_png_legend_layout(img, ROWS, COLS, &lg, &L);
+    assert_string_equal(L.scale_label, "50 nm");
+    assert_int_equal(L.scale_bar[2] - L.scale_bar[0], 13);
+    /* No pixel size: no scale bar, the colour bar only. */
+    lg.pixel_A = NAN;
+    ssb4d_png_legend_layout(img, ROWS, COLS, &lg, &L);
+    assert_true(L.scale_bar[2] == 0 && L.colour_bar[2] > 0 && L.height == (size_t)(L.colour_bar[3] + 1));
+}
+
+static void calibration_picture(void **state)
+{
+    (void)state;
+    enum { D = 32 };
+    double mean[D * D];
+    for (int r = 0; r < D; r++)
+        for (int c = 0; c < D; c++)
+            mean[r * D + c] = hypot(r - 15.5, c - 16.0) <= 10 ? 100.0 : 1.0;
+    int32_t flagged[2] = {3 * D + 4, 28 * D + 30};
+    ssb4d_calibration cal;
+    memset(&cal, 0, sizeof cal);
+    cal.det_shape[0] = cal.det_shape[1] = D;
+    cal.mean_pattern = mean;
+    cal.disk_centre_px[0] = cal.geom.centre_px[0] = 15.5;
+    cal.disk_centre_px[1] = cal.geom.centre_px[1] = 16.0;
+    cal.disk_radius_px = cal.selection_radius_px = 10.0;
+    cal.flagged = flagged;
+    cal.n_flagged = 2;
+    char path[128];
+    snprintf(path, sizeof path, "%s/cal.png", dir);
+    ssb4d_err err = {0};
+    assert_int_equal(ssb4d_calibration_picture(path, &cal, &err), SSB4D_OK);
+    int z = ssb4d_calibration_picture_zoom(cal.det_shape);
+    assert_int_equal(z, 8);
+    uint32_t w, h;
+    unsigned char *rgb = decode_rgb(path, &w, &h);
+    assert_int_equal(w, D * z);
+    assert_int_equal(h, D * z);
+#define PX(x, y) (rgb + ((size_t)(y) * w + (size_t)(x)) * 3)
+    /* Flagged pixels: their whole z x z block red. */
+    for (int i = 0; i < 2; i++) {
+        int r = flagged[i] / D, c = flagged[i] % D;
+        for (int y = r * z; y < (r + 1) * z; y++)
+            for (int x = c * z; x < (c + 1) * z; x++)
+                assert_true(PX(x, y)[0] == 255 && PX(x, y)[1] == 0 && PX(x, y)[2] == 0);
+    }
+    /* The disk: green on the circle (right of the centre, radius 10 px), grey inside and outside
+     * (log scale over three decades: the disk white, the dark field at 255 log(11) / log(1001)). */
+    double cx = (16.0 + 0.5) * z, cy = (15.5 + 0.5) * z;
+    unsigned char *on = PX((long)(cx + 10 * z), (long)cy);
+    assert_true(on[1] > 200 && on[0] == 0 && on[2] == 0);
+    unsigned char *in = PX((long)(cx + 5 * z), (long)cy), *out = PX((long)(cx + 14 * z), (long)cy);
+    assert_true(in[0] == 255 && in[1] == 255 && in[2] == 255);
+    assert_true(out[0] == out[1] && out[1] == out[2] && abs((int)out[0] - (int)lround(255 * log1p(10) / log1p(1000))) <= 1);
+    /* No yellow (the selection is the disk) anywhere. */
+    for (size_t i = 0; i < (size_t)w * h; i++)
+        assert_false(rgb[3 * i] > 200 && rgb[3 * i + 1] > 200 && rgb[3 * i + 2] < 50);
+    free(rgb);
+    /* A selection radius of its own: a yellow circle of that radius. */
+    cal.selection_radius_px = 6.0;
+    assert_int_equal(ssb4d_calibration_picture(path, &cal, &err), SSB4D_OK);
+    rgb = decode_rgb(path, &w, &h);
+    unsigned char *sel = PX((long)(cx + 6 * z), (long)cy);
+    assert_true(sel[0] > 200 && sel[1] > 200 && sel[2] < 50);
+    free(rgb);
+#undef PX
+}
+
 int main(void)
 {
     fill();
     snprintf(dir, sizeof dir, "/tmp/ssb4d-img-XXXXXX");
     if (!mkdtemp(dir))
         return 1;
-    const struct CMUnitTest tests[] = {cmocka_unit_test(tiff_round_trip), cmocka_unit_test(png_and_npy)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(tiff_round_trip), cmocka_unit_test(png_and_npy),
+                                       cmocka_unit_test(png_legend), cmocka_unit_test(calibration_picture)};
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

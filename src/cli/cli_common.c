@@ -19,7 +19,8 @@
 #include <unistd.h>
 
 const char CLI_MICROSCOPE_HELP[] =
-    "microscope and calibration (flags override --calibration, which overrides the sidecar DATA.json):\n"
+    "microscope and calibration (flags override the calibration file, which overrides the sidecar\n"
+    "DATA.json, which overrides what a .qem DATA records):\n"
     "  --kv KV               accelerating voltage (kV)\n"
     "  --semiangle MRAD      probe convergence semi-angle (mrad)\n"
     "  --scan-step A[,A]     scan step (Angstrom), one value or ROW,COL\n"
@@ -27,7 +28,9 @@ const char CLI_MICROSCOPE_HELP[] =
     "  --rotation DEG        scan-detector rotation; from the centre-of-mass curl when absent\n"
     "  --bf-radius PX        BF selection radius (pixels); default the disk radius\n"
     "  --centre ROW,COL      BF disk centre (pixels); default the disk centroid\n"
-    "  --calibration FILE    calibration JSON (from ssb4d calibrate -o or ssb4d fit)\n"
+    "  --calibration FILE    calibration JSON (from ssb4d calibrate or ssb4d fit); without it,\n"
+    "                        fit, reconstruct and fit-regions take the file ssb4d calibrate\n"
+    "                        DATA writes (s.npy: s.calibration.json) when it is there\n"
     "  --sidecar FILE        simulator sidecar JSON (default: DATA with .json, if present)\n"
     "  --no-hot-pixels       do not detect hot pixels\n"
     "  --threads N           worker threads (default: all cores)\n"
@@ -277,6 +280,18 @@ static int read_sidecar(const char *path, cli_values *v)
     return 0;
 }
 
+int cli_read_sidecar(const char *data, const cli_micro *m, cli_values *v, char *path, size_t n)
+{
+    cli_values_unset(v);
+    if (n)
+        path[0] = 0;
+    if (m->sidecar_path)
+        snprintf(path, n, "%s", m->sidecar_path);
+    else if (!data || !find_sidecar(data, path, n))
+        return 0;
+    return read_sidecar(path, v);
+}
+
 #define OVERRIDE(dst, src) \
     do {                   \
         if (!isnan(src))   \
@@ -419,6 +434,56 @@ static int read_qem_calibration(const char *path, cli_values *v)
     return 0;
 }
 
+int cli_default_calibration_path(const char *data, char *out, size_t n)
+{
+    const char *slash = strrchr(data, '/');
+    const char *base = slash ? slash + 1 : data;
+    const char *dot = strrchr(base, '.');
+    size_t stem = dot && dot > base ? (size_t)(dot - data) : strlen(data);
+    int w = snprintf(out, n, "%.*s.calibration.json", (int)stem, data);
+    return w >= 0 && (size_t)w < n ? 0 : -1;
+}
+
+int cli_auto_calibration(const char *cmd, const char *data, cli_micro *m, int quiet)
+{
+    char path[sizeof m->auto_calibration];
+    if (m->calibration_path || !data || cli_default_calibration_path(data, path, sizeof path) ||
+        !file_exists(path))
+        return 0;
+    ssb4d_calfile cf;
+    ssb4d_err err = {0};
+    if (ssb4d_calfile_read(path, &cf, &err)) {
+        ssb4d_calfile_free(&cf);
+        fprintf(stderr, "ssb4d %s: %s (the calibration file beside DATA: remake it with ssb4d calibrate "
+                        "--force, or give --calibration FILE)\n", cmd, err.msg);
+        return CLI_EXIT_USAGE;
+    }
+    int has_ab = cf.has_ab;
+    char recorded[sizeof cf.data_identity];
+    snprintf(recorded, sizeof recorded, "%s", cf.data_identity);
+    ssb4d_calfile_free(&cf);
+    if (has_ab) {
+        fprintf(stderr, "ssb4d %s: warning: %s holds aberrations, so ssb4d calibrate did not write it; "
+                        "not used (give --calibration %s to use it)\n", cmd, path, path);
+        return 0;
+    }
+    if (recorded[0] && cli_data_identity(data, m->data_identity, sizeof m->data_identity) == 0 &&
+        ssb4d_calfile_identity_differs(recorded, m->data_identity)) {
+        char a[128], b[128];
+        short_identity(recorded, a, sizeof a);
+        short_identity(m->data_identity, b, sizeof b);
+        fprintf(stderr, "ssb4d %s: warning: %s was made from other data (%s ≠ %s); not used (remake it with "
+                        "ssb4d calibrate %s --force)\n", cmd, path, a, b, data);
+        return 0;
+    }
+    memcpy(m->auto_calibration, path, sizeof path);
+    m->calibration_path = m->auto_calibration;
+    if (!quiet)
+        fprintf(stderr, "ssb4d %s: calibration from %s (written by ssb4d calibrate; --calibration FILE "
+                        "takes another)\n", cmd, path);
+    return 0;
+}
+
 int cli_resolve(const char *data_path, const cli_micro *m, cli_values *out)
 {
     cli_values_unset(out);
@@ -477,9 +542,12 @@ int cli_resolve(const char *data_path, const cli_micro *m, cli_values *out)
             c.has_thick = 1;
         }
         /* Hashing DATA costs a read of the file (a .qem: its header only), so only when the
-         * calibration file has an identity to compare with. */
+         * calibration file has an identity to compare with (and only once). */
+        if (data_path && cf.data_identity[0] && m->data_identity[0])
+            snprintf(out->data_identity, sizeof out->data_identity, "%s", m->data_identity);
         if (data_path && cf.data_identity[0] &&
-            cli_data_identity(data_path, out->data_identity, sizeof out->data_identity) == 0 &&
+            (out->data_identity[0] ||
+             cli_data_identity(data_path, out->data_identity, sizeof out->data_identity) == 0) &&
             ssb4d_calfile_identity_differs(cf.data_identity, out->data_identity)) {
             char a[128], b[128];
             short_identity(cf.data_identity, a, sizeof a);
@@ -562,6 +630,11 @@ int cli_error(const char *cmd, ssb4d_status st, const char *msg)
 ssb4d_status cli_write_image(const char *path, const float *img, size_t rows, size_t cols,
                              double pixel_A[2], ssb4d_err *err)
 {
+    const char *dot = strrchr(path, '.');
+    if (dot && !strcasecmp(dot, ".png")) {
+        ssb4d_png_legend lg = {pixel_A ? pixel_A[1] : 0.0, "rad"};
+        return ssb4d_image_write_png_legend(path, img, rows, cols, &lg, err);
+    }
     return ssb4d_image_write(path, img, rows, cols, pixel_A, err);
 }
 

@@ -66,6 +66,8 @@ typedef struct {
     cli_values flags;   /* from the command line */
     const char *calibration_path;
     const char *sidecar_path;
+    char auto_calibration[4096]; /* the calibration file cli_auto_calibration found beside DATA */
+    char data_identity[96];      /* DATA's identity once computed (cli_data_identity), else "" */
     int threads;
     int memory_report;
     size_t memory_bytes; /* --memory (0: not given: the available RAM) */
@@ -88,11 +90,32 @@ int cli_micro_handle(cli_micro *m, int opt, const char *arg);
 int cli_check_readable(const char *cmd, const char *path);
 
 /* Layers the calibration a .qem DATA carries, the sidecar (found next to data_path or given by
- * --sidecar), the calibration file and the flags, in that order (later wins).
+ * --sidecar), the calibration file (--calibration, or the one cli_auto_calibration found) and
+ * the flags, in that order (later wins).
  * Fills `out` (unset fields stay NaN). Returns 0 or prints one error line and returns exit code.
  * When the calibration file records a data identity and data_path is given, DATA's identity is
  * computed (out->data_identity) and a warning line is printed if they differ. */
 int cli_resolve(const char *data_path, const cli_micro *m, cli_values *out);
+
+/* The simulator sidecar of DATA, as cli_resolve finds it (--sidecar, else DATA.json, DATA with
+ * its extension replaced by .json, or that without a trailing "_counts"), read into v (all unset
+ * when there is none); path gets its name ("" when none). Returns 0, or CLI_EXIT_USAGE when it
+ * cannot be read or is not JSON (one line printed). */
+int cli_read_sidecar(const char *data, const cli_micro *m, cli_values *v, char *path, size_t n);
+
+/* The calibration file `ssb4d calibrate DATA` writes by default: in DATA's folder, DATA's name
+ * without its extension + ".calibration.json" (s.npy -> s.calibration.json). Returns 0, or -1
+ * when it does not fit in n. */
+int cli_default_calibration_path(const char *data, char *out, size_t n);
+
+/* For the commands that take calibrate's results (fit, reconstruct, fit-regions): when no
+ * --calibration was given and cli_default_calibration_path(data) exists, it becomes m's
+ * calibration file, and one line on stderr says so (unless quiet). It is passed over, with one
+ * warning line, when it holds aberrations (ssb4d calibrate writes none: it is not calibrate's
+ * file) or when it records a data identity other than DATA's (DATA's identity is then kept in
+ * m->data_identity for cli_resolve). Returns 0, or CLI_EXIT_USAGE when the file cannot be read
+ * or is malformed (one line printed). */
+int cli_auto_calibration(const char *cmd, const char *data, cli_micro *m, int quiet);
 
 /* The identity of a data file for calibration files (SPEC §4): "qem-body-sha256:<hex>" for a
  * .qem, the SHA-256 of the concatenated body checksums (the header's "sha256" list, verified
@@ -125,8 +148,9 @@ int cli_parse_pair(const char *s, double out[2]);
 /* Parses a positive double; returns 0 on success. */
 int cli_parse_double(const char *s, double *out);
 
-/* Writes a float32 image to .tiff/.tif (float32), .npy or .png (8-bit, contrast stretched) by the
- * extension of path. pixel_A is the sampling written into the TIFF tags (Å). */
+/* Writes a float32 phase image to .tiff/.tif (float32), .npy or .png by the extension of path.
+ * pixel_A is the sampling written into the TIFF tags (Å). A .png is the 8-bit preview (contrast
+ * stretched) with a scale bar from pixel_A[1] and a colour bar in rad, in margins beside it. */
 ssb4d_status cli_write_image(const char *path, const float *img, size_t rows, size_t cols,
                              double pixel_A[2], ssb4d_err *err);
 

@@ -1,10 +1,13 @@
-/* cmd_calibrate.c — `ssb4d calibrate DATA [microscope flags] [-o cal.json] [--json]`:
+/* cmd_calibrate.c — `ssb4d calibrate DATA [microscope flags] [-o cal.json] [--force] [--json]`:
  * BF disk, detector sampling, flagged pixels and scan-detector rotation (SPEC §4), written as a
- * calibration JSON (SPEC §8). */
+ * calibration JSON (SPEC §8), by default beside DATA (DATA's name without its extension +
+ * ".calibration.json", which fit, reconstruct and fit-regions then take), with a picture of the
+ * mean pattern, the disk and the flagged pixels beside it (.png in place of .json). */
 #include "cli/cli_common.h"
 #include "cli/cli_job.h"
 #include "cli/commands.h"
 #include "io/calfile.h"
+#include "io/image.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -13,7 +16,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #define CMD "calibrate"
 
@@ -26,7 +31,17 @@ static void help(FILE *f)
             "(centre-of-mass curl), and writes them as a calibration JSON. From a simulator sidecar it\n"
             "takes only kV, semi-angle and scan step; the rest is measured unless given by flags or\n"
             "--calibration.\n\n"
-            "  -o, --output FILE     write the calibration JSON to FILE (atomically)\n"
+            "outputs (written atomically; an existing one is refused before any work unless --force):\n"
+            "  DATA's name without its extension + .calibration.json, beside DATA (s.npy:\n"
+            "  s.calibration.json): the calibration file. ssb4d fit, reconstruct and fit-regions take\n"
+            "  it from there when no --calibration is given (one line on stderr says so).\n"
+            "  The same name with .png (s.calibration.png): the calibration picture, the mean\n"
+            "  diffraction pattern on a log scale with the measured BF disk (green circle, cross at\n"
+            "  its centre), the BF selection when --centre or --bf-radius changed it (yellow) and\n"
+            "  the flagged hot/dead pixels (red).\n"
+            "  -o, --output FILE     write the calibration JSON to FILE instead (the picture beside\n"
+            "                        it, FILE with .png in place of .json)\n"
+            "  --force               replace the calibration file and picture if they exist\n"
             "  -h, --help            this help\n\n%s\n"
             "DATA is a .qem (ssb4d import) or a .npy of uint8/uint16/uint32 counts, shape\n"
             "(scan_row, scan_col, det_row, det_col). --memory bounds the frame blocks read at a time\n"
@@ -68,7 +83,7 @@ static cJSON *measured_json(const ssb4d_calibration *c, double seconds)
 #define ROT_RATIO_WARN 0.8
 
 static void print_summary(const char *data, const ssb4d_calibration *c, const char *outpath,
-                          double seconds, int rotation_given)
+                          const char *picture, double seconds, int rotation_given)
 {
     printf("ssb4d calibrate: %s\n", data);
     printf("  data        %zux%zu scan, %zux%zu detector, %.0f counts\n", c->scan_shape[0],
@@ -103,19 +118,57 @@ static void print_summary(const char *data, const ssb4d_calibration *c, const ch
                "              under 3x3); set to 0: give --rotation\n");
     }
     printf("  time        %.3f s\n", seconds);
-    if (outpath)
-        printf("  wrote       %s\n", outpath);
+    printf("  wrote       %s\n", outpath);
+    printf("  picture     %s (mean pattern, log scale; green: BF disk; red: flagged pixels)\n", picture);
+}
+
+/* The picture's name: the calibration file's with .png in place of .json (else .png added). */
+static int picture_path(const char *json, char *out, size_t n)
+{
+    size_t len = strlen(json);
+    int w = len > 5 && !strcmp(json + len - 5, ".json") ? snprintf(out, n, "%.*s.png", (int)(len - 5), json)
+                                                        : snprintf(out, n, "%s.png", json);
+    return w >= 0 && (size_t)w < n ? 0 : -1;
+}
+
+/* An output that exists is refused unless --force; a folder in its place always. Also refused
+ * before any work: a folder that cannot be written in. Returns 0 or CLI_EXIT_USAGE. */
+static int check_output(const char *path, int force, int defaulted)
+{
+    struct stat sb;
+    if (stat(path, &sb) == 0) {
+        if (S_ISDIR(sb.st_mode)) {
+            fprintf(stderr, "ssb4d " CMD ": %s is a folder: name a file to write (-o FILE)\n", path);
+            return CLI_EXIT_USAGE;
+        }
+        if (!force) {
+            fprintf(stderr, "ssb4d " CMD ": %s already exists (use --force to replace it, or -o FILE)\n", path);
+            return CLI_EXIT_USAGE;
+        }
+    }
+    char dir[4096];
+    const char *slash = strrchr(path, '/');
+    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path) + 1 : 1, slash ? path : ".");
+    if (access(dir, W_OK) != 0) {
+        fprintf(stderr, "ssb4d " CMD ": cannot write %s: %s%s\n", path, strerror(errno),
+                defaulted ? " (give -o FILE to write it elsewhere)" : "");
+        return CLI_EXIT_USAGE;
+    }
+    return 0;
 }
 
 int cmd_calibrate(int argc, char **argv)
 {
+    enum { OPT_FORCE = CLI_OPT_FIRST_FREE };
     static const struct option opts[] = {CLI_MICROSCOPE_OPTIONS,
                                          {"output", required_argument, 0, 'o'},
+                                         {"force", no_argument, 0, OPT_FORCE},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     cli_micro m;
     cli_micro_init(&m);
     const char *outpath = NULL;
+    int force = 0;
     optind = 1;
     opterr = 0;
     int opt;
@@ -126,6 +179,10 @@ int cmd_calibrate(int argc, char **argv)
         }
         if (opt == 'o') {
             outpath = optarg;
+            continue;
+        }
+        if (opt == OPT_FORCE) {
+            force = 1;
             continue;
         }
         if (opt == '?' || opt == ':') {
@@ -152,6 +209,16 @@ int cmd_calibrate(int argc, char **argv)
     int rc = cli_check_readable(CMD, data); /* first: before the sidecar or microscope values */
     if (rc)
         return rc;
+    /* The outputs' names: by default beside DATA (checked once the values are, before any work). */
+    char defpath[4096], picture[4096];
+    int defaulted = !outpath;
+    if (!outpath) {
+        if (cli_default_calibration_path(data, defpath, sizeof defpath))
+            return cli_error(CMD, SSB4D_EINVAL, "DATA's path is too long for the calibration file's name");
+        outpath = defpath;
+    }
+    if (picture_path(outpath, picture, sizeof picture))
+        return cli_error(CMD, SSB4D_EINVAL, "the output path is too long");
 
     ssb4d_err err = {0};
     ssb4d_source *src = NULL;
@@ -180,6 +247,8 @@ int cmd_calibrate(int argc, char **argv)
         }
         rc = cli_check_microscope(&v);
     }
+    if (!rc && !(rc = check_output(outpath, force, defaulted)))
+        rc = check_output(picture, force, defaulted);
     if (rc) {
         ssb4d_source_close(src);
         return rc;
@@ -228,7 +297,9 @@ int cmd_calibrate(int argc, char **argv)
     else if (cli_data_identity(data, cf.data_identity, sizeof cf.data_identity) != 0)
         cf.data_identity[0] = 0;
     rc = CLI_EXIT_OK;
-    if (outpath && (st = ssb4d_calfile_write(outpath, &cf, &err)) != SSB4D_OK) {
+    /* The picture first: the calibration file, which later commands take, appears last. */
+    if ((st = ssb4d_calibration_picture(picture, &cal, &err)) != SSB4D_OK ||
+        (st = ssb4d_calfile_write(outpath, &cf, &err)) != SSB4D_OK) {
         rc = cli_error(CMD, st, err.msg);
         goto out;
     }
@@ -236,8 +307,10 @@ int cmd_calibrate(int argc, char **argv)
         /* The calfile text as written (exact numbers) plus the measured extras. */
         char *text = ssb4d_calfile_to_json(&cf);
         cJSON *meas = measured_json(&cal, seconds);
-        if (outpath && meas)
+        if (meas) {
             cJSON_AddStringToObject(meas, "written", outpath);
+            cJSON_AddStringToObject(meas, "picture", picture);
+        }
         char *mt = meas ? cJSON_Print(meas) : NULL;
         cJSON_Delete(meas);
         char *close = text ? strrchr(text, '}') : NULL;
@@ -254,7 +327,7 @@ int cmd_calibrate(int argc, char **argv)
         free(text);
         free(mt);
     } else {
-        print_summary(data, &cal, outpath, seconds, !isnan(p.rotation_deg));
+        print_summary(data, &cal, outpath, picture, seconds, !isnan(p.rotation_deg));
     }
 out:
     ssb4d_calfile_free(&cf);

@@ -101,7 +101,8 @@ static void usage_fit(FILE *f)
             "the scan-detector rotation and a small search box; a seeded global search and\n"
             "Nelder-Mead on the band objective refine C10, C12, phi12 and, unless it was given, the\n"
             "rotation; the 180-degree branch is checked and the exact SSB loss over all BF pixels\n"
-            "reported. It reconstructs and writes DIR/phase.tiff (float32), phase.png,\n"
+            "reported. It reconstructs and writes DIR/phase.tiff (float32), phase.png (preview\n"
+            "with a scale bar and a colour bar in rad),\n"
             "object.npy (complex64), calibration.json (reload with reconstruct --calibration) and\n"
             "trials.json (every trial). Without DATA it fits a built-in simulated dataset with known\n"
             "aberrations. Progress goes to stderr; --json prints one JSON object on stdout.\n\n"
@@ -129,7 +130,7 @@ static void usage_regions(FILE *f)
             "Fits C10, C12, phi12 on each region (every region >= 32x32 scan positions) with the\n"
             "full field's calibration, and writes DIR/regions.json, DIR/regions.csv (one row per\n"
             "region: rectangle, C10, C12, phi12, loss, branch) and DIR/defocus.png (the C10 map,\n"
-            "one grey cell per grid region).\n\n"
+            "one grey cell per grid region, with a colour bar of C10 in nm).\n\n"
             "  --grid RxC            a grid of R x C equal regions covering the scan (e.g. 4x4)\n"
             "  --regions LIST        explicit rectangles separated by ';'\n");
     fprintf(f, FIT_HELP, "ssb4d-regions");
@@ -921,7 +922,9 @@ static int run_fit(fit_opts *o)
     /* A missing DATA first: before the output folder is made or the microscope resolved. */
     if (o->data && cli_check_readable(o->cmd, o->data))
         return CLI_EXIT_USAGE;
-    int rc = prepare_dir(o, outputs, sizeof outputs / sizeof outputs[0]);
+    int rc = cli_auto_calibration(o->cmd, o->data, &o->m, o->quiet);
+    if (!rc)
+        rc = prepare_dir(o, outputs, sizeof outputs / sizeof outputs[0]);
     if (rc)
         return rc;
     ssb4d_err err = {0};
@@ -1248,7 +1251,8 @@ int cmd_fit_regions(int argc, char **argv)
     }
     static const char *outputs[] = {"regions.json", "regions.csv", "defocus.png"};
     /* A missing DATA first: before the output folder is made or the microscope resolved. */
-    if ((rc = cli_check_readable(o.cmd, o.data)) || (rc = prepare_dir(&o, outputs, 3))) {
+    if ((rc = cli_check_readable(o.cmd, o.data)) || (rc = cli_auto_calibration(o.cmd, o.data, &o.m, o.quiet)) ||
+        (rc = prepare_dir(&o, outputs, 3))) {
         free(rects);
         return rc;
     }
@@ -1347,12 +1351,16 @@ int cmd_fit_regions(int argc, char **argv)
         st = ssb4d_write_text_atomic(path, csv, &err);
     }
     if (!st) {
-        /* The defocus map: one cell per grid region (a list is drawn on the scan grid, cells 8 px). */
+        /* The defocus map: one 32-px cell per grid region (a list is drawn on the scan grid, one
+         * pixel per scan position; positions no region covers have no value: dark blue), with a
+         * colour bar of C10 in nm labelled with its ends. */
         size_t R = o.grid[0] ? o.grid[0] : j.shape[0], C = o.grid[1] ? o.grid[1] : j.shape[1];
         size_t cell = o.grid[0] ? 32 : 1;
-        float *img = calloc(R * C * cell * cell, sizeof *img);
+        float *img = malloc(R * C * cell * cell * sizeof *img);
         if (!img)
             st = ssb4d_fail(&err, SSB4D_ENOMEM, "out of memory");
+        for (size_t i = 0; img && i < R * C * cell * cell; i++)
+            img[i] = NAN;
         for (size_t i = 0; img && i < n; i++) {
             size_t r0 = o.grid[0] ? i / C : rects[i][0], r1 = o.grid[0] ? r0 + 1 : rects[i][1];
             size_t c0 = o.grid[0] ? i % C : rects[i][2], c1 = o.grid[0] ? c0 + 1 : rects[i][3];
@@ -1360,10 +1368,10 @@ int cmd_fit_regions(int argc, char **argv)
                 for (size_t b = c0 * cell; b < c1 * cell; b++)
                     img[a * C * cell + b] = (float)c10[i];
         }
-        double px[2] = {1, 1};
+        ssb4d_png_legend lg = {0.0, "C10 nm"};
         join(path, sizeof path, o.out_dir, "defocus.png");
         if (!st)
-            st = cli_write_image(path, img, R * cell, C * cell, px, &err);
+            st = ssb4d_image_write_png_legend(path, img, R * cell, C * cell, &lg, &err);
         free(img);
     }
     if (st) {

@@ -35,7 +35,12 @@ static void help(FILE *f)
             "                        (a marker value too large for the dtype is stored as 0, recorded)\n"
             "  --kv KV, --semiangle MRAD, --scan-step A[,A], --det-sampling M[,M]\n"
             "                        microscope values, recorded as user overrides beside what the\n"
-            "                        file records\n"
+            "                        file records; each flag replaces the sidecar's value\n"
+            "  --sidecar FILE        simulator sidecar JSON (default: IN with .json, IN.json or, for\n"
+            "                        NAME_counts.npy, NAME.json, if present, as the other commands\n"
+            "                        find it): its kV, semi-angle, scan step and detector sampling\n"
+            "                        are recorded as overrides too (evidence \"sidecar FILE\"), so\n"
+            "                        ssb4d info and every command reading OUT see them\n"
             "  --chunk-scans N       scans per chunk (a multiple of 512; default: automatic)\n"
             "  --threads N           encoder threads (default: all cores)\n"
             "%s"
@@ -53,6 +58,28 @@ static void help(FILE *f)
 
 enum { OPT_HOT = CLI_OPT_FIRST_FREE, OPT_CHUNK, OPT_FORCE };
 
+static void print_pair(const char *name, const double v[2], const char *unit)
+{
+    if (v[0] == v[1])
+        printf("%s %g %s", name, v[0], unit);
+    else
+        printf("%s %g, %g %s", name, v[0], v[1], unit);
+}
+
+typedef struct {
+    cli_progress pb;
+    const ssb4d_import_report *rep;
+} import_bar;
+
+static void import_progress(void *user, double fraction)
+{
+    import_bar *b = user;
+    if (b->pb.total <= 0 && b->rep->input_bytes)
+        cli_progress_set_rate(&b->pb, (double)b->rep->input_bytes / 1e6, "MB");
+    if (fraction < 1.0) /* the last line is drawn once the file is complete (cli_progress_done) */
+        cli_progress_update(&b->pb, fraction);
+}
+
 static int bad(const char *what, const char *arg)
 {
     char msg[320];
@@ -69,6 +96,7 @@ int cmd_import(int argc, char **argv)
         {"kv", required_argument, 0, CLI_OPT_KV},   {"semiangle", required_argument, 0, CLI_OPT_SEMIANGLE},
         {"scan-step", required_argument, 0, CLI_OPT_SCAN_STEP},
         {"det-sampling", required_argument, 0, CLI_OPT_DET_SAMPLING},
+        {"sidecar", required_argument, 0, CLI_OPT_SIDECAR},
         {"threads", required_argument, 0, CLI_OPT_THREADS}, {"json", no_argument, 0, CLI_OPT_JSON},
         {"memory", required_argument, 0, CLI_OPT_MEMORY},
         {"quiet", no_argument, 0, 'q'},             {"help", no_argument, 0, 'h'},
@@ -146,33 +174,49 @@ int cmd_import(int argc, char **argv)
     ip.dtype_bytes = ci.dtype_bytes;
     ip.big_endian = ci.big_endian;
     ip.offset = ci.offset;
+    /* The microscope: each flag, else the sidecar's value (recorded with the sidecar as evidence). */
+    cli_values side;
+    char side_path[4096], side_evidence[4200];
+    int rc = cli_read_sidecar(in, &m, &side, side_path, sizeof side_path);
+    if (rc)
+        return rc;
+    snprintf(side_evidence, sizeof side_evidence, "sidecar %s", side_path);
     const cli_values *v = &m.flags;
-    ip.kv = v->kv;
-    ip.semiangle_mrad = v->semiangle_mrad;
-    for (int i = 0; i < 2; i++) {
-        ip.scan_step_A[i] = v->scan_step_A[i];
-        ip.det_sampling_mrad[i] = v->det_sampling_mrad[i];
+    int from_side[4] = {isnan(v->kv) && side.kv > 0, isnan(v->semiangle_mrad) && side.semiangle_mrad > 0,
+                        isnan(v->scan_step_A[0]) && side.scan_step_A[0] > 0 && side.scan_step_A[1] > 0,
+                        isnan(v->det_sampling_mrad[0]) && side.det_sampling_mrad[0] > 0 &&
+                            side.det_sampling_mrad[1] > 0};
+    const cli_values *src4[4];
+    for (int k = 0; k < 4; k++) {
+        src4[k] = from_side[k] ? &side : v;
+        ip.evidence[k] = from_side[k] ? side_evidence : NULL;
     }
+    ip.kv = src4[0]->kv;
+    ip.semiangle_mrad = src4[1]->semiangle_mrad;
+    for (int i = 0; i < 2; i++) {
+        ip.scan_step_A[i] = src4[2]->scan_step_A[i];
+        ip.det_sampling_mrad[i] = src4[3]->det_sampling_mrad[i];
+    }
+    int n_side = from_side[0] + from_side[1] + from_side[2] + from_side[3];
     ip.threads = m.threads;
     size_t budget = cli_memory_budget(&m);
     ip.mem = ssb4d_mem_create(budget);
     if (!ip.mem)
         return cli_error(CMD, SSB4D_ENOMEM, "out of memory");
 
-    cli_progress pb;
-    cli_progress_start(&pb, "import", quiet || m.json);
-    /* The rate is in MB read from IN per second (the file is read twice unless --hot-pixels
-     * none); an Arina master holds no counts itself, so it gets no rate. */
-    struct stat sb;
-    if (stat(in, &sb) == 0 && sb.st_size > (1 << 20))
-        cli_progress_set_rate(&pb, (ip.hot == SSB4D_HOT_NONE ? 1.0 : 2.0) * (double)sb.st_size / 1e6,
-                              "MB");
-    ip.progress = cli_progress_update;
-    ip.progress_user = &pb;
+    /* The bar's rate and the summary's are the same measure: MB of input counts (as the source
+     * holds them, report.input_bytes, known once the source is open) per second of wall time,
+     * whatever the passes over the file (two unless --hot-pixels none). */
     ssb4d_import_report rep;
+    memset(&rep, 0, sizeof rep);
+    import_bar bar = {.rep = &rep};
+    cli_progress_start(&bar.pb, "import", quiet || m.json);
+    ip.progress = import_progress;
+    ip.progress_user = &bar;
     ssb4d_err err = {0};
     ssb4d_status st = ssb4d_import(in, out, &ip, &rep, &err);
-    cli_progress_done(&pb);
+    double wall = cli_progress_elapsed(&bar.pb); /* the bar's clock: its last line shows this rate */
+    cli_progress_done(&bar.pb);
     ssb4d_mem_destroy(ip.mem);
     if (st)
         return cli_job_error(CMD, st, err.msg, budget);
@@ -199,6 +243,10 @@ int cmd_import(int argc, char **argv)
         cJSON_AddNumberToObject(o, "flagged_by_totals", (double)rep.flagged_found);
         cJSON_AddNumberToObject(o, "replaced_pixels", (double)replaced);
         cJSON_AddNumberToObject(o, "seconds", rep.seconds);
+        if (n_side)
+            cJSON_AddStringToObject(o, "sidecar", side_path);
+        else
+            cJSON_AddNullToObject(o, "sidecar");
         char *s = cJSON_PrintUnformatted(o);
         cJSON_Delete(o);
         if (!s)
@@ -221,7 +269,20 @@ int cmd_import(int argc, char **argv)
                ip.hot == SSB4D_HOT_ZERO ? "set to 0" : "replaced by the median of their valid 3x3 neighbours");
     else
         printf("  hot pixels  --hot-pixels %s: no count replaced\n", hot_names[ip.hot]);
-    printf("  time        %.2f s (%.1f MB/s of input)\n", rep.seconds,
-           rep.seconds > 0 ? (double)rep.input_bytes / 1e6 / rep.seconds : 0.0);
+    if (n_side) {
+        printf("  microscope  from the sidecar %s:", side_path);
+        if (from_side[0])
+            printf(" %g kV", ip.kv);
+        if (from_side[1])
+            printf("%s %g mrad", from_side[0] ? "," : "", ip.semiangle_mrad);
+        if (from_side[2])
+            print_pair(from_side[0] + from_side[1] ? ", scan step" : " scan step", ip.scan_step_A, "A");
+        if (from_side[3])
+            print_pair(from_side[0] + from_side[1] + from_side[2] ? ", sampling" : " sampling",
+                       ip.det_sampling_mrad, "mrad/px");
+        printf(" (recorded as overrides)\n");
+    }
+    printf("  time        %.2f s (%.1f MB/s: MB of input counts per second of wall time)\n", wall,
+           wall > 0 ? (double)rep.input_bytes / 1e6 / wall : 0.0);
     return CLI_EXIT_OK;
 }

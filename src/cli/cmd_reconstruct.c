@@ -40,7 +40,8 @@ static void usage(FILE *f)
             "  --tilt ROW,COL        thick-sample tilt (mrad), with --thickness\n"
             "  --thickness NM        thick-sample model thickness (nm); 0 = standard SSB\n\n"
             "output:\n"
-            "  -o, --output FILE     phase image: .tiff (float32), .npy or .png (default phase.tiff)\n"
+            "  -o, --output FILE     phase image: .tiff (float32), .npy or .png (default phase.tiff);\n"
+            "                        a .png is an 8-bit preview with a scale bar and a colour bar (rad)\n"
             "  --object FILE         also write the complex object (.npy complex64)\n"
             "  --upsample F          1, 2, 3, 4, 8 or auto (default 1)\n"
             "  --estimator E         phase-of-mean (default) or mean-phase\n"
@@ -201,6 +202,8 @@ int cmd_reconstruct(int argc, char **argv)
     }
     /* A missing DATA is the first thing to say, before any unknown microscope value. */
     int rc = cli_check_readable("reconstruct", data);
+    if (!rc)
+        rc = cli_auto_calibration("reconstruct", data, &m, quiet);
     if (rc)
         return rc;
 

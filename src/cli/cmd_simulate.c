@@ -2,6 +2,7 @@
  * projected-phase ground truths and a sidecar JSON (docs/simulate.md). */
 #include "cli/cli_common.h"
 #include "cli/commands.h"
+#include "cli/progress.h"
 #include "codec/codec.h"
 #include "common/parallel.h"
 #include "sim/sim.h"
@@ -139,25 +140,13 @@ static sim_working_set working_set(const ssb4d_sim_params *p, const ssb4d_sim_in
     return w;
 }
 
-typedef struct {
-    struct timespec t0;
-    int active;
-} progress_t;
-
+/* The shared progress bar (src/cli/progress.c), with the rate in scan positions per second. */
 static void progress_cb(void *user, size_t done, size_t total)
 {
-    progress_t *pr = user;
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    double el = (double)(t.tv_sec - pr->t0.tv_sec) + 1e-9 * (double)(t.tv_nsec - pr->t0.tv_nsec);
-    double rate = el > 0 ? (double)done / el : 0.0;
-    double eta = rate > 0 ? (double)(total - done) / rate : 0.0;
-    fprintf(stderr, "\rssb4d simulate: %zu/%zu positions (%.1f%%), %.0f/s, ETA %.0f s   ", done,
-            total, 100.0 * (double)done / (double)total, rate, eta);
-    if (done == total)
-        fputc('\n', stderr);
-    fflush(stderr);
-    pr->active = 1;
+    cli_progress *pb = user;
+    if (pb->total <= 0 && total)
+        cli_progress_set_rate(pb, (double)total, "positions");
+    cli_progress_update(pb, total ? (double)done / (double)total : 1.0);
 }
 
 int cmd_simulate(int argc, char **argv)
@@ -428,11 +417,11 @@ int cmd_simulate(int argc, char **argv)
         strcat(cmd, " ");
         strcat(cmd, argv[i]);
     }
-    progress_t pr = {0};
-    clock_gettime(CLOCK_MONOTONIC, &pr.t0);
-    if (!quiet && isatty(2)) {
+    cli_progress pb;
+    cli_progress_start(&pb, "simulate", quiet);
+    if (pb.enabled) {
         p.progress = progress_cb;
-        p.progress_user = &pr;
+        p.progress_user = &pb;
     }
     if (!quiet)
         fprintf(stderr,
@@ -447,6 +436,10 @@ int cmd_simulate(int argc, char **argv)
     ssb4d_mem *mem = memory_report ? ssb4d_mem_create(0) : NULL;
     ssb4d_mem_stage_begin(mem, "simulate");
     ssb4d_status st = ssb4d_simulate(&p, out, force, cmd, &info, &err);
+    if (!st)
+        cli_progress_done(&pb);
+    else if (pb.enabled && pb.last_print >= 0)
+        fputc('\n', stderr); /* the error goes on a line of its own */
     ssb4d_mem_stage_end(mem);
     if (mem) {
         /* The simulator's buffers are small per-thread FFT planes: the footprint column is the

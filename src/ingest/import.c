@@ -236,6 +236,10 @@ static cJSON *quantity(double value, const char *unit, const char *provenance, c
  * over, and never replace, what the file recorded. */
 static void add_overrides(cJSON *sci, const ssb4d_import_params *p)
 {
+    const char *ev[4] = {"ssb4d import --kv", "ssb4d import --semiangle", "ssb4d import --scan-step",
+                         "ssb4d import --det-sampling"};
+    for (int i = 0; i < 4; i++)
+        ev[i] = p->evidence[i] ? p->evidence[i] : ev[i];
     cJSON *ov = cJSON_GetObjectItemCaseSensitive(sci, "calibration_overrides");
     if (!cJSON_IsObject(ov)) {
         cJSON_DeleteItemFromObjectCaseSensitive(sci, "calibration_overrides");
@@ -243,21 +247,21 @@ static void add_overrides(cJSON *sci, const ssb4d_import_params *p)
     }
     if (p->kv > 0)
         cJSON_AddItemToObject(ov, "electron_source/accelerating_voltage",
-                              quantity(p->kv, "kV", "user_override", "ssb4d import --kv"));
+                              quantity(p->kv, "kV", "user_override", ev[0]));
     if (p->semiangle_mrad > 0)
         cJSON_AddItemToObject(ov, "illumination_system/semi_convergence_angle",
-                              quantity(p->semiangle_mrad, "mrad", "user_override", "ssb4d import --semiangle"));
+                              quantity(p->semiangle_mrad, "mrad", "user_override", ev[1]));
     if (p->scan_step_A[0] > 0 && p->scan_step_A[1] > 0) {
         cJSON_AddItemToObject(ov, "scan_controller/regular_scan/pixel_size_row",
-                              quantity(p->scan_step_A[0], "angstrom", "user_override", "ssb4d import --scan-step"));
+                              quantity(p->scan_step_A[0], "angstrom", "user_override", ev[2]));
         cJSON_AddItemToObject(ov, "scan_controller/regular_scan/pixel_size_column",
-                              quantity(p->scan_step_A[1], "angstrom", "user_override", "ssb4d import --scan-step"));
+                              quantity(p->scan_step_A[1], "angstrom", "user_override", ev[2]));
     }
     if (p->det_sampling_mrad[0] > 0 && p->det_sampling_mrad[1] > 0) {
         cJSON_AddItemToObject(ov, "imaging_system/reciprocal_pixel_size_row",
-                              quantity(p->det_sampling_mrad[0], "mrad", "user_override", "ssb4d import --det-sampling"));
+                              quantity(p->det_sampling_mrad[0], "mrad", "user_override", ev[3]));
         cJSON_AddItemToObject(ov, "imaging_system/reciprocal_pixel_size_column",
-                              quantity(p->det_sampling_mrad[1], "mrad", "user_override", "ssb4d import --det-sampling"));
+                              quantity(p->det_sampling_mrad[1], "mrad", "user_override", ev[3]));
     }
 }
 
@@ -338,6 +342,8 @@ ssb4d_status ssb4d_import(const char *in_path, const char *out_path, const ssb4d
     framesrc_shape(fs, shape);
     size_t N = shape[0] * shape[1], P = shape[2] * shape[3];
     int src_bytes = framesrc_dtype_bytes(fs);
+    if (rep)
+        rep->input_bytes = N * P * (size_t)src_bytes; /* known before the first progress call */
     int out_bytes = src_bytes == 1 ? 1 : 2;
     uint32_t out_max = out_bytes == 1 ? 255u : 65535u;
     size_t block = READ_BLOCK_BYTES / (P * sizeof(uint32_t));

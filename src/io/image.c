@@ -4,6 +4,7 @@
 
 #include "common/atomic.h"
 #include "common/err.h"
+#include "io/annotate.h"
 #include "io/npy.h"
 
 #include <errno.h>
@@ -21,7 +22,7 @@ static int cmp_float(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-void ssb4d_image_to_u8(const float *img, size_t n, unsigned char *out)
+void ssb4d_image_stretch(const float *img, size_t n, float *lo_out, float *hi_out)
 {
     float *tmp = malloc(n * sizeof *tmp);
     size_t m = 0;
@@ -35,11 +36,25 @@ void ssb4d_image_to_u8(const float *img, size_t n, unsigned char *out)
         hi = tmp[(size_t)(0.995 * (double)(m - 1))];
     }
     free(tmp);
+    *lo_out = lo;
+    *hi_out = hi;
+}
+
+/* Grey levels for the stretch [lo, hi]. */
+static void map_u8(const float *img, size_t n, float lo, float hi, unsigned char *out)
+{
     float scale = hi > lo ? 255.0f / (hi - lo) : 0.0f;
     for (size_t i = 0; i < n; i++) {
         float v = isfinite(img[i]) ? (img[i] - lo) * scale : 0.0f;
         out[i] = (unsigned char)(v < 0 ? 0 : v > 255 ? 255 : v + 0.5f);
     }
+}
+
+void ssb4d_image_to_u8(const float *img, size_t n, unsigned char *out)
+{
+    float lo, hi;
+    ssb4d_image_stretch(img, n, &lo, &hi);
+    map_u8(img, n, lo, hi, out);
 }
 
 static const char *ext_of(const char *path)
@@ -143,5 +158,183 @@ ssb4d_status ssb4d_image_write(const char *path, const float *img, size_t rows, 
     if (st)
         unlink(tmp);
     free(tmp);
+    return st;
+}
+
+/* ---- the annotated preview: scale bar and colour bar in margins ------------------------------ */
+
+/* The largest of 1, 2, 5 x 10^k Å not above target (target > 0). */
+static double nice_length(double target)
+{
+    double p = pow(10.0, floor(log10(target)));
+    return 5 * p <= target ? 5 * p : 2 * p <= target ? 2 * p : p;
+}
+
+/* A value with as many decimals as the range between the bar's ends needs (0 to 4). */
+static void format_value(char *out, size_t n, double v, double range)
+{
+    int dec = range > 0 && isfinite(range) ? 2 - (int)floor(log10(range)) : 2;
+    dec = dec < 0 ? 0 : dec > 4 ? 4 : dec;
+    snprintf(out, n, "%.*f", dec, v);
+    int zero = 1; /* "-0.00" is 0.00 */
+    for (const char *p = out + 1; *p; p++)
+        zero &= *p == '0' || *p == '.';
+    if (out[0] == '-' && zero)
+        memmove(out, out + 1, strlen(out));
+}
+
+void ssb4d_png_legend_layout(const float *img, size_t rows, size_t cols, const ssb4d_png_legend *lg,
+                             ssb4d_png_layout *L)
+{
+    memset(L, 0, sizeof *L);
+    size_t big = rows > cols ? rows : cols;
+    int s = 1 + (int)(big / 512);
+    long line = (SSB4D_FONT_H + 2) * s, gap = 4 * s;
+    L->scale = s;
+    ssb4d_image_stretch(img, rows * cols, &L->lo, &L->hi);
+    long w = (long)cols, h = (long)rows;
+    if (lg && lg->unit) {
+        format_value(L->hi_label, sizeof L->hi_label, L->hi, (double)L->hi - (double)L->lo);
+        format_value(L->lo_label, sizeof L->lo_label, L->lo, (double)L->hi - (double)L->lo);
+        snprintf(L->unit_label, sizeof L->unit_label, "%s", lg->unit);
+        long bar_h = h > 4 * line ? h : 4 * line; /* the frame's outer height */
+        long x0 = (long)cols + gap, bw = 10 * s;
+        L->colour_bar[0] = x0 + 1;
+        L->colour_bar[1] = 1;
+        L->colour_bar[2] = x0 + 1 + bw;
+        L->colour_bar[3] = bar_h - 1;
+        long tx = x0 + bw + 2 + gap, tw = ssb4d_text_width(L->hi_label, s);
+        long t2 = ssb4d_text_width(L->lo_label, s), t3 = ssb4d_text_width(L->unit_label, s);
+        tw = tw > t2 ? tw : t2;
+        tw = tw > t3 ? tw : t3;
+        w = tx + tw + gap;
+        h = bar_h;
+    }
+    if (lg && lg->pixel_A > 0 && isfinite(lg->pixel_A) && cols >= 8) {
+        double len = nice_length(0.3 * (double)cols * lg->pixel_A);
+        long px = lround(len / lg->pixel_A);
+        if (px < 1)
+            px = 1;
+        if (len < 10.0)
+            snprintf(L->scale_label, sizeof L->scale_label, "%g \xC3\x85", len);
+        else
+            snprintf(L->scale_label, sizeof L->scale_label, "%g nm", len / 10.0);
+        long y0 = h + gap;
+        L->scale_bar[0] = 3 * s;
+        L->scale_bar[1] = y0;
+        L->scale_bar[2] = 3 * s + px;
+        L->scale_bar[3] = y0 + 3 * s;
+        L->bar_length_A = len;
+        L->label_y = y0 + 6 * s;
+        long tw = 3 * s + ssb4d_text_width(L->scale_label, s) + gap;
+        w = w > tw ? w : tw;
+        h = L->label_y + SSB4D_FONT_H * s + gap;
+    }
+    L->width = (size_t)w;
+    L->height = (size_t)h;
+}
+
+ssb4d_status ssb4d_image_write_png_legend(const char *path, const float *img, size_t rows, size_t cols,
+                                          const ssb4d_png_legend *lg, ssb4d_err *err)
+{
+    static const unsigned char black[3] = {0, 0, 0}, nodata[3] = {0, 0, 96};
+    ssb4d_png_layout L;
+    ssb4d_png_legend_layout(img, rows, cols, lg, &L);
+    unsigned char *g = malloc(rows * cols);
+    ssb4d_canvas c = {0};
+    ssb4d_status st = g ? ssb4d_canvas_init(&c, L.width, L.height, 255, err)
+                        : ssb4d_fail(err, SSB4D_ENOMEM, "out of memory for PNG");
+    if (st) {
+        free(g);
+        return st;
+    }
+    map_u8(img, rows * cols, L.lo, L.hi, g); /* = ssb4d_image_to_u8, the stretch computed once */
+    for (size_t r = 0; r < rows; r++)
+        for (size_t k = 0; k < cols; k++) {
+            unsigned char v[3] = {g[r * cols + k], g[r * cols + k], g[r * cols + k]};
+            ssb4d_canvas_put(&c, (long)k, (long)r, isfinite(img[r * cols + k]) ? v : nodata);
+        }
+    free(g);
+    int s = L.scale;
+    if (L.colour_bar[2] > L.colour_bar[0]) {
+        const long *b = L.colour_bar;
+        ssb4d_canvas_fill(&c, b[0] - 1, b[1] - 1, b[2] + 1, b[3] + 1, black); /* the frame */
+        for (long y = b[1]; y < b[3]; y++) {
+            long span = b[3] - 1 - b[1];
+            unsigned char v = (unsigned char)(span > 0 ? (255 * (b[3] - 1 - y) + span / 2) / span : 255);
+            unsigned char rgb[3] = {v, v, v};
+            ssb4d_canvas_fill(&c, b[0], y, b[2], y + 1, rgb);
+        }
+        long tx = b[2] + 1 + 4 * s, bottom = b[3] + 1;
+        ssb4d_canvas_text(&c, tx, 0, s, L.hi_label, black);
+        ssb4d_canvas_text(&c, tx, bottom - SSB4D_FONT_H * s, s, L.lo_label, black);
+        ssb4d_canvas_text(&c, tx, (bottom - SSB4D_FONT_H * s) / 2, s, L.unit_label, black);
+    }
+    if (L.scale_bar[2] > L.scale_bar[0]) {
+        const long *b = L.scale_bar;
+        ssb4d_canvas_fill(&c, b[0], b[1], b[2], b[3], black);
+        ssb4d_canvas_text(&c, b[0], L.label_y, s, L.scale_label, black);
+    }
+    st = ssb4d_canvas_write_png(&c, path, err);
+    ssb4d_canvas_free(&c);
+    return st;
+}
+
+/* ---- the calibration picture ------------------------------------------------------------------ */
+
+int ssb4d_calibration_picture_zoom(const size_t det_shape[2])
+{
+    size_t big = det_shape[0] > det_shape[1] ? det_shape[0] : det_shape[1];
+    size_t z = big ? (256 + big - 1) / big : 1;
+    return z < 1 ? 1 : z > 8 ? 8 : (int)z;
+}
+
+ssb4d_status ssb4d_calibration_picture(const char *path, const ssb4d_calibration *cal, ssb4d_err *err)
+{
+    static const unsigned char green[3] = {0, 230, 0}, yellow[3] = {255, 220, 0}, red[3] = {255, 0, 0};
+    size_t R = cal->det_shape[0], C = cal->det_shape[1];
+    if (!cal->mean_pattern || !R || !C)
+        return ssb4d_fail(err, SSB4D_EINVAL, "no mean pattern to draw");
+    int z = ssb4d_calibration_picture_zoom(cal->det_shape);
+    ssb4d_canvas c;
+    ssb4d_status st = ssb4d_canvas_init(&c, C * (size_t)z, R * (size_t)z, 0, err);
+    if (st)
+        return st;
+    /* Log scale over three decades below the brightest pixel. */
+    double vmax = 0;
+    for (size_t i = 0; i < R * C; i++)
+        if (isfinite(cal->mean_pattern[i]) && cal->mean_pattern[i] > vmax)
+            vmax = cal->mean_pattern[i];
+    double floor_v = vmax * 1e-3, norm = log1p(1e3);
+    for (size_t r = 0; r < R; r++)
+        for (size_t k = 0; k < C; k++) {
+            double v = cal->mean_pattern[r * C + k];
+            double g = vmax > 0 && v > 0 && isfinite(v) ? 255.0 * log1p(v / floor_v) / norm : 0.0;
+            unsigned char u = (unsigned char)(g > 255 ? 255 : g + 0.5);
+            unsigned char rgb[3] = {u, u, u};
+            ssb4d_canvas_fill(&c, (long)k * z, (long)r * z, (long)(k + 1) * z, (long)(r + 1) * z, rgb);
+        }
+    /* Detector pixel (row, col) covers canvas [col*z, (col+1)*z) x [row*z, (row+1)*z): its centre
+     * is at canvas ((col + 0.5) z, (row + 0.5) z). */
+    double w = z < 3 ? 1.0 : z / 3.0 + 0.5;
+    const double *dc = cal->disk_centre_px, *gc = cal->geom.centre_px;
+    if (isfinite(cal->disk_radius_px) && isfinite(dc[0]) && isfinite(dc[1])) {
+        double cx = (dc[1] + 0.5) * z, cy = (dc[0] + 0.5) * z;
+        ssb4d_canvas_circle(&c, cx, cy, cal->disk_radius_px * z, w, green);
+        long arm = 2 * z, t = (long)w;
+        ssb4d_canvas_fill(&c, lround(cx) - arm, lround(cy - w / 2), lround(cx) + arm, lround(cy - w / 2) + t, green);
+        ssb4d_canvas_fill(&c, lround(cx - w / 2), lround(cy) - arm, lround(cx - w / 2) + t, lround(cy) + arm, green);
+    }
+    /* The BF selection, when --centre or --bf-radius made it differ from the measured disk. */
+    if (isfinite(cal->selection_radius_px) && isfinite(gc[0]) && isfinite(gc[1]) &&
+        (fabs(cal->selection_radius_px - cal->disk_radius_px) > 0.01 || fabs(gc[0] - dc[0]) > 0.01 ||
+         fabs(gc[1] - dc[1]) > 0.01))
+        ssb4d_canvas_circle(&c, (gc[1] + 0.5) * z, (gc[0] + 0.5) * z, cal->selection_radius_px * z, w, yellow);
+    for (size_t i = 0; i < cal->n_flagged; i++) {
+        size_t r = (size_t)cal->flagged[i] / C, k = (size_t)cal->flagged[i] % C;
+        ssb4d_canvas_fill(&c, (long)k * z, (long)r * z, (long)(k + 1) * z, (long)(r + 1) * z, red);
+    }
+    st = ssb4d_canvas_write_png(&c, path, err);
+    ssb4d_canvas_free(&c);
     return st;
 }

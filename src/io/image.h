@@ -11,4 +11,44 @@ ssb4d_status ssb4d_image_write(const char *path, const float *img, size_t rows, 
 ssb4d_status ssb4d_image_check_path(const char *path, ssb4d_err *err);
 /* 8-bit grey levels with a 0.5–99.5 % percentile stretch (out has rows*cols bytes). */
 void ssb4d_image_to_u8(const float *img, size_t n, unsigned char *out);
+/* The stretch's ends: the 0.5 % and 99.5 % percentiles of the finite values (0 and 1 if none);
+ * grey 0 is lo and 255 hi. */
+void ssb4d_image_stretch(const float *img, size_t n, float *lo, float *hi);
+
+/* What a preview PNG shows beside the image (ssb4d_image_write_png_legend). */
+typedef struct {
+    double pixel_A;   /* pixel size along the columns (Å) for a scale bar; <= 0 or NaN: none */
+    const char *unit; /* the colour bar's label ("rad", "C10 nm"); NULL: no colour bar */
+} ssb4d_png_legend;
+
+/* Where the legend goes. The image is at [0, cols) x [0, rows) of a width x height canvas, drawn
+ * exactly as ssb4d_image_to_u8 renders it (non-finite pixels dark blue); the bars are in margins
+ * to its right (the colour bar: the stretch, lo at the bottom, hi at the top, labelled with both
+ * and the unit) and below it (a scale bar of a round length, 1, 2 or 5 x 10^k, at most 0.3 of the
+ * width, labelled in Å under 1 nm, else nm). Rectangles are {x0, y0, x1, y1}, half-open, all 0
+ * when absent; colour_bar is the gradient inside its 1-pixel black frame. */
+typedef struct {
+    size_t width, height;
+    int scale;                 /* font pixels are scale x scale */
+    float lo, hi;              /* the stretch */
+    long colour_bar[4], scale_bar[4], label_y;
+    double bar_length_A;       /* the scale bar's length, 0 when none */
+    char lo_label[32], hi_label[32], unit_label[32], scale_label[32];
+} ssb4d_png_layout;
+
+void ssb4d_png_legend_layout(const float *img, size_t rows, size_t cols, const ssb4d_png_legend *lg,
+                             ssb4d_png_layout *out);
+/* The 8-bit preview with its legend (greyscale PNG, RGB only when a pixel is not finite), written
+ * atomically. lg NULL: the image alone. */
+ssb4d_status ssb4d_image_write_png_legend(const char *path, const float *img, size_t rows, size_t cols,
+                                          const ssb4d_png_legend *lg, ssb4d_err *err);
+
+/* The calibration picture `ssb4d calibrate` writes (RGB PNG, atomically): the mean diffraction
+ * pattern on a log scale (three decades below its brightest pixel; flagged pixels hold their
+ * neighbours' median there), each detector pixel drawn zoom x zoom; the measured BF disk as a
+ * green circle (centroid, equal-area radius) with a cross at its centre; the BF selection in
+ * yellow when --centre or --bf-radius made it differ; flagged (hot, dead) pixels in red. */
+ssb4d_status ssb4d_calibration_picture(const char *path, const ssb4d_calibration *cal, ssb4d_err *err);
+/* The zoom: the smallest integer that makes the larger detector side at least 256 px, 1..8. */
+int ssb4d_calibration_picture_zoom(const size_t det_shape[2]);
 #endif

@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# Pictures and the data flow between commands (issue 12): `calibrate DATA` writes
+# DATA-stem.calibration.json and .png beside DATA (refused when they exist unless --force; -o
+# moves both), `fit`, `reconstruct` and `fit-regions` take that file when no --calibration is
+# given (one line on stderr, none with --quiet) and give the same bytes as with --calibration; a
+# file there with aberrations or from other data is passed over with a warning; phase.png (fit,
+# reconstruct -o x.png) and defocus.png are larger than the image by their legend margins while
+# phase.tiff is untouched; `import` records the sidecar's microscope values (info shows them,
+# flags win); simulate and import draw the shared progress bar, and import's bar and summary
+# give the same MB/s.
+# Needs bash, grep, cmp, od, cp and script (util-linux) for a terminal.
+# usage: images.sh SSB4D_BIN SHARED_DATA
+set -u
+BIN=$1
+. "$(dirname "$0")/lib/harness.sh"
+
+# png_size FILE: "WIDTHxHEIGHT" from the PNG header (IHDR), "" when FILE is not a PNG.
+png_size() {
+    [ "$(od -An -tx1 -N8 "$1" 2>/dev/null | tr -d ' \n')" = 89504e470d0a1a0a ] || return 0
+    od -An -tu1 -j16 -N8 "$1" | awk '{ printf "%dx%d\n", (($1*256+$2)*256+$3)*256+$4, (($5*256+$6)*256+$7)*256+$8 }'
+}
+# png_colour FILE: the PNG colour type (0 grey, 2 RGB).
+png_colour() { od -An -tu1 -j25 -N1 "$1" | tr -d ' '; }
+
+"$BIN" simulate --preset tiny -o "$T/s.npy" --quiet || { echo "FAIL: simulate"; exit 1; }
+
+# --- calibrate: the default outputs beside DATA ------------------------------------------------
+expect 0 "calibrate writes beside DATA" "wrote +$T/s.calibration.json" -- "$BIN" calibrate "$T/s.npy"
+grep -qE "picture +$T/s.calibration.png" "$T/out" && ok || bad "calibrate does not name its picture"
+[ -s "$T/s.calibration.json" ] && ok || bad "no s.calibration.json"
+[ "$(png_size "$T/s.calibration.png")" = 288x288 ] && ok ||
+    bad "calibration picture is $(png_size "$T/s.calibration.png") (want 288x288: 48 px x 6)"
+[ "$(png_colour "$T/s.calibration.png")" = 2 ] && ok || bad "calibration picture is not RGB (the green disk)"
+cp "$T/s.calibration.json" "$T/first.json"
+expect 2 "calibrate refuses to replace its file" "s.calibration.json already exists \(use --force" -- \
+    "$BIN" calibrate "$T/s.npy"
+[ "$(wc -l <"$T/err")" -eq 1 ] && ok || bad "the refusal is not one line"
+rm "$T/s.calibration.json"
+expect 2 "calibrate refuses to replace its picture" "s.calibration.png already exists" -- "$BIN" calibrate "$T/s.npy"
+[ ! -e "$T/s.calibration.json" ] && ok || bad "a refused calibrate wrote its file"
+expect 0 "calibrate --force" "wrote" -- "$BIN" calibrate "$T/s.npy" --force
+cmp -s "$T/s.calibration.json" "$T/first.json" && ok || bad "calibrate --force wrote another calibration"
+expect 0 "calibrate -o" "picture +$T/c/my.png" -- bash -c "mkdir -p '$T/c' && '$BIN' calibrate '$T/s.npy' -o '$T/c/my.json'"
+[ -s "$T/c/my.json" ] && [ -n "$(png_size "$T/c/my.png")" ] && ok || bad "calibrate -o wrote no FILE and FILE.png"
+# --json names both outputs.
+expect 0 "calibrate --json" '"picture":' -- "$BIN" calibrate "$T/s.npy" --force --json
+# A folder that cannot be written: one line, before any work (not as root: root writes anyway).
+if [ "$(id -u)" != 0 ]; then
+    mkdir "$T/ro" && cp "$T/s.npy" "$T/ro/" && chmod a-w "$T/ro"
+    expect 2 "calibrate in a read-only folder" "cannot write .*give -o FILE" -- "$BIN" calibrate "$T/ro/s.npy"
+    chmod u+w "$T/ro"
+fi
+
+# --- later commands take it ---------------------------------------------------------------------
+expect 0 "reconstruct takes the calibration" "calibration from $T/s.calibration.json" -- \
+    "$BIN" reconstruct "$T/s.npy" -o "$T/auto.tiff"
+[ "$(grep -c "calibration from" "$T/err")" -eq 1 ] && ok || bad "not exactly one info line"
+"$BIN" reconstruct "$T/s.npy" -o "$T/auto.tiff" --quiet >/dev/null 2>"$T/err2"
+grep -q "calibration from" "$T/err2" && bad "reconstruct --quiet printed the info line" || ok
+"$BIN" reconstruct "$T/s.npy" --calibration "$T/s.calibration.json" -o "$T/given.tiff" --quiet >/dev/null 2>&1
+cmp -s "$T/auto.tiff" "$T/given.tiff" && ok || bad "the calibration found beside DATA gives other bytes than --calibration"
+grep -q "rotation $(sed -n 's/.*"rotation_deg":[[:space:]]*\(-\{0,1\}[0-9.]*\).*/\1/p' "$T/s.calibration.json" |
+    awk '{ printf "%.2f", $1 }') deg" "$T/out" && ok || bad "reconstruct did not use calibrate's rotation"
+# An explicit --calibration wins, without the info line.
+"$BIN" reconstruct "$T/s.npy" --calibration "$T/c/my.json" -o "$T/x.tiff" --quiet 2>"$T/err2" >/dev/null
+grep -q "calibration from" "$T/err2" && bad "the info line with --calibration given" || ok
+# fit and fit-regions say so too; --quiet silences the line.
+expect 0 "fit takes the calibration" "calibration from $T/s.calibration.json" -- \
+    "$BIN" fit "$T/s.npy" -o "$T/f" --trials 8 --threads 2
+"$BIN" fit "$T/s.npy" -o "$T/fq" --trials 8 --threads 2 --quiet >/dev/null 2>"$T/err2"
+grep -q "calibration from" "$T/err2" && bad "fit --quiet printed the info line" || ok
+expect 0 "fit-regions takes the calibration" "calibration from" -- \
+    "$BIN" fit-regions "$T/s.npy" --grid 1x1 -o "$T/r" --trials 8 --threads 2
+# A file with aberrations there (a fit's calibration.json) is not taken: one warning.
+cp "$T/f/calibration.json" "$T/s.calibration.json"
+expect 0 "a fit's file beside DATA is passed over" "warning: .*s.calibration.json holds aberrations.*not used" -- \
+    "$BIN" reconstruct "$T/s.npy" -o "$T/y.tiff" --quiet
+grep -q "calibration from" "$T/err" && bad "a fit's file was taken" || ok
+# A file made from other data is passed over too.
+cp "$T/first.json" "$T/s.calibration.json"
+cp "$T/s.npy" "$T/s2.npy" && printf '\001' | dd of="$T/s2.npy" bs=1 seek=200 conv=notrunc status=none
+cp "$T/s.json" "$T/s2.json" && cp "$T/first.json" "$T/s2.calibration.json"
+expect 0 "a file from other data is passed over" "warning: .*s2.calibration.json was made from other data.*not used" -- \
+    "$BIN" reconstruct "$T/s2.npy" -o "$T/z.tiff" --quiet
+# A malformed one is refused: one line, exit 2.
+echo '{"schema": "ssb4d.calibration", "version": 99}' >"$T/s2.calibration.json"
+expect 2 "a malformed file beside DATA" "newer ssb4d.*calibration file beside DATA" -- \
+    "$BIN" reconstruct "$T/s2.npy" -o "$T/z.tiff" --quiet
+
+# --- phase.png and defocus.png: the legend in margins; the TIFF untouched --------------------------
+rm -f "$T/s.calibration.json" "$T/s.calibration.png"
+"$BIN" reconstruct "$T/s.npy" -o "$T/p.png" --quiet >/dev/null 2>&1
+"$BIN" reconstruct "$T/s.npy" -o "$T/p.tiff" --quiet >/dev/null 2>&1
+[ "$(png_size "$T/p.png")" = 91x57 ] && ok || bad "reconstruct -o p.png is $(png_size "$T/p.png") (want 91x57: 32x32 + margins)"
+[ "$(png_colour "$T/p.png")" = 0 ] && ok || bad "phase.png is not greyscale"
+[ "$(stat -c %s "$T/p.tiff")" -gt $((32 * 32 * 4)) ] && ok || bad "phase.tiff lost its data"
+sz=$(png_size "$T/f/phase.png")
+[ -n "$sz" ] && [ "${sz%x*}" -gt 32 ] && [ "${sz#*x}" -gt 32 ] && ok || bad "fit's phase.png is $sz (no margins?)"
+sz=$(png_size "$T/r/defocus.png")
+[ -n "$sz" ] && [ "${sz%x*}" -gt 32 ] && ok || bad "defocus.png is $sz (no colour bar?)"
+
+# --- import reads the sidecar ----------------------------------------------------------------
+expect 0 "import records the sidecar's values" "from the sidecar $T/s.json: 300 kV, 25 mrad" -- \
+    "$BIN" import "$T/s.npy" -o "$T/s.qem" -q
+expect 0 "info shows the sidecar's kV" "kV +300 kV" -- "$BIN" info "$T/s.qem"
+grep -qE "semi-angle +25 mrad" "$T/out" && grep -qE "scan step +0.366094 A" "$T/out" && ok ||
+    bad "info lacks the sidecar's semi-angle or scan step"
+expect 0 "import: a flag replaces the sidecar's value" "kV +200 kV" -- bash -c \
+    "'$BIN' import '$T/s.npy' -o '$T/k.qem' -q --kv 200 >/dev/null && '$BIN' info '$T/k.qem'"
+cp "$T/s.npy" "$T/bare.npy"
+expect 0 "import without a sidecar" "kV +unknown" -- bash -c \
+    "'$BIN' import '$T/bare.npy' -o '$T/bare.qem' -q >/dev/null && '$BIN' info '$T/bare.qem'"
+expect 0 "import --sidecar" "kV +300 kV" -- bash -c \
+    "'$BIN' import '$T/bare.npy' -o '$T/b2.qem' -q --sidecar '$T/s.json' >/dev/null && '$BIN' info '$T/b2.qem'"
+echo '{' >"$T/broken.json"
+expect 2 "import: a broken sidecar" "not valid JSON" -- "$BIN" import "$T/bare.npy" -o "$T/b3.qem" --sidecar "$T/broken.json"
+
+# --- progress bars on a terminal -------------------------------------------------------------------
+if command -v script >/dev/null 2>&1; then
+    script -qec "'$BIN' simulate --preset tiny --scan 24 -o '$T/p24.npy'" /dev/null | tr '\r' '\n' >"$T/tty" 2>&1
+    grep -qE '^simulate +\[#+\] 100.0%.*positions/s' "$T/tty" && ok || bad "simulate does not draw the shared bar"
+    grep -q "positions (" "$T/tty" && bad "simulate still draws its own progress line" || ok
+    script -qec "'$BIN' import '$T/s.npy' -o '$T/tty.qem'" /dev/null | tr '\r' '\n' >"$T/tty" 2>&1
+    bar=$(grep -E '^import +\[#+\] 100.0%' "$T/tty" | tail -1 | grep -oE '[0-9.]+ MB/s' | cut -d' ' -f1)
+    sum=$(grep -oE 'time +[0-9.]+ s \([0-9.]+ MB/s' "$T/tty" | grep -oE '[0-9.]+ MB/s' | cut -d' ' -f1)
+    [ -n "$bar" ] && [ "$bar" = "$sum" ] && ok || bad "import's bar says $bar MB/s, its summary $sum MB/s"
+fi
+
+finish images.sh
