@@ -302,7 +302,10 @@ void cli_values_layer(cli_values *out, const cli_values *in)
 {
     OVERRIDE(out->kv, in->kv);
     OVERRIDE(out->semiangle_mrad, in->semiangle_mrad);
-    if (!isnan(in->rotation_deg)) {
+    /* A stated rotation (flag, sidecar, a fit's branch-checked value) is not replaced by one the
+     * centre of mass measured: the measurement is noisy and its 180° branch open. */
+    int stated_kept = in->rotation_measured && !isnan(out->rotation_deg) && !out->rotation_measured;
+    if (!isnan(in->rotation_deg) && !stated_kept) {
         out->rotation_deg = in->rotation_deg;
         memcpy(out->rotation_from, in->rotation_from, sizeof out->rotation_from);
         out->rotation_measured = in->rotation_measured;
