@@ -1447,7 +1447,7 @@ int cmd_fit_regions(int argc, char **argv)
         printf("%s\n", s);
         free(s);
     } else {
-        printf("%s", csv);
+        printf("%s\n", csv); /* the CSV without its final newline (stripped for the file writer) */
         printf("wrote %s/regions.json, regions.csv, defocus.png (%.1f s)\n", o.out_dir, cli_progress_elapsed(&total));
     }
     cJSON_Delete(root);

@@ -90,6 +90,8 @@ quiet_run "calibrate" -- "$BIN" calibrate "$T/t.npy" -o "$T/cal.json" -q
 quiet_run "reconstruct (truth from the sidecar)" -- "$BIN" reconstruct "$T/t.npy" -o "$T/p.tiff" -q
 quiet_run "plan" -- "$BIN" plan "$T/t.qem" -q --memory 1G
 quiet_run "fit" -- "$BIN" fit "$T/t.npy" -o "$T/f" --trials 8 --no-branch-check -q
+quiet_run "fit-regions" -- "$BIN" fit-regions "$T/t.npy" --grid 1x1 -o "$T/g" --trials 8 --no-branch-check -q
+[ "$(grep -c '^wrote ' "$T/out")" -eq 1 ] && ok || bad "fit-regions: the 'wrote' line is not a line of its own: $(tail -2 "$T/out")"
 quiet_run "bench run" -- "$BIN" bench run --data "$T/t.qem" --repeat 1 -o "$T/rec.json" -q
 quiet_run "bench compare" -- "$BIN" bench compare "$T/rec.json" "$T/rec.json" -q
 # Without -q these say something on stderr (so the checks above can fail).
