@@ -10,9 +10,9 @@ mkdir -p "$WORK"
 for preset in small medium; do
     [ -f "$WORK/$preset.npy" ] || "$BIN" simulate --preset "$preset" -o "$WORK/$preset.npy" --quiet
     for i in $(seq "$REPEAT"); do
-        "$BIN" reconstruct "$WORK/$preset.npy" -o "$WORK/$preset-phase.npy" --quiet --json |
+        "$BIN" reconstruct "$WORK/$preset.npy" -o "$WORK/$preset-phase.npy" --force --quiet --json |
             sed "s/^{/{\"workload\":\"$preset\",\"repeat\":$i,\"machine\":\"$(nproc) cores\",/"
     done
 done
-"$BIN" reconstruct "$WORK/medium.npy" -o "$WORK/medium-phase.npy" --quiet --memory-report 2>&1 >/dev/null |
+"$BIN" reconstruct "$WORK/medium.npy" -o "$WORK/medium-phase.npy" --force --quiet --memory-report 2>&1 >/dev/null |
     sed 's/^/# /'

@@ -55,7 +55,7 @@ static float *load2d(const char *path, size_t *n)
 static double reconstruct_corr(const char *extra, double *loss)
 {
     char cmd[1024], out[8192];
-    snprintf(cmd, sizeof cmd, "%s reconstruct %s/s.npy -o %s/ph.npy --json --quiet %s", bin, dir, dir, extra);
+    snprintf(cmd, sizeof cmd, "%s reconstruct %s/s.npy -o %s/ph.npy --force --json --quiet %s", bin, dir, dir, extra);
     int rc = run(cmd, out, sizeof out);
     assert_int_equal(rc, 0);
     cJSON *j = cJSON_Parse(out);

@@ -38,6 +38,7 @@ const char CLI_MICROSCOPE_HELP[] =
     "                        tile and group sizes and how G is held follow from it\n"
     "  --memory-report       print the per-stage memory table on stderr\n"
     "  --json                print one JSON result object on stdout\n"
+    CLI_QUIET_HELP
     "A missing or unreadable DATA is reported first (one line naming it, exit 2), before any\n"
     "of these values, the sidecar or the calibration file is looked for.\n";
 
@@ -120,6 +121,7 @@ int cli_micro_handle(cli_micro *m, int opt, const char *arg)
     case CLI_OPT_MEMORY: return cli_parse_memory(arg, &m->memory_bytes) ? -1 : 1;
     case CLI_OPT_JSON: m->json = 1; return 1;
     case CLI_OPT_NO_HOT_PIXELS: m->hot_pixels = 0; return 1;
+    case 'q': m->quiet = 1; return 1;
     default: return 0;
     }
 }
@@ -177,6 +179,21 @@ int cli_check_readable(const char *cmd, const char *path)
     if (!why)
         return 0;
     fprintf(stderr, "ssb4d %s: cannot open %s: %s\n", cmd, path, why);
+    return CLI_EXIT_USAGE;
+}
+
+int cli_check_output(const char *cmd, const char *path, int force, const char *alt)
+{
+    struct stat sb;
+    if (stat(path, &sb) != 0)
+        return 0;
+    if (S_ISDIR(sb.st_mode)) {
+        fprintf(stderr, "ssb4d %s: %s is a folder: name a file to write\n", cmd, path);
+        return CLI_EXIT_USAGE;
+    }
+    if (force)
+        return 0;
+    fprintf(stderr, "ssb4d %s: %s already exists (use --force to replace it%s)\n", cmd, path, alt ? alt : "");
     return CLI_EXIT_USAGE;
 }
 

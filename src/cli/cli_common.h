@@ -12,6 +12,15 @@
 #define CLI_EXIT_INTERNAL 1
 #define CLI_EXIT_USAGE 2
 
+/* The exit statuses every command's --help ends with, in the same words everywhere: the common
+ * part, then what a command adds (verify's and plan's 3), then the line's end. */
+#define CLI_EXIT_HELP_BEGIN "exit status: 0 success, 1 internal error or out of memory, 2 usage error or bad input\n" \
+                            "(one line on stderr: a missing file, bad data, an existing output, a budget too small)"
+#define CLI_EXIT_HELP CLI_EXIT_HELP_BEGIN ".\n"
+/* -q / --quiet, in every command's --help. */
+#define CLI_QUIET_HELP "  -q, --quiet           no progress bar and no notes on stderr (errors and warnings\n" \
+                       "                        still print)\n"
+
 /* Long-option ids for the shared flags (>= 1000 to stay clear of short options). */
 enum {
     CLI_OPT_KV = 1000, CLI_OPT_SEMIANGLE, CLI_OPT_SCAN_STEP, CLI_OPT_DET_SAMPLING, CLI_OPT_ROTATION,
@@ -35,7 +44,8 @@ enum {
     {"memory-report", no_argument, 0, CLI_OPT_MEMORY_REPORT},              \
     {"json", no_argument, 0, CLI_OPT_JSON},                                \
     {"no-hot-pixels", no_argument, 0, CLI_OPT_NO_HOT_PIXELS},             \
-    {"memory", required_argument, 0, CLI_OPT_MEMORY}
+    {"memory", required_argument, 0, CLI_OPT_MEMORY},                      \
+    {"quiet", no_argument, 0, 'q'}
 
 /* Help text for the shared flags (printed by each command's --help). */
 extern const char CLI_MICROSCOPE_HELP[];
@@ -73,14 +83,15 @@ typedef struct {
     size_t memory_bytes; /* --memory (0: not given: the available RAM) */
     int json;
     int hot_pixels;
+    int quiet;           /* -q / --quiet: no progress bar, no notes on stderr */
 } cli_micro;
 
 void cli_values_unset(cli_values *v);
 /* Every value `in` sets (not NaN; aberrations and thick model when given) replaces out's. */
 void cli_values_layer(cli_values *out, const cli_values *in);
 void cli_micro_init(cli_micro *m);
-/* Handles a shared option; returns 1 if handled, 0 if not a shared option, -1 on a bad value
- * (message already printed). */
+/* Handles a shared option (-q too: put 'q' in the command's short options); returns 1 if
+ * handled, 0 if not a shared option, -1 on a bad value (message already printed). */
 int cli_micro_handle(cli_micro *m, int opt, const char *arg);
 
 /* The first check of every command that reads input files, made once the command line has been
@@ -88,6 +99,12 @@ int cli_micro_handle(cli_micro *m, int opt, const char *arg);
  * path must name a regular file this process can open for reading. Otherwise prints one line
  * "ssb4d <cmd>: cannot open PATH: <reason>" and returns CLI_EXIT_USAGE; 0 when it can be read. */
 int cli_check_readable(const char *cmd, const char *path);
+
+/* The overwrite rule of every command: an output that exists is refused unless --force, before
+ * any long work, with one line "ssb4d <cmd>: PATH already exists (use --force to replace it<alt>)"
+ * (alt: e.g. ", or -o FILE", or ""); a folder where a file is to go is refused even with --force.
+ * Returns 0 or CLI_EXIT_USAGE. */
+int cli_check_output(const char *cmd, const char *path, int force, const char *alt);
 
 /* Layers the calibration a .qem DATA carries, the sidecar (found next to data_path or given by
  * --sidecar), the calibration file (--calibration, or the one cli_auto_calibration found) and

@@ -1,4 +1,4 @@
-/* cli_report.c — the seed document's stage table ("peak during / after"), for a plan (predicted)
+/* cli_report.c — the stage table of the seed document ("peak during / after"), for a plan (predicted)
  * and a session (measured, with the prediction beside it), as text and as JSON. */
 #include "cli/cli_report.h"
 
@@ -147,12 +147,12 @@ void cli_session_print(FILE *f, const ssb4d_session_report *r)
     double extra = ((double)r->session_peak_bytes - (double)r->encoded_bytes - (double)r->g_bytes) / GIB;
     fprintf(f, "%-24s %8.3f (footprint %.3f)        planned %.3f\n", "session peak", r->session_peak_bytes / GIB,
             r->session_rss_peak_bytes / GIB, p->session_peak_bytes / GIB);
-    fprintf(f, "  = encoded %.3f + G %.3f %+.3f GiB (target: at most + 1 GiB; the seed document: + 6 GiB)\n",
+    fprintf(f, "  = encoded %.3f + G %.3f %+.3f GiB (target: at most 1 GiB above the data and G)\n",
             r->encoded_bytes / GIB, r->g_bytes / GIB, extra);
-    fprintf(f, "fit: C10 %.3f nm, C12 %.3f nm, phi12 %.2f deg (scan frame; loss %.6g over all BF pixels); region refit: "
-               "C10 %.3f nm, C12 %.3f nm, "
-               "phi12 %.2f deg\n",
-            r->C10_nm, r->C12_nm, r->phi12_deg, r->loss, r->region_C10_nm, r->region_C12_nm, r->region_phi12_deg);
+    fprintf(f, "fit: C10 %.3f nm, C12 %.3f nm, phi12 %.2f deg (scan frame; loss %.6g, exact SSB loss over all %zu BF "
+               "pixels); region refit: C10 %.3f nm, C12 %.3f nm, phi12 %.2f deg\n",
+            r->C10_nm, r->C12_nm, r->phi12_deg, r->loss, r->n_bf, r->region_C10_nm, r->region_C12_nm,
+            r->region_phi12_deg);
     if (r->phase_sha256[0])
         fprintf(f, "hashes: G %.16s, phase %.16s, trace %.16s%s\n", r->g_sha256, r->phase_sha256, r->trace_sha256,
                 r->rebuilt_same_bits ? "; the preview after the rebuild equals the first (same bits)" : "");

@@ -39,7 +39,7 @@ typedef struct {
     char path[4096];
 } workload;
 
-static int workload_resolve(const char *cmd, workload *w)
+static int workload_resolve(const char *cmd, workload *w, int quiet)
 {
     struct stat sb;
     if (w->data) {
@@ -65,7 +65,8 @@ static int workload_resolve(const char *cmd, workload *w)
     if (stat(w->path, &sb) == 0)
         return 0;
     mkdir(dir, 0777);
-    fprintf(stderr, "ssb4d bench %s: simulating the %s workload into %s\n", cmd, w->name, w->path);
+    if (!quiet)
+        fprintf(stderr, "ssb4d bench %s: simulating the %s workload into %s\n", cmd, w->name, w->path);
     ssb4d_sim_params sp;
     ssb4d_err err = {0};
     ssb4d_sim_info info;
@@ -105,11 +106,24 @@ static void run_help(FILE *f)
             "  --repeat N            repeats (default 5, at most %d)\n"
             "  --preview-precision P auto, float or half\n"
             "  -o, --output FILE     the record (required)\n"
-            "  -h, --help            this help\n\n%s",
+            "  --force               replace the record if it exists (without it an existing record\n"
+            "                        is refused before any work)\n"
+            "  -h, --help            this help\n\n%s\n"
+            CLI_EXIT_HELP_BEGIN ";\n"
+            "1 also when a repeat's hashes differ from the first run's.\n",
             BENCH_COMMON_HELP, BENCH_MAX_RUNS, CLI_MICROSCOPE_HELP);
 }
 
-enum { OPT_WORKLOAD = CLI_OPT_FIRST_FREE, OPT_DATA, OPT_CACHE, OPT_REPEAT, OPT_PREVIEW, OPT_TILES, OPT_TILE_REPEAT };
+enum { OPT_WORKLOAD = CLI_OPT_FIRST_FREE, OPT_DATA, OPT_CACHE, OPT_REPEAT, OPT_PREVIEW, OPT_TILES, OPT_TILE_REPEAT,
+       OPT_FORCE };
+
+/* One line for an option getopt did not take (c = ':' a value missing, else unknown). */
+static int bad_option(const char *sub, int c, char **argv)
+{
+    fprintf(stderr, "ssb4d bench %s: %s '%s' (see ssb4d bench %s --help)\n", sub,
+            c == ':' ? "missing value for" : "unknown option", argv[optind - 1], sub);
+    return CLI_EXIT_USAGE;
+}
 
 static int parse_int(const char *s, long lo, long hi, long *out)
 {
@@ -130,6 +144,7 @@ static int bench_run(int argc, char **argv)
                                          {"repeat", required_argument, 0, OPT_REPEAT},
                                          {"preview-precision", required_argument, 0, OPT_PREVIEW},
                                          {"output", required_argument, 0, 'o'},
+                                         {"force", no_argument, 0, OPT_FORCE},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     cli_micro m;
@@ -137,10 +152,12 @@ static int bench_run(int argc, char **argv)
     workload w = {0};
     const char *out = NULL;
     long repeat = 5;
+    int force = 0;
     ssb4d_preview_precision prec = SSB4D_PREVIEW_AUTO;
     int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "o:h", opts, NULL)) != -1) {
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, ":o:hq", opts, NULL)) != -1) {
         int r = cli_micro_handle(&m, c, optarg);
         if (r < 0)
             return CLI_EXIT_USAGE;
@@ -161,16 +178,19 @@ static int bench_run(int argc, char **argv)
                 return CLI_EXIT_USAGE;
             break;
         case 'o': out = optarg; break;
+        case OPT_FORCE: force = 1; break;
         case 'h': run_help(stdout); return CLI_EXIT_OK;
-        default: run_help(stderr); return CLI_EXIT_USAGE;
+        default: return bad_option("run", c, argv);
         }
     }
     if (optind != argc || !out) {
         fprintf(stderr, "ssb4d bench run: %s (try --help)\n", !out ? "-o RECORD.json is required" : "unexpected argument");
         return CLI_EXIT_USAGE;
     }
-    int rc = workload_resolve("run", &w);
-    if (rc)
+    /* A missing --data first, then the record, before any work (a workload may be simulated). */
+    int rc = w.data ? workload_resolve("run", &w, m.quiet) : 0;
+    if (rc || (rc = cli_check_output("bench run", out, force, ", or -o FILE")) ||
+        (!w.data && (rc = workload_resolve("run", &w, m.quiet))))
         return rc;
     ssb4d_session_params p;
     if ((rc = session_params(&m, w.path, &p)))
@@ -188,7 +208,8 @@ static int bench_run(int argc, char **argv)
     ssb4d_err err = {0};
     char first_hashes[3][65] = {{0}};
     for (long k = 0; k < repeat; k++) {
-        fprintf(stderr, "ssb4d bench run: %s, repeat %ld of %ld\n", w.path, k + 1, repeat);
+        if (!m.quiet)
+            fprintf(stderr, "ssb4d bench run: %s, repeat %ld of %ld\n", w.path, k + 1, repeat);
         if (ssb4d_session_run(w.path, &p, &s, r, &err)) {
             free(rec), free(r);
             return cli_error("bench", err.code, err.msg);
@@ -266,7 +287,11 @@ static void sweep_help(FILE *f)
             "  --loss-tile LIST      e.g. 64,128,256,512,1024,all (default is always measured)\n"
             "  --repeat N            timed runs per tile, interleaved (default 5)\n"
             "  -o, --output FILE     also write the rows as JSON\n"
-            "  -h, --help            this help\n\n%s",
+            "  --force               replace that file if it exists (without it an existing file is\n"
+            "                        refused before any work)\n"
+            "  -h, --help            this help\n\n%s\n"
+            CLI_EXIT_HELP_BEGIN ";\n"
+            "1 also when a loss tile gives other bits than the default layout.\n",
             BENCH_COMMON_HELP, CLI_MICROSCOPE_HELP);
 }
 
@@ -288,6 +313,7 @@ static int bench_sweep(int argc, char **argv)
                                          {"loss-tile", required_argument, 0, OPT_TILES},
                                          {"repeat", required_argument, 0, OPT_REPEAT},
                                          {"output", required_argument, 0, 'o'},
+                                         {"force", no_argument, 0, OPT_FORCE},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     cli_micro m;
@@ -295,9 +321,10 @@ static int bench_sweep(int argc, char **argv)
     workload w = {0};
     const char *out = NULL, *list = NULL;
     long repeat = 5;
-    int c;
+    int c, force = 0;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "o:h", opts, NULL)) != -1) {
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, ":o:hq", opts, NULL)) != -1) {
         int r = cli_micro_handle(&m, c, optarg);
         if (r < 0)
             return CLI_EXIT_USAGE;
@@ -315,8 +342,9 @@ static int bench_sweep(int argc, char **argv)
             }
             break;
         case 'o': out = optarg; break;
+        case OPT_FORCE: force = 1; break;
         case 'h': sweep_help(stdout); return CLI_EXIT_OK;
-        default: sweep_help(stderr); return CLI_EXIT_USAGE;
+        default: return bad_option("sweep", c, argv);
         }
     }
     if (optind != argc || !list) {
@@ -345,8 +373,9 @@ static int bench_sweep(int argc, char **argv)
             return CLI_EXIT_USAGE;
         }
     }
-    int rc = workload_resolve("sweep", &w);
-    if (rc)
+    int rc = w.data ? workload_resolve("sweep", &w, m.quiet) : 0;
+    if (rc || (out && (rc = cli_check_output("bench sweep", out, force, ", or -o FILE"))) ||
+        (!w.data && (rc = workload_resolve("sweep", &w, m.quiet))))
         return rc;
     cli_values v;
     if ((rc = cli_resolve(w.path, &m, &v)) || (rc = cli_check_microscope(&v)))
@@ -374,7 +403,8 @@ static int bench_sweep(int argc, char **argv)
     ssb4d_gbuild_opts go;
     ssb4d_gbuild_opts_default(&go);
     go.threads = m.threads;
-    fprintf(stderr, "ssb4d bench sweep: building G for %zu BF pixels\n", cal.n_bf);
+    if (!m.quiet)
+        fprintf(stderr, "ssb4d bench sweep: building G for %zu BF pixels\n", cal.n_bf);
     st = ssb4d_gbuild(src, &cal.geom, cal.bf_pix, cal.n_bf, &go, mem, &G, &err);
     if (st) {
         ssb4d_calibration_free(&cal);
@@ -487,7 +517,10 @@ int cmd_bench(int argc, char **argv)
                    "  run      the session on a workload, repeated: one benchmark record (JSON)\n"
                    "  compare  OLD.json NEW.json: exit 1 when a time grew > 10 %%, a memory metric\n"
                    "           > 10 %% and > 0.25 GiB, or a hash changed\n"
-                   "  sweep    the loss over loss tiles: time, live bytes above G, cache, same bits\n");
+                   "  sweep    the loss over loss tiles: time, live bytes above G, cache, same bits\n\n"
+                   "Each takes -q/--quiet; run and sweep refuse to replace an existing -o FILE unless --force.\n"
+                   CLI_EXIT_HELP_BEGIN ";\n"
+                   "1 also for compare's regression, sweep's different bits and run's differing repeats.\n");
         return argc < 2 ? CLI_EXIT_USAGE : CLI_EXIT_OK;
     }
     if (!strcmp(argv[1], "compare"))

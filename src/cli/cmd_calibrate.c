@@ -22,6 +22,8 @@
 
 #define CMD "calibrate"
 
+enum { OPT_FORCE = CLI_OPT_FIRST_FREE, OPT_VERBOSE };
+
 static void help(FILE *f)
 {
     fprintf(f,
@@ -42,12 +44,14 @@ static void help(FILE *f)
             "  -o, --output FILE     write the calibration JSON to FILE instead (the picture beside\n"
             "                        it, FILE with .png in place of .json)\n"
             "  --force               replace the calibration file and picture if they exist\n"
+            "  --verbose             also how the disk was thresholded, its edge radius and how\n"
+            "                        clearly the centre of mass fixes the rotation (curl ratio)\n"
             "  -h, --help            this help\n\n%s\n"
             "DATA is a .qem (ssb4d import) or a .npy of uint8/uint16/uint32 counts, shape\n"
             "(scan_row, scan_col, det_row, det_col). --memory bounds the frame blocks read at a time\n"
             "(at most 64 MiB, fewer frames under a small budget: the same results) and the\n"
-            "per-position buffers; DATA itself is read through, not held.\n"
-            "Exit status: 0 ok, 2 bad input (one line on stderr), 1 internal error.\n",
+            "per-position buffers; DATA itself is read through, not held.\n\n"
+            CLI_EXIT_HELP,
             CLI_MICROSCOPE_HELP);
 }
 
@@ -83,18 +87,22 @@ static cJSON *measured_json(const ssb4d_calibration *c, double seconds)
 #define ROT_RATIO_WARN 0.8
 
 static void print_summary(const char *data, const ssb4d_calibration *c, const char *outpath,
-                          const char *picture, double seconds, int rotation_given)
+                          const char *picture, double seconds, int rotation_given, int verbose)
 {
     printf("ssb4d calibrate: %s\n", data);
     printf("  data        %zux%zu scan, %zux%zu detector, %.0f counts\n", c->scan_shape[0],
            c->scan_shape[1], c->det_shape[0], c->det_shape[1], c->total_counts);
-    printf("  BF disk     centroid (%.3f, %.3f) px, radius %.3f px (%s threshold), edge radius %.3f px\n",
-           c->disk_centre_px[0], c->disk_centre_px[1], c->disk_radius_px,
-           c->disk_threshold_half_median ? "half-median" : c->disk_threshold_two_class ? "two-class" : "mean+std", c->edge_radius_px);
+    printf("  BF disk     centroid (%.3f, %.3f) px, radius %.3f px", c->disk_centre_px[0], c->disk_centre_px[1],
+           c->disk_radius_px);
+    if (verbose)
+        printf(" (%s threshold), edge radius %.3f px",
+               c->disk_threshold_half_median ? "half-median" : c->disk_threshold_two_class ? "two-class" : "mean+std",
+               c->edge_radius_px);
+    printf("\n");
     printf("  centre      (%.3f, %.3f) px%s\n", c->geom.centre_px[0], c->geom.centre_px[1],
            c->centre_fitted ? " (centroid)" : " (given)");
     if (c->det_sampling_fitted)
-        printf("  sampling    %.5f mrad/px (semi-angle %g mrad / edge radius)\n",
+        printf("  sampling    %.5f mrad/px (semi-angle %g mrad / the disk's edge radius)\n",
                c->geom.det_sampling_mrad[0], c->geom.semiangle_mrad);
     else
         printf("  sampling    %.5f, %.5f mrad/px (given)\n", c->geom.det_sampling_mrad[0],
@@ -106,10 +114,12 @@ static void print_summary(const char *data, const ssb4d_calibration *c, const ch
                (int)((size_t)c->flagged[i] % c->det_shape[1]));
     printf("%s\n", c->n_flagged > 8 ? " ..." : "");
     if (c->rotation_fitted) {
-        printf("  rotation    %.3f deg +- %.2f (centre-of-mass curl, ratio %.3f; +180 deg is equivalent)\n",
-               c->geom.rotation_deg, c->rotation_sigma_deg, c->curl_ratio);
+        printf("  rotation    %.3f deg +- %.2f (from the centre of mass", c->geom.rotation_deg, c->rotation_sigma_deg);
+        if (verbose)
+            printf(": its curl, ratio %.3f", c->curl_ratio);
+        printf("; +180 deg is equivalent)\n");
         if (!(c->rotation_sigma_deg <= ROT_SIGMA_WARN_DEG) || !(c->curl_ratio <= ROT_RATIO_WARN))
-            printf("  warning     the rotation is poorly determined by the centre-of-mass curl (low dose or\n"
+            printf("  warning     the rotation is poorly determined by the centre of mass (low dose or\n"
                    "              weak contrast); give --rotation if it is known\n");
     } else if (rotation_given) {
         printf("  rotation    %.3f deg (given)\n", c->geom.rotation_deg);
@@ -159,20 +169,20 @@ static int check_output(const char *path, int force, int defaulted)
 
 int cmd_calibrate(int argc, char **argv)
 {
-    enum { OPT_FORCE = CLI_OPT_FIRST_FREE };
     static const struct option opts[] = {CLI_MICROSCOPE_OPTIONS,
                                          {"output", required_argument, 0, 'o'},
                                          {"force", no_argument, 0, OPT_FORCE},
+                                         {"verbose", no_argument, 0, OPT_VERBOSE},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     cli_micro m;
     cli_micro_init(&m);
     const char *outpath = NULL;
-    int force = 0;
+    int force = 0, verbose = 0;
     optind = 1;
     opterr = 0;
     int opt;
-    while ((opt = getopt_long(argc, argv, ":ho:", opts, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, ":ho:q", opts, NULL)) != -1) {
         if (opt == 'h') {
             help(stdout);
             return CLI_EXIT_OK;
@@ -181,8 +191,8 @@ int cmd_calibrate(int argc, char **argv)
             outpath = optarg;
             continue;
         }
-        if (opt == OPT_FORCE) {
-            force = 1;
+        if (opt == OPT_FORCE || opt == OPT_VERBOSE) {
+            *(opt == OPT_FORCE ? &force : &verbose) = 1;
             continue;
         }
         if (opt == '?' || opt == ':') {
@@ -327,7 +337,7 @@ int cmd_calibrate(int argc, char **argv)
         free(text);
         free(mt);
     } else {
-        print_summary(data, &cal, outpath, picture, seconds, !isnan(p.rotation_deg));
+        print_summary(data, &cal, outpath, picture, seconds, !isnan(p.rotation_deg), verbose);
     }
 out:
     ssb4d_calfile_free(&cf);

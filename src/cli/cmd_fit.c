@@ -32,8 +32,8 @@
 
 enum {
     OPT_TRIALS = CLI_OPT_FIRST_FREE, OPT_SEED, OPT_BATCH, OPT_RANGE, OPT_LOCK, OPT_START, OPT_TILT,
-    OPT_REGION, OPT_FIT_RADIUS, OPT_NO_BRANCH, OPT_UPSAMPLE, OPT_FORCE, OPT_QUIET, OPT_GRID,
-    OPT_REGIONS, OPT_OBJECTIVE
+    OPT_REGION, OPT_FIT_RADIUS, OPT_NO_BRANCH, OPT_UPSAMPLE, OPT_FORCE, OPT_GRID,
+    OPT_REGIONS, OPT_OBJECTIVE, OPT_C10, OPT_C12, OPT_PHI12, OPT_VERBOSE
 };
 
 /* The built-in dataset: the `small` simulation (128² scan, 64² detector, SrTiO3, 300 kV) with
@@ -55,9 +55,9 @@ static void tilt_to_probe(const double scan[2], double rotation_deg, double prob
 static const char FIT_HELP[] =
     "search:\n"
     "  --objective band|loss what the search minimises (default band: the fraction of the\n"
-    "                        spectra's power the model explains, SPEC 5.6 at zero thickness;\n"
-    "                        loss: the exact SSB loss); the loss reported is always the exact\n"
-    "                        loss over all BF pixels\n"
+    "                        spectra's power the model explains, on the fit pixels; loss: the\n"
+    "                        exact SSB loss); the loss reported is always the exact SSB loss\n"
+    "                        over all BF pixels\n"
     "  --trials N            global candidates around the parallax estimate (default 64; at\n"
     "                        least 200 over the whole box when there is no parallax estimate)\n"
     "  --seed N              search seed (default 42); same seed => same trial trace\n"
@@ -66,6 +66,10 @@ static const char FIT_HELP[] =
     "                        phi12 (deg, -90:90); repeatable\n"
     "  --start C10,C12,PHI12 start point instead of the parallax estimate; the search then\n"
     "                        covers the whole box\n"
+    "  --c10 NM, --c12 NM, --phi12 DEG\n"
+    "                        start values, as reconstruct takes them (nm, nm, degrees in the\n"
+    "                        scan frame): each replaces its part of --start (default 0,5,0)\n"
+    "                        and, like --start, starts the search there over the whole box\n"
     "  --lock P[,P]          hold C10, C12 and/or phi12 at the start value (default 0,5,0;\n"
     "                        phi12 in the probe frame when the rotation is searched); the\n"
     "                        search then starts there, as with --start\n"
@@ -84,20 +88,27 @@ static const char FIT_HELP[] =
     "output:\n"
     "  -o, --output DIR      output folder (default %s); it is created if needed\n"
     "  --upsample F          1, 2, 3, 4, 8 or auto for the phase image (default 1)\n"
-    "  --force               replace outputs that already exist in DIR\n"
-    "  --quiet               no progress bar\n"
+    "  --force               replace outputs that already exist in DIR (without it they are\n"
+    "                        refused before any work)\n"
+    "  --verbose             also the parallax estimate, the objective's value, the branch\n"
+    "                        check's numbers, the search, the time per step and the memory\n"
     "memory: the budget (--memory, default the available RAM) counts a .qem DATA (it stays\n"
     "mapped), the output images, G and every transient (the parallax's per-pixel spectra, the\n"
     "band objective's tables). When G does not fit, its outer BF pixels are streamed (rebuilt\n"
     "from DATA by every pass): slower, the same fit and images bit for bit (--tilt too). A budget\n"
     "below the smallest that runs exits 2 with that smallest budget (see also ssb4d plan).\n\n";
 
+/* The exit statuses, after the shared flags' help. */
+static const char FIT_EXIT_HELP[] =
+    CLI_EXIT_HELP_BEGIN ";\n"
+    "a fit that is not confident prints one warning line on stderr and still exits 0.\n";
+
 static void usage_fit(FILE *f)
 {
     fprintf(f,
             "usage: ssb4d fit [DATA] [options]\n\n"
             "Fits the probe aberrations C10, C12, phi12 of DATA (a .qem from ssb4d import, or .npy\n"
-            "counts) (SPEC 6.1): a parallax (tilt-corrected bright-field) estimate gives the start,\n"
+            "counts): a parallax (tilt-corrected bright-field) estimate gives the start,\n"
             "the scan-detector rotation and a small search box; a seeded global search and\n"
             "Nelder-Mead on the band objective refine C10, C12, phi12 and, unless it was given, the\n"
             "rotation; the 180-degree branch is checked and the exact SSB loss over all BF pixels\n"
@@ -105,11 +116,12 @@ static void usage_fit(FILE *f)
             "with a scale bar and a colour bar in rad),\n"
             "object.npy (complex64), calibration.json (reload with reconstruct --calibration) and\n"
             "trials.json (every trial). Without DATA it fits a built-in simulated dataset with known\n"
-            "aberrations. Progress goes to stderr; --json prints one JSON object on stdout.\n\n"
+            "aberrations (no --calibration or --sidecar then: it has its own). Progress goes to\n"
+            "stderr; --json prints one JSON object on stdout.\n\n"
             "  --region R0:R1,C0:C1  fit only these scan rows/cols (half-open, >= 32x32); the\n"
             "                        full field's calibration is kept\n");
     fprintf(f, FIT_HELP, "ssb4d-fit");
-    fprintf(f, "%s", CLI_MICROSCOPE_HELP);
+    fprintf(f, "%s\n%s", CLI_MICROSCOPE_HELP, FIT_EXIT_HELP);
 }
 
 static void usage_demo(FILE *f)
@@ -118,9 +130,11 @@ static void usage_demo(FILE *f)
             "usage: ssb4d demo [options]\n\n"
             "Simulates a small dataset (128x128 scan, 64x64 detector, SrTiO3, 300 kV) with known\n"
             "aberrations (C10 %.0f nm, C12 %.0f nm, phi12 %.0f deg), fits it and prints the truth beside\n"
-            "the fit. Same options as ssb4d fit; outputs go to ssb4d-demo/ (replaced on each run).\n\n",
+            "the fit. Same options as ssb4d fit; outputs go to ssb4d-demo/ (replaced on each run,\n"
+            "--force or not).\n\n",
             BUILTIN_C10, BUILTIN_C12, BUILTIN_PHI12);
     fprintf(f, FIT_HELP, "ssb4d-demo");
+    fprintf(f, "%s\n%s", CLI_MICROSCOPE_HELP, FIT_EXIT_HELP);
 }
 
 static void usage_regions(FILE *f)
@@ -134,6 +148,7 @@ static void usage_regions(FILE *f)
             "  --grid RxC            a grid of R x C equal regions covering the scan (e.g. 4x4)\n"
             "  --regions LIST        explicit rectangles separated by ';'\n");
     fprintf(f, FIT_HELP, "ssb4d-regions");
+    fprintf(f, "%s\n%s", CLI_MICROSCOPE_HELP, FIT_EXIT_HELP);
 }
 
 /* ---- parsing ---------------------------------------------------------------------------------- */
@@ -213,7 +228,7 @@ typedef struct {
     const char *cmd;           /* "fit", "demo" or "fit-regions" */
     const char *data;          /* NULL: the built-in dataset */
     const char *out_dir;
-    int quiet, force, tilt, upsample, upsample_auto;
+    int force, verbose, tilt, upsample, upsample_auto;
     int has_region;
     size_t region[4];
     int created_dir;           /* the output folder was made by this run */
@@ -240,7 +255,10 @@ static int parse(int argc, char **argv, fit_opts *o)
         {"no-branch-check", no_argument, 0, OPT_NO_BRANCH},
         {"upsample", required_argument, 0, OPT_UPSAMPLE},
         {"force", no_argument, 0, OPT_FORCE},
-        {"quiet", no_argument, 0, OPT_QUIET},
+        {"verbose", no_argument, 0, OPT_VERBOSE},
+        {"c10", required_argument, 0, OPT_C10},
+        {"c12", required_argument, 0, OPT_C12},
+        {"phi12", required_argument, 0, OPT_PHI12},
         {"grid", required_argument, 0, OPT_GRID},
         {"regions", required_argument, 0, OPT_REGIONS},
         {"objective", required_argument, 0, OPT_OBJECTIVE},
@@ -252,9 +270,9 @@ static int parse(int argc, char **argv, fit_opts *o)
     optind = 1;
     opterr = 0;
     int c;
-    double v, start[3];
-    int start_given = 0;
-    while ((c = getopt_long(argc, argv, ":o:h", opts, NULL)) != -1) {
+    double v, start[3], one[3];
+    int start_given = 0, one_given[3] = {0, 0, 0};
+    while ((c = getopt_long(argc, argv, ":o:hq", opts, NULL)) != -1) {
         int r = cli_micro_handle(&o->m, c, optarg);
         if (r < 0)
             return CLI_EXIT_USAGE;
@@ -265,8 +283,20 @@ static int parse(int argc, char **argv, fit_opts *o)
             (is_demo ? usage_demo : is_regions ? usage_regions : usage_fit)(stdout);
             return -1;
         case 'o': o->out_dir = optarg; break;
-        case OPT_QUIET: o->quiet = 1; break;
         case OPT_FORCE: o->force = 1; break;
+        case OPT_VERBOSE: o->verbose = 1; break;
+        case OPT_C10:
+        case OPT_C12:
+        case OPT_PHI12: {
+            int j = c == OPT_C10 ? FIT_C10 : c == OPT_C12 ? FIT_C12 : FIT_PHI12;
+            if (cli_parse_double(optarg, &one[j])) {
+                static const char *flag[3] = {"--c10", "--c12", "--phi12"};
+                fprintf(stderr, "ssb4d %s: invalid number '%s' for %s\n", o->cmd, optarg, flag[j]);
+                return CLI_EXIT_USAGE;
+            }
+            one_given[j] = 1;
+            break;
+        }
         case OPT_TILT: o->tilt = 1; break;
         case OPT_NO_BRANCH: o->fp.branch_check = 0; break;
         case OPT_OBJECTIVE:
@@ -372,6 +402,13 @@ static int parse(int argc, char **argv, fit_opts *o)
         memcpy(o->fp.start, start, sizeof start);
         o->fp.start_given = 1;
     }
+    /* --c10, --c12, --phi12: start values as reconstruct takes them (φ12 in the scan frame, as
+     * --start's), each over its part of --start, wherever they stand on the command line. */
+    for (int j = 0; j < 3; j++)
+        if (one_given[j]) {
+            o->fp.start[j] = one[j];
+            o->fp.start_given = 1;
+        }
     /* A locked parameter is held at the start value (--start, default 0,5,0), and the search
      * then starts there too: ssb4d_fit narrows its box around the parallax estimate without
      * keeping a locked start inside it (it would refuse the start), so locks use the whole box. */
@@ -393,6 +430,11 @@ static int parse(int argc, char **argv, fit_opts *o)
     o->data = nargs ? argv[optind] : NULL;
     if (is_regions && !o->grid[0] && !o->regions_list) {
         fprintf(stderr, "ssb4d fit-regions: give --grid RxC or --regions LIST\n");
+        return CLI_EXIT_USAGE;
+    }
+    if (!o->data && !is_regions && (o->m.calibration_path || o->m.sidecar_path)) {
+        fprintf(stderr, "ssb4d %s: --%s applies to DATA; the built-in dataset has its own microscope values\n",
+                o->cmd, o->m.calibration_path ? "calibration" : "sidecar");
         return CLI_EXIT_USAGE;
     }
     if (is_regions && o->tilt) {
@@ -494,7 +536,7 @@ static int open_builtin(const fit_opts *o, job *j, ssb4d_err *err)
     if (!j->builtin_counts)
         return cli_job_error(o->cmd, err->code, err->msg, j->budget);
     cli_progress pb;
-    cli_progress_start(&pb, "simulate", o->quiet || o->m.json);
+    cli_progress_start(&pb, "simulate", o->m.quiet || o->m.json);
     sp.progress = sim_progress;
     sp.progress_user = &pb;
     ssb4d_status st = ssb4d_simulate_to_memory(&sp, j->builtin_counts, NULL, NULL, NULL, &info, err);
@@ -634,7 +676,7 @@ static ssb4d_status build_G(const fit_opts *o, job *j, const size_t *region, con
     ssb4d_gbuild_opts go;
     plan_gbuild_opts(p, 0, resident, g_bytes, o->m.threads, &go); /* float32: exact images */
     cli_progress pb;
-    cli_progress_start(&pb, "G build", o->quiet || o->m.json);
+    cli_progress_start(&pb, "G build", o->m.quiet || o->m.json);
     go.progress = cli_progress_update;
     go.progress_user = &pb;
     ssb4d_mem_stage_begin(j->mem, "G build");
@@ -674,9 +716,9 @@ static void verdict(const ssb4d_fit_params *fp, const ssb4d_fit_result *r, fit_v
     if (fp->rotation_given && fp->branch_check && r->skewness < BRANCH_WARN_SKEWNESS) {
         size_t n = strlen(v->warning);
         snprintf(v->warning + n, sizeof v->warning - n,
-                 "%sthe phase's skewness is %+.2f with the given rotation %.2f deg: the other branch (rotation + "
-                 "180 deg, -C10, -C12) may be the right one; the fit does not change a given rotation",
-                 n ? "; " : "", r->skewness, r->geom.rotation_deg);
+                 "%swith the given rotation %.2f deg the atoms show as negative phase peaks: the other branch "
+                 "(rotation + 180 deg, -C10, -C12) may be the right one; the fit does not change a given rotation",
+                 n ? "; " : "", r->geom.rotation_deg);
         v->confident = 0;
     }
     if (!v->confident && !v->warning[0])
@@ -745,6 +787,7 @@ static void add_fit_json(cJSON *out, const ssb4d_fit_params *fp, const ssb4d_fit
     cJSON_AddItemToObject(out, "rotation_sigma_deg", num_or_null(r->rotation_sigma_deg));
     cJSON_AddStringToObject(out, "objective", fp->objective == SSB4D_FIT_OBJ_LOSS ? "loss" : "band");
     cJSON_AddItemToObject(out, "objective_value", num_or_null(r->objective));
+    cJSON_AddNumberToObject(out, "objective_n_bf", (double)r->n_fit_bf); /* objective_value's pixels; loss: loss_n_bf */
     cJSON_AddBoolToObject(out, "branch_checked", fp->branch_check != 0);
     cJSON_AddBoolToObject(out, "branch_flipped", r->branch_flipped);
     cJSON_AddItemToObject(out, "skewness", num_or_null(r->skewness));
@@ -759,44 +802,58 @@ static void add_fit_json(cJSON *out, const ssb4d_fit_params *fp, const ssb4d_fit
     cJSON_AddItemToObject(out, "parallax", parallax_json(r));
 }
 
-/* The summary's lines from the rotation to the branch (after the fitted values). */
-static void print_fit_summary(const ssb4d_fit_params *fp, const ssb4d_fit_result *r, const fit_verdict *v,
+/* The summary's lines from the rotation to the branch (after the fitted values): plain words;
+ * the parallax estimate, the objective's value and the branch check's skewness with --verbose. */
+static void print_fit_summary(const fit_opts *o, const ssb4d_fit_params *fp, const ssb4d_fit_result *r,
                               const job *j, size_t n_bf, int thick)
 {
-    (void)v;
     char lab[160];
     rotation_label(fp, r, j, lab, sizeof lab);
     printf("rotation     %9.3f deg (%s)\n", r->geom.rotation_deg, lab);
-    if (r->parallax_ok) {
+    if (o->verbose && r->parallax_ok) {
         const ssb4d_parallax *p = &r->parallax;
         printf("parallax     C10 %.2f +- %.2f nm, C12 %.2f +- %.2f nm, phi12 %.1f +- %.1f deg (scan frame), rotation "
                "%.2f +- %.2f deg; residual %.3f A, %.2f s\n", p->C10_nm, p->sigma[0], p->C12_nm, p->sigma[1],
                p->phi12_deg, p->sigma[2], p->rotation_deg, p->sigma[3], p->residual_A, p->seconds);
-    } else
+    } else if (o->verbose)
         printf("parallax     no estimate (no shift measured): the search covered the whole box\n");
-    if (fp->objective == SSB4D_FIT_OBJ_LOSS)
-        printf("objective    exact loss %.8g on %zu fit pixels (contrast %.3g)\n", r->objective, r->n_fit_bf,
-               r->loss_contrast);
-    else
-        printf("objective    band: %.2f %% of the band's power explained on %zu fit pixels (contrast %.3g)\n",
-               -100.0 * r->objective, r->n_fit_bf, r->loss_contrast);
+    if (o->verbose) {
+        char on[96];
+        snprintf(on, sizeof on, "over the %zu fit pixels (BF pixels within %g x the selection radius)", r->n_fit_bf,
+                 fp->fit_radius);
+        if (fp->objective == SSB4D_FIT_OBJ_LOSS)
+            printf("objective    exact loss %.8g %s, contrast %.3g\n", r->objective, on, r->loss_contrast);
+        else
+            printf("objective    band: %.2f %% of the band's power explained %s, contrast %.3g\n",
+                   -100.0 * r->objective, on, r->loss_contrast);
+    }
     printf("loss         %.8g (exact SSB loss over all %zu BF pixels%s)\n", r->loss, n_bf,
            thick ? ", of the standard fit's thin model" : "");
+    /* The branch: a thin specimen's atoms are positive phase peaks (a positive skewness of the
+     * phase); the numbers only with --verbose. */
+    char num[128] = "";
+    if (o->verbose && fp->branch_check && isfinite(r->skewness_other))
+        snprintf(num, sizeof num, " (phase skewness %+.3f, %+.3f on the other branch; positive on the right one)",
+                 r->skewness, r->skewness_other);
+    else if (o->verbose && fp->branch_check)
+        snprintf(num, sizeof num, " (phase skewness %+.3f; positive on the right branch)", r->skewness);
     if (!fp->branch_check)
         printf("branch       not checked (--no-branch-check)\n");
     else if (fp->rotation_given)
-        printf("branch       checked, not flipped (the rotation was given): phase skewness %+.3f%s\n", r->skewness,
-               r->skewness < BRANCH_WARN_SKEWNESS ? ", negative: see the warning" : ", positive on the right branch");
+        printf("branch       checked, not flipped (the rotation was given): %s%s\n",
+               r->skewness < BRANCH_WARN_SKEWNESS ? "atoms show as negative phase peaks, see the warning"
+                                                  : "atoms show as positive phase peaks, as they should",
+               num);
     else {
         /* below SSB4D_FIT_SKEW_SETTLED the sign does not settle the branch (thick crystals) */
-        const char *weak = fabs(r->skewness) < SSB4D_FIT_SKEW_SETTLED ? "; too weak to settle the branch, see the "
-                                                                         "warning" : "";
-        if (r->branch_flipped)
-            printf("branch       flipped by 180 deg: the phase's skewness was %+.3f on the first branch, %+.3f on "
-                   "the kept one (positive on the right branch, SPEC 6.3)%s\n", r->skewness_other, r->skewness, weak);
+        if (fabs(r->skewness) < SSB4D_FIT_SKEW_SETTLED)
+            printf("branch       %s, but uncertain: the phase does not show the atoms clearly as positive peaks, "
+                   "see the warning%s\n", r->branch_flipped ? "flipped by 180 deg" : "kept", num);
+        else if (r->branch_flipped)
+            printf("branch       flipped by 180 deg: atoms showed as negative phase peaks on the first branch, "
+                   "positive on the kept one%s\n", num);
         else
-            printf("branch       kept: phase skewness %+.3f (%+.3f on the other branch); the sign of the skewness "
-                   "decides, positive on the right branch (SPEC 6.3)%s\n", r->skewness, r->skewness_other, weak);
+            printf("branch       kept: atoms show as positive phase peaks%s\n", num);
     }
 }
 
@@ -922,7 +979,7 @@ static int run_fit(fit_opts *o)
     /* A missing DATA first: before the output folder is made or the microscope resolved. */
     if (o->data && cli_check_readable(o->cmd, o->data))
         return CLI_EXIT_USAGE;
-    int rc = cli_auto_calibration(o->cmd, o->data, &o->m, o->quiet);
+    int rc = cli_auto_calibration(o->cmd, o->data, &o->m, o->m.quiet);
     if (!rc)
         rc = prepare_dir(o, outputs, sizeof outputs / sizeof outputs[0]);
     if (rc)
@@ -972,7 +1029,7 @@ static int run_fit(fit_opts *o)
     int have_tilt = 0;
     if (!st) {
         cli_progress pb;
-        cli_progress_start(&pb, "fit", o->quiet || o->m.json);
+        cli_progress_start(&pb, "fit", o->m.quiet || o->m.json);
         fp.progress = fit_progress;
         fp.progress_user = &pb;
         ssb4d_mem_stage_begin(j.mem, "fit");
@@ -994,7 +1051,7 @@ static int run_fit(fit_opts *o)
         tp.thin.batch = o->fp.batch;
         tp.band.threads = o->m.threads;
         cli_progress pb;
-        cli_progress_start(&pb, "tilt fit", o->quiet || o->m.json);
+        cli_progress_start(&pb, "tilt fit", o->m.quiet || o->m.json);
         ssb4d_mem_stage_begin(j.mem, "tilt fit");
         st = fit_tilt(G, &r.geom, &tp, j.mem, &tr, NULL, &err);
         ssb4d_mem_stage_end(j.mem);
@@ -1049,6 +1106,11 @@ static int run_fit(fit_opts *o)
             /* With the rotation searched the trials' phi12 is in the probe frame (the search's
              * coordinate, the rotation being a fourth parameter); else in the scan frame. */
             cJSON_AddStringToObject(t, "phi12_frame", fp.rotation_given ? "scan" : "probe");
+            /* A trial's "loss" is the searched objective's value: on the coarse subset of the BF
+             * pixels in the global stage and its Nelder-Mead, on the fit pixels after. */
+            cJSON_AddStringToObject(t, "objective", fp.objective == SSB4D_FIT_OBJ_LOSS ? "loss" : "band");
+            cJSON_AddNumberToObject(t, "n_coarse_bf", (double)r.n_coarse_bf);
+            cJSON_AddNumberToObject(t, "n_fit_bf", (double)r.n_fit_bf);
             cJSON_AddItemToObject(t, "trials", trials_json(&r));
             join(path, sizeof path, o->out_dir, "trials.json");
             st = write_json_file(path, t, &err);
@@ -1130,7 +1192,9 @@ static int run_fit(fit_opts *o)
         if (region)
             printf("region       rows %zu:%zu, cols %zu:%zu (full-field calibration)\n", region[0], region[1],
                    region[2], region[3]);
-        printf("%-12s %12s%s\n", "", "fit", builtin ? "        truth (mean plane depth)" : "");
+        /* The built-in dataset's C10 truth is at the mean depth of the simulator's potential planes. */
+        printf("%-12s %12s%s\n", "", "fit", !builtin ? "" : o->verbose ? "        truth (C10 at the mean plane depth)"
+                                                                       : "        truth");
         static const char *names[2] = {"C10", "C12"};
         for (int i = 0; i < 2; i++) {
             printf("%-12s %9.3f nm", names[i], x[i]);
@@ -1143,24 +1207,31 @@ static int run_fit(fit_opts *o)
         if (builtin)
             printf("; truth %.3f deg (detector frame)", j.truth[2]);
         printf("\n");
-        print_fit_summary(&fp, &r, &v, &j, ssb4d_G_n_bf(G), have_tilt);
+        print_fit_summary(o, &fp, &r, &j, ssb4d_G_n_bf(G), have_tilt);
         if (have_tilt) {
             double tp[2];
             tilt_to_probe(thick.tilt_mrad, r.geom.rotation_deg, tp);
             printf("thick model  tilt (%.2f, %.2f) mrad (scan frame), (%.2f, %.2f) mrad (probe/detector frame), "
-                   "thickness %.1f nm, gain %.4f (C10, C12, phi12 above are the thick model's)\n", thick.tilt_mrad[0],
-                   thick.tilt_mrad[1], tp[0], tp[1], thick.thickness_nm, tr.gain);
+                   "thickness %.1f nm", thick.tilt_mrad[0], thick.tilt_mrad[1], tp[0], tp[1], thick.thickness_nm);
+            if (o->verbose)
+                printf(", gain %.4f", tr.gain);
+            printf(" (C10, C12, phi12 above are the thick model's)\n");
         }
-        printf("search       %zu evaluations, %d Nelder-Mead iterations, seed %llu, trace %.16s\n",
-               r.evaluations, r.nm_iterations, (unsigned long long)o->fp.seed, r.trace_sha256);
-        printf("time         %.2f s (G build %.2f s, fit %.2f s, ", cli_progress_elapsed(&total), t_build, t_fit);
-        if (have_tilt)
-            printf("tilt fit %.2f s, ", t_tilt);
-        printf("image %.2f s)\n", t_image);
         char b[32];
-        printf("memory       peak %.1f MiB tracked (G %.1f MiB, %s: %zu of %zu planes held; budget %s), "
-               "%.1f MiB process\n", peak / 1048576.0, ssb4d_G_bytes(G) / 1048576.0, g_mode, n_resident, n_stored,
-               cli_job_size(b, j.budget, 0), rss / 1048576.0);
+        if (o->verbose) {
+            printf("search       %zu evaluations, %d Nelder-Mead iterations, seed %llu, trace %.16s\n",
+                   r.evaluations, r.nm_iterations, (unsigned long long)o->fp.seed, r.trace_sha256);
+            printf("time         %.2f s (G build %.2f s, fit %.2f s, ", cli_progress_elapsed(&total), t_build, t_fit);
+            if (have_tilt)
+                printf("tilt fit %.2f s, ", t_tilt);
+            printf("image %.2f s)\n", t_image);
+            printf("memory       peak %.1f MiB tracked (G %.1f MiB, %s: %zu of %zu planes held; budget %s), "
+                   "%.1f MiB process\n", peak / 1048576.0, ssb4d_G_bytes(G) / 1048576.0, g_mode, n_resident, n_stored,
+                   cli_job_size(b, j.budget, 0), rss / 1048576.0);
+        } else {
+            printf("time         %.1f s\n", cli_progress_elapsed(&total));
+            printf("memory       peak %.1f MiB (budget %s)\n", peak / 1048576.0, cli_job_size(b, j.budget, 0));
+        }
         printf("wrote        %s/phase.tiff, phase.png, object.npy, calibration.json, trials.json\n", o->out_dir);
     }
     if (!st && !v.confident)
@@ -1251,7 +1322,7 @@ int cmd_fit_regions(int argc, char **argv)
     }
     static const char *outputs[] = {"regions.json", "regions.csv", "defocus.png"};
     /* A missing DATA first: before the output folder is made or the microscope resolved. */
-    if ((rc = cli_check_readable(o.cmd, o.data)) || (rc = cli_auto_calibration(o.cmd, o.data, &o.m, o.quiet)) ||
+    if ((rc = cli_check_readable(o.cmd, o.data)) || (rc = cli_auto_calibration(o.cmd, o.data, &o.m, o.m.quiet)) ||
         (rc = prepare_dir(&o, outputs, 3))) {
         free(rects);
         return rc;
@@ -1323,7 +1394,7 @@ int cmd_fit_regions(int argc, char **argv)
         fprintf(cf, "%zu,%zu,%zu,%zu,%.6f,%.6f,%.4f,%.9g,%.4f,%d,%zu,%.4f,%s,%d\n", rects[i][0], rects[i][1],
                 rects[i][2], rects[i][3], x[0], x[1], x[2], r.loss, r.geom.rotation_deg, r.branch_flipped,
                 r.evaluations, r.phi12_probe_deg, rotation_source_key(&rfp, &r), v.confident);
-        if (!o.quiet && !o.m.json)
+        if (!o.m.quiet && !o.m.json)
             fprintf(stderr, "ssb4d fit-regions: region %zu/%zu (rows %zu:%zu, cols %zu:%zu): C10 %.3f nm, C12 %.3f nm, "
                             "phi12 %.2f deg (probe frame), rotation %.2f deg\n", i + 1, n, rects[i][0], rects[i][1],
                     rects[i][2], rects[i][3], x[0], x[1], r.phi12_probe_deg, r.geom.rotation_deg);
@@ -1384,7 +1455,7 @@ int cmd_fit_regions(int argc, char **argv)
         printf("%s\n", s);
         free(s);
     } else {
-        printf("%s", csv);
+        printf("%s\n", csv); /* the CSV without its final newline (stripped for the file writer) */
         printf("wrote %s/regions.json, regions.csv, defocus.png (%.1f s)\n", o.out_dir, cli_progress_elapsed(&total));
     }
     cJSON_Delete(root);

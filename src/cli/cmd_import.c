@@ -47,12 +47,13 @@ static void help(FILE *f)
             "                        it counts the read blocks (two 32 MiB blocks of uint32 frames\n"
             "                        in flight and one converted block, less for small inputs); the\n"
             "                        encoder's chunk buffer (at most 128 MiB) comes on top\n"
-            "  --force               replace OUT if it exists\n"
+            "  --force               replace OUT if it exists (without it an existing OUT is refused\n"
+            "                        before any work)\n"
             "  --json                print one JSON report object on stdout\n"
-            "  -q, --quiet           no progress bar\n"
+            CLI_QUIET_HELP
             "  -h, --help            this help\n\n%s\n"
-            "Exit status: 0 ok, 2 bad input or a budget too small (one line on stderr; no output\n"
-            "file; a missing or unreadable IN is reported first), 1 internal error.\n",
+            "A missing or unreadable IN is reported first; a failed import leaves no output file.\n"
+            CLI_EXIT_HELP,
             CLI_MEMORY_HELP, CLI_INPUT_HELP);
 }
 
@@ -163,10 +164,12 @@ int cmd_import(int argc, char **argv)
         snprintf(msg, sizeof msg, "one input file expected, got also '%.400s'", argv[optind + 1]);
         return cli_error(CMD, SSB4D_EINVAL, msg);
     }
-    if (!out)
-        return cli_error(CMD, SSB4D_EINVAL, "no output given: use -o OUT.qem");
     const char *in = argv[optind];
     if (cli_input_check(&ci, CMD) || cli_check_readable(CMD, in)) /* the file before anything else */
+        return CLI_EXIT_USAGE;
+    if (!out)
+        return cli_error(CMD, SSB4D_EINVAL, "no output given: use -o OUT.qem");
+    if (cli_check_output(CMD, out, ip.force, "")) /* then the output, before the long read */
         return CLI_EXIT_USAGE;
     ip.format = ci.format;
     ip.dataset = ci.dataset;

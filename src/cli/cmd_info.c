@@ -38,9 +38,10 @@ static void help(FILE *f)
             "                        when the budget asks for it. The file is mapped and read\n"
             "                        through, not held, so it is not counted\n"
             "  --json                print one JSON object on stdout\n"
+            CLI_QUIET_HELP
             "  -h, --help            this help\n\n"
-            "Exit status: 0 ok, 2 a missing or unreadable FILE, not a valid .qem or a budget too\n"
-            "small (one line on stderr), 1 internal error.\n", CLI_MEMORY_HELP);
+            "A missing or unreadable FILE is reported first; a file that is not a valid .qem is bad input.\n"
+            CLI_EXIT_HELP, CLI_MEMORY_HELP);
 }
 
 enum { OPT_CHECK = CLI_OPT_FIRST_FREE };
@@ -111,6 +112,7 @@ int cmd_info(int argc, char **argv)
                                          {"threads", required_argument, 0, CLI_OPT_THREADS},
                                          {"memory", required_argument, 0, CLI_OPT_MEMORY},
                                          {"json", no_argument, 0, CLI_OPT_JSON},
+                                         {"quiet", no_argument, 0, 'q'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     cli_micro m;
@@ -119,7 +121,7 @@ int cmd_info(int argc, char **argv)
     optind = 1;
     opterr = 0;
     int opt;
-    while ((opt = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, ":hq", opts, NULL)) != -1) { /* -q: info prints no notes */
         if (opt == 'h') {
             help(stdout);
             return CLI_EXIT_OK;

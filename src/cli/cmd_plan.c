@@ -44,8 +44,8 @@ static void help(FILE *f)
             "  --measure             time this machine's passes first (about a second) and take the\n"
             "                        times from them instead of the stated profile\n"
             "  -h, --help            this help\n\n%s\n"
-            "Exit status: 0 the session fits, 3 it does not fit in the budget (the plan is still\n"
-            "printed), 2 bad input, 1 internal error.\n",
+            CLI_EXIT_HELP_BEGIN ";\n"
+            "3 the session does not fit in the budget (the plan is still printed).\n",
             CLI_MICROSCOPE_HELP);
 }
 
@@ -97,7 +97,8 @@ int cmd_plan(int argc, char **argv)
     size_t shape[4] = {0}, region[2] = {(size_t)-1, (size_t)-1};
     int have_shape = 0, have_encoded = 0, measure = 0, c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, ":hq", opts, NULL)) != -1) {
         int r = cli_micro_handle(&m, c, optarg);
         if (r < 0)
             return CLI_EXIT_USAGE;
@@ -150,7 +151,12 @@ int cmd_plan(int argc, char **argv)
         case OPT_ROT_FITTED: in.rotation_fitted = 1; break;
         case OPT_MEASURE: measure = 1; break;
         case 'h': help(stdout); return CLI_EXIT_OK;
-        default: help(stderr); return CLI_EXIT_USAGE;
+        case ':':
+            fprintf(stderr, "ssb4d plan: option %s needs a value (see --help)\n", argv[optind - 1]);
+            return CLI_EXIT_USAGE;
+        default:
+            fprintf(stderr, "ssb4d plan: unknown option '%s' (see --help)\n", argv[optind - 1]);
+            return CLI_EXIT_USAGE;
         }
     }
     const char *data = optind < argc ? argv[optind] : NULL;
@@ -190,7 +196,7 @@ int cmd_plan(int argc, char **argv)
         ssb4d_calib_params cp;
         cli_values_to_calib_params(&v, m.threads, m.hot_pixels, &cp);
         ssb4d_calibration cal;
-        if (!m.json)
+        if (!m.json && !m.quiet)
             fprintf(stderr, "ssb4d plan: calibrating %s for its BF pixels\n", data);
         st = ssb4d_calibrate(src, &cp, &cal, &err);
         size_t sh[4];

@@ -21,7 +21,7 @@
 
 enum {
     OPT_C10 = CLI_OPT_FIRST_FREE, OPT_C12, OPT_PHI12, OPT_ABERR, OPT_UPSAMPLE, OPT_ESTIMATOR, OPT_PATH,
-    OPT_TILT, OPT_THICKNESS, OPT_OBJECT, OPT_BLOCK_MB, OPT_QUIET
+    OPT_TILT, OPT_THICKNESS, OPT_OBJECT, OPT_BLOCK_MB, OPT_FORCE, OPT_VERBOSE
 };
 
 static void usage(FILE *f)
@@ -43,17 +43,20 @@ static void usage(FILE *f)
             "  -o, --output FILE     phase image: .tiff (float32), .npy or .png (default phase.tiff);\n"
             "                        a .png is an 8-bit preview with a scale bar and a colour bar (rad)\n"
             "  --object FILE         also write the complex object (.npy complex64)\n"
+            "  --force               replace the phase image and --object FILE if they exist\n"
+            "                        (without it an existing one is refused before any work)\n"
             "  --upsample F          1, 2, 3, 4, 8 or auto (default 1)\n"
             "  --estimator E         phase-of-mean (default) or mean-phase\n"
             "  --path P              auto (default) or real: the real-output path; complex: full-plane\n"
             "                        transforms (same results to rounding, for checks)\n"
             "  --block-mb N          decoded block size for the G build (MiB); overrides the block\n"
             "                        the --memory plan picks (256 MiB, less under a small budget)\n"
-            "  --quiet               no progress bar\n\n"
+            "  --verbose             also the loss's computation path and time\n\n"
             "memory: the budget (--memory, default the available RAM) counts a .qem DATA (it stays\n"
             "mapped), the output images, G and every transient. When G does not fit, its outer BF\n"
             "pixels are streamed (rebuilt from DATA by every pass): slower, same bits. A budget below\n"
-            "the smallest that runs exits 2 with that smallest budget (see also ssb4d plan).\n\n%s",
+            "the smallest that runs exits 2 with that smallest budget (see also ssb4d plan).\n\n%s\n"
+            CLI_EXIT_HELP,
             CLI_MICROSCOPE_HELP);
 }
 
@@ -74,7 +77,8 @@ int cmd_reconstruct(int argc, char **argv)
         {"thickness", required_argument, 0, OPT_THICKNESS},
         {"object", required_argument, 0, OPT_OBJECT},
         {"block-mb", required_argument, 0, OPT_BLOCK_MB},
-        {"quiet", no_argument, 0, OPT_QUIET},
+        {"force", no_argument, 0, OPT_FORCE},
+        {"verbose", no_argument, 0, OPT_VERBOSE},
         {"output", required_argument, 0, 'o'},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
@@ -85,7 +89,7 @@ int cmd_reconstruct(int argc, char **argv)
     memset(&ab_flags, 0, sizeof ab_flags);
     unsigned c_mask = 0, phi_mask = 0;
     const char *out_path = "phase.tiff", *object_path = NULL;
-    int upsample = 1, upsample_auto = 0, mean_phase = 0, quiet = 0;
+    int upsample = 1, upsample_auto = 0, mean_phase = 0, force = 0, verbose = 0;
     ssb4d_path path = SSB4D_PATH_AUTO;
     ssb4d_thick thick = {{0, 0}, 0};
     int tilt_given = 0, thickness_given = 0;
@@ -93,7 +97,7 @@ int cmd_reconstruct(int argc, char **argv)
     optind = 1;
     opterr = 0;
     int c;
-    while ((c = getopt_long(argc, argv, ":o:h", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":o:hq", opts, NULL)) != -1) {
         int r = cli_micro_handle(&m, c, optarg);
         if (r < 0)
             return CLI_EXIT_USAGE;
@@ -104,7 +108,8 @@ int cmd_reconstruct(int argc, char **argv)
         case 'h': usage(stdout); return 0;
         case 'o': out_path = optarg; break;
         case OPT_OBJECT: object_path = optarg; break;
-        case OPT_QUIET: quiet = 1; break;
+        case OPT_FORCE: force = 1; break;
+        case OPT_VERBOSE: verbose = 1; break;
         case OPT_C10:
         case OPT_C12:
         case OPT_PHI12:
@@ -203,8 +208,12 @@ int cmd_reconstruct(int argc, char **argv)
     /* A missing DATA is the first thing to say, before any unknown microscope value. */
     int rc = cli_check_readable("reconstruct", data);
     if (!rc)
-        rc = cli_auto_calibration("reconstruct", data, &m, quiet);
+        rc = cli_auto_calibration("reconstruct", data, &m, m.quiet);
     if (rc)
+        return rc;
+    /* Then the outputs: an existing one is refused unless --force, before any long work. */
+    if ((rc = cli_check_output("reconstruct", out_path, force, ", or -o FILE")) ||
+        (object_path && (rc = cli_check_output("reconstruct", object_path, force, ""))))
         return rc;
 
     cli_values v;
@@ -243,7 +252,7 @@ int cmd_reconstruct(int argc, char **argv)
         thick_source = (tilt_given || thickness_given) ? "flags over calibration file"
                                                        : "calibration file";
     }
-    if (v.ab_from_truth && !(c_mask || phi_mask) && !m.json)
+    if (v.ab_from_truth && !(c_mask || phi_mask) && !m.json && !m.quiet)
         fprintf(stderr, "ssb4d reconstruct: using the simulator's true aberrations from the sidecar\n");
 
     /* Everything large is counted under the budget; the plan made after calibrating sizes the
@@ -305,7 +314,7 @@ int cmd_reconstruct(int argc, char **argv)
     if (block_mb > 0) /* --block-mb overrides the plan's block */
         go.block_bytes = (size_t)(block_mb * 1048576.0);
     cli_progress pb;
-    cli_progress_start(&pb, "G build", quiet || m.json);
+    cli_progress_start(&pb, "G build", m.quiet || m.json);
     go.progress = cli_progress_update;
     go.progress_user = &pb;
     st = ssb4d_gbuild(src, &g, cal.bf_pix, cal.n_bf, &go, mem, &G, &err);
@@ -434,8 +443,11 @@ int cmd_reconstruct(int argc, char **argv)
         char b[32], pk[32];
         printf("memory       budget %s, G %s (%zu of %zu planes held), peak %s tracked\n",
                cli_job_size(b, budget, 0), g_mode, n_resident, n_stored, cli_job_size(pk, ssb4d_mem_peak(mem), 0));
-        printf("loss         %.9g (exact SSB loss over all %zu BF pixels, as ssb4d fit reports it; %s path, "
-               "%.3f s)\n", loss, ssb4d_G_n_bf(G), path_name(path != SSB4D_PATH_COMPLEX), t_loss);
+        printf("loss         %.9g (exact SSB loss over all %zu BF pixels, as ssb4d fit reports it", loss,
+               ssb4d_G_n_bf(G));
+        if (verbose)
+            printf("; %s path, %.3f s", path_name(path != SSB4D_PATH_COMPLEX), t_loss);
+        printf(")\n");
         printf("phase image  %s (%zux%zu, %s, upsample %d, pixel %.4g A)\n", out_path, nyf, nxf,
                mean_phase ? "mean phase" : "phase of mean", upsample, pixel[0]);
         if (object_path)

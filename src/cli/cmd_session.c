@@ -1,5 +1,5 @@
-/* cmd_session.c — `ssb4d session DATA [--script S.json] [--memory SIZE] [--json]`: replays the
- * seed document's viewer session under a budget and prints its stage table (issue 5). */
+/* cmd_session.c — `ssb4d session DATA [--script S.json] [--memory SIZE] [--json]`: replays a
+ * typical viewer session (the seed document's) under a budget and prints its stage table (issue 5). */
 #include "cli/cli_common.h"
 #include "cli/cli_report.h"
 #include "cli/commands.h"
@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define CMD "session"
 
@@ -16,7 +17,7 @@ static void help(FILE *f)
 {
     fprintf(f,
             "usage: ssb4d session DATA [options]\n\n"
-            "Replays the viewer session of the seed document on DATA and measures every stage:\n"
+            "Replays a typical interactive viewer session on DATA and measures every stage:\n"
             "load, calibrate, G build, fit (with the 180-degree branch check), an upsampled preview\n"
             "with its FFT, 20 drag previews, 3 releases (preview + loss over all BF pixels), a\n"
             "256x256 region refit (half the scan below 512), the next full preview and saving the\n"
@@ -30,13 +31,15 @@ static void help(FILE *f)
             "  --hashes              SHA-256 of G and of the previews' phase (slower)\n"
             "  -o, --output DIR      where \"save calibration\" writes calibration.json\n"
             "                        (default: the calibration is serialised, not written)\n"
-            "  -q, --quiet           no stage lines on stderr\n"
+            "  --force               replace DIR/calibration.json if it exists (without it an\n"
+            "                        existing one is refused before any work)\n"
             "  -h, --help            this help\n\n%s\n"
-            "Exit status: 0 ok, 2 bad input or a budget the session cannot fit in, 1 internal error.\n",
+            "-q also drops the stage lines on stderr.\n"
+            CLI_EXIT_HELP,
             CLI_MICROSCOPE_HELP);
 }
 
-enum { OPT_SCRIPT = CLI_OPT_FIRST_FREE, OPT_PREVIEW, OPT_HASHES };
+enum { OPT_SCRIPT = CLI_OPT_FIRST_FREE, OPT_PREVIEW, OPT_HASHES, OPT_FORCE };
 
 static void on_stage(void *user, const char *name)
 {
@@ -51,16 +54,17 @@ int cmd_session(int argc, char **argv)
                                          {"preview-precision", required_argument, 0, OPT_PREVIEW},
                                          {"hashes", no_argument, 0, OPT_HASHES},
                                          {"output", required_argument, 0, 'o'},
-                                         {"quiet", no_argument, 0, 'q'},
+                                         {"force", no_argument, 0, OPT_FORCE},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     cli_micro m;
     cli_micro_init(&m);
     const char *script = NULL, *out_dir = NULL;
     ssb4d_preview_precision prec = SSB4D_PREVIEW_AUTO;
-    int hashes = 0, quiet = 0, c;
+    int hashes = 0, force = 0, c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "o:qh", opts, NULL)) != -1) {
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, ":o:qh", opts, NULL)) != -1) {
         int r = cli_micro_handle(&m, c, optarg);
         if (r < 0)
             return CLI_EXIT_USAGE;
@@ -74,9 +78,14 @@ int cmd_session(int argc, char **argv)
             break;
         case OPT_HASHES: hashes = 1; break;
         case 'o': out_dir = optarg; break;
-        case 'q': quiet = 1; break;
+        case OPT_FORCE: force = 1; break;
         case 'h': help(stdout); return CLI_EXIT_OK;
-        default: help(stderr); return CLI_EXIT_USAGE;
+        case ':':
+            fprintf(stderr, "ssb4d session: option %s needs a value (see --help)\n", argv[optind - 1]);
+            return CLI_EXIT_USAGE;
+        default:
+            fprintf(stderr, "ssb4d session: unknown option '%s' (see --help)\n", argv[optind - 1]);
+            return CLI_EXIT_USAGE;
         }
     }
     if (optind != argc - 1) {
@@ -88,6 +97,18 @@ int cmd_session(int argc, char **argv)
     int rc = cli_check_readable(CMD, data);
     if (rc)
         return rc;
+    /* Then the output the session's "save calibration" stage writes, before any work. */
+    if (out_dir) {
+        char path[4096];
+        struct stat sb;
+        if (stat(out_dir, &sb) == 0 && !S_ISDIR(sb.st_mode)) {
+            fprintf(stderr, "ssb4d session: %s exists and is not a folder\n", out_dir);
+            return CLI_EXIT_USAGE;
+        }
+        snprintf(path, sizeof path, "%s/calibration.json", out_dir);
+        if ((rc = cli_check_output(CMD, path, force, ", or -o DIR")))
+            return rc;
+    }
     ssb4d_err err = {0};
     ssb4d_session_script s;
     if (script) {
@@ -108,7 +129,7 @@ int cmd_session(int argc, char **argv)
     p.threads = m.threads;
     p.out_dir = out_dir;
     p.hashes = hashes;
-    quiet |= m.json;
+    int quiet = m.quiet || m.json;
     p.stage = on_stage;
     p.user = &quiet;
     ssb4d_session_report *r = calloc(1, sizeof *r);

@@ -76,15 +76,18 @@ static const char HELP[] =
     "  --dose E               electrons per probe position (preset: 2e4 tiny/small, 1e5 larger)\n"
     "  --seed N               random seed for the Poisson noise (default 1)\n"
     "  --threads N            worker threads (default: all cores)\n"
-    "  --quiet                no progress or summary on stderr\n"
-    "  --force                overwrite existing outputs\n"
+    "  -q, --quiet            no progress or summary on stderr (errors and warnings still print)\n"
+    "  --force                replace existing outputs (without it they are refused before any\n"
+    "                         work)\n"
     "  --memory SIZE          memory budget, e.g. 16G, 512M (default: the available RAM); the\n"
     "                         simulation's working set (per-thread grid buffers, a block of\n"
     "                         about 8 MiB of scan rows, for .qem one chunk of at most 128 MiB,\n"
     "                         the noise-free patterns kept for reuse: at most 1 GiB, fewer\n"
     "                         when the budget is short) is checked against it before any work\n"
     "  --memory-report        print the memory table (process footprint) on stderr\n"
-    "  -h, --help             this help\n";
+    "  -h, --help             this help\n"
+    "\n"
+    CLI_EXIT_HELP;
 
 static int usage_error(const char *fmt, const char *arg)
 {
@@ -176,7 +179,7 @@ int cmd_simulate(int argc, char **argv)
         {"dose", required_argument, 0, OPT_DOSE},
         {"seed", required_argument, 0, OPT_SEED},
         {"threads", required_argument, 0, OPT_THREADS},
-        {"quiet", no_argument, 0, OPT_QUIET},
+        {"quiet", no_argument, 0, 'q'},
         {"force", no_argument, 0, OPT_FORCE},
         {"memory-report", no_argument, 0, CLI_OPT_MEMORY_REPORT},
         {"memory", required_argument, 0, OPT_MEMORY},
@@ -208,7 +211,7 @@ int cmd_simulate(int argc, char **argv)
     optind = 1;
     opterr = 0;
     int c;
-    while ((c = getopt_long(argc, argv, ":o:h", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":o:hq", opts, NULL)) != -1) {
         switch (c) {
         case 'o': out = optarg; break;
         case OPT_PRESET: break;
@@ -315,7 +318,7 @@ int cmd_simulate(int argc, char **argv)
             if (parse_int(optarg, 0, 1024, &p.threads))
                 return usage_error("--threads must be an integer 0..1024, got '%s'", optarg);
             break;
-        case OPT_QUIET: quiet = 1; break;
+        case 'q': quiet = 1; break;
         case OPT_FORCE: force = 1; break;
         case 'h': fputs(HELP, stdout); return CLI_EXIT_OK;
         case CLI_OPT_MEMORY_REPORT: memory_report = 1; break;
@@ -387,7 +390,7 @@ int cmd_simulate(int argc, char **argv)
                 strcpy(path + stem, suffix[i]);
             }
             if (!force && access(path, F_OK) == 0) {
-                fprintf(stderr, "ssb4d simulate: %s exists (use --force to overwrite)\n", path);
+                fprintf(stderr, "ssb4d simulate: %s already exists (use --force to replace it)\n", path);
                 free(path);
                 return CLI_EXIT_USAGE;
             }

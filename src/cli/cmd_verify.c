@@ -37,12 +37,11 @@ static void help(FILE *f)
             "                        9 bytes per detector pixel and the spatial index check's scratch\n"
             "                        (about 34 bytes per pixel per thread; fewer threads if need be)\n"
             "  --json                print one JSON result object on stdout\n"
-            "  -q, --quiet           no progress bar\n"
+            CLI_QUIET_HELP
             "  -h, --help            this help\n\n%s\n"
-            "Exit status: 0 every compared count is equal, 3 a count or the shape differs (the first\n"
-            "differences are listed), 2 bad input or a budget too small (one line on stderr; a\n"
-            "missing or unreadable file is reported first, before FILE.qem is checked),\n"
-            "1 internal error.\n",
+            "A missing or unreadable file is reported first, before FILE.qem is checked.\n"
+            CLI_EXIT_HELP_BEGIN ";\n"
+            "3 a count or the shape differs (the first differences are listed on stderr).\n",
             CLI_MEMORY_HELP, CLI_INPUT_HELP);
 }
 

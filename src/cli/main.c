@@ -1,4 +1,5 @@
 /* main.c — `ssb4d <command> ...`: dispatch to the subcommands. */
+#include "cli/cli_common.h"
 #include "cli/commands.h"
 #include "ssb4d.h"
 
@@ -20,7 +21,7 @@ static const struct {
     {"demo", cmd_demo, "simulate a small dataset, fit it and print the truth beside the fit"},
     {"fit-regions", cmd_fit_regions, "fit a grid or list of scan regions: a map of C10, C12, phi12"},
     {"plan", cmd_plan, "the memory plan of a session under a budget: per stage peak, after, tiles"},
-    {"session", cmd_session, "replay the viewer session and print its per-stage memory table"},
+    {"session", cmd_session, "replay a typical viewer session on DATA: memory and time per stage"},
     {"bench", cmd_bench, "benchmark records: bench run, bench compare OLD NEW, bench sweep"},
 };
 
@@ -31,16 +32,30 @@ static void usage(FILE *f)
                "commands:\n", SSB4D_VERSION_STRING);
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(f, "  %-12s %s\n", commands[i].name, commands[i].what);
+    fprintf(f, "\nEvery command takes -q/--quiet and --help; one that writes files refuses to replace an\n"
+               "existing one unless --force.\n" CLI_EXIT_HELP);
+}
+
+/* What `ssb4d` alone adds below the usage: where a new user starts. */
+static void first_steps(FILE *f)
+{
+    fprintf(f, "\nNew here? Try:\n"
+               "  ssb4d demo             simulate a small dataset, fit it and print the truth beside the fit\n"
+               "  ssb4d fit              the main job on that built-in dataset: outputs in ssb4d-fit/\n"
+               "  ssb4d fit DATA -o DIR  the main job on your data (.npy counts or a .qem from ssb4d import):\n"
+               "                         fit the aberrations and write the phase image into DIR\n");
 }
 
 int main(int argc, char **argv)
 {
-    if (argc < 2) {
+    if (argc < 2) { /* a usage error: exit 2, with the way in spelled out */
         usage(stderr);
-        return 2;
+        first_steps(stderr);
+        return CLI_EXIT_USAGE;
     }
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         usage(stdout);
+        first_steps(stdout);
         return 0;
     }
     if (!strcmp(argv[1], "--version")) {
@@ -51,5 +66,5 @@ int main(int argc, char **argv)
         if (!strcmp(argv[1], commands[i].name))
             return commands[i].fn(argc - 1, argv + 1);
     fprintf(stderr, "ssb4d: unknown command '%s' (try ssb4d --help)\n", argv[1]);
-    return 2;
+    return CLI_EXIT_USAGE;
 }

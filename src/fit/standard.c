@@ -629,10 +629,9 @@ ssb4d_status ssb4d_fit(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d_fi
          * calibration) does. The threshold was set on that draw; docs/fit.md tests it on seed 2027. */
         if (p->branch_check && !p->rotation_given && fabs(r->skewness) < SSB4D_FIT_SKEW_SETTLED) {
             r->confident = 0;
-            snprintf(r->warning, sizeof r->warning, "the 180 degree branch is uncertain: the phase image's skewness "
-                     "is only %.2f (a thin specimen's is above %.1f; a thick crystal's need not follow its "
-                     "potential): give --rotation from a thin region or a calibration", r->skewness,
-                     SSB4D_FIT_SKEW_SETTLED);
+            snprintf(r->warning, sizeof r->warning, "the 180 degree branch is uncertain: the phase image does not "
+                     "show the atoms clearly as positive peaks (crystals more than a few nm thick need not): "
+                     "give --rotation from a thin region or a calibration file");
         }
         if (!strcmp(r->rotation_source, "undetermined")) {
             r->confident = 0;

@@ -94,6 +94,11 @@ expect_error "info: missing file" "cannot open .*nope.qem" -- "$BIN" info "$T/no
 expect_error "verify: missing original" "cannot open .*nope.npy" -- "$BIN" verify "$N" "$DATA/../qem-golden/u8-poisson-16x16x12x12.qem"
 expect_error "verify: missing .qem" "cannot open .*nope.qem" -- "$BIN" verify "$A1" "$T/nope.qem"
 expect_error "import: missing file" "cannot open .*nope.npy" -- "$BIN" import "$N" -o "$T/nope-out.qem"
+expect_error "import: missing file before the missing -o" "cannot open .*nope.npy" -- "$BIN" import "$N"
+# fit without DATA fits the built-in dataset: a --calibration or --sidecar for it would be ignored,
+# so it is refused (before the simulation) rather than silently dropped.
+expect_error "fit: --calibration without DATA" "calibration applies to DATA" -- "$BIN" fit --calibration "$T/nope.json" -o "$T/fit-out"
+expect_error "fit: --sidecar without DATA" "sidecar applies to DATA" -- "$BIN" fit --sidecar "$T/nope.json" -o "$T/fit-out"
 expect_error "bench run: missing --data" "cannot open .*nope.npy" -- "$BIN" bench run --data "$N" -o "$T/rec.json"
 expect_error "bench sweep: missing --data" "cannot open .*nope.npy" -- "$BIN" bench sweep --data "$N" --loss-tile all
 # ... also before other problems that a later step would find: a broken calibration file, an

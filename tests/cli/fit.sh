@@ -4,7 +4,8 @@
 # within 0.2 nm, phi12 within 3 deg) with the sidecar's rotation held and, on a copy without a
 # sidecar, with the rotation searched (within 1 deg of the true 0); writes its five outputs;
 # --json and calibration.json carry the documented keys (phi12 in both frames, the rotation's
-# source, the parallax estimate, the objective, the confidence); `reconstruct --calibration
+# source, the parallax estimate, the objective, the confidence); the summary is in plain words
+# (developer numbers only with --verbose); --c10/--c12/--phi12 start where --start does; `reconstruct --calibration
 # DIR/calibration.json` reproduces phase.tiff byte for byte (held and fitted rotation); `fit
 # --calibration` holds a fit's rotation and searches a centre-of-mass one; a given rotation 180
 # deg off is kept and warned about on one stderr line with exit 0; --objective loss fits too;
@@ -52,6 +53,11 @@ grep -q '"objective":"band"' "$T/f.json" && ok || bad "the default objective is 
 grep -qE '"parallax":\{"C10_nm":-?[0-9.]+,"C12_nm":[0-9.]+,"phi12_scan_deg":-?[0-9.]+,"rotation_deg":-?[0-9.eE+-]+,"sigma":\{' \
     "$T/f.json" && grep -qE '"residual_A":[0-9.eE+-]+,"seconds":' "$T/f.json" && ok || bad "--json parallax object"
 [ "$(num "$T/f.json" loss_n_bf)" = "$(num "$T/f.json" n_bf)" ] && ok || bad "the loss is not over all BF pixels"
+# The objective's pixels are said too (the fit pixels: all BF pixels at the default --fit-radius 1).
+[ -n "$(num "$T/f.json" objective_n_bf)" ] && [ "$(num "$T/f.json" objective_n_bf)" = "$(num "$T/f.json" n_fit_bf)" ] &&
+    ok || bad "--json lacks objective_n_bf = n_fit_bf"
+tr -d ' \n\t' <"$T/f/trials.json" | grep -qE '"objective":"band","n_coarse_bf":[0-9]+,"n_fit_bf":[0-9]+' && ok ||
+    bad "trials.json does not say what its trials' loss is over"
 grep -qE '"stage":[[:space:]]*"global"' "$T/f/trials.json" &&
     grep -qE '"stage":[[:space:]]*"nelder-mead-full"' "$T/f/trials.json" &&
     ok || bad "trials.json lacks the global / full Nelder-Mead stages"
@@ -67,15 +73,42 @@ done
 grep -q '"phi12_frame":"scan"' "$T/f/trials.json" 2>/dev/null || tr -d ' \n\t' <"$T/f/trials.json" | grep -q '"phi12_frame":"scan"' &&
     ok || bad "trials.json does not say the frame of its phi12"
 
-# --- the human summary: phi12 in both frames, the rotation's source, branch, parallax, loss -------
+# --- the human summary: phi12 in both frames, the rotation's source, branch, loss in plain words;
+# the parallax estimate, the objective and the branch check's numbers with --verbose ---------------
 "$BIN" fit "$T/t.npy" -o "$T/fh" --threads 2 --quiet >"$T/fh.out" 2>"$T/fh.err" && ok || bad "fit (summary) failed"
 grep -qE '^phi12 +-?[0-9.]+ deg \(probe/detector frame\), -?[0-9.]+ deg \(scan frame\)' "$T/fh.out" && ok ||
     bad "summary lacks phi12 in both frames"
 grep -qE '^rotation +-?[0-9.]+ deg \(given: sidecar\)' "$T/fh.out" && ok || bad "summary lacks the rotation's source"
-grep -qE '^branch +checked, not flipped \(the rotation was given\)' "$T/fh.out" && ok || bad "summary lacks the branch line"
-grep -qE '^parallax +C10 -?[0-9.]+ \+- [0-9.]+ nm, C12 .* rotation .* s$' "$T/fh.out" && ok || bad "summary lacks the parallax line"
+grep -qE '^branch +checked, not flipped \(the rotation was given\): atoms show as positive phase peaks' "$T/fh.out" &&
+    ok || bad "summary lacks the branch line"
 grep -qE '^loss +[0-9.e-]+ \(exact SSB loss over all [0-9]+ BF pixels\)' "$T/fh.out" && ok || bad "summary's loss line"
+grep -qiE 'skewness|SPEC|mean plane|parallax +C10|Nelder|trace [0-9a-f]' "$T/fh.out" &&
+    bad "the plain summary has developer detail: $(grep -iE 'skewness|SPEC|mean plane|parallax +C10|Nelder|trace' "$T/fh.out")" || ok
 [ ! -s "$T/fh.err" ] && ok || bad "a confident fit wrote to stderr: $(cat "$T/fh.err")"
+"$BIN" fit "$T/t.npy" -o "$T/fv" --threads 2 --quiet --verbose >"$T/fv.out" 2>"$T/fv.err" && ok || bad "fit --verbose failed"
+grep -qE '^parallax +C10 -?[0-9.]+ \+- [0-9.]+ nm, C12 .* rotation .* s$' "$T/fv.out" && ok || bad "--verbose lacks the parallax line"
+grep -qE '^objective +band: [0-9.]+ % .* over the [0-9]+ fit pixels' "$T/fv.out" && ok || bad "--verbose lacks the objective line"
+grep -qE '^branch .*\(phase skewness \+[0-9.]+' "$T/fv.out" && ok || bad "--verbose lacks the branch check's skewness"
+grep -qE '^search +[0-9]+ evaluations, [0-9]+ Nelder-Mead iterations, seed 42, trace [0-9a-f]{16}$' "$T/fv.out" && ok ||
+    bad "--verbose lacks the search line"
+cmp -s "$T/fh/phase.tiff" "$T/fv/phase.tiff" && ok || bad "--verbose changed the phase image"
+
+# --- --c10, --c12, --phi12: start values as reconstruct takes them, the same as --start -----------
+"$BIN" fit "$T/t.npy" -o "$T/c1" --c10 -8 --c12 2 --phi12 25 --json --threads 2 -q >"$T/c1.json" 2>"$T/c1.err" &&
+    ok || { bad "fit --c10 --c12 --phi12 refused or failed"; cat "$T/c1.err"; }
+"$BIN" fit "$T/t.npy" -o "$T/c2" --start -8,2,25 --json --threads 2 -q >"$T/c2.json" 2>/dev/null && ok || bad "fit --start failed"
+# the single flags win over --start wherever they stand
+"$BIN" fit "$T/t.npy" -o "$T/c3" --c12 2 --start 1,1,1 --phi12 25 --c10 -8 --json --threads 2 -q >"$T/c3.json" 2>/dev/null &&
+    ok || bad "fit --start with --c10 --c12 --phi12 failed"
+hc1=$(str "$T/c1.json" trace_sha256); hc2=$(str "$T/c2.json" trace_sha256); hc3=$(str "$T/c3.json" trace_sha256)
+[ -n "$hc1" ] && [ "$hc1" = "$hc2" ] && [ "$hc1" = "$hc3" ] && ok ||
+    bad "--c10/--c12/--phi12 do not start where --start does ($hc1, $hc2, $hc3)"
+cmp -s "$T/c1/phase.tiff" "$T/c2/phase.tiff" && ok || bad "--c10/--c12/--phi12 and --start give different images"
+expect 2 "--c10 not a number" "invalid number 'abc' for --c10" -- "$BIN" fit "$T/t.npy" -o "$T/x0" --c10 abc
+expect 2 "--c12 outside the box" "start value 12 of C12 lies outside" -- "$BIN" fit "$T/t.npy" -o "$T/x0" --c12 12
+expect 0 "fit --help names --c10" "--c10 NM, --c12 NM, --phi12 DEG" -- "$BIN" fit --help
+grep -q "start values, as reconstruct takes them" "$T/out" && ok || bad "fit --help does not explain --c10"
+[ ! -e "$T/x0" ] && ok || bad "a refused --c10 left an output folder"
 
 # --- the calibration file reproduces the image bit for bit --------------------------------------
 "$BIN" reconstruct "$T/t.npy" --calibration "$T/f/calibration.json" -o "$T/re.tiff" --quiet >/dev/null 2>&1 &&
@@ -114,9 +147,11 @@ rc=$?
 [ "$(num "$T/w.json" rotation_deg)" = 180 ] && grep -q '"branch_flipped":false' "$T/w.json" &&
     grep -q '"confident":false' "$T/w.json" && [ "$(str "$T/w.json" rotation_given_by)" = "--rotation" ] && ok ||
     bad "a given wrong rotation was changed, or not called unconfident"
-[ "$(wc -l <"$T/w.err")" -eq 1 ] && grep -qE "^ssb4d fit: warning: .*skewness is -[0-9.]+ with the given rotation" "$T/w.err" &&
+[ "$(wc -l <"$T/w.err")" -eq 1 ] &&
+    grep -qE "^ssb4d fit: warning: with the given rotation 180.00 deg the atoms show as negative phase peaks" "$T/w.err" &&
     ok || bad "the warning is not one stderr line: $(cat "$T/w.err")"
-grep -q '"warning":"[^"]*skewness' "$T/w.json" && ok || bad "--json lacks the warning text"
+grep -q '"warning":"[^"]*negative phase peaks' "$T/w.json" && grep -qE '"skewness":-[0-9.]+' "$T/w.json" && ok ||
+    bad "--json lacks the warning text or the skewness"
 # --objective loss: the exact loss as the search's objective.
 "$BIN" fit "$T/t.npy" --objective loss -o "$T/l" --json --threads 2 >"$T/l.json" 2>/dev/null && ok || bad "--objective loss failed"
 grep -q '"objective":"loss"' "$T/l.json" && within "$(num "$T/l.json" C10_nm)" -9.80475 0.3 &&
