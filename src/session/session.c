@@ -6,6 +6,7 @@
  * The order of allocations here is what src/plan/plan.c replays; tests/test_plan.c compares the
  * two stage by stage, so a change here that moves memory shows up there. */
 #include "common/err.h"
+#include "common/fftw_lock.h"
 #include "common/sha256.h"
 #include "fit/fit.h"
 #include "gbuild/gbuild.h"
@@ -20,9 +21,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-
-void ssb4d_fftw_lock(void);
-void ssb4d_fftw_unlock(void);
 
 void ssb4d_session_script_default(ssb4d_session_script *s)
 {
