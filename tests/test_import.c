@@ -30,7 +30,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "ingest/source.h"
+#include "source/source.h"
 #include "io/npy.h"
 #include "qem/qem.h"
 #include "ref_ssb.h"

@@ -24,7 +24,7 @@
 #include <string.h>
 
 #include "common/splitmix.h"
-#include "ingest/source.h"
+#include "source/source.h"
 #include "io/npy.h"
 #include "ref_ssb.h"
 #include "ssb4d.h"

@@ -15,7 +15,7 @@
  */
 #include "calibrate/calibrate_internal.h"
 #include "detector/hotpix.h"
-#include "ingest/source.h"
+#include "source/source.h"
 #include "common/err.h"
 #include "common/parallel.h"
 #include "ssb4d.h"

@@ -11,7 +11,7 @@
 #include "common/half.h"
 #include "common/parallel.h"
 #include "common/sha256.h"
-#include "ingest/source.h"
+#include "source/source.h"
 #include "optics/optics.h"
 
 #include <math.h>

@@ -10,7 +10,7 @@
 #include "common/sha256.h"
 #include "fit/fit.h"
 #include "gbuild/gbuild.h"
-#include "ingest/source.h"
+#include "source/source.h"
 #include "io/calfile.h"
 #include "plan/plan.h"
 

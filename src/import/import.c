@@ -9,7 +9,7 @@
 #include "common/err.h"
 #include "common/parallel.h"
 #include "detector/hotpix.h"
-#include "ingest/framesrc.h"
+#include "formats/framesrc.h"
 #include "qem/qem.h"
 #include "ssb4d.h"
 
