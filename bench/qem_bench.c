@@ -33,8 +33,8 @@
  * Exit status: 0 ok, 1 a decode failed or a checksum disagreed, 2 bad arguments or the file (or
  * the JSON file) could not be opened. */
 #include "common/parallel.h"
-#include "source/source.h"
 #include "qem/qem.h"
+#include "source/source.h"
 
 #include <errno.h>
 #include <fcntl.h>

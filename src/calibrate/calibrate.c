@@ -14,10 +14,10 @@
  * thread count.
  */
 #include "calibrate/calibrate_internal.h"
-#include "detector/hotpix.h"
-#include "source/source.h"
 #include "common/err.h"
 #include "common/parallel.h"
+#include "detector/hotpix.h"
+#include "source/source.h"
 #include "ssb4d.h"
 
 #include <math.h>

@@ -11,8 +11,8 @@
 #include "common/half.h"
 #include "common/parallel.h"
 #include "common/sha256.h"
-#include "source/source.h"
 #include "optics/optics.h"
+#include "source/source.h"
 
 #include <math.h>
 #include <omp.h>
