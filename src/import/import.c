@@ -367,7 +367,8 @@ ssb4d_status ssb4d_import(const char *in_path, const char *out_path, const ssb4d
                 n_file++;
             }
 
-    /* Pass 1: totals of every pixel over the whole scan, then the hot/dead rule of calibration. */
+    /* Pass 1: totals of every pixel over the whole scan, then the hot/dead rule that the
+     * calibration uses too (detector/hotpix.h). */
     if (passes == 2) {
         st = prefetch_start(&pf, fs, N, block, P, p->mem, err);
         if (st)

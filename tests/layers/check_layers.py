@@ -149,6 +149,10 @@ def main():
     ap.add_argument('--objects', nargs='*', default=[])
     a = ap.parse_args()
     objects = [o for arg in a.objects for o in arg.split(';') if o]  # CMake passes a ;-list
+    if a.objects and not any(OBJECT.search(o) for o in objects):
+        print('layers: --objects holds no object of src/<folder>/*.c; is ssb4d_lib still the '
+              'target that compiles them? (tests/CMakeLists.txt)')
+        return 1
 
     problems = []
     layers = read_layers(os.path.join(a.root, 'docs', 'architecture.md'))
