@@ -1,4 +1,4 @@
-/* qem_bench.c — read-side speed of an encoded .qem acquisition (src/qem, src/ingest/source_qem.c).
+/* qem_bench.c — read-side speed of an encoded .qem acquisition (src/qem, src/source/source_qem.c).
  *
  * Measured, in this order, on one file:
  *   open         qem_open with verify_body = 1 (every §11 check, body SHA-256 included), then a
@@ -33,8 +33,8 @@
  * Exit status: 0 ok, 1 a decode failed or a checksum disagreed, 2 bad arguments or the file (or
  * the JSON file) could not be opened. */
 #include "common/parallel.h"
-#include "ingest/source.h"
 #include "qem/qem.h"
+#include "source/source.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -162,7 +162,7 @@ typedef struct {
 double ssb4d_chi(const ssb4d_aberrations *ab, double lambda_A, double vx, double vy);
 
 /* ------------------------------------------------------------------------------------------ */
-/* Data sources (src/ingest/)                                                                   */
+/* Data sources (src/source/)                                                                   */
 /*
  * A source yields the acquisition two ways:
  *   frames:  counts of consecutive scan positions (flattened row-major), for calibration;
@@ -803,7 +803,7 @@ const char *ssb4d_session_backend(const ssb4d_session *s);
 /* ------------------------------------------------------------------------------------------ */
 /* Simulator (src/sim/) — section owned by the simulator; see docs/simulate.md                   */
 /* ------------------------------------------------------------------------------------------ */
-/* Import into the encoded .qem form (src/ingest/import.c, SPEC §3)                             */
+/* Import into the encoded .qem form (src/import/import.c, SPEC §3)                             */
 /*
  * Streams an acquisition in a foreign format (.npy, raw, HDF5 / EMD / py4DSTEM, Dectris Arina,
  * Merlin .mib) into a .qem file block by block: peak memory is a few read blocks plus one chunk

@@ -6,6 +6,7 @@
 #include <cmocka.h>
 
 #include "calibrate/calibrate_internal.h"
+#include "detector/hotpix.h"
 #include "io/calfile.h"
 #include "io/npy.h"
 #include "ref_ssb.h"
@@ -369,7 +370,7 @@ static void test_dead_pixels(void **state)
         for (int c = 0; c < C; c++)
             tot[r * C + c] = (r >= 10 && c >= 10) ? 0 : 1000 + (uint64_t)((r * 7 + c * 3) % 11); /* dark corner */
     tot[5 * C + 4] = 0;                                                     /* a dead pixel */
-    size_t n = ssb4d_cal_find_flagged(tot, R, C, out);
+    size_t n = ssb4d_hotpix_find_flagged(tot, R, C, out);
     assert_int_equal(n, 1);
     assert_int_equal(out[0], 5 * C + 4);
 }

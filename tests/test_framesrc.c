@@ -16,9 +16,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "ingest/bitshuffle.h"
-#include "ingest/framesrc.h"
-#include "ingest/mib.h"
+#include "formats/bitshuffle.h"
+#include "formats/framesrc.h"
+#include "formats/mib.h"
 #include "io/npy.h"
 #include "ref_ssb.h"
 

@@ -30,10 +30,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "ingest/source.h"
 #include "io/npy.h"
 #include "qem/qem.h"
 #include "ref_ssb.h"
+#include "source/source.h"
 #include "ssb4d.h"
 
 #define GOLDEN SSB4D_SHARED_DATA "/qem-golden/"

@@ -24,9 +24,9 @@
 #include <string.h>
 
 #include "common/splitmix.h"
-#include "ingest/source.h"
 #include "io/npy.h"
 #include "ref_ssb.h"
+#include "source/source.h"
 #include "ssb4d.h"
 
 enum { NY = 50, NX = 45, DR = 10, DC = 10 };

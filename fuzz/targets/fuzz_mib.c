@@ -1,8 +1,8 @@
-/* fuzz_mib.c — the Merlin .mib frame-header parser (src/ingest/mib.h) on arbitrary bytes; when a
+/* fuzz_mib.c — the Merlin .mib frame-header parser (src/formats/mib.h) on arbitrary bytes; when a
  * header parses and its pixel data are in the input, the frame is decoded too. The same bytes
  * also go to the .hdr text parser. Besides the sanitizers: an accepted header must be
  * self-consistent. */
-#include "ingest/mib.h"
+#include "formats/mib.h"
 
 #include <stdint.h>
 #include <stdio.h>

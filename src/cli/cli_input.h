@@ -4,7 +4,7 @@
 #ifndef SSB4D_CLI_INPUT_H
 #define SSB4D_CLI_INPUT_H
 #include "cli/cli_common.h"
-#include "ingest/framesrc.h"
+#include "formats/framesrc.h"
 
 enum {
     CLI_OPT_IN_FORMAT = 1050, CLI_OPT_IN_DATASET, CLI_OPT_IN_SHAPE, CLI_OPT_IN_DTYPE,

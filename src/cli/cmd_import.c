@@ -1,5 +1,5 @@
 /* cmd_import.c — `ssb4d import IN -o OUT.qem [options]`: stream an acquisition in a foreign
- * format into the encoded .qem form (SPEC §3, src/ingest/import.c). */
+ * format into the encoded .qem form (SPEC §3, src/import/import.c). */
 #include "cli/cli_common.h"
 #include "cli/cli_job.h"
 #include "cli/cli_input.h"

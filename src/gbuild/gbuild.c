@@ -7,15 +7,15 @@
 #include "gbuild/gbuild.h"
 
 #include "common/err.h"
+#include "common/fftw_lock.h"
 #include "common/half.h"
 #include "common/parallel.h"
 #include "common/sha256.h"
-#include "ingest/source.h"
 #include "optics/optics.h"
+#include "source/source.h"
 
 #include <math.h>
 #include <omp.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -38,12 +38,6 @@ int ssb4d_bf_pixel_active(const ssb4d_geometry *g, size_t det_cols, int32_t pix)
     double wmax = fmax(g->det_sampling_mrad[0], g->det_sampling_mrad[1]) * 1e-3;
     return alpha < g->semiangle_mrad * 1e-3 + 0.5 * wmax;
 }
-
-
-/* FFTW's planner is not thread-safe; plans are made under this lock (execution is). */
-static pthread_mutex_t planner_lock = PTHREAD_MUTEX_INITIALIZER;
-void ssb4d_fftw_lock(void) { pthread_mutex_lock(&planner_lock); }
-void ssb4d_fftw_unlock(void) { pthread_mutex_unlock(&planner_lock); }
 
 void ssb4d_G_free(ssb4d_G *G)
 {

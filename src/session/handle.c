@@ -6,7 +6,7 @@
  * where the BF pixel count is known), and every G the session builds is held as it says. */
 #include "common/err.h"
 #include "gbuild/gbuild.h"
-#include "ingest/source.h"
+#include "source/source.h"
 #include "io/calfile.h"
 #include "plan/plan.h"
 #include "session/backend.h"

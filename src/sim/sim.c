@@ -4,6 +4,7 @@
 
 #include "common/atomic.h"
 #include "common/err.h"
+#include "common/fftw_lock.h"
 #include "common/parallel.h"
 #include "io/npy.h"
 #include "qem/qem.h"

@@ -99,8 +99,4 @@ double sim_rng_uniform(sim_rng *r);
 /* Poisson(lam): inversion (exact) for lam < 10, PTRS (Hörmann 1993) for lam >= 10. */
 uint64_t sim_poisson(sim_rng *r, double lam);
 
-/* ---- shared FFTW planner lock (src/gbuild/gbuild.c) ---------------------------------------- */
-void ssb4d_fftw_lock(void);
-void ssb4d_fftw_unlock(void);
-
 #endif

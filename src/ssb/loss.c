@@ -5,6 +5,7 @@
  * full-plane inverse FFT and atan2. Sums over BF pixels run in logical blocks of BLOCK pixels in BF
  * order, merged in block order (an OpenMP ordered loop), so the bits do not depend on threads. */
 #include "common/err.h"
+#include "common/fftw_lock.h"
 #include "common/parallel.h"
 #include "ssb/ssb_internal.h"
 

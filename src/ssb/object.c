@@ -3,6 +3,7 @@
  * own double accumulator, group of BF pixels after group (see G_group), so the bits depend on
  * neither the thread count nor the group size. */
 #include "common/err.h"
+#include "common/fftw_lock.h"
 #include "common/parallel.h"
 #include "ssb/ssb_internal.h"
 

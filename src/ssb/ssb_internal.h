@@ -135,10 +135,6 @@ void ssb_corr_row(const ssb_ctx *c, size_t ib, const cfloat *plane, size_t i, si
 /* φ = atan(s/dc) over a plane, in place (real-output path). */
 void ssb_phases_real(float *ph, size_t n, float inv_dc);
 
-/* FFTW planner lock (src/gbuild/gbuild.c). */
-void ssb4d_fftw_lock(void);
-void ssb4d_fftw_unlock(void);
-
 /* atan(x) to ~1e-7 rad. Selects are written as arithmetic so that loops over it vectorise
  * (with -fno-trapping-math); the result does not depend on vector width. */
 static inline float ssb_atanf(float x)

@@ -2,7 +2,7 @@
  * frames are read by the contiguous reader of fs_raw.c (pread straight into the caller's block,
  * widened in place), so the reader holds no buffer and the process footprint does not grow with
  * the file (the page cache keeps what the kernel wants). */
-#include "ingest/fs_internal.h"
+#include "formats/fs_internal.h"
 
 #include "common/err.h"
 #include "io/npy.h"

@@ -9,7 +9,7 @@
  * than a bounded transient. Counts are integers held exactly in float32, so a view's reads equal
  * those of a cropped copy of the data bit for bit. */
 #include "common/err.h"
-#include "ingest/source.h"
+#include "source/source.h"
 
 #include <stdlib.h>
 #include <string.h>

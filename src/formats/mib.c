@@ -1,7 +1,7 @@
 /* mib.c — Merlin frame header parser and pixel decoder (see mib.h). Written for hostile input:
  * every field is located within the bytes given, numbers are parsed with overflow checks, and
  * the derived sizes are checked before anyone trusts them. */
-#include "ingest/mib.h"
+#include "formats/mib.h"
 
 #include "common/err.h"
 

@@ -3,7 +3,7 @@
  * py4DSTEM / emdfile datacubes (".../datacube/data") are found by the same walk and win over
  * other candidates. A block of frames is one hyperslab selection and one H5Dread into uint32
  * (libhdf5 widens the type); the chunk cache holds the chunks that cover one frame. */
-#include "ingest/fs_internal.h"
+#include "formats/fs_internal.h"
 
 #include "common/err.h"
 

@@ -2,9 +2,9 @@
  * (source_qem.c) and region views of another source (source_region.c). All expose frames (for
  * calibration) and BF columns (for the G build, SPEC §5.3). */
 #include "common/err.h"
-#include "ingest/source.h"
 #include "io/npy.h"
 #include "qem/qem.h"
+#include "source/source.h"
 #include "ssb4d.h"
 
 #include <errno.h>

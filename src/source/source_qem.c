@@ -7,7 +7,7 @@
  * does not depend on the thread count. */
 #include "common/err.h"
 #include "common/parallel.h"
-#include "ingest/source.h"
+#include "source/source.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -2,7 +2,7 @@
  * optional offset; the file size must then match exactly (a wrong --shape or --dtype almost
  * always shows up as a size mismatch, so an exact match is the check that protects the user).
  * Also the reader of every format whose frames lie contiguously in one file (.npy). */
-#include "ingest/fs_internal.h"
+#include "formats/fs_internal.h"
 
 #include "common/err.h"
 

@@ -1,7 +1,7 @@
 /* fs_h5util.c — small libhdf5 helpers for the HDF5 and Arina readers: one-line errors from
  * libhdf5's error stack, existence checks that do not trip over missing intermediate groups,
  * scalar numbers/strings from datasets and attributes, and the filter check. */
-#include "ingest/fs_internal.h"
+#include "formats/fs_internal.h"
 
 #include "common/err.h"
 

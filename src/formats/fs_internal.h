@@ -3,9 +3,9 @@
  * A reader's open function fills the common part of `struct framesrc` (shape, dtype, format name,
  * optional flag mask, calibration, metadata) and hangs its own state on `impl`; framesrc_read
  * checks the range and calls ops->read, framesrc_close calls ops->close and frees the rest. */
-#ifndef SSB4D_INGEST_FS_INTERNAL_H
-#define SSB4D_INGEST_FS_INTERNAL_H
-#include "ingest/framesrc.h"
+#ifndef SSB4D_FORMATS_FS_INTERNAL_H
+#define SSB4D_FORMATS_FS_INTERNAL_H
+#include "formats/framesrc.h"
 
 #include <stdio.h>
 #include <sys/types.h>

@@ -1,6 +1,6 @@
 /* framesrc.c — opening a foreign acquisition: format detection, dispatch to the reader of that
  * format (fs_*.c), the common accessors and the small helpers every reader needs. */
-#include "ingest/fs_internal.h"
+#include "formats/fs_internal.h"
 
 #include "common/err.h"
 

@@ -6,10 +6,10 @@
  * A reader thread fills the next block while the current one is converted and encoded, so the
  * disk and both cores stay busy. Memory: two read blocks (uint32), one converted block (uint16)
  * and the writer's chunk; nothing grows with the input. Any failure leaves no output. */
-#include "calibrate/calibrate_internal.h"
 #include "common/err.h"
 #include "common/parallel.h"
-#include "ingest/framesrc.h"
+#include "detector/hotpix.h"
+#include "formats/framesrc.h"
 #include "qem/qem.h"
 #include "ssb4d.h"
 
@@ -373,7 +373,8 @@ ssb4d_status ssb4d_import(const char *in_path, const char *out_path, const ssb4d
                 n_file++;
             }
 
-    /* Pass 1: totals of every pixel over the whole scan, then the hot/dead rule of calibration. */
+    /* Pass 1: totals of every pixel over the whole scan, then the hot/dead rule that the
+     * calibration uses too (detector/hotpix.h). */
     if (passes == 2) {
         st = prefetch_start(&pf, fs, N, block, P, p->mem, err);
         if (st)
@@ -404,9 +405,10 @@ ssb4d_status ssb4d_import(const char *in_path, const char *out_path, const ssb4d
          * neighbour medians by giving them their neighbours' level. */
         for (size_t k = 0; k < P; k++)
             if (flagged[k])
-                totals[k] = (uint64_t)ssb4d_cal_neighbour_median(totals, flagged, shape[2], shape[3],
-                                                                 k / shape[3], k % shape[3]);
-        size_t nf = ssb4d_cal_find_flagged(totals, shape[2], shape[3], found);
+                totals[k] = (uint64_t)ssb4d_hotpix_neighbour_median(totals, flagged, shape[2],
+                                                                    shape[3], k / shape[3],
+                                                                    k % shape[3]);
+        size_t nf = ssb4d_hotpix_find_flagged(totals, shape[2], shape[3], found);
         for (size_t i = 0; i < nf; i++)
             if (!flagged[found[i]]) {
                 flagged[found[i]] = 1;

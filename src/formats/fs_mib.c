@@ -2,10 +2,10 @@
  * frame count follows from the file size; the scan shape comes from the user, the sibling .hdr
  * or a square count. Every header is parsed and compared with the first as its frame is read,
  * so a corrupt or reordered frame is an error that names it, never silent garbage. */
-#include "ingest/fs_internal.h"
+#include "formats/fs_internal.h"
 
 #include "common/err.h"
-#include "ingest/mib.h"
+#include "formats/mib.h"
 
 #include <ctype.h>
 #include <errno.h>

@@ -11,10 +11,10 @@
  * /electron_microscope: scan shape and step, voltage, semi-angle, camera length, reciprocal
  * pixel size, dwell time) wins where both speak. Source: quantem.gpu's "ARINA master and
  * NCEM/NXem companion" layout note; Dectris NXmx master-file fields. */
-#include "ingest/fs_internal.h"
+#include "formats/fs_internal.h"
 
 #include "common/err.h"
-#include "ingest/bitshuffle.h"
+#include "formats/bitshuffle.h"
 
 #include <math.h>
 #include <stdlib.h>

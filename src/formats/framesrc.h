@@ -13,8 +13,8 @@
  * (R64) frames of 1/6/12 bits (single or quad) and 24 bits (single). Frames keep the file's
  * orientation (no flips). libhdf5's automatic error printing is switched off by the HDF5
  * readers (a process-wide libhdf5 setting); errors come back as one line instead. */
-#ifndef SSB4D_INGEST_FRAMESRC_H
-#define SSB4D_INGEST_FRAMESRC_H
+#ifndef SSB4D_FORMATS_FRAMESRC_H
+#define SSB4D_FORMATS_FRAMESRC_H
 #include "ssb4d.h"
 
 #include <cjson/cJSON.h>

@@ -12,8 +12,8 @@
  * that decompresses to the bitshuffled block; the n%8 leftover elements follow raw.
  * Source: kiyo-masui/bitshuffle, src/bshuf_h5filter.c (header), src/bitshuffle_core.c
  * (bshuf_blocked_wrap_fun, bshuf_trans_bit_elem_scal, bshuf_default_block_size). */
-#ifndef SSB4D_INGEST_BITSHUFFLE_H
-#define SSB4D_INGEST_BITSHUFFLE_H
+#ifndef SSB4D_FORMATS_BITSHUFFLE_H
+#define SSB4D_FORMATS_BITSHUFFLE_H
 #include "ssb4d.h"
 
 #include <stddef.h>

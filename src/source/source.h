@@ -1,6 +1,6 @@
 /* source.h — internal calls of the data sources. */
-#ifndef SSB4D_INGEST_SOURCE_H
-#define SSB4D_INGEST_SOURCE_H
+#ifndef SSB4D_SOURCE_SOURCE_H
+#define SSB4D_SOURCE_SOURCE_H
 #include "qem/qem.h"
 #include "ssb4d.h"
 

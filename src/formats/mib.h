@@ -14,8 +14,8 @@
  * Sources: ePSIC-DLS/mib_props src/mib_header_MQ1.h (field list); LiberTEM
  * src/libertem/io/dataset/mib.py (R64 decoders, quad layout, 24-bit raw); rosettasciio
  * rsciio/quantumdetector/_api.py (U08/U16/U32 big-endian, .hdr fields). */
-#ifndef SSB4D_INGEST_MIB_H
-#define SSB4D_INGEST_MIB_H
+#ifndef SSB4D_FORMATS_MIB_H
+#define SSB4D_FORMATS_MIB_H
 #include "ssb4d.h"
 
 #include <stddef.h>

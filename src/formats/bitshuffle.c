@@ -1,7 +1,7 @@
 /* bitshuffle.c — bit transpose of blocks and the bitshuffle-LZ4 chunk codec (see bitshuffle.h).
  * Scalar: eight bit rows are gathered into one 64-bit word and transposed as an 8x8 bit matrix.
  * The inverse (the one reading files needs) also has an SSE2 path, x86-64's baseline. */
-#include "ingest/bitshuffle.h"
+#include "formats/bitshuffle.h"
 
 #include "common/err.h"
 
