@@ -267,7 +267,7 @@ typedef struct {
                                pass that needs them (the source must then outlive G) */
     size_t group_bytes;     /* float32 planes materialised at once by the build and by passes over
                                a half or streamed G; 0: 256 MiB */
-    void (*progress)(void *user, double fraction);
+    ssb4d_progress_fn progress;  /* may be NULL; returning non-zero cancels (SSB4D_ECANCELLED) */
     void *progress_user;
 } ssb4d_gbuild_opts;
 
@@ -441,8 +441,10 @@ typedef struct {
     int branch_check;    /* default 1 */
     ssb4d_aberrations base; /* the other coefficients, held fixed */
     int threads;         /* 0: all cores */
-    /* Progress, 0..1 (an estimate: the work of Nelder–Mead is not known in advance). */
-    void (*progress)(void *user, double fraction);
+    /* Progress, 0..1 (an estimate: the work of Nelder–Mead is not known in advance). A cancel
+     * (non-zero return) reaches the fit through the memory context it was given (none without
+     * one): the running pass stops and the fit returns SSB4D_ECANCELLED. */
+    ssb4d_progress_fn progress;  /* may be NULL; returning non-zero cancels (SSB4D_ECANCELLED) */
     void *progress_user;
 } ssb4d_fit_params;
 
@@ -835,7 +837,7 @@ typedef struct {
     int threads;              /* 0: all cores */
     int force;                /* replace an existing output */
     ssb4d_mem *mem;           /* counts the read blocks (may be NULL) */
-    void (*progress)(void *user, double fraction);
+    ssb4d_progress_fn progress;  /* may be NULL; returning non-zero cancels (SSB4D_ECANCELLED) */
     void *progress_user;
 } ssb4d_import_params;
 
@@ -914,8 +916,9 @@ typedef struct {
     size_t reuse_bytes;     /* bound of the patterns kept for reuse (see above); 0: 1 GiB */
     size_t block_bytes;     /* counts per block of whole scan rows (uint16); 0: 8 MiB */
     /* The results never depend on threads, reuse_bytes or block_bytes: only speed and memory. */
-    /* Optional progress callback (called from the calling thread after each block of rows). */
-    void (*progress)(void *user, size_t done, size_t total);
+    /* Optional progress (called from the calling thread after each block of rows, "simulate",
+     * positions done / all); returning non-zero cancels (SSB4D_ECANCELLED, nothing written). */
+    ssb4d_progress_fn progress;
     void *progress_user;
 } ssb4d_sim_params;
 

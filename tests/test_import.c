@@ -904,13 +904,16 @@ typedef struct {
     int bad;
 } progress_log;
 
-static void on_progress(void *user, double fraction)
+static int on_progress(void *user, const char *stage, double fraction)
 {
     progress_log *l = user;
+    if (strcmp(stage, "import"))
+        l->bad = 1;
     if (l->n < sizeof l->v / sizeof l->v[0])
         l->v[l->n++] = fraction;
     else
         l->bad = 1;
+    return 0;
 }
 
 static void progress_reports(void **state)

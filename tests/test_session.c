@@ -328,6 +328,58 @@ static void test_regions_and_calibration_file(void **state)
     (void)state;
 }
 
+static int cancel_now(void *user, const char *stage, double fraction)
+{
+    (void)fraction;
+    snprintf(user, 48, "%s", stage);
+    return 1;
+}
+
+/* The one callback type cancels the stage functions too: the simulator, the G build and the fit
+ * (through the memory context it was given). */
+static void test_stage_functions_cancel(void **state)
+{
+    ssb4d_err err = {0};
+    char stage[48] = "";
+    ssb4d_sim_params q = sp;
+    q.scan_n = 32, q.scan_cells = 3;
+    q.progress = cancel_now, q.progress_user = stage;
+    ssb4d_sim_info qi;
+    uint16_t *c = malloc((size_t)32 * 32 * shape[2] * shape[3] * sizeof *c);
+    assert_int_equal(ssb4d_simulate_to_memory(&q, c, NULL, NULL, NULL, &qi, &err), SSB4D_ECANCELLED);
+    assert_string_equal(stage, "simulate");
+    free(c);
+
+    ssb4d_source *src = NULL;
+    assert_int_equal(ssb4d_source_from_memory(counts, SSB4D_U16, shape, &src, &err), 0);
+    ssb4d_session_opts o;
+    opts(&o);
+    ssb4d_calibration cal;
+    assert_int_equal(ssb4d_calibrate(src, &o.calib, &cal, &err), 0);
+    ssb4d_gbuild_opts go;
+    ssb4d_gbuild_opts_default(&go);
+    go.progress = cancel_now, go.progress_user = stage;
+    ssb4d_G *G = NULL;
+    assert_int_equal(ssb4d_gbuild(src, &cal.geom, cal.bf_pix, cal.n_bf, &go, NULL, &G, &err), SSB4D_ECANCELLED);
+    assert_null(G);
+    assert_string_equal(stage, "G build");
+    go.progress = NULL;
+    assert_int_equal(ssb4d_gbuild(src, &cal.geom, cal.bf_pix, cal.n_bf, &go, NULL, &G, &err), 0);
+    ssb4d_fit_params fp = quick();
+    fp.rotation_given = 1;
+    fp.progress = cancel_now, fp.progress_user = stage;
+    ssb4d_mem *mem = ssb4d_mem_create(0);
+    ssb4d_fit_result r;
+    assert_int_equal(ssb4d_fit(G, &cal.geom, &fp, mem, &r, &err), SSB4D_ECANCELLED);
+    assert_string_equal(stage, "fit");
+    ssb4d_fit_result_free(&r);
+    ssb4d_mem_destroy(mem);
+    ssb4d_G_free(G);
+    ssb4d_calibration_free(&cal);
+    ssb4d_source_close(src);
+    (void)state;
+}
+
 static void test_bad_input(void **state)
 {
     ssb4d_session_opts o;
@@ -371,6 +423,7 @@ int main(void)
         cmocka_unit_test(test_cancel_from_the_callback),
         cmocka_unit_test(test_cancel_from_another_thread),
         cmocka_unit_test(test_regions_and_calibration_file),
+        cmocka_unit_test(test_stage_functions_cancel),
         cmocka_unit_test(test_bad_input),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

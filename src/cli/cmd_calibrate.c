@@ -229,6 +229,10 @@ int cmd_calibrate(int argc, char **argv)
     }
     if (picture_path(outpath, picture, sizeof picture))
         return cli_error(CMD, SSB4D_EINVAL, "the output path is too long");
+    /* The outputs first, as every command does: an existing one is refused before anything else
+     * is looked at (then the microscope values; nothing long has run yet either way). */
+    if ((rc = check_output(outpath, force, defaulted)) || (rc = check_output(picture, force, defaulted)))
+        return rc;
 
     ssb4d_err err = {0};
     ssb4d_source *src = NULL;
@@ -257,8 +261,6 @@ int cmd_calibrate(int argc, char **argv)
         }
         rc = cli_check_microscope(&v);
     }
-    if (!rc && !(rc = check_output(outpath, force, defaulted)))
-        rc = check_output(picture, force, defaulted);
     if (rc) {
         ssb4d_source_close(src);
         return rc;

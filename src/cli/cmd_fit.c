@@ -511,10 +511,6 @@ static void job_free(job *j)
     ssb4d_mem_destroy(j->mem);
 }
 
-static void sim_progress(void *user, size_t done, size_t total)
-{
-    cli_progress_update(user, total ? (double)done / (double)total : 1.0);
-}
 
 static int open_builtin(const fit_opts *o, job *j, ssb4d_err *err)
 {
@@ -537,7 +533,7 @@ static int open_builtin(const fit_opts *o, job *j, ssb4d_err *err)
         return cli_job_error(o->cmd, err->code, err->msg, j->budget);
     cli_progress pb;
     cli_progress_start(&pb, "simulate", o->m.quiet || o->m.json);
-    sp.progress = sim_progress;
+    sp.progress = cli_progress_cb;
     sp.progress_user = &pb;
     ssb4d_status st = ssb4d_simulate_to_memory(&sp, j->builtin_counts, NULL, NULL, NULL, &info, err);
     cli_progress_done(&pb);
@@ -677,7 +673,7 @@ static ssb4d_status build_G(const fit_opts *o, job *j, const size_t *region, con
     plan_gbuild_opts(p, 0, resident, g_bytes, o->m.threads, &go); /* float32: exact images */
     cli_progress pb;
     cli_progress_start(&pb, "G build", o->m.quiet || o->m.json);
-    go.progress = cli_progress_update;
+    go.progress = cli_progress_cb;
     go.progress_user = &pb;
     ssb4d_mem_stage_begin(j->mem, "G build");
     if (!st)
@@ -971,7 +967,6 @@ static void add_ab(cJSON *o, const double x[3])
 
 /* ---- fit and demo ------------------------------------------------------------------------------ */
 
-static void fit_progress(void *user, double f) { cli_progress_update(user, f); }
 
 static int run_fit(fit_opts *o)
 {
@@ -1030,7 +1025,7 @@ static int run_fit(fit_opts *o)
     if (!st) {
         cli_progress pb;
         cli_progress_start(&pb, "fit", o->m.quiet || o->m.json);
-        fp.progress = fit_progress;
+        fp.progress = cli_progress_cb;
         fp.progress_user = &pb;
         ssb4d_mem_stage_begin(j.mem, "fit");
         st = ssb4d_fit(G, &j.cal.geom, &fp, j.mem, &r, &err);

@@ -72,13 +72,15 @@ typedef struct {
     const ssb4d_import_report *rep;
 } import_bar;
 
-static void import_progress(void *user, double fraction)
+static int import_progress(void *user, const char *stage, double fraction)
 {
     import_bar *b = user;
+    (void)stage;
     if (b->pb.total <= 0 && b->rep->input_bytes)
         cli_progress_set_rate(&b->pb, (double)b->rep->input_bytes / 1e6, "MB");
     if (fraction < 1.0) /* the last line is drawn once the file is complete (cli_progress_done) */
         cli_progress_update(&b->pb, fraction);
+    return 0;
 }
 
 static int bad(const char *what, const char *arg)

@@ -315,7 +315,7 @@ int cmd_reconstruct(int argc, char **argv)
         go.block_bytes = (size_t)(block_mb * 1048576.0);
     cli_progress pb;
     cli_progress_start(&pb, "G build", m.quiet || m.json);
-    go.progress = cli_progress_update;
+    go.progress = cli_progress_cb;
     go.progress_user = &pb;
     st = ssb4d_gbuild(src, &g, cal.bf_pix, cal.n_bf, &go, mem, &G, &err);
     cli_progress_done(&pb);

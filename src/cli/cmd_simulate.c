@@ -143,14 +143,6 @@ static sim_working_set working_set(const ssb4d_sim_params *p, const ssb4d_sim_in
     return w;
 }
 
-/* The shared progress bar (src/cli/progress.c), with the rate in scan positions per second. */
-static void progress_cb(void *user, size_t done, size_t total)
-{
-    cli_progress *pb = user;
-    if (pb->total <= 0 && total)
-        cli_progress_set_rate(pb, (double)total, "positions");
-    cli_progress_update(pb, total ? (double)done / (double)total : 1.0);
-}
 
 int cmd_simulate(int argc, char **argv)
 {
@@ -422,8 +414,9 @@ int cmd_simulate(int argc, char **argv)
     }
     cli_progress pb;
     cli_progress_start(&pb, "simulate", quiet);
-    if (pb.enabled) {
-        p.progress = progress_cb;
+    if (pb.enabled) { /* the shared bar, with the rate in scan positions per second */
+        cli_progress_set_rate(&pb, (double)p.scan_n * (double)p.scan_n, "positions");
+        p.progress = cli_progress_cb;
         p.progress_user = &pb;
     }
     if (!quiet)

@@ -60,3 +60,10 @@ void cli_progress_done(cli_progress *p)
         fputc('\n', stderr);
     }
 }
+
+int cli_progress_cb(void *p, const char *stage, double fraction)
+{
+    (void)stage;
+    cli_progress_update(p, fraction);
+    return 0;
+}

@@ -17,6 +17,8 @@ void cli_progress_start(cli_progress *p, const char *label, int quiet);
 void cli_progress_set_rate(cli_progress *p, double total, const char *unit);
 /* Callback shape used by the library (fraction in [0, 1]). */
 void cli_progress_update(void *p, double fraction);
+/* The library's progress callback (ssb4d_progress_fn) drawing bar p; never cancels. */
+int cli_progress_cb(void *p, const char *stage, double fraction);
 void cli_progress_done(cli_progress *p);
 /* Seconds since start. */
 double cli_progress_elapsed(const cli_progress *p);

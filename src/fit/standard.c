@@ -70,6 +70,7 @@ double ssb4d_phase_skewness(const float *phase, size_t n)
 typedef struct {
     const ssb4d_fit_params *p;
     double done, expected;
+    ssb4d_mem *mem;     /* a cancel from the callback goes through it to the next pass's poll */
 } progress_t;
 
 static void on_work(void *user, double units)
@@ -78,7 +79,8 @@ static void on_work(void *user, double units)
     pr->done += units;
     if (pr->p->progress) {
         double f = pr->done / pr->expected;
-        pr->p->progress(pr->p->progress_user, f < 0.99 ? f : 0.99);
+        if (pr->p->progress(pr->p->progress_user, "fit", f < 0.99 ? f : 0.99))
+            ssb4d_mem_cancel(pr->mem);
     }
 }
 
@@ -509,7 +511,7 @@ ssb4d_status ssb4d_fit(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d_fi
     const ssb4d_G *Gc = C ? C : F;
     ssb4d_band_opts band;
     auto_band(G, &r->geom, p, p->threads, &band);
-    progress_t pr = {p, 0, 0};
+    progress_t pr = {p, 0, 0, mem};
     pr.expected = (double)(p->trials + 160) * (double)n_coarse + 50.0 * (double)n_fit;
 
     /* Unless the user gave it, the rotation is searched with the aberrations: the parallax fixes it
@@ -650,6 +652,6 @@ ssb4d_status ssb4d_fit(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d_fi
     clock_gettime(CLOCK_MONOTONIC, &t1);
     r->seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
     if (p->progress)
-        p->progress(p->progress_user, 1.0);
+        p->progress(p->progress_user, "fit", 1.0);
     return SSB4D_OK;
 }

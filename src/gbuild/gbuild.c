@@ -180,8 +180,9 @@ static ssb4d_status build_planes(const ssb4d_G *G, ssb4d_source *src, const size
             st = ssb4d_fail(err, SSB4D_EFORMAT, "the data holds negative or non-finite values");
         else if (ssb4d_mem_cancelled(mem))
             st = ssb4d_fail(err, SSB4D_ECANCELLED, "cancelled");
-        if (o && o->progress)
-            o->progress(o->progress_user, prog0 + prog_span * (double)(b + 1) / ((double)n_blocks + 1.0));
+        if (!st && o && o->progress &&
+            o->progress(o->progress_user, "G build", prog0 + prog_span * (double)(b + 1) / ((double)n_blocks + 1.0)))
+            st = ssb4d_fail(err, SSB4D_ECANCELLED, "cancelled");
     }
     if (!st && first) {
         size_t used = ny * G->nxh;
@@ -387,7 +388,7 @@ ssb4d_status ssb4d_gbuild(ssb4d_source *src, const ssb4d_geometry *g, const int3
     if (!st && !(G->dc > 0))
         st = ssb4d_fail(err, SSB4D_ENOTFOUND, "the selected BF pixels hold no counts (is the BF disk where the calibration says?)");
     if (o->progress)
-        o->progress(o->progress_user, 1.0);
+        o->progress(o->progress_user, "G build", 1.0);
     if (st) {
         ssb4d_G_free(G);
         return st;

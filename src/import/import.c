@@ -394,8 +394,10 @@ ssb4d_status ssb4d_import(const char *in_path, const char *out_path, const ssb4d
                         totals[k] += buf[i * P + k];
             }
             prefetch_release(&pf, b);
-            if (p->progress)
-                p->progress(p->progress_user, (double)(b * block + n) / (double)(passes * N));
+            if (p->progress && p->progress(p->progress_user, "import", (double)(b * block + n) / (double)(passes * N))) {
+                st = ssb4d_fail(err, SSB4D_ECANCELLED, "cancelled");
+                break;
+            }
         }
         prefetch_stop(&pf, p->mem);
         pf_running = 0;
@@ -519,9 +521,9 @@ ssb4d_status ssb4d_import(const char *in_path, const char *out_path, const ssb4d
         prefetch_release(&pf, b);
         if (!st)
             st = qem_writer_append(w, conv, n, err);
-        if (p->progress)
-            p->progress(p->progress_user,
-                        (double)((passes - 1) * N + t0 + n) / (double)(passes * N));
+        if (!st && p->progress &&
+            p->progress(p->progress_user, "import", (double)((passes - 1) * N + t0 + n) / (double)(passes * N)))
+            st = ssb4d_fail(err, SSB4D_ECANCELLED, "cancelled");
     }
     prefetch_stop(&pf, p->mem);
     pf_running = 0;

@@ -191,7 +191,11 @@ static void call_begin(ssb4d_session *s, const char *stage)
 static void call_end(ssb4d_session *s) { ssb4d_mem_stage_end(s->mem); }
 
 /* The fit's and the G build's progress (0..1) goes into the call's progress. */
-static void on_fraction(void *user, double f) { ssb4d_mem_progress(user, f); }
+static int on_fraction(void *user, const char *stage, double f)
+{
+    (void)stage;
+    return ssb4d_mem_progress(user, f);
+}
 
 /* ---- calibration and plan ---------------------------------------------------------------------- */
 

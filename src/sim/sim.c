@@ -859,8 +859,8 @@ static ssb4d_status run(const ssb4d_sim_params *p, block_sink sink, void *sink_u
         }
         if (block)
             st = sink(sink_user, block, pos0, npos, err);
-        if (p->progress)
-            p->progress(p->progress_user, pos0 + npos, total);
+        if (!st && p->progress && p->progress(p->progress_user, "simulate", (double)(pos0 + npos) / (double)total))
+            st = ssb4d_fail(err, SSB4D_ECANCELLED, "cancelled");
     }
     if (st)
         goto done;
