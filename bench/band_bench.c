@@ -10,7 +10,7 @@
  * usage: ssb4d_band_bench DATA.npy [--kv 300] [--semiangle 25] [--step 0.36609375]
  *                         [--det 1.00832210022273] [--threads 2] [--reps 5]
  */
-#include "ssb4d.h"
+#include "ssb4d_advanced.h"
 
 #include <stdio.h>
 #include <stdlib.h>

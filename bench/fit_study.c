@@ -20,7 +20,7 @@
 #include "common/splitmix.h"
 #include "fit/tilt.h"
 #include "gbuild/gbuild.h"
-#include "ssb4d.h"
+#include "ssb4d_advanced.h"
 
 #include <math.h>
 #include <stdio.h>

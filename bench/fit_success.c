@@ -12,7 +12,7 @@
  * (trials, coarse_bf and fit_radius change the fit's parameters, to compare search settings.)
  * One JSON line per truth, then a summary line (rate, evaluations and seconds per fit). */
 #include "common/splitmix.h"
-#include "ssb4d.h"
+#include "ssb4d_advanced.h"
 
 #include <math.h>
 #include <stdio.h>

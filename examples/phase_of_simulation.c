@@ -1,8 +1,8 @@
 /*
- * phase_of_simulation.c — libssb4d from a program of your own, through its public API alone
- * (include/ssb4d.h): simulate a tiny 4D-STEM acquisition in memory, open it as a data source,
- * calibrate it, build G(q,k), evaluate the SSB loss at the true aberrations and make the phase
- * image at them.
+ * phase_of_simulation.c — libssb4d from a program of your own, through the core header alone
+ * (include/ssb4d.h): simulate a tiny 4D-STEM acquisition in memory, open it in a session (the
+ * session handle), calibrate it, evaluate the SSB loss at the true aberrations and at none, and
+ * make the phase image at the truth. (include/ssb4d_advanced.h has the stages one by one.)
  *
  * Build against an installed copy (examples/README.md):
  *     cc phase_of_simulation.c -o phase_of_simulation $(pkg-config --cflags --libs ssb4d) -lm
@@ -21,9 +21,7 @@ int main(void)
     int ok = 0;
     uint16_t *counts = NULL;
     float *truth = NULL, *phase = NULL;
-    ssb4d_source *src = NULL;
-    ssb4d_calibration cal = {0};
-    ssb4d_G *G = NULL;
+    ssb4d_session *ses = NULL;
 
     /* 1. Simulate: the "tiny" preset is a 32x32 scan of 48x48-pixel diffraction patterns through
      *    one SrTiO3 unit cell at 300 kV, 25 mrad, with C10 = -10 nm, C12 = 2 nm at 20 degrees. */
@@ -45,42 +43,39 @@ int main(void)
     if (ssb4d_simulate_to_memory(&sp, counts, NULL, NULL, truth, &info, &err))
         goto done;
 
-    /* 2. A data source over the array (files: ssb4d_source_open for .npy or .qem). */
-    if (ssb4d_source_from_memory(counts, SSB4D_U16, shape, &src, &err))
+    /* 2. A session over the array (files: ssb4d_session_open for .npy or .qem). The microscope
+     *    values come from the simulation, and its detector is not rotated against the scan
+     *    (rotation NaN would measure it from the centre of mass). */
+    ssb4d_session_opts o;
+    ssb4d_session_opts_default(&o);
+    o.calib.kv = sp.kv;
+    o.calib.semiangle_mrad = sp.semiangle_mrad;
+    o.calib.scan_step_A[0] = o.calib.scan_step_A[1] = info.scan_step_A;
+    o.calib.rotation_deg = 0.0;
+    if (ssb4d_session_open_memory(counts, SSB4D_U16, shape, &o, &ses, &err))
         goto done;
 
-    /* 3. Calibrate: the microscope values come from the simulation, and its detector is not
-     *    rotated against the scan (rotation NaN would measure it from the centre of mass); the
-     *    detector sampling, the bright-field (BF) disk and its pixels are measured. */
-    ssb4d_calib_params cp;
-    ssb4d_calib_params_default(&cp);
-    cp.kv = sp.kv;
-    cp.semiangle_mrad = sp.semiangle_mrad;
-    cp.scan_step_A[0] = cp.scan_step_A[1] = info.scan_step_A;
-    cp.rotation_deg = 0.0;
-    if (ssb4d_calibrate(src, &cp, &cal, &err))
+    /* 3. Calibrate: the detector sampling, the bright-field (BF) disk and its pixels are measured. */
+    if (ssb4d_session_calibrate(ses, &err))
         goto done;
-    const ssb4d_geometry *geom = &cal.geom;
+    const ssb4d_calibration *cal = ssb4d_session_calibration(ses);
     printf("calibrated: BF disk radius %.2f px (simulated %.2f), detector sampling %.4f mrad/px "
            "(simulated %.4f), %zu BF pixels\n",
-           cal.disk_radius_px, info.bf_radius_px, geom->det_sampling_mrad[0], info.det_sampling_mrad,
-           cal.n_bf);
+           cal->disk_radius_px, info.bf_radius_px, cal->geom.det_sampling_mrad[0], info.det_sampling_mrad,
+           cal->n_bf);
 
-    /* 4. G(q,k): the scan-frequency spectra of the BF pixels' images (mem NULL: not counted). */
-    ssb4d_gbuild_opts go;
-    ssb4d_gbuild_opts_default(&go);
-    if (ssb4d_gbuild(src, geom, cal.bf_pix, cal.n_bf, &go, NULL, &G, &err))
-        goto done;
-
-    /* 5. The exact SSB loss at the true aberrations and at none (lower is better), and the phase
-     *    image at the truth (native scan sampling: upsample 1). */
-    ssb4d_ssb_opts so;
-    ssb4d_ssb_opts_default(&so);
+    /* 4. The exact SSB loss at the true aberrations and at none (lower is better), and the phase
+     *    image at the truth (native scan sampling: upsample 1). The first preview builds G. */
     ssb4d_aberrations zero = {{0}, {0}};
+    ssb4d_preview_req q;
+    ssb4d_preview_req_default(&q);
+    q.want_loss = 1;
     double loss_truth, loss_zero;
-    if (ssb4d_loss(G, geom, &sp.ab, NULL, &so, NULL, &loss_truth, NULL, &err) ||
-        ssb4d_loss(G, geom, &zero, NULL, &so, NULL, &loss_zero, NULL, &err) ||
-        ssb4d_object(G, geom, &sp.ab, NULL, 1, &so, NULL, NULL, phase, &err))
+    q.ab = &zero;
+    if (ssb4d_session_preview(ses, &q, phase, &loss_zero, &err))
+        goto done;
+    q.ab = &sp.ab;
+    if (ssb4d_session_preview(ses, &q, phase, &loss_truth, &err))
         goto done;
 
     /* Compare the phase image with the simulated phase: Pearson correlation over the scan. */
@@ -109,9 +104,7 @@ int main(void)
 done:
     if (!ok)
         fprintf(stderr, "phase_of_simulation: %s\n", err.msg);
-    ssb4d_G_free(G);
-    ssb4d_calibration_free(&cal);
-    ssb4d_source_close(src);
+    ssb4d_session_close(ses);
     free(counts);
     free(truth);
     free(phase);

@@ -10,7 +10,7 @@
 
 #include "ref_band.h"
 #include "ref_ssb.h"
-#include "ssb4d.h"
+#include "ssb4d_advanced.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -10,7 +10,7 @@
 #include "io/calfile.h"
 #include "io/npy.h"
 #include "ref_ssb.h"
-#include "ssb4d.h"
+#include "ssb4d_advanced.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -16,7 +16,7 @@
 
 #include "fit/tilt.h"
 #include "ref_ssb.h"
-#include "ssb4d.h"
+#include "ssb4d_advanced.h"
 
 #include <math.h>
 #include <omp.h>

@@ -34,7 +34,7 @@
 #include "qem/qem.h"
 #include "ref_ssb.h"
 #include "source/source.h"
-#include "ssb4d.h"
+#include "ssb4d_advanced.h"
 
 #define GOLDEN SSB4D_SHARED_DATA "/qem-golden/"
 

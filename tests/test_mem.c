@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ssb4d.h"
+#include "ssb4d_advanced.h"
 
 static void counts_live_cache_peak(void **state)
 {

@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ssb4d.h"
+#include "ssb4d_advanced.h"
 
 typedef struct {
     ssb4d_sim_params sp;

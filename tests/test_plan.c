@@ -17,7 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "ssb4d.h"
+#include "ssb4d_advanced.h"
 
 #define GIB ((size_t)1 << 30)
 #define MIB ((size_t)1 << 20)

@@ -11,7 +11,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "ssb4d.h"
+#include "ssb4d_advanced.h"
 
 static void reference_input(ssb4d_plan_input *in)
 {

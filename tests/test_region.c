@@ -27,7 +27,7 @@
 #include "io/npy.h"
 #include "ref_ssb.h"
 #include "source/source.h"
-#include "ssb4d.h"
+#include "ssb4d_advanced.h"
 
 enum { NY = 50, NX = 45, DR = 10, DC = 10 };
 #define NPOS ((size_t)NY * NX)

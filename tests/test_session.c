@@ -17,7 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "ssb4d.h"
+#include "ssb4d_advanced.h"
 
 /* A 64x64 scan of the tiny preset's crystal (48x48 detector), made once. */
 static uint16_t *counts;

@@ -11,7 +11,7 @@
 #include "io/npy.h"
 #include "ref_ssb.h"
 #include "sim/sim.h"
-#include "ssb4d.h"
+#include "ssb4d_advanced.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>

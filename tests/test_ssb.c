@@ -6,7 +6,7 @@
 #include <cmocka.h>
 
 #include "ref_ssb.h"
-#include "ssb4d.h"
+#include "ssb4d_advanced.h"
 
 #include <complex.h>
 #include <math.h>

@@ -7,7 +7,7 @@
  * fit's trial trace, plus the date, git revision and machine it ran on. */
 #ifndef SSB4D_BENCH_RECORD_H
 #define SSB4D_BENCH_RECORD_H
-#include "ssb4d.h"
+#include "ssb4d_advanced.h"
 
 #include <stdio.h>
 

@@ -18,7 +18,7 @@
 #include "common/parallel.h"
 #include "detector/hotpix.h"
 #include "source/source.h"
-#include "ssb4d.h"
+#include "ssb4d_advanced.h"
 
 #include <math.h>
 #ifdef _OPENMP

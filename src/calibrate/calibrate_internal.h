@@ -1,7 +1,7 @@
 /* calibrate_internal.h — pieces of the calibration stage exposed for tests (SPEC §4). */
 #ifndef SSB4D_CALIBRATE_INTERNAL_H
 #define SSB4D_CALIBRATE_INTERNAL_H
-#include "ssb4d.h"
+#include "ssb4d_advanced.h"
 
 /* Scan-detector rotation from a centre-of-mass field com[(i*nx + j)*2 + {0,1}] = (det_row,
  * det_col) components in any angular unit (both axes in the same unit). Each vector d is taken

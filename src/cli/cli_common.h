@@ -3,7 +3,7 @@
  * `ssb4d simulate`), exit codes and output helpers. */
 #ifndef SSB4D_CLI_COMMON_H
 #define SSB4D_CLI_COMMON_H
-#include "ssb4d.h"
+#include "ssb4d_advanced.h"
 
 #include <getopt.h>
 

@@ -1,7 +1,7 @@
 /* cli_report.h — the stage tables and JSON objects `ssb4d plan` and `ssb4d session` print. */
 #ifndef SSB4D_CLI_REPORT_H
 #define SSB4D_CLI_REPORT_H
-#include "ssb4d.h"
+#include "ssb4d_advanced.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>

@@ -6,7 +6,7 @@
 #include "codec/codec.h"
 #include "common/parallel.h"
 #include "sim/sim.h"
-#include "ssb4d.h"
+#include "ssb4d_advanced.h"
 
 #include <errno.h>
 #include <getopt.h>

@@ -2,7 +2,7 @@
  * rename over path; on any failure the temporary file is removed. */
 #ifndef SSB4D_COMMON_ATOMIC_H
 #define SSB4D_COMMON_ATOMIC_H
-#include "ssb4d.h"
+#include "ssb4d_advanced.h"
 
 #include <stdio.h>
 

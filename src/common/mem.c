@@ -5,7 +5,7 @@
  * seed document reports as "cache"; here it keeps the accounting honest across stages.
  */
 #include "common/err.h"
-#include "ssb4d.h"
+#include "ssb4d_advanced.h"
 
 #include <fcntl.h>
 #include <pthread.h>

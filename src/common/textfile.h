@@ -1,7 +1,7 @@
 /* textfile.h — reading a whole small text file (JSON) with a size cap. */
 #ifndef SSB4D_COMMON_TEXTFILE_H
 #define SSB4D_COMMON_TEXTFILE_H
-#include "ssb4d.h"
+#include "ssb4d_advanced.h"
 
 /* *out = NUL-terminated contents (caller frees; len may be NULL). EIO when it cannot be read,
  * EFORMAT when it is larger than max_bytes; `what` names the file in messages. */

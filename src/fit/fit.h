@@ -4,7 +4,7 @@
 #ifndef SSB4D_FIT_FIT_H
 #define SSB4D_FIT_FIT_H
 #include "fit/search.h"
-#include "ssb4d.h"
+#include "ssb4d_advanced.h"
 
 enum { FIT_C10 = 0, FIT_C12 = 1, FIT_PHI12 = 2, FIT_ROT = 3 };
 /* Stages of the trace: the global search and Nelder–Mead on the coarse BF subset, Nelder–Mead

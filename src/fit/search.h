@@ -9,7 +9,7 @@
  * thread count or batch timing. */
 #ifndef SSB4D_FIT_SEARCH_H
 #define SSB4D_FIT_SEARCH_H
-#include "ssb4d.h"
+#include "ssb4d_advanced.h"
 
 #include <stddef.h>
 #include <stdint.h>

@@ -7,7 +7,7 @@
 #define SSB4D_FIT_TILT_H
 #include "fit/fit.h"
 #include "fit/search.h"
-#include "ssb4d.h"
+#include "ssb4d_advanced.h"
 
 /* Parameters of the joint search, in this order. */
 enum { TILT_C10 = 0, TILT_C12 = 1, TILT_PHI12 = 2, TILT_ROW = 3, TILT_COL = 4, TILT_T = 5, TILT_NP = 6 };

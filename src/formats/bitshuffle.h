@@ -14,7 +14,7 @@
  * (bshuf_blocked_wrap_fun, bshuf_trans_bit_elem_scal, bshuf_default_block_size). */
 #ifndef SSB4D_FORMATS_BITSHUFFLE_H
 #define SSB4D_FORMATS_BITSHUFFLE_H
-#include "ssb4d.h"
+#include "ssb4d_advanced.h"
 
 #include <stddef.h>
 #include <stdint.h>

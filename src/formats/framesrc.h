@@ -15,7 +15,7 @@
  * readers (a process-wide libhdf5 setting); errors come back as one line instead. */
 #ifndef SSB4D_FORMATS_FRAMESRC_H
 #define SSB4D_FORMATS_FRAMESRC_H
-#include "ssb4d.h"
+#include "ssb4d_advanced.h"
 
 #include <cjson/cJSON.h>
 #include <stddef.h>

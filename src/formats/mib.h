@@ -16,7 +16,7 @@
  * rsciio/quantumdetector/_api.py (U08/U16/U32 big-endian, .hdr fields). */
 #ifndef SSB4D_FORMATS_MIB_H
 #define SSB4D_FORMATS_MIB_H
-#include "ssb4d.h"
+#include "ssb4d_advanced.h"
 
 #include <stddef.h>
 #include <stdint.h>

@@ -5,7 +5,7 @@
  * one FFTW plan serves all of them (FFTW plans are tied to the alignment of their arrays). */
 #ifndef SSB4D_GBUILD_H
 #define SSB4D_GBUILD_H
-#include "ssb4d.h"
+#include "ssb4d_advanced.h"
 
 #include <fftw3.h>
 

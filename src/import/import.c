@@ -11,7 +11,7 @@
 #include "detector/hotpix.h"
 #include "formats/framesrc.h"
 #include "qem/qem.h"
-#include "ssb4d.h"
+#include "ssb4d_advanced.h"
 
 #include <math.h>
 #include <pthread.h>

@@ -3,7 +3,7 @@
  * with libspng (greyscale when every pixel is grey). */
 #ifndef SSB4D_IO_ANNOTATE_H
 #define SSB4D_IO_ANNOTATE_H
-#include "ssb4d.h"
+#include "ssb4d_advanced.h"
 
 typedef struct {
     unsigned char *rgb; /* h rows of w pixels, 3 bytes each */

@@ -1,7 +1,7 @@
 /* calfile.h — the calibration JSON file (versioned schema, SPEC §8): read, write, layer. */
 #ifndef SSB4D_IO_CALFILE_H
 #define SSB4D_IO_CALFILE_H
-#include "ssb4d.h"
+#include "ssb4d_advanced.h"
 
 #define SSB4D_CALFILE_SCHEMA "ssb4d.calibration"
 #define SSB4D_CALFILE_VERSION 1

@@ -1,7 +1,7 @@
 /* image.h — writing float32 images: TIFF float32 (with sampling tags), .npy, 8-bit PNG preview. */
 #ifndef SSB4D_IO_IMAGE_H
 #define SSB4D_IO_IMAGE_H
-#include "ssb4d.h"
+#include "ssb4d_advanced.h"
 
 /* Format chosen by extension (.tif/.tiff, .npy, .png). pixel_A = (row, col) sampling in Å.
  * Written atomically (temp file + rename). */

@@ -1,7 +1,7 @@
 /* npy.h — NumPy .npy headers: parse (for reading/mmap) and write (for streaming output). */
 #ifndef SSB4D_IO_NPY_H
 #define SSB4D_IO_NPY_H
-#include "ssb4d.h"
+#include "ssb4d_advanced.h"
 
 #include <stdio.h>
 

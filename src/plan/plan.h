@@ -1,7 +1,7 @@
 /* plan.h — the planner's helpers shared with the session runner (the API is in ssb4d.h). */
 #ifndef SSB4D_PLAN_H
 #define SSB4D_PLAN_H
-#include "ssb4d.h"
+#include "ssb4d_advanced.h"
 
 /* Side of the built-in session's region refit for a scan side n: 256 from 512 up, n/2 from 64
  * up, 0 (no region refit: regions are at least 32x32) below. */

@@ -4,7 +4,7 @@
 #include "common/err.h"
 #include "common/parallel.h"
 #include "common/splitmix.h"
-#include "ssb4d.h"
+#include "ssb4d_advanced.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -2,7 +2,7 @@
  * predicts those stages and the session runner (src/session/) runs them, so the script belongs
  * to the lower of the two: the plan. */
 #include "common/err.h"
-#include "ssb4d.h"
+#include "ssb4d_advanced.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>

@@ -9,7 +9,7 @@
  * header, fsyncs and publishes without overwriting (unless force). */
 #ifndef SSB4D_QEM_QEM_H
 #define SSB4D_QEM_QEM_H
-#include "ssb4d.h"
+#include "ssb4d_advanced.h"
 
 #include <cjson/cJSON.h>
 #include <stddef.h>

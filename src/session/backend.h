@@ -8,7 +8,7 @@
 #ifndef SSB4D_SESSION_BACKEND_H
 #define SSB4D_SESSION_BACKEND_H
 #include "fit/tilt.h"
-#include "ssb4d.h"
+#include "ssb4d_advanced.h"
 
 typedef struct {
     const char *name;

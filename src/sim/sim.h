@@ -2,7 +2,7 @@
  * random numbers and the Poisson sampler. The public API is in include/ssb4d.h. */
 #ifndef SSB4D_SIM_SIM_H
 #define SSB4D_SIM_SIM_H
-#include "ssb4d.h"
+#include "ssb4d_advanced.h"
 
 #include <stdint.h>
 

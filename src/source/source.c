@@ -5,7 +5,7 @@
 #include "io/npy.h"
 #include "qem/qem.h"
 #include "source/source.h"
-#include "ssb4d.h"
+#include "ssb4d_advanced.h"
 
 #include <errno.h>
 #include <fcntl.h>

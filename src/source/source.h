@@ -2,7 +2,7 @@
 #ifndef SSB4D_SOURCE_SOURCE_H
 #define SSB4D_SOURCE_SOURCE_H
 #include "qem/qem.h"
-#include "ssb4d.h"
+#include "ssb4d_advanced.h"
 
 /* ssb4d_source_read_columns with `threads` workers over scan rows (same output). */
 ssb4d_status ssb4d_source_read_columns_mt(ssb4d_source *s, const int32_t *det_pix, size_t n_pix,

@@ -10,7 +10,7 @@
 #ifndef SSB4D_SSB_INTERNAL_H
 #define SSB4D_SSB_INTERNAL_H
 #include "gbuild/gbuild.h"
-#include "ssb4d.h"
+#include "ssb4d_advanced.h"
 
 #include <complex.h>
 #include <math.h>

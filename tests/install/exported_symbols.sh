@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # exported_symbols.sh CC HEADER LIBSSB4D_SO MAP — libssb4d.so exports exactly the functions that
-# the public header declares, and the version script MAP lists exactly those (ctest
+# the public headers declare (HEADER: ssb4d_advanced.h, which includes ssb4d.h), and the version script MAP lists exactly those (ctest
 # exported_symbols). On a difference it prints what to add or remove, and fails.
 #   header:   the header preprocessed by CC (comments and macros gone), cut into declarations at
 #             ';', typedefs dropped; every `ssb4d_NAME(` left is a function declaration;

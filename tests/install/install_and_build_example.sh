@@ -46,6 +46,7 @@ includedir=$(pkg-config --variable=includedir ssb4d)
 [ "$libdir" = "$(dirname "$(dirname "$pc")")" ] || fail "ssb4d.pc's libdir $libdir is not where it was installed"
 [ -f "$includedir/ssb4d.h" ] || fail "no ssb4d.h in $includedir"
 cmp -s "$includedir/ssb4d.h" "$src/include/ssb4d.h" || fail "the installed ssb4d.h is not include/ssb4d.h"
+cmp -s "$includedir/ssb4d_advanced.h" "$src/include/ssb4d_advanced.h" || fail "the installed ssb4d_advanced.h is not include/ssb4d_advanced.h"
 [ -f "$libdir/libssb4d.a" ] || fail "no libssb4d.a in $libdir"
 [ -f "$libdir/libssb4d.so.$version" ] || fail "no libssb4d.so.$version in $libdir"
 [ "$(readlink "$libdir/$soname")" = "libssb4d.so.$version" ] || fail "$soname is not a link to libssb4d.so.$version"

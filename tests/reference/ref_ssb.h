@@ -9,7 +9,7 @@
 #ifndef SSB4D_REF_SSB_H
 #define SSB4D_REF_SSB_H
 
-#include "ssb4d.h"
+#include "ssb4d_advanced.h"
 
 #include <complex.h>
 #include <stddef.h>
