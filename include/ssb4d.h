@@ -430,7 +430,8 @@ ssb4d_status ssb4d_session_open_memory(const void *data, ssb4d_dtype dtype, cons
                                        const ssb4d_session_opts *o, ssb4d_session **out, ssb4d_err *err);
 /* Frees everything the session holds. NULL is allowed. */
 void ssb4d_session_close(ssb4d_session *s);
-/* Thread-safe: ends the running (or the next) call with SSB4D_ECANCELLED. */
+/* Thread-safe: ends the call running now with SSB4D_ECANCELLED (a call that starts later starts
+ * clean: a viewer cancels the older request, then runs the newer). */
 void ssb4d_session_cancel(ssb4d_session *s);
 
 /* Finds the BF disk, detector sampling, hot pixels and (unless given) the rotation, and plans
