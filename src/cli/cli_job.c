@@ -63,9 +63,8 @@ int cli_job_calibrate(const char *cmd, ssb4d_source *src, ssb4d_calib_params *cp
     ssb4d_source_shape(src, sh);
     size_t npos = sh[0] * sh[1];
     cp->mem = mem;
-    cp->block_bytes = plan_calib_block(budget, encoded, sh[2] * sh[3], npos);
     /* The moments and centre-of-mass planes are held when the rotation is fitted (plan.c). */
-    size_t need = encoded + cp->block_bytes + plan_calib_extra(npos, isnan(cp->rotation_deg));
+    size_t need = plan_calib_need(budget, encoded, sh[2] * sh[3], npos, isnan(cp->rotation_deg), &cp->block_bytes);
     if (budget && need > budget) {
         char b[32], n[32];
         fprintf(stderr, "ssb4d %s: the job does not fit in %s: calibrating needs %s (the encoded data and "

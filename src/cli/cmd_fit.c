@@ -618,9 +618,6 @@ static int job_open(const fit_opts *o, job *j, size_t (*rects)[4], size_t n_rect
     return 0;
 }
 
-/* Bytes of one float32 plane of G for a scan of ny x nx (gbuild.c's stride). */
-static size_t plane_bytes(size_t ny, size_t nx) { return (ny * (nx / 2 + 1) + 7) / 8 * 8 * 8; }
-
 /* The plan of this job: region (rows, cols) the shape of the (largest) region's G, or NULL for
  * the whole scan; held_extra: the output images kept beside the data. Returns 0 or the exit code
  * (the job does not fit: message printed). */
@@ -650,8 +647,8 @@ static void job_fit_params(const fit_opts *o, const job *j, ssb4d_fit_params *fp
  * bytes of planes to keep resident and that G's full size. */
 static void job_g(const job *j, const ssb4d_plan *p, const size_t *region, size_t *resident, size_t *g_bytes)
 {
-    size_t n_stored = p->g_bytes / plane_bytes(j->shape[0], j->shape[1]);
-    *g_bytes = region ? n_stored * plane_bytes(region[0], region[1]) : p->g_bytes;
+    size_t n_stored = p->g_bytes / plan_plane_bytes(j->shape[0], j->shape[1]);
+    *g_bytes = region ? n_stored * plan_plane_bytes(region[0], region[1]) : p->g_bytes;
     *resident = region ? p->region_resident_bytes : p->fit_resident_bytes;
 }
 

@@ -716,6 +716,15 @@ size_t plan_calib_block(size_t budget, size_t encoded, size_t det_pixels, size_t
 
 size_t plan_calib_extra(size_t npos, int rotation_fitted) { return rotation_fitted ? npos * (3 * 8 + 2 * 8) : 0; }
 
+size_t plan_calib_need(size_t budget, size_t encoded, size_t det_pixels, size_t npos, int rotation_fitted,
+                       size_t *block)
+{
+    *block = plan_calib_block(budget, encoded, det_pixels, npos);
+    return encoded + *block + plan_calib_extra(npos, rotation_fitted);
+}
+
+size_t plan_plane_bytes(size_t ny, size_t nx) { return (ny * (nx / 2 + 1) + 7) / 8 * 8 * 8; }
+
 void plan_input_from_calibration(ssb4d_plan_input *in, const ssb4d_calibration *cal,
                                  const size_t shape[4], double fit_radius)
 {

@@ -13,6 +13,12 @@ size_t plan_calib_block(size_t budget, size_t encoded, size_t det_pixels, size_t
 /* The calibration's per-position planes held beside its frame block (calibrate.c: moments and
  * centre of mass, 40 bytes a position) when it fits the rotation; 0 otherwise. */
 size_t plan_calib_extra(size_t npos, int rotation_fitted);
+/* What calibrating holds at its peak: the encoded data, the frame block for this budget (returned
+ * in *block) and the per-position planes. A budget below it cannot calibrate. */
+size_t plan_calib_need(size_t budget, size_t encoded, size_t det_pixels, size_t npos, int rotation_fitted,
+                       size_t *block);
+/* Bytes of one float32 plane of G for a scan of ny x nx (gbuild.c's stride). */
+size_t plan_plane_bytes(size_t ny, size_t nx);
 /* Fills in's shape (scan, det from shape[4]) and counts from a calibration: n_bf, n_stored (BF
  * pixels with a stored plane, gbuild.c's rule), n_fit_bf (the fit's pixels at fit_radius) and
  * the geometry (pointing into cal, which must outlive the plan's making). */

@@ -248,8 +248,8 @@ ssb4d_status ssb4d_session_calibrate(ssb4d_session *s, ssb4d_err *err)
     cp.mem = s->mem;
     cp.threads = s->o.threads;
     cp.rotation_deg = s->rotation_deg;
-    cp.block_bytes = plan_calib_block(s->budget, s->encoded, s->shape[2] * s->shape[3], npos);
-    size_t need = s->encoded + cp.block_bytes + plan_calib_extra(npos, isnan(cp.rotation_deg));
+    size_t need = plan_calib_need(s->budget, s->encoded, s->shape[2] * s->shape[3], npos, isnan(cp.rotation_deg),
+                                  &cp.block_bytes);
     if (s->budget && need > s->budget)
         return ssb4d_fail(err, SSB4D_ENOMEM, "the session does not fit in the memory budget (%.2f GiB): "
                                              "calibrating needs %.2f GiB (the encoded data and one block of frames)",
@@ -534,9 +534,6 @@ ssb4d_status ssb4d_session_object(ssb4d_session *s, int upsample, float *object,
 
 /* ---- regions ----------------------------------------------------------------------------------- */
 
-/* Bytes of one float32 plane of G for a scan of ny x nx (gbuild.c's stride). */
-static size_t plane_bytes(size_t ny, size_t nx) { return (ny * (nx / 2 + 1) + 7) / 8 * 8 * 8; }
-
 ssb4d_status ssb4d_session_fit_region(ssb4d_session *s, const size_t rect[4], const ssb4d_fit_params *p,
                                       ssb4d_fit_result *r, ssb4d_err *err)
 {
@@ -554,8 +551,8 @@ ssb4d_status ssb4d_session_fit_region(ssb4d_session *s, const size_t rect[4], co
     /* The plan frees the full field's G first when both do not fit (it is rebuilt on need). */
     if (s->plan.region_frees_g)
         drop_G(s);
-    size_t n_stored = s->plan.g_bytes / plane_bytes(s->shape[0], s->shape[1]);
-    size_t g_bytes = n_stored * plane_bytes(rect[1] - rect[0], rect[3] - rect[2]);
+    size_t n_stored = s->plan.g_bytes / plan_plane_bytes(s->shape[0], s->shape[1]);
+    size_t g_bytes = n_stored * plan_plane_bytes(rect[1] - rect[0], rect[3] - rect[2]);
     ssb4d_G *RG = NULL;
     st = build(s, view, s->plan.region_resident_bytes, g_bytes, &RG, err);
     ssb4d_fit_params fp;

@@ -162,8 +162,8 @@ ssb4d_status ssb4d_session_run(const char *data_path, const ssb4d_session_params
     /* The calibration's frame block (a quarter of what the budget leaves, at most 64 MiB; CoM
      * planes when it fits the rotation) must fit beside the encoded data. */
     size_t fr_px = r->shape[2] * r->shape[3], npos = r->shape[0] * r->shape[1];
-    size_t cal_block = plan_calib_block(budget, r->encoded_bytes, fr_px, npos);
-    size_t cal_need = r->encoded_bytes + cal_block + plan_calib_extra(npos, isnan(p->calib.rotation_deg));
+    size_t cal_block;
+    size_t cal_need = plan_calib_need(budget, r->encoded_bytes, fr_px, npos, isnan(p->calib.rotation_deg), &cal_block);
     if (cal_need > budget) {
         r->does_not_fit = 1;
         st = ssb4d_fail(err, SSB4D_ENOMEM, "the session does not fit in %.3f GiB: calibrating needs %.3f GiB "
@@ -317,7 +317,7 @@ ssb4d_status ssb4d_session_run(const char *data_path, const ssb4d_session_params
         }
         st = ssb4d_source_region(src, q[0], q[1], q[2], q[3], &view, err);
         if (!st) {
-            size_t region_g = r->n_stored * (((q[1] - q[0]) * ((q[3] - q[2]) / 2 + 1) + 7) / 8 * 8) * 8;
+            size_t region_g = r->n_stored * plan_plane_bytes(q[1] - q[0], q[3] - q[2]);
             st = build(&x, view, &cal, 0, pl->region_resident_bytes, region_g, &RG, err);
         }
         if (!st)
