@@ -417,6 +417,23 @@ typedef struct {
     const ssb4d_fit_params *fit;
     int no_fit;
     size_t held_bytes;
+    /* Output images the caller keeps to the end, in floats per image pixel of the field at the
+     * script's upsampling (a phase image 1; with the complex object 3): planned like held_bytes. */
+    size_t held_image_floats;
+    /* rotation_measured: calib.rotation_deg was measured, not stated (a calibration file's
+     * centre-of-mass value): the fits start from it, its 180° branch open, with its standard
+     * error rotation_sigma_deg (NaN: undetermined), instead of holding it. 0 (the default): a
+     * given rotation is held. */
+    int rotation_measured;
+    double rotation_sigma_deg;
+    /* Scan rows [region[0], region[1]) x cols [region[2], region[3]): the field the session
+     * fits and images (previews, the object, the fits); the calibration still reads the whole
+     * scan. All 0 (the default): the whole scan. */
+    size_t region[4];
+    /* Advanced, for checks and tuning; 0: the plan's and the library's choice. The G build's
+     * decoded block in bytes, and the SSB transform path (ssb4d_path, ssb4d_advanced.h). */
+    size_t block_bytes;
+    int ssb_path;
 } ssb4d_session_opts;
 
 void ssb4d_session_opts_default(ssb4d_session_opts *o);
@@ -425,7 +442,8 @@ void ssb4d_session_opts_default(ssb4d_session_opts *o);
 ssb4d_status ssb4d_session_open(const char *path, const ssb4d_session_opts *o, ssb4d_session **out,
                                 ssb4d_err *err);
 /* Opens a caller-owned 4-D array (scan rows, scan cols, det rows, det cols), used without a copy:
- * it must stay alive and unchanged until ssb4d_session_close. */
+ * it must stay alive and unchanged until ssb4d_session_close. Its bytes count under the budget
+ * (it is resident for the session's life, like a .qem's mapping). */
 ssb4d_status ssb4d_session_open_memory(const void *data, ssb4d_dtype dtype, const size_t shape[4],
                                        const ssb4d_session_opts *o, ssb4d_session **out, ssb4d_err *err);
 /* Frees everything the session holds. NULL is allowed. */
@@ -449,6 +467,11 @@ void ssb4d_session_shape(const ssb4d_session *s, size_t shape[4]);
  * freed by ssb4d_fit_result_free. */
 ssb4d_status ssb4d_session_fit(ssb4d_session *s, const ssb4d_fit_params *p, ssb4d_fit_result *r,
                                ssb4d_err *err);
+
+/* The parameters a fit with p (NULL: defaults) runs with in this session: p's, with the
+ * session's threads and its rotation, held (given) or searched from the measured value with its
+ * standard error (after calibration). For reporting what a fit did; progress fields are NULL. */
+void ssb4d_session_fit_params(const ssb4d_session *s, const ssb4d_fit_params *p, ssb4d_fit_params *out);
 
 /* The thick-sample (tilt) fit, SPEC §6.2, from the last standard fit (its box, locks, seed and
  * batch; run ssb4d_session_fit first). On success the session's parameters become its result. */
@@ -496,12 +519,29 @@ ssb4d_status ssb4d_session_preview(ssb4d_session *s, const ssb4d_preview_req *q,
 /* The complex object (image_shape complex64 as float pairs) and/or its phase, at the current
  * parameters; exactly what `ssb4d fit` writes as object.npy and phase.tiff. */
 ssb4d_status ssb4d_session_object(ssb4d_session *s, int upsample, float *object, float *phase, ssb4d_err *err);
+/* The exact loss (SPEC §5.4) over all BF pixels at the current parameters, native sampling:
+ * what `ssb4d reconstruct` and `ssb4d fit` report. */
+ssb4d_status ssb4d_session_loss(ssb4d_session *s, double *loss, ssb4d_err *err);
+/* Builds G now, as the plan says (the other calls build it on first need): a caller that shows
+ * the slow step on its own, or times it, calls this after calibrating. */
+ssb4d_status ssb4d_session_build(ssb4d_session *s, ssb4d_err *err);
+/* How G is held now: its bytes, the BF pixels it serves, the planes stored and those resident
+ * (fewer: the outer ones are streamed). All 0 before it is built. */
+void ssb4d_session_G_info(const ssb4d_session *s, size_t *bytes, size_t *n_bf, size_t *n_stored,
+                          size_t *n_resident);
 
+/* SSB4D_OK when rows [r0, r1) x cols [c0, c1) is a region the session can refit (inside the
+ * scan, at least 32x32), else SSB4D_EINVAL saying why. Reads nothing: a viewer checks a drawn
+ * rectangle, a script its list, before the long work. */
+ssb4d_status ssb4d_session_check_region(const ssb4d_session *s, const size_t rect[4], ssb4d_err *err);
 /* Refits scan rows [r0, r1) x cols [c0, c1) (at least 32x32) with the full field's calibration;
  * p NULL: the last fit's parameters (or the defaults). The session's parameters are unchanged
  * (ssb4d_session_apply makes them current). */
 ssb4d_status ssb4d_session_fit_region(ssb4d_session *s, const size_t rect[4], const ssb4d_fit_params *p,
                                       ssb4d_fit_result *r, ssb4d_err *err);
+/* Region i (row-major) of a grid of rows x cols equal regions of a scan[0] x scan[1] scan: the
+ * last row and column take the remainder. */
+void ssb4d_grid_rect(const size_t scan[2], size_t rows, size_t cols, size_t i, size_t rect[4]);
 /* A grid of rows x cols equal regions (the last row and column take the remainder), each refit
  * as above: results[rows*cols] (row-major; free each with ssb4d_fit_result_free) and rects
  * (may be NULL) their rectangles. The aberration map is results[i].ab over rects[i]. */

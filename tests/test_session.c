@@ -397,10 +397,25 @@ static void test_bad_input(void **state)
     assert_int_equal(ssb4d_session_open_memory(counts, SSB4D_U16, shape, &o, &s, &err), SSB4D_EINVAL);
     assert_non_null(strstr(err.msg, "CUDA"));
     opts(&o);
-    o.memory_bytes = 1 << 20; /* 1 MiB: the counts alone do not fit a session */
+    o.memory_bytes = 1 << 20; /* 1 MiB: the counts (held for the session's life) do not fit */
+    assert_int_equal(ssb4d_session_open_memory(counts, SSB4D_U16, shape, &o, &s, &err), SSB4D_ENOMEM);
+    assert_null(s);
+    assert_non_null(strstr(err.msg, "does not fit"));
+    /* Room for the counts, not for the session: refused at the plan, naming the smallest budget. */
+    o.memory_bytes = shape[0] * shape[1] * shape[2] * shape[3] * sizeof *counts + (2u << 20);
     s = open_session(&o);
     assert_int_equal(ssb4d_session_calibrate(s, &err), SSB4D_ENOMEM);
+    assert_non_null(strstr(err.msg, "the job does not fit in"));
+    assert_non_null(strstr(err.msg, "smallest budget is"));
     ssb4d_session_close(s);
+    opts(&o);
+    o.region[0] = 0, o.region[1] = 8, o.region[2] = 0, o.region[3] = 64; /* under 32 rows */
+    assert_int_equal(ssb4d_session_open_memory(counts, SSB4D_U16, shape, &o, &s, &err), SSB4D_EINVAL);
+    assert_null(s);
+    opts(&o);
+    o.calib.rotation_deg = NAN;
+    o.rotation_measured = 1; /* measured, but no value */
+    assert_int_equal(ssb4d_session_open_memory(counts, SSB4D_U16, shape, &o, &s, &err), SSB4D_EINVAL);
     opts(&o);
     s = open_session(&o);
     ssb4d_tilt_result tr;
@@ -416,6 +431,61 @@ static void test_bad_input(void **state)
     (void)state;
 }
 
+/* The loss call, the G report, a field that is a region (fit --region: the same bits as a region
+ * refit), a rectangle check and a measured rotation (searched from its value, not held). */
+static void test_loss_field_and_rotation(void **state)
+{
+    ssb4d_fit_params fq = quick();
+    ssb4d_session_opts o;
+    opts(&o);
+    ssb4d_session *s = open_session(&o);
+    ssb4d_err err = {0};
+    size_t gb, nbf, nst, nres;
+    ssb4d_session_G_info(s, &gb, &nbf, &nst, &nres);
+    assert_int_equal(gb, 0); /* nothing built yet */
+    assert_int_equal(ssb4d_session_build(s, &err), 0);
+    ssb4d_session_G_info(s, &gb, &nbf, &nst, &nres);
+    assert_true(gb > 0 && nbf > 0 && nres == nst);
+    ssb4d_fit_result r;
+    assert_int_equal(ssb4d_session_fit(s, &fq, &r, &err), 0);
+    double loss = 0;
+    assert_int_equal(ssb4d_session_loss(s, &loss, &err), 0);
+    assert_memory_equal(&loss, &r.loss, sizeof loss); /* the fit's exact loss at its answer */
+    size_t rect[4] = {0, 40, 8, 56}, bad[4] = {0, 40, 40, 80};
+    assert_int_equal(ssb4d_session_check_region(s, rect, &err), 0);
+    assert_int_equal(ssb4d_session_check_region(s, bad, &err), SSB4D_EINVAL);
+    assert_non_null(strstr(err.msg, "outside"));
+    ssb4d_fit_result rr;
+    assert_int_equal(ssb4d_session_fit_region(s, rect, &fq, &rr, &err), 0);
+    ssb4d_fit_result_free(&r);
+    ssb4d_session_close(s);
+
+    memcpy(o.region, rect, sizeof rect); /* the same region as the session's field */
+    s = open_session(&o);
+    size_t ny, nx;
+    assert_int_equal(ssb4d_session_image_shape(s, 1, &ny, &nx, &err), 0);
+    assert_int_equal(ny, 40);
+    assert_int_equal(nx, 48);
+    assert_int_equal(ssb4d_session_fit(s, &fq, &r, &err), 0);
+    assert_string_equal(r.trace_sha256, rr.trace_sha256);
+    ssb4d_fit_result_free(&r);
+    ssb4d_fit_result_free(&rr);
+    ssb4d_session_close(s);
+
+    opts(&o);
+    o.calib.rotation_deg = 3.0;
+    o.rotation_measured = 1;
+    o.rotation_sigma_deg = 2.0;
+    s = open_session(&o);
+    ssb4d_fit_params fp;
+    assert_int_equal(ssb4d_session_calibrate(s, &err), 0);
+    ssb4d_session_fit_params(s, &fq, &fp);
+    assert_int_equal(fp.rotation_given, 0);
+    assert_true(fp.rotation_sigma_deg == 2.0);
+    ssb4d_session_close(s);
+    (void)state;
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -425,6 +495,7 @@ int main(void)
         cmocka_unit_test(test_regions_and_calibration_file),
         cmocka_unit_test(test_stage_functions_cancel),
         cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_loss_field_and_rotation),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

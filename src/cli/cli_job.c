@@ -1,13 +1,13 @@
-/* cli_job.c — a command's memory plan (SPEC 9): calibrate within the budget, plan the job's
- * stages with the planner (src/plan), build G as the plan says, and report a budget refusal as
- * "does not fit" (exit 2). Used by reconstruct, fit, demo, fit-regions, calibrate, import, info
- * and verify. */
+/* cli_job.c — the budget's words on the command line (SPEC 9): sizes, a refusal as "does not
+ * fit" (exit 2), calibrating within the budget (calibrate), the spatial-index check's threads
+ * (info, verify). The compute commands plan through the session handle (cli_session.c). */
 #include "cli/cli_job.h"
 
 #include "codec/codec.h"
 #include "common/parallel.h"
 #include "fit/fit.h"
 #include "gbuild/gbuild.h"
+#include "plan/budget.h"
 #include "plan/plan.h"
 
 #include <math.h>
@@ -15,17 +15,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
-/* A size for messages: MiB below 1 GiB (tiny data has tiny budgets), else GiB; up = round up,
- * so that a smallest budget printed can be given back to --memory as it is. */
-const char *cli_job_size(char buf[32], size_t bytes, int up)
-{
-    double mib = (double)bytes / 1048576.0, gib = mib / 1024.0;
-    if (gib >= 1)
-        snprintf(buf, 32, "%.2f GiB", up ? ceil(gib * 100) / 100 : gib);
-    else
-        snprintf(buf, 32, "%.1f MiB", up ? ceil(mib * 10) / 10 : mib);
-    return buf;
-}
+/* The planner's wording of sizes (src/plan/budget.c), so that the command line and the session
+ * handle say the same. */
+const char *cli_job_size(char buf[32], size_t bytes, int up) { return plan_size_text(buf, bytes, up); }
 
 /* Exit for a failed step: a refusal by the budget (mem.c's messages name "the memory budget") is
  * the user's "does not fit", exit 2; anything else as cli_error says. */
@@ -76,65 +68,6 @@ int cli_job_calibrate(const char *cmd, ssb4d_source *src, ssb4d_calib_params *cp
     ssb4d_status st = ssb4d_calibrate(src, cp, cal, &err);
     ssb4d_mem_stage_end(mem);
     return st ? cli_job_error(cmd, st, err.msg, budget) : 0;
-}
-
-/* Plans a job on calibrated data (src/plan, SPEC 9) with the stages it runs: G build, fit (fp,
- * NULL for reconstruct, whose loss the one "release" stands for), the image at upsample f
- * (float32 G only: these commands write exact images) and, with region[0] > 0, a refit of a
- * region of that shape. held: bytes live for the whole job besides G (the encoded data, the
- * output images). Returns 0, or exit 2 with one line when the job does not fit. */
-int cli_job_plan(const char *cmd, const ssb4d_calibration *cal, const size_t shape[4], size_t held,
-                 int rotation_fitted, int upsample, const size_t region[2], const ssb4d_fit_params *fp,
-                 int threads, size_t budget, ssb4d_plan *p)
-{
-    ssb4d_session_script sc;
-    ssb4d_session_script_default(&sc);
-    sc.upsample = upsample;
-    sc.fft = 0;
-    sc.drags = 0;
-    sc.releases = fp ? 0 : 1;
-    sc.region = region && region[0];
-    ssb4d_fit_params def;
-    ssb4d_fit_params_default(&def);
-    if (!fp)
-        fp = &def;
-    ssb4d_plan_input in;
-    ssb4d_plan_input_default(&in);
-    plan_input_from_calibration(&in, cal, shape, fp->fit_radius);
-    in.n_coarse_bf = fp->coarse_bf;
-    in.fit_batch = fp->batch;
-    in.fit = fp;
-    in.no_fit = fp == &def;
-    in.encoded_bytes = held;
-    in.rotation_fitted = rotation_fitted;
-    in.threads = threads;
-    in.upsample = upsample;
-    if (sc.region)
-        in.region[0] = region[0], in.region[1] = region[1];
-    in.memory_bytes = budget;
-    in.preview = SSB4D_PREVIEW_FLOAT;
-    in.script = &sc;
-    ssb4d_err err = {0};
-    ssb4d_status st = ssb4d_plan_make(&in, p, &err);
-    if (st)
-        return cli_error(cmd, st, err.msg);
-    if (!p->fits) {
-        /* The smallest budget moves with the budget (the calibration's block grows with it):
-         * step up from the plan's figure until a plan at that budget fits. */
-        size_t least = p->min_memory_bytes;
-        ssb4d_plan q;
-        for (int i = 0; i < 16; i++) {
-            in.memory_bytes = least;
-            if (ssb4d_plan_make(&in, &q, NULL) || q.fits)
-                break;
-            least = q.min_memory_bytes > least ? q.min_memory_bytes : least + least / 64;
-        }
-        char b[32], m[32];
-        fprintf(stderr, "ssb4d %s: the job does not fit in %s: %s; the smallest budget is %s\n", cmd,
-                cli_job_size(b, budget, 0), p->reason, cli_job_size(m, least, 1));
-        return CLI_EXIT_USAGE;
-    }
-    return 0;
 }
 
 /* The threads a spatial-index check of q may run on within budget, beside `other` bytes held:

@@ -15,12 +15,6 @@ size_t cli_job_encoded_bytes(const char *path);
  * in mem. Returns 0 or the exit code (message printed). */
 int cli_job_calibrate(const char *cmd, ssb4d_source *src, ssb4d_calib_params *cp, ssb4d_mem *mem,
                       size_t encoded, ssb4d_calibration *cal);
-/* Plans a job on calibrated data: G build, fit (fp; NULL for reconstruct), the image at upsample,
- * and a region refit of region's shape when region[0] > 0. held: bytes live for the whole job
- * besides G. Returns 0, or exit 2 with one line when the job does not fit. */
-int cli_job_plan(const char *cmd, const ssb4d_calibration *cal, const size_t shape[4], size_t held,
-                 int rotation_fitted, int upsample, const size_t region[2], const ssb4d_fit_params *fp,
-                 int threads, size_t budget, ssb4d_plan *p);
 /* The threads a spatial-index check of q may run on within budget beside `other` bytes, or 0
  * after printing why not even one fits. */
 int cli_qem_check_threads(const char *cmd, const qem_file *q, int threads, size_t budget, size_t other);

@@ -9,13 +9,12 @@
  * → DIR/regions.json, regions.csv, defocus.png. */
 #include "cli/cli_common.h"
 #include "cli/cli_job.h"
-#include "plan/plan.h"
+#include "cli/cli_session.h"
 #include "cli/commands.h"
 #include "cli/progress.h"
 #include "common/atomic.h"
 #include "common/err.h"
 #include "fit/fit.h"
-#include "fit/tilt.h"
 #include "io/calfile.h"
 #include "io/image.h"
 #include "io/npy.h"
@@ -36,12 +35,6 @@ enum {
     OPT_REGIONS, OPT_OBJECTIVE, OPT_C10, OPT_C12, OPT_PHI12, OPT_VERBOSE
 };
 
-/* The built-in dataset: the `small` simulation (128² scan, 64² detector, SrTiO3, 300 kV) with
- * these aberrations at the entrance surface. */
-#define BUILTIN_C10 12.0
-#define BUILTIN_C12 3.0
-#define BUILTIN_PHI12 35.0
-#define BUILTIN_SEED 7
 
 /* The specimen tilt in the probe (detector) frame from the scan frame the thick model fits it in:
  * a direction at angle a in the detector frame lies at a + rotation in the scan frame (as φ12). */
@@ -483,204 +476,6 @@ static void remove_if_empty(const fit_opts *o)
         rmdir(o->out_dir);
 }
 
-/* ---- the job: data, calibration, G ------------------------------------------------------------- */
-
-typedef struct {
-    ssb4d_source *src;          /* whole scan */
-    uint16_t *builtin_counts;   /* the built-in dataset's counts (src wraps them) */
-    double truth[3];            /* the built-in dataset's truth at the mean plane depth, else NaN */
-    cli_values v;
-    ssb4d_calibration cal;
-    int have_cal;
-    size_t shape[4];
-    ssb4d_mem *mem;             /* limited to the budget */
-    size_t budget;
-    size_t encoded;             /* a .qem DATA's mapped bytes counted in mem (0: none) */
-    size_t held;                /* data held for the whole job: the .qem or the built-in counts */
-    int rotation_fitted;
-} job;
-
-static void job_free(job *j)
-{
-    if (j->have_cal)
-        ssb4d_calibration_free(&j->cal);
-    ssb4d_source_close(j->src);
-    ssb4d_mem_free(j->mem, j->builtin_counts, 0);
-    if (j->encoded)
-        ssb4d_mem_external(j->mem, j->encoded, 0, NULL, NULL);
-    ssb4d_mem_destroy(j->mem);
-}
-
-
-static int open_builtin(const fit_opts *o, job *j, ssb4d_err *err)
-{
-    ssb4d_sim_params sp;
-    ssb4d_sim_params_preset(&sp, "small", err);
-    memset(&sp.ab, 0, sizeof sp.ab);
-    sp.ab.C_nm[SSB4D_C10] = BUILTIN_C10;
-    sp.ab.C_nm[SSB4D_C12] = BUILTIN_C12;
-    sp.ab.phi_deg[SSB4D_C12] = BUILTIN_PHI12;
-    sp.seed = BUILTIN_SEED;
-    sp.threads = o->m.threads;
-    ssb4d_sim_info info;
-    if (ssb4d_sim_describe(&sp, &info, err))
-        return cli_error(o->cmd, err->code, err->msg);
-    size_t shape[4] = {(size_t)sp.scan_n, (size_t)sp.scan_n, (size_t)sp.det, (size_t)sp.det};
-    /* The counts stay in memory for the whole job: counted under the budget like a .qem. */
-    j->held = shape[0] * shape[1] * shape[2] * shape[3] * sizeof(uint16_t);
-    j->builtin_counts = ssb4d_mem_alloc(j->mem, j->held, "the built-in dataset", err);
-    if (!j->builtin_counts)
-        return cli_job_error(o->cmd, err->code, err->msg, j->budget);
-    cli_progress pb;
-    cli_progress_start(&pb, "simulate", o->m.quiet || o->m.json);
-    sp.progress = cli_progress_cb;
-    sp.progress_user = &pb;
-    ssb4d_status st = ssb4d_simulate_to_memory(&sp, j->builtin_counts, NULL, NULL, NULL, &info, err);
-    cli_progress_done(&pb);
-    if (!st)
-        st = ssb4d_source_from_memory(j->builtin_counts, SSB4D_U16, shape, &j->src, err);
-    if (st)
-        return cli_error(o->cmd, st, err->msg);
-    /* What a sidecar would say: the microscope and the detector sampling. Flags still win. */
-    cli_values_unset(&j->v);
-    j->v.kv = sp.kv;
-    j->v.semiangle_mrad = sp.semiangle_mrad;
-    j->v.scan_step_A[0] = j->v.scan_step_A[1] = info.scan_step_A;
-    j->v.det_sampling_mrad[0] = j->v.det_sampling_mrad[1] = info.det_sampling_mrad;
-    j->v.rotation_deg = 0;
-    snprintf(j->v.rotation_from, sizeof j->v.rotation_from, "built-in dataset");
-    cli_values_layer(&j->v, &o->m.flags);
-    /* The mean depth of the simulator's potential planes (docs/simulate.md, docs/fit.md). */
-    j->truth[0] = BUILTIN_C10 + 0.5 * (info.thickness_nm - info.thickness_nm / info.n_slices);
-    j->truth[1] = BUILTIN_C12;
-    j->truth[2] = BUILTIN_PHI12;
-    return 0;
-}
-
-/* Fills a grid's rectangles from the scan shape and checks every rectangle (a region view is made
- * and closed), so that a bad region is refused before the calibration's long read. */
-static int check_regions(const fit_opts *o, job *j, size_t (*rects)[4], size_t n, ssb4d_err *err)
-{
-    if (o->grid[0] && rects) { /* equal cells; the last row/column takes the remainder */
-        size_t R = o->grid[0], C = o->grid[1], hr = j->shape[0] / R, hc = j->shape[1] / C;
-        for (size_t a = 0; a < R; a++)
-            for (size_t b = 0; b < C; b++) {
-                size_t *r = rects[a * C + b];
-                r[0] = a * hr, r[1] = a + 1 == R ? j->shape[0] : (a + 1) * hr;
-                r[2] = b * hc, r[3] = b + 1 == C ? j->shape[1] : (b + 1) * hc;
-            }
-    }
-    for (size_t i = 0; i < n; i++) {
-        ssb4d_source *view = NULL;
-        ssb4d_status st = ssb4d_source_region(j->src, rects[i][0], rects[i][1], rects[i][2], rects[i][3], &view, err);
-        ssb4d_source_close(view);
-        if (st)
-            return cli_error(o->cmd, st, err->msg);
-    }
-    return 0;
-}
-
-static int job_open(const fit_opts *o, job *j, size_t (*rects)[4], size_t n_rects, ssb4d_err *err)
-{
-    memset(j, 0, sizeof *j);
-    j->truth[0] = j->truth[1] = j->truth[2] = NAN;
-    j->budget = cli_memory_budget(&o->m);
-    j->mem = ssb4d_mem_create(j->budget);
-    if (!j->mem)
-        return cli_error(o->cmd, SSB4D_ENOMEM, "out of memory");
-    int rc;
-    ssb4d_mem_stage_begin(j->mem, "load");
-    if (o->data) {
-        ssb4d_status st = ssb4d_source_open(o->data, &j->src, err);
-        if (st)
-            return cli_error(o->cmd, st, err->msg);
-        size_t qem_bytes = cli_job_encoded_bytes(o->data);
-        if (qem_bytes && (st = ssb4d_mem_external(j->mem, qem_bytes, 1, "the encoded data", err)))
-            return cli_job_error(o->cmd, st, err->msg, j->budget);
-        j->encoded = j->held = qem_bytes;
-        if ((rc = cli_resolve(o->data, &o->m, &j->v)))
-            return rc;
-        if ((rc = cli_check_microscope(&j->v)))
-            return rc;
-    } else if ((rc = open_builtin(o, j, err)))
-        return rc;
-    ssb4d_mem_stage_end(j->mem);
-    ssb4d_source_shape(j->src, j->shape);
-    if ((rc = check_regions(o, j, rects, n_rects, err)))
-        return rc;
-
-    ssb4d_calib_params cp;
-    cli_values_to_calib_params(&j->v, o->m.threads, o->m.hot_pixels, &cp);
-    j->rotation_fitted = isnan(cp.rotation_deg);
-    if ((rc = cli_job_calibrate(o->cmd, j->src, &cp, j->mem, j->held, &j->cal)))
-        return rc;
-    j->have_cal = 1;
-    return 0;
-}
-
-/* The plan of this job: region (rows, cols) the shape of the (largest) region's G, or NULL for
- * the whole scan; held_extra: the output images kept beside the data. Returns 0 or the exit code
- * (the job does not fit: message printed). */
-static int job_plan(const fit_opts *o, const job *j, const ssb4d_fit_params *fp, const size_t *region,
-                    int upsample, size_t held_extra, ssb4d_plan *p)
-{
-    size_t shape_rc[2] = {region ? region[0] : 0, region ? region[1] : 0};
-    return cli_job_plan(o->cmd, &j->cal, j->shape, j->held + held_extra, j->rotation_fitted, upsample, shape_rc,
-                        fp, o->m.threads, j->budget, p);
-}
-
-/* The fit's parameters for this job: the command line's, the threads, and the rotation: held
- * when someone stated it (--rotation, a calibration file, the sidecar, the built-in dataset),
- * else searched from the calibration's centre-of-mass value with its standard error (or a
- * calibration file's centre-of-mass value: measured, its 180° branch open). */
-static void job_fit_params(const fit_opts *o, const job *j, ssb4d_fit_params *fp)
-{
-    *fp = o->fp;
-    fp->threads = o->m.threads;
-    int stated = !isnan(j->v.rotation_deg) && !j->v.rotation_measured;
-    fp->rotation_given = stated;
-    fp->rotation_sigma_deg = stated ? NAN : !isnan(j->v.rotation_deg) ? j->v.rotation_sigma_deg
-                                                                     : j->cal.rotation_sigma_deg;
-}
-
-/* How the plan holds the G of the whole scan (region NULL) or of a region of rows x cols: the
- * bytes of planes to keep resident and that G's full size. */
-static void job_g(const job *j, const ssb4d_plan *p, const size_t *region, size_t *resident, size_t *g_bytes)
-{
-    size_t n_stored = p->g_bytes / plan_plane_bytes(j->shape[0], j->shape[1]);
-    *g_bytes = region ? n_stored * plan_plane_bytes(region[0], region[1]) : p->g_bytes;
-    *resident = region ? p->region_resident_bytes : p->fit_resident_bytes;
-}
-
-/* G of the whole scan or of a region (full-field calibration, the region's data only), held as
- * the plan says (resident, g_bytes from job_plan). A region's view goes to *view: a streamed G
- * rebuilds planes from it, so the caller closes it after freeing G. */
-static ssb4d_status build_G(const fit_opts *o, job *j, const size_t *region, const ssb4d_plan *p,
-                            size_t resident, size_t g_bytes, ssb4d_G **G, ssb4d_source **view,
-                            double *seconds, ssb4d_err *err)
-{
-    ssb4d_source *src = j->src;
-    ssb4d_status st = SSB4D_OK;
-    *view = NULL;
-    if (region) {
-        st = ssb4d_source_region(j->src, region[0], region[1], region[2], region[3], view, err);
-        src = *view;
-    }
-    ssb4d_gbuild_opts go;
-    plan_gbuild_opts(p, 0, resident, g_bytes, o->m.threads, &go); /* float32: exact images */
-    cli_progress pb;
-    cli_progress_start(&pb, "G build", o->m.quiet || o->m.json);
-    go.progress = cli_progress_cb;
-    go.progress_user = &pb;
-    ssb4d_mem_stage_begin(j->mem, "G build");
-    if (!st)
-        st = ssb4d_gbuild(src, &j->cal.geom, j->cal.bf_pix, j->cal.n_bf, &go, j->mem, G, err);
-    ssb4d_mem_stage_end(j->mem);
-    cli_progress_done(&pb);
-    *seconds = cli_progress_elapsed(&pb);
-    return st;
-}
-
 /* ---- what the fit found, for the summary, the JSON and the calibration file ------------------ */
 
 /* φ12 in the probe (detector) frame of a scan-frame value, with the fit's rotation, in [−90, 90). */
@@ -721,7 +516,7 @@ static void verdict(const ssb4d_fit_params *fp, const ssb4d_fit_result *r, fit_v
 static cJSON *num_or_null(double v) { return isfinite(v) ? cJSON_CreateNumber(v) : cJSON_CreateNull(); }
 
 /* How the rotation was obtained, in words. */
-static void rotation_label(const ssb4d_fit_params *fp, const ssb4d_fit_result *r, const job *j, char *buf, size_t n)
+static void rotation_label(const ssb4d_fit_params *fp, const ssb4d_fit_result *r, const cli_session *j, char *buf, size_t n)
 {
     if (fp->rotation_given) {
         snprintf(buf, n, "given: %s", j->v.rotation_from[0] ? j->v.rotation_from : "stated");
@@ -767,7 +562,7 @@ static cJSON *parallax_json(const ssb4d_fit_result *r)
 /* The fit's keys of --json (and of regions.json): φ12 in both frames, the rotation and its
  * source, the objective, the branch, the confidence and the parallax estimate. */
 static void add_fit_json(cJSON *out, const ssb4d_fit_params *fp, const ssb4d_fit_result *r, const fit_verdict *v,
-                         const job *j, double phi12_probe_deg, double phi12_scan_deg)
+                         const cli_session *j, double phi12_probe_deg, double phi12_scan_deg)
 {
     cJSON_AddItemToObject(out, "phi12_probe_deg", num_or_null(phi12_probe_deg));
     cJSON_AddItemToObject(out, "phi12_scan_deg", num_or_null(phi12_scan_deg));
@@ -798,7 +593,7 @@ static void add_fit_json(cJSON *out, const ssb4d_fit_params *fp, const ssb4d_fit
 /* The summary's lines from the rotation to the branch (after the fitted values): plain words;
  * the parallax estimate, the objective's value and the branch check's skewness with --verbose. */
 static void print_fit_summary(const fit_opts *o, const ssb4d_fit_params *fp, const ssb4d_fit_result *r,
-                              const job *j, size_t n_bf, int thick)
+                              const cli_session *j, size_t n_bf, int thick)
 {
     char lab[160];
     rotation_label(fp, r, j, lab, sizeof lab);
@@ -883,15 +678,16 @@ static int cmp_trial_loss(const void *a, const void *b)
 /* The calibration file of a fit: the calibration, the fitted values, branch, how the rotation
  * was obtained, the fit's record (objective, φ12 in both frames, confidence, parallax), search
  * settings, the best 50 distinct trials, the region and the thick model. */
-static ssb4d_status fill_calfile(const fit_opts *o, const job *j, const ssb4d_fit_params *fp,
-                                 const ssb4d_fit_result *r, const fit_tilt_result *tr, const size_t *region,
+static ssb4d_status fill_calfile(const fit_opts *o, const cli_session *j, const ssb4d_fit_params *fp,
+                                 const ssb4d_fit_result *r, const ssb4d_tilt_result *tr, const size_t *region,
                                  size_t loss_n_bf, ssb4d_calfile *cf, ssb4d_err *err)
 {
-    ssb4d_status st = ssb4d_calfile_from_calibration(cf, &j->cal, err);
+    const ssb4d_calibration *cal = ssb4d_session_calibration(j->s);
+    ssb4d_status st = ssb4d_calfile_from_calibration(cf, cal, err);
     if (st)
         return st;
     ssb4d_calfile_set_fit(cf, r, fp, j->v.rotation_from, loss_n_bf);
-    cf->n_bf = j->cal.n_bf;
+    cf->n_bf = cal->n_bf;
     cf->has_search = 1;
     cf->trials = 0; /* the global candidates the fit ran (at least 200 without the parallax's start) */
     for (size_t i = 0; i < r->n_trials; i++)
@@ -965,6 +761,237 @@ static void add_ab(cJSON *o, const double x[3])
 /* ---- fit and demo ------------------------------------------------------------------------------ */
 
 
+/* What one fit produced: the fit, the tilt fit, the image and the time of each step. */
+typedef struct {
+    ssb4d_fit_params fp;      /* as the fit ran (rotation held or searched) */
+    ssb4d_fit_result r;
+    ssb4d_tilt_result tr;
+    int have_tilt;
+    ssb4d_aberrations ab;     /* the image's: the tilt fit's where it ran */
+    ssb4d_thick thick;
+    float *phase, *object;
+    size_t ny, nx;            /* the image's shape (upsampled) */
+    int up;
+    double t_build, t_fit, t_tilt, t_image;
+    size_t g_bytes, n_bf, n_stored, n_resident;
+} fit_run;
+
+/* The session's steps: G, the fit, [--tilt], the image. Returns the first failure. */
+static ssb4d_status fit_compute(const fit_opts *o, cli_session *cs, fit_run *run, ssb4d_err *err)
+{
+    ssb4d_session *s = cs->s;
+    ssb4d_mem *mem = ssb4d_session_mem(s);
+    size_t n = run->ny * run->nx;
+    /* The outputs first: they stay live to the end, as the plan counted them (beside the data). */
+    run->phase = ssb4d_mem_alloc(mem, n * sizeof(float), "the phase image", err);
+    run->object = run->phase ? ssb4d_mem_alloc(mem, 2 * n * sizeof(float), "the complex object", err) : NULL;
+    if (!run->object)
+        return err->code;
+    cli_session_bar(cs, "G build");
+    ssb4d_status st = ssb4d_session_build(s, err);
+    run->t_build = cli_session_bar_done(cs);
+    ssb4d_session_G_info(s, &run->g_bytes, &run->n_bf, &run->n_stored, &run->n_resident);
+    if (!st) {
+        cli_session_bar(cs, "fit");
+        st = ssb4d_session_fit(s, &o->fp, &run->r, err);
+        run->t_fit = cli_session_bar_done(cs);
+    }
+    if (!st && o->tilt) {
+        cli_session_bar(cs, "tilt fit");
+        st = ssb4d_session_fit_tilt(s, &run->tr, err);
+        run->t_tilt = cli_session_bar_done(cs);
+        run->have_tilt = !st;
+    }
+    ssb4d_session_get(s, &run->ab, &run->thick, NULL);
+    /* The image, exactly as `reconstruct --calibration DIR/calibration.json` computes it. */
+    if (!st) {
+        cli_session_bar(cs, "image");
+        st = ssb4d_session_object(s, run->up, run->object, run->phase, err);
+        run->t_image = cli_session_bar_done(cs);
+    }
+    return st;
+}
+
+/* DIR/phase.tiff, phase.png, object.npy, calibration.json and trials.json. */
+static ssb4d_status fit_write(const fit_opts *o, const cli_session *cs, const fit_run *run, ssb4d_err *err)
+{
+    const ssb4d_fit_result *r = &run->r;
+    char path[4096];
+    double pixel[2] = {r->geom.scan_step_A[0] / run->up, r->geom.scan_step_A[1] / run->up};
+    size_t oshape[2] = {run->ny, run->nx};
+    join(path, sizeof path, o->out_dir, "phase.tiff");
+    ssb4d_status st = cli_write_image(path, run->phase, run->ny, run->nx, pixel, err);
+    join(path, sizeof path, o->out_dir, "phase.png");
+    if (!st)
+        st = cli_write_image(path, run->phase, run->ny, run->nx, pixel, err);
+    join(path, sizeof path, o->out_dir, "object.npy");
+    if (!st)
+        st = ssb4d_npy_save(path, "<c8", 2, oshape, run->object, err);
+    ssb4d_calfile cf;
+    ssb4d_calfile_init(&cf);
+    if (!st)
+        st = fill_calfile(o, cs, &run->fp, r, run->have_tilt ? &run->tr : NULL, o->has_region ? o->region : NULL,
+                          run->n_bf, &cf, err);
+    join(path, sizeof path, o->out_dir, "calibration.json");
+    if (!st)
+        st = ssb4d_calfile_write(path, &cf, err);
+    ssb4d_calfile_free(&cf);
+    if (st)
+        return st;
+    cJSON *t = cJSON_CreateObject();
+    cJSON_AddStringToObject(t, "trace_sha256", r->trace_sha256);
+    cJSON_AddNumberToObject(t, "seed", (double)o->fp.seed);
+    cJSON_AddNumberToObject(t, "evaluations", (double)r->evaluations);
+    /* With the rotation searched the trials' phi12 is in the probe frame (the search's
+     * coordinate, the rotation being a fourth parameter); else in the scan frame. */
+    cJSON_AddStringToObject(t, "phi12_frame", run->fp.rotation_given ? "scan" : "probe");
+    /* A trial's "loss" is the searched objective's value: on the coarse subset of the BF
+     * pixels in the global stage and its Nelder-Mead, on the fit pixels after. */
+    cJSON_AddStringToObject(t, "objective", run->fp.objective == SSB4D_FIT_OBJ_LOSS ? "loss" : "band");
+    cJSON_AddNumberToObject(t, "n_coarse_bf", (double)r->n_coarse_bf);
+    cJSON_AddNumberToObject(t, "n_fit_bf", (double)r->n_fit_bf);
+    cJSON_AddItemToObject(t, "trials", trials_json(r));
+    join(path, sizeof path, o->out_dir, "trials.json");
+    st = write_json_file(path, t, err);
+    cJSON_Delete(t);
+    return st;
+}
+
+static void fit_print_json(const fit_opts *o, const cli_session *cs, const fit_run *run, const fit_verdict *v,
+                           double seconds)
+{
+    const ssb4d_fit_result *r = &run->r;
+    const ssb4d_plan *plan = ssb4d_session_plan(cs->s);
+    ssb4d_mem *mem = ssb4d_session_mem(cs->s);
+    double x[3] = {run->ab.C_nm[SSB4D_C10], run->ab.C_nm[SSB4D_C12], run->ab.phi_deg[SSB4D_C12]};
+    cJSON *out = cJSON_CreateObject();
+    add_ab(out, x);
+    add_fit_json(out, &run->fp, r, v, cs, run->have_tilt ? phi12_probe(r, x[2]) : r->phi12_probe_deg, x[2]);
+    cJSON_AddNumberToObject(out, "loss", r->loss);
+    cJSON_AddNumberToObject(out, "loss_n_bf", (double)run->n_bf);
+    cJSON_AddNumberToObject(out, "n_bf", (double)run->n_bf);
+    cJSON_AddNumberToObject(out, "n_fit_bf", (double)r->n_fit_bf);
+    cJSON_AddNumberToObject(out, "n_coarse_bf", (double)r->n_coarse_bf);
+    cJSON_AddNumberToObject(out, "evaluations", (double)r->evaluations);
+    cJSON_AddNumberToObject(out, "nm_iterations", r->nm_iterations);
+    cJSON_AddStringToObject(out, "trace_sha256", r->trace_sha256);
+    if (run->have_tilt) {
+        const ssb4d_thick *th = &run->thick;
+        cJSON *t = cJSON_AddArrayToObject(out, "tilt_mrad");
+        cJSON_AddItemToArray(t, cJSON_CreateNumber(th->tilt_mrad[0]));
+        cJSON_AddItemToArray(t, cJSON_CreateNumber(th->tilt_mrad[1]));
+        double tp[2];
+        tilt_to_probe(th->tilt_mrad, r->geom.rotation_deg, tp);
+        t = cJSON_AddArrayToObject(out, "tilt_probe_mrad");
+        cJSON_AddItemToArray(t, cJSON_CreateNumber(tp[0]));
+        cJSON_AddItemToArray(t, cJSON_CreateNumber(tp[1]));
+        cJSON_AddNumberToObject(out, "thickness_nm", th->thickness_nm);
+        cJSON_AddNumberToObject(out, "gain", run->tr.gain);
+        cJSON_AddNumberToObject(out, "tilt_evaluations", (double)run->tr.evaluations);
+    }
+    if (o->has_region) {
+        cJSON *rg = cJSON_AddArrayToObject(out, "region");
+        for (int i = 0; i < 4; i++)
+            cJSON_AddItemToArray(rg, cJSON_CreateNumber((double)o->region[i]));
+    }
+    if (!o->data) {
+        cJSON *t = cJSON_AddObjectToObject(out, "truth");
+        add_ab(t, cs->truth);
+        cJSON_AddStringToObject(t, "phi12_frame", "probe");
+    }
+    cJSON_AddNumberToObject(out, "seconds", seconds);
+    cJSON_AddNumberToObject(out, "g_build_seconds", run->t_build);
+    cJSON_AddNumberToObject(out, "fit_seconds", run->t_fit);
+    if (run->have_tilt)
+        cJSON_AddNumberToObject(out, "tilt_seconds", run->t_tilt);
+    cJSON_AddNumberToObject(out, "image_seconds", run->t_image);
+    cJSON_AddNumberToObject(out, "peak_tracked_bytes", (double)ssb4d_mem_peak(mem));
+    cJSON_AddNumberToObject(out, "peak_rss_bytes", (double)ssb4d_rss_peak());
+    cJSON_AddNumberToObject(out, "g_bytes", (double)run->g_bytes);
+    cJSON_AddNumberToObject(out, "memory_bytes", (double)cs->budget);
+    cJSON_AddStringToObject(out, "g_mode", run->n_resident < run->n_stored ? "streaming" : "resident");
+    cJSON_AddNumberToObject(out, "n_resident", (double)run->n_resident);
+    cJSON_AddNumberToObject(out, "min_memory_bytes", (double)plan->min_memory_bytes);
+    cJSON_AddNumberToObject(out, "resident_memory_bytes", (double)plan->resident_memory_bytes);
+    cJSON_AddStringToObject(out, "output_dir", o->out_dir);
+    char *str = cJSON_PrintUnformatted(out);
+    printf("%s\n", str);
+    free(str);
+    cJSON_Delete(out);
+}
+
+static void fit_print_text(const fit_opts *o, const cli_session *cs, const fit_run *run, double seconds)
+{
+    const ssb4d_fit_result *r = &run->r;
+    int builtin = !o->data;
+    double x[3] = {run->ab.C_nm[SSB4D_C10], run->ab.C_nm[SSB4D_C12], run->ab.phi_deg[SSB4D_C12]};
+    printf("data         %s (%zux%zu scan, %zux%zu detector)%s\n", o->data ? o->data : "built-in simulation",
+           cs->shape[0], cs->shape[1], cs->shape[2], cs->shape[3], builtin ? ", SrTiO3 300 kV, 1 unit cell" : "");
+    if (o->has_region)
+        printf("region       rows %zu:%zu, cols %zu:%zu (full-field calibration)\n", o->region[0], o->region[1],
+               o->region[2], o->region[3]);
+    /* The built-in dataset's C10 truth is at the mean depth of the simulator's potential planes. */
+    printf("%-12s %12s%s\n", "", "fit", !builtin ? "" : o->verbose ? "        truth (C10 at the mean plane depth)"
+                                                                   : "        truth");
+    static const char *names[2] = {"C10", "C12"};
+    for (int i = 0; i < 2; i++) {
+        printf("%-12s %9.3f nm", names[i], x[i]);
+        if (builtin)
+            printf("    %9.3f nm", cs->truth[i]);
+        printf("\n");
+    }
+    double probe = run->have_tilt ? phi12_probe(r, x[2]) : r->phi12_probe_deg;
+    printf("%-12s %9.3f deg (probe/detector frame), %.3f deg (scan frame)", "phi12", probe, x[2]);
+    if (builtin)
+        printf("; truth %.3f deg (detector frame)", cs->truth[2]);
+    printf("\n");
+    print_fit_summary(o, &run->fp, r, cs, run->n_bf, run->have_tilt);
+    if (run->have_tilt) {
+        const ssb4d_thick *th = &run->thick;
+        double tp[2];
+        tilt_to_probe(th->tilt_mrad, r->geom.rotation_deg, tp);
+        printf("thick model  tilt (%.2f, %.2f) mrad (scan frame), (%.2f, %.2f) mrad (probe/detector frame), "
+               "thickness %.1f nm", th->tilt_mrad[0], th->tilt_mrad[1], tp[0], tp[1], th->thickness_nm);
+        if (o->verbose)
+            printf(", gain %.4f", run->tr.gain);
+        printf(" (C10, C12, phi12 above are the thick model's)\n");
+    }
+    char b[32];
+    size_t peak = ssb4d_mem_peak(ssb4d_session_mem(cs->s));
+    if (o->verbose) {
+        printf("search       %zu evaluations, %d Nelder-Mead iterations, seed %llu, trace %.16s\n", r->evaluations,
+               r->nm_iterations, (unsigned long long)o->fp.seed, r->trace_sha256);
+        printf("time         %.2f s (G build %.2f s, fit %.2f s, ", seconds, run->t_build, run->t_fit);
+        if (run->have_tilt)
+            printf("tilt fit %.2f s, ", run->t_tilt);
+        printf("image %.2f s)\n", run->t_image);
+        printf("memory       peak %.1f MiB tracked (G %.1f MiB, %s: %zu of %zu planes held; budget %s), "
+               "%.1f MiB process\n", peak / 1048576.0, run->g_bytes / 1048576.0,
+               run->n_resident < run->n_stored ? "streaming" : "resident", run->n_resident, run->n_stored,
+               cli_job_size(b, cs->budget, 0), ssb4d_rss_peak() / 1048576.0);
+    } else {
+        printf("time         %.1f s\n", seconds);
+        printf("memory       peak %.1f MiB (budget %s)\n", peak / 1048576.0, cli_job_size(b, cs->budget, 0));
+    }
+    printf("wrote        %s/phase.tiff, phase.png, object.npy, calibration.json, trials.json\n", o->out_dir);
+}
+
+/* The command's session: the fit's plan, the field (--region), the images held to the end. */
+static int fit_session_open(const fit_opts *o, cli_session *cs, const size_t *refit, int up)
+{
+    cli_session_req rq;
+    memset(&rq, 0, sizeof rq);
+    rq.data = o->data;
+    rq.m = &o->m;
+    rq.fit = &o->fp;
+    rq.upsample = up;
+    rq.image_floats = refit ? 0 : 3; /* the phase and the complex object */
+    rq.region = o->has_region ? o->region : NULL;
+    if (refit)
+        rq.refit_region[0] = refit[0], rq.refit_region[1] = refit[1];
+    return cli_session_open(o->cmd, &rq, cs);
+}
+
 static int run_fit(fit_opts *o)
 {
     static const char *outputs[] = {"phase.tiff", "phase.png", "object.npy", "calibration.json", "trials.json"};
@@ -976,264 +1003,50 @@ static int run_fit(fit_opts *o)
         rc = prepare_dir(o, outputs, sizeof outputs / sizeof outputs[0]);
     if (rc)
         return rc;
-    ssb4d_err err = {0};
     cli_progress total;
     cli_progress_start(&total, "total", 1);
-    job j;
-    size_t one[1][4];
-    memcpy(one[0], o->region, sizeof one[0]);
-    if ((rc = job_open(o, &j, one, o->has_region, &err))) {
-        job_free(&j);
-        remove_if_empty(o);
-        return rc;
-    }
-    const size_t *region = o->has_region ? o->region : NULL;
-    size_t rshape[2] = {region ? region[1] - region[0] : 0, region ? region[3] - region[2] : 0};
-    size_t ny = region ? rshape[0] : j.shape[0], nx = region ? rshape[1] : j.shape[1];
-    /* Automatic upsampling follows the step and semi-angle, not the fit's rotation. */
-    int up = o->upsample_auto ? ssb4d_upsample_auto(&j.cal.geom) : o->upsample;
-    size_t image_bytes = ny * nx * (size_t)(up * up) * sizeof(float); /* the object is twice that */
-    ssb4d_plan plan;
-    size_t resident = 0, g_bytes = 0;
-    ssb4d_fit_params fp;
-    job_fit_params(o, &j, &fp);
-    rc = job_plan(o, &j, &fp, region ? rshape : NULL, up, 3 * image_bytes, &plan);
+    cli_session cs;
+    fit_run run;
+    memset(&run, 0, sizeof run);
+    rc = fit_session_open(o, &cs, NULL, o->upsample_auto ? 0 : o->upsample);
     if (!rc)
-        job_g(&j, &plan, region ? rshape : NULL, &resident, &g_bytes);
+        rc = cli_session_calibrate(&cs);
     if (rc) {
-        job_free(&j);
+        cli_session_close(&cs);
         remove_if_empty(o);
         return rc;
     }
-    /* The outputs first: they stay live to the end, as the plan counted them (beside the data). */
-    float *phase = ssb4d_mem_alloc(j.mem, image_bytes, "the phase image", &err);
-    float *object = phase ? ssb4d_mem_alloc(j.mem, 2 * image_bytes, "the complex object", &err) : NULL;
-    ssb4d_status st = phase && object ? SSB4D_OK : err.code;
-    ssb4d_G *G = NULL;
-    ssb4d_source *view = NULL;
-    double t_build = 0, t_fit = 0, t_tilt = 0, t_image = 0;
+    ssb4d_err err = {0};
+    run.up = o->upsample_auto ? 0 : o->upsample;
+    ssb4d_status st = ssb4d_session_image_shape(cs.s, run.up, &run.ny, &run.nx, &err);
+    if (!run.up)
+        run.up = (int)(run.ny / (o->has_region ? o->region[1] - o->region[0] : cs.shape[0]));
+    ssb4d_session_fit_params(cs.s, &o->fp, &run.fp);
     if (!st)
-        st = build_G(o, &j, region, &plan, resident, g_bytes, &G, &view, &t_build, &err);
-
-    ssb4d_fit_result r;
-    memset(&r, 0, sizeof r);
-    fit_tilt_result tr;
-    int have_tilt = 0;
-    if (!st) {
-        cli_progress pb;
-        cli_progress_start(&pb, "fit", o->m.quiet || o->m.json);
-        fp.progress = cli_progress_cb;
-        fp.progress_user = &pb;
-        ssb4d_mem_stage_begin(j.mem, "fit");
-        st = ssb4d_fit(G, &j.cal.geom, &fp, j.mem, &r, &err);
-        ssb4d_mem_stage_end(j.mem);
-        cli_progress_done(&pb);
-        t_fit = cli_progress_elapsed(&pb);
-    }
-    if (!st && o->tilt) {
-        fit_tilt_params tp;
-        fit_tilt_params_default(&tp);
-        memcpy(tp.thin.lo, o->fp.lo, sizeof tp.thin.lo);
-        memcpy(tp.thin.hi, o->fp.hi, sizeof tp.thin.hi);
-        tp.thin.start[FIT_C10] = r.ab.C_nm[SSB4D_C10];
-        tp.thin.start[FIT_C12] = r.ab.C_nm[SSB4D_C12];
-        tp.thin.start[FIT_PHI12] = r.ab.phi_deg[SSB4D_C12];
-        memcpy(tp.thin.locked, o->fp.locked, sizeof tp.thin.locked);
-        tp.thin.seed = o->fp.seed;
-        tp.thin.batch = o->fp.batch;
-        tp.band.threads = o->m.threads;
-        cli_progress pb;
-        cli_progress_start(&pb, "tilt fit", o->m.quiet || o->m.json);
-        ssb4d_mem_stage_begin(j.mem, "tilt fit");
-        st = fit_tilt(G, &r.geom, &tp, j.mem, &tr, NULL, &err);
-        ssb4d_mem_stage_end(j.mem);
-        cli_progress_done(&pb);
-        t_tilt = cli_progress_elapsed(&pb);
-        have_tilt = !st;
-    }
-    ssb4d_aberrations ab = r.ab;
-    ssb4d_thick thick = {{0, 0}, 0};
-    if (have_tilt) {
-        ab.C_nm[SSB4D_C10] = tr.C10_nm;
-        ab.C_nm[SSB4D_C12] = tr.C12_nm;
-        ab.phi_deg[SSB4D_C12] = tr.phi12_deg;
-        thick = tr.thick;
-    }
-    /* The image, exactly as `reconstruct --calibration DIR/calibration.json` computes it. */
-    if (!st) {
-        ssb4d_ssb_opts so;
-        ssb4d_ssb_opts_default(&so);
-        so.threads = o->m.threads;
-        cli_progress pb;
-        cli_progress_start(&pb, "image", 1);
-        ssb4d_mem_stage_begin(j.mem, "object");
-        st = ssb4d_object(G, &r.geom, &ab, &thick, up, &so, j.mem, object, phase, &err);
-        ssb4d_mem_stage_end(j.mem);
-        t_image = cli_progress_elapsed(&pb);
-    }
-    char path[4096];
-    ssb4d_calfile cf;
-    ssb4d_calfile_init(&cf);
-    if (!st) {
-        double pixel[2] = {r.geom.scan_step_A[0] / up, r.geom.scan_step_A[1] / up};
-        size_t oshape[2] = {ny * up, nx * up};
-        join(path, sizeof path, o->out_dir, "phase.tiff");
-        st = cli_write_image(path, phase, ny * up, nx * up, pixel, &err);
-        join(path, sizeof path, o->out_dir, "phase.png");
-        if (!st)
-            st = cli_write_image(path, phase, ny * up, nx * up, pixel, &err);
-        join(path, sizeof path, o->out_dir, "object.npy");
-        if (!st)
-            st = ssb4d_npy_save(path, "<c8", 2, oshape, object, &err);
-        if (!st)
-            st = fill_calfile(o, &j, &fp, &r, have_tilt ? &tr : NULL, region, ssb4d_G_n_bf(G), &cf, &err);
-        join(path, sizeof path, o->out_dir, "calibration.json");
-        if (!st)
-            st = ssb4d_calfile_write(path, &cf, &err);
-        if (!st) {
-            cJSON *t = cJSON_CreateObject();
-            cJSON_AddStringToObject(t, "trace_sha256", r.trace_sha256);
-            cJSON_AddNumberToObject(t, "seed", (double)o->fp.seed);
-            cJSON_AddNumberToObject(t, "evaluations", (double)r.evaluations);
-            /* With the rotation searched the trials' phi12 is in the probe frame (the search's
-             * coordinate, the rotation being a fourth parameter); else in the scan frame. */
-            cJSON_AddStringToObject(t, "phi12_frame", fp.rotation_given ? "scan" : "probe");
-            /* A trial's "loss" is the searched objective's value: on the coarse subset of the BF
-             * pixels in the global stage and its Nelder-Mead, on the fit pixels after. */
-            cJSON_AddStringToObject(t, "objective", fp.objective == SSB4D_FIT_OBJ_LOSS ? "loss" : "band");
-            cJSON_AddNumberToObject(t, "n_coarse_bf", (double)r.n_coarse_bf);
-            cJSON_AddNumberToObject(t, "n_fit_bf", (double)r.n_fit_bf);
-            cJSON_AddItemToObject(t, "trials", trials_json(&r));
-            join(path, sizeof path, o->out_dir, "trials.json");
-            st = write_json_file(path, t, &err);
-            cJSON_Delete(t);
-        }
-    }
-    ssb4d_calfile_free(&cf);
-    ssb4d_mem_free(j.mem, phase, 0);
-    ssb4d_mem_free(j.mem, object, 0);
+        st = fit_compute(o, &cs, &run, &err);
+    if (!st)
+        st = fit_write(o, &cs, &run, &err);
+    ssb4d_mem *mem = ssb4d_session_mem(cs.s);
+    ssb4d_mem_free(mem, run.phase, 0);
+    ssb4d_mem_free(mem, run.object, 0);
     int exit_code = 0;
-    size_t peak = ssb4d_mem_peak(j.mem), rss = ssb4d_rss_peak();
-    double x[3] = {ab.C_nm[SSB4D_C10], ab.C_nm[SSB4D_C12], ab.phi_deg[SSB4D_C12]};
-    int builtin = !o->data;
-    size_t n_resident = G ? ssb4d_G_n_resident(G) : 0, n_stored = G ? ssb4d_G_n_stored(G) : 0;
-    const char *g_mode = n_resident < n_stored ? "streaming" : "resident";
     fit_verdict v;
-    if (!st)
-        verdict(&fp, &r, &v);
     if (st) {
-        exit_code = cli_job_error(o->cmd, st, err.msg, j.budget);
+        exit_code = cli_session_fail(&cs, st, err.msg);
         remove_if_empty(o);
-    } else if (o->m.json) {
-        cJSON *out = cJSON_CreateObject();
-        add_ab(out, x);
-        add_fit_json(out, &fp, &r, &v, &j, have_tilt ? phi12_probe(&r, x[2]) : r.phi12_probe_deg, x[2]);
-        cJSON_AddNumberToObject(out, "loss", r.loss);
-        cJSON_AddNumberToObject(out, "loss_n_bf", (double)ssb4d_G_n_bf(G));
-        cJSON_AddNumberToObject(out, "n_bf", (double)ssb4d_G_n_bf(G));
-        cJSON_AddNumberToObject(out, "n_fit_bf", (double)r.n_fit_bf);
-        cJSON_AddNumberToObject(out, "n_coarse_bf", (double)r.n_coarse_bf);
-        cJSON_AddNumberToObject(out, "evaluations", (double)r.evaluations);
-        cJSON_AddNumberToObject(out, "nm_iterations", r.nm_iterations);
-        cJSON_AddStringToObject(out, "trace_sha256", r.trace_sha256);
-        if (have_tilt) {
-            cJSON *t = cJSON_AddArrayToObject(out, "tilt_mrad");
-            cJSON_AddItemToArray(t, cJSON_CreateNumber(thick.tilt_mrad[0]));
-            cJSON_AddItemToArray(t, cJSON_CreateNumber(thick.tilt_mrad[1]));
-            double tp[2];
-            tilt_to_probe(thick.tilt_mrad, r.geom.rotation_deg, tp);
-            t = cJSON_AddArrayToObject(out, "tilt_probe_mrad");
-            cJSON_AddItemToArray(t, cJSON_CreateNumber(tp[0]));
-            cJSON_AddItemToArray(t, cJSON_CreateNumber(tp[1]));
-            cJSON_AddNumberToObject(out, "thickness_nm", thick.thickness_nm);
-            cJSON_AddNumberToObject(out, "gain", tr.gain);
-            cJSON_AddNumberToObject(out, "tilt_evaluations", (double)tr.evaluations);
-        }
-        if (region) {
-            cJSON *rg = cJSON_AddArrayToObject(out, "region");
-            for (int i = 0; i < 4; i++)
-                cJSON_AddItemToArray(rg, cJSON_CreateNumber((double)region[i]));
-        }
-        if (builtin) {
-            cJSON *t = cJSON_AddObjectToObject(out, "truth");
-            add_ab(t, j.truth);
-            cJSON_AddStringToObject(t, "phi12_frame", "probe");
-        }
-        cJSON_AddNumberToObject(out, "seconds", cli_progress_elapsed(&total));
-        cJSON_AddNumberToObject(out, "g_build_seconds", t_build);
-        cJSON_AddNumberToObject(out, "fit_seconds", t_fit);
-        if (have_tilt)
-            cJSON_AddNumberToObject(out, "tilt_seconds", t_tilt);
-        cJSON_AddNumberToObject(out, "image_seconds", t_image);
-        cJSON_AddNumberToObject(out, "peak_tracked_bytes", (double)peak);
-        cJSON_AddNumberToObject(out, "peak_rss_bytes", (double)rss);
-        cJSON_AddNumberToObject(out, "g_bytes", (double)ssb4d_G_bytes(G));
-        cJSON_AddNumberToObject(out, "memory_bytes", (double)j.budget);
-        cJSON_AddStringToObject(out, "g_mode", g_mode);
-        cJSON_AddNumberToObject(out, "n_resident", (double)n_resident);
-        cJSON_AddNumberToObject(out, "min_memory_bytes", (double)plan.min_memory_bytes);
-        cJSON_AddNumberToObject(out, "resident_memory_bytes", (double)plan.resident_memory_bytes);
-        cJSON_AddStringToObject(out, "output_dir", o->out_dir);
-        char *s = cJSON_PrintUnformatted(out);
-        printf("%s\n", s);
-        free(s);
-        cJSON_Delete(out);
     } else {
-        printf("data         %s (%zux%zu scan, %zux%zu detector)%s\n", o->data ? o->data : "built-in simulation",
-               j.shape[0], j.shape[1], j.shape[2], j.shape[3], builtin ? ", SrTiO3 300 kV, 1 unit cell" : "");
-        if (region)
-            printf("region       rows %zu:%zu, cols %zu:%zu (full-field calibration)\n", region[0], region[1],
-                   region[2], region[3]);
-        /* The built-in dataset's C10 truth is at the mean depth of the simulator's potential planes. */
-        printf("%-12s %12s%s\n", "", "fit", !builtin ? "" : o->verbose ? "        truth (C10 at the mean plane depth)"
-                                                                       : "        truth");
-        static const char *names[2] = {"C10", "C12"};
-        for (int i = 0; i < 2; i++) {
-            printf("%-12s %9.3f nm", names[i], x[i]);
-            if (builtin)
-                printf("    %9.3f nm", j.truth[i]);
-            printf("\n");
-        }
-        double probe = have_tilt ? phi12_probe(&r, x[2]) : r.phi12_probe_deg;
-        printf("%-12s %9.3f deg (probe/detector frame), %.3f deg (scan frame)", "phi12", probe, x[2]);
-        if (builtin)
-            printf("; truth %.3f deg (detector frame)", j.truth[2]);
-        printf("\n");
-        print_fit_summary(o, &fp, &r, &j, ssb4d_G_n_bf(G), have_tilt);
-        if (have_tilt) {
-            double tp[2];
-            tilt_to_probe(thick.tilt_mrad, r.geom.rotation_deg, tp);
-            printf("thick model  tilt (%.2f, %.2f) mrad (scan frame), (%.2f, %.2f) mrad (probe/detector frame), "
-                   "thickness %.1f nm", thick.tilt_mrad[0], thick.tilt_mrad[1], tp[0], tp[1], thick.thickness_nm);
-            if (o->verbose)
-                printf(", gain %.4f", tr.gain);
-            printf(" (C10, C12, phi12 above are the thick model's)\n");
-        }
-        char b[32];
-        if (o->verbose) {
-            printf("search       %zu evaluations, %d Nelder-Mead iterations, seed %llu, trace %.16s\n",
-                   r.evaluations, r.nm_iterations, (unsigned long long)o->fp.seed, r.trace_sha256);
-            printf("time         %.2f s (G build %.2f s, fit %.2f s, ", cli_progress_elapsed(&total), t_build, t_fit);
-            if (have_tilt)
-                printf("tilt fit %.2f s, ", t_tilt);
-            printf("image %.2f s)\n", t_image);
-            printf("memory       peak %.1f MiB tracked (G %.1f MiB, %s: %zu of %zu planes held; budget %s), "
-                   "%.1f MiB process\n", peak / 1048576.0, ssb4d_G_bytes(G) / 1048576.0, g_mode, n_resident, n_stored,
-                   cli_job_size(b, j.budget, 0), rss / 1048576.0);
-        } else {
-            printf("time         %.1f s\n", cli_progress_elapsed(&total));
-            printf("memory       peak %.1f MiB (budget %s)\n", peak / 1048576.0, cli_job_size(b, j.budget, 0));
-        }
-        printf("wrote        %s/phase.tiff, phase.png, object.npy, calibration.json, trials.json\n", o->out_dir);
+        verdict(&run.fp, &run.r, &v);
+        if (o->m.json)
+            fit_print_json(o, &cs, &run, &v, cli_progress_elapsed(&total));
+        else
+            fit_print_text(o, &cs, &run, cli_progress_elapsed(&total));
+        if (!v.confident)
+            fprintf(stderr, "ssb4d %s: warning: %s\n", o->cmd, v.warning);
     }
-    if (!st && !v.confident)
-        fprintf(stderr, "ssb4d %s: warning: %s\n", o->cmd, v.warning);
     if (o->m.memory_report)
-        ssb4d_mem_report_print(j.mem, stderr);
-    ssb4d_fit_result_free(&r);
-    ssb4d_G_free(G);
-    ssb4d_source_close(view); /* after G: a streamed G rebuilds its planes from the view */
-    job_free(&j);
+        ssb4d_mem_report_print(mem, stderr);
+    ssb4d_fit_result_free(&run.r);
+    cli_session_close(&cs);
     return exit_code;
 }
 
@@ -1322,28 +1135,38 @@ int cmd_fit_regions(int argc, char **argv)
     ssb4d_err err = {0};
     cli_progress total;
     cli_progress_start(&total, "total", 1);
-    job j;
-    if ((rc = job_open(&o, &j, rects, n, &err))) {
-        job_free(&j);
-        free(rects);
-        remove_if_empty(&o);
-        return rc;
-    }
-    /* One plan for the largest region: every region's G is held within its bytes. */
+    cli_session j;
+    /* The grid's rectangles once the scan's shape is known; every one is checked before the
+     * calibration's long read. One plan for the largest: every region's G is held within it. */
     size_t largest[2] = {0, 0};
-    for (size_t i = 0; i < n; i++)
-        for (int k = 0; k < 2; k++)
-            if (rects[i][2 * k + 1] - rects[i][2 * k] > largest[k])
-                largest[k] = rects[i][2 * k + 1] - rects[i][2 * k];
-    ssb4d_plan plan;
     ssb4d_fit_params rfp;
-    job_fit_params(&o, &j, &rfp);
-    if ((rc = job_plan(&o, &j, &rfp, largest, 1, 0, &plan))) {
-        job_free(&j);
+    for (int pass = 0; pass < 2 && !rc; pass++) {
+        if (pass == 0) {
+            memset(&j, 0, sizeof j);
+            rc = fit_session_open(&o, &j, largest, 1);
+            for (size_t i = 0; i < n && !rc; i++) {
+                if (o.grid[0])
+                    ssb4d_grid_rect(j.shape, o.grid[0], o.grid[1], i, rects[i]);
+                if (ssb4d_session_check_region(j.s, rects[i], &err))
+                    rc = cli_error(o.cmd, err.code, err.msg);
+                for (int k = 0; k < 2; k++)
+                    if (rects[i][2 * k + 1] - rects[i][2 * k] > largest[k])
+                        largest[k] = rects[i][2 * k + 1] - rects[i][2 * k];
+            }
+            cli_session_close(&j); /* reopened with the plan of the largest region */
+        } else {
+            rc = fit_session_open(&o, &j, largest, 1);
+            if (!rc)
+                rc = cli_session_calibrate(&j);
+        }
+    }
+    if (rc) {
+        cli_session_close(&j);
         free(rects);
         remove_if_empty(&o);
         return rc;
     }
+    ssb4d_session_fit_params(j.s, &o.fp, &rfp);
     cJSON *list = cJSON_CreateArray();
     char *csv = NULL;
     size_t csv_len = 0;
@@ -1354,20 +1177,13 @@ int cmd_fit_regions(int argc, char **argv)
     double *c10 = calloc(n, sizeof *c10);
     ssb4d_status st = c10 ? SSB4D_OK : ssb4d_fail(&err, SSB4D_ENOMEM, "out of memory");
     for (size_t i = 0; i < n && !st; i++) {
-        ssb4d_G *G = NULL;
-        ssb4d_source *view = NULL;
-        double tb;
-        size_t rshape[2] = {rects[i][1] - rects[i][0], rects[i][3] - rects[i][2]}, resident, g_bytes;
-        job_g(&j, &plan, rshape, &resident, &g_bytes);
-        st = build_G(&o, &j, rects[i], &plan, resident, g_bytes, &G, &view, &tb, &err);
         ssb4d_fit_result r;
-        size_t loss_n_bf = G ? ssb4d_G_n_bf(G) : 0;
-        if (!st)
-            st = ssb4d_fit(G, &j.cal.geom, &rfp, j.mem, &r, &err);
-        ssb4d_G_free(G); /* the next region's G replaces it */
-        ssb4d_source_close(view);
+        cli_session_bar(&j, "region fit");
+        st = ssb4d_session_fit_region(j.s, rects[i], &o.fp, &r, &err);
+        cli_session_bar_done(&j);
         if (st)
             break;
+        size_t loss_n_bf = ssb4d_session_calibration(j.s)->n_bf; /* every region's G has all of them */
         double x[3] = {r.ab.C_nm[SSB4D_C10], r.ab.C_nm[SSB4D_C12], r.ab.phi_deg[SSB4D_C12]};
         c10[i] = x[0];
         cJSON *e = cJSON_CreateObject();
@@ -1438,7 +1254,7 @@ int cmd_fit_regions(int argc, char **argv)
         free(img);
     }
     if (st) {
-        rc = cli_job_error(o.cmd, st, err.msg, j.budget);
+        rc = cli_session_fail(&j, st, err.msg);
         remove_if_empty(&o);
     } else if (o.m.json) {
         cJSON_AddNumberToObject(root, "seconds", cli_progress_elapsed(&total));
@@ -1454,6 +1270,6 @@ int cmd_fit_regions(int argc, char **argv)
     free(csv);
     free(c10);
     free(rects);
-    job_free(&j);
+    cli_session_close(&j);
     return rc;
 }

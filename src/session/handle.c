@@ -8,6 +8,7 @@
 #include "gbuild/gbuild.h"
 #include "source/source.h"
 #include "io/calfile.h"
+#include "plan/budget.h"
 #include "plan/plan.h"
 #include "session/backend.h"
 
@@ -23,8 +24,12 @@ struct ssb4d_session {
     ssb4d_mem *mem;            /* the budget; also carries progress and cancel */
     size_t budget;
     ssb4d_source *src;
+    ssb4d_source *field;       /* what is fitted and imaged: src, or a view of opts.region */
     size_t shape[4];
-    size_t encoded;            /* a .qem's mapped bytes, counted in mem for the session's life */
+    size_t field_shape[2];     /* scan rows and cols of the field */
+    int has_region;
+    size_t encoded;            /* a .qem's mapped bytes or an array's, counted in mem for the
+                                  session's life */
     ssb4d_calibration cal;
     int have_cal;
     ssb4d_plan plan;
@@ -50,6 +55,7 @@ void ssb4d_session_opts_default(ssb4d_session_opts *o)
     memset(o, 0, sizeof *o);
     ssb4d_calib_params_default(&o->calib);
     o->backend = SSB4D_BACKEND_AUTO;
+    o->rotation_sigma_deg = NAN;
 }
 
 static ssb4d_status check_opts(const ssb4d_session_opts *o, ssb4d_err *err)
@@ -68,12 +74,17 @@ static ssb4d_status check_opts(const ssb4d_session_opts *o, ssb4d_err *err)
         return ssb4d_fail(err, SSB4D_EINVAL, "the rotation must be finite, |rotation| <= 10000 deg");
     if (o->threads < 0)
         return ssb4d_fail(err, SSB4D_EINVAL, "threads must be >= 0 (0: all cores)");
+    if (o->rotation_measured && isnan(c->rotation_deg))
+        return ssb4d_fail(err, SSB4D_EINVAL, "a measured rotation needs its value (calib.rotation_deg)");
+    if (o->ssb_path < SSB4D_PATH_AUTO || o->ssb_path > SSB4D_PATH_COMPLEX)
+        return ssb4d_fail(err, SSB4D_EINVAL, "unknown SSB path %d", o->ssb_path);
     return SSB4D_OK;
 }
 
-/* The session around an opened source (taken over: closed on failure). */
-static ssb4d_status make(ssb4d_source *src, size_t encoded, const ssb4d_session_opts *o, ssb4d_session **out,
-                         ssb4d_err *err)
+/* The session around an opened source (taken over: closed on failure); encoded: its resident
+ * bytes (what), counted under the budget for the session's life. */
+static ssb4d_status make(ssb4d_source *src, size_t encoded, const char *what, const ssb4d_session_opts *o,
+                         ssb4d_session **out, ssb4d_err *err)
 {
     ssb4d_session *s = calloc(1, sizeof *s);
     if (!s) {
@@ -88,20 +99,28 @@ static ssb4d_status make(ssb4d_source *src, size_t encoded, const ssb4d_session_
         st = ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
     if (!st && encoded) {
         ssb4d_mem_stage_begin(s->mem, "load");
-        st = ssb4d_mem_external(s->mem, encoded, 1, "the encoded data", err);
+        st = ssb4d_mem_external(s->mem, encoded, 1, what, err);
         ssb4d_mem_stage_end(s->mem);
         if (!st)
             s->encoded = encoded;
+    }
+    ssb4d_source_shape(src, s->shape);
+    s->field = src;
+    s->field_shape[0] = s->shape[0], s->field_shape[1] = s->shape[1];
+    const size_t *r = o->region;
+    if (!st && (r[0] || r[1] || r[2] || r[3])) { /* a bad rectangle is refused before any work */
+        st = ssb4d_source_region(src, r[0], r[1], r[2], r[3], &s->field, err);
+        s->has_region = !st;
+        s->field_shape[0] = r[1] - r[0], s->field_shape[1] = r[3] - r[2];
     }
     if (st) {
         ssb4d_session_close(s);
         return st;
     }
     ssb4d_mem_set_progress(s->mem, o->progress, o->progress_user);
-    ssb4d_source_shape(src, s->shape);
-    s->rotation_given = !isnan(o->calib.rotation_deg);
+    s->rotation_given = !isnan(o->calib.rotation_deg) && !o->rotation_measured;
     s->rotation_deg = o->calib.rotation_deg;
-    s->rotation_sigma_deg = NAN;
+    s->rotation_sigma_deg = o->rotation_measured ? o->rotation_sigma_deg : NAN;
     *out = s;
     return SSB4D_OK;
 }
@@ -123,7 +142,7 @@ ssb4d_status ssb4d_session_open(const char *path, const ssb4d_session_opts *o, s
     /* A .qem's mapping stays resident (every pass decodes from it): it counts under the budget. */
     struct stat sb;
     size_t encoded = ssb4d_source_qem(src) && stat(path, &sb) == 0 ? (size_t)sb.st_size : 0;
-    return make(src, encoded, o, out, err);
+    return make(src, encoded, "the encoded data", o, out, err);
 }
 
 ssb4d_status ssb4d_session_open_memory(const void *data, ssb4d_dtype dtype, const size_t shape[4],
@@ -136,7 +155,9 @@ ssb4d_status ssb4d_session_open_memory(const void *data, ssb4d_dtype dtype, cons
     ssb4d_source *src = NULL;
     if (!st)
         st = ssb4d_source_from_memory(data, dtype, shape, &src, err);
-    return st ? st : make(src, 0, o, out, err);
+    /* The array is resident for the session's life: it counts under the budget. */
+    size_t bytes = st ? 0 : shape[0] * shape[1] * shape[2] * shape[3] * (size_t)dtype;
+    return st ? st : make(src, bytes, "the data in memory", o, out, err);
 }
 
 static void drop_G(ssb4d_session *s)
@@ -161,6 +182,8 @@ void ssb4d_session_close(ssb4d_session *s)
     if (!s)
         return;
     drop_calibration(s);
+    if (s->has_region)
+        ssb4d_source_close(s->field); /* after G: a streamed G rebuilds its planes from it */
     ssb4d_source_close(s->src);
     if (s->encoded)
         ssb4d_mem_external(s->mem, s->encoded, 0, NULL, NULL);
@@ -220,11 +243,17 @@ static ssb4d_status plan_session(ssb4d_session *s, ssb4d_err *err)
     in.fit_batch = fp.batch;
     in.fit = &fp;
     in.no_fit = s->o.no_fit;
-    in.encoded_bytes = s->encoded + s->o.held_bytes;
+    size_t up = (size_t)(sc.upsample ? sc.upsample : ssb4d_upsample_auto(&s->cal.geom));
+    in.encoded_bytes = s->encoded + s->o.held_bytes +
+                       s->field_shape[0] * s->field_shape[1] * up * up * s->o.held_image_floats * sizeof(float);
     in.rotation_fitted = isnan(s->o.calib.rotation_deg);
     in.threads = s->o.threads;
     in.upsample = sc.upsample ? sc.upsample : ssb4d_upsample_auto(&s->cal.geom);
     in.script = &sc;
+    if (s->has_region) { /* the field's G is held as a region's */
+        sc.region = 1;
+        memcpy(sc.region_rect, s->o.region, sizeof sc.region_rect);
+    }
     if (sc.region) {
         size_t r0 = sc.region_rect[0], r1 = sc.region_rect[1], c0 = sc.region_rect[2], c1 = sc.region_rect[3];
         in.region[0] = r1 > r0 ? r1 - r0 : ssb4d_plan_region_side(s->shape[0]);
@@ -233,9 +262,12 @@ static ssb4d_status plan_session(ssb4d_session *s, ssb4d_err *err)
     in.memory_bytes = s->budget;
     in.preview = SSB4D_PREVIEW_FLOAT;
     ssb4d_status st = ssb4d_plan_make(&in, &s->plan, err);
-    if (!st && !s->plan.fits)
-        st = ssb4d_fail(err, SSB4D_ENOMEM, "the session does not fit in the memory budget (%.2f GiB): %s",
-                        (double)s->budget / 1073741824.0, s->plan.reason);
+    if (!st && !s->plan.fits) {
+        char b[32], m[32];
+        st = ssb4d_fail(err, SSB4D_ENOMEM, "the job does not fit in %s: %s; the smallest budget is %s",
+                        plan_size_text(b, s->budget, 0), s->plan.reason,
+                        plan_size_text(m, plan_smallest_budget(&in, &s->plan), 1));
+    }
     return st;
 }
 
@@ -250,10 +282,12 @@ ssb4d_status ssb4d_session_calibrate(ssb4d_session *s, ssb4d_err *err)
     cp.rotation_deg = s->rotation_deg;
     size_t need = plan_calib_need(s->budget, s->encoded, s->shape[2] * s->shape[3], npos, isnan(cp.rotation_deg),
                                   &cp.block_bytes);
-    if (s->budget && need > s->budget)
-        return ssb4d_fail(err, SSB4D_ENOMEM, "the session does not fit in the memory budget (%.2f GiB): "
-                                             "calibrating needs %.2f GiB (the encoded data and one block of frames)",
-                          (double)s->budget / 1073741824.0, (double)need / 1073741824.0);
+    if (s->budget && need > s->budget) {
+        char b[32], n[32];
+        return ssb4d_fail(err, SSB4D_ENOMEM, "the job does not fit in %s: calibrating needs %s (the %s and one "
+                                             "block of frames)", plan_size_text(b, s->budget, 0),
+                          plan_size_text(n, need, 1), s->encoded ? "data held" : "data");
+    }
     call_begin(s, "calibrate");
     ssb4d_status st = ssb4d_calibrate(s->src, &cp, &s->cal, err);
     call_end(s);
@@ -264,7 +298,7 @@ ssb4d_status ssb4d_session_calibrate(ssb4d_session *s, ssb4d_err *err)
         drop_calibration(s);
         return st;
     }
-    if (!s->rotation_given) {
+    if (isnan(s->rotation_deg)) { /* measured now */
         s->rotation_deg = s->cal.geom.rotation_deg;
         s->rotation_sigma_deg = s->cal.rotation_sigma_deg;
     }
@@ -293,6 +327,8 @@ static ssb4d_status build(ssb4d_session *s, ssb4d_source *src, size_t resident, 
 {
     ssb4d_gbuild_opts go;
     plan_gbuild_opts(&s->plan, 0, resident, g_bytes, s->o.threads, &go);
+    if (s->o.block_bytes)
+        go.block_bytes = s->o.block_bytes;
     go.progress = on_fraction;
     go.progress_user = s->mem;
     call_begin(s, "G build");
@@ -301,19 +337,40 @@ static ssb4d_status build(ssb4d_session *s, ssb4d_source *src, size_t resident, 
     return st;
 }
 
+/* The bytes of the G of a rows x cols field with the plan's stored planes. */
+static size_t g_bytes_of(const ssb4d_session *s, size_t rows, size_t cols)
+{
+    size_t n_stored = s->plan.g_bytes / plan_plane_bytes(s->shape[0], s->shape[1]);
+    return n_stored * plan_plane_bytes(rows, cols);
+}
+
 static ssb4d_status need_G(ssb4d_session *s, ssb4d_err *err)
 {
     ssb4d_status st = ssb4d_session_calibrate(s, err);
-    if (!st && !s->G)
-        st = build(s, s->src, s->plan.fit_resident_bytes, s->plan.g_bytes, &s->G, err);
-    return st;
+    if (st || s->G)
+        return st;
+    if (s->has_region) /* held as the plan holds a region's G */
+        return build(s, s->field, s->plan.region_resident_bytes, g_bytes_of(s, s->field_shape[0], s->field_shape[1]),
+                     &s->G, err);
+    return build(s, s->src, s->plan.fit_resident_bytes, s->plan.g_bytes, &s->G, err);
+}
+
+ssb4d_status ssb4d_session_build(ssb4d_session *s, ssb4d_err *err) { return need_G(s, err); }
+
+void ssb4d_session_G_info(const ssb4d_session *s, size_t *bytes, size_t *n_bf, size_t *n_stored,
+                          size_t *n_resident)
+{
+    *bytes = s->G ? ssb4d_G_bytes(s->G) : 0;
+    *n_bf = s->G ? ssb4d_G_n_bf(s->G) : 0;
+    *n_stored = s->G ? ssb4d_G_n_stored(s->G) : 0;
+    *n_resident = s->G ? ssb4d_G_n_resident(s->G) : 0;
 }
 
 /* ---- fits -------------------------------------------------------------------------------------- */
 
 /* The fit's parameters: the caller's (or the defaults), with the session's threads, rotation and
  * progress. */
-static void fit_params(const ssb4d_session *s, const ssb4d_fit_params *p, ssb4d_fit_params *fp)
+void ssb4d_session_fit_params(const ssb4d_session *s, const ssb4d_fit_params *p, ssb4d_fit_params *fp)
 {
     if (p)
         *fp = *p;
@@ -322,6 +379,13 @@ static void fit_params(const ssb4d_session *s, const ssb4d_fit_params *p, ssb4d_
     fp->threads = s->o.threads;
     fp->rotation_given = s->rotation_given;
     fp->rotation_sigma_deg = s->rotation_given ? NAN : s->rotation_sigma_deg;
+    fp->progress = NULL;
+    fp->progress_user = NULL;
+}
+
+static void fit_params(const ssb4d_session *s, const ssb4d_fit_params *p, ssb4d_fit_params *fp)
+{
+    ssb4d_session_fit_params(s, p, fp);
     fp->progress = on_fraction;
     fp->progress_user = s->mem;
 }
@@ -439,6 +503,13 @@ void ssb4d_session_apply(ssb4d_session *s, const ssb4d_fit_result *r)
 
 /* ---- previews and the object ------------------------------------------------------------------- */
 
+static void ssb_opts(const ssb4d_session *s, ssb4d_ssb_opts *so)
+{
+    ssb4d_ssb_opts_default(so);
+    so->threads = s->o.threads;
+    so->path = (ssb4d_path)s->o.ssb_path;
+}
+
 void ssb4d_preview_req_default(ssb4d_preview_req *q)
 {
     memset(q, 0, sizeof *q);
@@ -461,7 +532,7 @@ ssb4d_status ssb4d_session_image_shape(ssb4d_session *s, int upsample, size_t *n
     if (st)
         return st;
     size_t f = (size_t)(upsample ? upsample : ssb4d_upsample_auto(&s->cal.geom));
-    *ny = f * s->shape[0], *nx = f * s->shape[1];
+    *ny = f * s->field_shape[0], *nx = f * s->field_shape[1];
     return SSB4D_OK;
 }
 
@@ -501,8 +572,7 @@ ssb4d_status ssb4d_session_preview(ssb4d_session *s, const ssb4d_preview_req *q,
         P = sub;
     }
     ssb4d_ssb_opts so;
-    ssb4d_ssb_opts_default(&so);
-    so.threads = s->o.threads;
+    ssb_opts(s, &so);
     if (!st)
         st = q->estimator == SSB4D_ESTIMATE_MEAN_PHASE
                  ? s->bk->mean_phase(P, &g, ab, thick, f, &so, s->mem, phase, err)
@@ -524,15 +594,38 @@ ssb4d_status ssb4d_session_object(ssb4d_session *s, int upsample, float *object,
         return st;
     int f = upsample ? upsample : ssb4d_upsample_auto(&s->cal.geom);
     ssb4d_ssb_opts so;
-    ssb4d_ssb_opts_default(&so);
-    so.threads = s->o.threads;
+    ssb_opts(s, &so);
     call_begin(s, "object");
     st = s->bk->object(s->G, &s->geom, &s->ab, &s->thick, f, &so, s->mem, object, phase, err);
     call_end(s);
     return st;
 }
 
+ssb4d_status ssb4d_session_loss(ssb4d_session *s, double *loss, ssb4d_err *err)
+{
+    if (!loss)
+        return ssb4d_fail(err, SSB4D_EINVAL, "loss: missing output");
+    ssb4d_status st = need_G(s, err);
+    if (st)
+        return st;
+    ssb4d_ssb_opts so;
+    ssb_opts(s, &so);
+    call_begin(s, "exact loss");
+    st = s->bk->loss(s->G, &s->geom, &s->ab, &s->thick, &so, s->mem, loss, err);
+    call_end(s);
+    return st;
+}
+
 /* ---- regions ----------------------------------------------------------------------------------- */
+
+ssb4d_status ssb4d_session_check_region(const ssb4d_session *s, const size_t rect[4], ssb4d_err *err)
+{
+    ssb4d_source *view = NULL;
+    ssb4d_status st = rect ? ssb4d_source_region(s->src, rect[0], rect[1], rect[2], rect[3], &view, err)
+                           : ssb4d_fail(err, SSB4D_EINVAL, "region: missing rectangle");
+    ssb4d_source_close(view);
+    return st;
+}
 
 ssb4d_status ssb4d_session_fit_region(ssb4d_session *s, const size_t rect[4], const ssb4d_fit_params *p,
                                       ssb4d_fit_result *r, ssb4d_err *err)
@@ -551,10 +644,9 @@ ssb4d_status ssb4d_session_fit_region(ssb4d_session *s, const size_t rect[4], co
     /* The plan frees the full field's G first when both do not fit (it is rebuilt on need). */
     if (s->plan.region_frees_g)
         drop_G(s);
-    size_t n_stored = s->plan.g_bytes / plan_plane_bytes(s->shape[0], s->shape[1]);
-    size_t g_bytes = n_stored * plan_plane_bytes(rect[1] - rect[0], rect[3] - rect[2]);
     ssb4d_G *RG = NULL;
-    st = build(s, view, s->plan.region_resident_bytes, g_bytes, &RG, err);
+    st = build(s, view, s->plan.region_resident_bytes, g_bytes_of(s, rect[1] - rect[0], rect[3] - rect[2]), &RG,
+               err);
     ssb4d_fit_params fp;
     fit_params(s, p ? p : s->have_fit ? &s->fp : NULL, &fp);
     ssb4d_geometry g = fit_geometry(s);
@@ -570,19 +662,25 @@ ssb4d_status ssb4d_session_fit_region(ssb4d_session *s, const size_t rect[4], co
     return st;
 }
 
+void ssb4d_grid_rect(const size_t scan[2], size_t rows, size_t cols, size_t i, size_t rect[4])
+{
+    size_t hr = scan[0] / rows, hc = scan[1] / cols, a = i / cols, b = i % cols;
+    rect[0] = a * hr, rect[1] = a + 1 == rows ? scan[0] : (a + 1) * hr;
+    rect[2] = b * hc, rect[3] = b + 1 == cols ? scan[1] : (b + 1) * hc;
+}
+
 ssb4d_status ssb4d_session_fit_regions(ssb4d_session *s, size_t rows, size_t cols, const ssb4d_fit_params *p,
                                        ssb4d_fit_result *results, size_t (*rects)[4], ssb4d_err *err)
 {
     if (!rows || !cols || rows > s->shape[0] || cols > s->shape[1])
         return ssb4d_fail(err, SSB4D_EINVAL, "a grid of %zux%zu regions does not fit a %zux%zu scan", rows, cols,
                           s->shape[0], s->shape[1]);
-    size_t hr = s->shape[0] / rows, hc = s->shape[1] / cols, n = rows * cols;
+    size_t n = rows * cols;
     memset(results, 0, n * sizeof *results);
     ssb4d_status st = SSB4D_OK;
     for (size_t i = 0; i < n && !st; i++) {
-        size_t a = i / cols, b = i % cols, q[4];
-        q[0] = a * hr, q[1] = a + 1 == rows ? s->shape[0] : (a + 1) * hr;
-        q[2] = b * hc, q[3] = b + 1 == cols ? s->shape[1] : (b + 1) * hc;
+        size_t q[4];
+        ssb4d_grid_rect(s->shape, rows, cols, i, q);
         if (rects)
             memcpy(rects[i], q, sizeof q);
         st = ssb4d_session_fit_region(s, q, p, &results[i], err);
@@ -648,9 +746,11 @@ ssb4d_status ssb4d_session_load_calibration(ssb4d_session *s, const char *path, 
     int measured = !strcmp(cf.rotation_method, SSB4D_CALFILE_ROT_COM) ||
                    !strcmp(cf.rotation_method, SSB4D_CALFILE_ROT_UNDETERMINED);
     c->rotation_deg = cf.geom.rotation_deg;
+    s->o.rotation_measured = measured;
+    s->o.rotation_sigma_deg = measured ? cf.rotation_sigma_deg : NAN;
     s->rotation_given = !measured;
     s->rotation_deg = cf.geom.rotation_deg;
-    s->rotation_sigma_deg = measured ? cf.rotation_sigma_deg : NAN;
+    s->rotation_sigma_deg = s->o.rotation_sigma_deg;
     drop_calibration(s);
     s->have_fit = s->have_tilt = 0;
     if ((st = check_opts(&s->o, err)) || (st = ssb4d_session_calibrate(s, err))) {
