@@ -434,6 +434,10 @@ typedef struct {
      * decoded block in bytes, and the SSB transform path (ssb4d_path, ssb4d_advanced.h). */
     size_t block_bytes;
     int ssb_path;
+    /* The G that previews, the object and the loss read: FLOAT (the default: exact, what the
+     * command line writes) or AUTO (the plan may hold a half-precision copy for them when the
+     * float32 one does not fit beside the preview's buffers; the fits always use float32). */
+    ssb4d_preview_precision preview;
 } ssb4d_session_opts;
 
 void ssb4d_session_opts_default(ssb4d_session_opts *o);
@@ -556,6 +560,10 @@ ssb4d_status ssb4d_session_save_calibration(ssb4d_session *s, const char *path, 
  * become the session's; the session is recalibrated with them on its next call. */
 ssb4d_status ssb4d_session_load_calibration(ssb4d_session *s, const char *path, ssb4d_err *err);
 
+/* Groups the calls that follow, until ssb4d_session_stage_end, into one stage of the memory
+ * report named `name` (a viewer's "12 drags"; the replayed session's stages). */
+void ssb4d_session_stage_begin(ssb4d_session *s, const char *name);
+void ssb4d_session_stage_end(ssb4d_session *s);
 /* The memory context: limit, peak and the per-stage table (ssb4d_mem_stage_count, ...). The caller
  * may allocate its own buffers under the session's budget from it (opts.held_bytes plans them). */
 ssb4d_mem *ssb4d_session_mem(const ssb4d_session *s);

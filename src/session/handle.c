@@ -11,6 +11,7 @@
 #include "plan/budget.h"
 #include "plan/plan.h"
 #include "session/backend.h"
+#include "session/handle_internal.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -33,7 +34,9 @@ struct ssb4d_session {
     ssb4d_calibration cal;
     int have_cal;
     ssb4d_plan plan;
-    ssb4d_G *G;                /* the whole field's float32 G (NULL: not built, or freed) */
+    ssb4d_G *G;                /* the field's G (NULL: not built, or freed) */
+    int G_kind;                /* G_FIT or G_PREVIEW: the copy the plan holds for those stages */
+    int grouped;               /* inside a caller's stage (ssb4d_session_stage_begin) */
     /* The rotation the fits start from: given (held) or measured (its standard error). */
     int rotation_given;
     double rotation_deg, rotation_sigma_deg;
@@ -48,6 +51,8 @@ struct ssb4d_session {
     ssb4d_tilt_result tilt;
 };
 
+enum { G_FIT = 1, G_PREVIEW = 2 };
+
 /* ---- open and close ---------------------------------------------------------------------------- */
 
 void ssb4d_session_opts_default(ssb4d_session_opts *o)
@@ -56,6 +61,7 @@ void ssb4d_session_opts_default(ssb4d_session_opts *o)
     ssb4d_calib_params_default(&o->calib);
     o->backend = SSB4D_BACKEND_AUTO;
     o->rotation_sigma_deg = NAN;
+    o->preview = SSB4D_PREVIEW_FLOAT;
 }
 
 static ssb4d_status check_opts(const ssb4d_session_opts *o, ssb4d_err *err)
@@ -97,12 +103,11 @@ static ssb4d_status make(ssb4d_source *src, size_t encoded, const char *what, co
     ssb4d_status st = session_backend_select(o->backend, &s->bk, err);
     if (!st && !(s->mem = ssb4d_mem_create(s->budget)))
         st = ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
-    if (!st && encoded) {
+    if (!st) { /* the load stage: what stays resident (a .npy is read through: nothing) */
         ssb4d_mem_stage_begin(s->mem, "load");
-        st = ssb4d_mem_external(s->mem, encoded, 1, what, err);
-        ssb4d_mem_stage_end(s->mem);
-        if (!st)
+        if (encoded && !(st = ssb4d_mem_external(s->mem, encoded, 1, what, err)))
             s->encoded = encoded;
+        ssb4d_mem_stage_end(s->mem);
     }
     ssb4d_source_shape(src, s->shape);
     s->field = src;
@@ -200,18 +205,38 @@ void ssb4d_session_cancel(ssb4d_session *s)
 void ssb4d_session_shape(const ssb4d_session *s, size_t shape[4]) { memcpy(shape, s->shape, 4 * sizeof *shape); }
 ssb4d_mem *ssb4d_session_mem(const ssb4d_session *s) { return s->mem; }
 const char *ssb4d_session_backend(const ssb4d_session *s) { return s->bk->name; }
+const ssb4d_G *session_handle_G(const ssb4d_session *s) { return s->G; }
+size_t session_handle_encoded(const ssb4d_session *s) { return s->encoded; }
 
 /* ---- one call = one stage ---------------------------------------------------------------------- */
 
-/* Every call starts here: a cancel belongs to the call that was running when it came. */
+/* Every call starts here: a cancel belongs to the call that was running when it came. Inside a
+ * caller's stage the call is part of it, not a stage of its own. */
 static void call_begin(ssb4d_session *s, const char *stage)
 {
     ssb4d_mem_cancel_clear(s->mem);
-    ssb4d_mem_stage_begin(s->mem, stage);
+    if (!s->grouped)
+        ssb4d_mem_stage_begin(s->mem, stage);
     ssb4d_mem_progress(s->mem, 0.0);
 }
 
-static void call_end(ssb4d_session *s) { ssb4d_mem_stage_end(s->mem); }
+static void call_end(ssb4d_session *s)
+{
+    if (!s->grouped)
+        ssb4d_mem_stage_end(s->mem);
+}
+
+void ssb4d_session_stage_begin(ssb4d_session *s, const char *name)
+{
+    ssb4d_mem_stage_begin(s->mem, name);
+    s->grouped = 1;
+}
+
+void ssb4d_session_stage_end(ssb4d_session *s)
+{
+    s->grouped = 0;
+    ssb4d_mem_stage_end(s->mem);
+}
 
 /* The fit's and the G build's progress (0..1) goes into the call's progress. */
 static int on_fraction(void *user, const char *stage, double f)
@@ -260,7 +285,7 @@ static ssb4d_status plan_session(ssb4d_session *s, ssb4d_err *err)
         in.region[1] = c1 > c0 ? c1 - c0 : ssb4d_plan_region_side(s->shape[1]);
     }
     in.memory_bytes = s->budget;
-    in.preview = SSB4D_PREVIEW_FLOAT;
+    in.preview = s->o.preview;
     ssb4d_status st = ssb4d_plan_make(&in, &s->plan, err);
     if (!st && !s->plan.fits) {
         char b[32], m[32];
@@ -322,11 +347,11 @@ static ssb4d_geometry fit_geometry(const ssb4d_session *s)
 
 /* G of src (the whole field, or a region's view) held as the plan says: `resident` bytes of
  * float32 planes (the outer BF pixels streamed beyond them), g_bytes its full size. */
-static ssb4d_status build(ssb4d_session *s, ssb4d_source *src, size_t resident, size_t g_bytes, ssb4d_G **G,
-                          ssb4d_err *err)
+static ssb4d_status build(ssb4d_session *s, ssb4d_source *src, int half, size_t resident, size_t g_bytes,
+                          ssb4d_G **G, ssb4d_err *err)
 {
     ssb4d_gbuild_opts go;
-    plan_gbuild_opts(&s->plan, 0, resident, g_bytes, s->o.threads, &go);
+    plan_gbuild_opts(&s->plan, half, resident, g_bytes, s->o.threads, &go);
     if (s->o.block_bytes)
         go.block_bytes = s->o.block_bytes;
     go.progress = on_fraction;
@@ -344,18 +369,41 @@ static size_t g_bytes_of(const ssb4d_session *s, size_t rows, size_t cols)
     return n_stored * plan_plane_bytes(rows, cols);
 }
 
-static ssb4d_status need_G(ssb4d_session *s, ssb4d_err *err)
+/* One G serves the fit and the previews unless the plan holds a different copy for previews
+ * (half precision, or fewer planes resident beside the preview's buffers). */
+static int one_G(const ssb4d_session *s)
 {
-    ssb4d_status st = ssb4d_session_calibrate(s, err);
-    if (st || s->G)
-        return st;
-    if (s->has_region) /* held as the plan holds a region's G */
-        return build(s, s->field, s->plan.region_resident_bytes, g_bytes_of(s, s->field_shape[0], s->field_shape[1]),
-                     &s->G, err);
-    return build(s, s->src, s->plan.fit_resident_bytes, s->plan.g_bytes, &s->G, err);
+    return s->has_region || (!s->plan.preview_half && s->plan.preview_resident_bytes == s->plan.fit_resident_bytes);
 }
 
-ssb4d_status ssb4d_session_build(ssb4d_session *s, ssb4d_err *err) { return need_G(s, err); }
+/* G as the plan holds it for a stage of this kind: the fit's float32 copy, or the previews'
+ * (which replaces it when they differ; switching back rebuilds from the data, same bits). */
+static ssb4d_status need_G(ssb4d_session *s, int kind, ssb4d_err *err)
+{
+    ssb4d_status st = ssb4d_session_calibrate(s, err);
+    if (st || (s->G && (s->G_kind == kind || one_G(s))))
+        return st;
+    if (s->G) { /* the other copy goes first: both are never held */
+        s->bk->G_free(s->G);
+        s->G = NULL;
+    }
+    const ssb4d_plan *p = &s->plan;
+    if (s->has_region) /* held as the plan holds a region's G */
+        st = build(s, s->field, 0, p->region_resident_bytes, g_bytes_of(s, s->field_shape[0], s->field_shape[1]),
+                   &s->G, err);
+    else if (kind == G_FIT)
+        st = build(s, s->src, 0, p->fit_resident_bytes, p->g_bytes, &s->G, err);
+    else
+        st = build(s, s->src, p->preview_half, p->preview_resident_bytes, p->preview_half ? p->g_half_bytes : p->g_bytes,
+                   &s->G, err);
+    s->G_kind = kind;
+    return st;
+}
+
+/* The G of the next stage: the fit's until a fit has run (or when none will), then the previews'. */
+static int next_kind(const ssb4d_session *s) { return s->have_fit || s->o.no_fit ? G_PREVIEW : G_FIT; }
+
+ssb4d_status ssb4d_session_build(ssb4d_session *s, ssb4d_err *err) { return need_G(s, next_kind(s), err); }
 
 void ssb4d_session_G_info(const ssb4d_session *s, size_t *bytes, size_t *n_bf, size_t *n_stored,
                           size_t *n_resident)
@@ -393,7 +441,7 @@ static void fit_params(const ssb4d_session *s, const ssb4d_fit_params *p, ssb4d_
 ssb4d_status ssb4d_session_fit(ssb4d_session *s, const ssb4d_fit_params *p, ssb4d_fit_result *r, ssb4d_err *err)
 {
     memset(r, 0, sizeof *r);
-    ssb4d_status st = need_G(s, err);
+    ssb4d_status st = need_G(s, G_FIT, err);
     if (st)
         return st;
     ssb4d_fit_params fp;
@@ -420,7 +468,7 @@ ssb4d_status ssb4d_session_fit_tilt(ssb4d_session *s, ssb4d_tilt_result *r, ssb4
     memset(r, 0, sizeof *r);
     if (!s->have_fit)
         return ssb4d_fail(err, SSB4D_EINVAL, "the tilt fit starts from a standard fit: run ssb4d_session_fit first");
-    ssb4d_status st = need_G(s, err);
+    ssb4d_status st = need_G(s, G_FIT, err);
     if (st)
         return st;
     /* From the standard fit, as `ssb4d fit --tilt` does: its box, start, locks, seed, batch. */
@@ -545,7 +593,7 @@ ssb4d_status ssb4d_session_preview(ssb4d_session *s, const ssb4d_preview_req *q,
     if (!st && !isnan(q->rotation_deg) && !(fabs(q->rotation_deg) <= 1e4))
         st = ssb4d_fail(err, SSB4D_EINVAL, "the rotation must be finite, |rotation| <= 10000 deg");
     if (!st)
-        st = need_G(s, err);
+        st = need_G(s, G_PREVIEW, err);
     if (st)
         return st;
     int f = q->upsample ? q->upsample : ssb4d_upsample_auto(&s->cal.geom);
@@ -589,7 +637,7 @@ ssb4d_status ssb4d_session_object(ssb4d_session *s, int upsample, float *object,
 {
     ssb4d_status st = check_upsample(upsample, err);
     if (!st)
-        st = need_G(s, err);
+        st = need_G(s, G_PREVIEW, err);
     if (st)
         return st;
     int f = upsample ? upsample : ssb4d_upsample_auto(&s->cal.geom);
@@ -605,7 +653,7 @@ ssb4d_status ssb4d_session_loss(ssb4d_session *s, double *loss, ssb4d_err *err)
 {
     if (!loss)
         return ssb4d_fail(err, SSB4D_EINVAL, "loss: missing output");
-    ssb4d_status st = need_G(s, err);
+    ssb4d_status st = need_G(s, G_PREVIEW, err);
     if (st)
         return st;
     ssb4d_ssb_opts so;
@@ -645,7 +693,7 @@ ssb4d_status ssb4d_session_fit_region(ssb4d_session *s, const size_t rect[4], co
     if (s->plan.region_frees_g)
         drop_G(s);
     ssb4d_G *RG = NULL;
-    st = build(s, view, s->plan.region_resident_bytes, g_bytes_of(s, rect[1] - rect[0], rect[3] - rect[2]), &RG,
+    st = build(s, view, 0, s->plan.region_resident_bytes, g_bytes_of(s, rect[1] - rect[0], rect[3] - rect[2]), &RG,
                err);
     ssb4d_fit_params fp;
     fit_params(s, p ? p : s->have_fit ? &s->fp : NULL, &fp);

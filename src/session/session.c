@@ -1,18 +1,18 @@
-/* session.c — the seed document's viewer session, replayed stage by stage under a memory budget
- * (issue 5): load, calibrate, G build, fit, upsampled preview with FFT, drags, releases, region
- * refit, next full preview, save. What stays resident is the encoded file plus G; each stage's
- * transients are freed (or parked in the reuse cache, as a viewer would keep them) when it ends.
+/* session.c — a viewer's session replayed from a script through the session handle (handle.c):
+ * load, calibrate, G build, fit, upsampled preview with FFT, drags, releases, region refit, next
+ * full preview, save. What stays resident is the encoded file plus G; each stage's transients are
+ * freed (or parked in the reuse cache, as a viewer would keep them) when it ends. `ssb4d session`
+ * and `ssb4d bench run` run this.
  *
- * The order of allocations here is what src/plan/plan.c replays; tests/test_plan.c compares the
- * two stage by stage, so a change here that moves memory shows up there. */
+ * tests/test_plan.c compares every stage's tracked peak with the plan's, so a change in the
+ * handle or a stage that moves memory shows up there. */
 #include "common/err.h"
 #include "common/fftw_lock.h"
 #include "common/sha256.h"
 #include "fit/fit.h"
-#include "gbuild/gbuild.h"
 #include "io/calfile.h"
 #include "plan/plan.h"
-#include "source/source.h"
+#include "session/handle_internal.h"
 
 #include <fftw3.h>
 #include <math.h>
@@ -32,39 +32,52 @@ void ssb4d_session_params_default(ssb4d_session_params *p)
 typedef struct {
     const ssb4d_session_params *p;
     ssb4d_session_report *r;
+    ssb4d_session *s;
     ssb4d_mem *mem;
 } run;
 
+/* Each stage of the script is one stage of the handle's memory report: the calls inside it are
+ * grouped under its name. */
 static void begin(run *x, const char *name)
 {
     if (x->p->stage)
         x->p->stage(x->p->user, name);
-    ssb4d_mem_stage_begin(x->mem, name);
+    ssb4d_session_stage_begin(x->s, name);
 }
 
-static void end(run *x)
+static void record(run *x)
 {
-    ssb4d_mem_stage_end(x->mem);
     size_t i = ssb4d_mem_stage_count(x->mem);
     if (i && x->r->n_stages < SSB4D_SESSION_MAX_STAGES)
         x->r->stages[x->r->n_stages++] = *ssb4d_mem_stage(x->mem, i - 1);
 }
 
-/* One preview as the viewer draws it: the phase image, the object at upsampling f, and (fft)
- * the phase's spectrum for the FFT panel. hex (may be NULL) gets the phase's SHA-256. */
-static ssb4d_status preview(run *x, const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d_aberrations *ab,
-                            int f, int fft, char *hex, ssb4d_err *err)
+static void end(run *x)
 {
-    size_t ny, nx;
-    ssb4d_G_scan_shape(G, &ny, &nx);
-    size_t nyf = (size_t)f * ny, nxf = (size_t)f * nx;
+    ssb4d_session_stage_end(x->s);
+    record(x);
+}
+
+/* One preview as the viewer draws it: the phase image at aberrations ab and upsampling f, and
+ * (fft) the phase's spectrum for the FFT panel. hex (may be NULL) gets the phase's SHA-256. */
+static ssb4d_status preview(run *x, const ssb4d_aberrations *ab, int f, int fft, char *hex, ssb4d_err *err)
+{
+    size_t nyf, nxf;
+    /* G first (the preview copy replaces the fit's, or is rebuilt after a region refit freed
+     * it), then the buffers: the viewer's order, and the plan's. */
+    ssb4d_status st = ssb4d_session_build(x->s, err);
+    if (!st)
+        st = ssb4d_session_image_shape(x->s, f, &nyf, &nxf, err);
+    if (st)
+        return st;
     float *ph = ssb4d_mem_alloc(x->mem, nyf * nxf * sizeof *ph, "preview phase", err);
     if (!ph)
         return SSB4D_ENOMEM;
-    ssb4d_ssb_opts so;
-    ssb4d_ssb_opts_default(&so);
-    so.threads = x->p->threads;
-    ssb4d_status st = ssb4d_object(G, g, ab, NULL, f, &so, x->mem, NULL, ph, err);
+    ssb4d_preview_req q;
+    ssb4d_preview_req_default(&q);
+    q.ab = ab;
+    q.upsample = f;
+    st = ssb4d_session_preview(x->s, &q, ph, NULL, err);
     if (!st && fft) {
         fftwf_complex *spec = ssb4d_mem_alloc(x->mem, nyf * (nxf / 2 + 1) * sizeof *spec, "preview FFT", err);
         if (!spec)
@@ -93,14 +106,6 @@ static ssb4d_status preview(run *x, const ssb4d_G *G, const ssb4d_geometry *g, c
     return st;
 }
 
-static ssb4d_status build(run *x, ssb4d_source *src, const ssb4d_calibration *cal, int half,
-                          size_t resident, size_t g_bytes, ssb4d_G **G, ssb4d_err *err)
-{
-    ssb4d_gbuild_opts go;
-    plan_gbuild_opts(&x->r->plan, half, resident, g_bytes, x->p->threads, &go);
-    return ssb4d_gbuild(src, &cal->geom, cal->bf_pix, cal->n_bf, &go, x->mem, G, err);
-}
-
 static ssb4d_status save_calibration(run *x, const ssb4d_calibration *cal, const ssb4d_fit_result *fr,
                                      const ssb4d_fit_params *fp, ssb4d_err *err)
 {
@@ -125,238 +130,179 @@ static ssb4d_status save_calibration(run *x, const ssb4d_calibration *cal, const
     return st;
 }
 
+/* The region of the script: its rectangle, or a centred one of the planner's side. 0: none
+ * (the scan is below 64x64, or the script has no region). */
+static int script_region(const ssb4d_session_script *s, const size_t shape[4], size_t rect[4])
+{
+    memset(rect, 0, 4 * sizeof *rect);
+    if (!s->region)
+        return 0;
+    memcpy(rect, s->region_rect, 4 * sizeof *rect);
+    if (!rect[1] && !rect[3]) {
+        size_t hr = ssb4d_plan_region_side(shape[0]), hc = ssb4d_plan_region_side(shape[1]);
+        rect[0] = (shape[0] - hr) / 2, rect[1] = rect[0] + hr;
+        rect[2] = (shape[1] - hc) / 2, rect[3] = rect[2] + hc;
+    }
+    if (rect[1] > rect[0] && rect[3] > rect[2])
+        return 1;
+    memset(rect, 0, 4 * sizeof *rect);
+    return 0;
+}
+
+/* The script's stages from the fit on: the first preview, drags, releases. */
+static ssb4d_status previews(run *x, const ssb4d_session_script *s, const ssb4d_fit_result *fr, ssb4d_err *err)
+{
+    ssb4d_session_report *r = x->r;
+    char name[48];
+    snprintf(name, sizeof name, "preview (%dx%s)", r->upsample, s->fft ? ", FFT" : "");
+    begin(x, name); /* the preview copy of G replaces the fit's here when the plan holds one */
+    ssb4d_status st = preview(x, &fr->ab, r->upsample, s->fft, x->p->hashes ? r->first_preview_sha256 : NULL, err);
+    end(x);
+    /* Drags move C10 through ±1 nm and come back; releases add the loss over all BF pixels. */
+    if (!st && s->drags) {
+        snprintf(name, sizeof name, "%zu drags", s->drags);
+        begin(x, name);
+        for (size_t i = 0; i < s->drags && !st; i++) {
+            ssb4d_aberrations ab = fr->ab;
+            ab.C_nm[SSB4D_C10] += sin(2 * M_PI * (double)(i + 1) / (double)s->drags);
+            st = preview(x, &ab, r->upsample, s->fft, NULL, err);
+        }
+        end(x);
+    }
+    if (!st && s->releases) {
+        snprintf(name, sizeof name, "%zu releases", s->releases);
+        begin(x, name);
+        for (size_t i = 0; i < s->releases && !st; i++) {
+            ssb4d_aberrations ab = fr->ab;
+            ab.C_nm[SSB4D_C10] += 0.2 * (double)(s->releases - 1 - i); /* the last one at the fit */
+            st = preview(x, &ab, r->upsample, s->fft, NULL, err);
+            ssb4d_session_set(x->s, &ab, NULL);
+            if (!st)
+                st = ssb4d_session_loss(x->s, &r->release_loss, err);
+        }
+        ssb4d_session_set(x->s, &fr->ab, NULL);
+        end(x);
+    }
+    return st;
+}
+
+/* The region refit (the full field's G freed first when the plan says so) and the next full
+ * preview (G rebuilt from the data when it was freed: the same bits). */
+static ssb4d_status region(run *x, const ssb4d_session_script *s, const ssb4d_fit_result *fr, ssb4d_err *err)
+{
+    ssb4d_session_report *r = x->r;
+    const size_t *q = r->region_rect;
+    char name[48];
+    snprintf(name, sizeof name, "region refit %zux%zu", q[1] - q[0], q[3] - q[2]);
+    begin(x, name);
+    ssb4d_fit_result rr;
+    ssb4d_status st = ssb4d_session_fit_region(x->s, q, NULL, &rr, err);
+    end(x);
+    if (st)
+        return st;
+    r->region_C10_nm = rr.ab.C_nm[SSB4D_C10], r->region_C12_nm = rr.ab.C_nm[SSB4D_C12];
+    r->region_phi12_deg = rr.ab.phi_deg[SSB4D_C12];
+    ssb4d_fit_result_free(&rr);
+
+    begin(x, "next full preview");
+    int rebuilt = r->plan.region_frees_g;
+    char hex[65] = "";
+    st = preview(x, &fr->ab, r->upsample, s->fft, x->p->hashes ? hex : NULL, err);
+    end(x);
+    if (!st && x->p->hashes) {
+        memcpy(r->phase_sha256, hex, sizeof hex);
+        r->rebuilt_same_bits = rebuilt && !strcmp(hex, r->first_preview_sha256);
+    }
+    return st;
+}
+
+/* Open, calibrate (the plan is made there, from the script), check the region. */
+static ssb4d_status open_and_calibrate(run *x, const char *data_path, const ssb4d_session_script *s,
+                                       ssb4d_fit_params *fp, ssb4d_err *err)
+{
+    const ssb4d_session_params *p = x->p;
+    ssb4d_session_report *r = x->r;
+    ssb4d_session_opts o;
+    ssb4d_session_opts_default(&o);
+    o.calib = p->calib;
+    o.memory_bytes = p->memory_bytes;
+    o.threads = p->threads;
+    o.preview = p->preview;
+    o.script = s;
+    ssb4d_fit_params_default(fp);
+    o.fit = fp;
+    /* load: the encoded file is mapped and verified; it stays resident for the session. */
+    ssb4d_status st = ssb4d_session_open(data_path, &o, &x->s, err);
+    if (st) { /* the load stage refused (nothing held): its record, all zero */
+        snprintf(r->stages[0].name, sizeof r->stages[0].name, "load");
+        r->n_stages = 1;
+        return st;
+    }
+    x->mem = ssb4d_session_mem(x->s);
+    record(x);
+    r->encoded_bytes = session_handle_encoded(x->s);
+    ssb4d_session_shape(x->s, r->shape);
+    begin(x, "calibrate");
+    st = ssb4d_session_calibrate(x->s, err);
+    end(x);
+    if (st)
+        return st;
+    const ssb4d_calibration *cal = ssb4d_session_calibration(x->s);
+    r->plan = *ssb4d_session_plan(x->s);
+    r->n_bf = cal->n_bf;
+    r->n_stored = r->plan.g_bytes / plan_plane_bytes(r->shape[0], r->shape[1]);
+    r->g_bytes = r->plan.g_bytes;
+    r->upsample = s->upsample ? s->upsample : ssb4d_upsample_auto(&cal->geom);
+    /* A bad region of the script is refused now, before the long stages. */
+    if (script_region(s, r->shape, r->region_rect))
+        st = ssb4d_session_check_region(x->s, r->region_rect, err);
+    ssb4d_session_fit_params(x->s, NULL, fp); /* as the fits run: threads, rotation */
+    return st;
+}
+
 ssb4d_status ssb4d_session_run(const char *data_path, const ssb4d_session_params *p,
                                const ssb4d_session_script *s, ssb4d_session_report *r,
                                ssb4d_err *err)
 {
     memset(r, 0, sizeof *r);
-    size_t budget = p->memory_bytes ? p->memory_bytes : ssb4d_mem_available();
-    run x = {p, r, ssb4d_mem_create(budget)};
-    if (!x.mem)
-        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
-    ssb4d_source *src = NULL, *view = NULL;
-    ssb4d_calibration cal;
-    int have_cal = 0;
-    ssb4d_G *G = NULL, *RG = NULL;
-    ssb4d_fit_result fr, rr;
-    memset(&fr, 0, sizeof fr);
-    memset(&rr, 0, sizeof rr);
-    ssb4d_status st;
-
-    /* load: the encoded file is mapped and verified; it stays resident for the session. */
-    begin(&x, "load");
-    st = ssb4d_source_open(data_path, &src, err);
-    const qem_file *q = st ? NULL : ssb4d_source_qem(src);
-    if (q) {
-        r->encoded_bytes = qem_get_info(q)->file_bytes;
-        st = ssb4d_mem_external(x.mem, r->encoded_bytes, 1, "the encoded data", err);
-        r->does_not_fit = st == SSB4D_ENOMEM;
-        if (st)
-            r->encoded_bytes = 0; /* not counted: nothing to uncount */
-    }
-    end(&x);
-    if (st)
-        goto out;
-    ssb4d_source_shape(src, r->shape);
-
-    /* The calibration's frame block (a quarter of what the budget leaves, at most 64 MiB; CoM
-     * planes when it fits the rotation) must fit beside the encoded data. */
-    size_t fr_px = r->shape[2] * r->shape[3], npos = r->shape[0] * r->shape[1];
-    size_t cal_block;
-    size_t cal_need = plan_calib_need(budget, r->encoded_bytes, fr_px, npos, isnan(p->calib.rotation_deg), &cal_block);
-    if (cal_need > budget) {
-        r->does_not_fit = 1;
-        st = ssb4d_fail(err, SSB4D_ENOMEM, "the session does not fit in %.3f GiB: calibrating needs %.3f GiB "
-                                           "(the encoded data and one block of frames)",
-                        budget / 1073741824.0, cal_need / 1073741824.0);
-        goto out;
-    }
-    begin(&x, "calibrate");
-    ssb4d_calib_params cp = p->calib;
-    cp.mem = x.mem;
-    cp.threads = p->threads;
-    cp.block_bytes = cal_block;
-    st = ssb4d_calibrate(src, &cp, &cal, err);
-    have_cal = !st;
-    end(&x);
-    if (st)
-        goto out;
-
-    /* Plan with the calibrated counts: every later size comes from here. */
-    r->n_bf = cal.n_bf;
-    r->upsample = s->upsample ? s->upsample : ssb4d_upsample_auto(&cal.geom);
-    if (s->region) {
-        memcpy(r->region_rect, s->region_rect, sizeof r->region_rect);
-        if (!r->region_rect[1] && !r->region_rect[3]) {
-            size_t hr = ssb4d_plan_region_side(r->shape[0]), hc = ssb4d_plan_region_side(r->shape[1]);
-            r->region_rect[0] = (r->shape[0] - hr) / 2, r->region_rect[1] = r->region_rect[0] + hr;
-            r->region_rect[2] = (r->shape[1] - hc) / 2, r->region_rect[3] = r->region_rect[2] + hc;
-        }
-    }
-    /* The scan is too small for a region (below 64x64), or the script's region is bad: checked
-     * now, before the long stages. */
-    int do_region = s->region && r->region_rect[1] > r->region_rect[0] && r->region_rect[3] > r->region_rect[2];
-    if (do_region) {
-        ssb4d_source *probe = NULL;
-        st = ssb4d_source_region(src, r->region_rect[0], r->region_rect[1], r->region_rect[2], r->region_rect[3],
-                                 &probe, err);
-        ssb4d_source_close(probe);
-        if (st)
-            goto out;
-    } else
-        memset(r->region_rect, 0, sizeof r->region_rect);
-    ssb4d_plan_input pi;
-    ssb4d_plan_input_default(&pi);
+    run x = {p, r, NULL, NULL};
     ssb4d_fit_params fp;
-    ssb4d_fit_params_default(&fp);
-    fp.threads = p->threads;
-    /* A rotation in the parameters was stated: the fit holds it. Otherwise the calibration's
-     * centre-of-mass value (with its error) is where the fit's rotation search may start. */
-    fp.rotation_given = !isnan(p->calib.rotation_deg);
-    fp.rotation_sigma_deg = fp.rotation_given ? NAN : cal.rotation_sigma_deg;
-    plan_input_from_calibration(&pi, &cal, r->shape, fp.fit_radius);
-    r->n_stored = pi.n_stored;
-    pi.n_coarse_bf = fp.coarse_bf;
-    pi.fit = &fp;
-    pi.encoded_bytes = r->encoded_bytes;
-    pi.rotation_fitted = isnan(p->calib.rotation_deg);
-    pi.threads = p->threads;
-    pi.upsample = r->upsample;
-    if (do_region)
-        pi.region[0] = r->region_rect[1] - r->region_rect[0], pi.region[1] = r->region_rect[3] - r->region_rect[2];
-    pi.memory_bytes = budget;
-    pi.preview = p->preview;
-    pi.script = s;
-    st = ssb4d_plan_make(&pi, &r->plan, err);
-    r->does_not_fit = !st && !r->plan.fits;
-    if (!st && !r->plan.fits)
-        st = ssb4d_fail(err, SSB4D_ENOMEM, "the session does not fit in %.2f GiB: %s", budget / 1073741824.0,
-                        r->plan.reason);
-    if (st)
-        goto out;
-    const ssb4d_plan *pl = &r->plan;
-    r->g_bytes = pl->g_bytes;
+    ssb4d_fit_result fr;
+    memset(&fr, 0, sizeof fr);
+    ssb4d_status st = open_and_calibrate(&x, data_path, s, &fp, err);
 
     /* G build: the fit's float32 G (the outer BF pixels streamed when the budget says so). */
-    begin(&x, "G build");
-    st = build(&x, src, &cal, 0, pl->fit_resident_bytes, pl->g_bytes, &G, err);
-    end(&x);
-    if (st)
-        goto out;
-    r->resident_bytes = r->encoded_bytes + ssb4d_G_bytes(G);
-    if (p->hashes) {
-        ssb4d_G_sha256(G, r->g_sha256); /* outside any stage; its group buffer is returned */
-        ssb4d_mem_trim(x.mem);
-    }
-
-    begin(&x, "fit");
-    st = ssb4d_fit(G, &cal.geom, &fp, x.mem, &fr, err);
-    ssb4d_mem_trim(x.mem); /* the fit's tiles go back, as the seed's find_aberrations does */
-    end(&x);
-    if (st)
-        goto out;
-    r->C10_nm = fr.ab.C_nm[SSB4D_C10], r->C12_nm = fr.ab.C_nm[SSB4D_C12];
-    r->phi12_deg = fr.ab.phi_deg[SSB4D_C12], r->loss = fr.loss;
-    memcpy(r->trace_sha256, fr.trace_sha256, sizeof r->trace_sha256);
-
-    int same = !pl->preview_half && pl->preview_resident_bytes == pl->fit_resident_bytes;
-    char name[48];
-    snprintf(name, sizeof name, "preview (%dx%s)", r->upsample, s->fft ? ", FFT" : "");
-    begin(&x, name);
-    if (!same) { /* the preview copy replaces the fit's G */
-        ssb4d_G_free(G);
-        G = NULL;
-        st = build(&x, src, &cal, pl->preview_half, pl->preview_resident_bytes,
-                   pl->preview_half ? pl->g_half_bytes : pl->g_bytes, &G, err);
-    }
-    if (!st)
-        st = preview(&x, G, &fr.geom, &fr.ab, r->upsample, s->fft, p->hashes ? r->first_preview_sha256 : NULL, err);
-    end(&x);
-    if (st)
-        goto out;
-
-    /* Drags move C10 through ±1 nm and come back; releases add the loss over all BF pixels. */
-    if (s->drags) {
-        snprintf(name, sizeof name, "%zu drags", s->drags);
-        begin(&x, name);
-        for (size_t i = 0; i < s->drags && !st; i++) {
-            ssb4d_aberrations ab = fr.ab;
-            ab.C_nm[SSB4D_C10] += sin(2 * M_PI * (double)(i + 1) / (double)s->drags);
-            st = preview(&x, G, &fr.geom, &ab, r->upsample, s->fft, NULL, err);
-        }
+    if (!st) {
+        begin(&x, "G build");
+        st = ssb4d_session_build(x.s, err);
         end(&x);
-        if (st)
-            goto out;
     }
-    if (s->releases) {
-        snprintf(name, sizeof name, "%zu releases", s->releases);
-        begin(&x, name);
-        ssb4d_ssb_opts so;
-        ssb4d_ssb_opts_default(&so);
-        so.threads = p->threads;
-        for (size_t i = 0; i < s->releases && !st; i++) {
-            ssb4d_aberrations ab = fr.ab;
-            ab.C_nm[SSB4D_C10] += 0.2 * (double)(s->releases - 1 - i); /* the last one at the fit */
-            st = preview(&x, G, &fr.geom, &ab, r->upsample, s->fft, NULL, err);
-            if (!st)
-                st = ssb4d_loss(G, &fr.geom, &ab, NULL, &so, x.mem, &r->release_loss, NULL, err);
-        }
-        end(&x);
-        if (st)
-            goto out;
-    }
-
-    if (do_region) {
-        const size_t *q = r->region_rect;
-        snprintf(name, sizeof name, "region refit %zux%zu", q[1] - q[0], q[3] - q[2]);
-        begin(&x, name);
-        if (pl->region_frees_g) {
-            ssb4d_G_free(G);
-            G = NULL;
-            ssb4d_mem_trim(x.mem);
-        }
-        st = ssb4d_source_region(src, q[0], q[1], q[2], q[3], &view, err);
-        if (!st) {
-            size_t region_g = r->n_stored * plan_plane_bytes(q[1] - q[0], q[3] - q[2]);
-            st = build(&x, view, &cal, 0, pl->region_resident_bytes, region_g, &RG, err);
-        }
-        if (!st)
-            st = ssb4d_fit(RG, &cal.geom, &fp, x.mem, &rr, err);
-        ssb4d_G_free(RG);
-        RG = NULL;
-        ssb4d_mem_trim(x.mem);
-        end(&x);
-        ssb4d_source_close(view);
-        view = NULL;
-        if (st)
-            goto out;
-        r->region_C10_nm = rr.ab.C_nm[SSB4D_C10], r->region_C12_nm = rr.ab.C_nm[SSB4D_C12];
-        r->region_phi12_deg = rr.ab.phi_deg[SSB4D_C12];
-
-        begin(&x, "next full preview");
-        int rebuilt = !G;
-        if (!G)
-            st = build(&x, src, &cal, pl->preview_half, pl->preview_resident_bytes,
-                       pl->preview_half ? pl->g_half_bytes : pl->g_bytes, &G, err);
-        char hex[65] = "";
-        if (!st)
-            st = preview(&x, G, &fr.geom, &fr.ab, r->upsample, s->fft, p->hashes ? hex : NULL, err);
-        end(&x);
-        if (st)
-            goto out;
+    if (!st) {
+        r->resident_bytes = r->encoded_bytes + ssb4d_G_bytes(session_handle_G(x.s));
         if (p->hashes) {
-            memcpy(r->phase_sha256, hex, sizeof hex);
-            r->rebuilt_same_bits = rebuilt && !strcmp(hex, r->first_preview_sha256);
+            ssb4d_G_sha256(session_handle_G(x.s), r->g_sha256); /* outside any stage */
+            ssb4d_mem_trim(x.mem);                              /* its group buffer goes back */
         }
-    } else if (p->hashes)
-        memcpy(r->phase_sha256, r->first_preview_sha256, sizeof r->phase_sha256);
-
-    if (s->save) {
-        begin(&x, "save calibration");
-        st = save_calibration(&x, &cal, &fr, &fp, err);
+        begin(&x, "fit");
+        st = ssb4d_session_fit(x.s, NULL, &fr, err); /* the fit's tiles go back after it */
         end(&x);
     }
-out:
+    if (!st) {
+        r->C10_nm = fr.ab.C_nm[SSB4D_C10], r->C12_nm = fr.ab.C_nm[SSB4D_C12];
+        r->phi12_deg = fr.ab.phi_deg[SSB4D_C12], r->loss = fr.loss;
+        memcpy(r->trace_sha256, fr.trace_sha256, sizeof r->trace_sha256);
+        st = previews(&x, s, &fr, err);
+    }
+    if (!st && r->region_rect[1])
+        st = region(&x, s, &fr, err);
+    else if (!st && p->hashes)
+        memcpy(r->phase_sha256, r->first_preview_sha256, sizeof r->phase_sha256);
+    if (!st && s->save) {
+        begin(&x, "save calibration");
+        st = save_calibration(&x, ssb4d_session_calibration(x.s), &fr, &fp, err);
+        end(&x);
+    }
+    r->does_not_fit = st == SSB4D_ENOMEM && strstr(err->msg, "does not fit") != NULL;
     for (size_t i = 0; i < r->n_stages; i++) {
         if (r->stages[i].peak_bytes > r->session_peak_bytes)
             r->session_peak_bytes = r->stages[i].peak_bytes;
@@ -364,15 +310,6 @@ out:
             r->session_rss_peak_bytes = r->stages[i].rss_peak_bytes;
     }
     ssb4d_fit_result_free(&fr);
-    ssb4d_fit_result_free(&rr);
-    ssb4d_G_free(RG);
-    ssb4d_G_free(G);
-    if (have_cal)
-        ssb4d_calibration_free(&cal);
-    ssb4d_source_close(view);
-    ssb4d_source_close(src);
-    if (r->encoded_bytes)
-        ssb4d_mem_external(x.mem, r->encoded_bytes, 0, NULL, NULL);
-    ssb4d_mem_destroy(x.mem);
+    ssb4d_session_close(x.s);
     return st;
 }
