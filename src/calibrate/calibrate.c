@@ -340,6 +340,33 @@ static int cmp_double(const void *x, const void *y)
     return (a > b) - (a < b);
 }
 
+/* ---- workspace: the tracked buffers' sizes, and their order ------------------------------- */
+
+calibrate_ws calibrate_ws_sizes(size_t fr, size_t npos, size_t block_bytes, int fit_rotation)
+{
+    calibrate_ws w;
+    w.frames = (block_bytes ? block_bytes : CAL_BLOCK_BYTES) / (fr * sizeof(uint32_t));
+    w.frames = w.frames < 1 ? 1 : w.frames > npos ? npos : w.frames;
+    w.buf = w.frames * fr * sizeof(uint32_t);
+    w.mom = fit_rotation ? npos * 3 * sizeof(uint64_t) : 0; /* Σ counts, Σ row·counts, Σ col·counts */
+    w.com = fit_rotation ? npos * 2 * sizeof(double) : 0;   /* the CoM field, mrad */
+    return w;
+}
+
+void calibrate_workspace(const calibrate_ws *w, ws_sink *out)
+{
+    ws_alloc(out, w->buf);
+    if (w->mom) {
+        ws_alloc(out, w->mom);
+        ws_alloc(out, w->com);
+    }
+    ws_free(out, w->buf, 0);
+    if (w->mom) {
+        ws_free(out, w->mom, 0);
+        ws_free(out, w->com, 0);
+    }
+}
+
 ssb4d_status ssb4d_calibrate(ssb4d_source *src, const ssb4d_calib_params *p,
                              ssb4d_calibration *out, ssb4d_err *err)
 {
@@ -390,17 +417,14 @@ ssb4d_status ssb4d_calibrate(ssb4d_source *src, const ssb4d_calib_params *p,
     int nt = ssb4d_threads_resolve(p->threads);
 
     /* ---- pass 1: totals and per-frame moments ---- */
-    size_t block = (p->block_bytes ? p->block_bytes : CAL_BLOCK_BYTES) / (fr * sizeof(uint32_t));
-    if (block < 1)
-        block = 1;
-    if (block > npos)
-        block = npos;
+    const calibrate_ws w = calibrate_ws_sizes(fr, npos, p->block_bytes, fit_rotation);
+    size_t block = w.frames;
     if ((size_t)nt > block)
         nt = (int)block;
     ssb4d_status st = SSB4D_OK;
-    uint32_t *buf = ssb4d_mem_alloc(p->mem, block * fr * sizeof *buf, "calibrate frame block", NULL);
+    uint32_t *buf = ssb4d_mem_alloc(p->mem, w.buf, "calibrate frame block", NULL);
     uint64_t *tot_t = calloc((size_t)nt * fr, sizeof *tot_t);
-    uint64_t *mom = fit_rotation ? ssb4d_mem_alloc(p->mem, npos * 3 * sizeof *mom, "calibrate moments", NULL) : NULL;
+    uint64_t *mom = fit_rotation ? ssb4d_mem_alloc(p->mem, w.mom, "calibrate moments", NULL) : NULL;
     uint64_t *tot = calloc(fr, sizeof *tot);
     int32_t *flagged = malloc(fr * sizeof *flagged);
     double *mean = malloc(fr * sizeof *mean);
@@ -616,7 +640,7 @@ ssb4d_status ssb4d_calibrate(ssb4d_source *src, const ssb4d_calib_params *p,
                 }
             }
         }
-        com = ssb4d_mem_alloc(p->mem, npos * 2 * sizeof *com, "calibrate CoM", NULL);
+        com = ssb4d_mem_alloc(p->mem, w.com, "calibrate CoM", NULL);
         if (!com) {
             st = ssb4d_fail(err, SSB4D_ENOMEM, "calibrate: out of memory (CoM field)");
             goto done;

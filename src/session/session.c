@@ -58,7 +58,8 @@ static ssb4d_status preview(run *x, const ssb4d_G *G, const ssb4d_geometry *g, c
     size_t ny, nx;
     ssb4d_G_scan_shape(G, &ny, &nx);
     size_t nyf = (size_t)f * ny, nxf = (size_t)f * nx;
-    float *ph = ssb4d_mem_alloc(x->mem, nyf * nxf * sizeof *ph, "preview phase", err);
+    const plan_preview_ws w = plan_preview_sizes(ny, nx, (size_t)f);
+    float *ph = ssb4d_mem_alloc(x->mem, w.phase, "preview phase", err);
     if (!ph)
         return SSB4D_ENOMEM;
     ssb4d_ssb_opts so;
@@ -66,7 +67,7 @@ static ssb4d_status preview(run *x, const ssb4d_G *G, const ssb4d_geometry *g, c
     so.threads = x->p->threads;
     ssb4d_status st = ssb4d_object(G, g, ab, NULL, f, &so, x->mem, NULL, ph, err);
     if (!st && fft) {
-        fftwf_complex *spec = ssb4d_mem_alloc(x->mem, nyf * (nxf / 2 + 1) * sizeof *spec, "preview FFT", err);
+        fftwf_complex *spec = ssb4d_mem_alloc(x->mem, w.spectrum, "preview FFT", err);
         if (!spec)
             st = SSB4D_ENOMEM;
         else {
