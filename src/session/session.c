@@ -3,8 +3,10 @@
  * refit, next full preview, save. What stays resident is the encoded file plus G; each stage's
  * transients are freed (or parked in the reuse cache, as a viewer would keep them) when it ends.
  *
- * The order of allocations here is what src/plan/plan.c replays; tests/test_plan.c compares the
- * two stage by stage, so a change here that moves memory shows up there. */
+ * The stage order and the trims here are what src/plan/plan.c's run_session composes the stages'
+ * workspace queries in (the preview's own buffers are sized by plan_preview_sizes);
+ * tests/test_plan.c compares the two stage by stage, so a change here that moves memory shows
+ * up there. */
 #include "common/err.h"
 #include "common/fftw_lock.h"
 #include "common/sha256.h"
