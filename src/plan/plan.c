@@ -40,11 +40,11 @@ void ssb4d_plan_input_default(ssb4d_plan_input *in)
 /* ---- shapes ---------------------------------------------------------------------------------- */
 
 typedef struct {
-    size_t ny, nx, nxh, stride; /* G's plane: stride complex values */
+    size_t ny, nx, nxh;
     size_t n_bf, n_stored, n_fit, n_coarse;
     int nt;
     size_t band_nb, band_nr, band_nc; /* the band objective's bins, and rows / columns holding them */
-    size_t px_nb;                     /* the parallax estimate's bins */
+    size_t px_nb;                     /* the parallax estimate's bins (0: under 4, it stops there) */
     int px_runs;                      /* the parallax estimate reads G (enough stored pixels) */
 } shape;
 
@@ -54,7 +54,7 @@ static size_t p16(const shape *s) { return G_plane_bytes_of(s->ny, s->nx, 1); }
 static shape make_shape(size_t ny, size_t nx, size_t n_bf, size_t n_stored, size_t n_fit,
                         size_t n_coarse, int nt, const ssb4d_geometry *g, const ssb4d_fit_params *fp)
 {
-    shape s = {ny, nx, nx / 2 + 1, G_plane_stride_of(ny, nx), n_bf, n_stored, n_fit, n_coarse, nt, 0, 0, 0, 0, 0};
+    shape s = {ny, nx, nx / 2 + 1, n_bf, n_stored, n_fit, n_coarse, nt, 0, 0, 0, 0, 0};
     if (g) { /* standard.c auto_band; the bins counted as band.c counts them */
         double lambda = ssb4d_wavelength_A(g->kv);
         double fov = fmin((double)ny * g->scan_step_A[0], (double)nx * g->scan_step_A[1]);
@@ -316,7 +316,7 @@ static void run_session(const problem *pr, const decisions *d, size_t limit, ssb
         fit_on(m, s, &d->fit_g, &d->fit);
         model_trim(m);
         snprintf(t, sizeof t, "parallax spectra %.1f MiB; %s batches of %zu on %zu coarse pixels, then %zu fit pixels; "
-                              "the exact loss on all %zu", (double)(s->px_nb * s->n_bf * 8) / MIB,
+                              "the exact loss on all %zu", (double)(s->px_nb ? parallax_spectra_bytes(s->n_bf, s->px_nb) : 0) / MIB,
                  d->fit.band ? "band" : "loss", d->fit.batch, s->n_coarse < s->n_fit ? s->n_coarse : s->n_fit, s->n_fit,
                  s->n_bf);
         stage_end(m, p, "fit", fit_secs(pr, s, &d->fit_g, d->fit.trials), t);
