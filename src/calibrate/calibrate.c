@@ -340,16 +340,60 @@ static int cmp_double(const void *x, const void *y)
     return (a > b) - (a < b);
 }
 
-ssb4d_status ssb4d_calibrate(ssb4d_source *src, const ssb4d_calib_params *p,
-                             ssb4d_calibration *out, ssb4d_err *err)
-{
-    if (!out)
-        return ssb4d_fail(err, SSB4D_EINVAL, "calibrate: no output");
-    memset(out, 0, sizeof *out);
-    if (!src || !p)
-        return ssb4d_fail(err, SSB4D_EINVAL, "calibrate: no data source or no parameters");
+/* ---- workspace: the tracked buffers' sizes, and their order ------------------------------- */
 
-    /* ---- parameters ---- */
+calibrate_ws calibrate_ws_sizes(size_t fr, size_t npos, size_t block_bytes, int fit_rotation)
+{
+    calibrate_ws w;
+    w.frames = (block_bytes ? block_bytes : CAL_BLOCK_BYTES) / (fr * sizeof(uint32_t));
+    w.frames = w.frames < 1 ? 1 : w.frames > npos ? npos : w.frames;
+    w.buf = w.frames * fr * sizeof(uint32_t);
+    w.mom = fit_rotation ? npos * 3 * sizeof(uint64_t) : 0; /* Σ counts, Σ row·counts, Σ col·counts */
+    w.com = fit_rotation ? npos * 2 * sizeof(double) : 0;   /* the CoM field, mrad */
+    return w;
+}
+
+void calibrate_workspace(const calibrate_ws *w, ws_sink *out)
+{
+    ws_alloc(out, w->buf);
+    if (w->mom) {
+        ws_alloc(out, w->mom);
+        ws_alloc(out, w->com);
+    }
+    ws_free(out, w->buf, 0);
+    if (w->mom) {
+        ws_free(out, w->mom, 0);
+        ws_free(out, w->com, 0);
+    }
+}
+
+/* ---- ssb4d_calibrate, step by step ------------------------------------------------------------ */
+
+/* One calibration's working state: the shape, the options the steps share, and the buffers the
+ * passes fill (buf, mom and com tracked by p->mem, at calibrate_ws_sizes' sizes). */
+typedef struct {
+    const ssb4d_calib_params *p;
+    ssb4d_source *src;
+    size_t ny, nx, dr, dc, fr, npos;
+    int fit_rotation, sampling_given, centre_given;
+    int nt;
+    calibrate_ws w;     /* the tracked buffers' sizes */
+    size_t block;       /* frames per read */
+    uint32_t *buf;      /* one block of frames */
+    uint64_t *tot_t;    /* per-thread totals per detector pixel */
+    uint64_t *mom;      /* per frame: Σ counts, Σ row·counts, Σ col·counts (rotation fitted) */
+    uint64_t *tot;      /* totals per detector pixel */
+    int32_t *flagged;   /* flagged pixels (hot or dead), nflag of them */
+    size_t nflag;
+    double *mean;       /* the mean pattern, flagged pixels replaced */
+    unsigned char *isflag;
+    double *vals;       /* scratch for medians */
+    double *com;        /* the CoM field, mrad (rotation fitted) */
+} cal_run;
+
+/* The parameters, refused before any data is read so that a typo costs nothing. */
+static ssb4d_status check_params(const ssb4d_calib_params *p, ssb4d_err *err)
+{
     if (!(p->semiangle_mrad > 0) || !isfinite(p->semiangle_mrad) || p->semiangle_mrad >= 500)
         return ssb4d_fail(err, SSB4D_EINVAL,
                           "the convergence semi-angle must be > 0 and < 500 mrad (got %g)",
@@ -371,75 +415,105 @@ ssb4d_status ssb4d_calibrate(ssb4d_source *src, const ssb4d_calib_params *p,
     if (!(p->bf_radius_px <= 0) && !(p->bf_radius_px < 1e4)) /* NaN also refused */
         return ssb4d_fail(err, SSB4D_EINVAL, "the BF selection radius %g px is absurd",
                           p->bf_radius_px);
-    int centre_given = !isnan(p->centre_px[0]) || !isnan(p->centre_px[1]);
+    return SSB4D_OK;
+}
 
+/* The shape and options; a given centre must lie on or near the detector (a centre far off it
+ * selects no BF pixel, after a whole pass over the data). */
+static ssb4d_status cal_setup(cal_run *c, ssb4d_source *src, const ssb4d_calib_params *p, ssb4d_err *err)
+{
+    memset(c, 0, sizeof *c);
+    c->p = p;
+    c->src = src;
+    c->sampling_given = p->det_sampling_mrad[0] > 0 || p->det_sampling_mrad[1] > 0;
+    c->centre_given = !isnan(p->centre_px[0]) || !isnan(p->centre_px[1]);
     size_t shape[4];
     ssb4d_source_shape(src, shape);
-    const size_t ny = shape[0], nx = shape[1], dr = shape[2], dc = shape[3];
-    const size_t fr = dr * dc, npos = ny * nx;
-    if (centre_given) {
+    c->ny = shape[0], c->nx = shape[1], c->dr = shape[2], c->dc = shape[3];
+    c->fr = c->dr * c->dc, c->npos = c->ny * c->nx;
+    if (c->centre_given) {
         for (int i = 0; i < 2; i++) {
             double lim = (double)shape[2 + i];
             if (!isfinite(p->centre_px[i]) || p->centre_px[i] < -lim || p->centre_px[i] > 2 * lim)
                 return ssb4d_fail(err, SSB4D_EINVAL,
                                   "the BF centre (%g, %g) px is not on or near the %zux%zu detector",
-                                  p->centre_px[0], p->centre_px[1], dr, dc);
+                                  p->centre_px[0], p->centre_px[1], c->dr, c->dc);
         }
     }
-    const int fit_rotation = isnan(p->rotation_deg);
-    int nt = ssb4d_threads_resolve(p->threads);
+    c->fit_rotation = isnan(p->rotation_deg);
+    c->nt = ssb4d_threads_resolve(p->threads);
+    return SSB4D_OK;
+}
 
-    /* ---- pass 1: totals and per-frame moments ---- */
-    size_t block = (p->block_bytes ? p->block_bytes : CAL_BLOCK_BYTES) / (fr * sizeof(uint32_t));
-    if (block < 1)
-        block = 1;
-    if (block > npos)
-        block = npos;
-    if ((size_t)nt > block)
-        nt = (int)block;
-    ssb4d_status st = SSB4D_OK;
-    uint32_t *buf = ssb4d_mem_alloc(p->mem, block * fr * sizeof *buf, "calibrate frame block", NULL);
-    uint64_t *tot_t = calloc((size_t)nt * fr, sizeof *tot_t);
-    uint64_t *mom = fit_rotation ? ssb4d_mem_alloc(p->mem, npos * 3 * sizeof *mom, "calibrate moments", NULL) : NULL;
-    uint64_t *tot = calloc(fr, sizeof *tot);
-    int32_t *flagged = malloc(fr * sizeof *flagged);
-    double *mean = malloc(fr * sizeof *mean);
-    unsigned char *isflag = calloc(fr, 1);
-    double *vals = malloc(fr * sizeof *vals);
-    double *com = NULL;
-    if (!buf || !tot_t || (fit_rotation && !mom) || !tot || !flagged || !mean || !isflag || !vals) {
-        st = ssb4d_fail(err, SSB4D_ENOMEM, "calibrate: out of memory (detector %zux%zu)", dr, dc);
-        goto done;
-    }
+/* The buffers, in calibrate_workspace's order (the planner's view of this stage): the frame
+ * block and the moments now, the CoM field when the rotation is measured. */
+static ssb4d_status cal_alloc(cal_run *c, ssb4d_err *err)
+{
+    const calibrate_ws w = c->w = calibrate_ws_sizes(c->fr, c->npos, c->p->block_bytes, c->fit_rotation);
+    size_t fr = c->fr;
+    c->block = w.frames;
+    if ((size_t)c->nt > c->block)
+        c->nt = (int)c->block;
+    c->buf = ssb4d_mem_alloc(c->p->mem, w.buf, "calibrate frame block", NULL);
+    c->tot_t = calloc((size_t)c->nt * fr, sizeof *c->tot_t);
+    c->mom = c->fit_rotation ? ssb4d_mem_alloc(c->p->mem, w.mom, "calibrate moments", NULL) : NULL;
+    c->tot = calloc(fr, sizeof *c->tot);
+    c->flagged = malloc(fr * sizeof *c->flagged);
+    c->mean = malloc(fr * sizeof *c->mean);
+    c->isflag = calloc(fr, 1);
+    c->vals = malloc(fr * sizeof *c->vals);
+    if (!c->buf || !c->tot_t || (c->fit_rotation && !c->mom) || !c->tot || !c->flagged || !c->mean || !c->isflag ||
+        !c->vals)
+        return ssb4d_fail(err, SSB4D_ENOMEM, "calibrate: out of memory (detector %zux%zu)", c->dr, c->dc);
+    return SSB4D_OK;
+}
+
+static void cal_free(cal_run *c)
+{
+    ssb4d_mem_free(c->p->mem, c->buf, 0);
+    free(c->tot_t);
+    ssb4d_mem_free(c->p->mem, c->mom, 0);
+    free(c->tot);
+    free(c->flagged);
+    free(c->mean);
+    free(c->isflag);
+    free(c->vals);
+    ssb4d_mem_free(c->p->mem, c->com, 0);
+}
+
+/* Pass 1 over the frames: the totals per detector pixel (per thread, summed after in thread
+ * order: integers, so exact) and each frame's moments for the CoM. Reports the total counts. */
+static ssb4d_status pass_totals(cal_run *c, ssb4d_calibration *out, ssb4d_err *err)
+{
+    const size_t fr = c->fr, npos = c->npos, dr = c->dr, dc = c->dc, block = c->block;
+    uint64_t *mom = c->mom;
     for (size_t p0 = 0; p0 < npos; p0 += block) {
         size_t n = npos - p0 < block ? npos - p0 : block;
-        if (ssb4d_mem_progress(p->mem, 0.9 * (double)p0 / (double)npos)) {
-            st = ssb4d_fail(err, SSB4D_ECANCELLED, "cancelled");
-            goto done;
-        }
-        st = ssb4d_source_read_frames(src, p0, n, buf, err);
+        if (ssb4d_mem_progress(c->p->mem, 0.9 * (double)p0 / (double)npos))
+            return ssb4d_fail(err, SSB4D_ECANCELLED, "cancelled");
+        ssb4d_status st = ssb4d_source_read_frames(c->src, p0, n, c->buf, err);
         if (st)
-            goto done;
-        ssb4d_source_done_with(src, p0, n);
-#pragma omp parallel num_threads(nt)
+            return st;
+        ssb4d_source_done_with(c->src, p0, n);
+#pragma omp parallel num_threads(c->nt)
         {
             int tid = 0;
 #ifdef _OPENMP
             tid = omp_get_thread_num();
 #endif
-            uint64_t *t = tot_t + (size_t)tid * fr;
+            uint64_t *t = c->tot_t + (size_t)tid * fr;
 #pragma omp for schedule(static)
             for (size_t f = 0; f < n; f++) {
-                const uint32_t *fp = buf + f * fr;
+                const uint32_t *fp = c->buf + f * fr;
                 uint64_t s0 = 0, sr = 0, sc = 0;
                 for (size_t r = 0; r < dr; r++) {
                     const uint32_t *row = fp + r * dc;
                     uint64_t rs = 0, cs = 0;
-                    for (size_t c = 0; c < dc; c++) {
-                        uint64_t v = row[c];
-                        t[r * dc + c] += v;
+                    for (size_t col = 0; col < dc; col++) {
+                        uint64_t v = row[col];
+                        t[r * dc + col] += v;
                         rs += v;
-                        cs += v * c;
+                        cs += v * col;
                     }
                     s0 += rs;
                     sr += rs * r;
@@ -453,33 +527,46 @@ ssb4d_status ssb4d_calibrate(ssb4d_source *src, const ssb4d_calib_params *p,
             }
         }
     }
-    for (int t = 0; t < nt; t++)
+    for (int t = 0; t < c->nt; t++)
         for (size_t q = 0; q < fr; q++)
-            tot[q] += tot_t[(size_t)t * fr + q];
+            c->tot[q] += c->tot_t[(size_t)t * fr + q];
     uint64_t total = 0;
     for (size_t q = 0; q < fr; q++)
-        total += tot[q];
+        total += c->tot[q];
     out->total_counts = (double)total;
-    if (total == 0) {
-        st = ssb4d_fail(err, SSB4D_ENOTFOUND, "BF disk not found: the data has no counts at all");
-        goto done;
-    }
+    if (total == 0)
+        return ssb4d_fail(err, SSB4D_ENOTFOUND, "BF disk not found: the data has no counts at all");
+    return SSB4D_OK;
+}
 
-    /* ---- flagged pixels; mean pattern with them replaced by their neighbours' median ---- */
-    size_t nflag = p->hot_pixels ? ssb4d_hotpix_find_flagged(tot, dr, dc, flagged) : 0;
-    for (size_t i = 0; i < nflag; i++)
-        isflag[flagged[i]] = 1;
+/* Flagged pixels (hot or dead, from the totals), and the mean pattern with them replaced by
+ * their neighbours' median, so that one hot pixel cannot move the disk's threshold. */
+static void mean_pattern(cal_run *c)
+{
+    const size_t fr = c->fr, npos = c->npos;
+    c->nflag = c->p->hot_pixels ? ssb4d_hotpix_find_flagged(c->tot, c->dr, c->dc, c->flagged) : 0;
+    for (size_t i = 0; i < c->nflag; i++)
+        c->isflag[c->flagged[i]] = 1;
     for (size_t q = 0; q < fr; q++)
-        mean[q] = (double)tot[q] / (double)npos;
-    for (size_t i = 0; i < nflag; i++) {
-        size_t q = (size_t)flagged[i];
-        mean[q] = ssb4d_hotpix_neighbour_median(tot, isflag, dr, dc, q / dc, q % dc) / (double)npos;
+        c->mean[q] = (double)c->tot[q] / (double)npos;
+    for (size_t i = 0; i < c->nflag; i++) {
+        size_t q = (size_t)c->flagged[i];
+        c->mean[q] = ssb4d_hotpix_neighbour_median(c->tot, c->isflag, c->dr, c->dc, q / c->dc, q % c->dc) / (double)npos;
     }
+}
 
-    /* ---- BF disk: pixels above mean + std (SPEC §4); when that set is not one filled disk
-     * (it cannot be once the disk covers more than half the detector: then mean + std exceeds
-     * the disk level), the two-class (isodata) threshold midway between the bright and dark
-     * pixels' means is used instead. ---- */
+/* The BF disk: pixels above mean + std (SPEC §4); when that set is not one filled disk (it cannot
+ * be once the disk covers more than half the detector: then mean + std exceeds the disk level),
+ * the two-class (isodata) threshold midway between the bright and dark pixels' means instead.
+ * Then the edge radius: pixels above half the disk's median intensity. A strong scatterer's
+ * disk is not flat (a bright core, a dimmer rim): mean + std can then pick out the core alone, a
+ * compact disk well inside the edge (Au, 25 mrad, dose 1e6: 14.4 px of 25.7). When the
+ * half-median set is itself one disk clearly larger than the thresholded one, it is the BF disk. */
+static ssb4d_status find_disk(cal_run *c, ssb4d_calibration *out, ssb4d_err *err)
+{
+    const size_t fr = c->fr, dr = c->dr, dc = c->dc;
+    const double *mean = c->mean;
+    double *vals = c->vals;
     double m1 = 0, m2 = 0;
     for (size_t q = 0; q < fr; q++)
         m1 += mean[q];
@@ -491,20 +578,13 @@ ssb4d_status ssb4d_calibrate(ssb4d_source *src, const ssb4d_calib_params *p,
     const disk_try *d = &d1;
     if (try_disk(mean, dr, dc, thr, &d1)) {
         double t2 = isodata_threshold(mean, fr, m1);
-        if (!isfinite(t2) || try_disk(mean, dr, dc, t2, &d2)) {
-            st = ssb4d_fail(err, SSB4D_ENOTFOUND, "BF disk not found: %s%s%s", d1.why,
-                            isfinite(t2) ? "; with the two-class threshold: " : "",
-                            isfinite(t2) ? d2.why : "");
-            goto done;
-        }
+        if (!isfinite(t2) || try_disk(mean, dr, dc, t2, &d2))
+            return ssb4d_fail(err, SSB4D_ENOTFOUND, "BF disk not found: %s%s%s", d1.why,
+                              isfinite(t2) ? "; with the two-class threshold: " : "",
+                              isfinite(t2) ? d2.why : "");
         d = &d2;
         out->disk_threshold_two_class = 1;
     }
-    /* ---- edge radius: pixels above half the disk's median intensity. A strong scatterer's
-     * disk is not flat (a bright core, a dimmer rim): mean + std can then pick out the core
-     * alone, a compact disk well inside the edge (Au, 25 mrad, dose 1e6: 14.4 px of 25.7). When
-     * the half-median set is itself one disk clearly larger than the thresholded one, it is the
-     * BF disk. ---- */
     disk_try d3;
     double med = 0;
     size_t nedge = 0;
@@ -525,148 +605,189 @@ ssb4d_status ssb4d_calibrate(ssb4d_source *src, const ssb4d_calib_params *p,
         d = &d2;
         out->disk_threshold_half_median = 1;
     }
-    thr = d->thr;
-    double cr = d->cr, cc = d->cc, radius = d->radius;
-    out->disk_threshold = thr;
-    out->disk_centre_px[0] = cr;
-    out->disk_centre_px[1] = cc;
-    out->disk_radius_px = radius;
+    out->disk_threshold = d->thr;
+    out->disk_centre_px[0] = d->cr;
+    out->disk_centre_px[1] = d->cc;
+    out->disk_radius_px = d->radius;
     out->edge_radius_px = sqrt((double)nedge / M_PI);
+    return SSB4D_OK;
+}
 
-    /* ---- geometry ---- */
+/* The geometry: what was given, else what the disk says (the sampling from the semi-angle over
+ * the edge radius, the centre at the disk's centroid). */
+static void set_geometry(const cal_run *c, ssb4d_calibration *out)
+{
+    const ssb4d_calib_params *p = c->p;
     ssb4d_geometry *g = &out->geom;
     g->kv = p->kv;
     g->semiangle_mrad = p->semiangle_mrad;
     g->scan_step_A[0] = p->scan_step_A[0];
     g->scan_step_A[1] = p->scan_step_A[1];
-    if (sampling_given) {
+    if (c->sampling_given) {
         g->det_sampling_mrad[0] = p->det_sampling_mrad[0];
         g->det_sampling_mrad[1] = p->det_sampling_mrad[1];
     } else {
         g->det_sampling_mrad[0] = g->det_sampling_mrad[1] = p->semiangle_mrad / out->edge_radius_px;
         out->det_sampling_fitted = 1;
     }
-    if (centre_given) {
+    if (c->centre_given) {
         g->centre_px[0] = p->centre_px[0];
         g->centre_px[1] = p->centre_px[1];
     } else {
-        g->centre_px[0] = cr;
-        g->centre_px[1] = cc;
+        g->centre_px[0] = out->disk_centre_px[0];
+        g->centre_px[1] = out->disk_centre_px[1];
         out->centre_fitted = 1;
     }
-    out->det_shape[0] = dr;
-    out->det_shape[1] = dc;
-    out->scan_shape[0] = ny;
-    out->scan_shape[1] = nx;
+    out->det_shape[0] = c->dr;
+    out->det_shape[1] = c->dc;
+    out->scan_shape[0] = c->ny;
+    out->scan_shape[1] = c->nx;
+}
 
-    /* ---- BF selection ---- */
-    double sel = p->bf_radius_px > 0 ? p->bf_radius_px : radius;
+/* The BF pixels: unflagged pixels within the selection radius (the disk's, unless given) of the
+ * centre; both lists ascending (flat order). */
+static ssb4d_status select_bf(const cal_run *c, ssb4d_calibration *out, ssb4d_err *err)
+{
+    const size_t fr = c->fr, dc = c->dc;
+    const ssb4d_geometry *g = &out->geom;
+    double sel = c->p->bf_radius_px > 0 ? c->p->bf_radius_px : out->disk_radius_px;
     out->selection_radius_px = sel;
     size_t nbf = 0;
     for (size_t q = 0; q < fr; q++) {
         double yr = (double)(q / dc) - g->centre_px[0], xc = (double)(q % dc) - g->centre_px[1];
-        if (yr * yr + xc * xc <= sel * sel && !isflag[q])
+        if (yr * yr + xc * xc <= sel * sel && !c->isflag[q])
             nbf++;
     }
-    if (nbf == 0) {
-        st = ssb4d_fail(err, SSB4D_ENOTFOUND,
-                        "no BF pixel within %.2f px of the centre (%.2f, %.2f)", sel,
-                        g->centre_px[0], g->centre_px[1]);
-        goto done;
-    }
+    if (nbf == 0)
+        return ssb4d_fail(err, SSB4D_ENOTFOUND,
+                          "no BF pixel within %.2f px of the centre (%.2f, %.2f)", sel,
+                          g->centre_px[0], g->centre_px[1]);
     out->bf_pix = malloc(nbf * sizeof *out->bf_pix);
-    out->flagged = malloc((nflag ? nflag : 1) * sizeof *out->flagged);
-    if (!out->bf_pix || !out->flagged) {
-        st = ssb4d_fail(err, SSB4D_ENOMEM, "calibrate: out of memory");
-        goto done;
-    }
-    /* Both lists ascending (flat order). */
+    out->flagged = malloc((c->nflag ? c->nflag : 1) * sizeof *out->flagged);
+    if (!out->bf_pix || !out->flagged)
+        return ssb4d_fail(err, SSB4D_ENOMEM, "calibrate: out of memory");
     nbf = 0;
     size_t nf2 = 0;
     for (size_t q = 0; q < fr; q++) {
         double yr = (double)(q / dc) - g->centre_px[0], xc = (double)(q % dc) - g->centre_px[1];
-        if (isflag[q])
+        if (c->isflag[q])
             out->flagged[nf2++] = (int32_t)q;
         else if (yr * yr + xc * xc <= sel * sel)
             out->bf_pix[nbf++] = (int32_t)q;
     }
     out->n_bf = nbf;
     out->n_flagged = nf2;
+    return SSB4D_OK;
+}
 
-    /* ---- rotation ---- */
-    if (fit_rotation) {
-        if (nflag) { /* pass 2: remove the flagged pixels from the per-frame moments */
-            for (size_t p0 = 0; p0 < npos; p0 += block) {
-                size_t n = npos - p0 < block ? npos - p0 : block;
-                st = ssb4d_source_read_frames(src, p0, n, buf, err);
-                if (st)
-                    goto done;
-                ssb4d_source_done_with(src, p0, n);
-#pragma omp parallel for num_threads(nt) schedule(static)
-                for (size_t f = 0; f < n; f++) {
-                    const uint32_t *fp = buf + f * fr;
-                    uint64_t *m = mom + (p0 + f) * 3;
-                    for (size_t i = 0; i < nf2; i++) {
-                        size_t q = (size_t)out->flagged[i];
-                        uint64_t v = fp[q];
-                        m[0] -= v;
-                        m[1] -= v * (q / dc);
-                        m[2] -= v * (q % dc);
-                    }
-                }
+/* Pass 2, only when pixels were flagged: their counts leave the per-frame moments, so a hot
+ * pixel cannot drag the CoM field. */
+static ssb4d_status unflag_moments(cal_run *c, const ssb4d_calibration *out, ssb4d_err *err)
+{
+    const size_t fr = c->fr, npos = c->npos, dc = c->dc, block = c->block, nf2 = out->n_flagged;
+    for (size_t p0 = 0; p0 < npos; p0 += block) {
+        size_t n = npos - p0 < block ? npos - p0 : block;
+        ssb4d_status st = ssb4d_source_read_frames(c->src, p0, n, c->buf, err);
+        if (st)
+            return st;
+        ssb4d_source_done_with(c->src, p0, n);
+#pragma omp parallel for num_threads(c->nt) schedule(static)
+        for (size_t f = 0; f < n; f++) {
+            const uint32_t *fp = c->buf + f * fr;
+            uint64_t *m = c->mom + (p0 + f) * 3;
+            for (size_t i = 0; i < nf2; i++) {
+                size_t q = (size_t)out->flagged[i];
+                uint64_t v = fp[q];
+                m[0] -= v;
+                m[1] -= v * (q / dc);
+                m[2] -= v * (q % dc);
             }
         }
-        com = ssb4d_mem_alloc(p->mem, npos * 2 * sizeof *com, "calibrate CoM", NULL);
-        if (!com) {
-            st = ssb4d_fail(err, SSB4D_ENOMEM, "calibrate: out of memory (CoM field)");
-            goto done;
-        }
-        /* CoM in mrad (the sampling may differ between the axes when given). */
-#pragma omp parallel for num_threads(nt) schedule(static)
-        for (size_t i = 0; i < npos; i++) {
-            const uint64_t *m = mom + i * 3;
-            double d0 = 0, d1 = 0;
-            if (m[0]) {
-                d0 = ((double)m[1] / (double)m[0] - g->centre_px[0]) * g->det_sampling_mrad[0];
-                d1 = ((double)m[2] / (double)m[0] - g->centre_px[1]) * g->det_sampling_mrad[1];
-            }
-            com[2 * i] = d0;
-            com[2 * i + 1] = d1;
-        }
-        double th, ratio, sig;
-        ssb4d_err rerr = {0};
-        if (ssb4d_cal_rotation_from_com(com, ny, nx, p->scan_step_A, &th, &ratio, &sig, &rerr)) {
-            /* A uniform CoM field (vacuum) or a tiny scan: the disk and sampling are still good;
-             * the rotation stays unmeasured (rotation_fitted = 0, NaN figures) and is set to 0. */
-            out->rotation_curl_deg = out->curl_ratio = out->rotation_sigma_deg = NAN;
-            g->rotation_deg = 0.0;
-        } else {
-            out->rotation_curl_deg = th;
-            out->curl_ratio = ratio;
-            out->rotation_sigma_deg = sig;
-            out->rotation_fitted = 1;
-            g->rotation_deg = th;
-        }
-    } else {
+    }
+    return SSB4D_OK;
+}
+
+/* The rotation: measured from the CoM field's curl when not given (SPEC §5.1). */
+static ssb4d_status measure_rotation(cal_run *c, ssb4d_calibration *out, ssb4d_err *err)
+{
+    ssb4d_geometry *g = &out->geom;
+    if (!c->fit_rotation) {
         out->rotation_curl_deg = NAN;
         out->curl_ratio = NAN;
         out->rotation_sigma_deg = NAN;
-        g->rotation_deg = p->rotation_deg;
+        g->rotation_deg = c->p->rotation_deg;
+        return SSB4D_OK;
     }
+    ssb4d_status st = c->nflag ? unflag_moments(c, out, err) : SSB4D_OK;
+    if (st)
+        return st;
+    const size_t npos = c->npos;
+    c->com = ssb4d_mem_alloc(c->p->mem, c->w.com, "calibrate CoM", NULL);
+    if (!c->com)
+        return ssb4d_fail(err, SSB4D_ENOMEM, "calibrate: out of memory (CoM field)");
+    double *com = c->com;
+    const uint64_t *mom = c->mom;
+    /* CoM in mrad (the sampling may differ between the axes when given). */
+#pragma omp parallel for num_threads(c->nt) schedule(static)
+    for (size_t i = 0; i < npos; i++) {
+        const uint64_t *m = mom + i * 3;
+        double d0 = 0, d1 = 0;
+        if (m[0]) {
+            d0 = ((double)m[1] / (double)m[0] - g->centre_px[0]) * g->det_sampling_mrad[0];
+            d1 = ((double)m[2] / (double)m[0] - g->centre_px[1]) * g->det_sampling_mrad[1];
+        }
+        com[2 * i] = d0;
+        com[2 * i + 1] = d1;
+    }
+    double th, ratio, sig;
+    ssb4d_err rerr = {0};
+    if (ssb4d_cal_rotation_from_com(com, c->ny, c->nx, c->p->scan_step_A, &th, &ratio, &sig, &rerr)) {
+        /* A uniform CoM field (vacuum) or a tiny scan: the disk and sampling are still good;
+         * the rotation stays unmeasured (rotation_fitted = 0, NaN figures) and is set to 0. */
+        out->rotation_curl_deg = out->curl_ratio = out->rotation_sigma_deg = NAN;
+        g->rotation_deg = 0.0;
+    } else {
+        out->rotation_curl_deg = th;
+        out->curl_ratio = ratio;
+        out->rotation_sigma_deg = sig;
+        out->rotation_fitted = 1;
+        g->rotation_deg = th;
+    }
+    return SSB4D_OK;
+}
 
-    out->mean_pattern = mean;
-    mean = NULL;
-
-done:
-    ssb4d_mem_free(p->mem, buf, 0);
-    free(tot_t);
-    ssb4d_mem_free(p->mem, mom, 0);
-    free(tot);
-    free(flagged);
-    free(mean);
-    free(isflag);
-    free(vals);
-    ssb4d_mem_free(p->mem, com, 0);
+ssb4d_status ssb4d_calibrate(ssb4d_source *src, const ssb4d_calib_params *p,
+                             ssb4d_calibration *out, ssb4d_err *err)
+{
+    if (!out)
+        return ssb4d_fail(err, SSB4D_EINVAL, "calibrate: no output");
+    memset(out, 0, sizeof *out);
+    if (!src || !p)
+        return ssb4d_fail(err, SSB4D_EINVAL, "calibrate: no data source or no parameters");
+    ssb4d_status st = check_params(p, err);
+    if (st)
+        return st;
+    cal_run c;
+    if ((st = cal_setup(&c, src, p, err)))
+        return st;
+    st = cal_alloc(&c, err);
+    if (!st)
+        st = pass_totals(&c, out, err);
+    if (!st) {
+        mean_pattern(&c);
+        st = find_disk(&c, out, err);
+    }
+    if (!st) {
+        set_geometry(&c, out);
+        st = select_bf(&c, out, err);
+    }
+    if (!st)
+        st = measure_rotation(&c, out, err);
+    if (!st) {
+        out->mean_pattern = c.mean;
+        c.mean = NULL;
+    }
+    cal_free(&c);
     if (st) {
         double tc = out->total_counts;
         ssb4d_calibration_free(out);

@@ -1,6 +1,7 @@
 /* calibrate_internal.h — pieces of the calibration stage exposed for tests (SPEC §4). */
 #ifndef SSB4D_CALIBRATE_INTERNAL_H
 #define SSB4D_CALIBRATE_INTERNAL_H
+#include "common/workspace.h"
 #include "ssb4d_advanced.h"
 
 /* Scan-detector rotation from a centre-of-mass field com[(i*nx + j)*2 + {0,1}] = (det_row,
@@ -21,4 +22,14 @@ ssb4d_status ssb4d_cal_rotation_from_com(const double *com, size_t ny, size_t nx
 /* S(θ) of the same field at θ (degrees); for tests and the grid cross-check. */
 double ssb4d_cal_curl_sumsq(const double *com, size_t ny, size_t nx, const double step_A[2],
                             double theta_deg);
+
+/* ssb4d_calibrate's tracked buffers (common/workspace.h) for frames of fr pixels at npos scan
+ * positions and a frame block of block_bytes (0: the default): the block of frames, and when the
+ * rotation is fitted the per-frame moments, then the CoM field; all three live to the end. */
+typedef struct {
+    size_t frames;        /* frames per block */
+    size_t buf, mom, com; /* bytes; mom and com 0 unless the rotation is fitted */
+} calibrate_ws;
+calibrate_ws calibrate_ws_sizes(size_t fr, size_t npos, size_t block_bytes, int fit_rotation);
+void calibrate_workspace(const calibrate_ws *w, ws_sink *out);
 #endif

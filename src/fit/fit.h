@@ -3,6 +3,7 @@
  * objective. Other aberration coefficients stay at the values given in `base`. */
 #ifndef SSB4D_FIT_FIT_H
 #define SSB4D_FIT_FIT_H
+#include "common/workspace.h"
 #include "fit/search.h"
 #include "ssb4d_advanced.h"
 
@@ -66,4 +67,27 @@ ssb4d_status fit_check_start(const double lo[3], const double hi[3], const doubl
  * of the centre: the standard fit's pixels (idx may be NULL to count them). */
 size_t fit_pixels_of(const int32_t *bf_pix, size_t n_bf, size_t det_cols, const ssb4d_geometry *g,
                      double fraction, size_t *idx);
+
+/* ---- workspace (common/workspace.h; workspace.c) ---- */
+
+/* The branch check's phase image on an ny x nx scan. */
+size_t fit_branch_phase_bytes(size_t ny, size_t nx);
+
+/* ssb4d_fit as far as memory goes, on an ny x nx scan: the parallax estimate, the coarse and the
+ * full stages of the band or loss search, the branch check and the exact loss on all BF pixels. */
+typedef struct {
+    size_t ny, nx, n_bf, n_fit, n_coarse; /* BF pixels: all, within the fit radius, the coarse subset */
+    int threads;                          /* resolved */
+    size_t band_nb, band_nr, band_nc;     /* the band objective's bins, rows and columns (band_bins) */
+    int parallax_runs;                    /* the parallax estimate reads G (8 or more stored pixels) */
+    size_t parallax_nb;                   /* its bins (parallax_bins_of) */
+    size_t batch, trials;                 /* global candidates in batches of batch */
+    int d;                                /* Nelder–Mead's free parameters */
+    int fit_rotation;                     /* the rotation is searched: a k table per distinct rotation */
+    int band;                             /* the band objective (else the exact loss) */
+    int branch_check;
+} fit_ws_shape;
+/* Passes over the coarse and full fit views come as ws_pass(out, n_fit): both lie within the fit
+ * radius, so within its n_fit innermost pixels; the others as ws_pass(out, 0). */
+void fit_workspace(const fit_ws_shape *s, ws_sink *out);
 #endif

@@ -303,7 +303,7 @@ static ssb4d_status phase_skewness(const ssb4d_G *G, const ssb4d_geometry *g,
                                    double *skew, ssb4d_err *err)
 {
     size_t n = G->ny * G->nx;
-    float *ph = ssb4d_mem_alloc(mem, n * sizeof *ph, "branch-check phase", err);
+    float *ph = ssb4d_mem_alloc(mem, fit_branch_phase_bytes(G->ny, G->nx), "branch-check phase", err);
     if (!ph)
         return SSB4D_ENOMEM;
     ssb4d_ssb_opts o;

@@ -106,18 +106,10 @@ static ssb4d_status build_planes(const ssb4d_G *G, ssb4d_source *src, const size
         if (!first && dest[i])
             first = dest[i];
     }
-    size_t row_bytes = n * nx * sizeof(float);
-    size_t rows_per_block = block_bytes / row_bytes;
-    if (rows_per_block < 1)
-        rows_per_block = 1;
-    if (rows_per_block > ny)
-        rows_per_block = ny;
-    /* Per-thread scratch: one aligned input row and one aligned output row. */
-    size_t in_bytes = ((nx + 16) * sizeof(float) + 63) / 64 * 64;
-    size_t scratch_stride = in_bytes + ((G->nxh + 8) * sizeof(fftwf_complex) + 63) / 64 * 64;
-    float *block = ssb4d_mem_alloc(mem, rows_per_block * row_bytes, "G build block", err);
-    char *scratch = block ? ssb4d_mem_alloc(mem, (size_t)nt * scratch_stride, "G build FFT scratch", err)
-                          : NULL;
+    const gbuild_block_ws w = gbuild_block_sizes(ny, nx, n, block_bytes, nt);
+    size_t rows_per_block = w.rows, in_bytes = w.in_bytes, scratch_stride = w.scratch_stride;
+    float *block = ssb4d_mem_alloc(mem, w.block, "G build block", err);
+    char *scratch = block ? ssb4d_mem_alloc(mem, w.scratch, "G build FFT scratch", err) : NULL;
     if (!block || !scratch) {
         ssb4d_mem_free(mem, block, 0);
         free(pix);
@@ -209,6 +201,84 @@ static ssb4d_status build_planes(const ssb4d_G *G, ssb4d_source *src, const size
 
 static size_t plane_bytes_f32(const ssb4d_G *G) { return G->plane_stride * sizeof(fftwf_complex); }
 
+/* ---- workspace: the sizes the code below allocates, and the query the planner composes ------ */
+
+size_t G_plane_stride_of(size_t ny, size_t nx) { return (ny * (nx / 2 + 1) + 7) / 8 * 8; }
+
+size_t G_plane_bytes_of(size_t ny, size_t nx, int half)
+{
+    return half ? G_plane_stride_of(ny, nx) * 2 * sizeof(uint16_t) : G_plane_stride_of(ny, nx) * sizeof(fftwf_complex);
+}
+
+size_t G_group_planes_of(size_t ny, size_t nx, size_t group_bytes)
+{
+    size_t g = group_bytes / G_plane_bytes_of(ny, nx, 0) / 64 * 64;
+    return g < 64 ? 64 : g;
+}
+
+gbuild_block_ws gbuild_block_sizes(size_t ny, size_t nx, size_t n, size_t block_bytes, int nt)
+{
+    gbuild_block_ws w;
+    size_t row_bytes = n * nx * sizeof(float);
+    w.rows = row_bytes ? block_bytes / row_bytes : ny;
+    w.rows = w.rows < 1 ? 1 : w.rows > ny ? ny : w.rows;
+    w.block = w.rows * row_bytes;
+    w.in_bytes = ((nx + 16) * sizeof(float) + 63) / 64 * 64;
+    w.scratch_stride = w.in_bytes + ((nx / 2 + 1 + 8) * sizeof(fftwf_complex) + 63) / 64 * 64;
+    w.scratch = (size_t)nt * w.scratch_stride;
+    return w;
+}
+
+static void block_workspace(const gbuild_ws_shape *s, size_t n, ws_sink *out)
+{
+    gbuild_block_ws w = gbuild_block_sizes(s->ny, s->nx, n, s->block_bytes, s->threads);
+    ws_alloc(out, w.block);
+    ws_alloc(out, w.scratch);
+    ws_free(out, w.block, 0);
+    ws_free(out, w.scratch, 0);
+}
+
+static int ws_resident_f32(const gbuild_ws_shape *s) { return !s->half && s->n_resident >= s->n_stored; }
+
+void gbuild_workspace(const gbuild_ws_shape *s, ws_sink *out)
+{
+    if (s->n_resident)
+        ws_alloc(out, s->n_resident * G_plane_bytes_of(s->ny, s->nx, s->half));
+    if (ws_resident_f32(s) || s->n_stored == 0) {
+        block_workspace(s, s->n_bf, out);
+        return;
+    }
+    size_t span = s->group_planes, buf = span * G_plane_bytes_of(s->ny, s->nx, 0);
+    ws_alloc(out, buf);
+    for (size_t ib0 = 0; ib0 < s->n_bf; ib0 += span)
+        block_workspace(s, ib0 + span < s->n_bf ? span : s->n_bf - ib0, out);
+    ws_free(out, buf, 0);
+}
+
+void gbuild_free_workspace(const gbuild_ws_shape *s, ws_sink *out)
+{
+    if (s->n_resident)
+        ws_free(out, s->n_resident * G_plane_bytes_of(s->ny, s->nx, s->half), 0);
+}
+
+void gbuild_pass_workspace(const gbuild_ws_shape *s, ws_sink *out)
+{
+    size_t buf = s->group_planes * G_plane_bytes_of(s->ny, s->nx, 0);
+    ws_alloc(out, buf);
+    if (s->n_resident < s->n_stored) {
+        size_t nmax = s->n_stored - s->n_resident, best = 1, best_bytes = 0;
+        if (nmax > s->group_planes)
+            nmax = s->group_planes;
+        for (size_t n = 1; n <= nmax; n++) {
+            size_t b = gbuild_block_sizes(s->ny, s->nx, n, s->block_bytes, s->threads).block;
+            if (b > best_bytes)
+                best_bytes = b, best = n;
+        }
+        block_workspace(s, best, out);
+    }
+    ws_free(out, buf, 1);
+}
+
 /* Which stored planes stay resident when they do not all fit in resident_bytes: the innermost
  * BF pixels (nearest the disk centre; ties in BF order), which every fit subset uses. */
 typedef struct {
@@ -284,7 +354,7 @@ ssb4d_status ssb4d_gbuild(ssb4d_source *src, const ssb4d_geometry *g, const int3
     G->ny = ny;
     G->nx = nx;
     G->nxh = nx / 2 + 1;
-    G->plane_stride = (ny * G->nxh + 7) / 8 * 8;
+    G->plane_stride = G_plane_stride_of(ny, nx);
     G->n_bf = n_bf;
     G->det_shape[0] = shape[2];
     G->det_shape[1] = shape[3];
@@ -293,9 +363,7 @@ ssb4d_status ssb4d_gbuild(ssb4d_source *src, const ssb4d_geometry *g, const int3
     G->threads = o->threads;
     G->block_bytes = o->block_bytes ? o->block_bytes : DEFAULT_BLOCK_BYTES;
     size_t group_bytes = o->group_bytes ? o->group_bytes : DEFAULT_GROUP_BYTES;
-    G->group_planes = group_bytes / plane_bytes_f32(G) / 64 * 64;
-    if (G->group_planes < 64)
-        G->group_planes = 64;
+    G->group_planes = G_group_planes_of(ny, nx, group_bytes);
     G->bf_pix = malloc(n_bf * sizeof *G->bf_pix);
     G->plane_of = malloc(n_bf * sizeof *G->plane_of);
     G->totals = calloc(n_bf, sizeof *G->totals);
@@ -309,7 +377,7 @@ ssb4d_status ssb4d_gbuild(ssb4d_source *src, const ssb4d_geometry *g, const int3
                              ? (int64_t)G->n_stored++
                              : G_INACTIVE;
     G->n_resident = G->n_stored;
-    size_t per_plane = o->half ? G->plane_stride * 2 * sizeof(uint16_t) : plane_bytes_f32(G);
+    size_t per_plane = G_plane_bytes_of(ny, nx, o->half);
     if (o->resident_bytes && G->n_stored * per_plane > o->resident_bytes) {
         st = choose_resident(G, g, o->resident_bytes / per_plane, err);
         if (st) {

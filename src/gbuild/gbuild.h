@@ -5,6 +5,7 @@
  * one FFTW plan serves all of them (FFTW plans are tied to the alignment of their arrays). */
 #ifndef SSB4D_GBUILD_H
 #define SSB4D_GBUILD_H
+#include "common/workspace.h"
 #include "ssb4d_advanced.h"
 
 #include <fftw3.h>
@@ -81,6 +82,44 @@ size_t G_group_span(const struct ssb4d_G *G);
  * with ssb4d_G_free before G. The fit evaluates its loss on such subsets (docs/fit.md). */
 ssb4d_status ssb4d_G_subset(const struct ssb4d_G *G, const size_t *idx, size_t n, struct ssb4d_G **out,
                             ssb4d_err *err);
+
+/* ---- workspace (common/workspace.h): what the build and a consumer's pass allocate ---------- */
+
+/* Complex values per plane of an ny x nx scan: ny * (nx/2+1), padded to a multiple of 8. */
+size_t G_plane_stride_of(size_t ny, size_t nx);
+/* Bytes of one stored plane: float32, or half precision (binary16 pairs). */
+size_t G_plane_bytes_of(size_t ny, size_t nx, int half);
+/* Float32 planes per group for group_bytes (a multiple of 64, at least 64). */
+size_t G_group_planes_of(size_t ny, size_t nx, size_t group_bytes);
+
+/* build_planes on n BF pixels: the decode block of `rows` scan rows, and the per-thread FFT
+ * scratch (one aligned input row and one aligned output row per thread). */
+typedef struct {
+    size_t rows, block;               /* rows per block, its bytes */
+    size_t in_bytes, scratch_stride;  /* per thread: the input row, input + output rows */
+    size_t scratch;                   /* all threads' scratch */
+} gbuild_block_ws;
+gbuild_block_ws gbuild_block_sizes(size_t ny, size_t nx, size_t n, size_t block_bytes, int nt);
+
+/* How a G is held, for the queries below. */
+typedef struct {
+    size_t ny, nx, n_bf, n_stored;
+    size_t n_resident;   /* stored planes resident (half or float32) */
+    size_t group_planes; /* G_group_planes_of */
+    size_t block_bytes;
+    int half, threads;   /* threads resolved */
+} gbuild_ws_shape;
+
+/* ssb4d_gbuild: the resident planes (left live), then the build in one pass or in groups. */
+void gbuild_workspace(const gbuild_ws_shape *s, ws_sink *out);
+/* ssb4d_G_free: the resident planes go. */
+void gbuild_free_workspace(const gbuild_ws_shape *s, ws_sink *out);
+/* One consumer pass over a G that is not resident in float32: the group's buffer (kept in the
+ * cache) and, when planes are streamed, their rebuild. Which streamed pixels a group holds
+ * depends on where they lie, and the decode block is not monotone in their number (59 pixels
+ * can need more bytes than 64), so the query takes the count up to a group's that needs the
+ * largest block: a bound, reached when the streamed pixels fall that way. */
+void gbuild_pass_workspace(const gbuild_ws_shape *s, ws_sink *out);
 
 /* A(k) can be non-zero for this BF pixel under geometry g (conservative: the widest edge). */
 int ssb4d_bf_pixel_active(const ssb4d_geometry *g, size_t det_cols, int32_t pix);

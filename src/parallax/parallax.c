@@ -122,6 +122,43 @@ static int cmp_ranked(const void *a, const void *b)
     return (x->idx > y->idx) - (x->idx < y->idx);
 }
 
+/* ---- workspace: the sizes the estimate allocates, and their order ------------------------- */
+
+size_t parallax_want_bins(const ssb4d_parallax_opts *o, size_t n_bf)
+{
+    size_t want = o->max_bins ? o->max_bins : 1024;
+    if (o->max_bytes && n_bf && want * n_bf * sizeof(cfloat) > o->max_bytes)
+        want = o->max_bytes / (n_bf * sizeof(cfloat));
+    return want < 16 ? 16 : want;
+}
+
+size_t parallax_bins_of(size_t ny, size_t nx, size_t n_bf, const ssb4d_geometry *g, const ssb4d_parallax_opts *o)
+{
+    size_t want = parallax_want_bins(o, n_bf), nxh = nx / 2 + 1, n = 0;
+    if (!g)
+        n = ny * nxh;
+    else {
+        double lambda = ssb4d_wavelength_A(g->kv), qmax = 2.0 * g->semiangle_mrad * 1e-3 / lambda;
+        for (size_t i = 0; i < ny; i++)
+            for (size_t j = 0; j < nxh; j++)
+                n += (size_t)parallax_bin_eligible(i, j, ny, nx, g, qmax * qmax);
+    }
+    return n < want ? n : want;
+}
+
+size_t parallax_spectra_bytes(size_t n_bf, size_t nb) { return (n_bf ? n_bf : 1) * (nb ? nb : 1) * sizeof(cfloat); }
+
+void parallax_workspace(size_t n_bf, size_t nb, ws_sink *out)
+{
+    ws_pass(out, 0); /* select_bins */
+    if (nb < 4)
+        return; /* too few bins: the estimate stops there */
+    size_t spectra = parallax_spectra_bytes(n_bf, nb);
+    ws_alloc(out, spectra);
+    ws_pass(out, 0); /* extract */
+    ws_free(out, spectra, 0);
+}
+
 /* Chooses the nb strongest bins of Σ_k |G(q,k)|² over every m-th stored pixel, among bins away
  * from DC (3×3), off the Nyquist row/column, and inside the SSB passband |q| < 2α/λ. */
 static ssb4d_status select_bins(const ssb4d_G *G, const ssb4d_geometry *g, size_t want, int nt, px *p,
@@ -205,7 +242,7 @@ static ssb4d_status select_bins(const ssb4d_G *G, const ssb4d_geometry *g, size_
 static ssb4d_status extract(const ssb4d_G *G, int nt, px *p, ssb4d_mem *mem, ssb4d_err *err)
 {
     size_t ny = G->ny, nx = G->nx, nxh = G->nxh, nb = p->nb;
-    p->v = ssb4d_mem_calloc(mem, (G->n_bf ? G->n_bf : 1) * (nb ? nb : 1) * sizeof *p->v, "parallax spectra", err);
+    p->v = ssb4d_mem_calloc(mem, parallax_spectra_bytes(G->n_bf, nb), "parallax spectra", err);
     if (!p->v)
         return SSB4D_ENOMEM;
     G_group gr = {0};
@@ -663,11 +700,7 @@ ssb4d_status ssb4d_parallax_estimate(const ssb4d_G *G, const ssb4d_geometry *g,
             rmax = fmax(rmax, hypot(p.row[ib] - g->centre_px[0], p.col[ib] - g->centre_px[1]));
         }
     }
-    size_t want = o->max_bins ? o->max_bins : 1024;
-    if (o->max_bytes && G->n_bf && want * G->n_bf * sizeof(cfloat) > o->max_bytes)
-        want = o->max_bytes / (G->n_bf * sizeof(cfloat));
-    if (want < 16)
-        want = 16;
+    size_t want = parallax_want_bins(o, G->n_bf);
     st = p.n_used < 8 ? ssb4d_fail(err, SSB4D_ENOTFOUND, "too few BF pixels (%zu) for the parallax estimate", p.n_used)
                       : select_bins(G, g, want, nt, &p, mem, err);
     if (!st && p.nb < 4)

@@ -1,24 +1,27 @@
 /* plan.c — the memory planner (SPEC §9): decide how G is held and how big every transient is,
  * once, from the shape and the budget; predict each session stage's tracked bytes.
  *
- * The prediction replays each stage's allocations, in the order the code makes them, through a
- * model of src/common/mem.c (live bytes, the exact-size reuse cache of at most 64 blocks, the
- * "return the cache before refusing" rule). A formula per stage would drift from the code the
- * first time a buffer moved; a replay drifts too, but tests/test_plan.c runs the real session and
- * compares every stage's tracked peak and after with the replay, so the drift shows at once.
- * The replays below mirror: calibrate.c (frame block, moments, CoM), gbuild.c (single pass or
- * groups), loss.c (phase_stack), object.c, parallax.c (its per-pixel spectra and group passes),
- * band.c (band power; a batch's bins, k tables per distinct rotation, set tables, sums and
- * per-thread scratch), standard.c (the parallax estimate, the coarse and full stages of the band
- * or loss search, the branch check, the exact loss over all BF pixels) and src/session/session.c
- * (the stage order, trims, the preview buffers). */
+ * The prediction composes the stages' workspace queries (common/workspace.h): each stage says,
+ * for given sizes, which buffers it allocates and frees through src/common/mem.c and in which
+ * order, and sizes its own allocations from the same functions, so there is one source of truth
+ * per buffer. The planner feeds those events through its model of mem.c (model.c: live bytes,
+ * the exact-size reuse cache, "return the cache before refusing") and expands each stage's pass
+ * over G by how this plan holds G (gbuild.c's pass query, or nothing for a resident float32 view).
+ * The queries: calibrate.c (frame block, moments, CoM), gbuild.c (the build, a pass, the free),
+ * fit/workspace.c (standard.c's order of parallax.c, band.c, loss.c and object.c's queries),
+ * object.c, loss.c; the session's own order (the stages, trims, the preview buffers of
+ * plan_preview_sizes, which session.c allocates from) is run_session's below.
+ * tests/test_plan.c runs the real session and compares every stage's tracked peak and after with
+ * the plan's, so a query that drifts from its stage shows at once. */
 #include "plan/plan.h"
 
+#include "calibrate/calibrate_internal.h"
 #include "common/err.h"
 #include "common/parallel.h"
 #include "fit/fit.h"
 #include "gbuild/gbuild.h"
 #include "parallax/parallax.h"
+#include "plan/model.h"
 #include "ssb/ssb_internal.h"
 
 #include <math.h>
@@ -28,149 +31,52 @@
 
 #define MIB ((size_t)1 << 20)
 #define GIB ((size_t)1 << 30)
-#define MODEL_MAX_CACHE 64 /* mem.c's MAX_CACHE */
 
 void ssb4d_plan_input_default(ssb4d_plan_input *in)
 {
     memset(in, 0, sizeof *in);
 }
 
-/* ---- the model of the accounting layer ----------------------------------------------------- */
-
-typedef struct {
-    size_t limit, live, cached, stage_peak, session_peak;
-    size_t cache[MODEL_MAX_CACHE];
-    size_t n_cache;
-    int failed;
-} model;
-
-static void note(model *m)
-{
-    size_t t = m->live + m->cached;
-    if (t > m->stage_peak)
-        m->stage_peak = t;
-    if (t > m->session_peak)
-        m->session_peak = t;
-}
-
-static void m_trim(model *m)
-{
-    m->cached = 0;
-    m->n_cache = 0;
-}
-
-static void m_alloc(model *m, size_t b)
-{
-    if (b == 0)
-        b = 1;
-    for (size_t i = 0; i < m->n_cache; i++)
-        if (m->cache[i] == b) {
-            m->cache[i] = m->cache[--m->n_cache];
-            m->cached -= b;
-            m->live += b;
-            note(m);
-            return;
-        }
-    if (m->limit && m->live + m->cached + b > m->limit && m->n_cache)
-        m_trim(m);
-    if (m->limit && m->live + b > m->limit)
-        m->failed = 1; /* the run would refuse here; keep counting to report the need */
-    m->live += b;
-    note(m);
-}
-
-static void m_free(model *m, size_t b, int keep)
-{
-    if (b == 0)
-        b = 1;
-    m->live -= b;
-    if (keep && m->n_cache < MODEL_MAX_CACHE) {
-        m->cache[m->n_cache++] = b;
-        m->cached += b;
-    }
-}
-
 /* ---- shapes ---------------------------------------------------------------------------------- */
 
 typedef struct {
-    size_t ny, nx, nxh, stride; /* G's plane: stride complex values */
+    size_t ny, nx, nxh;
     size_t n_bf, n_stored, n_fit, n_coarse;
     int nt;
     size_t band_nb, band_nr, band_nc; /* the band objective's bins, and rows / columns holding them */
-    size_t px_nb;                     /* the parallax estimate's bins (0: it stops before its spectra) */
+    size_t px_nb;                     /* the parallax estimate's bins (0: under 4, it stops there) */
     int px_runs;                      /* the parallax estimate reads G (enough stored pixels) */
 } shape;
 
-static size_t p32(const shape *s) { return s->stride * 8; }
-static size_t p16(const shape *s) { return s->stride * 4; }
-
-/* band.c geom_init's bins for the band lo < |q| < hi on an ny x nx scan (the same arithmetic, so
- * the same count at the band's edges), and the rows and columns that hold them. */
-static void band_bins(size_t ny, size_t nx, const double step[2], double lo, double hi, size_t *nb, size_t *nr,
-                      size_t *nc)
-{
-    size_t nxh = nx / 2 + 1, n = 0, rows = 0, cols = 0;
-    unsigned char *col = calloc(nxh, 1);
-    for (size_t i = 0; i < ny; i++) {
-        int row = 0;
-        for (size_t j = 0; j < nxh; j++) {
-            double qx = ssb_fftfreq(i, ny, step[0]), qy = ssb_fftfreq(j, nx, step[1]);
-            double r = sqrt(qx * qx + qy * qy);
-            if (r > lo && r < hi) {
-                n++;
-                row = 1;
-                if (col && !col[j])
-                    col[j] = 1, cols++;
-            }
-        }
-        rows += row;
-    }
-    free(col);
-    *nb = n, *nr = rows, *nc = col ? cols : nxh;
-}
-
-/* parallax.c: the bins select_bins keeps (the strongest of those off DC's 3x3, off the Nyquist
- * row and column and inside the SSB passband, at most max_bins and the max_bytes cap) for n_bf
- * pixels; without a geometry every bin of the half-plane counts. */
-static size_t parallax_bins(size_t ny, size_t nx, size_t n_bf, const ssb4d_geometry *g)
-{
-    ssb4d_parallax_opts o;
-    ssb4d_parallax_opts_default(&o);
-    size_t want = o.max_bins ? o.max_bins : 1024;
-    if (o.max_bytes && n_bf && want * n_bf * 8 > o.max_bytes)
-        want = o.max_bytes / (n_bf * 8);
-    if (want < 16)
-        want = 16;
-    size_t nxh = nx / 2 + 1, n = 0;
-    if (!g)
-        n = ny * nxh;
-    else {
-        double lambda = ssb4d_wavelength_A(g->kv), qmax = 2.0 * g->semiangle_mrad * 1e-3 / lambda;
-        for (size_t i = 0; i < ny; i++)
-            for (size_t j = 0; j < nxh; j++)
-                n += (size_t)parallax_bin_eligible(i, j, ny, nx, g, qmax * qmax);
-    }
-    return n < want ? n : want;
-}
+static size_t p32(const shape *s) { return G_plane_bytes_of(s->ny, s->nx, 0); }
+static size_t p16(const shape *s) { return G_plane_bytes_of(s->ny, s->nx, 1); }
 
 static shape make_shape(size_t ny, size_t nx, size_t n_bf, size_t n_stored, size_t n_fit,
                         size_t n_coarse, int nt, const ssb4d_geometry *g, const ssb4d_fit_params *fp)
 {
-    shape s = {ny, nx, nx / 2 + 1, 0, n_bf, n_stored, n_fit, n_coarse, nt, 0, 0, 0, 0, 0};
-    s.stride = (ny * s.nxh + 7) / 8 * 8;
-    if (g) { /* standard.c auto_band */
+    shape s = {ny, nx, nx / 2 + 1, n_bf, n_stored, n_fit, n_coarse, nt, 0, 0, 0, 0, 0};
+    if (g) { /* standard.c auto_band; the bins counted as band.c counts them */
         double lambda = ssb4d_wavelength_A(g->kv);
         double fov = fmin((double)ny * g->scan_step_A[0], (double)nx * g->scan_step_A[1]);
         double lo = fp->band_lo_inv_A > 0 ? fp->band_lo_inv_A : 1.5 / fov;
         double hi = fp->band_hi_inv_A > 0 ? fp->band_hi_inv_A : 2.0 * g->semiangle_mrad * 1e-3 / lambda;
-        band_bins(ny, nx, g->scan_step_A, lo, hi, &s.band_nb, &s.band_nr, &s.band_nc);
+        int *row = calloc(ny, sizeof *row), *col = calloc(s.nxh, sizeof *col);
+        if (row && col)
+            s.band_nb = band_bins(ny, nx, g->scan_step_A, lo, hi, row, col, &s.band_nr, &s.band_nc);
+        else /* no memory to count: the whole half-plane, an upper bound */
+            s.band_nb = ny * s.nxh, s.band_nr = ny, s.band_nc = s.nxh;
+        free(row), free(col);
     } else { /* no geometry: the whole half-plane, an upper bound */
         s.band_nb = ny * s.nxh, s.band_nr = ny, s.band_nc = s.nxh;
     }
-    /* parallax.c runs on 8 or more stored pixels and reads its spectra from 4 bins up */
+    /* parallax.c runs on 8 or more stored pixels */
     s.px_runs = fp->use_parallax && n_stored >= 8;
-    s.px_nb = s.px_runs ? parallax_bins(ny, nx, n_bf, g) : 0;
-    if (s.px_nb < 4)
+    if (s.px_runs) {
+        ssb4d_parallax_opts po;
+        ssb4d_parallax_opts_default(&po);
+        s.px_nb = parallax_bins_of(ny, nx, n_bf, g, &po);
+    }
+    if (s.px_nb < 4) /* the estimate stops before its spectra, and gives no start */
         s.px_nb = 0;
     return s;
 }
@@ -183,132 +89,61 @@ typedef struct {
     size_t block_bytes;
 } gmode;
 
-static size_t group_planes_of(const shape *s, size_t group_bytes)
-{
-    size_t g = group_bytes / p32(s) / 64 * 64;
-    return g < 64 ? 64 : g;
-}
+static size_t group_planes_of(const shape *s, size_t group_bytes) { return G_group_planes_of(s->ny, s->nx, group_bytes); }
 
 static int resident_f32(const shape *s, const gmode *g) { return !g->half && g->n_res >= s->n_stored; }
 
-/* gbuild.c: build_planes' block (rows of n pixels) and per-thread scratch. */
-static void replay_build_planes(model *m, const shape *s, size_t n, size_t block_bytes)
+static gbuild_ws_shape g_shape(const shape *s, const gmode *g)
 {
-    size_t row_bytes = n * s->nx * 4, rows = block_bytes / row_bytes;
-    rows = rows < 1 ? 1 : rows > s->ny ? s->ny : rows;
-    size_t in_bytes = ((s->nx + 16) * 4 + 63) / 64 * 64;
-    size_t scratch = in_bytes + ((s->nxh + 8) * 8 + 63) / 64 * 64;
-    m_alloc(m, rows * row_bytes);
-    m_alloc(m, (size_t)s->nt * scratch);
-    m_free(m, rows * row_bytes, 0);
-    m_free(m, (size_t)s->nt * scratch, 0);
+    gbuild_ws_shape w = {s->ny, s->nx, s->n_bf, s->n_stored, g->n_res, g->group_planes, g->block_bytes, g->half, s->nt};
+    return w;
 }
 
-/* ssb4d_gbuild: G's planes stay live (returned). */
-static void replay_gbuild(model *m, const shape *s, const gmode *g)
+/* ---- composing the stages' workspace queries -------------------------------------------------- */
+
+/* The model, and how G is held: a stage's pass over G (WS_PASS) costs a group buffer unless its
+ * view is resident in float32 (the resident planes are the innermost, so a view within the
+ * `within` innermost pixels is resident when they fit in them); then gbuild's pass query. */
+typedef struct {
+    model_sink sink;
+    const shape *s;
+    const gmode *g;
+} stage_sink;
+
+static void on_pass(model_sink *self, size_t within)
 {
-    size_t per = g->half ? p16(s) : p32(s);
-    if (g->n_res)
-        m_alloc(m, g->n_res * per);
-    if (resident_f32(s, g) || s->n_stored == 0) {
-        replay_build_planes(m, s, s->n_bf, g->block_bytes);
+    const stage_sink *st = (const stage_sink *)self;
+    const shape *s = st->s;
+    const gmode *g = st->g;
+    int needs = g->half || (g->n_res < s->n_stored && !(within && within <= g->n_res));
+    if (!needs)
         return;
-    }
-    size_t span = g->group_planes;
-    m_alloc(m, span * p32(s));
-    for (size_t ib0 = 0; ib0 < s->n_bf; ib0 += span) {
-        size_t n = ib0 + span < s->n_bf ? span : s->n_bf - ib0;
-        replay_build_planes(m, s, n, g->block_bytes);
-    }
-    m_free(m, span * p32(s), 0);
+    model_sink plain;
+    model_sink_init(&plain, self->m, NULL);
+    gbuild_ws_shape gs = g_shape(s, g);
+    gbuild_pass_workspace(&gs, &plain.base);
 }
 
-static void replay_gfree(model *m, const shape *s, const gmode *g)
+static ws_sink *stage(stage_sink *out, plan_model *m, const shape *s, const gmode *g)
 {
-    if (g->n_res)
-        m_free(m, g->n_res * (g->half ? p16(s) : p32(s)), 0);
+    model_sink_init(&out->sink, m, on_pass);
+    out->s = s;
+    out->g = g;
+    return &out->sink.base;
 }
 
-/* A group pass over n_view pixels of G: a buffer unless the view is resident in float32 (the
- * resident planes are the innermost, so an inner view is resident when it fits in them). */
-static int view_needs_group(const shape *s, const gmode *g, size_t n_view, int inner)
+static void gbuild_on(plan_model *m, const shape *s, const gmode *g)
 {
-    if (g->half)
-        return 1;
-    if (g->n_res >= s->n_stored)
-        return 0;
-    return !(inner && n_view <= g->n_res);
+    stage_sink ss;
+    gbuild_ws_shape gs = g_shape(s, g);
+    gbuild_workspace(&gs, stage(&ss, m, s, g));
 }
 
-/* gbuild.c G_group_load: a pass that meets streamed planes rebuilds them with a decode block and
- * scratch (freed, not cached); the largest block is that of the most streamed pixels a group holds. */
-static void replay_group_pass(model *m, const shape *s, const gmode *g)
+static void gfree_on(plan_model *m, const shape *s, const gmode *g)
 {
-    size_t gb = g->group_planes * p32(s);
-    m_alloc(m, gb);
-    if (g->n_res < s->n_stored) {
-        /* A group rebuilds the streamed pixels it holds, n of them, in blocks of
-         * floor(block / row) rows: the block is not monotone in n (59 pixels can need more bytes
-         * than 64), and which n occur depends on where the streamed pixels lie, so the replay
-         * takes the n up to the most a group can hold that needs the largest block. */
-        size_t nmax = s->n_stored - g->n_res, best = 1, best_bytes = 0;
-        if (nmax > g->group_planes)
-            nmax = g->group_planes;
-        for (size_t n = 1; n <= nmax; n++) {
-            size_t row_bytes = n * s->nx * 4, rows = g->block_bytes / row_bytes;
-            rows = rows < 1 ? 1 : rows > s->ny ? s->ny : rows;
-            if (rows * row_bytes > best_bytes)
-                best_bytes = rows * row_bytes, best = n;
-        }
-        replay_build_planes(m, s, best, g->block_bytes);
-    }
-    m_free(m, gb, 1);
-}
-
-/* loss.c phase_stack: n parameter sets, native grid, real path, fast kernel. */
-static void replay_loss(model *m, const shape *s, const gmode *g, size_t n, size_t n_view, int grp)
-{
-    size_t npix = s->ny * s->nx, nspec = s->ny * s->nxh;
-    size_t nblocks = (n_view + 63) / 64;
-    size_t nt = (size_t)s->nt < nblocks ? (size_t)s->nt : nblocks;
-    for (size_t j = 0; j < n; j++) {
-        m_alloc(m, npix * 8);  /* mean-phase sum */
-        m_alloc(m, nspec * 8); /* exp(-i chi(q)) */
-    }
-    for (size_t t = 0; t < nt; t++) {
-        m_alloc(m, nspec * 8);
-        m_alloc(m, npix * 4);
-        m_alloc(m, n * npix * 8);
-        m_alloc(m, (s->ny + s->nxh) * 8);
-    }
-    if (grp)
-        replay_group_pass(m, s, g);
-    for (size_t t = 0; t < nt; t++) {
-        m_free(m, nspec * 8, 1);
-        m_free(m, npix * 4, 1);
-        m_free(m, n * npix * 8, 1);
-        m_free(m, (s->ny + s->nxh) * 8, 1);
-    }
-    for (size_t j = 0; j < n; j++) {
-        m_free(m, nspec * 8, 1);
-        m_free(m, npix * 8, 1);
-    }
-}
-
-/* object.c at upsampling f, even-m aberrations (half-plane sum), fast kernel, all BF pixels. */
-static void replay_object(model *m, const shape *s, const gmode *g, size_t f)
-{
-    size_t nyf = f * s->ny, nxf = f * s->nx, ncols = nxf / 2 + 1, npix = nyf * nxf;
-    m_alloc(m, npix * 8);                       /* F */
-    m_alloc(m, s->n_bf * ncols * 8);            /* phasor tables */
-    m_alloc(m, nyf * ncols * 16);               /* the running sum */
-    m_alloc(m, (size_t)s->nt * nxf * 2 * 8);    /* rows */
-    if (view_needs_group(s, g, s->n_bf, 0))
-        replay_group_pass(m, s, g);
-    m_free(m, nyf * ncols * 16, 1);
-    m_free(m, (size_t)s->nt * nxf * 2 * 8, 1);
-    m_free(m, s->n_bf * ncols * 8, 0);
-    m_free(m, npix * 8, 1);
+    stage_sink ss;
+    gbuild_ws_shape gs = g_shape(s, g);
+    gbuild_free_workspace(&gs, stage(&ss, m, s, g));
 }
 
 /* How the standard fit searches (standard.c), as far as memory goes. */
@@ -320,152 +155,43 @@ typedef struct {
     int branch_check;
 } fitcfg;
 
-/* band.c ssb4d_band_power on a view of n_view BF pixels: the band's bins, one k table, the sums
- * per bin, one group pass. */
-static void replay_band_power(model *m, const shape *s, const gmode *g, size_t n_view, int grp)
+static void fit_on(plan_model *m, const shape *s, const gmode *g, const fitcfg *c)
 {
-    size_t nb1 = s->band_nb ? s->band_nb : 1, nv1 = n_view ? n_view : 1;
-    size_t geom[5] = {nb1 * 8, nb1 * 4, nb1 * 4, 4 * nb1 * 8, (s->band_nr + s->band_nc + 1) * 8};
-    for (int i = 0; i < 5; i++)
-        m_alloc(m, geom[i]);
-    m_alloc(m, 3 * nv1 * 8);
-    m_alloc(m, nb1 * 8);
-    if (grp)
-        replay_group_pass(m, s, g);
-    m_free(m, nb1 * 8, 0);
-    m_free(m, 3 * nv1 * 8, 0);
-    for (int i = 0; i < 5; i++)
-        m_free(m, geom[i], 0);
+    fit_ws_shape f = {s->ny, s->nx, s->n_bf, s->n_fit, s->n_coarse, s->nt, s->band_nb, s->band_nr, s->band_nc,
+                      s->px_runs, s->px_nb, c->batch, c->trials, c->d, c->fit_rotation, c->band, c->branch_check};
+    stage_sink ss;
+    fit_workspace(&f, stage(&ss, m, s, g));
 }
 
-/* band.c ssb4d_band_fit_rot: n parameter sets with nrot distinct rotations on a view of n_view
- * BF pixels. The set tables, the sums and the per-thread scratch go to the reuse cache (their
- * sizes follow n, so every batch size leaves its own); the k tables and the bins do not. */
-static void replay_band(model *m, const shape *s, const gmode *g, size_t n_view, size_t n, size_t nrot, int grp)
+/* The exact loss over all BF pixels (a release). */
+static void loss_on(plan_model *m, const shape *s, const gmode *g)
 {
-    size_t nb1 = s->band_nb ? s->band_nb : 1, nv1 = n_view ? n_view : 1, nsum = n * nb1 * 3;
-    size_t geom[5] = {nb1 * 8, nb1 * 4, nb1 * 4, 4 * nb1 * 8, (s->band_nr + s->band_nc + 1) * 8};
-    size_t nblocks = (n_view + 63) / 64, nt = (size_t)s->nt;
-    if (nt > nblocks)
-        nt = nblocks ? nblocks : 1;
-    for (int i = 0; i < 5; i++)
-        m_alloc(m, geom[i]);
-    for (size_t u = 0; u < nrot; u++)
-        m_alloc(m, 3 * nv1 * 8);
-    m_alloc(m, n * nb1 * 3 * 16); /* E, Qm, Qp */
-    m_alloc(m, n * nb1 * 8);      /* qt */
-    m_alloc(m, nsum * 8);         /* the totals */
-    for (size_t t = 0; t < nt; t++) {
-        m_alloc(m, 3 * nb1 * 8);                          /* A1, A2, q·k */
-        m_alloc(m, 2 * (s->band_nr + s->band_nc + 1) * 16); /* row / column phasors */
-        m_alloc(m, nsum * 8);                             /* the block's partial sums */
-    }
-    if (grp)
-        replay_group_pass(m, s, g);
-    for (size_t t = 0; t < nt; t++) {
-        m_free(m, 3 * nb1 * 8, 1);
-        m_free(m, 2 * (s->band_nr + s->band_nc + 1) * 16, 1);
-        m_free(m, nsum * 8, 1);
-    }
-    m_free(m, n * nb1 * 3 * 16, 1);
-    m_free(m, n * nb1 * 8, 1);
-    m_free(m, nsum * 8, 1);
-    for (size_t u = 0; u < nrot; u++)
-        m_free(m, 3 * nv1 * 8, 0);
-    for (int i = 0; i < 5; i++)
-        m_free(m, geom[i], 0);
+    stage_sink ss;
+    loss_ws w = loss_ws_sizes(s->ny, s->nx, s->n_bf, 1, s->nt, 1, 1, 0);
+    loss_workspace(&w, stage(&ss, m, s, g));
 }
 
-/* One batch of n candidates with nrot distinct rotations (fit.c thin_eval): the band objective in
- * one call; the exact loss in one call per rotation when the rotation is searched. */
-static void replay_batch(model *m, const shape *s, const gmode *g, const fitcfg *c, size_t n_view, size_t n,
-                         size_t nrot, int grp)
+plan_preview_ws plan_preview_sizes(size_t ny, size_t nx, size_t f)
 {
-    if (c->band)
-        replay_band(m, s, g, n_view, n, c->fit_rotation ? nrot : 1, grp);
-    else if (c->fit_rotation)
-        for (size_t i = 0; i < n; i++)
-            replay_loss(m, s, g, 1, n_view, grp);
-    else
-        replay_loss(m, s, g, n, n_view, grp);
+    size_t nyf = f * ny, nxf = f * nx;
+    plan_preview_ws w = {nyf * nxf * sizeof(float), nyf * (nxf / 2 + 1) * 2 * sizeof(float)};
+    return w;
 }
 
-/* parallax.c: the bins' power over a subset of G (a group pass), then every pixel's spectra at
- * those bins (n_bf x bins complex64, live through a second group pass), freed at the end. */
-static void replay_parallax(model *m, const shape *s, const gmode *g)
+/* session.c's preview: the phase image, the object at f, the FFT of the phase for the display. */
+static void preview_on(plan_model *m, const shape *s, const gmode *g, size_t f, int fft)
 {
-    if (!s->px_runs)
-        return;
-    int grp = view_needs_group(s, g, s->n_bf, 0);
-    if (grp)
-        replay_group_pass(m, s, g);
-    if (!s->px_nb)
-        return;
-    size_t spectra = (s->n_bf ? s->n_bf : 1) * s->px_nb * 8;
-    m_alloc(m, spectra);
-    if (grp)
-        replay_group_pass(m, s, g);
-    m_free(m, spectra, 0);
-}
-
-/* Nelder–Mead (search.c) on a view as far as memory goes: the start (n_start = 0 when it is the
- * global search's best, answered by the cache), the initial simplex as one batch (the rotation's
- * step gives it a second rotation), then single points. A shrink evaluates d vertices as one
- * batch with up to d rotations: counted as one, so that the plan bounds what a shrink needs. */
-static void replay_nm(model *m, const shape *s, const gmode *g, const fitcfg *c, size_t n_view, int n_start, int grp)
-{
-    if (n_start)
-        replay_batch(m, s, g, c, n_view, 1, 1, grp);
-    if (c->d <= 0)
-        return;
-    size_t d = (size_t)c->d;
-    replay_batch(m, s, g, c, n_view, d, c->fit_rotation && d > 1 ? 2 : 1, grp);
-    if (d > 1)
-        replay_batch(m, s, g, c, n_view, d, c->fit_rotation ? d : 1, grp);
-    replay_batch(m, s, g, c, n_view, 1, 1, grp);
-}
-
-/* standard.c ssb4d_fit: the parallax estimate on all of G; on the coarse subset the band power,
- * the global batches and Nelder–Mead; on all fit pixels (when the coarse subset is smaller) the
- * band power and Nelder–Mead; the branch check's phase (an object on all BF pixels); the exact
- * loss over all BF pixels. */
-static void replay_fit(model *m, const shape *s, const gmode *g, const fitcfg *c)
-{
-    size_t coarse = s->n_coarse < s->n_fit ? s->n_coarse : s->n_fit;
-    int grp = view_needs_group(s, g, s->n_fit, 1); /* both views lie within the fit radius */
-    replay_parallax(m, s, g);
-    if (c->band)
-        replay_band_power(m, s, g, coarse, grp);
-    size_t batch = c->batch ? c->batch : 1;
-    for (size_t i = 0; i < c->trials / batch; i++)
-        replay_batch(m, s, g, c, coarse, batch, batch, grp);
-    if (c->trials % batch)
-        replay_batch(m, s, g, c, coarse, c->trials % batch, c->trials % batch, grp);
-    replay_nm(m, s, g, c, coarse, c->trials == 0, grp);
-    if (coarse < s->n_fit) {
-        if (c->band)
-            replay_band_power(m, s, g, s->n_fit, grp);
-        replay_nm(m, s, g, c, s->n_fit, 1, grp);
-    }
-    if (c->branch_check) {
-        m_alloc(m, s->ny * s->nx * 4);
-        replay_object(m, s, g, 1);
-        m_free(m, s->ny * s->nx * 4, 0);
-    }
-    replay_loss(m, s, g, 1, s->n_bf, view_needs_group(s, g, s->n_bf, 0));
-}
-
-/* session.c's preview: the phase image, the object, the FFT of the phase for the display. */
-static void replay_preview(model *m, const shape *s, const gmode *g, size_t f, int fft)
-{
-    size_t nyf = f * s->ny, nxf = f * s->nx;
-    m_alloc(m, nyf * nxf * 4);
-    replay_object(m, s, g, f);
+    stage_sink ss;
+    ws_sink *out = stage(&ss, m, s, g);
+    plan_preview_ws p = plan_preview_sizes(s->ny, s->nx, f);
+    object_ws o = object_ws_sizes(f * s->ny, f * s->nx, s->n_bf, s->nt, 1, 1);
+    ws_alloc(out, p.phase);
+    object_workspace(&o, out);
     if (fft) {
-        m_alloc(m, nyf * (nxf / 2 + 1) * 8);
-        m_free(m, nyf * (nxf / 2 + 1) * 8, 1);
+        ws_alloc(out, p.spectrum);
+        ws_free(out, p.spectrum, 1);
     }
-    m_free(m, nyf * nxf * 4, 1);
+    ws_free(out, p.phase, 1);
 }
 
 /* ---- times, from the machine profile (profile.c); for the time class only ------------------ */
@@ -493,16 +219,17 @@ typedef struct {
     const ssb4d_plan_input *in;
     int in_band;  /* the fit's objective is the band objective */
     shape s, rs; /* full field, region */
-    size_t cal_block, cal_extra, E;
+    calibrate_ws cal; /* the calibration's buffers at the budget's frame block */
+    size_t E;
     size_t f;
     int nt;
     ssb4d_session_script script;
     ssb4d_machine_profile mp;
 } problem;
 
-static void stage_begin(model *m) { m->stage_peak = m->live + m->cached; }
+static void stage_begin(plan_model *m) { m->stage_peak = m->live + m->cached; }
 
-static void stage_end(model *m, ssb4d_plan *p, const char *name, double seconds, const char *tiles)
+static void stage_end(plan_model *m, ssb4d_plan *p, const char *name, double seconds, const char *tiles)
 {
     ssb4d_plan_stage *st = &p->stages[p->n_stages++];
     memset(st, 0, sizeof *st);
@@ -556,43 +283,40 @@ static void describe_g(const shape *s, const gmode *g, char *out, size_t n)
 
 static void run_session(const problem *pr, const decisions *d, size_t limit, ssb4d_plan *p, int *failed)
 {
-    model mm = {0}, *m = &mm;
+    plan_model mm = {0}, *m = &mm;
     m->limit = limit;
     const shape *s = &pr->s;
     char t[200], gdesc[160];
     p->n_stages = 0;
 
     stage_begin(m);
-    m_alloc(m, pr->E);
+    model_alloc(m, pr->E);
     stage_end(m, p, "load", 0.0, pr->E ? "encoded file mapped and verified" : "data read from disk");
 
     stage_begin(m);
-    m_alloc(m, pr->cal_block);
-    if (pr->cal_extra)
-        m_alloc(m, pr->cal_extra);
-    m_free(m, pr->cal_block, 0);
-    if (pr->cal_extra)
-        m_free(m, pr->cal_extra, 0);
-    if (pr->cal_block >= MIB)
-        snprintf(t, sizeof t, "frame blocks of %.0f MiB", (double)pr->cal_block / MIB);
+    model_sink cs;
+    model_sink_init(&cs, m, NULL);
+    calibrate_workspace(&pr->cal, &cs.base);
+    if (pr->cal.buf >= MIB)
+        snprintf(t, sizeof t, "frame blocks of %.0f MiB", (double)pr->cal.buf / MIB);
     else
-        snprintf(t, sizeof t, "frame blocks of %.0f KiB", (double)pr->cal_block / 1024);
+        snprintf(t, sizeof t, "frame blocks of %.0f KiB", (double)pr->cal.buf / 1024);
     stage_end(m, p, "calibrate",
               secs(&pr->mp, (double)(pr->in->scan[0] * pr->in->scan[1]) * (double)(pr->in->det[0] * pr->in->det[1]),
                    pr->mp.calibrate_ns, pr->nt), t);
 
     stage_begin(m);
-    replay_gbuild(m, s, &d->fit_g);
+    gbuild_on(m, s, &d->fit_g);
     describe_g(s, &d->fit_g, gdesc, sizeof gdesc);
     snprintf(t, sizeof t, "%s; decode block %.0f MiB", gdesc, (double)d->fit_g.block_bytes / MIB);
     stage_end(m, p, "G build", gbuild_secs(pr, s, &d->fit_g), t);
 
     if (!pr->in->no_fit) {
         stage_begin(m);
-        replay_fit(m, s, &d->fit_g, &d->fit);
-        m_trim(m);
+        fit_on(m, s, &d->fit_g, &d->fit);
+        model_trim(m);
         snprintf(t, sizeof t, "parallax spectra %.1f MiB; %s batches of %zu on %zu coarse pixels, then %zu fit pixels; "
-                              "the exact loss on all %zu", (double)(s->px_nb * s->n_bf * 8) / MIB,
+                              "the exact loss on all %zu", (double)(s->px_nb ? parallax_spectra_bytes(s->n_bf, s->px_nb) : 0) / MIB,
                  d->fit.band ? "band" : "loss", d->fit.batch, s->n_coarse < s->n_fit ? s->n_coarse : s->n_fit, s->n_fit,
                  s->n_bf);
         stage_end(m, p, "fit", fit_secs(pr, s, &d->fit_g, d->fit.trials), t);
@@ -602,10 +326,10 @@ static void run_session(const problem *pr, const decisions *d, size_t limit, ssb
     double obj = secs(&pr->mp, (double)s->n_bf * (double)(s->ny * s->nx * pr->f * pr->f), pr->mp.object_ns, pr->nt);
     stage_begin(m);
     if (!same) {
-        replay_gfree(m, s, &d->fit_g);
-        replay_gbuild(m, s, &d->prev_g);
+        gfree_on(m, s, &d->fit_g);
+        gbuild_on(m, s, &d->prev_g);
     }
-    replay_preview(m, s, &d->prev_g, pr->f, pr->script.fft);
+    preview_on(m, s, &d->prev_g, pr->f, pr->script.fft);
     describe_g(s, &d->prev_g, gdesc, sizeof gdesc);
     snprintf(t, sizeof t, "%s%s; %zux upsampled, with its FFT", same ? "" : "rebuilt as ", gdesc, pr->f);
     char name[48];
@@ -617,7 +341,7 @@ static void run_session(const problem *pr, const decisions *d, size_t limit, ssb
     if (sc->drags) {
         stage_begin(m);
         for (size_t i = 0; i < sc->drags; i++)
-            replay_preview(m, s, &d->prev_g, pr->f, pr->script.fft);
+            preview_on(m, s, &d->prev_g, pr->f, pr->script.fft);
         snprintf(name, sizeof name, "%zu drags", sc->drags);
         stage_end(m, p, name, (double)sc->drags * (obj + pass_rebuild_secs(pr, s, &d->prev_g)),
                   "previews reuse the cached buffers");
@@ -625,8 +349,8 @@ static void run_session(const problem *pr, const decisions *d, size_t limit, ssb
     if (sc->releases) {
         stage_begin(m);
         for (size_t i = 0; i < sc->releases; i++) {
-            replay_preview(m, s, &d->prev_g, pr->f, pr->script.fft);
-            replay_loss(m, s, &d->prev_g, 1, s->n_bf, view_needs_group(s, &d->prev_g, s->n_bf, 0));
+            preview_on(m, s, &d->prev_g, pr->f, pr->script.fft);
+            loss_on(m, s, &d->prev_g);
         }
         snprintf(name, sizeof name, "%zu releases", sc->releases);
         stage_end(m, p, name,
@@ -640,13 +364,13 @@ static void run_session(const problem *pr, const decisions *d, size_t limit, ssb
         const shape *rs = &pr->rs;
         stage_begin(m);
         if (d->region_frees) {
-            replay_gfree(m, s, &d->prev_g);
-            m_trim(m);
+            gfree_on(m, s, &d->prev_g);
+            model_trim(m);
         }
-        replay_gbuild(m, rs, &d->region_g);
-        replay_fit(m, rs, &d->region_g, &d->fit);
-        replay_gfree(m, rs, &d->region_g);
-        m_trim(m);
+        gbuild_on(m, rs, &d->region_g);
+        fit_on(m, rs, &d->region_g, &d->fit);
+        gfree_on(m, rs, &d->region_g);
+        model_trim(m);
         describe_g(rs, &d->region_g, gdesc, sizeof gdesc);
         snprintf(t, sizeof t, "%s%s", d->region_frees ? "full field's G freed first; " : "", gdesc);
         snprintf(name, sizeof name, "region refit %zux%zu", rs->ny, rs->nx);
@@ -654,8 +378,8 @@ static void run_session(const problem *pr, const decisions *d, size_t limit, ssb
 
         stage_begin(m);
         if (d->region_frees)
-            replay_gbuild(m, s, &d->prev_g);
-        replay_preview(m, s, &d->prev_g, pr->f, pr->script.fft);
+            gbuild_on(m, s, &d->prev_g);
+        preview_on(m, s, &d->prev_g, pr->f, pr->script.fft);
         stage_end(m, p, "next full preview",
                   (d->region_frees ? gbuild_secs(pr, s, &d->prev_g) : 0) + obj + pass_rebuild_secs(pr, s, &d->prev_g),
                   d->region_frees ? "G rebuilt from the encoded data (same bits)" : "G kept");
@@ -714,7 +438,11 @@ size_t plan_calib_block(size_t budget, size_t encoded, size_t det_pixels, size_t
     return frames * det_pixels * 4;
 }
 
-size_t plan_calib_extra(size_t npos, int rotation_fitted) { return rotation_fitted ? npos * (3 * 8 + 2 * 8) : 0; }
+size_t plan_calib_extra(size_t npos, int rotation_fitted)
+{
+    calibrate_ws w = calibrate_ws_sizes(1, npos, 0, rotation_fitted);
+    return w.mom + w.com;
+}
 
 size_t plan_calib_need(size_t budget, size_t encoded, size_t det_pixels, size_t npos, int rotation_fitted,
                        size_t *block)
@@ -723,7 +451,7 @@ size_t plan_calib_need(size_t budget, size_t encoded, size_t det_pixels, size_t 
     return encoded + *block + plan_calib_extra(npos, rotation_fitted);
 }
 
-size_t plan_plane_bytes(size_t ny, size_t nx) { return (ny * (nx / 2 + 1) + 7) / 8 * 8 * 8; }
+size_t plan_plane_bytes(size_t ny, size_t nx) { return G_plane_bytes_of(ny, nx, 0); }
 
 void plan_input_from_calibration(ssb4d_plan_input *in, const ssb4d_calibration *cal,
                                  const size_t shape[4], double fit_radius)
@@ -797,12 +525,11 @@ ssb4d_status ssb4d_plan_make(const ssb4d_plan_input *in, ssb4d_plan *p, ssb4d_er
     pr.f = in->upsample ? (size_t)in->upsample : 2;
     size_t fr = in->det[0] * in->det[1], npos = in->scan[0] * in->scan[1];
     size_t B = in->memory_bytes ? in->memory_bytes : ssb4d_mem_available();
-    pr.cal_block = plan_calib_block(B, in->encoded_bytes, fr, npos);
-    pr.cal_extra = plan_calib_extra(npos, in->rotation_fitted); /* moments then CoM, both live at the end */
+    pr.cal = calibrate_ws_sizes(fr, npos, plan_calib_block(B, in->encoded_bytes, fr, npos), in->rotation_fitted);
 
     p->memory_bytes = B;
     snprintf(p->profile_source, sizeof p->profile_source, "%s", pr.mp.source);
-    p->calib_block_bytes = pr.cal_block;
+    p->calib_block_bytes = pr.cal.buf;
     p->encoded_bytes = pr.E;
     p->g_bytes = n_stored * p32(&pr.s);
     p->g_half_bytes = n_stored * p16(&pr.s);

@@ -19,6 +19,12 @@ size_t plan_calib_need(size_t budget, size_t encoded, size_t det_pixels, size_t 
                        size_t *block);
 /* Bytes of one float32 plane of G for a scan of ny x nx (gbuild.c's stride). */
 size_t plan_plane_bytes(size_t ny, size_t nx);
+/* session.c's preview at upsampling f on an ny x nx scan: the phase image and its FFT's spectrum
+ * (the object between them is object.c's own query). */
+typedef struct {
+    size_t phase, spectrum;
+} plan_preview_ws;
+plan_preview_ws plan_preview_sizes(size_t ny, size_t nx, size_t f);
 /* Fills in's shape (scan, det from shape[4]) and counts from a calibration: n_bf, n_stored (BF
  * pixels with a stored plane, gbuild.c's rule), n_fit_bf (the fit's pixels at fit_radius) and
  * the geometry (pointing into cal, which must outlive the plan's making). */

@@ -4,8 +4,10 @@
  * freed (or parked in the reuse cache, as a viewer would keep them) when it ends. `ssb4d session`
  * and `ssb4d bench run` run this.
  *
- * tests/test_plan.c compares every stage's tracked peak with the plan's, so a change in the
- * handle or a stage that moves memory shows up there. */
+ * The plan (src/plan/plan.c) composes the stages' workspace queries in this script's order (the
+ * preview's own buffers are sized by plan_preview_sizes); tests/test_plan.c compares every stage's
+ * tracked peak with the plan's, so a change in the handle or a stage that moves memory shows up
+ * there. */
 #include "common/err.h"
 #include "common/fftw_lock.h"
 #include "common/sha256.h"
@@ -70,7 +72,8 @@ static ssb4d_status preview(run *x, const ssb4d_aberrations *ab, int f, int fft,
         st = ssb4d_session_image_shape(x->s, f, &nyf, &nxf, err);
     if (st)
         return st;
-    float *ph = ssb4d_mem_alloc(x->mem, nyf * nxf * sizeof *ph, "preview phase", err);
+    const plan_preview_ws w = plan_preview_sizes(nyf / (size_t)f, nxf / (size_t)f, (size_t)f);
+    float *ph = ssb4d_mem_alloc(x->mem, w.phase, "preview phase", err);
     if (!ph)
         return SSB4D_ENOMEM;
     ssb4d_preview_req q;
@@ -79,7 +82,7 @@ static ssb4d_status preview(run *x, const ssb4d_aberrations *ab, int f, int fft,
     q.upsample = f;
     st = ssb4d_session_preview(x->s, &q, ph, NULL, err);
     if (!st && fft) {
-        fftwf_complex *spec = ssb4d_mem_alloc(x->mem, nyf * (nxf / 2 + 1) * sizeof *spec, "preview FFT", err);
+        fftwf_complex *spec = ssb4d_mem_alloc(x->mem, w.spectrum, "preview FFT", err);
         if (!spec)
             st = SSB4D_ENOMEM;
         else {

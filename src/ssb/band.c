@@ -103,6 +103,96 @@ static void geom_free(band_geom *b, ssb4d_mem *mem)
     memset(b, 0, sizeof *b);
 }
 
+/* ---- workspace: the band's sizes, and the order the calls below use them in ---------------- */
+
+size_t band_bins(size_t ny, size_t nx, const double step[2], double lo, double hi, int *row_slot, int *col_slot,
+                 size_t *nr, size_t *nc)
+{
+    size_t nxh = nx / 2 + 1, nb = 0;
+    for (size_t i = 0; i < ny; i++)
+        for (size_t j = 0; j < nxh; j++) {
+            double qx = ssb_fftfreq(i, ny, step[0]), qy = ssb_fftfreq(j, nx, step[1]);
+            double r = sqrt(qx * qx + qy * qy);
+            if (r > lo && r < hi) {
+                nb++;
+                row_slot[i] = col_slot[j] = 1;
+            }
+        }
+    *nr = *nc = 0;
+    for (size_t i = 0; i < ny; i++)
+        row_slot[i] = row_slot[i] ? (int)(*nr)++ : -1;
+    for (size_t j = 0; j < nxh; j++)
+        col_slot[j] = col_slot[j] ? (int)(*nc)++ : -1;
+    return nb;
+}
+
+band_ws band_ws_sizes(size_t nb, size_t nr, size_t nc, size_t n_bf, size_t n, size_t nrot, int nt)
+{
+    band_ws w;
+    size_t nb1 = nb ? nb : 1, nsum = n * nb1 * 4, nblocks = (n_bf + BLOCK - 1) / BLOCK;
+    w.n = n, w.nrot = nrot;
+    w.nt = (size_t)nt > nblocks ? (nblocks ? nblocks : 1) : (size_t)nt;
+    w.off = nb1 * sizeof(size_t);
+    w.rs = nb1 * sizeof(int);
+    w.cs = nb1 * sizeof(int);
+    w.qx = 4 * nb1 * sizeof(double); /* qx, qy, |q|², w_q */
+    w.rq = (nr + nc + 1) * sizeof(double);
+    w.k = 3 * (n_bf ? n_bf : 1) * sizeof(double); /* kx, ky, A(k) */
+    w.tabs = n * nb1 * 3 * sizeof(double complex);  /* E, Qm, Qp */
+    w.qts = n * nb1 * sizeof(double);
+    w.total = nsum * sizeof(double);
+    w.A1 = 3 * nb1 * sizeof(double);                 /* A1, A2, q·k */
+    w.R = 2 * (nr + nc + 1) * sizeof(double complex); /* row and column phasors */
+    w.part = nsum * sizeof(double);
+    w.power = nb1 * sizeof(double);
+    return w;
+}
+
+static void geom_workspace(const band_ws *w, ws_sink *out, int release)
+{
+    const size_t g[5] = {w->off, w->rs, w->cs, w->qx, w->rq};
+    for (int i = 0; i < 5; i++)
+        release ? ws_free(out, g[i], 0) : ws_alloc(out, g[i]);
+}
+
+void band_fit_workspace(const band_ws *w, ws_sink *out)
+{
+    geom_workspace(w, out, 0);
+    for (size_t u = 0; u < w->nrot; u++)
+        ws_alloc(out, w->k);
+    ws_alloc(out, w->tabs);
+    ws_alloc(out, w->qts);
+    ws_alloc(out, w->total);
+    for (size_t t = 0; t < w->nt; t++) {
+        ws_alloc(out, w->A1);
+        ws_alloc(out, w->R);
+        ws_alloc(out, w->part);
+    }
+    ws_pass(out, 0);
+    for (size_t t = 0; t < w->nt; t++) {
+        ws_free(out, w->A1, 1);
+        ws_free(out, w->R, 1);
+        ws_free(out, w->part, 1);
+    }
+    ws_free(out, w->tabs, 1);
+    ws_free(out, w->qts, 1);
+    ws_free(out, w->total, 1);
+    for (size_t u = 0; u < w->nrot; u++)
+        ws_free(out, w->k, 0);
+    geom_workspace(w, out, 1);
+}
+
+void band_power_workspace(const band_ws *w, ws_sink *out)
+{
+    geom_workspace(w, out, 0);
+    ws_alloc(out, w->k);
+    ws_alloc(out, w->power);
+    ws_pass(out, 0);
+    ws_free(out, w->power, 0);
+    ws_free(out, w->k, 0);
+    geom_workspace(w, out, 1);
+}
+
 static ssb4d_status geom_init(band_geom *b, const struct ssb4d_G *G, const ssb4d_geometry *g,
                               const ssb4d_band_opts *o, ssb4d_mem *mem, ssb4d_err *err)
 {
@@ -121,28 +211,14 @@ static ssb4d_status geom_init(band_geom *b, const struct ssb4d_G *G, const ssb4d
         free(col_slot);
         return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
     }
-    /* Count the band's bins, rows and columns. */
-    size_t nb = 0;
-    for (size_t i = 0; i < ny; i++)
-        for (size_t j = 0; j < nxh; j++) {
-            double qx = ssb_fftfreq(i, ny, g->scan_step_A[0]), qy = ssb_fftfreq(j, nx, g->scan_step_A[1]);
-            double r = sqrt(qx * qx + qy * qy);
-            if (r > lo && r < hi) {
-                nb++;
-                row_slot[i] = col_slot[j] = 1;
-            }
-        }
-    for (size_t i = 0; i < ny; i++)
-        row_slot[i] = row_slot[i] ? (int)b->nr++ : -1;
-    for (size_t j = 0; j < nxh; j++)
-        col_slot[j] = col_slot[j] ? (int)b->nc++ : -1;
-    b->nb = nb;
-    size_t n1 = nb ? nb : 1;
-    b->off = ssb4d_mem_alloc(mem, n1 * sizeof *b->off, "band bins", err);
-    b->rs = ssb4d_mem_alloc(mem, n1 * sizeof *b->rs, "band bins", err);
-    b->cs = ssb4d_mem_alloc(mem, n1 * sizeof *b->cs, "band bins", err);
-    b->qx = ssb4d_mem_alloc(mem, 4 * n1 * sizeof *b->qx, "band bins", err);
-    b->rq = ssb4d_mem_alloc(mem, (b->nr + b->nc + 1) * sizeof *b->rq, "band bins", err);
+    b->nb = band_bins(ny, nx, g->scan_step_A, lo, hi, row_slot, col_slot, &b->nr, &b->nc);
+    size_t n1 = b->nb ? b->nb : 1;
+    const band_ws w = band_ws_sizes(b->nb, b->nr, b->nc, 0, 0, 0, 1);
+    b->off = ssb4d_mem_alloc(mem, w.off, "band bins", err);
+    b->rs = ssb4d_mem_alloc(mem, w.rs, "band bins", err);
+    b->cs = ssb4d_mem_alloc(mem, w.cs, "band bins", err);
+    b->qx = ssb4d_mem_alloc(mem, w.qx, "band bins", err);
+    b->rq = ssb4d_mem_alloc(mem, w.rq, "band bins", err);
     if (!b->off || !b->rs || !b->cs || !b->qx || !b->rq) {
         free(row_slot);
         free(col_slot);
@@ -187,7 +263,7 @@ static ssb4d_status rot_init(band_rot *r, const band_geom *b, const ssb4d_geomet
 {
     const struct ssb4d_G *G = b->G;
     size_t n = G->n_bf ? G->n_bf : 1;
-    r->kx = ssb4d_mem_alloc(mem, 3 * n * sizeof *r->kx, "band k", err);
+    r->kx = ssb4d_mem_alloc(mem, band_ws_sizes(b->nb, b->nr, b->nc, G->n_bf, 0, 0, 1).k, "band k", err);
     if (!r->kx)
         return SSB4D_ENOMEM;
     r->ky = r->kx + n;
@@ -447,36 +523,34 @@ ssb4d_status ssb4d_band_fit_rot(const ssb4d_G *G, const ssb4d_geometry *g, const
         if ((st = rot_init(&rots[n_rot_init], &b, g, urot[n_rot_init], mem, err)))
             break;
     size_t nb = b.nb, nb1 = nb ? nb : 1, nsum = n * nb1 * 4;
-    size_t nblocks = (G->n_bf + BLOCK - 1) / BLOCK;
-    int nt = ssb4d_threads_resolve(o->threads);
-    if ((size_t)nt > nblocks)
-        nt = nblocks ? (int)nblocks : 1;
+    const band_ws w = band_ws_sizes(nb, b.nr, b.nc, G->n_bf, n, nrot, ssb4d_threads_resolve(o->threads));
+    int nt = (int)w.nt;
     /* Per-set tables: E, Qm, Qp (complex) and qt, allocated as one block. */
     double complex *tabs = NULL;
     double *qts = NULL, *total = NULL;
     band_scratch *ws = NULL;
     if (!st) {
-        tabs = ssb4d_mem_alloc(mem, n * nb1 * 3 * sizeof(double complex), "band set tables", err);
-        qts = ssb4d_mem_alloc(mem, n * nb1 * sizeof(double), "band set tables", err);
-        total = ssb4d_mem_calloc(mem, nsum * sizeof(double), "band sums", err);
+        tabs = ssb4d_mem_alloc(mem, w.tabs, "band set tables", err);
+        qts = ssb4d_mem_alloc(mem, w.qts, "band set tables", err);
+        total = ssb4d_mem_calloc(mem, w.total, "band sums", err);
         ws = calloc((size_t)nt, sizeof *ws);
         if (!tabs || !qts || !total || !ws)
             st = ws ? SSB4D_ENOMEM : ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
     }
     for (int t = 0; !st && t < nt; t++) {
-        band_scratch *w = &ws[t];
-        w->A1 = ssb4d_mem_alloc(mem, 3 * nb1 * sizeof(double), "band pixel geometry", err);
-        w->R = ssb4d_mem_alloc(mem, 2 * (b.nr + b.nc + 1) * sizeof(double complex), "band phasors", err);
-        w->part = ssb4d_mem_alloc(mem, nsum * sizeof(double), "band block partial", err);
-        if (!w->A1 || !w->R || !w->part) {
+        band_scratch *sc = &ws[t];
+        sc->A1 = ssb4d_mem_alloc(mem, w.A1, "band pixel geometry", err);
+        sc->R = ssb4d_mem_alloc(mem, w.R, "band phasors", err);
+        sc->part = ssb4d_mem_alloc(mem, w.part, "band block partial", err);
+        if (!sc->A1 || !sc->R || !sc->part) {
             st = SSB4D_ENOMEM;
             break;
         }
-        w->A2 = w->A1 + nb1;
-        w->qk = w->A2 + nb1;
-        w->C = w->R + b.nr;
-        w->Rt = w->C + b.nc;
-        w->Ct = w->Rt + b.nr;
+        sc->A2 = sc->A1 + nb1;
+        sc->qk = sc->A2 + nb1;
+        sc->C = sc->R + b.nr;
+        sc->Rt = sc->C + b.nc;
+        sc->Ct = sc->Rt + b.nr;
     }
     if (!st) {
         for (size_t i = 0; i < n; i++) {
@@ -596,7 +670,7 @@ ssb4d_status ssb4d_band_power(const ssb4d_G *G, const ssb4d_geometry *g, const s
     if ((st = geom_init(&b, G, g, o, mem, err)))
         return st;
     st = rot_init(&k, &b, g, g->rotation_deg, mem, err);
-    double *acc = st ? NULL : ssb4d_mem_calloc(mem, (b.nb ? b.nb : 1) * sizeof *acc, "band power", err);
+    double *acc = st ? NULL : ssb4d_mem_calloc(mem, band_ws_sizes(b.nb, b.nr, b.nc, G->n_bf, 0, 0, 1).power, "band power", err);
     if (!st && !acc)
         st = SSB4D_ENOMEM;
     G_group gr = {0};

@@ -203,7 +203,74 @@ typedef struct {
     fftwf_plan plan;
 } stack;
 
-/* The allocations come in this order (the planner replays it, src/plan/plan.c replay_loss). */
+/* ---- workspace: phase_stack's sizes, and the order stack_init and stack_free use them in ---- */
+
+loss_ws loss_ws_sizes(size_t nyf, size_t nxf, size_t n_bf, size_t n, int nt, int real, int fast, size_t loss_tile)
+{
+    loss_ws w;
+    memset(&w, 0, sizeof w);
+    size_t npix = nyf * nxf, ncols = real ? nxf / 2 + 1 : nxf, nspec = nyf * ncols;
+    size_t nblocks = (n_bf + BLOCK - 1) / BLOCK;
+    w.n = n, w.real = real, w.fast = fast;
+    w.nt = (size_t)nt > nblocks ? nblocks : (size_t)nt;
+    w.tiled = loss_tile > 0;
+    w.tile = w.tiled ? (loss_tile < n_bf ? loss_tile : n_bf) : 0;
+    w.total = npix * sizeof(double);
+    w.eq = nspec * sizeof(cfloat);
+    w.spec = nspec * sizeof(cfloat);
+    w.plane = real && !w.tiled ? npix * sizeof(float) : 0;
+    w.part = !w.tiled ? n * npix * sizeof(double) : 0;
+    w.phasors = (nyf + ncols) * sizeof(cfloat);
+    if (w.tiled) {
+        size_t slot = (npix + 15) / 16 * 16; /* every plane 64-byte aligned, as the plan's output was */
+        w.tile_planes = w.tile * n * slot * sizeof(float);
+        w.tile_part = n * npix * sizeof(double);
+    }
+    return w;
+}
+
+void loss_workspace(const loss_ws *w, ws_sink *out)
+{
+    for (size_t j = 0; j < w->n; j++) {
+        ws_alloc(out, w->total);
+        if (w->fast)
+            ws_alloc(out, w->eq);
+    }
+    for (size_t t = 0; t < w->nt; t++) {
+        ws_alloc(out, w->spec);
+        if (!w->tiled) {
+            if (w->real)
+                ws_alloc(out, w->plane);
+            ws_alloc(out, w->part);
+        }
+        ws_alloc(out, w->phasors);
+    }
+    if (w->tiled) {
+        ws_alloc(out, w->tile_planes);
+        ws_alloc(out, w->tile_part);
+    }
+    ws_pass(out, 0);
+    if (w->tiled) {
+        ws_free(out, w->tile_part, 1);
+        ws_free(out, w->tile_planes, 1);
+    }
+    for (size_t t = 0; t < w->nt; t++) {
+        ws_free(out, w->spec, 1);
+        if (!w->tiled) {
+            if (w->real)
+                ws_free(out, w->plane, 1);
+            ws_free(out, w->part, 1);
+        }
+        ws_free(out, w->phasors, 1);
+    }
+    for (size_t j = 0; j < w->n; j++) {
+        if (w->fast)
+            ws_free(out, w->eq, 1);
+        ws_free(out, w->total, 1);
+    }
+}
+
+/* The allocations come in loss_workspace's order, at loss_ws_sizes' sizes. */
 static ssb4d_status stack_init(stack *k, const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d_aberrations *ab,
                                const ssb4d_thick *thick, size_t n, int f, const ssb4d_ssb_opts *o, ssb4d_mem *mem,
                                ssb4d_err *err)
@@ -230,20 +297,20 @@ static ssb4d_status stack_init(stack *k, const ssb4d_G *G, const ssb4d_geometry 
     k->real = o->path != SSB4D_PATH_COMPLEX;
     k->nyf = k->c[0].nyf, k->nxf = k->c[0].nxf, k->npix = k->nyf * k->nxf;
     k->ncols = k->real ? k->nxf / 2 + 1 : k->nxf, k->nspec = k->nyf * k->ncols;
-    size_t nyf = k->nyf, npix = k->npix, ncols = k->ncols, nspec = k->nspec;
-    int nt = ssb4d_threads_resolve(o->threads);
-    if ((size_t)nt > (G->n_bf + BLOCK - 1) / BLOCK)
-        nt = (int)((G->n_bf + BLOCK - 1) / BLOCK);
+    size_t nyf = k->nyf, npix = k->npix, ncols = k->ncols;
+    const loss_ws w = loss_ws_sizes(nyf, k->nxf, G->n_bf, n, ssb4d_threads_resolve(o->threads), k->real, 1,
+                                    o->loss_tile > 0 ? (size_t)o->loss_tile : 0);
+    int nt = (int)w.nt;
     k->nt = nt;
     k->ts = calloc((size_t)nt, sizeof *k->ts);
     if (!k->ts)
         return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
     for (size_t j = 0; !st && j < n; j++) {
-        k->total[j] = ssb4d_mem_calloc(mem, npix * sizeof(double), "loss mean-phase sum", err);
+        k->total[j] = ssb4d_mem_calloc(mem, w.total, "loss mean-phase sum", err);
         if (!k->total[j])
             st = SSB4D_ENOMEM;
         else if (k->c[j].fast) {
-            k->Eq[j] = ssb4d_mem_alloc(mem, nspec * sizeof(cfloat), "loss exp(-i chi(q))", err);
+            k->Eq[j] = ssb4d_mem_alloc(mem, w.eq, "loss exp(-i chi(q))", err);
             if (!k->Eq[j])
                 st = SSB4D_ENOMEM;
             else {
@@ -256,15 +323,15 @@ static ssb4d_status stack_init(stack *k, const ssb4d_G *G, const ssb4d_geometry 
             }
         }
     }
-    k->tiles = o->loss_tile > 0;
+    k->tiles = w.tiled;
     int real = k->real, tiles = k->tiles;
     thread_scratch *ts = k->ts;
     for (int t = 0; !st && t < nt; t++) {
-        ts[t].buf = ssb4d_mem_alloc(mem, nspec * sizeof(cfloat), "loss tile spectrum", err);
-        ts[t].real = real && !tiles ? ssb4d_mem_alloc(mem, npix * sizeof(float), "loss tile plane", err) : NULL;
-        ts[t].part = !tiles ? ssb4d_mem_alloc(mem, n * npix * sizeof(double), "loss block partial", err) : NULL;
+        ts[t].buf = ssb4d_mem_alloc(mem, w.spec, "loss tile spectrum", err);
+        ts[t].real = real && !tiles ? ssb4d_mem_alloc(mem, w.plane, "loss tile plane", err) : NULL;
+        ts[t].part = !tiles ? ssb4d_mem_alloc(mem, w.part, "loss block partial", err) : NULL;
         ts[t].s2 = calloc(n, sizeof(double));
-        ts[t].R = ssb4d_mem_alloc(mem, (nyf + ncols) * sizeof(cfloat), "loss phasors", err);
+        ts[t].R = ssb4d_mem_alloc(mem, w.phasors, "loss phasors", err);
         if (!ts[t].buf || (real && !tiles && !ts[t].real) || (!tiles && !ts[t].part) || !ts[t].R || !ts[t].s2)
             st = ts[t].s2 ? SSB4D_ENOMEM : ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
         else
@@ -272,10 +339,10 @@ static ssb4d_status stack_init(stack *k, const ssb4d_G *G, const ssb4d_geometry 
     }
     tiled *tl = &k->tl;
     if (!st && tiles) {
-        tl->tile = o->loss_tile < G->n_bf ? o->loss_tile : G->n_bf;
+        tl->tile = w.tile;
         tl->slot = (npix + 15) / 16 * 16; /* every plane 64-byte aligned, as the plan's output was */
-        tl->planes = ssb4d_mem_alloc(mem, tl->tile * n * tl->slot * sizeof(float), "loss tile planes", err);
-        tl->part = tl->planes ? ssb4d_mem_calloc(mem, n * npix * sizeof(double), "loss block partial", err) : NULL;
+        tl->planes = ssb4d_mem_alloc(mem, w.tile_planes, "loss tile planes", err);
+        tl->part = tl->planes ? ssb4d_mem_calloc(mem, w.tile_part, "loss block partial", err) : NULL;
         tl->s2pix = calloc(tl->tile * n, sizeof(double));
         tl->s2blk = calloc(n, sizeof(double));
         tl->valid = calloc(tl->tile * n, 1);

@@ -12,6 +12,32 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* ---- workspace: the object's sizes, and the order ssb4d_object uses them in ---------------- */
+
+object_ws object_ws_sizes(size_t nyf, size_t nxf, size_t n_bf, int nt, int half, int fast)
+{
+    size_t ncols = half ? nxf / 2 + 1 : nxf;
+    size_t per_thread = nxf * 2 * sizeof(cfloat);
+    object_ws w = {fast, nyf * nxf * sizeof(cfloat), n_bf * ncols * sizeof(cfloat),
+                   nyf * ncols * sizeof(double complex), per_thread, (size_t)nt * per_thread};
+    return w;
+}
+
+void object_workspace(const object_ws *w, ws_sink *out)
+{
+    ws_alloc(out, w->F);
+    if (w->fast)
+        ws_alloc(out, w->tabs);
+    ws_alloc(out, w->acc);
+    ws_alloc(out, w->rows);
+    ws_pass(out, 0);
+    ws_free(out, w->acc, 1);
+    ws_free(out, w->rows, 1);
+    if (w->fast)
+        ws_free(out, w->tabs, 0);
+    ws_free(out, w->F, 1);
+}
+
 ssb4d_status ssb4d_object(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d_aberrations *ab,
                           const ssb4d_thick *thick, int upsample, const ssb4d_ssb_opts *o,
                           ssb4d_mem *mem, float *object, float *phase, ssb4d_err *err)
@@ -31,22 +57,24 @@ ssb4d_status ssb4d_object(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d
     int half = o->path != SSB4D_PATH_COMPLEX;
     size_t ncols = half ? nxf / 2 + 1 : nxf;
     int nt = ssb4d_threads_resolve(o->threads);
-    cfloat *F = ssb4d_mem_alloc(mem, npix * sizeof(cfloat), "object spectrum", err);
+    const object_ws w = object_ws_sizes(nyf, nxf, G->n_bf, nt, half, c.fast);
+    cfloat *F = ssb4d_mem_alloc(mem, w.F, "object spectrum", err);
     cfloat *Ctabs = NULL;
     if (F && c.fast) {
-        Ctabs = ssb4d_mem_alloc(mem, G->n_bf * ncols * sizeof(cfloat), "object phasor tables", err);
+        Ctabs = ssb4d_mem_alloc(mem, w.tabs, "object phasor tables", err);
         if (Ctabs) {
 #pragma omp parallel for num_threads(nt) schedule(static)
             for (size_t ib = 0; ib < G->n_bf; ib++)
                 ssb_pixel_phasors(&c, ib, NULL, 0, Ctabs + ib * ncols, ncols);
         }
     }
-    /* acc: the running sum over BF pixels of every bin, in BF order whatever the grouping. */
-    size_t per_thread = nxf * 2 * sizeof(cfloat);
+    /* acc: the running sum over BF pixels of every bin, in BF order whatever the grouping;
+     * per thread one row and one row of exp(-i chi(q)) (w.rows). */
+    size_t per_thread = w.per_thread;
     double complex *acc = (F && (!c.fast || Ctabs))
-                              ? ssb4d_mem_calloc(mem, nyf * ncols * sizeof *acc, "object sum", err)
+                              ? ssb4d_mem_calloc(mem, w.acc, "object sum", err)
                               : NULL;
-    char *scr = acc ? ssb4d_mem_alloc(mem, (size_t)nt * per_thread, "object rows", err) : NULL;
+    char *scr = acc ? ssb4d_mem_alloc(mem, w.rows, "object rows", err) : NULL;
     G_group gr = {0};
     st = scr ? G_group_init(G, mem, &gr, err) : SSB4D_ENOMEM;
     if (st) {

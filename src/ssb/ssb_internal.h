@@ -152,4 +152,52 @@ static inline float ssb_atanf(float x)
     p = big * (1.57079632679f - p) + (1.0f - big) * p;
     return copysignf(p, x);
 }
+/* ---- workspace queries (common/workspace.h): sizes from the shape, used by the code that
+ * allocates them, and the order it allocates and frees them in ---------------------------------- */
+
+/* loss.c phase_stack: n parameter sets on an nyf x nxf grid over n_bf BF pixels with nt threads
+ * (resolved; capped here at one per block of 64 pixels). real: the real-output path (the default);
+ * fast: every set takes the fast kernel (a table of exp(-i chi(q)) per set); tile: o->loss_tile. */
+typedef struct {
+    size_t n, nt, tile;
+    int real, fast, tiled;
+    size_t total, eq;                  /* per set: the mean-phase sum, exp(-i chi(q)) */
+    size_t spec, plane, part, phasors; /* per thread (plane and part 0 when tiled) */
+    size_t tile_planes, tile_part;     /* tiled only */
+} loss_ws;
+loss_ws loss_ws_sizes(size_t nyf, size_t nxf, size_t n_bf, size_t n, int nt, int real, int fast, size_t loss_tile);
+void loss_workspace(const loss_ws *w, ws_sink *out);
+
+/* object.c ssb4d_object at an nyf x nxf grid over n_bf BF pixels with nt threads; half: the
+ * half-plane sum (the default path); fast: the fast kernel's phasor tables. */
+typedef struct {
+    int fast;
+    size_t F, tabs, acc;      /* the spectrum, the phasor tables, the running sum */
+    size_t per_thread, rows;  /* a thread's row and row of exp(-i chi(q)); all threads' */
+} object_ws;
+object_ws object_ws_sizes(size_t nyf, size_t nxf, size_t n_bf, int nt, int half, int fast);
+void object_workspace(const object_ws *w, ws_sink *out);
+
+/* band.c: the band's bins lo < |q| < hi on an ny x nx scan (steps step), counted as geom_init
+ * counts them. row_slot (ny) and col_slot (nx/2+1), zeroed by the caller, come back with each
+ * row's and column's slot among those holding bins, or -1. Returns the bins; *nr, *nc the rows
+ * and columns holding them. */
+size_t band_bins(size_t ny, size_t nx, const double step[2], double lo, double hi, int *row_slot, int *col_slot,
+                 size_t *nr, size_t *nc);
+
+/* band.c on nb bins in nr rows and nc columns, n_bf BF pixels: ssb4d_band_fit_rot with n sets and
+ * nrot distinct rotations on nt threads (resolved; capped at one per block of 64 pixels), and
+ * ssb4d_band_power. */
+typedef struct {
+    size_t n, nrot, nt;
+    size_t off, rs, cs, qx, rq;  /* the bins (geom_init) */
+    size_t k;                    /* a k table (rot_init) */
+    size_t tabs, qts, total;     /* per batch: set tables, the sums */
+    size_t A1, R, part;          /* per thread */
+    size_t power;                /* ssb4d_band_power's sums per bin */
+} band_ws;
+band_ws band_ws_sizes(size_t nb, size_t nr, size_t nc, size_t n_bf, size_t n, size_t nrot, int nt);
+void band_fit_workspace(const band_ws *w, ws_sink *out);
+void band_power_workspace(const band_ws *w, ws_sink *out);
+
 #endif
