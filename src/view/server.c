@@ -175,6 +175,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     return send_resp(c, &r);
 }
 
+/* URLs are taken as sent: no %-decoding, so "/index.html%00" or "/%2e%2e/x" match nothing in
+ * the fixed list (the page and the API need no escapes). Returns the length unchanged. */
+static size_t no_unescape(void *cls, struct MHD_Connection *c, char *s) { return strlen(s); }
+
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe)
 {
     req_ctx *rc = *con_cls;
@@ -255,7 +259,8 @@ int view_serve(view_server *v, ssb4d_session *s, ssb4d_err *err)
         on_request, v, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr, MHD_OPTION_NOTIFY_COMPLETED, on_completed,
         v, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)15, MHD_OPTION_CONNECTION_LIMIT, (unsigned)600,
         MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)0, MHD_OPTION_THREAD_STACK_SIZE, (size_t)(256 * 1024),
-        MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1, MHD_OPTION_END);
+        MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1, MHD_OPTION_UNESCAPE_CALLBACK, no_unescape, NULL,
+        MHD_OPTION_END);
     if (!d) {
         close(sfd);
         err->code = SSB4D_EIO;

@@ -478,6 +478,10 @@ static void do_save(view_server *v, view_job *j)
     else
         snprintf(path, sizeof path, "%s/calibration.json", v->cfg.save_dir ? v->cfg.save_dir : ".");
     ssb4d_status st = ssb4d_session_save_calibration(v->s, path, j->p.force, &err);
+    if (st && strstr(err.msg, "already exists")) { /* the person's choice, not a failure */
+        view_resp_text(&j->resp, 409, "%s", err.msg);
+        return;
+    }
     if (st) {
         fail(v, &j->resp, st, err.msg);
         return;
