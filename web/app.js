@@ -323,6 +323,7 @@ function drawRegionMap(m) {
     g.fillText(`${c.C10_nm.toFixed(2)} nm`, x + 4, y + 16);
   });
   cv.dataset.cells = String(m.cells.length);
+  $('maplegend').textContent = `C10 map: ${lo.toFixed(3)} nm (dark) … ${hi.toFixed(3)} nm (bright), ${m.rows}×${m.cols} regions`;
 }
 
 async function showCalibration() {
