@@ -86,10 +86,23 @@ def main():
             rc = 'hung'
         check(rc == 0, 'SIGTERM: exits 0 (got %s)' % rc)
         err = p.stderr.read()
-        check('AddressSanitizer' not in err and 'runtime error' not in err, 'no sanitizer report')
+        check('Sanitizer' not in err and 'runtime error' not in err, 'no sanitizer report')
         left = [f for f in os.listdir(work) if f not in ('x.npy', 'x.json', 'x_phase.npy',
                                                           'x_phase_bandlimited.npy', 'cal.json')]
         check(not left, 'no partial files left: %s' % left)
+    # Ctrl-C while the fit on start runs: the call is cancelled, exit 0, promptly.
+    q = subprocess.Popen([BIN, 'view', 'x.npy', '--port', '0', '-q'], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    q.stdout.readline()
+    t0 = time.time()
+    q.send_signal(signal.SIGINT)
+    try:
+        rc = q.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        q.kill()
+        rc = 'hung'
+    check(rc == 0 and time.time() - t0 < 10, 'SIGINT during the fit on start: exit %s in %.2f s'
+          % (rc, time.time() - t0))
     print('server test: %.1f s' % (time.time() - t_start))
 
 
