@@ -23,7 +23,7 @@ import time
 
 import numpy as np
 
-BIN, WORK = sys.argv[1], sys.argv[2]
+BIN, WORK = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
 FAILS = []
 
 
