@@ -174,7 +174,12 @@ static void do_start(view_server *v, view_resp *resp)
         return;
     }
     snapshot_calibration(v);
-    if (v->cfg.fit_on_start)
+    pthread_mutex_lock(&v->mu);
+    int stopping = v->stop; /* a cancel that came between two calls is not the next call's */
+    pthread_mutex_unlock(&v->mu);
+    if (stopping)
+        view_resp_text(resp, 503, "the server is stopping");
+    else if (v->cfg.fit_on_start)
         do_fit(v, resp);
     else {
         ssb4d_aberrations zero;
@@ -597,7 +602,18 @@ void view_worker_stop(view_server *v)
         ssb4d_session_cancel(v->s);
     pthread_cond_broadcast(&v->wake);
     pthread_mutex_unlock(&v->mu);
-    pthread_join(v->worker, NULL);
+    /* A cancel belongs to the call running when it comes: one that lands between two calls of a
+     * job (calibrate, then fit) would be lost, so it is repeated until the worker has ended. */
+    for (;;) {
+        struct timespec t;
+        clock_gettime(CLOCK_REALTIME, &t);
+        t.tv_nsec += 50000000;
+        if (t.tv_nsec >= 1000000000)
+            t.tv_sec++, t.tv_nsec -= 1000000000;
+        if (pthread_timedjoin_np(v->worker, NULL, &t) == 0)
+            break;
+        ssb4d_session_cancel(v->s);
+    }
     v->worker_started = 0;
 }
 
