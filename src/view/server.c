@@ -259,7 +259,8 @@ int view_serve(view_server *v, ssb4d_session *s, ssb4d_err *err)
         on_request, v, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr, MHD_OPTION_NOTIFY_COMPLETED, on_completed,
         v, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)15, MHD_OPTION_CONNECTION_LIMIT, (unsigned)600,
         MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)0, MHD_OPTION_THREAD_STACK_SIZE, (size_t)(256 * 1024),
-        MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1, MHD_OPTION_UNESCAPE_CALLBACK, no_unescape, NULL,
+        MHD_OPTION_UNESCAPE_CALLBACK, no_unescape, NULL, /* no SO_REUSEPORT: a second view on the
+                                                             same port must fail, not share it */
         MHD_OPTION_END);
     if (!d) {
         close(sfd);

@@ -76,6 +76,10 @@ def main():
     check(len(token) == 32 and all(ch in '0123456789abcdef' for ch in token), 'token is 32 hex digits')
     try:
         run(p, port, token)
+        r = subprocess.run([BIN, 'view', 'x.npy', '--port', str(port), '-q'], capture_output=True, text=True,
+                           timeout=60)
+        check(r.returncode == 2 and 'cannot listen' in r.stderr,
+              'a second view on the same port: exit 2 (%s)' % r.stderr.strip())
     finally:
         if p.poll() is None:
             p.send_signal(signal.SIGTERM)
