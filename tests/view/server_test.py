@@ -120,6 +120,15 @@ def run(p, port, token):
         time.sleep(0.1)
     check(s['fit']['done'], 'fit on start finished: C10 %.3f nm' % s['fit']['result']['C10_nm'])
 
+    # Idle, nothing runs: the worker waits on a condition variable, the daemon in poll().
+    def cpu_ticks():
+        with open('/proc/%d/stat' % p.pid) as f:
+            a = f.read().rsplit(')', 1)[1].split()
+        return int(a[11]) + int(a[12])
+    t = cpu_ticks()
+    time.sleep(2)
+    check(cpu_ticks() - t <= 2, 'idle: no CPU used in 2 s (%d ticks)' % (cpu_ticks() - t))
+
     # Bound to 127.0.0.1 only: /proc/net/tcp lists the listening socket's local address.
     listen = []
     with open('/proc/net/tcp') as f:
