@@ -114,7 +114,7 @@ int cmd_view(int argc, char **argv)
     rq.data = data;
     rq.m = &m;
     rq.fit = &fp; /* the person may press Fit even with --no-fit: the plan holds one */
-    rq.image_floats = 0;
+    rq.image_floats = 3; /* one image in flight and, for the amplitude view, the complex object */
     rq.viewer = 1;
     rq.progress = view_progress;
     rq.progress_user = v;

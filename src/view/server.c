@@ -65,8 +65,11 @@ void view_resp_header(view_resp *r, const char *name, const char *fmt, ...)
 
 void view_resp_free(view_resp *r)
 {
-    if (!r->body_static)
+    if (r->mem)
+        ssb4d_mem_free(r->mem, r->body, 0);
+    else if (!r->body_static)
         free(r->body);
+    r->mem = NULL;
     r->body = NULL;
     r->len = 0;
     r->body_static = 0;
@@ -82,10 +85,37 @@ typedef struct {
     int too_large;
 } req_ctx;
 
+/* An image body allocated under the session's budget goes back to it once MHD has sent it. */
+typedef struct {
+    ssb4d_mem *mem;
+    void *p;
+} budget_body;
+
+static void budget_body_free(void *cls)
+{
+    budget_body *b = cls;
+    ssb4d_mem_free(b->mem, b->p, 0);
+    free(b);
+}
+
 static enum MHD_Result send_resp(struct MHD_Connection *c, view_resp *r)
 {
     struct MHD_Response *res;
-    if (r->body_static)
+    if (r->mem) {
+        budget_body *b = malloc(sizeof *b);
+        if (!b) {
+            view_resp_free(r);
+            return MHD_NO;
+        }
+        b->mem = r->mem, b->p = r->body;
+        res = MHD_create_response_from_buffer_with_free_callback_cls(r->len, r->body, budget_body_free, b);
+        if (!res) {
+            free(b);
+            view_resp_free(r);
+            return MHD_NO;
+        }
+        r->body = NULL, r->mem = NULL; /* MHD's now */
+    } else if (r->body_static)
         res = MHD_create_response_from_buffer(r->len, r->body, MHD_RESPMEM_PERSISTENT);
     else {
         res = MHD_create_response_from_buffer(r->len, r->body, MHD_RESPMEM_MUST_FREE);

@@ -20,6 +20,7 @@ typedef struct {
     char *body;
     size_t len;
     int body_static;
+    ssb4d_mem *mem;        /* non-NULL: body came from this budget (ssb4d_mem_alloc) */
     int n_hdr;
     char hdr[8][2][48];
 } view_resp;

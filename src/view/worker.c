@@ -212,15 +212,15 @@ static void params_over_current(view_server *v, const job_params *p, ssb4d_aberr
 }
 
 /* log(1 + |FFT|), the zero frequency in the middle: what the FFT view shows. */
-static int fft_logmag(float *img, size_t ny, size_t nx)
+static ssb4d_status fft_logmag(ssb4d_mem *mem, float *img, size_t ny, size_t nx, ssb4d_err *err)
 {
     size_t nxc = nx / 2 + 1;
-    float *in = fftwf_malloc(ny * nx * sizeof *in);
-    fftwf_complex *out = fftwf_malloc(ny * nxc * sizeof *out);
+    /* Under the session's budget (64-byte aligned, as FFTW likes). */
+    float *in = ssb4d_mem_alloc(mem, ny * nx * sizeof *in, "the viewer's FFT input", err);
+    fftwf_complex *out = in ? ssb4d_mem_alloc(mem, ny * nxc * sizeof *out, "the viewer's FFT", err) : NULL;
     if (!in || !out) {
-        fftwf_free(in);
-        fftwf_free(out);
-        return -1;
+        ssb4d_mem_free(mem, in, 0);
+        return err->code;
     }
     ssb4d_fftw_lock(); /* FFTW's planner is not thread-safe; the library plans too */
     fftwf_plan pl = fftwf_plan_dft_r2c_2d((int)ny, (int)nx, in, out, FFTW_ESTIMATE);
@@ -245,9 +245,9 @@ static int fft_logmag(float *img, size_t ny, size_t nx)
     ssb4d_fftw_lock();
     fftwf_destroy_plan(pl);
     ssb4d_fftw_unlock();
-    fftwf_free(in);
-    fftwf_free(out);
-    return 0;
+    ssb4d_mem_free(mem, in, 0);
+    ssb4d_mem_free(mem, out, 0);
+    return SSB4D_OK;
 }
 
 static void do_preview(view_server *v, view_job *j)
@@ -261,9 +261,12 @@ static void do_preview(view_server *v, view_job *j)
         fail(v, &j->resp, st, err.msg);
         return;
     }
-    float *img = malloc(ny * nx * sizeof *img);
+    /* The image and what the views need beside it count under the session's budget (the plan
+     * holds room for them: cmd_view's image_floats). */
+    ssb4d_mem *mem = ssb4d_session_mem(v->s);
+    float *img = ssb4d_mem_alloc(mem, ny * nx * sizeof *img, "the viewer's image", &err);
     if (!img) {
-        fail(v, &j->resp, SSB4D_ENOMEM, "out of memory for the preview image");
+        fail(v, &j->resp, err.code, err.msg);
         return;
     }
     ssb4d_aberrations ab;
@@ -282,12 +285,12 @@ static void do_preview(view_server *v, view_job *j)
     st = ssb4d_session_preview(v->s, &q, img, p->want_loss ? &loss : NULL, &err);
     if (!st && p->view == VIEW_AMPLITUDE) {
         /* The object's modulus at these parameters: set them for the call, then put back. */
-        float *obj = malloc(2 * ny * nx * sizeof *obj);
+        float *obj = ssb4d_mem_alloc(mem, 2 * ny * nx * sizeof *obj, "the viewer's object", &err);
         ssb4d_aberrations ab0;
         ssb4d_thick th0;
         ssb4d_session_get(v->s, &ab0, &th0, NULL);
         if (!obj)
-            st = SSB4D_ENOMEM, snprintf(err.msg, sizeof err.msg, "out of memory for the object");
+            st = err.code;
         else {
             ssb4d_session_set(v->s, &ab, &th);
             st = ssb4d_session_object(v->s, p->upsample, obj, NULL, &err);
@@ -295,12 +298,12 @@ static void do_preview(view_server *v, view_job *j)
             for (size_t i = 0; !st && i < ny * nx; i++)
                 img[i] = hypotf(obj[2 * i], obj[2 * i + 1]);
         }
-        free(obj);
+        ssb4d_mem_free(mem, obj, 0);
     }
-    if (!st && p->view == VIEW_FFT && fft_logmag(img, ny, nx))
-        st = SSB4D_ENOMEM, snprintf(err.msg, sizeof err.msg, "out of memory for the FFT");
+    if (!st && p->view == VIEW_FFT)
+        st = fft_logmag(mem, img, ny, nx, &err);
     if (st) {
-        free(img);
+        ssb4d_mem_free(mem, img, 0);
         fail(v, &j->resp, st, st == SSB4D_ECANCELLED ? "superseded" : err.msg);
         return;
     }
@@ -309,6 +312,7 @@ static void do_preview(view_server *v, view_job *j)
     r->status = 200;
     r->ctype = "application/octet-stream";
     r->body = (char *)img; /* float32, little-endian on every machine this builds for */
+    r->mem = mem;
     r->len = ny * nx * sizeof *img;
     view_resp_header(r, "X-Width", "%zu", nx);
     view_resp_header(r, "X-Height", "%zu", ny);
