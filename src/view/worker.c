@@ -465,6 +465,14 @@ static void do_fit_tilt(view_server *v, view_job *j)
         fail(v, &j->resp, st, err.msg);
         return;
     }
+    /* Its result is now the fitted values Reset returns to. */
+    ssb4d_aberrations ab;
+    ssb4d_thick th;
+    ssb4d_session_get(v->s, &ab, &th, NULL);
+    pthread_mutex_lock(&v->mu);
+    v->fit_ab = ab;
+    v->fit_thick = th;
+    pthread_mutex_unlock(&v->mu);
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "C10_nm", r.C10_nm);
     cJSON_AddNumberToObject(o, "C12_nm", r.C12_nm);

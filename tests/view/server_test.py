@@ -275,6 +275,27 @@ def run(p, port, token):
     st, _, b = request(port, 'POST', '/api/apply', body={'region': True}, token=token)
     check(st == 200 and abs(json.loads(b)['current']['C10_nm'] - r['C10_nm']) < 1e-9, 'apply the region refit')
     check(request(port, 'POST', '/api/cancel', body={}, token=token)[0] == 200, 'cancel while idle: 200')
+    st, _, b = request(port, 'POST', '/api/reset', body={}, token=token)
+    s = json.loads(b)
+    check(st == 200 and s['current']['C10_nm'] == s['fit']['result']['C10_nm'], 'reset: back to the fit')
+    st, _, b = request(port, 'POST', '/api/fit_tilt', body={}, token=token)
+    t = json.loads(b)
+    check(st == 200 and 'thickness_nm' in t and len(t['tilt_mrad']) == 2,
+          'fit tilt: %s' % b[:120].decode(errors='replace'))
+    # A cancel reaches a running fit: /api/fit answers 409 soon after /api/cancel.
+    with cf.ThreadPoolExecutor(max_workers=1) as ex:
+        fut = ex.submit(request, port, 'POST', '/api/fit', {}, token)
+        for _ in range(100):
+            if json.loads(request(port, 'GET', '/api/state', token=token)[2])['job']['busy']:
+                break
+            time.sleep(0.01)
+        t0 = time.time()
+        request(port, 'POST', '/api/cancel', body={}, token=token)
+        st = fut.result()[0]
+    check(st in (200, 409) and time.time() - t0 < 2, 'cancel a running fit: %d after %.2f s' % (st, time.time() - t0))
+    st, _, _ = request(port, 'POST', '/api/preview', body={'seq': 7}, token=token)
+    check(st == 200, 'the session is usable after a cancel')
+    request(port, 'POST', '/api/reset', body={}, token=token)
     st, _, b = request(port, 'POST', '/api/save', body={'path': os.path.join(os.getcwd(), 'cal.json')}, token=token)
     check(st == 200 and os.path.exists('cal.json'), 'save writes cal.json')
     st, _, b = request(port, 'POST', '/api/save', body={'path': 'cal.json'}, token=token)
