@@ -12,7 +12,7 @@ import path from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 
-const [BIN, WORK] = process.argv.slice(2);
+const [BIN, WORK] = process.argv.slice(2).map((a) => path.resolve(a));
 const here = path.dirname(fileURLToPath(import.meta.url));
 const CHROMIUM = '/usr/bin/chromium';
 if (!fs.existsSync(CHROMIUM) || !fs.existsSync(path.join(here, 'node_modules', 'playwright-core'))) {
