@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { OPT_PORT = CLI_OPT_FIRST_FREE, OPT_NO_FIT };
+enum { OPT_PORT = CLI_OPT_FIRST_FREE, OPT_NO_FIT, OPT_FORCE };
 
 static void usage(FILE *f)
 {
@@ -26,9 +26,12 @@ static void usage(FILE *f)
             "dataset (as ssb4d demo). Nothing else is opened; Ctrl-C or SIGTERM stops it.\n\n"
             "  --port N              the port (default 8765; 0: any free port, as printed)\n"
             "  --no-fit              do not fit on start (start from --calibration's values, else 0)\n"
+            "  --force               Save calibration may replace an existing calibration.json\n"
+            "                        (without it, only when the page's \"replace\" box is ticked)\n"
             "  -h, --help            this help\n\n"
             "Save calibration writes calibration.json into the current folder (refused if it exists,\n"
-            "unless the page's force box is ticked); ssb4d reconstruct --calibration reproduces it.\n\n"
+            "unless --force or the page's \"replace\" box); ssb4d reconstruct --calibration\n"
+            "reproduces the viewer's image and loss from it bit for bit.\n\n"
             "%s\n" CLI_EXIT_HELP,
             CLI_MICROSCOPE_HELP);
 }
@@ -39,12 +42,13 @@ int cmd_view(int argc, char **argv)
         CLI_MICROSCOPE_OPTIONS,
         {"port", required_argument, 0, OPT_PORT},
         {"no-fit", no_argument, 0, OPT_NO_FIT},
+        {"force", no_argument, 0, OPT_FORCE},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
     cli_micro m;
     cli_micro_init(&m);
-    int port = 8765, no_fit = 0, c;
+    int port = 8765, no_fit = 0, force = 0, c;
     optind = 1;
     opterr = 0;
     while ((c = getopt_long(argc, argv, ":hq", opts, NULL)) != -1) {
@@ -66,6 +70,7 @@ int cmd_view(int argc, char **argv)
             break;
         }
         case OPT_NO_FIT: no_fit = 1; break;
+        case OPT_FORCE: force = 1; break;
         case ':':
             fprintf(stderr, "ssb4d view: option %s needs a value\n", argv[optind - 1]);
             return CLI_EXIT_USAGE;
@@ -101,6 +106,7 @@ int cmd_view(int argc, char **argv)
     cfg.fit_on_start = !no_fit;
     cfg.data_name = data ? data : "built-in dataset";
     cfg.save_dir = ".";
+    cfg.force = force;
     cfg.url_out = stdout;
     ssb4d_err err = {0};
     view_server *v = view_create(&cfg, &err);

@@ -18,6 +18,7 @@ typedef struct {
     const ssb4d_thick *thick;   /* NULL: thin */
     const char *data_name;      /* what the page shows as the dataset's name */
     const char *save_dir;       /* where "Save calibration" writes by default (NULL: ".") */
+    int force;                  /* --force: Save calibration may replace an existing file */
     FILE *url_out;              /* where the URL line goes (stdout) */
 } view_config;
 

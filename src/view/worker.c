@@ -494,7 +494,7 @@ static void do_save(view_server *v, view_job *j)
         snprintf(path, sizeof path, "%s", j->p.path);
     else
         snprintf(path, sizeof path, "%s/calibration.json", v->cfg.save_dir ? v->cfg.save_dir : ".");
-    ssb4d_status st = ssb4d_session_save_calibration(v->s, path, j->p.force, &err);
+    ssb4d_status st = ssb4d_session_save_calibration(v->s, path, j->p.force || v->cfg.force, &err);
     if (st && strstr(err.msg, "already exists")) { /* the person's choice, not a failure */
         view_resp_text(&j->resp, 409, "%s", err.msg);
         return;

@@ -92,8 +92,15 @@ def main():
         err = p.stderr.read()
         check('Sanitizer' not in err and 'runtime error' not in err, 'no sanitizer report')
         left = [f for f in os.listdir(work) if f not in ('x.npy', 'x.json', 'x_phase.npy',
-                                                          'x_phase_bandlimited.npy', 'cal.json')]
+                                                          'x_phase_bandlimited.npy', 'cal.json', 'bv.json')]
         check(not left, 'no partial files left: %s' % left)
+    # ssb4d bench view: the round trips over HTTP, as a record.
+    r = subprocess.run([BIN, 'bench', 'view', '--data', 'x.npy', '--drags', '3', '--releases', '1', '-o', 'bv.json',
+                        '-q'], capture_output=True, text=True, timeout=120)
+    rec = json.load(open('bv.json')) if r.returncode == 0 else {}
+    check(r.returncode == 0 and rec.get('schema') == 'ssb4d-bench-view/1' and rec['drag']['n'] == 3
+          and rec['release']['median_ms'] > 0, 'bench view: %s' % (r.stdout.strip().splitlines()[-1:] or r.stderr))
+
     # Ctrl-C while the fit on start runs: the call is cancelled, exit 0, promptly.
     q = subprocess.Popen([BIN, 'view', 'x.npy', '--port', '0', '-q'], stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True)
