@@ -13,7 +13,9 @@ const trace = { sent: [], drawn: [], lastLoss: null };
 window.__ssb4d = trace;
 
 let state = null;          // last /api/state
-let seq = 0;               // last preview sequence number sent
+// Last preview sequence number sent. The server orders previews by it (a late older request is
+// answered 409), so a reloaded page starts above the old one: from the clock.
+let seq = Date.now();
 let rafPending = false;
 let lastImage = null;      // {data, w, h, view, upsample}
 let rect = null;           // [r0, r1, c0, c1] drawn, scan positions
@@ -97,6 +99,7 @@ async function preview(release) {
     seq: my,
   });
   trace.sent.push({ seq: my, release: !!release });
+  if (trace.sent.length > 5000) trace.sent.splice(0, 1000); // a long session stays small
   const t0 = performance.now();
   let r;
   try { r = await api('/api/preview', body); } catch (e) { setStatus('connection lost: ' + e.message, true); return; }
@@ -113,6 +116,7 @@ async function preview(release) {
   lastImage = { data: new Float32Array(buf), w, h, view, upsample: body.upsample };
   draw();
   trace.drawn.push({ seq: my, latest: seq, release: !!release });
+  if (trace.drawn.length > 5000) trace.drawn.splice(0, 1000);
   const ms = performance.now() - t0;
   $('reqtime').textContent = `${ms.toFixed(0)} ms (server ${(1000 * Number(r.headers.get('X-Seconds'))).toFixed(0)} ms)`;
   if (release) {
@@ -122,10 +126,10 @@ async function preview(release) {
     $('loss').dataset.loss = r.headers.get('X-Loss');
     $('loss').dataset.seq = String(my);
     setStatus(`${w}×${h} at ${body.upsample}×, full BF set`);
+    refreshMemory(); // once per release, not per drag frame
   } else {
     setStatus(`dragging: ${w}×${h}, subset ${body.subset || 'all'}`);
   }
-  refreshMemory();
 }
 
 function schedulePreview() {

@@ -277,6 +277,7 @@ cJSON *view_state_json(view_server *v)
     cJSON_AddNumberToObject(st, "previews", (double)v->n_previews);
     cJSON_AddNumberToObject(st, "superseded", (double)v->n_superseded);
     cJSON_AddNumberToObject(st, "cancels", (double)v->n_cancels);
+    cJSON_AddNumberToObject(st, "stale", (double)v->n_stale);
     pthread_mutex_unlock(&v->mu);
     cJSON *mm = cJSON_AddObjectToObject(o, "memory");
     cJSON_AddNumberToObject(mm, "tracked", (double)(ssb4d_mem_live(m) + ssb4d_mem_cached(m)));

@@ -115,7 +115,9 @@ struct view_server {
     size_t shape[4];
     size_t image[2];       /* native image rows, cols */
     view_cal cal;
-    unsigned long n_previews, n_superseded, n_cancels;
+    double latest_seq;     /* the highest preview seq seen: a lower one arrived late (the browser's
+                              requests can overtake each other on separate connections) */
+    unsigned long n_previews, n_superseded, n_cancels, n_stale;
 };
 
 /* auth.c */

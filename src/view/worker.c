@@ -651,6 +651,16 @@ void view_submit(view_server *v, view_job *j)
     j->next = NULL;
     if (j->kind == JOB_PREVIEW) {
         v->n_previews++;
+        /* Ordered by seq, not by arrival: an older request that comes late must not supersede a
+         * newer one (seq 0: unordered, always taken). */
+        if (j->p.seq > 0 && j->p.seq < v->latest_seq) {
+            v->n_stale++;
+            view_resp_text(&j->resp, 409, "superseded");
+            pthread_mutex_unlock(&v->mu);
+            return;
+        }
+        if (j->p.seq > v->latest_seq)
+            v->latest_seq = j->p.seq;
         if (v->pending) { /* only the latest waits */
             v->pending->superseded = 1;
             v->n_superseded++;

@@ -41,7 +41,10 @@ async function waitFor(page, fn, arg, { timeout }) {
   const end = Date.now() + timeout;
   for (;;) {
     if (await page.evaluate(fn, arg)) return;
-    if (Date.now() > end) throw new Error('timed out waiting for ' + fn.toString().slice(0, 120));
+    if (Date.now() > end) {
+      const t = await page.evaluate(() => JSON.stringify({ sent: window.__ssb4d.sent.slice(-5), drawn: window.__ssb4d.drawn.slice(-5), status: document.getElementById('status').textContent }));
+      throw new Error('timed out waiting for ' + fn.toString().slice(0, 120) + '\npage: ' + t);
+    }
     await new Promise((r) => setTimeout(r, 100));
   }
 }
@@ -143,7 +146,7 @@ try {
   const viewer = await page.evaluate(async () => {
     const token = new URLSearchParams(location.search).get('token');
     const r = await fetch('/api/preview', { method: 'POST', headers: { 'X-SSB4D-Token': token, 'Content-Type': 'application/json' },
-      body: JSON.stringify({ upsample: 1, want_loss: true, seq: 1e9 }) });
+      body: JSON.stringify({ upsample: 1, want_loss: true }) }); // no seq: unordered, always computed
     return { loss: r.headers.get('X-Loss'), bytes: Array.from(new Uint8Array(await r.arrayBuffer())) };
   });
   const a = readNpyF32(path.join(work, 'r2.npy'));
