@@ -6,7 +6,7 @@ usage: server_test.py SSB4D_BINARY WORKDIR
 Checks: the token (missing 401, wrong 403), a foreign Host (403), no CORS headers; oversized,
 truncated and malformed bodies, NaN/Inf/absurd values, unknown fields (4xx, then still serving);
 unknown routes and path traversal on static files (404); a client that sends half a request and
-stalls does not block others; 300 concurrent stale previews (it keeps answering, RSS bounded, the
+stalls does not block others; 1,000 concurrent stale previews (it keeps answering, RSS bounded, the
 final request's image equals a fresh one); region refit; save (refuses an existing file unless
 force); bound to 127.0.0.1 only; SIGTERM exits 0 with no partial files.
 """
@@ -14,6 +14,7 @@ import concurrent.futures as cf
 import http.client
 import json
 import os
+import resource
 import shutil
 import signal
 import socket
@@ -229,9 +230,9 @@ def run(p, port, token):
     check(st == 200 and st2 == 200 and time.time() - t0 < 5,
           'stalled clients do not block others (%.2f s)' % (time.time() - t0))
 
-    # 300 concurrent stale previews, then the final one.
+    # 1,000 concurrent stale previews (the file-descriptor limit allowing), then the final one.
     rss0 = rss_kb(p.pid)
-    n = 300
+    n = min(1000, resource.getrlimit(resource.RLIMIT_NOFILE)[0] // 2 - 50)
 
     def one(i):
         body = {'C10_nm': -20 + 0.05 * i, 'C12_nm': 2, 'phi12_deg': 20, 'upsample': 2, 'want_loss': True,
