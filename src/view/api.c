@@ -147,21 +147,17 @@ static int params_fields(const cJSON *o, job_params *p, view_resp *r)
             return -1;
         }
         for (const cJSON *f = ab->child; f; f = f->next) {
-            char name[8] = {0};
+            /* "Cnm_nm" (nm) or "phinm_deg" (degrees, for m > 0): nothing else. */
             const char *s = f->string ? f->string : "";
-            int is_phi = !strncmp(s, "phi", 3);
             size_t n = strlen(s);
-            const char *unit = is_phi ? "_deg" : "_nm";
-            size_t ul = strlen(unit), body = n > ul ? n - ul : 0;
-            int idx = -1;
-            if (body && !strcmp(s + body, unit) && body - (is_phi ? 3 : 0) == 2) {
-                snprintf(name, sizeof name, "C%.2s", s + (is_phi ? 3 : 1));
-                if (!is_phi && s[0] != 'C')
-                    idx = -1;
-                else
-                    idx = ssb4d_aberr_index(name);
-            } else if (body && !strcmp(s + body, unit) && !is_phi && body == 3 && s[0] == 'C') {
-                snprintf(name, sizeof name, "%.3s", s);
+            int is_phi = 0, idx = -1;
+            char name[4];
+            if (n == 6 && s[0] == 'C' && !strcmp(s + 3, "_nm")) {
+                snprintf(name, sizeof name, "C%c%c", s[1], s[2]);
+                idx = ssb4d_aberr_index(name);
+            } else if (n == 9 && !strncmp(s, "phi", 3) && !strcmp(s + 5, "_deg")) {
+                is_phi = 1;
+                snprintf(name, sizeof name, "C%c%c", s[3], s[4]);
                 idx = ssb4d_aberr_index(name);
             }
             if (idx < 0 || (is_phi && ssb4d_aberr_m(idx) == 0)) {

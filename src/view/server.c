@@ -10,7 +10,6 @@
 #include <math.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>

@@ -193,6 +193,8 @@ def run(p, port, token):
         'bad view': '{"view": "../../etc"}',
         'bad aberration': '{"aberr": {"C99_nm": 1}}',
         'absurd C30': '{"aberr": {"C30_nm": 1e300}}',
+        'phi of a round aberration': '{"aberr": {"phi30_deg": 1}}',
+        'lower-case aberration': '{"aberr": {"c30_nm": 1}}',
         'bad tilt': '{"tilt_mrad": [1]}',
         'negative thickness': '{"thickness_nm": -1}',
         'NUL byte': '{"C10_nm": 1}\x00',
@@ -270,6 +272,12 @@ def run(p, port, token):
     s = json.loads(request(port, 'GET', '/api/state', token=token)[2])
     check(s['stats']['superseded'] + s['stats']['stale'] >= sup, 'state counts superseded and late previews (%d + %d)'
           % (s['stats']['superseded'], s['stats']['stale']))
+
+    # Higher orders reach the image.
+    st, _, b0 = request(port, 'POST', '/api/preview', body={}, token=token)
+    st1, _, b1 = request(port, 'POST', '/api/preview', body={'aberr': {'C30_nm': 20000, 'C32_nm': 500, 'phi32_deg': 10}},
+                         token=token)
+    check(st == 200 and st1 == 200 and b0 != b1, 'higher orders (C30, C32, phi32) change the preview')
 
     # FFT and amplitude views.
     for view in ('fft', 'amplitude'):
