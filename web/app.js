@@ -47,8 +47,12 @@ function setStatus(msg, err) {
 
 function num(id) { return Number($(id).value); }
 
+// The exact values of the four sliders: a range input snaps to its step, so a fitted value lives
+// here (and is what previews and Save use) until the person moves the slider or types a number.
+const exact = { C10: 0, C12: 0, phi12: 0, rotation: 0 };
+
 function params() {
-  const p = { C10_nm: num('C10'), C12_nm: num('C12'), phi12_deg: num('phi12'), rotation_deg: num('rotation') };
+  const p = { C10_nm: exact.C10, C12_nm: exact.C12, phi12_deg: exact.phi12, rotation_deg: exact.rotation };
   const ab = {};
   for (const n of HIGHER) {
     ab[n + '_nm'] = num('h_' + n);
@@ -67,6 +71,7 @@ function setSlider(id, v) {
   if (v < lo) s.min = String(Math.floor(v - 0.2 * Math.abs(v) - 1));
   if (v > hi) s.max = String(Math.ceil(v + 0.2 * Math.abs(v) + 1));
   s.value = String(v);
+  exact[id] = v;
   $(id + '_num').value = String(+v.toFixed(4));
 }
 
@@ -99,6 +104,7 @@ async function preview(release) {
     seq: my,
   });
   trace.sent.push({ seq: my, release: !!release });
+  trace.lastBody = body;
   if (trace.sent.length > 5000) trace.sent.splice(0, 1000); // a long session stays small
   const t0 = performance.now();
   let r;
@@ -375,7 +381,7 @@ function setup() {
     hi.appendChild(row);
   }
   for (const id of SLIDERS) {
-    $(id).addEventListener('input', () => { $(id + '_num').value = $(id).value; schedulePreview(); });
+    $(id).addEventListener('input', () => { exact[id] = Number($(id).value); $(id + '_num').value = $(id).value; schedulePreview(); });
     $(id).addEventListener('change', () => preview(true));
     $(id + '_num').addEventListener('change', () => { setSlider(id, Number($(id + '_num').value)); preview(true); });
   }

@@ -49,6 +49,11 @@ async function waitFor(page, fn, arg, { timeout }) {
   }
 }
 
+// The same double, as far as reconstruct --json can say: cJSON prints 15 significant digits when
+// they read back within its epsilon, so its number may sit an ulp or two from the exact loss the
+// server sends (X-Loss, %.17g). Anything beyond 1e-15 relative is a real difference.
+const sameLoss = (a, b) => Math.abs(a - b) <= 1e-15 * Math.abs(b);
+
 const t0 = Date.now();
 const work = path.join(WORK, 'view_browser_test');
 fs.rmSync(work, { recursive: true, force: true });
@@ -101,10 +106,14 @@ try {
 
   // The displayed loss equals reconstruct's for the same values.
   const loss = await page.$eval('#loss', (e) => e.dataset.loss);
-  const vals = await page.evaluate(() => ['C10', 'C12', 'phi12', 'rotation'].map((id) => document.getElementById(id).value));
+  // The values the release sent, exactly (JS prints the shortest string that reads back the same).
+  const vals = await page.evaluate(() => {
+    const b = window.__ssb4d.lastBody;
+    return [b.C10_nm, b.C12_nm, b.phi12_deg, b.rotation_deg].map(String);
+  });
   const rec = JSON.parse(execFileSync(BIN, ['reconstruct', 'x.npy', '--json', '-q', '--force', '-o', 'r1.npy',
     '--c10', vals[0], '--c12', vals[1], '--phi12', vals[2], '--rotation', vals[3]], { cwd: work }));
-  check(Number(loss) === rec.loss, `released loss ${loss} equals reconstruct --json's ${rec.loss}`);
+  check(sameLoss(Number(loss), rec.loss), `released loss ${loss} equals reconstruct --json's ${rec.loss}`);
 
   // FFT toggle.
   const nDrawn = tr.drawn.length;
@@ -116,6 +125,25 @@ try {
   await page.selectOption('#view', 'phase');
   await waitFor(page, (n) => window.__ssb4d.drawn.length > n + 1, nDrawn, { timeout: 20000 });
   check(await page.$eval('#img', (c) => c.toDataURL()) === after, 'back to phase: the same image');
+
+  // The trials table: a click puts the trial on the sliders and releases; Reset returns to the fit.
+  await page.click('#trialsdetails summary');
+  const rows = await page.$$('#trials tbody tr');
+  check(rows.length > 0 && rows.length <= 50, `trials table: ${rows.length} rows`);
+  let n0 = await page.evaluate(() => window.__ssb4d.drawn.length);
+  const trialC10 = Number(await page.$eval('#trials tbody tr:nth-child(2) td:nth-child(2)', (e) => e.textContent));
+  await page.click('#trials tbody tr:nth-child(2)');
+  await waitFor(page, (k) => window.__ssb4d.drawn.length > k, n0, { timeout: 20000 });
+  const onSlider = Number(await page.$eval('#C10_num', (e) => e.value));
+  check(Math.abs(onSlider - trialC10) < 2e-3, `a trial click applies it (C10 ${onSlider} vs ${trialC10})`);
+  n0 = await page.evaluate(() => window.__ssb4d.drawn.length);
+  await page.click('#reset');
+  await waitFor(page, (k) => window.__ssb4d.drawn.length > k, n0, { timeout: 20000 });
+  const fitC10 = await page.evaluate(async () => {
+    const r = await fetch('/api/state', { headers: { 'X-SSB4D-Token': new URLSearchParams(location.search).get('token') } });
+    return (await r.json()).fit.result.C10_nm;
+  });
+  check(Math.abs(Number(await page.$eval('#C10_num', (e) => e.value)) - fitC10) < 1e-3, 'Reset returns to the fit');
 
   // A region drawn over the whole (32x32) field, refitted; Fit Regions on a 1x1 grid.
   const box = await (await page.$('#overlay')).boundingBox();
@@ -151,7 +179,7 @@ try {
   });
   const a = readNpyF32(path.join(work, 'r2.npy'));
   check(Buffer.from(viewer.bytes).equals(a), `reconstruct --calibration: the viewer's image bit for bit (${a.length} bytes)`);
-  check(Number(viewer.loss) === rec2.loss, `reconstruct --calibration: the viewer's loss (${rec2.loss})`);
+  check(sameLoss(Number(viewer.loss), rec2.loss), `reconstruct --calibration: the viewer's loss ${viewer.loss} equals reconstruct's ${rec2.loss}`);
 
   // The calibration view.
   await page.click('#caldetails summary');
