@@ -103,8 +103,8 @@ int cli_session_open(const char *cmd, cli_session_req *rq, cli_session *cs)
     o.rotation_sigma_deg = o.rotation_measured ? cs->v.rotation_sigma_deg : NAN;
     o.memory_bytes = cs->budget;
     o.threads = rq->m->threads;
-    o.progress = cli_progress_cb;
-    o.progress_user = &cs->pb;
+    o.progress = rq->progress ? rq->progress : cli_progress_cb;
+    o.progress_user = rq->progress ? rq->progress_user : &cs->pb;
     o.fit = rq->fit;
     o.no_fit = !rq->fit;
     o.block_bytes = rq->block_bytes;
@@ -128,6 +128,8 @@ int cli_session_open(const char *cmd, cli_session_req *rq, cli_session *cs)
     sc.drags = 0;
     sc.releases = rq->fit ? 0 : 1;
     sc.save = 0;
+    if (rq->viewer) /* the viewer's session as the planner knows it, at this upsampling */
+        ssb4d_session_script_default(&sc), sc.upsample = rq->upsample;
     if (rq->refit_region[0]) {
         sc.region = 1;
         sc.region_rect[1] = rq->refit_region[0], sc.region_rect[3] = rq->refit_region[1];

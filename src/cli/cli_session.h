@@ -27,6 +27,10 @@ typedef struct {
     size_t refit_region[2];       /* fit-regions: the largest region's rows x cols; 0: none */
     size_t block_bytes;           /* the G build's block (0: the plan's) */
     int ssb_path;                 /* ssb4d_path */
+    int viewer;                   /* plan the viewer's session (drags, releases, FFT, a region,
+                                     save: ssb4d_session_script_default) instead of one command */
+    ssb4d_progress_fn progress;   /* the handle's progress (NULL: the command's bar) */
+    void *progress_user;
 } cli_session_req;
 
 typedef struct {

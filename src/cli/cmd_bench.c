@@ -7,6 +7,7 @@
  *            bytes above G, cache kept, and a check that every tile gives the same bits. */
 #include "cli/cli_common.h"
 #include "cli/cmd_bench_compare.h"
+#include "cli/cmd_bench_view.h"
 #include "cli/commands.h"
 #include "bench/record.h"
 #include "common/parallel.h"
@@ -509,15 +510,26 @@ static int bench_sweep(int argc, char **argv)
     return same ? CLI_EXIT_OK : CLI_EXIT_INTERNAL;
 }
 
+/* bench view's access to the workload rule above. */
+static int resolve_for_view(const char *cmd, const char *name, const char *data, const char *cache, int quiet,
+                            char *path, size_t n)
+{
+    workload w = {name, data, cache, {0}};
+    int rc = workload_resolve(cmd, &w, quiet);
+    snprintf(path, n, "%s", w.path);
+    return rc;
+}
+
 int cmd_bench(int argc, char **argv)
 {
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
         FILE *f = argc < 2 ? stderr : stdout;
-        fprintf(f, "usage: ssb4d bench run|compare|sweep ...   (ssb4d bench <sub> --help)\n\n"
+        fprintf(f, "usage: ssb4d bench run|compare|sweep|view ...   (ssb4d bench <sub> --help)\n\n"
                    "  run      the session on a workload, repeated: one benchmark record (JSON)\n"
                    "  compare  OLD.json NEW.json: exit 1 when a time grew > 10 %%, a memory metric\n"
                    "           > 10 %% and > 0.25 GiB, or a hash changed\n"
-                   "  sweep    the loss over loss tiles: time, live bytes above G, cache, same bits\n\n"
+                   "  sweep    the loss over loss tiles: time, live bytes above G, cache, same bits\n"
+                   "  view     the viewer's drag and release round trips over HTTP (ssb4d view)\n\n"
                    "Each takes -q/--quiet; run and sweep refuse to replace an existing -o FILE unless --force.\n"
                    CLI_EXIT_HELP_BEGIN ";\n"
                    "1 also for compare's regression, sweep's different bits and run's differing repeats.\n");
@@ -529,6 +541,8 @@ int cmd_bench(int argc, char **argv)
         return bench_run(argc - 1, argv + 1);
     if (!strcmp(argv[1], "sweep"))
         return bench_sweep(argc - 1, argv + 1);
-    fprintf(stderr, "ssb4d bench: unknown subcommand '%s' (run, compare or sweep)\n", argv[1]);
+    if (!strcmp(argv[1], "view"))
+        return bench_view(argc - 1, argv + 1, resolve_for_view);
+    fprintf(stderr, "ssb4d bench: unknown subcommand '%s' (run, compare, sweep or view)\n", argv[1]);
     return CLI_EXIT_USAGE;
 }

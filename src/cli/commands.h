@@ -13,4 +13,5 @@ int cmd_fit_regions(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
 int cmd_session(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_view(int argc, char **argv);
 #endif

@@ -22,6 +22,7 @@ static const struct {
     {"fit-regions", cmd_fit_regions, "fit a grid or list of scan regions: a map of C10, C12, phi12"},
     {"plan", cmd_plan, "the memory plan of a session under a budget: per stage peak, after, tiles"},
     {"session", cmd_session, "replay a typical viewer session on DATA: memory and time per stage"},
+    {"view", cmd_view, "the browser viewer: fit, sliders with live previews, regions, save (127.0.0.1)"},
     {"bench", cmd_bench, "benchmark records: bench run, bench compare OLD NEW, bench sweep"},
 };
 

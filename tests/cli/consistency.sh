@@ -16,9 +16,9 @@ SRC=$(cd "$(dirname "$0")/../.." && pwd)
 . "$(dirname "$0")/lib/harness.sh"
 
 # Every subcommand ("bench" has its own: run, compare, sweep); W: those that write files.
-CMDS=(import info verify simulate calibrate reconstruct fit demo fit-regions plan session "bench run" "bench compare"
-    "bench sweep")
-W=" import simulate calibrate reconstruct fit demo fit-regions session bench run bench sweep "
+CMDS=(import info verify simulate calibrate reconstruct fit demo fit-regions plan session view "bench run" "bench compare"
+    "bench sweep" "bench view")
+W=" import simulate calibrate reconstruct fit demo fit-regions session bench run bench sweep bench view "
 COMMON="exit status: 0 success, 1 internal error or out of memory, 2 usage error or bad input"
 
 # one_line RC DESCRIPTION PATTERN -- command...: exit RC, exactly one stderr line, matching PATTERN.

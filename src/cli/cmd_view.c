@@ -1,0 +1,145 @@
+/* cmd_view.c — `ssb4d view [DATA]`: the browser viewer. Opens the session the way fit does
+ * (cli_session: the values, DATA or the built-in dataset, the budget), planned as the viewer's
+ * session, and hands it to the server (src/view/), which prints the URL with its token and serves
+ * 127.0.0.1 only until Ctrl-C or SIGTERM. */
+#include "cli/cli_common.h"
+#include "cli/cli_session.h"
+#include "cli/commands.h"
+#include "view/view.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { OPT_PORT = CLI_OPT_FIRST_FREE, OPT_NO_FIT, OPT_FORCE };
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: ssb4d view [DATA] [options]\n\n"
+            "Serves the viewer on http://127.0.0.1:PORT/ (this machine only) and prints its URL, which\n"
+            "carries a random token: open it in a browser (on a remote machine, through an SSH tunnel:\n"
+            "ssh -L 8765:127.0.0.1:8765 HOST, then the printed URL; see docs/viewer.md). The page fits\n"
+            "on start (or starts from --calibration's aberrations), then steers the session: sliders\n"
+            "for C10, C12, phi12 and rotation with live previews, the exact loss on release, the FFT,\n"
+            "region refits, Fit Regions, Save calibration. Without DATA it opens the built-in simulated\n"
+            "dataset (as ssb4d demo). Nothing else is opened; Ctrl-C or SIGTERM stops it.\n\n"
+            "  --port N              the port (default 8765; 0: any free port, as printed)\n"
+            "  --no-fit              do not fit on start (start from --calibration's values, else 0)\n"
+            "  --force               Save calibration may replace an existing calibration.json\n"
+            "                        (without it, only when the page's \"replace\" box is ticked)\n"
+            "  -h, --help            this help\n\n"
+            "Save calibration writes calibration.json into the current folder (refused if it exists,\n"
+            "unless --force or the page's \"replace\" box); ssb4d reconstruct --calibration\n"
+            "reproduces the viewer's image and loss from it bit for bit.\n\n"
+            "%s\n" CLI_EXIT_HELP,
+            CLI_MICROSCOPE_HELP);
+}
+
+int cmd_view(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        CLI_MICROSCOPE_OPTIONS,
+        {"port", required_argument, 0, OPT_PORT},
+        {"no-fit", no_argument, 0, OPT_NO_FIT},
+        {"force", no_argument, 0, OPT_FORCE},
+        {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0},
+    };
+    cli_micro m;
+    cli_micro_init(&m);
+    int port = 8765, no_fit = 0, force = 0, c;
+    optind = 1;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, ":hq", opts, NULL)) != -1) {
+        int r = cli_micro_handle(&m, c, optarg);
+        if (r < 0)
+            return CLI_EXIT_USAGE;
+        if (r > 0)
+            continue;
+        char *end;
+        switch (c) {
+        case 'h': usage(stdout); return 0;
+        case OPT_PORT: {
+            long p = strtol(optarg, &end, 10);
+            if (end == optarg || *end || p < 0 || p > 65535) {
+                fprintf(stderr, "ssb4d view: --port must be 0..65535\n");
+                return CLI_EXIT_USAGE;
+            }
+            port = (int)p;
+            break;
+        }
+        case OPT_NO_FIT: no_fit = 1; break;
+        case OPT_FORCE: force = 1; break;
+        case ':':
+            fprintf(stderr, "ssb4d view: option %s needs a value\n", argv[optind - 1]);
+            return CLI_EXIT_USAGE;
+        default:
+            fprintf(stderr, "ssb4d view: unknown option '%s' (see --help)\n", argv[optind - 1]);
+            return CLI_EXIT_USAGE;
+        }
+    }
+    if (argc - optind > 1) {
+        fprintf(stderr, "ssb4d view: expected at most one DATA file (see --help)\n");
+        return CLI_EXIT_USAGE;
+    }
+    const char *data = optind < argc ? argv[optind] : NULL;
+    if (!data && (m.calibration_path || m.sidecar_path)) {
+        fprintf(stderr, "ssb4d view: the built-in dataset has its own calibration (no --calibration or "
+                        "--sidecar without DATA)\n");
+        return CLI_EXIT_USAGE;
+    }
+    if (data && cli_check_readable("view", data))
+        return CLI_EXIT_USAGE;
+    if (data && cli_auto_calibration("view", data, &m, m.quiet))
+        return CLI_EXIT_USAGE;
+    /* Before any thread exists (the simulation's, the server's): the signals are read through a
+     * signalfd by the serving thread, and no other thread may take them. */
+    if (view_block_signals()) {
+        fprintf(stderr, "ssb4d view: cannot block SIGINT/SIGTERM\n");
+        return CLI_EXIT_INTERNAL;
+    }
+    view_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.port = port;
+    cfg.quiet = m.quiet;
+    cfg.fit_on_start = !no_fit;
+    cfg.data_name = data ? data : "built-in dataset";
+    cfg.save_dir = ".";
+    cfg.force = force;
+    cfg.url_out = stdout;
+    ssb4d_err err = {0};
+    view_server *v = view_create(&cfg, &err);
+    if (!v)
+        return cli_error("view", err.code, err.msg);
+
+    ssb4d_fit_params fp;
+    ssb4d_fit_params_default(&fp);
+    cli_session_req rq;
+    memset(&rq, 0, sizeof rq);
+    rq.data = data;
+    rq.m = &m;
+    rq.fit = &fp; /* the person may press Fit even with --no-fit: the plan holds one */
+    rq.image_floats = 3; /* one image in flight and, for the amplitude view, the complex object */
+    rq.viewer = 1;
+    rq.progress = view_progress;
+    rq.progress_user = v;
+    cli_session cs;
+    int rc = cli_session_open("view", &rq, &cs);
+    if (!rc) {
+        view_config *vc = view_cfg(v);
+        /* A calibration file's aberrations are the start: no fit then (the truth of a simulator's
+         * sidecar is not: the viewer fits as a person would on real data). */
+        if (cs.v.has_ab && !cs.v.ab_from_truth) {
+            vc->fit_on_start = 0;
+            vc->ab = &cs.v.ab;
+        }
+        if (cs.v.has_thick)
+            vc->thick = &cs.v.thick;
+        if (view_serve(v, cs.s, &err))
+            rc = cli_error("view", err.code == SSB4D_EIO ? SSB4D_EINVAL : err.code, err.msg);
+    }
+    cli_session_close(&cs);
+    view_destroy(v);
+    return rc;
+}

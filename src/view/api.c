@@ -1,0 +1,475 @@
+/* api.c — the routes of /api/ and their strict JSON: a body must be one JSON object whose fields
+ * are all known to the route, numbers finite and in sane ranges, strings from a fixed list;
+ * anything else is 400 with one line saying which field and why. Reads (state, calibration) are
+ * answered from the worker's snapshot without waiting; everything that touches the session is a
+ * job for the worker. */
+#include "view/view_internal.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- validation --------------------------------------------------------------------------- */
+
+/* 0 when every field of o is in the NULL-terminated list; else 400 naming the first stranger. */
+static int only_fields(const cJSON *o, const char *const *allowed, view_resp *r)
+{
+    for (const cJSON *f = o->child; f; f = f->next) {
+        int ok = 0;
+        for (const char *const *a = allowed; *a; a++)
+            ok |= f->string && !strcmp(f->string, *a);
+        if (!ok) {
+            view_resp_text(r, 400, "unknown field '%s'", f->string ? f->string : "?");
+            return -1;
+        }
+        for (const cJSON *g = o->child; g != f; g = g->next)
+            if (g->string && f->string && !strcmp(g->string, f->string)) {
+                view_resp_text(r, 400, "field '%s' given twice", f->string);
+                return -1;
+            }
+    }
+    return 0;
+}
+
+/* A number field: absent → 0 (*out untouched); present → 1 if finite in [lo, hi]; else -1 + 400. */
+static int num_field(const cJSON *o, const char *name, double lo, double hi, double *out, view_resp *r)
+{
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, name);
+    if (!f)
+        return 0;
+    if (!cJSON_IsNumber(f) || !isfinite(f->valuedouble)) {
+        view_resp_text(r, 400, "'%s' must be a finite number", name);
+        return -1;
+    }
+    if (f->valuedouble < lo || f->valuedouble > hi) {
+        view_resp_text(r, 400, "'%s' must be in [%g, %g]", name, lo, hi);
+        return -1;
+    }
+    *out = f->valuedouble;
+    return 1;
+}
+
+static int int_field(const cJSON *o, const char *name, double lo, double hi, size_t *out, view_resp *r)
+{
+    double d;
+    int k = num_field(o, name, lo, hi, &d, r);
+    if (k > 0) {
+        if (d != floor(d)) {
+            view_resp_text(r, 400, "'%s' must be an integer", name);
+            return -1;
+        }
+        *out = (size_t)d;
+    }
+    return k;
+}
+
+static int bool_field(const cJSON *o, const char *name, int *out, view_resp *r)
+{
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, name);
+    if (!f)
+        return 0;
+    if (!cJSON_IsBool(f)) {
+        view_resp_text(r, 400, "'%s' must be true or false", name);
+        return -1;
+    }
+    *out = cJSON_IsTrue(f);
+    return 1;
+}
+
+/* A string field that must be one of the list: its index, or -1 absent, or -2 (400). */
+static int enum_field(const cJSON *o, const char *name, const char *const *list, view_resp *r)
+{
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, name);
+    if (!f)
+        return -1;
+    if (cJSON_IsString(f))
+        for (int i = 0; list[i]; i++)
+            if (!strcmp(f->valuestring, list[i]))
+                return i;
+    view_resp_text(r, 400, "'%s' must be one of the allowed names", name);
+    return -2;
+}
+
+/* A rectangle [r0, r1, c0, c1] of whole scan positions, r0 < r1 <= rows, c0 < c1 <= cols. */
+static int rect_field(view_server *v, const cJSON *o, size_t rect[4], int required, view_resp *r)
+{
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, "rect");
+    size_t rows = v->shape[0], cols = v->shape[1];
+    if (!f) {
+        if (required) {
+            view_resp_text(r, 400, "'rect' [r0, r1, c0, c1] is required");
+            return -1;
+        }
+        rect[0] = 0, rect[1] = rows, rect[2] = 0, rect[3] = cols;
+        return 0;
+    }
+    if (!cJSON_IsArray(f) || cJSON_GetArraySize(f) != 4) {
+        view_resp_text(r, 400, "'rect' must be [r0, r1, c0, c1]");
+        return -1;
+    }
+    for (int k = 0; k < 4; k++) {
+        const cJSON *e = cJSON_GetArrayItem(f, k);
+        double d = cJSON_IsNumber(e) ? e->valuedouble : NAN;
+        if (!isfinite(d) || d < 0 || d != floor(d) || d > (double)(k < 2 ? rows : cols)) {
+            view_resp_text(r, 400, "'rect' must hold whole scan positions inside the %zux%zu scan", rows, cols);
+            return -1;
+        }
+        rect[k] = (size_t)d;
+    }
+    if (rect[0] >= rect[1] || rect[2] >= rect[3]) {
+        view_resp_text(r, 400, "'rect' must have r0 < r1 and c0 < c1");
+        return -1;
+    }
+    return 1;
+}
+
+/* The parameters shared by preview and apply: C10, C12, φ12, rotation, the higher orders
+ * ("aberr": {"C30_nm": …, "phi32_deg": …}), tilt and thickness. */
+static int params_fields(const cJSON *o, job_params *p, view_resp *r)
+{
+    double d;
+    int k;
+    const double CMAX = 1e8; /* nm: 0.1 m, beyond any lens; keeps χ finite */
+    if ((k = num_field(o, "C10_nm", -1e5, 1e5, &d, r)) < 0) return -1;
+    if (k) p->ab.C_nm[SSB4D_C10] = d, p->c_mask |= 1u << SSB4D_C10;
+    if ((k = num_field(o, "C12_nm", -1e5, 1e5, &d, r)) < 0) return -1;
+    if (k) p->ab.C_nm[SSB4D_C12] = d, p->c_mask |= 1u << SSB4D_C12;
+    if ((k = num_field(o, "phi12_deg", -1e4, 1e4, &d, r)) < 0) return -1;
+    if (k) p->ab.phi_deg[SSB4D_C12] = d, p->phi_mask |= 1u << SSB4D_C12;
+    p->rotation_deg = NAN;
+    if ((k = num_field(o, "rotation_deg", -1e4, 1e4, &d, r)) < 0) return -1;
+    if (k) p->rotation_deg = d;
+    const cJSON *ab = cJSON_GetObjectItemCaseSensitive(o, "aberr");
+    if (ab) {
+        if (!cJSON_IsObject(ab)) {
+            view_resp_text(r, 400, "'aberr' must be an object like {\"C30_nm\": 1000}");
+            return -1;
+        }
+        for (const cJSON *f = ab->child; f; f = f->next) {
+            /* "Cnm_nm" (nm) or "phinm_deg" (degrees, for m > 0): nothing else. */
+            const char *s = f->string ? f->string : "";
+            size_t n = strlen(s);
+            int is_phi = 0, idx = -1;
+            char name[4];
+            if (n == 6 && s[0] == 'C' && !strcmp(s + 3, "_nm")) {
+                snprintf(name, sizeof name, "C%c%c", s[1], s[2]);
+                idx = ssb4d_aberr_index(name);
+            } else if (n == 9 && !strncmp(s, "phi", 3) && !strcmp(s + 5, "_deg")) {
+                is_phi = 1;
+                snprintf(name, sizeof name, "C%c%c", s[3], s[4]);
+                idx = ssb4d_aberr_index(name);
+            }
+            if (idx < 0 || (is_phi && ssb4d_aberr_m(idx) == 0)) {
+                view_resp_text(r, 400, "unknown aberration '%s' (C21_nm … C56_nm, phi21_deg …)", s);
+                return -1;
+            }
+            double lim = is_phi ? 1e4 : CMAX;
+            if (!cJSON_IsNumber(f) || !isfinite(f->valuedouble) || fabs(f->valuedouble) > lim) {
+                view_resp_text(r, 400, "'%s' must be a finite number within ±%g", s, lim);
+                return -1;
+            }
+            if (is_phi)
+                p->ab.phi_deg[idx] = f->valuedouble, p->phi_mask |= 1u << idx;
+            else
+                p->ab.C_nm[idx] = f->valuedouble, p->c_mask |= 1u << idx;
+        }
+    }
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "tilt_mrad");
+    if (t) {
+        const cJSON *a = cJSON_GetArrayItem(t, 0), *b = cJSON_GetArrayItem(t, 1);
+        if (!cJSON_IsArray(t) || cJSON_GetArraySize(t) != 2 || !cJSON_IsNumber(a) || !cJSON_IsNumber(b) ||
+            !isfinite(a->valuedouble) || !isfinite(b->valuedouble) || fabs(a->valuedouble) > 1000 ||
+            fabs(b->valuedouble) > 1000) {
+            view_resp_text(r, 400, "'tilt_mrad' must be [row, col] within ±1000 mrad");
+            return -1;
+        }
+        p->thick.tilt_mrad[0] = a->valuedouble, p->thick.tilt_mrad[1] = b->valuedouble;
+        p->has_tilt = 1;
+    }
+    if ((k = num_field(o, "thickness_nm", 0, 1e4, &d, r)) < 0) return -1;
+    if (k) p->thick.thickness_nm = d, p->has_thickness = 1;
+    return 0;
+}
+
+/* ---- the state ---------------------------------------------------------------------------- */
+
+static cJSON *ab_json(const ssb4d_aberrations *ab, const ssb4d_thick *th, double rot)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "C10_nm", ab->C_nm[SSB4D_C10]);
+    cJSON_AddNumberToObject(o, "C12_nm", ab->C_nm[SSB4D_C12]);
+    cJSON_AddNumberToObject(o, "phi12_deg", ab->phi_deg[SSB4D_C12]);
+    cJSON_AddNumberToObject(o, "rotation_deg", isfinite(rot) ? rot : 0);
+    cJSON *h = cJSON_AddObjectToObject(o, "aberr");
+    for (int i = SSB4D_C21; i < SSB4D_N_ABERR; i++) {
+        char n[16];
+        snprintf(n, sizeof n, "%s_nm", ssb4d_aberr_name(i));
+        cJSON_AddNumberToObject(h, n, ab->C_nm[i]);
+        if (ssb4d_aberr_m(i)) {
+            snprintf(n, sizeof n, "phi%s_deg", ssb4d_aberr_name(i) + 1);
+            cJSON_AddNumberToObject(h, n, ab->phi_deg[i]);
+        }
+    }
+    cJSON *t = cJSON_AddArrayToObject(o, "tilt_mrad");
+    cJSON_AddItemToArray(t, cJSON_CreateNumber(th->tilt_mrad[0]));
+    cJSON_AddItemToArray(t, cJSON_CreateNumber(th->tilt_mrad[1]));
+    cJSON_AddNumberToObject(o, "thickness_nm", th->thickness_nm);
+    return o;
+}
+
+static cJSON *pair(double a, double b)
+{
+    cJSON *t = cJSON_CreateArray();
+    cJSON_AddItemToArray(t, cJSON_CreateNumber(a));
+    cJSON_AddItemToArray(t, cJSON_CreateNumber(b));
+    return t;
+}
+
+cJSON *view_state_json(view_server *v)
+{
+    cJSON *o = cJSON_CreateObject();
+    ssb4d_mem *m = ssb4d_session_mem(v->s); /* its counters have their own lock */
+    pthread_mutex_lock(&v->mu);
+    cJSON_AddStringToObject(o, "dataset", v->cfg.data_name ? v->cfg.data_name : "");
+    cJSON *sh = cJSON_AddArrayToObject(o, "shape");
+    for (int k = 0; k < 4; k++)
+        cJSON_AddItemToArray(sh, cJSON_CreateNumber((double)v->shape[k]));
+    cJSON_AddBoolToObject(o, "ready", v->cal.ready);
+    cJSON_AddItemToObject(o, "image", pair((double)v->image[0], (double)v->image[1]));
+    if (v->cal.ready) {
+        cJSON *c = cJSON_AddObjectToObject(o, "calibration");
+        cJSON_AddNumberToObject(c, "kv", v->cal.kv);
+        cJSON_AddNumberToObject(c, "semiangle_mrad", v->cal.semiangle_mrad);
+        cJSON_AddItemToObject(c, "scan_step_A", pair(v->cal.scan_step_A[0], v->cal.scan_step_A[1]));
+        cJSON_AddItemToObject(c, "det_sampling_mrad", pair(v->cal.det_sampling_mrad[0], v->cal.det_sampling_mrad[1]));
+        cJSON_AddItemToObject(c, "disk_centre_px", pair(v->cal.centre[0], v->cal.centre[1]));
+        cJSON_AddNumberToObject(c, "disk_radius_px", v->cal.radius);
+        cJSON_AddNumberToObject(c, "n_bf", (double)v->cal.n_bf);
+        cJSON_AddNumberToObject(c, "n_flagged", (double)v->cal.n_flagged);
+    }
+    cJSON_AddItemToObject(o, "current", ab_json(&v->ab, &v->thick, v->rotation_deg));
+    cJSON *f = cJSON_AddObjectToObject(o, "fit");
+    cJSON_AddBoolToObject(f, "done", v->has_fit);
+    if (v->has_fit) {
+        cJSON_AddItemToObject(f, "result", ab_json(&v->fit_ab, &v->fit_thick, v->fit_rotation_deg));
+        cJSON_AddNumberToObject(f, "loss", v->fit_loss);
+        cJSON_AddNumberToObject(f, "seconds", v->fit_seconds);
+        cJSON_AddStringToObject(f, "warning", v->fit_warning);
+    }
+    cJSON_AddItemToObject(o, "trials", v->trials ? cJSON_Duplicate(v->trials, 1) : cJSON_CreateArray());
+    cJSON *j = cJSON_AddObjectToObject(o, "job");
+    int busy = v->job_name[0] != 0;
+    cJSON_AddBoolToObject(j, "busy", busy);
+    cJSON_AddStringToObject(j, "name", v->job_name);
+    cJSON_AddStringToObject(j, "stage", busy ? v->stage : "");
+    cJSON_AddNumberToObject(j, "fraction", busy ? v->fraction : 0);
+    cJSON_AddStringToObject(o, "error", v->last_error);
+    if (v->region)
+        cJSON_AddItemToObject(o, "region", cJSON_Duplicate(v->region, 1));
+    if (v->regions)
+        cJSON_AddItemToObject(o, "regions", cJSON_Duplicate(v->regions, 1));
+    cJSON *st = cJSON_AddObjectToObject(o, "stats");
+    cJSON_AddNumberToObject(st, "previews", (double)v->n_previews);
+    cJSON_AddNumberToObject(st, "superseded", (double)v->n_superseded);
+    cJSON_AddNumberToObject(st, "cancels", (double)v->n_cancels);
+    cJSON_AddNumberToObject(st, "stale", (double)v->n_stale);
+    pthread_mutex_unlock(&v->mu);
+    cJSON *mm = cJSON_AddObjectToObject(o, "memory");
+    cJSON_AddNumberToObject(mm, "tracked", (double)(ssb4d_mem_live(m) + ssb4d_mem_cached(m)));
+    cJSON_AddNumberToObject(mm, "peak", (double)ssb4d_mem_peak(m));
+    cJSON_AddNumberToObject(mm, "budget", (double)ssb4d_mem_limit(m));
+    cJSON_AddNumberToObject(mm, "footprint", (double)ssb4d_rss_now());
+    return o;
+}
+
+/* ---- routes ------------------------------------------------------------------------------- */
+
+static void calibration_json(view_server *v, view_resp *r)
+{
+    pthread_mutex_lock(&v->mu);
+    if (!v->cal.ready) {
+        pthread_mutex_unlock(&v->mu);
+        view_resp_text(r, 409, "not calibrated yet");
+        return;
+    }
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddItemToObject(o, "det", pair((double)v->cal.det[0], (double)v->cal.det[1]));
+    cJSON_AddItemToObject(o, "disk_centre_px", pair(v->cal.centre[0], v->cal.centre[1]));
+    cJSON_AddNumberToObject(o, "disk_radius_px", v->cal.radius);
+    cJSON_AddNumberToObject(o, "selection_radius_px", v->cal.selection_radius);
+    cJSON *fl = cJSON_AddArrayToObject(o, "flagged");
+    for (size_t i = 0; i < v->cal.n_flagged; i++)
+        cJSON_AddItemToArray(fl, cJSON_CreateNumber(v->cal.flagged[i]));
+    pthread_mutex_unlock(&v->mu);
+    view_resp_json(r, 200, o);
+}
+
+static void calibration_mean(view_server *v, view_resp *r)
+{
+    pthread_mutex_lock(&v->mu);
+    if (!v->cal.ready) {
+        pthread_mutex_unlock(&v->mu);
+        view_resp_text(r, 409, "not calibrated yet");
+        return;
+    }
+    size_t n = v->cal.det[0] * v->cal.det[1];
+    float *b = malloc(n * sizeof *b);
+    if (b)
+        memcpy(b, v->cal.mean, n * sizeof *b);
+    size_t h = v->cal.det[0], w = v->cal.det[1];
+    pthread_mutex_unlock(&v->mu);
+    if (!b) {
+        view_resp_text(r, 500, "out of memory");
+        return;
+    }
+    view_resp_free(r);
+    r->status = 200;
+    r->ctype = "application/octet-stream";
+    r->body = (char *)b;
+    r->len = n * sizeof *b;
+    view_resp_header(r, "X-Width", "%zu", w);
+    view_resp_header(r, "X-Height", "%zu", h);
+}
+
+static const char *const PREVIEW_FIELDS[] = {"C10_nm", "C12_nm", "phi12_deg", "rotation_deg", "aberr", "tilt_mrad",
+                                             "thickness_nm", "upsample", "subset", "estimator", "want_loss", "view",
+                                             "seq", NULL};
+static const char *const APPLY_FIELDS[] = {"C10_nm", "C12_nm", "phi12_deg", "rotation_deg", "aberr", "tilt_mrad",
+                                           "thickness_nm", "region", NULL};
+static const char *const NONE[] = {NULL};
+static const char *const REGION_FIELDS[] = {"rect", NULL};
+static const char *const REGIONS_FIELDS[] = {"rect", "rows", "cols", NULL};
+static const char *const SAVE_FIELDS[] = {"path", "force", NULL};
+
+/* Parses a POST body into the job; 0, or -1 with r set (400). */
+static int parse_job(view_server *v, view_job *j, const cJSON *o, view_resp *r)
+{
+    job_params *p = &j->p;
+    p->rotation_deg = NAN;
+    switch (j->kind) {
+    case JOB_PREVIEW: {
+        static const char *const est[] = {"object", "mean_phase", NULL};
+        static const char *const views[] = {"phase", "fft", "amplitude", NULL};
+        if (only_fields(o, PREVIEW_FIELDS, r) || params_fields(o, p, r))
+            return -1;
+        double up = 1;
+        if (num_field(o, "upsample", 1, 8, &up, r) < 0)
+            return -1;
+        if (up != 1 && up != 2 && up != 3 && up != 4 && up != 8) {
+            view_resp_text(r, 400, "'upsample' must be 1, 2, 3, 4 or 8");
+            return -1;
+        }
+        p->upsample = (int)up;
+        if (int_field(o, "subset", 0, 1e7, &p->subset, r) < 0 || bool_field(o, "want_loss", &p->want_loss, r) < 0 ||
+            num_field(o, "seq", 0, 9007199254740992.0, &p->seq, r) < 0)
+            return -1;
+        int e = enum_field(o, "estimator", est, r), w = enum_field(o, "view", views, r);
+        if (e == -2 || w == -2)
+            return -1;
+        p->estimator = e == 1 ? SSB4D_ESTIMATE_MEAN_PHASE : SSB4D_ESTIMATE_OBJECT;
+        p->view = w < 0 ? VIEW_PHASE : (view_image)w;
+        return 0;
+    }
+    case JOB_APPLY:
+        if (only_fields(o, APPLY_FIELDS, r) || params_fields(o, p, r) ||
+            bool_field(o, "region", &p->apply_region, r) < 0)
+            return -1;
+        return 0;
+    case JOB_REGION:
+        return only_fields(o, REGION_FIELDS, r) || rect_field(v, o, p->rect, 1, r) < 0 ? -1 : 0;
+    case JOB_REGIONS:
+        p->rows = p->cols = 2;
+        if (only_fields(o, REGIONS_FIELDS, r) || rect_field(v, o, p->rect, 0, r) < 0 ||
+            int_field(o, "rows", 1, 64, &p->rows, r) < 0 || int_field(o, "cols", 1, 64, &p->cols, r) < 0)
+            return -1;
+        return 0;
+    case JOB_SAVE: {
+        if (only_fields(o, SAVE_FIELDS, r) || bool_field(o, "force", &p->force, r) < 0)
+            return -1;
+        const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, "path");
+        if (f) {
+            if (!cJSON_IsString(f) || !f->valuestring[0] || strlen(f->valuestring) >= sizeof p->path) {
+                view_resp_text(r, 400, "'path' must be a non-empty string");
+                return -1;
+            }
+            snprintf(p->path, sizeof p->path, "%s", f->valuestring);
+        }
+        return 0;
+    }
+    default:
+        return only_fields(o, NONE, r);
+    }
+}
+
+static const struct {
+    const char *url;
+    job_kind kind;
+} POST_JOBS[] = {
+    {"/api/preview", JOB_PREVIEW}, {"/api/fit", JOB_FIT},       {"/api/fit_tilt", JOB_FIT_TILT},
+    {"/api/region", JOB_REGION},   {"/api/regions", JOB_REGIONS}, {"/api/apply", JOB_APPLY},
+    {"/api/reset", JOB_RESET},     {"/api/save", JOB_SAVE},
+};
+
+void view_api(view_server *v, const char *method, const char *url, const char *body, size_t len, view_resp *r)
+{
+    int get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
+    if (!strcmp(url, "/api/state") || !strcmp(url, "/api/calibration") || !strcmp(url, "/api/calibration/mean")) {
+        if (!get) {
+            view_resp_text(r, 405, "use GET");
+            return;
+        }
+        if (!strcmp(url, "/api/state"))
+            view_resp_json(r, 200, view_state_json(v));
+        else if (!strcmp(url, "/api/calibration"))
+            calibration_json(v, r);
+        else
+            calibration_mean(v, r);
+        return;
+    }
+    if (!strcmp(url, "/api/cancel")) {
+        if (get) {
+            view_resp_text(r, 405, "use POST");
+            return;
+        }
+        view_cancel_running(v);
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddBoolToObject(o, "cancelled", 1);
+        view_resp_json(r, 200, o);
+        return;
+    }
+    for (size_t i = 0; i < sizeof POST_JOBS / sizeof POST_JOBS[0]; i++) {
+        if (strcmp(url, POST_JOBS[i].url))
+            continue;
+        if (get) {
+            view_resp_text(r, 405, "use POST");
+            return;
+        }
+        if (strlen(body) != len) {
+            view_resp_text(r, 400, "the body holds a NUL byte");
+            return;
+        }
+        cJSON *o = len ? cJSON_ParseWithOpts(body, NULL, 1) : cJSON_CreateObject(); /* nothing after it */
+        if (!o || !cJSON_IsObject(o)) {
+            cJSON_Delete(o);
+            view_resp_text(r, 400, "the body must be one JSON object");
+            return;
+        }
+        view_job *j = calloc(1, sizeof *j);
+        if (!j) {
+            cJSON_Delete(o);
+            view_resp_text(r, 500, "out of memory");
+            return;
+        }
+        j->kind = POST_JOBS[i].kind;
+        if (!parse_job(v, j, o, r))
+            view_submit(v, j);
+        else
+            j->resp = *r, memset(r, 0, sizeof *r);
+        cJSON_Delete(o);
+        *r = j->resp;
+        free(j);
+        return;
+    }
+    view_resp_text(r, 404, "no such route");
+}

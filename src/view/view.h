@@ -1,0 +1,42 @@
+/* view.h — `ssb4d view`'s server (src/view/): one session handle steered from a browser page.
+ * The command line opens the session (its values, DATA or the built-in dataset), creates the
+ * server first so that the session's progress callback can report into it, then serves until
+ * SIGINT/SIGTERM. Nothing here is global: every piece of state lives in the view_server. */
+#ifndef SSB4D_VIEW_VIEW_H
+#define SSB4D_VIEW_VIEW_H
+#include "ssb4d_advanced.h"
+
+#include <stdio.h>
+
+typedef struct view_server view_server;
+
+typedef struct {
+    int port;                   /* 0: an ephemeral port */
+    int quiet;                  /* no notes on stderr */
+    int fit_on_start;           /* 0: --no-fit or a calibration file's aberrations */
+    const ssb4d_aberrations *ab; /* the start values when not fitting (NULL: zero) */
+    const ssb4d_thick *thick;   /* NULL: thin */
+    const char *data_name;      /* what the page shows as the dataset's name */
+    const char *save_dir;       /* where "Save calibration" writes by default (NULL: ".") */
+    int force;                  /* --force: Save calibration may replace an existing file */
+    FILE *url_out;              /* where the URL line goes (stdout) */
+} view_config;
+
+/* The server and its token; nothing listens yet. NULL with err filled on failure. */
+view_server *view_create(const view_config *cfg, ssb4d_err *err);
+/* The configuration, to finish before view_serve (the start values are known once the session's
+ * values are resolved, after the server exists for the progress callback). */
+view_config *view_cfg(view_server *v);
+/* The progress callback to give the session (user = the view_server): the worker's job's stage
+ * and fraction, shown by GET /api/state. */
+int view_progress(void *user, const char *stage, double fraction);
+/* Serves s until SIGINT or SIGTERM (blocked in the calling thread, read through a signalfd):
+ * binds 127.0.0.1:port, prints the URL, starts the worker (which calibrates, and fits unless
+ * told not to), then stops everything cleanly. The caller must block SIGINT/SIGTERM
+ * (view_block_signals) before creating any thread. Returns 0, or the SSB4D status that kept it
+ * from serving (err says why). */
+int view_serve(view_server *v, ssb4d_session *s, ssb4d_err *err);
+/* Blocks SIGINT and SIGTERM in the calling thread (and the threads it will create). */
+int view_block_signals(void);
+void view_destroy(view_server *v);
+#endif

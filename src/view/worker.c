@@ -1,0 +1,687 @@
+/* worker.c — the one thread that owns the session handle (a handle is used by one thread at a
+ * time). HTTP handlers queue jobs and wait; the worker sleeps on a condition variable while
+ * there is nothing to do. Commands and long jobs run in order; of the previews only the latest
+ * is kept: a newer one answers the waiting one 409 ("superseded") and cancels the running one
+ * (ssb4d_session_cancel), so a burst of slider events costs one computation, not a queue. */
+#include "view/view_internal.h"
+
+#include "common/fftw_lock.h"
+
+#include <fftw3.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static int http_of(ssb4d_status st)
+{
+    switch (st) {
+    case SSB4D_OK: return 200;
+    case SSB4D_EINVAL: return 400;
+    case SSB4D_ECANCELLED: return 409;
+    case SSB4D_ENOMEM: return 507;
+    default: return 500;
+    }
+}
+
+static void fail(view_server *v, view_resp *r, ssb4d_status st, const char *msg)
+{
+    view_resp_text(r, http_of(st), "%s", msg);
+    if (st != SSB4D_ECANCELLED) {
+        pthread_mutex_lock(&v->mu);
+        snprintf(v->last_error, sizeof v->last_error, "%s", msg);
+        pthread_mutex_unlock(&v->mu);
+    }
+}
+
+/* The current parameters into the state the page reads. */
+static void snapshot_params(view_server *v)
+{
+    ssb4d_aberrations ab;
+    ssb4d_thick th;
+    ssb4d_geometry g;
+    ssb4d_session_get(v->s, &ab, &th, &g);
+    pthread_mutex_lock(&v->mu);
+    v->ab = ab;
+    v->thick = th;
+    v->rotation_deg = g.rotation_deg;
+    pthread_mutex_unlock(&v->mu);
+}
+
+/* The calibration as the page's calibration view needs it, copied once. */
+static void snapshot_calibration(view_server *v)
+{
+    const ssb4d_calibration *c = ssb4d_session_calibration(v->s);
+    if (!c)
+        return;
+    size_t n = c->det_shape[0] * c->det_shape[1];
+    float *mean = malloc(n * sizeof *mean);
+    int32_t *fl = malloc((c->n_flagged ? c->n_flagged : 1) * sizeof *fl);
+    if (!mean || !fl) {
+        free(mean);
+        free(fl);
+        return;
+    }
+    for (size_t i = 0; i < n; i++)
+        mean[i] = (float)c->mean_pattern[i];
+    if (c->n_flagged)
+        memcpy(fl, c->flagged, c->n_flagged * sizeof *fl);
+    size_t ny = 0, nx = 0;
+    ssb4d_err err;
+    ssb4d_session_image_shape(v->s, 1, &ny, &nx, &err);
+    pthread_mutex_lock(&v->mu);
+    free(v->cal.mean);
+    free(v->cal.flagged);
+    view_cal *k = &v->cal;
+    k->mean = mean;
+    k->flagged = fl;
+    k->n_flagged = c->n_flagged;
+    k->det[0] = c->det_shape[0], k->det[1] = c->det_shape[1];
+    k->scan[0] = c->scan_shape[0], k->scan[1] = c->scan_shape[1];
+    k->centre[0] = c->disk_centre_px[0], k->centre[1] = c->disk_centre_px[1];
+    k->radius = c->disk_radius_px;
+    k->selection_radius = c->selection_radius_px;
+    k->n_bf = c->n_bf;
+    k->kv = c->geom.kv;
+    k->semiangle_mrad = c->geom.semiangle_mrad;
+    memcpy(k->scan_step_A, c->geom.scan_step_A, sizeof k->scan_step_A);
+    memcpy(k->det_sampling_mrad, c->geom.det_sampling_mrad, sizeof k->det_sampling_mrad);
+    k->rotation_deg = c->geom.rotation_deg;
+    k->ready = 1;
+    v->image[0] = ny, v->image[1] = nx;
+    pthread_mutex_unlock(&v->mu);
+}
+
+static int by_loss(const void *a, const void *b)
+{
+    const ssb4d_fit_trial *x = a, *y = b;
+    return (x->loss > y->loss) - (x->loss < y->loss);
+}
+
+/* A fit's result as JSON (the region refit's too). */
+static cJSON *fit_json(const ssb4d_fit_result *r)
+{
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddNumberToObject(j, "C10_nm", r->ab.C_nm[SSB4D_C10]);
+    cJSON_AddNumberToObject(j, "C12_nm", r->ab.C_nm[SSB4D_C12]);
+    cJSON_AddNumberToObject(j, "phi12_deg", r->ab.phi_deg[SSB4D_C12]);
+    cJSON_AddNumberToObject(j, "rotation_deg", r->geom.rotation_deg);
+    cJSON_AddNumberToObject(j, "loss", r->loss);
+    cJSON_AddBoolToObject(j, "confident", r->confident);
+    cJSON_AddStringToObject(j, "warning", r->warning);
+    cJSON_AddNumberToObject(j, "seconds", r->seconds);
+    return j;
+}
+
+/* The standard fit; its result becomes current and its best trials the table. */
+static void do_fit(view_server *v, view_resp *resp)
+{
+    ssb4d_fit_result r;
+    memset(&r, 0, sizeof r);
+    ssb4d_err err = {0};
+    ssb4d_status st = ssb4d_session_fit(v->s, NULL, &r, &err);
+    if (st) {
+        fail(v, resp, st, err.msg);
+        return;
+    }
+    ssb4d_fit_trial *t = NULL;
+    size_t nt = r.n_trials;
+    if (nt && (t = malloc(nt * sizeof *t))) {
+        memcpy(t, r.trials, nt * sizeof *t);
+        qsort(t, nt, sizeof *t, by_loss);
+    }
+    cJSON *trials = cJSON_CreateArray();
+    for (size_t i = 0; t && i < nt && i < VIEW_TRIALS_SHOWN; i++) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "C10_nm", t[i].C10_nm);
+        cJSON_AddNumberToObject(o, "C12_nm", t[i].C12_nm);
+        cJSON_AddNumberToObject(o, "phi12_deg", t[i].phi12_deg);
+        cJSON_AddNumberToObject(o, "objective", t[i].loss);
+        cJSON_AddNumberToObject(o, "stage", t[i].stage);
+        cJSON_AddItemToArray(trials, o);
+    }
+    free(t);
+    ssb4d_thick thin = {{0, 0}, 0};
+    pthread_mutex_lock(&v->mu);
+    cJSON_Delete(v->trials);
+    v->trials = trials;
+    v->has_fit = 1;
+    v->fit_ab = r.ab;
+    v->fit_thick = thin;
+    v->fit_rotation_deg = r.geom.rotation_deg;
+    v->fit_loss = r.loss;
+    v->fit_seconds = r.seconds;
+    snprintf(v->fit_warning, sizeof v->fit_warning, "%s", r.warning);
+    pthread_mutex_unlock(&v->mu);
+    view_resp_json(resp, 200, fit_json(&r));
+    ssb4d_fit_result_free(&r);
+}
+
+static void do_start(view_server *v, view_resp *resp)
+{
+    ssb4d_err err = {0};
+    ssb4d_status st = ssb4d_session_calibrate(v->s, &err);
+    if (st) {
+        fail(v, resp, st, err.msg);
+        return;
+    }
+    snapshot_calibration(v);
+    pthread_mutex_lock(&v->mu);
+    int stopping = v->stop; /* a cancel that came between two calls is not the next call's */
+    pthread_mutex_unlock(&v->mu);
+    if (stopping)
+        view_resp_text(resp, 503, "the server is stopping");
+    else if (v->cfg.fit_on_start)
+        do_fit(v, resp);
+    else {
+        ssb4d_aberrations zero;
+        memset(&zero, 0, sizeof zero);
+        ssb4d_session_set(v->s, v->cfg.ab ? v->cfg.ab : &zero, v->cfg.thick);
+        /* Reset then returns to these. */
+        pthread_mutex_lock(&v->mu);
+        v->fit_ab = v->cfg.ab ? *v->cfg.ab : zero;
+        if (v->cfg.thick)
+            v->fit_thick = *v->cfg.thick;
+        v->fit_rotation_deg = v->cal.rotation_deg;
+        pthread_mutex_unlock(&v->mu);
+    }
+}
+
+/* The parameters a request gives over the current ones. */
+static void params_over_current(view_server *v, const job_params *p, ssb4d_aberrations *ab, ssb4d_thick *th)
+{
+    ssb4d_session_get(v->s, ab, th, NULL);
+    for (int i = 0; i < SSB4D_N_ABERR; i++) {
+        if (p->c_mask & (1u << i))
+            ab->C_nm[i] = p->ab.C_nm[i];
+        if (p->phi_mask & (1u << i))
+            ab->phi_deg[i] = p->ab.phi_deg[i];
+    }
+    if (p->has_tilt)
+        th->tilt_mrad[0] = p->thick.tilt_mrad[0], th->tilt_mrad[1] = p->thick.tilt_mrad[1];
+    if (p->has_thickness)
+        th->thickness_nm = p->thick.thickness_nm;
+}
+
+/* log(1 + |FFT|), the zero frequency in the middle: what the FFT view shows. */
+static ssb4d_status fft_logmag(ssb4d_mem *mem, float *img, size_t ny, size_t nx, ssb4d_err *err)
+{
+    size_t nxc = nx / 2 + 1;
+    /* Under the session's budget (64-byte aligned, as FFTW likes). */
+    float *in = ssb4d_mem_alloc(mem, ny * nx * sizeof *in, "the viewer's FFT input", err);
+    fftwf_complex *out = in ? ssb4d_mem_alloc(mem, ny * nxc * sizeof *out, "the viewer's FFT", err) : NULL;
+    if (!in || !out) {
+        ssb4d_mem_free(mem, in, 0);
+        return err->code;
+    }
+    ssb4d_fftw_lock(); /* FFTW's planner is not thread-safe; the library plans too */
+    fftwf_plan pl = fftwf_plan_dft_r2c_2d((int)ny, (int)nx, in, out, FFTW_ESTIMATE);
+    ssb4d_fftw_unlock();
+    double mean = 0;
+    for (size_t i = 0; i < ny * nx; i++)
+        mean += img[i];
+    mean /= (double)(ny * nx);
+    for (size_t i = 0; i < ny * nx; i++) /* the mean removed: the DC peak would flatten the rest */
+        in[i] = (float)(img[i] - mean);
+    fftwf_execute(pl);
+    for (size_t r = 0; r < ny; r++)
+        for (size_t c = 0; c < nx; c++) {
+            /* the r2c half plane holds columns 0..nx/2; the others are conjugate-symmetric */
+            size_t rr = r, cc = c;
+            if (c >= nxc)
+                rr = (ny - r) % ny, cc = nx - c;
+            const float *z = out[rr * nxc + cc];
+            float m = log1pf(sqrtf(z[0] * z[0] + z[1] * z[1]));
+            img[((r + ny / 2) % ny) * nx + (c + nx / 2) % nx] = m;
+        }
+    ssb4d_fftw_lock();
+    fftwf_destroy_plan(pl);
+    ssb4d_fftw_unlock();
+    ssb4d_mem_free(mem, in, 0);
+    ssb4d_mem_free(mem, out, 0);
+    return SSB4D_OK;
+}
+
+static void do_preview(view_server *v, view_job *j)
+{
+    const job_params *p = &j->p;
+    double t0 = now_s();
+    ssb4d_err err = {0};
+    size_t ny, nx;
+    ssb4d_status st = ssb4d_session_image_shape(v->s, p->upsample, &ny, &nx, &err);
+    if (st) {
+        fail(v, &j->resp, st, err.msg);
+        return;
+    }
+    /* The image and what the views need beside it count under the session's budget (the plan
+     * holds room for them: cmd_view's image_floats). */
+    ssb4d_mem *mem = ssb4d_session_mem(v->s);
+    float *img = ssb4d_mem_alloc(mem, ny * nx * sizeof *img, "the viewer's image", &err);
+    if (!img) {
+        fail(v, &j->resp, err.code, err.msg);
+        return;
+    }
+    ssb4d_aberrations ab;
+    ssb4d_thick th;
+    params_over_current(v, p, &ab, &th);
+    ssb4d_preview_req q;
+    ssb4d_preview_req_default(&q);
+    q.ab = &ab;
+    q.thick = &th;
+    q.rotation_deg = p->rotation_deg;
+    q.upsample = p->upsample;
+    q.subset = p->subset;
+    q.estimator = p->estimator;
+    q.want_loss = p->want_loss;
+    double loss = NAN;
+    st = ssb4d_session_preview(v->s, &q, img, p->want_loss ? &loss : NULL, &err);
+    if (!st && p->view == VIEW_AMPLITUDE) {
+        /* The object's modulus at these parameters: set them for the call, then put back. */
+        float *obj = ssb4d_mem_alloc(mem, 2 * ny * nx * sizeof *obj, "the viewer's object", &err);
+        ssb4d_aberrations ab0;
+        ssb4d_thick th0;
+        ssb4d_session_get(v->s, &ab0, &th0, NULL);
+        if (!obj)
+            st = err.code;
+        else {
+            ssb4d_session_set(v->s, &ab, &th);
+            st = ssb4d_session_object(v->s, p->upsample, obj, NULL, &err);
+            ssb4d_session_set(v->s, &ab0, &th0);
+            for (size_t i = 0; !st && i < ny * nx; i++)
+                img[i] = hypotf(obj[2 * i], obj[2 * i + 1]);
+        }
+        ssb4d_mem_free(mem, obj, 0);
+    }
+    if (!st && p->view == VIEW_FFT)
+        st = fft_logmag(mem, img, ny, nx, &err);
+    if (st) {
+        ssb4d_mem_free(mem, img, 0);
+        fail(v, &j->resp, st, st == SSB4D_ECANCELLED ? "superseded" : err.msg);
+        return;
+    }
+    view_resp *r = &j->resp;
+    view_resp_free(r);
+    r->status = 200;
+    r->ctype = "application/octet-stream";
+    r->body = (char *)img; /* float32, little-endian on every machine this builds for */
+    r->mem = mem;
+    r->len = ny * nx * sizeof *img;
+    view_resp_header(r, "X-Width", "%zu", nx);
+    view_resp_header(r, "X-Height", "%zu", ny);
+    view_resp_header(r, "X-Seq", "%.17g", p->seq);
+    view_resp_header(r, "X-Seconds", "%.6f", now_s() - t0);
+    if (p->want_loss)
+        view_resp_header(r, "X-Loss", "%.17g", loss);
+}
+
+/* Rectangle i of a rows x cols grid inside rect (the last row and column take the remainder). */
+static void grid_in(const size_t rect[4], size_t rows, size_t cols, size_t i, size_t out[4])
+{
+    size_t sz[2] = {rect[1] - rect[0], rect[3] - rect[2]};
+    ssb4d_grid_rect(sz, rows, cols, i, out);
+    out[0] += rect[0], out[1] += rect[0], out[2] += rect[2], out[3] += rect[2];
+}
+
+static void do_region(view_server *v, view_job *j)
+{
+    ssb4d_err err = {0};
+    ssb4d_status st = ssb4d_session_check_region(v->s, j->p.rect, &err);
+    ssb4d_fit_result r;
+    memset(&r, 0, sizeof r);
+    if (!st)
+        st = ssb4d_session_fit_region(v->s, j->p.rect, NULL, &r, &err);
+    if (st) {
+        fail(v, &j->resp, st, err.msg);
+        return;
+    }
+    cJSON *o = fit_json(&r);
+    cJSON *rc = cJSON_AddArrayToObject(o, "rect");
+    for (int k = 0; k < 4; k++)
+        cJSON_AddItemToArray(rc, cJSON_CreateNumber((double)j->p.rect[k]));
+    pthread_mutex_lock(&v->mu);
+    if (v->has_region_res)
+        ssb4d_fit_result_free(&v->region_res);
+    v->region_res = r;
+    v->has_region_res = 1;
+    cJSON_Delete(v->region);
+    v->region = cJSON_Duplicate(o, 1);
+    pthread_mutex_unlock(&v->mu);
+    view_resp_json(&j->resp, 200, o);
+}
+
+static void do_regions(view_server *v, view_job *j)
+{
+    const job_params *p = &j->p;
+    size_t n = p->rows * p->cols, rect[4];
+    ssb4d_err err = {0};
+    for (size_t i = 0; i < n; i++) { /* every cell checked before the long work */
+        grid_in(p->rect, p->rows, p->cols, i, rect);
+        if (ssb4d_session_check_region(v->s, rect, &err)) {
+            fail(v, &j->resp, SSB4D_EINVAL, err.msg);
+            return;
+        }
+    }
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "rows", (double)p->rows);
+    cJSON_AddNumberToObject(o, "cols", (double)p->cols);
+    cJSON *rc = cJSON_AddArrayToObject(o, "rect");
+    for (int k = 0; k < 4; k++)
+        cJSON_AddItemToArray(rc, cJSON_CreateNumber((double)p->rect[k]));
+    cJSON *cells = cJSON_AddArrayToObject(o, "cells");
+    for (size_t i = 0; i < n; i++) {
+        grid_in(p->rect, p->rows, p->cols, i, rect);
+        pthread_mutex_lock(&v->mu);
+        snprintf(v->job_name, sizeof v->job_name, "regions %zu/%zu", i + 1, n);
+        pthread_mutex_unlock(&v->mu);
+        ssb4d_fit_result r;
+        memset(&r, 0, sizeof r);
+        ssb4d_status st = ssb4d_session_fit_region(v->s, rect, NULL, &r, &err);
+        if (st) {
+            cJSON_Delete(o);
+            fail(v, &j->resp, st, err.msg);
+            return;
+        }
+        cJSON *c = fit_json(&r);
+        cJSON *cr = cJSON_AddArrayToObject(c, "rect");
+        for (int k = 0; k < 4; k++)
+            cJSON_AddItemToArray(cr, cJSON_CreateNumber((double)rect[k]));
+        cJSON_AddItemToArray(cells, c);
+        ssb4d_fit_result_free(&r);
+    }
+    pthread_mutex_lock(&v->mu);
+    cJSON_Delete(v->regions);
+    v->regions = cJSON_Duplicate(o, 1);
+    pthread_mutex_unlock(&v->mu);
+    view_resp_json(&j->resp, 200, o);
+}
+
+/* Holds the rotation at deg unless it is the current one already (a held rotation is kept by
+ * later fits, so it is only set when the person moved it). */
+static ssb4d_status set_rotation_if_moved(view_server *v, double deg, ssb4d_err *err)
+{
+    ssb4d_geometry g;
+    ssb4d_session_get(v->s, NULL, NULL, &g);
+    if (!isfinite(deg) || deg == g.rotation_deg)
+        return SSB4D_OK;
+    return ssb4d_session_set_rotation(v->s, deg, err);
+}
+
+static void do_apply(view_server *v, view_job *j)
+{
+    ssb4d_err err = {0};
+    if (j->p.apply_region) {
+        if (!v->has_region_res) { /* only the worker writes region_res: no lock to read it here */
+            view_resp_text(&j->resp, 409, "no region refit to apply");
+            return;
+        }
+        ssb4d_session_apply(v->s, &v->region_res);
+    } else {
+        ssb4d_aberrations ab;
+        ssb4d_thick th;
+        params_over_current(v, &j->p, &ab, &th);
+        ssb4d_status st = set_rotation_if_moved(v, j->p.rotation_deg, &err);
+        if (st) {
+            fail(v, &j->resp, st, err.msg);
+            return;
+        }
+        ssb4d_session_set(v->s, &ab, &th);
+    }
+    snapshot_params(v);
+    view_resp_json(&j->resp, 200, view_state_json(v));
+}
+
+static void do_reset(view_server *v, view_job *j)
+{
+    ssb4d_err err = {0};
+    pthread_mutex_lock(&v->mu);
+    ssb4d_aberrations ab = v->fit_ab;
+    ssb4d_thick th = v->fit_thick;
+    double rot = v->fit_rotation_deg;
+    pthread_mutex_unlock(&v->mu);
+    ssb4d_status st = set_rotation_if_moved(v, rot, &err);
+    if (st) {
+        fail(v, &j->resp, st, err.msg);
+        return;
+    }
+    ssb4d_session_set(v->s, &ab, &th);
+    snapshot_params(v);
+    view_resp_json(&j->resp, 200, view_state_json(v));
+}
+
+static void do_fit_tilt(view_server *v, view_job *j)
+{
+    ssb4d_tilt_result r;
+    ssb4d_err err = {0};
+    ssb4d_status st = ssb4d_session_fit_tilt(v->s, &r, &err);
+    if (st) {
+        fail(v, &j->resp, st, err.msg);
+        return;
+    }
+    /* Its result is now the fitted values Reset returns to. */
+    ssb4d_aberrations ab;
+    ssb4d_thick th;
+    ssb4d_session_get(v->s, &ab, &th, NULL);
+    pthread_mutex_lock(&v->mu);
+    v->fit_ab = ab;
+    v->fit_thick = th;
+    pthread_mutex_unlock(&v->mu);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "C10_nm", r.C10_nm);
+    cJSON_AddNumberToObject(o, "C12_nm", r.C12_nm);
+    cJSON_AddNumberToObject(o, "phi12_deg", r.phi12_deg);
+    cJSON *t = cJSON_AddArrayToObject(o, "tilt_mrad");
+    cJSON_AddItemToArray(t, cJSON_CreateNumber(r.thick.tilt_mrad[0]));
+    cJSON_AddItemToArray(t, cJSON_CreateNumber(r.thick.tilt_mrad[1]));
+    cJSON_AddNumberToObject(o, "thickness_nm", r.thick.thickness_nm);
+    cJSON_AddNumberToObject(o, "gain", r.gain);
+    cJSON_AddBoolToObject(o, "thin_kept", r.thin_kept);
+    view_resp_json(&j->resp, 200, o);
+}
+
+static void do_save(view_server *v, view_job *j)
+{
+    ssb4d_err err = {0};
+    char path[1100];
+    if (j->p.path[0])
+        snprintf(path, sizeof path, "%s", j->p.path);
+    else
+        snprintf(path, sizeof path, "%s/calibration.json", v->cfg.save_dir ? v->cfg.save_dir : ".");
+    ssb4d_status st = ssb4d_session_save_calibration(v->s, path, j->p.force || v->cfg.force, &err);
+    if (st && strstr(err.msg, "already exists")) { /* the person's choice, not a failure */
+        view_resp_text(&j->resp, 409, "%s", err.msg);
+        return;
+    }
+    if (st) {
+        fail(v, &j->resp, st, err.msg);
+        return;
+    }
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "path", path);
+    view_resp_json(&j->resp, 200, o);
+}
+
+static const char *job_label(job_kind k)
+{
+    static const char *names[] = {"start", "preview", "fit", "fit tilt", "region", "regions", "apply", "reset", "save"};
+    return names[k];
+}
+
+static void run_job(view_server *v, view_job *j)
+{
+    switch (j->kind) {
+    case JOB_START: do_start(v, &j->resp); break;
+    case JOB_PREVIEW: do_preview(v, j); break;
+    case JOB_FIT: do_fit(v, &j->resp); break;
+    case JOB_FIT_TILT: do_fit_tilt(v, j); break;
+    case JOB_REGION: do_region(v, j); break;
+    case JOB_REGIONS: do_regions(v, j); break;
+    case JOB_APPLY: do_apply(v, j); break;
+    case JOB_RESET: do_reset(v, j); break;
+    case JOB_SAVE: do_save(v, j); break;
+    }
+    if (j->kind != JOB_PREVIEW)
+        snapshot_params(v);
+}
+
+/* Answers a job that will not run (stopping, or superseded) and wakes its handler. Under mu. */
+static void answer_locked(view_server *v, view_job *j, int status, const char *msg)
+{
+    view_resp_text(&j->resp, status, "%s", msg);
+    j->done = 1;
+    pthread_cond_broadcast(&v->done);
+}
+
+static void *worker_main(void *arg)
+{
+    view_server *v = arg;
+    /* The start job is the worker's own: calibrate, then fit (or set the given values). */
+    view_job start;
+    memset(&start, 0, sizeof start);
+    start.kind = JOB_START;
+    pthread_mutex_lock(&v->mu);
+    snprintf(v->job_name, sizeof v->job_name, "%s", v->cfg.fit_on_start ? "calibrate and fit" : "calibrate");
+    v->running = &start;
+    pthread_mutex_unlock(&v->mu);
+    do_start(v, &start.resp);
+    snapshot_params(v);
+    view_resp_free(&start.resp);
+    pthread_mutex_lock(&v->mu);
+    v->running = NULL;
+    v->job_name[0] = 0;
+    for (;;) {
+        if (v->stop)
+            break;
+        view_job *j = v->fifo_head;
+        if (j) {
+            v->fifo_head = j->next;
+            if (!v->fifo_head)
+                v->fifo_tail = NULL;
+        } else if ((j = v->pending))
+            v->pending = NULL;
+        else {
+            pthread_cond_wait(&v->wake, &v->mu); /* idle: no polling */
+            continue;
+        }
+        v->running = j;
+        snprintf(v->job_name, sizeof v->job_name, "%s", j->kind == JOB_PREVIEW ? "" : job_label(j->kind));
+        v->stage[0] = 0;
+        v->fraction = 0;
+        v->last_error[0] = j->kind == JOB_PREVIEW ? v->last_error[0] : 0;
+        pthread_mutex_unlock(&v->mu);
+        run_job(v, j);
+        pthread_mutex_lock(&v->mu);
+        v->running = NULL;
+        v->job_name[0] = 0;
+        if (j->kind == JOB_PREVIEW && j->superseded) /* a newer one came while it ran */
+            view_resp_text(&j->resp, 409, "superseded");
+        j->done = 1;
+        pthread_cond_broadcast(&v->done);
+    }
+    /* Stopping: whoever still waits gets an answer. */
+    for (view_job *j = v->fifo_head; j; j = j->next)
+        answer_locked(v, j, 503, "the server is stopping");
+    v->fifo_head = v->fifo_tail = NULL;
+    if (v->pending)
+        answer_locked(v, v->pending, 503, "the server is stopping");
+    v->pending = NULL;
+    pthread_mutex_unlock(&v->mu);
+    return NULL;
+}
+
+int view_worker_start(view_server *v)
+{
+    if (pthread_create(&v->worker, NULL, worker_main, v))
+        return -1;
+    v->worker_started = 1;
+    return 0;
+}
+
+void view_worker_stop(view_server *v)
+{
+    if (!v->worker_started)
+        return;
+    pthread_mutex_lock(&v->mu);
+    v->stop = 1;
+    if (v->running)
+        ssb4d_session_cancel(v->s);
+    pthread_cond_broadcast(&v->wake);
+    pthread_mutex_unlock(&v->mu);
+    /* A cancel belongs to the call running when it comes: one that lands between two calls of a
+     * job (calibrate, then fit) would be lost, so it is repeated until the worker has ended. */
+    for (;;) {
+        struct timespec t;
+        clock_gettime(CLOCK_REALTIME, &t);
+        t.tv_nsec += 50000000;
+        if (t.tv_nsec >= 1000000000)
+            t.tv_sec++, t.tv_nsec -= 1000000000;
+        if (pthread_timedjoin_np(v->worker, NULL, &t) == 0)
+            break;
+        ssb4d_session_cancel(v->s);
+    }
+    v->worker_started = 0;
+}
+
+void view_cancel_running(view_server *v)
+{
+    pthread_mutex_lock(&v->mu);
+    if (v->running) {
+        ssb4d_session_cancel(v->s);
+        v->n_cancels++;
+    }
+    pthread_mutex_unlock(&v->mu);
+}
+
+void view_submit(view_server *v, view_job *j)
+{
+    pthread_mutex_lock(&v->mu);
+    if (v->stop) {
+        view_resp_text(&j->resp, 503, "the server is stopping");
+        pthread_mutex_unlock(&v->mu);
+        return;
+    }
+    j->done = 0;
+    j->next = NULL;
+    if (j->kind == JOB_PREVIEW) {
+        v->n_previews++;
+        /* Ordered by seq, not by arrival: an older request that comes late must not supersede a
+         * newer one (seq 0: unordered, always taken). */
+        if (j->p.seq > 0 && j->p.seq < v->latest_seq) {
+            v->n_stale++;
+            view_resp_text(&j->resp, 409, "superseded");
+            pthread_mutex_unlock(&v->mu);
+            return;
+        }
+        if (j->p.seq > v->latest_seq)
+            v->latest_seq = j->p.seq;
+        if (v->pending) { /* only the latest waits */
+            v->pending->superseded = 1;
+            v->n_superseded++;
+            answer_locked(v, v->pending, 409, "superseded");
+        }
+        v->pending = j;
+        if (v->running && v->running->kind == JOB_PREVIEW && !v->running->superseded) {
+            v->running->superseded = 1;
+            v->n_superseded++;
+            v->n_cancels++;
+            ssb4d_session_cancel(v->s);
+        }
+    } else {
+        if (v->fifo_tail)
+            v->fifo_tail->next = j;
+        else
+            v->fifo_head = j;
+        v->fifo_tail = j;
+    }
+    pthread_cond_signal(&v->wake);
+    while (!j->done)
+        pthread_cond_wait(&v->done, &v->mu);
+    pthread_mutex_unlock(&v->mu);
+}

@@ -1,0 +1,335 @@
+#!/usr/bin/python3
+"""server_test.py — `ssb4d view` against hostile and impatient clients (a real server, real
+sockets, the tiny simulated dataset). Standard library + numpy (Debian's /usr/bin/python3).
+
+usage: server_test.py SSB4D_BINARY WORKDIR
+Checks: the token (missing 401, wrong 403), a foreign Host (403), no CORS headers; oversized,
+truncated and malformed bodies, NaN/Inf/absurd values, unknown fields (4xx, then still serving);
+unknown routes and path traversal on static files (404); a client that sends half a request and
+stalls does not block others; 1,000 concurrent stale previews (it keeps answering, RSS bounded, the
+final request's image equals a fresh one); region refit; save (refuses an existing file unless
+force); bound to 127.0.0.1 only; SIGTERM exits 0 with no partial files.
+"""
+import concurrent.futures as cf
+import http.client
+import json
+import os
+import resource
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+BIN, WORK = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
+FAILS = []
+
+
+def check(cond, what):
+    print(('ok   ' if cond else 'FAIL ') + what, flush=True)
+    if not cond:
+        FAILS.append(what)
+
+
+def request(port, method, path, body=None, token=None, host=None, headers=None, timeout=30):
+    c = http.client.HTTPConnection('127.0.0.1', port, timeout=timeout)
+    h = {'Host': host or '127.0.0.1:%d' % port}
+    if token is not None:
+        h['X-SSB4D-Token'] = token
+    if headers:
+        h.update(headers)
+    if isinstance(body, (dict, list)):
+        body = json.dumps(body)
+    if isinstance(body, str):
+        body = body.encode()
+    c.request(method, path, body=body, headers=h)
+    r = c.getresponse()
+    data = r.read()
+    c.close()
+    return r.status, dict(r.getheaders()), data
+
+
+def rss_kb(pid):
+    with open('/proc/%d/status' % pid) as f:
+        for line in f:
+            if line.startswith('VmRSS:'):
+                return int(line.split()[1])
+    return 0
+
+
+def main():
+    work = os.path.join(WORK, 'view_server_test')
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    os.chdir(work)
+    subprocess.run([BIN, 'simulate', '--preset', 'tiny', '-o', 'x.npy', '-q'], check=True)
+    t_start = time.time()
+    p = subprocess.Popen([BIN, 'view', 'x.npy', '--port', '0', '-q'], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    line = p.stdout.readline().strip()
+    check(line.startswith('ssb4d view: http://127.0.0.1:') and '?token=' in line, 'prints the URL: ' + line)
+    url = line.split(' ', 2)[2]
+    port = int(url.split(':')[2].split('/')[0])
+    token = url.split('token=')[1]
+    check(len(token) == 32 and all(ch in '0123456789abcdef' for ch in token), 'token is 32 hex digits')
+    try:
+        run(p, port, token)
+        r = subprocess.run([BIN, 'view', 'x.npy', '--port', str(port), '-q'], capture_output=True, text=True,
+                           timeout=60)
+        check(r.returncode == 2 and 'cannot listen' in r.stderr,
+              'a second view on the same port: exit 2 (%s)' % r.stderr.strip())
+    finally:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+        try:
+            rc = p.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            rc = 'hung'
+        check(rc == 0, 'SIGTERM: exits 0 (got %s)' % rc)
+        err = p.stderr.read()
+        check('Sanitizer' not in err and 'runtime error' not in err, 'no sanitizer report')
+        left = [f for f in os.listdir(work) if f not in ('x.npy', 'x.json', 'x_phase.npy',
+                                                          'x_phase_bandlimited.npy', 'cal.json', 'bv.json')]
+        check(not left, 'no partial files left: %s' % left)
+    # ssb4d bench view: the round trips over HTTP, as a record.
+    r = subprocess.run([BIN, 'bench', 'view', '--data', 'x.npy', '--drags', '3', '--releases', '1', '-o', 'bv.json',
+                        '-q'], capture_output=True, text=True, timeout=120)
+    rec = json.load(open('bv.json')) if r.returncode == 0 else {}
+    check(r.returncode == 0 and rec.get('schema') == 'ssb4d-bench-view/1' and rec['drag']['n'] == 3
+          and rec['release']['median_ms'] > 0, 'bench view: %s' % (r.stdout.strip().splitlines()[-1:] or r.stderr))
+
+    # Ctrl-C while the fit on start runs: the call is cancelled, exit 0, promptly.
+    q = subprocess.Popen([BIN, 'view', 'x.npy', '--port', '0', '-q'], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    q.stdout.readline()
+    t0 = time.time()
+    q.send_signal(signal.SIGINT)
+    try:
+        rc = q.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        q.kill()
+        rc = 'hung'
+    check(rc == 0 and time.time() - t0 < 3, 'SIGINT during the fit on start: exit %s in %.2f s'
+          % (rc, time.time() - t0))
+    print('server test: %.1f s' % (time.time() - t_start))
+
+
+def run(p, port, token):
+    # Ready: the fit on start has finished.
+    for _ in range(600):
+        st, _, body = request(port, 'GET', '/api/state', token=token)
+        s = json.loads(body)
+        if s['ready'] and not s['job']['busy']:
+            break
+        time.sleep(0.1)
+    check(s['fit']['done'], 'fit on start finished: C10 %.3f nm' % s['fit']['result']['C10_nm'])
+
+    # Idle, nothing runs: the worker waits on a condition variable, the daemon in poll().
+    def cpu_ticks():
+        with open('/proc/%d/stat' % p.pid) as f:
+            a = f.read().rsplit(')', 1)[1].split()
+        return int(a[11]) + int(a[12])
+    t = cpu_ticks()
+    time.sleep(2)
+    check(cpu_ticks() - t <= 2, 'idle: no CPU used in 2 s (%d ticks)' % (cpu_ticks() - t))
+
+    # Bound to 127.0.0.1 only: /proc/net/tcp lists the listening socket's local address.
+    listen = []
+    with open('/proc/net/tcp') as f:
+        for ln in f.readlines()[1:]:
+            a = ln.split()
+            if a[3] == '0A' and int(a[1].split(':')[1], 16) == port:
+                listen.append(a[1].split(':')[0])
+    check(listen == ['0100007F'], 'listens on 127.0.0.1 only: %s' % listen)
+    check(not any(ln.split()[1].endswith(':%04X' % port) for ln in open('/proc/net/tcp6').readlines()[1:]),
+          'no IPv6 listener')
+
+    # The token and the Host.
+    check(request(port, 'GET', '/api/state')[0] == 401, 'no token: 401')
+    check(request(port, 'GET', '/api/state', token='0' * 32)[0] == 403, 'wrong token: 403')
+    check(request(port, 'GET', '/api/state', token=token[:-1])[0] == 403, 'short token: 403')
+    check(request(port, 'GET', '/api/state', token=token, host='evil.example:%d' % port)[0] == 403,
+          'foreign Host: 403')
+    check(request(port, 'GET', '/', host='evil.example')[0] == 403, 'foreign Host on the page: 403')
+    check(request(port, 'GET', '/api/state', token=token, host='localhost:%d' % port)[0] == 200,
+          'Host localhost:PORT: 200')
+    st, h, _ = request(port, 'GET', '/api/state', token=token, headers={'Origin': 'http://evil.example'})
+    check(not any(k.lower().startswith('access-control') for k in h), 'no CORS headers')
+    st, h, _ = request(port, 'OPTIONS', '/api/preview', token=token, headers={'Origin': 'http://evil.example'})
+    check(st >= 400 and not any(k.lower().startswith('access-control') for k in h), 'OPTIONS refused (%d)' % st)
+
+    # Static files: a fixed list, no traversal.
+    st, h, body = request(port, 'GET', '/')
+    check(st == 200 and b'app.js' in body and "default-src 'self'" in h.get('Content-Security-Policy', ''),
+          'page served with its CSP')
+    check(request(port, 'GET', '/app.js')[0] == 200, 'app.js served')
+    for path in ['/../CMakeLists.txt', '/%2e%2e/%2e%2e/etc/passwd', '/web/../CMakeLists.txt', '//etc/passwd',
+                 '/..%2fsrc%2fview%2fapi.c', '/app.js/', '/index.html%00', '/nope']:
+        st, _, body = request(port, 'GET', path)
+        check(st in (400, 404) and b'root:' not in body, 'static %s: %d' % (path, st))
+    check(request(port, 'GET', '/api/nope', token=token)[0] == 404, 'unknown route: 404')
+    check(request(port, 'GET', '/api/preview', token=token)[0] == 405, 'GET on a POST route: 405')
+
+    # Hostile bodies.
+    bad = {
+        'not JSON': 'hello',
+        'truncated JSON': '{"C10_nm": 1',
+        'trailing bytes': '{"C10_nm": 1} x',
+        'array': '[1, 2]',
+        'NaN': '{"C10_nm": NaN}',
+        'Infinity': '{"C10_nm": Infinity}',
+        '1e999': '{"C10_nm": 1e999}',
+        'absurd C10': '{"C10_nm": 1e30}',
+        'string number': '{"C10_nm": "3"}',
+        'unknown field': '{"C10_nm": 1, "evil": 2}',
+        'duplicate field': '{"C10_nm": 1, "C10_nm": 2}',
+        'upsample 5': '{"upsample": 5}',
+        'negative subset': '{"subset": -1}',
+        'fractional subset': '{"subset": 2.5}',
+        'bad view': '{"view": "../../etc"}',
+        'bad aberration': '{"aberr": {"C99_nm": 1}}',
+        'absurd C30': '{"aberr": {"C30_nm": 1e300}}',
+        'phi of a round aberration': '{"aberr": {"phi30_deg": 1}}',
+        'lower-case aberration': '{"aberr": {"c30_nm": 1}}',
+        'bad tilt': '{"tilt_mrad": [1]}',
+        'negative thickness': '{"thickness_nm": -1}',
+        'NUL byte': '{"C10_nm": 1}\x00',
+    }
+    for what, b in bad.items():
+        st, _, body = request(port, 'POST', '/api/preview', body=b, token=token)
+        check(st == 400 and b'error' in body, 'preview %s: %d %s' % (what, st, body[:80].decode(errors='replace')))
+    for path, b in [('/api/region', '{"rect": [0, 10, 0, 99999]}'), ('/api/region', '{"rect": [5, 5, 0, 10]}'),
+                    ('/api/region', '{}'), ('/api/regions', '{"rows": 0}'), ('/api/regions', '{"rows": 1e9}'),
+                    ('/api/save', '{"path": 3}'), ('/api/save', '{"force": "yes"}'), ('/api/fit', '{"x": 1}'),
+                    ('/api/apply', '{"rotation_deg": 1e99}')]:
+        st, _, body = request(port, 'POST', path, body=b, token=token)
+        check(st == 400, '%s %s: %d' % (path, b, st))
+    st, _, _ = request(port, 'POST', '/api/preview', body='{"C10_nm": 1, "pad": "%s"}' % ('x' * 70000), token=token)
+    check(st == 413, 'oversized body: %d' % st)
+    s = socket.create_connection(('127.0.0.1', port))
+    s.sendall(('POST /api/preview HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nX-SSB4D-Token: %s\r\n'
+               'Content-Length: 100000000\r\n\r\n' % (port, token)).encode())
+    check(b' 413 ' in s.recv(4096), 'huge Content-Length: 413 before the body')
+    s.close()
+    s = socket.create_connection(('127.0.0.1', port))  # a body shorter than announced, then gone
+    s.sendall(('POST /api/preview HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nX-SSB4D-Token: %s\r\n'
+               'Content-Length: 100\r\n\r\n{"C10_nm": 1' % (port, token)).encode())
+    s.close()
+
+    # A client that sends half a request and stalls does not block the others.
+    stalled = socket.create_connection(('127.0.0.1', port))
+    stalled.sendall(('POST /api/preview HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nX-SSB4D-Token: %s\r\n'
+                     'Content-Length: 50\r\n\r\n{"C10' % (port, token)).encode())
+    stalled2 = socket.create_connection(('127.0.0.1', port))
+    stalled2.sendall(b'GET /api/sta')
+    t0 = time.time()
+    st, _, _ = request(port, 'GET', '/api/state', token=token, timeout=5)
+    st2, _, _ = request(port, 'POST', '/api/preview', body={'C10_nm': -9, 'seq': 1}, token=token, timeout=10)
+    check(st == 200 and st2 == 200 and time.time() - t0 < 5,
+          'stalled clients do not block others (%.2f s)' % (time.time() - t0))
+
+    # 1,000 concurrent stale previews (the file-descriptor limit allowing), then the final one.
+    rss0 = rss_kb(p.pid)
+    n = min(1000, resource.getrlimit(resource.RLIMIT_NOFILE)[0] // 2 - 50)
+
+    def one(i):
+        body = {'C10_nm': -20 + 0.05 * i, 'C12_nm': 2, 'phi12_deg': 20, 'upsample': 2, 'want_loss': True,
+                'seq': i}
+        try:
+            return request(port, 'POST', '/api/preview', body=body, token=token, timeout=120)[0]
+        except Exception as e:  # noqa: BLE001
+            return str(e)
+    t0 = time.time()
+    with cf.ThreadPoolExecutor(max_workers=n) as ex:
+        futs = [ex.submit(one, i) for i in range(n)]
+        time.sleep(0.2)
+        st, _, _ = request(port, 'GET', '/api/state', token=token, timeout=5)
+        check(st == 200, 'state answers during the burst')
+        codes = [f.result() for f in futs]
+    final = {'C10_nm': -9.5, 'C12_nm': 2, 'phi12_deg': 20, 'upsample': 2, 'want_loss': True, 'seq': 100000}
+    st, h, img = request(port, 'POST', '/api/preview', body=final, token=token)
+    burst_s = time.time() - t0
+    ok = sum(c == 200 for c in codes)
+    sup = sum(c == 409 for c in codes)
+    check(ok + sup == n, 'burst: every stale request answered 200 or 409 (%d, %d, others %s)'
+          % (ok, sup, [c for c in codes if c not in (200, 409)][:3]))
+    check(sup > 0, 'burst: stale requests were superseded (%d of %d), %.1f s' % (sup, n, burst_s))
+    check(st == 200 and h.get('X-Seq') == '100000', 'final request answered with its own seq')
+    st2, h2, img2 = request(port, 'POST', '/api/preview', body=dict(final, seq=100001), token=token)
+    st3, _, _ = request(port, 'POST', '/api/preview', body=dict(final, seq=99999), token=token)
+    check(st3 == 409, 'an older seq arriving late is answered 409 (%d)' % st3)
+    check(st2 == 200 and img == img2 and h['X-Loss'] == h2['X-Loss'],
+          'final image equals a fresh one bit for bit (%d x %s)' % (len(img), h.get('X-Width')))
+    a = np.frombuffer(img, '<f4')
+    check(a.size == int(h['X-Width']) * int(h['X-Height']) and np.isfinite(a).all() and a.std() > 0,
+          'final image: float32, finite, not flat')
+    rss1 = rss_kb(p.pid)
+    check(rss1 - rss0 < 150 * 1024, 'RSS bounded: %d MiB -> %d MiB' % (rss0 // 1024, rss1 // 1024))
+    s = json.loads(request(port, 'GET', '/api/state', token=token)[2])
+    check(s['stats']['superseded'] + s['stats']['stale'] >= sup, 'state counts superseded and late previews (%d + %d)'
+          % (s['stats']['superseded'], s['stats']['stale']))
+
+    # Higher orders reach the image.
+    st, _, b0 = request(port, 'POST', '/api/preview', body={}, token=token)
+    st1, _, b1 = request(port, 'POST', '/api/preview', body={'aberr': {'C30_nm': 20000, 'C32_nm': 500, 'phi32_deg': 10}},
+                         token=token)
+    check(st == 200 and st1 == 200 and b0 != b1, 'higher orders (C30, C32, phi32) change the preview')
+
+    # FFT and amplitude views.
+    for view in ('fft', 'amplitude'):
+        st, h, b = request(port, 'POST', '/api/preview', body={'view': view}, token=token)
+        a = np.frombuffer(b, '<f4')
+        check(st == 200 and np.isfinite(a).all() and a.std() > 0, 'view %s' % view)
+
+    # Region refit, apply, cancel, save.
+    st, _, b = request(port, 'POST', '/api/region', body={'rect': [0, 16, 0, 16]}, token=token)
+    check(st == 400, 'region smaller than 32x32: 400 (%s)' % b[:80])
+    st, _, b = request(port, 'POST', '/api/region', body={'rect': [0, 32, 0, 32]}, token=token)
+    r = json.loads(b)
+    check(st == 200 and abs(r['C10_nm'] + 9.9) < 0.5, 'region refit: C10 %.3f' % r.get('C10_nm', float('nan')))
+    st, _, b = request(port, 'POST', '/api/apply', body={'region': True}, token=token)
+    check(st == 200 and abs(json.loads(b)['current']['C10_nm'] - r['C10_nm']) < 1e-9, 'apply the region refit')
+    check(request(port, 'POST', '/api/cancel', body={}, token=token)[0] == 200, 'cancel while idle: 200')
+    st, _, b = request(port, 'POST', '/api/reset', body={}, token=token)
+    s = json.loads(b)
+    check(st == 200 and s['current']['C10_nm'] == s['fit']['result']['C10_nm'], 'reset: back to the fit')
+    st, _, b = request(port, 'POST', '/api/fit_tilt', body={}, token=token)
+    t = json.loads(b)
+    check(st == 200 and 'thickness_nm' in t and len(t['tilt_mrad']) == 2,
+          'fit tilt: %s' % b[:120].decode(errors='replace'))
+    # A cancel reaches a running fit: /api/fit answers 409 soon after /api/cancel.
+    with cf.ThreadPoolExecutor(max_workers=1) as ex:
+        fut = ex.submit(request, port, 'POST', '/api/fit', {}, token)
+        for _ in range(100):
+            if json.loads(request(port, 'GET', '/api/state', token=token)[2])['job']['busy']:
+                break
+            time.sleep(0.01)
+        t0 = time.time()
+        request(port, 'POST', '/api/cancel', body={}, token=token)
+        st = fut.result()[0]
+    check(st in (200, 409) and time.time() - t0 < 2, 'cancel a running fit: %d after %.2f s' % (st, time.time() - t0))
+    st, _, _ = request(port, 'POST', '/api/preview', body={}, token=token)
+    check(st == 200, 'the session is usable after a cancel')
+    request(port, 'POST', '/api/reset', body={}, token=token)
+    st, _, b = request(port, 'POST', '/api/save', body={'path': os.path.join(os.getcwd(), 'cal.json')}, token=token)
+    check(st == 200 and os.path.exists('cal.json'), 'save writes cal.json')
+    st, _, b = request(port, 'POST', '/api/save', body={'path': 'cal.json'}, token=token)
+    check(st == 409, 'save refuses an existing file: %d %s' % (st, b[:100]))
+    st, _, b = request(port, 'POST', '/api/save', body={'path': 'cal.json', 'force': True}, token=token)
+    check(st == 200, 'save with force replaces it')
+    st, h, b = request(port, 'GET', '/api/calibration/mean', token=token)
+    check(st == 200 and len(b) == 4 * 48 * 48, 'calibration mean pattern: float32 48x48')
+    stalled.close()
+    stalled2.close()
+
+
+if __name__ == '__main__':
+    main()
+    if FAILS:
+        print('%d check(s) failed' % len(FAILS))
+        sys.exit(1)
+    print('all checks passed')
