@@ -15,6 +15,9 @@ import { fileURLToPath } from 'node:url';
 const [BIN, WORK] = process.argv.slice(2).map((a) => path.resolve(a));
 const here = path.dirname(fileURLToPath(import.meta.url));
 const CHROMIUM = '/usr/bin/chromium';
+// Waits are generous: CI runs the browser under sanitizers beside other tests on 2 cores; a hang
+// still fails (ctest's timeout), a slow machine does not.
+const SLOW = 4;
 if (!fs.existsSync(CHROMIUM) || !fs.existsSync(path.join(here, 'node_modules', 'playwright-core'))) {
   console.log('SKIP: needs /usr/bin/chromium and tests/view/node_modules (scripts/install-deps.sh)');
   process.exit(77);
@@ -75,9 +78,9 @@ try {
   page.on('request', (r) => { if (!r.url().startsWith(url.split('/?')[0])) external.push(r.url()); });
   page.on('pageerror', (e) => fails.push('page error: ' + e.message));
   await page.goto(url);
-  await page.waitForSelector('body[data-ready="1"]', { timeout: 90000 });
+  await page.waitForSelector('body[data-ready="1"]', { timeout: 90000 * SLOW });
   check(await page.$eval('#fit', (e) => e.dataset.done) === '1', 'page loads and the fit finishes');
-  await waitFor(page, () => window.__ssb4d.lastLoss !== null, null, { timeout: 30000 });
+  await waitFor(page, () => window.__ssb4d.lastLoss !== null, null, { timeout: 30000 * SLOW });
   const before = await page.$eval('#img', (c) => c.toDataURL());
 
   // A burst of input events on C10 (one per animation frame), then the release.
@@ -95,7 +98,7 @@ try {
   await waitFor(page, (n) => {
     const t = window.__ssb4d;
     return t.sent.length === n && t.drawn.length && t.drawn[t.drawn.length - 1].seq === t.sent[n - 1].seq;
-  }, burst, { timeout: 30000 });
+  }, burst, { timeout: 30000 * SLOW });
   const tr = await page.evaluate(() => window.__ssb4d);
   const drags = tr.sent.filter((s) => !s.release).length;
   check(drags >= 10, `the burst sent ${drags} drag previews`);
@@ -118,12 +121,12 @@ try {
   // FFT toggle.
   const nDrawn = tr.drawn.length;
   await page.selectOption('#view', 'fft');
-  await waitFor(page, (n) => window.__ssb4d.drawn.length > n, nDrawn, { timeout: 20000 });
+  await waitFor(page, (n) => window.__ssb4d.drawn.length > n, nDrawn, { timeout: 20000 * SLOW });
   const fft = await page.$eval('#img', (c) => c.toDataURL());
   check(fft !== after, 'FFT view shows another image');
   await page.screenshot({ path: path.join(WORK, 'view_browser_fft.png') });
   await page.selectOption('#view', 'phase');
-  await waitFor(page, (n) => window.__ssb4d.drawn.length > n + 1, nDrawn, { timeout: 20000 });
+  await waitFor(page, (n) => window.__ssb4d.drawn.length > n + 1, nDrawn, { timeout: 20000 * SLOW });
   check(await page.$eval('#img', (c) => c.toDataURL()) === after, 'back to phase: the same image');
 
   // The trials table: a click puts the trial on the sliders and releases; Reset returns to the fit.
@@ -133,12 +136,12 @@ try {
   let n0 = await page.evaluate(() => window.__ssb4d.drawn.length);
   const trialC10 = Number(await page.$eval('#trials tbody tr:nth-child(2) td:nth-child(2)', (e) => e.textContent));
   await page.click('#trials tbody tr:nth-child(2)');
-  await waitFor(page, (k) => window.__ssb4d.drawn.length > k, n0, { timeout: 20000 });
+  await waitFor(page, (k) => window.__ssb4d.drawn.length > k, n0, { timeout: 20000 * SLOW });
   const onSlider = Number(await page.$eval('#C10_num', (e) => e.value));
   check(Math.abs(onSlider - trialC10) < 2e-3, `a trial click applies it (C10 ${onSlider} vs ${trialC10})`);
   n0 = await page.evaluate(() => window.__ssb4d.drawn.length);
   await page.click('#reset');
-  await waitFor(page, (k) => window.__ssb4d.drawn.length > k, n0, { timeout: 20000 });
+  await waitFor(page, (k) => window.__ssb4d.drawn.length > k, n0, { timeout: 20000 * SLOW });
   const fitC10 = await page.evaluate(async () => {
     const r = await fetch('/api/state', { headers: { 'X-SSB4D-Token': new URLSearchParams(location.search).get('token') } });
     return (await r.json()).fit.result.C10_nm;
@@ -154,19 +157,19 @@ try {
   await page.mouse.up();
   check((await page.textContent('#rect')).includes('rows 0:32'), 'rectangle drawn: ' + await page.textContent('#rect'));
   await page.click('#crop_refit');
-  await waitFor(page, () => document.getElementById('region_result').dataset.c10 !== undefined, null, { timeout: 60000 });
+  await waitFor(page, () => document.getElementById('region_result').dataset.c10 !== undefined, null, { timeout: 60000 * SLOW });
   const c10 = Number(await page.$eval('#region_result', (e) => e.dataset.c10));
   check(Math.abs(c10 + 9.9) < 0.5, `region refitted: C10 ${c10.toFixed(3)} nm`);
   await page.fill('#grid_rows', '1');
   await page.fill('#grid_cols', '1');
-  await waitFor(page, () => !document.getElementById('fit_regions').disabled, null, { timeout: 30000 });
+  await waitFor(page, () => !document.getElementById('fit_regions').disabled, null, { timeout: 30000 * SLOW });
   await page.click('#fit_regions');
-  await waitFor(page, () => document.getElementById('regionmap').dataset.cells === '1', null, { timeout: 60000 });
+  await waitFor(page, () => document.getElementById('regionmap').dataset.cells === '1', null, { timeout: 60000 * SLOW });
   check(true, 'Fit Regions drew its map');
 
   // Save calibration; reconstruct --calibration gives the viewer's image and loss bit for bit.
   await page.click('#save');
-  await waitFor(page, () => document.getElementById('saved').dataset.path, null, { timeout: 30000 });
+  await waitFor(page, () => document.getElementById('saved').dataset.path, null, { timeout: 30000 * SLOW });
   const saved = path.resolve(work, await page.$eval('#saved', (e) => e.dataset.path));
   check(fs.existsSync(saved), 'Save calibration wrote ' + saved);
   const rec2 = JSON.parse(execFileSync(BIN, ['reconstruct', 'x.npy', '--json', '-q', '--force', '-o', 'r2.npy',
@@ -183,7 +186,7 @@ try {
 
   // The calibration view.
   await page.click('#caldetails summary');
-  await waitFor(page, () => document.getElementById('calinfo').textContent.includes('radius'), null, { timeout: 10000 });
+  await waitFor(page, () => document.getElementById('calinfo').textContent.includes('radius'), null, { timeout: 10000 * SLOW });
   check(true, 'calibration view: ' + await page.textContent('#calinfo'));
   check(external.length === 0, 'no request leaves the server: ' + external.slice(0, 3).join(' '));
   await page.screenshot({ path: path.join(WORK, 'view_browser.png') });

@@ -34,7 +34,7 @@ def check(cond, what):
         FAILS.append(what)
 
 
-def request(port, method, path, body=None, token=None, host=None, headers=None, timeout=30):
+def request(port, method, path, body=None, token=None, host=None, headers=None, timeout=300):
     c = http.client.HTTPConnection('127.0.0.1', port, timeout=timeout)
     h = {'Host': host or '127.0.0.1:%d' % port}
     if token is not None:
@@ -78,7 +78,7 @@ def main():
     try:
         run(p, port, token)
         r = subprocess.run([BIN, 'view', 'x.npy', '--port', str(port), '-q'], capture_output=True, text=True,
-                           timeout=60)
+                           timeout=300)
         check(r.returncode == 2 and 'cannot listen' in r.stderr,
               'a second view on the same port: exit 2 (%s)' % r.stderr.strip())
     finally:
@@ -97,7 +97,7 @@ def main():
         check(not left, 'no partial files left: %s' % left)
     # ssb4d bench view: the round trips over HTTP, as a record.
     r = subprocess.run([BIN, 'bench', 'view', '--data', 'x.npy', '--drags', '3', '--releases', '1', '-o', 'bv.json',
-                        '-q'], capture_output=True, text=True, timeout=120)
+                        '-q'], capture_output=True, text=True, timeout=600)
     rec = json.load(open('bv.json')) if r.returncode == 0 else {}
     check(r.returncode == 0 and rec.get('schema') == 'ssb4d-bench-view/1' and rec['drag']['n'] == 3
           and rec['release']['median_ms'] > 0, 'bench view: %s' % (r.stdout.strip().splitlines()[-1:] or r.stderr))
@@ -120,7 +120,7 @@ def main():
 
 def run(p, port, token):
     # Ready: the fit on start has finished.
-    for _ in range(600):
+    for _ in range(3000):
         st, _, body = request(port, 'GET', '/api/state', token=token)
         s = json.loads(body)
         if s['ready'] and not s['job']['busy']:
