@@ -414,46 +414,47 @@ static ssb4d_status set_rotation_if_moved(view_server *v, double deg, ssb4d_err 
     return ssb4d_session_set_rotation(v->s, deg, err);
 }
 
-static void do_apply(view_server *v, view_job *j)
+/* Makes ab, th and the rotation current and answers with the new state (apply and reset). */
+static void set_and_answer(view_server *v, view_job *j, double rotation_deg, const ssb4d_aberrations *ab,
+                           const ssb4d_thick *th)
 {
     ssb4d_err err = {0};
+    ssb4d_status st = set_rotation_if_moved(v, rotation_deg, &err);
+    if (st) {
+        fail(v, &j->resp, st, err.msg);
+        return;
+    }
+    ssb4d_session_set(v->s, ab, th);
+    snapshot_params(v);
+    view_resp_json(&j->resp, 200, view_state_json(v));
+}
+
+static void do_apply(view_server *v, view_job *j)
+{
     if (j->p.apply_region) {
         if (!v->has_region_res) { /* only the worker writes region_res: no lock to read it here */
             view_resp_text(&j->resp, 409, "no region refit to apply");
             return;
         }
         ssb4d_session_apply(v->s, &v->region_res);
-    } else {
-        ssb4d_aberrations ab;
-        ssb4d_thick th;
-        params_over_current(v, &j->p, &ab, &th);
-        ssb4d_status st = set_rotation_if_moved(v, j->p.rotation_deg, &err);
-        if (st) {
-            fail(v, &j->resp, st, err.msg);
-            return;
-        }
-        ssb4d_session_set(v->s, &ab, &th);
+        snapshot_params(v);
+        view_resp_json(&j->resp, 200, view_state_json(v));
+        return;
     }
-    snapshot_params(v);
-    view_resp_json(&j->resp, 200, view_state_json(v));
+    ssb4d_aberrations ab;
+    ssb4d_thick th;
+    params_over_current(v, &j->p, &ab, &th);
+    set_and_answer(v, j, j->p.rotation_deg, &ab, &th);
 }
 
 static void do_reset(view_server *v, view_job *j)
 {
-    ssb4d_err err = {0};
     pthread_mutex_lock(&v->mu);
     ssb4d_aberrations ab = v->fit_ab;
     ssb4d_thick th = v->fit_thick;
     double rot = v->fit_rotation_deg;
     pthread_mutex_unlock(&v->mu);
-    ssb4d_status st = set_rotation_if_moved(v, rot, &err);
-    if (st) {
-        fail(v, &j->resp, st, err.msg);
-        return;
-    }
-    ssb4d_session_set(v->s, &ab, &th);
-    snapshot_params(v);
-    view_resp_json(&j->resp, 200, view_state_json(v));
+    set_and_answer(v, j, rot, &ab, &th);
 }
 
 static void do_fit_tilt(view_server *v, view_job *j)
