@@ -273,7 +273,7 @@ static ssb4d_status plan_session(ssb4d_session *s, ssb4d_err *err)
                        s->field_shape[0] * s->field_shape[1] * up * up * s->o.held_image_floats * sizeof(float);
     in.rotation_fitted = isnan(s->o.calib.rotation_deg);
     in.threads = s->o.threads;
-    in.upsample = sc.upsample ? sc.upsample : ssb4d_upsample_auto(&s->cal.geom);
+    in.upsample = (int)up;
     in.script = &sc;
     if (s->has_region) { /* the field's G is held as a region's */
         sc.region = 1;
