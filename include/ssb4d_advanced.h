@@ -167,6 +167,15 @@ ssb4d_status ssb4d_object(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d
                           const ssb4d_thick *thick, int upsample, const ssb4d_ssb_opts *o,
                           ssb4d_mem *mem, float *object, float *phase, ssb4d_err *err);
 
+/* A release in one pass over G: the object at native sampling (as ssb4d_object with upsample 1:
+ * the same bits) and the exact loss (as ssb4d_loss: the same bits). Each BF pixel's corrected
+ * spectrum is made once and serves both, so it costs about the loss alone. loss and one of
+ * object/phase are required. Its buffers differ from the two calls' (ssb4d_object_loss in the
+ * plan); on the complex path it makes the two calls. */
+ssb4d_status ssb4d_object_loss(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d_aberrations *ab,
+                               const ssb4d_thick *thick, const ssb4d_ssb_opts *o, ssb4d_mem *mem, float *object,
+                               float *phase, double *loss, ssb4d_err *err);
+
 /* Mean phase upsampled by f (each BF pixel's corrected spectrum continued periodically). */
 ssb4d_status ssb4d_mean_phase_upsampled(const ssb4d_G *G, const ssb4d_geometry *g,
                                         const ssb4d_aberrations *ab, const ssb4d_thick *thick,

@@ -425,6 +425,50 @@ static void test_object_native(void **state)
     free(rph);
 }
 
+/* The fused release (ssb4d_object_loss): the object at native sampling and the exact loss in one
+ * pass, the same bits as ssb4d_object (f = 1) and ssb4d_loss, for the fast kernel, the generic one
+ * (odd m, a thick model), 1 and 2 threads, any tile, and the complex path (two passes). */
+static void test_object_loss_fused(void **state)
+{
+    (void)state;
+    size_t N = FX.ny * FX.nx;
+    float *oa = malloc(sizeof(float) * 2 * N), *ob = malloc(sizeof(float) * 2 * N);
+    float *pa = malloc(sizeof(float) * N), *pb = malloc(sizeof(float) * N);
+    for (int s = 0; s < 4; s++) {
+        ssb4d_aberrations ab = s == 0 ? FX.truth : random_aberr(s == 2);
+        if (s == 2)
+            ab.C_nm[SSB4D_C21] = 60.0;
+        ssb4d_thick th = {{1.5, -0.5}, 8.0};
+        const ssb4d_thick *thick = s == 3 ? &th : NULL;
+        for (int v = 0; v < 4; v++) {
+            ssb4d_ssb_opts o;
+            ssb4d_ssb_opts_default(&o);
+            o.threads = v == 1 ? 1 : 2;
+            o.loss_tile = v == 2 ? 3 : 0;
+            o.path = v == 3 ? SSB4D_PATH_COMPLEX : SSB4D_PATH_AUTO;
+            double la = 0, lb = 1;
+            CHECK_OK(ssb4d_object(FX.G, &FX.sim.geom, &ab, thick, 1, &o, FX.mem, oa, pa, ERR));
+            CHECK_OK(ssb4d_loss(FX.G, &FX.sim.geom, &ab, thick, &o, FX.mem, &la, NULL, ERR));
+            memset(ob, 0, sizeof(float) * 2 * N);
+            CHECK_OK(ssb4d_object_loss(FX.G, &FX.sim.geom, &ab, thick, &o, FX.mem, ob, pb, &lb, ERR));
+            assert_memory_equal(&la, &lb, sizeof la);
+            assert_memory_equal(oa, ob, sizeof(float) * 2 * N);
+            assert_memory_equal(pa, pb, sizeof(float) * N);
+            /* the phase alone */
+            CHECK_OK(ssb4d_object_loss(FX.G, &FX.sim.geom, &ab, thick, &o, FX.mem, NULL, pb, &lb, ERR));
+            assert_memory_equal(&la, &lb, sizeof la);
+            assert_memory_equal(pa, pb, sizeof(float) * N);
+        }
+    }
+    ssb4d_err e = {0};
+    assert_int_equal(ssb4d_object_loss(FX.G, &FX.sim.geom, &FX.truth, NULL, NULL, FX.mem, NULL, NULL, NULL, &e),
+                     SSB4D_EINVAL);
+    free(oa);
+    free(ob);
+    free(pa);
+    free(pb);
+}
+
 static void test_upsampled(void **state)
 {
     (void)state;
@@ -672,6 +716,7 @@ int main(void)
         cmocka_unit_test(test_store_inactive),
         cmocka_unit_test(test_rotation_retarget),
         cmocka_unit_test(test_object_native),
+        cmocka_unit_test(test_object_loss_fused),
         cmocka_unit_test(test_upsampled),
         cmocka_unit_test(test_upsample_auto),
         cmocka_unit_test(test_determinism),

@@ -194,6 +194,22 @@ static void preview_on(plan_model *m, const shape *s, const gmode *g, size_t f, 
     ws_free(out, p.phase, 1);
 }
 
+/* A release at native sampling (session.c's and the viewer's): the phase image, the fused pass
+ * (ssb4d_object_loss: the object and the exact loss from the same spectra), the FFT. */
+static void release_on(plan_model *m, const shape *s, const gmode *g, int fft)
+{
+    stage_sink ss;
+    ws_sink *out = stage(&ss, m, s, g);
+    plan_preview_ws p = plan_preview_sizes(s->ny, s->nx, 1);
+    ws_alloc(out, p.phase);
+    release_workspace(s->ny, s->nx, s->n_bf, s->nt, out);
+    if (fft) {
+        ws_alloc(out, p.spectrum);
+        ws_free(out, p.spectrum, 1);
+    }
+    ws_free(out, p.phase, 1);
+}
+
 /* ---- times, from the machine profile (profile.c); for the time class only ------------------ */
 static double secs(const ssb4d_machine_profile *mp, double work, double rate_ns, int nt)
 {
@@ -348,15 +364,22 @@ static void run_session(const problem *pr, const decisions *d, size_t limit, ssb
     }
     if (sc->releases) {
         stage_begin(m);
+        int fused = pr->f == 1; /* one pass: the object and the loss from the same spectra */
         for (size_t i = 0; i < sc->releases; i++) {
-            preview_on(m, s, &d->prev_g, pr->f, pr->script.fft);
-            loss_on(m, s, &d->prev_g);
+            if (fused)
+                release_on(m, s, &d->prev_g, pr->script.fft);
+            else {
+                preview_on(m, s, &d->prev_g, pr->f, pr->script.fft);
+                loss_on(m, s, &d->prev_g);
+            }
         }
         snprintf(name, sizeof name, "%zu releases", sc->releases);
+        double loss_s = secs(&pr->mp, (double)s->n_bf * (double)(s->ny * s->nx), pr->mp.loss_ns, pr->nt);
         stage_end(m, p, name,
-                  (double)sc->releases * (obj + secs(&pr->mp, (double)s->n_bf * (double)(s->ny * s->nx), pr->mp.loss_ns, pr->nt) +
-                                          2 * pass_rebuild_secs(pr, s, &d->prev_g)),
-                  "preview and the loss over all BF pixels");
+                  (double)sc->releases * (fused ? loss_s + pass_rebuild_secs(pr, s, &d->prev_g)
+                                                : obj + loss_s + 2 * pass_rebuild_secs(pr, s, &d->prev_g)),
+                  fused ? "the image and the loss over all BF pixels in one pass"
+                        : "preview and the loss over all BF pixels");
     }
 
     int have_region = pr->rs.ny > 0;

@@ -27,6 +27,11 @@ typedef struct {
     ssb4d_status (*object)(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d_aberrations *ab,
                            const ssb4d_thick *thick, int upsample, const ssb4d_ssb_opts *o, ssb4d_mem *mem,
                            float *object, float *phase, ssb4d_err *err);
+    /* A release: the object at native sampling and the exact loss, the same bits as object (f = 1)
+     * then loss; NULL: the session makes those two calls. */
+    ssb4d_status (*object_loss)(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d_aberrations *ab,
+                                const ssb4d_thick *thick, const ssb4d_ssb_opts *o, ssb4d_mem *mem, float *object,
+                                float *phase, double *loss, ssb4d_err *err);
     ssb4d_status (*mean_phase)(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d_aberrations *ab,
                                const ssb4d_thick *thick, int upsample, const ssb4d_ssb_opts *o,
                                ssb4d_mem *mem, float *phase, ssb4d_err *err);

@@ -26,6 +26,7 @@ static const session_backend cpu = {
     .fit_tilt = cpu_tilt,
     .loss = cpu_loss,
     .object = ssb4d_object,
+    .object_loss = ssb4d_object_loss,
     .mean_phase = ssb4d_mean_phase_upsampled,
 };
 

@@ -621,11 +621,16 @@ ssb4d_status ssb4d_session_preview(ssb4d_session *s, const ssb4d_preview_req *q,
     }
     ssb4d_ssb_opts so;
     ssb_opts(s, &so);
-    if (!st)
+    /* A release at native sampling is one pass over G (the object and the loss from the same
+     * corrected spectra; the same bits as the two passes). */
+    int fused = !st && q->want_loss && f == 1 && q->estimator != SSB4D_ESTIMATE_MEAN_PHASE && s->bk->object_loss;
+    if (fused)
+        st = s->bk->object_loss(P, &g, ab, thick, &so, s->mem, NULL, phase, loss, err);
+    if (!st && !fused)
         st = q->estimator == SSB4D_ESTIMATE_MEAN_PHASE
                  ? s->bk->mean_phase(P, &g, ab, thick, f, &so, s->mem, phase, err)
                  : s->bk->object(P, &g, ab, thick, f, &so, s->mem, NULL, phase, err);
-    if (!st && q->want_loss)
+    if (!st && !fused && q->want_loss)
         st = s->bk->loss(P, &g, ab, thick, &so, s->mem, loss, err);
     if (sub)
         s->bk->G_free(sub);

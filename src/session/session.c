@@ -61,8 +61,10 @@ static void end(run *x)
 }
 
 /* One preview as the viewer draws it: the phase image at aberrations ab and upsampling f, and
- * (fft) the phase's spectrum for the FFT panel. hex (may be NULL) gets the phase's SHA-256. */
-static ssb4d_status preview(run *x, const ssb4d_aberrations *ab, int f, int fft, char *hex, ssb4d_err *err)
+ * (fft) the phase's spectrum for the FFT panel. hex (may be NULL) gets the phase's SHA-256; loss
+ * (may be NULL) the exact loss, a release (at f = 1 the handle makes both in one pass). */
+static ssb4d_status preview(run *x, const ssb4d_aberrations *ab, int f, int fft, char *hex, double *loss,
+                            ssb4d_err *err)
 {
     size_t nyf, nxf;
     /* G first (the preview copy replaces the fit's, or is rebuilt after a region refit freed
@@ -80,7 +82,8 @@ static ssb4d_status preview(run *x, const ssb4d_aberrations *ab, int f, int fft,
     ssb4d_preview_req_default(&q);
     q.ab = ab;
     q.upsample = f;
-    st = ssb4d_session_preview(x->s, &q, ph, NULL, err);
+    q.want_loss = loss != NULL;
+    st = ssb4d_session_preview(x->s, &q, ph, loss, err);
     if (!st && fft) {
         fftwf_complex *spec = ssb4d_mem_alloc(x->mem, w.spectrum, "preview FFT", err);
         if (!spec)
@@ -159,7 +162,7 @@ static ssb4d_status previews(run *x, const ssb4d_session_script *s, const ssb4d_
     char name[48];
     snprintf(name, sizeof name, "preview (%dx%s)", r->upsample, s->fft ? ", FFT" : "");
     begin(x, name); /* the preview copy of G replaces the fit's here when the plan holds one */
-    ssb4d_status st = preview(x, &fr->ab, r->upsample, s->fft, x->p->hashes ? r->first_preview_sha256 : NULL, err);
+    ssb4d_status st = preview(x, &fr->ab, r->upsample, s->fft, x->p->hashes ? r->first_preview_sha256 : NULL, NULL, err);
     end(x);
     /* Drags move C10 through ±1 nm and come back; releases add the loss over all BF pixels. */
     if (!st && s->drags) {
@@ -168,7 +171,7 @@ static ssb4d_status previews(run *x, const ssb4d_session_script *s, const ssb4d_
         for (size_t i = 0; i < s->drags && !st; i++) {
             ssb4d_aberrations ab = fr->ab;
             ab.C_nm[SSB4D_C10] += sin(2 * M_PI * (double)(i + 1) / (double)s->drags);
-            st = preview(x, &ab, r->upsample, s->fft, NULL, err);
+            st = preview(x, &ab, r->upsample, s->fft, NULL, NULL, err);
         }
         end(x);
     }
@@ -178,9 +181,11 @@ static ssb4d_status previews(run *x, const ssb4d_session_script *s, const ssb4d_
         for (size_t i = 0; i < s->releases && !st; i++) {
             ssb4d_aberrations ab = fr->ab;
             ab.C_nm[SSB4D_C10] += 0.2 * (double)(s->releases - 1 - i); /* the last one at the fit */
-            st = preview(x, &ab, r->upsample, s->fft, NULL, err);
+            /* the image and the exact loss at ab: one pass at native sampling (the plan's) */
+            int fused = r->upsample == 1;
+            st = preview(x, &ab, r->upsample, s->fft, NULL, fused ? &r->release_loss : NULL, err);
             ssb4d_session_set(x->s, &ab, NULL);
-            if (!st)
+            if (!st && !fused)
                 st = ssb4d_session_loss(x->s, &r->release_loss, err);
         }
         ssb4d_session_set(x->s, &fr->ab, NULL);
@@ -210,7 +215,7 @@ static ssb4d_status region(run *x, const ssb4d_session_script *s, const ssb4d_fi
     begin(x, "next full preview");
     int rebuilt = r->plan.region_frees_g;
     char hex[65] = "";
-    st = preview(x, &fr->ab, r->upsample, s->fft, x->p->hashes ? hex : NULL, err);
+    st = preview(x, &fr->ab, r->upsample, s->fft, x->p->hashes ? hex : NULL, NULL, err);
     end(x);
     if (!st && x->p->hashes) {
         memcpy(r->phase_sha256, hex, sizeof hex);

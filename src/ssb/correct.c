@@ -182,29 +182,54 @@ void ssb_pixel_ab(const ssb_ctx *c, size_t ib, double *a, double *b)
     *b = s * (c->m[1] * c->kx[ib] + c->m[2] * c->ky[ib]);
 }
 
-/* out[i] = e^{iθ·k_i} for the first `count` bins of an n-point fftfreq grid (k_i its integer), from
- * two small tables of exponentials (k = 32h + m) instead of one complex exponential per bin. */
+/* e^{iθ·k} for the bins of an n-point fftfreq grid (k the bin's integer), from two small tables
+ * of exponentials (k = 32h + m: lo[m]·hi[h]) instead of one complex exponential per bin. The
+ * basis holds θ, lo[32] and hi[n/32 + 2]; an absurdly long axis (no hi table) takes the direct
+ * exponential. Every caller reads e^{iθ·k} through ssb_phasor_at, so the values are the same bits
+ * whether a whole line is made at once (the loss) or one row at a time (the object). */
+size_t ssb_phasor_basis_len(size_t n)
+{
+    size_t nh = n / 32 + 2;
+    return nh > SSB_PHASOR_MAX_HI ? 1 : 1 + 32 + nh;
+}
+
+void ssb_phasor_basis(double theta, size_t n, double complex *basis)
+{
+    basis[0] = theta;
+    size_t nh = n / 32 + 2;
+    if (nh > SSB_PHASOR_MAX_HI)
+        return;
+    for (int m = 0; m < 32; m++)
+        basis[1 + m] = cexp(I * theta * m);
+    for (size_t h = 0; h < nh; h++)
+        basis[33 + h] = cexp(I * theta * 32.0 * (double)h);
+}
+
+cfloat ssb_phasor_at(const double complex *basis, size_t n, size_t i)
+{
+    long k = (i < (n + 1) / 2) ? (long)i : (long)i - (long)n;
+    if (n / 32 + 2 > SSB_PHASOR_MAX_HI)
+        return (cfloat)cexp(I * creal(basis[0]) * (double)k);
+    unsigned long ak = (unsigned long)(k < 0 ? -k : k);
+    double complex v = basis[1 + ak % 32] * basis[33 + ak / 32];
+    return (cfloat)(k < 0 ? conj(v) : v);
+}
+
 static void phasor_line(double theta, size_t n, size_t count, cfloat *out)
 {
-    double complex lo[32], hi[(65536 / 32) + 2];
-    size_t nh = n / 32 + 2;
-    if (nh > sizeof hi / sizeof hi[0]) { /* absurdly long axis: direct */
-        for (size_t i = 0; i < count; i++) {
-            long k = (i < (n + 1) / 2) ? (long)i : (long)i - (long)n;
-            out[i] = (cfloat)cexp(I * theta * (double)k);
-        }
-        return;
-    }
-    for (int m = 0; m < 32; m++)
-        lo[m] = cexp(I * theta * m);
-    for (size_t h = 0; h < nh; h++)
-        hi[h] = cexp(I * theta * 32.0 * (double)h);
-    for (size_t i = 0; i < count; i++) {
-        long k = (i < (n + 1) / 2) ? (long)i : (long)i - (long)n;
-        unsigned long ak = (unsigned long)(k < 0 ? -k : k);
-        double complex v = lo[ak % 32] * hi[ak / 32];
-        out[i] = (cfloat)(k < 0 ? conj(v) : v);
-    }
+    double complex basis[1 + 32 + SSB_PHASOR_MAX_HI];
+    ssb_phasor_basis(theta, n, basis);
+    for (size_t i = 0; i < count; i++)
+        out[i] = ssb_phasor_at(basis, n, i);
+}
+
+/* Row phasor basis of BF pixel ib (ssb_phasor_basis_len(nyf) values): R[i] = ssb_phasor_at(basis,
+ * nyf, i), the same bits as ssb_pixel_phasors' R. */
+void ssb_pixel_row_basis(const ssb_ctx *c, size_t ib, double complex *basis)
+{
+    double a, b;
+    ssb_pixel_ab(c, ib, &a, &b);
+    ssb_phasor_basis(a * c->qr[1], c->nyf, basis);
 }
 
 void ssb_pixel_phasors(const ssb_ctx *c, size_t ib, cfloat *R, size_t nrows, cfloat *Ctab, size_t ncols)
@@ -243,29 +268,15 @@ static void g_row(const struct ssb4d_G *G, const cfloat *plane, size_t i, size_t
     }
 }
 
-SSB_HOT void ssb_corr_row(const ssb_ctx *c, size_t ib, const cfloat *plane, size_t i, size_t ncols,
-                          const cfloat *Eq_row, cfloat R, const cfloat *Ctab, cfloat *out)
+/* −i·v when rot: (im, −re), exact (the loss's real-output path transforms −i·Ĉ). */
+static inline cfloat rot_i(cfloat v, int rot) { return rot ? CMPLXF(cimagf(v), -crealf(v)) : v; }
+
+/* The fast kernel's loop over one row: o[j] = v[j]·n(q,k) (times −i when rot). A literal rot at
+ * each call site gives two loops without a select in them. */
+static inline __attribute__((always_inline)) void corr_fast(const ssb_ctx *c, size_t ib, size_t i, size_t ncols,
+                                                            const float *src, const cfloat *Eq_row, cfloat R,
+                                                            const cfloat *Ctab, float *o, const int rot)
 {
-    const struct ssb4d_G *G = c->G;
-    if (!plane || c->Ak[ib] == 0.0) {
-        memset(out, 0, ncols * sizeof *out);
-        return;
-    }
-    int nyq_row = (c->nyf % 2 == 0) && i == c->nyf / 2;
-    size_t nyq_col = (c->nxf % 2 == 0) ? c->nxf / 2 : (size_t)-1;
-    int direct = (c->f == 1); /* native grid: columns of the half plane map one to one */
-    if (!c->fast || nyq_row) {
-        for (size_t j = 0; j < ncols; j++) {
-            cfloat gv = (direct && j < G->nxh) ? plane[i * G->nxh + j] : g_at(G, plane, i, j);
-            out[j] = gv * (cfloat)n_bin(c, ib, i, j);
-        }
-        return;
-    }
-    /* Gather G on this row into out (in place), then one branch-free loop that vectorises. */
-    if (direct && ncols <= G->nxh)
-        memcpy(out, plane + (i % G->ny) * G->nxh, ncols * sizeof *out);
-    else
-        g_row(G, plane, i, ncols, out);
     const float qr = (float)c->qr[i], kx = (float)c->kx[ib], ky = (float)c->ky[ib];
     const float k2 = kx * kx + ky * ky, Ak = (float)c->Ak[ib];
     const float q2r = qr * qr + k2, dotr = qr * kx;
@@ -273,7 +284,6 @@ SSB_HOT void ssb_corr_row(const ssb_ctx *c, size_t ib, const cfloat *plane, size
     const float a0 = (float)c->alpha0, lam = (float)c->lambda, invw = c->inv_w;
     const float *restrict eq = (const float *)Eq_row, *restrict ct = (const float *)Ctab;
     const float *restrict qc = c->qcf;
-    float *restrict o = (float *)out;
     for (size_t j = 0; j < ncols; j++) {
         float dot = dotr + qc[j] * ky, base = q2r + qc[j] * qc[j];
         float v1 = base - 2 * dot, v2 = base + 2 * dot;                /* |q−k|², |q+k|² */
@@ -300,10 +310,42 @@ SSB_HOT void ssb_corr_row(const ssb_ctx *c, size_t ib, const cfloat *plane, size
         m2 = m2 > 1e-16f ? m2 : 1e-16f;
         float inv = 1.0f / sqrtf(m2);
         float nr = gr * inv, ni = -gi * inv;                              /* conj(γ)/|γ| */
-        float vr = o[2 * j], vi = o[2 * j + 1];
-        o[2 * j] = vr * nr - vi * ni;
-        o[2 * j + 1] = vr * ni + vi * nr;
+        float vr = src[2 * j], vi = src[2 * j + 1];
+        float yr = vr * nr - vi * ni, yi = vr * ni + vi * nr;
+        o[2 * j] = rot ? yi : yr;
+        o[2 * j + 1] = rot ? -yr : yi;
     }
+}
+
+SSB_HOT void ssb_corr_row(const ssb_ctx *c, size_t ib, const cfloat *plane, size_t i, size_t ncols,
+                          const cfloat *Eq_row, cfloat R, const cfloat *Ctab, int rot, cfloat *out)
+{
+    const struct ssb4d_G *G = c->G;
+    if (!plane || c->Ak[ib] == 0.0) {
+        memset(out, 0, ncols * sizeof *out);
+        return;
+    }
+    int nyq_row = (c->nyf % 2 == 0) && i == c->nyf / 2;
+    size_t nyq_col = (c->nxf % 2 == 0) ? c->nxf / 2 : (size_t)-1;
+    int direct = (c->f == 1); /* native grid: columns of the half plane map one to one */
+    if (!c->fast || nyq_row) {
+        for (size_t j = 0; j < ncols; j++) {
+            cfloat gv = (direct && j < G->nxh) ? plane[i * G->nxh + j] : g_at(G, plane, i, j);
+            out[j] = rot_i(gv * (cfloat)n_bin(c, ib, i, j), rot);
+        }
+        return;
+    }
+    /* G on this row: the stored row itself on the native grid, else gathered into out (in
+     * place); then one branch-free loop that vectorises. */
+    const float *src = (const float *)out;
+    if (direct && ncols <= G->nxh)
+        src = (const float *)(plane + (i % G->ny) * G->nxh);
+    else
+        g_row(G, plane, i, ncols, out);
+    if (rot)
+        corr_fast(c, ib, i, ncols, src, Eq_row, R, Ctab, (float *)out, 1);
+    else
+        corr_fast(c, ib, i, ncols, src, Eq_row, R, Ctab, (float *)out, 0);
     if (nyq_col < ncols)
-        out[nyq_col] = g_at(G, plane, i, nyq_col) * (cfloat)n_bin(c, ib, i, nyq_col);
+        out[nyq_col] = rot_i(g_at(G, plane, i, nyq_col) * (cfloat)n_bin(c, ib, i, nyq_col), rot);
 }

@@ -81,31 +81,54 @@ typedef struct {
     cfloat *R, *C;  /* phasors */
 } thread_scratch;
 
+/* Ĉ_k of BF pixel ib under set c into spec (nyf x ncols); real: −i·Ĉ_k, what the real-output
+ * path transforms. */
+static void pixel_correct(const ssb_ctx *c, size_t ib, const cfloat *plane, const cfloat *Eqj, thread_scratch *s,
+                          size_t ncols, int real, cfloat *spec)
+{
+    size_t nyf = c->nyf;
+    if (c->fast)
+        ssb_pixel_phasors(c, ib, s->R, nyf, s->C, ncols);
+    for (size_t i = 0; i < nyf; i++)
+        ssb_corr_row(c, ib, plane, i, ncols, Eqj ? Eqj + i * ncols : NULL, c->fast ? s->R[i] : 0, s->C, real,
+                     spec + i * ncols);
+}
+
+/* φ_k from pixel_correct's spectrum (consumed) into dst (npix floats; dst may be spec on the
+ * complex path). */
+static void spectrum_phases(const ssb_ctx *c, cfloat *spec, int real, fftwf_plan plan, size_t ncols, float *dst)
+{
+    size_t npix = c->nyf * c->nxf;
+    (void)ncols;
+    const float dc = (float)c->dc;
+    if (real) {
+        spec[0] = 0;
+        fftwf_execute_dft_c2r(plan, (fftwf_complex *)spec, dst);
+        ssb_phases_real(dst, npix, 1.0f / dc);
+    } else {
+        spec[0] = dc;
+        fftwf_execute_dft(plan, (fftwf_complex *)spec, (fftwf_complex *)spec);
+        for (size_t r = 0; r < npix; r++)
+            dst[r] = atan2f(cimagf(spec[r]), crealf(spec[r]));
+    }
+}
+
 /* φ_k of BF pixel ib under set c into dst (npix floats; dst may be s->buf on the complex path,
  * the phases overwriting the consumed spectrum). */
 static void pixel_phases(const ssb_ctx *c, size_t ib, const cfloat *plane, const cfloat *Eqj,
                          thread_scratch *s, int real, fftwf_plan plan, size_t ncols, float *dst)
 {
-    size_t nyf = c->nyf, npix = c->nyf * c->nxf, nspec = nyf * ncols;
-    if (c->fast)
-        ssb_pixel_phasors(c, ib, s->R, nyf, s->C, ncols);
-    for (size_t i = 0; i < nyf; i++)
-        ssb_corr_row(c, ib, plane, i, ncols, Eqj ? Eqj + i * ncols : NULL, c->fast ? s->R[i] : 0, s->C,
-                     s->buf + i * ncols);
-    const float dc = (float)c->dc;
-    if (real) {
-        for (size_t q = 0; q < nspec; q++) /* −i·Ĉ */
-            s->buf[q] = cimagf(s->buf[q]) - I * crealf(s->buf[q]);
-        s->buf[0] = 0;
-        fftwf_execute_dft_c2r(plan, (fftwf_complex *)s->buf, dst);
-        ssb_phases_real(dst, npix, 1.0f / dc);
-    } else {
-        s->buf[0] = dc;
-        fftwf_execute_dft(plan, (fftwf_complex *)s->buf, (fftwf_complex *)s->buf);
-        for (size_t r = 0; r < npix; r++)
-            dst[r] = atan2f(cimagf(s->buf[r]), crealf(s->buf[r]));
-    }
+    pixel_correct(c, ib, plane, Eqj, s, ncols, real, s->buf);
+    spectrum_phases(c, s->buf, real, plan, ncols, dst);
 }
+
+/* The fused release (ssb4d_object_loss): the tile's spectra, kept for the object's sum before
+ * the loss's transform consumes them, and that sum. */
+typedef struct {
+    cfloat *spec;          /* tile spectra, slot floats apart */
+    size_t slot;           /* cfloats per spectrum (64-byte multiple) */
+    double complex *acc;   /* the object's running sum, nyf x ncols, in BF order (object.c's) */
+} fused;
 
 /* The tiled layout (o->loss_tile = T): T pixels' phase planes are computed at once (threads over
  * (pixel, set) pairs), then added into the current block's partial sums in BF order, parallel
@@ -134,23 +157,60 @@ static void tiled_flush(tiled *t, size_t n, size_t npix, double **total, double 
     }
 }
 
+/* fu (n = 1, the real path): the object's sum too, from the same spectra. */
 static ssb4d_status tiled_pass(const ssb4d_G *G, const ssb_ctx *c, size_t n, cfloat **Eq, thread_scratch *ts,
                                int nt, int real, fftwf_plan plan, size_t ncols, const G_group *gr, size_t g0,
-                               size_t g1, tiled *t, double **total, double *S2, ssb4d_mem *mem)
+                               size_t g1, tiled *t, double **total, double *S2, const fused *fu, ssb4d_mem *mem)
 {
     size_t npix = c[0].nyf * c[0].nxf;
     for (size_t t0 = g0; t0 < g1; t0 += t->tile) {
         size_t t1 = t0 + t->tile < g1 ? t0 + t->tile : g1, m = (t1 - t0) * n;
+        if (!fu) {
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
-        for (size_t k = 0; k < m; k++) {
-            size_t ib = t0 + k / n, j = k % n;
-            const cfloat *plane = (const cfloat *)gr->planes[ib - g0];
-            t->valid[k] = plane && c[j].Ak[ib] != 0.0 && !ssb4d_mem_poll(mem);
-            if (!t->valid[k])
-                continue;
-            float *dst = t->planes + k * t->slot;
-            pixel_phases(&c[j], ib, plane, Eq[j], &ts[omp_get_thread_num()], real, plan, ncols, dst);
-            t->s2pix[k] = square_sum(dst, npix);
+            for (size_t k = 0; k < m; k++) {
+                size_t ib = t0 + k / n, j = k % n;
+                const cfloat *plane = (const cfloat *)gr->planes[ib - g0];
+                t->valid[k] = plane && c[j].Ak[ib] != 0.0 && !ssb4d_mem_poll(mem);
+                if (!t->valid[k])
+                    continue;
+                float *dst = t->planes + k * t->slot;
+                pixel_phases(&c[j], ib, plane, Eq[j], &ts[omp_get_thread_num()], real, plan, ncols, dst);
+                t->s2pix[k] = square_sum(dst, npix);
+            }
+        } else {
+            /* Spectra; the object's sum, every bin over the tile's pixels in BF order (object.c's
+             * order and its arithmetic: the same bits); then the loss's phases from them. */
+            size_t nyf = c[0].nyf;
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
+            for (size_t k = 0; k < m; k++) {
+                size_t ib = t0 + k;
+                const cfloat *plane = (const cfloat *)gr->planes[ib - g0];
+                t->valid[k] = plane && c[0].Ak[ib] != 0.0 && !ssb4d_mem_poll(mem);
+                if (t->valid[k])
+                    pixel_correct(&c[0], ib, plane, Eq[0], &ts[omp_get_thread_num()], ncols, 1, fu->spec + k * fu->slot);
+            }
+#pragma omp parallel for num_threads(nt) schedule(static)
+            for (size_t i = 0; i < nyf; i++) {
+                double *a = (double *)(fu->acc + i * ncols);
+                for (size_t k = 0; k < m; k++) {
+                    if (!t->valid[k])
+                        continue;
+                    /* the spectra are −i·Ĉ: Ĉ = (−im, re), exactly */
+                    const float *row = (const float *)(fu->spec + k * fu->slot + i * ncols);
+                    for (size_t j = 0; j < ncols; j++) {
+                        a[2 * j] += (double)-row[2 * j + 1];
+                        a[2 * j + 1] += (double)row[2 * j];
+                    }
+                }
+            }
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
+            for (size_t k = 0; k < m; k++) {
+                if (!t->valid[k])
+                    continue;
+                float *dst = t->planes + k * t->slot;
+                spectrum_phases(&c[0], fu->spec + k * fu->slot, real, plan, ncols, dst);
+                t->s2pix[k] = square_sum(dst, npix);
+            }
         }
         /* Add the tile into the block partials in BF order; flush at each block boundary. */
         size_t ib = t0;
@@ -229,7 +289,7 @@ loss_ws loss_ws_sizes(size_t nyf, size_t nxf, size_t n_bf, size_t n, int nt, int
     return w;
 }
 
-void loss_workspace(const loss_ws *w, ws_sink *out)
+static void loss_ws_alloc(const loss_ws *w, ws_sink *out)
 {
     for (size_t j = 0; j < w->n; j++) {
         ws_alloc(out, w->total);
@@ -249,7 +309,10 @@ void loss_workspace(const loss_ws *w, ws_sink *out)
         ws_alloc(out, w->tile_planes);
         ws_alloc(out, w->tile_part);
     }
-    ws_pass(out, 0);
+}
+
+static void loss_ws_free(const loss_ws *w, ws_sink *out)
+{
     if (w->tiled) {
         ws_free(out, w->tile_part, 1);
         ws_free(out, w->tile_planes, 1);
@@ -268,6 +331,31 @@ void loss_workspace(const loss_ws *w, ws_sink *out)
             ws_free(out, w->eq, 1);
         ws_free(out, w->total, 1);
     }
+}
+
+void loss_workspace(const loss_ws *w, ws_sink *out)
+{
+    loss_ws_alloc(w, out);
+    ws_pass(out, 0);
+    loss_ws_free(w, out);
+}
+
+/* ssb4d_object_loss on the real path (phase_stack with an object): the tiled loss, the tile's
+ * spectra and the object's sum; after the pass the object's spectrum replaces the loss's buffers. */
+void release_workspace(size_t nyf, size_t nxf, size_t n_bf, int nt, ws_sink *out)
+{
+    const loss_ws w = loss_ws_sizes(nyf, nxf, n_bf, 1, nt, 1, 1, SSB4D_RELEASE_TILE);
+    size_t nspec = nyf * (nxf / 2 + 1), spectra = w.tile * ((nspec + 7) / 8 * 8) * sizeof(cfloat);
+    size_t acc = nspec * sizeof(double complex), F = nyf * nxf * sizeof(cfloat);
+    loss_ws_alloc(&w, out);
+    ws_alloc(out, spectra);
+    ws_alloc(out, acc);
+    ws_pass(out, 0);
+    ws_free(out, spectra, 1);
+    loss_ws_free(&w, out);
+    ws_alloc(out, F);
+    ws_free(out, acc, 1);
+    ws_free(out, F, 1);
 }
 
 /* The allocations come in loss_workspace's order, at loss_ws_sizes' sizes. */
@@ -465,7 +553,7 @@ static void stack_free(stack *k, ssb4d_mem *mem)
 static ssb4d_status phase_stack(const ssb4d_G *G, const ssb4d_geometry *g,
                                 const ssb4d_aberrations *ab, const ssb4d_thick *thick, size_t n,
                                 int f, const ssb4d_ssb_opts *o, ssb4d_mem *mem, double *loss,
-                                float *mean_phase, ssb4d_err *err)
+                                float *mean_phase, float *object, float *phase, ssb4d_err *err)
 {
     ssb4d_ssb_opts dflt;
     if (!o) {
@@ -474,8 +562,22 @@ static ssb4d_status phase_stack(const ssb4d_G *G, const ssb4d_geometry *g,
     }
     if (n == 0)
         return SSB4D_OK;
+    /* The fused release (object or phase given; n = 1, f = 1, the real path): tiled, and the
+     * tile's spectra kept for the object's sum (release_workspace's order). */
+    const int fusing = object || phase;
+    ssb4d_ssb_opts of = *o;
+    if (fusing && of.loss_tile <= 0)
+        of.loss_tile = SSB4D_RELEASE_TILE;
     stack k;
-    ssb4d_status st = stack_init(&k, G, g, ab, thick, n, f, o, mem, err);
+    ssb4d_status st = stack_init(&k, G, g, ab, thick, n, f, &of, mem, err);
+    fused fb = {0}, *fu = NULL;
+    if (!st && fusing) {
+        fb.slot = (k.nspec + 7) / 8 * 8; /* every spectrum 64-byte aligned, as the plan's input was */
+        fb.spec = ssb4d_mem_alloc(mem, k.tl.tile * fb.slot * sizeof(cfloat), "release tile spectra", err);
+        fb.acc = fb.spec ? ssb4d_mem_calloc(mem, k.nspec * sizeof(double complex), "object sum", err) : NULL;
+        st = fb.acc ? SSB4D_OK : SSB4D_ENOMEM;
+        fu = &fb;
+    }
     /* Groups of BF pixels whose float32 planes are at hand (all of G when it is resident in
      * float32; else converted from half or rebuilt from the source). A group spans whole blocks,
      * so the block order of the sums, and with it the bits, is the same for every group size. */
@@ -496,7 +598,7 @@ static ssb4d_status phase_stack(const ssb4d_G *G, const ssb4d_geometry *g,
             break;
         if (k.tiles)
             st = tiled_pass(G, k.c, n, k.Eq, k.ts, k.nt, k.real, k.plan, k.ncols, &gr, g0, g1, &k.tl, k.total, k.S2,
-                            mem);
+                            fu, mem);
         else
             stack_group(&k, G, &gr, g0, g1, mem);
     }
@@ -508,7 +610,26 @@ static ssb4d_status phase_stack(const ssb4d_G *G, const ssb4d_geometry *g,
         tiled_flush(&k.tl, n, k.npix, k.total, k.S2, k.nt); /* the last, partial block */
     if (!st)
         stack_finish(&k, G->n_bf, loss, mean_phase);
+    if (fusing)
+        ssb4d_mem_free(mem, fb.spec, 1);
+    /* the object's finish needs only the grid and the DC of set 0, after the stack is gone */
+    const size_t nyf = k.nyf, nxf = k.nxf;
+    const double dc = k.n_init ? k.c[0].dc : 0.0;
     stack_free(&k, mem);
+    if (fusing && !st) {
+        cfloat *F = ssb4d_mem_alloc(mem, nyf * nxf * sizeof(cfloat), "object spectrum", err);
+        if (!F)
+            st = SSB4D_ENOMEM;
+        else {
+            ssb_object_fill(nyf, nxf, dc, fb.acc, G->n_bf, 1, F);
+            ssb4d_mem_free(mem, fb.acc, 1);
+            fb.acc = NULL;
+            st = ssb_object_transform(nyf, nxf, F, object, phase, err);
+            ssb4d_mem_free(mem, F, st ? 0 : 1);
+        }
+    }
+    if (fusing)
+        ssb4d_mem_free(mem, fb.acc, 0);
     return st;
 }
 
@@ -516,7 +637,7 @@ ssb4d_status ssb4d_loss(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d_a
                         const ssb4d_thick *thick, const ssb4d_ssb_opts *o, ssb4d_mem *mem,
                         double *loss, float *mean_phase, ssb4d_err *err)
 {
-    return phase_stack(G, g, ab, thick, 1, 1, o, mem, loss, mean_phase, err);
+    return phase_stack(G, g, ab, thick, 1, 1, o, mem, loss, mean_phase, NULL, NULL, err);
 }
 
 ssb4d_status ssb4d_mean_phase_upsampled(const ssb4d_G *G, const ssb4d_geometry *g,
@@ -524,12 +645,27 @@ ssb4d_status ssb4d_mean_phase_upsampled(const ssb4d_G *G, const ssb4d_geometry *
                                         int upsample, const ssb4d_ssb_opts *o, ssb4d_mem *mem,
                                         float *phase, ssb4d_err *err)
 {
-    return phase_stack(G, g, ab, thick, 1, upsample, o, mem, NULL, phase, err);
+    return phase_stack(G, g, ab, thick, 1, upsample, o, mem, NULL, phase, NULL, NULL, err);
 }
 
 ssb4d_status ssb4d_loss_batch(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d_aberrations *ab,
                               const ssb4d_thick *thick, size_t n, const ssb4d_ssb_opts *o,
                               ssb4d_mem *mem, double *loss, ssb4d_err *err)
 {
-    return phase_stack(G, g, ab, thick, n, 1, o, mem, loss, NULL, err);
+    return phase_stack(G, g, ab, thick, n, 1, o, mem, loss, NULL, NULL, NULL, err);
+}
+
+/* One pass over G for a release: the object at native sampling (ssb4d_object's bits) and the
+ * exact loss (ssb4d_loss's bits). The complex path takes the two passes. */
+ssb4d_status ssb4d_object_loss(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d_aberrations *ab,
+                               const ssb4d_thick *thick, const ssb4d_ssb_opts *o, ssb4d_mem *mem, float *object,
+                               float *phase, double *loss, ssb4d_err *err)
+{
+    if (!loss || (!object && !phase))
+        return ssb4d_fail(err, SSB4D_EINVAL, "object_loss: missing output");
+    if (o && o->path == SSB4D_PATH_COMPLEX) {
+        ssb4d_status st = ssb4d_object(G, g, ab, thick, 1, o, mem, object, phase, err);
+        return st ? st : ssb4d_loss(G, g, ab, thick, o, mem, loss, NULL, err);
+    }
+    return phase_stack(G, g, ab, thick, 1, 1, o, mem, loss, NULL, object, phase, err);
 }

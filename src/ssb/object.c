@@ -18,7 +18,9 @@ object_ws object_ws_sizes(size_t nyf, size_t nxf, size_t n_bf, int nt, int half,
 {
     size_t ncols = half ? nxf / 2 + 1 : nxf;
     size_t per_thread = nxf * 2 * sizeof(cfloat);
-    object_ws w = {fast, nyf * nxf * sizeof(cfloat), n_bf * ncols * sizeof(cfloat),
+    /* per BF pixel: the column phasors and the basis of its row phasors (ssb_pixel_row_basis) */
+    size_t ctab = (n_bf * ncols * sizeof(cfloat) + 15) / 16 * 16;
+    object_ws w = {fast, nyf * nxf * sizeof(cfloat), ctab + n_bf * ssb_phasor_basis_len(nyf) * sizeof(double complex),
                    nyf * ncols * sizeof(double complex), per_thread, (size_t)nt * per_thread};
     return w;
 }
@@ -38,6 +40,48 @@ void object_workspace(const object_ws *w, ws_sink *out)
     ws_free(out, w->F, 1);
 }
 
+/* ---- the spectrum's last steps, shared with the fused release (loss.c) --------------------- */
+
+void ssb_object_fill(size_t nyf, size_t nxf, double dc, const double complex *acc, size_t n_bf, int half, cfloat *F)
+{
+    size_t ncols = half ? nxf / 2 + 1 : nxf;
+    const double inv_nbf = 1.0 / (double)n_bf;
+    for (size_t i = 0; i < nyf; i++)
+        for (size_t j = 0; j < ncols; j++)
+            F[i * nxf + j] = (cfloat)(acc[i * ncols + j] * inv_nbf);
+    if (half)
+        for (size_t i = 0; i < nyf; i++)
+            for (size_t j = ncols; j < nxf; j++)
+                F[i * nxf + j] = -conjf(F[((nyf - i) % nyf) * nxf + (nxf - j)]);
+    F[0] = (cfloat)dc;
+}
+
+ssb4d_status ssb_object_transform(size_t nyf, size_t nxf, cfloat *F, float *object, float *phase, ssb4d_err *err)
+{
+    size_t npix = nyf * nxf;
+    ssb4d_fftw_lock();
+    fftwf_plan p = fftwf_plan_dft_2d((int)nyf, (int)nxf, (fftwf_complex *)F, (fftwf_complex *)F,
+                                     FFTW_BACKWARD, FFTW_ESTIMATE);
+    ssb4d_fftw_unlock();
+    if (!p)
+        return ssb4d_fail(err, SSB4D_EINTERNAL, "FFTW could not plan the object transform");
+    fftwf_execute(p);
+    ssb4d_fftw_lock();
+    fftwf_destroy_plan(p);
+    ssb4d_fftw_unlock();
+    const float scale = 1.0f / (float)npix;
+    for (size_t r = 0; r < npix; r++) {
+        cfloat v = F[r] * scale;
+        if (object) {
+            object[2 * r] = crealf(v);
+            object[2 * r + 1] = cimagf(v);
+        }
+        if (phase)
+            phase[r] = atan2f(cimagf(v), crealf(v));
+    }
+    return SSB4D_OK;
+}
+
 ssb4d_status ssb4d_object(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d_aberrations *ab,
                           const ssb4d_thick *thick, int upsample, const ssb4d_ssb_opts *o,
                           ssb4d_mem *mem, float *object, float *phase, ssb4d_err *err)
@@ -51,7 +95,7 @@ ssb4d_status ssb4d_object(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d
     ssb4d_status st = ssb_ctx_init(&c, G, g, ab, thick, upsample, err);
     if (st)
         return st;
-    size_t nyf = c.nyf, nxf = c.nxf, npix = nyf * nxf;
+    size_t nyf = c.nyf, nxf = c.nxf;
     /* F(−q) = −conj F(q) on every bin for any χ (docs/ssb-math.md), so only the half plane
      * j <= nxf/2 is summed and the rest is filled by that symmetry. */
     int half = o->path != SSB4D_PATH_COMPLEX;
@@ -60,12 +104,17 @@ ssb4d_status ssb4d_object(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d
     const object_ws w = object_ws_sizes(nyf, nxf, G->n_bf, nt, half, c.fast);
     cfloat *F = ssb4d_mem_alloc(mem, w.F, "object spectrum", err);
     cfloat *Ctabs = NULL;
+    double complex *Rb = NULL;          /* per pixel, the basis of its row phasors */
+    const size_t Lr = ssb_phasor_basis_len(nyf);
     if (F && c.fast) {
         Ctabs = ssb4d_mem_alloc(mem, w.tabs, "object phasor tables", err);
         if (Ctabs) {
+            Rb = (double complex *)((char *)Ctabs + (G->n_bf * ncols * sizeof(cfloat) + 15) / 16 * 16);
 #pragma omp parallel for num_threads(nt) schedule(static)
-            for (size_t ib = 0; ib < G->n_bf; ib++)
+            for (size_t ib = 0; ib < G->n_bf; ib++) {
                 ssb_pixel_phasors(&c, ib, NULL, 0, Ctabs + ib * ncols, ncols);
+                ssb_pixel_row_basis(&c, ib, Rb + ib * Lr);
+            }
         }
     }
     /* acc: the running sum over BF pixels of every bin, in BF order whatever the grouping;
@@ -111,13 +160,9 @@ ssb4d_status ssb4d_object(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d
                     const cfloat *plane = (const cfloat *)gr.planes[ib - g0];
                     if (!plane || c.Ak[ib] == 0.0)
                         continue;
-                    cfloat R = 0;
-                    if (c.fast) {
-                        double pa, pb;
-                        ssb_pixel_ab(&c, ib, &pa, &pb);
-                        R = (cfloat)cexp(I * pa * c.qr[i]);
-                    }
-                    ssb_corr_row(&c, ib, plane, i, ncols, eq, R, Ctabs ? Ctabs + ib * ncols : NULL, row);
+                    /* the loss's R (ssb_pixel_phasors): a fused release gives these bits */
+                    cfloat R = c.fast ? ssb_phasor_at(Rb + ib * Lr, nyf, i) : 0;
+                    ssb_corr_row(&c, ib, plane, i, ncols, eq, R, Ctabs ? Ctabs + ib * ncols : NULL, 0, row);
                     for (size_t j = 0; j < ncols; j++)
                         a[j] += row[j];
                 }
@@ -135,42 +180,12 @@ ssb4d_status ssb4d_object(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d
         ssb_ctx_free(&c);
         return st;
     }
-    const double inv_nbf = 1.0 / (double)G->n_bf;
-    for (size_t i = 0; i < nyf; i++)
-        for (size_t j = 0; j < ncols; j++)
-            F[i * nxf + j] = (cfloat)(acc[i * ncols + j] * inv_nbf);
+    ssb_object_fill(nyf, nxf, c.dc, acc, G->n_bf, half, F);
     ssb4d_mem_free(mem, acc, 1);
-    if (half)
-        for (size_t i = 0; i < nyf; i++)
-            for (size_t j = ncols; j < nxf; j++)
-                F[i * nxf + j] = -conjf(F[((nyf - i) % nyf) * nxf + (nxf - j)]);
-    F[0] = (cfloat)c.dc;
     ssb4d_mem_free(mem, scr, 1);
     ssb4d_mem_free(mem, Ctabs, 0);
-    ssb4d_fftw_lock();
-    fftwf_plan p = fftwf_plan_dft_2d((int)nyf, (int)nxf, (fftwf_complex *)F, (fftwf_complex *)F,
-                                     FFTW_BACKWARD, FFTW_ESTIMATE);
-    ssb4d_fftw_unlock();
-    if (!p) {
-        ssb4d_mem_free(mem, F, 0);
-        ssb_ctx_free(&c);
-        return ssb4d_fail(err, SSB4D_EINTERNAL, "FFTW could not plan the object transform");
-    }
-    fftwf_execute(p);
-    ssb4d_fftw_lock();
-    fftwf_destroy_plan(p);
-    ssb4d_fftw_unlock();
-    const float scale = 1.0f / (float)npix;
-    for (size_t r = 0; r < npix; r++) {
-        cfloat v = F[r] * scale;
-        if (object) {
-            object[2 * r] = crealf(v);
-            object[2 * r + 1] = cimagf(v);
-        }
-        if (phase)
-            phase[r] = atan2f(cimagf(v), crealf(v));
-    }
-    ssb4d_mem_free(mem, F, 1);
+    st = ssb_object_transform(nyf, nxf, F, object, phase, err);
+    ssb4d_mem_free(mem, F, st ? 0 : 1);
     ssb_ctx_free(&c);
-    return SSB4D_OK;
+    return st;
 }

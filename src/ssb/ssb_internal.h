@@ -117,11 +117,19 @@ cfloat ssb_eq(const ssb_ctx *c, size_t i, size_t j);
 void ssb_pixel_phasors(const ssb_ctx *c, size_t ib, cfloat *R, size_t nrows, cfloat *Ctab,
                        size_t ncols);
 void ssb_pixel_ab(const ssb_ctx *c, size_t ib, double *a, double *b);
+/* e^{iθ·k_i} on an n-point fftfreq grid from a basis of ssb_phasor_basis_len(n) values; the
+ * phasors above are made this way. ssb_pixel_row_basis: θ of pixel ib's rows (R[i] above). */
+#define SSB_PHASOR_MAX_HI ((65536 / 32) + 2)
+size_t ssb_phasor_basis_len(size_t n);
+void ssb_phasor_basis(double theta, size_t n, double complex *basis);
+cfloat ssb_phasor_at(const double complex *basis, size_t n, size_t i);
+void ssb_pixel_row_basis(const ssb_ctx *c, size_t ib, double complex *basis);
 /* Ĉ_k on fine row i, columns [0, ncols): out[j] = G_f(q,k)·n(q,k), from BF pixel ib's float32
- * plane (NULL: inactive, out = 0; see G_group for half and streamed G). DC is left to the
- * caller. Eq_row, R and Ctab are only read by the fast kernel. */
+ * plane (NULL: inactive, out = 0; see G_group for half and streamed G); rot: −i·Ĉ_k instead
+ * (exactly (im, −re): what the loss's real-output path transforms). DC is left to the caller.
+ * Eq_row, R and Ctab are only read by the fast kernel. */
 void ssb_corr_row(const ssb_ctx *c, size_t ib, const cfloat *plane, size_t i, size_t ncols,
-                  const cfloat *Eq_row, cfloat R, const cfloat *Ctab, cfloat *out);
+                  const cfloat *Eq_row, cfloat R, const cfloat *Ctab, int rot, cfloat *out);
 
 /* Hot loops are compiled twice (AVX2 and baseline) and picked at run time. Results are the same
  * bits either way: the loops use only IEEE +, −, ×, ÷ and sqrt, and C17 mode turns off FMA
@@ -152,6 +160,16 @@ static inline float ssb_atanf(float x)
     p = big * (1.57079632679f - p) + (1.0f - big) * p;
     return copysignf(p, x);
 }
+/* object.c: F (nyf x nxf, DC dc) from the running sum acc (nyf x ncols, the half plane when half) over
+ * n_bf pixels, the other half by symmetry and the DC; then its inverse FFT into object (complex
+ * pairs) and/or phase (either may be NULL). */
+void ssb_object_fill(size_t nyf, size_t nxf, double dc, const double complex *acc, size_t n_bf, int half, cfloat *F);
+ssb4d_status ssb_object_transform(size_t nyf, size_t nxf, cfloat *F, float *object, float *phase, ssb4d_err *err);
+
+/* The fused release's tile (ssb4d_object_loss, when ssb4d_ssb_opts.loss_tile is 0): pixels whose
+ * spectra and phase planes are in flight at once. */
+#define SSB4D_RELEASE_TILE 8
+
 /* ---- workspace queries (common/workspace.h): sizes from the shape, used by the code that
  * allocates them, and the order it allocates and frees them in ---------------------------------- */
 
@@ -167,6 +185,8 @@ typedef struct {
 } loss_ws;
 loss_ws loss_ws_sizes(size_t nyf, size_t nxf, size_t n_bf, size_t n, int nt, int real, int fast, size_t loss_tile);
 void loss_workspace(const loss_ws *w, ws_sink *out);
+/* loss.c ssb4d_object_loss (the real path, ssb4d_ssb_opts.loss_tile 0) on an nyf x nxf grid. */
+void release_workspace(size_t nyf, size_t nxf, size_t n_bf, int nt, ws_sink *out);
 
 /* object.c ssb4d_object at an nyf x nxf grid over n_bf BF pixels with nt threads; half: the
  * half-plane sum (the default path); fast: the fast kernel's phasor tables. */
