@@ -178,16 +178,24 @@ static ssb4d_status tiled_pass(const ssb4d_G *G, const ssb_ctx *c, size_t n, cfl
                 t->s2pix[k] = square_sum(dst, npix);
             }
         } else {
-            /* Spectra; the object's sum, every bin over the tile's pixels in BF order (object.c's
-             * order and its arithmetic: the same bits); then the loss's phases from them. */
-            size_t nyf = c[0].nyf;
+            /* Each pixel's spectrum, kept for the object, and its phases from a copy (the inverse
+             * FFT consumes its input); then the object's sum, every bin over the tile's pixels in
+             * BF order (object.c's order and arithmetic: the same bits). */
+            size_t nyf = c[0].nyf, nspec = nyf * ncols;
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
             for (size_t k = 0; k < m; k++) {
                 size_t ib = t0 + k;
                 const cfloat *plane = (const cfloat *)gr->planes[ib - g0];
                 t->valid[k] = plane && c[0].Ak[ib] != 0.0 && !ssb4d_mem_poll(mem);
-                if (t->valid[k])
-                    pixel_correct(&c[0], ib, plane, Eq[0], &ts[omp_get_thread_num()], ncols, 1, fu->spec + k * fu->slot);
+                if (!t->valid[k])
+                    continue;
+                thread_scratch *me = &ts[omp_get_thread_num()];
+                cfloat *spec = fu->spec + k * fu->slot;
+                float *dst = t->planes + k * t->slot;
+                pixel_correct(&c[0], ib, plane, Eq[0], me, ncols, 1, spec);
+                memcpy(me->buf, spec, nspec * sizeof *spec);
+                spectrum_phases(&c[0], me->buf, real, plan, ncols, dst);
+                t->s2pix[k] = square_sum(dst, npix);
             }
 #pragma omp parallel for num_threads(nt) schedule(static)
             for (size_t i = 0; i < nyf; i++) {
@@ -202,14 +210,6 @@ static ssb4d_status tiled_pass(const ssb4d_G *G, const ssb_ctx *c, size_t n, cfl
                         a[2 * j + 1] += (double)row[2 * j];
                     }
                 }
-            }
-#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
-            for (size_t k = 0; k < m; k++) {
-                if (!t->valid[k])
-                    continue;
-                float *dst = t->planes + k * t->slot;
-                spectrum_phases(&c[0], fu->spec + k * fu->slot, real, plan, ncols, dst);
-                t->s2pix[k] = square_sum(dst, npix);
             }
         }
         /* Add the tile into the block partials in BF order; flush at each block boundary. */

@@ -168,7 +168,7 @@ ssb4d_status ssb_object_transform(size_t nyf, size_t nxf, cfloat *F, float *obje
 
 /* The fused release's tile (ssb4d_object_loss, when ssb4d_ssb_opts.loss_tile is 0): pixels whose
  * spectra and phase planes are in flight at once. */
-#define SSB4D_RELEASE_TILE 8
+#define SSB4D_RELEASE_TILE 16
 
 /* ---- workspace queries (common/workspace.h): sizes from the shape, used by the code that
  * allocates them, and the order it allocates and frees them in ---------------------------------- */
