@@ -118,6 +118,8 @@ struct view_server {
     double latest_seq;     /* the highest preview seq seen: a lower one arrived late (the browser's
                               requests can overtake each other on separate connections) */
     unsigned long n_previews, n_superseded, n_cancels, n_stale;
+    int cancel_job;        /* the person cancelled the running job: one of several calls
+                              (calibrate then fit, a grid of regions) stops before its next call */
 };
 
 /* auth.c */

@@ -5,6 +5,7 @@
  * (ssb4d_session_cancel), so a burst of slider events costs one computation, not a queue. */
 #include "view/view_internal.h"
 
+#include "common/err.h"
 #include "common/fftw_lock.h"
 
 #include <fftw3.h>
@@ -175,11 +176,12 @@ static void do_start(view_server *v, view_resp *resp)
     }
     snapshot_calibration(v);
     pthread_mutex_lock(&v->mu);
-    int stopping = v->stop; /* a cancel that came between two calls is not the next call's */
+    /* a cancel that came between two calls is not lost: it stops the fit before it starts */
+    int stopping = v->stop, cancelled = v->cancel_job;
     pthread_mutex_unlock(&v->mu);
     if (stopping)
         view_resp_text(resp, 503, "the server is stopping");
-    else if (v->cfg.fit_on_start)
+    else if (v->cfg.fit_on_start && !cancelled)
         do_fit(v, resp);
     else {
         ssb4d_aberrations zero;
@@ -380,10 +382,12 @@ static void do_regions(view_server *v, view_job *j)
         grid_in(p->rect, p->rows, p->cols, i, rect);
         pthread_mutex_lock(&v->mu);
         snprintf(v->job_name, sizeof v->job_name, "regions %zu/%zu", i + 1, n);
+        int cancelled = v->cancel_job; /* a cancel between two regions' fits */
         pthread_mutex_unlock(&v->mu);
         ssb4d_fit_result r;
         memset(&r, 0, sizeof r);
-        ssb4d_status st = ssb4d_session_fit_region(v->s, rect, NULL, &r, &err);
+        ssb4d_status st = cancelled ? ssb4d_fail(&err, SSB4D_ECANCELLED, "cancelled")
+                                    : ssb4d_session_fit_region(v->s, rect, NULL, &r, &err);
         if (st) {
             cJSON_Delete(o);
             fail(v, &j->resp, st, err.msg);
@@ -550,6 +554,7 @@ static void *worker_main(void *arg)
     pthread_mutex_lock(&v->mu);
     snprintf(v->job_name, sizeof v->job_name, "%s", v->cfg.fit_on_start ? "calibrate and fit" : "calibrate");
     v->running = &start;
+    v->cancel_job = 0;
     pthread_mutex_unlock(&v->mu);
     do_start(v, &start.resp);
     snapshot_params(v);
@@ -572,6 +577,7 @@ static void *worker_main(void *arg)
             continue;
         }
         v->running = j;
+        v->cancel_job = 0;
         snprintf(v->job_name, sizeof v->job_name, "%s", j->kind == JOB_PREVIEW ? "" : job_label(j->kind));
         v->stage[0] = 0;
         v->fraction = 0;
@@ -635,6 +641,7 @@ void view_cancel_running(view_server *v)
     pthread_mutex_lock(&v->mu);
     if (v->running) {
         ssb4d_session_cancel(v->s);
+        v->cancel_job = 1;
         v->n_cancels++;
     }
     pthread_mutex_unlock(&v->mu);

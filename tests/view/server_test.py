@@ -115,6 +115,32 @@ def main():
         rc = 'hung'
     check(rc == 0 and time.time() - t0 < 3, 'SIGINT during the fit on start: exit %s in %.2f s'
           % (rc, time.time() - t0))
+
+    # /api/cancel while the start-up runs (calibrate, then the fit): whichever call it lands in, or
+    # between them, the fit does not complete and the session stays usable.
+    q = subprocess.Popen([BIN, 'view', 'x.npy', '--port', '0', '-q'], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        qurl = q.stdout.readline().strip().split(' ', 2)[2]
+        qport, qtoken = int(qurl.split(':')[2].split('/')[0]), qurl.split('token=')[1]
+        t0 = time.time()
+        while time.time() - t0 < 300:
+            request(qport, 'POST', '/api/cancel', body={}, token=qtoken)
+            state = json.loads(request(qport, 'GET', '/api/state', token=qtoken)[2])
+            if not state['job']['busy'] and time.time() - t0 > 0.2:
+                break
+            time.sleep(0.01)
+        check(not state['fit']['done'], 'cancel during the start-up: no fit (%s)' % state['error'])
+        st, _, _ = request(qport, 'POST', '/api/preview', body={'C10_nm': 1}, token=qtoken)
+        check(st == 200, 'after a cancelled start-up a preview answers %d' % st)
+    finally:
+        q.send_signal(signal.SIGTERM)
+        try:
+            rc = q.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            q.kill()
+            rc = 'hung'
+    check(rc == 0, 'SIGTERM after a cancelled start-up: exit %s' % rc)
     print('server test: %.1f s' % (time.time() - t_start))
 
 
