@@ -86,6 +86,11 @@ typedef struct {
     int fit_rotation;                     /* the rotation is searched: a k table per distinct rotation */
     int band;                             /* the band objective (else the exact loss) */
     int branch_check;
+    /* The start's seeds (standard.c start_seeds: the parallax estimate and its alternatives, at
+     * each rotation of a scan), evaluated on the coarse subset before the global search in batches
+     * of batch; 0: none (a given start, a locked parameter, no parallax). Their count is known only
+     * once the parallax has run: a planner states what it expects. */
+    size_t n_seeds;
 } fit_ws_shape;
 /* Passes over the coarse and full fit views come as ws_pass(out, n_fit): both lie within the fit
  * radius, so within its n_fit innermost pixels; the others as ws_pass(out, 0). */

@@ -74,6 +74,10 @@ void fit_workspace(const fit_ws_shape *s, ws_sink *out)
     if (s->band)
         band_power(s, coarse, fv);
     size_t b = s->batch ? s->batch : 1;
+    for (size_t i = 0; i < s->n_seeds; i += b) {
+        size_t nb = s->n_seeds - i < b ? s->n_seeds - i : b;
+        batch(s, coarse, nb, nb, fv);
+    }
     for (size_t i = 0; i < s->trials / b; i++)
         batch(s, coarse, b, b, fv);
     if (s->trials % b)

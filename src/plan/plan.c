@@ -153,12 +153,14 @@ typedef struct {
     int fit_rotation;      /* the rotation is a search parameter: a k table per distinct rotation */
     int band;              /* the band objective (else the exact loss) */
     int branch_check;
+    size_t n_seeds;        /* the start's seeds (fit_ws_shape.n_seeds) */
 } fitcfg;
 
 static void fit_on(plan_model *m, const shape *s, const gmode *g, const fitcfg *c)
 {
     fit_ws_shape f = {s->ny, s->nx, s->n_bf, s->n_fit, s->n_coarse, s->nt, s->band_nb, s->band_nr, s->band_nc,
-                      s->px_runs, s->px_nb, c->batch, c->trials, c->d, c->fit_rotation, c->band, c->branch_check};
+                      s->px_runs, s->px_nb, c->batch, c->trials, c->d, c->fit_rotation, c->band, c->branch_check,
+                      c->n_seeds};
     stage_sink ss;
     fit_workspace(&f, stage(&ss, m, s, g));
 }
@@ -571,6 +573,14 @@ ssb4d_status ssb4d_plan_make(const ssb4d_plan_input *in, ssb4d_plan *p, ssb4d_er
     d.fit.d = d.fit.fit_rotation;
     for (int j = 0; j < 3; j++)
         d.fit.d += !fp->locked[j];
+    /* The start's seeds: the parallax estimate and its alternatives (at most SSB4D_PARALLAX_ALT:
+     * a crystal's aliased reflections give them), planned at their most. Fewer seeds leave smaller
+     * buffers in the cache; a rotation scan (a rotation nothing fixes) multiplies the seeds, and
+     * its last, partial batch can leave one batch's band buffers of another size beyond this plan
+     * (docs/memory.md). */
+    d.fit.n_seeds = pr.s.px_runs && !fp->start_given && !fp->locked[0] && !fp->locked[1] && !fp->locked[2]
+                        ? 1 + SSB4D_PARALLAX_ALT
+                        : 0;
     size_t block = (size_t)256 << 20, group = (size_t)256 << 20;
     gmode full = {0, n_stored, group_planes_of(&pr.s, group), block};
     d.fit_g = d.prev_g = full;

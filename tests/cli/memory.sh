@@ -200,6 +200,24 @@ else
         grep -q "\"$k\":" "$T/session.json" && ok || bad "session stages lack $k"
     done
 fi
+# --- (f) the plan equals the session on a crystal whose parallax has alternatives --------------------
+# The small preset: the fit's start has four seeds (the parallax and three aliased alternatives), and a
+# 1x script's releases are the fused pass (the image and the exact loss at once). Every stage's peak
+# and after are planned to the byte.
+if [ "$have_python" = 1 ]; then
+    "$BIN" simulate --preset small -o "$T/s.qem" --quiet || bad "simulate small"
+    echo '{"upsample": 1, "drags": 2, "releases": 2}' >"$T/s1.json"
+    "$BIN" session "$T/s.qem" --threads 2 --script "$T/s1.json" --json >"$T/s1.out" 2>"$T/err" ||
+        { bad "session small 1x failed"; cat "$T/err"; }
+    python3 - "$T/s1.out" <<'EOF' && ok || bad "small 1x session: a stage differs from its plan"
+import json, sys
+d = json.load(open(sys.argv[1]))
+off = [(s["name"], s["peak_bytes"] - s["planned_peak_bytes"], s["after_bytes"] - s["planned_after_bytes"])
+       for s in d["stages"] if s["peak_bytes"] != s["planned_peak_bytes"] or s["after_bytes"] != s["planned_after_bytes"]]
+print("  stages off the plan (name, peak, after bytes):", off or "none")
+assert not off and d["session_peak_bytes"] == d["planned_session_peak_bytes"]
+EOF
+fi
 expect 3 "plan: the reference workload in 1G" "smallest budget" -- \
     "$BIN" plan --shape 512x512x192x192 --bf 8939 --memory 1G
 expect 0 "plan: the reference workload in 24G" "fits" -- "$BIN" plan --shape 512x512x192x192 --bf 8939 --memory 24G
