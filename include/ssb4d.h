@@ -523,6 +523,11 @@ ssb4d_status ssb4d_session_preview(ssb4d_session *s, const ssb4d_preview_req *q,
 /* The complex object (image_shape complex64 as float pairs) and/or its phase, at the current
  * parameters; exactly what `ssb4d fit` writes as object.npy and phase.tiff. */
 ssb4d_status ssb4d_session_object(ssb4d_session *s, int upsample, float *object, float *phase, ssb4d_err *err);
+/* A release at the current parameters: the object and/or its phase at native sampling and the
+ * exact loss over all BF pixels, from one pass over G (the same bits as ssb4d_session_object at
+ * upsample 1 and ssb4d_session_loss, in about the loss's time). loss and one of object/phase are
+ * required. */
+ssb4d_status ssb4d_session_release(ssb4d_session *s, float *object, float *phase, double *loss, ssb4d_err *err);
 /* The exact loss (SPEC §5.4) over all BF pixels at the current parameters, native sampling:
  * what `ssb4d reconstruct` and `ssb4d fit` report. */
 ssb4d_status ssb4d_session_loss(ssb4d_session *s, double *loss, ssb4d_err *err);

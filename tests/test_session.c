@@ -451,6 +451,20 @@ static void test_loss_field_and_rotation(void **state)
     double loss = 0;
     assert_int_equal(ssb4d_session_loss(s, &loss, &err), 0);
     assert_memory_equal(&loss, &r.loss, sizeof loss); /* the fit's exact loss at its answer */
+    {   /* a release: the object and the loss in one pass, the same bits as the two calls */
+        size_t ny1, nx1;
+        assert_int_equal(ssb4d_session_image_shape(s, 1, &ny1, &nx1, &err), 0);
+        float *o1 = malloc(2 * ny1 * nx1 * sizeof *o1), *o2 = malloc(2 * ny1 * nx1 * sizeof *o2);
+        float *p2 = malloc(ny1 * nx1 * sizeof *p2), *p1 = malloc(ny1 * nx1 * sizeof *p1);
+        double l2 = -1;
+        assert_int_equal(ssb4d_session_object(s, 1, o1, p1, &err), 0);
+        assert_int_equal(ssb4d_session_release(s, o2, p2, &l2, &err), 0);
+        assert_memory_equal(&loss, &l2, sizeof loss);
+        assert_memory_equal(o1, o2, 2 * ny1 * nx1 * sizeof *o1);
+        assert_memory_equal(p1, p2, ny1 * nx1 * sizeof *p1);
+        assert_int_equal(ssb4d_session_release(s, NULL, NULL, &l2, &err), SSB4D_EINVAL);
+        free(o1), free(o2), free(p1), free(p2);
+    }
     size_t rect[4] = {0, 40, 8, 56}, bad[4] = {0, 40, 40, 80};
     assert_int_equal(ssb4d_session_check_region(s, rect, &err), 0);
     assert_int_equal(ssb4d_session_check_region(s, bad, &err), SSB4D_EINVAL);

@@ -278,12 +278,19 @@ static ssb4d_status recon_compute(const recon_opts *o, cli_session *cs, const re
     cli_session_bar(cs, "G build");
     st = ssb4d_session_build(s, err);
     run->t_build = cli_session_bar_done(cs);
-    if (!st) {
+    /* At native sampling the image and the loss are one pass over G (the plan's release). */
+    int fused = run->upsample == 1 && !o->mean_phase;
+    if (!st && fused) {
+        cli_session_bar(cs, "loss and image");
+        st = ssb4d_session_release(s, run->object, run->phase, &run->loss, err);
+        run->t_loss = cli_session_bar_done(cs);
+    }
+    if (!st && !fused) {
         cli_session_bar(cs, "loss");
         st = ssb4d_session_loss(s, &run->loss, err);
         run->t_loss = cli_session_bar_done(cs);
     }
-    if (!st) {
+    if (!st && !fused) {
         cli_session_bar(cs, "image");
         if (!o->mean_phase || o->object_path)
             st = ssb4d_session_object(s, run->upsample, run->object, o->mean_phase ? NULL : run->phase, err);

@@ -654,6 +654,27 @@ ssb4d_status ssb4d_session_object(ssb4d_session *s, int upsample, float *object,
     return st;
 }
 
+ssb4d_status ssb4d_session_release(ssb4d_session *s, float *object, float *phase, double *loss, ssb4d_err *err)
+{
+    if (!loss || (!object && !phase))
+        return ssb4d_fail(err, SSB4D_EINVAL, "release: missing output");
+    ssb4d_status st = need_G(s, G_PREVIEW, err);
+    if (st)
+        return st;
+    ssb4d_ssb_opts so;
+    ssb_opts(s, &so);
+    call_begin(s, "release");
+    if (s->bk->object_loss)
+        st = s->bk->object_loss(s->G, &s->geom, &s->ab, &s->thick, &so, s->mem, object, phase, loss, err);
+    else {
+        st = s->bk->object(s->G, &s->geom, &s->ab, &s->thick, 1, &so, s->mem, object, phase, err);
+        if (!st)
+            st = s->bk->loss(s->G, &s->geom, &s->ab, &s->thick, &so, s->mem, loss, err);
+    }
+    call_end(s);
+    return st;
+}
+
 ssb4d_status ssb4d_session_loss(ssb4d_session *s, double *loss, ssb4d_err *err)
 {
     if (!loss)
