@@ -584,6 +584,18 @@ ssb4d_status ssb4d_session_image_shape(ssb4d_session *s, int upsample, size_t *n
     return SSB4D_OK;
 }
 
+/* A release at native sampling on P: the object and the exact loss in one pass over G when the
+ * backend has it (the same bits as the two passes it replaces), else those two passes. */
+static ssb4d_status release_pass(ssb4d_session *s, const ssb4d_G *P, const ssb4d_geometry *g,
+                                 const ssb4d_aberrations *ab, const ssb4d_thick *thick, const ssb4d_ssb_opts *so,
+                                 float *object, float *phase, double *loss, ssb4d_err *err)
+{
+    if (s->bk->object_loss)
+        return s->bk->object_loss(P, g, ab, thick, so, s->mem, object, phase, loss, err);
+    ssb4d_status st = s->bk->object(P, g, ab, thick, 1, so, s->mem, object, phase, err);
+    return st ? st : s->bk->loss(P, g, ab, thick, so, s->mem, loss, err);
+}
+
 ssb4d_status ssb4d_session_preview(ssb4d_session *s, const ssb4d_preview_req *q, float *phase, double *loss,
                                    ssb4d_err *err)
 {
@@ -621,16 +633,14 @@ ssb4d_status ssb4d_session_preview(ssb4d_session *s, const ssb4d_preview_req *q,
     }
     ssb4d_ssb_opts so;
     ssb_opts(s, &so);
-    /* A release at native sampling is one pass over G (the object and the loss from the same
-     * corrected spectra; the same bits as the two passes). */
-    int fused = !st && q->want_loss && f == 1 && q->estimator != SSB4D_ESTIMATE_MEAN_PHASE && s->bk->object_loss;
-    if (fused)
-        st = s->bk->object_loss(P, &g, ab, thick, &so, s->mem, NULL, phase, loss, err);
-    if (!st && !fused)
+    int release = q->want_loss && f == 1 && q->estimator != SSB4D_ESTIMATE_MEAN_PHASE;
+    if (!st && release)
+        st = release_pass(s, P, &g, ab, thick, &so, NULL, phase, loss, err);
+    if (!st && !release)
         st = q->estimator == SSB4D_ESTIMATE_MEAN_PHASE
                  ? s->bk->mean_phase(P, &g, ab, thick, f, &so, s->mem, phase, err)
                  : s->bk->object(P, &g, ab, thick, f, &so, s->mem, NULL, phase, err);
-    if (!st && !fused && q->want_loss)
+    if (!st && !release && q->want_loss)
         st = s->bk->loss(P, &g, ab, thick, &so, s->mem, loss, err);
     if (sub)
         s->bk->G_free(sub);
@@ -664,13 +674,7 @@ ssb4d_status ssb4d_session_release(ssb4d_session *s, float *object, float *phase
     ssb4d_ssb_opts so;
     ssb_opts(s, &so);
     call_begin(s, "release");
-    if (s->bk->object_loss)
-        st = s->bk->object_loss(s->G, &s->geom, &s->ab, &s->thick, &so, s->mem, object, phase, loss, err);
-    else {
-        st = s->bk->object(s->G, &s->geom, &s->ab, &s->thick, 1, &so, s->mem, object, phase, err);
-        if (!st)
-            st = s->bk->loss(s->G, &s->geom, &s->ab, &s->thick, &so, s->mem, loss, err);
-    }
+    st = release_pass(s, s->G, &s->geom, &s->ab, &s->thick, &so, object, phase, loss, err);
     call_end(s);
     return st;
 }
