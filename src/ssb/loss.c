@@ -96,10 +96,9 @@ static void pixel_correct(const ssb_ctx *c, size_t ib, const cfloat *plane, cons
 
 /* φ_k from pixel_correct's spectrum (consumed) into dst (npix floats; dst may be spec on the
  * complex path). */
-static void spectrum_phases(const ssb_ctx *c, cfloat *spec, int real, fftwf_plan plan, size_t ncols, float *dst)
+static void spectrum_phases(const ssb_ctx *c, cfloat *spec, int real, fftwf_plan plan, float *dst)
 {
     size_t npix = c->nyf * c->nxf;
-    (void)ncols;
     const float dc = (float)c->dc;
     if (real) {
         spec[0] = 0;
@@ -119,14 +118,14 @@ static void pixel_phases(const ssb_ctx *c, size_t ib, const cfloat *plane, const
                          thread_scratch *s, int real, fftwf_plan plan, size_t ncols, float *dst)
 {
     pixel_correct(c, ib, plane, Eqj, s, ncols, real, s->buf);
-    spectrum_phases(c, s->buf, real, plan, ncols, dst);
+    spectrum_phases(c, s->buf, real, plan, dst);
 }
 
 /* The fused release (ssb4d_object_loss): the tile's spectra, kept for the object's sum before
  * the loss's transform consumes them, and that sum. */
 typedef struct {
     cfloat *spec;          /* tile spectra, slot floats apart */
-    size_t slot;           /* cfloats per spectrum (64-byte multiple) */
+    size_t slot;           /* cfloats per spectrum (release_slot) */
     double complex *acc;   /* the object's running sum, nyf x ncols, in BF order (object.c's) */
 } fused;
 
@@ -194,7 +193,7 @@ static ssb4d_status tiled_pass(const ssb4d_G *G, const ssb_ctx *c, size_t n, cfl
                 float *dst = t->planes + k * t->slot;
                 pixel_correct(&c[0], ib, plane, Eq[0], me, ncols, 1, spec);
                 memcpy(me->buf, spec, nspec * sizeof *spec);
-                spectrum_phases(&c[0], me->buf, real, plan, ncols, dst);
+                spectrum_phases(&c[0], me->buf, real, plan, dst);
                 t->s2pix[k] = square_sum(dst, npix);
             }
 #pragma omp parallel for num_threads(nt) schedule(static)
@@ -340,12 +339,16 @@ void loss_workspace(const loss_ws *w, ws_sink *out)
     loss_ws_free(w, out);
 }
 
+/* cfloats between the fused release's tile spectra: whole cache lines (the inverse FFT reads a
+ * thread's copy, so FFTW's alignment does not depend on it). */
+static size_t release_slot(size_t nspec) { return (nspec + 7) / 8 * 8; }
+
 /* ssb4d_object_loss on the real path (phase_stack with an object): the tiled loss, the tile's
  * spectra and the object's sum; after the pass the object's spectrum replaces the loss's buffers. */
 void release_workspace(size_t nyf, size_t nxf, size_t n_bf, int nt, ws_sink *out)
 {
     const loss_ws w = loss_ws_sizes(nyf, nxf, n_bf, 1, nt, 1, 1, SSB4D_RELEASE_TILE);
-    size_t nspec = nyf * (nxf / 2 + 1), spectra = w.tile * ((nspec + 7) / 8 * 8) * sizeof(cfloat);
+    size_t nspec = nyf * (nxf / 2 + 1), spectra = w.tile * release_slot(nspec) * sizeof(cfloat);
     size_t acc = nspec * sizeof(double complex), F = nyf * nxf * sizeof(cfloat);
     loss_ws_alloc(&w, out);
     ws_alloc(out, spectra);
@@ -572,7 +575,7 @@ static ssb4d_status phase_stack(const ssb4d_G *G, const ssb4d_geometry *g,
     ssb4d_status st = stack_init(&k, G, g, ab, thick, n, f, &of, mem, err);
     fused fb = {0}, *fu = NULL;
     if (!st && fusing) {
-        fb.slot = (k.nspec + 7) / 8 * 8; /* every spectrum 64-byte aligned, as the plan's input was */
+        fb.slot = release_slot(k.nspec);
         fb.spec = ssb4d_mem_alloc(mem, k.tl.tile * fb.slot * sizeof(cfloat), "release tile spectra", err);
         fb.acc = fb.spec ? ssb4d_mem_calloc(mem, k.nspec * sizeof(double complex), "object sum", err) : NULL;
         st = fb.acc ? SSB4D_OK : SSB4D_ENOMEM;

@@ -20,8 +20,13 @@ object_ws object_ws_sizes(size_t nyf, size_t nxf, size_t n_bf, int nt, int half,
     size_t per_thread = nxf * 2 * sizeof(cfloat);
     /* per BF pixel: the column phasors and the basis of its row phasors (ssb_pixel_row_basis) */
     size_t ctab = (n_bf * ncols * sizeof(cfloat) + 15) / 16 * 16;
-    object_ws w = {fast, nyf * nxf * sizeof(cfloat), ctab + n_bf * ssb_phasor_basis_len(nyf) * sizeof(double complex),
-                   nyf * ncols * sizeof(double complex), per_thread, (size_t)nt * per_thread};
+    object_ws w = {.fast = fast,
+                   .F = nyf * nxf * sizeof(cfloat),
+                   .tabs = ctab + n_bf * ssb_phasor_basis_len(nyf) * sizeof(double complex),
+                   .acc = nyf * ncols * sizeof(double complex),
+                   .row_bases = ctab,
+                   .per_thread = per_thread,
+                   .rows = (size_t)nt * per_thread};
     return w;
 }
 
@@ -109,7 +114,7 @@ ssb4d_status ssb4d_object(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d
     if (F && c.fast) {
         Ctabs = ssb4d_mem_alloc(mem, w.tabs, "object phasor tables", err);
         if (Ctabs) {
-            Rb = (double complex *)((char *)Ctabs + (G->n_bf * ncols * sizeof(cfloat) + 15) / 16 * 16);
+            Rb = (double complex *)((char *)Ctabs + w.row_bases);
 #pragma omp parallel for num_threads(nt) schedule(static)
             for (size_t ib = 0; ib < G->n_bf; ib++) {
                 ssb_pixel_phasors(&c, ib, NULL, 0, Ctabs + ib * ncols, ncols);

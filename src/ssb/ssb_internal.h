@@ -193,6 +193,7 @@ void release_workspace(size_t nyf, size_t nxf, size_t n_bf, int nt, ws_sink *out
 typedef struct {
     int fast;
     size_t F, tabs, acc;      /* the spectrum, the phasor tables, the running sum */
+    size_t row_bases;         /* where the row phasors' bases start in the tables (bytes) */
     size_t per_thread, rows;  /* a thread's row and row of exp(-i chi(q)); all threads' */
 } object_ws;
 object_ws object_ws_sizes(size_t nyf, size_t nxf, size_t n_bf, int nt, int half, int fast);
