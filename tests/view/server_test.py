@@ -60,6 +60,27 @@ def rss_kb(pid):
     return 0
 
 
+def start_view():
+    """A real `ssb4d view x.npy` on an ephemeral port: (process, the line it printed, port, token)."""
+    p = subprocess.Popen([BIN, 'view', 'x.npy', '--port', '0', '-q'], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    line = p.stdout.readline().strip()
+    url = line.split(' ', 2)[2] if line.count(' ') >= 2 else ''
+    port = int(url.split(':')[2].split('/')[0]) if url else 0
+    return p, line, port, url.split('token=')[1] if 'token=' in url else ''
+
+
+def stop(p, sig=signal.SIGTERM):
+    """Sends sig (unless p has ended) and waits: its exit status, or 'hung' (killed) after 20 s."""
+    if p.poll() is None:
+        p.send_signal(sig)
+    try:
+        return p.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        return 'hung'
+
+
 def main():
     work = os.path.join(WORK, 'view_server_test')
     shutil.rmtree(work, ignore_errors=True)
@@ -67,13 +88,8 @@ def main():
     os.chdir(work)
     subprocess.run([BIN, 'simulate', '--preset', 'tiny', '-o', 'x.npy', '-q'], check=True)
     t_start = time.time()
-    p = subprocess.Popen([BIN, 'view', 'x.npy', '--port', '0', '-q'], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
-    line = p.stdout.readline().strip()
+    p, line, port, token = start_view()
     check(line.startswith('ssb4d view: http://127.0.0.1:') and '?token=' in line, 'prints the URL: ' + line)
-    url = line.split(' ', 2)[2]
-    port = int(url.split(':')[2].split('/')[0])
-    token = url.split('token=')[1]
     check(len(token) == 32 and all(ch in '0123456789abcdef' for ch in token), 'token is 32 hex digits')
     try:
         run(p, port, token)
@@ -82,13 +98,7 @@ def main():
         check(r.returncode == 2 and 'cannot listen' in r.stderr,
               'a second view on the same port: exit 2 (%s)' % r.stderr.strip())
     finally:
-        if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-        try:
-            rc = p.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            rc = 'hung'
+        rc = stop(p)
         check(rc == 0, 'SIGTERM: exits 0 (got %s)' % rc)
         err = p.stderr.read()
         check('Sanitizer' not in err and 'runtime error' not in err, 'no sanitizer report')
@@ -103,26 +113,16 @@ def main():
           and rec['release']['median_ms'] > 0, 'bench view: %s' % (r.stdout.strip().splitlines()[-1:] or r.stderr))
 
     # Ctrl-C while the fit on start runs: the call is cancelled, exit 0, promptly.
-    q = subprocess.Popen([BIN, 'view', 'x.npy', '--port', '0', '-q'], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
-    q.stdout.readline()
+    q = start_view()[0]
     t0 = time.time()
-    q.send_signal(signal.SIGINT)
-    try:
-        rc = q.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        q.kill()
-        rc = 'hung'
+    rc = stop(q, signal.SIGINT)
     check(rc == 0 and time.time() - t0 < 3, 'SIGINT during the fit on start: exit %s in %.2f s'
           % (rc, time.time() - t0))
 
     # /api/cancel while the start-up runs (calibrate, then the fit): whichever call it lands in, or
     # between them, the fit does not complete and the session stays usable.
-    q = subprocess.Popen([BIN, 'view', 'x.npy', '--port', '0', '-q'], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
+    q, _, qport, qtoken = start_view()
     try:
-        qurl = q.stdout.readline().strip().split(' ', 2)[2]
-        qport, qtoken = int(qurl.split(':')[2].split('/')[0]), qurl.split('token=')[1]
         t0 = time.time()
         while time.time() - t0 < 300:
             request(qport, 'POST', '/api/cancel', body={}, token=qtoken)
@@ -134,12 +134,7 @@ def main():
         st, _, _ = request(qport, 'POST', '/api/preview', body={'C10_nm': 1}, token=qtoken)
         check(st == 200, 'after a cancelled start-up a preview answers %d' % st)
     finally:
-        q.send_signal(signal.SIGTERM)
-        try:
-            rc = q.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            q.kill()
-            rc = 'hung'
+        rc = stop(q)
     check(rc == 0, 'SIGTERM after a cancelled start-up: exit %s' % rc)
     print('server test: %.1f s' % (time.time() - t_start))
 
