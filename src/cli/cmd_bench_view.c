@@ -3,6 +3,7 @@
  * drag previews (the drag subset, native sampling) and releases (all BF pixels, the exact loss,
  * native sampling) timed from the request sent to the image's last byte received over HTTP. The
  * first of each kind warms up and is not counted; every request has a new C10 (no cache answers). */
+#include "bench/record.h"
 #include "cli/cli_common.h"
 #include "cli/cmd_bench_view.h"
 #include "common/atomic.h"
@@ -127,18 +128,6 @@ static int http(int port, const char *token, const char *method, const char *pat
     return 0;
 }
 
-static int cmp_double(const void *x, const void *y)
-{
-    double a = *(const double *)x, b = *(const double *)y;
-    return (a > b) - (a < b);
-}
-
-static double median(double *v, size_t n)
-{
-    qsort(v, n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 typedef struct {
     size_t n;
     double med_ms, min_ms, max_ms, server_med_ms;
@@ -183,12 +172,14 @@ static int time_kind(int port, const char *token, double c10, int *seq, size_t c
         free(a.raw);
     }
     t->n = count;
-    if (count) {
-        t->med_ms = median(rt, count); /* sorts: min and max at the ends */
-        t->min_ms = rt[0], t->max_ms = rt[count - 1];
-        t->server_med_ms = median(sv, count);
-    }
+    double lo, hi;
+    int bad_stats = count && (bench_stats(rt, count, &t->med_ms, &t->min_ms, &t->max_ms) ||
+                              bench_stats(sv, count, &t->server_med_ms, &lo, &hi));
     free(rt), free(sv);
+    if (bad_stats) {
+        fprintf(stderr, "ssb4d bench view: out of memory\n");
+        return CLI_EXIT_INTERNAL;
+    }
     return 0;
 }
 
