@@ -189,7 +189,7 @@ try {
   await waitFor(page, () => document.getElementById('calinfo').textContent.includes('radius'), null, { timeout: 10000 * SLOW });
   check(true, 'calibration view: ' + await page.textContent('#calinfo'));
   check(external.length === 0, 'no request leaves the server: ' + external.slice(0, 3).join(' '));
-  await page.screenshot({ path: path.join(WORK, 'view_browser.png') });
+  await page.screenshot({ path: path.join(WORK, 'view_browser.png'), fullPage: true }); // the whole page: image, panels, calibration
 } catch (e) {
   fails.push('exception: ' + e.message);
   console.log(e);
