@@ -302,6 +302,7 @@ typedef struct {
     int hashes;                /* SHA-256 of G and of the previews' phase */
     void (*stage)(void *user, const char *name); /* called as each stage starts (may be NULL) */
     void *user;
+    ssb4d_backend_kind backend; /* where the heavy passes run (default AUTO) */
 } ssb4d_session_params;
 
 void ssb4d_session_params_default(ssb4d_session_params *p);

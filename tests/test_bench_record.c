@@ -122,6 +122,7 @@ static void base_record(bench_record *r)
     r->upsample = 2;
     snprintf(r->preview_precision, sizeof r->preview_precision, "float");
     snprintf(r->mode, sizeof r->mode, "resident");
+    snprintf(r->backend, sizeof r->backend, "cpu");
     add_stage(r, "load", 1.0, (size_t)(3 * GIB));
     add_stage(r, "ssb_build", 2.0, (size_t)(1 * GIB));
     add_stage(r, "drag_preview", 0.001, (size_t)(0.2 * GIB));
@@ -285,6 +286,7 @@ static void record_json_has_every_key(void **state)
     assert_string_equal(cJSON_GetObjectItem(st, "preview_precision")->valuestring, "float");
     assert_string_equal(cJSON_GetObjectItem(st, "mode")->valuestring, "resident");
     assert_string_equal(cJSON_GetObjectItem(st, "loss_tile")->valuestring, "default");
+    assert_string_equal(cJSON_GetObjectItem(st, "backend")->valuestring, "cpu");
 
     cJSON *stages = cJSON_GetObjectItem(j, "stages");
     assert_int_equal(cJSON_GetArraySize(stages), 4);

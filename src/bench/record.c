@@ -304,6 +304,7 @@ cJSON *bench_record_to_json(const bench_record *r)
         cJSON_AddNumberToObject(s, "upsample", r->upsample);
         cJSON_AddStringToObject(s, "preview_precision", FIELD(r->preview_precision));
         cJSON_AddStringToObject(s, "mode", FIELD(r->mode));
+        add_str_or_null(s, "backend", FIELD(r->backend));
         if (r->loss_tile)
             cJSON_AddNumberToObject(s, "loss_tile", (double)r->loss_tile);
         else

@@ -38,6 +38,7 @@ typedef struct {
     int upsample;
     char preview_precision[8];   /* "float" or "half" */
     char mode[16];               /* "resident" or "streaming" */
+    char backend[16];            /* where the heavy passes ran: "cpu" or "cuda" ("": not recorded, null) */
     size_t loss_tile;            /* 0 = the default */
     /* results */
     bench_stage stages[BENCH_MAX_STAGES];

@@ -55,6 +55,7 @@ void cli_micro_init(cli_micro *m)
     memset(m, 0, sizeof *m);
     cli_values_unset(&m->flags);
     m->hot_pixels = 1;
+    m->backend = SSB4D_BACKEND_AUTO;
 }
 
 int cli_parse_double(const char *s, double *out)
@@ -119,6 +120,7 @@ int cli_micro_handle(cli_micro *m, int opt, const char *arg)
     }
     case CLI_OPT_MEMORY_REPORT: m->memory_report = 1; return 1;
     case CLI_OPT_MEMORY: return cli_parse_memory(arg, &m->memory_bytes) ? -1 : 1;
+    case CLI_OPT_BACKEND: return cli_parse_backend(arg, &m->backend) ? -1 : 1;
     case CLI_OPT_JSON: m->json = 1; return 1;
     case CLI_OPT_NO_HOT_PIXELS: m->hot_pixels = 0; return 1;
     case 'q': m->quiet = 1; return 1;
@@ -134,6 +136,26 @@ int cli_parse_memory(const char *arg, size_t *out)
         return -1;
     }
     return 0;
+}
+
+int cli_parse_backend(const char *arg, ssb4d_backend_kind *out)
+{
+    if (arg && !strcmp(arg, "auto"))
+        *out = SSB4D_BACKEND_AUTO;
+    else if (arg && !strcmp(arg, "cpu"))
+        *out = SSB4D_BACKEND_CPU;
+    else if (arg && !strcmp(arg, "cuda"))
+        *out = SSB4D_BACKEND_CUDA;
+    else {
+        fprintf(stderr, "ssb4d: invalid value '%s' for --backend (auto, cpu or cuda)\n", arg ? arg : "");
+        return -1;
+    }
+    return 0;
+}
+
+const char *cli_backend_kind_name(ssb4d_backend_kind k)
+{
+    return k == SSB4D_BACKEND_CPU ? "cpu" : k == SSB4D_BACKEND_CUDA ? "cuda" : "auto";
 }
 
 int cli_parse_preview(const char *arg, ssb4d_preview_precision *out)

@@ -25,7 +25,7 @@
 enum {
     CLI_OPT_KV = 1000, CLI_OPT_SEMIANGLE, CLI_OPT_SCAN_STEP, CLI_OPT_DET_SAMPLING, CLI_OPT_ROTATION,
     CLI_OPT_BF_RADIUS, CLI_OPT_CENTRE, CLI_OPT_CALIBRATION, CLI_OPT_SIDECAR, CLI_OPT_THREADS,
-    CLI_OPT_MEMORY_REPORT, CLI_OPT_JSON, CLI_OPT_NO_HOT_PIXELS, CLI_OPT_MEMORY,
+    CLI_OPT_MEMORY_REPORT, CLI_OPT_JSON, CLI_OPT_NO_HOT_PIXELS, CLI_OPT_MEMORY, CLI_OPT_BACKEND,
     CLI_OPT_FIRST_FREE = 1100 /* commands number their own options from here */
 };
 
@@ -49,6 +49,13 @@ enum {
 
 /* Help text for the shared flags (printed by each command's --help). */
 extern const char CLI_MICROSCOPE_HELP[];
+
+/* --backend: where a session's heavy passes run. Only the commands that open a session handle
+ * (fit, demo, fit-regions, reconstruct, view, session, bench run, bench view) put it in their
+ * `struct option` array and their --help; cli_micro_handle parses it into cli_micro.backend. */
+#define CLI_BACKEND_OPTION {"backend", required_argument, 0, CLI_OPT_BACKEND}
+#define CLI_BACKEND_HELP "  --backend B           where the heavy passes run: auto (CUDA when a GPU is present,\n" \
+                         "                        else the CPU), cpu, cuda\n"
 
 /* A value that may be unset (NaN = unset). */
 typedef struct {
@@ -84,6 +91,7 @@ typedef struct {
     int json;
     int hot_pixels;
     int quiet;           /* -q / --quiet: no progress bar, no notes on stderr */
+    ssb4d_backend_kind backend; /* --backend (default SSB4D_BACKEND_AUTO) */
 } cli_micro;
 
 void cli_values_unset(cli_values *v);
@@ -152,6 +160,10 @@ int cli_check_microscope(const cli_values *v);
 size_t cli_memory_budget(const cli_micro *m);
 /* Parses a --memory value into *out; prints one error line and returns -1 when it is not a size. */
 int cli_parse_memory(const char *arg, size_t *out);
+/* Parses --backend auto|cpu|cuda; -1 with one message line otherwise. */
+int cli_parse_backend(const char *arg, ssb4d_backend_kind *out);
+/* The name of a backend kind as --backend spells it ("auto", "cpu", "cuda"). */
+const char *cli_backend_kind_name(ssb4d_backend_kind k);
 /* Parses --preview-precision auto|float|half (float32, float16 too); -1 with a message otherwise. */
 int cli_parse_preview(const char *arg, ssb4d_preview_precision *out);
 /* Help line for --memory (for commands that take it without the microscope flags). */

@@ -6,6 +6,7 @@
 
 #include "cli/cli_job.h"
 #include "common/err.h"
+#include "session/backend.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -20,6 +21,18 @@ int cli_session_fail(const cli_session *cs, ssb4d_status st, const char *msg)
         return CLI_EXIT_USAGE;
     }
     return cli_job_error(cs->cmd, st, msg, cs->budget);
+}
+
+int cli_backend_check(const char *cmd, ssb4d_backend_kind kind, const char **name)
+{
+    const session_backend *bk = NULL;
+    ssb4d_err err = {0};
+    ssb4d_status st = session_backend_select(kind, &bk, &err);
+    if (st)
+        return cli_error(cmd, st, err.msg);
+    if (name)
+        *name = bk->name;
+    return 0;
 }
 
 void cli_session_bar(cli_session *cs, const char *label) { cli_progress_start(&cs->pb, label, cs->quiet); }
@@ -93,7 +106,11 @@ int cli_session_open(const char *cmd, cli_session_req *rq, cli_session *cs)
     } else if (rq->data) {
         if ((rc = cli_resolve(rq->data, rq->m, &cs->v)) || (rc = cli_check_microscope(&cs->v)))
             return rc;
-    } else if ((rc = simulate_builtin(cs, rq->m, &err)))
+    }
+    /* A backend that cannot run here is said before any work (the built-in dataset's simulation). */
+    if ((rc = cli_backend_check(cmd, rq->m->backend, NULL)))
+        return rc;
+    if (!rq->data && (rc = simulate_builtin(cs, rq->m, &err)))
         return rc;
 
     ssb4d_session_opts o;
@@ -103,6 +120,7 @@ int cli_session_open(const char *cmd, cli_session_req *rq, cli_session *cs)
     o.rotation_sigma_deg = o.rotation_measured ? cs->v.rotation_sigma_deg : NAN;
     o.memory_bytes = cs->budget;
     o.threads = rq->m->threads;
+    o.backend = rq->m->backend;
     o.progress = rq->progress ? rq->progress : cli_progress_cb;
     o.progress_user = rq->progress ? rq->progress_user : &cs->pb;
     o.fit = rq->fit;

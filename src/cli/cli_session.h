@@ -59,4 +59,10 @@ double cli_session_bar_done(cli_session *cs);
  * cli_error's. Prints one line. */
 int cli_session_fail(const cli_session *cs, ssb4d_status st, const char *msg);
 void cli_session_close(cli_session *cs);
+
+/* The backend a session asked for `kind` (--backend) runs on: its name ("cpu", "cuda") in *name.
+ * Returns 0, or prints one line "ssb4d CMD: <why>" and returns CLI_EXIT_USAGE when it cannot run
+ * here (CUDA not in this build, or no GPU). cli_session_open checks this before any work (before
+ * the built-in dataset is simulated); the session handle checks it again when opened. */
+int cli_backend_check(const char *cmd, ssb4d_backend_kind kind, const char **name);
 #endif

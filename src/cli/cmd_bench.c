@@ -6,6 +6,7 @@
  *   sweep:   the loss at the fit over loss tiles: time relative to the default layout, live
  *            bytes above G, cache kept, and a check that every tile gives the same bits. */
 #include "cli/cli_common.h"
+#include "cli/cli_session.h"
 #include "cli/cmd_bench_compare.h"
 #include "cli/cmd_bench_view.h"
 #include "cli/commands.h"
@@ -88,6 +89,7 @@ static int session_params(const cli_micro *m, const char *path, ssb4d_session_pa
     cli_values_to_calib_params(&v, m->threads, m->hot_pixels, &p->calib);
     p->memory_bytes = cli_memory_budget(m);
     p->threads = m->threads;
+    p->backend = m->backend;
     p->hashes = 1;
     return 0;
 }
@@ -106,6 +108,7 @@ static void run_help(FILE *f)
             "%s"
             "  --repeat N            repeats (default 5, at most %d)\n"
             "  --preview-precision P auto, float or half\n"
+            CLI_BACKEND_HELP
             "  -o, --output FILE     the record (required)\n"
             "  --force               replace the record if it exists (without it an existing record\n"
             "                        is refused before any work)\n"
@@ -139,6 +142,7 @@ static int parse_int(const char *s, long lo, long hi, long *out)
 static int bench_run(int argc, char **argv)
 {
     static const struct option opts[] = {CLI_MICROSCOPE_OPTIONS,
+                                         CLI_BACKEND_OPTION,
                                          {"workload", required_argument, 0, OPT_WORKLOAD},
                                          {"data", required_argument, 0, OPT_DATA},
                                          {"cache", required_argument, 0, OPT_CACHE},
@@ -188,9 +192,12 @@ static int bench_run(int argc, char **argv)
         fprintf(stderr, "ssb4d bench run: %s (try --help)\n", !out ? "-o RECORD.json is required" : "unexpected argument");
         return CLI_EXIT_USAGE;
     }
-    /* A missing --data first, then the record, before any work (a workload may be simulated). */
+    /* A missing --data first, then the record and the backend, before any work (a workload may be
+     * simulated); the record names the backend that ran. */
+    const char *backend = NULL;
     int rc = w.data ? workload_resolve("run", &w, m.quiet) : 0;
     if (rc || (rc = cli_check_output("bench run", out, force, ", or -o FILE")) ||
+        (rc = cli_backend_check("bench run", m.backend, &backend)) ||
         (!w.data && (rc = workload_resolve("run", &w, m.quiet))))
         return rc;
     ssb4d_session_params p;
@@ -251,6 +258,7 @@ static int bench_run(int argc, char **argv)
     rec->upsample = r->upsample;
     snprintf(rec->preview_precision, sizeof rec->preview_precision, "%s", r->plan.preview_half ? "half" : "float");
     snprintf(rec->mode, sizeof rec->mode, "%s", r->plan.mode);
+    snprintf(rec->backend, sizeof rec->backend, "%s", backend);
     rec->C10_nm = r->C10_nm, rec->C12_nm = r->C12_nm, rec->phi12_deg = r->phi12_deg, rec->loss = r->loss;
     rec->session_peak_bytes = r->session_peak_bytes;
     rec->session_rss_peak_bytes = r->session_rss_peak_bytes;
@@ -267,6 +275,7 @@ static int bench_run(int argc, char **argv)
         }
         printf("session peak %.3f GiB (footprint %.3f GiB); record %s\n", rec->session_peak_bytes / GIB,
                rec->session_rss_peak_bytes / GIB, out);
+        printf("backend %s\n", rec->backend);
     }
     free(rec), free(r);
     return st ? cli_error("bench", st, err.msg) : CLI_EXIT_OK;

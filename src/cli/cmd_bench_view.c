@@ -5,6 +5,7 @@
  * first of each kind warms up and is not counted; every request has a new C10 (no cache answers). */
 #include "bench/record.h"
 #include "cli/cli_common.h"
+#include "cli/cli_session.h"
 #include "cli/cmd_bench_view.h"
 #include "common/atomic.h"
 
@@ -42,6 +43,7 @@ static void help(FILE *f)
             "  --releases N          releases timed (default 3)\n"
             "  --subset N            BF pixels of a drag preview (default 256)\n"
             CLI_MEMORY_HELP
+            CLI_BACKEND_HELP
             "  -o, --output FILE     the JSON record\n"
             "  --force               replace FILE if it exists\n"
             CLI_QUIET_HELP
@@ -192,9 +194,11 @@ int bench_view(int argc, char **argv, bench_resolve_fn resolve)
         {"releases", required_argument, 0, O_RELEASES}, {"subset", required_argument, 0, O_SUBSET},
         {"memory", required_argument, 0, CLI_OPT_MEMORY}, {"output", required_argument, 0, 'o'},
         {"force", no_argument, 0, O_FORCE},             {"quiet", no_argument, 0, 'q'},
+        CLI_BACKEND_OPTION,
         {"help", no_argument, 0, 'h'},                  {0, 0, 0, 0},
     };
     const char *name = NULL, *data = NULL, *cache = NULL, *out = NULL, *memory = NULL;
+    ssb4d_backend_kind backend = SSB4D_BACKEND_AUTO;
     long drags = 20, releases = 3, subset = 256;
     int force = 0, quiet = 0, c;
     optind = 1;
@@ -222,6 +226,10 @@ int bench_view(int argc, char **argv, bench_resolve_fn resolve)
             memory = optarg;
             break;
         }
+        case CLI_OPT_BACKEND:
+            if (cli_parse_backend(optarg, &backend))
+                return CLI_EXIT_USAGE;
+            break;
         case 'o': out = optarg; break;
         case O_FORCE: force = 1; break;
         case 'q': quiet = 1; break;
@@ -242,6 +250,10 @@ int bench_view(int argc, char **argv, bench_resolve_fn resolve)
         return rc;
     if (out && (rc = cli_check_output("bench view", out, force, "")))
         return rc;
+    /* A backend that cannot run here is said here, before a workload is simulated or the server
+     * started (the server would say it too, then not start). */
+    if ((rc = cli_backend_check("bench view", backend, NULL)))
+        return rc;
     if (!data && (rc = resolve("view", name, data, cache, quiet, path, sizeof path)))
         return rc;
 
@@ -253,7 +265,13 @@ int bench_view(int argc, char **argv, bench_resolve_fn resolve)
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_adddup2(&fa, pfd[1], 1);
     posix_spawn_file_actions_addclose(&fa, pfd[0]);
-    char *args[] = {"ssb4d", "view", path, "--port", "0", "-q", memory ? "--memory" : NULL, (char *)memory, NULL};
+    char *args[12] = {"ssb4d", "view", path, "--port", "0", "-q", "--backend", (char *)cli_backend_kind_name(backend)};
+    int na = 8;
+    if (memory) {
+        args[na++] = "--memory";
+        args[na++] = (char *)memory;
+    }
+    args[na] = NULL;
     pid_t pid;
     int se = posix_spawn(&pid, "/proc/self/exe", &fa, NULL, args, environ);
     posix_spawn_file_actions_destroy(&fa);
@@ -277,6 +295,7 @@ int bench_view(int argc, char **argv, bench_resolve_fn resolve)
     }
     double t0 = now_s(), c10 = 0, ready_s = 0;
     size_t n_bf = 0, shape[4] = {0};
+    char backend_name[16] = "";
     for (;;) { /* until calibrated and fitted */
         http_answer a;
         int bad = http(port, token, "GET", "/api/state", NULL, &a);
@@ -299,6 +318,8 @@ int bench_view(int argc, char **argv, bench_resolve_fn resolve)
             for (int k = 0; k < 4; k++)
                 shape[k] = (size_t)cJSON_GetNumberValue(cJSON_GetArrayItem(cJSON_GetObjectItem(s, "shape"), k));
             ready_s = now_s() - t0;
+            const char *b = cJSON_GetStringValue(cJSON_GetObjectItem(s, "backend"));
+            snprintf(backend_name, sizeof backend_name, "%s", b ? b : "");
         }
         cJSON_Delete(s);
         if (ready)
@@ -323,6 +344,7 @@ int bench_view(int argc, char **argv, bench_resolve_fn resolve)
            drag.med_ms, drag.min_ms, drag.max_ms, drag.server_med_ms);
     printf("  release  (all BF, loss) n=%-3zu median %8.1f ms  min %8.1f  max %8.1f  (server %8.1f ms)\n", rel.n,
            rel.med_ms, rel.min_ms, rel.max_ms, rel.server_med_ms);
+    printf("  backend  %s\n", backend_name);
     if (out) {
         cJSON *j = cJSON_CreateObject();
         cJSON_AddStringToObject(j, "schema", "ssb4d-bench-view/1");
@@ -333,6 +355,7 @@ int bench_view(int argc, char **argv, bench_resolve_fn resolve)
         cJSON_AddNumberToObject(j, "n_bf", (double)n_bf);
         cJSON_AddNumberToObject(j, "subset", (double)subset);
         cJSON_AddNumberToObject(j, "ready_s", ready_s);
+        cJSON_AddStringToObject(j, "backend", backend_name);
         cJSON_AddItemToObject(j, "drag", timing_json(&drag));
         cJSON_AddItemToObject(j, "release", timing_json(&rel));
         char *txt = cJSON_Print(j);

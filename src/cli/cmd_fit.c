@@ -85,6 +85,7 @@ static const char FIT_HELP[] =
     "                        refused before any work)\n"
     "  --verbose             also the parallax estimate, the objective's value, the branch\n"
     "                        check's numbers, the search, the time per step and the memory\n"
+    CLI_BACKEND_HELP
     "memory: the budget (--memory, default the available RAM) counts a .qem DATA (it stays\n"
     "mapped), the output images, G and every transient (the parallax's per-pixel spectra, the\n"
     "band objective's tables). When G does not fit, its outer BF pixels are streamed (rebuilt\n"
@@ -236,6 +237,7 @@ static int parse(int argc, char **argv, fit_opts *o)
 {
     static const struct option opts[] = {
         CLI_MICROSCOPE_OPTIONS,
+        CLI_BACKEND_OPTION,
         {"trials", required_argument, 0, OPT_TRIALS},
         {"seed", required_argument, 0, OPT_SEED},
         {"batch", required_argument, 0, OPT_BATCH},
@@ -913,6 +915,7 @@ static void fit_print_json(const fit_opts *o, const cli_session *cs, const fit_r
     cJSON_AddNumberToObject(out, "n_resident", (double)run->n_resident);
     cJSON_AddNumberToObject(out, "min_memory_bytes", (double)plan->min_memory_bytes);
     cJSON_AddNumberToObject(out, "resident_memory_bytes", (double)plan->resident_memory_bytes);
+    cJSON_AddStringToObject(out, "backend", ssb4d_session_backend(cs->s));
     cJSON_AddStringToObject(out, "output_dir", o->out_dir);
     char *str = cJSON_PrintUnformatted(out);
     printf("%s\n", str);
@@ -973,6 +976,7 @@ static void fit_print_text(const fit_opts *o, const cli_session *cs, const fit_r
         printf("time         %.1f s\n", seconds);
         printf("memory       peak %.1f MiB (budget %s)\n", peak / 1048576.0, cli_job_size(b, cs->budget, 0));
     }
+    printf("backend      %s\n", ssb4d_session_backend(cs->s));
     printf("wrote        %s/phase.tiff, phase.png, object.npy, calibration.json, trials.json\n", o->out_dir);
 }
 
@@ -998,7 +1002,10 @@ static int run_fit(fit_opts *o)
     /* A missing DATA first: before the output folder is made or the microscope resolved. */
     if (o->data && cli_check_readable(o->cmd, o->data))
         return CLI_EXIT_USAGE;
-    int rc = cli_auto_calibration(o->cmd, o->data, &o->m, o->m.quiet);
+    /* Then a backend that cannot run here, before any note, folder or simulation. */
+    int rc = cli_backend_check(o->cmd, o->m.backend, NULL);
+    if (!rc)
+        rc = cli_auto_calibration(o->cmd, o->data, &o->m, o->m.quiet);
     if (!rc)
         rc = prepare_dir(o, outputs, sizeof outputs / sizeof outputs[0]);
     if (rc)
@@ -1127,7 +1134,8 @@ int cmd_fit_regions(int argc, char **argv)
     }
     static const char *outputs[] = {"regions.json", "regions.csv", "defocus.png"};
     /* A missing DATA first: before the output folder is made or the microscope resolved. */
-    if ((rc = cli_check_readable(o.cmd, o.data)) || (rc = cli_auto_calibration(o.cmd, o.data, &o.m, o.m.quiet)) ||
+    if ((rc = cli_check_readable(o.cmd, o.data)) || (rc = cli_backend_check(o.cmd, o.m.backend, NULL)) ||
+        (rc = cli_auto_calibration(o.cmd, o.data, &o.m, o.m.quiet)) ||
         (rc = prepare_dir(&o, outputs, 3))) {
         free(rects);
         return rc;
@@ -1258,12 +1266,14 @@ int cmd_fit_regions(int argc, char **argv)
         remove_if_empty(&o);
     } else if (o.m.json) {
         cJSON_AddNumberToObject(root, "seconds", cli_progress_elapsed(&total));
+        cJSON_AddStringToObject(root, "backend", ssb4d_session_backend(j.s));
         cJSON_AddStringToObject(root, "output_dir", o.out_dir);
         char *s = cJSON_PrintUnformatted(root);
         printf("%s\n", s);
         free(s);
     } else {
         printf("%s\n", csv); /* the CSV without its final newline (stripped for the file writer) */
+        printf("backend %s\n", ssb4d_session_backend(j.s));
         printf("wrote %s/regions.json, regions.csv, defocus.png (%.1f s)\n", o.out_dir, cli_progress_elapsed(&total));
     }
     cJSON_Delete(root);

@@ -49,7 +49,8 @@ static void usage(FILE *f)
             "                        transforms (same results to rounding, for checks)\n"
             "  --block-mb N          decoded block size for the G build (MiB); overrides the block\n"
             "                        the --memory plan picks (256 MiB, less under a small budget)\n"
-            "  --verbose             also the loss's computation path and time\n\n"
+            "  --verbose             also the loss's computation path and time\n"
+            CLI_BACKEND_HELP "\n"
             "memory: the budget (--memory, default the available RAM) counts a .qem DATA (it stays\n"
             "mapped), the output images, G and every transient. When G does not fit, its outer BF\n"
             "pixels are streamed (rebuilt from DATA by every pass): slower, same bits. A budget below\n"
@@ -78,6 +79,7 @@ static int parse(int argc, char **argv, recon_opts *o)
 {
     static const struct option opts[] = {
         CLI_MICROSCOPE_OPTIONS,
+        CLI_BACKEND_OPTION,
         {"c10", required_argument, 0, OPT_C10},
         {"c12", required_argument, 0, OPT_C12},
         {"phi12", required_argument, 0, OPT_PHI12},
@@ -348,6 +350,7 @@ static void recon_print_json(const recon_opts *o, const cli_session *cs, const r
     cJSON_AddNumberToObject(out, "min_memory_bytes", (double)plan->min_memory_bytes);
     cJSON_AddNumberToObject(out, "resident_memory_bytes", (double)plan->resident_memory_bytes);
     cJSON_AddNumberToObject(out, "peak_tracked_bytes", (double)ssb4d_mem_peak(mem));
+    cJSON_AddStringToObject(out, "backend", ssb4d_session_backend(cs->s));
     cJSON_AddStringToObject(out, "output", o->out_path);
     if (o->object_path)
         cJSON_AddStringToObject(out, "object", o->object_path);
@@ -420,6 +423,7 @@ static void recon_print_text(const recon_opts *o, const cli_session *cs, const r
     char b[32], pk[32];
     printf("memory       budget %s, G %s (%zu of %zu planes held), peak %s tracked\n",
            cli_job_size(b, cs->budget, 0), g_mode, n_resident, n_stored, cli_job_size(pk, ssb4d_mem_peak(mem), 0));
+    printf("backend      %s\n", ssb4d_session_backend(cs->s));
     printf("loss         %.9g (exact SSB loss over all %zu BF pixels, as ssb4d fit reports it", run->loss,
            n_bf);
     if (o->verbose)
@@ -445,8 +449,10 @@ int cmd_reconstruct(int argc, char **argv)
         fprintf(stderr, "ssb4d reconstruct: --object must name a .npy file\n");
         return CLI_EXIT_USAGE;
     }
-    /* A missing DATA is the first thing to say, before any unknown microscope value. */
+    /* A missing DATA is the first thing to say, before any unknown microscope value; then a
+     * backend that cannot run here, before any note. */
     if ((rc = cli_check_readable("reconstruct", o.data)) ||
+        (rc = cli_backend_check("reconstruct", o.m.backend, NULL)) ||
         (rc = cli_auto_calibration("reconstruct", o.data, &o.m, o.m.quiet)))
         return rc;
     /* Then the outputs: an existing one is refused unless --force, before any long work. */

@@ -2,6 +2,7 @@
  * typical viewer session (the seed document's) under a budget and prints its stage table (issue 5). */
 #include "cli/cli_common.h"
 #include "cli/cli_report.h"
+#include "cli/cli_session.h"
 #include "cli/commands.h"
 
 #include <cjson/cJSON.h>
@@ -29,6 +30,7 @@ static void help(FILE *f)
             "                        \"cols\": [c0, c1]} | \"centre\" | null, \"save\": true}\n"
             "  --preview-precision P auto (half only when float32 does not fit), float or half\n"
             "  --hashes              SHA-256 of G and of the previews' phase (slower)\n"
+            CLI_BACKEND_HELP
             "  -o, --output DIR      where \"save calibration\" writes calibration.json\n"
             "                        (default: the calibration is serialised, not written)\n"
             "  --force               replace DIR/calibration.json if it exists (without it an\n"
@@ -50,6 +52,7 @@ static void on_stage(void *user, const char *name)
 int cmd_session(int argc, char **argv)
 {
     static const struct option opts[] = {CLI_MICROSCOPE_OPTIONS,
+                                         CLI_BACKEND_OPTION,
                                          {"script", required_argument, 0, OPT_SCRIPT},
                                          {"preview-precision", required_argument, 0, OPT_PREVIEW},
                                          {"hashes", no_argument, 0, OPT_HASHES},
@@ -109,6 +112,9 @@ int cmd_session(int argc, char **argv)
         if ((rc = cli_check_output(CMD, path, force, ", or -o DIR")))
             return rc;
     }
+    const char *backend = NULL;
+    if ((rc = cli_backend_check(CMD, m.backend, &backend)))
+        return rc;
     ssb4d_err err = {0};
     ssb4d_session_script s;
     if (script) {
@@ -127,6 +133,7 @@ int cmd_session(int argc, char **argv)
     p.memory_bytes = cli_memory_budget(&m);
     p.preview = prec;
     p.threads = m.threads;
+    p.backend = m.backend;
     p.out_dir = out_dir;
     p.hashes = hashes;
     int quiet = m.quiet || m.json;
@@ -144,12 +151,15 @@ int cmd_session(int argc, char **argv)
     }
     if (m.json) {
         cJSON *j = cli_session_json(r);
+        cJSON_AddStringToObject(j, "backend", backend);
         char *t = cJSON_PrintUnformatted(j);
         printf("%s\n", t);
         free(t);
         cJSON_Delete(j);
-    } else
+    } else {
         cli_session_print(stdout, r);
+        printf("backend: %s\n", backend);
+    }
     free(r);
     return CLI_EXIT_OK;
 }

@@ -28,6 +28,7 @@ static void usage(FILE *f)
             "  --no-fit              do not fit on start (start from --calibration's values, else 0)\n"
             "  --force               Save calibration may replace an existing calibration.json\n"
             "                        (without it, only when the page's \"replace\" box is ticked)\n"
+            CLI_BACKEND_HELP
             "  -h, --help            this help\n\n"
             "Save calibration writes calibration.json into the current folder (refused if it exists,\n"
             "unless --force or the page's \"replace\" box); ssb4d reconstruct --calibration\n"
@@ -40,6 +41,7 @@ int cmd_view(int argc, char **argv)
 {
     static const struct option opts[] = {
         CLI_MICROSCOPE_OPTIONS,
+        CLI_BACKEND_OPTION,
         {"port", required_argument, 0, OPT_PORT},
         {"no-fit", no_argument, 0, OPT_NO_FIT},
         {"force", no_argument, 0, OPT_FORCE},
@@ -91,6 +93,9 @@ int cmd_view(int argc, char **argv)
     }
     if (data && cli_check_readable("view", data))
         return CLI_EXIT_USAGE;
+    int rc = cli_backend_check("view", m.backend, NULL); /* before any note, thread or port */
+    if (rc)
+        return rc;
     if (data && cli_auto_calibration("view", data, &m, m.quiet))
         return CLI_EXIT_USAGE;
     /* Before any thread exists (the simulation's, the server's): the signals are read through a
@@ -125,7 +130,7 @@ int cmd_view(int argc, char **argv)
     rq.progress = view_progress;
     rq.progress_user = v;
     cli_session cs;
-    int rc = cli_session_open("view", &rq, &cs);
+    rc = cli_session_open("view", &rq, &cs);
     if (!rc) {
         view_config *vc = view_cfg(v);
         /* A calibration file's aberrations are the start: no fit then (the truth of a simulator's

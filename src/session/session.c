@@ -235,6 +235,7 @@ static ssb4d_status open_and_calibrate(run *x, const char *data_path, const ssb4
     o.calib = p->calib;
     o.memory_bytes = p->memory_bytes;
     o.threads = p->threads;
+    o.backend = p->backend;
     o.preview = p->preview;
     o.script = s;
     ssb4d_fit_params_default(fp);

@@ -232,6 +232,7 @@ cJSON *view_state_json(view_server *v)
     ssb4d_mem *m = ssb4d_session_mem(v->s); /* its counters have their own lock */
     pthread_mutex_lock(&v->mu);
     cJSON_AddStringToObject(o, "dataset", v->cfg.data_name ? v->cfg.data_name : "");
+    cJSON_AddStringToObject(o, "backend", ssb4d_session_backend(v->s)); /* fixed when the session opened */
     cJSON *sh = cJSON_AddArrayToObject(o, "shape");
     for (int k = 0; k < 4; k++)
         cJSON_AddItemToArray(sh, cJSON_CreateNumber((double)v->shape[k]));
