@@ -44,6 +44,8 @@ void ssb4d_G_free(ssb4d_G *G)
     if (!G)
         return;
     if (!G->is_view) {
+        if (G->dev)
+            G->dev_free(G->dev);
         ssb4d_mem_free(G->mem, G->data, 0);
         ssb4d_mem_free(G->mem, G->data_h, 0);
         free(G->h_exp);
@@ -51,6 +53,7 @@ void ssb4d_G_free(ssb4d_G *G)
     free(G->bf_pix);
     free(G->plane_of);
     free(G->totals);
+    free(G->dev_ib);
     free(G);
 }
 
@@ -572,7 +575,8 @@ ssb4d_status ssb4d_G_subset(const ssb4d_G *G, const size_t *idx, size_t n, ssb4d
     V->bf_pix = malloc(n * sizeof *V->bf_pix);
     V->plane_of = malloc(n * sizeof *V->plane_of);
     V->totals = malloc(n * sizeof *V->totals);
-    if (!V->bf_pix || !V->plane_of || !V->totals) {
+    V->dev_ib = G->dev ? malloc(n * sizeof *V->dev_ib) : NULL;
+    if (!V->bf_pix || !V->plane_of || !V->totals || (G->dev && !V->dev_ib)) {
         ssb4d_G_free(V);
         return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
     }
@@ -582,6 +586,8 @@ ssb4d_status ssb4d_G_subset(const ssb4d_G *G, const size_t *idx, size_t n, ssb4d
         V->bf_pix[i] = G->bf_pix[idx[i]];
         V->plane_of[i] = G->plane_of[idx[i]];
         V->totals[i] = G->totals[idx[i]];
+        if (V->dev_ib)
+            V->dev_ib[i] = G->dev_ib ? G->dev_ib[idx[i]] : idx[i];
         V->n_stored += V->plane_of[i] != G_INACTIVE;
         V->n_resident += V->plane_of[i] >= 0;
         grand += V->totals[i];

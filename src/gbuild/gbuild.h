@@ -32,6 +32,13 @@ struct ssb4d_G {
     size_t block_bytes;
     size_t group_planes;    /* float32 planes a consumer materialises at once (multiple of 64) */
     int threads;
+    /* A copy of the stored planes on a device (src/ssb/dev.h; NULL: none), owned by the G that
+     * is not a view, which frees it with dev_free. dev_ib: a view's pixels' indices in that G
+     * (NULL: the identity). */
+    const struct ssb_dev_ops_s *dev_ops;
+    struct ssb_dev *dev;
+    void (*dev_free)(struct ssb_dev *dev);
+    size_t *dev_ib;
 };
 
 #define G_INACTIVE (-1)     /* A(k) = 0 everywhere: no plane, φ_k = 0 */

@@ -39,8 +39,12 @@ typedef struct {
 
 /* The CPU backend: the stage functions of src/gbuild, src/ssb and src/fit. */
 const session_backend *session_backend_cpu(void);
+#ifdef SSB4D_HAVE_CUDA
+/* The CUDA backend (src/cuda/backend_cuda.c), in builds with -DSSB4D_CUDA. */
+const session_backend *session_backend_cuda(void);
+#endif
 
-/* The backend for a request: AUTO picks the best available one; a named one that cannot run
- * here is SSB4D_EINVAL with a clear message. */
+/* The backend for a request: AUTO picks CUDA when the build has it and a device is present,
+ * else the CPU; a named one that cannot run here is SSB4D_EINVAL with a clear message. */
 ssb4d_status session_backend_select(ssb4d_backend_kind kind, const session_backend **out, ssb4d_err *err);
 #endif

@@ -36,11 +36,25 @@ ssb4d_status session_backend_select(ssb4d_backend_kind kind, const session_backe
 {
     switch (kind) {
     case SSB4D_BACKEND_AUTO:
+#ifdef SSB4D_HAVE_CUDA
+        *out = session_backend_cuda()->available() ? session_backend_cuda() : &cpu;
+#else
+        *out = &cpu;
+#endif
+        return SSB4D_OK;
     case SSB4D_BACKEND_CPU:
         *out = &cpu;
         return SSB4D_OK;
     case SSB4D_BACKEND_CUDA:
-        return ssb4d_fail(err, SSB4D_EINVAL, "the CUDA backend is not in this build (use the CPU backend)");
+#ifdef SSB4D_HAVE_CUDA
+        if (!session_backend_cuda()->available())
+            return ssb4d_fail(err, SSB4D_EINVAL, "--backend cuda: no CUDA device is present (no NVIDIA driver or GPU)");
+        *out = session_backend_cuda();
+        return SSB4D_OK;
+#else
+        return ssb4d_fail(err, SSB4D_EINVAL,
+                          "--backend cuda: this build has no CUDA backend (configure with -DSSB4D_CUDA=ON)");
+#endif
     }
     return ssb4d_fail(err, SSB4D_EINVAL, "unknown backend %d", (int)kind);
 }

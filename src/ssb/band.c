@@ -31,6 +31,7 @@
 #include "common/err.h"
 #include "common/parallel.h"
 #include "optics/optics.h"
+#include "ssb/dev.h"
 #include "ssb/ssb_internal.h"
 
 #include <math.h>
@@ -466,6 +467,34 @@ static void pixel_geometry(const band_geom *b, const band_rot *k, size_t ib, ban
     }
 }
 
+/* The sums of ssb4d_band_fit_rot on G's device (dev.h), into total (zeroed, n × nb × 4). */
+static ssb4d_status band_on_device(const struct ssb4d_G *G, const band_geom *b, const band_rot *rots, size_t nrot,
+                                   const band_set *sets, size_t n, double *total, ssb4d_mem *mem, ssb4d_err *err)
+{
+    ssb_band_set *ds = calloc(n, sizeof *ds);
+    const double **kt = calloc(3 * (nrot ? nrot : 1), sizeof *kt);
+    if (!ds || !kt) {
+        free(ds), free(kt);
+        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+    }
+    for (size_t i = 0; i < n; i++) {
+        memcpy(ds[i].C, sets[i].C, sizeof ds[i].C);
+        memcpy(ds[i].phi, sets[i].phi, sizeof ds[i].phi);
+        memcpy(ds[i].m, sets[i].m, sizeof ds[i].m);
+        ds[i].quadratic = sets[i].quadratic, ds[i].thick = sets[i].thick;
+        ds[i].t = sets[i].t, ds[i].tau[0] = sets[i].tau[0], ds[i].tau[1] = sets[i].tau[1];
+        ds[i].rot = sets[i].rot;
+    }
+    for (size_t u = 0; u < nrot; u++)
+        kt[u] = rots[u].kx, kt[nrot + u] = rots[u].ky, kt[2 * nrot + u] = rots[u].Ak;
+    ssb_band_job j = {.nb = b->nb, .off = b->off, .qx = b->qx, .qy = b->qy, .q2 = b->q2, .lambda = b->lambda,
+                      .alpha0 = b->alpha0, .ang = {b->ang[0], b->ang[1]}, .nrot = nrot, .kx = kt, .ky = kt + nrot,
+                      .Ak = kt + 2 * nrot, .n = n, .sets = ds};
+    ssb4d_status st = G->dev_ops->band(G->dev, G, &j, total, mem, err);
+    free(ds), free(kt);
+    return st;
+}
+
 /* Checks shared by the band entry points; fills *o with the defaults when given NULL. */
 static ssb4d_status check_args(const ssb4d_geometry *g, const ssb4d_band_opts **o, ssb4d_band_opts *dflt,
                                ssb4d_err *err)
@@ -563,19 +592,23 @@ ssb4d_status ssb4d_band_fit_rot(const ssb4d_G *G, const ssb4d_geometry *g, const
         for (size_t i = 0; i < n; i++)
             set_tables(&sets[i], &b);
     }
+    /* G's planes on a device (dev.h): the sums are made there. */
+    const int on_dev = G->dev != NULL;
+    if (!st && on_dev)
+        st = band_on_device(G, &b, rots, nrot, sets, n, total, mem, err);
     /* G in groups of BF pixels whose float32 planes are at hand: all of G when it is resident in
      * float32, else converted from half precision or rebuilt from the source (loss.c does the
      * same). A group spans whole blocks, so the block order of the sums, and with it the bits,
      * is the same for every group size and for a resident G. */
     G_group gr = {0};
     int have_group = 0;
-    if (!st) {
+    if (!st && !on_dev) {
         st = G_group_init(G, mem, &gr, err);
         have_group = !st;
     }
-    if (!st && gr.cap % BLOCK && gr.cap < G->n_bf)
+    if (!st && !on_dev && gr.cap % BLOCK && gr.cap < G->n_bf)
         st = ssb4d_fail(err, SSB4D_EINTERNAL, "G groups of %zu pixels split the blocks of %d", gr.cap, BLOCK);
-    for (size_t g0 = 0; !st && g0 < G->n_bf; g0 += gr.cap) {
+    for (size_t g0 = 0; !st && !on_dev && g0 < G->n_bf; g0 += gr.cap) {
         size_t g1 = g0 + gr.cap < G->n_bf ? g0 + gr.cap : G->n_bf;
         if (ssb4d_mem_progress(mem, (double)g0 / (double)G->n_bf)) {
             st = ssb4d_fail(err, SSB4D_ECANCELLED, "cancelled");
@@ -675,7 +708,10 @@ ssb4d_status ssb4d_band_power(const ssb4d_G *G, const ssb4d_geometry *g, const s
         st = SSB4D_ENOMEM;
     G_group gr = {0};
     int have_group = 0;
-    if (!st) {
+    const int on_dev = G->dev != NULL; /* the sums on G's device (dev.h) */
+    if (!st && on_dev)
+        st = G->dev_ops->band_power(G->dev, G, b.nb, b.off, k.Ak, acc, err);
+    if (!st && !on_dev) {
         st = G_group_init(G, mem, &gr, err);
         have_group = !st;
     }
@@ -684,7 +720,7 @@ ssb4d_status ssb4d_band_power(const ssb4d_G *G, const ssb4d_geometry *g, const s
     int nt = ssb4d_threads_resolve(o->threads);
     const size_t chunk = 1024;
     size_t nchunks = (b.nb + chunk - 1) / chunk;
-    for (size_t g0 = 0; !st && g0 < G->n_bf; g0 += gr.cap) {
+    for (size_t g0 = 0; !st && !on_dev && g0 < G->n_bf; g0 += gr.cap) {
         size_t g1 = g0 + gr.cap < G->n_bf ? g0 + gr.cap : G->n_bf;
         if ((st = G_group_load(G, g0, g1, &gr, err)))
             break;

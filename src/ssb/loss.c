@@ -7,6 +7,7 @@
 #include "common/err.h"
 #include "common/fftw_lock.h"
 #include "common/parallel.h"
+#include "ssb/dev.h"
 #include "ssb/ssb_internal.h"
 
 #include <math.h>
@@ -565,6 +566,8 @@ static ssb4d_status phase_stack(const ssb4d_G *G, const ssb4d_geometry *g,
     }
     if (n == 0)
         return SSB4D_OK;
+    if (ssb_dev_serves(G, o)) /* G's planes are on a device: the pass runs there (dev.h) */
+        return ssb_dev_phase_stack(G, g, ab, thick, n, f, mem, loss, mean_phase, object, phase, err);
     /* The fused release (object or phase given; n = 1, f = 1, the real path): tiled, and the
      * tile's spectra kept for the object's sum (release_workspace's order). */
     const int fusing = object || phase;

@@ -5,6 +5,7 @@
 #include "common/err.h"
 #include "common/fftw_lock.h"
 #include "common/parallel.h"
+#include "ssb/dev.h"
 #include "ssb/ssb_internal.h"
 
 #include <math.h>
@@ -96,6 +97,8 @@ ssb4d_status ssb4d_object(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d
         ssb4d_ssb_opts_default(&dflt);
         o = &dflt;
     }
+    if (ssb_dev_serves(G, o)) /* G's planes are on a device: the sum runs there (dev.h) */
+        return ssb_dev_object(G, g, ab, thick, upsample, mem, object, phase, err);
     ssb_ctx c;
     ssb4d_status st = ssb_ctx_init(&c, G, g, ab, thick, upsample, err);
     if (st)

@@ -1,0 +1,29 @@
+/* cuda.h — the CUDA backend's device (device.c): what the session backend (backend_cuda.c)
+ * and the tests call. Built only with -DSSB4D_CUDA (CMakeLists.txt). */
+#ifndef SSB4D_CUDA_CUDA_H
+#define SSB4D_CUDA_CUDA_H
+#include "gbuild/gbuild.h"
+#include "ssb4d_advanced.h"
+
+/* 1 when an NVIDIA driver and at least one CUDA device are present. A machine without the
+ * driver is answered without loading the CUDA runtime's device code. */
+int cuda_available(void);
+
+/* Copies every stored plane of G (not a view) to the device and attaches the copy (src/ssb/dev.h):
+ * from then on G's passes run on the device. Half-precision and streamed planes are converted or
+ * rebuilt through G_group on the way. */
+ssb4d_status cuda_G_attach(struct ssb4d_G *G, ssb4d_mem *mem, ssb4d_err *err);
+
+/* Device bytes held by G's copy now (planes and work buffers) and at most so far (0 without one). */
+void cuda_G_device_bytes(const struct ssb4d_G *G, size_t *now, size_t *peak);
+
+/* Profiling of the loss/object passes over G's device copy (G or a view of it): on, each stage
+ * is waited for and its seconds added up (slower: for a breakdown, not for timings). Returns the
+ * sums so far in out (may be NULL) and clears them. */
+enum { CUDA_PROF_HOST, CUDA_PROF_CORRECT, CUDA_PROF_ACC, CUDA_PROF_FFT, CUDA_PROF_PHASE, CUDA_PROF_FINISH,
+       CUDA_PROF_N };
+void cuda_G_profile(const struct ssb4d_G *G, int on, double out[CUDA_PROF_N]);
+
+/* The device's name and memory (for reports); returns 0, or -1 with no device. */
+int cuda_device_info(char *name, size_t name_len, size_t *total_bytes);
+#endif

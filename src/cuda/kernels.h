@@ -1,0 +1,90 @@
+/* kernels.h — the CUDA kernels of the SSB passes (kernels.cu), callable from C (device.c).
+ *
+ * The arithmetic follows src/ssb/correct.c: the fast kernel (C10/C12 only, thin specimen, square
+ * detector pixels) in float, everything else — any χ, thick weights, anisotropic pixels and every
+ * Nyquist bin (the alias average) — in double. Its phasors are evaluated directly (sincos of a
+ * double argument reduced to [−π, π]) rather than from the CPU's tables, so the GPU agrees with
+ * the CPU to float rounding, not to the bit (SPEC §11's tolerances). Every sum runs in a fixed
+ * order: per output bin, BF pixel after BF pixel, so the bits depend on neither the number of
+ * candidates in a batch nor the chunk of pixels in flight. */
+#ifndef SSB4D_CUDA_KERNELS_H
+#define SSB4D_CUDA_KERNELS_H
+#include <stddef.h>
+#include <stdint.h>
+
+#define CU_N_ABERR 14
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One parameter set (ssb_ctx's values). */
+typedef struct {
+    double lambda, alpha0, ang0, ang1;
+    double C[CU_N_ABERR], phi[CU_N_ABERR];
+    int an[CU_N_ABERR], am[CU_N_ABERR];
+    double m[3];
+    double tau0, tau1, t_A;
+    int quadratic_only, thick, fast;
+    float inv_w;
+    float inv_dc;
+} cu_set;
+
+/* The grids: G's native half planes and the fine grid of upsampling f. */
+typedef struct {
+    int ny, nx, nxh;
+    long long stride;      /* float2 per stored plane */
+    int f, nyf, nxf, ncols; /* ncols = nxf/2 + 1 */
+} cu_grid;
+
+/* Per BF pixel of the pass (n_bf of them): its device plane (-1: none) and k; per set, five
+ * values per pixel: A(k), P(k) (re, im) and the fast kernel's phasor slopes a, b. */
+typedef struct {
+    const long long *slot;
+    const double *kx, *ky;
+    const double *set_tab;  /* 5 * n_bf per set: Ak | Pk re | Pk im | a | b */
+    const double *qr, *qc;  /* the fine grid's frequencies (ssb_ctx's qr, qc: the same values) */
+    size_t n_bf;
+} cu_pixels;
+
+/* spec[p] = −i·Ĉ_k (the c2r input; DC 0) for pixels p0 .. p0+np−1 under set s (its table
+ * set_tab + 5·n_bf·j is passed in px). Returns a cudaError_t. */
+int cu_correct(const void *planes, cu_grid gr, const cu_set *s, cu_pixels px, size_t p0, size_t np, void *spec,
+               void *stream);
+/* acc[t] += Ĉ of each of the np spectra (BF order), t over nyf·ncols bins (double2). */
+int cu_acc(const void *spec, size_t nb, size_t np, void *acc, void *stream);
+/* For every output pixel r: φ = atan(real[p][r]·inv_dc); total[r] += φ, s2[r] += φ² over the
+ * np planes whose valid[p] is set, in order (double). */
+int cu_phase_sum(const float *real, size_t npix, size_t np, const unsigned char *valid, float inv_dc,
+                 double *total, double *s2, void *stream);
+/* valid[p] = slot[p0+p] >= 0 && Ak[p0+p] != 0. */
+int cu_valid(cu_pixels px, const double *Ak, size_t p0, size_t np, unsigned char *valid, void *stream);
+/* sums[0] = Σ s2[r], sums[1] = Σ (total[r]/nbf)² over npix in a fixed tree; mean (may be NULL)
+ * = (float)(total/nbf). One block: the same bits every time. */
+int cu_finish(const double *total, const double *s2, size_t npix, double nbf, double *sums, float *mean,
+              void *stream);
+/* ---- the band objective (src/ssb/band.c) ---- */
+typedef struct {
+    double C[CU_N_ABERR], phi[CU_N_ABERR], m[3];
+    int an[CU_N_ABERR], am[CU_N_ABERR];
+    int quadratic, thick;
+    double t, tau0, tau1;
+    long long rot;
+} cu_band_set;
+typedef struct {
+    long long nb, n_bf, nrot, stride;
+    const long long *off, *slot;       /* nb; n_bf */
+    const double *qx, *qy, *q2;        /* nb each */
+    const double *ktab;                /* kx | ky | Ak, each nrot × n_bf */
+    const double *T;                   /* per pixel: its total counts */
+    double lambda, alpha0, ang0, ang1;
+} cu_band;
+/* total[(s·nb + m)·4 + {Re N, Im N, D, E}] for the n sets (each a sum over the pixels in order). */
+int cu_band_sums(const void *planes, cu_band b, const cu_band_set *sets, size_t n, double *total, void *stream);
+/* acc[m] = Σ |G|² over the pixels with slot >= 0 and Ak != 0 (Ak: n_bf values). */
+int cu_band_power(const void *planes, cu_band b, const double *Ak, double *acc, void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,51 @@
+/* backend_cuda.c — the CUDA backend (src/session/backend.h): G is built as the CPU builds it,
+ * then its planes go to the GPU (cuda_G_attach) and stay there; every pass over that G (the fit's
+ * candidate batches, previews, the object, releases, region refits) finds them through G and
+ * runs on the GPU (src/ssb/dev.h). */
+#include "session/backend.h"
+
+#ifdef SSB4D_HAVE_CUDA /* CMakeLists.txt: the CUDA backend is in this build */
+#include "common/err.h"
+#include "cuda/cuda.h"
+
+static ssb4d_status cuda_gbuild(ssb4d_source *src, const ssb4d_geometry *g, const int32_t *bf_pix, size_t n_bf,
+                                const ssb4d_gbuild_opts *o, ssb4d_mem *mem, ssb4d_G **out, ssb4d_err *err)
+{
+    ssb4d_status st = ssb4d_gbuild(src, g, bf_pix, n_bf, o, mem, out, err);
+    if (st)
+        return st;
+    if ((st = cuda_G_attach(*out, mem, err))) {
+        ssb4d_G_free(*out);
+        *out = NULL;
+    }
+    return st;
+}
+
+static ssb4d_status cuda_tilt(const ssb4d_G *G, const ssb4d_geometry *g, const fit_tilt_params *p, ssb4d_mem *mem,
+                              fit_tilt_result *r, ssb4d_err *err)
+{
+    return fit_tilt(G, g, p, mem, r, NULL, err);
+}
+
+static ssb4d_status cuda_loss(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d_aberrations *ab,
+                              const ssb4d_thick *thick, const ssb4d_ssb_opts *o, ssb4d_mem *mem, double *loss,
+                              ssb4d_err *err)
+{
+    return ssb4d_loss(G, g, ab, thick, o, mem, loss, NULL, err);
+}
+
+static const session_backend cuda = {
+    .name = "cuda",
+    .available = cuda_available,
+    .gbuild = cuda_gbuild,
+    .G_free = ssb4d_G_free,
+    .fit = ssb4d_fit,
+    .fit_tilt = cuda_tilt,
+    .loss = cuda_loss,
+    .object = ssb4d_object,
+    .object_loss = ssb4d_object_loss,
+    .mean_phase = ssb4d_mean_phase_upsampled,
+};
+
+const session_backend *session_backend_cuda(void) { return &cuda; }
+#endif
