@@ -337,19 +337,21 @@ __device__ static double b_chi(const cu_band_set &s, double lambda, double vx, d
 
 __device__ static double b_sinc(double x) { return fabs(x) < 1e-6 ? 1.0 : sin(x) / x; }
 
+/* QUAD: the sets with only C10/C12 (the fast form, few registers); else the others. */
+template <bool QUAD>
 __global__ void k_band(const float2 *__restrict__ planes, cu_band b, const cu_band_set *__restrict__ sets,
                        double *__restrict__ total)
 {
     const long long m = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (m >= b.nb)
+    if (m >= b.nb || (sets[blockIdx.y].quadratic != 0) != QUAD)
         return;
-    const cu_band_set s = sets[blockIdx.y];
+    const cu_band_set &s = sets[blockIdx.y];
     const double qx = b.qx[m], qy = b.qy[m], q2 = b.q2[m], lam = b.lambda;
     const double *kxs = b.ktab + s.rot * b.n_bf, *kys = b.ktab + (b.nrot + s.rot) * b.n_bf;
     const double *Aks = b.ktab + (2 * b.nrot + s.rot) * b.n_bf;
     const long long off = b.off[m];
     double Er = 0, Ei = 0, qt = 0;
-    if (s.quadratic) { /* e^{iχ(q)} */
+    if (QUAD) { /* e^{iχ(q)} */
         double x = b_chi(s, lam, qx, qy);
         sincos(x, &Ei, &Er);
     }
@@ -366,7 +368,7 @@ __global__ void k_band(const float2 *__restrict__ planes, cu_band b, const cu_ba
         if (A1 == 0.0 && A2 == 0.0)
             continue;
         double qk = qx * kx + qy * ky, cr, ci;
-        if (s.quadratic) {
+        if (QUAD) {
             if (s.thick) {
                 double x1 = 0.5 * s.t * (-PI * lam * (q2 - 2 * qk) - qt);
                 double x2 = 0.5 * s.t * (PI * lam * (q2 + 2 * qk) - qt);
@@ -434,7 +436,8 @@ extern "C" int cu_band_sums(const void *planes, cu_band b, const cu_band_set *se
     if (b.nb == 0 || n == 0)
         return 0;
     dim3 grid((unsigned)((b.nb + 127) / 128), (unsigned)n);
-    k_band<<<grid, 128, 0, (cudaStream_t)stream>>>((const float2 *)planes, b, sets, total);
+    k_band<true><<<grid, 128, 0, (cudaStream_t)stream>>>((const float2 *)planes, b, sets, total);
+    k_band<false><<<grid, 128, 0, (cudaStream_t)stream>>>((const float2 *)planes, b, sets, total);
     return (int)cudaGetLastError();
 }
 
