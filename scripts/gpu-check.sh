@@ -4,7 +4,9 @@
 # test, simulate `medium` (and, with --reference, `reference`) straight into .qem, and time the
 # session's stages on the GPU (and on the CPU for the agreement figures) with ssb4d_gpu_bench.
 #
-#   scripts/gpu-check.sh OUT_DIR [--reference] [--no-tests]
+#   scripts/gpu-check.sh OUT_DIR [--reference] [--no-tests] [--gpu-only]
+#
+# --gpu-only: medium on the GPU alone (no CPU agreement run, no viewer or replay on medium).
 #
 # On the lent device machine (no Debian libraries there): carry .device-deps (made by
 # ../shared/tools/device-deps.sh) and .device-data (a copy of ../shared/data); this script sources
@@ -13,11 +15,12 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:?usage: scripts/gpu-check.sh OUT_DIR [--reference] [--no-tests]}
 shift
-reference=0 tests=1
+reference=0 tests=1 gpuonly=0
 for a in "$@"; do
   case $a in
     --reference) reference=1 ;;
     --no-tests) tests=0 ;;
+    --gpu-only) gpuonly=1 ;;
     *) echo "gpu-check: unknown option $a" >&2; exit 2 ;;
   esac
 done
@@ -77,9 +80,13 @@ session() { # NAME: the replayed session (ssb4d bench run) on the CUDA backend
     >"$out/run-$1.log" 2>&1 || { echo "gpu-check: bench run $1 failed"; tail "$out/run-$1.log"; return 1; }
   tail -25 "$out/run-$1.log"
 }
-bench medium medium --cpu || rc=1
-view medium || rc=1
-session medium || rc=1
+if [ $gpuonly = 1 ]; then
+  bench medium medium || rc=1
+else
+  bench medium medium --cpu || rc=1
+  view medium || rc=1
+  session medium || rc=1
+fi
 if [ $reference = 1 ]; then
   bench reference reference || rc=1
   view reference || rc=1

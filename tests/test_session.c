@@ -55,6 +55,7 @@ static int teardown(void **state)
 static void opts(ssb4d_session_opts *o)
 {
     ssb4d_session_opts_default(o);
+    o->backend = SSB4D_BACKEND_CPU; /* compared with the CPU stage functions, bit for bit (a GPU machine too) */
     o->calib.kv = sp.kv;
     o->calib.semiangle_mrad = sp.semiangle_mrad;
     o->calib.scan_step_A[0] = o->calib.scan_step_A[1] = info.scan_step_A;

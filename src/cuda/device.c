@@ -188,7 +188,7 @@ static ssb4d_status dev_phases(ssb_dev *d, const ssb4d_G *G, const ssb_ctx *c, s
     const size_t n_bf = G->n_bf, nyf = c[0].nyf, nxf = c[0].nxf, ncols = nxf / 2 + 1;
     const size_t nb = nyf * ncols, npix = nyf * nxf, P = chunk_of(c[0].f);
     const int want_phase = loss || mean_phase;
-    if (nyf > 65536 || nxf > 65536)
+    if (nyf > 65535 || nxf > 65535 || P > 65535)
         return ssb4d_fail(err, SSB4D_EINVAL, "a %zux%zu grid is too large for the GPU pass", nyf, nxf);
     cudaSetDevice(d->device);
     if (d->profile)
@@ -447,9 +447,15 @@ ssb4d_status cuda_G_attach(struct ssb4d_G *G, ssb4d_mem *mem, ssb4d_err *err)
     for (size_t ib = 0; ib < G->n_bf; ib++)
         d->slot_of[ib] = G_stored(G, ib) ? (long long)d->n_slots++ : -1;
     CK(cudaStreamCreateWithFlags(&d->stream, cudaStreamNonBlocking), "creating a stream");
-    size_t have = 0;
-    CK(dev_alloc(d, (void **)&d->planes, &have, (d->n_slots ? d->n_slots : 1) * d->stride * sizeof(float2)),
-       "G's planes");
+    size_t have = 0, want = (d->n_slots ? d->n_slots : 1) * d->stride * sizeof(float2), fr = 0, tot = 0;
+    if (cudaMemGetInfo(&fr, &tot) == cudaSuccess && want > fr) {
+        st = ssb4d_fail(err, SSB4D_ENOMEM,
+                        "G's %zu planes need %.2f GiB of GPU memory and the GPU has %.2f GiB free (of %.2f GiB): "
+                        "use --backend cpu",
+                        d->n_slots, (double)want / (1 << 30), (double)fr / (1 << 30), (double)tot / (1 << 30));
+        goto done;
+    }
+    CK(dev_alloc(d, (void **)&d->planes, &have, want), "G's planes");
     if ((st = G_group_init(G, mem, &gr, err)))
         goto done;
     have_group = 1;

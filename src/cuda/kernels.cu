@@ -140,7 +140,9 @@ __device__ static float2 f_n_fast(const cu_set &s, double kxd, double kyd, float
 /* G at fine bin (i, j): the native half plane continued periodically, mirrored for the other half. */
 __device__ static float2 g_at(const float2 *plane, const cu_grid &g, int i, int j)
 {
-    int r = i % g.ny, col = j % g.nx;
+    int r = i, col = j;
+    if (g.f != 1) /* the fine grid: no integer division on the native one */
+        r = i % g.ny, col = j % g.nx;
     if (col < g.nxh)
         return plane[(size_t)r * g.nxh + col];
     float2 v = plane[(size_t)((g.ny - r) % g.ny) * g.nxh + (g.nx - col)];
@@ -175,34 +177,32 @@ template <bool FAST>
 __global__ void k_correct(const float2 *__restrict__ planes, cu_grid g, cu_set s, cu_pixels px, size_t p0,
                           float2 *__restrict__ spec)
 {
-    const size_t p = blockIdx.y, ib = p0 + p, nb = (size_t)g.nyf * g.ncols;
+    /* one thread per bin: x the column, y the row, z the pixel in the chunk (no division) */
+    const int j = blockIdx.x * blockDim.x + threadIdx.x, i = blockIdx.y;
+    if (j >= g.ncols)
+        return;
+    const size_t p = blockIdx.z, ib = p0 + p, t = (size_t)i * g.ncols + j;
+    float2 *out = spec + p * ((size_t)g.nyf * g.ncols) + t;
+    const int nyq_r = (g.nyf % 2 == 0) ? g.nyf / 2 : -1, nyq_c = (g.nxf % 2 == 0) ? g.nxf / 2 : -1;
+    if (FAST && (i == nyq_r || j == nyq_c))
+        return; /* k_nyquist's */
     const long long slot = px.slot[ib];
     const double Ak = px.set_tab[ib];
-    float2 *out = spec + p * nb;
-    const size_t step = (size_t)gridDim.x * blockDim.x;
-    const int nyq_r = (g.nyf % 2 == 0) ? g.nyf / 2 : -1, nyq_c = (g.nxf % 2 == 0) ? g.nxf / 2 : -1;
-    if (slot < 0 || Ak == 0.0) {
-        for (size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x; t < nb; t += step)
-            out[t] = make_float2(0, 0);
+    if (slot < 0 || Ak == 0.0 || t == 0) {
+        *out = make_float2(0, 0);
         return;
     }
-    const float2 *plane = planes + (size_t)slot * g.stride;
     const double kx = px.kx[ib], ky = px.ky[ib];
     const double a = px.set_tab[3 * px.n_bf + ib], b = px.set_tab[4 * px.n_bf + ib];
-    const double2 Pk = make_double2(px.set_tab[px.n_bf + ib], px.set_tab[2 * px.n_bf + ib]);
-    for (size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x; t < nb; t += step) {
-        int i = (int)(t / g.ncols), j = (int)(t % g.ncols);
-        if (FAST && (i == nyq_r || j == nyq_c))
-            continue;
-        if (t == 0) {
-            out[0] = make_float2(0, 0);
-            continue;
-        }
-        double qx = px.qr[i], qy = px.qc[j];
-        float2 n = FAST ? f_n_fast(s, kx, ky, (float)Ak, a, b, qx, qy)
-                        : n_bin(s, kx, ky, Ak, Pk, a, b, qx, qy, i == nyq_r, j == nyq_c);
-        out[t] = corrected(g_at(plane, g, i, j), n);
+    const double qx = px.qr[i], qy = px.qc[j];
+    float2 n;
+    if (FAST)
+        n = f_n_fast(s, kx, ky, (float)Ak, a, b, qx, qy);
+    else {
+        const double2 Pk = make_double2(px.set_tab[px.n_bf + ib], px.set_tab[2 * px.n_bf + ib]);
+        n = n_bin(s, kx, ky, Ak, Pk, a, b, qx, qy, i == nyq_r, j == nyq_c);
     }
+    *out = corrected(g_at(planes + (size_t)slot * g.stride, g, i, j), n);
 }
 
 /* The fast kernel's Nyquist row (t < ncols) and column (the other rows), in double. */
@@ -458,15 +458,14 @@ static unsigned blocks_for(size_t n, unsigned threads, unsigned cap)
 extern "C" int cu_correct(const void *planes, cu_grid gr, const cu_set *s, cu_pixels px, size_t p0, size_t np,
                           void *spec, void *stream)
 {
-    size_t nb = (size_t)gr.nyf * gr.ncols;
-    dim3 grid(blocks_for(nb, 256, 4096), (unsigned)np);
+    dim3 grid((unsigned)((gr.ncols + 127) / 128), (unsigned)gr.nyf, (unsigned)np);
     cudaStream_t st = (cudaStream_t)stream;
     if (s->fast) {
-        k_correct<true><<<grid, 256, 0, st>>>((const float2 *)planes, gr, *s, px, p0, (float2 *)spec);
+        k_correct<true><<<grid, 128, 0, st>>>((const float2 *)planes, gr, *s, px, p0, (float2 *)spec);
         dim3 gn(blocks_for((size_t)gr.ncols + gr.nyf, 128, 65535), (unsigned)np);
         k_nyquist<<<gn, 128, 0, st>>>((const float2 *)planes, gr, *s, px, p0, (float2 *)spec);
     } else
-        k_correct<false><<<grid, 256, 0, st>>>((const float2 *)planes, gr, *s, px, p0, (float2 *)spec);
+        k_correct<false><<<grid, 128, 0, st>>>((const float2 *)planes, gr, *s, px, p0, (float2 *)spec);
     return (int)cudaGetLastError();
 }
 
