@@ -395,7 +395,9 @@ int ssb4d_parse_size(const char *s, size_t *out);
  */
 typedef struct ssb4d_session ssb4d_session;
 
-/* Where the heavy passes run. AUTO: the best available (the CPU in this build). */
+/* Where the heavy passes run. AUTO: CUDA when the build has the CUDA backend (-DSSB4D_CUDA) and a
+ * device is present, else the CPU. CUDA where it cannot run: ssb4d_session_open* fail with
+ * SSB4D_EINVAL and the reason. */
 typedef enum { SSB4D_BACKEND_AUTO = 0, SSB4D_BACKEND_CPU = 1, SSB4D_BACKEND_CUDA = 2 } ssb4d_backend_kind;
 
 typedef struct {
@@ -572,7 +574,7 @@ void ssb4d_session_stage_end(ssb4d_session *s);
 /* The memory context: limit, peak and the per-stage table (ssb4d_mem_stage_count, ...). The caller
  * may allocate its own buffers under the session's budget from it (opts.held_bytes plans them). */
 ssb4d_mem *ssb4d_session_mem(const ssb4d_session *s);
-/* The backend in use ("cpu"). */
+/* The backend in use ("cpu" or "cuda"). */
 const char *ssb4d_session_backend(const ssb4d_session *s);
 
 /* ------------------------------------------------------------------------------------------ */
