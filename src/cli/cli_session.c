@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 
 int cli_session_fail(const cli_session *cs, ssb4d_status st, const char *msg)
@@ -108,8 +109,15 @@ int cli_session_open(const char *cmd, cli_session_req *rq, cli_session *cs)
             return rc;
     }
     /* A backend that cannot run here is said before any work (the built-in dataset's simulation). */
-    if ((rc = cli_backend_check(cmd, rq->m->backend, NULL)))
+    const char *bk = NULL;
+    if ((rc = cli_backend_check(cmd, rq->m->backend, &bk)))
         return rc;
+#ifdef SSB4D_HAVE_CUDA
+    /* auto in a build with the CUDA backend but no GPU: one info line, for a person at a terminal
+     * (scripts and tests read the backend from the summary instead) */
+    if (rq->m->backend == SSB4D_BACKEND_AUTO && !strcmp(bk, "cpu") && !cs->quiet && isatty(STDERR_FILENO))
+        fprintf(stderr, "ssb4d %s: no CUDA device here; running on the CPU\n", cmd);
+#endif
     if (!rq->data && (rc = simulate_builtin(cs, rq->m, &err)))
         return rc;
 
