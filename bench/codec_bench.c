@@ -20,6 +20,7 @@
  *        [--threads T] [--reps R]
  *   --json: JSON lines on stdout instead of the table; --sweep: sizes only for 33 means. */
 #include "codec/codec.h"
+#include "common/clock.h"
 
 #include <math.h>
 #include <omp.h>
@@ -56,13 +57,6 @@ static unsigned poisson(uint64_t *s, double lam)
         }
     }
     return k;
-}
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 /* ---- data sets: counts[t * P + k] for N scans and P pixels (frame order, as acquired) ---- */
@@ -245,9 +239,9 @@ static double best_time(void (*fn)(void *), void *arg, int reps)
 {
     double best = 1e30;
     for (int r = 0; r < reps; r++) {
-        double t0 = now();
+        double t0 = ssb_clock_s();
         fn(arg);
-        double dt = now() - t0;
+        double dt = ssb_clock_s() - t0;
         best = dt < best ? dt : best;
     }
     return best;

@@ -6,6 +6,7 @@
  *   sweep:   the loss at the fit over loss tiles: time relative to the default layout, live
  *            bytes above G, cache kept, and a check that every tile gives the same bits. */
 #include "cli/cli_common.h"
+#include "common/clock.h"
 #include "cli/cli_session.h"
 #include "cli/cmd_bench_compare.h"
 #include "cli/cmd_bench_view.h"
@@ -305,13 +306,6 @@ static void sweep_help(FILE *f)
             BENCH_COMMON_HELP, CLI_MICROSCOPE_HELP);
 }
 
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 #define MAX_TILES 16
 
 static int bench_sweep(int argc, char **argv)
@@ -452,9 +446,9 @@ static int bench_sweep(int argc, char **argv)
             ssb4d_ssb_opts_default(&so);
             so.threads = m.threads;
             so.loss_tile = tiles[t] == (size_t)-1 ? ssb4d_G_n_bf(G) : tiles[t];
-            double l, t0 = now();
+            double l, t0 = ssb_clock_s();
             st = ssb4d_loss(G, &cal.geom, &v.ab, NULL, &so, mem, &l, NULL, &err);
-            secs[t][k] = now() - t0;
+            secs[t][k] = ssb_clock_s() - t0;
         }
     int same = 1;
     cJSON *rows = cJSON_CreateArray();

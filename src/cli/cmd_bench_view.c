@@ -4,6 +4,7 @@
  * native sampling) timed from the request sent to the image's last byte received over HTTP. The
  * first of each kind warms up and is not counted; every request has a new C10 (no cache answers). */
 #include "bench/record.h"
+#include "common/clock.h"
 #include "cli/cli_common.h"
 #include "cli/cli_session.h"
 #include "cli/cmd_bench_view.h"
@@ -48,13 +49,6 @@ static void help(FILE *f)
             "  --force               replace FILE if it exists\n"
             CLI_QUIET_HELP
             "  -h, --help            this help\n\n" CLI_EXIT_HELP);
-}
-
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
 /* One HTTP/1.1 request with Connection: close; the whole answer read. 0, or -1 (errno-ish). */
@@ -161,9 +155,9 @@ static int time_kind(int port, const char *token, double c10, int *seq, size_t c
         snprintf(body, sizeof body, "{\"C10_nm\": %.6f, \"upsample\": 1, \"subset\": %zu, \"want_loss\": %s, \"seq\": %d}",
                  c10 + 0.05 * *seq, release ? (size_t)0 : subset, release ? "true" : "false", *seq);
         http_answer a;
-        double t0 = now_s();
+        double t0 = ssb_clock_s();
         int bad = http(port, token, "POST", "/api/preview", body, &a);
-        double dt = now_s() - t0;
+        double dt = ssb_clock_s() - t0;
         if (bad || a.status != 200) {
             fprintf(stderr, "ssb4d bench view: preview failed (HTTP %d): %.200s\n", a.status, a.body ? a.body : "");
             free(a.raw), free(rt), free(sv);
@@ -293,7 +287,7 @@ int bench_view(int argc, char **argv, bench_resolve_fn resolve)
         waitpid(pid, NULL, 0);
         return CLI_EXIT_USAGE;
     }
-    double t0 = now_s(), c10 = 0, ready_s = 0;
+    double t0 = ssb_clock_s(), c10 = 0, ready_s = 0;
     size_t n_bf = 0, shape[4] = {0};
     char backend_name[16] = "";
     for (;;) { /* until calibrated and fitted */
@@ -317,7 +311,7 @@ int bench_view(int argc, char **argv, bench_resolve_fn resolve)
             n_bf = (size_t)cJSON_GetNumberValue(cJSON_GetObjectItem(cJSON_GetObjectItem(s, "calibration"), "n_bf"));
             for (int k = 0; k < 4; k++)
                 shape[k] = (size_t)cJSON_GetNumberValue(cJSON_GetArrayItem(cJSON_GetObjectItem(s, "shape"), k));
-            ready_s = now_s() - t0;
+            ready_s = ssb_clock_s() - t0;
             const char *b = cJSON_GetStringValue(cJSON_GetObjectItem(s, "backend"));
             snprintf(backend_name, sizeof backend_name, "%s", b ? b : "");
         }

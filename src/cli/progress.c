@@ -1,15 +1,9 @@
 /* progress.c — progress bar: label, bar, percentage, elapsed and ETA; redrawn at most 10×/s. */
 #include "cli/progress.h"
+#include "common/clock.h"
 
 #include <stdio.h>
 #include <unistd.h>
-
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 void cli_progress_start(cli_progress *p, const char *label, int quiet)
 {
@@ -29,7 +23,7 @@ void cli_progress_set_rate(cli_progress *p, double total, const char *unit)
 
 double cli_progress_elapsed(const cli_progress *p)
 {
-    return now_s() - ((double)p->t0.tv_sec + 1e-9 * (double)p->t0.tv_nsec);
+    return ssb_clock_s() - ((double)p->t0.tv_sec + 1e-9 * (double)p->t0.tv_nsec);
 }
 
 void cli_progress_update(void *vp, double fraction)

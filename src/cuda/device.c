@@ -7,6 +7,7 @@
  * BF order. The loss is reduced from those sums in one fixed-order block at the end. Work buffers
  * stay allocated between passes (a fit makes thousands). */
 #include "cuda/cuda.h"
+#include "common/clock.h"
 
 #include "common/err.h"
 #include "cuda/kernels.h"
@@ -18,8 +19,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-#include <time.h>
 
 #define CHUNK 64     /* BF pixels in flight at f = 1 */
 #define SYNC_EVERY 8 /* chunks between polls of the cancel flag (each poll waits for the device) */
@@ -163,20 +162,13 @@ static void set_of(const ssb_ctx *c, cu_set *s)
         }                                                                                                         \
     } while (0)
 
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 /* Profiling: the time since the last mark goes to stage k. */
 static void mark(ssb_dev *d, int k)
 {
     if (!d->profile)
         return;
     cudaStreamSynchronize(d->stream);
-    double t = now_s();
+    double t = ssb_clock_s();
     d->prof[k] += t - d->prof_t;
     d->prof_t = t;
 }
@@ -192,7 +184,7 @@ static ssb4d_status dev_phases(ssb_dev *d, const ssb4d_G *G, const ssb_ctx *c, s
         return ssb4d_fail(err, SSB4D_EINVAL, "a %zux%zu grid is too large for the GPU pass", nyf, nxf);
     cudaSetDevice(d->device);
     if (d->profile)
-        d->prof_t = now_s();
+        d->prof_t = ssb_clock_s();
     /* the pass's table: per pixel slot, kx, ky; the grid's qr, qc; per set 5 values per pixel */
     const size_t set0 = 3 * n_bf + nyf + nxf, tab_n = set0 + 5 * n_bf * n;
     double *h = malloc(tab_n * sizeof *h);

@@ -7,6 +7,7 @@
  * disk and both cores stay busy. Memory: two read blocks (uint32), one converted block (uint16)
  * and the writer's chunk; nothing grows with the input. Any failure leaves no output. */
 #include "common/err.h"
+#include "common/clock.h"
 #include "common/parallel.h"
 #include "detector/hotpix.h"
 #include "formats/framesrc.h"
@@ -30,13 +31,6 @@ void ssb4d_import_params_default(ssb4d_import_params *p)
     p->kv = p->semiangle_mrad = NAN;
     p->scan_step_A[0] = p->scan_step_A[1] = NAN;
     p->det_sampling_mrad[0] = p->det_sampling_mrad[1] = NAN;
-}
-
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
 /* ---- a one-block-ahead reader thread ------------------------------------------------------ */
@@ -306,7 +300,7 @@ static size_t convert_frame(const uint32_t *in, uint16_t *o, size_t P, const uin
 ssb4d_status ssb4d_import(const char *in_path, const char *out_path, const ssb4d_import_params *p,
                           ssb4d_import_report *rep, ssb4d_err *err)
 {
-    double t_start = now_s();
+    double t_start = ssb_clock_s();
     framesrc_opts fo;
     memset(&fo, 0, sizeof fo);
     ssb4d_status st = SSB4D_OK;
@@ -555,7 +549,7 @@ ssb4d_status ssb4d_import(const char *in_path, const char *out_path, const ssb4d
         rep->input_bytes = N * P * (size_t)src_bytes;
         struct stat sb;
         rep->encoded_bytes = stat(out_path, &sb) == 0 ? (size_t)sb.st_size : 0;
-        rep->seconds = now_s() - t_start;
+        rep->seconds = ssb_clock_s() - t_start;
     }
 done:
     if (pf_running)

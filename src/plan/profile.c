@@ -2,6 +2,7 @@
  * the figures were measured on) or measured here on a small synthetic acquisition. The rates
  * feed only the time classes; no memory decision depends on them. */
 #include "common/err.h"
+#include "common/clock.h"
 #include "common/parallel.h"
 #include "common/splitmix.h"
 #include "gbuild/gbuild.h"
@@ -25,13 +26,6 @@ void ssb4d_machine_profile_stated(ssb4d_machine_profile *p)
     p->loss_ns = 2.0;
     p->band_ns = 0.4;
     p->object_ns = 1.1;
-}
-
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
 /* The synthetic acquisition: a 256x256 scan of 32x32 patterns (134 MB of counts, about 250 BF
@@ -99,15 +93,15 @@ static ssb4d_status pass(bench *b, int kind, ssb4d_err *err)
 
 static ssb4d_status run(bench *b, int kind, double *seconds, ssb4d_err *err)
 {
-    double t0 = now();
+    double t0 = ssb_clock_s();
     int n = 0;
     do {
         ssb4d_status st = pass(b, kind, err);
         if (st)
             return st;
         n++;
-    } while (now() - t0 < 0.05);
-    *seconds = (now() - t0) / n;
+    } while (ssb_clock_s() - t0 < 0.05);
+    *seconds = (ssb_clock_s() - t0) / n;
     return SSB4D_OK;
 }
 

@@ -4,6 +4,7 @@
  * is kept: a newer one answers the waiting one 409 ("superseded") and cancels the running one
  * (ssb4d_session_cancel), so a burst of slider events costs one computation, not a queue. */
 #include "view/view_internal.h"
+#include "common/clock.h"
 
 #include "common/err.h"
 #include "common/fftw_lock.h"
@@ -14,13 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 static int http_of(ssb4d_status st)
 {
@@ -255,7 +249,7 @@ static ssb4d_status fft_logmag(ssb4d_mem *mem, float *img, size_t ny, size_t nx,
 static void do_preview(view_server *v, view_job *j)
 {
     const job_params *p = &j->p;
-    double t0 = now_s();
+    double t0 = ssb_clock_s();
     ssb4d_err err = {0};
     size_t ny, nx;
     ssb4d_status st = ssb4d_session_image_shape(v->s, p->upsample, &ny, &nx, &err);
@@ -319,7 +313,7 @@ static void do_preview(view_server *v, view_job *j)
     view_resp_header(r, "X-Width", "%zu", nx);
     view_resp_header(r, "X-Height", "%zu", ny);
     view_resp_header(r, "X-Seq", "%.17g", p->seq);
-    view_resp_header(r, "X-Seconds", "%.6f", now_s() - t0);
+    view_resp_header(r, "X-Seconds", "%.6f", ssb_clock_s() - t0);
     if (p->want_loss)
         view_resp_header(r, "X-Loss", "%.17g", loss);
 }

@@ -6,6 +6,7 @@
  * Each timed call is warmed up once, then repeated (--repeat, default 7); the median, minimum and
  * maximum are recorded. scripts/gpu-check.sh runs it on the device machine (docs/gpu.md). */
 #include "cuda/cuda.h"
+#include "common/clock.h"
 #include "session/handle_internal.h"
 #include "ssb4d_advanced.h"
 
@@ -25,13 +26,6 @@ static ssb4d_err err;
             exit(1);                                                                                              \
         }                                                                                                         \
     } while (0)
-
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 static int cmp_d(const void *a, const void *b)
 {
@@ -67,9 +61,9 @@ static stat3 time_it(const char *backend, const char *name, ssb4d_session *s, ti
     int n = repeat < 64 ? repeat : 64;
     OK(fn(s, user)); /* warm-up */
     for (int i = 0; i < n; i++) {
-        double t0 = now_s();
+        double t0 = ssb_clock_s();
         OK(fn(s, user));
-        t[i] = (now_s() - t0) / per;
+        t[i] = (ssb_clock_s() - t0) / per;
     }
     qsort(t, (size_t)n, sizeof *t, cmp_d);
     stat3 r = {t[n / 2], t[0], t[n - 1]};
@@ -131,12 +125,12 @@ static void run_backend(const char *data, const ssb4d_calib_params *cp, ssb4d_ba
     o.calib = *cp;
     o.backend = kind;
     ssb4d_session *s;
-    double t0 = now_s();
+    double t0 = ssb_clock_s();
     OK(ssb4d_session_open(data, &o, &s, &err));
     OK(ssb4d_session_calibrate(s, &err));
-    double t1 = now_s();
+    double t1 = ssb_clock_s();
     OK(ssb4d_session_build(s, &err));
-    double t2 = now_s();
+    double t2 = ssb_clock_s();
     const ssb4d_G *G = session_handle_G(s);
     size_t dnow = 0, dpeak = 0;
     if (kind == SSB4D_BACKEND_CUDA)
@@ -149,9 +143,9 @@ static void run_backend(const char *data, const ssb4d_calib_params *cp, ssb4d_ba
     ssb4d_fit_params fp;
     ssb4d_fit_params_default(&fp);
     ssb4d_fit_result r;
-    double t3 = now_s();
+    double t3 = ssb_clock_s();
     OK(ssb4d_session_fit(s, &fp, &r, &err));
-    double t4 = now_s();
+    double t4 = ssb_clock_s();
     printf("  %-6s %-34s %10.3f s: C10 %.4f nm, C12 %.4f nm, phi12 %.3f deg, loss %.10g, %zu evaluations, trace "
            "%.16s\n",
            bk, "standard fit (with branch check)", t4 - t3, r.ab.C_nm[SSB4D_C10], r.ab.C_nm[SSB4D_C12],

@@ -5,6 +5,7 @@
  * standard fit within 0.02 nm / 0.2°; the session handle on the CUDA backend; the shared datasets
  * A1 and A2. Exits 77 (skipped) where no CUDA device is present. */
 #include "cuda/cuda.h"
+#include "common/clock.h"
 #include "ref_ssb.h"
 #include "ssb4d_advanced.h"
 
@@ -34,13 +35,6 @@ static int failures;
     } while (0)
 
 static ssb4d_err err;
-
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 /* max over pixels of |e^{ia} − e^{ib}| (phase difference, wrap-safe) */
 static double phase_diff(const float *a, const float *b, size_t n)
@@ -250,11 +244,11 @@ static void test_fit(const pair *p, const char *what)
     ssb4d_fit_params_default(&fp);
     fp.rotation_given = 1;
     ssb4d_fit_result rc, rg;
-    double t0 = now_s();
+    double t0 = ssb_clock_s();
     OK(ssb4d_fit(p->cpu, &p->cal.geom, &fp, NULL, &rc, &err));
-    double t1 = now_s();
+    double t1 = ssb_clock_s();
     OK(ssb4d_fit(p->gpu, &p->cal.geom, &fp, NULL, &rg, &err));
-    double t2 = now_s();
+    double t2 = ssb_clock_s();
     double dc10 = fabs(rc.ab.C_nm[SSB4D_C10] - rg.ab.C_nm[SSB4D_C10]);
     double dc12 = fabs(rc.ab.C_nm[SSB4D_C12] - rg.ab.C_nm[SSB4D_C12]);
     double dphi = fabs(remainder(rc.ab.phi_deg[SSB4D_C12] - rg.ab.phi_deg[SSB4D_C12], 180.0));
