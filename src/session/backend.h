@@ -37,6 +37,14 @@ typedef struct {
                                ssb4d_mem *mem, float *phase, ssb4d_err *err);
 } session_backend;
 
+/* The stage functions in the table's shapes (fit_tilt without its state, the loss without the
+ * mean phase): every backend's entries, since a G on a device carries its passes (src/ssb/dev.h). */
+ssb4d_status session_fit_tilt(const ssb4d_G *G, const ssb4d_geometry *g, const fit_tilt_params *p, ssb4d_mem *mem,
+                              fit_tilt_result *r, ssb4d_err *err);
+ssb4d_status session_loss(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d_aberrations *ab,
+                          const ssb4d_thick *thick, const ssb4d_ssb_opts *o, ssb4d_mem *mem, double *loss,
+                          ssb4d_err *err);
+
 /* The CPU backend: the stage functions of src/gbuild, src/ssb and src/fit. */
 const session_backend *session_backend_cpu(void);
 #ifdef SSB4D_HAVE_CUDA

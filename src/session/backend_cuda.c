@@ -21,27 +21,14 @@ static ssb4d_status cuda_gbuild(ssb4d_source *src, const ssb4d_geometry *g, cons
     return st;
 }
 
-static ssb4d_status cuda_tilt(const ssb4d_G *G, const ssb4d_geometry *g, const fit_tilt_params *p, ssb4d_mem *mem,
-                              fit_tilt_result *r, ssb4d_err *err)
-{
-    return fit_tilt(G, g, p, mem, r, NULL, err);
-}
-
-static ssb4d_status cuda_loss(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d_aberrations *ab,
-                              const ssb4d_thick *thick, const ssb4d_ssb_opts *o, ssb4d_mem *mem, double *loss,
-                              ssb4d_err *err)
-{
-    return ssb4d_loss(G, g, ab, thick, o, mem, loss, NULL, err);
-}
-
 static const session_backend cuda = {
     .name = "cuda",
     .available = cuda_available,
     .gbuild = cuda_gbuild,
     .G_free = ssb4d_G_free,
     .fit = ssb4d_fit,
-    .fit_tilt = cuda_tilt,
-    .loss = cuda_loss,
+    .fit_tilt = session_fit_tilt,
+    .loss = session_loss,
     .object = ssb4d_object,
     .object_loss = ssb4d_object_loss,
     .mean_phase = ssb4d_mean_phase_upsampled,
