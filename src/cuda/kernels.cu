@@ -8,49 +8,54 @@
 
 /* ---- the SSB model in double (src/ssb/ssb_internal.h, correct.c) ------------------------- */
 
-__device__ static double d_chi(const cu_set &s, double vx, double vy)
+/* χ(v) in rad (ssb_internal.h ssb_chi): the quadratic form, or the series in the coefficients
+ * C (Å), φ (rad) of radial order an and azimuthal order am. Both kernels' sets use it. */
+__device__ static double chi(double lambda, const double *C, const double *phi, const int *an, const int *am,
+                             int quadratic, const double *m, double vx, double vy)
 {
-    if (s.quadratic_only)
-        return PI * s.lambda * (s.m[0] * vx * vx + 2 * s.m[1] * vx * vy + s.m[2] * vy * vy);
+    if (quadratic)
+        return PI * lambda * (m[0] * vx * vx + 2 * m[1] * vx * vy + m[2] * vy * vy);
     double r2 = vx * vx + vy * vy;
     if (r2 == 0.0)
         return 0.0;
-    double alpha = s.lambda * sqrt(r2), ph = atan2(vy, vx), sum = 0.0, ap = alpha;
+    double alpha = lambda * sqrt(r2), ph = atan2(vy, vx), sum = 0.0, ap = alpha;
     for (int n = 1; n <= 5; n++) {
         ap *= alpha;
         for (int i = 0; i < CU_N_ABERR; i++) {
-            if (s.an[i] != n || s.C[i] == 0.0)
+            if (an[i] != n || C[i] == 0.0)
                 continue;
-            int mm = s.am[i];
-            sum += s.C[i] * ap / (n + 1) * (mm ? cos(mm * (ph - s.phi[i])) : 1.0);
+            int mm = am[i];
+            sum += C[i] * ap / (n + 1) * (mm ? cos(mm * (ph - phi[i])) : 1.0);
         }
     }
-    return 2.0 * PI / s.lambda * sum;
+    return 2.0 * PI / lambda * sum;
 }
 
-__device__ static double d_aperture(const cu_set &s, double vx, double vy)
+/* A(v): the soft aperture with a one-pixel linear edge (ssb_internal.h ssb_aperture). */
+__device__ static double aperture(double lambda, double alpha0, double ang0, double ang1, double vx, double vy)
 {
     double r = sqrt(vx * vx + vy * vy);
-    double w = r > 0 ? sqrt(vx * vx * s.ang0 * s.ang0 + vy * vy * s.ang1 * s.ang1) / r : s.ang0;
-    double A = (s.alpha0 - s.lambda * r) / w + 0.5;
+    double w = r > 0 ? sqrt(vx * vx * ang0 * ang0 + vy * vy * ang1 * ang1) / r : ang0;
+    double A = (alpha0 - lambda * r) / w + 0.5;
     return A < 0 ? 0 : A > 1 ? 1 : A;
 }
+
+__device__ static double sinc(double x) { return fabs(x) < 1e-6 ? 1.0 : sin(x) / x; }
 
 /* P(v) = A(v)·e^{−iχ(v)} */
 __device__ static double2 d_probe(const cu_set &s, double vx, double vy, double *A)
 {
-    *A = d_aperture(s, vx, vy);
+    *A = aperture(s.lambda, s.alpha0, s.ang0, s.ang1, vx, vy);
     if (*A == 0.0)
         return make_double2(0, 0);
     double sn, cs;
-    sincos(d_chi(s, vx, vy), &sn, &cs);
+    sincos(chi(s.lambda, s.C, s.phi, s.an, s.am, s.quadratic_only, s.m, vx, vy), &sn, &cs);
     return make_double2(*A * cs, -*A * sn);
 }
 
 __device__ static double2 cmul(double2 a, double2 b) { return make_double2(a.x * b.x - a.y * b.y, a.x * b.y + a.y * b.x); }
 __device__ static double2 cconj(double2 a) { return make_double2(a.x, -a.y); }
 __device__ static double cabs2(double2 a) { return hypot(a.x, a.y); }
-__device__ static double d_sinc(double x) { return fabs(x) < 1e-6 ? 1.0 : sin(x) / x; }
 
 /* conj(γ)/|γ| with correct.c's degenerate-bin rule. */
 __device__ static double2 d_unit_conj(double2 t1, double2 t2)
@@ -92,7 +97,7 @@ __device__ static double2 d_n_at(const cu_set &s, double kx, double ky, double A
         double k2 = kx * kx + ky * ky, qt = 2 * PI * (qx * s.tau0 + qy * s.tau1);
         double r1 = -PI * s.lambda * ((qx - kx) * (qx - kx) + (qy - ky) * (qy - ky) - k2) - qt;
         double r2 = PI * s.lambda * ((qx + kx) * (qx + kx) + (qy + ky) * (qy + ky) - k2) - qt;
-        double w1 = d_sinc(r1 * s.t_A / 2), w2 = d_sinc(r2 * s.t_A / 2);
+        double w1 = sinc(r1 * s.t_A / 2), w2 = sinc(r2 * s.t_A / 2);
         t1 = make_double2(t1.x * w1, t1.y * w1);
         t2 = make_double2(t2.x * w2, t2.y * w2);
     }
@@ -307,36 +312,6 @@ __global__ void k_finish(const double *total, const double *s2, size_t npix, dou
 
 /* ---- the band objective (src/ssb/band.c accum_fast / accum_generic), in double ------------- */
 
-__device__ static double b_aperture(const cu_band &b, double vx, double vy)
-{
-    double r = sqrt(vx * vx + vy * vy);
-    double w = r > 0 ? sqrt(vx * vx * b.ang0 * b.ang0 + vy * vy * b.ang1 * b.ang1) / r : b.ang0;
-    double A = (b.alpha0 - b.lambda * r) / w + 0.5;
-    return A < 0 ? 0 : A > 1 ? 1 : A;
-}
-
-__device__ static double b_chi(const cu_band_set &s, double lambda, double vx, double vy)
-{
-    if (s.quadratic)
-        return PI * lambda * (s.m[0] * vx * vx + 2 * s.m[1] * vx * vy + s.m[2] * vy * vy);
-    double r2 = vx * vx + vy * vy;
-    if (r2 == 0.0)
-        return 0.0;
-    double alpha = lambda * sqrt(r2), ph = atan2(vy, vx), sum = 0.0, ap = alpha;
-    for (int n = 1; n <= 5; n++) {
-        ap *= alpha;
-        for (int i = 0; i < CU_N_ABERR; i++) {
-            if (s.an[i] != n || s.C[i] == 0.0)
-                continue;
-            int mm = s.am[i];
-            sum += s.C[i] * ap / (n + 1) * (mm ? cos(mm * (ph - s.phi[i])) : 1.0);
-        }
-    }
-    return 2.0 * PI / lambda * sum;
-}
-
-__device__ static double b_sinc(double x) { return fabs(x) < 1e-6 ? 1.0 : sin(x) / x; }
-
 /* QUAD: the sets with only C10/C12 (the fast form, few registers); else the others. */
 template <bool QUAD>
 __global__ void k_band(const float2 *__restrict__ planes, cu_band b, const cu_band_set *__restrict__ sets,
@@ -352,7 +327,7 @@ __global__ void k_band(const float2 *__restrict__ planes, cu_band b, const cu_ba
     const long long off = b.off[m];
     double Er = 0, Ei = 0, qt = 0;
     if (QUAD) { /* e^{iχ(q)} */
-        double x = b_chi(s, lam, qx, qy);
+        double x = chi(lam, s.C, s.phi, s.an, s.am, s.quadratic, s.m, qx, qy);
         sincos(x, &Ei, &Er);
     }
     if (s.thick)
@@ -364,7 +339,8 @@ __global__ void k_band(const float2 *__restrict__ planes, cu_band b, const cu_ba
         if (slot < 0 || Ak == 0.0)
             continue;
         double kx = kxs[ib], ky = kys[ib];
-        double A1 = b_aperture(b, qx - kx, qy - ky), A2 = b_aperture(b, qx + kx, qy + ky);
+        double A1 = aperture(lam, b.alpha0, b.ang0, b.ang1, qx - kx, qy - ky),
+               A2 = aperture(lam, b.alpha0, b.ang0, b.ang1, qx + kx, qy + ky);
         if (A1 == 0.0 && A2 == 0.0)
             continue;
         double qk = qx * kx + qy * ky, cr, ci;
@@ -372,8 +348,8 @@ __global__ void k_band(const float2 *__restrict__ planes, cu_band b, const cu_ba
             if (s.thick) {
                 double x1 = 0.5 * s.t * (-PI * lam * (q2 - 2 * qk) - qt);
                 double x2 = 0.5 * s.t * (PI * lam * (q2 + 2 * qk) - qt);
-                A1 *= b_sinc(x1);
-                A2 *= b_sinc(x2);
+                A1 *= sinc(x1);
+                A2 *= sinc(x2);
             }
             double bx = 2 * PI * lam * (s.m[0] * kx + s.m[1] * ky), by = 2 * PI * lam * (s.m[1] * kx + s.m[2] * ky);
             double sn, cs;
@@ -382,10 +358,11 @@ __global__ void k_band(const float2 *__restrict__ planes, cu_band b, const cu_ba
             double dr = (A1 - A2) * Er, di = (A1 + A2) * Ei;
             cr = phr * dr - phi * di, ci = phr * di + phi * dr; /* conj(γ) */
         } else {
-            double xk = b_chi(s, lam, kx, ky), sk, ck;
+            double xk = chi(lam, s.C, s.phi, s.an, s.am, s.quadratic, s.m, kx, ky), sk, ck;
             sincos(xk, &sk, &ck);
             double Pkr = Ak * ck, Pki = -Ak * sk;
-            double x1 = b_chi(s, lam, kx - qx, ky - qy), x2 = b_chi(s, lam, kx + qx, ky + qy), s1, c1, s2, c2;
+            double x1 = chi(lam, s.C, s.phi, s.an, s.am, s.quadratic, s.m, kx - qx, ky - qy);
+            double x2 = chi(lam, s.C, s.phi, s.an, s.am, s.quadratic, s.m, kx + qx, ky + qy), s1, c1, s2, c2;
             sincos(x1, &s1, &c1);
             sincos(x2, &s2, &c2);
             /* t1 = A1 e^{−ix1} conj(Pk), t2 = A2 e^{ix2} Pk */
@@ -394,7 +371,7 @@ __global__ void k_band(const float2 *__restrict__ planes, cu_band b, const cu_ba
             double t2r = br * Pkr - bi * Pki, t2i = br * Pki + bi * Pkr;
             if (s.thick) {
                 double r1 = -PI * lam * (q2 - 2 * qk) - qt, r2 = PI * lam * (q2 + 2 * qk) - qt;
-                double w1 = b_sinc(r1 * s.t / 2), w2 = b_sinc(r2 * s.t / 2);
+                double w1 = sinc(r1 * s.t / 2), w2 = sinc(r2 * s.t / 2);
                 t1r *= w1, t1i *= w1, t2r *= w2, t2i *= w2;
             }
             cr = t1r - t2r, ci = -(t1i - t2i);
