@@ -76,21 +76,3 @@ ssb4d_status ssb_dev_phase_stack(const struct ssb4d_G *G, const ssb4d_geometry *
     contexts_free(c, n);
     return st;
 }
-
-ssb4d_status ssb_dev_object(const struct ssb4d_G *G, const ssb4d_geometry *g, const ssb4d_aberrations *ab,
-                            const ssb4d_thick *thick, int f, ssb4d_mem *mem, float *object, float *phase,
-                            ssb4d_err *err)
-{
-    ssb_ctx *c;
-    ssb4d_status st = contexts(G, g, ab, thick, 1, f, &c, err);
-    if (st)
-        return st;
-    size_t nacc = c[0].nyf * (c[0].nxf / 2 + 1);
-    double complex *acc = ssb4d_mem_calloc(mem, nacc * sizeof *acc, "object sum", err);
-    st = acc ? G->dev_ops->phases(G->dev, G, c, 1, NULL, NULL, acc, mem, err) : SSB4D_ENOMEM;
-    if (!st)
-        st = finish_object(&c[0], G->n_bf, acc, mem, object, phase, err);
-    ssb4d_mem_free(mem, acc, 0);
-    contexts_free(c, 1);
-    return st;
-}

@@ -55,11 +55,10 @@ typedef struct ssb_dev_ops_s {
 /* 1 when G has a device copy that serves a pass on path o (NULL: defaults). */
 int ssb_dev_serves(const struct ssb4d_G *G, const ssb4d_ssb_opts *o);
 
-/* The device versions of phase_stack (loss.c) and ssb4d_object: same arguments, same outputs. */
+/* The device version of phase_stack (loss.c): n sets' losses and/or mean phases, and/or set 0's
+ * object (complex pairs) and phase at upsampling f, from one pass. ssb4d_object is its n = 1
+ * call with only the object asked for. */
 ssb4d_status ssb_dev_phase_stack(const struct ssb4d_G *G, const ssb4d_geometry *g, const ssb4d_aberrations *ab,
                                  const ssb4d_thick *thick, size_t n, int f, ssb4d_mem *mem, double *loss,
                                  float *mean_phase, float *object, float *phase, ssb4d_err *err);
-ssb4d_status ssb_dev_object(const struct ssb4d_G *G, const ssb4d_geometry *g, const ssb4d_aberrations *ab,
-                            const ssb4d_thick *thick, int f, ssb4d_mem *mem, float *object, float *phase,
-                            ssb4d_err *err);
 #endif

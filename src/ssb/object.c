@@ -98,7 +98,7 @@ ssb4d_status ssb4d_object(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d
         o = &dflt;
     }
     if (ssb_dev_serves(G, o)) /* G's planes are on a device: the sum runs there (dev.h) */
-        return ssb_dev_object(G, g, ab, thick, upsample, mem, object, phase, err);
+        return ssb_dev_phase_stack(G, g, ab, thick, 1, upsample, mem, NULL, NULL, object, phase, err);
     ssb_ctx c;
     ssb4d_status st = ssb_ctx_init(&c, G, g, ab, thick, upsample, err);
     if (st)
