@@ -20,7 +20,7 @@ static ssb4d_status contexts(const struct ssb4d_G *G, const ssb4d_geometry *g, c
         return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
     ssb4d_status st = SSB4D_OK;
     size_t made = 0;
-    for (; made < n && !st; made++)
+    for (; made < n; made++)
         if ((st = ssb_ctx_init(&c[made], G, g, &ab[made], thick ? &thick[made] : NULL, f, err)))
             break;
     if (st) {
@@ -59,7 +59,7 @@ ssb4d_status ssb_dev_phase_stack(const struct ssb4d_G *G, const ssb4d_geometry *
 {
     if (n == 0)
         return SSB4D_OK;
-    ssb_ctx *c;
+    ssb_ctx *c = NULL;
     ssb4d_status st = contexts(G, g, ab, thick, n, f, &c, err);
     if (st)
         return st;
