@@ -5,6 +5,7 @@
  *
  * Each timed call is warmed up once, then repeated (--repeat, default 7); the median, minimum and
  * maximum are recorded. scripts/gpu-check.sh runs it on the device machine (docs/gpu.md). */
+#include "bench/record.h"
 #include "cuda/cuda.h"
 #include "common/clock.h"
 #include "session/handle_internal.h"
@@ -27,16 +28,6 @@ static ssb4d_err err;
         }                                                                                                         \
     } while (0)
 
-static int cmp_d(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-typedef struct {
-    double med, min, max;
-} stat3;
-
 static int repeat = 7;
 
 /* The JSON record, written as we go. */
@@ -55,7 +46,7 @@ static void field(const char *fmt, ...)
 
 typedef ssb4d_status (*timed_fn)(ssb4d_session *s, void *user);
 
-static stat3 time_it(const char *backend, const char *name, ssb4d_session *s, timed_fn fn, void *user, double per)
+static void time_it(const char *backend, const char *name, ssb4d_session *s, timed_fn fn, void *user, double per)
 {
     double t[64];
     int n = repeat < 64 ? repeat : 64;
@@ -65,17 +56,15 @@ static stat3 time_it(const char *backend, const char *name, ssb4d_session *s, ti
         OK(fn(s, user));
         t[i] = (ssb_clock_s() - t0) / per;
     }
-    qsort(t, (size_t)n, sizeof *t, cmp_d);
-    stat3 r = {t[n / 2], t[0], t[n - 1]};
-    printf("  %-6s %-34s median %10.3f ms  (min %.3f, max %.3f)\n", backend, name, 1e3 * r.med, 1e3 * r.min,
-           1e3 * r.max);
-    field("\"%s_%s_ms\": {\"median\": %.4f, \"min\": %.4f, \"max\": %.4f}", backend, name, 1e3 * r.med, 1e3 * r.min,
-          1e3 * r.max);
-    return r;
+    double med, min, max;
+    bench_stats(t, (size_t)n, &med, &min, &max);
+    printf("  %-6s %-34s median %10.3f ms  (min %.3f, max %.3f)\n", backend, name, 1e3 * med, 1e3 * min, 1e3 * max);
+    field("\"%s_%s_ms\": {\"median\": %.4f, \"min\": %.4f, \"max\": %.4f}", backend, name, 1e3 * med, 1e3 * min,
+          1e3 * max);
 }
 
 typedef struct {
-    float *img, *obj;
+    float *img;
     double loss;
     size_t subset;
     int upsample, n;
