@@ -12,20 +12,7 @@ set -u
 BIN=$1
 . "$(dirname "$0")/lib/harness.sh"
 
-# one_line RC DESCRIPTION PATTERN -- command...: exit RC, exactly one stderr line matching PATTERN.
-one_line() {
-    local want=$1 what=$2 pattern=$3
-    shift 4
-    "$@" >"$T/out" 2>"$T/err"
-    local rc=$? n
-    n=$(wc -l <"$T/err")
-    if [ "$rc" -ne "$want" ] || [ "$n" -ne 1 ] || ! grep -qE -- "$pattern" "$T/err"; then
-        bad "$what: rc=$rc (want $want), $n stderr lines (want 1), pattern '$pattern'"
-        head -5 "$T/err"
-    else
-        ok
-    fi
-}
+ONE_LINE_GREP=-qE # one_line (lib/harness.sh) with the case: the messages are checked as written
 # backend_of FILE: the "backend" string of a JSON object printed on one line ("" when absent).
 backend_of() { grep -o '"backend":"[a-z]*"' "$1" | head -1 | cut -d: -f2 | tr -d '"'; }
 

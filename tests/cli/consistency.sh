@@ -21,21 +21,6 @@ CMDS=(import info verify simulate calibrate reconstruct fit demo fit-regions pla
 W=" import simulate calibrate reconstruct fit demo fit-regions session bench run bench sweep bench view "
 COMMON="exit status: 0 success, 1 internal error or out of memory, 2 usage error or bad input"
 
-# one_line RC DESCRIPTION PATTERN -- command...: exit RC, exactly one stderr line, matching PATTERN.
-one_line() {
-    local want=$1 what=$2 pattern=$3
-    shift 4
-    "$@" >"$T/out" 2>"$T/err"
-    local rc=$? n
-    n=$(wc -l <"$T/err")
-    if [ "$rc" -ne "$want" ] || [ "$n" -ne 1 ] || ! grep -qiE -- "$pattern" "$T/err"; then
-        bad "$what: rc=$rc (want $want), $n stderr lines (want 1), pattern '$pattern'"
-        head -5 "$T/err"
-    else
-        ok
-    fi
-}
-
 # --- help, unknown flags, -q -----------------------------------------------------------------------
 for c in "${CMDS[@]}"; do
     # shellcheck disable=SC2086 # "bench run" is two words

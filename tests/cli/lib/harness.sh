@@ -21,6 +21,22 @@ expect() {
     fi
 }
 
+# one_line RC DESCRIPTION PATTERN -- command...: exit RC and exactly one stderr line, matching
+# PATTERN (case-insensitive as expect; a script that needs the case sets ONE_LINE_GREP=-qE).
+one_line() {
+    local want=$1 what=$2 pattern=$3
+    shift 4
+    "$@" >"$T/out" 2>"$T/err"
+    local rc=$? n
+    n=$(wc -l <"$T/err")
+    if [ "$rc" -ne "$want" ] || [ "$n" -ne 1 ] || ! grep "${ONE_LINE_GREP:--qiE}" -- "$pattern" "$T/err"; then
+        bad "$what: rc=$rc (want $want), $n stderr lines (want 1), pattern '$pattern'"
+        head -5 "$T/err"
+    else
+        ok
+    fi
+}
+
 # finish NAME: prints the counts; the script's exit status is 0 only when nothing failed.
 finish() {
     echo "$1: $pass passed, $fail failed"
