@@ -30,11 +30,11 @@ struct ssb_dev {
     size_t n_slots, stride;
     long long *slot_of;        /* host: per BF pixel of the owning G, its slot or -1 */
     /* work buffers, grown on demand */
-    void *spec, *real, *sums;  /* chunk spectra, chunk c2r outputs, per-set totals and Σφ² */
+    void *spec, *real, *sums;  /* chunk spectra, chunk c2r outputs, per-set totals and Σφ² (a band pass: its sums) */
     size_t spec_b, real_b, sums_b;
     void *tab;                 /* per-pass pixel tables */
     size_t tab_b;
-    void *acc;                 /* object sum */
+    void *acc;                 /* object sum (a band pass: its parameter sets) */
     size_t acc_b;
     unsigned char *valid;
     size_t valid_b;
