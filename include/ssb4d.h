@@ -194,6 +194,42 @@ void ssb4d_calibration_free(ssb4d_calibration *c);
 /* The smallest f in {1,2,3,4,8} with f/(2 s) >= 2 α0/λ on both axes (8 if none). */
 int ssb4d_upsample_auto(const ssb4d_geometry *g);
 
+/* ------------------------------------------------------------------------------------------ */
+/* What a file states about its microscope (src/source/values.c)                                */
+/*
+ * The values `ssb4d fit DATA` starts from, layered, later winning: what a .qem records (its
+ * overrides winning, qem-format §9.8), the simulator's sidecar JSON (sidecar_path, else the first
+ * of DATA.json, DATA with its extension replaced by .json, and that without a trailing "_counts"),
+ * then a calibration file (docs/calibration-file.md). NaN = not stated. A rotation measured from
+ * the centre of mass never replaces a stated one (its 180° branch is open). The command line
+ * layers its flags on top; the Python package its keyword arguments.
+ */
+typedef struct {
+    double kv, semiangle_mrad, scan_step_A[2], det_sampling_mrad[2], centre_px[2], rotation_deg,
+        bf_radius_px;
+    char rotation_from[32];     /* "sidecar", "calibration file", ... ("" when not stated) */
+    int rotation_measured;      /* measured (centre of mass): the fit may refine it and its branch */
+    double rotation_sigma_deg;  /* its standard error (NaN: unknown) */
+    int has_ab;                 /* aberrations stated (the sidecar's truth, a calibration file's) */
+    int ab_from_truth;          /* they are the simulator's truth (C10 at the slab's mid-plane) */
+    ssb4d_aberrations ab;
+    char ab_from[64];           /* "simulator truth (sidecar)", "calibration file" */
+    int has_thick;              /* a thick-sample model (a calibration file's) */
+    ssb4d_thick thick;
+    char sidecar_path[4096];    /* the sidecar that was read ("" none) */
+    char calibration_identity[96]; /* the data identity the calibration file records ("" none) */
+} ssb4d_values;
+
+/* Everything unset (NaN, 0, ""). */
+void ssb4d_values_unset(ssb4d_values *v);
+/* Every value `in` states replaces out's (a measured rotation never replaces a stated one). */
+void ssb4d_values_layer(ssb4d_values *out, const ssb4d_values *in);
+/* Reads the values of data_path (may be NULL: only the files given), its sidecar (sidecar_path or
+ * the one found beside it) and calibration_path (may be NULL). A file that cannot be read or is
+ * malformed is an error with its name; a missing sidecar is not. */
+ssb4d_status ssb4d_values_read(const char *data_path, const char *sidecar_path, const char *calibration_path,
+                               ssb4d_values *out, ssb4d_err *err);
+
 /* The parallax estimate of the fit's start (src/parallax/, SPEC §6.1; ssb4d_advanced.h runs it
  * on its own). */
 #define SSB4D_PARALLAX_ALT 3
@@ -632,6 +668,23 @@ typedef struct {
 
 ssb4d_status ssb4d_import(const char *in_path, const char *out_path, const ssb4d_import_params *p,
                           ssb4d_import_report *report, ssb4d_err *err);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Images and bindings                                                                          */
+
+/* Writes a float32 image (rows x cols, row-major) by the path's extension: .tif/.tiff float32
+ * with its sampling (pixel_A: (row, col) Å, may be NULL), .npy, or .png, an 8-bit preview
+ * (0.5–99.5 % stretch) with a scale bar and a colour bar in `unit` (NULL: "rad") in margins,
+ * as `ssb4d fit` writes phase.png. Atomic: the file appears complete or not at all. */
+ssb4d_status ssb4d_image_save(const char *path, const float *img, size_t rows, size_t cols,
+                              const double pixel_A[2], const char *unit, ssb4d_err *err);
+
+/* sizeof the public struct named `type` ("ssb4d_fit_result", ...), 0 for a name it does not
+ * know: bindings that mirror the structs (the Python package) check their layouts against the
+ * library they load. */
+size_t ssb4d_abi_sizeof(const char *type);
+/* The library's version, SSB4D_VERSION_STRING when it was built. */
+const char *ssb4d_version(void);
 
 /* SIMULATOR-API-BEGIN */
 /*

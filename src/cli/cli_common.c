@@ -6,6 +6,7 @@
 #include "io/calfile.h"
 #include "qem/qem.h"
 #include "io/image.h"
+#include "source/source.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -227,96 +228,28 @@ static int file_exists(const char *p)
     return stat(p, &sb) == 0 && S_ISREG(sb.st_mode);
 }
 
-/* Candidates: DATA.json, DATA with its extension replaced by .json, and the same without a
- * trailing "_counts" (the shared simulated datasets are named that way). */
-static int find_sidecar(const char *data, char *out, size_t n)
+/* The library's values (ssb4d_values_read) as the command line holds them. */
+static void from_lib(cli_values *out, const ssb4d_values *in)
 {
-    snprintf(out, n, "%s.json", data);
-    if (file_exists(out))
-        return 1;
-    const char *dot = strrchr(data, '.'), *slash = strrchr(data, '/');
-    if (!dot || (slash && dot < slash))
-        return 0;
-    size_t stem = (size_t)(dot - data);
-    if (stem + 6 > n)
-        return 0;
-    snprintf(out, n, "%.*s.json", (int)stem, data);
-    if (file_exists(out))
-        return 1;
-    if (stem > 7 && !strncmp(data + stem - 7, "_counts", 7)) {
-        snprintf(out, n, "%.*s.json", (int)(stem - 7), data);
-        if (file_exists(out))
-            return 1;
+    cli_values_unset(out);
+    out->kv = in->kv;
+    out->semiangle_mrad = in->semiangle_mrad;
+    out->rotation_deg = in->rotation_deg;
+    out->bf_radius_px = in->bf_radius_px;
+    for (int i = 0; i < 2; i++) {
+        out->scan_step_A[i] = in->scan_step_A[i];
+        out->det_sampling_mrad[i] = in->det_sampling_mrad[i];
+        out->centre_px[i] = in->centre_px[i];
     }
-    return 0;
-}
-
-static double json_num(const cJSON *o, const char *key)
-{
-    const cJSON *it = cJSON_GetObjectItemCaseSensitive(o, key);
-    return cJSON_IsNumber(it) ? it->valuedouble : NAN;
-}
-
-static void json_pair(const cJSON *o, const char *key, double out[2])
-{
-    const cJSON *it = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (cJSON_IsArray(it) && cJSON_GetArraySize(it) == 2 && cJSON_IsNumber(cJSON_GetArrayItem(it, 0)) &&
-        cJSON_IsNumber(cJSON_GetArrayItem(it, 1))) {
-        out[0] = cJSON_GetArrayItem(it, 0)->valuedouble;
-        out[1] = cJSON_GetArrayItem(it, 1)->valuedouble;
-    } else if (cJSON_IsNumber(it)) {
-        out[0] = out[1] = it->valuedouble;
-    }
-}
-
-
-static int read_sidecar(const char *path, cli_values *v)
-{
-    ssb4d_err err = {0};
-    char *text = NULL;
-    if (ssb4d_read_text_file(path, (size_t)16 << 20, "sidecar", &text, NULL, &err)) {
-        fprintf(stderr, "ssb4d: %s\n", err.msg);
-        return CLI_EXIT_USAGE;
-    }
-    cJSON *root = cJSON_Parse(text);
-    free(text);
-    if (!cJSON_IsObject(root)) {
-        cJSON_Delete(root);
-        fprintf(stderr, "ssb4d: sidecar %s is not valid JSON\n", path);
-        return CLI_EXIT_USAGE;
-    }
-    const cJSON *optics = cJSON_GetObjectItemCaseSensitive(root, "optics");
-    const cJSON *scan = cJSON_GetObjectItemCaseSensitive(root, "scan");
-    const cJSON *det = cJSON_GetObjectItemCaseSensitive(root, "detector");
-    const cJSON *ab = cJSON_GetObjectItemCaseSensitive(root, "aberrations_true");
-    v->kv = json_num(optics, "voltage_kV");
-    v->semiangle_mrad = json_num(optics, "semiangle_mrad");
-    json_pair(scan, "step_A", v->scan_step_A);
-    v->rotation_deg = json_num(scan, "rotation_deg");
-    if (!isnan(v->rotation_deg))
-        snprintf(v->rotation_from, sizeof v->rotation_from, "sidecar");
-    json_pair(det, "sampling_mrad", v->det_sampling_mrad);
-    json_pair(det, "zero_frequency_pixel", v->centre_px);
-    if (cJSON_IsObject(ab)) {
-        for (int i = 0; i < SSB4D_N_ABERR; i++) {
-            char key[32];
-            snprintf(key, sizeof key, "%s_nm", ssb4d_aberr_name(i));
-            double c = json_num(ab, key);
-            v->ab.C_nm[i] = isnan(c) ? 0.0 : c;
-            snprintf(key, sizeof key, "phi%s_deg", ssb4d_aberr_name(i) + 1);
-            double p = json_num(ab, key);
-            v->ab.phi_deg[i] = isnan(p) ? 0.0 : p;
-        }
-        /* SSB refers to the slab's mid-plane; the simulator states where that puts C10. */
-        double mid = json_num(ab, "expected_recovered_C10_nm_at_midplane");
-        if (!isnan(mid))
-            v->ab.C_nm[SSB4D_C10] = mid;
-        v->has_ab = 1;
-        v->ab_from_truth = 1;
-        snprintf(v->source, sizeof v->source, "simulator truth (sidecar)");
-    }
-    cJSON_Delete(root);
-    return 0;
+    out->ab = in->ab;
+    out->has_ab = in->has_ab;
+    out->ab_from_truth = in->ab_from_truth;
+    snprintf(out->source, sizeof out->source, "%s", in->ab_from);
+    out->has_thick = in->has_thick;
+    out->thick = in->thick;
+    snprintf(out->rotation_from, sizeof out->rotation_from, "%s", in->rotation_from);
+    out->rotation_measured = in->rotation_measured;
+    out->rotation_sigma_deg = in->rotation_sigma_deg;
 }
 
 int cli_read_sidecar(const char *data, const cli_micro *m, cli_values *v, char *path, size_t n)
@@ -324,11 +257,21 @@ int cli_read_sidecar(const char *data, const cli_micro *m, cli_values *v, char *
     cli_values_unset(v);
     if (n)
         path[0] = 0;
-    if (m->sidecar_path)
-        snprintf(path, n, "%s", m->sidecar_path);
-    else if (!data || !find_sidecar(data, path, n))
+    ssb4d_values lv;
+    char found[sizeof lv.sidecar_path];
+    const char *side = m->sidecar_path;
+    if (!side && ssb4d_sidecar_find(data, found, sizeof found))
+        side = found;
+    if (!side)
         return 0;
-    return read_sidecar(path, v);
+    ssb4d_err err = {0};
+    if (ssb4d_values_read(NULL, side, NULL, &lv, &err)) { /* the sidecar alone */
+        fprintf(stderr, "ssb4d: %s\n", err.msg);
+        return CLI_EXIT_USAGE;
+    }
+    from_lib(v, &lv);
+    snprintf(path, n, "%s", lv.sidecar_path);
+    return 0;
 }
 
 #define OVERRIDE(dst, src) \
@@ -448,34 +391,6 @@ static void short_identity(const char *id, char *out, size_t n)
         snprintf(out, n, "%.*s…", (int)keep, id);
 }
 
-/* The calibration a .qem carries (qem-format §9.8: its overrides win over its recorded values).
- * Only the header is read here; the data are verified when the source is opened. */
-static int read_qem_calibration(const char *path, cli_values *v)
-{
-    if (!is_qem_file(path))
-        return 0;
-    qem_file *q = NULL;
-    ssb4d_err err = {0};
-    if (qem_open(path, 0, 1, &q, &err)) {
-        fprintf(stderr, "ssb4d: %s\n", err.msg);
-        return CLI_EXIT_USAGE;
-    }
-    qem_calibration cal;
-    qem_effective_calibration(q, &cal);
-    qem_close(q);
-    v->kv = cal.kv;
-    v->semiangle_mrad = cal.semiangle_mrad;
-    for (int i = 0; i < 2; i++) {
-        v->scan_step_A[i] = cal.scan_step_A[i];
-        /* A reciprocal-length sampling (cycles/Å per pixel) is an angle only through λ. */
-        if (!cal.det_sampling_inverse_A)
-            v->det_sampling_mrad[i] = cal.det_sampling[i];
-        else if (cal.kv > 0 && !isnan(cal.det_sampling[i]))
-            v->det_sampling_mrad[i] = cal.det_sampling[i] * ssb4d_wavelength_A(cal.kv) * 1000.0;
-    }
-    return 0;
-}
-
 int cli_default_calibration_path(const char *data, char *out, size_t n)
 {
     const char *slash = strrchr(data, '/');
@@ -528,77 +443,27 @@ int cli_auto_calibration(const char *cmd, const char *data, cli_micro *m, int qu
 
 int cli_resolve(const char *data_path, const cli_micro *m, cli_values *out)
 {
-    cli_values_unset(out);
-    if (data_path) {
-        cli_values q;
-        cli_values_unset(&q);
-        int rc = read_qem_calibration(data_path, &q);
-        if (rc)
-            return rc;
-        cli_values_layer(out, &q);
+    ssb4d_values lv;
+    ssb4d_err err = {0};
+    if (ssb4d_values_read(data_path, m->sidecar_path, m->calibration_path, &lv, &err)) {
+        fprintf(stderr, "ssb4d: %s\n", err.msg);
+        return CLI_EXIT_USAGE;
     }
-    char side[4096];
-    const char *sidecar = m->sidecar_path;
-    if (!sidecar && data_path && find_sidecar(data_path, side, sizeof side))
-        sidecar = side;
-    if (sidecar) {
-        cli_values s;
-        cli_values_unset(&s);
-        int rc = read_sidecar(sidecar, &s);
-        if (rc)
-            return rc;
-        cli_values_layer(out, &s);
-    }
-    if (m->calibration_path) {
-        ssb4d_calfile cf;
-        ssb4d_err err = {0};
-        if (ssb4d_calfile_read(m->calibration_path, &cf, &err)) {
-            fprintf(stderr, "ssb4d: %s\n", err.msg);
-            return CLI_EXIT_USAGE;
-        }
-        cli_values c;
-        cli_values_unset(&c);
-        c.kv = cf.geom.kv;
-        c.semiangle_mrad = cf.geom.semiangle_mrad;
-        c.rotation_deg = cf.geom.rotation_deg;
-        snprintf(c.rotation_from, sizeof c.rotation_from, "calibration file");
-        /* A rotation `ssb4d calibrate` measured from the centre of mass (or could not measure)
-         * leaves the 180° branch open: the fit may refine it. Any other recorded rotation (given,
-         * or fitted and branch-checked by ssb4d fit; files that do not say) is held. */
-        c.rotation_measured = !strcmp(cf.rotation_method, SSB4D_CALFILE_ROT_COM) ||
-                              !strcmp(cf.rotation_method, SSB4D_CALFILE_ROT_UNDETERMINED);
-        c.rotation_sigma_deg = cf.rotation_sigma_deg;
-        c.bf_radius_px = cf.bf_radius_px;
-        for (int i = 0; i < 2; i++) {
-            c.scan_step_A[i] = cf.geom.scan_step_A[i];
-            c.det_sampling_mrad[i] = cf.geom.det_sampling_mrad[i];
-            c.centre_px[i] = cf.geom.centre_px[i];
-        }
-        if (cf.has_ab) {
-            c.ab = cf.ab;
-            c.has_ab = 1;
-            snprintf(c.source, sizeof c.source, "calibration file");
-        }
-        if (cf.has_thick) {
-            c.thick = cf.thick;
-            c.has_thick = 1;
-        }
-        /* Hashing DATA costs a read of the file (a .qem: its header only), so only when the
-         * calibration file has an identity to compare with (and only once). */
-        if (data_path && cf.data_identity[0] && m->data_identity[0])
-            snprintf(out->data_identity, sizeof out->data_identity, "%s", m->data_identity);
-        if (data_path && cf.data_identity[0] &&
-            (out->data_identity[0] ||
-             cli_data_identity(data_path, out->data_identity, sizeof out->data_identity) == 0) &&
-            ssb4d_calfile_identity_differs(cf.data_identity, out->data_identity)) {
-            char a[128], b[128];
-            short_identity(cf.data_identity, a, sizeof a);
-            short_identity(out->data_identity, b, sizeof b);
-            fprintf(stderr, "ssb4d: warning: %s was made from other data (%s ≠ %s)\n",
-                    m->calibration_path, a, b);
-        }
-        ssb4d_calfile_free(&cf);
-        cli_values_layer(out, &c);
+    from_lib(out, &lv);
+    /* Hashing DATA costs a read of the file (a .qem: its header only), so only when the
+     * calibration file has an identity to compare with (and only once). */
+    const char *recorded = lv.calibration_identity;
+    if (data_path && recorded[0] && m->data_identity[0])
+        snprintf(out->data_identity, sizeof out->data_identity, "%s", m->data_identity);
+    if (data_path && recorded[0] &&
+        (out->data_identity[0] ||
+         cli_data_identity(data_path, out->data_identity, sizeof out->data_identity) == 0) &&
+        ssb4d_calfile_identity_differs(recorded, out->data_identity)) {
+        char a[128], b[128];
+        short_identity(recorded, a, sizeof a);
+        short_identity(out->data_identity, b, sizeof b);
+        fprintf(stderr, "ssb4d: warning: %s was made from other data (%s ≠ %s)\n",
+                m->calibration_path, a, b);
     }
     cli_values_layer(out, &m->flags);
     return 0;
@@ -672,12 +537,7 @@ int cli_error(const char *cmd, ssb4d_status st, const char *msg)
 ssb4d_status cli_write_image(const char *path, const float *img, size_t rows, size_t cols,
                              double pixel_A[2], ssb4d_err *err)
 {
-    const char *dot = strrchr(path, '.');
-    if (dot && !strcasecmp(dot, ".png")) {
-        ssb4d_png_legend lg = {pixel_A ? pixel_A[1] : 0.0, "rad"};
-        return ssb4d_image_write_png_legend(path, img, rows, cols, &lg, err);
-    }
-    return ssb4d_image_write(path, img, rows, cols, pixel_A, err);
+    return ssb4d_image_save(path, img, rows, cols, pixel_A, "rad", err);
 }
 
 int cli_parse_aberr_list(const char *s, ssb4d_aberrations *ab, unsigned *c_mask, unsigned *phi_mask)

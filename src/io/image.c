@@ -338,3 +338,16 @@ ssb4d_status ssb4d_calibration_picture(const char *path, const ssb4d_calibration
     ssb4d_canvas_free(&c);
     return st;
 }
+
+ssb4d_status ssb4d_image_save(const char *path, const float *img, size_t rows, size_t cols,
+                              const double pixel_A[2], const char *unit, ssb4d_err *err)
+{
+    if (!path || !img || !rows || !cols)
+        return ssb4d_fail(err, SSB4D_EINVAL, "ssb4d_image_save needs a path and a non-empty image");
+    const char *ext = ext_of(path);
+    if (!strcasecmp(ext, "png")) {
+        ssb4d_png_legend lg = {pixel_A ? pixel_A[1] : 0.0, unit ? unit : "rad"};
+        return ssb4d_image_write_png_legend(path, img, rows, cols, &lg, err);
+    }
+    return ssb4d_image_write(path, img, rows, cols, pixel_A, err);
+}

@@ -36,4 +36,10 @@ ssb4d_status ssb4d_qem_read_frames(const qem_file *q, size_t pos0, size_t npos, 
 ssb4d_status ssb4d_qem_read_columns(const qem_file *q, const int32_t *det_pix, size_t n_pix,
                                     size_t row0, size_t nrows, float *out, int threads,
                                     ssb4d_err *err);
+
+/* values.c: the simulator sidecar of DATA (DATA.json, DATA with its extension replaced by .json,
+ * or that without a trailing "_counts"): 1 and its path in out when one exists, else 0 and "". */
+int ssb4d_sidecar_find(const char *data, char *out, size_t n);
+/* Reads a sidecar's values (unset where it says nothing). */
+ssb4d_status ssb4d_sidecar_read(const char *path, ssb4d_values *v, ssb4d_err *err);
 #endif
