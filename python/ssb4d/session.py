@@ -1,0 +1,646 @@
+"""The session: one live acquisition (a file or a numpy array) that you calibrate, fit, preview,
+reconstruct and save, over the C library's session handle (include/ssb4d.h)."""
+import ctypes
+import math
+import os
+import tempfile
+from typing import Dict, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from . import _lib, _run
+from .errors import InvalidArgument
+from .results import (Calibration, FitResult, MemoryReport, Plan, Reconstruction, RegionFit, Stage, TiltResult,
+                      aberrations_dict, aberrations_struct)
+
+lib = _lib.lib
+_BACKENDS = {'auto': 0, 'cpu': 1, 'cuda': 2}
+_OBJECTIVES = {'band': 0, 'loss': 1}
+_ESTIMATORS = {'object': 0, 'mean_phase': 1}
+_NAN = float('nan')
+
+
+def _size(memory):
+    """A budget: None (the available RAM), bytes as an int, or a string like '16G'."""
+    if memory is None:
+        return 0
+    if isinstance(memory, str):
+        out = ctypes.c_size_t()
+        if lib.ssb4d_parse_size(memory.encode(), ctypes.byref(out)):
+            raise InvalidArgument("memory=%r is not a size like '16G', '512M' or a number of bytes" % memory)
+        return out.value
+    if isinstance(memory, bool) or not isinstance(memory, int) or memory < 0:
+        raise InvalidArgument('memory must be a size string or a non-negative number of bytes, not %r' % (memory,))
+    return memory
+
+
+def _pair(name, v):
+    if v is None:
+        return None
+    if isinstance(v, (int, float)):
+        return (float(v), float(v))
+    v = tuple(float(x) for x in v)
+    if len(v) != 2:
+        raise InvalidArgument('%s takes one number or a (row, col) pair, not %r' % (name, v))
+    return v
+
+
+class _Holder:
+    current = None
+
+
+class Session:
+    """One acquisition, live: calibrate → fit → previews, the object, regions → save.
+
+    Make one with :func:`ssb4d.open` (a file) or :func:`ssb4d.open_array` (a numpy array); close
+    it with :meth:`close` or a ``with`` block. Long calls take ``progress`` (True: a tqdm bar when
+    tqdm is installed; a callable ``fn(stage, fraction)`` that returns True to cancel; False) and
+    stop on Ctrl-C (KeyboardInterrupt), leaving the session as it was before the call.
+    A session is used by one thread at a time; :meth:`cancel` may be called from any thread.
+    """
+
+    def __init__(self, _handle, *, source, values, array=None, microscope=None):
+        self._s = _handle
+        self._source = source            # the path, or None for an array
+        self._array = array              # kept alive: the library reads it until close
+        self._values = values            # ssb4d.Values the session started from
+        self._microscope = microscope or {}
+        self._fit = None
+
+    # -- plumbing -------------------------------------------------------------------------
+    @staticmethod
+    def _opts(micro, memory, threads, backend, hot_pixels, region, holder):
+        o = _lib.SessionOpts()
+        lib.ssb4d_session_opts_default(ctypes.byref(o))
+        c = o.calib
+        c.kv = micro['kv']
+        c.semiangle_mrad = micro['semiangle_mrad']
+        c.scan_step_A[0], c.scan_step_A[1] = micro['scan_step_A']
+        ds = micro.get('det_sampling_mrad') or (0.0, 0.0)
+        c.det_sampling_mrad[0], c.det_sampling_mrad[1] = ds
+        cp = micro.get('centre_px') or (_NAN, _NAN)
+        c.centre_px[0], c.centre_px[1] = cp
+        rot = micro.get('rotation_deg')
+        c.rotation_deg = _NAN if rot is None else rot
+        c.bf_radius_px = micro.get('bf_radius_px') or 0.0
+        c.hot_pixels = 1 if hot_pixels else 0
+        c.threads = threads
+        o.rotation_measured = 1 if (micro.get('rotation_measured') and rot is not None) else 0
+        sigma = micro.get('rotation_sigma_deg')
+        o.rotation_sigma_deg = _NAN if sigma is None or not o.rotation_measured else sigma
+        o.memory_bytes = _size(memory)
+        o.threads = threads
+        if backend not in _BACKENDS:
+            raise InvalidArgument("backend must be 'auto', 'cpu' or 'cuda', not %r" % (backend,))
+        o.backend = _BACKENDS[backend]
+        cb = _run.c_callback(holder)
+        o.progress = cb
+        if region is not None:
+            (r0, r1), (c0, c1) = region
+            o.region[:] = [r0, r1, c0, c1]
+        return o, cb
+
+    def _handle(self):
+        if not self._s:
+            raise InvalidArgument('the session is closed')
+        return self._s
+
+    def _call(self, fn, progress, label):
+        h = self._handle()
+        p = _run.Progress(progress, label)
+        self._holder.current = p
+        try:
+            return _run.call(fn, p, cancel=lambda: lib.ssb4d_session_cancel(h))
+        finally:
+            self._holder.current = None
+
+    def _status(self, cfn, *args, progress=False, label=''):
+        err = _lib.Err()
+        st = self._call(lambda: cfn(*args, ctypes.byref(err)), progress, label)
+        _lib.check(st, err)
+
+    # -- life -------------------------------------------------------------------------------
+    def close(self):
+        """Frees everything the session holds (G, the data mapping). Safe to call twice."""
+        if getattr(self, '_s', None):
+            lib.ssb4d_session_close(self._s)
+            self._s = None
+            self._array = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def cancel(self):
+        """Ends the running call with :class:`ssb4d.Cancelled` (any thread)."""
+        if self._s:
+            lib.ssb4d_session_cancel(self._s)
+
+    def __repr__(self):
+        if not self._s:
+            return '<ssb4d.Session closed>'
+        return '<ssb4d.Session %s shape=%s backend=%s>' % (self._source or 'array', self.shape, self.backend)
+
+    # -- what it is -------------------------------------------------------------------------
+    @property
+    def shape(self) -> Tuple[int, int, int, int]:
+        """(scan rows, scan cols, detector rows, detector cols)."""
+        sh = (ctypes.c_size_t * 4)()
+        lib.ssb4d_session_shape(self._handle(), sh)
+        return tuple(sh)
+
+    @property
+    def backend(self) -> str:
+        """Where the heavy passes run: 'cpu' or 'cuda'."""
+        return lib.ssb4d_session_backend(self._handle()).decode()
+
+    @property
+    def values(self):
+        """What the file (its .qem record, sidecar, calibration file) stated, before keywords."""
+        return self._values
+
+    @property
+    def truth(self) -> Optional[Dict[str, float]]:
+        """A simulation's true aberrations (from its sidecar), else None."""
+        if getattr(self, '_truth', None):
+            return dict(self._truth)
+        v = self._values
+        return v.aberrations if v is not None and v.aberrations_from.startswith('simulator truth') else None
+
+    # -- calibration --------------------------------------------------------------------------
+    def calibrate(self, progress=True) -> Calibration:
+        """Finds the BF disk, detector sampling, hot pixels and (unless given) the rotation, and
+        plans memory (SPEC §4, §9). Other calls do this when needed."""
+        self._status(lib.ssb4d_session_calibrate, self._handle(), progress=progress, label='calibrate')
+        return self.calibration
+
+    @property
+    def calibration(self) -> Optional[Calibration]:
+        """The calibration, or None before :meth:`calibrate`."""
+        c = lib.ssb4d_session_calibration(self._handle())
+        return Calibration._from(c.contents) if c else None
+
+    @property
+    def plan(self) -> Optional[Plan]:
+        """The memory plan made at calibration (None before)."""
+        p = lib.ssb4d_session_plan(self._handle())
+        return Plan._from(p.contents) if p else None
+
+    def build(self, progress=True):
+        """Builds G now (other calls build it on first need)."""
+        self._status(lib.ssb4d_session_build, self._handle(), progress=progress, label='G build')
+
+    def G_info(self) -> Dict[str, int]:
+        """How G is held: bytes, BF pixels, planes stored and resident (0 before it is built)."""
+        v = [ctypes.c_size_t() for _ in range(4)]
+        lib.ssb4d_session_G_info(self._handle(), *[ctypes.byref(x) for x in v])
+        return dict(zip(('bytes', 'n_bf', 'n_stored', 'n_resident'), (x.value for x in v)))
+
+    # -- the current parameters ---------------------------------------------------------------
+    @property
+    def aberrations(self) -> Dict[str, float]:
+        """The current aberrations: {'C10_nm': .., 'C12_nm': .., 'phi12_deg': .., ...}."""
+        ab = _lib.Aberrations()
+        lib.ssb4d_session_get(self._handle(), ctypes.byref(ab), None, None)
+        return aberrations_dict(ab)
+
+    def set_aberrations(self, values: Optional[Dict[str, float]] = None, *, tilt_mrad=None, thickness_nm=None,
+                        **kw):
+        """Sets the current aberrations: those named (``C10_nm=-10, phi12_deg=30``, or a dict) change,
+        the others keep their values. ``tilt_mrad`` and ``thickness_nm`` set the thick model."""
+        cur = _lib.Aberrations()
+        th = _lib.Thick()
+        lib.ssb4d_session_get(self._handle(), ctypes.byref(cur), ctypes.byref(th), None)
+        d = dict(values or {})
+        d.update(kw)
+        ab = aberrations_struct(d, cur)
+        if tilt_mrad is not None:
+            th.tilt_mrad[0], th.tilt_mrad[1] = _pair('tilt_mrad', tilt_mrad)
+        if thickness_nm is not None:
+            th.thickness_nm = float(thickness_nm)
+        lib.ssb4d_session_set(self._handle(), ctypes.byref(ab), ctypes.byref(th))
+
+    @property
+    def rotation_deg(self) -> float:
+        """The scan–detector rotation in use (degrees)."""
+        g = _lib.Geometry()
+        lib.ssb4d_session_get(self._handle(), None, None, ctypes.byref(g))
+        return g.rotation_deg
+
+    def set_rotation(self, deg: float):
+        """Holds the rotation at ``deg`` (later fits keep it, as if given). Calibrates first."""
+        self._status(lib.ssb4d_session_set_rotation, self._handle(), ctypes.c_double(deg), label='calibrate')
+
+    # -- fits -----------------------------------------------------------------------------------
+    def _fit_params(self, objective='band', trials=None, batch=None, seed=None, start=None, lock=(),
+                    branch_check=True, fit_radius=None, coarse_bf=None, use_parallax=True, box=None):
+        p = _lib.FitParams()
+        lib.ssb4d_fit_params_default(ctypes.byref(p))
+        if objective not in _OBJECTIVES:
+            raise InvalidArgument("objective must be 'band' or 'loss', not %r" % (objective,))
+        p.objective = _OBJECTIVES[objective]
+        if trials is not None:
+            p.trials = int(trials)
+        if batch is not None:
+            p.batch = int(batch)
+        if seed is not None:
+            p.seed = int(seed)
+        if fit_radius is not None:
+            p.fit_radius = float(fit_radius)
+        if coarse_bf is not None:
+            p.coarse_bf = int(coarse_bf)
+        p.branch_check = 1 if branch_check else 0
+        p.use_parallax = 1 if use_parallax else 0
+        names = ('C10_nm', 'C12_nm', 'phi12_deg')
+        if box is not None:
+            for j, n in enumerate(names):
+                if n in box:
+                    p.lo[j], p.hi[j] = box[n]
+        if start is not None:
+            st = start if isinstance(start, dict) else dict(zip(names, start))
+            for j, n in enumerate(names):
+                if n in st:
+                    p.start[j] = float(st[n])
+            p.start_given = 1
+        for n in lock:
+            if n not in names:
+                raise InvalidArgument('lock takes C10_nm, C12_nm, phi12_deg, not %r' % (n,))
+            p.locked[names.index(n)] = 1
+            p.start_given = 1
+        for j, n in enumerate(names):
+            if p.start_given and not (p.lo[j] <= p.start[j] <= p.hi[j]):
+                raise InvalidArgument('start %s = %g is outside the box [%g, %g]' % (n, p.start[j], p.lo[j], p.hi[j]))
+        return p
+
+    def fit(self, *, progress=True, **params) -> FitResult:
+        """The standard fit of C10, C12 and φ12 (docs/fit.md) over the whole field; the session's
+        parameters become the fit's. Keywords: objective ('band' or 'loss'), trials, batch, seed
+        (42), start (C10_nm, C12_nm, phi12_deg), lock (names held at start), branch_check,
+        fit_radius, coarse_bf, use_parallax, box ({'C10_nm': (lo, hi), ...}). The same bits as
+        ``ssb4d fit`` with the same values (trace_sha256)."""
+        p = self._fit_params(**params)
+        r = _lib.FitResult()
+        err = _lib.Err()
+        st = self._call(lambda: lib.ssb4d_session_fit(self._handle(), ctypes.byref(p), ctypes.byref(r),
+                                                      ctypes.byref(err)), progress, 'fit')
+        try:
+            _lib.check(st, err)
+            self._fit = FitResult._from(r)
+        finally:
+            lib.ssb4d_fit_result_free(ctypes.byref(r))
+        return self._fit
+
+    def fit_tilt(self, *, progress=True) -> TiltResult:
+        """The thick-sample (tilt) fit from the last standard fit (SPEC §6.2); the session's
+        parameters become its result."""
+        t = _lib.TiltResult()
+        self._status(lib.ssb4d_session_fit_tilt, self._handle(), ctypes.byref(t), progress=progress,
+                     label='tilt fit')
+        return TiltResult._from(t)
+
+    def fit_region(self, rows: Tuple[int, int], cols: Tuple[int, int], *, progress=True, **params) -> FitResult:
+        """Refits scan rows [r0, r1) x cols [c0, c1) (at least 32x32) with the full field's
+        calibration. The session's parameters are unchanged (:meth:`apply` makes them current)."""
+        rect = (ctypes.c_size_t * 4)(rows[0], rows[1], cols[0], cols[1])
+        p = self._fit_params(**params)
+        r = _lib.FitResult()
+        err = _lib.Err()
+        st = self._call(lambda: lib.ssb4d_session_fit_region(self._handle(), rect, ctypes.byref(p), ctypes.byref(r),
+                                                             ctypes.byref(err)), progress, 'region fit')
+        try:
+            _lib.check(st, err)
+            return FitResult._from(r)
+        finally:
+            lib.ssb4d_fit_result_free(ctypes.byref(r))
+
+    def fit_regions(self, grid: Tuple[int, int] = (4, 4), *, progress=True, **params):
+        """Refits a grid of rows x cols equal regions (the last row and column take the remainder):
+        a list of :class:`RegionFit`, row-major. The aberration map."""
+        rows, cols = grid
+        n = rows * cols
+        if not (rows >= 1 and cols >= 1 and n <= 4096):
+            raise InvalidArgument('grid must be (rows, cols) with 1..4096 regions, not %r' % (grid,))
+        p = self._fit_params(**params)
+        res = (_lib.FitResult * n)()
+        rects = (ctypes.c_size_t * (4 * n))()
+        err = _lib.Err()
+        st = self._call(lambda: lib.ssb4d_session_fit_regions(self._handle(), rows, cols, ctypes.byref(p), res,
+                                                              rects, ctypes.byref(err)), progress, 'regions')
+        try:
+            _lib.check(st, err)
+            return [RegionFit((rects[4 * i], rects[4 * i + 1]), (rects[4 * i + 2], rects[4 * i + 3]),
+                              FitResult._from(res[i])) for i in range(n)]
+        finally:
+            if not st:
+                for i in range(n):
+                    lib.ssb4d_fit_result_free(ctypes.byref(res[i]))
+
+    def apply(self, result: FitResult):
+        """Makes a fit's result (of the field or a region) the current parameters."""
+        if not isinstance(result, FitResult) or result._raw is None:
+            raise InvalidArgument('apply takes a FitResult of this package')
+        lib.ssb4d_session_apply(self._handle(), ctypes.byref(result._raw))
+
+    # -- images ---------------------------------------------------------------------------------
+    def image_shape(self, upsample: int = 1) -> Tuple[int, int]:
+        """The phase image's shape at an upsampling (0: automatic). Calibrates first."""
+        ny, nx = ctypes.c_size_t(), ctypes.c_size_t()
+        self._status(lib.ssb4d_session_image_shape, self._handle(), int(upsample), ctypes.byref(ny),
+                     ctypes.byref(nx), label='calibrate')
+        return ny.value, nx.value
+
+    def preview(self, *, upsample: int = 1, subset: int = 0, estimator: str = 'object', rotation_deg=None,
+                loss: bool = False, progress=False, **aberrations):
+        """One preview (what a viewer draws while a slider moves): the phase (float32, rad) at the
+        current parameters, or at those given (``C10_nm=...``; the others current). subset n: every
+        ⌊N_bf/n⌋-th BF pixel. loss=True returns (phase, loss)."""
+        if estimator not in _ESTIMATORS:
+            raise InvalidArgument("estimator must be 'object' or 'mean_phase', not %r" % (estimator,))
+        q = _lib.PreviewReq()
+        lib.ssb4d_preview_req_default(ctypes.byref(q))
+        ab = None
+        if aberrations:
+            cur = _lib.Aberrations()
+            lib.ssb4d_session_get(self._handle(), ctypes.byref(cur), None, None)
+            ab = aberrations_struct(aberrations, cur)
+            q.ab = ctypes.pointer(ab)
+        q.rotation_deg = _NAN if rotation_deg is None else float(rotation_deg)
+        q.upsample = int(upsample)
+        q.subset = int(subset)
+        q.estimator = _ESTIMATORS[estimator]
+        q.want_loss = 1 if loss else 0
+        ny, nx = self.image_shape(upsample)
+        out = np.empty((ny, nx), np.float32)
+        lv = ctypes.c_double(_NAN)
+        self._status(lib.ssb4d_session_preview, self._handle(), ctypes.byref(q), out.ctypes.data_as(ctypes.c_void_p),
+                     ctypes.byref(lv), progress=progress, label='preview')
+        return (out, lv.value) if loss else out
+
+    def reconstruct(self, upsample: int = 1, *, progress=True) -> Reconstruction:
+        """The complex object (complex64), its phase (float32, rad) and the exact loss at the current
+        parameters: exactly what ``ssb4d fit`` writes as object.npy and phase.tiff. upsample 0:
+        automatic."""
+        ny, nx = self.image_shape(upsample)
+        obj = np.empty((ny, nx), np.complex64)
+        ph = np.empty((ny, nx), np.float32)
+        lv = ctypes.c_double(_NAN)
+        h = self._handle()
+        vp = ctypes.c_void_p
+        if upsample == 1:  # one pass: the object and the loss (ssb4d_session_release)
+            self._status(lib.ssb4d_session_release, h, obj.ctypes.data_as(vp), ph.ctypes.data_as(vp),
+                         ctypes.byref(lv), progress=progress, label='reconstruct')
+        else:
+            self._status(lib.ssb4d_session_object, h, int(upsample), obj.ctypes.data_as(vp), ph.ctypes.data_as(vp),
+                         progress=progress, label='reconstruct')
+            self._status(lib.ssb4d_session_loss, h, ctypes.byref(lv), progress=progress, label='loss')
+        up = ny // (self._region_rows() or 1)
+        g = _lib.Geometry()
+        lib.ssb4d_session_get(h, None, None, ctypes.byref(g))
+        return Reconstruction(ph, obj, lv.value, up, (g.scan_step_A[0] / up, g.scan_step_A[1] / up))
+
+    def _region_rows(self):
+        return self._rows if getattr(self, '_rows', None) else self.shape[0]
+
+    def object(self, upsample: int = 1, *, progress=True):
+        """The complex object (complex64) at the current parameters."""
+        ny, nx = self.image_shape(upsample)
+        obj = np.empty((ny, nx), np.complex64)
+        self._status(lib.ssb4d_session_object, self._handle(), int(upsample), obj.ctypes.data_as(ctypes.c_void_p),
+                     None, progress=progress, label='object')
+        return obj
+
+    def phase(self, upsample: int = 1, *, progress=True):
+        """The phase image (float32, rad) at the current parameters (the object's argument)."""
+        ny, nx = self.image_shape(upsample)
+        ph = np.empty((ny, nx), np.float32)
+        self._status(lib.ssb4d_session_object, self._handle(), int(upsample), None,
+                     ph.ctypes.data_as(ctypes.c_void_p), progress=progress, label='phase')
+        return ph
+
+    def loss(self, *, progress=True) -> float:
+        """The exact loss (SPEC §5.4) over all BF pixels at the current parameters."""
+        lv = ctypes.c_double()
+        self._status(lib.ssb4d_session_loss, self._handle(), ctypes.byref(lv), progress=progress, label='loss')
+        return lv.value
+
+    def save_phase(self, path: Union[str, os.PathLike], upsample: int = 1, *, image=None, progress=True):
+        """Writes the phase image as .tiff (float32 with its sampling), .png (with a scale bar and a
+        colour bar in rad) or .npy, atomically; ``image`` (a float32 array) instead of the current
+        phase. The same bytes as ``ssb4d fit``'s phase.tiff / phase.png."""
+        if image is None:
+            image = self.phase(upsample, progress=progress)
+            rows = self._region_rows()
+            up = image.shape[0] // rows if rows else 1
+        else:
+            image = np.asarray(image)
+            if image.ndim != 2 or image.dtype != np.float32:
+                raise InvalidArgument('image must be a 2-D float32 array, not %s %s' % (image.ndim, image.dtype))
+            up = max(1, image.shape[0] // self._region_rows())
+        image = np.ascontiguousarray(image)
+        g = _lib.Geometry()
+        lib.ssb4d_session_get(self._handle(), None, None, ctypes.byref(g))
+        pix = (ctypes.c_double * 2)(g.scan_step_A[0] / up, g.scan_step_A[1] / up)
+        err = _lib.Err()
+        _lib.check(lib.ssb4d_image_save(_lib.enc(os.fspath(path)), image.ctypes.data_as(ctypes.c_void_p),
+                                        image.shape[0], image.shape[1], pix, b'rad', ctypes.byref(err)), err)
+
+    def _repr_png_(self):
+        """Jupyter shows a session as its phase image at the current parameters."""
+        if not self._s:
+            return None
+        with tempfile.TemporaryDirectory(prefix='ssb4d-') as d:
+            path = os.path.join(d, 'phase.png')
+            self.save_phase(path, progress=False)
+            with open(path, 'rb') as f:
+                return f.read()
+
+    # -- calibration files, memory ----------------------------------------------------------------
+    def save_calibration(self, path: Union[str, os.PathLike], force: bool = False):
+        """Writes the calibration and current parameters as a calibration file (docs/calibration-file.md)
+        that ``ssb4d reconstruct --calibration`` reads; refuses an existing path unless force."""
+        self._status(lib.ssb4d_session_save_calibration, self._handle(), _lib.enc(os.fspath(path)),
+                     1 if force else 0, label='save')
+
+    def load_calibration(self, path: Union[str, os.PathLike], *, progress=True):
+        """Reads a calibration file: its microscope, geometry, rotation and aberrations become the
+        session's (it recalibrates)."""
+        self._status(lib.ssb4d_session_load_calibration, self._handle(), _lib.enc(os.fspath(path)),
+                     progress=progress, label='calibrate')
+
+    def memory_report(self) -> MemoryReport:
+        """The memory, stage by stage: tracked peak and after, and the process footprint."""
+        m = lib.ssb4d_session_mem(self._handle())
+        stages = []
+        for i in range(lib.ssb4d_mem_stage_count(m)):
+            r = lib.ssb4d_mem_stage(m, i).contents
+            stages.append(Stage(_lib.s(r.name), r.peak_bytes, r.after_bytes, r.cache_bytes, r.rss_peak_bytes,
+                                r.seconds))
+        return MemoryReport(lib.ssb4d_mem_limit(m), lib.ssb4d_mem_peak(m), stages)
+
+    # -- the viewer ---------------------------------------------------------------------------------
+    def view(self, port: int = 0, *, width='100%', height=720, fit_on_start=None):
+        """Starts ``ssb4d view`` on this session's data at its current parameters (a second process on
+        127.0.0.1; an array is written to a temporary .npy first) and returns a :class:`Viewer`, which
+        Jupyter shows as an inline frame. ``Viewer.stop()`` ends it."""
+        from .view import start_viewer
+        return start_viewer(self, port=port, width=width, height=height, fit_on_start=fit_on_start)
+
+
+def _microscope(values, kw):
+    """The layered values: the file's, then the keywords given."""
+    m = {}
+    if values is not None:
+        m.update(kv=values.kv, semiangle_mrad=values.semiangle_mrad, scan_step_A=values.scan_step_A,
+                 det_sampling_mrad=values.det_sampling_mrad, centre_px=values.centre_px,
+                 rotation_deg=values.rotation_deg, rotation_measured=values.rotation_measured,
+                 rotation_sigma_deg=values._raw.rotation_sigma_deg if values._raw is not None else None)
+    for k in ('kv', 'semiangle_mrad', 'bf_radius_px'):
+        if kw.get(k) is not None:
+            m[k] = float(kw[k])
+    for k in ('scan_step_A', 'det_sampling_mrad', 'centre_px'):
+        if kw.get(k) is not None:
+            m[k] = _pair(k, kw[k])
+    if kw.get('rotation_deg') is not None:
+        m['rotation_deg'] = float(kw['rotation_deg'])
+        m['rotation_measured'] = False
+    need = (('kv', 'the accelerating voltage is unknown: give kv= (kV)'),
+            ('semiangle_mrad', 'the convergence semi-angle is unknown: give semiangle_mrad= (mrad)'),
+            ('scan_step_A', 'the scan step is unknown: give scan_step_A= (Angstrom)'))
+    for k, msg in need:
+        if m.get(k) is None:
+            raise InvalidArgument(msg)
+    return m
+
+
+_MICRO_KEYS = ('kv', 'semiangle_mrad', 'scan_step_A', 'det_sampling_mrad', 'centre_px', 'rotation_deg',
+               'bf_radius_px')
+
+
+def _new(open_fn, values, micro, memory, threads, backend, hot_pixels, region, source, array):
+    holder = _Holder()
+    o, cb = Session._opts(micro, memory, threads, backend, hot_pixels, region, holder)
+    out = ctypes.c_void_p()
+    err = _lib.Err()
+    _lib.check(open_fn(ctypes.byref(o), ctypes.byref(out), ctypes.byref(err)), err)
+    s = Session(out.value, source=source, values=values, array=array, microscope=micro)
+    s._holder = holder
+    s._cb = cb  # the C callback object lives as long as the session
+    s._rows = (region[0][1] - region[0][0]) if region is not None else None
+    return s
+
+
+def open(path, *, kv=None, semiangle_mrad=None, scan_step_A=None, det_sampling_mrad=None, centre_px=None,
+         rotation_deg=None, bf_radius_px=None, sidecar=None, calibration=None, memory=None, threads=0,
+         backend='auto', hot_pixels=True, region=None, qem=None, format=None, dataset=None,
+         progress=True) -> Session:
+    """Opens an acquisition file as a :class:`Session`.
+
+    ``.qem`` and ``.npy`` files are used in place (memory-mapped). Other formats (HDF5 / EMD /
+    py4DSTEM, Dectris Arina, Merlin .mib, raw) are imported once into a ``.qem`` (``qem=`` names
+    where to keep it, else a temporary file removed at close; ``format``, ``dataset`` as
+    :func:`ssb4d.encode`).
+
+    The microscope values start from what the file states (a .qem's record, the simulator
+    sidecar beside it or ``sidecar=``, a calibration file ``calibration=``); keywords win:
+    kv (kV), semiangle_mrad, scan_step_A, det_sampling_mrad, centre_px, rotation_deg (given:
+    held by fits), bf_radius_px. memory: the budget ('16G', bytes; None: the available RAM);
+    backend: 'auto', 'cpu' or 'cuda'; region: ((r0, r1), (c0, c1)) to fit and image only that
+    part of the scan.
+    """
+    from .tools import encode, values as read_values
+    path = os.fspath(path)
+    kw = dict(kv=kv, semiangle_mrad=semiangle_mrad, scan_step_A=scan_step_A, det_sampling_mrad=det_sampling_mrad,
+              centre_px=centre_px, rotation_deg=rotation_deg, bf_radius_px=bf_radius_px)
+    tmpdir = None
+    data = path
+    if _needs_import(path):
+        if qem is None:
+            tmpdir = tempfile.TemporaryDirectory(prefix='ssb4d-')
+            qem = os.path.join(tmpdir.name, os.path.basename(path) + '.qem')
+        sp = _pair('scan_step_A', scan_step_A)
+        ds = _pair('det_sampling_mrad', det_sampling_mrad)
+        encode(path, qem, format=format, dataset=dataset, kv=kv, semiangle_mrad=semiangle_mrad, scan_step_A=sp,
+               det_sampling_mrad=ds, force=tmpdir is not None, progress=progress)
+        data = qem
+    v = read_values(data, sidecar=sidecar, calibration=calibration)
+    micro = _microscope(v, kw)
+    s = _new(lambda o, out, err: lib.ssb4d_session_open(_lib.enc(data), o, out, err), v, micro, memory, threads,
+             backend, hot_pixels, region, data, None)
+    s._tmpdir = tmpdir
+    s._path = data
+    v_raw = v._raw
+    if v_raw.has_ab and not v_raw.ab_from_truth:  # a calibration file's aberrations are the start
+        th = v_raw.thick if v_raw.has_thick else None
+        lib.ssb4d_session_set(s._s, ctypes.byref(v_raw.ab), ctypes.byref(th) if th is not None else None)
+    return s
+
+
+def _needs_import(path):
+    """A readable file that is neither a .qem nor a .npy (the library reads those in place; any
+    other failure is left to it, for its own message)."""
+    try:
+        with builtins_open(path, 'rb') as f:
+            head = f.read(8)
+    except OSError:
+        return False
+    return os.path.isfile(path) and not (head.startswith(b'QEMDATA1') or head.startswith(b'\x93NUMPY'))
+
+
+import builtins  # noqa: E402  (open is shadowed above)
+builtins_open = builtins.open
+
+
+def open_array(data, *, kv, semiangle_mrad, scan_step_A, det_sampling_mrad=None, centre_px=None, rotation_deg=None,
+               bf_radius_px=None, memory=None, threads=0, backend='auto', hot_pixels=True, region=None) -> Session:
+    """Opens a 4-D numpy array (scan rows, scan cols, detector rows, detector cols) of counts as a
+    :class:`Session`.
+
+    uint8, uint16 and uint32 arrays in C order are used without a copy (keep them unchanged while
+    the session is open; the session holds a reference). float32 arrays of whole non-negative
+    counts are converted once (a copy) to the smallest unsigned type that holds them; fractional
+    floats, signed or big-endian dtypes, other ranks and non-C-contiguous strides are refused.
+    The microscope values are required here (kv, semiangle_mrad, scan_step_A); the others as in
+    :func:`ssb4d.open`.
+    """
+    a = _check_array(data)
+    kw = dict(kv=kv, semiangle_mrad=semiangle_mrad, scan_step_A=scan_step_A, det_sampling_mrad=det_sampling_mrad,
+              centre_px=centre_px, rotation_deg=rotation_deg, bf_radius_px=bf_radius_px)
+    micro = _microscope(None, kw)
+    dt = {1: 1, 2: 2, 4: 4}[a.dtype.itemsize]
+    shape = (ctypes.c_size_t * 4)(*a.shape)
+    ptr = a.ctypes.data_as(ctypes.c_void_p)
+    s = _new(lambda o, out, err: lib.ssb4d_session_open_memory(ptr, dt, shape, o, out, err), None, micro, memory,
+             threads, backend, hot_pixels, region, None, a)
+    return s
+
+
+def _check_array(data):
+    if not isinstance(data, np.ndarray):
+        raise InvalidArgument('open_array takes a numpy array, not %s' % type(data).__name__)
+    if data.ndim != 4:
+        raise InvalidArgument('expected a 4-D array (scan_row, scan_col, det_row, det_col), got %d-D with shape %s'
+                              % (data.ndim, data.shape))
+    if not data.flags.c_contiguous:
+        raise InvalidArgument('the array is not C-contiguous (strides %s): pass np.ascontiguousarray(a) (a copy)'
+                              % (data.strides,))
+    dt = data.dtype
+    if dt.byteorder == '>' or (dt.byteorder == '=' and not np.little_endian):
+        raise InvalidArgument('dtype %s is big-endian: pass a.astype(a.dtype.newbyteorder("<"))' % dt)
+    if dt in (np.uint8, np.uint16, np.uint32):
+        return data
+    if dt == np.float32:
+        if data.size and (not np.isfinite(data).all() or (data < 0).any() or (np.floor(data) != data).any()):
+            raise InvalidArgument('float32 data must hold whole non-negative counts (ssb4d works on counts); '
+                                  'round or rescale it first, e.g. np.rint(a).astype(np.uint16)')
+        top = float(data.max()) if data.size else 0.0
+        return np.ascontiguousarray(data.astype(np.uint16 if top <= 65535 else np.uint32))
+    raise InvalidArgument('dtype %s is not supported: counts must be uint8, uint16, uint32 or float32 holding '
+                          'whole counts' % dt)
