@@ -459,7 +459,7 @@ class Session:
         with tempfile.TemporaryDirectory(prefix='ssb4d-') as d:
             path = os.path.join(d, 'phase.png')
             self.save_phase(path, progress=False)
-            with open(path, 'rb') as f:
+            with builtins_open(path, 'rb') as f:
                 return f.read()
 
     # -- calibration files, memory ----------------------------------------------------------------
