@@ -126,6 +126,10 @@ class Session:
             lib.ssb4d_session_close(self._s)
             self._s = None
             self._array = None
+        tmp = getattr(self, '_tmpdir', None)
+        if tmp is not None:  # the .qem an import made for this session
+            tmp.cleanup()
+            self._tmpdir = None
 
     def __enter__(self):
         return self

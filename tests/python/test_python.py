@@ -84,7 +84,9 @@ def test_hdf5_in_py4dstem_layout(tiny, tmp_path):
     with ssb4d.open(path, progress=False) as s:
         assert s.shape == (32, 32, 48, 48)
         assert s._path.endswith('.qem')
+        imported = s._path
         f = fit_of(s)
+    assert not os.path.exists(imported)  # the temporary .qem goes with the session
     # the same counts as the command line's import of the file
     run_cli('import', path, '-o', tmp_path / 'cli.qem', '-q')
     import json
