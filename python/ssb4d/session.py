@@ -506,6 +506,8 @@ def _microscope(values, kw):
                  det_sampling_mrad=values.det_sampling_mrad, centre_px=values.centre_px,
                  rotation_deg=values.rotation_deg, rotation_measured=values.rotation_measured,
                  rotation_sigma_deg=values._raw.rotation_sigma_deg if values._raw is not None else None)
+        if values._raw is not None and not math.isnan(values._raw.bf_radius_px):  # a calibration file's
+            m['bf_radius_px'] = values._raw.bf_radius_px
     for k in ('kv', 'semiangle_mrad', 'bf_radius_px'):
         if kw.get(k) is not None:
             m[k] = float(kw[k])

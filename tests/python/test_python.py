@@ -143,11 +143,13 @@ def test_calibration_files_round_trip(tiny, tmp_path):
     with ssb4d.open(tiny['npy'], calibration=cal) as s:  # the file's aberrations are the start
         assert s.aberrations['C10_nm'] == pytest.approx(f.C10_nm, abs=1e-6)
         assert s.loss(progress=False) == pytest.approx(f.loss, rel=1e-9)
+        s.save_phase(tmp_path / 'p.tiff', progress=False)
     # and the command line reconstructs the same loss from it
     import json
     rc = json.loads(run_cli('reconstruct', tiny['npy'], '--calibration', cal, '-o', tmp_path / 'r.tiff',
                             '--json', '-q').stdout)
     assert rc['loss'] == pytest.approx(f.loss, rel=1e-9)
+    assert (tmp_path / 'p.tiff').read_bytes() == (tmp_path / 'r.tiff').read_bytes()
 
 
 # ---- errors -------------------------------------------------------------------------------------
