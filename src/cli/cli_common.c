@@ -274,41 +274,39 @@ int cli_read_sidecar(const char *data, const cli_micro *m, cli_values *v, char *
     return 0;
 }
 
-#define OVERRIDE(dst, src) \
-    do {                   \
-        if (!isnan(src))   \
-            (dst) = (src); \
-    } while (0)
+/* The command line's values as the library holds them (from_lib's inverse). */
+static void to_lib(ssb4d_values *out, const cli_values *in)
+{
+    ssb4d_values_unset(out);
+    out->kv = in->kv;
+    out->semiangle_mrad = in->semiangle_mrad;
+    out->rotation_deg = in->rotation_deg;
+    out->bf_radius_px = in->bf_radius_px;
+    memcpy(out->scan_step_A, in->scan_step_A, sizeof out->scan_step_A);
+    memcpy(out->det_sampling_mrad, in->det_sampling_mrad, sizeof out->det_sampling_mrad);
+    memcpy(out->centre_px, in->centre_px, sizeof out->centre_px);
+    out->ab = in->ab;
+    out->has_ab = in->has_ab;
+    out->ab_from_truth = in->ab_from_truth;
+    memcpy(out->ab_from, in->source, sizeof out->ab_from);
+    out->has_thick = in->has_thick;
+    out->thick = in->thick;
+    memcpy(out->rotation_from, in->rotation_from, sizeof out->rotation_from);
+    out->rotation_measured = in->rotation_measured;
+    out->rotation_sigma_deg = in->rotation_sigma_deg;
+}
 
+/* The library's layering rule (ssb4d_values_layer), on the command line's values. */
 void cli_values_layer(cli_values *out, const cli_values *in)
 {
-    OVERRIDE(out->kv, in->kv);
-    OVERRIDE(out->semiangle_mrad, in->semiangle_mrad);
-    /* A stated rotation (flag, sidecar, a fit's branch-checked value) is not replaced by one the
-     * centre of mass measured: the measurement is noisy and its 180° branch open. */
-    int stated_kept = in->rotation_measured && !isnan(out->rotation_deg) && !out->rotation_measured;
-    if (!isnan(in->rotation_deg) && !stated_kept) {
-        out->rotation_deg = in->rotation_deg;
-        memcpy(out->rotation_from, in->rotation_from, sizeof out->rotation_from);
-        out->rotation_measured = in->rotation_measured;
-        out->rotation_sigma_deg = in->rotation_sigma_deg;
-    }
-    OVERRIDE(out->bf_radius_px, in->bf_radius_px);
-    for (int i = 0; i < 2; i++) {
-        OVERRIDE(out->scan_step_A[i], in->scan_step_A[i]);
-        OVERRIDE(out->det_sampling_mrad[i], in->det_sampling_mrad[i]);
-        OVERRIDE(out->centre_px[i], in->centre_px[i]);
-    }
-    if (in->has_ab) {
-        out->ab = in->ab;
-        out->has_ab = 1;
-        out->ab_from_truth = in->ab_from_truth;
-        memcpy(out->source, in->source, sizeof out->source);
-    }
-    if (in->has_thick) {
-        out->thick = in->thick;
-        out->has_thick = 1;
-    }
+    ssb4d_values a, b;
+    to_lib(&a, out);
+    to_lib(&b, in);
+    ssb4d_values_layer(&a, &b);
+    char id[sizeof out->data_identity];
+    memcpy(id, out->data_identity, sizeof id);
+    from_lib(out, &a);
+    memcpy(out->data_identity, id, sizeof id);
 }
 
 /* ---- data identity ----------------------------------------------------------------------- */
