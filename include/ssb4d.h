@@ -476,9 +476,24 @@ typedef struct {
      * command line writes) or AUTO (the plan may hold a half-precision copy for them when the
      * float32 one does not fit beside the preview's buffers; the fits always use float32). */
     ssb4d_preview_precision preview;
+    /* A distributed session (ssb4d_dist_mpi; NULL: this process alone). Every rank of its
+     * communicator opens the same data with the same options and makes the same calls in the same
+     * order; each holds G for its own blocks of BF pixels, and every result is the one-process
+     * result, bit for bit, on every rank (SPEC 11, docs/scale.md). */
+    const struct ssb4d_dist *dist;
 } ssb4d_session_opts;
 
 void ssb4d_session_opts_default(ssb4d_session_opts *o);
+
+/* ---- distributed sessions (MPI; builds with SSB4D_HAVE_MPI) ---- */
+typedef struct ssb4d_dist ssb4d_dist;
+/* A context over the MPI communicator *comm (an MPI_Comm, passed by address so that this header
+ * needs no mpi.h; NULL: MPI_COMM_WORLD), which it duplicates. MPI must be initialised, and stay
+ * so until ssb4d_dist_free. SSB4D_EINVAL in a build without MPI. */
+ssb4d_status ssb4d_dist_mpi(const void *comm, ssb4d_dist **out, ssb4d_err *err);
+void ssb4d_dist_free(ssb4d_dist *d);
+int ssb4d_dist_rank(const ssb4d_dist *d); /* 0 for NULL */
+int ssb4d_dist_size(const ssb4d_dist *d); /* 1 for NULL */
 
 /* Opens DATA (.qem or .npy; the .qem's mapping counts under the budget). Nothing is read yet. */
 ssb4d_status ssb4d_session_open(const char *path, const ssb4d_session_opts *o, ssb4d_session **out,

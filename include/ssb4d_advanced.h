@@ -104,6 +104,10 @@ typedef struct {
                                a half or streamed G; 0: 256 MiB */
     ssb4d_progress_fn progress;  /* may be NULL; returning non-zero cancels (SSB4D_ECANCELLED) */
     void *progress_user;
+    /* A distributed build (ssb4d.h, ssb4d_dist_mpi; NULL: all here): this rank builds the planes of
+     * its own blocks of 64 BF pixels and knows the others' only as stored elsewhere; every rank
+     * still reads every frame for the totals. Not with half or resident_bytes. */
+    const struct ssb4d_dist *dist;
 } ssb4d_gbuild_opts;
 
 void ssb4d_gbuild_opts_default(ssb4d_gbuild_opts *o);
@@ -131,6 +135,10 @@ int ssb4d_G_is_half(const ssb4d_G *G);
  * resident and a streamed G (streamed planes are rebuilt); for a half G, of its half planes.
  * "unavailable" if a streamed plane could not be rebuilt. */
 void ssb4d_G_sha256(const ssb4d_G *G, char hex[65]);
+/* SHA-256 (hex) of the per-block SHA-256s (32 bytes each, in block order) of G's float32 planes in
+ * logical blocks of 64 BF pixels, then dc: the hash a distributed G can give (each rank hashes its
+ * own blocks), the same for one process. A collective call for a distributed G. */
+void ssb4d_G_blocks_sha256(const ssb4d_G *G, char hex[65]);
 
 /* ------------------------------------------------------------------------------------------ */
 /* SSB (src/ssb/)                                                                                */
@@ -303,6 +311,7 @@ typedef struct {
     void (*stage)(void *user, const char *name); /* called as each stage starts (may be NULL) */
     void *user;
     ssb4d_backend_kind backend; /* where the heavy passes run (default AUTO) */
+    const struct ssb4d_dist *dist; /* a distributed run (ssb4d_session_opts.dist; NULL: none) */
 } ssb4d_session_params;
 
 void ssb4d_session_params_default(ssb4d_session_params *p);
@@ -325,6 +334,7 @@ typedef struct {
                                                      drags and releases returned to the fit */
     int rebuilt_same_bits;                        /* next full preview after a rebuild == first */
     int does_not_fit;                             /* the run was refused: the budget is too small */
+    char g_blocks_sha256[65];                     /* ssb4d_G_blocks_sha256: also distributed */
 } ssb4d_session_report;
 
 ssb4d_status ssb4d_session_run(const char *data_path, const ssb4d_session_params *p,

@@ -201,7 +201,7 @@ class SessionOpts(Structure):
                 ('progress', PROGRESS), ('progress_user', c_void_p), ('script', POINTER(SessionScript)),
                 ('fit', POINTER(FitParams)), ('no_fit', c_int), ('held_bytes', c_size_t),
                 ('held_image_floats', c_size_t), ('rotation_measured', c_int), ('rotation_sigma_deg', c_double),
-                ('region', c_size_t * 4), ('block_bytes', c_size_t), ('ssb_path', c_int), ('preview', c_int)]
+                ('region', c_size_t * 4), ('block_bytes', c_size_t), ('ssb_path', c_int), ('preview', c_int), ('dist', c_void_p)]
 
 
 class TiltResult(Structure):

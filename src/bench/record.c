@@ -350,6 +350,7 @@ cJSON *bench_record_to_json(const bench_record *r)
     cJSON *h = cJSON_AddObjectToObject(root, "hashes");
     if (h) {
         add_str_or_null(h, "G", FIELD(r->g_sha256));
+        add_str_or_null(h, "G_blocks", FIELD(r->g_blocks_sha256));
         add_str_or_null(h, "phase", FIELD(r->phase_sha256));
         add_str_or_null(h, "trace", FIELD(r->trace_sha256));
     }

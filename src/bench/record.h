@@ -46,6 +46,7 @@ typedef struct {
     double C10_nm, C12_nm, phi12_deg, loss;
     size_t session_peak_bytes, session_rss_peak_bytes;
     char g_sha256[65], phase_sha256[65], trace_sha256[65];
+    char g_blocks_sha256[65];   /* G per block of 64 BF pixels (also from a distributed run) */
 } bench_record;
 
 /* Median (the mean of the middle two for an even count), min and max of n values; NaN for n = 0.

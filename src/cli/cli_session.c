@@ -3,6 +3,7 @@
  * the plan of what the command will do, draw one bar per call, and word a refusal by the budget
  * the same way everywhere ("the job does not fit in X: why; the smallest budget is Y", exit 2). */
 #include "cli/cli_session.h"
+#include "cli/cli_mpi.h"
 
 #include "cli/cli_job.h"
 #include "common/err.h"
@@ -99,7 +100,7 @@ int cli_session_open(const char *cmd, cli_session_req *rq, cli_session *cs)
     cs->cmd = cmd;
     cs->truth[0] = cs->truth[1] = cs->truth[2] = NAN;
     cs->budget = cli_memory_budget(rq->m);
-    cs->quiet = rq->m->quiet || rq->m->json;
+    cs->quiet = rq->m->quiet || rq->m->json || !cli_is_root(); /* one rank speaks (cli_mpi.h) */
     ssb4d_err err = {0};
     int rc;
     if (rq->data && rq->values) {
@@ -128,6 +129,7 @@ int cli_session_open(const char *cmd, cli_session_req *rq, cli_session *cs)
     o.rotation_sigma_deg = o.rotation_measured ? cs->v.rotation_sigma_deg : NAN;
     o.memory_bytes = cs->budget;
     o.threads = rq->m->threads;
+    o.dist = cli_dist();
     o.backend = rq->m->backend;
     o.progress = rq->progress ? rq->progress : cli_progress_cb;
     o.progress_user = rq->progress ? rq->progress_user : &cs->pb;

@@ -8,6 +8,7 @@
 #include "cli/cli_common.h"
 #include "common/clock.h"
 #include "cli/cli_session.h"
+#include "cli/cli_mpi.h"
 #include "cli/cmd_bench_compare.h"
 #include "cli/cmd_bench_view.h"
 #include "cli/commands.h"
@@ -92,6 +93,7 @@ static int session_params(const cli_micro *m, const char *path, ssb4d_session_pa
     p->threads = m->threads;
     p->backend = m->backend;
     p->hashes = 1;
+    p->dist = cli_dist(); /* under mpirun: a distributed session (cli_mpi.h) */
     return 0;
 }
 
@@ -264,9 +266,14 @@ static int bench_run(int argc, char **argv)
     rec->session_peak_bytes = r->session_peak_bytes;
     rec->session_rss_peak_bytes = r->session_rss_peak_bytes;
     memcpy(rec->g_sha256, r->g_sha256, 65);
+    memcpy(rec->g_blocks_sha256, r->g_blocks_sha256, 65);
     memcpy(rec->phase_sha256, r->phase_sha256, 65);
     memcpy(rec->trace_sha256, r->trace_sha256, 65);
     bench_record_finish(rec);
+    if (!cli_is_root()) { /* under mpirun, rank 0 writes the record */
+        free(rec), free(r);
+        return CLI_EXIT_OK;
+    }
     ssb4d_status st = bench_record_write(rec, out, &err);
     if (!st) {
         printf("%-24s %10s %10s %10s %12s\n", "stage", "median s", "min s", "max s", "peak GiB");

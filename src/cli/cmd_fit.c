@@ -10,6 +10,7 @@
 #include "cli/cli_common.h"
 #include "cli/cli_job.h"
 #include "cli/cli_session.h"
+#include "cli/cli_mpi.h"
 #include "cli/commands.h"
 #include "cli/progress.h"
 #include "common/atomic.h"
@@ -449,6 +450,8 @@ static void join(char *buf, size_t n, const char *dir, const char *name)
 /* Creates DIR if needed; refuses outputs that exist unless --force (before any long work). */
 static int prepare_dir(fit_opts *o, const char *const *names, size_t n_names)
 {
+    if (!cli_is_root()) /* under mpirun, rank 0 writes (cli_mpi.h) */
+        return 0;
     struct stat sb;
     if (stat(o->out_dir, &sb) == 0) {
         if (!S_ISDIR(sb.st_mode)) {
@@ -1031,7 +1034,7 @@ static int run_fit(fit_opts *o)
     ssb4d_session_fit_params(cs.s, &o->fp, &run.fp);
     if (!st)
         st = fit_compute(o, &cs, &run, &err);
-    if (!st)
+    if (!st && cli_is_root())
         st = fit_write(o, &cs, &run, &err);
     ssb4d_mem *mem = ssb4d_session_mem(cs.s);
     ssb4d_mem_free(mem, run.phase, 0);
@@ -1229,11 +1232,12 @@ int cmd_fit_regions(int argc, char **argv)
     cJSON_AddStringToObject(root, "objective", rfp.objective == SSB4D_FIT_OBJ_LOSS ? "loss" : "band");
     cJSON_AddNumberToObject(root, "not_confident", (double)n_unsure);
     cJSON_AddItemToObject(root, "regions", list);
-    if (!st) {
+    const int writer = cli_is_root(); /* under mpirun, rank 0 writes (cli_mpi.h) */
+    if (!st && writer) {
         join(path, sizeof path, o.out_dir, "regions.json");
         st = write_json_file(path, root, &err);
     }
-    if (!st) {
+    if (!st && writer) {
         join(path, sizeof path, o.out_dir, "regions.csv");
         st = ssb4d_write_text_atomic(path, csv, &err);
     }
@@ -1257,7 +1261,7 @@ int cmd_fit_regions(int argc, char **argv)
         }
         ssb4d_png_legend lg = {0.0, "C10 nm"};
         join(path, sizeof path, o.out_dir, "defocus.png");
-        if (!st)
+        if (!st && writer)
             st = ssb4d_image_write_png_legend(path, img, R * cell, C * cell, &lg, &err);
         free(img);
     }

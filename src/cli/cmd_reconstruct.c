@@ -3,6 +3,7 @@
 #include "cli/cli_common.h"
 #include "cli/cli_job.h"
 #include "cli/cli_session.h"
+#include "cli/cli_mpi.h"
 #include "cli/commands.h"
 #include "cli/progress.h"
 #include "common/err.h"
@@ -308,7 +309,7 @@ static ssb4d_status recon_compute(const recon_opts *o, cli_session *cs, const re
     ssb4d_session_get(s, NULL, NULL, &run->g);
     run->pixel[0] = run->g.scan_step_A[0] / run->upsample;
     run->pixel[1] = run->g.scan_step_A[1] / run->upsample;
-    if (!st) {
+    if (!st && cli_is_root()) { /* under mpirun, rank 0 writes (cli_mpi.h) */
         ssb4d_mem_stage_begin(mem, "write");
         st = cli_write_image(o->out_path, run->phase, run->nyf, run->nxf, run->pixel, err);
         if (!st && o->object_path) {

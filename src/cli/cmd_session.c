@@ -1,6 +1,7 @@
 /* cmd_session.c — `ssb4d session DATA [--script S.json] [--memory SIZE] [--json]`: replays a
  * typical viewer session (the seed document's) under a budget and prints its stage table (issue 5). */
 #include "cli/cli_common.h"
+#include "cli/cli_mpi.h"
 #include "cli/cli_report.h"
 #include "cli/cli_session.h"
 #include "cli/commands.h"
@@ -134,9 +135,10 @@ int cmd_session(int argc, char **argv)
     p.preview = prec;
     p.threads = m.threads;
     p.backend = m.backend;
-    p.out_dir = out_dir;
+    p.out_dir = cli_is_root() ? out_dir : NULL; /* under mpirun, rank 0 writes (cli_mpi.h) */
     p.hashes = hashes;
-    int quiet = m.quiet || m.json;
+    p.dist = cli_dist();
+    int quiet = m.quiet || m.json || !cli_is_root();
     p.stage = on_stage;
     p.user = &quiet;
     ssb4d_session_report *r = calloc(1, sizeof *r);

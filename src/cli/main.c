@@ -1,5 +1,6 @@
 /* main.c — `ssb4d <command> ...`: dispatch to the subcommands. */
 #include "cli/cli_common.h"
+#include "cli/cli_mpi.h"
 #include "cli/commands.h"
 #include "ssb4d_advanced.h"
 
@@ -64,8 +65,10 @@ int main(int argc, char **argv)
         return 0;
     }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        if (!strcmp(argv[1], commands[i].name))
-            return commands[i].fn(argc - 1, argv + 1);
+        if (!strcmp(argv[1], commands[i].name)) {
+            int rc = cli_mpi_init(&argc, &argv); /* under mpirun: a distributed session (cli_mpi.h) */
+            return rc ? rc : cli_mpi_finish(commands[i].fn(argc - 1, argv + 1));
+        }
     fprintf(stderr, "ssb4d: unknown command '%s' (try ssb4d --help)\n", argv[1]);
     return CLI_EXIT_USAGE;
 }

@@ -11,11 +11,13 @@
 #include "common/half.h"
 #include "common/parallel.h"
 #include "common/sha256.h"
+#include "dist/dist.h"
 #include "optics/optics.h"
 #include "source/source.h"
 
 #include <math.h>
 #include <omp.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -375,11 +377,23 @@ ssb4d_status ssb4d_gbuild(ssb4d_source *src, const ssb4d_geometry *g, const int3
         return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
     }
     memcpy(G->bf_pix, bf_pix, n_bf * sizeof *bf_pix);
-    for (size_t i = 0; i < n_bf; i++)
-        G->plane_of[i] = (o->store_inactive || ssb4d_bf_pixel_active(g, shape[3], bf_pix[i]))
-                             ? (int64_t)G->n_stored++
-                             : G_INACTIVE;
-    G->n_resident = G->n_stored;
+    if (o->dist) {
+        if (o->half || o->resident_bytes) {
+            ssb4d_G_free(G);
+            return ssb4d_fail(err, SSB4D_EINVAL, "a distributed G holds its planes in float32, all resident");
+        }
+        G->dist = o->dist;
+        dist_split(n_bf, dist_size(o->dist), dist_rank(o->dist), &G->own_lo, &G->own_hi);
+    }
+    size_t n_here = 0;
+    for (size_t i = 0; i < n_bf; i++) {
+        int stored = o->store_inactive || ssb4d_bf_pixel_active(g, shape[3], bf_pix[i]);
+        int here = !G->dist || (i >= G->own_lo && i < G->own_hi);
+        G->plane_of[i] = !stored ? G_INACTIVE : here ? (int64_t)n_here++ : G_REMOTE;
+        G->n_stored += stored;
+        G->n_remote += stored && !here;
+    }
+    G->n_resident = n_here;
     size_t per_plane = G_plane_bytes_of(ny, nx, o->half);
     if (o->resident_bytes && G->n_stored * per_plane > o->resident_bytes) {
         st = choose_resident(G, g, o->resident_bytes / per_plane, err);
@@ -464,7 +478,7 @@ ssb4d_status ssb4d_gbuild(ssb4d_source *src, const ssb4d_geometry *g, const int3
         ssb4d_G_free(G);
         return st;
     }
-    if (G->n_resident == G->n_stored)
+    if (G->n_resident + G->n_remote == G->n_stored)
         G->src = NULL; /* nothing to rebuild: the source may be closed */
     *out = G;
     return SSB4D_OK;
@@ -524,7 +538,7 @@ ssb4d_status G_group_load(const ssb4d_G *G, size_t ib0, size_t ib1, G_group *gr,
     for (size_t ib = ib0; ib < ib1; ib++) {
         int64_t p = G->plane_of[ib];
         fftwf_complex *slot = gr->buf + (ib - ib0) * G->plane_stride;
-        if (p == G_INACTIVE)
+        if (p == G_INACTIVE || p == G_REMOTE)
             gr->planes[ib - ib0] = NULL;
         else if (p >= 0 && G->data)
             gr->planes[ib - ib0] = G->data + (size_t)p * G->plane_stride;
@@ -581,7 +595,7 @@ ssb4d_status ssb4d_G_subset(const ssb4d_G *G, const size_t *idx, size_t n, ssb4d
         return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
     }
     uint64_t grand = 0;
-    V->n_stored = V->n_resident = 0;
+    V->n_stored = V->n_resident = V->n_remote = V->own_lo = V->own_hi = 0;
     for (size_t i = 0; i < n; i++) {
         V->bf_pix[i] = G->bf_pix[idx[i]];
         V->plane_of[i] = G->plane_of[idx[i]];
@@ -590,6 +604,9 @@ ssb4d_status ssb4d_G_subset(const ssb4d_G *G, const size_t *idx, size_t n, ssb4d
             V->dev_ib[i] = G->dev_ib ? G->dev_ib[idx[i]] : idx[i];
         V->n_stored += V->plane_of[i] != G_INACTIVE;
         V->n_resident += V->plane_of[i] >= 0;
+        V->n_remote += V->plane_of[i] == G_REMOTE;
+        V->own_lo += idx[i] < G->own_lo; /* the view's pixels that lie in G's own range */
+        V->own_hi += idx[i] < G->own_hi;
         grand += V->totals[i];
     }
     V->dc = (double)grand / (double)n;
@@ -655,6 +672,10 @@ ssb4d_status ssb4d_G_plane_copy(const ssb4d_G *G, size_t i, float *out, ssb4d_er
 
 void ssb4d_G_sha256(const ssb4d_G *G, char hex[65])
 {
+    if (G->dist && dist_size(G->dist) > 1) { /* the planes are spread over ranks */
+        snprintf(hex, 65, "distributed");
+        return;
+    }
     ssb4d_sha256 *h = ssb4d_sha256_new();
     size_t used = G->ny * G->nxh;
     if (G->data_h) {
@@ -688,4 +709,49 @@ void ssb4d_G_sha256(const ssb4d_G *G, char hex[65])
     }
     ssb4d_sha256_update(h, &G->dc, sizeof G->dc);
     ssb4d_sha256_final_hex(h, hex);
+}
+
+void ssb4d_G_blocks_sha256(const ssb4d_G *G, char hex[65])
+{
+    size_t nb = (G->n_bf + DIST_BLOCK - 1) / DIST_BLOCK, lo = G_lo(G), hi = G_hi(G);
+    unsigned char *dig = calloc(nb ? nb : 1, 32);
+    G_group gr;
+    ssb4d_err e;
+    int ok = dig && lo % DIST_BLOCK == 0 && !G_group_init(G, G->mem, &gr, &e);
+    size_t used = G->ny * G->nxh;
+    /* this process's blocks (whole blocks: a full G's own range starts on one) */
+    for (size_t ib0 = lo; ok && ib0 < hi; ib0 += gr.cap) {
+        size_t ib1 = ib0 + gr.cap < hi ? ib0 + gr.cap : hi;
+        if (G_group_load(G, ib0, ib1, &gr, &e)) {
+            ok = 0;
+            break;
+        }
+        for (size_t b = ib0 / DIST_BLOCK; b * DIST_BLOCK < ib1; b++) {
+            ssb4d_sha256 *h = ssb4d_sha256_new();
+            size_t end = (b + 1) * DIST_BLOCK < ib1 ? (b + 1) * DIST_BLOCK : ib1;
+            for (size_t ib = b * DIST_BLOCK; ib < end; ib++)
+                if (gr.planes[ib - ib0])
+                    ssb4d_sha256_update(h, gr.planes[ib - ib0], used * sizeof(fftwf_complex));
+            char bh[65];
+            ssb4d_sha256_final_hex(h, bh);
+            for (int i = 0; i < 32; i++)
+                sscanf(bh + 2 * i, "%2hhx", &dig[b * 32 + i]);
+        }
+    }
+    if (dig && lo % DIST_BLOCK == 0)
+        G_group_free(&gr);
+    if (G->dist) {
+        ssb4d_status st = dist_agree(G->dist, ok ? SSB4D_OK : SSB4D_EINTERNAL, &e);
+        ok = !st && !dist_allgather_rows(G->dist, dig, 32, lo / DIST_BLOCK, (hi + DIST_BLOCK - 1) / DIST_BLOCK, &e);
+    }
+    if (!ok) {
+        free(dig);
+        snprintf(hex, 65, "unavailable");
+        return;
+    }
+    ssb4d_sha256 *h = ssb4d_sha256_new();
+    ssb4d_sha256_update(h, dig, nb * 32);
+    ssb4d_sha256_update(h, &G->dc, sizeof G->dc);
+    ssb4d_sha256_final_hex(h, hex);
+    free(dig);
 }

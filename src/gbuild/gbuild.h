@@ -39,10 +39,20 @@ struct ssb4d_G {
     struct ssb_dev *dev;
     void (*dev_free)(struct ssb_dev *dev);
     size_t *dev_ib;
+    /* A distributed G (src/dist/dist.h; NULL: everything here): this rank holds the planes of
+     * the BF pixels [own_lo, own_hi) only; the others' stored pixels are G_REMOTE (n_remote). */
+    const struct ssb4d_dist *dist;
+    size_t own_lo, own_hi, n_remote;
 };
 
 #define G_INACTIVE (-1)     /* A(k) = 0 everywhere: no plane, φ_k = 0 */
 #define G_STREAMED (-2)     /* stored but not resident: rebuilt from the source when needed */
+#define G_REMOTE (-3)       /* stored on another rank (a distributed G) */
+
+/* The BF pixels whose planes this process holds: [G_lo, G_hi) (all of them unless distributed).
+ * Every pass sums over these only; a distributed pass then reduces across ranks (dist.h). */
+static inline size_t G_lo(const struct ssb4d_G *G) { return G->dist ? G->own_lo : 0; }
+static inline size_t G_hi(const struct ssb4d_G *G) { return G->dist ? G->own_hi : G->n_bf; }
 
 /* The resident float32 plane of BF pixel ib, or NULL (inactive, streamed or half precision). */
 static inline const fftwf_complex *G_plane(const struct ssb4d_G *G, size_t ib)
@@ -63,7 +73,7 @@ static inline int G_stored(const struct ssb4d_G *G, size_t ib) { return G->plane
 /* Every stored plane is resident in float32 (no group loading needed). */
 static inline int G_resident_f32(const struct ssb4d_G *G)
 {
-    return G->data != NULL && G->n_resident == G->n_stored;
+    return (G->data != NULL || (G->dist && !G->data_h)) && G->n_resident + G->n_remote == G->n_stored;
 }
 
 /* Float32 planes of the BF pixels [ib0, ib1) for one pass of a consumer (loss, object, band):

@@ -23,6 +23,7 @@
 
 #include "common/err.h"
 #include "common/parallel.h"
+#include "dist/dist.h"
 #include "gbuild/gbuild.h"
 #include "optics/optics.h"
 
@@ -170,13 +171,21 @@ static ssb4d_status select_bins(const ssb4d_G *G, const ssb4d_geometry *g, size_
     if (!pw)
         return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory (parallax power)");
     size_t m = G->n_stored > 256 ? G->n_stored / 256 : 1, seen = 0;
+    /* This process's pixels [lo, hi); a distributed G's power passes rank to rank (dist.h), the
+     * sampled pixels counted from the first BF pixel as one process counts them. */
+    const size_t lo = G_lo(G), hi = G_hi(G);
+    for (size_t ib = 0; ib < lo; ib++)
+        seen += G_stored(G, ib);
     G_group gr = {0};
     ssb4d_status st = G_group_init(G, mem, &gr, err);
     const cfloat **sel = st ? NULL : malloc((gr.cap ? gr.cap : 1) * sizeof *sel);
     if (!st && !sel)
         st = ssb4d_fail(err, SSB4D_ENOMEM, "out of memory (parallax power)");
-    for (size_t g0 = 0; !st && g0 < G->n_bf; g0 += gr.cap) {
-        size_t g1 = g0 + gr.cap < G->n_bf ? g0 + gr.cap : G->n_bf;
+    dist_seq sq = {0};
+    if (G->dist)
+        st = dist_seq_begin(G->dist, &sq, pw, nbins, st, err);
+    for (size_t g0 = lo; !st && g0 < hi; g0 += gr.cap) {
+        size_t g1 = g0 + gr.cap < hi ? g0 + gr.cap : hi;
         if ((st = G_group_load(G, g0, g1, &gr, err)))
             break;
         /* the pixels of this group that are sampled, then threads over bins (each owns its bins) */
@@ -186,14 +195,17 @@ static ssb4d_status select_bins(const ssb4d_G *G, const ssb4d_geometry *g, size_
                 sel[ns++] = (const cfloat *)gr.planes[ib - g0];
 #pragma omp parallel for num_threads(nt) schedule(static)
         for (size_t b = 0; b < nbins; b++) {
-            double acc = 0;
+            /* one running sum over the sampled pixels in BF order, whatever the groups */
+            double acc = pw[b];
             for (size_t k = 0; k < ns; k++) {
                 float re = crealf(sel[k][b]), im = cimagf(sel[k][b]);
                 acc += (double)re * re + (double)im * im;
             }
-            pw[b] += acc;
+            pw[b] = acc;
         }
     }
+    if (G->dist)
+        st = dist_seq_end(G->dist, &sq, pw, nbins, st, err);
     free(sel);
     if (gr.mem || gr.planes)
         G_group_free(&gr);
@@ -244,11 +256,12 @@ static ssb4d_status extract(const ssb4d_G *G, int nt, px *p, ssb4d_mem *mem, ssb
     size_t ny = G->ny, nx = G->nx, nxh = G->nxh, nb = p->nb;
     p->v = ssb4d_mem_calloc(mem, parallax_spectra_bytes(G->n_bf, nb), "parallax spectra", err);
     if (!p->v)
-        return SSB4D_ENOMEM;
+        return G->dist ? dist_agree(G->dist, SSB4D_ENOMEM, err) : SSB4D_ENOMEM;
     G_group gr = {0};
     ssb4d_status st = G_group_init(G, mem, &gr, err);
-    for (size_t g0 = 0; !st && g0 < G->n_bf; g0 += gr.cap) {
-        size_t g1 = g0 + gr.cap < G->n_bf ? g0 + gr.cap : G->n_bf;
+    const size_t lo = G_lo(G), hi = G_hi(G);
+    for (size_t g0 = lo; !st && g0 < hi; g0 += gr.cap) {
+        size_t g1 = g0 + gr.cap < hi ? g0 + gr.cap : hi;
         if (ssb4d_mem_poll(mem)) {
             st = ssb4d_fail(err, SSB4D_ECANCELLED, "cancelled");
             break;
@@ -267,6 +280,9 @@ static ssb4d_status extract(const ssb4d_G *G, int nt, px *p, ssb4d_mem *mem, ssb
     }
     if (gr.mem || gr.planes)
         G_group_free(&gr);
+    /* a distributed G: every rank's rows of spectra to every rank */
+    if (G->dist && !(st = dist_agree(G->dist, st, err)))
+        st = dist_allgather_rows(G->dist, p->v, nb * sizeof(cfloat), lo, hi, err);
     return st;
 }
 

@@ -12,6 +12,7 @@
 #include "plan/plan.h"
 #include "session/backend.h"
 #include "session/handle_internal.h"
+#include "dist/dist.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -101,6 +102,11 @@ static ssb4d_status make(ssb4d_source *src, size_t encoded, const char *what, co
     s->src = src;
     s->budget = o->memory_bytes ? o->memory_bytes : ssb4d_mem_available();
     ssb4d_status st = session_backend_select(o->backend, &s->bk, err);
+    if (!st && o->dist) { /* a distributed session runs the CPU stages on every rank */
+        if (o->backend == SSB4D_BACKEND_CUDA)
+            st = ssb4d_fail(err, SSB4D_EINVAL, "a distributed session runs on the CPU backend (not --backend cuda)");
+        s->bk = session_backend_cpu();
+    }
     if (!st && !(s->mem = ssb4d_mem_create(s->budget)))
         st = ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
     if (!st) { /* the load stage: what stays resident (a .npy is read through: nothing) */
@@ -296,6 +302,55 @@ static ssb4d_status plan_session(ssb4d_session *s, ssb4d_err *err)
     return st;
 }
 
+/* A distributed session: rank 0 reads the data for the calibration, the others receive it
+ * (the same struct, its arrays and, on failure, rank 0's message). */
+static ssb4d_status calibrate_shared(ssb4d_session *s, const ssb4d_calib_params *cp, ssb4d_err *err)
+{
+    const ssb4d_dist *d = s->o.dist;
+    int root = dist_rank(d) == 0;
+    ssb4d_err e = {0};
+    int32_t head[2] = {0, 0};
+    if (root)
+        head[0] = (int32_t)ssb4d_calibrate(s->src, cp, &s->cal, &e);
+    ssb4d_status st = dist_bcast(d, head, sizeof head, 0, err);
+    if (!st && head[0]) {
+        st = dist_bcast(d, &e, sizeof e, 0, err);
+        if (!st) {
+            if (err)
+                *err = e;
+            st = (ssb4d_status)head[0];
+        }
+        return st;
+    }
+    ssb4d_calibration c;
+    if (root)
+        c = s->cal;
+    if (!st)
+        st = dist_bcast(d, &c, sizeof c, 0, err);
+    if (st)
+        return st;
+    size_t npat = c.det_shape[0] * c.det_shape[1];
+    if (!root) { /* the arrays, sized by the struct just received */
+        c.mean_pattern = malloc((npat ? npat : 1) * sizeof *c.mean_pattern);
+        c.bf_pix = malloc((c.n_bf ? c.n_bf : 1) * sizeof *c.bf_pix);
+        c.flagged = malloc((c.n_flagged ? c.n_flagged : 1) * sizeof *c.flagged);
+        if (!c.mean_pattern || !c.bf_pix || !c.flagged) {
+            ssb4d_calibration_free(&c);
+            return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory"); /* MPI aborts the others */
+        }
+    }
+    if (!(st = dist_bcast(d, c.mean_pattern, npat * sizeof *c.mean_pattern, 0, err)) &&
+        !(st = dist_bcast(d, c.bf_pix, c.n_bf * sizeof *c.bf_pix, 0, err)))
+        st = dist_bcast(d, c.flagged, c.n_flagged * sizeof *c.flagged, 0, err);
+    if (!root) {
+        if (st)
+            ssb4d_calibration_free(&c);
+        else
+            s->cal = c;
+    }
+    return st;
+}
+
 ssb4d_status ssb4d_session_calibrate(ssb4d_session *s, ssb4d_err *err)
 {
     if (s->have_cal)
@@ -314,7 +369,7 @@ ssb4d_status ssb4d_session_calibrate(ssb4d_session *s, ssb4d_err *err)
                           plan_size_text(n, need, 1), s->encoded ? "data held" : "data");
     }
     call_begin(s, "calibrate");
-    ssb4d_status st = ssb4d_calibrate(s->src, &cp, &s->cal, err);
+    ssb4d_status st = s->o.dist ? calibrate_shared(s, &cp, err) : ssb4d_calibrate(s->src, &cp, &s->cal, err);
     call_end(s);
     if (st)
         return st;
@@ -354,6 +409,11 @@ static ssb4d_status build(ssb4d_session *s, ssb4d_source *src, int half, size_t 
     plan_gbuild_opts(&s->plan, half, resident, g_bytes, s->o.threads, &go);
     if (s->o.block_bytes)
         go.block_bytes = s->o.block_bytes;
+    if (s->o.dist) { /* each rank holds its own blocks' planes, all of them in float32 */
+        go.dist = s->o.dist;
+        go.half = 0;
+        go.resident_bytes = 0;
+    }
     go.progress = on_fraction;
     go.progress_user = s->mem;
     call_begin(s, "G build");

@@ -235,6 +235,7 @@ static ssb4d_status open_and_calibrate(run *x, const char *data_path, const ssb4
     o.calib = p->calib;
     o.memory_bytes = p->memory_bytes;
     o.threads = p->threads;
+    o.dist = p->dist;
     o.backend = p->backend;
     o.preview = p->preview;
     o.script = s;
@@ -290,6 +291,7 @@ ssb4d_status ssb4d_session_run(const char *data_path, const ssb4d_session_params
         r->resident_bytes = r->encoded_bytes + ssb4d_G_bytes(session_handle_G(x.s));
         if (p->hashes) {
             ssb4d_G_sha256(session_handle_G(x.s), r->g_sha256); /* outside any stage */
+            ssb4d_G_blocks_sha256(session_handle_G(x.s), r->g_blocks_sha256);
             ssb4d_mem_trim(x.mem);                              /* its group buffer goes back */
         }
         begin(&x, "fit");

@@ -30,6 +30,7 @@
  *   no trigonometric call per bin. Other aberrations use the generic kernel (direct P(q∓k)). */
 #include "common/err.h"
 #include "common/parallel.h"
+#include "dist/dist.h"
 #include "optics/optics.h"
 #include "ssb/dev.h"
 #include "ssb/ssb_internal.h"
@@ -608,23 +609,35 @@ ssb4d_status ssb4d_band_fit_rot(const ssb4d_G *G, const ssb4d_geometry *g, const
     }
     if (!st && !on_dev && gr.cap % BLOCK && gr.cap < G->n_bf)
         st = ssb4d_fail(err, SSB4D_EINTERNAL, "G groups of %zu pixels split the blocks of %d", gr.cap, BLOCK);
-    for (size_t g0 = 0; !st && !on_dev && g0 < G->n_bf; g0 += gr.cap) {
-        size_t g1 = g0 + gr.cap < G->n_bf ? g0 + gr.cap : G->n_bf;
-        if (ssb4d_mem_progress(mem, (double)g0 / (double)G->n_bf)) {
+    /* A distributed G: this rank's pixels [lo, hi) (one group: its planes are resident), their
+     * partials kept for the chain (dist.h); one process: [0, n_bf) in blocks. */
+    const size_t lo = G_lo(G), hi = G_hi(G);
+    dist_chain ch;
+    memset(&ch, 0, sizeof ch);
+    dist_seg *segs = NULL;
+    if (!st && !on_dev) {
+        segs = malloc(((hi - lo) / BLOCK + BLOCK + 2) * sizeof *segs);
+        if (!segs)
+            st = ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+        else if (G->dist)
+            st = dist_chain_init(&ch, G->dist, nsum, segs, dist_segments(G->n_bf, lo, hi, segs), mem, err);
+    }
+    for (size_t g0 = lo; !st && !on_dev && g0 < hi; g0 += gr.cap) {
+        size_t g1 = g0 + gr.cap < hi ? g0 + gr.cap : hi;
+        if (ssb4d_mem_progress(mem, (double)(g0 - lo) / (double)(hi - lo))) {
             st = ssb4d_fail(err, SSB4D_ECANCELLED, "cancelled");
             break;
         }
         if ((st = G_group_load(G, g0, g1, &gr, err)))
             break;
-        size_t b0 = g0 / BLOCK, b1 = (g1 + BLOCK - 1) / BLOCK;
+        size_t nseg = dist_segments(G->n_bf, g0, g1, segs);
 #pragma omp parallel num_threads(nt)
         {
             band_scratch *w = &ws[omp_get_thread_num()];
 #pragma omp for ordered schedule(dynamic, 1)
-            for (size_t blk = b0; blk < b1; blk++) {
+            for (size_t sg = 0; sg < nseg; sg++) {
                 memset(w->part, 0, nsum * sizeof(double));
-                size_t end = (blk + 1) * BLOCK < g1 ? (blk + 1) * BLOCK : g1;
-                for (size_t ib = blk * BLOCK; ib < end; ib++) {
+                for (size_t ib = segs[sg].a; ib < segs[sg].b; ib++) {
                     const cfloat *plane = (const cfloat *)gr.planes[ib - g0];
                     if (!plane || ssb4d_mem_poll(mem))
                         continue; /* unstored: γ contributes nothing; cancelled: dropped below */
@@ -648,11 +661,24 @@ ssb4d_status ssb4d_band_fit_rot(const ssb4d_G *G, const ssb4d_geometry *g, const
                     }
                 }
 #pragma omp ordered
-                for (size_t q = 0; q < nsum; q++)
-                    total[q] += w->part[q];
+                {
+                    if (!G->dist || dist_chain_direct(&ch, segs[sg].kind))
+                        for (size_t q = 0; q < nsum; q++)
+                            total[q] += w->part[q];
+                    else {
+                        const double *parts[1] = {w->part};
+                        dist_chain_keep(&ch, &segs[sg], parts, &nsum, 1);
+                    }
+                }
             }
         }
     }
+    free(segs);
+    if (!st && !on_dev && ssb4d_mem_cancelled(mem))
+        st = ssb4d_fail(err, SSB4D_ECANCELLED, "cancelled");
+    if (G->dist)
+        st = dist_chain_run(&ch, st, total, err);
+    dist_chain_free(&ch);
     if (!st && ssb4d_mem_cancelled(mem))
         st = ssb4d_fail(err, SSB4D_ECANCELLED, "cancelled");
     if (have_group)
@@ -720,8 +746,13 @@ ssb4d_status ssb4d_band_power(const ssb4d_G *G, const ssb4d_geometry *g, const s
     int nt = ssb4d_threads_resolve(o->threads);
     const size_t chunk = 1024;
     size_t nchunks = (b.nb + chunk - 1) / chunk;
-    for (size_t g0 = 0; !st && !on_dev && g0 < G->n_bf; g0 += gr.cap) {
-        size_t g1 = g0 + gr.cap < G->n_bf ? g0 + gr.cap : G->n_bf;
+    /* A distributed G: the sum passes rank to rank, each adding its own pixels (dist.h). */
+    const size_t lo = G_lo(G), hi = G_hi(G);
+    dist_seq sq = {0};
+    if (G->dist)
+        st = dist_seq_begin(G->dist, &sq, acc, b.nb, st, err);
+    for (size_t g0 = lo; !st && !on_dev && g0 < hi; g0 += gr.cap) {
+        size_t g1 = g0 + gr.cap < hi ? g0 + gr.cap : hi;
         if ((st = G_group_load(G, g0, g1, &gr, err)))
             break;
 #pragma omp parallel for num_threads(nt) schedule(static)
@@ -738,6 +769,8 @@ ssb4d_status ssb4d_band_power(const ssb4d_G *G, const ssb4d_geometry *g, const s
             }
         }
     }
+    if (G->dist)
+        st = dist_seq_end(G->dist, &sq, acc, b.nb, st, err);
     if (have_group)
         G_group_free(&gr);
     if (!st) {

@@ -7,6 +7,7 @@
 #include "common/err.h"
 #include "common/fftw_lock.h"
 #include "common/parallel.h"
+#include "dist/dist.h"
 #include "ssb/dev.h"
 #include "ssb/ssb_internal.h"
 
@@ -261,6 +262,7 @@ typedef struct {
     thread_scratch *ts;
     tiled tl;
     fftwf_plan plan;
+    dist_chain ch;              /* a distributed G: the partials this rank keeps (dist.h) */
 } stack;
 
 /* ---- workspace: phase_stack's sizes, and the order stack_init and stack_free use them in ---- */
@@ -461,20 +463,25 @@ static ssb4d_status stack_init(stack *k, const ssb4d_G *G, const ssb4d_geometry 
 
 /* One group of BF pixels [g0, g1) (whole blocks) in the per-thread layout: each thread sums its
  * blocks, and the blocks' partials go into the totals in block order. */
-static void stack_group(stack *k, const ssb4d_G *G, const G_group *gr, size_t g0, size_t g1, ssb4d_mem *mem)
+static ssb4d_status stack_group(stack *k, const ssb4d_G *G, const G_group *gr, size_t g0, size_t g1, ssb4d_mem *mem,
+                                ssb4d_err *err)
 {
     const size_t n = k->n, npix = k->npix, ncols = k->ncols;
     const int real = k->real;
-    size_t b0 = g0 / BLOCK, b1 = (g1 + BLOCK - 1) / BLOCK;
+    /* One process: blocks of BLOCK from g0 (a block boundary). A distributed G's range may also
+     * begin inside a block and end inside one (dist_segments). */
+    dist_seg *segs = malloc(((g1 - g0) / BLOCK + BLOCK + 2) * sizeof *segs);
+    if (!segs)
+        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+    size_t nseg = dist_segments(G->n_bf, g0, g1, segs);
 #pragma omp parallel num_threads(k->nt)
     {
         thread_scratch *s = &k->ts[omp_get_thread_num()];
 #pragma omp for ordered schedule(dynamic, 1)
-        for (size_t b = b0; b < b1; b++) {
+        for (size_t b = 0; b < nseg; b++) {
             memset(s->part, 0, n * npix * sizeof(double));
             memset(s->s2, 0, n * sizeof(double));
-            size_t end = (b + 1) * BLOCK < g1 ? (b + 1) * BLOCK : g1;
-            for (size_t ib = b * BLOCK; ib < end; ib++) {
+            for (size_t ib = segs[b].a; ib < segs[b].b; ib++) {
                 const cfloat *plane = (const cfloat *)gr->planes[ib - g0];
                 if (!plane || ssb4d_mem_poll(mem))
                     continue; /* φ_k ≡ 0: contributes nothing, still counts in N_bf;
@@ -493,15 +500,44 @@ static void stack_group(stack *k, const ssb4d_G *G, const G_group *gr, size_t g0
             }
 #pragma omp ordered
             {
-                for (size_t j = 0; j < n; j++) {
-                    const double *part = s->part + j * npix;
-                    for (size_t r = 0; r < npix; r++)
-                        k->total[j][r] += part[r];
-                    k->S2[j] += s->s2[j];
+                if (!G->dist || dist_chain_direct(&k->ch, segs[b].kind)) {
+                    for (size_t j = 0; j < n; j++) {
+                        const double *part = s->part + j * npix;
+                        for (size_t r = 0; r < npix; r++)
+                            k->total[j][r] += part[r];
+                        k->S2[j] += s->s2[j];
+                    }
+                } else {
+                    const double *parts[2] = {s->part, s->s2};
+                    const size_t lens[2] = {n * npix, n};
+                    dist_chain_keep(&k->ch, &segs[b], parts, lens, 2);
                 }
             }
         }
     }
+    free(segs);
+    return SSB4D_OK;
+}
+
+/* A distributed G: the totals of every rank's partials, in block order (dist.h), on every rank.
+ * Reached by every rank whatever st is (a failure anywhere fails all). */
+static ssb4d_status stack_reduce(stack *k, ssb4d_status st, ssb4d_mem *mem, ssb4d_err *err)
+{
+    const size_t n = k->n, npix = k->npix, len = n * npix + n;
+    double *T = st ? NULL : ssb4d_mem_alloc(mem, len * sizeof *T, "reduction totals", err);
+    if (!st && !T)
+        st = SSB4D_ENOMEM;
+    for (size_t j = 0; T && j < n; j++) {
+        memcpy(T + j * npix, k->total[j], npix * sizeof *T);
+        T[n * npix + j] = k->S2[j];
+    }
+    st = dist_chain_run(&k->ch, st, T, err);
+    for (size_t j = 0; !st && j < n; j++) {
+        memcpy(k->total[j], T + j * npix, npix * sizeof *T);
+        k->S2[j] = T[n * npix + j];
+    }
+    ssb4d_mem_free(mem, T, 0);
+    return st;
 }
 
 /* loss = Σφ²/(N·P) − Σ_r mean(φ)²/P per set, and the mean phase. */
@@ -533,6 +569,7 @@ static void stack_free(stack *k, ssb4d_mem *mem)
         fftwf_destroy_plan(k->plan);
         ssb4d_fftw_unlock();
     }
+    dist_chain_free(&k->ch);
     for (int t = 0; k->ts && t < k->nt; t++) {
         /* Kept in the cache: the next evaluation reuses the same tiles. */
         ssb4d_mem_free(mem, k->ts[t].buf, 1);
@@ -574,8 +611,19 @@ static ssb4d_status phase_stack(const ssb4d_G *G, const ssb4d_geometry *g,
     ssb4d_ssb_opts of = *o;
     if (fusing && of.loss_tile <= 0)
         of.loss_tile = SSB4D_RELEASE_TILE;
+    if (G->dist) /* a distributed pass keeps whole blocks' partials: the per-thread layout */
+        of.loss_tile = 0;
     stack k;
     ssb4d_status st = stack_init(&k, G, g, ab, thick, n, f, &of, mem, err);
+    const size_t lo = G_lo(G), hi = G_hi(G);
+    memset(&k.ch, 0, sizeof k.ch);
+    if (!st && G->dist) {
+        dist_seg *segs = malloc(((hi - lo) / BLOCK + BLOCK + 2) * sizeof *segs);
+        st = segs ? dist_chain_init(&k.ch, G->dist, n * k.npix + n, segs, dist_segments(G->n_bf, lo, hi, segs), mem,
+                                    err)
+                  : ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+        free(segs);
+    }
     fused fb = {0}, *fu = NULL;
     if (!st && fusing) {
         fb.slot = release_slot(k.nspec);
@@ -593,9 +641,9 @@ static ssb4d_status phase_stack(const ssb4d_G *G, const ssb4d_geometry *g,
         st = G_group_init(G, mem, &gr, err);
         have_group = !st;
     }
-    for (size_t g0 = 0; !st && g0 < G->n_bf; g0 += gr.cap) {
-        size_t g1 = g0 + gr.cap < G->n_bf ? g0 + gr.cap : G->n_bf;
-        if (ssb4d_mem_progress(mem, (double)g0 / (double)G->n_bf)) {
+    for (size_t g0 = lo; !st && g0 < hi; g0 += gr.cap) {
+        size_t g1 = g0 + gr.cap < hi ? g0 + gr.cap : hi;
+        if (ssb4d_mem_progress(mem, (double)(g0 - lo) / (double)(hi - lo))) {
             st = ssb4d_fail(err, SSB4D_ECANCELLED, "cancelled");
             break;
         }
@@ -606,12 +654,14 @@ static ssb4d_status phase_stack(const ssb4d_G *G, const ssb4d_geometry *g,
             st = tiled_pass(G, k.c, n, k.Eq, k.ts, k.nt, k.real, k.plan, k.ncols, &gr, g0, g1, &k.tl, k.total, k.S2,
                             fu, mem);
         else
-            stack_group(&k, G, &gr, g0, g1, mem);
+            st = stack_group(&k, G, &gr, g0, g1, mem, err);
     }
     if (!st && ssb4d_mem_cancelled(mem)) /* planes were skipped: the sums are incomplete */
         st = ssb4d_fail(err, SSB4D_ECANCELLED, "cancelled");
     if (have_group)
         G_group_free(&gr);
+    if (G->dist)
+        st = stack_reduce(&k, st, mem, err);
     if (!st && k.tiles && k.tl.next_block - BLOCK < G->n_bf)
         tiled_flush(&k.tl, n, k.npix, k.total, k.S2, k.nt); /* the last, partial block */
     if (!st)
@@ -669,7 +719,7 @@ ssb4d_status ssb4d_object_loss(const ssb4d_G *G, const ssb4d_geometry *g, const 
 {
     if (!loss || (!object && !phase))
         return ssb4d_fail(err, SSB4D_EINVAL, "object_loss: missing output");
-    if (o && o->path == SSB4D_PATH_COMPLEX) {
+    if ((o && o->path == SSB4D_PATH_COMPLEX) || G->dist) { /* distributed: the two reductions */
         ssb4d_status st = ssb4d_object(G, g, ab, thick, 1, o, mem, object, phase, err);
         return st ? st : ssb4d_loss(G, g, ab, thick, o, mem, loss, NULL, err);
     }

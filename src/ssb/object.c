@@ -5,6 +5,7 @@
 #include "common/err.h"
 #include "common/fftw_lock.h"
 #include "common/parallel.h"
+#include "dist/dist.h"
 #include "ssb/dev.h"
 #include "ssb/ssb_internal.h"
 
@@ -88,6 +89,16 @@ ssb4d_status ssb_object_transform(size_t nyf, size_t nxf, cfloat *F, float *obje
     return SSB4D_OK;
 }
 
+/* A distributed G whose pass fails before it starts: the other ranks learn it (dist.h). */
+static ssb4d_status seq_fail(const ssb4d_G *G, ssb4d_status st, ssb4d_err *err)
+{
+    if (G->dist) {
+        dist_seq sq;
+        dist_seq_begin(G->dist, &sq, NULL, 0, st, err);
+    }
+    return st;
+}
+
 ssb4d_status ssb4d_object(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d_aberrations *ab,
                           const ssb4d_thick *thick, int upsample, const ssb4d_ssb_opts *o,
                           ssb4d_mem *mem, float *object, float *phase, ssb4d_err *err)
@@ -102,7 +113,7 @@ ssb4d_status ssb4d_object(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d
     ssb_ctx c;
     ssb4d_status st = ssb_ctx_init(&c, G, g, ab, thick, upsample, err);
     if (st)
-        return st;
+        return seq_fail(G, st, err);
     size_t nyf = c.nyf, nxf = c.nxf;
     /* F(−q) = −conj F(q) on every bin for any χ (docs/ssb-math.md), so only the half plane
      * j <= nxf/2 is summed and the rest is filled by that symmetry. */
@@ -140,11 +151,17 @@ ssb4d_status ssb4d_object(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d
         ssb4d_mem_free(mem, F, 0);
         ssb4d_mem_free(mem, Ctabs, 0);
         ssb_ctx_free(&c);
-        return st;
+        return seq_fail(G, st, err);
     }
-    for (size_t g0 = 0; !st && g0 < G->n_bf; g0 += gr.cap) {
-        size_t g1 = g0 + gr.cap < G->n_bf ? g0 + gr.cap : G->n_bf;
-        if (ssb4d_mem_progress(mem, (double)g0 / (double)G->n_bf)) {
+    /* A distributed G: the sum passes rank to rank, each adding its own pixels in BF order
+     * (dist.h), so every bin is the one-process sum. */
+    const size_t lo = G_lo(G), hi = G_hi(G);
+    dist_seq sq = {0};
+    if (G->dist)
+        st = dist_seq_begin(G->dist, &sq, (double *)acc, 2 * nyf * ncols, st, err);
+    for (size_t g0 = lo; !st && g0 < hi; g0 += gr.cap) {
+        size_t g1 = g0 + gr.cap < hi ? g0 + gr.cap : hi;
+        if (ssb4d_mem_progress(mem, (double)(g0 - lo) / (double)(hi - lo))) {
             st = ssb4d_fail(err, SSB4D_ECANCELLED, "cancelled");
             break;
         }
@@ -180,6 +197,8 @@ ssb4d_status ssb4d_object(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d
     G_group_free(&gr);
     if (!st && ssb4d_mem_cancelled(mem))
         st = ssb4d_fail(err, SSB4D_ECANCELLED, "cancelled");
+    if (G->dist)
+        st = dist_seq_end(G->dist, &sq, (double *)acc, 2 * nyf * ncols, st, err);
     if (st) {
         ssb4d_mem_free(mem, scr, 0);
         ssb4d_mem_free(mem, acc, 0);

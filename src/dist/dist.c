@@ -1,0 +1,389 @@
+/* dist.c — the MPI context and the reductions of dist.h. Without MPI (SSB4D_HAVE_MPI unset) no
+ * context can be made, so the stages never reach these calls; they fail cleanly if they do. */
+#include "dist/dist.h"
+#include "common/err.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef SSB4D_HAVE_MPI
+#include <mpi.h>
+
+struct ssb4d_dist {
+    MPI_Comm comm; /* a duplicate of the caller's: our messages never meet theirs */
+    int rank, size;
+};
+
+ssb4d_status ssb4d_dist_mpi(const void *comm, ssb4d_dist **out, ssb4d_err *err)
+{
+    *out = NULL;
+    int up = 0;
+    MPI_Initialized(&up);
+    if (!up)
+        return ssb4d_fail(err, SSB4D_EINVAL, "MPI is not initialised (call MPI_Init first)");
+    ssb4d_dist *d = calloc(1, sizeof *d);
+    if (!d)
+        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+    MPI_Comm c = comm ? *(const MPI_Comm *)comm : MPI_COMM_WORLD;
+    if (MPI_Comm_dup(c, &d->comm) != MPI_SUCCESS) {
+        free(d);
+        return ssb4d_fail(err, SSB4D_EINTERNAL, "MPI_Comm_dup failed");
+    }
+    MPI_Comm_rank(d->comm, &d->rank);
+    MPI_Comm_size(d->comm, &d->size);
+    *out = d;
+    return SSB4D_OK;
+}
+
+void ssb4d_dist_free(ssb4d_dist *d)
+{
+    if (!d)
+        return;
+    int done = 0;
+    MPI_Finalized(&done);
+    if (!done)
+        MPI_Comm_free(&d->comm);
+    free(d);
+}
+
+int ssb4d_dist_rank(const ssb4d_dist *d) { return d ? d->rank : 0; }
+int ssb4d_dist_size(const ssb4d_dist *d) { return d ? d->size : 1; }
+int dist_rank(const ssb4d_dist *d) { return d ? d->rank : 0; }
+int dist_size(const ssb4d_dist *d) { return d ? d->size : 1; }
+
+/* MPI counts are ints: large buffers go in pieces of at most 2^27 elements. */
+#define PIECE ((size_t)1 << 27)
+
+static int send_d(const ssb4d_dist *d, const double *v, size_t n, int to)
+{
+    for (size_t i = 0; i < n || (n == 0 && i == 0); i += PIECE) {
+        size_t m = n - i < PIECE ? n - i : PIECE;
+        if (MPI_Send(v + i, (int)m, MPI_DOUBLE, to, 7, d->comm) != MPI_SUCCESS)
+            return -1;
+        if (n == 0)
+            break;
+    }
+    return 0;
+}
+
+static int recv_d(const ssb4d_dist *d, double *v, size_t n, int from)
+{
+    for (size_t i = 0; i < n || (n == 0 && i == 0); i += PIECE) {
+        size_t m = n - i < PIECE ? n - i : PIECE;
+        if (MPI_Recv(v + i, (int)m, MPI_DOUBLE, from, 7, d->comm, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+            return -1;
+        if (n == 0)
+            break;
+    }
+    return 0;
+}
+
+static int bcast_bytes(const ssb4d_dist *d, void *buf, size_t bytes, int root)
+{
+    char *p = buf;
+    for (size_t i = 0; i < bytes; i += PIECE) {
+        size_t m = bytes - i < PIECE ? bytes - i : PIECE;
+        if (MPI_Bcast(p + i, (int)m, MPI_BYTE, root, d->comm) != MPI_SUCCESS)
+            return -1;
+    }
+    return 0;
+}
+
+ssb4d_status dist_agree(const ssb4d_dist *d, ssb4d_status st, ssb4d_err *err)
+{
+    /* (status, −rank) under MAXLOC-like MAX: the largest status; ties to the lowest rank */
+    int mine[2] = {(int)st, st ? d->rank : d->size}, all[2];
+    int v = mine[0] * 65536 + (65535 - (mine[1] < 65535 ? mine[1] : 65535));
+    if (MPI_Allreduce(&v, &all[0], 1, MPI_INT, MPI_MAX, d->comm) != MPI_SUCCESS)
+        return ssb4d_fail(err, SSB4D_EINTERNAL, "MPI_Allreduce failed");
+    int code = all[0] / 65536, who = 65535 - all[0] % 65536;
+    if (!code)
+        return SSB4D_OK;
+    if (st)
+        return st; /* ours: our own message */
+    return ssb4d_fail(err, (ssb4d_status)code, "rank %d of %d failed (its message says why)", who, d->size);
+}
+
+ssb4d_status dist_bcast(const ssb4d_dist *d, void *buf, size_t bytes, int root, ssb4d_err *err)
+{
+    return bcast_bytes(d, buf, bytes, root) ? ssb4d_fail(err, SSB4D_EINTERNAL, "MPI_Bcast failed") : SSB4D_OK;
+}
+
+ssb4d_status dist_allgather(const ssb4d_dist *d, const void *mine, size_t bytes, void *out, ssb4d_err *err)
+{
+    if (bytes > (size_t)1 << 30)
+        return ssb4d_fail(err, SSB4D_EINTERNAL, "allgather of %zu bytes per rank", bytes);
+    if (MPI_Allgather(mine, (int)bytes, MPI_BYTE, out, (int)bytes, MPI_BYTE, d->comm) != MPI_SUCCESS)
+        return ssb4d_fail(err, SSB4D_EINTERNAL, "MPI_Allgather failed");
+    return SSB4D_OK;
+}
+
+ssb4d_status dist_allgather_rows(const ssb4d_dist *d, void *table, size_t row_bytes, size_t lo, size_t hi,
+                                 ssb4d_err *err)
+{
+    /* every rank's range from everyone, then each range broadcast from its owner */
+    size_t mine[2] = {lo, hi};
+    size_t *all = malloc(2 * (size_t)d->size * sizeof *all);
+    if (!all)
+        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+    ssb4d_status st = dist_allgather(d, mine, sizeof mine, all, err);
+    for (int r = 0; !st && r < d->size; r++)
+        if (all[2 * r + 1] > all[2 * r] &&
+            bcast_bytes(d, (char *)table + all[2 * r] * row_bytes, (all[2 * r + 1] - all[2 * r]) * row_bytes, r))
+            st = ssb4d_fail(err, SSB4D_EINTERNAL, "MPI_Bcast failed");
+    free(all);
+    return st;
+}
+
+ssb4d_status dist_sum_u64(const ssb4d_dist *d, uint64_t *v, size_t n, ssb4d_err *err)
+{
+    for (size_t i = 0; i < n; i += PIECE) {
+        size_t m = n - i < PIECE ? n - i : PIECE;
+        if (MPI_Allreduce(MPI_IN_PLACE, v + i, (int)m, MPI_UINT64_T, MPI_SUM, d->comm) != MPI_SUCCESS)
+            return ssb4d_fail(err, SSB4D_EINTERNAL, "MPI_Allreduce failed");
+    }
+    return SSB4D_OK;
+}
+
+/* ---- chain of blocks -------------------------------------------------------------------------- */
+
+ssb4d_status dist_chain_run(dist_chain *c, ssb4d_status st, double *totals, ssb4d_err *err)
+{
+    const ssb4d_dist *d = c->d;
+    double *open = NULL;
+    if (!st) {
+        open = calloc(c->len + 1, sizeof *open); /* the open block's partial, then its flag */
+        if (!open)
+            st = ssb4d_fail(err, SSB4D_ENOMEM, "out of memory (reduction)");
+    }
+    if ((st = dist_agree(d, st, err))) {
+        free(open);
+        return st;
+    }
+    const size_t len = c->len;
+    int ok = 1;
+    if (d->rank > 0)
+        ok = !recv_d(d, totals, len, d->rank - 1) && !recv_d(d, open, len + 1, d->rank - 1);
+    for (size_t i = 0; ok && i < c->n; i++) {
+        const double *p = c->items + i * len;
+        switch (c->kind[i] & 3) {
+        case DIST_BLOCK_FULL:
+            for (size_t q = 0; q < len; q++)
+                totals[q] += p[q];
+            break;
+        case DIST_PIX:
+            for (size_t q = 0; q < len; q++)
+                open[q] += p[q];
+            open[len] = 1;
+            if (c->kind[i] & 4) { /* the block ends here */
+                for (size_t q = 0; q < len; q++)
+                    totals[q] += open[q];
+                memset(open, 0, (len + 1) * sizeof *open);
+            }
+            break;
+        case DIST_TAIL:
+            memcpy(open, p, len * sizeof *p);
+            open[len] = 1;
+            break;
+        }
+    }
+    if (ok && d->rank < d->size - 1)
+        ok = !send_d(d, totals, len, d->rank + 1) && !send_d(d, open, len + 1, d->rank + 1);
+    else if (ok && open[len] != 0)
+        for (size_t q = 0; q < len; q++)
+            totals[q] += open[q]; /* the last block, begun on an earlier rank */
+    free(open);
+    if (ok)
+        ok = !bcast_bytes(d, totals, len * sizeof *totals, d->size - 1);
+    return ok ? SSB4D_OK : ssb4d_fail(err, SSB4D_EINTERNAL, "an MPI message of the reduction failed");
+}
+
+/* ---- sequential ------------------------------------------------------------------------------ */
+
+ssb4d_status dist_seq_begin(const ssb4d_dist *d, dist_seq *sq, double *acc, size_t len, ssb4d_status st,
+                            ssb4d_err *err)
+{
+    sq->skip = 0;
+    ssb4d_status a = dist_agree(d, st, err);
+    if (a) {
+        sq->skip = 1;
+        return a;
+    }
+    if (d->rank == 0)
+        return SSB4D_OK;
+    double s[2];
+    if (recv_d(d, s, 2, d->rank - 1) || (s[0] == 0 && recv_d(d, acc, len, d->rank - 1)))
+        return ssb4d_fail(err, SSB4D_EINTERNAL, "an MPI message of the reduction failed");
+    if (s[0] != 0)
+        return ssb4d_fail(err, (ssb4d_status)(int)s[0], "rank %d of %d failed (its message says why)", (int)s[1],
+                          d->size);
+    return SSB4D_OK;
+}
+
+/* The rank that failed first: the one an earlier rank's message names, else this one. */
+static int failed_rank(const ssb4d_dist *d, const ssb4d_err *err)
+{
+    int r;
+    if (err && sscanf(err->msg, "rank %d of", &r) == 1)
+        return r;
+    return d->rank;
+}
+
+ssb4d_status dist_seq_end(const ssb4d_dist *d, dist_seq *sq, double *acc, size_t len, ssb4d_status st,
+                          ssb4d_err *err)
+{
+    if (sq->skip)
+        return st;
+    double s[2] = {(double)st, st ? (double)failed_rank(d, err) : 0.0};
+    int ok = 1;
+    if (d->rank < d->size - 1) {
+        ok = !send_d(d, s, 2, d->rank + 1);
+        if (ok && !st)
+            ok = !send_d(d, acc, len, d->rank + 1);
+    }
+    if (ok)
+        ok = !bcast_bytes(d, s, sizeof s, d->size - 1);
+    if (ok && s[0] == 0)
+        ok = !bcast_bytes(d, acc, len * sizeof *acc, d->size - 1);
+    if (!ok)
+        return ssb4d_fail(err, SSB4D_EINTERNAL, "an MPI message of the reduction failed");
+    if (s[0] != 0 && !st)
+        return ssb4d_fail(err, (ssb4d_status)(int)s[0], "rank %d of %d failed (its message says why)", (int)s[1],
+                          d->size);
+    return st;
+}
+
+#else /* no MPI in this build */
+
+ssb4d_status ssb4d_dist_mpi(const void *comm, ssb4d_dist **out, ssb4d_err *err)
+{
+    (void)comm;
+    *out = NULL;
+    return ssb4d_fail(err, SSB4D_EINVAL, "this ssb4d was built without MPI (configure with -DSSB4D_MPI=ON)");
+}
+void ssb4d_dist_free(ssb4d_dist *d) { (void)d; }
+int ssb4d_dist_rank(const ssb4d_dist *d) { (void)d; return 0; }
+int ssb4d_dist_size(const ssb4d_dist *d) { (void)d; return 1; }
+int dist_rank(const ssb4d_dist *d) { (void)d; return 0; }
+int dist_size(const ssb4d_dist *d) { (void)d; return 1; }
+
+#define NO_MPI(err) ssb4d_fail(err, SSB4D_EINTERNAL, "built without MPI")
+ssb4d_status dist_agree(const ssb4d_dist *d, ssb4d_status st, ssb4d_err *err) { (void)d, (void)err; return st; }
+ssb4d_status dist_bcast(const ssb4d_dist *d, void *buf, size_t bytes, int root, ssb4d_err *err)
+{
+    (void)d, (void)buf, (void)bytes, (void)root;
+    return NO_MPI(err);
+}
+ssb4d_status dist_allgather(const ssb4d_dist *d, const void *mine, size_t bytes, void *out, ssb4d_err *err)
+{
+    (void)d, (void)mine, (void)bytes, (void)out;
+    return NO_MPI(err);
+}
+ssb4d_status dist_allgather_rows(const ssb4d_dist *d, void *table, size_t row_bytes, size_t lo, size_t hi,
+                                 ssb4d_err *err)
+{
+    (void)d, (void)table, (void)row_bytes, (void)lo, (void)hi;
+    return NO_MPI(err);
+}
+ssb4d_status dist_sum_u64(const ssb4d_dist *d, uint64_t *v, size_t n, ssb4d_err *err)
+{
+    (void)d, (void)v, (void)n;
+    return NO_MPI(err);
+}
+ssb4d_status dist_chain_run(dist_chain *c, ssb4d_status st, double *totals, ssb4d_err *err)
+{
+    (void)c, (void)totals;
+    return st ? st : NO_MPI(err);
+}
+ssb4d_status dist_seq_begin(const ssb4d_dist *d, dist_seq *sq, double *acc, size_t len, ssb4d_status st,
+                            ssb4d_err *err)
+{
+    (void)d, (void)sq, (void)acc, (void)len;
+    return st ? st : NO_MPI(err);
+}
+ssb4d_status dist_seq_end(const ssb4d_dist *d, dist_seq *sq, double *acc, size_t len, ssb4d_status st,
+                          ssb4d_err *err)
+{
+    (void)d, (void)sq, (void)acc, (void)len;
+    return st ? st : NO_MPI(err);
+}
+#endif
+
+/* ---- the parts that need no messages ---------------------------------------------------------- */
+
+void dist_split(size_t n, int size, int rank, size_t *lo, size_t *hi)
+{
+    size_t nb = (n + DIST_BLOCK - 1) / DIST_BLOCK;
+    size_t b0 = nb * (size_t)rank / (size_t)size, b1 = nb * (size_t)(rank + 1) / (size_t)size;
+    *lo = b0 * DIST_BLOCK < n ? b0 * DIST_BLOCK : n;
+    *hi = b1 * DIST_BLOCK < n ? b1 * DIST_BLOCK : n;
+}
+
+size_t dist_segments(size_t n, size_t lo, size_t hi, dist_seg *segs)
+{
+    size_t k = 0, i = lo;
+    if (lo < hi && lo % DIST_BLOCK) { /* the head: a block begun on an earlier rank */
+        size_t bend = (lo / DIST_BLOCK + 1) * DIST_BLOCK;
+        bend = bend < n ? bend : n;
+        size_t hend = bend < hi ? bend : hi;
+        for (size_t p = lo; p < hend; p++)
+            segs[k++] = (dist_seg){p, p + 1, DIST_PIX, p + 1 == bend};
+        i = hend;
+    }
+    while (i < hi) {
+        size_t bend = (i / DIST_BLOCK + 1) * DIST_BLOCK;
+        bend = bend < n ? bend : n;
+        if (bend <= hi) {
+            segs[k++] = (dist_seg){i, bend, DIST_BLOCK_FULL, 0};
+            i = bend;
+        } else {
+            segs[k++] = (dist_seg){i, hi, DIST_TAIL, 0};
+            i = hi;
+        }
+    }
+    return k;
+}
+
+ssb4d_status dist_chain_init(dist_chain *c, const ssb4d_dist *d, size_t len, const dist_seg *segs, size_t nsegs,
+                             ssb4d_mem *mem, ssb4d_err *err)
+{
+    memset(c, 0, sizeof *c);
+    c->d = d;
+    c->len = len;
+    c->mem = mem;
+    c->direct = dist_rank(d) == 0;
+    for (size_t i = 0; i < nsegs; i++)
+        c->cap += !dist_chain_direct(c, segs[i].kind);
+    if (c->cap) {
+        c->items = ssb4d_mem_alloc(mem, c->cap * len * sizeof *c->items, "reduction partials", err);
+        c->kind = malloc(c->cap);
+        if (!c->items || !c->kind) {
+            int had = c->items != NULL;
+            dist_chain_free(c);
+            return had ? ssb4d_fail(err, SSB4D_ENOMEM, "out of memory") : SSB4D_ENOMEM;
+        }
+    }
+    return SSB4D_OK;
+}
+
+int dist_chain_direct(const dist_chain *c, int kind) { return c->direct && kind == DIST_BLOCK_FULL; }
+
+void dist_chain_keep(dist_chain *c, const dist_seg *seg, const double *const *parts, const size_t *lens, size_t np)
+{
+    if (c->n == c->cap)
+        return; /* cannot happen: init counted the segments */
+    double *dst = c->items + c->n * c->len;
+    for (size_t i = 0; i < np; i++) {
+        memcpy(dst, parts[i], lens[i] * sizeof *dst);
+        dst += lens[i];
+    }
+    c->kind[c->n++] = (unsigned char)(seg->kind | (seg->close ? 4 : 0));
+}
+
+void dist_chain_free(dist_chain *c)
+{
+    ssb4d_mem_free(c->mem, c->items, 0);
+    free(c->kind);
+    memset(c, 0, sizeof *c);
+}
