@@ -10,7 +10,7 @@ $SUDO apt-get install -y -qq --no-install-recommends \
   build-essential cmake pkg-config \
   libfftw3-dev libcjson-dev libspng-dev libpng-dev libtiff-dev zlib1g-dev \
   libcmocka-dev libssl-dev liblz4-dev libhdf5-dev libhtscodecs-dev clang \
-  libmicrohttpd-dev chromium \
+  libmicrohttpd-dev chromium libopenmpi-dev openmpi-bin \
   python3-numpy python3-pytest python3-h5py python3-venv python3-pip python3-setuptools python3-wheel \
   >/dev/null
 # The viewer's browser test (tests/view/browser.mjs): Node and npm (Debian's, unless a node is
