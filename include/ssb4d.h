@@ -494,6 +494,9 @@ ssb4d_status ssb4d_dist_mpi(const void *comm, ssb4d_dist **out, ssb4d_err *err);
 void ssb4d_dist_free(ssb4d_dist *d);
 int ssb4d_dist_rank(const ssb4d_dist *d); /* 0 for NULL */
 int ssb4d_dist_size(const ssb4d_dist *d); /* 1 for NULL */
+/* What this rank has sent since the context was made (bytes and messages; a broadcast counts as
+ * the root sending to every other rank) and the seconds it spent in messages, waits included. */
+void ssb4d_dist_traffic(const ssb4d_dist *d, uint64_t *bytes, uint64_t *messages, double *seconds);
 
 /* Opens DATA (.qem or .npy; the .qem's mapping counts under the budget). Nothing is read yet. */
 ssb4d_status ssb4d_session_open(const char *path, const ssb4d_session_opts *o, ssb4d_session **out,

@@ -26,9 +26,14 @@ int cli_mpi_init(int *argc, char ***argv)
     if (!launched_by_mpirun())
         return 0;
     int provided = 0;
-    if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
+    if (MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS) {
         fprintf(stderr, "ssb4d: MPI could not start\n");
         return CLI_EXIT_INTERNAL;
+    }
+    /* the viewer's worker thread sends the jobs: MPI from one thread at a time, not only main's */
+    if (provided < MPI_THREAD_SERIALIZED) {
+        fprintf(stderr, "ssb4d: this MPI library does not allow calls from a second thread\n");
+        MPI_Abort(MPI_COMM_WORLD, CLI_EXIT_INTERNAL);
     }
     ssb4d_err err = {0};
     if (ssb4d_dist_mpi(NULL, &mpi_state.d, &err)) {
@@ -53,6 +58,13 @@ int cli_mpi_finish(int rc)
 #ifdef SSB4D_HAVE_MPI
     if (!mpi_state.d)
         return rc;
+    if (getenv("SSB4D_MPI_TRAFFIC")) { /* a diagnostic: docs/scale.md's measurements */
+        uint64_t bytes, msgs;
+        double sec;
+        ssb4d_dist_traffic(mpi_state.d, &bytes, &msgs, &sec);
+        fprintf(stderr, "ssb4d rank %d of %d: sent %llu bytes in %llu messages, %.3f s in messages\n", mpi_state.rank,
+                ssb4d_dist_size(mpi_state.d), (unsigned long long)bytes, (unsigned long long)msgs, sec);
+    }
     fflush(stdout);
     fflush(stderr);
     if (rc) /* a rank that stops early would leave the others waiting in a reduction */

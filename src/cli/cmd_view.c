@@ -3,6 +3,7 @@
  * session, and hands it to the server (src/view/), which prints the URL with its token and serves
  * 127.0.0.1 only until Ctrl-C or SIGTERM. */
 #include "cli/cli_common.h"
+#include "cli/cli_mpi.h"
 #include "cli/cli_session.h"
 #include "cli/commands.h"
 #include "view/view.h"
@@ -113,6 +114,7 @@ int cmd_view(int argc, char **argv)
     cfg.save_dir = ".";
     cfg.force = force;
     cfg.url_out = stdout;
+    cfg.dist = cli_dist();
     ssb4d_err err = {0};
     view_server *v = view_create(&cfg, &err);
     if (!v)
@@ -141,7 +143,10 @@ int cmd_view(int argc, char **argv)
         }
         if (cs.v.has_thick)
             vc->thick = &cs.v.thick;
-        if (view_serve(v, cs.s, &err))
+        if (!cli_is_root()) { /* under mpirun: rank 0 serves, this rank computes its share */
+            if (view_follow(v, cs.s, &err))
+                rc = cli_error("view", err.code, err.msg);
+        } else if (view_serve(v, cs.s, &err))
             rc = cli_error("view", err.code == SSB4D_EIO ? SSB4D_EINVAL : err.code, err.msg);
     }
     cli_session_close(&cs);

@@ -1,6 +1,7 @@
 /* main.c — `ssb4d <command> ...`: dispatch to the subcommands. */
 #include "cli/cli_common.h"
 #include "cli/cli_mpi.h"
+#include "view/view.h"
 #include "cli/commands.h"
 #include "ssb4d_advanced.h"
 
@@ -66,6 +67,12 @@ int main(int argc, char **argv)
     }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (!strcmp(argv[1], commands[i].name)) {
+            /* The viewer reads SIGINT/SIGTERM through a signalfd: blocked before MPI starts its own
+             * threads, which would otherwise take them (and die of them). */
+            if (commands[i].fn == cmd_view && view_block_signals()) {
+                fprintf(stderr, "ssb4d view: cannot block SIGINT/SIGTERM\n");
+                return CLI_EXIT_INTERNAL;
+            }
             int rc = cli_mpi_init(&argc, &argv); /* under mpirun: a distributed session (cli_mpi.h) */
             return rc ? rc : cli_mpi_finish(commands[i].fn(argc - 1, argv + 1));
         }

@@ -10,10 +10,32 @@
 #ifdef SSB4D_HAVE_MPI
 #include <mpi.h>
 
+/* What this rank sent and how long it spent in messages (ssb4d_dist_traffic): counted through
+ * a pointer, since the stages hold the context const. */
+typedef struct {
+    uint64_t bytes, messages;
+    double seconds;
+} traffic;
+
 struct ssb4d_dist {
     MPI_Comm comm; /* a duplicate of the caller's: our messages never meet theirs */
     int rank, size;
+    traffic *t;
 };
+
+static void count(const ssb4d_dist *d, size_t bytes, double t0)
+{
+    d->t->bytes += bytes;
+    d->t->messages++;
+    d->t->seconds += MPI_Wtime() - t0;
+}
+
+void ssb4d_dist_traffic(const ssb4d_dist *d, uint64_t *bytes, uint64_t *messages, double *seconds)
+{
+    *bytes = d ? d->t->bytes : 0;
+    *messages = d ? d->t->messages : 0;
+    *seconds = d ? d->t->seconds : 0.0;
+}
 
 ssb4d_status ssb4d_dist_mpi(const void *comm, ssb4d_dist **out, ssb4d_err *err)
 {
@@ -23,11 +45,15 @@ ssb4d_status ssb4d_dist_mpi(const void *comm, ssb4d_dist **out, ssb4d_err *err)
     if (!up)
         return ssb4d_fail(err, SSB4D_EINVAL, "MPI is not initialised (call MPI_Init first)");
     ssb4d_dist *d = calloc(1, sizeof *d);
-    if (!d)
+    traffic *t = calloc(1, sizeof *t);
+    if (!d || !t) {
+        free(d), free(t);
         return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+    }
+    d->t = t;
     MPI_Comm c = comm ? *(const MPI_Comm *)comm : MPI_COMM_WORLD;
     if (MPI_Comm_dup(c, &d->comm) != MPI_SUCCESS) {
-        free(d);
+        free(d->t), free(d);
         return ssb4d_fail(err, SSB4D_EINTERNAL, "MPI_Comm_dup failed");
     }
     MPI_Comm_rank(d->comm, &d->rank);
@@ -44,6 +70,7 @@ void ssb4d_dist_free(ssb4d_dist *d)
     MPI_Finalized(&done);
     if (!done)
         MPI_Comm_free(&d->comm);
+    free(d->t);
     free(d);
 }
 
@@ -59,8 +86,10 @@ static int send_d(const ssb4d_dist *d, const double *v, size_t n, int to)
 {
     for (size_t i = 0; i < n || (n == 0 && i == 0); i += PIECE) {
         size_t m = n - i < PIECE ? n - i : PIECE;
+        double t0 = MPI_Wtime();
         if (MPI_Send(v + i, (int)m, MPI_DOUBLE, to, 7, d->comm) != MPI_SUCCESS)
             return -1;
+        count(d, m * sizeof *v, t0);
         if (n == 0)
             break;
     }
@@ -71,8 +100,11 @@ static int recv_d(const ssb4d_dist *d, double *v, size_t n, int from)
 {
     for (size_t i = 0; i < n || (n == 0 && i == 0); i += PIECE) {
         size_t m = n - i < PIECE ? n - i : PIECE;
+        double t0 = MPI_Wtime();
         if (MPI_Recv(v + i, (int)m, MPI_DOUBLE, from, 7, d->comm, MPI_STATUS_IGNORE) != MPI_SUCCESS)
             return -1;
+        count(d, 0, t0); /* the wait; the sender counts the bytes */
+        d->t->messages--;
         if (n == 0)
             break;
     }
@@ -84,8 +116,10 @@ static int bcast_bytes(const ssb4d_dist *d, void *buf, size_t bytes, int root)
     char *p = buf;
     for (size_t i = 0; i < bytes; i += PIECE) {
         size_t m = bytes - i < PIECE ? bytes - i : PIECE;
+        double t0 = MPI_Wtime();
         if (MPI_Bcast(p + i, (int)m, MPI_BYTE, root, d->comm) != MPI_SUCCESS)
             return -1;
+        count(d, d->rank == root ? m * (size_t)(d->size - 1) : 0, t0); /* the root's sends, as if direct */
     }
     return 0;
 }
@@ -95,8 +129,10 @@ ssb4d_status dist_agree(const ssb4d_dist *d, ssb4d_status st, ssb4d_err *err)
     /* (status, −rank) under MAXLOC-like MAX: the largest status; ties to the lowest rank */
     int mine[2] = {(int)st, st ? d->rank : d->size}, all[2];
     int v = mine[0] * 65536 + (65535 - (mine[1] < 65535 ? mine[1] : 65535));
+    double t0 = MPI_Wtime();
     if (MPI_Allreduce(&v, &all[0], 1, MPI_INT, MPI_MAX, d->comm) != MPI_SUCCESS)
         return ssb4d_fail(err, SSB4D_EINTERNAL, "MPI_Allreduce failed");
+    count(d, sizeof v, t0);
     int code = all[0] / 65536, who = 65535 - all[0] % 65536;
     if (!code)
         return SSB4D_OK;
@@ -265,6 +301,12 @@ ssb4d_status ssb4d_dist_mpi(const void *comm, ssb4d_dist **out, ssb4d_err *err)
 void ssb4d_dist_free(ssb4d_dist *d) { (void)d; }
 int ssb4d_dist_rank(const ssb4d_dist *d) { (void)d; return 0; }
 int ssb4d_dist_size(const ssb4d_dist *d) { (void)d; return 1; }
+void ssb4d_dist_traffic(const ssb4d_dist *d, uint64_t *bytes, uint64_t *messages, double *seconds)
+{
+    (void)d;
+    *bytes = *messages = 0;
+    *seconds = 0.0;
+}
 int dist_rank(const ssb4d_dist *d) { (void)d; return 0; }
 int dist_size(const ssb4d_dist *d) { (void)d; return 1; }
 

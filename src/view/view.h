@@ -20,6 +20,10 @@ typedef struct {
     const char *save_dir;       /* where "Save calibration" writes by default (NULL: ".") */
     int force;                  /* --force: Save calibration may replace an existing file */
     FILE *url_out;              /* where the URL line goes (stdout) */
+    /* A distributed session (mpirun, docs/scale.md; NULL: none): rank 0 serves and sends every
+     * job to the other ranks, which run it on their share (view_follow). Jobs are not cancelled
+     * midway then: a newer preview waits for the running one instead. */
+    const ssb4d_dist *dist;
 } view_config;
 
 /* The server and its token; nothing listens yet. NULL with err filled on failure. */
@@ -36,6 +40,9 @@ int view_progress(void *user, const char *stage, double fraction);
  * (view_block_signals) before creating any thread. Returns 0, or the SSB4D status that kept it
  * from serving (err says why). */
 int view_serve(view_server *v, ssb4d_session *s, ssb4d_err *err);
+/* A rank other than 0 of a distributed viewer: runs s through the same jobs as rank 0, in the
+ * same order, until rank 0 stops; writes nothing. Returns 0 or the status that stopped it. */
+int view_follow(view_server *v, ssb4d_session *s, ssb4d_err *err);
 /* Blocks SIGINT and SIGTERM in the calling thread (and the threads it will create). */
 int view_block_signals(void);
 void view_destroy(view_server *v);

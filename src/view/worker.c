@@ -8,6 +8,7 @@
 
 #include "common/err.h"
 #include "common/fftw_lock.h"
+#include "dist/dist.h"
 
 #include <fftw3.h>
 #include <math.h>
@@ -538,6 +539,55 @@ static void answer_locked(view_server *v, view_job *j, int status, const char *m
     pthread_cond_broadcast(&v->done);
 }
 
+/* ---- a distributed viewer (view_follow): the jobs rank 0 runs, sent to the other ranks ------- */
+
+#define JOB_QUIT ((job_kind)-1)
+
+typedef struct {
+    int32_t kind;
+    job_params p;
+} job_msg;
+
+/* Rank 0 (the worker thread: the only thread that sends): the job it is about to run. A failed
+ * send leaves the ranks apart, so it ends the job (MPI aborts every rank on a failed message). */
+static void send_job(view_server *v, job_kind kind, const job_params *p)
+{
+    job_msg m;
+    memset(&m, 0, sizeof m);
+    m.kind = (int32_t)kind;
+    if (p)
+        m.p = *p;
+    ssb4d_err err;
+    if (dist_bcast(v->cfg.dist, &m, sizeof m, 0, &err))
+        fprintf(stderr, "ssb4d view: %s\n", err.msg);
+}
+
+int view_follow(view_server *v, ssb4d_session *s, ssb4d_err *err)
+{
+    v->s = s;
+    view_job start;
+    memset(&start, 0, sizeof start);
+    do_start(v, &start.resp);
+    view_resp_free(&start.resp);
+    for (;;) {
+        job_msg m;
+        ssb4d_status st = dist_bcast(v->cfg.dist, &m, sizeof m, 0, err);
+        if (st)
+            return st;
+        if (m.kind == (int32_t)JOB_QUIT)
+            return 0;
+        if (m.kind == JOB_SAVE) /* rank 0 writes */
+            continue;
+        view_job j;
+        memset(&j, 0, sizeof j);
+        j.kind = (job_kind)m.kind;
+        j.p = m.p;
+        j.p.path[sizeof j.p.path - 1] = 0;
+        run_job(v, &j);
+        view_resp_free(&j.resp);
+    }
+}
+
 static void *worker_main(void *arg)
 {
     view_server *v = arg;
@@ -577,6 +627,8 @@ static void *worker_main(void *arg)
         v->fraction = 0;
         v->last_error[0] = j->kind == JOB_PREVIEW ? v->last_error[0] : 0;
         pthread_mutex_unlock(&v->mu);
+        if (v->cfg.dist)
+            send_job(v, j->kind, &j->p);
         run_job(v, j);
         pthread_mutex_lock(&v->mu);
         v->running = NULL;
@@ -586,6 +638,8 @@ static void *worker_main(void *arg)
         j->done = 1;
         pthread_cond_broadcast(&v->done);
     }
+    if (v->cfg.dist) /* the other ranks stop with us */
+        send_job(v, JOB_QUIT, NULL);
     /* Stopping: whoever still waits gets an answer. */
     for (view_job *j = v->fifo_head; j; j = j->next)
         answer_locked(v, j, 503, "the server is stopping");
@@ -611,7 +665,7 @@ void view_worker_stop(view_server *v)
         return;
     pthread_mutex_lock(&v->mu);
     v->stop = 1;
-    if (v->running)
+    if (v->running && !v->cfg.dist)
         ssb4d_session_cancel(v->s);
     pthread_cond_broadcast(&v->wake);
     pthread_mutex_unlock(&v->mu);
@@ -625,7 +679,8 @@ void view_worker_stop(view_server *v)
             t.tv_sec++, t.tv_nsec -= 1000000000;
         if (pthread_timedjoin_np(v->worker, NULL, &t) == 0)
             break;
-        ssb4d_session_cancel(v->s);
+        if (!v->cfg.dist) /* distributed: the running job ends on every rank (no cancel) */
+            ssb4d_session_cancel(v->s);
     }
     v->worker_started = 0;
 }
@@ -633,7 +688,7 @@ void view_worker_stop(view_server *v)
 void view_cancel_running(view_server *v)
 {
     pthread_mutex_lock(&v->mu);
-    if (v->running) {
+    if (v->running && !v->cfg.dist) {
         ssb4d_session_cancel(v->s);
         v->cancel_job = 1;
         v->n_cancels++;
@@ -672,8 +727,10 @@ void view_submit(view_server *v, view_job *j)
         if (v->running && v->running->kind == JOB_PREVIEW && !v->running->superseded) {
             v->running->superseded = 1;
             v->n_superseded++;
-            v->n_cancels++;
-            ssb4d_session_cancel(v->s);
+            if (!v->cfg.dist) { /* distributed: it runs to its end on every rank, then 409 */
+                v->n_cancels++;
+                ssb4d_session_cancel(v->s);
+            }
         }
     } else {
         if (v->fifo_tail)

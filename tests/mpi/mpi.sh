@@ -9,6 +9,8 @@
 #   faults       a rank whose DATA is unreadable (mpirun's MPMD form gives each rank its own
 #                arguments) ends every rank within seconds with a non-zero status and no output;
 #                an unknown flag on every rank the same;
+#   the viewer   `mpirun -np 2 ssb4d view`: the fit on start, previews, a drag, a region refit
+#                over HTTP equal one process's viewer bit for bit (tests/mpi/view_mpi.py);
 #   the plan     `plan --ranks` against the per-rank tracked peak that `--memory-report` prints.
 # Rank 0 alone prints and writes. usage: mpi.sh SSB4D_BIN MPIEXEC
 set -u
@@ -82,6 +84,11 @@ grep -q "missing.npy" "$T/x.err" && ok || { bad "no message names the missing fi
 timeout 120 "${MPI[@]}" -np 2 "$BIN" fit "$T/s.npy" --no-such-flag >"$T/y.out" 2>"$T/y.err"
 rc=$?
 [ $rc -ne 0 ] && [ $rc -ne 124 ] && ok || bad "an unknown flag: exit $rc"
+
+# --- the viewer: rank 0 serves, the others compute ---------------------------------------------
+timeout 900 /usr/bin/python3 "$(dirname "$0")/view_mpi.py" "$BIN" "$MPIEXEC" "$T/s.npy" 2 >"$T/v.log" 2>&1 && ok ||
+    { bad "the distributed viewer"; cat "$T/v.log"; }
+grep '^ok' "$T/v.log" | sed 's/^/# view: /'
 
 # --- the plan per rank against the measured per-rank peak ---------------------------------------
 timeout 300 "${MPI[@]}" -np 2 "$BIN" reconstruct "$T/s.npy" -o "$T/m.tiff" --json --threads 1 --force \
