@@ -201,27 +201,33 @@ ssb4d_status dist_chain_run(dist_chain *c, ssb4d_status st, double *totals, ssb4
     int ok = 1;
     if (d->rank > 0)
         ok = !recv_d(d, totals, len, d->rank - 1) && !recv_d(d, open, len + 1, d->rank - 1);
+    /* the head: each pixel into the open block, in order, then the block closes */
+    double *px = ok && c->n_head ? ssb4d_mem_alloc(c->mem, len * sizeof *px, "reduction pixel", err) : NULL;
+    ssb4d_status pst = ok && c->n_head && !px ? SSB4D_ENOMEM : SSB4D_OK;
+    for (size_t i = 0; ok && !pst && i < c->n_head; i++) {
+        memset(px, 0, len * sizeof *px);
+        if ((pst = c->pix(c->pix_user, c->head[i], px, err)))
+            break;
+        for (size_t q = 0; q < len; q++)
+            open[q] += px[q];
+        open[len] = 1;
+    }
+    ssb4d_mem_free(c->mem, px, 0);
+    if (pst) /* cannot happen after the agreement but for memory: the job cannot go on */
+        ok = 0;
+    if (ok && c->n_head && c->head_closes) {
+        for (size_t q = 0; q < len; q++)
+            totals[q] += open[q];
+        memset(open, 0, (len + 1) * sizeof *open);
+    }
     for (size_t i = 0; ok && i < c->n; i++) {
         const double *p = c->items + i * len;
-        switch (c->kind[i] & 3) {
-        case DIST_BLOCK_FULL:
+        if (c->kind[i] == DIST_BLOCK_FULL)
             for (size_t q = 0; q < len; q++)
                 totals[q] += p[q];
-            break;
-        case DIST_PIX:
-            for (size_t q = 0; q < len; q++)
-                open[q] += p[q];
-            open[len] = 1;
-            if (c->kind[i] & 4) { /* the block ends here */
-                for (size_t q = 0; q < len; q++)
-                    totals[q] += open[q];
-                memset(open, 0, (len + 1) * sizeof *open);
-            }
-            break;
-        case DIST_TAIL:
+        else { /* DIST_TAIL */
             memcpy(open, p, len * sizeof *p);
             open[len] = 1;
-            break;
         }
     }
     if (ok && d->rank < d->size - 1)
@@ -388,15 +394,28 @@ size_t dist_segments(size_t n, size_t lo, size_t hi, dist_seg *segs)
 }
 
 ssb4d_status dist_chain_init(dist_chain *c, const ssb4d_dist *d, size_t len, const dist_seg *segs, size_t nsegs,
-                             ssb4d_mem *mem, ssb4d_err *err)
+                             dist_pix_fn pix, void *pix_user, ssb4d_mem *mem, ssb4d_err *err)
 {
     memset(c, 0, sizeof *c);
     c->d = d;
     c->len = len;
     c->mem = mem;
     c->direct = dist_rank(d) == 0;
-    for (size_t i = 0; i < nsegs; i++)
-        c->cap += !dist_chain_direct(c, segs[i].kind);
+    c->pix = pix;
+    c->pix_user = pix_user;
+    for (size_t i = 0; i < nsegs; i++) {
+        if (segs[i].kind == DIST_PIX) {
+            c->n_head++;
+            c->head_closes |= segs[i].close;
+        } else
+            c->cap += !dist_chain_direct(c, segs[i].kind);
+    }
+    c->head = malloc((c->n_head ? c->n_head : 1) * sizeof *c->head);
+    if (!c->head)
+        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+    for (size_t i = 0, k = 0; i < nsegs; i++)
+        if (segs[i].kind == DIST_PIX)
+            c->head[k++] = segs[i].a;
     if (c->cap) {
         c->items = ssb4d_mem_alloc(mem, c->cap * len * sizeof *c->items, "reduction partials", err);
         c->kind = malloc(c->cap);
@@ -420,12 +439,13 @@ void dist_chain_keep(dist_chain *c, const dist_seg *seg, const double *const *pa
         memcpy(dst, parts[i], lens[i] * sizeof *dst);
         dst += lens[i];
     }
-    c->kind[c->n++] = (unsigned char)(seg->kind | (seg->close ? 4 : 0));
+    c->kind[c->n++] = (unsigned char)seg->kind;
 }
 
 void dist_chain_free(dist_chain *c)
 {
     ssb4d_mem_free(c->mem, c->items, 0);
     free(c->kind);
+    free(c->head);
     memset(c, 0, sizeof *c);
 }

@@ -57,14 +57,25 @@ enum {
     DIST_TAIL = 3        /* a block that goes on on a later rank: open = partial */
 };
 
+/* A pixel of a block begun on an earlier rank: its contribution (len doubles, zeroed by the
+ * caller) as the pass would add it into a block partial started at zero. Called by
+ * dist_chain_run once the open block has arrived, so these pixels (at most 63 per pass) cost
+ * no memory of their own, only their time after the wait. */
+typedef ssb4d_status (*dist_pix_fn)(void *user, size_t ib, double *out, ssb4d_err *err);
+
 typedef struct {
     const ssb4d_dist *d;
     size_t len;          /* doubles per partial */
     ssb4d_mem *mem;
-    double *items;       /* kept partials, len doubles each */
+    double *items;       /* kept partials (full blocks, the tail), len doubles each */
     unsigned char *kind;
     size_t n, cap;
+    size_t *head;        /* the pixels before the first block boundary, in order */
+    size_t n_head;
+    int head_closes;     /* the head ends its block here */
     int direct;          /* rank 0: full blocks go straight into the totals */
+    dist_pix_fn pix;
+    void *pix_user;
 } dist_chain;
 
 /* A segment of a pass: pixels [a, b) summed from zero into one partial, of kind DIST_*. */
@@ -79,13 +90,14 @@ typedef struct {
  * how many; segs has room for (hi - lo) / 64 + 66. */
 size_t dist_segments(size_t n, size_t lo, size_t hi, dist_seg *segs);
 
-/* For the segments this rank sums: room for the partials it keeps. */
+/* For the segments this rank sums: room for the partials it keeps, and the head pixels, whose
+ * contributions pix gives when the chain reaches this rank. */
 ssb4d_status dist_chain_init(dist_chain *c, const ssb4d_dist *d, size_t len, const dist_seg *segs, size_t nsegs,
-                             ssb4d_mem *mem, ssb4d_err *err);
+                             dist_pix_fn pix, void *pix_user, ssb4d_mem *mem, ssb4d_err *err);
 /* 1: rank 0's full blocks, which the caller adds into its totals itself, in order (no copy). */
 int dist_chain_direct(const dist_chain *c, int kind);
-/* Otherwise, in segment order: the segment's partial, the concatenation of parts[0..np) (lens[i]
- * doubles each), is kept. */
+/* Otherwise, in segment order, for every segment but DIST_PIX (the pass skips those): the
+ * segment's partial, the concatenation of parts[0..np) (lens[i] doubles each), is kept. */
 void dist_chain_keep(dist_chain *c, const dist_seg *seg, const double *const *parts, const size_t *lens, size_t np);
 /* The status agreement, then the chain: totals (len doubles; rank 0's direct adds already in
  * it) become the one-process totals on every rank. */

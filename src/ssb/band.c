@@ -512,6 +512,44 @@ static ssb4d_status check_args(const ssb4d_geometry *g, const ssb4d_band_opts **
     return ssb4d_geometry_check(g, err);
 }
 
+/* One pixel's contribution, as the pass adds it into a block partial started at zero
+ * (dist_pix_fn): thread 0's scratch, after the pass. A distributed G is resident in float32. */
+typedef struct {
+    const struct ssb4d_G *G;
+    const band_geom *b;
+    const band_rot *rots;
+    size_t nrot;
+    const band_set *sets;
+    size_t n, nb1;
+    band_scratch *ws;
+} band_pix_user;
+
+static ssb4d_status band_pix(void *user, size_t ib, double *out, ssb4d_err *err)
+{
+    (void)err;
+    const band_pix_user *u = user;
+    const cfloat *plane = (const cfloat *)G_plane(u->G, ib);
+    if (!plane)
+        return SSB4D_OK;
+    const double T = (double)u->G->totals[ib];
+    for (size_t r = 0; r < u->nrot; r++) {
+        const band_rot *k = &u->rots[r];
+        if (k->Ak[ib] == 0.0)
+            continue;
+        pixel_geometry(u->b, k, ib, &u->ws[0]);
+        for (size_t i = 0; i < u->n; i++) {
+            if (u->sets[i].rot != r)
+                continue;
+            double *acc = out + i * u->nb1 * 4;
+            if (u->sets[i].quadratic)
+                accum_fast(u->b, k, &u->sets[i], ib, plane, T, &u->ws[0], acc);
+            else
+                accum_generic(u->b, k, &u->sets[i], ib, plane, T, &u->ws[0], acc);
+        }
+    }
+    return SSB4D_OK;
+}
+
 ssb4d_status ssb4d_band_fit_rot(const ssb4d_G *G, const ssb4d_geometry *g, const double *rotation_deg,
                                 const ssb4d_aberrations *ab, const ssb4d_thick *thick, size_t n,
                                 const ssb4d_band_opts *o, ssb4d_mem *mem, double *fit, ssb4d_err *err)
@@ -614,13 +652,15 @@ ssb4d_status ssb4d_band_fit_rot(const ssb4d_G *G, const ssb4d_geometry *g, const
     const size_t lo = G_lo(G), hi = G_hi(G);
     dist_chain ch;
     memset(&ch, 0, sizeof ch);
+    band_pix_user pu = {G, &b, rots, nrot, sets, n, nb1, ws};
     dist_seg *segs = NULL;
     if (!st && !on_dev) {
         segs = malloc(((hi - lo) / BLOCK + BLOCK + 2) * sizeof *segs);
         if (!segs)
             st = ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
         else if (G->dist)
-            st = dist_chain_init(&ch, G->dist, nsum, segs, dist_segments(G->n_bf, lo, hi, segs), mem, err);
+            st = dist_chain_init(&ch, G->dist, nsum, segs, dist_segments(G->n_bf, lo, hi, segs), band_pix, &pu, mem,
+                                 err);
     }
     for (size_t g0 = lo; !st && !on_dev && g0 < hi; g0 += gr.cap) {
         size_t g1 = g0 + gr.cap < hi ? g0 + gr.cap : hi;
@@ -636,6 +676,8 @@ ssb4d_status ssb4d_band_fit_rot(const ssb4d_G *G, const ssb4d_geometry *g, const
             band_scratch *w = &ws[omp_get_thread_num()];
 #pragma omp for ordered schedule(dynamic, 1)
             for (size_t sg = 0; sg < nseg; sg++) {
+                if (segs[sg].kind == DIST_PIX)
+                    continue; /* a block begun on an earlier rank: band_pix, once it arrives */
                 memset(w->part, 0, nsum * sizeof(double));
                 for (size_t ib = segs[sg].a; ib < segs[sg].b; ib++) {
                     const cfloat *plane = (const cfloat *)gr.planes[ib - g0];

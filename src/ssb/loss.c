@@ -479,6 +479,8 @@ static ssb4d_status stack_group(stack *k, const ssb4d_G *G, const G_group *gr, s
         thread_scratch *s = &k->ts[omp_get_thread_num()];
 #pragma omp for ordered schedule(dynamic, 1)
         for (size_t b = 0; b < nseg; b++) {
+            if (segs[b].kind == DIST_PIX)
+                continue; /* a block begun on an earlier rank: loss_pix, once it arrives */
             memset(s->part, 0, n * npix * sizeof(double));
             memset(s->s2, 0, n * sizeof(double));
             for (size_t ib = segs[b].a; ib < segs[b].b; ib++) {
@@ -516,6 +518,33 @@ static ssb4d_status stack_group(stack *k, const ssb4d_G *G, const G_group *gr, s
         }
     }
     free(segs);
+    return SSB4D_OK;
+}
+
+/* One pixel's contribution, as stack_group adds it into a block partial started at zero
+ * (dist_pix_fn): thread 0's scratch, after the pass. A distributed G is resident in float32. */
+typedef struct {
+    stack *k;
+    const ssb4d_G *G;
+} loss_pix_user;
+
+static ssb4d_status loss_pix(void *user, size_t ib, double *out, ssb4d_err *err)
+{
+    (void)err;
+    const loss_pix_user *u = user;
+    stack *k = u->k;
+    const cfloat *plane = (const cfloat *)G_plane(u->G, ib);
+    if (!plane)
+        return SSB4D_OK;
+    thread_scratch *s = &k->ts[0];
+    for (size_t j = 0; j < k->n; j++) {
+        const ssb_ctx *cj = &k->c[j];
+        if (cj->Ak[ib] == 0.0)
+            continue;
+        float *ph = k->real ? s->real : (float *)s->buf;
+        pixel_phases(cj, ib, plane, k->Eq[j], s, k->real, k->plan, k->ncols, ph);
+        out[k->n * k->npix + j] += accumulate(out + j * k->npix, ph, k->npix);
+    }
     return SSB4D_OK;
 }
 
@@ -617,10 +646,11 @@ static ssb4d_status phase_stack(const ssb4d_G *G, const ssb4d_geometry *g,
     ssb4d_status st = stack_init(&k, G, g, ab, thick, n, f, &of, mem, err);
     const size_t lo = G_lo(G), hi = G_hi(G);
     memset(&k.ch, 0, sizeof k.ch);
+    loss_pix_user pu = {&k, G};
     if (!st && G->dist) {
         dist_seg *segs = malloc(((hi - lo) / BLOCK + BLOCK + 2) * sizeof *segs);
-        st = segs ? dist_chain_init(&k.ch, G->dist, n * k.npix + n, segs, dist_segments(G->n_bf, lo, hi, segs), mem,
-                                    err)
+        st = segs ? dist_chain_init(&k.ch, G->dist, n * k.npix + n, segs, dist_segments(G->n_bf, lo, hi, segs),
+                                    loss_pix, &pu, mem, err)
                   : ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
         free(segs);
     }

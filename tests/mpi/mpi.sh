@@ -3,7 +3,8 @@
 # On a small simulated scan whose BF pixels fall into uneven blocks for 2 and 3 ranks:
 #   reconstruct  the phase.tiff bytes and the loss's bits (JSON, 17 digits) at np 1, 2, 3;
 #   fit          the trace SHA-256, the loss and the phase.tiff, object.npy and calibration.json
-#                bytes at np 1, 2, 3 (the fit's subsets split mid-block across ranks);
+#                bytes at np 1, 2, 3 (the fit's subsets split mid-block across ranks); the
+#                exact-loss objective at np 3 (the loss's chain on those subsets);
 #   bench run    the whole session (fit, previews, 20 drags on BF subsets, releases, a region
 #                refit): the G per-block hash, the phase and the trace at np 2 and 3;
 #   faults       a rank whose DATA is unreadable (mpirun's MPMD form gives each rank its own
@@ -58,6 +59,16 @@ for np in 1 2 3; do
         ok || bad "np $np: calibration.json differs from one process"
     echo "# np $np: trace $trn"
 done
+
+# the exact-loss objective: the loss's chain on the fit's subsets, split mid-block
+"$BIN" fit "$T/s.npy" -o "$T/l1" --objective loss --threads 1 -q >/dev/null 2>"$T/l1.err" && ok || { bad "fit loss"; cat "$T/l1.err"; }
+timeout 600 "${MPI[@]}" -np 3 "$BIN" fit "$T/s.npy" -o "$T/l3" --objective loss --threads 1 -q >/dev/null 2>"$T/l3.err" &&
+    ok || { bad "np 3 fit --objective loss"; cat "$T/l3.err"; }
+[ -n "$(str "$T/l1/trials.json" trace_sha256)" ] &&
+    [ "$(str "$T/l1/trials.json" trace_sha256)" = "$(str "$T/l3/trials.json" trace_sha256)" ] && ok ||
+    bad "np 3 fit --objective loss: trace differs"
+cmp -s "$T/l1/phase.tiff" "$T/l3/phase.tiff" && ok || bad "np 3 fit --objective loss: phase.tiff differs"
+echo "# --objective loss, np 3: trace $(str "$T/l3/trials.json" trace_sha256)"
 
 # --- the G, block by block --------------------------------------------------------------------
 "$BIN" bench run --data "$T/s.npy" --repeat 1 -o "$T/b1.json" --threads 1 >/dev/null 2>"$T/b1.err" && ok || { bad "bench"; cat "$T/b1.err"; }
