@@ -4,7 +4,10 @@
  * with G resident; within 10 % and never above it when streaming); the G hash, the fit's trace and (float32) the phase are the same bits
  * for every budget; the preview after the region refit's rebuild equals the first; a budget
  * below the smallest is refused with the smallest budget named. Also: sizes, scripts, and the
- * plan of the reference shape (what fits which machine). */
+ * plan of the reference shape (what fits which machine). Issue 16: one rank of a distributed
+ * session (plan_make_rank): ranks = 1 is the one-process plan to the byte; a rank's share of the
+ * BF blocks and of G by the exact formula (uneven splits); its stages are the one-process stages
+ * of its share plus the chain's buffers; the smallest rank count; bad rank counts refused. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -17,6 +20,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "plan/plan.h"
 #include "ssb4d_advanced.h"
 
 #define GIB ((size_t)1 << 30)
@@ -298,11 +302,275 @@ static void test_script(void **state)
     assert_int_equal(ssb4d_session_script_read("/nonexistent/s.json", &s, &err), SSB4D_EIO);
 }
 
+
+/* ---- issue 16: one rank of N ------------------------------------------------------------------ */
+
+static void rank_input(ssb4d_plan_input *in, size_t side, size_t det, size_t n_bf, size_t budget)
+{
+    ssb4d_plan_input_default(in);
+    in->scan[0] = in->scan[1] = side;
+    in->det[0] = in->det[1] = det;
+    in->n_bf = n_bf;
+    in->encoded_bytes = (size_t)((double)side * side * det * det * 2.0 / 13.1);
+    in->region[0] = in->region[1] = ssb4d_plan_region_side(side);
+    in->upsample = 2;
+    in->threads = 2;
+    in->memory_bytes = budget;
+}
+
+/* ranks = 1 is ssb4d_plan_make to the byte, whatever the budget makes of G. */
+static void test_ranks_one(void **state)
+{
+    (void)state;
+    ssb4d_plan_input in;
+    rank_input(&in, 512, 192, 8939, 0);
+    in.encoded_bytes = (size_t)(2.07 * GIB);
+    ssb4d_plan *a = calloc(2, sizeof *a);
+    assert_non_null(a);
+    ssb4d_err err = {0};
+    const size_t budgets[] = {64 * GIB, 12 * GIB, 6 * GIB, 3 * GIB, 1 * GIB};
+    const ssb4d_preview_precision prec[] = {SSB4D_PREVIEW_AUTO, SSB4D_PREVIEW_FLOAT};
+    for (size_t i = 0; i < sizeof budgets / sizeof budgets[0]; i++)
+        for (int k = 0; k < 2; k++) {
+            in.memory_bytes = budgets[i];
+            in.preview = prec[k];
+            assert_int_equal(ssb4d_plan_make(&in, &a[0], &err), SSB4D_OK);
+            plan_rank_share sh;
+            memset(&a[1], 0xA5, sizeof a[1]);
+            assert_int_equal(plan_make_rank(&in, 1, PLAN_RANK_LARGEST, &a[1], &sh, &err), SSB4D_OK);
+            assert_memory_equal(&a[0], &a[1], sizeof a[0]);
+            assert_int_equal(plan_make_rank(&in, 1, 0, &a[1], NULL, &err), SSB4D_OK);
+            assert_memory_equal(&a[0], &a[1], sizeof a[0]);
+            assert_int_equal(sh.local_bf, 8939);
+            assert_int_equal(sh.local_blocks, 140);
+            assert_int_equal(sh.chain_loss_bytes, 0);
+            assert_int_equal(sh.chain_fit_bytes, 0);
+            assert_true(sh.calibrates && !sh.holds_partials);
+        }
+    free(a);
+}
+
+/* The split: n_bf = 1000 is 16 blocks (the last of 40 pixels); 3 ranks own 5, 5 and 6 of them;
+ * the largest share is ceil(16 / 3) = 6 blocks = 384 pixels; stored planes in proportion, rounded
+ * up; the per-rank G is those planes in float32 and shrinks as the rank count grows. */
+static void test_ranks_share(void **state)
+{
+    (void)state;
+    plan_rank_share r = plan_rank_share_of(1000, 0, 3, PLAN_RANK_LARGEST);
+    assert_int_equal(r.blocks, 16);
+    assert_int_equal(r.local_blocks, 6);
+    assert_int_equal(r.local_bf, 384);
+    assert_int_equal(r.local_stored, 384);
+    assert_true(r.calibrates && r.holds_partials);
+    const size_t want_blocks[3] = {5, 5, 6}, want_bf[3] = {320, 320, 360};
+    size_t sum = 0;
+    for (size_t k = 0; k < 3; k++) {
+        plan_rank_share q = plan_rank_share_of(1000, 0, 3, k);
+        assert_int_equal(q.local_blocks, want_blocks[k]);
+        assert_int_equal(q.local_bf, want_bf[k]);
+        assert_int_equal(q.calibrates, k == 0);
+        assert_int_equal(q.holds_partials, k > 0);
+        sum += q.local_bf;
+    }
+    assert_int_equal(sum, 1000);
+    /* 950 stored: ceil(950 * 384 / 1000) = 365 on the largest rank */
+    r = plan_rank_share_of(1000, 950, 3, PLAN_RANK_LARGEST);
+    assert_int_equal(r.local_stored, 365);
+    /* more ranks than blocks: one block each at most */
+    r = plan_rank_share_of(1000, 0, 40, PLAN_RANK_LARGEST);
+    assert_int_equal(r.local_blocks, 1);
+    assert_int_equal(r.local_bf, 64);
+    r = plan_rank_share_of(1000, 0, 40, 39);
+    assert_int_equal(r.local_blocks, 1);
+    assert_int_equal(r.local_bf, 40); /* the last block's 40 pixels */
+    r = plan_rank_share_of(1000, 0, 40, 1);
+    assert_int_equal(r.local_blocks, 0);
+
+    /* The plan's G for a 128x128 scan, 1000 BF pixels of which 950 stored. */
+    ssb4d_plan_input in;
+    rank_input(&in, 128, 64, 1000, 4 * GIB);
+    in.n_stored = 950;
+    ssb4d_plan *p = calloc(1, sizeof *p);
+    assert_non_null(p);
+    ssb4d_err err = {0};
+    size_t plane = plan_plane_bytes(128, 128), last = (size_t)-1;
+    assert_int_equal(plane, (size_t)((128 * 65 + 7) / 8 * 8) * 8);
+    const size_t ranks[] = {1, 2, 3, 4, 5, 8, 16, 17, 100};
+    for (size_t i = 0; i < sizeof ranks / sizeof ranks[0]; i++) {
+        size_t N = ranks[i];
+        plan_rank_share sh;
+        assert_int_equal(plan_make_rank(&in, N, PLAN_RANK_LARGEST, p, &sh, &err), SSB4D_OK);
+        size_t kb = (16 + N - 1) / N, px = 64 * kb < 1000 ? 64 * kb : 1000;
+        size_t stored = (950 * px + 999) / 1000;
+        assert_int_equal(sh.local_blocks, kb);
+        assert_int_equal(sh.local_bf, px);
+        assert_int_equal(sh.local_stored, stored);
+        assert_int_equal(p->g_bytes, stored * plane);
+        assert_int_equal(sh.g_bytes, p->g_bytes);
+        assert_true(p->fits);
+        assert_true(p->g_bytes <= last);
+        last = p->g_bytes;
+        printf("  %3zu ranks: %zu blocks, %zu pixels, %zu planes, G %.2f MiB a rank, peak %.2f MiB\n", N, kb, px, stored,
+               p->g_bytes / (double)MIB, p->session_peak_bytes / (double)MIB);
+        if (N > 1) { /* every plane resident in float32, no half copy */
+            assert_string_equal(p->mode, "resident");
+            assert_false(p->preview_half);
+            assert_int_equal(p->fit_resident_bytes, p->g_bytes);
+            assert_int_equal(p->preview_resident_bytes, p->g_bytes);
+            assert_int_equal(p->resident_bytes, p->encoded_bytes + p->g_bytes);
+        }
+    }
+    assert_int_equal(last, 64 * 950 / 1000 * plane + plane); /* ceil(60.8) = 61 planes */
+    free(p);
+}
+
+/* A rank's stages are the one-process stages of a G of its share, plus the chain's buffers during
+ * the passes that reduce: none during the G build, the loss's over all BF pixels during a release
+ * (to the byte), and the calibration only on rank 0. */
+static void test_ranks_stages(void **state)
+{
+    (void)state;
+    ssb4d_plan_input in, loc;
+    rank_input(&in, 128, 64, 1000, 4 * GIB);
+    in.upsample = 1; /* releases in one fused pass: the chain is their peak */
+    ssb4d_plan *p = calloc(3, sizeof *p);
+    assert_non_null(p);
+    ssb4d_err err = {0};
+    plan_rank_share sh, s1;
+    assert_int_equal(plan_make_rank(&in, 3, PLAN_RANK_LARGEST, &p[0], &sh, &err), SSB4D_OK);
+    assert_true(p[0].fits);
+    /* one process holding the same share (the parallax's bins are the same at this size) */
+    loc = in;
+    loc.n_bf = sh.local_bf;
+    assert_int_equal(ssb4d_plan_make(&loc, &p[1], &err), SSB4D_OK);
+    assert_string_equal(p[1].mode, "resident");
+    assert_int_equal(p[0].n_stages, p[1].n_stages);
+    /* the chain: (2 + 6 blocks) x (128 x 128 + 1) doubles for the exact loss */
+    assert_int_equal(sh.chain_loss_bytes, (size_t)8 * (128 * 128 + 1) * 8);
+    assert_int_equal(plan_chain_bytes(&sh, 128 * 128 + 1, 1, 0), sh.chain_loss_bytes);
+    assert_int_equal(plan_chain_bytes(&sh, 10, 2, 100), (2 + 2) * 2 * 10 * 8); /* a view: its own blocks */
+    assert_true(sh.chain_fit_bytes > 0);
+    int saw_release = 0;
+    for (size_t i = 0; i < p[0].n_stages; i++) {
+        const ssb4d_plan_stage *a = &p[0].stages[i], *b = &p[1].stages[i];
+        assert_string_equal(a->name, b->name);
+        printf("    %-22s rank %8.3f / %-8.3f one process of its share %8.3f / %-8.3f MiB\n", a->name,
+               a->peak_bytes / (double)MIB, a->after_bytes / (double)MIB, b->peak_bytes / (double)MIB,
+               b->after_bytes / (double)MIB);
+        if (!strcmp(a->name, "fit")) {
+            assert_true(a->peak_bytes > b->peak_bytes);
+            assert_true(a->peak_bytes <= b->peak_bytes + sh.chain_fit_bytes);
+            assert_int_equal(a->after_bytes, b->after_bytes);
+        } else if (strstr(a->name, "releases")) {
+            assert_int_equal(a->peak_bytes, b->peak_bytes + sh.chain_loss_bytes);
+            saw_release = 1;
+        } else if (strncmp(a->name, "region", 6) && strcmp(a->name, "next full preview")) {
+            /* load, calibrate, G build, previews, drags, save: no chain */
+            assert_int_equal(a->peak_bytes, b->peak_bytes);
+            assert_int_equal(a->after_bytes, b->after_bytes);
+        }
+    }
+    assert_true(saw_release);
+    /* Rank 1 of 3 has no calibration: its stage holds only the encoded data. */
+    assert_int_equal(plan_make_rank(&in, 3, 1, &p[2], &s1, &err), SSB4D_OK);
+    assert_false(s1.calibrates);
+    assert_int_equal(s1.local_bf, 320);
+    assert_string_equal(p[2].stages[1].name, "calibrate");
+    assert_int_equal(p[2].stages[1].peak_bytes, p[2].encoded_bytes);
+    assert_true(p[0].stages[1].peak_bytes > p[0].encoded_bytes);
+    /* Rank 0 keeps no partials: less than rank 1 in the release. */
+    assert_int_equal(plan_make_rank(&in, 3, 0, &p[2], &s1, &err), SSB4D_OK);
+    assert_int_equal(s1.chain_loss_bytes, (size_t)2 * (128 * 128 + 1) * 8);
+    assert_int_equal(p[2].g_bytes, 320 * plan_plane_bytes(128, 128));
+
+    /* Per rank "does not fit": the encoded data and the rank's G alone leave no room for the G
+     * build's block (no streaming to fall back on), and the reason says what a rank needs; at the
+     * peak planned under an ample budget it fits (a smaller budget only shrinks the calibration's
+     * frame block and the decode block). */
+    size_t need = p[0].session_peak_bytes;
+    in.memory_bytes = p[0].encoded_bytes + p[0].g_bytes;
+    assert_int_equal(plan_make_rank(&in, 3, PLAN_RANK_LARGEST, &p[1], NULL, &err), SSB4D_OK);
+    assert_false(p[1].fits);
+    assert_true(p[1].min_memory_bytes > in.memory_bytes);
+    assert_non_null(strstr(p[1].reason, "one rank of 3 holds 384 of 1000 BF pixels"));
+    printf("  does not fit: %s\n", p[1].reason);
+    in.memory_bytes = need;
+    assert_int_equal(plan_make_rank(&in, 3, PLAN_RANK_LARGEST, &p[1], NULL, &err), SSB4D_OK);
+    assert_true(p[1].fits);
+    assert_true(p[1].session_peak_bytes <= need);
+
+    /* bad rank counts */
+    assert_int_equal(plan_make_rank(&in, 0, PLAN_RANK_LARGEST, &p[1], NULL, &err), SSB4D_EINVAL);
+    assert_int_equal(plan_make_rank(&in, PLAN_MAX_RANKS + 1, PLAN_RANK_LARGEST, &p[1], NULL, &err), SSB4D_EINVAL);
+    assert_int_equal(plan_make_rank(&in, 3, 3, &p[1], NULL, &err), SSB4D_EINVAL);
+    assert_int_equal(plan_make_rank(&in, PLAN_MAX_RANKS, PLAN_RANK_LARGEST, &p[1], NULL, &err), SSB4D_OK);
+    free(p);
+}
+
+/* The smallest rank count: 1024x1024 x 256x256 with 16,000 BF pixels under 64 GiB a rank. G is
+ * 16000 x 1024 x 513 x 8 bytes (62.6 GiB) beside 9.8 GiB of encoded data: one process fits only by
+ * streaming, two ranks hold half of G each. */
+static void test_ranks_smallest(void **state)
+{
+    (void)state;
+    ssb4d_plan_input in;
+    rank_input(&in, 1024, 256, 16000, 64 * GIB);
+    ssb4d_plan *p = calloc(1, sizeof *p);
+    assert_non_null(p);
+    ssb4d_err err = {0};
+    plan_ranks_answer a;
+    assert_int_equal(plan_smallest_ranks(&in, PLAN_MAX_RANKS, &a, &err), SSB4D_OK);
+    printf("  1024^2, 64 GiB a rank: %zu ranks (one process streams: %d)\n", a.ranks, a.one_process_streams);
+    assert_int_equal(plan_plane_bytes(1024, 1024), (size_t)1024 * 513 * 8);
+    assert_true(a.ranks >= 2 && a.ranks <= 4);
+    assert_true(a.one_process_streams);
+    plan_rank_share sh;
+    assert_int_equal(plan_make_rank(&in, a.ranks, PLAN_RANK_LARGEST, p, &sh, &err), SSB4D_OK);
+    assert_true(p->fits);
+    assert_true(p->session_peak_bytes <= in.memory_bytes);
+    assert_true(p->g_bytes < (size_t)16000 * 1024 * 513 * 8 / a.ranks + 64 * plan_plane_bytes(1024, 1024));
+    if (a.ranks > 2) { /* the smallest: one rank fewer does not fit */
+        assert_int_equal(plan_make_rank(&in, a.ranks - 1, PLAN_RANK_LARGEST, p, NULL, &err), SSB4D_OK);
+        assert_false(p->fits);
+    }
+    ssb4d_plan_input one = in;
+    one.preview = SSB4D_PREVIEW_FLOAT;
+    assert_int_equal(ssb4d_plan_make(&one, p, &err), SSB4D_OK);
+    assert_string_not_equal(p->mode, "resident");
+    /* 8 GiB holds less than the encoded data: no rank count fits, and the reason says so */
+    in.memory_bytes = 8 * GIB;
+    assert_int_equal(plan_smallest_ranks(&in, PLAN_MAX_RANKS, &a, &err), SSB4D_OK);
+    assert_int_equal(a.ranks, 0);
+    assert_int_equal(a.tried, 250);
+    assert_non_null(strstr(a.reason, "even 250 ranks"));
+    printf("  8 GiB: %s\n", a.reason);
+    /* ample: one process, G resident */
+    in.memory_bytes = 512 * GIB;
+    assert_int_equal(plan_smallest_ranks(&in, PLAN_MAX_RANKS, &a, &err), SSB4D_OK);
+    assert_int_equal(a.ranks, 1);
+    /* 2048^2: more ranks than 1024^2 at the same budget */
+    size_t r1024, r2048;
+    in.memory_bytes = 120 * GIB;
+    assert_int_equal(plan_smallest_ranks(&in, PLAN_MAX_RANKS, &a, &err), SSB4D_OK);
+    r1024 = a.ranks;
+    rank_input(&in, 2048, 256, 16000, 120 * GIB);
+    assert_int_equal(plan_smallest_ranks(&in, PLAN_MAX_RANKS, &a, &err), SSB4D_OK);
+    r2048 = a.ranks;
+    printf("  120 GiB a rank: %zu ranks at 1024^2, %zu at 2048^2\n", r1024, r2048);
+    assert_true(r1024 >= 1 && r2048 > r1024);
+    assert_int_equal(plan_smallest_ranks(&in, 0, &a, &err), SSB4D_EINVAL);
+    free(p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sizes),
         cmocka_unit_test(test_reference_shape),
+        cmocka_unit_test(test_ranks_one),
+        cmocka_unit_test(test_ranks_share),
+        cmocka_unit_test(test_ranks_stages),
+        cmocka_unit_test(test_ranks_smallest),
         cmocka_unit_test(test_script),
         cmocka_unit_test(test_too_small),
         cmocka_unit_test(test_budgets),

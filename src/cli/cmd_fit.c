@@ -918,6 +918,7 @@ static void fit_print_json(const fit_opts *o, const cli_session *cs, const fit_r
     cJSON_AddNumberToObject(out, "n_resident", (double)run->n_resident);
     cJSON_AddNumberToObject(out, "min_memory_bytes", (double)plan->min_memory_bytes);
     cJSON_AddNumberToObject(out, "resident_memory_bytes", (double)plan->resident_memory_bytes);
+    cJSON_AddNumberToObject(out, "planned_peak_bytes", (double)plan->session_peak_bytes); /* this rank's */
     cJSON_AddStringToObject(out, "backend", ssb4d_session_backend(cs->s));
     cJSON_AddStringToObject(out, "output_dir", o->out_dir);
     char *str = cJSON_PrintUnformatted(out);

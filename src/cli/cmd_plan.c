@@ -1,10 +1,13 @@
-/* cmd_plan.c — `ssb4d plan DATA | --shape RxCxDRxDC --bf N [--memory SIZE] [--json]`: the memory
- * plan of a session (SPEC 9): per stage the predicted peak and after, the tiles, the time class;
- * "does not fit" with the smallest budget that would; the "what fits which machine" table. */
+/* cmd_plan.c — `ssb4d plan DATA | --shape RxCxDRxDC --bf N [--memory SIZE] [--ranks N|auto] [--json]`:
+ * the memory plan of a session (SPEC 9): per stage the predicted peak and after, the tiles, the
+ * time class; "does not fit" with the smallest budget that would; the "what fits which machine"
+ * table, and how many machines a distributed session (one rank each) needs. With --ranks, the
+ * plan of the largest rank of N (plan_make_rank) and the smallest N that fits. */
 #include "cli/cli_common.h"
 #include "cli/cli_job.h"
 #include "cli/cli_report.h"
 #include "cli/commands.h"
+#include "plan/budget.h"
 #include "plan/plan.h"
 #include "common/parallel.h"
 
@@ -27,7 +30,9 @@ static void help(FILE *f)
             "a half-precision preview copy), the decode block, the group of planes a pass\n"
             "materialises, and per stage the predicted tracked peak and after, the tiles and a time\n"
             "class (from a machine profile: the stated rates of the 2-core reference machine, or this\n"
-            "machine's with --measure). Ends with what fits machines of 8 to 128 GB.\n"
+            "machine's with --measure). Ends with what fits machines of 8 to 128 GB, and how many\n"
+            "machines of 64 to 512 GB a distributed session (mpirun -np N, one rank a machine) needs\n"
+            "for 1024x1024 and 2048x2048 scans (and for this data).\n"
             "With DATA the BF pixels are counted by calibrating it (a full read of the data); the\n"
             "encoded size is that of the .qem file.\n\n"
             "  --shape RxCxDRxDC     scan rows x scan cols x detector rows x detector cols\n"
@@ -43,14 +48,21 @@ static void help(FILE *f)
             "                        the fit searches it (a k table per candidate's rotation)\n"
             "  --measure             time this machine's passes first (about a second) and take the\n"
             "                        times from them instead of the stated profile\n"
+            "  --ranks N|auto        plan a distributed session of N ranks (1 to 65536; 1: one process,\n"
+            "                        the default): --memory is then one rank's budget and the stages\n"
+            "                        show the largest rank's memory (its share of the BF pixels' blocks\n"
+            "                        of 64, all its planes resident in float32: no streaming, no\n"
+            "                        half-precision previews; rank 0 alone calibrates); also prints the\n"
+            "                        smallest N that fits. auto: plan that smallest N\n"
             "  -h, --help            this help\n\n%s\n"
             CLI_EXIT_HELP_BEGIN ";\n"
-            "3 the session does not fit in the budget (the plan is still printed).\n",
+            "3 the session does not fit in the budget, or (--ranks auto) no rank count fits (the plan\n"
+            "is still printed).\n",
             CLI_MICROSCOPE_HELP);
 }
 
 enum { OPT_SHAPE = CLI_OPT_FIRST_FREE, OPT_BF, OPT_FIT_BF, OPT_ENCODED, OPT_UPSAMPLE, OPT_REGION, OPT_PREVIEW,
-       OPT_ROT_FITTED, OPT_MEASURE };
+       OPT_ROT_FITTED, OPT_MEASURE, OPT_RANKS };
 
 static int parse_dims(const char *s, size_t *out, int n)
 {
@@ -66,6 +78,29 @@ static int parse_dims(const char *s, size_t *out, int n)
     return 0;
 }
 
+/* --ranks: a rank count 1..PLAN_MAX_RANKS in decimal digits, or "auto" (*out 0). */
+static int parse_ranks(const char *s, size_t *out)
+{
+    if (!strcmp(s, "auto")) {
+        *out = 0;
+        return 0;
+    }
+    size_t v = 0;
+    if (!*s)
+        return -1;
+    for (const char *c = s; *c; c++) {
+        if (*c < '0' || *c > '9')
+            return -1;
+        v = v * 10 + (size_t)(*c - '0');
+        if (v > PLAN_MAX_RANKS)
+            return -1;
+    }
+    if (v < 1)
+        return -1;
+    *out = v;
+    return 0;
+}
+
 static int parse_count(const char *s, size_t *out)
 {
     char *e;
@@ -74,6 +109,176 @@ static int parse_count(const char *s, size_t *out)
         return -1;
     *out = (size_t)v;
     return 0;
+}
+
+#define GIBF 1073741824.0
+
+/* ---- distributed sessions: the per-rank plan, the smallest rank count, the machine counts ---- */
+
+/* How many machines (one rank each) the default session needs: the reference scans with a 256x256
+ * detector and 16,000 BF pixels (the encoded data the uint16 counts / 13.1, no geometry: the band
+ * objective's bins bounded by the whole half-plane), and this data; budget 90 % of the RAM. */
+static const size_t rank_ram_gb[] = {64, 128, 256, 512};
+#define RANK_RAMS 4
+#define RANK_SHAPES 3
+#define RANK_REF_BF 16000
+typedef struct {
+    size_t scan[RANK_SHAPES];         /* scan side of the reference rows; 0: this data's row */
+    size_t ranks[RANK_SHAPES][RANK_RAMS]; /* 0: none fits */
+    int n;                            /* rows */
+} rank_machines;
+
+static void machines_ranks(const ssb4d_plan_input *in, rank_machines *rm)
+{
+    memset(rm, 0, sizeof *rm);
+    const size_t sides[2] = {1024, 2048};
+    ssb4d_fit_params fit;
+    ssb4d_fit_params_default(&fit);
+    fit.rotation_given = 1;
+    for (int r = 0; r < RANK_SHAPES; r++) {
+        ssb4d_plan_input q;
+        if (r < 2) {
+            ssb4d_plan_input_default(&q);
+            q.scan[0] = q.scan[1] = sides[r];
+            q.det[0] = q.det[1] = 256;
+            q.n_bf = RANK_REF_BF;
+            q.encoded_bytes = (size_t)((double)sides[r] * sides[r] * 256.0 * 256.0 * 2.0 / 13.1);
+            q.region[0] = q.region[1] = ssb4d_plan_region_side(sides[r]);
+            q.upsample = 2;
+            q.threads = in->threads;
+            q.fit = &fit;
+            q.profile = in->profile;
+            rm->scan[r] = sides[r];
+        } else
+            q = *in;
+        for (int i = 0; i < RANK_RAMS; i++) {
+            q.memory_bytes = (size_t)((double)rank_ram_gb[i] * 1e9 * 0.9);
+            plan_ranks_answer a;
+            ssb4d_err e = {0};
+            rm->ranks[r][i] = plan_smallest_ranks(&q, PLAN_MAX_RANKS, &a, &e) ? 0 : a.ranks;
+        }
+        rm->n = r + 1;
+    }
+}
+
+static void machines_ranks_print(const rank_machines *rm)
+{
+    printf("\nmachines a distributed session needs (mpirun -np N, one rank a machine, budget 90 %% of its RAM,\n"
+           "every rank's planes resident in float32; 1: one process); the 1024 and 2048 rows assume %d BF\n"
+           "pixels of a 256x256 detector, the encoded data 13.1x smaller than uint16 counts, no geometry\n"
+           "(the band objective's bins bounded by the whole half-plane) and the default session\n",
+           RANK_REF_BF);
+    printf("  %-26s", "scan");
+    for (int i = 0; i < RANK_RAMS; i++)
+        printf(" %7zu GB", rank_ram_gb[i]);
+    printf("\n");
+    for (int r = 0; r < rm->n; r++) {
+        char label[80];
+        if (rm->scan[r])
+            snprintf(label, sizeof label, "%zux%zu x 256x256", rm->scan[r], rm->scan[r]);
+        else
+            snprintf(label, sizeof label, "this data");
+        printf("  %-26s", label);
+        for (int i = 0; i < RANK_RAMS; i++) {
+            if (rm->ranks[r][i])
+                printf(" %10zu", rm->ranks[r][i]);
+            else
+                printf(" %10s", "none");
+        }
+        printf("\n");
+    }
+}
+
+/* The per-rank plan in words: what the largest rank holds, then the stage table. */
+static void rank_plan_print(const ssb4d_plan_input *in, const ssb4d_plan *p, const plan_rank_share *r)
+{
+    size_t n_stored = in->n_stored ? in->n_stored : in->n_bf;
+    double g_all = (double)n_stored * (double)plan_plane_bytes(in->scan[0], in->scan[1]);
+    printf("distributed over %zu ranks: every figure below is one rank's, the largest: %zu of %zu blocks of %d BF\n"
+           "pixels (%zu pixels, %zu stored planes), all its planes resident in float32 (no streaming, no\n"
+           "half-precision previews); every rank maps the encoded data; rank 0 alone calibrates (counted in)\n",
+           r->ranks, r->local_blocks, r->blocks, PLAN_BLOCK, r->local_bf, r->local_stored);
+    char b[5][32];
+    printf("budget %s a rank: %s", plan_size_text(b[0], p->memory_bytes, 0), p->fits ? "fits" : "does not fit");
+    if (p->fits)
+        printf("\n");
+    else
+        printf(": %s\n", p->reason);
+    printf("  encoded %s, this rank's G %s float32 (all ranks' %s), resident after the G build %s\n",
+           plan_size_text(b[0], p->encoded_bytes, 0), plan_size_text(b[1], p->g_bytes, 0),
+           plan_size_text(b[2], (size_t)g_all, 0), plan_size_text(b[3], p->resident_bytes, 0));
+    printf("  decode block %.0f MiB, fit batch %zu; the chain's buffers during a pass: %s (the fit's objective), %s "
+           "(the exact loss)%s\n",
+           p->block_bytes / 1048576.0, p->fit_batch, plan_size_text(b[0], r->chain_fit_bytes, 0),
+           plan_size_text(b[1], r->chain_loss_bytes, 0), p->region_frees_g ? "; the region refit frees the rank's G first" : "");
+    printf("  smallest budget a rank: %s", plan_size_text(b[0], p->min_memory_bytes, 1));
+    if (p->resident_memory_bytes != p->min_memory_bytes)
+        printf(" with 1 MiB decode blocks, %s with 256 MiB ones", plan_size_text(b[1], p->resident_memory_bytes, 1));
+    printf("\n");
+    printf("\n%-26s %8s %8s %8s  %-16s %s\n", "stage (per rank, GiB)", "peak", "after", "cache", "time", "tiles");
+    for (size_t i = 0; i < p->n_stages; i++) {
+        const ssb4d_plan_stage *s = &p->stages[i];
+        printf("%-26s %8.3f %8.3f %8.3f  %-16s %s\n", s->name, s->peak_bytes / GIBF, s->after_bytes / GIBF,
+               s->cache_bytes / GIBF, s->time_class, s->tiles);
+    }
+    printf("%-26s %8.3f   (encoded + the rank's G + %.2f GiB)\n", "session peak (per rank)",
+           p->session_peak_bytes / GIBF,
+           ((double)p->session_peak_bytes - (double)p->encoded_bytes - (double)p->g_bytes) / GIBF);
+}
+
+static void smallest_print(const ssb4d_plan_input *in, const plan_ranks_answer *a, int is_auto)
+{
+    char b[32];
+    plan_size_text(b, in->memory_bytes, 0);
+    if (a->ranks)
+        printf("\nsmallest rank count for %s a rank: %zu%s%s\n", b, a->ranks,
+               a->ranks == 1 ? " (one process, G resident in float32)" : "", is_auto ? " (planned above)" : "");
+    else
+        printf("\nno rank count fits %s a rank: %s\n", b, a->reason);
+    if (a->one_process_streams)
+        printf("one process also fits, streaming G (rebuilding its outer BF pixels every pass: slower fits)\n");
+}
+
+/* --json's additions: the rank count planned, the largest rank's share, the smallest rank count,
+ * and the machine counts. */
+static void ranks_json(cJSON *j, size_t n_ranks, const plan_rank_share *r, const ssb4d_plan *p,
+                       const plan_ranks_answer *a, const rank_machines *rm)
+{
+    cJSON_AddNumberToObject(j, "ranks", (double)n_ranks);
+    cJSON *o = cJSON_AddObjectToObject(j, "per_rank");
+    cJSON_AddBoolToObject(o, "largest_rank", n_ranks > 1);
+    cJSON_AddNumberToObject(o, "blocks", (double)r->blocks);
+    cJSON_AddNumberToObject(o, "local_blocks", (double)r->local_blocks);
+    cJSON_AddNumberToObject(o, "bf_pixels", (double)r->local_bf);
+    cJSON_AddNumberToObject(o, "stored_planes", (double)r->local_stored);
+    cJSON_AddNumberToObject(o, "g_bytes", (double)r->g_bytes);
+    cJSON_AddNumberToObject(o, "chain_fit_bytes", (double)r->chain_fit_bytes);
+    cJSON_AddNumberToObject(o, "chain_loss_bytes", (double)r->chain_loss_bytes);
+    cJSON_AddNumberToObject(o, "session_peak_bytes", (double)p->session_peak_bytes);
+    cJSON_AddBoolToObject(o, "fits", p->fits);
+    if (a->ranks)
+        cJSON_AddNumberToObject(j, "smallest_ranks", (double)a->ranks);
+    else {
+        cJSON_AddNullToObject(j, "smallest_ranks");
+        cJSON_AddStringToObject(j, "smallest_ranks_reason", a->reason);
+    }
+    cJSON_AddBoolToObject(j, "one_process_streams", a->one_process_streams);
+    cJSON *ma = cJSON_AddArrayToObject(j, "machines_ranks");
+    for (int k = 0; k < rm->n; k++)
+        for (int i = 0; i < RANK_RAMS; i++) {
+            cJSON *e = cJSON_CreateObject();
+            if (rm->scan[k]) {
+                cJSON_AddNumberToObject(e, "scan", (double)rm->scan[k]);
+                cJSON_AddNumberToObject(e, "n_bf", RANK_REF_BF);
+            } else
+                cJSON_AddStringToObject(e, "scan", "this data");
+            cJSON_AddNumberToObject(e, "ram_gb", (double)rank_ram_gb[i]);
+            if (rm->ranks[k][i])
+                cJSON_AddNumberToObject(e, "ranks", (double)rm->ranks[k][i]);
+            else
+                cJSON_AddNullToObject(e, "ranks");
+            cJSON_AddItemToArray(ma, e);
+        }
 }
 
 int cmd_plan(int argc, char **argv)
@@ -88,6 +293,7 @@ int cmd_plan(int argc, char **argv)
                                          {"preview-precision", required_argument, 0, OPT_PREVIEW},
                                          {"rotation-fitted", no_argument, 0, OPT_ROT_FITTED},
                                          {"measure", no_argument, 0, OPT_MEASURE},
+                                         {"ranks", required_argument, 0, OPT_RANKS},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     cli_micro m;
@@ -95,7 +301,8 @@ int cmd_plan(int argc, char **argv)
     ssb4d_plan_input in;
     ssb4d_plan_input_default(&in);
     size_t shape[4] = {0}, region[2] = {(size_t)-1, (size_t)-1};
-    int have_shape = 0, have_encoded = 0, measure = 0, c;
+    int have_shape = 0, have_encoded = 0, measure = 0, have_ranks = 0, c;
+    size_t ranks = 1; /* 0: auto */
     optind = 1;
     opterr = 0;
     while ((c = getopt_long(argc, argv, ":hq", opts, NULL)) != -1) {
@@ -150,6 +357,14 @@ int cmd_plan(int argc, char **argv)
             break;
         case OPT_ROT_FITTED: in.rotation_fitted = 1; break;
         case OPT_MEASURE: measure = 1; break;
+        case OPT_RANKS:
+            if (parse_ranks(optarg, &ranks)) {
+                fprintf(stderr, "ssb4d plan: invalid value '%s' for --ranks (a rank count from 1 to %d, or auto)\n",
+                        optarg, PLAN_MAX_RANKS);
+                return CLI_EXIT_USAGE;
+            }
+            have_ranks = 1;
+            break;
         case 'h': help(stdout); return CLI_EXIT_OK;
         case ':':
             fprintf(stderr, "ssb4d plan: option %s needs a value (see --help)\n", argv[optind - 1]);
@@ -242,12 +457,22 @@ int cmd_plan(int argc, char **argv)
             return cli_error(CMD, err.code, err.msg);
         in.profile = &prof;
     }
-    ssb4d_plan p;
-    ssb4d_status st = ssb4d_plan_make(&in, &p, &err);
+    /* The smallest rank count (for --ranks, and the JSON), then the plan of the rank count asked. */
+    plan_ranks_answer ans;
+    ssb4d_status st = plan_smallest_ranks(&in, PLAN_MAX_RANKS, &ans, &err);
     if (st)
         return cli_error(CMD, st, err.msg);
+    size_t n_ranks = ranks ? ranks : ans.ranks ? ans.ranks : ans.tried;
+    ssb4d_plan p;
+    plan_rank_share share;
+    st = plan_make_rank(&in, n_ranks, PLAN_RANK_LARGEST, &p, &share, &err);
+    if (st)
+        return cli_error(CMD, st, err.msg);
+    rank_machines rm;
+    machines_ranks(&in, &rm);
     if (m.json) {
         cJSON *j = cli_plan_json(&p, &in);
+        ranks_json(j, n_ranks, &share, &p, &ans, &rm);
         char *t = cJSON_PrintUnformatted(j);
         printf("%s\n", t);
         free(t);
@@ -256,8 +481,16 @@ int cmd_plan(int argc, char **argv)
         printf("plan for %zux%zu scan x %zux%zu detector, %zu BF pixels (%zu fit), %d threads\n", in.scan[0],
                in.scan[1], in.det[0], in.det[1], in.n_bf, in.n_fit_bf ? in.n_fit_bf : in.n_bf,
                ssb4d_threads_resolve(in.threads));
-        cli_plan_print(stdout, &p, &in);
+        if (n_ranks > 1)
+            rank_plan_print(&in, &p, &share);
+        else
+            cli_plan_print(stdout, &p, &in);
+        machines_ranks_print(&rm);
+        if (have_ranks)
+            smallest_print(&in, &ans, ranks == 0);
         printf("times from the %s profile\n", p.profile_source);
     }
+    if (ranks == 0 && !ans.ranks)
+        return 3;
     return p.fits ? CLI_EXIT_OK : 3;
 }

@@ -16,6 +16,7 @@
 #include "plan/plan.h"
 
 #include "calibrate/calibrate_internal.h"
+#include "plan/budget.h"
 #include "common/err.h"
 #include "common/parallel.h"
 #include "fit/fit.h"
@@ -46,15 +47,20 @@ typedef struct {
     size_t band_nb, band_nr, band_nc; /* the band objective's bins, and rows / columns holding them */
     size_t px_nb;                     /* the parallax estimate's bins (0: under 4, it stops there) */
     int px_runs;                      /* the parallax estimate reads G (enough stored pixels) */
+    size_t stored_all;                /* a rank's shape: the stored planes of all ranks (0: one process) */
 } shape;
 
 static size_t p32(const shape *s) { return G_plane_bytes_of(s->ny, s->nx, 0); }
 static size_t p16(const shape *s) { return G_plane_bytes_of(s->ny, s->nx, 1); }
 
+/* all_bf, all_stored: the counts of the whole acquisition, which decide whether the parallax
+ * estimate runs and at how many bins (the same for every rank); n_bf, n_stored: those this shape
+ * holds (a rank's share, or all of them). */
 static shape make_shape(size_t ny, size_t nx, size_t n_bf, size_t n_stored, size_t n_fit,
-                        size_t n_coarse, int nt, const ssb4d_geometry *g, const ssb4d_fit_params *fp)
+                        size_t n_coarse, int nt, const ssb4d_geometry *g, const ssb4d_fit_params *fp,
+                        size_t all_bf, size_t all_stored)
 {
-    shape s = {ny, nx, nx / 2 + 1, n_bf, n_stored, n_fit, n_coarse, nt, 0, 0, 0, 0, 0};
+    shape s = {ny, nx, nx / 2 + 1, n_bf, n_stored, n_fit, n_coarse, nt, 0, 0, 0, 0, 0, 0};
     if (g) { /* standard.c auto_band; the bins counted as band.c counts them */
         double lambda = ssb4d_wavelength_A(g->kv);
         double fov = fmin((double)ny * g->scan_step_A[0], (double)nx * g->scan_step_A[1]);
@@ -70,11 +76,11 @@ static shape make_shape(size_t ny, size_t nx, size_t n_bf, size_t n_stored, size
         s.band_nb = ny * s.nxh, s.band_nr = ny, s.band_nc = s.nxh;
     }
     /* parallax.c runs on 8 or more stored pixels */
-    s.px_runs = fp->use_parallax && n_stored >= 8;
+    s.px_runs = fp->use_parallax && all_stored >= 8;
     if (s.px_runs) {
         ssb4d_parallax_opts po;
         ssb4d_parallax_opts_default(&po);
-        s.px_nb = parallax_bins_of(ny, nx, n_bf, g, &po);
+        s.px_nb = parallax_bins_of(ny, nx, all_bf, g, &po);
     }
     if (s.px_nb < 4) /* the estimate stops before its spectra, and gives no start */
         s.px_nb = 0;
@@ -103,11 +109,14 @@ static gbuild_ws_shape g_shape(const shape *s, const gmode *g)
 
 /* The model, and how G is held: a stage's pass over G (WS_PASS) costs a group buffer unless its
  * view is resident in float32 (the resident planes are the innermost, so a view within the
- * `within` innermost pixels is resident when they fit in them); then gbuild's pass query. */
+ * `within` innermost pixels is resident when they fit in them); then gbuild's pass query. On a
+ * rank of a distributed session a pass also holds the chain's buffers (plan_chain_bytes): `red_view`
+ * for the fit's objective passes (its views, within > 0), `red_all` for the others. */
 typedef struct {
     model_sink sink;
     const shape *s;
     const gmode *g;
+    size_t red_view, red_all;
 } stage_sink;
 
 static void on_pass(model_sink *self, size_t within)
@@ -115,20 +124,28 @@ static void on_pass(model_sink *self, size_t within)
     const stage_sink *st = (const stage_sink *)self;
     const shape *s = st->s;
     const gmode *g = st->g;
+    size_t red = within ? st->red_view : st->red_all;
+    if (red) /* held during the pass, freed after it (not cached) */
+        model_alloc(self->m, red);
     int needs = g->half || (g->n_res < s->n_stored && !(within && within <= g->n_res));
-    if (!needs)
-        return;
-    model_sink plain;
-    model_sink_init(&plain, self->m, NULL);
-    gbuild_ws_shape gs = g_shape(s, g);
-    gbuild_pass_workspace(&gs, &plain.base);
+    if (needs) {
+        model_sink plain;
+        model_sink_init(&plain, self->m, NULL);
+        gbuild_ws_shape gs = g_shape(s, g);
+        gbuild_pass_workspace(&gs, &plain.base);
+    }
+    if (red)
+        model_free(self->m, red, 0);
 }
 
-static ws_sink *stage(stage_sink *out, plan_model *m, const shape *s, const gmode *g)
+static ws_sink *stage(stage_sink *out, plan_model *m, const shape *s, const gmode *g, size_t red_view,
+                      size_t red_all)
 {
     model_sink_init(&out->sink, m, on_pass);
     out->s = s;
     out->g = g;
+    out->red_view = red_view;
+    out->red_all = red_all;
     return &out->sink.base;
 }
 
@@ -136,14 +153,14 @@ static void gbuild_on(plan_model *m, const shape *s, const gmode *g)
 {
     stage_sink ss;
     gbuild_ws_shape gs = g_shape(s, g);
-    gbuild_workspace(&gs, stage(&ss, m, s, g));
+    gbuild_workspace(&gs, stage(&ss, m, s, g, 0, 0));
 }
 
 static void gfree_on(plan_model *m, const shape *s, const gmode *g)
 {
     stage_sink ss;
     gbuild_ws_shape gs = g_shape(s, g);
-    gbuild_free_workspace(&gs, stage(&ss, m, s, g));
+    gbuild_free_workspace(&gs, stage(&ss, m, s, g, 0, 0));
 }
 
 /* How the standard fit searches (standard.c), as far as memory goes. */
@@ -156,21 +173,24 @@ typedef struct {
     size_t n_seeds;        /* the start's seeds (fit_ws_shape.n_seeds) */
 } fitcfg;
 
-static void fit_on(plan_model *m, const shape *s, const gmode *g, const fitcfg *c)
+/* red_fit: the chain's buffers during the fit's objective passes; red_loss: during its other
+ * passes (the exact loss over all BF pixels; the parallax estimate's and the branch check's
+ * passes are counted with them, a bound: they reduce less). */
+static void fit_on(plan_model *m, const shape *s, const gmode *g, const fitcfg *c, size_t red_fit, size_t red_loss)
 {
     fit_ws_shape f = {s->ny, s->nx, s->n_bf, s->n_fit, s->n_coarse, s->nt, s->band_nb, s->band_nr, s->band_nc,
                       s->px_runs, s->px_nb, c->batch, c->trials, c->d, c->fit_rotation, c->band, c->branch_check,
                       c->n_seeds};
     stage_sink ss;
-    fit_workspace(&f, stage(&ss, m, s, g));
+    fit_workspace(&f, stage(&ss, m, s, g, red_fit, red_loss));
 }
 
 /* The exact loss over all BF pixels (a release). */
-static void loss_on(plan_model *m, const shape *s, const gmode *g)
+static void loss_on(plan_model *m, const shape *s, const gmode *g, size_t red_loss)
 {
     stage_sink ss;
     loss_ws w = loss_ws_sizes(s->ny, s->nx, s->n_bf, 1, s->nt, 1, 1, 0);
-    loss_workspace(&w, stage(&ss, m, s, g));
+    loss_workspace(&w, stage(&ss, m, s, g, 0, red_loss));
 }
 
 plan_preview_ws plan_preview_sizes(size_t ny, size_t nx, size_t f)
@@ -180,11 +200,13 @@ plan_preview_ws plan_preview_sizes(size_t ny, size_t nx, size_t f)
     return w;
 }
 
-/* session.c's preview: the phase image, the object at f, the FFT of the phase for the display. */
+/* session.c's preview: the phase image, the object at f, the FFT of the phase for the display.
+ * A distributed object adds nothing to a rank: its chain passes the object's running sum on,
+ * and a rank receives it into its own (object.c's accumulator, already counted). */
 static void preview_on(plan_model *m, const shape *s, const gmode *g, size_t f, int fft)
 {
     stage_sink ss;
-    ws_sink *out = stage(&ss, m, s, g);
+    ws_sink *out = stage(&ss, m, s, g, 0, 0);
     plan_preview_ws p = plan_preview_sizes(s->ny, s->nx, f);
     object_ws o = object_ws_sizes(f * s->ny, f * s->nx, s->n_bf, s->nt, 1, 1);
     ws_alloc(out, p.phase);
@@ -198,10 +220,10 @@ static void preview_on(plan_model *m, const shape *s, const gmode *g, size_t f, 
 
 /* A release at native sampling (session.c's and the viewer's): the phase image, the fused pass
  * (ssb4d_object_loss: the object and the exact loss from the same spectra), the FFT. */
-static void release_on(plan_model *m, const shape *s, const gmode *g, int fft)
+static void release_on(plan_model *m, const shape *s, const gmode *g, int fft, size_t red_loss)
 {
     stage_sink ss;
-    ws_sink *out = stage(&ss, m, s, g);
+    ws_sink *out = stage(&ss, m, s, g, 0, red_loss);
     plan_preview_ws p = plan_preview_sizes(s->ny, s->nx, 1);
     ws_alloc(out, p.phase);
     release_workspace(s->ny, s->nx, s->n_bf, s->nt, out);
@@ -243,7 +265,37 @@ typedef struct {
     int nt;
     ssb4d_session_script script;
     ssb4d_machine_profile mp;
+    plan_rank_share rk; /* the rank planned (ranks = 1: the one process) */
 } problem;
+
+/* The most parameter sets one pass of the fit's objective carries (fit/workspace.c's batches):
+ * on the coarse subset the seeds' and the trials' batches and Nelder–Mead's simplex and shrink
+ * of d; on all fit pixels Nelder–Mead's alone. The exact loss with the rotation searched is one
+ * call per candidate. */
+static size_t fit_max_sets(const fitcfg *c, int coarse)
+{
+    size_t b = c->batch ? c->batch : 1, t = c->trials > c->n_seeds ? c->trials : c->n_seeds;
+    size_t n = coarse ? (t < b ? t : b) : 1;
+    if ((size_t)(c->d > 0 ? c->d : 0) > n)
+        n = (size_t)c->d;
+    if (!c->band && c->fit_rotation)
+        n = 1;
+    return n ? n : 1;
+}
+
+/* The chain's buffers on this problem's rank: a pass of the exact loss (one set) over all of G on
+ * shape s; the largest pass of the fit's objective (the band's partials: 4 doubles a bin), over
+ * the coarse subset or over all fit pixels. */
+static size_t chain_loss(const problem *pr, const shape *s) { return plan_chain_bytes(&pr->rk, s->ny * s->nx + 1, 1, 0); }
+
+static size_t chain_fit(const problem *pr, const shape *s, const fitcfg *c)
+{
+    size_t set = c->band ? 4 * (s->band_nb ? s->band_nb : 1) : s->ny * s->nx + 1;
+    size_t coarse = s->n_coarse < s->n_fit ? s->n_coarse : s->n_fit;
+    size_t a = plan_chain_bytes(&pr->rk, set, fit_max_sets(c, 1), coarse);
+    size_t b = coarse < s->n_fit ? plan_chain_bytes(&pr->rk, set, fit_max_sets(c, 0), s->n_fit) : 0;
+    return a > b ? a : b;
+}
 
 static void stage_begin(plan_model *m) { m->stage_peak = m->live + m->cached; }
 
@@ -289,7 +341,10 @@ static double pass_rebuild_secs(const problem *pr, const shape *s, const gmode *
 
 static void describe_g(const shape *s, const gmode *g, char *out, size_t n)
 {
-    if (resident_f32(s, g))
+    if (s->stored_all && resident_f32(s, g))
+        snprintf(out, n, "G float32 resident: this rank's %zu of %zu planes (%.2f GiB)", s->n_stored, s->stored_all,
+                 (double)(s->n_stored * p32(s)) / GIB);
+    else if (resident_f32(s, g))
         snprintf(out, n, "G float32 resident (%.2f GiB)", (double)(s->n_stored * p32(s)) / GIB);
     else if (g->half && g->n_res >= s->n_stored)
         snprintf(out, n, "G half precision (%.2f GiB), groups of %zu planes", (double)(s->n_stored * p16(s)) / GIB,
@@ -312,13 +367,17 @@ static void run_session(const problem *pr, const decisions *d, size_t limit, ssb
     stage_end(m, p, "load", 0.0, pr->E ? "encoded file mapped and verified" : "data read from disk");
 
     stage_begin(m);
-    model_sink cs;
-    model_sink_init(&cs, m, NULL);
-    calibrate_workspace(&pr->cal, &cs.base);
-    if (pr->cal.buf >= MIB)
-        snprintf(t, sizeof t, "frame blocks of %.0f MiB", (double)pr->cal.buf / MIB);
-    else
-        snprintf(t, sizeof t, "frame blocks of %.0f KiB", (double)pr->cal.buf / 1024);
+    const char *who = pr->rk.ranks > 1 ? "rank 0 only, the others wait: " : "";
+    if (pr->rk.calibrates) {
+        model_sink cs;
+        model_sink_init(&cs, m, NULL);
+        calibrate_workspace(&pr->cal, &cs.base);
+        if (pr->cal.buf >= MIB)
+            snprintf(t, sizeof t, "%sframe blocks of %.0f MiB", who, (double)pr->cal.buf / MIB);
+        else
+            snprintf(t, sizeof t, "%sframe blocks of %.0f KiB", who, (double)pr->cal.buf / 1024);
+    } else
+        snprintf(t, sizeof t, "none on this rank: rank 0 calibrates, the others wait");
     stage_end(m, p, "calibrate",
               secs(&pr->mp, (double)(pr->in->scan[0] * pr->in->scan[1]) * (double)(pr->in->det[0] * pr->in->det[1]),
                    pr->mp.calibrate_ns, pr->nt), t);
@@ -331,12 +390,15 @@ static void run_session(const problem *pr, const decisions *d, size_t limit, ssb
 
     if (!pr->in->no_fit) {
         stage_begin(m);
-        fit_on(m, s, &d->fit_g, &d->fit);
+        size_t red_fit = chain_fit(pr, s, &d->fit);
+        fit_on(m, s, &d->fit_g, &d->fit, red_fit, chain_loss(pr, s));
         model_trim(m);
-        snprintf(t, sizeof t, "parallax spectra %.1f MiB; %s batches of %zu on %zu coarse pixels, then %zu fit pixels; "
-                              "the exact loss on all %zu", (double)(s->px_nb ? parallax_spectra_bytes(s->n_bf, s->px_nb) : 0) / MIB,
-                 d->fit.band ? "band" : "loss", d->fit.batch, s->n_coarse < s->n_fit ? s->n_coarse : s->n_fit, s->n_fit,
-                 s->n_bf);
+        int w = snprintf(t, sizeof t, "parallax spectra %.1f MiB; %s batches of %zu on %zu coarse pixels, then %zu fit pixels; "
+                                      "the exact loss on all %zu", (double)(s->px_nb ? parallax_spectra_bytes(s->n_bf, s->px_nb) : 0) / MIB,
+                         d->fit.band ? "band" : "loss", d->fit.batch, s->n_coarse < s->n_fit ? s->n_coarse : s->n_fit, s->n_fit,
+                         s->n_bf);
+        if (red_fit && w > 0 && (size_t)w < sizeof t)
+            snprintf(t + w, sizeof t - (size_t)w, "; chain %.0f MiB", (double)red_fit / MIB);
         stage_end(m, p, "fit", fit_secs(pr, s, &d->fit_g, d->fit.trials), t);
     }
 
@@ -369,10 +431,10 @@ static void run_session(const problem *pr, const decisions *d, size_t limit, ssb
         int fused = pr->f == 1; /* one pass: the object and the loss from the same spectra */
         for (size_t i = 0; i < sc->releases; i++) {
             if (fused)
-                release_on(m, s, &d->prev_g, pr->script.fft);
+                release_on(m, s, &d->prev_g, pr->script.fft, chain_loss(pr, s));
             else {
                 preview_on(m, s, &d->prev_g, pr->f, pr->script.fft);
-                loss_on(m, s, &d->prev_g);
+                loss_on(m, s, &d->prev_g, chain_loss(pr, s));
             }
         }
         snprintf(name, sizeof name, "%zu releases", sc->releases);
@@ -393,7 +455,7 @@ static void run_session(const problem *pr, const decisions *d, size_t limit, ssb
             model_trim(m);
         }
         gbuild_on(m, rs, &d->region_g);
-        fit_on(m, rs, &d->region_g, &d->fit);
+        fit_on(m, rs, &d->region_g, &d->fit, chain_fit(pr, rs, &d->fit), chain_loss(pr, rs));
         gfree_on(m, rs, &d->region_g);
         model_trim(m);
         describe_g(rs, &d->region_g, gdesc, sizeof gdesc);
@@ -503,7 +565,9 @@ void plan_gbuild_opts(const ssb4d_plan *p, int half, size_t resident, size_t g_b
 
 size_t ssb4d_plan_region_side(size_t n) { return n >= 512 ? 256 : n >= 64 ? n / 2 : 0; }
 
-ssb4d_status ssb4d_plan_make(const ssb4d_plan_input *in, ssb4d_plan *p, ssb4d_err *err)
+/* The plan of one process (rk NULL or rk->ranks 1) or of one rank of a distributed session. */
+static ssb4d_status plan_make(const ssb4d_plan_input *in, const plan_rank_share *rk, ssb4d_plan *p,
+                              plan_rank_share *share, ssb4d_err *err)
 {
     memset(p, 0, sizeof *p);
     if (in->scan[0] < 2 || in->scan[1] < 2 || in->det[0] < 2 || in->det[1] < 2)
@@ -534,6 +598,8 @@ ssb4d_status ssb4d_plan_make(const ssb4d_plan_input *in, ssb4d_plan *p, ssb4d_er
     const ssb4d_fit_params *fp = in->fit ? in->fit : &fdef;
     pr.in_band = fp->objective == SSB4D_FIT_OBJ_BAND;
     size_t n_stored = in->n_stored ? in->n_stored : in->n_bf;
+    int dist = rk && rk->ranks > 1;
+    pr.rk = dist ? *rk : plan_rank_share_of(in->n_bf, n_stored, 1, 0);
     size_t n_fit = in->n_fit_bf ? in->n_fit_bf : (size_t)(fp->fit_radius * fp->fit_radius * (double)in->n_bf);
     if (n_fit < 1)
         n_fit = 1;
@@ -543,9 +609,25 @@ ssb4d_status ssb4d_plan_make(const ssb4d_plan_input *in, ssb4d_plan *p, ssb4d_er
         n_coarse = (n_fit + mstep - 1) / mstep;
     } else
         n_coarse = n_fit;
-    pr.s = make_shape(in->scan[0], in->scan[1], in->n_bf, n_stored, n_fit, n_coarse, pr.nt, in->geometry, fp);
+    /* A rank's shape: its BF pixels and stored planes (a rank without blocks is planned as one
+     * pixel, a bound), the fit's pixels as many as it could hold (the innermost pixels may all
+     * lie in its blocks), the coarse subset likewise; the parallax estimate's bins are the whole
+     * acquisition's (the same bins on every rank), its spectra the rank's pixels'. */
+    size_t l_bf = in->n_bf, l_stored = n_stored, l_fit = n_fit, l_coarse = n_coarse;
+    if (dist) {
+        l_bf = rk->local_bf ? rk->local_bf : 1;
+        l_stored = rk->local_stored ? rk->local_stored : 1;
+        l_fit = n_fit < l_bf ? n_fit : l_bf;
+        l_coarse = n_coarse < l_fit ? n_coarse : l_fit;
+    }
+    pr.s = make_shape(in->scan[0], in->scan[1], l_bf, l_stored, l_fit, l_coarse, pr.nt, in->geometry, fp, in->n_bf,
+                      n_stored);
     if (in->region[0] && in->region[1])
-        pr.rs = make_shape(in->region[0], in->region[1], in->n_bf, n_stored, n_fit, n_coarse, pr.nt, in->geometry, fp);
+        pr.rs = make_shape(in->region[0], in->region[1], l_bf, l_stored, l_fit, l_coarse, pr.nt, in->geometry, fp,
+                           in->n_bf, n_stored);
+    if (dist)
+        pr.s.stored_all = pr.rs.stored_all = n_stored;
+    n_stored = l_stored; /* from here on: the planes this plan holds */
     pr.E = in->encoded_bytes;
     pr.f = in->upsample ? (size_t)in->upsample : 2;
     size_t fr = in->det[0] * in->det[1], npos = in->scan[0] * in->scan[1];
@@ -609,11 +691,33 @@ ssb4d_status ssb4d_plan_make(const ssb4d_plan_input *in, ssb4d_plan *p, ssb4d_er
     dmin.fit_g = dmin.prev_g = tiny;
     dmin.region_g = tiny;
     dmin.region_frees = 1;
+    if (dist) /* no streaming on a rank: the least is every plane resident, small blocks */
+        dmin.fit_g = dmin.prev_g = dmin.region_g = (gmode){0, n_stored, d.fit_g.group_planes, (size_t)1 << 20};
     run_session(&pr, &dmin, 0, &tmp, &failed);
     p->min_memory_bytes = tmp.session_peak_bytes;
 
     int ok = 0;
-    if (in->preview != SSB4D_PREVIEW_HALF) {
+    if (dist) {
+        /* Every plane of the rank resident in float32, the decode block shrunk if needed; else
+         * it does not fit (no streaming, no half-precision copy in a distributed session). */
+        for (size_t bb = block; !ok && bb >= ((size_t)1 << 20); bb /= 4) {
+            d.fit_g.block_bytes = d.prev_g.block_bytes = d.region_g.block_bytes = bb;
+            ok = try_plan(&pr, &d, B, p);
+        }
+        snprintf(p->mode, sizeof p->mode, "resident");
+        p->fits = ok;
+        if (!ok) {
+            run_session(&pr, &dmin, 0, p, &failed);
+            char sz[4][32];
+            snprintf(p->reason, sizeof p->reason,
+                     "one rank of %zu holds %zu of %zu BF pixels, its G %s resident in float32 (no streaming "
+                     "across ranks), and needs %s with the encoded data (%s); the budget is %s",
+                     rk->ranks, rk->local_bf, in->n_bf, plan_size_text(sz[0], p->g_bytes, 0),
+                     plan_size_text(sz[1], p->min_memory_bytes, 1), plan_size_text(sz[2], pr.E, 0),
+                     plan_size_text(sz[3], B, 0));
+            d = dmin;
+        }
+    } else if (in->preview != SSB4D_PREVIEW_HALF) {
         /* Resident float32, with the decode block shrunk until the G build fits. */
         for (size_t bb = block; !ok && bb >= ((size_t)1 << 20); bb /= 4) {
             d.fit_g.block_bytes = d.prev_g.block_bytes = d.region_g.block_bytes = bb;
@@ -623,7 +727,7 @@ ssb4d_status ssb4d_plan_make(const ssb4d_plan_input *in, ssb4d_plan *p, ssb4d_er
             d.fit_g.block_bytes = d.prev_g.block_bytes = d.region_g.block_bytes = block;
         snprintf(p->mode, sizeof p->mode, "resident");
     }
-    if (!ok) {
+    if (!ok && !dist) {
         /* Streaming: shrink block and group to what the budget allows, free the full G for the
          * region, keep as many planes as fit (innermost first, so the fit's pixels stay). */
         d.region_frees = region_g > 0;
@@ -663,7 +767,7 @@ ssb4d_status ssb4d_plan_make(const ssb4d_plan_input *in, ssb4d_plan *p, ssb4d_er
         snprintf(p->mode, sizeof p->mode, "streaming");
     }
     p->fits = ok;
-    if (!ok) {
+    if (!ok && !dist) {
         run_session(&pr, &dmin, 0, p, &failed); /* show the least the session needs */
         snprintf(p->reason, sizeof p->reason,
                  "even with nothing of G resident the session needs %.2f GiB (encoded data %.2f GiB "
@@ -680,6 +784,150 @@ ssb4d_status ssb4d_plan_make(const ssb4d_plan_input *in, ssb4d_plan *p, ssb4d_er
     p->region_frees_g = d.region_frees;
     p->region_resident_bytes = pr.rs.ny ? d.region_g.n_res * p32(&pr.rs) : 0;
     p->resident_bytes = pr.E + p->fit_resident_bytes;
+    if (share) {
+        *share = pr.rk;
+        share->g_bytes = p->g_bytes;
+        share->chain_loss_bytes = chain_loss(&pr, &pr.s);
+        share->chain_fit_bytes = in->no_fit ? 0 : chain_fit(&pr, &pr.s, &d.fit);
+    }
+    return SSB4D_OK;
+}
+
+ssb4d_status ssb4d_plan_make(const ssb4d_plan_input *in, ssb4d_plan *p, ssb4d_err *err)
+{
+    return plan_make(in, NULL, p, NULL, err);
+}
+
+/* ---- ranks ----------------------------------------------------------------------------------- */
+
+plan_rank_share plan_rank_share_of(size_t n_bf, size_t n_stored, size_t ranks, size_t rank)
+{
+    plan_rank_share r;
+    memset(&r, 0, sizeof r);
+    if (!n_stored || n_stored > n_bf)
+        n_stored = n_bf;
+    r.ranks = ranks ? ranks : 1;
+    r.rank = rank;
+    r.blocks = (n_bf + PLAN_BLOCK - 1) / PLAN_BLOCK;
+    if (r.ranks == 1) {
+        r.block1 = r.local_blocks = r.blocks;
+        r.local_bf = n_bf, r.local_stored = n_stored;
+        r.calibrates = 1;
+        return r;
+    }
+    if (rank == PLAN_RANK_LARGEST) { /* ceil(nb / N) whole blocks: the last rank's count */
+        r.local_blocks = (r.blocks + r.ranks - 1) / r.ranks;
+        r.block0 = r.blocks - r.local_blocks, r.block1 = r.blocks;
+        r.local_bf = PLAN_BLOCK * r.local_blocks < n_bf ? PLAN_BLOCK * r.local_blocks : n_bf;
+        r.calibrates = r.holds_partials = 1;
+    } else {
+        r.block0 = r.blocks * rank / r.ranks, r.block1 = r.blocks * (rank + 1) / r.ranks;
+        r.local_blocks = r.block1 - r.block0;
+        size_t p0 = PLAN_BLOCK * r.block0 < n_bf ? PLAN_BLOCK * r.block0 : n_bf;
+        size_t p1 = PLAN_BLOCK * r.block1 < n_bf ? PLAN_BLOCK * r.block1 : n_bf;
+        r.local_bf = p1 - p0;
+        r.calibrates = rank == 0;
+        r.holds_partials = rank > 0;
+    }
+    /* the stored planes in proportion, rounded up */
+    r.local_stored = n_bf ? (n_stored * r.local_bf + n_bf - 1) / n_bf : 0;
+    return r;
+}
+
+size_t plan_chain_bytes(const plan_rank_share *r, size_t set_doubles, size_t n, size_t view)
+{
+    if (r->ranks <= 1)
+        return 0;
+    size_t set = n * set_doubles * sizeof(double), held = r->local_blocks;
+    if (view) {
+        size_t c = view < r->local_bf ? view : r->local_bf;
+        held = (c + PLAN_BLOCK - 1) / PLAN_BLOCK;
+    }
+    return 2 * set + (r->holds_partials ? held * set : 0);
+}
+
+ssb4d_status plan_make_rank(const ssb4d_plan_input *in, size_t ranks, size_t rank, ssb4d_plan *p,
+                            plan_rank_share *share, ssb4d_err *err)
+{
+    if (ranks < 1 || ranks > PLAN_MAX_RANKS) {
+        memset(p, 0, sizeof *p);
+        return ssb4d_fail(err, SSB4D_EINVAL, "the rank count must be between 1 and %d", PLAN_MAX_RANKS);
+    }
+    if (rank != PLAN_RANK_LARGEST && rank >= ranks) {
+        memset(p, 0, sizeof *p);
+        return ssb4d_fail(err, SSB4D_EINVAL, "rank %zu is not one of %zu ranks", rank, ranks);
+    }
+    plan_rank_share r = plan_rank_share_of(in->n_bf, in->n_stored, ranks, rank);
+    return plan_make(in, &r, p, share, err);
+}
+
+/* A rank's need never grows with N: it depends on N only through ceil(nb / N) blocks (G, the
+ * partials, the decode block's rows), so the first N that fits is found by bisection over
+ * 2..min(nb, max) (at N >= nb every rank has one block, or none). N = 1 is the one-process plan,
+ * which has no chain: it counts when it fits with G resident. */
+ssb4d_status plan_smallest_ranks(const ssb4d_plan_input *in, size_t max_ranks, plan_ranks_answer *a,
+                                 ssb4d_err *err)
+{
+    memset(a, 0, sizeof *a);
+    if (max_ranks < 1 || max_ranks > PLAN_MAX_RANKS)
+        return ssb4d_fail(err, SSB4D_EINVAL, "the rank count must be between 1 and %d", PLAN_MAX_RANKS);
+    ssb4d_plan *q = malloc(sizeof *q);
+    if (!q)
+        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+    ssb4d_plan_input one = *in;
+    one.preview = SSB4D_PREVIEW_FLOAT; /* resident first, as a rank holds it */
+    ssb4d_status st = ssb4d_plan_make(&one, q, err);
+    if (!st && q->fits && !strcmp(q->mode, "resident"))
+        a->ranks = 1;
+    else if (!st) {
+        ssb4d_plan_input any = *in;
+        st = ssb4d_plan_make(&any, q, err);
+        a->one_process_streams = !st && q->fits;
+    }
+    size_t nb = (in->n_bf + PLAN_BLOCK - 1) / PLAN_BLOCK, hi = nb > 2 ? nb : 2;
+    if (hi > max_ranks)
+        hi = max_ranks;
+    a->tried = hi;
+    if (st || a->ranks || hi < 2) {
+        if (!st && !a->ranks)
+            snprintf(a->reason, sizeof a->reason, "one process does not fit with G resident, and at most %zu rank%s may be used",
+                     max_ranks, max_ranks == 1 ? "" : "s");
+        free(q);
+        return st;
+    }
+    st = plan_make_rank(in, hi, PLAN_RANK_LARGEST, q, NULL, err);
+    if (st) {
+        free(q);
+        return st;
+    }
+    a->tried_need = q->fits ? q->session_peak_bytes : q->min_memory_bytes;
+    if (!q->fits) {
+        size_t k = (nb + hi - 1) / hi;
+        char sz[4][32];
+        snprintf(a->reason, sizeof a->reason,
+                 "even %zu ranks (%zu block%s of 64 BF pixels each) need %s a rank (encoded data %s, the rank's "
+                 "G %s, transients and the chain's partials); the budget is %s",
+                 hi, k, k == 1 ? "" : "s", plan_size_text(sz[0], q->min_memory_bytes, 1),
+                 plan_size_text(sz[1], q->encoded_bytes, 0), plan_size_text(sz[2], q->g_bytes, 0),
+                 plan_size_text(sz[3], q->memory_bytes, 0));
+        free(q);
+        return SSB4D_OK;
+    }
+    size_t lo = 2; /* the answer lies in [lo, hi] */
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        st = plan_make_rank(in, mid, PLAN_RANK_LARGEST, q, NULL, err);
+        if (st) {
+            free(q);
+            return st;
+        }
+        if (q->fits)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    a->ranks = lo;
+    free(q);
     return SSB4D_OK;
 }
 

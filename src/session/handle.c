@@ -292,7 +292,11 @@ static ssb4d_status plan_session(ssb4d_session *s, ssb4d_err *err)
     }
     in.memory_bytes = s->budget;
     in.preview = s->o.preview;
-    ssb4d_status st = ssb4d_plan_make(&in, &s->plan, err);
+    /* A distributed session plans this rank's share: its blocks' planes, all resident in float32
+     * (docs/scale.md); the budget is a rank's. */
+    ssb4d_status st = s->o.dist ? plan_make_rank(&in, (size_t)dist_size(s->o.dist), (size_t)dist_rank(s->o.dist),
+                                                 &s->plan, NULL, err)
+                                : ssb4d_plan_make(&in, &s->plan, err);
     if (!st && !s->plan.fits) {
         char b[32], m[32];
         st = ssb4d_fail(err, SSB4D_ENOMEM, "the job does not fit in %s: %s; the smallest budget is %s",

@@ -102,6 +102,12 @@ timeout 900 /usr/bin/python3 "$(dirname "$0")/view_mpi.py" "$BIN" "$MPIEXEC" "$T
 grep '^ok' "$T/v.log" | sed 's/^/# view: /'
 
 # --- the plan per rank against the measured per-rank peak ---------------------------------------
-timeout 300 "${MPI[@]}" -np 2 "$BIN" reconstruct "$T/s.npy" -o "$T/m.tiff" --json --threads 1 --force \
-    >"$T/m.json" 2>"$T/m.err" && ok || { bad "np 2 memory"; cat "$T/m.err"; }
+# fit --json (rank 0's) carries the session's plan of this rank (plan_make_rank) and the tracked
+# peak it measured; `plan --ranks 2` plans the largest rank.
+p1=$(num "$T/f.np2.json" planned_peak_bytes) m1=$(num "$T/f.np2.json" peak_tracked_bytes)
+awk -v p="$p1" -v m="$m1" 'BEGIN { exit !(p > 0 && m > 0 && m <= 1.10 * p && m >= 0.5 * p) }' && ok ||
+    bad "np 2 fit: rank 0 measured peak $m1 against its plan $p1"
+echo "# np 2, rank 0: planned peak $p1 B, measured $m1 B"
+"$BIN" plan "$T/s.npy" --ranks 2 --json >"$T/p2.json" 2>"$T/p2.err" && ok || { bad "plan --ranks 2"; cat "$T/p2.err"; }
+grep -q '"ranks":[[:space:]]*2' "$T/p2.json" && ok || bad "plan --ranks 2: no ranks key"
 finish mpi
