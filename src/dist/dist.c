@@ -243,24 +243,25 @@ ssb4d_status dist_chain_run(dist_chain *c, ssb4d_status st, double *totals, ssb4
 
 /* ---- sequential ------------------------------------------------------------------------------ */
 
-ssb4d_status dist_seq_begin(const ssb4d_dist *d, dist_seq *sq, double *acc, size_t len, ssb4d_status st,
-                            ssb4d_err *err)
+ssb4d_status dist_seq_agree(const ssb4d_dist *d, dist_seq *sq, ssb4d_status st, ssb4d_err *err)
 {
-    sq->skip = 0;
     ssb4d_status a = dist_agree(d, st, err);
-    if (a) {
-        sq->skip = 1;
-        return a;
-    }
-    if (d->rank == 0)
-        return SSB4D_OK;
+    sq->skip = a != SSB4D_OK;
+    return a;
+}
+
+ssb4d_status dist_seq_recv(const ssb4d_dist *d, dist_seq *sq, double *part, size_t len, ssb4d_status st,
+                           ssb4d_err *err)
+{
+    if (sq->skip || d->rank == 0)
+        return st;
     double s[2];
-    if (recv_d(d, s, 2, d->rank - 1) || (s[0] == 0 && recv_d(d, acc, len, d->rank - 1)))
+    if (recv_d(d, s, 2, d->rank - 1) || (s[0] == 0 && recv_d(d, part, len, d->rank - 1)))
         return ssb4d_fail(err, SSB4D_EINTERNAL, "an MPI message of the reduction failed");
-    if (s[0] != 0)
+    if (s[0] != 0 && !st) /* an earlier rank failed: forwarded, this rank stops adding */
         return ssb4d_fail(err, (ssb4d_status)(int)s[0], "rank %d of %d failed (its message says why)", (int)s[1],
                           d->size);
-    return SSB4D_OK;
+    return st;
 }
 
 /* The rank that failed first: the one an earlier rank's message names, else this one. */
@@ -272,20 +273,24 @@ static int failed_rank(const ssb4d_dist *d, const ssb4d_err *err)
     return d->rank;
 }
 
-ssb4d_status dist_seq_end(const ssb4d_dist *d, dist_seq *sq, double *acc, size_t len, ssb4d_status st,
-                          ssb4d_err *err)
+ssb4d_status dist_seq_send(const ssb4d_dist *d, dist_seq *sq, const double *part, size_t len, ssb4d_status st,
+                           ssb4d_err *err)
+{
+    if (sq->skip || d->rank == d->size - 1)
+        return st;
+    double s[2] = {(double)st, st ? (double)failed_rank(d, err) : 0.0};
+    if (send_d(d, s, 2, d->rank + 1) || (!st && send_d(d, part, len, d->rank + 1)))
+        return ssb4d_fail(err, SSB4D_EINTERNAL, "an MPI message of the reduction failed");
+    return st;
+}
+
+ssb4d_status dist_seq_finish(const ssb4d_dist *d, dist_seq *sq, double *acc, size_t len, ssb4d_status st,
+                             ssb4d_err *err)
 {
     if (sq->skip)
         return st;
     double s[2] = {(double)st, st ? (double)failed_rank(d, err) : 0.0};
-    int ok = 1;
-    if (d->rank < d->size - 1) {
-        ok = !send_d(d, s, 2, d->rank + 1);
-        if (ok && !st)
-            ok = !send_d(d, acc, len, d->rank + 1);
-    }
-    if (ok)
-        ok = !bcast_bytes(d, s, sizeof s, d->size - 1);
+    int ok = !bcast_bytes(d, s, sizeof s, d->size - 1);
     if (ok && s[0] == 0)
         ok = !bcast_bytes(d, acc, len * sizeof *acc, d->size - 1);
     if (!ok)
@@ -294,6 +299,20 @@ ssb4d_status dist_seq_end(const ssb4d_dist *d, dist_seq *sq, double *acc, size_t
         return ssb4d_fail(err, (ssb4d_status)(int)s[0], "rank %d of %d failed (its message says why)", (int)s[1],
                           d->size);
     return st;
+}
+
+ssb4d_status dist_seq_begin(const ssb4d_dist *d, dist_seq *sq, double *acc, size_t len, ssb4d_status st,
+                            ssb4d_err *err)
+{
+    ssb4d_status a = dist_seq_agree(d, sq, st, err);
+    return a ? a : dist_seq_recv(d, sq, acc, len, st, err);
+}
+
+ssb4d_status dist_seq_end(const ssb4d_dist *d, dist_seq *sq, double *acc, size_t len, ssb4d_status st,
+                          ssb4d_err *err)
+{
+    st = dist_seq_send(d, sq, acc, len, st, err);
+    return dist_seq_finish(d, sq, acc, len, st, err);
 }
 
 #else /* no MPI in this build */
@@ -342,6 +361,29 @@ ssb4d_status dist_sum_u64(const ssb4d_dist *d, uint64_t *v, size_t n, ssb4d_err 
 ssb4d_status dist_chain_run(dist_chain *c, ssb4d_status st, double *totals, ssb4d_err *err)
 {
     (void)c, (void)totals;
+    return st ? st : NO_MPI(err);
+}
+ssb4d_status dist_seq_agree(const ssb4d_dist *d, dist_seq *sq, ssb4d_status st, ssb4d_err *err)
+{
+    (void)d, (void)sq;
+    return st ? st : NO_MPI(err);
+}
+ssb4d_status dist_seq_recv(const ssb4d_dist *d, dist_seq *sq, double *part, size_t len, ssb4d_status st,
+                           ssb4d_err *err)
+{
+    (void)d, (void)sq, (void)part, (void)len;
+    return st ? st : NO_MPI(err);
+}
+ssb4d_status dist_seq_send(const ssb4d_dist *d, dist_seq *sq, const double *part, size_t len, ssb4d_status st,
+                           ssb4d_err *err)
+{
+    (void)d, (void)sq, (void)part, (void)len;
+    return st ? st : NO_MPI(err);
+}
+ssb4d_status dist_seq_finish(const ssb4d_dist *d, dist_seq *sq, double *acc, size_t len, ssb4d_status st,
+                             ssb4d_err *err)
+{
+    (void)d, (void)sq, (void)acc, (void)len;
     return st ? st : NO_MPI(err);
 }
 ssb4d_status dist_seq_begin(const ssb4d_dist *d, dist_seq *sq, double *acc, size_t len, ssb4d_status st,

@@ -116,6 +116,19 @@ typedef struct {
  * before (rank 0: unchanged, it starts the sum). Returns a failure of any rank. */
 ssb4d_status dist_seq_begin(const ssb4d_dist *d, dist_seq *sq, double *acc, size_t len, ssb4d_status st,
                             ssb4d_err *err);
+/* The same in pieces, so that ranks work at once (a pipeline: while rank r adds its pixels into
+ * piece i, rank r − 1 adds its own into piece i + 1). A piece's sum depends on no other piece's,
+ * so the bits are those of one pass. dist_seq_agree once; then per piece, in the same order on
+ * every rank, dist_seq_recv (the earlier ranks' running sum of the piece), the rank's adds, and
+ * dist_seq_send (even after a failure: it carries it on); then dist_seq_finish gives every rank
+ * the last rank's whole accumulator, or the first failure. */
+ssb4d_status dist_seq_agree(const ssb4d_dist *d, dist_seq *sq, ssb4d_status st, ssb4d_err *err);
+ssb4d_status dist_seq_recv(const ssb4d_dist *d, dist_seq *sq, double *part, size_t len, ssb4d_status st,
+                           ssb4d_err *err);
+ssb4d_status dist_seq_send(const ssb4d_dist *d, dist_seq *sq, const double *part, size_t len, ssb4d_status st,
+                           ssb4d_err *err);
+ssb4d_status dist_seq_finish(const ssb4d_dist *d, dist_seq *sq, double *acc, size_t len, ssb4d_status st,
+                             ssb4d_err *err);
 /* After them (every rank, whatever begin returned): acc goes on to the next rank with this rank's
  * status; every rank then gets the last rank's acc, or the first failure. */
 ssb4d_status dist_seq_end(const ssb4d_dist *d, dist_seq *sq, double *acc, size_t len, ssb4d_status st,

@@ -157,48 +157,66 @@ ssb4d_status ssb4d_object(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d
      * (dist.h), so every bin is the one-process sum. */
     const size_t lo = G_lo(G), hi = G_hi(G);
     dist_seq sq = {0};
-    if (G->dist)
-        st = dist_seq_begin(G->dist, &sq, (double *)acc, 2 * nyf * ncols, st, err);
-    for (size_t g0 = lo; !st && g0 < hi; g0 += gr.cap) {
+    /* Distributed: the rows in pieces, passed rank to rank as a pipeline (dist_seq_recv/send);
+     * a distributed G is resident, so one group. One process: all rows at once. */
+    size_t piece = nyf;
+    if (G->dist) {
+        st = dist_seq_agree(G->dist, &sq, st, err);
+        size_t np = 4 * (size_t)dist_size(G->dist); /* the pipeline fills in N − 1 of 4N pieces */
+        piece = (nyf + np - 1) / np;
+    }
+    for (size_t g0 = lo; !sq.skip && (G->dist || !st) && (g0 < hi || (G->dist && g0 == lo)); g0 += gr.cap) {
         size_t g1 = g0 + gr.cap < hi ? g0 + gr.cap : hi;
-        if (ssb4d_mem_progress(mem, (double)(g0 - lo) / (double)(hi - lo))) {
+        if (!st && ssb4d_mem_progress(mem, hi > lo ? (double)(g0 - lo) / (double)(hi - lo) : 1.0))
             st = ssb4d_fail(err, SSB4D_ECANCELLED, "cancelled");
+        if (!st && g1 > g0)
+            st = G_group_load(G, g0, g1, &gr, err);
+        if (st && !G->dist)
             break;
-        }
-        st = G_group_load(G, g0, g1, &gr, err);
-        if (st)
-            break;
+        for (size_t i0 = 0; i0 < nyf; i0 += piece) {
+            size_t i1 = i0 + piece < nyf ? i0 + piece : nyf;
+            if (G->dist)
+                st = dist_seq_recv(G->dist, &sq, (double *)(acc + i0 * ncols), 2 * (i1 - i0) * ncols, st, err);
+            if (!st && g1 > g0) {
 #pragma omp parallel num_threads(nt)
-        {
-            char *mine = scr + (size_t)omp_get_thread_num() * per_thread;
-            cfloat *row = (cfloat *)mine;
-            cfloat *eq = row + nxf;
+                {
+                    char *mine = scr + (size_t)omp_get_thread_num() * per_thread;
+                    cfloat *row = (cfloat *)mine;
+                    cfloat *eq = row + nxf;
 #pragma omp for schedule(dynamic, 1)
-            for (size_t i = 0; i < nyf; i++) {
-                double complex *a = acc + i * ncols;
-                if (ssb4d_mem_poll(mem))
-                    continue; /* cancelled: the sum is dropped below */
-                if (c.fast)
-                    for (size_t j = 0; j < ncols; j++)
-                        eq[j] = ssb_eq(&c, i, j);
-                for (size_t ib = g0; ib < g1; ib++) {
-                    const cfloat *plane = (const cfloat *)gr.planes[ib - g0];
-                    if (!plane || c.Ak[ib] == 0.0)
-                        continue;
-                    /* the loss's R (ssb_pixel_phasors): a fused release gives these bits */
-                    cfloat R = c.fast ? ssb_phasor_at(Rb + ib * Lr, nyf, i) : 0;
-                    ssb_corr_row(&c, ib, plane, i, ncols, eq, R, Ctabs ? Ctabs + ib * ncols : NULL, 0, row);
-                    for (size_t j = 0; j < ncols; j++)
-                        a[j] += row[j];
+                    for (size_t i = i0; i < i1; i++) {
+                        double complex *a = acc + i * ncols;
+                        if (ssb4d_mem_poll(mem))
+                            continue; /* cancelled: the sum is dropped below */
+                        if (c.fast)
+                            for (size_t j = 0; j < ncols; j++)
+                                eq[j] = ssb_eq(&c, i, j);
+                        for (size_t ib = g0; ib < g1; ib++) {
+                            const cfloat *plane = (const cfloat *)gr.planes[ib - g0];
+                            if (!plane || c.Ak[ib] == 0.0)
+                                continue;
+                            /* the loss's R (ssb_pixel_phasors): a fused release gives these bits */
+                            cfloat R = c.fast ? ssb_phasor_at(Rb + ib * Lr, nyf, i) : 0;
+                            ssb_corr_row(&c, ib, plane, i, ncols, eq, R, Ctabs ? Ctabs + ib * ncols : NULL, 0, row);
+                            for (size_t j = 0; j < ncols; j++)
+                                a[j] += row[j];
+                        }
+                    }
                 }
+                if (G->dist && ssb4d_mem_cancelled(mem))
+                    st = ssb4d_fail(err, SSB4D_ECANCELLED, "cancelled");
             }
+            if (G->dist)
+                st = dist_seq_send(G->dist, &sq, (const double *)(acc + i0 * ncols), 2 * (i1 - i0) * ncols, st, err);
         }
+        if (G->dist)
+            break; /* one group: its own planes, resident */
     }
     G_group_free(&gr);
     if (!st && ssb4d_mem_cancelled(mem))
         st = ssb4d_fail(err, SSB4D_ECANCELLED, "cancelled");
     if (G->dist)
-        st = dist_seq_end(G->dist, &sq, (double *)acc, 2 * nyf * ncols, st, err);
+        st = dist_seq_finish(G->dist, &sq, (double *)acc, 2 * nyf * ncols, st, err);
     if (st) {
         ssb4d_mem_free(mem, scr, 0);
         ssb4d_mem_free(mem, acc, 0);
