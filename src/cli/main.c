@@ -36,7 +36,10 @@ static void usage(FILE *f)
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(f, "  %-12s %s\n", commands[i].name, commands[i].what);
     fprintf(f, "\nEvery command takes -q/--quiet and --help; one that writes files refuses to replace an\n"
-               "existing one unless --force.\n" CLI_EXIT_HELP);
+               "existing one unless --force.\n"
+               "Under mpirun (a build with MPI), fit, reconstruct, fit-regions, session, bench and view\n"
+               "split the BF pixels over the ranks with the same results bit for bit; rank 0 prints and\n"
+               "writes (docs/scale.md). ssb4d plan --ranks N plans one rank.\n" CLI_EXIT_HELP);
 }
 
 /* What `ssb4d` alone adds below the usage: where a new user starts. */
