@@ -591,7 +591,8 @@ ssb4d_status ssb4d_session_loss(ssb4d_session *s, double *loss, ssb4d_err *err);
  * the slow step on its own, or times it, calls this after calibrating. */
 ssb4d_status ssb4d_session_build(ssb4d_session *s, ssb4d_err *err);
 /* How G is held now: its bytes, the BF pixels it serves, the planes stored and those resident
- * (fewer: the outer ones are streamed). All 0 before it is built. */
+ * (fewer: the outer ones are streamed). All 0 before it is built. A distributed session: this
+ * rank's G (its bytes, its stored planes, all resident) of all the BF pixels. */
 void ssb4d_session_G_info(const ssb4d_session *s, size_t *bytes, size_t *n_bf, size_t *n_stored,
                           size_t *n_resident);
 

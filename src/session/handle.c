@@ -474,7 +474,8 @@ void ssb4d_session_G_info(const ssb4d_session *s, size_t *bytes, size_t *n_bf, s
 {
     *bytes = s->G ? ssb4d_G_bytes(s->G) : 0;
     *n_bf = s->G ? ssb4d_G_n_bf(s->G) : 0;
-    *n_stored = s->G ? ssb4d_G_n_stored(s->G) : 0;
+    /* a distributed G: this rank's stored planes (all resident), of all n_bf pixels */
+    *n_stored = s->G ? ssb4d_G_n_stored(s->G) - s->G->n_remote : 0;
     *n_resident = s->G ? ssb4d_G_n_resident(s->G) : 0;
 }
 
