@@ -5,6 +5,8 @@
 #   fit          the trace SHA-256, the loss and the phase.tiff, object.npy and calibration.json
 #                bytes at np 1, 2, 3 (the fit's subsets split mid-block across ranks); the
 #                exact-loss objective at np 3 (the loss's chain on those subsets);
+#   fit-regions  at np 2 (a region's G, built distributed): regions.csv, defocus.png, regions.json;
+#   session      the replay at np 3: its trace;
 #   bench run    the whole session (fit, previews, 20 drags on BF subsets, releases, a region
 #                refit): the G per-block hash, the phase and the trace at np 2 and 3;
 #   faults       a rank whose DATA is unreadable (mpirun's MPMD form gives each rank its own
@@ -69,6 +71,19 @@ timeout 600 "${MPI[@]}" -np 3 "$BIN" fit "$T/s.npy" -o "$T/l3" --objective loss 
     bad "np 3 fit --objective loss: trace differs"
 cmp -s "$T/l1/phase.tiff" "$T/l3/phase.tiff" && ok || bad "np 3 fit --objective loss: phase.tiff differs"
 echo "# --objective loss, np 3: trace $(str "$T/l3/trials.json" trace_sha256)"
+
+# fit-regions (a region's own G, built distributed) and the session replay
+"$BIN" fit-regions "$T/s.npy" --grid 1x1 -o "$T/g1" --threads 1 -q >/dev/null 2>"$T/g1.err" && ok || { bad "fit-regions"; cat "$T/g1.err"; }
+timeout 600 "${MPI[@]}" -np 2 "$BIN" fit-regions "$T/s.npy" --grid 1x1 -o "$T/g2" --threads 1 -q >/dev/null 2>"$T/g2.err" &&
+    ok || { bad "np 2 fit-regions"; cat "$T/g2.err"; }
+for f in regions.csv defocus.png; do cmp -s "$T/g1/$f" "$T/g2/$f" && ok || bad "np 2 fit-regions: $f differs"; done
+cmp -s <(grep -v '"seconds"' "$T/g1/regions.json") <(grep -v '"seconds"' "$T/g2/regions.json") && ok ||
+    bad "np 2 fit-regions: regions.json differs"
+"$BIN" session "$T/s.npy" --json --threads 1 -q >"$T/e1.json" 2>"$T/e1.err" && ok || { bad "session"; cat "$T/e1.err"; }
+timeout 600 "${MPI[@]}" -np 3 "$BIN" session "$T/s.npy" --json --threads 1 -q >"$T/e3.json" 2>"$T/e3.err" &&
+    ok || { bad "np 3 session"; cat "$T/e3.err"; }
+[ -n "$(str "$T/e1.json" trace)" ] && [ "$(str "$T/e1.json" trace)" = "$(str "$T/e3.json" trace)" ] && ok ||
+    bad "np 3 session: trace differs"
 
 # --- the G, block by block --------------------------------------------------------------------
 "$BIN" bench run --data "$T/s.npy" --repeat 1 -o "$T/b1.json" --threads 1 >/dev/null 2>"$T/b1.err" && ok || { bad "bench"; cat "$T/b1.err"; }
