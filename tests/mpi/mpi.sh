@@ -11,7 +11,8 @@
 #                refit): the G per-block hash, the phase and the trace at np 2 and 3;
 #   faults       a rank whose DATA is unreadable (mpirun's MPMD form gives each rank its own
 #                arguments) ends every rank within seconds with a non-zero status and no output;
-#                an unknown flag on every rank the same;
+#                a rank over its budget the same; an unknown flag on every rank the same; a rank
+#                killed with SIGKILL (view_mpi.py) ends the job within seconds;
 #   the viewer   `mpirun -np 2 ssb4d view`: the fit on start, previews, a drag, a region refit
 #                over HTTP equal one process's viewer bit for bit (tests/mpi/view_mpi.py);
 #   the plan     `plan --ranks` against the per-rank tracked peak that `--memory-report` prints.
@@ -107,6 +108,13 @@ rc=$? took=$(( $(date +%s) - start ))
 [ $took -lt 60 ] && ok || bad "an unreadable file on rank 1: took ${took}s"
 grep -q "missing.npy" "$T/x.err" && ok || { bad "no message names the missing file"; cat "$T/x.err"; }
 [ ! -e "$T/x.tiff" ] && ok || bad "a failed job left x.tiff"
+# over budget on one rank (its own --memory): the plan refuses there, and the job ends
+timeout 120 "${MPI[@]}" -np 1 "$BIN" reconstruct "$T/s.npy" -o "$T/x.tiff" --threads 1 : \
+    -np 1 "$BIN" reconstruct "$T/s.npy" -o "$T/x.tiff" --threads 1 --memory 2M >"$T/x.out" 2>"$T/x.err"
+rc=$?
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && ok || bad "over budget on rank 1: exit $rc"
+grep -q "does not fit in 2.0 MiB: one rank of 2" "$T/x.err" && ok || { bad "over budget: no message"; cat "$T/x.err"; }
+[ ! -e "$T/x.tiff" ] && ok || bad "over budget: a failed job left x.tiff"
 timeout 120 "${MPI[@]}" -np 2 "$BIN" fit "$T/s.npy" --no-such-flag >"$T/y.out" 2>"$T/y.err"
 rc=$?
 [ $rc -ne 0 ] && [ $rc -ne 124 ] && ok || bad "an unknown flag: exit $rc"

@@ -71,13 +71,13 @@ def drive(port, token):
     return out
 
 
-def rank0(p):
-    """The pid of rank 0 among mpirun's children (OMPI_COMM_WORLD_RANK=0 in its environment)."""
+def rank0(p, rank=0):
+    """The pid of a rank among mpirun's children (OMPI_COMM_WORLD_RANK in its environment)."""
     for d in os.listdir('/proc'):
         try:
             if not d.isdigit() or int(open('/proc/%s/stat' % d).read().rsplit(')', 1)[1].split()[1]) != p.pid:
                 continue
-            if b'OMPI_COMM_WORLD_RANK=0\0' in open('/proc/%s/environ' % d, 'rb').read():
+            if b'OMPI_COMM_WORLD_RANK=%d\0' % rank in open('/proc/%s/environ' % d, 'rb').read():
                 return int(d)
         except (OSError, ValueError, IndexError):
             pass
@@ -120,4 +120,19 @@ finally:
     err = many.stderr.read()
     check('Sanitizer' not in err and 'runtime error' not in err, 'no sanitizer report' + ('' if 'Sanitizer' not in err
                                                                                           else ': ' + err[-2000:]))
+
+# A rank killed (SIGKILL) while the job runs: mpirun ends every rank within seconds, non-zero.
+dead, port, tok, line = start(env_cmd + [BIN, 'view', DATA, '--port', '0', '-q', '--threads', '1', '--no-fit'])
+victim = rank0(dead, NP - 1) if port else None
+check(victim is not None, 'found rank %d of the second job' % (NP - 1))
+t0 = time.time()
+if victim:
+    os.kill(victim, signal.SIGKILL)
+try:
+    rc = dead.wait(timeout=60)
+except subprocess.TimeoutExpired:
+    dead.kill()
+    rc = 'hung'
+check(rc not in (0, 'hung') and time.time() - t0 < 30,
+      'rank %d killed: the job ends with status %s in %.1f s' % (NP - 1, rc, time.time() - t0))
 sys.exit(1 if fails else 0)
