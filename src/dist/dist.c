@@ -301,20 +301,6 @@ ssb4d_status dist_seq_finish(const ssb4d_dist *d, dist_seq *sq, double *acc, siz
     return st;
 }
 
-ssb4d_status dist_seq_begin(const ssb4d_dist *d, dist_seq *sq, double *acc, size_t len, ssb4d_status st,
-                            ssb4d_err *err)
-{
-    ssb4d_status a = dist_seq_agree(d, sq, st, err);
-    return a ? a : dist_seq_recv(d, sq, acc, len, st, err);
-}
-
-ssb4d_status dist_seq_end(const ssb4d_dist *d, dist_seq *sq, double *acc, size_t len, ssb4d_status st,
-                          ssb4d_err *err)
-{
-    st = dist_seq_send(d, sq, acc, len, st, err);
-    return dist_seq_finish(d, sq, acc, len, st, err);
-}
-
 #else /* no MPI in this build */
 
 ssb4d_status ssb4d_dist_mpi(const void *comm, ssb4d_dist **out, ssb4d_err *err)
@@ -386,21 +372,23 @@ ssb4d_status dist_seq_finish(const ssb4d_dist *d, dist_seq *sq, double *acc, siz
     (void)d, (void)sq, (void)acc, (void)len;
     return st ? st : NO_MPI(err);
 }
+#endif
+
+/* ---- the parts that need no messages of their own ---------------------------------------------- */
+
 ssb4d_status dist_seq_begin(const ssb4d_dist *d, dist_seq *sq, double *acc, size_t len, ssb4d_status st,
                             ssb4d_err *err)
 {
-    (void)d, (void)sq, (void)acc, (void)len;
-    return st ? st : NO_MPI(err);
+    ssb4d_status a = dist_seq_agree(d, sq, st, err);
+    return a ? a : dist_seq_recv(d, sq, acc, len, st, err);
 }
+
 ssb4d_status dist_seq_end(const ssb4d_dist *d, dist_seq *sq, double *acc, size_t len, ssb4d_status st,
                           ssb4d_err *err)
 {
-    (void)d, (void)sq, (void)acc, (void)len;
-    return st ? st : NO_MPI(err);
+    st = dist_seq_send(d, sq, acc, len, st, err);
+    return dist_seq_finish(d, sq, acc, len, st, err);
 }
-#endif
-
-/* ---- the parts that need no messages ---------------------------------------------------------- */
 
 void dist_split(size_t n, int size, int rank, size_t *lo, size_t *hi)
 {

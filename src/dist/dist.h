@@ -87,8 +87,10 @@ typedef struct {
 
 /* The segments of pixels [lo, hi) of a G of n pixels: blocks of 64 (one process: [0, n) in
  * blocks), the head of a block begun before lo pixel by pixel, a tail going on after hi. Returns
- * how many; segs has room for (hi - lo) / 64 + 66. */
+ * how many; segs has room for dist_segments_cap(lo, hi). */
 size_t dist_segments(size_t n, size_t lo, size_t hi, dist_seg *segs);
+/* The most segments [lo, hi) can make: its blocks, up to 63 head pixels, and a tail. */
+static inline size_t dist_segments_cap(size_t lo, size_t hi) { return (hi - lo) / DIST_BLOCK + DIST_BLOCK + 2; }
 
 /* For the segments this rank sums: room for the partials it keeps, and the head pixels, whose
  * contributions pix gives when the chain reaches this rank. */

@@ -512,8 +512,7 @@ static ssb4d_status check_args(const ssb4d_geometry *g, const ssb4d_band_opts **
     return ssb4d_geometry_check(g, err);
 }
 
-/* One pixel's contribution, as the pass adds it into a block partial started at zero
- * (dist_pix_fn): thread 0's scratch, after the pass. A distributed G is resident in float32. */
+/* What a pass over G's pixels needs of its batch (band_pixel), also after the pass (band_pix). */
 typedef struct {
     const struct ssb4d_G *G;
     const band_geom *b;
@@ -522,31 +521,40 @@ typedef struct {
     const band_set *sets;
     size_t n, nb1;
     band_scratch *ws;
-} band_pix_user;
+} band_pass;
 
-static ssb4d_status band_pix(void *user, size_t ib, double *out, ssb4d_err *err)
+/* Pixel ib's sums for every set, added into a block's partials part (n × nb × 4). The plane is
+ * read once for the whole batch; its (q,k) geometry is made once per distinct rotation and
+ * serves that rotation's sets. */
+static void band_pixel(const band_pass *u, size_t ib, const cfloat *plane, band_scratch *w, double *part)
 {
-    (void)err;
-    const band_pix_user *u = user;
-    const cfloat *plane = (const cfloat *)G_plane(u->G, ib);
-    if (!plane)
-        return SSB4D_OK;
-    const double T = (double)u->G->totals[ib];
+    const double T = (double)u->G->totals[ib]; /* Poisson: E|noise of G(q,k)|² */
     for (size_t r = 0; r < u->nrot; r++) {
         const band_rot *k = &u->rots[r];
         if (k->Ak[ib] == 0.0)
-            continue;
-        pixel_geometry(u->b, k, ib, &u->ws[0]);
+            continue; /* γ ≡ 0 for this pixel under this rotation */
+        pixel_geometry(u->b, k, ib, w);
         for (size_t i = 0; i < u->n; i++) {
             if (u->sets[i].rot != r)
                 continue;
-            double *acc = out + i * u->nb1 * 4;
+            double *acc = part + i * u->nb1 * 4;
             if (u->sets[i].quadratic)
-                accum_fast(u->b, k, &u->sets[i], ib, plane, T, &u->ws[0], acc);
+                accum_fast(u->b, k, &u->sets[i], ib, plane, T, w, acc);
             else
-                accum_generic(u->b, k, &u->sets[i], ib, plane, T, &u->ws[0], acc);
+                accum_generic(u->b, k, &u->sets[i], ib, plane, T, w, acc);
         }
     }
+}
+
+/* One pixel's contribution, as the pass adds it into a block partial started at zero
+ * (dist_pix_fn): thread 0's scratch, after the pass. A distributed G is resident in float32. */
+static ssb4d_status band_pix(void *user, size_t ib, double *out, ssb4d_err *err)
+{
+    (void)err;
+    const band_pass *u = user;
+    const cfloat *plane = (const cfloat *)G_plane(u->G, ib);
+    if (plane)
+        band_pixel(u, ib, plane, &u->ws[0], out);
     return SSB4D_OK;
 }
 
@@ -652,10 +660,10 @@ ssb4d_status ssb4d_band_fit_rot(const ssb4d_G *G, const ssb4d_geometry *g, const
     const size_t lo = G_lo(G), hi = G_hi(G);
     dist_chain ch;
     memset(&ch, 0, sizeof ch);
-    band_pix_user pu = {G, &b, rots, nrot, sets, n, nb1, ws};
+    band_pass pu = {G, &b, rots, nrot, sets, n, nb1, ws};
     dist_seg *segs = NULL;
     if (!st && !on_dev) {
-        segs = malloc(((hi - lo) / BLOCK + BLOCK + 2) * sizeof *segs);
+        segs = malloc(dist_segments_cap(lo, hi) * sizeof *segs);
         if (!segs)
             st = ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
         else if (G->dist)
@@ -683,24 +691,7 @@ ssb4d_status ssb4d_band_fit_rot(const ssb4d_G *G, const ssb4d_geometry *g, const
                     const cfloat *plane = (const cfloat *)gr.planes[ib - g0];
                     if (!plane || ssb4d_mem_poll(mem))
                         continue; /* unstored: γ contributes nothing; cancelled: dropped below */
-                    const double T = (double)G->totals[ib]; /* Poisson: E|noise of G(q,k)|² */
-                    /* The plane is read once for the whole batch; its (q,k) geometry is made
-                     * once per distinct rotation and serves that rotation's sets. */
-                    for (size_t u = 0; u < nrot; u++) {
-                        const band_rot *k = &rots[u];
-                        if (k->Ak[ib] == 0.0)
-                            continue; /* γ ≡ 0 for this pixel under this rotation */
-                        pixel_geometry(&b, k, ib, w);
-                        for (size_t i = 0; i < n; i++) {
-                            if (sets[i].rot != u)
-                                continue;
-                            double *acc = w->part + i * nb1 * 4;
-                            if (sets[i].quadratic)
-                                accum_fast(&b, k, &sets[i], ib, plane, T, w, acc);
-                            else
-                                accum_generic(&b, k, &sets[i], ib, plane, T, w, acc);
-                        }
-                    }
+                    band_pixel(&pu, ib, plane, w, w->part);
                 }
 #pragma omp ordered
                 {
@@ -716,13 +707,11 @@ ssb4d_status ssb4d_band_fit_rot(const ssb4d_G *G, const ssb4d_geometry *g, const
         }
     }
     free(segs);
-    if (!st && !on_dev && ssb4d_mem_cancelled(mem))
+    if (!st && ssb4d_mem_cancelled(mem)) /* before the chain: every rank learns of it */
         st = ssb4d_fail(err, SSB4D_ECANCELLED, "cancelled");
     if (G->dist)
         st = dist_chain_run(&ch, st, total, err);
     dist_chain_free(&ch);
-    if (!st && ssb4d_mem_cancelled(mem))
-        st = ssb4d_fail(err, SSB4D_ECANCELLED, "cancelled");
     if (have_group)
         G_group_free(&gr);
     if (!st)

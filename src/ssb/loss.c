@@ -461,16 +461,31 @@ static ssb4d_status stack_init(stack *k, const ssb4d_G *G, const ssb4d_geometry 
     return st;
 }
 
+/* Pixel ib's phases under every set, added into a block's partials part (n planes) and s2 (n). */
+static void pixel_sums(const stack *k, size_t ib, const cfloat *plane, thread_scratch *s, double *part, double *s2)
+{
+    for (size_t j = 0; j < k->n; j++) {
+        const ssb_ctx *cj = &k->c[j];
+        if (cj->Ak[ib] == 0.0)
+            continue;
+        float *ph = k->real ? s->real : (float *)s->buf;
+        pixel_phases(cj, ib, plane, k->Eq[j], s, k->real, k->plan, k->ncols, ph);
+#ifdef SSB4D_BENCH_SLOWDOWN
+        pixel_phases(cj, ib, plane, k->Eq[j], s, k->real, k->plan, k->ncols, ph); /* CMakeLists.txt */
+#endif
+        s2[j] += accumulate(part + j * k->npix, ph, k->npix);
+    }
+}
+
 /* One group of BF pixels [g0, g1) (whole blocks) in the per-thread layout: each thread sums its
  * blocks, and the blocks' partials go into the totals in block order. */
 static ssb4d_status stack_group(stack *k, const ssb4d_G *G, const G_group *gr, size_t g0, size_t g1, ssb4d_mem *mem,
                                 ssb4d_err *err)
 {
-    const size_t n = k->n, npix = k->npix, ncols = k->ncols;
-    const int real = k->real;
+    const size_t n = k->n, npix = k->npix;
     /* One process: blocks of BLOCK from g0 (a block boundary). A distributed G's range may also
      * begin inside a block and end inside one (dist_segments). */
-    dist_seg *segs = malloc(((g1 - g0) / BLOCK + BLOCK + 2) * sizeof *segs);
+    dist_seg *segs = malloc(dist_segments_cap(g0, g1) * sizeof *segs);
     if (!segs)
         return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
     size_t nseg = dist_segments(G->n_bf, g0, g1, segs);
@@ -488,17 +503,7 @@ static ssb4d_status stack_group(stack *k, const ssb4d_G *G, const G_group *gr, s
                 if (!plane || ssb4d_mem_poll(mem))
                     continue; /* φ_k ≡ 0: contributes nothing, still counts in N_bf;
                                  cancelled: the sums are dropped by the caller */
-                for (size_t j = 0; j < n; j++) {
-                    const ssb_ctx *cj = &k->c[j];
-                    if (cj->Ak[ib] == 0.0)
-                        continue;
-                    float *ph = real ? s->real : (float *)s->buf;
-                    pixel_phases(cj, ib, plane, k->Eq[j], s, real, k->plan, ncols, ph);
-#ifdef SSB4D_BENCH_SLOWDOWN
-                    pixel_phases(cj, ib, plane, k->Eq[j], s, real, k->plan, ncols, ph); /* CMakeLists.txt */
-#endif
-                    s->s2[j] += accumulate(s->part + j * npix, ph, npix);
-                }
+                pixel_sums(k, ib, plane, s, s->part, s->s2);
             }
 #pragma omp ordered
             {
@@ -532,19 +537,10 @@ static ssb4d_status loss_pix(void *user, size_t ib, double *out, ssb4d_err *err)
 {
     (void)err;
     const loss_pix_user *u = user;
-    stack *k = u->k;
+    const stack *k = u->k;
     const cfloat *plane = (const cfloat *)G_plane(u->G, ib);
-    if (!plane)
-        return SSB4D_OK;
-    thread_scratch *s = &k->ts[0];
-    for (size_t j = 0; j < k->n; j++) {
-        const ssb_ctx *cj = &k->c[j];
-        if (cj->Ak[ib] == 0.0)
-            continue;
-        float *ph = k->real ? s->real : (float *)s->buf;
-        pixel_phases(cj, ib, plane, k->Eq[j], s, k->real, k->plan, k->ncols, ph);
-        out[k->n * k->npix + j] += accumulate(out + j * k->npix, ph, k->npix);
-    }
+    if (plane)
+        pixel_sums(k, ib, plane, &k->ts[0], out, out + k->n * k->npix);
     return SSB4D_OK;
 }
 
@@ -648,7 +644,7 @@ static ssb4d_status phase_stack(const ssb4d_G *G, const ssb4d_geometry *g,
     memset(&k.ch, 0, sizeof k.ch);
     loss_pix_user pu = {&k, G};
     if (!st && G->dist) {
-        dist_seg *segs = malloc(((hi - lo) / BLOCK + BLOCK + 2) * sizeof *segs);
+        dist_seg *segs = malloc(dist_segments_cap(lo, hi) * sizeof *segs);
         st = segs ? dist_chain_init(&k.ch, G->dist, n * k.npix + n, segs, dist_segments(G->n_bf, lo, hi, segs),
                                     loss_pix, &pu, mem, err)
                   : ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
