@@ -11,6 +11,7 @@
 
 #include "common/err.h"
 #include "cuda/kernels.h"
+#include "dist/dist.h"
 #include "ssb/dev.h"
 
 #include <cuda_runtime_api.h>
@@ -32,6 +33,10 @@ struct ssb_dev {
     /* work buffers, grown on demand */
     void *spec, *real, *sums;  /* chunk spectra, chunk c2r outputs, per-set totals and Σφ² (a band pass: its sums) */
     size_t spec_b, real_b, sums_b;
+    void *bpart;               /* one block's sums, from zero (dist.h); a band pass: a kept partial */
+    size_t bpart_b;
+    void *seg;                 /* a band pass's segments */
+    size_t seg_b;
     void *tab;                 /* per-pass pixel tables */
     size_t tab_b;
     void *acc;                 /* object sum (a band pass: its parameter sets) */
@@ -111,7 +116,8 @@ static void dev_free(ssb_dev *d)
     if (d->plan_batch)
         cufftDestroy(d->plan);
     cudaFree(d->planes), cudaFree(d->spec), cudaFree(d->real), cudaFree(d->sums), cudaFree(d->tab);
-    cudaFree(d->acc), cudaFree(d->valid), cudaFree(d->fin), cudaFree(d->mean);
+    cudaFree(d->acc), cudaFree(d->valid), cudaFree(d->fin), cudaFree(d->mean), cudaFree(d->bpart);
+    cudaFree(d->seg);
     if (d->stream)
         cudaStreamDestroy(d->stream);
     free(d->slot_of);
@@ -173,13 +179,43 @@ static void mark(ssb_dev *d, int k)
     d->prof_t = t;
 }
 
-static ssb4d_status dev_phases(ssb_dev *d, const ssb4d_G *G, const ssb_ctx *c, size_t n, double *loss,
-                               float *mean_phase, double complex *acc, ssb4d_mem *mem, ssb4d_err *err)
+/* A pixel whose plane this process's copy holds: stored, and not on another rank. */
+static int here(const ssb4d_G *G, size_t ib) { return G_stored(G, ib) && G->plane_of[ib] != G_REMOTE; }
+
+#define TRY(call, what)                                                                                           \
+    do {                                                                                                          \
+        if (!st) {                                                                                                \
+            cudaError_t e_ = (cudaError_t)(call);                                                                 \
+            if (e_ != cudaSuccess)                                                                                \
+                st = cuda_fail(err, e_, what);                                                                    \
+        }                                                                                                         \
+    } while (0)
+
+/* One pass of dev_phases: its sets, grid, chunk and what it sums. */
+typedef struct {
+    ssb_dev *d;
+    const ssb4d_G *G;
+    const ssb_ctx *c;
+    size_t n, n_bf, nyf, nxf, nb, npix, P, set0;
+    size_t lo, hi;       /* this rank's pixels (all of G in one process) */
+    int want_phase, do_acc;
+    cu_grid gr;
+    size_t chunks;       /* chunks run so far: the cancel flag is polled every SYNC_EVERY */
+    ssb4d_mem *mem;
+} dpass;
+
+/* The pass's pixel table on the device and its work buffers (sums zeroed, acc zeroed). */
+static ssb4d_status dpass_init(dpass *p, ssb_dev *d, const ssb4d_G *G, const ssb_ctx *c, size_t n, int want_phase,
+                               int do_acc, ssb4d_mem *mem, ssb4d_err *err)
 {
     ssb4d_status st = SSB4D_OK;
     const size_t n_bf = G->n_bf, nyf = c[0].nyf, nxf = c[0].nxf, ncols = nxf / 2 + 1;
-    const size_t nb = nyf * ncols, npix = nyf * nxf, P = chunk_of(c[0].f);
-    const int want_phase = loss || mean_phase;
+    *p = (dpass){.d = d, .G = G, .c = c, .n = n, .n_bf = n_bf, .nyf = nyf, .nxf = nxf, .nb = nyf * ncols,
+                 .npix = nyf * nxf, .P = chunk_of(c[0].f), .lo = G_lo(G), .hi = G_hi(G),
+                 .want_phase = want_phase, .do_acc = do_acc, .mem = mem};
+    p->gr = (cu_grid){.ny = (int)G->ny, .nx = (int)G->nx, .nxh = (int)G->nxh, .stride = (long long)d->stride,
+                      .f = c[0].f, .nyf = (int)nyf, .nxf = (int)nxf, .ncols = (int)ncols};
+    const size_t nb = p->nb, npix = p->npix, P = p->P;
     if (nyf > 65535 || nxf > 65535 || P > 65535)
         return ssb4d_fail(err, SSB4D_EINVAL, "a %zux%zu grid is too large for the GPU pass", nyf, nxf);
     cudaSetDevice(d->device);
@@ -187,13 +223,14 @@ static ssb4d_status dev_phases(ssb_dev *d, const ssb4d_G *G, const ssb_ctx *c, s
         d->prof_t = ssb_clock_s();
     /* the pass's table: per pixel slot, kx, ky; the grid's qr, qc; per set 5 values per pixel */
     const size_t set0 = 3 * n_bf + nyf + nxf, tab_n = set0 + 5 * n_bf * n;
+    p->set0 = set0;
     double *h = malloc(tab_n * sizeof *h);
     if (!h)
         return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
     long long *hs = (long long *)h;
     for (size_t ib = 0; ib < n_bf; ib++) {
         size_t owner = G->dev_ib ? G->dev_ib[ib] : ib;
-        hs[ib] = G_stored(G, ib) ? d->slot_of[owner] : -1;
+        hs[ib] = here(G, ib) ? d->slot_of[owner] : -1;
         h[n_bf + ib] = c[0].kx[ib];
         h[2 * n_bf + ib] = c[0].ky[ib];
     }
@@ -212,64 +249,178 @@ static ssb4d_status dev_phases(ssb_dev *d, const ssb4d_G *G, const ssb_ctx *c, s
             t[4 * n_bf + ib] = b;
         }
     }
-    CK(dev_alloc(d, &d->tab, &d->tab_b, tab_n * sizeof *h), "the pixel table");
-    CK(cudaMemcpyAsync(d->tab, h, tab_n * sizeof *h, cudaMemcpyHostToDevice, d->stream), "the pixel table");
-    CK(dev_alloc(d, &d->spec, &d->spec_b, P * nb * sizeof(float2)), "the chunk spectra");
-    CK(dev_alloc(d, (void **)&d->valid, &d->valid_b, P), "the chunk flags");
+    TRY(dev_alloc(d, &d->tab, &d->tab_b, tab_n * sizeof *h), "the pixel table");
+    TRY(cudaMemcpyAsync(d->tab, h, tab_n * sizeof *h, cudaMemcpyHostToDevice, d->stream), "the pixel table");
+    TRY(cudaStreamSynchronize(d->stream), "the pixel table"); /* before h goes */
+    free(h);
+    TRY(dev_alloc(d, &d->spec, &d->spec_b, P * nb * sizeof(float2)), "the chunk spectra");
+    TRY(dev_alloc(d, (void **)&d->valid, &d->valid_b, P), "the chunk flags");
     if (want_phase) {
-        CK(dev_alloc(d, &d->real, &d->real_b, P * npix * sizeof(float)), "the chunk phase planes");
-        CK(dev_alloc(d, &d->sums, &d->sums_b, n * 2 * npix * sizeof(double)), "the phase sums");
-        CK(cudaMemsetAsync(d->sums, 0, n * 2 * npix * sizeof(double), d->stream), "the phase sums");
-        CK(dev_alloc(d, (void **)&d->fin, &d->fin_b, n * 2 * sizeof(double)), "the loss sums");
-        if (mean_phase)
-            CK(dev_alloc(d, (void **)&d->mean, &d->mean_b, npix * sizeof(float)), "the mean phase");
-        if ((st = ensure_plan(d, (int)nyf, (int)nxf, (int)P, err)))
-            goto done;
+        const size_t len = n * 2 * npix; /* per set: Σφ and Σφ² per output pixel */
+        TRY(dev_alloc(d, &d->real, &d->real_b, P * npix * sizeof(float)), "the chunk phase planes");
+        TRY(dev_alloc(d, &d->sums, &d->sums_b, len * sizeof(double)), "the phase sums");
+        TRY(cudaMemsetAsync(d->sums, 0, len * sizeof(double), d->stream), "the phase sums");
+        TRY(dev_alloc(d, &d->bpart, &d->bpart_b, len * sizeof(double)), "a block's phase sums");
+        TRY(dev_alloc(d, (void **)&d->fin, &d->fin_b, n * 2 * sizeof(double)), "the loss sums");
+        if (!st)
+            st = ensure_plan(d, (int)nyf, (int)nxf, (int)P, err);
     }
-    if (acc) {
-        CK(dev_alloc(d, &d->acc, &d->acc_b, nb * 2 * sizeof(double)), "the object sum");
-        CK(cudaMemsetAsync(d->acc, 0, nb * 2 * sizeof(double), d->stream), "the object sum");
+    if (do_acc) {
+        TRY(dev_alloc(d, &d->acc, &d->acc_b, nb * 2 * sizeof(double)), "the object sum");
+        TRY(cudaMemsetAsync(d->acc, 0, nb * 2 * sizeof(double), d->stream), "the object sum");
     }
-    cu_grid gr = {.ny = (int)G->ny, .nx = (int)G->nx, .nxh = (int)G->nxh, .stride = (long long)d->stride,
-                  .f = c[0].f, .nyf = (int)nyf, .nxf = (int)nxf, .ncols = (int)ncols};
+    return st;
+}
+
+/* Pixels [a, b) in chunks of at most P: corrected, added into the object's sum (do_acc), and
+ * their phases added into out (per set Σφ | Σφ², npix each; want_phase) pixel after pixel. */
+static ssb4d_status dpass_pixels(dpass *p, size_t a, size_t b, double *out, ssb4d_err *err)
+{
+    ssb4d_status st = SSB4D_OK;
+    ssb_dev *d = p->d;
+    const size_t n_bf = p->n_bf, npix = p->npix;
     const double *dt = d->tab;
-    for (size_t p0 = 0, k = 0; p0 < n_bf; p0 += P, k++) {
-        if (k % SYNC_EVERY == 0) {
+    for (size_t p0 = a; p0 < b; p0 += p->P, p->chunks++) {
+        if (p->chunks % SYNC_EVERY == 0) {
             CK(cudaStreamSynchronize(d->stream), "a pass");
-            if (ssb4d_mem_progress(mem, (double)p0 / (double)n_bf)) {
-                st = ssb4d_fail(err, SSB4D_ECANCELLED, "cancelled");
-                goto done;
-            }
+            if (ssb4d_mem_progress(p->mem, p->hi > p->lo ? (double)(p0 - p->lo) / (double)(p->hi - p->lo) : 1.0))
+                return ssb4d_fail(err, SSB4D_ECANCELLED, "cancelled");
         }
-        size_t np = n_bf - p0 < P ? n_bf - p0 : P;
-        for (size_t j = 0; j < n; j++) {
+        size_t np = b - p0 < p->P ? b - p0 : p->P;
+        for (size_t j = 0; j < p->n; j++) {
             cu_set s;
-            set_of(&c[j], &s);
+            set_of(&p->c[j], &s);
             cu_pixels px = {.slot = (const long long *)dt, .kx = dt + n_bf, .ky = dt + 2 * n_bf,
-                            .set_tab = dt + set0 + 5 * n_bf * j, .qr = dt + 3 * n_bf,
-                            .qc = dt + 3 * n_bf + nyf, .n_bf = n_bf};
+                            .set_tab = dt + p->set0 + 5 * n_bf * j, .qr = dt + 3 * n_bf,
+                            .qc = dt + 3 * n_bf + p->nyf, .n_bf = n_bf};
             mark(d, CUDA_PROF_HOST);
-            CK(cu_correct(d->planes, gr, &s, px, p0, np, d->spec, d->stream), "the correction");
+            CK(cu_correct(d->planes, p->gr, &s, px, p0, np, d->spec, d->stream), "the correction");
             mark(d, CUDA_PROF_CORRECT);
-            if (acc && j == 0)
-                CK(cu_acc(d->spec, nb, np, d->acc, d->stream), "the object sum");
+            if (p->do_acc && j == 0)
+                CK(cu_acc(d->spec, p->nb, np, d->acc, d->stream), "the object sum");
             mark(d, CUDA_PROF_ACC);
-            if (!want_phase)
+            if (!p->want_phase)
                 continue;
             CK(cu_valid(px, px.set_tab, p0, np, d->valid, d->stream), "the chunk flags");
             cufftResult r = cufftExecC2R(d->plan, (cufftComplex *)d->spec, (cufftReal *)d->real);
-            if (r != CUFFT_SUCCESS) {
-                st = ssb4d_fail(err, SSB4D_EIO, "cuFFT's inverse transform failed (%d)", (int)r);
-                goto done;
-            }
+            if (r != CUFFT_SUCCESS)
+                return ssb4d_fail(err, SSB4D_EIO, "cuFFT's inverse transform failed (%d)", (int)r);
             mark(d, CUDA_PROF_FFT);
-            double *sums = (double *)d->sums + j * 2 * npix;
+            double *sums = out + j * 2 * npix;
             CK(cu_phase_sum(d->real, npix, np, d->valid, s.inv_dc, sums, sums + npix, d->stream), "the phase sums");
             mark(d, CUDA_PROF_PHASE);
         }
     }
+done:
+    return st;
+}
+
+/* One pixel's phase sums from zero, on the host (dist_pix_fn): a pixel of a block begun on an
+ * earlier rank, summed once that block has arrived. */
+static ssb4d_status dpass_pix(void *user, size_t ib, double *out, ssb4d_err *err)
+{
+    dpass *p = user;
+    ssb_dev *d = p->d;
+    const size_t len = p->n * 2 * p->npix;
+    ssb4d_status st = SSB4D_OK;
+    TRY(cudaMemsetAsync(d->bpart, 0, len * sizeof(double), d->stream), "a pixel's phase sums");
+    if (!st)
+        st = dpass_pixels(p, ib, ib + 1, d->bpart, err);
+    TRY(cudaMemcpyAsync(out, d->bpart, len * sizeof(double), cudaMemcpyDeviceToHost, d->stream), "a pixel's phase sums");
+    TRY(cudaStreamSynchronize(d->stream), "a pixel's phase sums");
+    return st;
+}
+
+/* The phase sums of this rank's pixels in blocks (dist.h): each block from zero into bpart,
+ * then into the totals (one process, rank 0's whole blocks) or kept for the chain; a
+ * distributed G then runs the chain, and every rank's device holds the one-process totals.
+ * Reached by every rank whatever st is. */
+static ssb4d_status dpass_blocks(dpass *p, ssb4d_status st, ssb4d_err *err)
+{
+    ssb_dev *d = p->d;
+    const ssb4d_G *G = p->G;
+    const size_t len = p->n * 2 * p->npix;
+    dist_seg *segs = malloc(dist_segments_cap(p->lo, p->hi) * sizeof *segs);
+    size_t nseg = segs ? dist_segments(G->n_bf, p->lo, p->hi, segs) : 0;
+    double *host = G->dist ? malloc(len * sizeof *host) : NULL;
+    if (!st && (!segs || (G->dist && !host)))
+        st = ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+    dist_chain ch;
+    memset(&ch, 0, sizeof ch);
+    ch.d = G->dist, ch.len = len;
+    if (!st && G->dist)
+        st = dist_chain_init(&ch, G->dist, len, segs, nseg, dpass_pix, p, p->mem, err);
+    for (size_t i = 0; !st && i < nseg; i++) {
+        const dist_seg *sg = &segs[i];
+        if (sg->kind == DIST_PIX)
+            continue; /* a block begun on an earlier rank: dpass_pix, once it arrives */
+        TRY(cudaMemsetAsync(d->bpart, 0, len * sizeof(double), d->stream), "a block's phase sums");
+        if (!st)
+            st = dpass_pixels(p, sg->a, sg->b, d->bpart, err);
+        if (!G->dist || dist_chain_direct(&ch, sg->kind)) {
+            TRY(cu_add(d->sums, d->bpart, len, d->stream), "the phase sums");
+        } else {
+            TRY(cudaMemcpyAsync(host, d->bpart, len * sizeof(double), cudaMemcpyDeviceToHost, d->stream),
+                "a block's phase sums");
+            TRY(cudaStreamSynchronize(d->stream), "a block's phase sums");
+            if (!st) {
+                const double *parts[1] = {host};
+                dist_chain_keep(&ch, sg, parts, &len, 1);
+            }
+        }
+    }
+    if (G->dist) { /* the totals through the chain: rank 0's whole blocks are in them already */
+        TRY(cudaMemcpyAsync(host, d->sums, len * sizeof(double), cudaMemcpyDeviceToHost, d->stream), "the phase sums");
+        TRY(cudaStreamSynchronize(d->stream), "the phase sums");
+        st = dist_chain_run(&ch, st, host, err);
+        TRY(cudaMemcpyAsync(d->sums, host, len * sizeof(double), cudaMemcpyHostToDevice, d->stream), "the phase sums");
+        TRY(cudaStreamSynchronize(d->stream), "the phase sums"); /* before host goes */
+        dist_chain_free(&ch);
+    }
+    free(host);
+    free(segs);
+    return st;
+}
+
+/* The object's sum of a distributed G: it passes rank to rank, each adding its own pixels in
+ * BF order (dist_seq_*), so every rank ends with the one-process sum in acc. */
+static ssb4d_status dpass_object_dist(dpass *p, ssb4d_status st, double complex *acc, ssb4d_err *err)
+{
+    ssb_dev *d = p->d;
+    const size_t len = 2 * p->nb;
+    dist_seq sq = {0};
+    st = dist_seq_begin(p->G->dist, &sq, (double *)acc, len, st, err);
+    TRY(cudaMemcpyAsync(d->acc, acc, len * sizeof(double), cudaMemcpyHostToDevice, d->stream), "the object sum");
+    if (!st)
+        st = dpass_pixels(p, p->lo, p->hi, NULL, err);
+    TRY(cudaMemcpyAsync(acc, d->acc, len * sizeof(double), cudaMemcpyDeviceToHost, d->stream), "the object sum");
+    TRY(cudaStreamSynchronize(d->stream), "the object sum");
+    return dist_seq_end(p->G->dist, &sq, (double *)acc, len, st, err);
+}
+
+static ssb4d_status dev_phases(ssb_dev *d, const ssb4d_G *G, const ssb_ctx *c, size_t n, double *loss,
+                               float *mean_phase, double complex *acc, ssb4d_mem *mem, ssb4d_err *err)
+{
+    const int want_phase = loss || mean_phase;
+    if (G->dist && acc && want_phase) { /* the two reductions differ (dist.h): two passes */
+        ssb4d_status st = dev_phases(d, G, c, n, NULL, NULL, acc, mem, err);
+        return st ? st : dev_phases(d, G, c, n, loss, mean_phase, NULL, mem, err);
+    }
+    dpass p;
+    ssb4d_status st = dpass_init(&p, d, G, c, n, want_phase, acc != NULL, mem, err);
+    if (G->dist && acc)
+        st = dpass_object_dist(&p, st, acc, err);
+    else if (want_phase)
+        st = dpass_blocks(&p, st, err); /* and the object's sum with it (one process) */
+    else if (!st)
+        st = dpass_pixels(&p, p.lo, p.hi, NULL, err);
+    if (st)
+        goto done;
+    const size_t npix = p.npix, nb = p.nb;
     if (want_phase) {
-        const double nbf = (double)n_bf;
+        const double nbf = (double)G->n_bf;
+        if (mean_phase)
+            CK(dev_alloc(d, (void **)&d->mean, &d->mean_b, npix * sizeof(float)), "the mean phase");
         for (size_t j = 0; j < n; j++) {
             double *sums = (double *)d->sums + j * 2 * npix;
             CK(cu_finish(sums, sums + npix, npix, nbf, d->fin + 2 * j, mean_phase ? d->mean : NULL, d->stream),
@@ -293,15 +444,13 @@ static ssb4d_status dev_phases(ssb_dev *d, const ssb4d_G *G, const ssb_ctx *c, s
             free(fb);
         CK(e, "the loss");
     }
-    if (acc) {
+    if (acc && !G->dist)
         CK(cudaMemcpyAsync(acc, d->acc, nb * 2 * sizeof(double), cudaMemcpyDeviceToHost, d->stream), "the object sum");
-    }
     CK(cudaStreamSynchronize(d->stream), "a pass");
     mark(d, CUDA_PROF_FINISH);
 done:
     if (st)
         cudaStreamSynchronize(d->stream);
-    free(h);
     return st;
 }
 
@@ -324,7 +473,7 @@ static ssb4d_status band_upload(ssb_dev *d, const ssb4d_G *G, size_t nb, const s
         hq[2 * nb1 + m] = q2 ? q2[m] : 0;
     for (size_t ib = 0; ib < n_bf; ib++) {
         size_t owner = G->dev_ib ? G->dev_ib[ib] : ib;
-        hs[ib] = G_stored(G, ib) ? d->slot_of[owner] : -1;
+        hs[ib] = here(G, ib) ? d->slot_of[owner] : -1;
         hT[ib] = (double)G->totals[ib];
     }
     for (size_t u = 0; u < nrot; u++) {
@@ -333,7 +482,8 @@ static ssb4d_status band_upload(ssb_dev *d, const ssb4d_G *G, size_t nb, const s
         memcpy(hk + (2 * nrot + u) * n_bf, Ak[u], n_bf * sizeof *hk);
     }
     CK(dev_alloc(d, &d->tab, &d->tab_b, nd * sizeof *h), "the band tables");
-    CK(cudaMemcpy(d->tab, h, nd * sizeof *h, cudaMemcpyHostToDevice), "the band tables");
+    CK(cudaMemcpyAsync(d->tab, h, nd * sizeof *h, cudaMemcpyHostToDevice, d->stream), "the band tables");
+    CK(cudaStreamSynchronize(d->stream), "the band tables"); /* before h goes */
     const double *t = d->tab;
     *b = (cu_band){.nb = (long long)nb, .n_bf = (long long)n_bf, .nrot = (long long)nrot,
                    .stride = (long long)d->stride, .off = (const long long *)t, .slot = (const long long *)t + nb1,
@@ -344,20 +494,63 @@ done:
     return st;
 }
 
+/* One launch of the band kernels over segments segs[0..nseg) ({a, b, out} each): into d->sums
+ * (total = NULL: not written) and the kept partials d->bpart. */
+static ssb4d_status band_launch(ssb_dev *d, cu_band b, size_t n, const long long *segs, size_t nseg, double *total,
+                                ssb4d_err *err)
+{
+    ssb4d_status st = SSB4D_OK;
+    TRY(dev_alloc(d, &d->seg, &d->seg_b, (nseg ? nseg : 1) * 3 * sizeof *segs), "the band segments");
+    TRY(cudaMemcpyAsync(d->seg, segs, nseg * 3 * sizeof *segs, cudaMemcpyHostToDevice, d->stream), "the band segments");
+    TRY(cudaStreamSynchronize(d->stream), "the band segments");
+    b.nseg = (long long)nseg, b.seg = d->seg, b.kept = d->bpart;
+    TRY(cu_band_sums(d->planes, b, d->acc, n, total, d->stream), "the band objective");
+    return st;
+}
+
+/* What band_pix needs: the pass's tables and sets on the device. */
+typedef struct {
+    ssb_dev *d;
+    cu_band b;
+    size_t n, nout;
+} band_dpass;
+
+/* One pixel's band sums from zero, on the host (dist_pix_fn). */
+static ssb4d_status band_pix(void *user, size_t ib, double *out, ssb4d_err *err)
+{
+    band_dpass *p = user;
+    const long long seg[3] = {(long long)ib, (long long)ib + 1, 0};
+    ssb4d_status st = band_launch(p->d, p->b, p->n, seg, 1, NULL, err);
+    TRY(cudaMemcpyAsync(out, p->d->bpart, p->nout * sizeof(double), cudaMemcpyDeviceToHost, p->d->stream),
+        "the band sums");
+    TRY(cudaStreamSynchronize(p->d->stream), "the band sums");
+    return st;
+}
+
+/* The band objective's sums of this rank's pixels in blocks (dist.h): the whole blocks that go
+ * straight into the totals in one launch, then each kept partial (a distributed G) in its own,
+ * so that the device holds one of them at a time; then the chain. Reached by every rank
+ * whatever st is. */
 static ssb4d_status dev_band(ssb_dev *d, const ssb4d_G *G, const ssb_band_job *j, double *total, ssb4d_mem *mem,
                              ssb4d_err *err)
 {
     cudaSetDevice(d->device);
-    cu_band b;
-    ssb4d_status st = band_upload(d, G, j->nb, j->off, j->qx, j->qy, j->q2, j->nrot, j->kx, j->ky, j->Ak, &b, err);
-    if (st)
-        return st;
-    b.lambda = j->lambda, b.alpha0 = j->alpha0, b.ang0 = j->ang[0], b.ang1 = j->ang[1];
-    const size_t n = j->n, nout = n * (j->nb ? j->nb : 1) * 4;
-    cu_band_set *hs = calloc(n, sizeof *hs);
-    if (!hs)
-        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
-    for (size_t i = 0; i < n; i++) {
+    const size_t n = j->n, nout = n * (j->nb ? j->nb : 1) * 4, lo = G_lo(G), hi = G_hi(G);
+    band_dpass bp = {.d = d, .n = n, .nout = nout};
+    ssb4d_status st = band_upload(d, G, j->nb, j->off, j->qx, j->qy, j->q2, j->nrot, j->kx, j->ky, j->Ak, &bp.b, err);
+    bp.b.lambda = j->lambda, bp.b.alpha0 = j->alpha0, bp.b.ang0 = j->ang[0], bp.b.ang1 = j->ang[1];
+    cu_band_set *hs = calloc(n ? n : 1, sizeof *hs);
+    dist_seg *segs = malloc(dist_segments_cap(lo, hi) * sizeof *segs);
+    long long *ls = malloc(dist_segments_cap(lo, hi) * 3 * sizeof *ls);
+    if (!st && (!hs || !segs || !ls))
+        st = ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+    const size_t nseg = st ? 0 : dist_segments(G->n_bf, lo, hi, segs);
+    dist_chain ch;
+    memset(&ch, 0, sizeof ch);
+    ch.d = G->dist, ch.len = nout;
+    if (!st && G->dist)
+        st = dist_chain_init(&ch, G->dist, nout, segs, nseg, band_pix, &bp, mem, err);
+    for (size_t i = 0; !st && i < n; i++) {
         const ssb_band_set *s = &j->sets[i];
         for (int a = 0; a < CU_N_ABERR; a++)
             hs[i].C[a] = s->C[a], hs[i].phi[a] = s->phi[a], hs[i].an[a] = ssb4d_aberr_n(a),
@@ -367,23 +560,49 @@ static ssb4d_status dev_band(ssb_dev *d, const ssb4d_G *G, const ssb_band_job *j
         hs[i].t = s->t, hs[i].tau0 = s->tau[0], hs[i].tau1 = s->tau[1];
         hs[i].rot = (long long)s->rot;
     }
-    if (ssb4d_mem_progress(mem, 0.0)) {
-        free(hs);
-        return ssb4d_fail(err, SSB4D_ECANCELLED, "cancelled");
-    }
-    CK(dev_alloc(d, &d->acc, &d->acc_b, n * sizeof *hs), "the band sets");
-    CK(dev_alloc(d, &d->sums, &d->sums_b, nout * sizeof(double)), "the band sums");
-    CK(cudaMemcpy(d->acc, hs, n * sizeof *hs, cudaMemcpyHostToDevice), "the band sets");
-    CK(cu_band_sums(d->planes, b, d->acc, n, d->sums, d->stream), "the band objective");
-    CK(cudaMemcpyAsync(total, d->sums, nout * sizeof(double), cudaMemcpyDeviceToHost, d->stream), "the band sums");
-    CK(cudaStreamSynchronize(d->stream), "the band objective");
-    if (ssb4d_mem_progress(mem, 1.0))
+    if (!st && ssb4d_mem_progress(mem, 0.0))
         st = ssb4d_fail(err, SSB4D_ECANCELLED, "cancelled");
-done:
-    free(hs);
+    TRY(dev_alloc(d, &d->acc, &d->acc_b, (n ? n : 1) * sizeof *hs), "the band sets");
+    TRY(dev_alloc(d, &d->sums, &d->sums_b, nout * sizeof(double)), "the band sums");
+    TRY(dev_alloc(d, &d->bpart, &d->bpart_b, nout * sizeof(double)), "a block's band sums");
+    TRY(cudaMemcpyAsync(d->acc, hs, n * sizeof *hs, cudaMemcpyHostToDevice, d->stream), "the band sets");
+    /* the segments that go into the totals (one process: all), in one launch */
+    size_t nd = 0;
+    for (size_t i = 0; !st && i < nseg; i++)
+        if (segs[i].kind != DIST_PIX && (!G->dist || dist_chain_direct(&ch, segs[i].kind)))
+            ls[3 * nd] = (long long)segs[i].a, ls[3 * nd + 1] = (long long)segs[i].b, ls[3 * nd + 2] = -1, nd++;
+    if (!st)
+        st = band_launch(d, bp.b, n, ls, nd, d->sums, err);
+    TRY(cudaMemcpyAsync(total, d->sums, nout * sizeof(double), cudaMemcpyDeviceToHost, d->stream), "the band sums");
+    TRY(cudaStreamSynchronize(d->stream), "the band objective");
+    /* the kept partials, one at a time, in segment order */
+    double *host = G->dist && !st ? malloc(nout * sizeof *host) : NULL;
+    if (G->dist && !st && !host)
+        st = ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+    for (size_t i = 0; !st && G->dist && i < nseg; i++) {
+        if (segs[i].kind == DIST_PIX || dist_chain_direct(&ch, segs[i].kind))
+            continue;
+        const long long one[3] = {(long long)segs[i].a, (long long)segs[i].b, 0};
+        st = band_launch(d, bp.b, n, one, 1, NULL, err);
+        TRY(cudaMemcpyAsync(host, d->bpart, nout * sizeof(double), cudaMemcpyDeviceToHost, d->stream), "the band sums");
+        TRY(cudaStreamSynchronize(d->stream), "the band sums");
+        if (!st) {
+            const double *parts[1] = {host};
+            dist_chain_keep(&ch, &segs[i], parts, &nout, 1);
+        }
+    }
+    free(host);
+    if (!st && ssb4d_mem_progress(mem, 1.0))
+        st = ssb4d_fail(err, SSB4D_ECANCELLED, "cancelled");
+    if (G->dist) {
+        st = dist_chain_run(&ch, st, total, err);
+        dist_chain_free(&ch);
+    }
+    free(ls), free(segs), free(hs);
     return st;
 }
 
+/* ssb4d_band_power's sums, from acc's values (a distributed G: the earlier ranks' sum, band.c). */
 static ssb4d_status dev_band_power(ssb_dev *d, const ssb4d_G *G, size_t nb, const size_t *off, const double *Ak,
                                    double *acc, ssb4d_err *err)
 {
@@ -393,11 +612,11 @@ static ssb4d_status dev_band_power(ssb_dev *d, const ssb4d_G *G, size_t nb, cons
     ssb4d_status st = band_upload(d, G, nb, off, NULL, NULL, NULL, 1, kt, kt + 1, kt + 2, &b, err);
     if (st)
         return st;
-    CK(dev_alloc(d, &d->sums, &d->sums_b, (nb ? nb : 1) * sizeof(double)), "the band power");
-    CK(cu_band_power(d->planes, b, b.ktab + 2 * G->n_bf, d->sums, d->stream), "the band power");
-    CK(cudaMemcpyAsync(acc, d->sums, nb * sizeof(double), cudaMemcpyDeviceToHost, d->stream), "the band power");
-    CK(cudaStreamSynchronize(d->stream), "the band power");
-done:
+    TRY(dev_alloc(d, &d->sums, &d->sums_b, (nb ? nb : 1) * sizeof(double)), "the band power");
+    TRY(cudaMemcpyAsync(d->sums, acc, nb * sizeof(double), cudaMemcpyHostToDevice, d->stream), "the band power");
+    TRY(cu_band_power(d->planes, b, b.ktab + 2 * G->n_bf, d->sums, d->stream), "the band power");
+    TRY(cudaMemcpyAsync(acc, d->sums, nb * sizeof(double), cudaMemcpyDeviceToHost, d->stream), "the band power");
+    TRY(cudaStreamSynchronize(d->stream), "the band power");
     return st;
 }
 
@@ -434,10 +653,15 @@ ssb4d_status cuda_G_attach(struct ssb4d_G *G, ssb4d_mem *mem, ssb4d_err *err)
     ssb4d_status st = SSB4D_OK;
     G_group gr = {0};
     int have_group = 0;
+    if (G->dist) { /* one GPU per rank of a host, in the order of the ranks there */
+        int nd = 0;
+        cudaGetDeviceCount(&nd);
+        cudaSetDevice(dist_local_rank(G->dist) % (nd > 0 ? nd : 1));
+    }
     cudaGetDevice(&d->device);
     d->stride = G->plane_stride;
-    for (size_t ib = 0; ib < G->n_bf; ib++)
-        d->slot_of[ib] = G_stored(G, ib) ? (long long)d->n_slots++ : -1;
+    for (size_t ib = 0; ib < G->n_bf; ib++) /* a distributed G: this rank's planes only */
+        d->slot_of[ib] = here(G, ib) ? (long long)d->n_slots++ : -1;
     CK(cudaStreamCreateWithFlags(&d->stream, cudaStreamNonBlocking), "creating a stream");
     size_t have = 0, want = (d->n_slots ? d->n_slots : 1) * d->stride * sizeof(float2), fr = 0, tot = 0;
     if (cudaMemGetInfo(&fr, &tot) == cudaSuccess && want > fr) {
@@ -452,9 +676,10 @@ ssb4d_status cuda_G_attach(struct ssb4d_G *G, ssb4d_mem *mem, ssb4d_err *err)
         goto done;
     have_group = 1;
     const size_t bytes = G->ny * G->nxh * sizeof(float2);
-    for (size_t g0 = 0; g0 < G->n_bf; g0 += gr.cap) {
-        size_t g1 = g0 + gr.cap < G->n_bf ? g0 + gr.cap : G->n_bf;
-        if (ssb4d_mem_progress(mem, (double)g0 / (double)G->n_bf)) {
+    const size_t lo = G_lo(G), hi = G_hi(G);
+    for (size_t g0 = lo; g0 < hi; g0 += gr.cap) {
+        size_t g1 = g0 + gr.cap < hi ? g0 + gr.cap : hi;
+        if (ssb4d_mem_progress(mem, (double)(g0 - lo) / (double)(hi - lo))) {
             st = ssb4d_fail(err, SSB4D_ECANCELLED, "cancelled");
             goto done;
         }

@@ -287,6 +287,12 @@ __global__ void k_valid(cu_pixels px, const double *Ak, size_t p0, size_t np, un
         valid[p] = px.slot[p0 + p] >= 0 && Ak[p0 + p] != 0.0;
 }
 
+__global__ void k_add(double *__restrict__ dst, const double *__restrict__ src, size_t n)
+{
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        dst[i] += src[i];
+}
+
 #define FIN_THREADS 1024
 __global__ void k_finish(const double *total, const double *s2, size_t npix, double nbf, double *sums, float *mean)
 {
@@ -332,8 +338,12 @@ __global__ void k_band(const float2 *__restrict__ planes, cu_band b, const cu_ba
     }
     if (s.thick)
         qt = 2 * PI * (qx * s.tau0 + qy * s.tau1);
+    /* Segment after segment (blocks of 64 BF pixels, dist.h): each summed from zero, then added
+     * into the totals in order, or kept for the chain of a distributed pass. */
+    double T0 = 0, T1 = 0, T2 = 0, T3 = 0;
+    for (long long sg = 0; sg < b.nseg; sg++) {
     double Nr = 0, Ni = 0, D = 0, E = 0;
-    for (long long ib = 0; ib < b.n_bf; ib++) {
+    for (long long ib = b.seg[3 * sg]; ib < b.seg[3 * sg + 1]; ib++) {
         long long slot = b.slot[ib];
         double Ak = Aks[ib];
         if (slot < 0 || Ak == 0.0)
@@ -383,8 +393,18 @@ __global__ void k_band(const float2 *__restrict__ planes, cu_band b, const cu_ba
         D += g2;
         E += b.T[ib] * g2;
     }
-    double *t = total + ((size_t)blockIdx.y * b.nb + m) * 4;
-    t[0] = Nr, t[1] = Ni, t[2] = D, t[3] = E;
+    const long long out = b.seg[3 * sg + 2];
+    if (out < 0) {
+        T0 += Nr, T1 += Ni, T2 += D, T3 += E;
+    } else {
+        double *k = b.kept + (size_t)out * gridDim.y * b.nb * 4 + ((size_t)blockIdx.y * b.nb + m) * 4;
+        k[0] = Nr, k[1] = Ni, k[2] = D, k[3] = E;
+    }
+    }
+    if (total) {
+        double *t = total + ((size_t)blockIdx.y * b.nb + m) * 4;
+        t[0] = T0, t[1] = T1, t[2] = T2, t[3] = T3;
+    }
 }
 
 __global__ void k_band_power(const float2 *__restrict__ planes, cu_band b, const double *__restrict__ Ak,
@@ -393,7 +413,7 @@ __global__ void k_band_power(const float2 *__restrict__ planes, cu_band b, const
     const long long m = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (m >= b.nb)
         return;
-    double a = 0;
+    double a = acc[m]; /* a distributed pass: the earlier ranks' sum */
     for (long long ib = 0; ib < b.n_bf; ib++) {
         long long slot = b.slot[ib];
         if (slot < 0 || Ak[ib] == 0.0)
@@ -457,6 +477,12 @@ extern "C" int cu_phase_sum(const float *real, size_t npix, size_t np, const uns
 {
     k_phase_sum<<<blocks_for(npix, 256, 65535), 256, 0, (cudaStream_t)stream>>>(real, npix, np, valid, inv_dc, total,
                                                                                  s2);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int cu_add(double *dst, const double *src, size_t n, void *stream)
+{
+    k_add<<<blocks_for(n, 256, 65535), 256, 0, (cudaStream_t)stream>>>(dst, src, n);
     return (int)cudaGetLastError();
 }
 

@@ -5,8 +5,11 @@
  * Nyquist bin (the alias average) — in double. Its phasors are evaluated directly (sincos of a
  * double argument reduced to [−π, π]) rather than from the CPU's tables, so the GPU agrees with
  * the CPU to float rounding, not to the bit (SPEC §11's tolerances). Every sum runs in a fixed
- * order: per output bin, BF pixel after BF pixel, so the bits depend on neither the number of
- * candidates in a batch nor the chunk of pixels in flight. */
+ * order, the CPU's: per output bin, blocks of 64 BF pixels (dist.h) each summed from zero pixel
+ * after pixel, then added into the totals in block order (the object's sum alone runs pixel after
+ * pixel). So the bits depend on neither the number of candidates in a batch, nor the chunk of
+ * pixels in flight, nor the number of ranks: a distributed pass keeps its blocks' partials for
+ * the chain (src/dist/). */
 #ifndef SSB4D_CUDA_KERNELS_H
 #define SSB4D_CUDA_KERNELS_H
 #include <stddef.h>
@@ -53,6 +56,8 @@ int cu_correct(const void *planes, cu_grid gr, const cu_set *s, cu_pixels px, si
                void *stream);
 /* acc[t] += Ĉ of each of the np spectra (BF order), t over nyf·ncols bins (double2). */
 int cu_acc(const void *spec, size_t nb, size_t np, void *acc, void *stream);
+/* dst[i] += src[i], i < n: a block's partial into the totals. */
+int cu_add(double *dst, const double *src, size_t n, void *stream);
 /* For every output pixel r: φ = atan(real[p][r]·inv_dc); total[r] += φ, s2[r] += φ² over the
  * np planes whose valid[p] is set, in order (double). */
 int cu_phase_sum(const float *real, size_t npix, size_t np, const unsigned char *valid, float inv_dc,
@@ -78,10 +83,14 @@ typedef struct {
     const double *ktab;                /* kx | ky | Ak, each nrot × n_bf */
     const double *T;                   /* per pixel: its total counts */
     double lambda, alpha0, ang0, ang1;
+    long long nseg;                    /* the pass's segments: pixels [a, b) and where each sum goes */
+    const long long *seg;              /* nseg × {a, b, out}: out < 0 into total, else kept[out] */
+    double *kept;                      /* kept partials, n × nb × 4 doubles each (total's layout) */
 } cu_band;
-/* total[(s·nb + m)·4 + {Re N, Im N, D, E}] for the n sets (each a sum over the pixels in order). */
+/* total[(s·nb + m)·4 + {Re N, Im N, D, E}] for the n sets: the sums of the segments whose out is
+ * < 0, added in order (each summed from zero over its pixels in order); the others go to kept. */
 int cu_band_sums(const void *planes, cu_band b, const cu_band_set *sets, size_t n, double *total, void *stream);
-/* acc[m] = Σ |G|² over the pixels with slot >= 0 and Ak != 0 (Ak: n_bf values). */
+/* acc[m] += Σ |G|² over the pixels with slot >= 0 and Ak != 0 (Ak: n_bf values), in order. */
 int cu_band_power(const void *planes, cu_band b, const double *Ak, double *acc, void *stream);
 
 #ifdef __cplusplus

@@ -20,6 +20,7 @@ typedef struct {
 struct ssb4d_dist {
     MPI_Comm comm; /* a duplicate of the caller's: our messages never meet theirs */
     int rank, size;
+    int local;     /* this rank's index among the ranks of its host (a GPU per rank) */
     traffic *t;
 };
 
@@ -58,6 +59,13 @@ ssb4d_status ssb4d_dist_mpi(const void *comm, ssb4d_dist **out, ssb4d_err *err)
     }
     MPI_Comm_rank(d->comm, &d->rank);
     MPI_Comm_size(d->comm, &d->size);
+    /* The ranks that share this host, ordered as in comm: the CUDA backend gives each its own
+     * device (cuda_G_attach). */
+    MPI_Comm host;
+    if (MPI_Comm_split_type(d->comm, MPI_COMM_TYPE_SHARED, d->rank, MPI_INFO_NULL, &host) == MPI_SUCCESS) {
+        MPI_Comm_rank(host, &d->local);
+        MPI_Comm_free(&host);
+    }
     *out = d;
     return SSB4D_OK;
 }
@@ -78,6 +86,7 @@ int ssb4d_dist_rank(const ssb4d_dist *d) { return d ? d->rank : 0; }
 int ssb4d_dist_size(const ssb4d_dist *d) { return d ? d->size : 1; }
 int dist_rank(const ssb4d_dist *d) { return d ? d->rank : 0; }
 int dist_size(const ssb4d_dist *d) { return d ? d->size : 1; }
+int dist_local_rank(const ssb4d_dist *d) { return d ? d->local : 0; }
 
 /* MPI counts are ints: large buffers go in pieces of at most 2^27 elements. */
 #define PIECE ((size_t)1 << 27)
@@ -320,6 +329,7 @@ void ssb4d_dist_traffic(const ssb4d_dist *d, uint64_t *bytes, uint64_t *messages
 }
 int dist_rank(const ssb4d_dist *d) { (void)d; return 0; }
 int dist_size(const ssb4d_dist *d) { (void)d; return 1; }
+int dist_local_rank(const ssb4d_dist *d) { (void)d; return 0; }
 
 #define NO_MPI(err) ssb4d_fail(err, SSB4D_EINTERNAL, "built without MPI")
 ssb4d_status dist_agree(const ssb4d_dist *d, ssb4d_status st, ssb4d_err *err) { (void)d, (void)err; return st; }

@@ -28,6 +28,8 @@
 
 int dist_rank(const ssb4d_dist *d);
 int dist_size(const ssb4d_dist *d);
+/* This rank's index among the ranks on its host (0 .. ranks there − 1): its GPU's index. */
+int dist_local_rank(const ssb4d_dist *d);
 
 /* The BF pixels [lo, hi) of rank `rank` among `size` for n pixels: whole blocks of 64, as even as
  * blocks allow (the last rank may hold fewer, a rank may hold none when there are few blocks). */

@@ -102,11 +102,6 @@ static ssb4d_status make(ssb4d_source *src, size_t encoded, const char *what, co
     s->src = src;
     s->budget = o->memory_bytes ? o->memory_bytes : ssb4d_mem_available();
     ssb4d_status st = session_backend_select(o->backend, &s->bk, err);
-    if (!st && o->dist) { /* a distributed session runs the CPU stages on every rank */
-        if (o->backend == SSB4D_BACKEND_CUDA)
-            st = ssb4d_fail(err, SSB4D_EINVAL, "a distributed session runs on the CPU backend (not --backend cuda)");
-        s->bk = session_backend_cpu();
-    }
     if (!st && !(s->mem = ssb4d_mem_create(s->budget)))
         st = ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
     if (!st) { /* the load stage: what stays resident (a .npy is read through: nothing) */

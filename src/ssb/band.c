@@ -476,7 +476,8 @@ static ssb4d_status band_on_device(const struct ssb4d_G *G, const band_geom *b, 
     const double **kt = calloc(3 * (nrot ? nrot : 1), sizeof *kt);
     if (!ds || !kt) {
         free(ds), free(kt);
-        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+        ssb4d_status st = ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+        return G->dist ? dist_agree(G->dist, st, err) : st; /* the other ranks' pass begins with it */
     }
     for (size_t i = 0; i < n; i++) {
         memcpy(ds[i].C, sets[i].C, sizeof ds[i].C);
@@ -641,8 +642,11 @@ ssb4d_status ssb4d_band_fit_rot(const ssb4d_G *G, const ssb4d_geometry *g, const
     }
     /* G's planes on a device (dev.h): the sums are made there. */
     const int on_dev = G->dev != NULL;
-    if (!st && on_dev)
+    int dev_ran = 0; /* the device's pass ran the chain of a distributed G itself */
+    if (!st && on_dev) {
         st = band_on_device(G, &b, rots, nrot, sets, n, total, mem, err);
+        dev_ran = 1;
+    }
     /* G in groups of BF pixels whose float32 planes are at hand: all of G when it is resident in
      * float32, else converted from half precision or rebuilt from the source (loss.c does the
      * same). A group spans whole blocks, so the block order of the sums, and with it the bits,
@@ -660,6 +664,7 @@ ssb4d_status ssb4d_band_fit_rot(const ssb4d_G *G, const ssb4d_geometry *g, const
     const size_t lo = G_lo(G), hi = G_hi(G);
     dist_chain ch;
     memset(&ch, 0, sizeof ch);
+    ch.d = G->dist, ch.len = nsum; /* a failure before dist_chain_init still reaches the agreement */
     band_pass pu = {G, &b, rots, nrot, sets, n, nb1, ws};
     dist_seg *segs = NULL;
     if (!st && !on_dev) {
@@ -709,7 +714,7 @@ ssb4d_status ssb4d_band_fit_rot(const ssb4d_G *G, const ssb4d_geometry *g, const
     free(segs);
     if (!st && ssb4d_mem_cancelled(mem)) /* before the chain: every rank learns of it */
         st = ssb4d_fail(err, SSB4D_ECANCELLED, "cancelled");
-    if (G->dist)
+    if (G->dist && !dev_ran)
         st = dist_chain_run(&ch, st, total, err);
     dist_chain_free(&ch);
     if (have_group)
@@ -766,7 +771,12 @@ ssb4d_status ssb4d_band_power(const ssb4d_G *G, const ssb4d_geometry *g, const s
     G_group gr = {0};
     int have_group = 0;
     const int on_dev = G->dev != NULL; /* the sums on G's device (dev.h) */
-    if (!st && on_dev)
+    /* A distributed G: the sum passes rank to rank, each adding its own pixels (dist.h). */
+    const size_t lo = G_lo(G), hi = G_hi(G);
+    dist_seq sq = {0};
+    if (G->dist)
+        st = dist_seq_begin(G->dist, &sq, acc, b.nb, st, err);
+    if (!st && on_dev) /* from acc: the earlier ranks' sum */
         st = G->dev_ops->band_power(G->dev, G, b.nb, b.off, k.Ak, acc, err);
     if (!st && !on_dev) {
         st = G_group_init(G, mem, &gr, err);
@@ -777,11 +787,6 @@ ssb4d_status ssb4d_band_power(const ssb4d_G *G, const ssb4d_geometry *g, const s
     int nt = ssb4d_threads_resolve(o->threads);
     const size_t chunk = 1024;
     size_t nchunks = (b.nb + chunk - 1) / chunk;
-    /* A distributed G: the sum passes rank to rank, each adding its own pixels (dist.h). */
-    const size_t lo = G_lo(G), hi = G_hi(G);
-    dist_seq sq = {0};
-    if (G->dist)
-        st = dist_seq_begin(G->dist, &sq, acc, b.nb, st, err);
     for (size_t g0 = lo; !st && !on_dev && g0 < hi; g0 += gr.cap) {
         size_t g1 = g0 + gr.cap < hi ? g0 + gr.cap : hi;
         if ((st = G_group_load(G, g0, g1, &gr, err)))

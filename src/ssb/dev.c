@@ -3,6 +3,7 @@
 #include "ssb/dev.h"
 
 #include "common/err.h"
+#include "dist/dist.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -61,8 +62,8 @@ ssb4d_status ssb_dev_phase_stack(const struct ssb4d_G *G, const ssb4d_geometry *
         return SSB4D_OK;
     ssb_ctx *c = NULL;
     ssb4d_status st = contexts(G, g, ab, thick, n, f, &c, err);
-    if (st)
-        return st;
+    if (st) /* a distributed G: the other ranks' pass begins with an agreement (dist.h) */
+        return G->dist ? dist_agree(G->dist, st, err) : st;
     const int fusing = object || phase;
     double complex *acc = NULL;
     size_t nacc = c[0].nyf * (c[0].nxf / 2 + 1);
@@ -70,6 +71,8 @@ ssb4d_status ssb_dev_phase_stack(const struct ssb4d_G *G, const ssb4d_geometry *
         st = SSB4D_ENOMEM;
     if (!st)
         st = G->dev_ops->phases(G->dev, G, c, n, loss, mean_phase, acc, mem, err);
+    else if (G->dist)
+        st = dist_agree(G->dist, st, err);
     if (!st && fusing)
         st = finish_object(&c[0], G->n_bf, acc, mem, object, phase, err);
     ssb4d_mem_free(mem, acc, 0);

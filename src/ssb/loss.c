@@ -642,6 +642,7 @@ static ssb4d_status phase_stack(const ssb4d_G *G, const ssb4d_geometry *g,
     ssb4d_status st = stack_init(&k, G, g, ab, thick, n, f, &of, mem, err);
     const size_t lo = G_lo(G), hi = G_hi(G);
     memset(&k.ch, 0, sizeof k.ch);
+    k.ch.d = G->dist, k.ch.len = n * k.npix + n; /* a failure before dist_chain_init still agrees */
     loss_pix_user pu = {&k, G};
     if (!st && G->dist) {
         dist_seg *segs = malloc(dist_segments_cap(lo, hi) * sizeof *segs);
