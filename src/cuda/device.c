@@ -37,6 +37,8 @@ struct ssb_dev {
     size_t bpart_b;
     void *seg;                 /* a band pass's segments */
     size_t seg_b;
+    void *open;                /* a distributed pass: the chain's open block (dchain_run) */
+    size_t open_b;
     void *tab;                 /* per-pass pixel tables */
     size_t tab_b;
     void *acc;                 /* object sum (a band pass: its parameter sets) */
@@ -117,7 +119,7 @@ static void dev_free(ssb_dev *d)
         cufftDestroy(d->plan);
     cudaFree(d->planes), cudaFree(d->spec), cudaFree(d->real), cudaFree(d->sums), cudaFree(d->tab);
     cudaFree(d->acc), cudaFree(d->valid), cudaFree(d->fin), cudaFree(d->mean), cudaFree(d->bpart);
-    cudaFree(d->seg);
+    cudaFree(d->seg), cudaFree(d->open);
     if (d->stream)
         cudaStreamDestroy(d->stream);
     free(d->slot_of);
@@ -190,6 +192,144 @@ static int here(const ssb4d_G *G, size_t ib) { return G_stored(G, ib) && G->plan
                 st = cuda_fail(err, e_, what);                                                                    \
         }                                                                                                         \
     } while (0)
+
+/* ---- the chain of a distributed pass, on the device -----------------------------------------
+ * dist.h's chain of blocks with the kept partials in device memory and the adds made there (a
+ * partial of the exact loss is 2 × npix doubles per set: adding a rank's dozens of them on the
+ * host would cost more than the pass). What goes from rank to rank (dist_seq_*) is the state:
+ * the totals, the open block's partial and its flag. The adds are dist_chain_run's, in its order,
+ * so every rank ends with one GPU's bits. */
+
+/* open += pixel ib's contribution, on the device: a pixel of a block begun on an earlier rank. */
+typedef ssb4d_status (*dchain_pix_fn)(void *user, size_t ib, double *open, ssb4d_err *err);
+
+typedef struct {
+    ssb_dev *d;
+    const ssb4d_dist *dist;
+    size_t len;          /* doubles per partial */
+    double *kept;        /* device: the kept partials, in segment order */
+    unsigned char *kind; /* DIST_BLOCK_FULL or DIST_TAIL, per kept partial */
+    size_t n, cap;
+    size_t *head;        /* the pixels before this rank's first block boundary */
+    size_t n_head;
+    int head_closes;     /* the head ends its block here */
+    dchain_pix_fn pix;
+    void *user;
+} dchain;
+
+/* 1: a segment that this rank adds straight into its totals (rank 0's whole blocks). */
+static int dchain_direct(const ssb4d_dist *dist, int kind) { return dist_rank(dist) == 0 && kind == DIST_BLOCK_FULL; }
+
+static ssb4d_status dchain_init(dchain *c, ssb_dev *d, const ssb4d_dist *dist, size_t len, const dist_seg *segs,
+                                size_t nseg, dchain_pix_fn pix, void *user, ssb4d_err *err)
+{
+    memset(c, 0, sizeof *c);
+    c->d = d, c->dist = dist, c->len = len, c->pix = pix, c->user = user;
+    for (size_t i = 0; i < nseg; i++) {
+        if (segs[i].kind == DIST_PIX)
+            c->n_head++, c->head_closes |= segs[i].close;
+        else
+            c->cap += !dchain_direct(dist, segs[i].kind);
+    }
+    c->head = malloc((c->n_head ? c->n_head : 1) * sizeof *c->head);
+    c->kind = malloc(c->cap ? c->cap : 1);
+    if (!c->head || !c->kind)
+        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+    for (size_t i = 0, k = 0; i < nseg; i++)
+        if (segs[i].kind == DIST_PIX)
+            c->head[k++] = segs[i].a;
+    if (c->cap) {
+        cudaError_t e = cudaMalloc((void **)&c->kept, c->cap * len * sizeof(double));
+        if (e != cudaSuccess) {
+            c->kept = NULL;
+            return cuda_fail(err, e, "the reduction's partials");
+        }
+        d->bytes += c->cap * len * sizeof(double);
+        if (d->bytes > d->peak)
+            d->peak = d->bytes;
+    }
+    return SSB4D_OK;
+}
+
+/* The next kept partial's place on the device (the caller sums the segment into it). */
+static double *dchain_slot(dchain *c, int kind)
+{
+    if (c->n == c->cap)
+        return NULL; /* cannot happen: init counted the segments */
+    c->kind[c->n] = (unsigned char)kind;
+    return c->kept + c->n++ * c->len;
+}
+
+static void dchain_free(dchain *c)
+{
+    if (c->kept) {
+        cudaFree(c->kept);
+        c->d->bytes -= c->cap * c->len * sizeof(double);
+    }
+    free(c->kind), free(c->head);
+    memset(c, 0, sizeof *c);
+}
+
+/* The chain: totals (device, len doubles; rank 0's direct adds already in them) become the
+ * one-GPU totals on every rank. Reached by every rank whatever st is. */
+static ssb4d_status dchain_run(dchain *c, ssb4d_status st, double *totals, ssb4d_err *err)
+{
+    ssb_dev *d = c->d;
+    const size_t len = c->len, sl = 2 * len + 1;
+    double *state = st ? NULL : malloc(sl * sizeof *state); /* totals | open | its flag */
+    if (!st && !state)
+        st = ssb4d_fail(err, SSB4D_ENOMEM, "out of memory (reduction)");
+    TRY(dev_alloc(d, &d->open, &d->open_b, len * sizeof(double)), "the reduction's open block");
+    dist_seq sq = {0};
+    st = dist_seq_agree(c->dist, &sq, st, err);
+    if (!st && dist_rank(c->dist) == 0) { /* rank 0 begins the state */
+        TRY(cudaMemcpyAsync(state, totals, len * sizeof(double), cudaMemcpyDeviceToHost, d->stream), "the reduction");
+        TRY(cudaStreamSynchronize(d->stream), "the reduction");
+        memset(state + len, 0, (len + 1) * sizeof *state);
+    }
+    st = dist_seq_recv(c->dist, &sq, state, sl, st, err);
+    if (!st) {
+        double *open = d->open, flag = state[2 * len];
+        TRY(cudaMemcpyAsync(totals, state, len * sizeof(double), cudaMemcpyHostToDevice, d->stream), "the reduction");
+        TRY(cudaMemcpyAsync(open, state + len, len * sizeof(double), cudaMemcpyHostToDevice, d->stream),
+            "the reduction");
+        for (size_t i = 0; !st && i < c->n_head; i++) { /* each pixel into the open block, in order */
+            st = c->pix(c->user, c->head[i], open, err);
+            flag = 1;
+        }
+        if (c->n_head && c->head_closes) { /* then the block closes */
+            TRY(cu_add(totals, open, len, d->stream), "the reduction");
+            TRY(cudaMemsetAsync(open, 0, len * sizeof(double), d->stream), "the reduction");
+            flag = 0;
+        }
+        for (size_t i = 0; !st && i < c->n; i++) {
+            const double *k = c->kept + i * len;
+            if (c->kind[i] == DIST_BLOCK_FULL) {
+                TRY(cu_add(totals, k, len, d->stream), "the reduction");
+            } else { /* DIST_TAIL: a block that goes on on the next rank */
+                TRY(cudaMemcpyAsync(open, k, len * sizeof(double), cudaMemcpyDeviceToDevice, d->stream),
+                    "the reduction");
+                flag = 1;
+            }
+        }
+        TRY(cudaMemcpyAsync(state, totals, len * sizeof(double), cudaMemcpyDeviceToHost, d->stream), "the reduction");
+        TRY(cudaMemcpyAsync(state + len, open, len * sizeof(double), cudaMemcpyDeviceToHost, d->stream),
+            "the reduction");
+        TRY(cudaStreamSynchronize(d->stream), "the reduction");
+        state[2 * len] = flag;
+    }
+    st = dist_seq_send(c->dist, &sq, state, sl, st, err);
+    st = dist_seq_finish(c->dist, &sq, state, sl, st, err);
+    if (!st) {
+        if (state[2 * len] != 0) /* the last block, begun on an earlier rank (dist_chain_run's) */
+            for (size_t q = 0; q < len; q++)
+                state[q] += state[len + q];
+        TRY(cudaMemcpyAsync(totals, state, len * sizeof(double), cudaMemcpyHostToDevice, d->stream), "the reduction");
+        TRY(cudaStreamSynchronize(d->stream), "the reduction"); /* before state goes */
+    }
+    free(state);
+    return st;
+}
 
 /* One pass of dev_phases: its sets, grid, chunk and what it sums. */
 typedef struct {
@@ -315,26 +455,16 @@ done:
     return st;
 }
 
-/* One pixel's phase sums from zero, on the host (dist_pix_fn): a pixel of a block begun on an
- * earlier rank, summed once that block has arrived. */
-static ssb4d_status dpass_pix(void *user, size_t ib, double *out, ssb4d_err *err)
+/* open += one pixel's phases (dchain_pix_fn): a pixel of a block begun on an earlier rank. */
+static ssb4d_status dpass_pix(void *user, size_t ib, double *open, ssb4d_err *err)
 {
-    dpass *p = user;
-    ssb_dev *d = p->d;
-    const size_t len = p->n * 2 * p->npix;
-    ssb4d_status st = SSB4D_OK;
-    TRY(cudaMemsetAsync(d->bpart, 0, len * sizeof(double), d->stream), "a pixel's phase sums");
-    if (!st)
-        st = dpass_pixels(p, ib, ib + 1, d->bpart, err);
-    TRY(cudaMemcpyAsync(out, d->bpart, len * sizeof(double), cudaMemcpyDeviceToHost, d->stream), "a pixel's phase sums");
-    TRY(cudaStreamSynchronize(d->stream), "a pixel's phase sums");
-    return st;
+    return dpass_pixels(user, ib, ib + 1, open, err);
 }
 
-/* The phase sums of this rank's pixels in blocks (dist.h): each block from zero into bpart,
- * then into the totals (one process, rank 0's whole blocks) or kept for the chain; a
- * distributed G then runs the chain, and every rank's device holds the one-process totals.
- * Reached by every rank whatever st is. */
+/* The phase sums of this rank's pixels in blocks (dist.h): each block from zero, then into the
+ * totals (one process, rank 0's whole blocks) or kept on the device for the chain; a distributed
+ * G then runs the chain (dchain_run), and every rank's device holds one GPU's totals. Reached by
+ * every rank whatever st is. */
 static ssb4d_status dpass_blocks(dpass *p, ssb4d_status st, ssb4d_err *err)
 {
     ssb_dev *d = p->d;
@@ -342,42 +472,29 @@ static ssb4d_status dpass_blocks(dpass *p, ssb4d_status st, ssb4d_err *err)
     const size_t len = p->n * 2 * p->npix;
     dist_seg *segs = malloc(dist_segments_cap(p->lo, p->hi) * sizeof *segs);
     size_t nseg = segs ? dist_segments(G->n_bf, p->lo, p->hi, segs) : 0;
-    double *host = G->dist ? malloc(len * sizeof *host) : NULL;
-    if (!st && (!segs || (G->dist && !host)))
+    if (!st && !segs)
         st = ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
-    dist_chain ch;
+    dchain ch;
     memset(&ch, 0, sizeof ch);
-    ch.d = G->dist, ch.len = len;
+    ch.d = d, ch.dist = G->dist, ch.len = len; /* a failure before dchain_init still reaches the chain */
     if (!st && G->dist)
-        st = dist_chain_init(&ch, G->dist, len, segs, nseg, dpass_pix, p, p->mem, err);
+        st = dchain_init(&ch, d, G->dist, len, segs, nseg, dpass_pix, p, err);
     for (size_t i = 0; !st && i < nseg; i++) {
         const dist_seg *sg = &segs[i];
         if (sg->kind == DIST_PIX)
             continue; /* a block begun on an earlier rank: dpass_pix, once it arrives */
-        TRY(cudaMemsetAsync(d->bpart, 0, len * sizeof(double), d->stream), "a block's phase sums");
+        const int direct = !G->dist || dchain_direct(G->dist, sg->kind);
+        double *part = direct ? d->bpart : dchain_slot(&ch, sg->kind);
+        TRY(cudaMemsetAsync(part, 0, len * sizeof(double), d->stream), "a block's phase sums");
         if (!st)
-            st = dpass_pixels(p, sg->a, sg->b, d->bpart, err);
-        if (!G->dist || dist_chain_direct(&ch, sg->kind)) {
+            st = dpass_pixels(p, sg->a, sg->b, part, err);
+        if (direct)
             TRY(cu_add(d->sums, d->bpart, len, d->stream), "the phase sums");
-        } else {
-            TRY(cudaMemcpyAsync(host, d->bpart, len * sizeof(double), cudaMemcpyDeviceToHost, d->stream),
-                "a block's phase sums");
-            TRY(cudaStreamSynchronize(d->stream), "a block's phase sums");
-            if (!st) {
-                const double *parts[1] = {host};
-                dist_chain_keep(&ch, sg, parts, &len, 1);
-            }
-        }
     }
-    if (G->dist) { /* the totals through the chain: rank 0's whole blocks are in them already */
-        TRY(cudaMemcpyAsync(host, d->sums, len * sizeof(double), cudaMemcpyDeviceToHost, d->stream), "the phase sums");
-        TRY(cudaStreamSynchronize(d->stream), "the phase sums");
-        st = dist_chain_run(&ch, st, host, err);
-        TRY(cudaMemcpyAsync(d->sums, host, len * sizeof(double), cudaMemcpyHostToDevice, d->stream), "the phase sums");
-        TRY(cudaStreamSynchronize(d->stream), "the phase sums"); /* before host goes */
-        dist_chain_free(&ch);
+    if (G->dist) {
+        st = dchain_run(&ch, st, d->sums, err);
+        dchain_free(&ch);
     }
-    free(host);
     free(segs);
     return st;
 }
@@ -494,16 +611,16 @@ done:
     return st;
 }
 
-/* One launch of the band kernels over segments segs[0..nseg) ({a, b, out} each): into d->sums
- * (total = NULL: not written) and the kept partials d->bpart. */
+/* One launch of the band kernels over segments segs[0..nseg) ({a, b, out} each): the sums of
+ * those whose out is < 0 into total (NULL: not written), the others into kept + out partials. */
 static ssb4d_status band_launch(ssb_dev *d, cu_band b, size_t n, const long long *segs, size_t nseg, double *total,
-                                ssb4d_err *err)
+                                double *kept, ssb4d_err *err)
 {
     ssb4d_status st = SSB4D_OK;
     TRY(dev_alloc(d, &d->seg, &d->seg_b, (nseg ? nseg : 1) * 3 * sizeof *segs), "the band segments");
     TRY(cudaMemcpyAsync(d->seg, segs, nseg * 3 * sizeof *segs, cudaMemcpyHostToDevice, d->stream), "the band segments");
-    TRY(cudaStreamSynchronize(d->stream), "the band segments");
-    b.nseg = (long long)nseg, b.seg = d->seg, b.kept = d->bpart;
+    TRY(cudaStreamSynchronize(d->stream), "the band segments"); /* segs may be on the caller's stack */
+    b.nseg = (long long)nseg, b.seg = d->seg, b.kept = kept;
     TRY(cu_band_sums(d->planes, b, d->acc, n, total, d->stream), "the band objective");
     return st;
 }
@@ -515,22 +632,19 @@ typedef struct {
     size_t n, nout;
 } band_dpass;
 
-/* One pixel's band sums from zero, on the host (dist_pix_fn). */
-static ssb4d_status band_pix(void *user, size_t ib, double *out, ssb4d_err *err)
+/* open += one pixel's band sums (dchain_pix_fn). */
+static ssb4d_status band_pix(void *user, size_t ib, double *open, ssb4d_err *err)
 {
     band_dpass *p = user;
     const long long seg[3] = {(long long)ib, (long long)ib + 1, 0};
-    ssb4d_status st = band_launch(p->d, p->b, p->n, seg, 1, NULL, err);
-    TRY(cudaMemcpyAsync(out, p->d->bpart, p->nout * sizeof(double), cudaMemcpyDeviceToHost, p->d->stream),
-        "the band sums");
-    TRY(cudaStreamSynchronize(p->d->stream), "the band sums");
+    ssb4d_status st = band_launch(p->d, p->b, p->n, seg, 1, NULL, p->d->bpart, err);
+    TRY(cu_add(open, p->d->bpart, p->nout, p->d->stream), "the band sums");
     return st;
 }
 
 /* The band objective's sums of this rank's pixels in blocks (dist.h): the whole blocks that go
- * straight into the totals in one launch, then each kept partial (a distributed G) in its own,
- * so that the device holds one of them at a time; then the chain. Reached by every rank
- * whatever st is. */
+ * straight into the totals in one launch, each kept partial of a distributed G in its own; then
+ * the chain. Reached by every rank whatever st is. */
 static ssb4d_status dev_band(ssb_dev *d, const ssb4d_G *G, const ssb_band_job *j, double *total, ssb4d_mem *mem,
                              ssb4d_err *err)
 {
@@ -545,11 +659,11 @@ static ssb4d_status dev_band(ssb_dev *d, const ssb4d_G *G, const ssb_band_job *j
     if (!st && (!hs || !segs || !ls))
         st = ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
     const size_t nseg = st ? 0 : dist_segments(G->n_bf, lo, hi, segs);
-    dist_chain ch;
+    dchain ch;
     memset(&ch, 0, sizeof ch);
-    ch.d = G->dist, ch.len = nout;
+    ch.d = d, ch.dist = G->dist, ch.len = nout; /* a failure before dchain_init still reaches the chain */
     if (!st && G->dist)
-        st = dist_chain_init(&ch, G->dist, nout, segs, nseg, band_pix, &bp, mem, err);
+        st = dchain_init(&ch, d, G->dist, nout, segs, nseg, band_pix, &bp, err);
     for (size_t i = 0; !st && i < n; i++) {
         const ssb_band_set *s = &j->sets[i];
         for (int a = 0; a < CU_N_ABERR; a++)
@@ -564,40 +678,30 @@ static ssb4d_status dev_band(ssb_dev *d, const ssb4d_G *G, const ssb_band_job *j
         st = ssb4d_fail(err, SSB4D_ECANCELLED, "cancelled");
     TRY(dev_alloc(d, &d->acc, &d->acc_b, (n ? n : 1) * sizeof *hs), "the band sets");
     TRY(dev_alloc(d, &d->sums, &d->sums_b, nout * sizeof(double)), "the band sums");
-    TRY(dev_alloc(d, &d->bpart, &d->bpart_b, nout * sizeof(double)), "a block's band sums");
+    TRY(dev_alloc(d, &d->bpart, &d->bpart_b, nout * sizeof(double)), "a pixel's band sums");
     TRY(cudaMemcpyAsync(d->acc, hs, n * sizeof *hs, cudaMemcpyHostToDevice, d->stream), "the band sets");
     /* the segments that go into the totals (one process: all), in one launch */
     size_t nd = 0;
     for (size_t i = 0; !st && i < nseg; i++)
-        if (segs[i].kind != DIST_PIX && (!G->dist || dist_chain_direct(&ch, segs[i].kind)))
+        if (segs[i].kind != DIST_PIX && (!G->dist || dchain_direct(G->dist, segs[i].kind)))
             ls[3 * nd] = (long long)segs[i].a, ls[3 * nd + 1] = (long long)segs[i].b, ls[3 * nd + 2] = -1, nd++;
     if (!st)
-        st = band_launch(d, bp.b, n, ls, nd, d->sums, err);
-    TRY(cudaMemcpyAsync(total, d->sums, nout * sizeof(double), cudaMemcpyDeviceToHost, d->stream), "the band sums");
-    TRY(cudaStreamSynchronize(d->stream), "the band objective");
-    /* the kept partials, one at a time, in segment order */
-    double *host = G->dist && !st ? malloc(nout * sizeof *host) : NULL;
-    if (G->dist && !st && !host)
-        st = ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+        st = band_launch(d, bp.b, n, ls, nd, d->sums, NULL, err);
+    /* a distributed G: each kept partial from its own launch, in segment order */
     for (size_t i = 0; !st && G->dist && i < nseg; i++) {
-        if (segs[i].kind == DIST_PIX || dist_chain_direct(&ch, segs[i].kind))
+        if (segs[i].kind == DIST_PIX || dchain_direct(G->dist, segs[i].kind))
             continue;
         const long long one[3] = {(long long)segs[i].a, (long long)segs[i].b, 0};
-        st = band_launch(d, bp.b, n, one, 1, NULL, err);
-        TRY(cudaMemcpyAsync(host, d->bpart, nout * sizeof(double), cudaMemcpyDeviceToHost, d->stream), "the band sums");
-        TRY(cudaStreamSynchronize(d->stream), "the band sums");
-        if (!st) {
-            const double *parts[1] = {host};
-            dist_chain_keep(&ch, &segs[i], parts, &nout, 1);
-        }
+        st = band_launch(d, bp.b, n, one, 1, NULL, dchain_slot(&ch, segs[i].kind), err);
     }
-    free(host);
     if (!st && ssb4d_mem_progress(mem, 1.0))
         st = ssb4d_fail(err, SSB4D_ECANCELLED, "cancelled");
     if (G->dist) {
-        st = dist_chain_run(&ch, st, total, err);
-        dist_chain_free(&ch);
+        st = dchain_run(&ch, st, d->sums, err);
+        dchain_free(&ch);
     }
+    TRY(cudaMemcpyAsync(total, d->sums, nout * sizeof(double), cudaMemcpyDeviceToHost, d->stream), "the band sums");
+    TRY(cudaStreamSynchronize(d->stream), "the band objective");
     free(ls), free(segs), free(hs);
     return st;
 }
