@@ -6,7 +6,9 @@
 # the G per-block, phase and trace hashes. With fewer GPUs than ranks the ranks share them
 # (local rank modulo the GPUs): that checks the bits, not the speed-up.
 #
-#   scripts/gpu-mpi-check.sh OUT_DIR [--sizes medium,reference,1024] [--nps "1 2"] [--no-tests]
+#   scripts/gpu-mpi-check.sh OUT_DIR [--sizes medium,reference,1024] [--nps "1 2"] [--no-tests] [--no-gpu1]
+#
+# --no-gpu1: no run without mpirun (the hashes are then compared with np's first value).
 #
 # 1024 is the reference acquisition (192² detector, same step) over a 1024² scan: about 77 GB of
 # counts, simulated straight into .qem. On the lent device: carry .device-deps
@@ -16,12 +18,13 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:?usage: scripts/gpu-mpi-check.sh OUT_DIR [--sizes LIST] [--nps LIST] [--no-tests]}
 shift
-sizes=medium nps="1 2" tests=1
+sizes=medium nps="1 2" tests=1 gpu1=1
 while [ $# -gt 0 ]; do
   case $1 in
     --sizes) sizes=$2; shift ;;
     --nps) nps=$2; shift ;;
     --no-tests) tests=0 ;;
+    --no-gpu1) gpu1=0 ;;
     *) echo "gpu-mpi-check: unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -59,10 +62,16 @@ for size in ${sizes//,/ }; do
   [ -f $f ] || build-gpu/ssb4d simulate "${sim[@]}" --threads "$ncpu" -q -o $f >"$out/sim-$size.log" 2>&1 ||
     { echo "gpu-mpi-check: simulate $size failed"; tail "$out/sim-$size.log"; rc=1; continue; }
   echo "gpu-mpi-check: $size simulated in $(( $(date +%s) - t0 )) s ($(du -h $f | cut -f1) encoded)"
-  t0=$(date +%s)
-  build-gpu/ssb4d bench run --data $f --backend cuda --repeat 1 --threads "$ncpu" -o "$out/run-$size-gpu1.json" \
-    --force -q >"$out/run-$size-gpu1.log" 2>&1 || { echo "bench run $size failed"; tail "$out/run-$size-gpu1.log"; rc=1; }
-  echo "== $size, one GPU, no mpirun ($(( $(date +%s) - t0 )) s)"; tail -16 "$out/run-$size-gpu1.log"
+  base=$out/run-$size-gpu1.json
+  if [ $gpu1 = 1 ]; then
+    t0=$(date +%s)
+    build-gpu/ssb4d bench run --data $f --backend cuda --repeat 1 --threads "$ncpu" -o "$base" \
+      --force -q >"$out/run-$size-gpu1.log" 2>&1 || { echo "bench run $size failed"; tail "$out/run-$size-gpu1.log"; rc=1; }
+    echo "== $size, one GPU, no mpirun ($(( $(date +%s) - t0 )) s)"; tail -16 "$out/run-$size-gpu1.log"
+  else
+    set -- $nps
+    base=$out/run-$size-np$1.json
+  fi
   for np in $nps; do
     t0=$(date +%s)
     SSB4D_MPI_TRAFFIC=1 "$MPIEXEC" --allow-run-as-root --oversubscribe --bind-to none -x SSB4D_MPI_TRAFFIC -np $np \
@@ -71,9 +80,10 @@ for size in ${sizes//,/ }; do
       { echo "mpirun -np $np bench run $size failed"; tail "$out/run-$size-np$np.log"; rc=1; }
     echo "== $size, np $np ($(( $(date +%s) - t0 )) s)"; tail -16 "$out/run-$size-np$np.log"
     for k in G_blocks phase trace; do
-      a=$(str "$out/run-$size-gpu1.json" $k) b=$(str "$out/run-$size-np$np.json" $k)
+      a=$(str "$base" $k) b=$(str "$out/run-$size-np$np.json" $k)
       if [ -n "$a" ] && [ "$a" = "$b" ]; then echo "  $k same: $a"; else echo "  $k DIFFERS: $a vs $b"; rc=1; fi
     done
   done
 done
+tar -C "$out" -czf "$out.tgz" . 2>/dev/null # the device tool brings back a few files: all of them in one
 exit $rc

@@ -272,7 +272,7 @@ __global__ void k_phase_sum(const float *__restrict__ real, size_t npix, size_t 
                     continue;
                 double ph = atanf(v[k] * inv_dc);
                 t += ph;
-                q += ph * ph;
+                q += ph * ph; /* exact: ph is a float, so a fused multiply-add rounds the same */
             }
         }
         total[r] = t;
@@ -388,10 +388,13 @@ __global__ void k_band(const float2 *__restrict__ planes, cu_band b, const cu_ba
         }
         float2 g = planes[(size_t)slot * b.stride + off];
         double gr = g.x, gi = g.y, g2 = cr * cr + ci * ci;
-        Nr += gr * cr - gi * ci;
-        Ni += gr * ci + gi * cr;
-        D += g2;
-        E += b.T[ib] * g2;
+        /* Each pixel's terms rounded on their own, then added (__dadd_rn is never fused into a
+         * multiply-add): a pixel adds the same bits into a block's sum whether the block began
+         * at zero on this rank or arrived from an earlier one (dist.h's head pixels). */
+        Nr = __dadd_rn(Nr, gr * cr - gi * ci);
+        Ni = __dadd_rn(Ni, gr * ci + gi * cr);
+        D = __dadd_rn(D, g2);
+        E = __dadd_rn(E, __dmul_rn(b.T[ib], g2));
     }
     const long long out = b.seg[3 * sg + 2];
     if (out < 0) {
