@@ -342,67 +342,67 @@ __global__ void k_band(const float2 *__restrict__ planes, cu_band b, const cu_ba
      * into the totals in order, or kept for the chain of a distributed pass. */
     double T0 = 0, T1 = 0, T2 = 0, T3 = 0;
     for (long long sg = 0; sg < b.nseg; sg++) {
-    double Nr = 0, Ni = 0, D = 0, E = 0;
-    for (long long ib = b.seg[3 * sg]; ib < b.seg[3 * sg + 1]; ib++) {
-        long long slot = b.slot[ib];
-        double Ak = Aks[ib];
-        if (slot < 0 || Ak == 0.0)
-            continue;
-        double kx = kxs[ib], ky = kys[ib];
-        double A1 = aperture(lam, b.alpha0, b.ang0, b.ang1, qx - kx, qy - ky),
-               A2 = aperture(lam, b.alpha0, b.ang0, b.ang1, qx + kx, qy + ky);
-        if (A1 == 0.0 && A2 == 0.0)
-            continue;
-        double qk = qx * kx + qy * ky, cr, ci;
-        if (QUAD) {
-            if (s.thick) {
-                double x1 = 0.5 * s.t * (-PI * lam * (q2 - 2 * qk) - qt);
-                double x2 = 0.5 * s.t * (PI * lam * (q2 + 2 * qk) - qt);
-                A1 *= sinc(x1);
-                A2 *= sinc(x2);
+        double Nr = 0, Ni = 0, D = 0, E = 0;
+        for (long long ib = b.seg[3 * sg]; ib < b.seg[3 * sg + 1]; ib++) {
+            long long slot = b.slot[ib];
+            double Ak = Aks[ib];
+            if (slot < 0 || Ak == 0.0)
+                continue;
+            double kx = kxs[ib], ky = kys[ib];
+            double A1 = aperture(lam, b.alpha0, b.ang0, b.ang1, qx - kx, qy - ky),
+                   A2 = aperture(lam, b.alpha0, b.ang0, b.ang1, qx + kx, qy + ky);
+            if (A1 == 0.0 && A2 == 0.0)
+                continue;
+            double qk = qx * kx + qy * ky, cr, ci;
+            if (QUAD) {
+                if (s.thick) {
+                    double x1 = 0.5 * s.t * (-PI * lam * (q2 - 2 * qk) - qt);
+                    double x2 = 0.5 * s.t * (PI * lam * (q2 + 2 * qk) - qt);
+                    A1 *= sinc(x1);
+                    A2 *= sinc(x2);
+                }
+                double bx = 2 * PI * lam * (s.m[0] * kx + s.m[1] * ky), by = 2 * PI * lam * (s.m[1] * kx + s.m[2] * ky);
+                double sn, cs;
+                sincos(bx * qx + by * qy, &sn, &cs);
+                double phr = Ak * cs, phi = -Ak * sn; /* A(k)·e^{−iu} */
+                double dr = (A1 - A2) * Er, di = (A1 + A2) * Ei;
+                cr = phr * dr - phi * di, ci = phr * di + phi * dr; /* conj(γ) */
+            } else {
+                double xk = chi(lam, s.C, s.phi, s.an, s.am, s.quadratic, s.m, kx, ky), sk, ck;
+                sincos(xk, &sk, &ck);
+                double Pkr = Ak * ck, Pki = -Ak * sk;
+                double x1 = chi(lam, s.C, s.phi, s.an, s.am, s.quadratic, s.m, kx - qx, ky - qy);
+                double x2 = chi(lam, s.C, s.phi, s.an, s.am, s.quadratic, s.m, kx + qx, ky + qy), s1, c1, s2, c2;
+                sincos(x1, &s1, &c1);
+                sincos(x2, &s2, &c2);
+                /* t1 = A1 e^{−ix1} conj(Pk), t2 = A2 e^{ix2} Pk */
+                double ar = A1 * c1, ai = -A1 * s1, br = A2 * c2, bi = A2 * s2;
+                double t1r = ar * Pkr + ai * Pki, t1i = ai * Pkr - ar * Pki;
+                double t2r = br * Pkr - bi * Pki, t2i = br * Pki + bi * Pkr;
+                if (s.thick) {
+                    double r1 = -PI * lam * (q2 - 2 * qk) - qt, r2 = PI * lam * (q2 + 2 * qk) - qt;
+                    double w1 = sinc(r1 * s.t / 2), w2 = sinc(r2 * s.t / 2);
+                    t1r *= w1, t1i *= w1, t2r *= w2, t2i *= w2;
+                }
+                cr = t1r - t2r, ci = -(t1i - t2i);
             }
-            double bx = 2 * PI * lam * (s.m[0] * kx + s.m[1] * ky), by = 2 * PI * lam * (s.m[1] * kx + s.m[2] * ky);
-            double sn, cs;
-            sincos(bx * qx + by * qy, &sn, &cs);
-            double phr = Ak * cs, phi = -Ak * sn; /* A(k)·e^{−iu} */
-            double dr = (A1 - A2) * Er, di = (A1 + A2) * Ei;
-            cr = phr * dr - phi * di, ci = phr * di + phi * dr; /* conj(γ) */
-        } else {
-            double xk = chi(lam, s.C, s.phi, s.an, s.am, s.quadratic, s.m, kx, ky), sk, ck;
-            sincos(xk, &sk, &ck);
-            double Pkr = Ak * ck, Pki = -Ak * sk;
-            double x1 = chi(lam, s.C, s.phi, s.an, s.am, s.quadratic, s.m, kx - qx, ky - qy);
-            double x2 = chi(lam, s.C, s.phi, s.an, s.am, s.quadratic, s.m, kx + qx, ky + qy), s1, c1, s2, c2;
-            sincos(x1, &s1, &c1);
-            sincos(x2, &s2, &c2);
-            /* t1 = A1 e^{−ix1} conj(Pk), t2 = A2 e^{ix2} Pk */
-            double ar = A1 * c1, ai = -A1 * s1, br = A2 * c2, bi = A2 * s2;
-            double t1r = ar * Pkr + ai * Pki, t1i = ai * Pkr - ar * Pki;
-            double t2r = br * Pkr - bi * Pki, t2i = br * Pki + bi * Pkr;
-            if (s.thick) {
-                double r1 = -PI * lam * (q2 - 2 * qk) - qt, r2 = PI * lam * (q2 + 2 * qk) - qt;
-                double w1 = sinc(r1 * s.t / 2), w2 = sinc(r2 * s.t / 2);
-                t1r *= w1, t1i *= w1, t2r *= w2, t2i *= w2;
-            }
-            cr = t1r - t2r, ci = -(t1i - t2i);
+            float2 g = planes[(size_t)slot * b.stride + off];
+            double gr = g.x, gi = g.y, g2 = cr * cr + ci * ci;
+            /* Each pixel's terms rounded on their own, then added (__dadd_rn is never fused into a
+             * multiply-add): a pixel adds the same bits into a block's sum whether the block began
+             * at zero on this rank or arrived from an earlier one (dist.h's head pixels). */
+            Nr = __dadd_rn(Nr, gr * cr - gi * ci);
+            Ni = __dadd_rn(Ni, gr * ci + gi * cr);
+            D = __dadd_rn(D, g2);
+            E = __dadd_rn(E, __dmul_rn(b.T[ib], g2));
         }
-        float2 g = planes[(size_t)slot * b.stride + off];
-        double gr = g.x, gi = g.y, g2 = cr * cr + ci * ci;
-        /* Each pixel's terms rounded on their own, then added (__dadd_rn is never fused into a
-         * multiply-add): a pixel adds the same bits into a block's sum whether the block began
-         * at zero on this rank or arrived from an earlier one (dist.h's head pixels). */
-        Nr = __dadd_rn(Nr, gr * cr - gi * ci);
-        Ni = __dadd_rn(Ni, gr * ci + gi * cr);
-        D = __dadd_rn(D, g2);
-        E = __dadd_rn(E, __dmul_rn(b.T[ib], g2));
-    }
-    const long long out = b.seg[3 * sg + 2];
-    if (out < 0) {
-        T0 += Nr, T1 += Ni, T2 += D, T3 += E;
-    } else {
-        double *k = b.kept + (size_t)out * gridDim.y * b.nb * 4 + ((size_t)blockIdx.y * b.nb + m) * 4;
-        k[0] = Nr, k[1] = Ni, k[2] = D, k[3] = E;
-    }
+        const long long out = b.seg[3 * sg + 2];
+        if (out < 0) {
+            T0 += Nr, T1 += Ni, T2 += D, T3 += E;
+        } else {
+            double *k = b.kept + (size_t)out * gridDim.y * b.nb * 4 + ((size_t)blockIdx.y * b.nb + m) * 4;
+            k[0] = Nr, k[1] = Ni, k[2] = D, k[3] = E;
+        }
     }
     if (total) {
         double *t = total + ((size_t)blockIdx.y * b.nb + m) * 4;
