@@ -22,8 +22,8 @@ while [ $# -gt 0 ]; do
 done
 build=$(cd "$build" && pwd) || exit 2   # absolute: each target runs in its own directory
 bin=$build/fuzz/targets seeds=$build/fuzz/seeds camp=$build/fuzz/campaign
-declare -A maxlen=([qem]=262144 [stream]=1100 [npy]=4096 [mib]=4096)
-targets=(qem stream npy mib)
+declare -A maxlen=([qem]=262144 [stream]=1100 [npy]=4096 [mib]=4096 [dm]=65536 [mrc]=8192 [empad]=16384)
+targets=(qem stream npy mib dm mrc empad)
 for t in "${targets[@]}"; do
   [ -x "$bin/fuzz_$t" ] || { echo "run-campaign: $bin/fuzz_$t missing (cmake --build $build)" >&2; exit 2; }
 done

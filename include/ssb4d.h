@@ -128,6 +128,8 @@ typedef struct {
     double det_sampling_mrad[2];  /* (row, col), mrad per detector pixel */
     double centre_px[2];          /* BF disk centre (det_row, det_col), pixels */
     double rotation_deg;          /* scan-detector rotation */
+    int flip;                     /* 1: the detector is mirrored: its row and column axes are
+                                     swapped (transposed) before the rotation (SPEC §2, §5.1) */
 } ssb4d_geometry;
 
 /* χ(v) in radians at reciprocal vector v = (vx, vy) (1/Å, vx along scan rows). */
@@ -142,7 +144,11 @@ double ssb4d_chi(const ssb4d_aberrations *ab, double lambda_A, double vx, double
  *            G build ("column source"): out[(p * nrows + r) * scan_cols + c].
  * Implemented for .npy files (memory-mapped), encoded .qem files and caller-owned arrays.
  */
-typedef enum { SSB4D_U8 = 1, SSB4D_U16 = 2, SSB4D_U32 = 4 } ssb4d_dtype;
+/* Stored value types: unsigned counts, or float32 (analogue detectors such as EMPAD and
+ * gain-normalised data, read as they are: SPEC §4). The low byte is the width in bytes. */
+typedef enum { SSB4D_U8 = 1, SSB4D_U16 = 2, SSB4D_U32 = 4, SSB4D_F32 = 0x104 } ssb4d_dtype;
+/* Bytes per value of a dtype (1, 2 or 4). */
+static inline size_t ssb4d_dtype_bytes(ssb4d_dtype t) { return (size_t)t & 0xff; }
 
 typedef struct ssb4d_source ssb4d_source;
 
@@ -155,6 +161,8 @@ typedef struct {
     double scan_step_A[2];
     double det_sampling_mrad[2]; /* <= 0: fit from the disk edge */
     double rotation_deg;         /* NaN: fit from the centre-of-mass curl */
+    int flip;                    /* -1: the handedness from the centre-of-mass curl too (with a
+                                    measured rotation; else 0); 0, 1: given (ssb4d_geometry) */
     double bf_radius_px;         /* selection radius; <= 0: the disk radius */
     double centre_px[2];         /* NaN: the disk centroid */
     int hot_pixels;              /* 1: detect hot pixels (default), 0: only file masks */
@@ -181,6 +189,9 @@ typedef struct {
     double curl_ratio;           /* curl residual at the chosen angle / at the worst angle */
     double rotation_sigma_deg;   /* jackknife standard error of rotation_curl_deg (NaN if not measured) */
     int det_sampling_fitted, rotation_fitted, centre_fitted;
+    int flip_fitted;             /* geom.flip chosen by the curl: the handedness whose best rotation
+                                    leaves the smaller curl (curl_ratio vs curl_ratio_other) */
+    double curl_ratio_other;     /* the other handedness's curl_ratio (NaN if not measured) */
     double *mean_pattern;        /* det_rows*det_cols, float64 */
     int32_t *bf_pix;             /* selected BF pixels (flat), ascending */
     size_t n_bf;
@@ -208,6 +219,8 @@ typedef struct {
     double kv, semiangle_mrad, scan_step_A[2], det_sampling_mrad[2], centre_px[2], rotation_deg,
         bf_radius_px;
     char rotation_from[32];     /* "sidecar", "calibration file", ... ("" when not stated) */
+    int flip;                   /* -1: not stated; 0, 1: the detector's handedness (SPEC §2) */
+    char flip_from[32];         /* where it was stated ("" when not) */
     int rotation_measured;      /* measured (centre of mass): the fit may refine it and its branch */
     double rotation_sigma_deg;  /* its standard error (NaN: unknown) */
     int has_ab;                 /* aberrations stated (the sidecar's truth, a calibration file's) */
@@ -244,6 +257,8 @@ typedef struct {
     double rotation_deg;    /* in [−90, 90); the other branch is +180° with −C10, −C12 */
     double est[4];          /* (C10, C12, φ12, rotation) as above */
     double sigma[4];        /* their standard errors (from the shifts' residuals; NaN if unknown) */
+    int flip;               /* the handedness est is for (the geometry's) */
+    double est_other[4], sigma_other[4]; /* the same for the other handedness (both fit B) */
     double residual_A;      /* rms misfit of the measured shifts (Å) */
     size_t n_offsets;       /* pixel offsets measured */
     size_t n_bins, n_pixels;
@@ -295,6 +310,12 @@ typedef struct {
      * the parallax may replace it. */
     int rotation_given;
     double rotation_sigma_deg;
+    /* The handedness in the geometry (geom.flip): given (kept) or, when 0 (the default), tested:
+     * the parallax's shifts fit either handedness equally (any 2x2 relation is symmetric x
+     * rotation and symmetric x reflection); the band objective, which sees the trotters and
+     * the contrast transfer, tells them apart. Without a parallax geom.flip is kept: measured
+     * by the calibration's curl (flip_measured = 1) or not known. */
+    int flip_given, flip_measured;
     int branch_check;    /* default 1 */
     ssb4d_aberrations base; /* the other coefficients, held fixed */
     int threads;         /* 0: all cores */
@@ -309,11 +330,17 @@ void ssb4d_fit_params_default(ssb4d_fit_params *p);
 
 typedef struct {
     ssb4d_aberrations ab;       /* base with the fitted C10, C12, φ12 (φ12 in the scan frame) */
-    double phi12_probe_deg;     /* φ12 in the probe (detector) frame: φ12 − rotation, mod 180 */
+    double phi12_probe_deg;     /* φ12 in the probe (detector) frame: φ12 − rotation, mod 180
+                                   (a mirrored detector: 90° + rotation − φ12) */
     ssb4d_geometry geom;        /* the geometry kept (rotation from the parallax, flipped by the
                                    branch check) */
     char rotation_source[24];   /* "given", "parallax", "centre of mass", "undetermined" */
     double rotation_sigma_deg;  /* standard error of the rotation used (NaN when unknown) */
+    char flip_source[24];       /* geom.flip: "given", "objective" (the better of both handedness
+                                   on the band objective), "centre of mass" (the calibration's
+                                   curl), "assumed" (a start or locks given: not tested; as the
+                                   geometry says), "undetermined" (nothing could test it) */
+    double flip_objective[2];   /* the best start objective with flip 0 and 1 (NaN: not tried) */
     double loss;                /* exact loss (SPEC 5.4) on all selected BF pixels at the fit */
     double objective;           /* the minimised objective at the fit (on the fit pixels) */
     int branch_flipped;         /* the kept branch is 180° from the one the start gave */
@@ -640,7 +667,10 @@ const char *ssb4d_session_backend(const ssb4d_session *s);
  * Streams an acquisition in a foreign format (.npy, raw, HDF5 / EMD / py4DSTEM, Dectris Arina,
  * Merlin .mib) into a .qem file block by block: peak memory is a few read blocks plus one chunk
  * being encoded, whatever the input size. uint8/uint16 counts are kept exactly; uint32 counts are
- * narrowed to uint16 only when every valid value fits (else refused); floats are refused.
+ * narrowed to uint16 only when every valid value fits (else refused). Float data are refused
+ * unless a gain is stated (gain > 0, electrons per unit of the data, or NaN: estimated): each
+ * value is then stored as round(value·gain) electrons (negative ones as 0), and the
+ * quantisation error is reported and recorded (processing record "gain_quantisation").
  * Flagged pixels (the file's mask, plus hot/dead pixels found from per-pixel totals unless
  * hot = NONE) are marked invalid in the .qem; MEDIAN replaces them in every frame by the median
  * of their valid 3x3 neighbours (lower middle for an even count), ZERO by 0; both are recorded
@@ -669,6 +699,15 @@ typedef struct {
     ssb4d_mem *mem;           /* counts the read blocks (may be NULL) */
     ssb4d_progress_fn progress;  /* may be NULL; returning non-zero cancels (SSB4D_ECANCELLED) */
     void *progress_user;
+    double gain;              /* float data: electrons per unit (> 0); NaN: estimate it (integer-
+                                 valued data: 1; values on a grid of 1/g: g); 0: refuse floats */
+    int dtype_float;          /* raw: the values are float32 (dtype_bytes 4) */
+    const char *const *more_paths; /* Merlin: further .mib files of the acquisition, in order */
+    size_t n_more_paths;
+    /* Values the user states that the .qem records beside the file's own (NaN = not given). */
+    double camera_length_mm, dwell_us;
+    int flip;                 /* the detector's handedness (SPEC §2), recorded in the .qem's
+                                 metadata.detector_flip: -1 not stated (default), 0 or 1 */
 } ssb4d_import_params;
 
 void ssb4d_import_params_default(ssb4d_import_params *p);
@@ -683,6 +722,11 @@ typedef struct {
                                            the source is open, before the first progress call) */
     size_t encoded_bytes;               /* size of the written .qem */
     double seconds;
+    int source_float;                   /* the source held float32 values (quantised by gain) */
+    double gain;                        /* electrons per unit used (NaN for counts) */
+    char gain_how[96];                  /* "given", or how it was estimated */
+    double quant_max_e, quant_rms_e;    /* quantisation error |round(v·g) − v·g|, electrons */
+    size_t quant_clipped;               /* values below −0.5 e stored as 0 */
 } ssb4d_import_report;
 
 ssb4d_status ssb4d_import(const char *in_path, const char *out_path, const ssb4d_import_params *p,
@@ -767,6 +811,10 @@ typedef struct {
      * positions done / all); returning non-zero cancels (SSB4D_ECANCELLED, nothing written). */
     ssb4d_progress_fn progress;
     void *progress_user;
+    int det_flip;           /* 1: a mirrored detector: every frame is written transposed (det_row
+                               and det_col swapped), as a camera mounted or read out in the other
+                               handedness records it; reconstruct with flip (SPEC §2). The
+                               sidecar says "flip": true */
 } ssb4d_sim_params;
 
 /* Derived geometry and, after a simulation, its statistics. */

@@ -51,14 +51,18 @@ int ssb4d_mem_progress(ssb4d_mem *m, double fraction);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Data sources (src/source/) */
-/* Opens DATA by its content: a .npy (ssb4d_source_open_npy) or an encoded .qem
- * (ssb4d_source_open_qem); anything else is refused with a hint to `ssb4d import`. */
+/* Opens DATA by its content: a .npy (ssb4d_source_open_npy), an encoded .qem
+ * (ssb4d_source_open_qem), or any other format `ssb4d import` reads whose file says its whole
+ * shape (HDF5 / EMD / py4DSTEM, Arina, Merlin, EMPAD, DM3/DM4, Velox, MRC), read in place
+ * through its frame reader: each column read reads the frames of its scan rows in bounded
+ * chunks. Formats that need more (raw binary's shape) are refused with a hint to `import`. */
 ssb4d_status ssb4d_source_open(const char *path, ssb4d_source **out, ssb4d_err *err);
 /* Opens an encoded .qem acquisition: the whole file is validated (layout and body checksums)
  * first; frames and columns are then decoded from the streams on every read (columns decode
  * only the requested pixels' streams of the blocks that overlap the requested scan rows). */
 ssb4d_status ssb4d_source_open_qem(const char *path, ssb4d_source **out, ssb4d_err *err);
-/* Opens a C-order little-endian .npy of uint8/uint16/uint32 counts with rank 4. Memory-mapped. */
+/* Opens a C-order little-endian .npy of uint8/uint16/uint32 counts or float32 values with rank
+ * 4. Memory-mapped. */
 ssb4d_status ssb4d_source_open_npy(const char *path, ssb4d_source **out, ssb4d_err *err);
 /* Wraps an array the caller keeps alive; data is (shape[0]*shape[1]*shape[2]*shape[3]) values. */
 ssb4d_status ssb4d_source_from_memory(const void *data, ssb4d_dtype dtype, const size_t shape[4],
@@ -66,9 +70,16 @@ ssb4d_status ssb4d_source_from_memory(const void *data, ssb4d_dtype dtype, const
 void ssb4d_source_close(ssb4d_source *s);
 void ssb4d_source_shape(const ssb4d_source *s, size_t shape[4]);
 ssb4d_dtype ssb4d_source_dtype(const ssb4d_source *s);
-/* Counts of positions [pos0, pos0+npos): out[(p * det_rows + r) * det_cols + c]. */
+/* 1 when the source holds float32 values (SSB4D_F32). */
+int ssb4d_source_is_float(const ssb4d_source *s);
+/* Counts of positions [pos0, pos0+npos): out[(p * det_rows + r) * det_cols + c]. A float
+ * source is refused (SSB4D_EFORMAT): ssb4d never quantises silently. */
 ssb4d_status ssb4d_source_read_frames(ssb4d_source *s, size_t pos0, size_t npos, uint32_t *out,
                                       ssb4d_err *err);
+/* The same frames as float32 from any source: counts exactly (counts above 2^24 are refused),
+ * float values as stored (non-finite ones are refused). */
+ssb4d_status ssb4d_source_read_frames_f32(ssb4d_source *s, size_t pos0, size_t npos, float *out,
+                                          ssb4d_err *err);
 /* Column read, see above. det_pix are flat detector indices (row * det_cols + col). */
 ssb4d_status ssb4d_source_read_columns(ssb4d_source *s, const int32_t *det_pix, size_t n_pix,
                                        size_t row0, size_t nrows, float *out, ssb4d_err *err);
@@ -225,6 +236,9 @@ void ssb4d_parallax_at_rotation(const ssb4d_parallax *p, const ssb4d_geometry *g
 /* p with its shift field replaced by alternative k (< p->n_alt): B, J and the estimate (C10, C12,
  * φ12, rotation) recomputed; the standard errors are kept. */
 void ssb4d_parallax_alternative(const ssb4d_parallax *p, const ssb4d_geometry *g, size_t k, ssb4d_parallax *out);
+/* p for the other handedness of the detector (est, sigma and flip swapped with est_other,
+ * sigma_other): a geometry with flip = out->flip then gives out's values. */
+void ssb4d_parallax_mirror(const ssb4d_parallax *p, ssb4d_parallax *out);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Fitting (src/fit/) */

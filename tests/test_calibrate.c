@@ -364,11 +364,11 @@ static void test_dead_pixels(void **state)
 {
     (void)state;
     enum { R = 16, C = 16 };
-    uint64_t tot[R * C];
+    double tot[R * C];
     int32_t out[R * C];
     for (int r = 0; r < R; r++)
         for (int c = 0; c < C; c++)
-            tot[r * C + c] = (r >= 10 && c >= 10) ? 0 : 1000 + (uint64_t)((r * 7 + c * 3) % 11); /* dark corner */
+            tot[r * C + c] = (r >= 10 && c >= 10) ? 0 : 1000 + (double)((r * 7 + c * 3) % 11); /* dark corner */
     tot[5 * C + 4] = 0;                                                     /* a dead pixel */
     size_t n = ssb4d_hotpix_find_flagged(tot, R, C, out);
     assert_int_equal(n, 1);

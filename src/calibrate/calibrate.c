@@ -12,6 +12,12 @@
  * Everything after that works on the totals (det_rows*det_cols) and on the per-frame moments
  * (3 uint64 per scan position), serially or per element, so results are bit-identical for any
  * thread count.
+ *
+ * Float data (SPEC §4: EMPAD, gain-normalised counts) take the same steps in float64: frames as
+ * float32, each pixel's total summed over the frames in scan order by the one thread that owns
+ * the pixel, each frame's moments by one thread in pixel order; so the bits depend on neither
+ * the thread count nor the block size. Every partial sum of integer-valued floats is an exact
+ * integer in float64 (below 2^53), so such data give the integer path's results bit for bit.
  */
 #include "calibrate/calibrate_internal.h"
 #include "common/err.h"
@@ -30,6 +36,7 @@
 
 #define CAL_BLOCK_BYTES ((size_t)64 << 20)
 #define CAL_MIN_DISK_RADIUS_PX 2.0 /* equal-area radius below this: no usable disk */
+#define CAL_FLIP_MARGIN 0.5        /* a handedness wins when its curl ratio is below this x the other's */
 #ifndef SSB4D_CURL_STENCIL_HALF
 #define SSB4D_CURL_STENCIL_HALF 1
 #endif
@@ -42,6 +49,7 @@ void ssb4d_calib_params_default(ssb4d_calib_params *p)
     p->scan_step_A[0] = p->scan_step_A[1] = NAN;
     p->det_sampling_mrad[0] = p->det_sampling_mrad[1] = 0.0;
     p->rotation_deg = NAN;
+    p->flip = -1;
     p->bf_radius_px = 0.0;
     p->centre_px[0] = p->centre_px[1] = NAN;
     p->hot_pixels = 1;
@@ -379,10 +387,14 @@ typedef struct {
     int nt;
     calibrate_ws w;     /* the tracked buffers' sizes */
     size_t block;       /* frames per read */
+    int is_float;       /* float32 data: fbuf, momd (else buf, mom) */
     uint32_t *buf;      /* one block of frames */
-    uint64_t *tot_t;    /* per-thread totals per detector pixel */
+    float *fbuf;        /* the same block of float frames (the same bytes) */
+    uint64_t *tot_t;    /* per-thread totals per detector pixel (counts) */
     uint64_t *mom;      /* per frame: Σ counts, Σ row·counts, Σ col·counts (rotation fitted) */
-    uint64_t *tot;      /* totals per detector pixel */
+    double *momd;       /* the same moments of float data (the same bytes) */
+    uint64_t *tot;      /* totals per detector pixel (counts) */
+    double *totd;       /* totals per detector pixel, float64 (exact for counts) */
     int32_t *flagged;   /* flagged pixels (hot or dead), nflag of them */
     size_t nflag;
     double *mean;       /* the mean pattern, flagged pixels replaced */
@@ -442,6 +454,7 @@ static ssb4d_status cal_setup(cal_run *c, ssb4d_source *src, const ssb4d_calib_p
     }
     c->fit_rotation = isnan(p->rotation_deg);
     c->nt = ssb4d_threads_resolve(p->threads);
+    c->is_float = ssb4d_source_is_float(src);
     return SSB4D_OK;
 }
 
@@ -455,15 +468,18 @@ static ssb4d_status cal_alloc(cal_run *c, ssb4d_err *err)
     if ((size_t)c->nt > c->block)
         c->nt = (int)c->block;
     c->buf = ssb4d_mem_alloc(c->p->mem, w.buf, "calibrate frame block", NULL);
-    c->tot_t = calloc((size_t)c->nt * fr, sizeof *c->tot_t);
+    c->fbuf = (float *)(void *)c->buf; /* 4 bytes a value either way */
+    c->tot_t = c->is_float ? NULL : calloc((size_t)c->nt * fr, sizeof *c->tot_t);
     c->mom = c->fit_rotation ? ssb4d_mem_alloc(c->p->mem, w.mom, "calibrate moments", NULL) : NULL;
+    c->momd = (double *)(void *)c->mom; /* 8 bytes a moment either way */
     c->tot = calloc(fr, sizeof *c->tot);
+    c->totd = calloc(fr, sizeof *c->totd);
     c->flagged = malloc(fr * sizeof *c->flagged);
     c->mean = malloc(fr * sizeof *c->mean);
     c->isflag = calloc(fr, 1);
     c->vals = malloc(fr * sizeof *c->vals);
-    if (!c->buf || !c->tot_t || (c->fit_rotation && !c->mom) || !c->tot || !c->flagged || !c->mean || !c->isflag ||
-        !c->vals)
+    if (!c->buf || (!c->is_float && !c->tot_t) || (c->fit_rotation && !c->mom) || !c->tot || !c->totd ||
+        !c->flagged || !c->mean || !c->isflag || !c->vals)
         return ssb4d_fail(err, SSB4D_ENOMEM, "calibrate: out of memory (detector %zux%zu)", c->dr, c->dc);
     return SSB4D_OK;
 }
@@ -474,6 +490,7 @@ static void cal_free(cal_run *c)
     free(c->tot_t);
     ssb4d_mem_free(c->p->mem, c->mom, 0);
     free(c->tot);
+    free(c->totd);
     free(c->flagged);
     free(c->mean);
     free(c->isflag);
@@ -482,8 +499,8 @@ static void cal_free(cal_run *c)
 }
 
 /* Pass 1 over the frames: the totals per detector pixel (per thread, summed after in thread
- * order: integers, so exact) and each frame's moments for the CoM. Reports the total counts. */
-static ssb4d_status pass_totals(cal_run *c, ssb4d_calibration *out, ssb4d_err *err)
+ * order: integers, so exact) and each frame's moments for the CoM. */
+static ssb4d_status pass_totals_counts(cal_run *c, ssb4d_err *err)
 {
     const size_t fr = c->fr, npos = c->npos, dr = c->dr, dc = c->dc, block = c->block;
     uint64_t *mom = c->mom;
@@ -530,12 +547,72 @@ static ssb4d_status pass_totals(cal_run *c, ssb4d_calibration *out, ssb4d_err *e
     for (int t = 0; t < c->nt; t++)
         for (size_t q = 0; q < fr; q++)
             c->tot[q] += c->tot_t[(size_t)t * fr + q];
-    uint64_t total = 0;
     for (size_t q = 0; q < fr; q++)
-        total += c->tot[q];
-    out->total_counts = (double)total;
-    if (total == 0)
-        return ssb4d_fail(err, SSB4D_ENOTFOUND, "BF disk not found: the data has no counts at all");
+        c->totd[q] = (double)c->tot[q];
+    return SSB4D_OK;
+}
+
+/* Pass 1 on float data: each pixel's total over the frames in scan order (pixels split among
+ * the threads, in chunks of whole cache lines), then each frame's moments by one thread. */
+static ssb4d_status pass_totals_float(cal_run *c, ssb4d_err *err)
+{
+    const size_t fr = c->fr, npos = c->npos, dr = c->dr, dc = c->dc, block = c->block;
+    double *mom = c->fit_rotation ? c->momd : NULL;
+    for (size_t p0 = 0; p0 < npos; p0 += block) {
+        size_t n = npos - p0 < block ? npos - p0 : block;
+        if (ssb4d_mem_progress(c->p->mem, 0.9 * (double)p0 / (double)npos))
+            return ssb4d_fail(err, SSB4D_ECANCELLED, "cancelled");
+        ssb4d_status st = ssb4d_source_read_frames_f32(c->src, p0, n, c->fbuf, err);
+        if (st)
+            return st;
+        ssb4d_source_done_with(c->src, p0, n);
+        const float *fb = c->fbuf;
+        double *tot = c->totd;
+#pragma omp parallel for num_threads(c->nt) schedule(static)
+        for (size_t q0 = 0; q0 < fr; q0 += 64) {
+            size_t q1 = q0 + 64 < fr ? q0 + 64 : fr;
+            for (size_t f = 0; f < n; f++)
+                for (size_t q = q0; q < q1; q++)
+                    tot[q] += (double)fb[f * fr + q];
+        }
+        if (!mom)
+            continue;
+#pragma omp parallel for num_threads(c->nt) schedule(static)
+        for (size_t f = 0; f < n; f++) {
+            const float *fp = fb + f * fr;
+            double s0 = 0, sr = 0, sc = 0;
+            for (size_t r = 0; r < dr; r++) {
+                double rs = 0, cs = 0;
+                for (size_t col = 0; col < dc; col++) {
+                    double v = fp[r * dc + col];
+                    rs += v;
+                    cs += v * (double)col;
+                }
+                s0 += rs;
+                sr += rs * (double)r;
+                sc += cs;
+            }
+            mom[(p0 + f) * 3 + 0] = s0;
+            mom[(p0 + f) * 3 + 1] = sr;
+            mom[(p0 + f) * 3 + 2] = sc;
+        }
+    }
+    return SSB4D_OK;
+}
+
+/* Pass 1, counts or float data; reports the total. */
+static ssb4d_status pass_totals(cal_run *c, ssb4d_calibration *out, ssb4d_err *err)
+{
+    ssb4d_status st = c->is_float ? pass_totals_float(c, err) : pass_totals_counts(c, err);
+    if (st)
+        return st;
+    double total = 0;
+    for (size_t q = 0; q < c->fr; q++)
+        total += c->totd[q];
+    out->total_counts = total;
+    if (!(total > 0))
+        return ssb4d_fail(err, SSB4D_ENOTFOUND, "BF disk not found: the data has %s",
+                          total == 0 ? "no counts at all" : "no positive total intensity");
     return SSB4D_OK;
 }
 
@@ -544,14 +621,14 @@ static ssb4d_status pass_totals(cal_run *c, ssb4d_calibration *out, ssb4d_err *e
 static void mean_pattern(cal_run *c)
 {
     const size_t fr = c->fr, npos = c->npos;
-    c->nflag = c->p->hot_pixels ? ssb4d_hotpix_find_flagged(c->tot, c->dr, c->dc, c->flagged) : 0;
+    c->nflag = c->p->hot_pixels ? ssb4d_hotpix_find_flagged(c->totd, c->dr, c->dc, c->flagged) : 0;
     for (size_t i = 0; i < c->nflag; i++)
         c->isflag[c->flagged[i]] = 1;
     for (size_t q = 0; q < fr; q++)
-        c->mean[q] = (double)c->tot[q] / (double)npos;
+        c->mean[q] = c->totd[q] / (double)npos;
     for (size_t i = 0; i < c->nflag; i++) {
         size_t q = (size_t)c->flagged[i];
-        c->mean[q] = ssb4d_hotpix_neighbour_median(c->tot, c->isflag, c->dr, c->dc, q / c->dc, q % c->dc) / (double)npos;
+        c->mean[q] = ssb4d_hotpix_neighbour_median(c->totd, c->isflag, c->dr, c->dc, q / c->dc, q % c->dc) / (double)npos;
     }
 }
 
@@ -687,10 +764,26 @@ static ssb4d_status unflag_moments(cal_run *c, const ssb4d_calibration *out, ssb
     const size_t fr = c->fr, npos = c->npos, dc = c->dc, block = c->block, nf2 = out->n_flagged;
     for (size_t p0 = 0; p0 < npos; p0 += block) {
         size_t n = npos - p0 < block ? npos - p0 : block;
-        ssb4d_status st = ssb4d_source_read_frames(c->src, p0, n, c->buf, err);
+        ssb4d_status st = c->is_float ? ssb4d_source_read_frames_f32(c->src, p0, n, c->fbuf, err)
+                                      : ssb4d_source_read_frames(c->src, p0, n, c->buf, err);
         if (st)
             return st;
         ssb4d_source_done_with(c->src, p0, n);
+        if (c->is_float) {
+#pragma omp parallel for num_threads(c->nt) schedule(static)
+            for (size_t f = 0; f < n; f++) {
+                const float *fp = c->fbuf + f * fr;
+                double *m = c->momd + (p0 + f) * 3;
+                for (size_t i = 0; i < nf2; i++) {
+                    size_t q = (size_t)out->flagged[i];
+                    double v = fp[q];
+                    m[0] -= v;
+                    m[1] -= v * (double)(q / dc);
+                    m[2] -= v * (double)(q % dc);
+                }
+            }
+            continue;
+        }
 #pragma omp parallel for num_threads(c->nt) schedule(static)
         for (size_t f = 0; f < n; f++) {
             const uint32_t *fp = c->buf + f * fr;
@@ -711,11 +804,13 @@ static ssb4d_status unflag_moments(cal_run *c, const ssb4d_calibration *out, ssb
 static ssb4d_status measure_rotation(cal_run *c, ssb4d_calibration *out, ssb4d_err *err)
 {
     ssb4d_geometry *g = &out->geom;
+    out->curl_ratio_other = NAN;
     if (!c->fit_rotation) {
         out->rotation_curl_deg = NAN;
         out->curl_ratio = NAN;
         out->rotation_sigma_deg = NAN;
         g->rotation_deg = c->p->rotation_deg;
+        g->flip = c->p->flip > 0;
         return SSB4D_OK;
     }
     ssb4d_status st = c->nflag ? unflag_moments(c, out, err) : SSB4D_OK;
@@ -730,28 +825,55 @@ static ssb4d_status measure_rotation(cal_run *c, ssb4d_calibration *out, ssb4d_e
     /* CoM in mrad (the sampling may differ between the axes when given). */
 #pragma omp parallel for num_threads(c->nt) schedule(static)
     for (size_t i = 0; i < npos; i++) {
-        const uint64_t *m = mom + i * 3;
+        double m[3];
+        for (int k = 0; k < 3; k++)
+            m[k] = c->is_float ? c->momd[i * 3 + k] : (double)mom[i * 3 + k];
         double d0 = 0, d1 = 0;
-        if (m[0]) {
-            d0 = ((double)m[1] / (double)m[0] - g->centre_px[0]) * g->det_sampling_mrad[0];
-            d1 = ((double)m[2] / (double)m[0] - g->centre_px[1]) * g->det_sampling_mrad[1];
+        if (m[0] > 0) {
+            d0 = (m[1] / m[0] - g->centre_px[0]) * g->det_sampling_mrad[0];
+            d1 = (m[2] / m[0] - g->centre_px[1]) * g->det_sampling_mrad[1];
         }
         com[2 * i] = d0;
         com[2 * i + 1] = d1;
     }
-    double th, ratio, sig;
-    ssb4d_err rerr = {0};
-    if (ssb4d_cal_rotation_from_com(com, c->ny, c->nx, c->p->scan_step_A, &th, &ratio, &sig, &rerr)) {
+    /* The handedness (SPEC §2): a mirrored detector's CoM vectors have their components swapped
+     * before the rotation. A phase object's CoM field is a gradient, curl-free in the right
+     * handedness at the right angle and not at any angle in the other: the one whose best angle
+     * leaves the smaller curl wins, unless the handedness is given. */
+    int flips[2] = {c->p->flip > 0, 0}, nf = c->p->flip < 0 ? 2 : 1;
+    flips[1] = !flips[0];
+    double th[2] = {NAN, NAN}, ratio[2] = {NAN, NAN}, sig[2] = {NAN, NAN};
+    int ok[2] = {0, 0};
+    for (int h = 0; h < nf; h++) {
+        if (h == 1 || flips[0]) /* swap the components in place (twice: back to as read) */
+            for (size_t i = 0; i < npos; i++) {
+                double t = com[2 * i];
+                com[2 * i] = com[2 * i + 1];
+                com[2 * i + 1] = t;
+            }
+        ssb4d_err rerr = {0};
+        ok[h] = !ssb4d_cal_rotation_from_com(com, c->ny, c->nx, c->p->scan_step_A, &th[h], &ratio[h], &sig[h], &rerr);
+    }
+    /* Decided only by a clear margin (half the curl of the other): on thick crystals dynamical
+     * scattering bends the CoM field away from a gradient in both handedness alike; undecided,
+     * the detector is taken as unmirrored (the common mounting) and the fit tests both. */
+    int decided = nf == 2 && ok[0] && ok[1] &&
+                  (ratio[1] < CAL_FLIP_MARGIN * ratio[0] || ratio[0] < CAL_FLIP_MARGIN * ratio[1]);
+    int h = decided && ratio[1] < ratio[0] ? 1 : 0;
+    g->flip = flips[h];
+    out->flip_fitted = decided;
+    out->curl_ratio_other = nf == 2 && ok[!h] ? ratio[!h] : NAN;
+    if (!ok[h]) {
         /* A uniform CoM field (vacuum) or a tiny scan: the disk and sampling are still good;
          * the rotation stays unmeasured (rotation_fitted = 0, NaN figures) and is set to 0. */
         out->rotation_curl_deg = out->curl_ratio = out->rotation_sigma_deg = NAN;
         g->rotation_deg = 0.0;
     } else {
-        out->rotation_curl_deg = th;
-        out->curl_ratio = ratio;
-        out->rotation_sigma_deg = sig;
+        out->rotation_curl_deg = th[h];
+        out->curl_ratio = ratio[h];
+        out->rotation_sigma_deg = sig[h];
         out->rotation_fitted = 1;
-        g->rotation_deg = th;
+        g->rotation_deg = th[h];
     }
     return SSB4D_OK;
 }
@@ -793,6 +915,7 @@ ssb4d_status ssb4d_calibrate(ssb4d_source *src, const ssb4d_calib_params *p,
         ssb4d_calibration_free(out);
         out->total_counts = tc;
         out->rotation_curl_deg = out->curl_ratio = out->rotation_sigma_deg = NAN;
+        out->curl_ratio_other = NAN;
     }
     return st;
 }

@@ -7,17 +7,22 @@
 
 const char CLI_INPUT_HELP[] =
     "reading the input (by content / extension unless --format):\n"
-    "  .npy                  uint8/uint16/uint32 (signed accepted if no value < 0), C order,\n"
-    "                        shape (scan_row, scan_col, det_row, det_col)\n"
+    "  .npy                  uint8/uint16/uint32 (signed accepted if no value < 0) or float32,\n"
+    "                        C order, shape (scan_row, scan_col, det_row, det_col)\n"
     "  raw binary            needs --shape and --dtype [--endian --offset]\n"
-    "  HDF5 / EMD / py4DSTEM the rank-4 integer dataset found, or --dataset PATH\n"
+    "  HDF5 / EMD / py4DSTEM the rank-4 integer or float32 dataset found, or --dataset PATH\n"
     "  Dectris Arina         the *_master.h5 (bitshuffle-LZ4 data files beside it)\n"
-    "  Merlin .mib           1/6/12/24-bit frames, single chip or quad; --scan-shape if the\n"
-    "                        frame count is not a square\n"
-    "  --format F            auto, npy, raw, hdf5, arina or mib (default auto)\n"
+    "  Merlin .mib           1/6/12/24-bit frames, single chip or quad; several files of one\n"
+    "                        acquisition in scan order (IN IN2 ...); the scan shape from\n"
+    "                        --scan-shape, the .hdr, the frames' time stamps or a square count\n"
+    "  EMPAD                 the .xml (float32 frames of the .raw it names, footer rows dropped)\n"
+    "  Gatan DM3 / DM4       4-D datasets (integer or float32) with their calibrations\n"
+    "  Velox EMD             Thermo Fisher HDF5: the frames-last stack and its JSON metadata\n"
+    "  MRC / MRCS            stacks of frames; --scan-shape unless the header records it\n"
+    "  --format F            auto, npy, raw, hdf5, arina, mib, empad, dm, velox or mrc\n"
     "  --dataset PATH        HDF5 dataset holding the counts (rank 4, or a rank-3 frame stack)\n"
     "  --shape A,B,C,D       raw: scan rows, scan cols, detector rows, detector cols\n"
-    "  --dtype T             raw: uint8, uint16 or uint32\n"
+    "  --dtype T             raw: uint8, uint16, uint32 or float32\n"
     "  --endian E            raw: little (default) or big\n"
     "  --offset BYTES        raw: header bytes to skip (default 0)\n"
     "  --scan-shape R,C      scan shape of a frame stack (.mib, Arina, HDF5 stack)\n";
@@ -75,9 +80,10 @@ int cli_input_handle(cli_input *ci, const char *cmd, int opt, const char *arg)
         ci->have_scan_shape = 1;
         return 1;
     case CLI_OPT_IN_DTYPE:
+        ci->dtype_float = !strcmp(arg, "float32") || !strcmp(arg, "f4");
         ci->dtype_bytes = !strcmp(arg, "uint8") || !strcmp(arg, "u1") ? 1
                         : !strcmp(arg, "uint16") || !strcmp(arg, "u2") ? 2
-                        : !strcmp(arg, "uint32") || !strcmp(arg, "u4") ? 4 : 0;
+                        : !strcmp(arg, "uint32") || !strcmp(arg, "u4") || ci->dtype_float ? 4 : 0;
         return ci->dtype_bytes ? 1 : bad(cmd, "dtype", arg);
     case CLI_OPT_IN_ENDIAN:
         if (strcmp(arg, "little") && strcmp(arg, "big"))
@@ -107,6 +113,9 @@ ssb4d_status cli_input_framesrc_opts(const cli_input *ci, framesrc_opts *fo, ssb
     fo->dataset = ci->dataset;
     memcpy(fo->shape, ci->shape, sizeof fo->shape);
     fo->dtype_bytes = ci->dtype_bytes;
+    fo->dtype_float = ci->dtype_float;
+    fo->more_paths = ci->more_paths;
+    fo->n_more_paths = ci->n_more_paths;
     fo->big_endian = ci->big_endian;
     fo->offset = ci->offset;
     return SSB4D_OK;

@@ -26,9 +26,11 @@ typedef struct {
     const char *format;   /* NULL: auto */
     const char *dataset;
     size_t shape[4];      /* --shape, or --scan-shape in [0..1] */
-    int dtype_bytes, big_endian;
+    int dtype_bytes, dtype_float, big_endian;
     size_t offset;
     int have_shape, have_scan_shape;
+    const char *const *more_paths; /* further input files (a Merlin acquisition in several) */
+    size_t n_more_paths;
 } cli_input;
 
 /* Handles one of the options above: 1 handled, 0 not ours, -1 bad value (message printed,

@@ -19,7 +19,7 @@
 static void help(FILE *f)
 {
     fprintf(f,
-            "usage: ssb4d import IN -o OUT.qem [options]\n\n"
+            "usage: ssb4d import IN [IN2 ...] -o OUT.qem [options]\n\n"
             "Streams a 4D-STEM acquisition into the encoded .qem form. Every count is stored\n"
             "exactly (uint8/uint16; uint32 only when every value fits 16 bits) except those of\n"
             "flagged detector pixels (masked by the file, or hot or dead in the per-pixel totals),\n"
@@ -27,15 +27,28 @@ static void help(FILE *f)
             "pixels stay marked invalid in the .qem and the step is recorded there (ssb4d info\n"
             "shows it; ssb4d verify does not count the replaced values as differences). The file\n"
             "appears atomically once everything succeeded. Memory stays within a few 32 MiB read\n"
-            "blocks plus one chunk being encoded, whatever the input size.\n\n"
+            "blocks plus one chunk being encoded, whatever the input size. Several IN files are one\n"
+            "Merlin acquisition split over files, given in scan order.\n\n"
             "  -o, --output FILE     the .qem to write (required)\n"
+            "  --gain E|auto         float data (EMPAD, gain-normalised counts): store round(value*E)\n"
+            "                        electrons (E electrons per unit of the data; negative values as\n"
+            "                        0); auto: 1 for integer-valued data, g for data on a grid of 1/g,\n"
+            "                        else refused. The quantisation error (max, rms, in electrons) is\n"
+            "                        printed and recorded (ssb4d info). Without --gain float data are\n"
+            "                        refused: ssb4d never quantises silently (fit, reconstruct and\n"
+            "                        view read them as they are)\n"
             "  --hot-pixels P        what flagged pixels store: median (default): in every frame the\n"
             "                        median of their valid 3x3 neighbours; zero: 0; none: no hot/dead\n"
             "                        detection, and the file's masked pixels keep their counts too\n"
             "                        (a marker value too large for the dtype is stored as 0, recorded)\n"
-            "  --kv KV, --semiangle MRAD, --scan-step A[,A], --det-sampling M[,M]\n"
+            "  --kv KV, --semiangle MRAD, --scan-step A[,A], --det-sampling M[,M],\n"
+            "  --camera-length MM, --dwell US\n"
             "                        microscope values, recorded as user overrides beside what the\n"
-            "                        file records; each flag replaces the sidecar's value\n"
+            "                        file records (ssb4d info shows both, and which one counts);\n"
+            "                        each flag replaces the sidecar's value\n"
+            "  --flip, --no-flip     record the detector's handedness (mirrored: its row and column\n"
+            "                        axes swapped before the scan rotation); fit, reconstruct and\n"
+            "                        view take it from the .qem\n"
             "  --sidecar FILE        simulator sidecar JSON (default: IN with .json, IN.json or, for\n"
             "                        NAME_counts.npy, NAME.json, if present, as the other commands\n"
             "                        find it): its kV, semi-angle, scan step and detector sampling\n"
@@ -57,7 +70,7 @@ static void help(FILE *f)
             CLI_MEMORY_HELP, CLI_INPUT_HELP);
 }
 
-enum { OPT_HOT = CLI_OPT_FIRST_FREE, OPT_CHUNK, OPT_FORCE };
+enum { OPT_HOT = CLI_OPT_FIRST_FREE, OPT_CHUNK, OPT_FORCE, OPT_GAIN, OPT_CAMLEN, OPT_DWELL };
 
 static void print_pair(const char *name, const double v[2], const char *unit)
 {
@@ -96,6 +109,9 @@ int cmd_import(int argc, char **argv)
         {"output", required_argument, 0, 'o'},     CLI_INPUT_OPTIONS,
         {"hot-pixels", required_argument, 0, OPT_HOT},
         {"chunk-scans", required_argument, 0, OPT_CHUNK}, {"force", no_argument, 0, OPT_FORCE},
+        {"gain", required_argument, 0, OPT_GAIN},
+        {"camera-length", required_argument, 0, OPT_CAMLEN}, {"dwell", required_argument, 0, OPT_DWELL},
+        {"flip", no_argument, 0, CLI_OPT_FLIP}, {"no-flip", no_argument, 0, CLI_OPT_NO_FLIP},
         {"kv", required_argument, 0, CLI_OPT_KV},   {"semiangle", required_argument, 0, CLI_OPT_SEMIANGLE},
         {"scan-step", required_argument, 0, CLI_OPT_SCAN_STEP},
         {"det-sampling", required_argument, 0, CLI_OPT_DET_SAMPLING},
@@ -140,6 +156,22 @@ int cmd_import(int argc, char **argv)
                 return bad("hot-pixels", optarg);
             break;
         case OPT_FORCE: ip.force = 1; break;
+        case OPT_CAMLEN:
+            if (cli_parse_double(optarg, &ip.camera_length_mm) || !(ip.camera_length_mm > 0 && ip.camera_length_mm < 1e9))
+                return bad("camera-length", optarg);
+            break;
+        case OPT_DWELL:
+            if (cli_parse_double(optarg, &ip.dwell_us) || !(ip.dwell_us > 0 && ip.dwell_us < 1e12))
+                return bad("dwell", optarg);
+            break;
+        case CLI_OPT_FLIP:
+        case CLI_OPT_NO_FLIP: ip.flip = opt == CLI_OPT_FLIP; break;
+        case OPT_GAIN:
+            if (!strcmp(optarg, "auto"))
+                ip.gain = NAN;
+            else if (cli_parse_double(optarg, &ip.gain) || !(ip.gain > 0 && ip.gain < 1e12))
+                return bad("gain", optarg);
+            break;
         case '?':
         case ':': {
             char msg[256];
@@ -161,14 +193,12 @@ int cmd_import(int argc, char **argv)
     }
     if (optind >= argc)
         return cli_error(CMD, SSB4D_EINVAL, "no input given (usage: ssb4d import IN -o OUT.qem)");
-    if (argc - optind > 1) {
-        char msg[512];
-        snprintf(msg, sizeof msg, "one input file expected, got also '%.400s'", argv[optind + 1]);
-        return cli_error(CMD, SSB4D_EINVAL, msg);
-    }
     const char *in = argv[optind];
-    if (cli_input_check(&ci, CMD) || cli_check_readable(CMD, in)) /* the file before anything else */
+    if (cli_input_check(&ci, CMD)) /* the files before anything else */
         return CLI_EXIT_USAGE;
+    for (int i = optind; i < argc; i++)
+        if (cli_check_readable(CMD, argv[i]))
+            return CLI_EXIT_USAGE;
     if (!out)
         return cli_error(CMD, SSB4D_EINVAL, "no output given: use -o OUT.qem");
     if (cli_check_output(CMD, out, ip.force, "")) /* then the output, before the long read */
@@ -177,8 +207,11 @@ int cmd_import(int argc, char **argv)
     ip.dataset = ci.dataset;
     memcpy(ip.shape, ci.shape, sizeof ip.shape);
     ip.dtype_bytes = ci.dtype_bytes;
+    ip.dtype_float = ci.dtype_float;
     ip.big_endian = ci.big_endian;
     ip.offset = ci.offset;
+    ip.more_paths = (const char *const *)(argv + optind + 1);
+    ip.n_more_paths = (size_t)(argc - optind - 1);
     /* The microscope: each flag, else the sidecar's value (recorded with the sidecar as evidence). */
     cli_values side;
     char side_path[4096], side_evidence[4200];
@@ -248,6 +281,15 @@ int cmd_import(int argc, char **argv)
         cJSON_AddNumberToObject(o, "flagged_by_totals", (double)rep.flagged_found);
         cJSON_AddNumberToObject(o, "replaced_pixels", (double)replaced);
         cJSON_AddNumberToObject(o, "seconds", rep.seconds);
+        if (rep.source_float) {
+            cJSON *q = cJSON_AddObjectToObject(o, "quantisation");
+            cJSON_AddNumberToObject(q, "gain_electrons_per_unit", rep.gain);
+            cJSON_AddStringToObject(q, "gain_source", rep.gain_how);
+            cJSON_AddNumberToObject(q, "max_error_electrons", rep.quant_max_e);
+            cJSON_AddNumberToObject(q, "rms_error_electrons", rep.quant_rms_e);
+            cJSON_AddNumberToObject(q, "negative_values_stored_as_zero", (double)rep.quant_clipped);
+        } else
+            cJSON_AddNullToObject(o, "quantisation");
         if (n_side)
             cJSON_AddStringToObject(o, "sidecar", side_path);
         else
@@ -261,9 +303,17 @@ int cmd_import(int argc, char **argv)
         return CLI_EXIT_OK;
     }
     printf("ssb4d import: %s -> %s\n", in, out);
-    printf("  source      %s, %zux%zu scan, %zux%zu detector, uint%d stored as uint%d\n",
-           rep.source_format, rep.shape[0], rep.shape[1], rep.shape[2], rep.shape[3],
-           8 * rep.source_dtype_bytes, 8 * rep.stored_dtype_bytes);
+    if (rep.source_float) {
+        printf("  source      %s, %zux%zu scan, %zux%zu detector, float32 stored as uint%d electrons\n",
+               rep.source_format, rep.shape[0], rep.shape[1], rep.shape[2], rep.shape[3],
+               8 * rep.stored_dtype_bytes);
+        printf("  quantised   gain %.9g electrons per unit (%s): error max %.3g e, rms %.3g e; %zu "
+               "negative value%s stored as 0\n", rep.gain, rep.gain_how, rep.quant_max_e, rep.quant_rms_e,
+               rep.quant_clipped, rep.quant_clipped == 1 ? "" : "s");
+    } else
+        printf("  source      %s, %zux%zu scan, %zux%zu detector, uint%d stored as uint%d\n",
+               rep.source_format, rep.shape[0], rep.shape[1], rep.shape[2], rep.shape[3],
+               8 * rep.source_dtype_bytes, 8 * rep.stored_dtype_bytes);
     printf("  size        %.1f MB of counts -> %.1f MB encoded (ratio %.2f)\n",
            (double)rep.input_bytes / 1e6, (double)rep.encoded_bytes / 1e6, ratio);
     printf("  flagged     %zu by the file's mask, %zu found from the totals%s\n", rep.flagged_file,

@@ -7,6 +7,7 @@ int cmd_reconstruct(int argc, char **argv);
 int cmd_import(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
+int cmd_export(int argc, char **argv);
 int cmd_fit(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
 int cmd_fit_regions(int argc, char **argv);

@@ -13,9 +13,10 @@ static const struct {
     int (*fn)(int, char **);
     const char *what;
 } commands[] = {
-    {"import", cmd_import, "stream an acquisition (.npy, raw, HDF5, Arina, .mib) into an encoded .qem"},
+    {"import", cmd_import, "stream an acquisition (.npy, raw, HDF5, Arina, .mib, EMPAD, DM, Velox, MRC) into a .qem"},
     {"info", cmd_info, "shape, sizes, compression and calibration of a .qem"},
     {"verify", cmd_verify, "compare every count of a .qem with the original it came from"},
+    {"export", cmd_export, "every frame of any readable acquisition (or a .qem) as a .npy"},
     {"simulate", cmd_simulate, "simulate a 4D-STEM acquisition (multislice, Poisson counts)"},
     {"calibrate", cmd_calibrate, "find the BF disk, detector sampling, hot pixels and rotation"},
     {"reconstruct", cmd_reconstruct, "build G(q,k) and write the SSB phase image at given aberrations"},

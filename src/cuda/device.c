@@ -591,7 +591,7 @@ static ssb4d_status band_upload(ssb_dev *d, const ssb4d_G *G, size_t nb, const s
     for (size_t ib = 0; ib < n_bf; ib++) {
         size_t owner = G->dev_ib ? G->dev_ib[ib] : ib;
         hs[ib] = here(G, ib) ? d->slot_of[owner] : -1;
-        hT[ib] = (double)G->totals[ib];
+        hT[ib] = G->totals[ib];
     }
     for (size_t u = 0; u < nrot; u++) {
         memcpy(hk + u * n_bf, kx[u], n_bf * sizeof *hk);

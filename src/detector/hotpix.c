@@ -5,10 +5,10 @@
 #include <math.h>
 #include <string.h>
 
-static void sort_u64(uint64_t *v, int n)
+static void sort_d(double *v, int n)
 {
     for (int i = 1; i < n; i++) { /* insertion sort: n <= 8 */
-        uint64_t x = v[i];
+        double x = v[i];
         int j = i - 1;
         while (j >= 0 && v[j] > x) {
             v[j + 1] = v[j];
@@ -18,10 +18,10 @@ static void sort_u64(uint64_t *v, int n)
     }
 }
 
-double ssb4d_hotpix_neighbour_median(const uint64_t *tot, const unsigned char *skip, size_t rows,
+double ssb4d_hotpix_neighbour_median(const double *tot, const unsigned char *skip, size_t rows,
                                      size_t cols, size_t r, size_t c)
 {
-    uint64_t v[8], all[8];
+    double v[8], all[8];
     int n = 0, na = 0;
     for (int dr = -1; dr <= 1; dr++)
         for (int dc = -1; dc <= 1; dc++) {
@@ -41,14 +41,14 @@ double ssb4d_hotpix_neighbour_median(const uint64_t *tot, const unsigned char *s
     }
     if (n == 0)
         return 0.0;
-    sort_u64(v, n);
-    return (n & 1) ? (double)v[n / 2] : 0.5 * ((double)v[n / 2 - 1] + (double)v[n / 2]);
+    sort_d(v, n);
+    return (n & 1) ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 /* Smallest total among the (up to 8) neighbours on the detector. */
-static uint64_t neighbour_min(const uint64_t *tot, size_t rows, size_t cols, size_t r, size_t c)
+static double neighbour_min(const double *tot, size_t rows, size_t cols, size_t r, size_t c)
 {
-    uint64_t m = UINT64_MAX;
+    double m = INFINITY;
     for (int dr = -1; dr <= 1; dr++)
         for (int dc = -1; dc <= 1; dc++) {
             long rr = (long)r + dr, cc = (long)c + dc;
@@ -59,14 +59,14 @@ static uint64_t neighbour_min(const uint64_t *tot, size_t rows, size_t cols, siz
     return m;
 }
 
-size_t ssb4d_hotpix_find_flagged(const uint64_t *tot, size_t rows, size_t cols, int32_t *out)
+size_t ssb4d_hotpix_find_flagged(const double *tot, size_t rows, size_t cols, int32_t *out)
 {
     size_t n = 0;
     for (size_t r = 0; r < rows; r++)
         for (size_t c = 0; c < cols; c++) {
             double m = ssb4d_hotpix_neighbour_median(tot, NULL, rows, cols, r, c);
-            double t = (double)tot[r * cols + c];
-            int hot = t > SSB4D_HOT_FACTOR * m + SSB4D_HOT_SIGMAS * sqrt(m) + SSB4D_HOT_FLOOR;
+            double t = tot[r * cols + c];
+            int hot = t > SSB4D_HOT_FACTOR * m + SSB4D_HOT_SIGMAS * sqrt(fmax(m, 0.0)) + SSB4D_HOT_FLOOR;
             /* Dead: zero among neighbours that all saw counts. A zero pixel on the rim of a
              * region that is dark anyway (beyond the scattering or a simulation's band limit) is
              * not a fault. */

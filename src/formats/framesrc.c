@@ -44,7 +44,7 @@ static ssb4d_status detect(const char *path, const framesrc_opts *o, framesrc_fo
         return ssb4d_fail(err, SSB4D_EIO, "cannot open %s: %s", path, strerror(errno));
     size_t size = 0;
     ssb4d_status st = fs_file_size(fd, path, &size, err);
-    unsigned char head[8] = {0};
+    unsigned char head[1024] = {0};
     ssize_t got = st ? 0 : pread(fd, head, sizeof head, 0);
     int hdf5 = !st && is_hdf5(fd, size);
     close(fd);
@@ -53,14 +53,25 @@ static ssb4d_status detect(const char *path, const framesrc_opts *o, framesrc_fo
     if (got >= 6 && memcmp(head, "\x93NUMPY", 6) == 0)
         *f = FRAMESRC_NPY;
     else if (hdf5)
-        *f = fs_arina_detect(path) ? FRAMESRC_ARINA : FRAMESRC_HDF5;
+        *f = fs_arina_detect(path) ? FRAMESRC_ARINA : fs_velox_detect(path) ? FRAMESRC_VELOX : FRAMESRC_HDF5;
     else if (got >= 4 && memcmp(head, "MQ1,", 4) == 0)
         *f = FRAMESRC_MIB;
+    else if (has_suffix(path, ".xml") && got > 0 && memmem(head, (size_t)got, "<", 1))
+        *f = FRAMESRC_EMPAD;
+    else if ((has_suffix(path, ".dm3") || has_suffix(path, ".dm4")) && got > 0 && fs_dm_detect(head, (size_t)got))
+        *f = FRAMESRC_DM;
+    else if (got > 0 && fs_mrc_detect(head, (size_t)got, size))
+        *f = FRAMESRC_MRC;
     else if (o && o->dtype_bytes && o->shape[0] && o->shape[1] && o->shape[2] && o->shape[3])
         *f = FRAMESRC_RAW;
     else if (has_suffix(path, ".raw") || has_suffix(path, ".bin") || has_suffix(path, ".dat"))
         return ssb4d_fail(err, SSB4D_EINVAL,
                           "%s looks like raw binary: give its --shape, --dtype and --endian", path);
+    else if (has_suffix(path, ".dm3") || has_suffix(path, ".dm4"))
+        return ssb4d_fail(err, SSB4D_EFORMAT, "%s does not start like a DM3 / DM4 file (version 3 or 4)", path);
+    else if (has_suffix(path, ".mrc") || has_suffix(path, ".mrcs"))
+        return ssb4d_fail(err, SSB4D_EFORMAT, "%s does not have an MRC header (\"MAP \" at byte 208, "
+                          "a mode and sizes that fit the file)", path);
     else if (has_suffix(path, ".mib"))
         return ssb4d_fail(err, SSB4D_EFORMAT,
                           "%s does not start with a Merlin frame header (\"MQ1,\")", path);
@@ -70,8 +81,9 @@ static ssb4d_status detect(const char *path, const framesrc_opts *o, framesrc_fo
         return ssb4d_fail(err, SSB4D_EFORMAT, "%s has no HDF5 signature", path);
     else
         return ssb4d_fail(err, SSB4D_EFORMAT,
-                          "cannot tell the format of %s (not .npy, HDF5 or Merlin .mib by its first "
-                          "bytes); for raw binary give --shape, --dtype and --endian", path);
+                          "cannot tell the format of %s (not .npy, HDF5, Merlin .mib, DM3/DM4, MRC or "
+                          "an EMPAD .xml by its first bytes); for raw binary give --shape, --dtype and "
+                          "--endian", path);
     return SSB4D_OK;
 }
 
@@ -81,7 +93,9 @@ ssb4d_status framesrc_format_parse(const char *name, framesrc_format *f, ssb4d_e
         {"auto", FRAMESRC_AUTO}, {"npy", FRAMESRC_NPY},     {"numpy", FRAMESRC_NPY},
         {"raw", FRAMESRC_RAW},   {"hdf5", FRAMESRC_HDF5},   {"h5", FRAMESRC_HDF5},
         {"emd", FRAMESRC_HDF5},  {"arina", FRAMESRC_ARINA}, {"mib", FRAMESRC_MIB},
-        {"merlin", FRAMESRC_MIB},
+        {"merlin", FRAMESRC_MIB}, {"empad", FRAMESRC_EMPAD}, {"dm", FRAMESRC_DM},
+        {"dm3", FRAMESRC_DM},    {"dm4", FRAMESRC_DM},      {"velox", FRAMESRC_VELOX},
+        {"mrc", FRAMESRC_MRC},   {"mrcs", FRAMESRC_MRC},
     };
     for (size_t i = 0; name && i < sizeof words / sizeof words[0]; i++)
         if (strcasecmp(name, words[i].name) == 0) {
@@ -89,7 +103,8 @@ ssb4d_status framesrc_format_parse(const char *name, framesrc_format *f, ssb4d_e
             return SSB4D_OK;
         }
     return ssb4d_fail(err, SSB4D_EINVAL,
-                      "unknown format '%s' (expected auto, npy, raw, hdf5, arina or mib)",
+                      "unknown format '%s' (expected auto, npy, raw, hdf5, arina, mib, empad, dm, "
+                      "velox or mrc)",
                       name ? name : "");
 }
 
@@ -120,10 +135,21 @@ ssb4d_status framesrc_open(const char *path, const framesrc_opts *o, framesrc **
     case FRAMESRC_HDF5: st = fs_hdf5_open(s, path, o, err); break;
     case FRAMESRC_ARINA: st = fs_arina_open(s, path, o, err); break;
     case FRAMESRC_MIB: st = fs_mib_open(s, path, o, err); break;
+    case FRAMESRC_EMPAD: st = fs_empad_open(s, path, o, err); break;
+    case FRAMESRC_DM: st = fs_dm_open(s, path, o, err); break;
+    case FRAMESRC_VELOX: st = fs_velox_open(s, path, o, err); break;
+    case FRAMESRC_MRC: st = fs_mrc_open(s, path, o, err); break;
     default: st = ssb4d_fail(err, SSB4D_EINVAL, "framesrc_open: unknown format %d", (int)f);
     }
+    if (!st && f != FRAMESRC_MIB && o->n_more_paths)
+        st = ssb4d_fail(err, SSB4D_EINVAL, "%s: only Merlin acquisitions may be split over several "
+                        "files", path);
+    if (!st && s->is_float && (s->dtype_bytes != 4 || !s->ops->read_f32))
+        st = ssb4d_fail(err, SSB4D_EINTERNAL, "%s: float reader without float32 reads", path);
     if (st) {
-        s->ops = NULL; /* the opener already released its own state */
+        if (s->ops && s->ops->close)
+            s->ops->close(s->impl);
+        s->ops = NULL; /* the opener released its own state on failure, or it was just closed */
         framesrc_close(s);
         return st;
     }
@@ -153,11 +179,58 @@ ssb4d_status framesrc_read(framesrc *s, size_t pos0, size_t npos, uint32_t *out,
                           pos0, pos0 + npos, n);
     if (npos == 0)
         return SSB4D_OK;
+    if (s->is_float)
+        return ssb4d_fail(err, SSB4D_EFORMAT, "%s holds float values, not counts: ssb4d never "
+                          "quantises silently (import --gain E states the electrons per unit; "
+                          "fit, reconstruct and view read float data as it is)", s->path);
     return s->ops->read(s, pos0, npos, out, err);
+}
+
+ssb4d_status framesrc_read_f32(framesrc *s, size_t pos0, size_t npos, float *out, ssb4d_err *err)
+{
+    if (!s || (!out && npos))
+        return ssb4d_fail(err, SSB4D_EINVAL, "framesrc_read_f32: no source or no output");
+    size_t n = s->shape[0] * s->shape[1], P = s->shape[2] * s->shape[3];
+    if (pos0 > n || npos > n - pos0)
+        return ssb4d_fail(err, SSB4D_EINVAL, "%s: frames %zu..%zu asked, the scan has %zu", s->path,
+                          pos0, pos0 + npos, n);
+    if (npos == 0)
+        return SSB4D_OK;
+    if (s->is_float) {
+        ssb4d_status st = s->ops->read_f32(s, pos0, npos, out, err);
+        if (st)
+            return st;
+        for (size_t i = 0; i < npos * P; i++)
+            if (!isfinite(out[i])) {
+                size_t pos = pos0 + i / P, pix = i % P;
+                return ssb4d_fail(err, SSB4D_EFORMAT, "%s: frame %zu (scan %zu,%zu) holds %s at "
+                                  "detector pixel %zu,%zu", s->path, pos, pos / s->shape[1],
+                                  pos % s->shape[1], isnan(out[i]) ? "NaN" : "an infinite value",
+                                  pix / s->shape[3], pix % s->shape[3]);
+            }
+        return SSB4D_OK;
+    }
+    /* integers: read as uint32 into the same buffer (4 bytes per value), converted in place */
+    uint32_t *u = (uint32_t *)(void *)out;
+    ssb4d_status st = s->ops->read(s, pos0, npos, u, err);
+    if (st)
+        return st;
+    for (size_t i = 0; i < npos * P; i++) {
+        uint32_t v = u[i];
+        if (v > (1u << 24)) {
+            size_t pos = pos0 + i / P, pix = i % P;
+            return ssb4d_fail(err, SSB4D_EFORMAT, "%s: frame %zu holds the count %u at detector pixel "
+                              "%zu,%zu, beyond float32's exact integers (2^24)", s->path, pos,
+                              (unsigned)v, pix / s->shape[3], pix % s->shape[3]);
+        }
+        out[i] = (float)v;
+    }
+    return SSB4D_OK;
 }
 
 void framesrc_shape(const framesrc *s, size_t shape[4]) { memcpy(shape, s->shape, sizeof s->shape); }
 int framesrc_dtype_bytes(const framesrc *s) { return s->dtype_bytes; }
+int framesrc_is_float(const framesrc *s) { return s->is_float; }
 int framesrc_dtype_signed(const framesrc *s) { return s->dtype_signed; }
 const char *framesrc_format_name(const framesrc *s) { return s->format_name; }
 const uint8_t *framesrc_flag_mask(const framesrc *s) { return s->flag_mask; }

@@ -24,6 +24,10 @@
 typedef enum {
     FRAMESRC_AUTO = 0, /* from the extension / magic bytes */
     FRAMESRC_NPY, FRAMESRC_RAW, FRAMESRC_HDF5, FRAMESRC_ARINA, FRAMESRC_MIB,
+    FRAMESRC_EMPAD,           /* EMPAD .xml + .raw (float32 frames with two footer rows) */
+    FRAMESRC_DM,              /* Gatan DM3 / DM4 4-D datasets */
+    FRAMESRC_VELOX,           /* Thermo Fisher Velox EMD (HDF5, frames last) */
+    FRAMESRC_MRC,             /* MRC / MRCS stacks of frames */
 } framesrc_format;
 
 typedef struct {
@@ -35,9 +39,14 @@ typedef struct {
                                  may be 0 to be derived from the frame count); it wins over the
                                  file's own record and must match the frame count. shape[2..3],
                                  when non-zero, must equal the file's detector shape */
-    int dtype_bytes;          /* raw: 1, 2 or 4 (unsigned integers) */
+    int dtype_bytes;          /* raw: 1, 2 or 4 (unsigned integers; 4 with dtype_float: float32) */
+    int dtype_float;          /* raw: 1 = the values are IEEE float32 */
     int big_endian;           /* raw: 1 = big-endian */
     size_t offset;            /* raw: bytes to skip at the start */
+    /* Merlin: further files of the same acquisition, in scan order after `path` (NULL: none;
+       a reader that takes one file refuses them). */
+    const char *const *more_paths;
+    size_t n_more_paths;
 } framesrc_opts;
 
 typedef struct framesrc framesrc;
@@ -48,10 +57,14 @@ void framesrc_close(framesrc *s);
 /* shape (scan_rows, scan_cols, det_rows, det_cols) and the source's integer width (1, 2, 4). */
 void framesrc_shape(const framesrc *s, size_t shape[4]);
 int framesrc_dtype_bytes(const framesrc *s);
+/* 1 when the source holds float32 values (EMPAD, gain-normalised data): framesrc_read refuses
+ * it (ssb4d never quantises silently); framesrc_read_f32 reads it. */
+int framesrc_is_float(const framesrc *s);
 /* 1 when the source stores signed integers (HDF5 int8/16/32, .npy i1/i2/i4): accepted because
  * framesrc_read refuses, naming the frame and pixel, any value below zero. 0 otherwise. */
 int framesrc_dtype_signed(const framesrc *s);
-/* Parses a --format word: "auto", "npy", "raw", "hdf5", "arina", "mib" (SSB4D_EINVAL otherwise). */
+/* Parses a --format word: "auto", "npy", "raw", "hdf5", "arina", "mib", "empad", "dm", "velox",
+ * "mrc" (SSB4D_EINVAL otherwise). */
 ssb4d_status framesrc_format_parse(const char *name, framesrc_format *f, ssb4d_err *err);
 /* Short format name recorded in the .qem: "numpy", "raw", "hdf5", "dectris-arina-hdf5",
  * "merlin-mib". */
@@ -68,4 +81,8 @@ const cJSON *framesrc_source_metadata(const framesrc *s);
 /* Frames [pos0, pos0+npos) as uint32: out[(p * det_rows + r) * det_cols + c]. Reads are
  * fastest in increasing order; any order works. */
 ssb4d_status framesrc_read(framesrc *s, size_t pos0, size_t npos, uint32_t *out, ssb4d_err *err);
+/* The same frames as float32, from any source: integer counts are converted exactly (every
+ * count below 2^24 is a float32 integer; larger ones are refused), float sources read as stored
+ * (NaN or infinite values are refused, naming the frame and pixel). */
+ssb4d_status framesrc_read_f32(framesrc *s, size_t pos0, size_t npos, float *out, ssb4d_err *err);
 #endif

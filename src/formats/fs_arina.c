@@ -244,7 +244,7 @@ static ssb4d_status arina_read(framesrc *s, size_t pos0, size_t npos, uint32_t *
     return SSB4D_OK;
 }
 
-static const framesrc_ops arina_ops = {arina_read, arina_close};
+static const framesrc_ops arina_ops = {arina_read, arina_close, NULL};
 
 /* ---------------------------------------------------------------------------------------- */
 /* Opening: the data links                                                                    */

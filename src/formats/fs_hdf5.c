@@ -87,7 +87,7 @@ static ssb4d_status h5_read(framesrc *s, size_t pos0, size_t npos, uint32_t *out
     return SSB4D_OK;
 }
 
-static const framesrc_ops h5_ops = {h5_read, h5_close};
+static const framesrc_ops h5_ops = {h5_read, h5_close, NULL};
 
 /* ---------------------------------------------------------------------------------------- */
 /* Discovery                                                                                  */

@@ -14,6 +14,9 @@ typedef struct {
     /* Frames [pos0, pos0+npos) as uint32 into out (the range was checked by the caller). */
     ssb4d_status (*read)(framesrc *s, size_t pos0, size_t npos, uint32_t *out, ssb4d_err *err);
     void (*close)(void *impl);
+    /* Float sources (s->is_float): frames [pos0, pos0+npos) as float32 into out; `read` is then
+     * NULL. framesrc_read_f32 checks the range and that every value is finite. */
+    ssb4d_status (*read_f32)(framesrc *s, size_t pos0, size_t npos, float *out, ssb4d_err *err);
 } framesrc_ops;
 
 struct framesrc {
@@ -22,6 +25,7 @@ struct framesrc {
     char *path;                /* as given to framesrc_open (for messages) */
     size_t shape[4];
     int dtype_bytes;           /* 1, 2 or 4 */
+    int is_float;              /* 1: float32 values (dtype_bytes 4), read through ops->read_f32 */
     int dtype_signed;          /* 1: signed source integers (every value read is checked >= 0) */
     const char *format_name; /* a string literal: the import report keeps the pointer */
     uint8_t *flag_mask;        /* P bytes, 1 = flagged; NULL = the file has no mask */
@@ -38,9 +42,24 @@ ssb4d_status fs_raw_open(framesrc *s, const char *path, const framesrc_opts *o, 
  * s read from fd (taking it over, closed on failure too). */
 ssb4d_status fs_contiguous_open(const char *path, int *fd, size_t *size, ssb4d_err *err);
 ssb4d_status fs_contiguous_attach(framesrc *s, int fd, size_t offset, int big_endian, ssb4d_err *err);
+/* The same for frames that lie frame_stride bytes apart (>= one frame's bytes): each frame's
+ * values are the first det_rows*det_cols of its stride (EMPAD's two footer rows are skipped
+ * this way). s->is_float selects float32 values (read_f32) instead of integers. */
+ssb4d_status fs_contiguous_attach_strided(framesrc *s, int fd, size_t offset, int big_endian,
+                                          size_t frame_stride, ssb4d_err *err);
 ssb4d_status fs_hdf5_open(framesrc *s, const char *path, const framesrc_opts *o, ssb4d_err *err);
 ssb4d_status fs_arina_open(framesrc *s, const char *path, const framesrc_opts *o, ssb4d_err *err);
 ssb4d_status fs_mib_open(framesrc *s, const char *path, const framesrc_opts *o, ssb4d_err *err);
+ssb4d_status fs_empad_open(framesrc *s, const char *path, const framesrc_opts *o, ssb4d_err *err);
+ssb4d_status fs_dm_open(framesrc *s, const char *path, const framesrc_opts *o, ssb4d_err *err);
+ssb4d_status fs_velox_open(framesrc *s, const char *path, const framesrc_opts *o, ssb4d_err *err);
+ssb4d_status fs_mrc_open(framesrc *s, const char *path, const framesrc_opts *o, ssb4d_err *err);
+/* 1 when an HDF5 file looks like a Velox EMD (fs_velox.c). */
+int fs_velox_detect(const char *path);
+/* 1 when the first bytes look like a DM3 / DM4 file (big-endian version 3 or 4; fs_dm.c). */
+int fs_dm_detect(const unsigned char *head, size_t n);
+/* 1 when a file of `size` bytes with this 1024-byte header looks like an MRC file (fs_mrc.c). */
+int fs_mrc_detect(const unsigned char *head, size_t n, size_t size);
 /* 1 when an HDF5 file looks like a Dectris master (a /entry/data group of data_* links). */
 int fs_arina_detect(const char *path);
 

@@ -14,15 +14,22 @@
 #include <unistd.h>
 
 /* Why a dtype is refused, in words a user can act on (NULL = accepted). */
-static const char *npy_refusal(const char *d, int *bytes, int *is_signed, int *big_endian)
+static const char *npy_refusal(const char *d, int *bytes, int *is_signed, int *big_endian, int *is_float)
 {
     char order = d[0], kind = d[1];
     int n = atoi(d + 2);
     *bytes = n;
     *is_signed = kind == 'i';
     *big_endian = order == '>';
-    if (kind == 'f' || kind == 'c')
-        return "is floating point: convert to integer counts first, ssb4d never quantises";
+    *is_float = kind == 'f';
+    if (kind == 'f' && n == 4)
+        return NULL; /* float32, either byte order */
+    if (kind == 'f')
+        return n == 8 ? "is float64: save it as float32 (a.astype(np.float32)); ssb4d never "
+                        "quantises silently"
+                      : "is a float type other than float32: save it as float32";
+    if (kind == 'c')
+        return "is complex: ssb4d reads counts or float32 intensities";
     if (kind == 'b')
         return "is boolean: convert to uint8 counts first";
     if (kind != 'u' && kind != 'i')
@@ -47,8 +54,8 @@ ssb4d_status fs_npy_open(framesrc *s, const char *path, const framesrc_opts *o, 
     fclose(f);
     if (st)
         return st;
-    int bytes, is_signed, big_endian;
-    const char *why = npy_refusal(info.descr, &bytes, &is_signed, &big_endian);
+    int bytes, is_signed, big_endian, is_float;
+    const char *why = npy_refusal(info.descr, &bytes, &is_signed, &big_endian, &is_float);
     if (why)
         return ssb4d_fail(err, SSB4D_EFORMAT, "%s: dtype '%s' %s", path, info.descr, why);
     if (info.fortran_order)
@@ -83,6 +90,7 @@ ssb4d_status fs_npy_open(framesrc *s, const char *path, const framesrc_opts *o, 
     memcpy(s->shape, info.shape, sizeof s->shape);
     s->dtype_bytes = bytes;
     s->dtype_signed = is_signed;
+    s->is_float = is_float;
     s->format_name = "numpy";
     if ((st = fs_contiguous_attach(s, fd, info.header_bytes, big_endian, err)))
         return st;

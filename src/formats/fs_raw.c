@@ -16,15 +16,33 @@ typedef struct {
     int fd;
     size_t offset;
     int big_endian;
+    size_t stride; /* bytes from one frame to the next (= a frame's bytes when packed) */
 } contiguous_reader;
+
+/* The values of frames [pos0, pos0+npos) packed at the END of out's npos*P*4 bytes, each
+ * dtype_bytes wide: one pread when the frames are packed, one per frame otherwise. */
+static ssb4d_status contiguous_load(framesrc *s, size_t pos0, size_t npos, void *out, ssb4d_err *err)
+{
+    contiguous_reader *r = s->impl;
+    size_t P = s->shape[2] * s->shape[3], n = npos * P, b = (size_t)s->dtype_bytes, fb = P * b;
+    uint8_t *dst = (uint8_t *)out + n * (4 - b);
+    if (r->stride == fb)
+        return fs_pread_full(r->fd, dst, n * b, (off_t)(r->offset + pos0 * fb), s->path, err);
+    for (size_t f = 0; f < npos; f++) {
+        ssb4d_status st = fs_pread_full(r->fd, dst + f * fb, fb, (off_t)(r->offset + (pos0 + f) * r->stride),
+                                        s->path, err);
+        if (st)
+            return st;
+    }
+    return SSB4D_OK;
+}
 
 static ssb4d_status contiguous_read(framesrc *s, size_t pos0, size_t npos, uint32_t *out,
                                     ssb4d_err *err)
 {
     contiguous_reader *r = s->impl;
-    size_t P = s->shape[2] * s->shape[3], n = npos * P, b = (size_t)s->dtype_bytes;
-    off_t at = (off_t)(r->offset + pos0 * P * b);
-    ssb4d_status st = fs_pread_full(r->fd, (uint8_t *)out + n * (4 - b), n * b, at, s->path, err);
+    size_t n = npos * s->shape[2] * s->shape[3];
+    ssb4d_status st = contiguous_load(s, pos0, npos, out, err);
     if (st)
         return st;
     fs_widen_tail(out, n, s->dtype_bytes, r->big_endian, s->dtype_signed);
@@ -36,6 +54,20 @@ static ssb4d_status contiguous_read(framesrc *s, size_t pos0, size_t npos, uint3
     return SSB4D_OK;
 }
 
+static ssb4d_status contiguous_read_f32(framesrc *s, size_t pos0, size_t npos, float *out,
+                                        ssb4d_err *err)
+{
+    contiguous_reader *r = s->impl;
+    size_t n = npos * s->shape[2] * s->shape[3];
+    ssb4d_status st = contiguous_load(s, pos0, npos, out, err);
+    if (!st && r->big_endian) {
+        uint32_t *u = (uint32_t *)(void *)out;
+        for (size_t i = 0; i < n; i++)
+            u[i] = __builtin_bswap32(u[i]);
+    }
+    return st;
+}
+
 static void contiguous_close(void *impl)
 {
     contiguous_reader *r = impl;
@@ -45,7 +77,8 @@ static void contiguous_close(void *impl)
     }
 }
 
-static const framesrc_ops contiguous_ops = {contiguous_read, contiguous_close};
+static const framesrc_ops contiguous_ops = {contiguous_read, contiguous_close, NULL};
+static const framesrc_ops contiguous_f32_ops = {NULL, contiguous_close, contiguous_read_f32};
 
 ssb4d_status fs_contiguous_open(const char *path, int *fd, size_t *size, ssb4d_err *err)
 {
@@ -62,6 +95,17 @@ ssb4d_status fs_contiguous_open(const char *path, int *fd, size_t *size, ssb4d_e
 
 ssb4d_status fs_contiguous_attach(framesrc *s, int fd, size_t offset, int big_endian, ssb4d_err *err)
 {
+    return fs_contiguous_attach_strided(s, fd, offset, big_endian,
+                                        s->shape[2] * s->shape[3] * (size_t)s->dtype_bytes, err);
+}
+
+ssb4d_status fs_contiguous_attach_strided(framesrc *s, int fd, size_t offset, int big_endian,
+                                          size_t frame_stride, ssb4d_err *err)
+{
+    if (frame_stride < s->shape[2] * s->shape[3] * (size_t)s->dtype_bytes || (s->is_float && s->dtype_bytes != 4)) {
+        close(fd);
+        return ssb4d_fail(err, SSB4D_EINTERNAL, "%s: bad frame layout", s->path);
+    }
     contiguous_reader *r = calloc(1, sizeof *r);
     if (!r) {
         close(fd);
@@ -71,7 +115,8 @@ ssb4d_status fs_contiguous_attach(framesrc *s, int fd, size_t offset, int big_en
     r->fd = fd;
     r->offset = offset;
     r->big_endian = big_endian && s->dtype_bytes > 1;
-    s->ops = &contiguous_ops;
+    r->stride = frame_stride;
+    s->ops = s->is_float ? &contiguous_f32_ops : &contiguous_ops;
     s->impl = r;
     return SSB4D_OK;
 }
@@ -82,8 +127,10 @@ ssb4d_status fs_raw_open(framesrc *s, const char *path, const framesrc_opts *o, 
         return ssb4d_fail(err, SSB4D_EINVAL, "%s: raw binary needs its --shape "
                           "SCAN_ROWS,SCAN_COLS,DET_ROWS,DET_COLS", path);
     if (o->dtype_bytes != 1 && o->dtype_bytes != 2 && o->dtype_bytes != 4)
-        return ssb4d_fail(err, SSB4D_EINVAL, "%s: raw binary needs --dtype uint8, uint16 or uint32 "
-                          "(got %d bytes per value)", path, o->dtype_bytes);
+        return ssb4d_fail(err, SSB4D_EINVAL, "%s: raw binary needs --dtype uint8, uint16, uint32 or "
+                          "float32 (got %d bytes per value)", path, o->dtype_bytes);
+    if (o->dtype_float && o->dtype_bytes != 4)
+        return ssb4d_fail(err, SSB4D_EINVAL, "%s: float values must be float32", path);
     ssb4d_status st = fs_check_shape(o->shape, path, err);
     if (st)
         return st;
@@ -112,6 +159,7 @@ ssb4d_status fs_raw_open(framesrc *s, const char *path, const framesrc_opts *o, 
     }
     memcpy(s->shape, o->shape, sizeof s->shape);
     s->dtype_bytes = o->dtype_bytes;
+    s->is_float = o->dtype_float != 0;
     s->format_name = "raw";
     if ((st = fs_contiguous_attach(s, fd, o->offset, o->big_endian, err)))
         return st;

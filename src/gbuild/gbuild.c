@@ -91,13 +91,14 @@ void G_half_load(const uint16_t *in, int e, float *out, size_t n)
 }
 
 /* The float32 planes of the BF pixels idx[0..n) (indices into G's BF order, ascending) into
- * dest[0..n) (NULL: read for the totals only), their counts added into totals (may be NULL).
+ * dest[0..n) (NULL: read for the totals only), their values added into totals (may be NULL) one
+ * by one in scan order (float data: the same sum whatever the block size; counts: exact).
  * Per block of scan rows: read the columns, real FFT along the scan columns of each row; then a
  * complex FFT along the scan rows of each plane. Every row goes through the same 1-D plan on the
  * same aligned scratch and every plane through the same column plan, so a plane's bits depend
  * on neither the block size, the group it is built in, nor the thread count. */
 static ssb4d_status build_planes(const ssb4d_G *G, ssb4d_source *src, const size_t *idx, size_t n,
-                                 fftwf_complex *const *dest, uint64_t *totals, size_t block_bytes,
+                                 fftwf_complex *const *dest, double *totals, size_t block_bytes,
                                  int nt, ssb4d_mem *mem, const ssb4d_gbuild_opts *o, double prog0,
                                  double prog_span, ssb4d_err *err)
 {
@@ -120,6 +121,7 @@ static ssb4d_status build_planes(const ssb4d_G *G, ssb4d_source *src, const size
         free(pix);
         return SSB4D_ENOMEM;
     }
+    const int is_float = ssb4d_source_is_float(src);
     float *r_in = (float *)scratch;
     fftwf_complex *r_out = (fftwf_complex *)(scratch + in_bytes);
     ssb4d_fftw_lock();
@@ -151,16 +153,17 @@ static ssb4d_status build_planes(const ssb4d_G *G, ssb4d_source *src, const size
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 8) reduction(| : bad)
         for (size_t i = 0; i < n; i++) {
             const float *img = block + i * nrows * nx;
-            uint64_t sum = 0;
+            /* counts: never negative; float data (SPEC §4): any finite value */
+            double sum = totals ? totals[idx[i]] : 0.0;
             for (size_t k = 0; k < nrows * nx; k++) {
                 float v = img[k];
-                if (!(v >= 0.0f) || v > 4294967295.0f)
+                if (is_float ? !isfinite(v) : (!(v >= 0.0f) || v > 4294967295.0f))
                     bad = 1;
                 else
-                    sum += (uint64_t)v;
+                    sum += (double)v;
             }
             if (totals)
-                totals[idx[i]] += sum;
+                totals[idx[i]] = sum;
             fftwf_complex *plane = dest[i];
             if (!plane || ssb4d_mem_poll(mem))
                 continue; /* cancelled: checked after the block */
@@ -466,10 +469,10 @@ ssb4d_status ssb4d_gbuild(ssb4d_source *src, const ssb4d_geometry *g, const int3
         ssb4d_mem_free(mem, buf, 0);
     }
     free(idx), free(dest);
-    uint64_t grand = 0;
+    double grand = 0;
     for (size_t ib = 0; ib < n_bf; ib++)
         grand += G->totals[ib];
-    G->dc = (double)grand / (double)n_bf;
+    G->dc = grand / (double)n_bf;
     if (!st && !(G->dc > 0))
         st = ssb4d_fail(err, SSB4D_ENOTFOUND, "the selected BF pixels hold no counts (is the BF disk where the calibration says?)");
     if (o->progress)
@@ -594,7 +597,7 @@ ssb4d_status ssb4d_G_subset(const ssb4d_G *G, const size_t *idx, size_t n, ssb4d
         ssb4d_G_free(V);
         return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
     }
-    uint64_t grand = 0;
+    double grand = 0;
     V->n_stored = V->n_resident = V->n_remote = V->own_lo = V->own_hi = 0;
     for (size_t i = 0; i < n; i++) {
         V->bf_pix[i] = G->bf_pix[idx[i]];
@@ -609,7 +612,7 @@ ssb4d_status ssb4d_G_subset(const ssb4d_G *G, const size_t *idx, size_t n, ssb4d
         V->own_hi += idx[i] < G->own_hi;
         grand += V->totals[i];
     }
-    V->dc = (double)grand / (double)n;
+    V->dc = grand / (double)n;
     if (!(V->dc > 0)) {
         ssb4d_G_free(V);
         return ssb4d_fail(err, SSB4D_EINVAL, "the BF subset has no counts");

@@ -22,7 +22,7 @@ struct ssb4d_G {
                                each plane scaled by 2^-h_exp[p] into binary16's range */
     int8_t *h_exp;          /* per half plane: its power-of-two scale */
     size_t n_resident;      /* stored planes held in data / data_h */
-    uint64_t *totals;       /* per BF pixel: exact sum of counts over the scan */
+    double *totals;         /* per BF pixel: sum over the scan in scan order (exact for counts) */
     double dc;              /* mean over BF of the totals (SPEC 5.3) */
     ssb4d_mem *mem;
     int is_view;            /* 1: data belongs to another G (ssb4d_G_subset) */

@@ -31,11 +31,91 @@ void ssb4d_import_params_default(ssb4d_import_params *p)
     p->kv = p->semiangle_mrad = NAN;
     p->scan_step_A[0] = p->scan_step_A[1] = NAN;
     p->det_sampling_mrad[0] = p->det_sampling_mrad[1] = NAN;
+    p->camera_length_mm = p->dwell_us = NAN;
+    p->flip = -1;
+}
+
+/* ---- float data to electrons (SPEC §4: an explicit quantisation with a stated gain) ---------- */
+
+/* What quantising float data did: the error |round(v·g) − v·g| in electrons, summed in scan
+ * order by the one reader thread (so the figures do not depend on the thread count). */
+typedef struct {
+    double gain;         /* electrons per unit; 0: the source holds counts */
+    double max_e, sum2_e;
+    size_t n, clipped;   /* values seen; values below −0.5 e, stored as 0 */
+} quantiser;
+
+/* The float frames in buf (n values, read as float32 into the same 4-byte slots) as electron
+ * counts, in place. Values too large for the stored width stay large: the conversion refuses
+ * them with its usual message. */
+static void quantise(quantiser *q, uint32_t *buf, size_t n)
+{
+    const float *f = (const float *)(void *)buf;
+    for (size_t i = 0; i < n; i++) {
+        double x = (double)f[i] * q->gain, r = nearbyint(x);
+        uint32_t c;
+        if (r < 0) {
+            c = 0;
+            q->clipped += x < -0.5;
+        } else
+            c = r > 4294967295.0 ? 4294967295u : (uint32_t)r;
+        double e = fabs((double)c - x);
+        q->max_e = e > q->max_e ? e : q->max_e;
+        q->sum2_e += e * e;
+        buf[i] = c;
+    }
+    q->n += n;
+}
+
+/* --gain auto: integer-valued data need none (1); data on a grid of 1/g (counts divided by a
+ * gain) are multiplied back by g, found from the smallest positive value and checked on every
+ * value of a sample of frames (the first READ_BLOCK_BYTES of the scan). Anything else cannot be
+ * estimated here: the user must state it. */
+static ssb4d_status estimate_gain(framesrc *fs, size_t N, size_t P, double *gain, char *how,
+                                  size_t how_n, ssb4d_err *err)
+{
+    size_t nf = READ_BLOCK_BYTES / (P * sizeof(float));
+    nf = nf < 1 ? 1 : nf > N ? N : nf;
+    float *v = malloc(nf * P * sizeof *v);
+    if (!v)
+        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory (gain estimate)");
+    ssb4d_status st = framesrc_read_f32(fs, 0, nf, v, err);
+    int integer = 1;
+    double vmin = INFINITY;
+    for (size_t i = 0; !st && i < nf * P; i++) {
+        if (v[i] != nearbyintf(v[i]))
+            integer = 0;
+        if (v[i] > 0 && v[i] < vmin)
+            vmin = v[i];
+    }
+    if (!st && integer) {
+        *gain = 1.0;
+        snprintf(how, how_n, "estimated: every value of the first %zu frames is an integer", nf);
+    } else if (!st && isfinite(vmin)) {
+        double g = 1.0 / vmin, worst = 0;
+        for (size_t i = 0; i < nf * P; i++) {
+            double x = (double)v[i] * g, e = fabs(x - nearbyint(x));
+            worst = e > worst ? e : worst;
+        }
+        if (worst < 1e-3) {
+            *gain = g;
+            snprintf(how, how_n, "estimated: the first %zu frames' values are multiples of %.9g "
+                     "(within %.1e)", nf, vmin, worst * vmin);
+        } else
+            st = ssb4d_fail(err, SSB4D_EINVAL, "cannot estimate the gain of %s: its values are neither "
+                            "integers nor multiples of one step; give --gain E (electrons per unit)",
+                            framesrc_format_name(fs));
+    } else if (!st)
+        st = ssb4d_fail(err, SSB4D_EINVAL, "cannot estimate the gain: the first %zu frames hold no "
+                        "positive value; give --gain E (electrons per unit)", nf);
+    free(v);
+    return st;
 }
 
 /* ---- a one-block-ahead reader thread ------------------------------------------------------ */
 typedef struct {
     framesrc *fs;
+    quantiser *q;                    /* float sources: read as float32 and quantised */
     size_t n_scans, block, frame;   /* scans in all, scans per block, values per scan */
     uint32_t *buf[2];
     pthread_t thread;
@@ -64,7 +144,13 @@ static void *prefetch_main(void *arg)
             break;
         size_t t0 = b * pf->block, n = pf->n_scans - t0 < pf->block ? pf->n_scans - t0 : pf->block;
         ssb4d_err e = {0};
-        ssb4d_status st = framesrc_read(pf->fs, t0, n, pf->buf[slot], &e);
+        ssb4d_status st;
+        if (pf->q && pf->q->gain > 0) {
+            st = framesrc_read_f32(pf->fs, t0, n, (float *)(void *)pf->buf[slot], &e);
+            if (!st)
+                quantise(pf->q, pf->buf[slot], n * pf->frame);
+        } else
+            st = framesrc_read(pf->fs, t0, n, pf->buf[slot], &e);
         pthread_mutex_lock(&pf->mu);
         if (st) {
             pf->failed = 1;
@@ -82,11 +168,12 @@ static void *prefetch_main(void *arg)
     return NULL;
 }
 
-static ssb4d_status prefetch_start(prefetch *pf, framesrc *fs, size_t n_scans, size_t block,
+static ssb4d_status prefetch_start(prefetch *pf, framesrc *fs, quantiser *q, size_t n_scans, size_t block,
                                    size_t frame, ssb4d_mem *mem, ssb4d_err *err)
 {
     memset(pf, 0, sizeof *pf);
     pf->fs = fs;
+    pf->q = q;
     pf->n_scans = n_scans;
     pf->block = block;
     pf->frame = frame;
@@ -251,6 +338,12 @@ static void add_overrides(cJSON *sci, const ssb4d_import_params *p)
         cJSON_AddItemToObject(ov, "scan_controller/regular_scan/pixel_size_column",
                               quantity(p->scan_step_A[1], "angstrom", "user_override", ev[2]));
     }
+    if (p->camera_length_mm > 0)
+        cJSON_AddItemToObject(ov, "imaging_system/camera_length",
+                              quantity(p->camera_length_mm, "mm", "user_override", "ssb4d import --camera-length"));
+    if (p->dwell_us > 0)
+        cJSON_AddItemToObject(ov, "scan_controller/regular_scan/dwell_time",
+                              quantity(p->dwell_us, "us", "user_override", "ssb4d import --dwell"));
     if (p->det_sampling_mrad[0] > 0 && p->det_sampling_mrad[1] > 0) {
         cJSON_AddItemToObject(ov, "imaging_system/reciprocal_pixel_size_row",
                               quantity(p->det_sampling_mrad[0], "mrad", "user_override", ev[3]));
@@ -309,10 +402,10 @@ ssb4d_status ssb4d_import(const char *in_path, const char *out_path, const ssb4d
     /* Refused before any reading: a bad microscope value, or an output that exists (the
      * writer checks again when it opens, after pass 1 has read the whole input). */
     const double given[] = {p->kv, p->semiangle_mrad, p->scan_step_A[0], p->scan_step_A[1],
-                            p->det_sampling_mrad[0], p->det_sampling_mrad[1]};
+                            p->det_sampling_mrad[0], p->det_sampling_mrad[1], p->camera_length_mm, p->dwell_us};
     static const char *given_name[] = {"kV", "semi-angle", "scan step", "scan step",
-                                       "detector sampling", "detector sampling"};
-    for (int i = 0; i < 6; i++)
+                                       "detector sampling", "detector sampling", "camera length", "dwell time"};
+    for (int i = 0; i < 8; i++)
         if (!isnan(given[i]) && !(given[i] > 0 && isfinite(given[i])))
             return ssb4d_fail(err, SSB4D_EINVAL, "the %s must be positive and finite (got %g)",
                               given_name[i], given[i]);
@@ -325,8 +418,14 @@ ssb4d_status ssb4d_import(const char *in_path, const char *out_path, const ssb4d
     fo.dataset = p->dataset;
     memcpy(fo.shape, p->shape, sizeof fo.shape);
     fo.dtype_bytes = p->dtype_bytes;
+    fo.dtype_float = p->dtype_float;
     fo.big_endian = p->big_endian;
     fo.offset = p->offset;
+    fo.more_paths = p->more_paths;
+    fo.n_more_paths = p->n_more_paths;
+    if (!isnan(p->gain) && !(p->gain >= 0 && isfinite(p->gain)))
+        return ssb4d_fail(err, SSB4D_EINVAL, "the gain must be a positive number of electrons per unit "
+                          "(got %g)", p->gain);
 
     framesrc *fs = NULL;
     st = framesrc_open(in_path, &fo, &fs, err);
@@ -336,9 +435,39 @@ ssb4d_status ssb4d_import(const char *in_path, const char *out_path, const ssb4d
     framesrc_shape(fs, shape);
     size_t N = shape[0] * shape[1], P = shape[2] * shape[3];
     int src_bytes = framesrc_dtype_bytes(fs);
-    if (rep)
+    if (rep) {
+        memset(rep, 0, sizeof *rep);
         rep->input_bytes = N * P * (size_t)src_bytes; /* known before the first progress call */
-    int out_bytes = src_bytes == 1 ? 1 : 2;
+        rep->gain = NAN;
+    }
+    /* Float data: stored as electrons at the stated (or estimated) gain, never silently. */
+    quantiser qz = {0};
+    char gain_how[96] = "";
+    int is_float = framesrc_is_float(fs);
+    if (is_float && p->gain == 0) {
+        st = ssb4d_fail(err, SSB4D_EFORMAT, "%s holds float values, not counts: ssb4d never quantises "
+                        "silently; give --gain E (electrons per unit of the data; --gain auto estimates "
+                        "it) to store electron counts, or fit / reconstruct / view the file as it is",
+                        in_path);
+        framesrc_close(fs);
+        return st;
+    }
+    if (is_float) {
+        if (isnan(p->gain))
+            st = estimate_gain(fs, N, P, &qz.gain, gain_how, sizeof gain_how, err);
+        else {
+            qz.gain = p->gain;
+            snprintf(gain_how, sizeof gain_how, "given");
+        }
+        if (st) {
+            framesrc_close(fs);
+            return st;
+        }
+    } else if (p->gain > 0 && p->gain != 1) {
+        framesrc_close(fs);
+        return ssb4d_fail(err, SSB4D_EINVAL, "%s holds counts: --gain applies to float data only", in_path);
+    }
+    int out_bytes = src_bytes == 1 && !is_float ? 1 : 2;
     uint32_t out_max = out_bytes == 1 ? 255u : 65535u;
     size_t block = READ_BLOCK_BYTES / (P * sizeof(uint32_t));
     block = block < 1 ? 1 : block > N ? N : block;
@@ -370,7 +499,8 @@ ssb4d_status ssb4d_import(const char *in_path, const char *out_path, const ssb4d
     /* Pass 1: totals of every pixel over the whole scan, then the hot/dead rule that the
      * calibration uses too (detector/hotpix.h). */
     if (passes == 2) {
-        st = prefetch_start(&pf, fs, N, block, P, p->mem, err);
+        quantiser q1 = qz; /* pass 1's error figures are pass 2's: only one pass reports them */
+        st = prefetch_start(&pf, fs, &q1, N, block, P, p->mem, err);
         if (st)
             goto done;
         pf_running = 1;
@@ -399,12 +529,19 @@ ssb4d_status ssb4d_import(const char *in_path, const char *out_path, const ssb4d
             goto done;
         /* The file's own flagged pixels may hold marker values; keep them out of the rule's
          * neighbour medians by giving them their neighbours' level. */
+        double *td = malloc(P * sizeof *td);
+        if (!td) {
+            st = ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+            goto done;
+        }
+        for (size_t k = 0; k < P; k++)
+            td[k] = (double)totals[k]; /* exact: totals stay far below 2^53 */
         for (size_t k = 0; k < P; k++)
             if (flagged[k])
-                totals[k] = (uint64_t)ssb4d_hotpix_neighbour_median(totals, flagged, shape[2],
-                                                                    shape[3], k / shape[3],
-                                                                    k % shape[3]);
-        size_t nf = ssb4d_hotpix_find_flagged(totals, shape[2], shape[3], found);
+                td[k] = (double)(uint64_t)ssb4d_hotpix_neighbour_median(td, flagged, shape[2], shape[3],
+                                                                        k / shape[3], k % shape[3]);
+        size_t nf = ssb4d_hotpix_find_flagged(td, shape[2], shape[3], found);
+        free(td);
         for (size_t i = 0; i < nf; i++)
             if (!flagged[found[i]]) {
                 flagged[found[i]] = 1;
@@ -428,15 +565,26 @@ ssb4d_status ssb4d_import(const char *in_path, const char *out_path, const ssb4d
     mi.scan_step_A[1] = fc.scan_step_A[1];
     mi.det_sampling[0] = fc.det_sampling_mrad[0];
     mi.det_sampling[1] = fc.det_sampling_mrad[1];
+    mi.camera_length_mm = fc.camera_length_mm;
+    mi.dwell_us = fc.dwell_us;
+
     mi.source_format = framesrc_format_name(fs);
     const cJSON *sm = framesrc_source_metadata(fs);
     mi.source_metadata = sm ? cJSON_Duplicate(sm, 1) : NULL;
     cJSON *proc = cJSON_CreateArray();
-    if (src_bytes == 4) {
+    if (src_bytes == 4 && !is_float) {
         cJSON *r = processing_record("exact_integer_narrowing", 0);
         cJSON_AddStringToObject(r, "source_dtype", "uint32");
         cJSON_AddStringToObject(r, "stored_dtype", "uint16");
         cJSON_AddItemToArray(proc, r);
+    }
+    if (is_float) { /* its error figures are filled in once pass 2 has seen every value */
+        cJSON *qrec = processing_record("gain_quantisation", 1);
+        cJSON_AddStringToObject(qrec, "source_dtype", "float32");
+        cJSON_AddStringToObject(qrec, "stored_dtype", dtype_name(out_bytes));
+        cJSON_AddNumberToObject(qrec, "gain_electrons_per_unit", qz.gain);
+        cJSON_AddStringToObject(qrec, "gain_source", gain_how);
+        cJSON_AddItemToArray(proc, qrec);
     }
     if (p->hot != SSB4D_HOT_NONE && fl.n) {
         cJSON *r = processing_record("flagged_pixel_replacement", 1);
@@ -452,6 +600,10 @@ ssb4d_status ssb4d_import(const char *in_path, const char *out_path, const ssb4d
     }
     add_overrides(sci, p);
     cJSON *meta = cJSON_CreateObject();
+    if (p->flip >= 0) /* the handedness the user stated: every reader of the .qem takes it */
+        cJSON_AddBoolToObject(meta, "detector_flip", p->flip != 0);
+    if (is_float)
+        cJSON_AddStringToObject(meta, "source_value_type", "float32");
     cJSON *hp = cJSON_AddObjectToObject(meta, "hot_pixel_correction");
     cJSON_AddBoolToObject(hp, "applied", p->hot != SSB4D_HOT_NONE && fl.n);
     cJSON_AddStringToObject(hp, "policy", p->hot == SSB4D_HOT_MEDIAN ? "median" : p->hot == SSB4D_HOT_ZERO ? "zero" : "none");
@@ -464,7 +616,7 @@ ssb4d_status ssb4d_import(const char *in_path, const char *out_path, const ssb4d
         cJSON_AddItemToArray(rc, cJSON_CreateNumber((double)(fl.pix[i] % (int32_t)shape[3])));
         cJSON_AddItemToArray(list, rc);
     }
-    if (src_bytes == 4)
+    if (src_bytes == 4 && !is_float)
         cJSON_AddStringToObject(meta, "source_dtype", "uint32");
     cJSON_AddStringToObject(meta, "writer", "ssb4d " SSB4D_VERSION_STRING);
 
@@ -483,7 +635,7 @@ ssb4d_status ssb4d_import(const char *in_path, const char *out_path, const ssb4d
         goto done;
 
     /* Pass 2: correct, narrow exactly, encode. */
-    st = prefetch_start(&pf, fs, N, block, P, p->mem, err);
+    st = prefetch_start(&pf, fs, &qz, N, block, P, p->mem, err);
     if (st)
         goto done;
     pf_running = 1;
@@ -523,13 +675,25 @@ ssb4d_status ssb4d_import(const char *in_path, const char *out_path, const ssb4d
     pf_running = 0;
     if (st)
         goto done;
-    if (markers_zeroed) {
-        /* Recorded (§9.5): marker values of masked pixels are stored as 0, not as counts. */
+    if (markers_zeroed || is_float) {
+        /* Recorded (§9.5): marker values of masked pixels are stored as 0, not as counts; a
+         * quantisation's error, now that every value has been seen. */
         cJSON *s2 = cJSON_Duplicate(sci, 1), *m2 = cJSON_Duplicate(meta, 1);
-        cJSON *r = processing_record("flagged_marker_zeroing", 0);
-        cJSON_AddNumberToObject(r, "value_count", (double)markers_zeroed);
-        cJSON_AddItemToArray(cJSON_GetObjectItemCaseSensitive(s2, "processing"), r);
-        cJSON_AddTrueToObject(m2, "flagged_markers_stored_as_zero");
+        cJSON *pr = cJSON_GetObjectItemCaseSensitive(s2, "processing");
+        if (markers_zeroed) {
+            cJSON *r = processing_record("flagged_marker_zeroing", 0);
+            cJSON_AddNumberToObject(r, "value_count", (double)markers_zeroed);
+            cJSON_AddItemToArray(pr, r);
+            cJSON_AddTrueToObject(m2, "flagged_markers_stored_as_zero");
+        }
+        for (cJSON *r = pr ? pr->child : NULL; is_float && r; r = r->next) {
+            const cJSON *op = cJSON_GetObjectItemCaseSensitive(r, "operation");
+            if (!cJSON_IsString(op) || strcmp(op->valuestring, "gain_quantisation"))
+                continue;
+            cJSON_AddNumberToObject(r, "max_error_electrons", qz.max_e);
+            cJSON_AddNumberToObject(r, "rms_error_electrons", qz.n ? sqrt(qz.sum2_e / (double)qz.n) : 0.0);
+            cJSON_AddNumberToObject(r, "negative_values_stored_as_zero", (double)qz.clipped);
+        }
         st = qem_writer_set_metadata(w, s2, m2, err);
         if (st)
             goto done;
@@ -539,8 +703,13 @@ ssb4d_status ssb4d_import(const char *in_path, const char *out_path, const ssb4d
     if (st)
         goto done;
     if (rep) {
-        memset(rep, 0, sizeof *rep);
         memcpy(rep->shape, shape, sizeof rep->shape);
+        rep->source_float = is_float;
+        rep->gain = is_float ? qz.gain : NAN;
+        snprintf(rep->gain_how, sizeof rep->gain_how, "%s", gain_how);
+        rep->quant_max_e = qz.max_e;
+        rep->quant_rms_e = qz.n ? sqrt(qz.sum2_e / (double)qz.n) : 0.0;
+        rep->quant_clipped = qz.clipped;
         rep->source_dtype_bytes = src_bytes;
         rep->stored_dtype_bytes = out_bytes;
         rep->source_format = framesrc_format_name(fs);

@@ -1,13 +1,17 @@
 /* source.c — data sources: memory-mapped .npy files, caller-owned arrays, encoded .qem files
- * (source_qem.c) and region views of another source (source_region.c). All expose frames (for
- * calibration) and BF columns (for the G build, SPEC §5.3). */
+ * (source_qem.c), any other readable format through its frame reader (source_frames.c) and
+ * region views of another source (source_region.c). All expose frames (for calibration) and BF
+ * columns (for the G build, SPEC §5.3); counts or float32 values (SPEC §4: float data are read
+ * as they are, never quantised). */
 #include "common/err.h"
+#include "formats/framesrc.h"
 #include "io/npy.h"
 #include "qem/qem.h"
 #include "source/source.h"
 #include "ssb4d_advanced.h"
 
 #include <errno.h>
+#include <math.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +26,7 @@ struct ssb4d_source {
     void *map;                 /* mmap base (NULL for memory sources) */
     size_t map_len;
     qem_file *qem;             /* encoded source (data == NULL) */
+    framesrc *fs;              /* a foreign format read in place (data == NULL) */
     ssb4d_source *parent;      /* region view (data == NULL, qem == NULL): not owned */
     size_t origin[2];          /* the view's first scan row and column in the parent */
 };
@@ -45,8 +50,8 @@ ssb4d_status ssb4d_source_from_memory(const void *data, ssb4d_dtype dtype, const
                                       ssb4d_source **out, ssb4d_err *err)
 {
     *out = NULL;
-    if (!data || (dtype != SSB4D_U8 && dtype != SSB4D_U16 && dtype != SSB4D_U32))
-        return ssb4d_fail(err, SSB4D_EINVAL, "memory source needs data and a uint8/16/32 dtype");
+    if (!data || (dtype != SSB4D_U8 && dtype != SSB4D_U16 && dtype != SSB4D_U32 && dtype != SSB4D_F32))
+        return ssb4d_fail(err, SSB4D_EINVAL, "memory source needs data and a uint8/16/32 or float32 dtype");
     ssb4d_status st = check_shape(shape, err);
     if (st)
         return st;
@@ -78,10 +83,13 @@ ssb4d_status ssb4d_source_open_npy(const char *path, ssb4d_source **out, ssb4d_e
         dt = SSB4D_U16;
     else if (!strcmp(info.descr, "<u4"))
         dt = SSB4D_U32;
+    else if (!strcmp(info.descr, "<f4"))
+        dt = SSB4D_F32;
     else
         return ssb4d_fail(err, SSB4D_EFORMAT,
                           "%s: dtype '%s' is not supported; counts must be uint8, uint16 or uint32 "
-                          "little-endian (convert floats to integer counts first)", path, info.descr);
+                          "little-endian, float data float32 little-endian (`ssb4d import` reads "
+                          "other integer types)", path, info.descr);
     if (info.fortran_order)
         return ssb4d_fail(err, SSB4D_EFORMAT, "%s: Fortran-order arrays are not supported; save it in C order", path);
     if (info.ndim != 4)
@@ -92,7 +100,7 @@ ssb4d_status ssb4d_source_open_npy(const char *path, ssb4d_source **out, ssb4d_e
     if (st)
         return st;
     size_t count = info.shape[0] * info.shape[1] * info.shape[2] * info.shape[3];
-    size_t need = info.header_bytes + count * (size_t)dt;
+    size_t need = info.header_bytes + count * ssb4d_dtype_bytes(dt);
     int fd = open(path, O_RDONLY);
     if (fd < 0)
         return ssb4d_fail(err, SSB4D_EIO, "cannot open %s: %s", path, strerror(errno));
@@ -143,11 +151,13 @@ void ssb4d_source_close(ssb4d_source *s)
     if (s->map)
         munmap(s->map, s->map_len);
     qem_close(s->qem);
+    framesrc_close(s->fs);
     free(s);
 }
 
 void ssb4d_source_shape(const ssb4d_source *s, size_t shape[4]) { memcpy(shape, s->shape, sizeof s->shape); }
 ssb4d_dtype ssb4d_source_dtype(const ssb4d_source *s) { return s->dtype; }
+int ssb4d_source_is_float(const ssb4d_source *s) { return s->dtype == SSB4D_F32; }
 
 static inline uint32_t value_at(const ssb4d_source *s, size_t i)
 {
@@ -173,10 +183,15 @@ ssb4d_status ssb4d_source_read_frames(ssb4d_source *s, size_t pos0, size_t npos,
     if (pos0 > npos_all || npos > npos_all - pos0)
         return ssb4d_fail(err, SSB4D_EINVAL, "frame range %zu+%zu is outside the scan (%zu positions)",
                           pos0, npos, npos_all);
+    if (s->dtype == SSB4D_F32)
+        return ssb4d_fail(err, SSB4D_EFORMAT, "the data hold float values, not counts: read them as "
+                          "float32 (ssb4d never quantises silently)");
     if (s->qem)
         return ssb4d_qem_read_frames(s->qem, pos0, npos, out, err);
+    if (s->fs)
+        return framesrc_read(s->fs, pos0, npos, out, err);
     if (s->parent)
-        return ssb4d_region_read_frames(s->parent, s->origin, s->shape, pos0, npos, out, err);
+        return ssb4d_region_read_frames(s->parent, s->origin, s->shape, pos0, npos, out, 0, err);
     size_t base = pos0 * fr, n = npos * fr;
     if (s->dtype == SSB4D_U16) {
         const uint16_t *p = (const uint16_t *)s->data + base;
@@ -185,6 +200,39 @@ ssb4d_status ssb4d_source_read_frames(ssb4d_source *s, size_t pos0, size_t npos,
     } else {
         for (size_t i = 0; i < n; i++)
             out[i] = value_at(s, base + i);
+    }
+    return SSB4D_OK;
+}
+
+ssb4d_status ssb4d_source_read_frames_f32(ssb4d_source *s, size_t pos0, size_t npos, float *out,
+                                          ssb4d_err *err)
+{
+    size_t npos_all = s->shape[0] * s->shape[1], fr = s->shape[2] * s->shape[3], n = npos * fr;
+    if (pos0 > npos_all || npos > npos_all - pos0)
+        return ssb4d_fail(err, SSB4D_EINVAL, "frame range %zu+%zu is outside the scan (%zu positions)",
+                          pos0, npos, npos_all);
+    if (s->fs)
+        return framesrc_read_f32(s->fs, pos0, npos, out, err);
+    if (s->parent)
+        return ssb4d_region_read_frames(s->parent, s->origin, s->shape, pos0, npos, out, 1, err);
+    if (s->dtype == SSB4D_F32) {
+        memcpy(out, (const float *)(const void *)s->data + pos0 * fr, n * sizeof *out);
+        for (size_t i = 0; i < n; i++)
+            if (!isfinite(out[i]))
+                return ssb4d_fail(err, SSB4D_EFORMAT, "frame %zu holds %s at detector pixel %zu",
+                                  pos0 + i / fr, isnan(out[i]) ? "NaN" : "an infinite value", i % fr);
+        return SSB4D_OK;
+    }
+    /* counts: read as uint32 into the same 4-byte slots, converted in place */
+    uint32_t *u = (uint32_t *)(void *)out;
+    ssb4d_status st = ssb4d_source_read_frames(s, pos0, npos, u, err);
+    if (st)
+        return st;
+    for (size_t i = 0; i < n; i++) {
+        if (u[i] > (1u << 24))
+            return ssb4d_fail(err, SSB4D_EFORMAT, "frame %zu holds the count %u at detector pixel %zu, "
+                              "beyond float32's exact integers (2^24)", pos0 + i / fr, (unsigned)u[i], i % fr);
+        out[i] = (float)u[i];
     }
     return SSB4D_OK;
 }
@@ -209,6 +257,8 @@ ssb4d_status ssb4d_source_read_columns_mt(ssb4d_source *s, const int32_t *det_pi
         threads = 1;
     if (s->qem)
         return ssb4d_qem_read_columns(s->qem, det_pix, n_pix, row0, nrows, out, threads, err);
+    if (s->fs)
+        return ssb4d_frames_read_columns(s->fs, det_pix, n_pix, row0, nrows, out, threads, err);
     if (s->parent)
         return ssb4d_region_read_columns(s->parent, s->origin, s->shape, det_pix, n_pix, row0,
                                          nrows, out, threads, err);
@@ -224,6 +274,11 @@ ssb4d_status ssb4d_source_read_columns_mt(ssb4d_source *s, const int32_t *det_pi
                 for (size_t p = 0; p < n_pix; p++)
                     for (size_t cc = 0; cc < nc; cc++)
                         o[p * plane + cc] = (float)d[cc * fr + (size_t)det_pix[p]];
+            } else if (s->dtype == SSB4D_F32) {
+                const float *d = (const float *)(const void *)s->data + frame0;
+                for (size_t p = 0; p < n_pix; p++)
+                    for (size_t cc = 0; cc < nc; cc++)
+                        o[p * plane + cc] = d[cc * fr + (size_t)det_pix[p]];
             } else {
                 for (size_t p = 0; p < n_pix; p++)
                     for (size_t cc = 0; cc < nc; cc++)
@@ -246,7 +301,7 @@ void ssb4d_source_done_with(ssb4d_source *s, size_t pos0, size_t npos)
     }
     if (!s->map || npos == 0)
         return; /* .qem: decoded blocks are never kept, the encoded file is what stays resident */
-    size_t fr_bytes = s->shape[2] * s->shape[3] * (size_t)s->dtype;
+    size_t fr_bytes = s->shape[2] * s->shape[3] * ssb4d_dtype_bytes(s->dtype);
     uintptr_t base = (uintptr_t)s->map, lo = (uintptr_t)s->data + pos0 * fr_bytes,
               hi = lo + npos * fr_bytes, page = (uintptr_t)sysconf(_SC_PAGESIZE);
     lo = (lo + page - 1) / page * page; /* only whole pages inside the range */
@@ -286,7 +341,36 @@ ssb4d_status ssb4d_source_open_qem(const char *path, ssb4d_source **out, ssb4d_e
     return SSB4D_OK;
 }
 
-/* By content, not by name: .qem files start with "QEMDATA1", .npy files with "\x93NUMPY". */
+ssb4d_status ssb4d_source_open_frames(const char *path, const framesrc_opts *o, ssb4d_source **out,
+                                      ssb4d_err *err)
+{
+    *out = NULL;
+    framesrc *fs = NULL;
+    ssb4d_status st = framesrc_open(path, o, &fs, err);
+    size_t shape[4];
+    if (!st) {
+        framesrc_shape(fs, shape);
+        st = check_shape(shape, err);
+    }
+    ssb4d_source *s = st ? NULL : calloc(1, sizeof *s);
+    if (!st && !s)
+        st = ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+    if (st) {
+        framesrc_close(fs);
+        return st;
+    }
+    memcpy(s->shape, shape, sizeof s->shape);
+    int b = framesrc_dtype_bytes(fs);
+    s->dtype = framesrc_is_float(fs) ? SSB4D_F32 : b == 1 ? SSB4D_U8 : b == 2 ? SSB4D_U16 : SSB4D_U32;
+    s->fs = fs;
+    *out = s;
+    return SSB4D_OK;
+}
+
+const framesrc *ssb4d_source_framesrc(const ssb4d_source *s) { return s->fs; }
+
+/* By content, not by name: .qem files start with "QEMDATA1", .npy files with "\x93NUMPY"; any
+ * other format goes to the frame readers, which tell theirs by content and extension. */
 ssb4d_status ssb4d_source_open(const char *path, ssb4d_source **out, ssb4d_err *err)
 {
     *out = NULL;
@@ -300,9 +384,14 @@ ssb4d_status ssb4d_source_open(const char *path, ssb4d_source **out, ssb4d_err *
         return ssb4d_source_open_npy(path, out, err);
     if (got >= 4 && !memcmp(magic, "QEMD", 4))
         return ssb4d_source_open_qem(path, out, err);
-    return ssb4d_fail(err, SSB4D_EFORMAT,
-                      "%s is neither a .npy nor a .qem file; convert other formats with "
-                      "`ssb4d import %s -o DATA.qem`", path, path);
+    ssb4d_err ferr = {0};
+    ssb4d_status st = ssb4d_source_open_frames(path, NULL, out, &ferr);
+    if (st == SSB4D_EINVAL && strstr(ferr.msg, "raw binary"))
+        return ssb4d_fail(err, SSB4D_EFORMAT, "%s looks like raw binary, whose shape only you know: "
+                          "convert it with `ssb4d import %s --shape ... --dtype ... -o DATA.qem`", path, path);
+    if (st && err)
+        *err = ferr;
+    return st;
 }
 
 qem_file *ssb4d_source_qem(const ssb4d_source *s) { return s->qem; }

@@ -1,6 +1,7 @@
 /* source.h — internal calls of the data sources. */
 #ifndef SSB4D_SOURCE_SOURCE_H
 #define SSB4D_SOURCE_SOURCE_H
+#include "formats/framesrc.h"
 #include "qem/qem.h"
 #include "ssb4d_advanced.h"
 
@@ -20,11 +21,23 @@ qem_file *ssb4d_source_qem(const ssb4d_source *s);
 ssb4d_status ssb4d_source_new_view(ssb4d_source *parent, size_t r0, size_t c0,
                                    const size_t shape[4], ssb4d_source **out, ssb4d_err *err);
 
+/* A source over any format the frame readers know (formats/framesrc.h), read in place with the
+ * reader options o (NULL: by content). */
+ssb4d_status ssb4d_source_open_frames(const char *path, const framesrc_opts *o, ssb4d_source **out,
+                                      ssb4d_err *err);
+/* The frame reader behind a source opened that way (NULL otherwise): its calibration and
+ * metadata. */
+const framesrc *ssb4d_source_framesrc(const ssb4d_source *s);
+/* source_frames.c: BF columns from a frame reader: the frames of the asked scan rows are read in
+ * bounded chunks and their BF pixels gathered (same layout as ssb4d_source_read_columns). */
+ssb4d_status ssb4d_frames_read_columns(framesrc *fs, const int32_t *det_pix, size_t n_pix, size_t row0,
+                                       size_t nrows, float *out, int threads, ssb4d_err *err);
+
 /* source_region.c: reads of a view (shape vshape, origin in the parent), mapped to the parent;
- * ranges are already checked against vshape. */
+ * ranges are already checked against vshape. as_float: out is float32 (else uint32 counts). */
 ssb4d_status ssb4d_region_read_frames(ssb4d_source *parent, const size_t origin[2],
                                       const size_t vshape[4], size_t pos0, size_t npos,
-                                      uint32_t *out, ssb4d_err *err);
+                                      void *out, int as_float, ssb4d_err *err);
 ssb4d_status ssb4d_region_read_columns(ssb4d_source *parent, const size_t origin[2],
                                        const size_t vshape[4], const int32_t *det_pix,
                                        size_t n_pix, size_t row0, size_t nrows, float *out,

@@ -45,7 +45,7 @@ ssb4d_status ssb4d_source_region(ssb4d_source *parent, size_t r0, size_t r1, siz
 
 ssb4d_status ssb4d_region_read_frames(ssb4d_source *parent, const size_t origin[2],
                                       const size_t vshape[4], size_t pos0, size_t npos,
-                                      uint32_t *out, ssb4d_err *err)
+                                      void *out, int as_float, ssb4d_err *err)
 {
     size_t pshape[4];
     ssb4d_source_shape(parent, pshape);
@@ -54,7 +54,8 @@ ssb4d_status ssb4d_region_read_frames(ssb4d_source *parent, const size_t origin[
         size_t t = pos0 + done, vr = t / vnx, vc = t % vnx;
         size_t run = vnx - vc < npos - done ? vnx - vc : npos - done; /* rest of this view row */
         size_t p = (origin[0] + vr) * pshape[1] + origin[1] + vc;
-        ssb4d_status st = ssb4d_source_read_frames(parent, p, run, out + done * fr, err);
+        ssb4d_status st = as_float ? ssb4d_source_read_frames_f32(parent, p, run, (float *)out + done * fr, err)
+                                   : ssb4d_source_read_frames(parent, p, run, (uint32_t *)out + done * fr, err);
         if (st)
             return st;
         done += run;

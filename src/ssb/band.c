@@ -529,7 +529,7 @@ typedef struct {
  * serves that rotation's sets. */
 static void band_pixel(const band_pass *u, size_t ib, const cfloat *plane, band_scratch *w, double *part)
 {
-    const double T = (double)u->G->totals[ib]; /* Poisson: E|noise of G(q,k)|² */
+    const double T = u->G->totals[ib]; /* Poisson: E|noise of G(q,k)|² */
     for (size_t r = 0; r < u->nrot; r++) {
         const band_rot *k = &u->rots[r];
         if (k->Ak[ib] == 0.0)
