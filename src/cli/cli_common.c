@@ -27,6 +27,9 @@ const char CLI_MICROSCOPE_HELP[] =
     "  --scan-step A[,A]     scan step (Angstrom), one value or ROW,COL\n"
     "  --det-sampling M[,M]  detector sampling (mrad/pixel); fitted from the BF disk when absent\n"
     "  --rotation DEG        scan-detector rotation; from the centre-of-mass curl when absent\n"
+    "  --flip, --no-flip     the detector is mirrored (its row and column axes swapped before\n"
+    "                        the rotation) or not; when neither is given (nor recorded by a\n"
+    "                        calibration file or the .qem), fit tests both handedness\n"
     "  --bf-radius PX        BF selection radius (pixels); default the disk radius\n"
     "  --centre ROW,COL      BF disk centre (pixels); default the disk centroid\n"
     "  --calibration FILE    calibration JSON (from ssb4d calibrate or ssb4d fit); without it,\n"
@@ -47,6 +50,7 @@ void cli_values_unset(cli_values *v)
 {
     memset(v, 0, sizeof *v);
     v->kv = v->semiangle_mrad = v->rotation_deg = v->bf_radius_px = v->rotation_sigma_deg = NAN;
+    v->flip = -1;
     for (int i = 0; i < 2; i++)
         v->scan_step_A[i] = v->det_sampling_mrad[i] = v->centre_px[i] = NAN;
 }
@@ -107,6 +111,11 @@ int cli_micro_handle(cli_micro *m, int opt, const char *arg)
         if (cli_parse_double(arg, &v->rotation_deg))
             return bad_value("rotation", arg);
         snprintf(v->rotation_from, sizeof v->rotation_from, "--rotation");
+        return 1;
+    case CLI_OPT_FLIP:
+    case CLI_OPT_NO_FLIP:
+        v->flip = opt == CLI_OPT_FLIP;
+        snprintf(v->flip_from, sizeof v->flip_from, "%s", v->flip ? "--flip" : "--no-flip");
         return 1;
     case CLI_OPT_BF_RADIUS: return cli_parse_double(arg, &v->bf_radius_px) ? bad_value("bf-radius", arg) : 1;
     case CLI_OPT_CENTRE: return cli_parse_pair(arg, v->centre_px) ? bad_value("centre", arg) : 1;
@@ -250,6 +259,8 @@ static void from_lib(cli_values *out, const ssb4d_values *in)
     snprintf(out->rotation_from, sizeof out->rotation_from, "%s", in->rotation_from);
     out->rotation_measured = in->rotation_measured;
     out->rotation_sigma_deg = in->rotation_sigma_deg;
+    out->flip = in->flip;
+    snprintf(out->flip_from, sizeof out->flip_from, "%s", in->flip_from);
 }
 
 int cli_read_sidecar(const char *data, const cli_micro *m, cli_values *v, char *path, size_t n)
@@ -294,6 +305,8 @@ static void to_lib(ssb4d_values *out, const cli_values *in)
     memcpy(out->rotation_from, in->rotation_from, sizeof out->rotation_from);
     out->rotation_measured = in->rotation_measured;
     out->rotation_sigma_deg = in->rotation_sigma_deg;
+    out->flip = in->flip;
+    memcpy(out->flip_from, in->flip_from, sizeof out->flip_from);
 }
 
 /* The library's layering rule (ssb4d_values_layer), on the command line's values. */
@@ -479,6 +492,7 @@ void cli_values_to_calib_params(const cli_values *v, int threads, int hot_pixels
         p->centre_px[i] = v->centre_px[i];
     }
     p->rotation_deg = v->rotation_deg;
+    p->flip = v->flip;
     p->bf_radius_px = isnan(v->bf_radius_px) ? 0.0 : v->bf_radius_px;
     p->hot_pixels = hot_pixels;
     p->threads = threads;

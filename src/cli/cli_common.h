@@ -26,6 +26,7 @@ enum {
     CLI_OPT_KV = 1000, CLI_OPT_SEMIANGLE, CLI_OPT_SCAN_STEP, CLI_OPT_DET_SAMPLING, CLI_OPT_ROTATION,
     CLI_OPT_BF_RADIUS, CLI_OPT_CENTRE, CLI_OPT_CALIBRATION, CLI_OPT_SIDECAR, CLI_OPT_THREADS,
     CLI_OPT_MEMORY_REPORT, CLI_OPT_JSON, CLI_OPT_NO_HOT_PIXELS, CLI_OPT_MEMORY, CLI_OPT_BACKEND,
+    CLI_OPT_FLIP, CLI_OPT_NO_FLIP,
     CLI_OPT_FIRST_FREE = 1100 /* commands number their own options from here */
 };
 
@@ -36,6 +37,8 @@ enum {
     {"scan-step", required_argument, 0, CLI_OPT_SCAN_STEP},                \
     {"det-sampling", required_argument, 0, CLI_OPT_DET_SAMPLING},          \
     {"rotation", required_argument, 0, CLI_OPT_ROTATION},                  \
+    {"flip", no_argument, 0, CLI_OPT_FLIP},                                \
+    {"no-flip", no_argument, 0, CLI_OPT_NO_FLIP},                          \
     {"bf-radius", required_argument, 0, CLI_OPT_BF_RADIUS},                \
     {"centre", required_argument, 0, CLI_OPT_CENTRE},                      \
     {"calibration", required_argument, 0, CLI_OPT_CALIBRATION},            \
@@ -77,6 +80,10 @@ typedef struct {
     char rotation_from[32];
     int rotation_measured;
     double rotation_sigma_deg;
+    /* The detector's handedness (SPEC §2): -1 not stated, 0 (--no-flip) or 1 (--flip), and who
+     * stated it. */
+    int flip;
+    char flip_from[32];
 } cli_values;
 
 typedef struct {

@@ -86,6 +86,8 @@ static int simulate_builtin(cli_session *cs, const cli_micro *m, ssb4d_err *err)
     cs->v.det_sampling_mrad[0] = cs->v.det_sampling_mrad[1] = info.det_sampling_mrad;
     cs->v.rotation_deg = 0;
     snprintf(cs->v.rotation_from, sizeof cs->v.rotation_from, "built-in dataset");
+    cs->v.flip = 0;
+    snprintf(cs->v.flip_from, sizeof cs->v.flip_from, "built-in dataset");
     cli_values_layer(&cs->v, &m->flags);
     /* The mean depth of the simulator's potential planes (docs/simulate.md, docs/fit.md). */
     cs->truth[0] = BUILTIN_C10 + 0.5 * (info.thickness_nm - info.thickness_nm / info.n_slices);

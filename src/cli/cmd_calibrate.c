@@ -76,6 +76,9 @@ static cJSON *measured_json(const ssb4d_calibration *c, double seconds)
     cJSON_AddBoolToObject(m, "det_sampling_fitted", c->det_sampling_fitted);
     cJSON_AddBoolToObject(m, "centre_fitted", c->centre_fitted);
     cJSON_AddBoolToObject(m, "rotation_fitted", c->rotation_fitted);
+    cJSON_AddBoolToObject(m, "flip", c->geom.flip != 0);
+    cJSON_AddBoolToObject(m, "flip_fitted", c->flip_fitted);
+    cJSON_AddItemToObject(m, "curl_ratio_other", num(c->curl_ratio_other));
     cJSON_AddNumberToObject(m, "total_counts", c->total_counts);
     cJSON_AddNumberToObject(m, "seconds", seconds);
     return m;
@@ -127,6 +130,15 @@ static void print_summary(const char *data, const ssb4d_calibration *c, const ch
         printf("  rotation    not measurable (the centre-of-mass field does not vary, or the scan is\n"
                "              under 3x3); set to 0: give --rotation\n");
     }
+    if (c->flip_fitted)
+        printf("  detector    %s (the centre of mass: curl ratio %.3f, %.3f the other way round)\n",
+               c->geom.flip ? "mirrored" : "not mirrored", c->curl_ratio, c->curl_ratio_other);
+    else if (c->rotation_fitted)
+        printf("  detector    handedness not decided by the centre of mass (curl ratios %.3f and %.3f):\n"
+               "              ssb4d fit tests both; give --flip or --no-flip if it is known\n", c->curl_ratio,
+               c->curl_ratio_other);
+    else
+        printf("  detector    %s (given or assumed)\n", c->geom.flip ? "mirrored" : "not mirrored");
     printf("  time        %.3f s\n", seconds);
     printf("  wrote       %s\n", outpath);
     printf("  picture     %s (mean pattern, log scale; green: BF disk; red: flagged pixels)\n", picture);
@@ -254,6 +266,8 @@ int cmd_calibrate(int argc, char **argv)
         memcpy(v.rotation_from, given.rotation_from, sizeof v.rotation_from);
         v.rotation_measured = given.rotation_measured;
         v.rotation_sigma_deg = given.rotation_sigma_deg;
+        v.flip = given.flip;
+        memcpy(v.flip_from, given.flip_from, sizeof v.flip_from);
         v.bf_radius_px = given.bf_radius_px;
         for (int i = 0; i < 2; i++) {
             v.det_sampling_mrad[i] = given.det_sampling_mrad[i];
@@ -303,6 +317,12 @@ int cmd_calibrate(int argc, char **argv)
         snprintf(cf.rotation_from, sizeof cf.rotation_from, "%s", v.rotation_from);
     } else
         snprintf(cf.rotation_method, sizeof cf.rotation_method, "%s", SSB4D_CALFILE_ROT_UNDETERMINED);
+    /* The handedness is recorded when it was given (later commands hold it); a centre-of-mass
+     * verdict is printed, not recorded: the fit tests both handedness on its objective. */
+    if (v.flip >= 0) {
+        cf.flip_stated = 1;
+        snprintf(cf.flip_source, sizeof cf.flip_source, "given");
+    }
     /* cli_resolve computed it already when --calibration had one to compare with. */
     if (v.data_identity[0])
         snprintf(cf.data_identity, sizeof cf.data_identity, "%s", v.data_identity);

@@ -578,6 +578,15 @@ static void add_fit_json(cJSON *out, const ssb4d_fit_params *fp, const ssb4d_fit
     else
         cJSON_AddNullToObject(out, "rotation_given_by");
     cJSON_AddItemToObject(out, "rotation_sigma_deg", num_or_null(r->rotation_sigma_deg));
+    cJSON_AddBoolToObject(out, "flip", r->geom.flip != 0);
+    cJSON_AddStringToObject(out, "flip_source", r->flip_source);
+    if (fp->flip_given && j->v.flip_from[0])
+        cJSON_AddStringToObject(out, "flip_given_by", j->v.flip_from);
+    else
+        cJSON_AddNullToObject(out, "flip_given_by");
+    cJSON *fo = cJSON_AddArrayToObject(out, "flip_objective");
+    cJSON_AddItemToArray(fo, num_or_null(r->flip_objective[0]));
+    cJSON_AddItemToArray(fo, num_or_null(r->flip_objective[1]));
     cJSON_AddStringToObject(out, "objective", fp->objective == SSB4D_FIT_OBJ_LOSS ? "loss" : "band");
     cJSON_AddItemToObject(out, "objective_value", num_or_null(r->objective));
     cJSON_AddNumberToObject(out, "objective_n_bf", (double)r->n_fit_bf); /* objective_value's pixels; loss: loss_n_bf */
@@ -603,6 +612,18 @@ static void print_fit_summary(const fit_opts *o, const ssb4d_fit_params *fp, con
     char lab[160];
     rotation_label(fp, r, j, lab, sizeof lab);
     printf("rotation     %9.3f deg (%s)\n", r->geom.rotation_deg, lab);
+    if (!strcmp(r->flip_source, "given"))
+        printf("detector     %s (given: %s)\n", r->geom.flip ? "mirrored" : "not mirrored",
+               j->v.flip_from[0] ? j->v.flip_from : "stated");
+    else if (!strcmp(r->flip_source, "objective"))
+        printf("detector     %s (the band objective preferred it: %.4g against %.4g mirrored the other way)\n",
+               r->geom.flip ? "mirrored" : "not mirrored", r->flip_objective[r->geom.flip],
+               r->flip_objective[!r->geom.flip]);
+    else
+        printf("detector     %s (%s)\n", r->geom.flip ? "mirrored" : "not mirrored",
+               !strcmp(r->flip_source, "centre of mass") ? "from the centre of mass"
+               : !strcmp(r->flip_source, "assumed") ? "assumed: not tested with a given start or locks"
+                                                    : "undetermined, see the warning");
     if (o->verbose && r->parallax_ok) {
         const ssb4d_parallax *p = &r->parallax;
         printf("parallax     C10 %.2f +- %.2f nm, C12 %.2f +- %.2f nm, phi12 %.1f +- %.1f deg (scan frame), rotation "

@@ -106,6 +106,94 @@ static void print_pair(const char *name, const double v[2], const char *unit)
         printf("  %-18s %g, %g %s (row, col)\n", name, v[0], v[1], unit);
 }
 
+/* Where each calibration value comes from (qem-format §9.4, §9.8): the value the source file
+ * recorded and a stated override; the override counts. One entry per quantity that has either. */
+static const struct {
+    const char *name, *path;
+    int axis; /* recorded as the axis' sampling (-1: in electron_microscope) */
+} SOURCES[] = {
+    {"kv", "electron_source/accelerating_voltage", -1},
+    {"semiangle_mrad", "illumination_system/semi_convergence_angle", -1},
+    {"scan_step_row_A", "scan_controller/regular_scan/pixel_size_row", 0},
+    {"scan_step_col_A", "scan_controller/regular_scan/pixel_size_column", 1},
+    {"det_sampling_row", "imaging_system/reciprocal_pixel_size_row", 2},
+    {"det_sampling_col", "imaging_system/reciprocal_pixel_size_column", 3},
+    {"camera_length_mm", "imaging_system/camera_length", -1},
+    {"dwell_us", "scan_controller/regular_scan/dwell_time", -1},
+};
+
+static double qvalue(const cJSON *q)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(q, "value");
+    return cJSON_IsNumber(v) ? v->valuedouble : NAN;
+}
+
+static double qvalue_key(const cJSON *o, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsNumber(v) ? v->valuedouble : NAN;
+}
+
+static const char *qstring(const cJSON *q, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(q, key);
+    return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+/* sci's recorded quantity and override of SOURCES[i] (NULL when absent). */
+static void source_pair(const cJSON *sci, size_t i, const cJSON **rec, const cJSON **ov)
+{
+    const cJSON *em = cJSON_GetObjectItemCaseSensitive(sci, "electron_microscope");
+    const cJSON *axes = cJSON_GetObjectItemCaseSensitive(sci, "axes");
+    *ov = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(sci, "calibration_overrides"),
+                                           SOURCES[i].path);
+    *rec = SOURCES[i].axis >= 0 && cJSON_IsArray(axes)
+               ? cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(axes, SOURCES[i].axis), "sampling")
+               : cJSON_GetObjectItemCaseSensitive(em, SOURCES[i].path);
+    if (!isfinite(qvalue(*rec)))
+        *rec = NULL;
+    if (!isfinite(qvalue(*ov)))
+        *ov = NULL;
+}
+
+static cJSON *sources_json(const cJSON *sci)
+{
+    cJSON *o = cJSON_CreateObject();
+    for (size_t i = 0; i < sizeof SOURCES / sizeof SOURCES[0]; i++) {
+        const cJSON *rec, *ov;
+        source_pair(sci, i, &rec, &ov);
+        if (!rec && !ov)
+            continue;
+        cJSON *e = cJSON_AddObjectToObject(o, SOURCES[i].name);
+        cJSON_AddItemToObject(e, "file", rec ? cJSON_CreateNumber(qvalue(rec)) : cJSON_CreateNull());
+        cJSON_AddItemToObject(e, "override", ov ? cJSON_CreateNumber(qvalue(ov)) : cJSON_CreateNull());
+        const char *ev = ov ? qstring(ov, "evidence") : NULL;
+        cJSON_AddItemToObject(e, "override_evidence", ev ? cJSON_CreateString(ev) : cJSON_CreateNull());
+        const char *u = qstring(ov ? ov : rec, "unit");
+        cJSON_AddItemToObject(e, "unit", u ? cJSON_CreateString(u) : cJSON_CreateNull());
+        cJSON_AddStringToObject(e, "used", ov ? "override" : "file");
+    }
+    return o;
+}
+
+/* The lines that say, where a stated value and the file's own disagree, which one counts. */
+static void print_sources(const cJSON *sci)
+{
+    for (size_t i = 0; i < sizeof SOURCES / sizeof SOURCES[0]; i++) {
+        const cJSON *rec, *ov;
+        source_pair(sci, i, &rec, &ov);
+        if (!ov)
+            continue;
+        const char *ev = qstring(ov, "evidence"), *u = qstring(ov, "unit");
+        if (rec && qvalue(rec) != qvalue(ov))
+            printf("  %-18s %s: %g %s (%s) is used; the file recorded %g %s\n", "override", SOURCES[i].name,
+                   qvalue(ov), u ? u : "", ev ? ev : "stated", qvalue(rec), qstring(rec, "unit") ? qstring(rec, "unit") : "");
+        else
+            printf("  %-18s %s: %g %s (%s)%s\n", "override", SOURCES[i].name, qvalue(ov), u ? u : "",
+                   ev ? ev : "stated", rec ? ", as the file recorded" : "; the file recorded none");
+    }
+}
+
 int cmd_info(int argc, char **argv)
 {
     static const struct option opts[] = {{"check", no_argument, 0, OPT_CHECK},
@@ -190,6 +278,7 @@ int cmd_info(int argc, char **argv)
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(sci, "source_format");
     const cJSON *proc = cJSON_GetObjectItemCaseSensitive(sci, "processing");
     const char *src_format = cJSON_IsString(fmt) ? fmt->valuestring : "unknown";
+    const cJSON *meta = cJSON_GetObjectItemCaseSensitive(h, "metadata");
     qem_flag_handling fh;
     qem_get_flag_handling(q, &fh);
 
@@ -230,6 +319,11 @@ int cmd_info(int argc, char **argv)
         cJSON_AddStringToObject(c, "det_sampling_unit", det_unit);
         cJSON_AddItemToObject(c, "camera_length_mm", num_or_null(cal.camera_length_mm));
         cJSON_AddItemToObject(c, "dwell_us", num_or_null(cal.dwell_us));
+        cJSON_AddItemToObject(o, "calibration_sources", sources_json(sci));
+        const cJSON *fl = cJSON_GetObjectItemCaseSensitive(meta, "detector_flip");
+        cJSON_AddItemToObject(o, "detector_flip", cJSON_IsBool(fl) ? cJSON_CreateBool(cJSON_IsTrue(fl)) : cJSON_CreateNull());
+        const cJSON *smd = cJSON_GetObjectItemCaseSensitive(sci, "source_metadata");
+        cJSON_AddItemToObject(o, "source_metadata", smd ? cJSON_Duplicate(smd, 1) : cJSON_CreateObject());
         cJSON_AddItemToObject(o, "processing", proc ? cJSON_Duplicate(proc, 1) : cJSON_CreateArray());
         cJSON_AddBoolToObject(o, "body_checked", check);
         char *s = cJSON_PrintUnformatted(o);
@@ -268,12 +362,28 @@ int cmd_info(int argc, char **argv)
     print_pair("detector sampling", cal.det_sampling, det_unit);
     print_value("camera length", cal.camera_length_mm, "mm");
     print_value("dwell", cal.dwell_us, "us");
+    print_sources(sci);
+    const cJSON *fl = cJSON_GetObjectItemCaseSensitive(meta, "detector_flip");
+    if (cJSON_IsBool(fl))
+        printf("  %-18s %s (recorded at import)\n", "detector", cJSON_IsTrue(fl) ? "mirrored" : "not mirrored");
+    const cJSON *smd = cJSON_GetObjectItemCaseSensitive(sci, "source_metadata"), *it;
+    cJSON_ArrayForEach(it, smd) {
+        char *v = cJSON_IsString(it) ? NULL : cJSON_PrintUnformatted(it);
+        printf("  %-18s %s = %.200s\n", "source metadata", it->string ? it->string : "?",
+               cJSON_IsString(it) ? it->valuestring : v ? v : "?");
+        free(v);
+    }
     const cJSON *r;
     cJSON_ArrayForEach(r, proc) {
         const cJSON *op = cJSON_GetObjectItemCaseSensitive(r, "operation");
         const cJSON *ch = cJSON_GetObjectItemCaseSensitive(r, "changes_measurements");
         printf("  %-18s %s%s\n", "processing", cJSON_IsString(op) ? op->valuestring : "?",
                cJSON_IsTrue(ch) ? " (changes measured values)" : "");
+        if (cJSON_IsString(op) && !strcmp(op->valuestring, "gain_quantisation"))
+            printf("  %-18s gain %g electrons per unit (%s): error max %g e, rms %g e; %g negative values stored as 0\n",
+                   "", qvalue_key(r, "gain_electrons_per_unit"), qstring(r, "gain_source") ? qstring(r, "gain_source") : "?",
+                   qvalue_key(r, "max_error_electrons"), qvalue_key(r, "rms_error_electrons"),
+                   qvalue_key(r, "negative_values_stored_as_zero"));
     }
     printf("  %-18s %s\n", "body", check ? "checksums and spatial index verified"
                                          : "not read (use --check to verify it)");

@@ -22,7 +22,7 @@ enum {
     OPT_PRESET = CLI_OPT_FIRST_FREE, OPT_SPECIMEN, OPT_CELLS_Z, OPT_THICKNESS, OPT_WINDOW_CELLS,
     OPT_SCAN, OPT_SCAN_CELLS, OPT_DETECTOR, OPT_GRID, OPT_KV, OPT_SEMIANGLE, OPT_C10, OPT_C12,
     OPT_PHI12, OPT_C30, OPT_ABERR, OPT_TILT, OPT_DOSE, OPT_SEED, OPT_THREADS, OPT_QUIET, OPT_FORCE,
-    OPT_HELP, OPT_MEMORY, OPT_SCAN_ROTATION, OPT_DET_OVERSAMPLE
+    OPT_HELP, OPT_MEMORY, OPT_SCAN_ROTATION, OPT_DET_OVERSAMPLE, OPT_FLIP
 };
 
 static const char HELP[] =
@@ -51,6 +51,10 @@ static const char HELP[] =
     "                         as scan.rotation_deg. Finite, |DEG| <= 1e4. Not a multiple of\n"
     "                         90: the scan is not periodic against the crystal (like real\n"
     "                         data) and every position is simulated (no pattern reuse)\n"
+    "  --flip                 a mirrored detector: every frame written transposed (det_row and\n"
+    "                         det_col swapped), as a camera mounted or read out in the other\n"
+    "                         handedness records it; the sidecar says detector.flip = true and\n"
+    "                         ssb4d reconstructs it with --flip (SPEC §2)\n"
     "  --detector D           detector pixels per axis (preset); sampling = 1e3*lambda/L mrad\n"
     "  --det-oversample S|auto  detector oversampling (default auto): simulate a window of\n"
     "                         S*W cells and sum each SxS block of its far-field samples into one\n"
@@ -156,6 +160,7 @@ int cmd_simulate(int argc, char **argv)
         {"scan", required_argument, 0, OPT_SCAN},
         {"scan-cells", required_argument, 0, OPT_SCAN_CELLS},
         {"scan-rotation", required_argument, 0, OPT_SCAN_ROTATION},
+        {"flip", no_argument, 0, OPT_FLIP},
         {"detector", required_argument, 0, OPT_DETECTOR},
         {"det", required_argument, 0, OPT_DETECTOR},
         {"grid", required_argument, 0, OPT_GRID},
@@ -236,6 +241,7 @@ int cmd_simulate(int argc, char **argv)
             if (parse_int(optarg, 1, 100000, &p.scan_cells))
                 return usage_error("--scan-cells must be an integer 1..100000, got '%s'", optarg);
             break;
+        case OPT_FLIP: p.det_flip = 1; break;
         case OPT_SCAN_ROTATION:
             /* cli_parse_double refuses non-finite values; beyond ±1e4 degrees is a typo */
             if (cli_parse_double(optarg, &p.scan_rotation_deg) || !(fabs(p.scan_rotation_deg) <= 1e4))

@@ -28,11 +28,11 @@ void fit_point_aberrations(const ssb4d_aberrations *base, const double x[3], ssb
     ab->phi_deg[SSB4D_C12] = x[FIT_PHI12];
 }
 
-void fit_thin_aberrations(const fit_thin_params *p, const double *x, ssb4d_aberrations *ab)
+void fit_thin_aberrations(const fit_thin_params *p, int flip, const double *x, ssb4d_aberrations *ab)
 {
     fit_point_aberrations(&p->base, x, ab);
     if (p->fit_rotation) /* probe frame → scan frame (docs/fit.md) */
-        ab->phi_deg[SSB4D_C12] = x[FIT_PHI12] + x[FIT_ROT];
+        ab->phi_deg[SSB4D_C12] = fit_phi_probe_to_scan(flip, x[FIT_PHI12], x[FIT_ROT]);
 }
 
 
@@ -67,7 +67,7 @@ static ssb4d_status thin_eval(void *user, const double *x, size_t n, double *los
     for (size_t i0 = 0; i0 < n && !st; i0 += 64) {
         size_t m = n - i0 < 64 ? n - i0 : 64;
         for (size_t i = 0; i < m; i++) {
-            fit_thin_aberrations(o->p, x + np * (i0 + i), &ab[i]);
+            fit_thin_aberrations(o->p, o->g->flip, x + np * (i0 + i), &ab[i]);
             rot[i] = o->p->fit_rotation ? x[np * (i0 + i) + FIT_ROT] : o->g->rotation_deg;
         }
         if (o->p->objective == SSB4D_FIT_OBJ_BAND) {

@@ -56,8 +56,15 @@ typedef struct {
 ssb4d_status fit_thin(const ssb4d_G *G, const ssb4d_geometry *g, const fit_thin_params *p,
                       ssb4d_mem *mem, fit_thin_result *r, fit_state **state, ssb4d_err *err);
 
-/* The aberrations of a fit point (base with C10, C12, φ12 replaced; φ12 in the scan frame). */
-void fit_thin_aberrations(const fit_thin_params *p, const double *x, ssb4d_aberrations *ab);
+/* φ12 between the probe (detector) and the scan frame at rotation rot (SPEC §2): φ_scan =
+ * φ_probe + rot; with a mirrored detector (flip: axes swapped before the rotation) φ_scan =
+ * 90° + rot − φ_probe, which is its own inverse. Not wrapped. */
+static inline double fit_phi_probe_to_scan(int flip, double phi, double rot) { return flip ? 90.0 + rot - phi : phi + rot; }
+static inline double fit_phi_scan_to_probe(int flip, double phi, double rot) { return flip ? 90.0 + rot - phi : phi - rot; }
+
+/* The aberrations of a fit point (base with C10, C12, φ12 replaced; φ12 in the scan frame; with
+ * p->fit_rotation x's φ12 is in the probe frame of a detector of handedness flip). */
+void fit_thin_aberrations(const fit_thin_params *p, int flip, const double *x, ssb4d_aberrations *ab);
 void fit_point_aberrations(const ssb4d_aberrations *base, const double x[3], ssb4d_aberrations *ab);
 
 /* SSB4D_EINVAL, naming the parameter, unless lo[j] <= start[j] <= hi[j] for C10, C12, φ12. */

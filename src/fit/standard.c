@@ -375,7 +375,7 @@ static void choose_rotation(const ssb4d_fit_params *p, const ssb4d_geometry *g, 
  * the rotation's standard error at that point. */
 static ssb4d_status start_seeds(const ssb4d_G *Gc, const ssb4d_fit_params *p, ssb4d_fit_result *r,
                                 const ssb4d_band_opts *band, progress_t *pr, ssb4d_mem *mem, int fit_rotation,
-                                double x0[4], double *sd_rot, ssb4d_err *err)
+                                double x0[4], double *sd_rot, double *best_obj, ssb4d_err *err)
 {
     size_t nsteps = (size_t)(180.0 / ROTATION_SCAN_STEP), cap = (1 + SSB4D_PARALLAX_ALT) * nsteps, n = 0;
     int np = fit_rotation ? 4 : 3;
@@ -404,7 +404,7 @@ static ssb4d_status start_seeds(const ssb4d_G *Gc, const ssb4d_fit_params *p, ss
             double *x = seeds + np * n;
             x[0] = fmin(p->hi[0], fmax(p->lo[0], ab[0]));
             x[1] = fmin(p->hi[1], fmax(p->lo[1], ab[1]));
-            x[2] = fit_rotation ? wrap_phi(ab[2] - rot) : ab[2]; /* the probe frame when rotating */
+            x[2] = fit_rotation ? wrap_phi(fit_phi_scan_to_probe(r->geom.flip, ab[2], rot)) : ab[2]; /* the probe frame when rotating */
             if (fit_rotation)
                 x[3] = rot;
             sds[n] = scan ? ROTATION_SCAN_STEP : sr;
@@ -419,7 +419,7 @@ static ssb4d_status start_seeds(const ssb4d_G *Gc, const ssb4d_fit_params *p, ss
         b.locked[3] = 0;
         b.lo[3] = r0 - 180.0;
         b.hi[3] = r0 + 180.0;
-        b.start[2] = wrap_phi(b.start[2] - r0);
+        b.start[2] = wrap_phi(fit_phi_scan_to_probe(r->geom.flip, b.start[2], r0));
         b.start[3] = r0;
     }
     fit_thin_params t;
@@ -446,9 +446,10 @@ static ssb4d_status start_seeds(const ssb4d_G *Gc, const ssb4d_fit_params *p, ss
         }
         x0[0] = tr.x[0];
         x0[1] = tr.x[1];
-        x0[2] = fit_rotation ? wrap_phi(tr.x[2] + tr.x[3]) : tr.x[2]; /* the scan frame */
+        x0[2] = fit_rotation ? wrap_phi(fit_phi_probe_to_scan(r->geom.flip, tr.x[2], tr.x[3])) : tr.x[2]; /* the scan frame */
         x0[3] = fit_rotation ? tr.x[3] : r0;
         *sd_rot = sds[best];
+        *best_obj = tr.loss;
         if (fit_rotation) /* a given rotation is reported as given (180 stays 180) */
             r->geom.rotation_deg = wrap180(x0[3]);
     }
@@ -458,11 +459,65 @@ static ssb4d_status start_seeds(const ssb4d_G *Gc, const ssb4d_fit_params *p, ss
     return st;
 }
 
+/* The detector's handedness, when not given (SPEC §2): the parallax's shift field fits a mirrored
+ * and an unmirrored detector equally well (each with its own rotation and aberrations: pure
+ * defocus in one is astigmatism of the same size in the other), so the start seeds are made and
+ * evaluated on the band objective for both, which sees what the shifts cannot (the trotters'
+ * geometry, the contrast transfer's curvature). The better start wins and the search goes on
+ * in its handedness; r->flip_objective keeps both figures. x0, sd: the start and its errors. */
+static ssb4d_status choose_handedness(const ssb4d_G *Gc, const ssb4d_fit_params *p, const ssb4d_geometry *g,
+                                      ssb4d_fit_result *r, const ssb4d_band_opts *band, progress_t *pr,
+                                      ssb4d_mem *mem, int fit_rotation, double x0[4], double sd[4], ssb4d_err *err)
+{
+    struct {
+        ssb4d_geometry geom;
+        ssb4d_parallax parallax;
+        double rotation_sigma_deg, x0[4], sd[4], obj;
+        char rotation_source[24];
+    } h[2];
+    const ssb4d_parallax measured = r->parallax; /* for g's handedness */
+    ssb4d_status st = SSB4D_OK;
+    for (int k = 0; k < 2 && !st; k++) {
+        int flip = k == 0 ? g->flip != 0 : g->flip == 0; /* g's own handedness first */
+        ssb4d_geometry gk = *g;
+        gk.flip = flip;
+        if (k == 0)
+            r->parallax = measured;
+        else
+            ssb4d_parallax_mirror(&measured, &r->parallax);
+        choose_rotation(p, &gk, r);
+        double s4[4] = {r->parallax.sigma[0], r->parallax.sigma[1], r->parallax.sigma[2], r->rotation_sigma_deg};
+        memcpy(h[k].sd, s4, sizeof s4);
+        ssb4d_parallax_at_rotation(&r->parallax, &r->geom, r->geom.rotation_deg, h[k].x0, NULL);
+        h[k].x0[3] = r->geom.rotation_deg;
+        st = start_seeds(Gc, p, r, band, pr, mem, fit_rotation, h[k].x0, &h[k].sd[3], &h[k].obj, err);
+        h[k].geom = r->geom;
+        h[k].parallax = r->parallax;
+        h[k].rotation_sigma_deg = r->rotation_sigma_deg;
+        memcpy(h[k].rotation_source, r->rotation_source, sizeof h[k].rotation_source);
+        r->flip_objective[flip] = h[k].obj;
+    }
+    if (st)
+        return st;
+    int best = h[1].obj < h[0].obj ? 1 : 0; /* a tie keeps g's handedness */
+    r->geom = h[best].geom;
+    r->parallax = h[best].parallax;
+    r->rotation_sigma_deg = h[best].rotation_sigma_deg;
+    memcpy(r->rotation_source, h[best].rotation_source, sizeof r->rotation_source);
+    memcpy(x0, h[best].x0, 4 * sizeof *x0);
+    memcpy(sd, h[best].sd, 4 * sizeof *sd);
+    snprintf(r->flip_source, sizeof r->flip_source, "objective");
+    return SSB4D_OK;
+}
+
 ssb4d_status ssb4d_fit(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d_fit_params *p,
                        ssb4d_mem *mem, ssb4d_fit_result *r, ssb4d_err *err)
 {
     memset(r, 0, sizeof *r);
     r->skewness = r->skewness_other = r->loss_contrast = NAN;
+    r->flip_objective[0] = r->flip_objective[1] = NAN;
+    snprintf(r->flip_source, sizeof r->flip_source, "%s",
+             p && p->flip_given ? "given" : p && p->flip_measured ? "centre of mass" : "assumed");
     if (!G || !g || !p)
         return ssb4d_fail(err, SSB4D_EINVAL, "ssb4d_fit needs G, a geometry and parameters");
     if (!(p->fit_radius > 0 && p->fit_radius <= 1))
@@ -519,13 +574,20 @@ ssb4d_status ssb4d_fit(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d_fi
     int fit_rotation = !p->rotation_given;
     search_box box;
     if (!st && r->parallax_ok && !p->start_given) {
-        double x0[4], sd[4] = {r->parallax.sigma[0], r->parallax.sigma[1], r->parallax.sigma[2], r->rotation_sigma_deg};
-        ssb4d_parallax_at_rotation(&r->parallax, &r->geom, r->geom.rotation_deg, x0, NULL);
-        x0[3] = r->geom.rotation_deg;
-        if (!p->locked[0] && !p->locked[1] && !p->locked[2])
-            st = start_seeds(Gc, p, r, &band, &pr, mem, fit_rotation, x0, &sd[3], err);
+        double x0[4], sd[4];
+        int search = !p->locked[0] && !p->locked[1] && !p->locked[2];
+        if (search && !p->flip_given)
+            st = choose_handedness(Gc, p, g, r, &band, &pr, mem, fit_rotation, x0, sd, err);
+        else {
+            double s4[4] = {r->parallax.sigma[0], r->parallax.sigma[1], r->parallax.sigma[2], r->rotation_sigma_deg}, obj;
+            memcpy(sd, s4, sizeof sd);
+            ssb4d_parallax_at_rotation(&r->parallax, &r->geom, r->geom.rotation_deg, x0, NULL);
+            x0[3] = r->geom.rotation_deg;
+            if (search)
+                st = start_seeds(Gc, p, r, &band, &pr, mem, fit_rotation, x0, &sd[3], &obj, err);
+        }
         if (fit_rotation)
-            x0[2] = wrap_phi(x0[2] - x0[3]); /* φ12 in the probe frame */
+            x0[2] = wrap_phi(fit_phi_scan_to_probe(r->geom.flip, x0[2], x0[3])); /* φ12 in the probe frame */
         for (int j = 0; j < 3; j++)
             if (!isfinite(sd[j]))
                 sd[j] = 0;
@@ -539,7 +601,7 @@ ssb4d_status ssb4d_fit(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d_fi
             double srot = isfinite(r->rotation_sigma_deg) ? fmax(1.5, 4.0 * r->rotation_sigma_deg + 0.5) : 90.0;
             box.lo[3] = box.start[3] - fmin(srot, 90.0);
             box.hi[3] = box.start[3] + fmin(srot, 90.0);
-            box.start[2] = wrap_phi(box.start[2] - box.start[3]);
+            box.start[2] = wrap_phi(fit_phi_scan_to_probe(r->geom.flip, box.start[2], box.start[3]));
         }
     }
 
@@ -585,7 +647,7 @@ ssb4d_status ssb4d_fit(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d_fi
         r->objective = tr.loss;
         if (box.fit_rotation) { /* back to the scan frame */
             r->geom.rotation_deg = wrap180(x[3]);
-            x[2] = wrap_phi(x[2] + x[3]);
+            x[2] = wrap_phi(fit_phi_probe_to_scan(r->geom.flip, x[2], x[3]));
         }
         fit_point_aberrations(&p->base, x, &r->ab);
         if (isfinite(median) && median != 0)
@@ -615,7 +677,7 @@ ssb4d_status ssb4d_fit(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d_fi
         st = ssb4d_loss(G, &r->geom, &r->ab, NULL, &o, mem, &r->loss, NULL, err);
     }
     if (!st) {
-        r->phi12_probe_deg = wrap_phi(r->ab.phi_deg[SSB4D_C12] - r->geom.rotation_deg);
+        r->phi12_probe_deg = wrap_phi(fit_phi_scan_to_probe(r->geom.flip, r->ab.phi_deg[SSB4D_C12], r->geom.rotation_deg));
         /* confidence: a clear minimum, and the fit where the parallax put it */
         r->confident = 1;
         if (!(r->loss_contrast > 0.01)) {
@@ -634,6 +696,13 @@ ssb4d_status ssb4d_fit(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d_fi
             snprintf(r->warning, sizeof r->warning, "the 180 degree branch is uncertain: the phase image does not "
                      "show the atoms clearly as positive peaks (crystals more than a few nm thick need not): "
                      "give --rotation from a thin region or a calibration file");
+        }
+        if (!strcmp(r->flip_source, "assumed") && !r->parallax_ok) /* nothing could test it */
+            snprintf(r->flip_source, sizeof r->flip_source, "undetermined");
+        if (!strcmp(r->flip_source, "undetermined")) {
+            r->confident = 0;
+            snprintf(r->warning, sizeof r->warning, "the detector's handedness is undetermined (no parallax shift "
+                     "to test it on, and the centre of mass does not decide it): give --flip or --no-flip");
         }
         if (!strcmp(r->rotation_source, "undetermined")) {
             r->confident = 0;

@@ -74,6 +74,7 @@ void ssb4d_calfile_init(ssb4d_calfile *c)
     for (int i = 0; i < 3; i++)
         c->range_lo[i] = c->range_hi[i] = NAN;
     c->rotation_sigma_deg = NAN;
+    c->camera_length_mm = c->dwell_us = NAN;
     c->phi12_scan_deg = c->phi12_probe_deg = c->loss_contrast = NAN;
     c->confident = -1;
     c->px_C10_nm = c->px_C12_nm = c->px_phi12_scan_deg = c->px_rotation_deg = NAN;
@@ -106,7 +107,7 @@ ssb4d_status ssb4d_calfile_from_calibration(ssb4d_calfile *c, const ssb4d_calibr
                                             ssb4d_err *err)
 {
     ssb4d_calfile_init(c);
-    c->geom = cal->geom;
+    c->geom = cal->geom; /* its flip is stated only when the caller says it was given */
     c->bf_radius_px = cal->selection_radius_px;
     c->disk_radius_px = cal->disk_radius_px;
     c->n_bf = cal->n_bf;
@@ -128,6 +129,8 @@ void ssb4d_calfile_set_fit(ssb4d_calfile *c, const ssb4d_fit_result *r, const ss
                            const char *given_by, size_t loss_n_bf)
 {
     c->geom = r->geom;
+    c->flip_stated = 1;
+    snprintf(c->flip_source, sizeof c->flip_source, "%s", r->flip_source);
     c->has_ab = 1;
     c->ab = r->ab;
     c->loss = r->loss;
@@ -325,6 +328,20 @@ char *ssb4d_calfile_to_json(const ssb4d_calfile *c)
         cJSON_AddItemToArray(fl, num_or_null((double)c->flagged[i]));
 
     cJSON_AddItemToObject(root, "rotation_deg", num_or_null(c->geom.rotation_deg));
+    if (c->flip_stated) {
+        cJSON_AddBoolToObject(root, "flip", c->geom.flip != 0);
+        if (c->flip_source[0])
+            cJSON_AddStringToObject(root, "flip_source", c->flip_source);
+    }
+    if (c->source_format[0] || !isnan(c->camera_length_mm) || !isnan(c->dwell_us)) {
+        cJSON *acq = cJSON_AddObjectToObject(root, "acquisition");
+        if (c->source_format[0])
+            cJSON_AddStringToObject(acq, "format", c->source_format);
+        else
+            cJSON_AddNullToObject(acq, "format");
+        cJSON_AddItemToObject(acq, "camera_length_mm", num_or_null(c->camera_length_mm));
+        cJSON_AddItemToObject(acq, "dwell_us", num_or_null(c->dwell_us));
+    }
     if (c->rotation_method[0]) {
         cJSON *rs = cJSON_AddObjectToObject(root, "rotation_source");
         cJSON_AddStringToObject(rs, "method", c->rotation_method);
@@ -886,6 +903,22 @@ static ssb4d_status parse(const rd *r, const cJSON *root, ssb4d_calfile *c)
         return st;
 
     if ((st = get_num(r, root, "rotation_deg", "rotation_deg", -1e4, 1e4, &c->geom.rotation_deg)))
+        return st;
+    const cJSON *flip = cJSON_GetObjectItemCaseSensitive(root, "flip");
+    if (flip && !cJSON_IsNull(flip)) {
+        if (!cJSON_IsBool(flip))
+            return bad(r, "flip", "must be true or false");
+        c->flip_stated = 1;
+        c->geom.flip = cJSON_IsTrue(flip);
+    }
+    if ((st = get_str(r, root, "flip_source", "flip_source", c->flip_source, sizeof c->flip_source)))
+        return st;
+    const cJSON *acq = get_obj(r, root, "acquisition", &st);
+    if (st)
+        return st;
+    if (acq && ((st = get_str(r, acq, "format", "acquisition.format", c->source_format, sizeof c->source_format)) ||
+                (st = get_num(r, acq, "camera_length_mm", "acquisition.camera_length_mm", 0, 1e9, &c->camera_length_mm)) ||
+                (st = get_num(r, acq, "dwell_us", "acquisition.dwell_us", 0, 1e12, &c->dwell_us))))
         return st;
     const cJSON *rsrc = get_obj(r, root, "rotation_source", &st);
     if (st || (rsrc && (st = parse_rotation_source(r, rsrc, c))))

@@ -68,6 +68,14 @@ typedef struct {
     char rotation_method[24];
     char rotation_from[32];
     double rotation_sigma_deg;
+    /* The detector's handedness (SPEC §2): geom.flip, and whether the file states it ("flip"
+     * present; older files do not: unmirrored) and how it was found ("given", "objective",
+     * "centre of mass", "assumed", "undetermined"; "" not recorded). */
+    int flip_stated;
+    char flip_source[24];
+    /* What the acquisition's file records beyond the geometry (NaN / "" unknown). */
+    char source_format[32];
+    double camera_length_mm, dwell_us;
     /* The standard fit's record ("fit" section, has_fit): the objective it minimised ("band" or
      * "loss"), φ12 in the scan frame (= aberrations.phi12_deg) and in the probe (detector) frame,
      * the BF pixels of the exact loss, its confidence (confident: 1, 0; -1 not recorded), the

@@ -648,10 +648,24 @@ static double wrap180(double deg)
     return r - 180.0;
 }
 
-/* (C10, C12, φ12, rotation) of the branch with rotation in [−90, 90) from B (Å/px). */
-static void solve(const double B[4], const double dk[2], double lambda, double out[4])
+/* B' = B diag(1/Δk) (Å per reciprocal unit of detector offset), times T for a mirrored
+ * detector (its axes swapped before the rotation: B = λ M R(a) T diag(Δk), and T² = I). */
+static void scaled(const double B[4], const double dk[2], int flip, double Bp[4])
 {
-    double Bp[4] = {B[0] / dk[0], B[1] / dk[1], B[2] / dk[0], B[3] / dk[1]}, a, M[3];
+    double b[4] = {B[0] / dk[0], B[1] / dk[1], B[2] / dk[0], B[3] / dk[1]};
+    if (flip) { /* columns swapped */
+        Bp[0] = b[1], Bp[1] = b[0], Bp[2] = b[3], Bp[3] = b[2];
+    } else
+        memcpy(Bp, b, sizeof b);
+}
+
+/* (C10, C12, φ12, rotation) of the branch with rotation in [−90, 90) from B (Å/px). Either
+ * handedness fits any B exactly: a 2×2 matrix is (symmetric)·(rotation) and also
+ * (symmetric)·(reflection); the shifts alone cannot tell them apart (the fit's objective does). */
+static void solve(const double B[4], const double dk[2], int flip, double lambda, double out[4])
+{
+    double Bp[4], a, M[3];
+    scaled(B, dk, flip, Bp);
     decompose(Bp, lambda, &a, M);
     m_to_aberrations(M, out);
     double rot = -a * 180.0 / M_PI;
@@ -662,6 +676,48 @@ static void solve(const double B[4], const double dk[2], double lambda, double o
     }
     out[2] = fmod(out[2] + 90.0 + 3600.0, 180.0) - 90.0;
     out[3] = rot;
+}
+
+/* The solution and its standard errors: B's rows are independent with covariance s2·A⁻¹;
+ * propagated by finite differences of the solution. */
+static void solve_sigma(const double B[4], const double dk[2], int flip, double lambda, double s2,
+                        const double Ai[2][2], double est[4], double sigma[4])
+{
+    solve(B, dk, flip, lambda, est);
+    double var[4] = {0, 0, 0, 0};
+    if (isfinite(s2)) {
+        for (int r = 0; r < 2; r++) {
+            /* eigen-directions of the 2×2 covariance s2·Ai for this row */
+            double a = Ai[0][0], b = Ai[0][1], c = Ai[1][1];
+            double tr = 0.5 * (a + c), dd = sqrt(0.25 * (a - c) * (a - c) + b * b);
+            double ev[2] = {tr + dd, tr - dd};
+            for (int e = 0; e < 2; e++) {
+                double vx, vy;
+                if (fabs(b) > 1e-300)
+                    vx = ev[e] - c, vy = b;
+                else
+                    vx = (e == 0) == (a >= c), vy = (e == 0) != (a >= c);
+                double nrm = hypot(vx, vy);
+                vx /= nrm;
+                vy /= nrm;
+                double sd = sqrt(fmax(ev[e], 0) * s2);
+                double Bq[4];
+                memcpy(Bq, B, sizeof Bq);
+                Bq[2 * r] += sd * vx;
+                Bq[2 * r + 1] += sd * vy;
+                double x[4];
+                solve(Bq, dk, flip, lambda, x);
+                for (int k = 0; k < 4; k++) {
+                    double dlt = x[k] - est[k];
+                    if (k >= 2)
+                        dlt = fmod(dlt + 90.0 + 3600.0, 180.0) - 90.0;
+                    var[k] += dlt * dlt;
+                }
+            }
+        }
+    }
+    for (int k = 0; k < 4; k++)
+        sigma[k] = isfinite(s2) ? sqrt(var[k]) : NAN;
 }
 
 /* ---- the estimate ---------------------------------------------------------------------------- */
@@ -880,43 +936,9 @@ ssb4d_status ssb4d_parallax_estimate(const ssb4d_G *G, const ssb4d_geometry *g,
         out->n_offsets = nm;
         out->n_bins = p.nb;
         out->n_pixels = p.n_used;
-        solve(B, dk, lambda, out->est);
-        /* Uncertainties: B's rows are independent with covariance s2·A⁻¹; propagate by finite
-         * differences of the solution. */
-        double var[4] = {0, 0, 0, 0};
-        if (isfinite(s2)) {
-            for (int r = 0; r < 2; r++) {
-                /* eigen-directions of the 2×2 covariance s2·Ai for this row */
-                double a = Ai[0][0], b = Ai[0][1], c = Ai[1][1];
-                double tr = 0.5 * (a + c), dd = sqrt(0.25 * (a - c) * (a - c) + b * b);
-                double ev[2] = {tr + dd, tr - dd};
-                for (int e = 0; e < 2; e++) {
-                    double vx, vy;
-                    if (fabs(b) > 1e-300)
-                        vx = ev[e] - c, vy = b;
-                    else
-                        vx = (e == 0) == (a >= c), vy = (e == 0) != (a >= c);
-                    double nrm = hypot(vx, vy);
-                    vx /= nrm;
-                    vy /= nrm;
-                    double sd = sqrt(fmax(ev[e], 0) * s2);
-                    double Bq[4];
-                    memcpy(Bq, B, sizeof Bq);
-                    Bq[2 * r] += sd * vx;
-                    Bq[2 * r + 1] += sd * vy;
-                    double x[4];
-                    solve(Bq, dk, lambda, x);
-                    for (int k = 0; k < 4; k++) {
-                        double dlt = x[k] - out->est[k];
-                        if (k >= 2)
-                            dlt = fmod(dlt + (k == 2 ? 90.0 : 90.0) + 3600.0, 180.0) - 90.0;
-                        var[k] += dlt * dlt;
-                    }
-                }
-            }
-        }
-        for (int k = 0; k < 4; k++)
-            out->sigma[k] = isfinite(s2) ? sqrt(var[k]) : NAN;
+        out->flip = g->flip != 0;
+        solve_sigma(B, dk, out->flip, lambda, s2, Ai, out->est, out->sigma);
+        solve_sigma(B, dk, !out->flip, lambda, s2, Ai, out->est_other, out->sigma_other);
         out->C10_nm = out->est[0];
         out->C12_nm = out->est[1];
         out->phi12_deg = out->est[2];
@@ -934,13 +956,28 @@ void ssb4d_parallax_at_rotation(const ssb4d_parallax *p, const ssb4d_geometry *g
 {
     double lambda = ssb4d_wavelength_A(g->kv);
     double dk[2] = {g->det_sampling_mrad[0] * 1e-3 / lambda, g->det_sampling_mrad[1] * 1e-3 / lambda};
-    double Bp[4] = {p->B[0] / dk[0], p->B[1] / dk[1], p->B[2] / dk[0], p->B[3] / dk[1]}, M[3];
+    double Bp[4], M[3];
+    scaled(p->B, dk, g->flip, Bp);
     double mis = at_rotation(Bp, lambda, -rotation_deg * M_PI / 180.0, M);
     m_to_aberrations(M, ab);
     ab[2] = fmod(ab[2] + 90.0 + 3600.0, 180.0) - 90.0;
     if (misfit_nm)
         *misfit_nm = mis / 10.0;
     (void)wrap180;
+}
+
+void ssb4d_parallax_mirror(const ssb4d_parallax *p, ssb4d_parallax *out)
+{
+    *out = *p;
+    memcpy(out->est, p->est_other, sizeof out->est);
+    memcpy(out->sigma, p->sigma_other, sizeof out->sigma);
+    memcpy(out->est_other, p->est, sizeof out->est_other);
+    memcpy(out->sigma_other, p->sigma, sizeof out->sigma_other);
+    out->flip = !p->flip;
+    out->C10_nm = out->est[0];
+    out->C12_nm = out->est[1];
+    out->phi12_deg = out->est[2];
+    out->rotation_deg = out->est[3];
 }
 
 void ssb4d_parallax_alternative(const ssb4d_parallax *p, const ssb4d_geometry *g, size_t k, ssb4d_parallax *out)
@@ -952,7 +989,9 @@ void ssb4d_parallax_alternative(const ssb4d_parallax *p, const ssb4d_geometry *g
     double dk[2] = {g->det_sampling_mrad[0] * 1e-3 / lambda, g->det_sampling_mrad[1] * 1e-3 / lambda};
     memcpy(out->B, p->alt_B[k], sizeof out->B);
     out->J = p->alt_J[k];
-    solve(out->B, dk, lambda, out->est);
+    solve(out->B, dk, g->flip, lambda, out->est);
+    solve(out->B, dk, !g->flip, lambda, out->est_other);
+    out->flip = g->flip != 0;
     out->C10_nm = out->est[0];
     out->C12_nm = out->est[1];
     out->phi12_deg = out->est[2];

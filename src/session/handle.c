@@ -394,6 +394,8 @@ static ssb4d_geometry fit_geometry(const ssb4d_session *s)
 {
     ssb4d_geometry g = s->cal.geom;
     g.rotation_deg = s->rotation_deg;
+    if (s->have_fit) /* the handedness the whole field's fit found is kept by later fits */
+        g.flip = s->fit.geom.flip;
     return g;
 }
 
@@ -487,6 +489,8 @@ void ssb4d_session_fit_params(const ssb4d_session *s, const ssb4d_fit_params *p,
     fp->threads = s->o.threads;
     fp->rotation_given = s->rotation_given;
     fp->rotation_sigma_deg = s->rotation_given ? NAN : s->rotation_sigma_deg;
+    fp->flip_given = s->o.calib.flip >= 0 || s->have_fit;
+    fp->flip_measured = s->have_cal && s->cal.flip_fitted;
     fp->progress = NULL;
     fp->progress_user = NULL;
 }
@@ -884,6 +888,7 @@ ssb4d_status ssb4d_session_load_calibration(ssb4d_session *s, const char *path, 
     int measured = !strcmp(cf.rotation_method, SSB4D_CALFILE_ROT_COM) ||
                    !strcmp(cf.rotation_method, SSB4D_CALFILE_ROT_UNDETERMINED);
     c->rotation_deg = cf.geom.rotation_deg;
+    c->flip = cf.flip_stated ? cf.geom.flip : -1;
     s->o.rotation_measured = measured;
     s->o.rotation_sigma_deg = measured ? cf.rotation_sigma_deg : NAN;
     s->rotation_given = !measured;

@@ -857,6 +857,16 @@ static ssb4d_status run(const ssb4d_sim_params *p, block_sink sink, void *sink_u
             if (sums[2 * q] > smax)
                 smax = sums[2 * q];
         }
+        if (block && p->det_flip) /* a mirrored detector: each square frame transposed in place */
+            for (size_t q = 0; q < npos; q++) {
+                uint16_t *f = block + q * DD;
+                for (size_t a = 0; a < (size_t)D; a++)
+                    for (size_t b = a + 1; b < (size_t)D; b++) {
+                        uint16_t t = f[a * (size_t)D + b];
+                        f[a * (size_t)D + b] = f[b * (size_t)D + a];
+                        f[b * (size_t)D + a] = t;
+                    }
+            }
         if (block)
             st = sink(sink_user, block, pos0, npos, err);
         if (!st && p->progress && p->progress(p->progress_user, "simulate", (double)(pos0 + npos) / (double)total))
@@ -1121,6 +1131,7 @@ static char *sidecar_text(const ssb4d_sim_params *p, const ssb4d_sim_info *g, co
                                                 "L = 1/sampling_inv_A");
     cJSON_AddNumberToObject(det, "probe_footprint_A", g->probe_footprint_A);
     cJSON_AddNumberToObject(det, "rotation_vs_scan_deg", p->scan_rotation_deg);
+    cJSON_AddBoolToObject(det, "flip", p->det_flip != 0);
 
     cJSON *sp = cJSON_AddObjectToObject(root, "specimen");
     cJSON_AddStringToObject(sp, "name", p->specimen == SSB4D_SPECIMEN_AU ? "au" : "srtio3");

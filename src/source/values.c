@@ -4,6 +4,7 @@
  * `ssb4d fit DATA` and `ssb4d.open(DATA)` start from the same values. */
 #include "common/err.h"
 #include "common/textfile.h"
+#include "formats/framesrc.h"
 #include "io/calfile.h"
 #include "qem/qem.h"
 #include "ssb4d_advanced.h"
@@ -20,6 +21,7 @@ void ssb4d_values_unset(ssb4d_values *v)
     memset(v, 0, sizeof *v);
     v->kv = v->semiangle_mrad = v->rotation_deg = v->bf_radius_px = NAN;
     v->rotation_sigma_deg = NAN;
+    v->flip = -1;
     for (int i = 0; i < 2; i++)
         v->scan_step_A[i] = v->det_sampling_mrad[i] = v->centre_px[i] = NAN;
 }
@@ -42,6 +44,10 @@ void ssb4d_values_layer(ssb4d_values *out, const ssb4d_values *in)
         memcpy(out->rotation_from, in->rotation_from, sizeof out->rotation_from);
         out->rotation_measured = in->rotation_measured;
         out->rotation_sigma_deg = in->rotation_sigma_deg;
+    }
+    if (in->flip >= 0) {
+        out->flip = in->flip;
+        memcpy(out->flip_from, in->flip_from, sizeof out->flip_from);
     }
     OVERRIDE(out->bf_radius_px, in->bf_radius_px);
     for (int i = 0; i < 2; i++) {
@@ -136,6 +142,11 @@ ssb4d_status ssb4d_sidecar_read(const char *path, ssb4d_values *v, ssb4d_err *er
         snprintf(v->rotation_from, sizeof v->rotation_from, "sidecar");
     json_pair(det, "sampling_mrad", v->det_sampling_mrad);
     json_pair(det, "zero_frequency_pixel", v->centre_px);
+    const cJSON *flip = cJSON_GetObjectItemCaseSensitive(det, "flip");
+    if (cJSON_IsBool(flip)) {
+        v->flip = cJSON_IsTrue(flip);
+        snprintf(v->flip_from, sizeof v->flip_from, "sidecar");
+    }
     if (cJSON_IsObject(ab)) {
         for (int i = 0; i < SSB4D_N_ABERR; i++) {
             char key[32];
@@ -159,23 +170,55 @@ ssb4d_status ssb4d_sidecar_read(const char *path, ssb4d_values *v, ssb4d_err *er
     return SSB4D_OK;
 }
 
-/* The calibration a .qem records (qem-format §9.8: its overrides win over its recorded values);
- * nothing for other files. Only the header is read: the data are verified when opened. */
+/* What a foreign format's own header records (a file fitted in place, not imported): the
+ * reader's calibration. A file no reader claims states nothing here (opening it as data says
+ * why later, in its turn). */
+static void read_foreign(const char *path, ssb4d_values *v)
+{
+    framesrc *fs = NULL;
+    ssb4d_err e = {0};
+    if (framesrc_open(path, NULL, &fs, &e))
+        return;
+    framesrc_calibration c;
+    framesrc_calibration_of(fs, &c);
+    framesrc_close(fs);
+    v->kv = c.kv;
+    v->semiangle_mrad = c.semiangle_mrad;
+    for (int i = 0; i < 2; i++) {
+        v->scan_step_A[i] = c.scan_step_A[i];
+        v->det_sampling_mrad[i] = c.det_sampling_mrad[i];
+    }
+}
+
+/* The calibration a .qem records (qem-format §9.8: its overrides win over its recorded values)
+ * and the handedness its import recorded; for other files what their reader finds. Only the
+ * header is read: the data are verified when opened. */
 static ssb4d_status read_qem(const char *path, ssb4d_values *v, ssb4d_err *err)
 {
     FILE *f = fopen(path, "rb");
     char magic[8] = {0};
-    int is_qem = f && fread(magic, 1, 8, f) == 8 && !memcmp(magic, "QEMDATA1", 8);
+    size_t got = f ? fread(magic, 1, 8, f) : 0;
+    int is_qem = got == 8 && !memcmp(magic, "QEMDATA1", 8);
+    int is_npy = got >= 6 && !memcmp(magic, "\x93NUMPY", 6);
     if (f)
         fclose(f);
-    if (!is_qem)
+    if (!is_qem) {
+        if (f && !is_npy)
+            read_foreign(path, v);
         return SSB4D_OK;
+    }
     qem_file *q = NULL;
     ssb4d_status st = qem_open(path, 0, 1, &q, err);
     if (st)
         return st;
     qem_calibration cal;
     qem_effective_calibration(q, &cal);
+    const cJSON *meta = cJSON_GetObjectItemCaseSensitive(qem_header_json(q), "metadata");
+    const cJSON *flip = cJSON_GetObjectItemCaseSensitive(meta, "detector_flip");
+    if (cJSON_IsBool(flip)) {
+        v->flip = cJSON_IsTrue(flip);
+        snprintf(v->flip_from, sizeof v->flip_from, ".qem record");
+    }
     qem_close(q);
     v->kv = cal.kv;
     v->semiangle_mrad = cal.semiangle_mrad;
@@ -208,6 +251,10 @@ static ssb4d_status read_calibration_file(const char *path, ssb4d_values *c, ssb
     c->rotation_measured = !strcmp(cf.rotation_method, SSB4D_CALFILE_ROT_COM) ||
                            !strcmp(cf.rotation_method, SSB4D_CALFILE_ROT_UNDETERMINED);
     c->rotation_sigma_deg = cf.rotation_sigma_deg;
+    if (cf.flip_stated) {
+        c->flip = cf.geom.flip;
+        snprintf(c->flip_from, sizeof c->flip_from, "calibration file");
+    }
     c->bf_radius_px = cf.bf_radius_px;
     for (int i = 0; i < 2; i++) {
         c->scan_step_A[i] = cf.geom.scan_step_A[i];

@@ -94,7 +94,8 @@ static inline double ssb_aperture(double lambda, double alpha0, const double ang
     return A < 0 ? 0 : A > 1 ? 1 : A;
 }
 
-/* k of BF pixel `pix` (flat detector index), rotated by the scan–detector rotation (SPEC 5.1). */
+/* k of BF pixel `pix` (flat detector index): a mirrored detector's axes swapped (flip), then
+ * rotated by the scan–detector rotation (SPEC 2, 5.1). */
 static inline void ssb_bf_k(const ssb4d_geometry *g, double lambda, size_t det_cols, int32_t pix,
                             double *kx_out, double *ky_out)
 {
@@ -102,6 +103,11 @@ static inline void ssb_bf_k(const ssb4d_geometry *g, double lambda, size_t det_c
     double dk0 = g->det_sampling_mrad[0] * 1e-3 / lambda, dk1 = g->det_sampling_mrad[1] * 1e-3 / lambda;
     double row = (double)(pix / (int32_t)det_cols), col = (double)(pix % (int32_t)det_cols);
     double kx = (row - g->centre_px[0]) * dk0, ky = (col - g->centre_px[1]) * dk1;
+    if (g->flip) {
+        double t = kx;
+        kx = ky;
+        ky = t;
+    }
     *kx_out = kx * ca + ky * sa;
     *ky_out = -kx * sa + ky * ca;
 }

@@ -248,6 +248,7 @@ cJSON *view_state_json(view_server *v)
         cJSON_AddNumberToObject(c, "disk_radius_px", v->cal.radius);
         cJSON_AddNumberToObject(c, "n_bf", (double)v->cal.n_bf);
         cJSON_AddNumberToObject(c, "n_flagged", (double)v->cal.n_flagged);
+        cJSON_AddBoolToObject(c, "flip", v->cal.flip != 0);
     }
     cJSON_AddItemToObject(o, "current", ab_json(&v->ab, &v->thick, v->rotation_deg));
     cJSON *f = cJSON_AddObjectToObject(o, "fit");
@@ -255,6 +256,8 @@ cJSON *view_state_json(view_server *v)
     if (v->has_fit) {
         cJSON_AddItemToObject(f, "result", ab_json(&v->fit_ab, &v->fit_thick, v->fit_rotation_deg));
         cJSON_AddNumberToObject(f, "loss", v->fit_loss);
+        cJSON_AddBoolToObject(f, "flip", v->fit_flip != 0);
+        cJSON_AddStringToObject(f, "flip_source", v->fit_flip_source);
         cJSON_AddNumberToObject(f, "seconds", v->fit_seconds);
         cJSON_AddStringToObject(f, "warning", v->fit_warning);
     }

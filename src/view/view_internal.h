@@ -75,6 +75,7 @@ typedef struct {
     int32_t *flagged;
     size_t n_flagged, n_bf;
     double kv, semiangle_mrad, scan_step_A[2], det_sampling_mrad[2], rotation_deg;
+    int flip;              /* the calibration's detector handedness */
 } view_cal;
 
 struct view_server {
@@ -106,6 +107,8 @@ struct view_server {
     ssb4d_aberrations fit_ab;
     ssb4d_thick fit_thick;
     double fit_rotation_deg, fit_loss, fit_seconds;
+    int fit_flip;          /* the fit's detector handedness (SPEC §2) */
+    char fit_flip_source[24];
     char fit_warning[256];
     cJSON *trials;         /* best trials of the last fit (array) */
     cJSON *region;         /* last region refit (object) or NULL */

@@ -91,6 +91,7 @@ static void snapshot_calibration(view_server *v)
     memcpy(k->scan_step_A, c->geom.scan_step_A, sizeof k->scan_step_A);
     memcpy(k->det_sampling_mrad, c->geom.det_sampling_mrad, sizeof k->det_sampling_mrad);
     k->rotation_deg = c->geom.rotation_deg;
+    k->flip = c->geom.flip;
     k->ready = 1;
     v->image[0] = ny, v->image[1] = nx;
     pthread_mutex_unlock(&v->mu);
@@ -110,6 +111,8 @@ static cJSON *fit_json(const ssb4d_fit_result *r)
     cJSON_AddNumberToObject(j, "C12_nm", r->ab.C_nm[SSB4D_C12]);
     cJSON_AddNumberToObject(j, "phi12_deg", r->ab.phi_deg[SSB4D_C12]);
     cJSON_AddNumberToObject(j, "rotation_deg", r->geom.rotation_deg);
+    cJSON_AddBoolToObject(j, "flip", r->geom.flip != 0);
+    cJSON_AddStringToObject(j, "flip_source", r->flip_source);
     cJSON_AddNumberToObject(j, "loss", r->loss);
     cJSON_AddBoolToObject(j, "confident", r->confident);
     cJSON_AddStringToObject(j, "warning", r->warning);
@@ -153,6 +156,8 @@ static void do_fit(view_server *v, view_resp *resp)
     v->fit_ab = r.ab;
     v->fit_thick = thin;
     v->fit_rotation_deg = r.geom.rotation_deg;
+    v->fit_flip = r.geom.flip;
+    snprintf(v->fit_flip_source, sizeof v->fit_flip_source, "%s", r.flip_source);
     v->fit_loss = r.loss;
     v->fit_seconds = r.seconds;
     snprintf(v->fit_warning, sizeof v->fit_warning, "%s", r.warning);
@@ -188,6 +193,7 @@ static void do_start(view_server *v, view_resp *resp)
         if (v->cfg.thick)
             v->fit_thick = *v->cfg.thick;
         v->fit_rotation_deg = v->cal.rotation_deg;
+        v->fit_flip = v->cal.flip;
         pthread_mutex_unlock(&v->mu);
     }
 }
