@@ -324,8 +324,8 @@ static void npy_hostile(void **state)
 {
     (void)state;
     size_t shape[4] = {3, 3, 4, 4};
-    write_npy(tpath("f.npy"), "<f4", shape, 4, 0, 100, 0);
-    open_fails(tpath("f.npy"), NULL, "float");
+    write_npy(tpath("f.npy"), "<f8", shape, 8, 0, 100, 0);
+    open_fails(tpath("f.npy"), NULL, "float64");
     write_npy(tpath("b.npy"), ">u2", shape, 2, 1, 100, 0);
     open_fails(tpath("b.npy"), NULL, "big-endian");
     write_npy(tpath("t.npy"), "<u2", shape, 2, 0, 100, 10);
@@ -551,8 +551,26 @@ static void hdf5_types(void **state)
     h5_write_4d(f, "/stack", H5T_STD_U16LE, 3, stack, 65535, 5);
     h5_write_4d(f, "/rank2", H5T_STD_U16LE, 2, stack + 1, 100, 0);
     H5Fclose(f);
-    framesrc_opts o = {.dataset = "/float"};
-    open_fails(tpath("types.h5"), &o, "float");
+    h5_write_4d(f = H5Fopen(tpath("types.h5"), H5F_ACC_RDWR, H5P_DEFAULT), "/double", H5T_IEEE_F64LE, 4, shape, 100, 0);
+    H5Fclose(f);
+    framesrc_opts o = {.dataset = "/double"};
+    open_fails(tpath("types.h5"), &o, "float32");
+    o.dataset = "/float"; /* float32: read as it is (the float path, SPEC §4) */
+    {
+        framesrc *fs = open_ok(tpath("types.h5"), &o);
+        assert_true(framesrc_is_float(fs));
+        size_t n = shape[0] * shape[1] * shape[2] * shape[3];
+        float *v = malloc(n * sizeof *v);
+        ssb4d_err e2 = {0};
+        assert_int_equal(framesrc_read_f32(fs, 0, shape[0] * shape[1], v, &e2), SSB4D_OK);
+        for (size_t i = 0; i < n; i++)
+            assert_true(v[i] == (float)expect(i / (shape[2] * shape[3]), i % (shape[2] * shape[3]), 100));
+        uint32_t *u = malloc(n * sizeof *u);
+        assert_int_equal(framesrc_read(fs, 0, 1, u, &e2), SSB4D_EFORMAT); /* never quantised silently */
+        free(u);
+        free(v);
+        framesrc_close(fs);
+    }
     o.dataset = "/wide";
     open_fails(tpath("types.h5"), &o, "8-byte");
     o.dataset = "/rank2";
@@ -584,7 +602,7 @@ static void hdf5_types(void **state)
     f = H5Fcreate(tpath("onlyfloat.h5"), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
     h5_write_4d(f, "/cube", H5T_IEEE_F64LE, 4, shape, 100, 0);
     H5Fclose(f);
-    open_fails(tpath("onlyfloat.h5"), NULL, "float");
+    open_fails(tpath("onlyfloat.h5"), NULL, "float32");
     /* a negative value in a signed dataset */
     f = H5Fcreate(tpath("neg.h5"), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
     h5_write_4d(f, "/cube", H5T_STD_I16LE, 4, shape, 65535, 0); /* 65535 -> clipped to 32767? */

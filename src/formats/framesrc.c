@@ -64,6 +64,8 @@ static ssb4d_status detect(const char *path, const framesrc_opts *o, framesrc_fo
         *f = FRAMESRC_MRC;
     else if (o && o->dtype_bytes && o->shape[0] && o->shape[1] && o->shape[2] && o->shape[3])
         *f = FRAMESRC_RAW;
+    else if (has_suffix(path, ".raw") && fs_empad_raw_has_xml(path))
+        *f = FRAMESRC_EMPAD; /* an EMPAD .raw with the .xml that names it beside it */
     else if (has_suffix(path, ".raw") || has_suffix(path, ".bin") || has_suffix(path, ".dat"))
         return ssb4d_fail(err, SSB4D_EINVAL,
                           "%s looks like raw binary: give its --shape, --dtype and --endian", path);

@@ -88,7 +88,10 @@ int fs_h5_attr_string(hid_t loc, const char *path, const char *name, char *buf, 
         } else {
             size_t len = H5Tget_size(t);
             char *s = len < (1u << 20) ? calloc(1, len + 1) : NULL;
-            if (s && H5Tset_size(mt, len) >= 0 && H5Aread(a, mt, s) >= 0) {
+            /* NULLPAD: a string that fills its field keeps its last character (NULLTERM would
+             * overwrite it with the terminator); the buffer's extra byte ends it */
+            if (s && H5Tset_size(mt, len) >= 0 && H5Tset_strpad(mt, H5T_STR_NULLPAD) >= 0 &&
+                H5Aread(a, mt, s) >= 0) {
                 snprintf(buf, n, "%s", s);
                 ok = 1;
             }

@@ -87,7 +87,26 @@ static ssb4d_status h5_read(framesrc *s, size_t pos0, size_t npos, uint32_t *out
     return SSB4D_OK;
 }
 
+/* float32 datasets (SPEC §4: read as they are): libhdf5 converts byte order. */
+static ssb4d_status h5_read_f32(framesrc *s, size_t pos0, size_t npos, float *out, ssb4d_err *err)
+{
+    h5_reader *r = s->impl;
+    fs_h5_quiet();
+    hsize_t n = (hsize_t)npos * s->shape[2] * s->shape[3];
+    hid_t mspace = H5Screate_simple(1, &n, NULL);
+    herr_t e = mspace < 0 ? -1 : select_positions(r, pos0, npos);
+    if (e >= 0)
+        e = H5Dread(r->dset, H5T_NATIVE_FLOAT, mspace, r->fspace, H5P_DEFAULT, out);
+    if (mspace >= 0)
+        H5Sclose(mspace);
+    if (e < 0)
+        return fs_h5_fail(err, SSB4D_EIO, "%s: reading frames %zu..%zu failed", s->path, pos0,
+                          pos0 + npos);
+    return SSB4D_OK;
+}
+
 static const framesrc_ops h5_ops = {h5_read, h5_close, NULL};
+static const framesrc_ops h5_f32_ops = {NULL, h5_close, h5_read_f32};
 
 /* ---------------------------------------------------------------------------------------- */
 /* Discovery                                                                                  */
@@ -146,7 +165,7 @@ static herr_t visit_cb(hid_t obj, const char *name, const H5O_info_t *info, void
     hid_t sp = H5Dget_space(d), t = H5Dget_type(d);
     int rank = sp < 0 ? -1 : H5Sget_simple_extent_ndims(sp);
     H5T_class_t c = t < 0 ? H5T_NO_CLASS : H5Tget_class(t);
-    if (rank == 4 && c == H5T_INTEGER) {
+    if (rank == 4 && (c == H5T_INTEGER || (c == H5T_FLOAT && H5Tget_size(t) == 4))) {
         if (w->n_ints < MAX_CANDIDATES) {
             char *p = malloc(strlen(name) + 2);
             if (p) {
@@ -158,7 +177,7 @@ static herr_t visit_cb(hid_t obj, const char *name, const H5O_info_t *info, void
         } else {
             w->n_more++;
         }
-    } else if (rank == 4 && c == H5T_FLOAT && w->n_floats < 8) {
+    } else if (rank == 4 && c == H5T_FLOAT && w->n_floats < 8) { /* float64 and others */
         char *p = malloc(strlen(name) + 2);
         if (p) {
             p[0] = '/';
@@ -218,11 +237,11 @@ static ssb4d_status discover(hid_t file, const char *path, char **chosen, ssb4d_
     } else if (w.n_ints == 0 && w.n_floats) {
         for (size_t i = 0; i < w.n_floats; i++)
             list_add(list, sizeof list, w.floats[i]);
-        st = ssb4d_fail(err, SSB4D_EFORMAT, "%s: the rank-4 dataset%s %s %s floating point: convert "
-                        "to integer counts first, ssb4d never quantises", path,
+        st = ssb4d_fail(err, SSB4D_EFORMAT, "%s: the rank-4 dataset%s %s %s floating point of a width "
+                        "other than float32: save it as float32 (ssb4d never quantises silently)", path,
                         w.n_floats > 1 ? "s" : "", list, w.n_floats > 1 ? "are" : "is");
     } else if (w.n_ints == 0) {
-        st = ssb4d_fail(err, SSB4D_ENOTFOUND, "%s holds no rank-4 integer dataset (scan_row, "
+        st = ssb4d_fail(err, SSB4D_ENOTFOUND, "%s holds no rank-4 integer or float32 dataset (scan_row, "
                         "scan_col, det_row, det_col): name one with --dataset PATH%s", path,
                         fs_h5_exists(file, "/entry/data/data")
                             ? " (for a Dectris data file, open its *_master.h5 instead)" : "");
@@ -230,7 +249,7 @@ static ssb4d_status discover(hid_t file, const char *path, char **chosen, ssb4d_
         for (size_t i = 0; i < w.n_ints; i++)
             if (!n_pref || w.preferred[i])
                 list_add(list, sizeof list, w.ints[i]);
-        st = ssb4d_fail(err, SSB4D_EINVAL, "%s holds several rank-4 integer datasets (%s%s): choose "
+        st = ssb4d_fail(err, SSB4D_EINVAL, "%s holds several rank-4 datasets (%s%s): choose "
                         "one with --dataset PATH", path, list, w.n_more ? ", and more" : "");
     }
     walk_free(&w);
@@ -358,12 +377,12 @@ ssb4d_status fs_hdf5_open(framesrc *s, const char *path, const framesrc_opts *o,
     }
     H5T_class_t cls = H5Tget_class(t);
     size_t elem = H5Tget_size(t);
-    if (cls == H5T_FLOAT) {
-        st = ssb4d_fail(err, SSB4D_EFORMAT, "%s is floating point (%zu-byte): convert to integer "
-                        "counts first, ssb4d never quantises", what, elem);
+    if (cls == H5T_FLOAT && elem != 4) {
+        st = ssb4d_fail(err, SSB4D_EFORMAT, "%s is floating point of %zu bytes: save it as float32 "
+                        "(ssb4d never quantises silently)", what, elem);
         goto done;
     }
-    if (cls != H5T_INTEGER) {
+    if (cls != H5T_INTEGER && cls != H5T_FLOAT) {
         st = ssb4d_fail(err, SSB4D_EFORMAT, "%s is not an integer dataset (counts must be uint8, "
                         "uint16 or uint32)", what);
         goto done;
@@ -401,7 +420,8 @@ ssb4d_status fs_hdf5_open(framesrc *s, const char *path, const framesrc_opts *o,
         (st = fs_check_det_opts(o, shape[2], shape[3], what, err)) ||
         (st = fs_h5_check_filters(dcpl, what, err)))
         goto done;
-    int is_signed = H5Tget_sign(t) == H5T_SGN_2;
+    int is_float = cls == H5T_FLOAT;
+    int is_signed = !is_float && H5Tget_sign(t) == H5T_SGN_2;
     /* reopen with a chunk cache sized for this dataset's chunks */
     dapl = dataset_access(dcpl, r->rank, r->dims, elem);
     H5Dclose(d);
@@ -414,12 +434,13 @@ ssb4d_status fs_hdf5_open(framesrc *s, const char *path, const framesrc_opts *o,
     memcpy(s->shape, shape, sizeof shape);
     s->dtype_bytes = (int)elem;
     s->dtype_signed = is_signed;
+    s->is_float = is_float;
     s->format_name = "hdf5";
     fs_meta_string(s, "hdf5_dataset", name);
     if (r->rank == 3)
         fs_meta_string(s, "scan_shape_source", how);
     emd_calibration(s, r->file, name);
-    s->ops = &h5_ops;
+    s->ops = is_float ? &h5_f32_ops : &h5_ops;
     s->impl = r;
     r = NULL;
 done:

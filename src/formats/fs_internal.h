@@ -54,6 +54,8 @@ ssb4d_status fs_empad_open(framesrc *s, const char *path, const framesrc_opts *o
 ssb4d_status fs_dm_open(framesrc *s, const char *path, const framesrc_opts *o, ssb4d_err *err);
 ssb4d_status fs_velox_open(framesrc *s, const char *path, const framesrc_opts *o, ssb4d_err *err);
 ssb4d_status fs_mrc_open(framesrc *s, const char *path, const framesrc_opts *o, ssb4d_err *err);
+/* 1 when a .xml beside raw_path names it as its EMPAD raw file (fs_empad.c). */
+int fs_empad_raw_has_xml(const char *raw_path);
 /* 1 when an HDF5 file looks like a Velox EMD (fs_velox.c). */
 int fs_velox_detect(const char *path);
 /* 1 when the first bytes look like a DM3 / DM4 file (big-endian version 3 or 4; fs_dm.c). */

@@ -6,6 +6,7 @@
 #include "common/err.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -148,10 +149,131 @@ static ssb4d_status derive(mib_header *h, ssb4d_err *err)
     return SSB4D_OK;
 }
 
+/* ---------------------------------------------------------------------------------------- */
+/* Time stamps                                                                                */
+
+/* Days from 1970-01-01 to the civil date y-m-d (proleptic Gregorian; H. Hinnant's algorithm). */
+static int64_t days_from_civil(int64_t y, int64_t m, int64_t d)
+{
+    y -= m <= 2;
+    int64_t era = (y >= 0 ? y : y - 399) / 400, yoe = y - era * 400;
+    int64_t doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
+    return era * 146097 + yoe * 365 + yoe / 4 - yoe / 100 + doy - 719468;
+}
+
+/* k decimal digits at s (exactly), into *v. */
+static int digits(const char *s, size_t k, int64_t *v)
+{
+    int64_t x = 0;
+    for (size_t i = 0; i < k; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return 0;
+        x = x * 10 + (s[i] - '0');
+    }
+    *v = x;
+    return 1;
+}
+
+/* "YYYY-MM-DD HH:MM:SS[.f...]" or "YYYY-MM-DDTHH:MM:SS[.f...][Z]", 1 to 9 fraction digits. */
+static int parse_time(field f, int64_t *ns, int64_t *res)
+{
+    f = trim(f);
+    const char *s = f.p;
+    int64_t y, mo, d, hh, mi, ss, frac = 0, r = 1000000000;
+    if (f.n < 19 || s[4] != '-' || s[7] != '-' || (s[10] != ' ' && s[10] != 'T') || s[13] != ':' ||
+        s[16] != ':')
+        return 0;
+    if (!digits(s, 4, &y) || !digits(s + 5, 2, &mo) || !digits(s + 8, 2, &d) ||
+        !digits(s + 11, 2, &hh) || !digits(s + 14, 2, &mi) || !digits(s + 17, 2, &ss))
+        return 0;
+    if (y < 1970 || y > 2200 || mo < 1 || mo > 12 || d < 1 || d > 31 || hh > 23 || mi > 59 || ss > 60)
+        return 0;
+    size_t i = 19;
+    if (i < f.n && s[i] == '.') {
+        size_t k = 0;
+        i++;
+        while (i + k < f.n && s[i + k] >= '0' && s[i + k] <= '9')
+            k++;
+        if (k < 1 || k > 9 || !digits(s + i, k, &frac))
+            return 0;
+        for (size_t e = k; e < 9; e++)
+            frac *= 10;
+        r = 1;
+        for (size_t e = k; e < 9; e++)
+            r *= 10;
+        i += k;
+    }
+    if (i < f.n && s[i] == 'Z')
+        i++;
+    if (i != f.n)
+        return 0;
+    int64_t sec = days_from_civil(y, mo, d) * 86400 + hh * 3600 + mi * 60 + ss;
+    *ns = sec * 1000000000 + frac; /* year 2200 is about 7.3e18 ns: inside int64 */
+    *res = r;
+    return 1;
+}
+
+/* "<n>ns": the MQ1A shutter time, in seconds (NaN otherwise). */
+static double parse_ns(field f)
+{
+    f = trim(f);
+    unsigned long long v;
+    if (f.n < 3 || f.p[f.n - 2] != 'n' || f.p[f.n - 1] != 's' ||
+        !field_uint((field){f.p, f.n - 2}, 1ull << 62, &v))
+        return NAN;
+    return (double)v * 1e-9;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* The gap after frame i (t non-decreasing): exact in uint64 whatever the values. */
+static inline uint64_t gap(const int64_t *t, size_t i) { return (uint64_t)t[i + 1] - (uint64_t)t[i]; }
+
+/* Long: more than 1.5x the median gap. */
+static inline int is_long(uint64_t g, uint64_t med) { return g > med && g - med > med / 2; }
+
+size_t mib_line_length(const int64_t *t, size_t n, int64_t res_ns, int64_t *median_ns)
+{
+    if (median_ns)
+        *median_ns = 0;
+    if (!t || n < 4 || res_ns < 1)
+        return 0;
+    for (size_t i = 0; i + 1 < n; i++)
+        if (t[i + 1] < t[i])
+            return 0;
+    uint64_t *g = malloc((n - 1) * sizeof *g);
+    if (!g)
+        return 0;
+    for (size_t i = 0; i + 1 < n; i++)
+        g[i] = gap(t, i);
+    qsort(g, n - 1, sizeof *g, cmp_u64);
+    uint64_t med = g[(n - 2) / 2]; /* the lower median of the n - 1 gaps */
+    free(g);
+    if (median_ns)
+        *median_ns = med > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)med;
+    if (med / 4 < (uint64_t)res_ns) /* too coarse: a tick of rounding could fake a long gap */
+        return 0;
+    size_t L = 0;
+    for (size_t i = 0; i + 1 < n && !L; i++)
+        if (is_long(gap(t, i), med))
+            L = i + 1;
+    if (L < 2 || n % L || n / L < 2)
+        return 0;
+    for (size_t i = 0; i + 1 < n; i++)
+        if (is_long(gap(t, i), med) != ((i + 1) % L == 0))
+            return 0;
+    return L;
+}
+
 ssb4d_status mib_parse_header(const uint8_t *buf, size_t len, mib_header *h, ssb4d_err *err)
 {
     memset(h, 0, sizeof *h);
     h->shutter_s = NAN;
+    h->shutter_ext_s = NAN;
     if (!buf || len < 4 || memcmp(buf, "MQ1,", 4) != 0)
         return ssb4d_fail(err, SSB4D_EFORMAT, "not a Merlin frame header (it must start with "
                           "\"MQ1,\")");
@@ -217,12 +339,21 @@ ssb4d_status mib_parse_header(const uint8_t *buf, size_t len, mib_header *h, ssb
             h->layout[li++] = fs[7].p[i];
     if (nf > 10)
         h->shutter_s = field_double(fs[10]);
+    if (nf > 9 && !parse_time(fs[9], &h->time_ns, &h->time_res_ns))
+        h->time_ns = h->time_res_ns = 0;
     for (size_t i = 8; i < nf; i++)
         if (field_is(fs[i], "MQ1A")) {
             if (i + 3 >= nf || !field_uint(fs[i + 3], 64, &v))
                 return ssb4d_fail(err, SSB4D_EFORMAT, "Merlin header extension (MQ1A) has no counter "
                                   "depth");
             h->counter_depth = (int)v;
+            /* the extension's time stamp has ns digits: it wins over field 10 */
+            int64_t tn, tr;
+            if (parse_time(fs[i + 1], &tn, &tr)) {
+                h->time_ns = tn;
+                h->time_res_ns = tr;
+            }
+            h->shutter_ext_s = parse_ns(fs[i + 2]);
             break;
         }
     if (!h->raw && h->counter_depth && h->counter_depth > 8 * (int)h->dtype)

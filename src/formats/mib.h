@@ -5,6 +5,9 @@
  *   MQ1,<seq>,<header bytes>,<chips>,<width>,<height>,<U08|U16|U32|R64>,<layout>,<chip select>,
  *   <time stamp>,<shutter s>,<counter>,<colour>,<gain>,<8 thresholds>,<DACs per chip>...,
  *   MQ1A,<UTC time stamp>,<shutter ns>ns,<counter depth>
+ * Time stamps: field 10 "YYYY-MM-DD HH:MM:SS.ffffff" (local time), the MQ1A one
+ * "YYYY-MM-DDTHH:MM:SS.fffffffffZ" (UTC, ns digits); rosettasciio uses the latter to find the
+ * scan's line length when the .hdr does not give it.
  * Pixel data: big-endian U08/U16/U32 in row-major order ("counting mode"; 1- and 6-bit counters
  * are stored as U08, 12-bit as U16, 24-bit as U32). R64 ("raw") is the chip's readout: 64-bit
  * big-endian words with pixels packed from the least significant bit (64 x 1 bit, 8 x 6-bit in
@@ -38,6 +41,12 @@ typedef struct {
     double shutter_s;     /* field 11: shutter open time in seconds; NaN when absent/unreadable */
     int counter_depth;    /* bits per counter (1, 6, 12, 24) from the field after "MQ1A"+2;
                              0 when the header has no MQ1A extension */
+    /* The frame's time stamp: the MQ1A extension's UTC time (ns digits) when there, else field
+     * 10 (local time, us digits). time_res_ns is the step of its last digit (1 for 9 fraction
+     * digits, 1000 for 6, ...); 0 when neither is readable (then time_ns is 0). */
+    int64_t time_ns;      /* ns since 1970-01-01 00:00:00 (years 1970..2200 only) */
+    int64_t time_res_ns;
+    double shutter_ext_s; /* MQ1A "<n>ns" shutter time in seconds; NaN when absent */
     /* derived */
     size_t rows, cols;    /* the decoded frame (differs from height x width only for raw) */
     size_t data_bytes;    /* bytes of pixel data after the header */
@@ -50,6 +59,16 @@ ssb4d_status mib_parse_header(const uint8_t *buf, size_t len, mib_header *h, ssb
 
 /* Decodes h->data_bytes bytes of pixel data into out[h->rows * h->cols] (row-major). */
 void mib_decode_frame(const mib_header *h, const uint8_t *data, uint32_t *out);
+
+/* The raster line length of a scan from its frames' time stamps t[0..n) (ns; res_ns = the step
+ * of their last digit): within a line frames follow one another
+ * at the frame interval, between lines the beam flies back, so the gap from the last frame of a
+ * line to the first of the next is longer. A gap is long when it exceeds 1.5x the median gap;
+ * the long gaps must be exactly those after frames L-1, 2L-1, ... (every line, nothing else),
+ * L must divide n, and there must be at least two lines of two frames. Refused (0): decreasing
+ * times, a median gap under 4 ticks of the resolution (too coarse to tell), any irregularity.
+ * Returns L, and the median gap in *median_ns when not NULL. */
+size_t mib_line_length(const int64_t *t, size_t n, int64_t res_ns, int64_t *median_ns);
 
 /* Fields of a Merlin acquisition header (.hdr) that give the scan; 0 = absent. */
 typedef struct {
