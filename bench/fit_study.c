@@ -14,8 +14,15 @@
  * frame) and the rotation within 1° (mod 360). One JSON line per case on stdout, then one summary
  * line per stratum and overall; `--table` prints the per-stratum table in Markdown on stderr.
  *
+ * Variants (issue 28): --mirror simulates a mirrored detector (every frame transposed, SPEC §2)
+ * and nothing tells the fit so: it must find the handedness (the truth's φ12 in the mirrored
+ * detector frame is 90° − φ12); --float SIGMA turns the counts into EMPAD-like float data (each
+ * count plus Gaussian read noise of SIGMA electrons, in units of 1/7.3 electron, negative values
+ * kept) read through the float path, never quantised.
+ *
  * usage: ssb4d_fit_study [--n N] [--seed S] [--cases i,j,..] [--tilt] [--threads T]
- *                        [--dump DIR] [--table] [--max-scan N] > record.jsonl
+ *                        [--dump DIR] [--table] [--max-scan N] [--mirror] [--float SIGMA]
+ *                        > record.jsonl
  */
 #include "common/splitmix.h"
 #include "fit/tilt.h"
@@ -268,6 +275,11 @@ static void icom(const uint16_t *counts, size_t n, size_t det, const ssb4d_geome
             sc += (double)(q % det) * f[q];
         }
         double kr = s0 > 0 ? sr / s0 - g->centre_px[0] : 0, kc = s0 > 0 ? sc / s0 - g->centre_px[1] : 0;
+        if (g->flip) {
+            double t = kr;
+            kr = kc;
+            kc = t;
+        }
         cx[p] = kr * ca + kc * sa;
         cy[p] = -kr * sa + kc * ca;
     }
@@ -362,7 +374,8 @@ static void tally_add(tally *t, int ok)
 int main(int argc, char **argv)
 {
     int n = 120, threads = 0, tilt = 0, table = 0, max_scan = 128, rotation_given = 0, objective = -1;
-    int only_th = -1, only_rot = -1, only_dose = -1, branch_check = 1, stats_only = 0, det_os = -1;
+    int only_th = -1, only_rot = -1, only_dose = -1, branch_check = 1, stats_only = 0, det_os = -1, mirror = 0;
+    double float_sigma = -1; /* < 0: counts */
     uint64_t seed = 2026;
     double fit_radius = 0.0; /* 0: the library's default */
     const char *cases = NULL, *dump = NULL;
@@ -406,6 +419,10 @@ int main(int argc, char **argv)
         }
         else if (!strcmp(argv[a], "--table"))
             table = 1;
+        else if (!strcmp(argv[a], "--mirror"))
+            mirror = 1;
+        else if (!strcmp(argv[a], "--float") && a + 1 < argc)
+            float_sigma = atof(argv[++a]);
         else {
             fprintf(stderr, "usage: ssb4d_fit_study [--n N] [--seed S] [--cases i,j,..] [--tilt] "
                             "[--threads T] [--dump DIR] [--table] [--max-scan N]\n");
@@ -437,6 +454,7 @@ int main(int argc, char **argv)
             return 1;
         }
         c.sp.threads = threads;
+        c.sp.det_flip = mirror;
         if (det_os >= 0)
             c.sp.det_oversample = det_os;
         if ((only_th >= 0 && c.th != only_th) || (only_rot >= 0 && c.rot != only_rot) ||
@@ -478,7 +496,18 @@ int main(int argc, char **argv)
         ssb4d_gbuild_opts_default(&go);
         go.threads = threads;
         ssb4d_G *G = NULL;
-        if (ssb4d_source_from_memory(counts, SSB4D_U16, shape, &src, &err) ||
+        float *fdata = NULL;
+        if (float_sigma >= 0) { /* EMPAD-like: (count + read noise) in ADU of 1/7.3 e, seeded per case */
+            fdata = malloc(np * dd * sizeof *fdata);
+            uint64_t rs = c.sp.seed * 0x9E3779B97F4A7C15ull + 12345;
+            for (size_t k = 0; fdata && k < np * dd; k++) {
+                double u1 = unit(&rs), u2 = unit(&rs);
+                double z = sqrt(-2.0 * log(u1 > 0 ? u1 : 1e-300)) * cos(2 * M_PI * u2);
+                fdata[k] = (float)(7.3 * ((double)counts[k] + float_sigma * z));
+            }
+        }
+        if ((fdata ? ssb4d_source_from_memory(fdata, SSB4D_F32, shape, &src, &err)
+                   : ssb4d_source_from_memory(counts, SSB4D_U16, shape, &src, &err)) ||
             ssb4d_calibrate(src, &cp, &cal, &err) ||
             ssb4d_gbuild(src, &cal.geom, cal.bf_pix, cal.n_bf, &go, NULL, &G, &err)) {
             fprintf(stderr, "case %d: calibrate/G: %s\n", i, err.msg);
@@ -498,6 +527,8 @@ int main(int argc, char **argv)
         ssb4d_geometry g0 = cal.geom;
         if (rotation_given)
             g0.rotation_deg = c.rotation_deg;
+        /* the truth's φ12 in the (mirrored) detector frame the fit reports */
+        double phi_true_probe = mirror ? wrap(90.0 - c.sp.ab.phi_deg[SSB4D_C12], 180.0) : c.sp.ab.phi_deg[SSB4D_C12];
         ssb4d_fit_result r;
         memset(&r, 0, sizeof r);
         if (stats_only)
@@ -511,30 +542,33 @@ int main(int argc, char **argv)
         {
             ssb4d_geometry gt = cal.geom;
             gt.rotation_deg = c.rotation_deg;
+            gt.flip = mirror;
             ssb4d_aberrations at = c.sp.ab;
             at.C_nm[SSB4D_C10] = c.c10_mean_plane;
             at.phi_deg[SSB4D_C12] = c.sp.ab.phi_deg[SSB4D_C12] + c.rotation_deg; /* scan frame */
             branch_stats(counts, np, dd, &cal, G, &gt, &at, bstat);
-            expl[0] = explained(G, &cal.geom, c.sp.scan_n, c.rotation_deg, &at);
+            expl[0] = explained(G, &gt, c.sp.scan_n, c.rotation_deg, &at);
             ssb4d_ssb_opts so;
             ssb4d_ssb_opts_default(&so);
             so.threads = threads;
             if (ssb4d_loss(G, &gt, &at, NULL, &so, NULL, &loss_truth, NULL, &err))
                 loss_truth = NAN;
         }
-        expl[1] = explained(G, &cal.geom, c.sp.scan_n, r.geom.rotation_deg, &r.ab);
+        ssb4d_geometry gfit = cal.geom;
+        gfit.flip = r.geom.flip;
+        expl[1] = explained(G, &gfit, c.sp.scan_n, r.geom.rotation_deg, &r.ab);
         double tol10 = c.thickness_nm > 10.0 ? 2.0 : 0.2;
         double c12 = c.sp.ab.C_nm[SSB4D_C12];
         double d10 = r.ab.C_nm[SSB4D_C10] - c.c10_mean_plane;
         double d12 = r.ab.C_nm[SSB4D_C12] - c12;
-        double dphi = wrap(r.phi12_probe_deg - c.sp.ab.phi_deg[SSB4D_C12], 180.0);
+        double dphi = wrap(r.phi12_probe_deg - phi_true_probe, 180.0);
         double drot = wrap(r.geom.rotation_deg - c.rotation_deg, 360.0);
         int ok10 = fabs(d10) <= tol10, ok12 = fabs(d12) <= 0.2, okphi = c12 < 1.0 || fabs(dphi) <= 3.0;
-        int okrot = fabs(drot) <= 1.0;
-        int ok = ok10 && ok12 && okphi && okrot;
+        int okrot = fabs(drot) <= 1.0, okflip = r.geom.flip == mirror;
+        int ok = ok10 && ok12 && okphi && okrot && okflip;
         /* C10 of a crystal t thick is the defocus at its mean plane; the probe is defocused by ±t/2
          * through it, so a second tally accepts C10 anywhere in the middle half of the depth */
-        int ok_depth = (fabs(d10) <= fmax(tol10, 0.25 * c.thickness_nm)) && ok12 && okphi && okrot;
+        int ok_depth = (fabs(d10) <= fmax(tol10, 0.25 * c.thickness_nm)) && ok12 && okphi && okrot && okflip;
         /* the thick-sample fit on the tilted thick cases */
         int tilt_ok = -1;
         double tilt_fit[2] = {NAN, NAN}, t_fit = NAN, t4 = t3;
@@ -571,26 +605,27 @@ int main(int argc, char **argv)
         snprintf(line, sizeof line, "{\"i\":%d,\"specimen\":\"%s\",\"kv\":%g,\"semiangle_mrad\":%.2f,\"scan\":%d,\"scan_cells\":%d,"
                "\"step_A\":%.4f,\"det\":%d,\"bf_radius_px\":%.2f,\"window_A\":%.2f,\"footprint_A\":%.2f,\"dose\":%.0f,\"thickness_nm\":%.2f,"
                "\"tilt_mrad\":[%.3f,%.3f],\"strata\":{\"thickness\":\"%s\",\"rotation\":\"%s\",\"dose\":\"%s\"},"
-               "\"truth\":{\"C10_nm_mean_plane\":%.4f,\"C12_nm\":%.4f,\"phi12_deg_probe\":%.3f,\"rotation_deg\":%.3f},"
+               "\"truth\":{\"C10_nm_mean_plane\":%.4f,\"C12_nm\":%.4f,\"phi12_deg_probe\":%.3f,\"rotation_deg\":%.3f,\"flip\":%d},\"float_sigma\":%.3f,"
                "\"fit\":{\"C10_nm\":%.4f,\"C12_nm\":%.4f,\"phi12_deg_probe\":%.3f,\"phi12_deg_scan\":%.3f,"
-               "\"rotation_deg\":%.3f,\"rotation_source\":\"%s\",\"branch_flipped\":%d,\"loss\":%.9g,"
+               "\"rotation_deg\":%.3f,\"rotation_source\":\"%s\",\"flip\":%d,\"flip_source\":\"%s\",\"flip_objective\":[%.6f,%.6f],\"calibration_flip\":%d,\"calibration_flip_fitted\":%d,\"branch_flipped\":%d,\"loss\":%.9g,"
                "\"confident\":%d,\"skewness\":%.3f,\"contrast\":%.4f},"
                "\"parallax\":{\"C10_nm\":%.4f,\"C12_nm\":%.4f,\"phi12_deg_scan\":%.3f,\"rotation_deg\":%.3f,"
                "\"sigma\":[%.4f,%.4f,%.3f,%.3f]},"
                "\"calibration_rotation_deg\":%.3f,\"calibration_rotation_sigma_deg\":%.3f,"
-               "\"dC10\":%.4f,\"dC12\":%.4f,\"dphi12\":%.3f,\"drotation\":%.3f,\"ok\":%s,\"ok_depth\":%s,\"branch_ok\":%s,"
+               "\"dC10\":%.4f,\"dC12\":%.4f,\"dphi12\":%.3f,\"drotation\":%.3f,\"ok\":%s,\"ok_depth\":%s,\"branch_ok\":%s,\"flip_ok\":%s,"
                "\"tilt_fit_mrad\":[%.3f,%.3f],\"thickness_fit_nm\":%.3f,\"tilt_ok\":%d,"
                "\"explained\":{\"truth\":%.6f,\"fit\":%.6f},\"loss_truth\":%.9g,\"truth_branch\":{\"skewness\":%.3f,\"corr_negbf\":%.4f,\"corr_df\":%.4f,\"icom_skewness\":%.3f},\"evaluations\":%zu,\"simulate_s\":%.2f,\"calibrate_gbuild_s\":%.2f,\"fit_s\":%.2f,\"tilt_s\":%.2f}\n",
                i, c.sp.specimen == SSB4D_SPECIMEN_AU ? "Au" : "SrTiO3", c.sp.kv, c.sp.semiangle_mrad, c.sp.scan_n,
                c.sp.scan_cells, info.scan_step_A, c.sp.det, info.bf_radius_px, info.window_A,
                2.0 * c.sp.semiangle_mrad * 1e-3 * 10.0 * (fabs(c.sp.ab.C_nm[SSB4D_C10]) + c.sp.ab.C_nm[SSB4D_C12]) + 4.0, c.sp.dose, c.thickness_nm,
                -c.sp.tilt_mrad[0], -c.sp.tilt_mrad[1], th_name[c.th], rot_name[c.rot], dose_name[c.dose_class],
-               c.c10_mean_plane, c12, c.sp.ab.phi_deg[SSB4D_C12], c.rotation_deg, r.ab.C_nm[SSB4D_C10],
+               c.c10_mean_plane, c12, phi_true_probe, c.rotation_deg, mirror, float_sigma, r.ab.C_nm[SSB4D_C10],
                r.ab.C_nm[SSB4D_C12], r.phi12_probe_deg, r.ab.phi_deg[SSB4D_C12], r.geom.rotation_deg,
-               r.rotation_source, r.branch_flipped, r.loss, r.confident, r.skewness, r.loss_contrast, r.parallax.C10_nm, r.parallax.C12_nm,
+               r.rotation_source, r.geom.flip, r.flip_source, r.flip_objective[0], r.flip_objective[1], cal.geom.flip,
+               cal.flip_fitted, r.branch_flipped, r.loss, r.confident, r.skewness, r.loss_contrast, r.parallax.C10_nm, r.parallax.C12_nm,
                r.parallax.phi12_deg, r.parallax.rotation_deg, r.parallax.sigma[0], r.parallax.sigma[1],
                r.parallax.sigma[2], r.parallax.sigma[3], cal.rotation_curl_deg, cal.rotation_sigma_deg, d10, d12,
-               dphi, drot, ok ? "true" : "false", ok_depth ? "true" : "false", fabs(drot) < 90.0 ? "true" : "false", tilt_fit[0], tilt_fit[1], t_fit, tilt_ok, expl[0], expl[1], loss_truth, bstat[0], bstat[1], bstat[2], bstat[3], r.evaluations,
+               dphi, drot, ok ? "true" : "false", ok_depth ? "true" : "false", fabs(drot) < 90.0 ? "true" : "false", okflip ? "true" : "false", tilt_fit[0], tilt_fit[1], t_fit, tilt_ok, expl[0], expl[1], loss_truth, bstat[0], bstat[1], bstat[2], bstat[3], r.evaluations,
                t1 - t0, t2 - t1, t3 - t2, t4 - t3);
         json_line(line);
         ssb4d_fit_result_free(&r);
@@ -598,6 +633,7 @@ int main(int argc, char **argv)
         ssb4d_calibration_free(&cal);
         ssb4d_source_close(src);
         free(counts);
+        free(fdata);
     }
     double secs = now() - t_all0;
 #define SUMMARY(label, t)                                                                                  \

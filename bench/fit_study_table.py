@@ -4,8 +4,9 @@
 usage: bench/fit_study_table.py FILE.jsonl [...]   (Markdown on stdout)
 
 Columns: n; ok (C10 within 0.2 nm, 2 nm above 10 nm thickness; C12 within 0.2 nm; phi12 within
-3 deg when C12 >= 1 nm; rotation within 1 deg); ok_depth (C10 anywhere in the middle half of the
-crystal's depth); branch (rotation within 90 deg of the truth); confident (the fit said so); and
+3 deg when C12 >= 1 nm; rotation within 1 deg; the detector's handedness right); ok_depth (C10 anywhere in the middle half of the
+crystal's depth); branch (rotation within 90 deg of the truth); handedness (mirrored or not, as
+the truth); confident (the fit said so); and
 ok among the confident fits (how far a confident answer can be trusted).
 """
 import json
@@ -37,7 +38,9 @@ def row(label, rs):
     br = sum(r["branch_ok"] for r in rs)
     conf = [r for r in rs if r["fit"]["confident"]]
     okc = sum(r["ok"] for r in conf)
-    return f"| {label} | {n} | {pct(ok, n)} | {pct(okd, n)} | {pct(br, n)} | {pct(len(conf), n)} | {pct(okc, len(conf))} |"
+    fl = sum(r.get("flip_ok", True) for r in rs)  # records before issue 28: no mirrored detector
+    return (f"| {label} | {n} | {pct(ok, n)} | {pct(okd, n)} | {pct(br, n)} | {pct(fl, n)} | {pct(len(conf), n)} "
+            f"| {pct(okc, len(conf))} |")
 
 
 def tilt_ok(r):
@@ -52,8 +55,8 @@ def tilt_ok(r):
 
 def main():
     rows = load(sys.argv[1:])
-    print("| stratum | n | ok | ok (depth) | branch | confident | ok when confident |")
-    print("|---|---|---|---|---|---|---|")
+    print("| stratum | n | ok | ok (depth) | branch | handedness | confident | ok when confident |")
+    print("|---|---|---|---|---|---|---|---|")
     print(row("all", rows))
     for key in ("thickness", "rotation", "dose"):
         labels = []

@@ -148,7 +148,7 @@ double ssb4d_chi(const ssb4d_aberrations *ab, double lambda_A, double vx, double
  * gain-normalised data, read as they are: SPEC §4). The low byte is the width in bytes. */
 typedef enum { SSB4D_U8 = 1, SSB4D_U16 = 2, SSB4D_U32 = 4, SSB4D_F32 = 0x104 } ssb4d_dtype;
 /* Bytes per value of a dtype (1, 2 or 4). */
-static inline size_t ssb4d_dtype_bytes(ssb4d_dtype t) { return (size_t)t & 0xff; }
+size_t ssb4d_dtype_bytes(ssb4d_dtype t);
 
 typedef struct ssb4d_source ssb4d_source;
 

@@ -497,7 +497,7 @@ static void from_calibration(void **state)
     (void)state;
     ssb4d_calibration cal;
     memset(&cal, 0, sizeof cal);
-    cal.geom = (ssb4d_geometry){300, 25, {0.5, 0.5}, {1.25, 1.5}, {24, 23.5}, -9.5};
+    cal.geom = (ssb4d_geometry){300, 25, {0.5, 0.5}, {1.25, 1.5}, {24, 23.5}, -9.5, 0};
     cal.selection_radius_px = 18;
     cal.disk_radius_px = 19.5;
     cal.det_shape[0] = cal.det_shape[1] = 48;
@@ -571,7 +571,7 @@ static void set_fit(void **state)
     (void)state;
     ssb4d_fit_result r;
     memset(&r, 0, sizeof r);
-    r.geom = (ssb4d_geometry){300, 25, {0.5, 0.5}, {1.25, 1.25}, {24, 24}, 12.4};
+    r.geom = (ssb4d_geometry){300, 25, {0.5, 0.5}, {1.25, 1.25}, {24, 24}, 12.4, 0};
     r.ab.C_nm[SSB4D_C10] = -9.8;
     r.ab.C_nm[SSB4D_C12] = 2.0;
     r.ab.phi_deg[SSB4D_C12] = 47.42;

@@ -560,7 +560,7 @@ static void test_upsample_auto(void **state)
         assert_int_equal(ref_upsample_auto(&g), cases[i].f);
     }
     /* A2: 200 kV, 20 mrad, 0.33983 Å: band 1.5949, f/(2s) = 1.4713 f → 2 */
-    ssb4d_geometry g = {200.0, 20.0, {0.33983, 0.33983}, {1.23, 1.23}, {21, 21}, 0.0};
+    ssb4d_geometry g = {200.0, 20.0, {0.33983, 0.33983}, {1.23, 1.23}, {21, 21}, 0.0, 0};
     assert_int_equal(ssb4d_upsample_auto(&g), 2);
     g.scan_step_A[0] = g.scan_step_A[1] = 0.3;
     assert_int_equal(ssb4d_upsample_auto(&g), 1);

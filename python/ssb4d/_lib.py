@@ -97,12 +97,13 @@ class Thick(Structure):
 
 class Geometry(Structure):
     _fields_ = [('kv', c_double), ('semiangle_mrad', c_double), ('scan_step_A', c_double * 2),
-                ('det_sampling_mrad', c_double * 2), ('centre_px', c_double * 2), ('rotation_deg', c_double)]
+                ('det_sampling_mrad', c_double * 2), ('centre_px', c_double * 2), ('rotation_deg', c_double),
+                ('flip', c_int)]
 
 
 class CalibParams(Structure):
     _fields_ = [('kv', c_double), ('semiangle_mrad', c_double), ('scan_step_A', c_double * 2),
-                ('det_sampling_mrad', c_double * 2), ('rotation_deg', c_double), ('bf_radius_px', c_double),
+                ('det_sampling_mrad', c_double * 2), ('rotation_deg', c_double), ('flip', c_int), ('bf_radius_px', c_double),
                 ('centre_px', c_double * 2), ('hot_pixels', c_int), ('threads', c_int), ('mem', c_void_p),
                 ('block_bytes', c_size_t)]
 
@@ -113,7 +114,8 @@ class Calibration(Structure):
                 ('disk_threshold_two_class', c_int), ('disk_threshold_half_median', c_int),
                 ('edge_radius_px', c_double), ('selection_radius_px', c_double), ('rotation_curl_deg', c_double),
                 ('curl_ratio', c_double), ('rotation_sigma_deg', c_double), ('det_sampling_fitted', c_int),
-                ('rotation_fitted', c_int), ('centre_fitted', c_int), ('mean_pattern', POINTER(c_double)),
+                ('rotation_fitted', c_int), ('centre_fitted', c_int), ('flip_fitted', c_int),
+                ('curl_ratio_other', c_double), ('mean_pattern', POINTER(c_double)),
                 ('bf_pix', POINTER(c_int32)), ('n_bf', c_size_t), ('flagged', POINTER(c_int32)),
                 ('n_flagged', c_size_t), ('total_counts', c_double)]
 
@@ -121,7 +123,8 @@ class Calibration(Structure):
 class Values(Structure):
     _fields_ = [('kv', c_double), ('semiangle_mrad', c_double), ('scan_step_A', c_double * 2),
                 ('det_sampling_mrad', c_double * 2), ('centre_px', c_double * 2), ('rotation_deg', c_double),
-                ('bf_radius_px', c_double), ('rotation_from', c_char * 32), ('rotation_measured', c_int),
+                ('bf_radius_px', c_double), ('rotation_from', c_char * 32), ('flip', c_int), ('flip_from', c_char * 32),
+                ('rotation_measured', c_int),
                 ('rotation_sigma_deg', c_double), ('has_ab', c_int), ('ab_from_truth', c_int),
                 ('ab', Aberrations), ('ab_from', c_char * 64), ('has_thick', c_int), ('thick', Thick),
                 ('sidecar_path', c_char * 4096), ('calibration_identity', c_char * 96)]
@@ -131,7 +134,8 @@ class Parallax(Structure):
     _fields_ = [('B', c_double * 4), ('J', c_double), ('n_alt', c_size_t),
                 ('alt_B', (c_double * 4) * PARALLAX_ALT), ('alt_J', c_double * PARALLAX_ALT),
                 ('C10_nm', c_double), ('C12_nm', c_double), ('phi12_deg', c_double), ('rotation_deg', c_double),
-                ('est', c_double * 4), ('sigma', c_double * 4), ('residual_A', c_double),
+                ('est', c_double * 4), ('sigma', c_double * 4), ('flip', c_int), ('est_other', c_double * 4),
+                ('sigma_other', c_double * 4), ('residual_A', c_double),
                 ('n_offsets', c_size_t), ('n_bins', c_size_t), ('n_pixels', c_size_t), ('seconds', c_double)]
 
 
@@ -145,13 +149,15 @@ class FitParams(Structure):
                 ('locked', c_int * 3), ('trials', c_size_t), ('batch', c_size_t), ('seed', c_uint64),
                 ('fit_radius', c_double), ('coarse_bf', c_size_t), ('objective', c_int),
                 ('band_lo_inv_A', c_double), ('band_hi_inv_A', c_double), ('use_parallax', c_int),
-                ('rotation_given', c_int), ('rotation_sigma_deg', c_double), ('branch_check', c_int),
+                ('rotation_given', c_int), ('rotation_sigma_deg', c_double), ('flip_given', c_int),
+                ('flip_measured', c_int), ('branch_check', c_int),
                 ('base', Aberrations), ('threads', c_int), ('progress', PROGRESS), ('progress_user', c_void_p)]
 
 
 class FitResult(Structure):
     _fields_ = [('ab', Aberrations), ('phi12_probe_deg', c_double), ('geom', Geometry),
-                ('rotation_source', c_char * 24), ('rotation_sigma_deg', c_double), ('loss', c_double),
+                ('rotation_source', c_char * 24), ('rotation_sigma_deg', c_double), ('flip_source', c_char * 24),
+                ('flip_objective', c_double * 2), ('loss', c_double),
                 ('objective', c_double), ('branch_flipped', c_int), ('skewness', c_double),
                 ('skewness_other', c_double), ('parallax', Parallax), ('parallax_ok', c_int),
                 ('loss_contrast', c_double), ('confident', c_int), ('warning', c_char * 256),
@@ -219,13 +225,17 @@ class ImportParams(Structure):
                 ('big_endian', c_int), ('offset', c_size_t), ('hot', c_int), ('kv', c_double),
                 ('semiangle_mrad', c_double), ('scan_step_A', c_double * 2), ('det_sampling_mrad', c_double * 2),
                 ('evidence', c_char_p * 4), ('chunk_scans', c_size_t), ('threads', c_int), ('force', c_int),
-                ('mem', c_void_p), ('progress', PROGRESS), ('progress_user', c_void_p)]
+                ('mem', c_void_p), ('progress', PROGRESS), ('progress_user', c_void_p), ('gain', c_double),
+                ('dtype_float', c_int), ('more_paths', c_void_p), ('n_more_paths', c_size_t),
+                ('camera_length_mm', c_double), ('dwell_us', c_double), ('flip', c_int)]
 
 
 class ImportReport(Structure):
     _fields_ = [('shape', c_size_t * 4), ('source_dtype_bytes', c_int), ('stored_dtype_bytes', c_int),
                 ('source_format', c_char_p), ('flagged_file', c_size_t), ('flagged_found', c_size_t),
-                ('input_bytes', c_size_t), ('encoded_bytes', c_size_t), ('seconds', c_double)]
+                ('input_bytes', c_size_t), ('encoded_bytes', c_size_t), ('seconds', c_double), ('source_float', c_int),
+                ('gain', c_double), ('gain_how', c_char * 96), ('quant_max_e', c_double), ('quant_rms_e', c_double),
+                ('quant_clipped', c_size_t)]
 
 
 class SimParams(Structure):
@@ -234,7 +244,7 @@ class SimParams(Structure):
                 ('scan_rotation_deg', c_double), ('scan_n', c_int), ('scan_cells', c_int), ('det', c_int),
                 ('grid', c_int), ('det_oversample', c_int), ('dose', c_double), ('seed', c_uint64),
                 ('threads', c_int), ('reuse_bytes', c_size_t), ('block_bytes', c_size_t),
-                ('progress', PROGRESS), ('progress_user', c_void_p)]
+                ('progress', PROGRESS), ('progress_user', c_void_p), ('det_flip', c_int)]
 
 
 class SimInfo(Structure):

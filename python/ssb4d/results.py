@@ -51,11 +51,12 @@ class Geometry:
     det_sampling_mrad: Tuple[float, float]
     centre_px: Tuple[float, float]
     rotation_deg: float
+    flip: bool = False  # the detector is mirrored: its axes swapped before the rotation (SPEC §2)
 
     @classmethod
     def _from(cls, g):
         return cls(g.kv, g.semiangle_mrad, tuple(g.scan_step_A), tuple(g.det_sampling_mrad), tuple(g.centre_px),
-                   g.rotation_deg)
+                   g.rotation_deg, bool(g.flip))
 
 
 @dataclass
@@ -74,6 +75,7 @@ class Calibration:
     rotation_fitted: bool
     det_sampling_fitted: bool
     total_counts: float
+    flip_fitted: bool                          # geometry.flip decided by the centre of mass's curl
     mean_pattern: object = field(repr=False)   # float64 (det rows, det cols)
     bf_pixels: object = field(repr=False)      # int32 flat detector indices, ascending
     flagged_pixels: object = field(repr=False)  # int32 flat detector indices
@@ -89,7 +91,7 @@ class Calibration:
         return cls(Geometry._from(c.geom), tuple(c.scan_shape), tuple(c.det_shape), tuple(c.disk_centre_px),
                    c.disk_radius_px, c.selection_radius_px, c.n_bf, c.n_flagged, c.rotation_curl_deg,
                    c.rotation_sigma_deg, bool(c.rotation_fitted), bool(c.det_sampling_fitted), c.total_counts,
-                   mean, bf, fl)
+                   bool(c.flip_fitted), mean, bf, fl)
 
 
 @dataclass
@@ -103,6 +105,8 @@ class FitResult:
     rotation_deg: float
     rotation_source: str
     rotation_sigma_deg: float
+    flip: bool          # the detector's handedness the fit used (SPEC §2)
+    flip_source: str    # 'given', 'objective', 'centre of mass', 'assumed' or 'undetermined'
     loss: float
     objective: float
     confident: bool
@@ -140,7 +144,8 @@ class FitResult:
         raw.trials = None
         raw.n_trials = 0
         return cls(r.ab.C_nm[0], r.ab.C_nm[1], r.ab.phi_deg[1], r.phi12_probe_deg, r.geom.rotation_deg,
-                   _lib.s(r.rotation_source), r.rotation_sigma_deg, r.loss, r.objective, bool(r.confident),
+                   _lib.s(r.rotation_source), r.rotation_sigma_deg, bool(r.geom.flip), _lib.s(r.flip_source),
+                   r.loss, r.objective, bool(r.confident),
                    _lib.s(r.warning), bool(r.branch_flipped), r.loss_contrast, r.n_fit_bf, r.evaluations,
                    r.nm_iterations, _lib.s(r.trace_sha256), r.seconds, aberrations_dict(r.ab),
                    Geometry._from(r.geom), tr, px, raw)
@@ -256,6 +261,8 @@ class Values:
     rotation_deg: Optional[float]
     rotation_from: str
     rotation_measured: bool
+    flip: Optional[bool]
+    flip_from: str
     aberrations: Optional[Dict[str, float]]
     aberrations_from: str
     sidecar: Optional[str]
@@ -270,6 +277,7 @@ class Values:
             return None if math.isnan(x[0]) or math.isnan(x[1]) else (x[0], x[1])
         return cls(one(v.kv), one(v.semiangle_mrad), pair(v.scan_step_A), pair(v.det_sampling_mrad),
                    pair(v.centre_px), one(v.rotation_deg), _lib.s(v.rotation_from), bool(v.rotation_measured),
+                   None if v.flip < 0 else bool(v.flip), _lib.s(v.flip_from),
                    aberrations_dict(v.ab) if v.has_ab else None, _lib.s(v.ab_from),
                    _lib.s(v.sidecar_path) or None, v)
 
@@ -286,6 +294,12 @@ class ImportReport:
     input_bytes: int
     encoded_bytes: int
     seconds: float
+    source_float: bool = False          # float32 data, quantised at gain electrons per unit
+    gain: Optional[float] = None
+    gain_source: str = ''
+    quantisation_max_error_e: float = 0.0
+    quantisation_rms_error_e: float = 0.0
+    negative_values_stored_as_zero: int = 0
 
 
 @dataclass

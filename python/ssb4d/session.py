@@ -82,6 +82,8 @@ class Session:
         c.centre_px[0], c.centre_px[1] = cp
         rot = micro.get('rotation_deg')
         c.rotation_deg = _NAN if rot is None else rot
+        flip = micro.get('flip')
+        c.flip = -1 if flip is None else (1 if flip else 0)
         c.bf_radius_px = micro.get('bf_radius_px') or 0.0
         c.hot_pixels = 1 if hot_pixels else 0
         c.threads = threads
@@ -508,6 +510,8 @@ def _microscope(values, kw):
                  rotation_sigma_deg=values._raw.rotation_sigma_deg if values._raw is not None else None)
         if values._raw is not None and not math.isnan(values._raw.bf_radius_px):  # a calibration file's
             m['bf_radius_px'] = values._raw.bf_radius_px
+        if values.flip is not None:
+            m['flip'] = values.flip
     for k in ('kv', 'semiangle_mrad', 'bf_radius_px'):
         if kw.get(k) is not None:
             m[k] = float(kw[k])
@@ -517,6 +521,8 @@ def _microscope(values, kw):
     if kw.get('rotation_deg') is not None:
         m['rotation_deg'] = float(kw['rotation_deg'])
         m['rotation_measured'] = False
+    if kw.get('flip') is not None:
+        m['flip'] = bool(kw['flip'])
     need = (('kv', 'the accelerating voltage is unknown: give kv= (kV)'),
             ('semiangle_mrad', 'the convergence semi-angle is unknown: give semiangle_mrad= (mrad)'),
             ('scan_step_A', 'the scan step is unknown: give scan_step_A= (Angstrom)'))
@@ -544,15 +550,19 @@ def _new(open_fn, values, micro, memory, threads, backend, hot_pixels, region, s
 
 
 def open(path, *, kv=None, semiangle_mrad=None, scan_step_A=None, det_sampling_mrad=None, centre_px=None,
-         rotation_deg=None, bf_radius_px=None, sidecar=None, calibration=None, memory=None, threads=0,
-         backend='auto', hot_pixels=True, region=None, qem=None, format=None, dataset=None,
+         rotation_deg=None, flip=None, bf_radius_px=None, sidecar=None, calibration=None, memory=None, threads=0,
+         backend='auto', hot_pixels=True, region=None, qem=None, format=None, dataset=None, gain=None,
          progress=True) -> Session:
     """Opens an acquisition file as a :class:`Session`.
 
-    ``.qem`` and ``.npy`` files are used in place (memory-mapped). Other formats (HDF5 / EMD /
-    py4DSTEM, Dectris Arina, Merlin .mib, raw) are imported once into a ``.qem`` (``qem=`` names
-    where to keep it, else a temporary file removed at close; ``format``, ``dataset`` as
-    :func:`ssb4d.encode`).
+    Every format ``ssb4d import`` reads whose file states its whole shape (.qem, .npy, HDF5 /
+    EMD / py4DSTEM, Dectris Arina, Merlin .mib, EMPAD, Gatan DM3/DM4, Velox EMD, MRC) is read in
+    place, counts or float32 values alike (float data are never quantised). ``qem=`` (or
+    ``format``/``dataset``, which need the importer's options) imports it once into a ``.qem``
+    instead (``qem=`` names where to keep it, else a temporary file removed at close; float data
+    then need ``gain=``, electrons per unit, or 'auto', as :func:`ssb4d.encode`). ``flip``: the
+    detector is mirrored (True) or not (False); None: as the file or calibration states, else
+    the fit tests both.
 
     The microscope values start from what the file states (a .qem's record, the simulator
     sidecar beside it or ``sidecar=``, a calibration file ``calibration=``); keywords win:
@@ -564,18 +574,18 @@ def open(path, *, kv=None, semiangle_mrad=None, scan_step_A=None, det_sampling_m
     from .tools import encode, values as read_values
     path = os.fspath(path)
     kw = dict(kv=kv, semiangle_mrad=semiangle_mrad, scan_step_A=scan_step_A, det_sampling_mrad=det_sampling_mrad,
-              centre_px=centre_px, rotation_deg=rotation_deg, bf_radius_px=bf_radius_px)
+              centre_px=centre_px, rotation_deg=rotation_deg, bf_radius_px=bf_radius_px, flip=flip)
     tmpdir = None
     data = path
-    if _needs_import(path):
+    if _needs_import(path) and (qem is not None or format is not None or dataset is not None):
         if qem is None:
             tmpdir = tempfile.TemporaryDirectory(prefix='ssb4d-')
             qem = os.path.join(tmpdir.name, os.path.basename(path) + '.qem')
         sp = _pair('scan_step_A', scan_step_A)
         ds = _pair('det_sampling_mrad', det_sampling_mrad)
         encode(path, qem, format=format, dataset=dataset, kv=kv, semiangle_mrad=semiangle_mrad, scan_step_A=sp,
-               det_sampling_mrad=ds, force=tmpdir is not None, progress=progress)
-        data = qem
+               det_sampling_mrad=ds, force=tmpdir is not None, gain=gain, progress=progress)
+        data = os.fspath(qem)
     v = read_values(data, sidecar=sidecar, calibration=calibration)
     micro = _microscope(v, kw)
     s = _new(lambda o, out, err: lib.ssb4d_session_open(_lib.enc(data), o, out, err), v, micro, memory, threads,
@@ -605,22 +615,24 @@ builtins_open = builtins.open
 
 
 def open_array(data, *, kv, semiangle_mrad, scan_step_A, det_sampling_mrad=None, centre_px=None, rotation_deg=None,
-               bf_radius_px=None, memory=None, threads=0, backend='auto', hot_pixels=True, region=None) -> Session:
-    """Opens a 4-D numpy array (scan rows, scan cols, detector rows, detector cols) of counts as a
-    :class:`Session`.
+               flip=None, bf_radius_px=None, memory=None, threads=0, backend='auto', hot_pixels=True,
+               region=None) -> Session:
+    """Opens a 4-D numpy array (scan rows, scan cols, detector rows, detector cols) of counts or
+    intensities as a :class:`Session`.
 
-    uint8, uint16 and uint32 arrays in C order are used without a copy (keep them unchanged while
-    the session is open; the session holds a reference). float32 arrays of whole non-negative
-    counts are converted once (a copy) to the smallest unsigned type that holds them; fractional
-    floats, signed or big-endian dtypes, other ranks and non-C-contiguous strides are refused.
+    uint8, uint16, uint32 and float32 arrays in C order are used without a copy (keep them
+    unchanged while the session is open; the session holds a reference). float32 values are used
+    as they are (gain-normalised or analogue data; negative values allowed, never quantised;
+    integer-valued floats give the same bits as the same counts); NaN or infinite values,
+    signed or big-endian dtypes, other ranks and non-C-contiguous strides are refused.
     The microscope values are required here (kv, semiangle_mrad, scan_step_A); the others as in
     :func:`ssb4d.open`.
     """
     a = _check_array(data)
     kw = dict(kv=kv, semiangle_mrad=semiangle_mrad, scan_step_A=scan_step_A, det_sampling_mrad=det_sampling_mrad,
-              centre_px=centre_px, rotation_deg=rotation_deg, bf_radius_px=bf_radius_px)
+              centre_px=centre_px, rotation_deg=rotation_deg, bf_radius_px=bf_radius_px, flip=flip)
     micro = _microscope(None, kw)
-    dt = {1: 1, 2: 2, 4: 4}[a.dtype.itemsize]
+    dt = 0x104 if a.dtype == np.float32 else {1: 1, 2: 2, 4: 4}[a.dtype.itemsize]
     shape = (ctypes.c_size_t * 4)(*a.shape)
     ptr = a.ctypes.data_as(ctypes.c_void_p)
     s = _new(lambda o, out, err: lib.ssb4d_session_open_memory(ptr, dt, shape, o, out, err), None, micro, memory,
@@ -643,10 +655,8 @@ def _check_array(data):
     if dt in (np.uint8, np.uint16, np.uint32):
         return data
     if dt == np.float32:
-        if data.size and (not np.isfinite(data).all() or (data < 0).any() or (np.floor(data) != data).any()):
-            raise InvalidArgument('float32 data must hold whole non-negative counts (ssb4d works on counts); '
-                                  'round or rescale it first, e.g. np.rint(a).astype(np.uint16)')
-        top = float(data.max()) if data.size else 0.0
-        return np.ascontiguousarray(data.astype(np.uint16 if top <= 65535 else np.uint32))
-    raise InvalidArgument('dtype %s is not supported: counts must be uint8, uint16, uint32 or float32 holding '
-                          'whole counts' % dt)
+        if data.size and not np.isfinite(data).all():
+            raise InvalidArgument('float32 data hold NaN or infinite values')
+        return data
+    raise InvalidArgument('dtype %s is not supported: counts must be uint8, uint16 or uint32, intensities '
+                          'float32' % dt)

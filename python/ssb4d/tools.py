@@ -43,13 +43,16 @@ _HOT = {'median': 0, 'zero': 1, 'none': 2}
 
 def encode(src, out, *, format=None, dataset=None, shape=None, dtype=None, big_endian=False, offset=0,
            scan_shape=None, hot_pixels='median', kv=None, semiangle_mrad=None, scan_step_A=None,
-           det_sampling_mrad=None, force=False, threads=0, progress=True) -> ImportReport:
+           det_sampling_mrad=None, force=False, threads=0, gain=None, flip=None, more=(),
+           progress=True) -> ImportReport:
     """Imports an acquisition (.npy, raw, HDF5 / EMD / py4DSTEM, Dectris Arina, Merlin .mib) into
     the encoded .qem form (``ssb4d import``): every count kept exactly except those of flagged
     pixels (``hot_pixels``: 'median', 'zero' or 'none'), written atomically. Microscope values
     given here, or found in a simulator sidecar beside ``src``, are recorded in the file.
     raw: ``shape`` (4 sizes), ``dtype`` ('uint8', 'uint16', 'uint32'), ``big_endian``, ``offset``;
-    a frame stack: ``scan_shape``."""
+    a frame stack: ``scan_shape``. Float data (EMPAD, gain-normalised counts) need ``gain``:
+    electrons per unit (a number) or 'auto'; the quantisation error is in the report. ``flip``
+    records the detector's handedness; ``more``: further .mib files of one Merlin acquisition."""
     p = _lib.ImportParams()
     lib.ssb4d_import_params_default(ctypes.byref(p))
     keep = []
@@ -66,10 +69,26 @@ def encode(src, out, *, format=None, dataset=None, shape=None, dtype=None, big_e
     if scan_shape is not None:
         p.shape[0], p.shape[1] = (int(x) for x in scan_shape)
     if dtype is not None:
-        sizes = {'uint8': 1, 'u1': 1, 'uint16': 2, 'u2': 2, 'uint32': 4, 'u4': 4}
+        sizes = {'uint8': 1, 'u1': 1, 'uint16': 2, 'u2': 2, 'uint32': 4, 'u4': 4, 'float32': 4}
         if str(np.dtype(dtype)) not in sizes:
-            raise InvalidArgument('dtype must be uint8, uint16 or uint32, not %r' % (dtype,))
+            raise InvalidArgument('dtype must be uint8, uint16, uint32 or float32, not %r' % (dtype,))
         p.dtype_bytes = sizes[str(np.dtype(dtype))]
+        p.dtype_float = 1 if str(np.dtype(dtype)) == 'float32' else 0
+    if gain is not None:
+        if isinstance(gain, str) and gain == 'auto':
+            p.gain = _NAN
+        elif isinstance(gain, (int, float)) and gain > 0:
+            p.gain = float(gain)
+        else:
+            raise InvalidArgument("gain must be a positive number of electrons per unit or 'auto', not %r" % (gain,))
+    if flip is not None:
+        p.flip = 1 if flip else 0
+    more = [os.fspath(m).encode() for m in more]
+    if more:
+        arr = (ctypes.c_char_p * len(more))(*more)
+        keep.append(arr)
+        p.more_paths = ctypes.cast(arr, ctypes.c_void_p)
+        p.n_more_paths = len(more)
     p.big_endian = 1 if big_endian else 0
     p.offset = int(offset)
     if hot_pixels not in _HOT:
@@ -105,7 +124,9 @@ def encode(src, out, *, format=None, dataset=None, shape=None, dtype=None, big_e
     _lib.check(_long_call(run, progress, 'import'), err)
     del keep
     return ImportReport(tuple(r.shape), _lib.s(r.source_format or b''), r.source_dtype_bytes, r.stored_dtype_bytes,
-                        r.flagged_file, r.flagged_found, r.input_bytes, r.encoded_bytes, r.seconds)
+                        r.flagged_file, r.flagged_found, r.input_bytes, r.encoded_bytes, r.seconds,
+                        bool(r.source_float), r.gain if r.source_float else None, _lib.s(r.gain_how),
+                        r.quant_max_e, r.quant_rms_e, r.quant_clipped)
 
 
 def _two(v):

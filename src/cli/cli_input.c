@@ -20,12 +20,14 @@ const char CLI_INPUT_HELP[] =
     "  Velox EMD             Thermo Fisher HDF5: the frames-last stack and its JSON metadata\n"
     "  MRC / MRCS            stacks of frames; --scan-shape unless the header records it\n"
     "  --format F            auto, npy, raw, hdf5, arina, mib, empad, dm, velox or mrc\n"
-    "  --dataset PATH        HDF5 dataset holding the counts (rank 4, or a rank-3 frame stack)\n"
+    "  --dataset PATH        HDF5 dataset holding the counts (rank 4, or a rank-3 frame stack);\n"
+    "                        Velox: /Data/Image/<uuid>; DM3/DM4: the ImageList entry number\n"
     "  --shape A,B,C,D       raw: scan rows, scan cols, detector rows, detector cols\n"
     "  --dtype T             raw: uint8, uint16, uint32 or float32\n"
     "  --endian E            raw: little (default) or big\n"
     "  --offset BYTES        raw: header bytes to skip (default 0)\n"
-    "  --scan-shape R,C      scan shape of a frame stack (.mib, Arina, HDF5 stack)\n";
+    "  --scan-shape R,C      scan shape of a frame stack (.mib, Arina, HDF5 stack, EMPAD series,\n"
+    "                        DM3/DM4 and Velox stacks, MRC): wins over what the file records\n";
 
 /* Exactly n non-negative integers separated by ',' or 'x'. Returns 0 on success. */
 static int parse_sizes(const char *s, size_t *out, int n)

@@ -54,7 +54,7 @@ static const char HELP[] =
     "  --flip                 a mirrored detector: every frame written transposed (det_row and\n"
     "                         det_col swapped), as a camera mounted or read out in the other\n"
     "                         handedness records it; the sidecar says detector.flip = true and\n"
-    "                         ssb4d reconstructs it with --flip (SPEC §2)\n"
+    "                         ssb4d reconstructs it with --flip\n"
     "  --detector D           detector pixels per axis (preset); sampling = 1e3*lambda/L mrad\n"
     "  --det-oversample S|auto  detector oversampling (default auto): simulate a window of\n"
     "                         S*W cells and sum each SxS block of its far-field samples into one\n"

@@ -394,8 +394,6 @@ static ssb4d_geometry fit_geometry(const ssb4d_session *s)
 {
     ssb4d_geometry g = s->cal.geom;
     g.rotation_deg = s->rotation_deg;
-    if (s->have_fit) /* the handedness the whole field's fit found is kept by later fits */
-        g.flip = s->fit.geom.flip;
     return g;
 }
 
@@ -489,7 +487,7 @@ void ssb4d_session_fit_params(const ssb4d_session *s, const ssb4d_fit_params *p,
     fp->threads = s->o.threads;
     fp->rotation_given = s->rotation_given;
     fp->rotation_sigma_deg = s->rotation_given ? NAN : s->rotation_sigma_deg;
-    fp->flip_given = s->o.calib.flip >= 0 || s->have_fit;
+    fp->flip_given = s->o.calib.flip >= 0; /* else tested by every fit, as the rotation is searched */
     fp->flip_measured = s->have_cal && s->cal.flip_fitted;
     fp->progress = NULL;
     fp->progress_user = NULL;

@@ -157,6 +157,7 @@ void ssb4d_source_close(ssb4d_source *s)
 
 void ssb4d_source_shape(const ssb4d_source *s, size_t shape[4]) { memcpy(shape, s->shape, sizeof s->shape); }
 ssb4d_dtype ssb4d_source_dtype(const ssb4d_source *s) { return s->dtype; }
+size_t ssb4d_dtype_bytes(ssb4d_dtype t) { return (size_t)t & 0xff; }
 int ssb4d_source_is_float(const ssb4d_source *s) { return s->dtype == SSB4D_F32; }
 
 static inline uint32_t value_at(const ssb4d_source *s, size_t i)

@@ -47,13 +47,15 @@ def test_array_fit_equals_file_fit(tiny):
     v = ssb4d.values(tiny['npy'])
     with ssb4d.open_array(a, kv=v.kv, semiangle_mrad=v.semiangle_mrad, scan_step_A=v.scan_step_A,
                           det_sampling_mrad=v.det_sampling_mrad, centre_px=v.centre_px,
-                          rotation_deg=v.rotation_deg) as s:
+                          rotation_deg=v.rotation_deg, flip=v.flip) as s:
         assert s._array is a  # used in place
         assert fit_of(s).trace_sha256 == tiny['fit']['trace_sha256']
-    # float32 holding whole counts: converted once, same answer
-    with ssb4d.open_array(a.astype(np.float32), kv=v.kv, semiangle_mrad=v.semiangle_mrad,
+    # float32 holding whole counts: read as floats in place, the same bits
+    f32 = a.astype(np.float32)
+    with ssb4d.open_array(f32, kv=v.kv, semiangle_mrad=v.semiangle_mrad,
                           scan_step_A=v.scan_step_A, det_sampling_mrad=v.det_sampling_mrad,
-                          centre_px=v.centre_px, rotation_deg=v.rotation_deg) as s:
+                          centre_px=v.centre_px, rotation_deg=v.rotation_deg, flip=v.flip) as s:
+        assert s._array is f32
         assert fit_of(s).trace_sha256 == tiny['fit']['trace_sha256']
 
 
@@ -69,7 +71,8 @@ def test_qem_fit_equals_the_command_line(tiny, tmp_path):
 
 
 def test_hdf5_in_py4dstem_layout(tiny, tmp_path):
-    """An HDF5 file written by h5py in py4DSTEM's layout is imported and fits as the .npy."""
+    """An HDF5 file written by h5py in py4DSTEM's layout is read in place and fits as its import
+    does (qem= imports it first)."""
     h5py = pytest.importorskip('h5py')
     a = np.load(tiny['npy'])
     path = tmp_path / 'scan.h5'
@@ -83,15 +86,18 @@ def test_hdf5_in_py4dstem_layout(tiny, tmp_path):
     shutil.copy(tiny['dir'] / 's.json', tmp_path / 'scan.json')  # the sidecar beside it
     with ssb4d.open(path, progress=False) as s:
         assert s.shape == (32, 32, 48, 48)
-        assert s._path.endswith('.qem')
-        imported = s._path
+        assert s._path == str(path)  # read in place, nothing imported
         f = fit_of(s)
-    assert not os.path.exists(imported)  # the temporary .qem goes with the session
+    assert f.trace_sha256 == tiny['fit']['trace_sha256']  # the .npy's fit: the same counts
+    with ssb4d.open(path, qem=tmp_path / 'kept.qem', progress=False) as s:
+        assert s._path.endswith('kept.qem')
+        fq = fit_of(s)
+    assert os.path.exists(tmp_path / 'kept.qem')  # qem= names where the import is kept
     # the same counts as the command line's import of the file
     run_cli('import', path, '-o', tmp_path / 'cli.qem', '-q')
     import json
     cli = json.loads(run_cli('fit', tmp_path / 'cli.qem', '-o', tmp_path / 'o', '--json', '-q').stdout)
-    assert f.trace_sha256 == cli['trace_sha256']
+    assert fq.trace_sha256 == cli['trace_sha256']
 
 
 def test_builtin_dataset_and_preview(small_counts):
@@ -196,7 +202,7 @@ def test_errors_carry_the_c_message(tiny, tmp_path):
     (lambda a: a.astype(np.int16), 'int16'),
     (lambda a: a[:, :, ::2, :], 'C-contiguous'),
     (lambda a: a.astype('>u2'), 'big-endian'),
-    (lambda a: a.astype(np.float32) + 0.5, 'whole'),
+    (lambda a: a.astype(np.float32) * np.float32('nan'), 'NaN'),
     (lambda a: [[1]], 'numpy array'),
 ])
 def test_arrays_refused_clearly(small_counts, make, match):

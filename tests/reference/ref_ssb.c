@@ -617,11 +617,11 @@ double ref_urand(uint64_t *state)
 
 const ref_shared_set REF_SET_A1 = {
     "sim_A1_SrTiO3_300kV_counts.npy", "sim_A1_SrTiO3_300kV_phase_gt_bandlimited.npy",
-    {300.0, 25.0, {0.36609375, 0.36609375}, {1.2604026182924246, 1.2604026182924246}, {24, 24}, 0.0},
+    {300.0, 25.0, {0.36609375, 0.36609375}, {1.2604026182924246, 1.2604026182924246}, {24, 24}, 0.0, 0},
     19.83, -11.805, 3.0, 30.0, 0.85};
 const ref_shared_set REF_SET_A2 = {
     "sim_A2_Au_200kV_counts.npy", "sim_A2_Au_200kV_phase_gt_bandlimited.npy",
-    {200.0, 20.0, {0.33983, 0.33983}, {1.2300, 1.2300}, {21, 21}, 0.0},
+    {200.0, 20.0, {0.33983, 0.33983}, {1.2300, 1.2300}, {21, 21}, 0.0, 0},
     16.26, 8.204, 1.5, -50.0, 0.78};
 
 double ref_correlation_f(const float *a, const float *b, size_t n)
