@@ -297,7 +297,7 @@ function afterFit(s) {
   $('dataset').textContent = `${s.dataset} · ${s.shape.join('×')}`;
   showTrials(s);
   fromCurrent(s.current);
-  if (s.fit.done) setStatus(`fit: C10 ${s.fit.result.C10_nm.toFixed(2)} nm, C12 ${s.fit.result.C12_nm.toFixed(2)} nm, φ12 ${s.fit.result.phi12_deg.toFixed(1)}° ${s.fit.warning ? '(' + s.fit.warning + ')' : ''}`);
+  if (s.fit.done) setStatus(`fit: C10 ${s.fit.result.C10_nm.toFixed(2)} nm, C12 ${s.fit.result.C12_nm.toFixed(2)} nm, φ12 ${s.fit.result.phi12_deg.toFixed(1)}°${s.fit.flip ? ', mirrored detector' : ''} ${s.fit.warning ? '(' + s.fit.warning + ')' : ''}`);
   $('fit').dataset.done = s.fit.done ? '1' : '0';
   document.body.dataset.ready = '1';
   preview(true);

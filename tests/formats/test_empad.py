@@ -254,4 +254,5 @@ def main():
     print("test_empad: all checks passed")
 
 
-main()
+if __name__ == "__main__":
+    main()

@@ -244,4 +244,5 @@ def main():
     print("test_merlin: all checks passed")
 
 
-main()
+if __name__ == "__main__":
+    main()
