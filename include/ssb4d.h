@@ -231,6 +231,10 @@ typedef struct {
     ssb4d_thick thick;
     char sidecar_path[4096];    /* the sidecar that was read ("" none) */
     char calibration_identity[96]; /* the data identity the calibration file records ("" none) */
+    /* What the data file itself records beyond the microscope (a .qem's record, or a foreign
+     * format's reader): its format, camera length (mm) and dwell (µs); NaN / "" unknown. */
+    char source_format[32];
+    double camera_length_mm, dwell_us;
 } ssb4d_values;
 
 /* Everything unset (NaN, 0, ""). */

@@ -127,7 +127,8 @@ class Values(Structure):
                 ('rotation_measured', c_int),
                 ('rotation_sigma_deg', c_double), ('has_ab', c_int), ('ab_from_truth', c_int),
                 ('ab', Aberrations), ('ab_from', c_char * 64), ('has_thick', c_int), ('thick', Thick),
-                ('sidecar_path', c_char * 4096), ('calibration_identity', c_char * 96)]
+                ('sidecar_path', c_char * 4096), ('calibration_identity', c_char * 96),
+                ('source_format', c_char * 32), ('camera_length_mm', c_double), ('dwell_us', c_double)]
 
 
 class Parallax(Structure):

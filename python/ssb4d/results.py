@@ -266,6 +266,9 @@ class Values:
     aberrations: Optional[Dict[str, float]]
     aberrations_from: str
     sidecar: Optional[str]
+    source_format: str = ''                   # what the data file is ('numpy', 'empad', 'qem', ...)
+    camera_length_mm: Optional[float] = None  # what the data file records
+    dwell_us: Optional[float] = None
     _raw: object = field(default=None, repr=False, compare=False)
 
     @classmethod
@@ -279,7 +282,8 @@ class Values:
                    pair(v.centre_px), one(v.rotation_deg), _lib.s(v.rotation_from), bool(v.rotation_measured),
                    None if v.flip < 0 else bool(v.flip), _lib.s(v.flip_from),
                    aberrations_dict(v.ab) if v.has_ab else None, _lib.s(v.ab_from),
-                   _lib.s(v.sidecar_path) or None, v)
+                   _lib.s(v.sidecar_path) or None, _lib.s(v.source_format), one(v.camera_length_mm),
+                   one(v.dwell_us), v)
 
 
 @dataclass

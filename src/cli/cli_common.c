@@ -590,3 +590,15 @@ int cli_parse_aberr_list(const char *s, ssb4d_aberrations *ab, unsigned *c_mask,
     }
     return 0;
 }
+
+void cli_calfile_acquisition(const char *data, ssb4d_calfile *cf)
+{
+    ssb4d_values v;
+    ssb4d_err err = {0};
+    if (!data || ssb4d_values_read(data, NULL, NULL, &v, &err))
+        return; /* DATA's own problems are reported where it is read */
+    snprintf(cf->source_format, sizeof cf->source_format, "%s", v.source_format);
+    cf->camera_length_mm = v.camera_length_mm;
+    cf->dwell_us = v.dwell_us;
+}
+

@@ -3,6 +3,7 @@
  * `ssb4d simulate`), exit codes and output helpers. */
 #ifndef SSB4D_CLI_COMMON_H
 #define SSB4D_CLI_COMMON_H
+#include "io/calfile.h"
 #include "ssb4d_advanced.h"
 
 #include <getopt.h>
@@ -155,6 +156,10 @@ int cli_auto_calibration(const char *cmd, const char *data, cli_micro *m, int qu
  * any other file "sha256:<hex>" of its bytes. Returns 0, or -1 when it cannot be read or n is
  * too small (out is then ""). */
 int cli_data_identity(const char *path, char *out, size_t n);
+
+/* The calibration file's `acquisition` section (format, camera length, dwell) from what DATA
+ * records (a .qem's record or its reader's); left unset when DATA is NULL or says nothing. */
+void cli_calfile_acquisition(const char *data, ssb4d_calfile *cf);
 
 /* Calibration params / geometry from resolved values (unset → fit from data / defaults). */
 void cli_values_to_calib_params(const cli_values *v, int threads, int hot_pixels,

@@ -328,6 +328,7 @@ int cmd_calibrate(int argc, char **argv)
         snprintf(cf.data_identity, sizeof cf.data_identity, "%s", v.data_identity);
     else if (cli_data_identity(data, cf.data_identity, sizeof cf.data_identity) != 0)
         cf.data_identity[0] = 0;
+    cli_calfile_acquisition(data, &cf);
     rc = CLI_EXIT_OK;
     /* The picture first: the calibration file, which later commands take, appears last. */
     if ((st = ssb4d_calibration_picture(picture, &cal, &err)) != SSB4D_OK ||

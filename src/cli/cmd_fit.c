@@ -729,6 +729,7 @@ static ssb4d_status fill_calfile(const fit_opts *o, const cli_session *j, const 
         snprintf(cf->data_identity, sizeof cf->data_identity, "%s", j->v.data_identity);
     else if (o->data && cli_data_identity(o->data, cf->data_identity, sizeof cf->data_identity) != 0)
         cf->data_identity[0] = 0;
+    cli_calfile_acquisition(o->data, cf);
     if (tr) {
         cf->has_thick = 1;
         cf->thick = tr->thick;

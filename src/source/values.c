@@ -22,6 +22,7 @@ void ssb4d_values_unset(ssb4d_values *v)
     v->kv = v->semiangle_mrad = v->rotation_deg = v->bf_radius_px = NAN;
     v->rotation_sigma_deg = NAN;
     v->flip = -1;
+    v->camera_length_mm = v->dwell_us = NAN;
     for (int i = 0; i < 2; i++)
         v->scan_step_A[i] = v->det_sampling_mrad[i] = v->centre_px[i] = NAN;
 }
@@ -45,6 +46,10 @@ void ssb4d_values_layer(ssb4d_values *out, const ssb4d_values *in)
         out->rotation_measured = in->rotation_measured;
         out->rotation_sigma_deg = in->rotation_sigma_deg;
     }
+    if (in->source_format[0])
+        memcpy(out->source_format, in->source_format, sizeof out->source_format);
+    OVERRIDE(out->camera_length_mm, in->camera_length_mm);
+    OVERRIDE(out->dwell_us, in->dwell_us);
     if (in->flip >= 0) {
         out->flip = in->flip;
         memcpy(out->flip_from, in->flip_from, sizeof out->flip_from);
@@ -181,7 +186,10 @@ static void read_foreign(const char *path, ssb4d_values *v)
         return;
     framesrc_calibration c;
     framesrc_calibration_of(fs, &c);
+    snprintf(v->source_format, sizeof v->source_format, "%s", framesrc_format_name(fs));
     framesrc_close(fs);
+    v->camera_length_mm = c.camera_length_mm;
+    v->dwell_us = c.dwell_us;
     v->kv = c.kv;
     v->semiangle_mrad = c.semiangle_mrad;
     for (int i = 0; i < 2; i++) {
@@ -205,6 +213,8 @@ static ssb4d_status read_qem(const char *path, ssb4d_values *v, ssb4d_err *err)
     if (!is_qem) {
         if (f && !is_npy)
             read_foreign(path, v);
+        else if (is_npy)
+            snprintf(v->source_format, sizeof v->source_format, "numpy");
         return SSB4D_OK;
     }
     qem_file *q = NULL;
@@ -213,6 +223,11 @@ static ssb4d_status read_qem(const char *path, ssb4d_values *v, ssb4d_err *err)
         return st;
     qem_calibration cal;
     qem_effective_calibration(q, &cal);
+    v->camera_length_mm = cal.camera_length_mm;
+    v->dwell_us = cal.dwell_us;
+    const cJSON *sf = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(qem_header_json(q), "scientific_metadata"), "source_format");
+    snprintf(v->source_format, sizeof v->source_format, "%s", cJSON_IsString(sf) ? sf->valuestring : "qem");
     const cJSON *meta = cJSON_GetObjectItemCaseSensitive(qem_header_json(q), "metadata");
     const cJSON *flip = cJSON_GetObjectItemCaseSensitive(meta, "detector_flip");
     if (cJSON_IsBool(flip)) {

@@ -24,7 +24,7 @@ except ImportError:
     print("numpy is not available: skipped")
     sys.exit(77)
 
-BIN = sys.argv[1]
+BIN = sys.argv[1] if len(sys.argv) > 1 else "ssb4d"  # also imported for its writers (bench)
 FAILS = []
 DTYPES = {"U08": ">u1", "U16": ">u2", "U32": ">u4"}
 T0 = datetime.datetime(2024, 5, 6, 7, 8, 9)

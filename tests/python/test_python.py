@@ -59,6 +59,29 @@ def test_array_fit_equals_file_fit(tiny):
         assert fit_of(s).trace_sha256 == tiny['fit']['trace_sha256']
 
 
+def test_float_data_and_a_mirrored_detector(tiny):
+    """EMPAD-like float data (noise, negative values) of a transposed detector: read as they are,
+    the handedness found by the fit, the aberrations as the counts' fit (issue 28)."""
+    a = np.load(tiny['npy'])
+    v = ssb4d.values(tiny['npy'])
+    rng = np.random.default_rng(3)
+    m = (a.transpose(0, 1, 3, 2) + rng.normal(0, 0.3, a.shape)).astype(np.float32)
+    assert (m < 0).any()
+    with ssb4d.open_array(m, kv=v.kv, semiangle_mrad=v.semiangle_mrad, scan_step_A=v.scan_step_A,
+                          det_sampling_mrad=v.det_sampling_mrad, rotation_deg=v.rotation_deg) as s:
+        f = fit_of(s)
+        assert s.calibration.geometry.flip in (True, False)
+    assert f.flip is True and f.flip_source == 'objective'
+    assert f.geometry.flip is True
+    cli = tiny['fit']
+    assert abs(f.C10_nm - cli['C10_nm']) < 0.2 and abs(f.C12_nm - cli['C12_nm']) < 0.2
+    assert abs((f.phi12_deg - cli['phi12_scan_deg'] + 90) % 180 - 90) < 3  # the scan frame alike
+    with ssb4d.open_array(m, kv=v.kv, semiangle_mrad=v.semiangle_mrad, scan_step_A=v.scan_step_A,
+                          det_sampling_mrad=v.det_sampling_mrad, rotation_deg=v.rotation_deg, flip=True) as s:
+        g = fit_of(s)
+    assert g.flip_source == 'given' and g.C10_nm == f.C10_nm  # stated: the same endpoint
+
+
 def test_qem_fit_equals_the_command_line(tiny, tmp_path):
     qem = tmp_path / 's.qem'
     rep = ssb4d.encode(tiny['npy'], qem, progress=False)
