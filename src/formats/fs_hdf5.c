@@ -400,6 +400,12 @@ ssb4d_status fs_hdf5_open(framesrc *s, const char *path, const framesrc_opts *o,
         goto done;
     }
     H5Sget_simple_extent_dims(sp, r->dims, NULL);
+    if (r->rank == 3 && fs_velox_detect(path)) {
+        /* a Velox stack is (rows, cols, frames): read as (frames, rows, cols) it would be garbage */
+        st = ssb4d_fail(err, SSB4D_EFORMAT, "%s is a Velox EMD stack, stored with the frames last: read "
+                        "it with --format velox (or without --format)", what);
+        goto done;
+    }
     size_t shape[4];
     const char *how = "file";
     if (r->rank == 4) {

@@ -191,6 +191,9 @@ def main():
             a, j = export(p("u16.emd"), ["--dataset", ds])
             same(a, fr.reshape(3, 4, 6, 7), f"--dataset {ds}")
         refused(p("u16.emd"), ["/Data/Image/nope"], ["--dataset", "/Data/Image/nope"])
+        # the generic HDF5 reader pointed at the frames-last stack: refused, never misread
+        refused(p("u16.emd"), ["Velox", "frames last", "--format velox"],
+                ["--format", "hdf5", "--dataset", f"/Data/Image/{name}/Data"], label="generic reader on Velox")
         # import into .qem (integer data) and back
         q = p("u16.qem")
         rc, so, se = run(["import", p("u16.emd"), "-o", q, "-q", "--hot-pixels", "none"])
