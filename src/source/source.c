@@ -390,8 +390,13 @@ ssb4d_status ssb4d_source_open(const char *path, ssb4d_source **out, ssb4d_err *
     if (st == SSB4D_EINVAL && strstr(ferr.msg, "raw binary"))
         return ssb4d_fail(err, SSB4D_EFORMAT, "%s looks like raw binary, whose shape only you know: "
                           "convert it with `ssb4d import %s --shape ... --dtype ... -o DATA.qem`", path, path);
-    if (st && err)
+    if (st && err) {
         *err = ferr;
+        /* the reader's advice names import's flags: say where they go */
+        if (strstr(ferr.msg, "--scan-shape") || strstr(ferr.msg, "--dataset"))
+            snprintf(err->msg, sizeof err->msg, "%.*s (these flags belong to `ssb4d import`: import it "
+                     "once, then use the .qem)", (int)(sizeof err->msg - 100), ferr.msg);
+    }
     return st;
 }
 
