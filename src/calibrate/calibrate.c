@@ -472,13 +472,13 @@ static ssb4d_status cal_alloc(cal_run *c, ssb4d_err *err)
     c->tot_t = c->is_float ? NULL : calloc((size_t)c->nt * fr, sizeof *c->tot_t);
     c->mom = c->fit_rotation ? ssb4d_mem_alloc(c->p->mem, w.mom, "calibrate moments", NULL) : NULL;
     c->momd = (double *)(void *)c->mom; /* 8 bytes a moment either way */
-    c->tot = calloc(fr, sizeof *c->tot);
+    c->tot = c->is_float ? NULL : calloc(fr, sizeof *c->tot);
     c->totd = calloc(fr, sizeof *c->totd);
     c->flagged = malloc(fr * sizeof *c->flagged);
     c->mean = malloc(fr * sizeof *c->mean);
     c->isflag = calloc(fr, 1);
     c->vals = malloc(fr * sizeof *c->vals);
-    if (!c->buf || (!c->is_float && !c->tot_t) || (c->fit_rotation && !c->mom) || !c->tot || !c->totd ||
+    if (!c->buf || (!c->is_float && (!c->tot_t || !c->tot)) || (c->fit_rotation && !c->mom) || !c->totd ||
         !c->flagged || !c->mean || !c->isflag || !c->vals)
         return ssb4d_fail(err, SSB4D_ENOMEM, "calibrate: out of memory (detector %zux%zu)", c->dr, c->dc);
     return SSB4D_OK;

@@ -540,6 +540,18 @@ int cli_check_microscope(const cli_values *v)
     return 0;
 }
 
+cJSON *cli_json_num(double v) { return isfinite(v) ? cJSON_CreateNumber(v) : cJSON_CreateNull(); }
+
+cJSON *cli_json_pair(const double v[2])
+{
+    if (!isfinite(v[0]) && !isfinite(v[1]))
+        return cJSON_CreateNull();
+    cJSON *a = cJSON_CreateArray();
+    cJSON_AddItemToArray(a, cli_json_num(v[0]));
+    cJSON_AddItemToArray(a, cli_json_num(v[1]));
+    return a;
+}
+
 int cli_error(const char *cmd, ssb4d_status st, const char *msg)
 {
     fprintf(stderr, "ssb4d %s: %s\n", cmd, msg);

@@ -6,6 +6,8 @@
 #include "io/calfile.h"
 #include "ssb4d_advanced.h"
 
+#include <cjson/cJSON.h>
+
 #include <getopt.h>
 
 /* Exit codes: 0 ok, 2 bad input or user error (one line on stderr), 1 internal/out of memory. */
@@ -180,6 +182,11 @@ const char *cli_backend_kind_name(ssb4d_backend_kind k);
 int cli_parse_preview(const char *arg, ssb4d_preview_precision *out);
 /* Help line for --memory (for commands that take it without the microscope flags). */
 #define CLI_MEMORY_HELP "  --memory SIZE         memory budget, e.g. 16G, 512M (default: the available RAM)\n"
+
+/* JSON of a value that may be unknown: the number, or null when it is not finite; a (row, col)
+ * pair: [a, b] (each null when not finite), or null when neither is. */
+cJSON *cli_json_num(double v);
+cJSON *cli_json_pair(const double v[2]);
 
 /* Prints "ssb4d <cmd>: <msg>" on stderr and returns the exit code for status st. */
 int cli_error(const char *cmd, ssb4d_status st, const char *msg);

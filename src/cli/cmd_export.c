@@ -67,18 +67,6 @@ static ssb4d_status input_read(input *in, size_t p0, size_t n, void *out, ssb4d_
     return framesrc_read(in->fs, p0, n, out, err);
 }
 
-static cJSON *num_or_null(double v) { return isfinite(v) ? cJSON_CreateNumber(v) : cJSON_CreateNull(); }
-
-static cJSON *pair_or_null(const double v[2])
-{
-    if (!isfinite(v[0]) && !isfinite(v[1]))
-        return cJSON_CreateNull();
-    cJSON *a = cJSON_CreateArray();
-    cJSON_AddItemToArray(a, num_or_null(v[0]));
-    cJSON_AddItemToArray(a, num_or_null(v[1]));
-    return a;
-}
-
 static const char *dtype_name(const input *in)
 {
     return in->is_float ? "float32" : in->bytes == 1 ? "uint8" : in->bytes == 2 ? "uint16" : "uint32";
@@ -99,12 +87,12 @@ static void print_json(const char *path, const input *in, const char *outp)
         framesrc_calibration c;
         framesrc_calibration_of(in->fs, &c);
         cJSON *cal = cJSON_CreateObject();
-        cJSON_AddItemToObject(cal, "kv", num_or_null(c.kv));
-        cJSON_AddItemToObject(cal, "semiangle_mrad", num_or_null(c.semiangle_mrad));
-        cJSON_AddItemToObject(cal, "scan_step_A", pair_or_null(c.scan_step_A));
-        cJSON_AddItemToObject(cal, "det_sampling_mrad", pair_or_null(c.det_sampling_mrad));
-        cJSON_AddItemToObject(cal, "camera_length_mm", num_or_null(c.camera_length_mm));
-        cJSON_AddItemToObject(cal, "dwell_us", num_or_null(c.dwell_us));
+        cJSON_AddItemToObject(cal, "kv", cli_json_num(c.kv));
+        cJSON_AddItemToObject(cal, "semiangle_mrad", cli_json_num(c.semiangle_mrad));
+        cJSON_AddItemToObject(cal, "scan_step_A", cli_json_pair(c.scan_step_A));
+        cJSON_AddItemToObject(cal, "det_sampling_mrad", cli_json_pair(c.det_sampling_mrad));
+        cJSON_AddItemToObject(cal, "camera_length_mm", cli_json_num(c.camera_length_mm));
+        cJSON_AddItemToObject(cal, "dwell_us", cli_json_num(c.dwell_us));
         cJSON_AddItemToObject(o, "calibration", cal);
         cJSON_AddItemToObject(o, "metadata", cJSON_Duplicate(framesrc_source_metadata(in->fs), 1));
         const uint8_t *mask = framesrc_flag_mask(in->fs);

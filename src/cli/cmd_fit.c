@@ -518,8 +518,6 @@ static void verdict(const ssb4d_fit_params *fp, const ssb4d_fit_result *r, fit_v
         snprintf(v->warning, sizeof v->warning, "the fit is not confident");
 }
 
-static cJSON *num_or_null(double v) { return isfinite(v) ? cJSON_CreateNumber(v) : cJSON_CreateNull(); }
-
 /* How the rotation was obtained, in words. */
 static void rotation_label(const ssb4d_fit_params *fp, const ssb4d_fit_result *r, const cli_session *j, char *buf, size_t n)
 {
@@ -551,16 +549,16 @@ static cJSON *parallax_json(const ssb4d_fit_result *r)
         return cJSON_CreateNull();
     const ssb4d_parallax *p = &r->parallax;
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddItemToObject(o, "C10_nm", num_or_null(p->C10_nm));
-    cJSON_AddItemToObject(o, "C12_nm", num_or_null(p->C12_nm));
-    cJSON_AddItemToObject(o, "phi12_scan_deg", num_or_null(p->phi12_deg));
-    cJSON_AddItemToObject(o, "rotation_deg", num_or_null(p->rotation_deg));
+    cJSON_AddItemToObject(o, "C10_nm", cli_json_num(p->C10_nm));
+    cJSON_AddItemToObject(o, "C12_nm", cli_json_num(p->C12_nm));
+    cJSON_AddItemToObject(o, "phi12_scan_deg", cli_json_num(p->phi12_deg));
+    cJSON_AddItemToObject(o, "rotation_deg", cli_json_num(p->rotation_deg));
     cJSON *sg = cJSON_AddObjectToObject(o, "sigma");
     static const char *keys[4] = {"C10_nm", "C12_nm", "phi12_deg", "rotation_deg"};
     for (int i = 0; i < 4; i++)
-        cJSON_AddItemToObject(sg, keys[i], num_or_null(p->sigma[i]));
-    cJSON_AddItemToObject(o, "residual_A", num_or_null(p->residual_A));
-    cJSON_AddItemToObject(o, "seconds", num_or_null(p->seconds));
+        cJSON_AddItemToObject(sg, keys[i], cli_json_num(p->sigma[i]));
+    cJSON_AddItemToObject(o, "residual_A", cli_json_num(p->residual_A));
+    cJSON_AddItemToObject(o, "seconds", cli_json_num(p->seconds));
     return o;
 }
 
@@ -569,15 +567,15 @@ static cJSON *parallax_json(const ssb4d_fit_result *r)
 static void add_fit_json(cJSON *out, const ssb4d_fit_params *fp, const ssb4d_fit_result *r, const fit_verdict *v,
                          const cli_session *j, double phi12_probe_deg, double phi12_scan_deg)
 {
-    cJSON_AddItemToObject(out, "phi12_probe_deg", num_or_null(phi12_probe_deg));
-    cJSON_AddItemToObject(out, "phi12_scan_deg", num_or_null(phi12_scan_deg));
-    cJSON_AddItemToObject(out, "rotation_deg", num_or_null(r->geom.rotation_deg));
+    cJSON_AddItemToObject(out, "phi12_probe_deg", cli_json_num(phi12_probe_deg));
+    cJSON_AddItemToObject(out, "phi12_scan_deg", cli_json_num(phi12_scan_deg));
+    cJSON_AddItemToObject(out, "rotation_deg", cli_json_num(r->geom.rotation_deg));
     cJSON_AddStringToObject(out, "rotation_source", rotation_source_key(fp, r));
     if (fp->rotation_given && j->v.rotation_from[0])
         cJSON_AddStringToObject(out, "rotation_given_by", j->v.rotation_from);
     else
         cJSON_AddNullToObject(out, "rotation_given_by");
-    cJSON_AddItemToObject(out, "rotation_sigma_deg", num_or_null(r->rotation_sigma_deg));
+    cJSON_AddItemToObject(out, "rotation_sigma_deg", cli_json_num(r->rotation_sigma_deg));
     cJSON_AddBoolToObject(out, "flip", r->geom.flip != 0);
     cJSON_AddStringToObject(out, "flip_source", r->flip_source);
     if (fp->flip_given && j->v.flip_from[0])
@@ -585,14 +583,14 @@ static void add_fit_json(cJSON *out, const ssb4d_fit_params *fp, const ssb4d_fit
     else
         cJSON_AddNullToObject(out, "flip_given_by");
     cJSON *fo = cJSON_AddArrayToObject(out, "flip_objective");
-    cJSON_AddItemToArray(fo, num_or_null(r->flip_objective[0]));
-    cJSON_AddItemToArray(fo, num_or_null(r->flip_objective[1]));
+    cJSON_AddItemToArray(fo, cli_json_num(r->flip_objective[0]));
+    cJSON_AddItemToArray(fo, cli_json_num(r->flip_objective[1]));
     cJSON_AddStringToObject(out, "objective", fp->objective == SSB4D_FIT_OBJ_LOSS ? "loss" : "band");
-    cJSON_AddItemToObject(out, "objective_value", num_or_null(r->objective));
+    cJSON_AddItemToObject(out, "objective_value", cli_json_num(r->objective));
     cJSON_AddNumberToObject(out, "objective_n_bf", (double)r->n_fit_bf); /* objective_value's pixels; loss: loss_n_bf */
     cJSON_AddBoolToObject(out, "branch_checked", fp->branch_check != 0);
     cJSON_AddBoolToObject(out, "branch_flipped", r->branch_flipped);
-    cJSON_AddItemToObject(out, "skewness", num_or_null(r->skewness));
+    cJSON_AddItemToObject(out, "skewness", cli_json_num(r->skewness));
     if (isfinite(r->skewness_other))
         cJSON_AddNumberToObject(out, "skewness_other_branch", r->skewness_other);
     cJSON_AddBoolToObject(out, "confident", v->confident != 0);
@@ -600,7 +598,7 @@ static void add_fit_json(cJSON *out, const ssb4d_fit_params *fp, const ssb4d_fit
         cJSON_AddNullToObject(out, "warning");
     else
         cJSON_AddStringToObject(out, "warning", v->warning);
-    cJSON_AddItemToObject(out, "loss_contrast", num_or_null(r->loss_contrast));
+    cJSON_AddItemToObject(out, "loss_contrast", cli_json_num(r->loss_contrast));
     cJSON_AddItemToObject(out, "parallax", parallax_json(r));
 }
 

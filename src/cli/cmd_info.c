@@ -46,18 +46,6 @@ static void help(FILE *f)
 
 enum { OPT_CHECK = CLI_OPT_FIRST_FREE };
 
-static cJSON *num_or_null(double v) { return isfinite(v) ? cJSON_CreateNumber(v) : cJSON_CreateNull(); }
-
-static cJSON *pair_or_null(const double v[2])
-{
-    if (!isfinite(v[0]) && !isfinite(v[1]))
-        return cJSON_CreateNull();
-    cJSON *a = cJSON_CreateArray();
-    cJSON_AddItemToArray(a, num_or_null(v[0]));
-    cJSON_AddItemToArray(a, num_or_null(v[1]));
-    return a;
-}
-
 /* The import's hot-pixel step in one line: which policy, and whether the flagged pixels' counts
  * are still the source's (every other count always is). */
 static void describe_flag_handling(const qem_flag_handling *h, size_t n_flagged, char *out, size_t n)
@@ -312,13 +300,13 @@ int cmd_info(int argc, char **argv)
         cJSON_AddNumberToObject(hp, "markers_stored_as_zero", (double)fh.markers_zeroed);
         cJSON_AddStringToObject(o, "source_format", src_format);
         cJSON *c = cJSON_AddObjectToObject(o, "calibration");
-        cJSON_AddItemToObject(c, "kv", num_or_null(cal.kv));
-        cJSON_AddItemToObject(c, "semiangle_mrad", num_or_null(cal.semiangle_mrad));
-        cJSON_AddItemToObject(c, "scan_step_A", pair_or_null(cal.scan_step_A));
-        cJSON_AddItemToObject(c, "det_sampling", pair_or_null(cal.det_sampling));
+        cJSON_AddItemToObject(c, "kv", cli_json_num(cal.kv));
+        cJSON_AddItemToObject(c, "semiangle_mrad", cli_json_num(cal.semiangle_mrad));
+        cJSON_AddItemToObject(c, "scan_step_A", cli_json_pair(cal.scan_step_A));
+        cJSON_AddItemToObject(c, "det_sampling", cli_json_pair(cal.det_sampling));
         cJSON_AddStringToObject(c, "det_sampling_unit", det_unit);
-        cJSON_AddItemToObject(c, "camera_length_mm", num_or_null(cal.camera_length_mm));
-        cJSON_AddItemToObject(c, "dwell_us", num_or_null(cal.dwell_us));
+        cJSON_AddItemToObject(c, "camera_length_mm", cli_json_num(cal.camera_length_mm));
+        cJSON_AddItemToObject(c, "dwell_us", cli_json_num(cal.dwell_us));
         cJSON_AddItemToObject(o, "calibration_sources", sources_json(sci));
         const cJSON *fl = cJSON_GetObjectItemCaseSensitive(meta, "detector_flip");
         cJSON_AddItemToObject(o, "detector_flip", cJSON_IsBool(fl) ? cJSON_CreateBool(cJSON_IsTrue(fl)) : cJSON_CreateNull());

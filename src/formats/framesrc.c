@@ -200,34 +200,48 @@ ssb4d_status framesrc_read_f32(framesrc *s, size_t pos0, size_t npos, float *out
         return SSB4D_OK;
     if (s->is_float) {
         ssb4d_status st = s->ops->read_f32(s, pos0, npos, out, err);
-        if (st)
-            return st;
-        for (size_t i = 0; i < npos * P; i++)
-            if (!isfinite(out[i])) {
-                size_t pos = pos0 + i / P, pix = i % P;
-                return ssb4d_fail(err, SSB4D_EFORMAT, "%s: frame %zu (scan %zu,%zu) holds %s at "
-                                  "detector pixel %zu,%zu", s->path, pos, pos / s->shape[1],
-                                  pos % s->shape[1], isnan(out[i]) ? "NaN" : "an infinite value",
-                                  pix / s->shape[3], pix % s->shape[3]);
-            }
-        return SSB4D_OK;
+        size_t i = st ? (size_t)-1 : framesrc_first_nonfinite(out, npos * P);
+        if (i != (size_t)-1) {
+            size_t pos = pos0 + i / P, pix = i % P;
+            return ssb4d_fail(err, SSB4D_EFORMAT, "%s: frame %zu (scan %zu,%zu) holds %s at "
+                              "detector pixel %zu,%zu", s->path, pos, pos / s->shape[1],
+                              pos % s->shape[1], isnan(out[i]) ? "NaN" : "an infinite value",
+                              pix / s->shape[3], pix % s->shape[3]);
+        }
+        return st;
     }
     /* integers: read as uint32 into the same buffer (4 bytes per value), converted in place */
     uint32_t *u = (uint32_t *)(void *)out;
     ssb4d_status st = s->ops->read(s, pos0, npos, u, err);
-    if (st)
-        return st;
-    for (size_t i = 0; i < npos * P; i++) {
-        uint32_t v = u[i];
-        if (v > (1u << 24)) {
-            size_t pos = pos0 + i / P, pix = i % P;
-            return ssb4d_fail(err, SSB4D_EFORMAT, "%s: frame %zu holds the count %u at detector pixel "
-                              "%zu,%zu, beyond float32's exact integers (2^24)", s->path, pos,
-                              (unsigned)v, pix / s->shape[3], pix % s->shape[3]);
-        }
-        out[i] = (float)v;
+    size_t i = st ? (size_t)-1 : framesrc_counts_to_f32(u, npos * P);
+    if (i != (size_t)-1) {
+        size_t pos = pos0 + i / P, pix = i % P;
+        return ssb4d_fail(err, SSB4D_EFORMAT, "%s: frame %zu holds the count %u at detector pixel "
+                          "%zu,%zu, beyond float32's exact integers (2^24)", s->path, pos,
+                          (unsigned)u[i], pix / s->shape[3], pix % s->shape[3]);
     }
-    return SSB4D_OK;
+    return st;
+}
+
+size_t framesrc_counts_to_f32(void *buf, size_t n)
+{
+    uint32_t *u = buf;
+    float *f = buf; /* the same 4-byte slots */
+    for (size_t i = 0; i < n; i++) {
+        uint32_t v = u[i];
+        if (v > (1u << 24))
+            return i;
+        f[i] = (float)v;
+    }
+    return (size_t)-1;
+}
+
+size_t framesrc_first_nonfinite(const float *v, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(v[i]))
+            return i;
+    return (size_t)-1;
 }
 
 void framesrc_shape(const framesrc *s, size_t shape[4]) { memcpy(shape, s->shape, sizeof s->shape); }

@@ -85,4 +85,10 @@ ssb4d_status framesrc_read(framesrc *s, size_t pos0, size_t npos, uint32_t *out,
  * count below 2^24 is a float32 integer; larger ones are refused), float sources read as stored
  * (NaN or infinite values are refused, naming the frame and pixel). */
 ssb4d_status framesrc_read_f32(framesrc *s, size_t pos0, size_t npos, float *out, ssb4d_err *err);
+/* The two checks of a float32 read, shared with the other sources (source/): n uint32 counts in
+ * buf converted to float32 in place, stopping at the first count above 2^24 (float32's last exact
+ * integer), whose index is returned, still a uint32 in its slot; (size_t)-1 when all converted. */
+size_t framesrc_counts_to_f32(void *buf, size_t n);
+/* Index of the first NaN or infinite value of v[0..n), or (size_t)-1. */
+size_t framesrc_first_nonfinite(const float *v, size_t n);
 #endif

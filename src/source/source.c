@@ -218,24 +218,20 @@ ssb4d_status ssb4d_source_read_frames_f32(ssb4d_source *s, size_t pos0, size_t n
         return ssb4d_region_read_frames(s->parent, s->origin, s->shape, pos0, npos, out, 1, err);
     if (s->dtype == SSB4D_F32) {
         memcpy(out, (const float *)(const void *)s->data + pos0 * fr, n * sizeof *out);
-        for (size_t i = 0; i < n; i++)
-            if (!isfinite(out[i]))
-                return ssb4d_fail(err, SSB4D_EFORMAT, "frame %zu holds %s at detector pixel %zu",
-                                  pos0 + i / fr, isnan(out[i]) ? "NaN" : "an infinite value", i % fr);
+        size_t i = framesrc_first_nonfinite(out, n);
+        if (i != (size_t)-1)
+            return ssb4d_fail(err, SSB4D_EFORMAT, "frame %zu holds %s at detector pixel %zu",
+                              pos0 + i / fr, isnan(out[i]) ? "NaN" : "an infinite value", i % fr);
         return SSB4D_OK;
     }
     /* counts: read as uint32 into the same 4-byte slots, converted in place */
     uint32_t *u = (uint32_t *)(void *)out;
     ssb4d_status st = ssb4d_source_read_frames(s, pos0, npos, u, err);
-    if (st)
-        return st;
-    for (size_t i = 0; i < n; i++) {
-        if (u[i] > (1u << 24))
-            return ssb4d_fail(err, SSB4D_EFORMAT, "frame %zu holds the count %u at detector pixel %zu, "
-                              "beyond float32's exact integers (2^24)", pos0 + i / fr, (unsigned)u[i], i % fr);
-        out[i] = (float)u[i];
-    }
-    return SSB4D_OK;
+    size_t i = st ? (size_t)-1 : framesrc_counts_to_f32(u, n);
+    if (i != (size_t)-1)
+        return ssb4d_fail(err, SSB4D_EFORMAT, "frame %zu holds the count %u at detector pixel %zu, "
+                          "beyond float32's exact integers (2^24)", pos0 + i / fr, (unsigned)u[i], i % fr);
+    return st;
 }
 
 /* Column read with `threads` workers over scan rows. Positions are visited in tiles of TILE
@@ -367,8 +363,6 @@ ssb4d_status ssb4d_source_open_frames(const char *path, const framesrc_opts *o, 
     *out = s;
     return SSB4D_OK;
 }
-
-const framesrc *ssb4d_source_framesrc(const ssb4d_source *s) { return s->fs; }
 
 /* By content, not by name: .qem files start with "QEMDATA1", .npy files with "\x93NUMPY"; any
  * other format goes to the frame readers, which tell theirs by content and extension. */

@@ -25,9 +25,6 @@ ssb4d_status ssb4d_source_new_view(ssb4d_source *parent, size_t r0, size_t c0,
  * reader options o (NULL: by content). */
 ssb4d_status ssb4d_source_open_frames(const char *path, const framesrc_opts *o, ssb4d_source **out,
                                       ssb4d_err *err);
-/* The frame reader behind a source opened that way (NULL otherwise): its calibration and
- * metadata. */
-const framesrc *ssb4d_source_framesrc(const ssb4d_source *s);
 /* source_frames.c: BF columns from a frame reader: the frames of the asked scan rows are read in
  * bounded chunks and their BF pixels gathered (same layout as ssb4d_source_read_columns). */
 ssb4d_status ssb4d_frames_read_columns(framesrc *fs, const int32_t *det_pix, size_t n_pix, size_t row0,
