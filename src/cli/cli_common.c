@@ -10,6 +10,7 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <stdarg.h>
 #include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
@@ -45,6 +46,47 @@ const char CLI_MICROSCOPE_HELP[] =
     CLI_QUIET_HELP
     "A missing or unreadable DATA is reported first (one line naming it, exit 2), before any\n"
     "of these values, the sidecar or the calibration file is looked for.\n";
+
+/* ---- the command's lines ------------------------------------------------------------------ */
+
+static const char *command_name;
+
+void cli_set_command(const char *name) { command_name = name; }
+const char *cli_command(void) { return command_name; }
+
+void cli_say(const char *fmt, ...)
+{
+    char msg[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (command_name)
+        fprintf(stderr, "ssb4d %s: %s\n", command_name, msg);
+    else
+        fprintf(stderr, "ssb4d: %s\n", msg);
+}
+
+const char *cli_dir_text(char *buf, size_t n, const char *dir)
+{
+    size_t len = strlen(dir);
+    while (len > 1 && dir[len - 1] == '/')
+        len--;
+    snprintf(buf, n, "%.*s", (int)len, dir);
+    return buf;
+}
+
+void cli_join_path(char *buf, size_t n, const char *dir, const char *name)
+{
+    char d[4096];
+    cli_dir_text(d, sizeof d, dir ? dir : "");
+    while (*name == '/')
+        name++;
+    if (!d[0])
+        snprintf(buf, n, "%s", name);
+    else
+        snprintf(buf, n, "%s%s%s", d, d[strlen(d) - 1] == '/' ? "" : "/", name);
+}
 
 void cli_values_unset(cli_values *v)
 {
@@ -94,7 +136,7 @@ int cli_parse_pair(const char *s, double out[2])
 
 static int bad_value(const char *flag, const char *arg)
 {
-    fprintf(stderr, "ssb4d: invalid value '%s' for --%s\n", arg ? arg : "", flag);
+    cli_say("invalid value '%s' for --%s", arg ? arg : "", flag);
     return -1;
 }
 
@@ -141,8 +183,7 @@ int cli_micro_handle(cli_micro *m, int opt, const char *arg)
 int cli_parse_memory(const char *arg, size_t *out)
 {
     if (ssb4d_parse_size(arg, out) || *out < ((size_t)1 << 20)) {
-        fprintf(stderr, "ssb4d: invalid value '%s' for --memory (a size such as 16G, 8GiB or 512M, at least 1M)\n",
-                arg ? arg : "");
+        cli_say("invalid value '%s' for --memory (a size such as 16G, 8GiB or 512M, at least 1M)", arg ? arg : "");
         return -1;
     }
     return 0;
@@ -157,7 +198,7 @@ int cli_parse_backend(const char *arg, ssb4d_backend_kind *out)
     else if (arg && !strcmp(arg, "cuda"))
         *out = SSB4D_BACKEND_CUDA;
     else {
-        fprintf(stderr, "ssb4d: invalid value '%s' for --backend (auto, cpu or cuda)\n", arg ? arg : "");
+        cli_say("invalid value '%s' for --backend (auto, cpu or cuda)", arg ? arg : "");
         return -1;
     }
     return 0;
@@ -177,7 +218,7 @@ int cli_parse_preview(const char *arg, ssb4d_preview_precision *out)
     else if (!strcmp(arg, "half") || !strcmp(arg, "float16"))
         *out = SSB4D_PREVIEW_HALF;
     else {
-        fprintf(stderr, "ssb4d: invalid value '%s' for --preview-precision (auto, float or half)\n", arg);
+        cli_say("invalid value '%s' for --preview-precision (auto, float or half)", arg);
         return -1;
     }
     return 0;
@@ -193,7 +234,7 @@ size_t cli_memory_budget(const cli_micro *m)
 
 /* ---- input files ---------------------------------------------------------------------------- */
 
-int cli_check_readable(const char *cmd, const char *path)
+int cli_check_readable_file(const char *cmd, const char *path)
 {
     /* Opened, not just stat'ed, so that a file without read permission is caught too;
      * O_NONBLOCK so that a FIFO given by mistake cannot hang the check. */
@@ -212,6 +253,32 @@ int cli_check_readable(const char *cmd, const char *path)
         return 0;
     fprintf(stderr, "ssb4d %s: cannot open %s: %s\n", cmd, path, why);
     return CLI_EXIT_USAGE;
+}
+
+int cli_check_readable(const char *cmd, const char *path)
+{
+    int rc = cli_check_readable_file(cmd, path);
+    if (rc)
+        return rc;
+    /* By content, as ssb4d_source_open tells them; a .qem by its header only (the body's
+     * checksums are verified when the command opens it: that reads all of it). */
+    FILE *f = fopen(path, "rb");
+    unsigned char magic[4] = {0};
+    size_t got = f ? fread(magic, 1, sizeof magic, f) : 0;
+    if (f)
+        fclose(f);
+    ssb4d_err err = {0};
+    ssb4d_status st;
+    if (got == 4 && !memcmp(magic, "QEMD", 4)) {
+        qem_file *q = NULL;
+        st = qem_open(path, 0, 1, &q, &err);
+        qem_close(q);
+    } else {
+        ssb4d_source *s = NULL;
+        st = ssb4d_source_open(path, &s, &err);
+        ssb4d_source_close(s);
+    }
+    return st ? cli_error(cmd, st, err.msg) : 0;
 }
 
 int cli_check_output(const char *cmd, const char *path, int force, const char *alt)
@@ -277,7 +344,7 @@ int cli_read_sidecar(const char *data, const cli_micro *m, cli_values *v, char *
         return 0;
     ssb4d_err err = {0};
     if (ssb4d_values_read(NULL, side, NULL, &lv, &err)) { /* the sidecar alone */
-        fprintf(stderr, "ssb4d: %s\n", err.msg);
+        cli_say("%s", err.msg);
         return CLI_EXIT_USAGE;
     }
     from_lib(v, &lv);
@@ -452,12 +519,78 @@ int cli_auto_calibration(const char *cmd, const char *data, cli_micro *m, int qu
     return 0;
 }
 
+/* ---- flags that contradict the files ------------------------------------------------------- */
+
+/* "30" or "0.5,0.4": a flag's value as it would be typed. */
+static void value_text(char *buf, size_t n, const double *v, int pair)
+{
+    if (pair && v[0] != v[1])
+        snprintf(buf, n, "%g,%g", v[0], v[1]);
+    else
+        snprintf(buf, n, "%g", v[0]);
+}
+
+/* A flag that cli_check_microscope accepts (an absurd one is its error, not a warning) and that
+ * differs from the file's value by more than 1 %. */
+static int differs(double flag, double file)
+{
+    return !isnan(flag) && !isnan(file) && flag > 0 && flag <= 5000 && fabs(flag - file) > 0.01 * fabs(file);
+}
+
+void cli_warn_overrides(const cli_values *file, const cli_values *flags, const char *const from[4])
+{
+    static const struct {
+        const char *flag, *unit;
+        int pair;
+    } Q[4] = {{"kv", "kV", 0}, {"semiangle", "mrad", 0}, {"scan-step", "A", 1}, {"det-sampling", "mrad/pixel", 1}};
+    const double *fl[4] = {&flags->kv, &flags->semiangle_mrad, flags->scan_step_A, flags->det_sampling_mrad};
+    const double *fi[4] = {&file->kv, &file->semiangle_mrad, file->scan_step_A, file->det_sampling_mrad};
+    for (int q = 0; q < 4; q++) {
+        int n = Q[q].pair ? 2 : 1, bad = 0;
+        for (int i = 0; i < n; i++)
+            bad |= differs(fl[q][i], fi[q][i]);
+        if (!bad)
+            continue;
+        char a[64], b[64];
+        value_text(a, sizeof a, fl[q], Q[q].pair);
+        value_text(b, sizeof b, fi[q], Q[q].pair);
+        cli_say("warning: --%s %s differs from %s %s %s; using %s %s", Q[q].flag, a,
+                from && from[q] ? from[q] : "the file's", b, Q[q].unit, a, Q[q].unit);
+    }
+}
+
+/* Who states each of kV, semi-angle, scan step and detector sampling among DATA's record, the
+ * sidecar and the calibration file (the last that sets it: the layering's winner), as "X's". */
+static void value_sources(const char *data_path, const char *sidecar, const char *calibration,
+                          char from[4][4200])
+{
+    ssb4d_values side, cal;
+    ssb4d_err err = {0};
+    ssb4d_values_unset(&side);
+    ssb4d_values_unset(&cal);
+    if (sidecar && ssb4d_values_read(NULL, sidecar, NULL, &side, &err))
+        ssb4d_values_unset(&side);
+    if (calibration && ssb4d_values_read(NULL, NULL, calibration, &cal, &err))
+        ssb4d_values_unset(&cal);
+    const double *sv[4] = {&side.kv, &side.semiangle_mrad, side.scan_step_A, side.det_sampling_mrad};
+    const double *cv[4] = {&cal.kv, &cal.semiangle_mrad, cal.scan_step_A, cal.det_sampling_mrad};
+    for (int q = 0; q < 4; q++) {
+        const char *who = !isnan(cv[q][0]) ? calibration : !isnan(sv[q][0]) ? sidecar : data_path;
+        snprintf(from[q], sizeof from[q], "%s's", who ? who : "the file");
+    }
+}
+
 int cli_resolve(const char *data_path, const cli_micro *m, cli_values *out)
+{
+    return cli_resolve_values(data_path, m, out, 1);
+}
+
+int cli_resolve_values(const char *data_path, const cli_micro *m, cli_values *out, int warn)
 {
     ssb4d_values lv;
     ssb4d_err err = {0};
     if (ssb4d_values_read(data_path, m->sidecar_path, m->calibration_path, &lv, &err)) {
-        fprintf(stderr, "ssb4d: %s\n", err.msg);
+        cli_say("%s", err.msg);
         return CLI_EXIT_USAGE;
     }
     from_lib(out, &lv);
@@ -473,8 +606,23 @@ int cli_resolve(const char *data_path, const cli_micro *m, cli_values *out)
         char a[128], b[128];
         short_identity(recorded, a, sizeof a);
         short_identity(out->data_identity, b, sizeof b);
-        fprintf(stderr, "ssb4d: warning: %s was made from other data (%s ≠ %s)\n",
-                m->calibration_path, a, b);
+        cli_say("warning: %s was made from other data (%s ≠ %s)", m->calibration_path, a, b);
+    }
+    if (warn) { /* a flag wins, but not silently over what a file records */
+        cli_values flagged = *out;
+        cli_values_layer(&flagged, &m->flags);
+        int any = 0;
+        const double *fl[4] = {&m->flags.kv, &m->flags.semiangle_mrad, m->flags.scan_step_A,
+                               m->flags.det_sampling_mrad};
+        const double *fi[4] = {&out->kv, &out->semiangle_mrad, out->scan_step_A, out->det_sampling_mrad};
+        for (int q = 0; q < 4; q++)
+            any |= differs(fl[q][0], fi[q][0]) || (q >= 2 && differs(fl[q][1], fi[q][1]));
+        if (any) {
+            static char from[4][4200];
+            const char *fp[4] = {from[0], from[1], from[2], from[3]};
+            value_sources(data_path, lv.sidecar_path[0] ? lv.sidecar_path : NULL, m->calibration_path, from);
+            cli_warn_overrides(out, &m->flags, fp);
+        }
     }
     cli_values_layer(out, &m->flags);
     return 0;
@@ -501,40 +649,40 @@ void cli_values_to_calib_params(const cli_values *v, int threads, int hot_pixels
 int cli_check_microscope(const cli_values *v)
 {
     if (isnan(v->kv)) {
-        fprintf(stderr, "ssb4d: the accelerating voltage is unknown: give --kv (kV)\n");
+        cli_say("the accelerating voltage is unknown: give --kv (kV)");
         return CLI_EXIT_USAGE;
     }
     if (!(v->kv >= 1.0 && v->kv <= 5000.0)) {
-        fprintf(stderr, "ssb4d: --kv %g is outside 1..5000 kV\n", v->kv);
+        cli_say("--kv %g is outside 1..5000 kV", v->kv);
         return CLI_EXIT_USAGE;
     }
     if (isnan(v->semiangle_mrad)) {
-        fprintf(stderr, "ssb4d: the convergence semi-angle is unknown: give --semiangle (mrad)\n");
+        cli_say("the convergence semi-angle is unknown: give --semiangle (mrad)");
         return CLI_EXIT_USAGE;
     }
     if (!(v->semiangle_mrad > 0.0 && v->semiangle_mrad < 500.0)) {
-        fprintf(stderr, "ssb4d: --semiangle must be > 0 and < 500 mrad (got %g)\n", v->semiangle_mrad);
+        cli_say("--semiangle must be > 0 and < 500 mrad (got %g)", v->semiangle_mrad);
         return CLI_EXIT_USAGE;
     }
     if (isnan(v->scan_step_A[0]) || isnan(v->scan_step_A[1])) {
-        fprintf(stderr, "ssb4d: the scan step is unknown: give --scan-step (Angstrom)\n");
+        cli_say("the scan step is unknown: give --scan-step (Angstrom)");
         return CLI_EXIT_USAGE;
     }
     if (!(v->scan_step_A[0] > 0 && v->scan_step_A[1] > 0 && v->scan_step_A[0] < 1e5 && v->scan_step_A[1] < 1e5)) {
-        fprintf(stderr, "ssb4d: --scan-step must be > 0 Angstrom\n");
+        cli_say("--scan-step must be > 0 Angstrom");
         return CLI_EXIT_USAGE;
     }
     for (int i = 0; i < 2; i++)
         if (!isnan(v->det_sampling_mrad[i]) && !(v->det_sampling_mrad[i] > 0 && v->det_sampling_mrad[i] < 1e3)) {
-            fprintf(stderr, "ssb4d: --det-sampling must be > 0 mrad/pixel\n");
+            cli_say("--det-sampling must be > 0 mrad/pixel");
             return CLI_EXIT_USAGE;
         }
     if (!isnan(v->bf_radius_px) && !(v->bf_radius_px > 0 && v->bf_radius_px < 1e4)) {
-        fprintf(stderr, "ssb4d: --bf-radius must be > 0 pixels\n");
+        cli_say("--bf-radius must be > 0 pixels");
         return CLI_EXIT_USAGE;
     }
     if (!isnan(v->rotation_deg) && fabs(v->rotation_deg) > 1e4) {
-        fprintf(stderr, "ssb4d: --rotation %g is absurd\n", v->rotation_deg);
+        cli_say("--rotation %g is absurd", v->rotation_deg);
         return CLI_EXIT_USAGE;
     }
     return 0;
@@ -568,7 +716,7 @@ int cli_parse_aberr_list(const char *s, ssb4d_aberrations *ab, unsigned *c_mask,
 {
     char buf[1024];
     if (!s || strlen(s) >= sizeof buf) {
-        fprintf(stderr, "ssb4d: --aberr list is empty or too long\n");
+        cli_say("--aberr list is empty or too long");
         return -1;
     }
     strcpy(buf, s);
@@ -576,7 +724,7 @@ int cli_parse_aberr_list(const char *s, ssb4d_aberrations *ab, unsigned *c_mask,
         char *eq = strchr(tok, '=');
         double v;
         if (!eq || cli_parse_double(eq + 1, &v)) {
-            fprintf(stderr, "ssb4d: --aberr entry '%s' is not NAME=VALUE (e.g. C30=1000 or phi32=15)\n", tok);
+            cli_say("--aberr entry '%s' is not NAME=VALUE (e.g. C30=1000 or phi32=15)", tok);
             return -1;
         }
         *eq = 0;
@@ -585,12 +733,12 @@ int cli_parse_aberr_list(const char *s, ssb4d_aberrations *ab, unsigned *c_mask,
         snprintf(name, sizeof name, "C%s", is_phi ? tok + 3 : tok + 1);
         int i = (tok[0] == 'C' || tok[0] == 'c' || is_phi) ? ssb4d_aberr_index(name) : -1;
         if (i < 0) {
-            fprintf(stderr, "ssb4d: unknown aberration '%s' (use C10..C56 and phi12..phi56)\n", tok);
+            cli_say("unknown aberration '%s' (use C10..C56 and phi12..phi56)", tok);
             return -1;
         }
         if (is_phi) {
             if (ssb4d_aberr_m(i) == 0) {
-                fprintf(stderr, "ssb4d: %s has no angle (m = 0)\n", ssb4d_aberr_name(i));
+                cli_say("%s has no angle (m = 0)", ssb4d_aberr_name(i));
                 return -1;
             }
             ab->phi_deg[i] = v;

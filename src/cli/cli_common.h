@@ -112,10 +112,31 @@ void cli_micro_init(cli_micro *m);
  * handled, 0 if not a shared option, -1 on a bad value (message already printed). */
 int cli_micro_handle(cli_micro *m, int opt, const char *arg);
 
+/* The command whose lines these are ("fit", "bench run"): main.c sets it before it calls the
+ * command (a command with subcommands may set its own); every line the shared helpers print
+ * starts "ssb4d CMD: " ("ssb4d: " before one is set). */
+void cli_set_command(const char *name);
+const char *cli_command(void);
+/* Prints "ssb4d CMD: <text>" and a newline on stderr (CMD = cli_command()). */
+void cli_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* DIR/NAME with one '/' between them however many DIR ends in ("out/" + "phase.png" is
+ * "out/phase.png", never "out//phase.png"); DIR "" gives NAME. */
+void cli_join_path(char *buf, size_t n, const char *dir, const char *name);
+/* DIR as a person reads it: without its trailing slashes ("out/" -> "out", "/" stays "/"). */
+const char *cli_dir_text(char *buf, size_t n, const char *dir);
+
 /* The first check of every command that reads input files, made once the command line has been
  * parsed and before anything else (sidecar, calibration file, microscope values, outputs):
  * path must name a regular file this process can open for reading. Otherwise prints one line
  * "ssb4d <cmd>: cannot open PATH: <reason>" and returns CLI_EXIT_USAGE; 0 when it can be read. */
+int cli_check_readable_file(const char *cmd, const char *path);
+/* cli_check_readable_file, then: the file must be data ssb4d reads in place (a .qem, whose
+ * header is checked but not yet its body's checksums; a .npy; a format the frame readers know by
+ * content or extension). Otherwise one line "ssb4d <cmd>: <why, naming the file>" and
+ * CLI_EXIT_USAGE (1 when out of memory). What fit, reconstruct, fit-regions, calibrate, view,
+ * plan, session and bench check first; import, export and verify, which take the reader flags,
+ * check theirs with cli_input_check_files (cli_input.h), info (a .qem) with qem_open. */
 int cli_check_readable(const char *cmd, const char *path);
 
 /* The overwrite rule of every command: an output that exists is refused unless --force, before
@@ -131,6 +152,14 @@ int cli_check_output(const char *cmd, const char *path, int force, const char *a
  * When the calibration file records a data identity and data_path is given, DATA's identity is
  * computed (out->data_identity) and a warning line is printed if they differ. */
 int cli_resolve(const char *data_path, const cli_micro *m, cli_values *out);
+/* cli_resolve; warn = 1 (what cli_resolve does) also prints, for each of --kv, --semiangle,
+ * --scan-step and --det-sampling that differs by more than 1 % from what DATA's record, the
+ * sidecar or the calibration file states, one line "ssb4d CMD: warning: --kv 30 differs from
+ * s.json's 300 kV; using 30 kV" (the flag still wins). */
+int cli_resolve_values(const char *data_path, const cli_micro *m, cli_values *out, int warn);
+/* Those warning lines for `flags` over `file` (the values without the flags); from[q] names who
+ * states kV, semi-angle, scan step, detector sampling ("s.json's"; NULL: "the file's"). */
+void cli_warn_overrides(const cli_values *file, const cli_values *flags, const char *const from[4]);
 
 /* The simulator sidecar of DATA, as cli_resolve finds it (--sidecar, else DATA.json, DATA with
  * its extension replaced by .json, or that without a trailing "_counts"), read into v (all unset

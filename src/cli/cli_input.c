@@ -1,6 +1,8 @@
 /* cli_input.c — see cli_input.h. */
 #include "cli/cli_input.h"
 
+#include "qem/qem.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -121,4 +123,36 @@ ssb4d_status cli_input_framesrc_opts(const cli_input *ci, framesrc_opts *fo, ssb
     fo->big_endian = ci->big_endian;
     fo->offset = ci->offset;
     return SSB4D_OK;
+}
+
+int cli_input_check_files(const cli_input *ci, const char *cmd, const char *const *paths, size_t n, int qem_ok)
+{
+    for (size_t i = 0; i < n; i++)
+        if (cli_check_readable_file(cmd, paths[i]))
+            return CLI_EXIT_USAGE;
+    if (!n)
+        return 0;
+    FILE *f = fopen(paths[0], "rb");
+    unsigned char magic[4] = {0};
+    size_t got = f ? fread(magic, 1, sizeof magic, f) : 0;
+    if (f)
+        fclose(f);
+    ssb4d_err err = {0};
+    ssb4d_status st;
+    if (qem_ok && !ci->format && got == 4 && !memcmp(magic, "QEMD", 4)) {
+        qem_file *q = NULL; /* the header only: the body is verified where it is read */
+        st = qem_open(paths[0], 0, 1, &q, &err);
+        qem_close(q);
+    } else {
+        cli_input c = *ci;
+        c.more_paths = n > 1 ? paths + 1 : NULL;
+        c.n_more_paths = n > 1 ? n - 1 : 0;
+        framesrc_opts fo;
+        framesrc *fs = NULL;
+        st = cli_input_framesrc_opts(&c, &fo, &err);
+        if (!st)
+            st = framesrc_open(paths[0], &fo, &fs, &err);
+        framesrc_close(fs);
+    }
+    return st ? cli_error(cmd, st, err.msg) : 0;
 }

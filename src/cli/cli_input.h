@@ -38,6 +38,12 @@ typedef struct {
 int cli_input_handle(cli_input *ci, const char *cmd, int opt, const char *arg);
 /* Checks the combination (message printed); 0 or CLI_EXIT_USAGE. */
 int cli_input_check(const cli_input *ci, const char *cmd);
+/* The first check of import, export and verify: every one of paths[0..n) is a regular file this
+ * process can read (cli_check_readable_file), then paths[0] (with the rest as further files of
+ * one acquisition when more) is data a reader recognises with these flags: a .qem by its header
+ * (when qem_ok and no --format), else the frame readers. One line "ssb4d CMD: ..." naming the
+ * file and CLI_EXIT_USAGE otherwise, before outputs or values are looked at; 0 when it reads. */
+int cli_input_check_files(const cli_input *ci, const char *cmd, const char *const *paths, size_t n, int qem_ok);
 /* The reader options these flags describe (format word already checked by the reader). */
 ssb4d_status cli_input_framesrc_opts(const cli_input *ci, framesrc_opts *fo, ssb4d_err *err);
 #endif

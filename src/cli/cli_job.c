@@ -19,13 +19,23 @@
  * handle say the same. */
 const char *cli_job_size(char buf[32], size_t bytes, int up) { return plan_size_text(buf, bytes, up); }
 
+const char *cli_job_size_as(char buf[32], size_t bytes, size_t like, int up)
+{
+    double mib = (double)bytes / 1048576.0, gib = mib / 1024.0;
+    if ((double)like / 1073741824.0 >= 1)
+        snprintf(buf, 32, "%.2f GiB", up ? ceil(gib * 100) / 100 : gib);
+    else
+        snprintf(buf, 32, "%.1f MiB", up ? ceil(mib * 10) / 10 : mib);
+    return buf;
+}
+
 /* Exit for a failed step: a refusal by the budget (mem.c's messages name "the memory budget") is
  * the user's "does not fit", exit 2; anything else as cli_error says. */
 int cli_job_error(const char *cmd, ssb4d_status st, const char *msg, size_t budget)
 {
     if (st == SSB4D_ENOMEM && strstr(msg, "memory budget")) {
-        char b[32];
-        fprintf(stderr, "ssb4d %s: the job does not fit in %s: %s\n", cmd, cli_job_size(b, budget, 0), msg);
+        /* the library's refusals (mem.c) give their sizes in MiB: the budget too */
+        fprintf(stderr, "ssb4d %s: the job does not fit in %.1f MiB: %s\n", cmd, budget / 1048576.0, msg);
         return CLI_EXIT_USAGE;
     }
     return cli_error(cmd, st, msg);
@@ -59,8 +69,9 @@ int cli_job_calibrate(const char *cmd, ssb4d_source *src, ssb4d_calib_params *cp
     size_t need = plan_calib_need(budget, encoded, sh[2] * sh[3], npos, isnan(cp->rotation_deg), &cp->block_bytes);
     if (budget && need > budget) {
         char b[32], n[32];
+        size_t big = budget > need ? budget : need;
         fprintf(stderr, "ssb4d %s: the job does not fit in %s: calibrating needs %s (the encoded data and "
-                        "one block of frames)\n", cmd, cli_job_size(b, budget, 0), cli_job_size(n, need, 1));
+                        "one block of frames)\n", cmd, cli_job_size_as(b, budget, big, 0), cli_job_size_as(n, need, big, 1));
         return CLI_EXIT_USAGE;
     }
     ssb4d_err err = {0};

@@ -7,6 +7,9 @@
 /* A size for messages: MiB below 1 GiB, else GiB; up = round up (a smallest budget printed can
  * be given back to --memory as it is). */
 const char *cli_job_size(char buf[32], size_t bytes, int up);
+/* bytes in the unit cli_job_size gives `like` (the largest size of the same message): one unit
+ * per message ("0.12 GiB of 1.50 GiB", never "120.0 MiB of 1.50 GiB"). */
+const char *cli_job_size_as(char buf[32], size_t bytes, size_t like, int up);
 /* Exit for a failed step: a refusal by the budget is "does not fit", exit 2; else cli_error's. */
 int cli_job_error(const char *cmd, ssb4d_status st, const char *msg, size_t budget);
 /* DATA's size when it is a .qem (its mapping stays resident and counts under the budget), else 0. */

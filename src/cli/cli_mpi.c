@@ -27,17 +27,17 @@ int cli_mpi_init(int *argc, char ***argv)
         return 0;
     int provided = 0;
     if (MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS) {
-        fprintf(stderr, "ssb4d: MPI could not start\n");
+        cli_say("MPI could not start");
         return CLI_EXIT_INTERNAL;
     }
     /* the viewer's worker thread sends the jobs: MPI from one thread at a time, not only main's */
     if (provided < MPI_THREAD_SERIALIZED) {
-        fprintf(stderr, "ssb4d: this MPI library does not allow calls from a second thread\n");
+        cli_say("this MPI library does not allow calls from a second thread");
         MPI_Abort(MPI_COMM_WORLD, CLI_EXIT_INTERNAL);
     }
     ssb4d_err err = {0};
     if (ssb4d_dist_mpi(NULL, &mpi_state.d, &err)) {
-        fprintf(stderr, "ssb4d: %s\n", err.msg);
+        cli_say("%s", err.msg);
         MPI_Abort(MPI_COMM_WORLD, CLI_EXIT_INTERNAL);
     }
     mpi_state.rank = ssb4d_dist_rank(mpi_state.d);
@@ -46,7 +46,7 @@ int cli_mpi_init(int *argc, char ***argv)
 #else
     (void)argc, (void)argv;
     if (launched_by_mpirun() && getenv("OMPI_COMM_WORLD_SIZE") && atoi(getenv("OMPI_COMM_WORLD_SIZE")) > 1) {
-        fprintf(stderr, "ssb4d: started by mpirun, but this build has no MPI (configure with -DSSB4D_MPI=ON)\n");
+        cli_say("started by mpirun, but this build has no MPI (configure with -DSSB4D_MPI=ON)");
         return CLI_EXIT_USAGE;
     }
 #endif

@@ -65,7 +65,8 @@ static int simulate_builtin(cli_session *cs, const cli_micro *m, ssb4d_err *err)
     if (cs->budget && bytes > cs->budget) { /* before the simulation's work */
         char b[32], n[32];
         fprintf(stderr, "ssb4d %s: the job does not fit in %s: the built-in dataset alone needs %s\n", cs->cmd,
-                cli_job_size(b, cs->budget, 0), cli_job_size(n, bytes, 1));
+                cli_job_size_as(b, cs->budget, bytes > cs->budget ? bytes : cs->budget, 0),
+                cli_job_size_as(n, bytes, bytes > cs->budget ? bytes : cs->budget, 1));
         return CLI_EXIT_USAGE;
     }
     if (!(cs->builtin = malloc(bytes)))
@@ -88,6 +89,9 @@ static int simulate_builtin(cli_session *cs, const cli_micro *m, ssb4d_err *err)
     snprintf(cs->v.rotation_from, sizeof cs->v.rotation_from, "built-in dataset");
     cs->v.flip = 0;
     snprintf(cs->v.flip_from, sizeof cs->v.flip_from, "built-in dataset");
+    static const char *const builtin_from[4] = {"the built-in dataset's", "the built-in dataset's",
+                                                "the built-in dataset's", "the built-in dataset's"};
+    cli_warn_overrides(&cs->v, &m->flags, builtin_from);
     cli_values_layer(&cs->v, &m->flags);
     /* The mean depth of the simulator's potential planes (docs/simulate.md, docs/fit.md). */
     cs->truth[0] = BUILTIN_C10 + 0.5 * (info.thickness_nm - info.thickness_nm / info.n_slices);

@@ -65,7 +65,9 @@ static int workload_resolve(const char *cmd, workload *w, int quiet)
     const char *dir = w->cache ? w->cache : getenv("SSB4D_BENCH_DATA");
     if (!dir || !*dir)
         dir = "bench-data";
-    snprintf(w->path, sizeof w->path, "%s/%s.qem", dir, w->name);
+    char file[64];
+    snprintf(file, sizeof file, "%s.qem", w->name);
+    cli_join_path(w->path, sizeof w->path, dir, file);
     if (stat(w->path, &sb) == 0)
         return 0;
     mkdir(dir, 0777);
@@ -75,7 +77,7 @@ static int workload_resolve(const char *cmd, workload *w, int quiet)
     ssb4d_err err = {0};
     ssb4d_sim_info info;
     if (ssb4d_sim_params_preset(&sp, w->name, &err) || ssb4d_simulate(&sp, w->path, 0, "ssb4d bench", &info, &err))
-        return cli_error("bench", err.code, err.msg);
+        return cli_error(cli_command(), err.code, err.msg);
     return 0;
 }
 
@@ -214,7 +216,7 @@ static int bench_run(int argc, char **argv)
     ssb4d_session_report *r = calloc(1, sizeof *r);
     if (!rec || !r) {
         free(rec), free(r);
-        return cli_error("bench", SSB4D_ENOMEM, "out of memory");
+        return cli_error(cli_command(), SSB4D_ENOMEM, "out of memory");
     }
     ssb4d_err err = {0};
     char first_hashes[3][65] = {{0}};
@@ -223,7 +225,7 @@ static int bench_run(int argc, char **argv)
             fprintf(stderr, "ssb4d bench run: %s, repeat %ld of %ld\n", w.path, k + 1, repeat);
         if (ssb4d_session_run(w.path, &p, &s, r, &err)) {
             free(rec), free(r);
-            return cli_error("bench", err.code, err.msg);
+            return cli_error(cli_command(), err.code, err.msg);
         }
         if (k == 0) {
             memcpy(first_hashes[0], r->g_sha256, 65);
@@ -235,7 +237,7 @@ static int bench_run(int argc, char **argv)
         } else if (strcmp(first_hashes[0], r->g_sha256) || strcmp(first_hashes[1], r->phase_sha256) ||
                    strcmp(first_hashes[2], r->trace_sha256) || r->n_stages != rec->n_stages) {
             free(rec), free(r);
-            return cli_error("bench", SSB4D_EINTERNAL, "repeat results differ from the first run's (hashes)");
+            return cli_error(cli_command(), SSB4D_EINTERNAL, "repeat results differ from the first run's (hashes)");
         }
         for (size_t i = 0; i < rec->n_stages; i++) {
             bench_stage *b = &rec->stages[i];
@@ -286,7 +288,7 @@ static int bench_run(int argc, char **argv)
         printf("backend %s\n", rec->backend);
     }
     free(rec), free(r);
-    return st ? cli_error("bench", st, err.msg) : CLI_EXIT_OK;
+    return st ? cli_error(cli_command(), st, err.msg) : CLI_EXIT_OK;
 }
 
 /* ---- bench sweep --------------------------------------------------------------------------- */
@@ -409,7 +411,7 @@ static int bench_sweep(int argc, char **argv)
     if (st) {
         ssb4d_source_close(src);
         ssb4d_mem_destroy(mem);
-        return cli_error("bench", st, err.msg);
+        return cli_error(cli_command(), st, err.msg);
     }
     ssb4d_gbuild_opts go;
     ssb4d_gbuild_opts_default(&go);
@@ -421,7 +423,7 @@ static int bench_sweep(int argc, char **argv)
         ssb4d_calibration_free(&cal);
         ssb4d_source_close(src);
         ssb4d_mem_destroy(mem);
-        return cli_error("bench", st, err.msg);
+        return cli_error(cli_command(), st, err.msg);
     }
     size_t ny, nx;
     ssb4d_G_scan_shape(G, &ny, &nx);
@@ -516,7 +518,7 @@ static int bench_sweep(int argc, char **argv)
     ssb4d_source_close(src);
     ssb4d_mem_destroy(mem);
     if (st)
-        return cli_error("bench", st, err.msg);
+        return cli_error(cli_command(), st, err.msg);
     return same ? CLI_EXIT_OK : CLI_EXIT_INTERNAL;
 }
 
@@ -545,13 +547,13 @@ int cmd_bench(int argc, char **argv)
                    "1 also for compare's regression, sweep's different bits and run's differing repeats.\n");
         return argc < 2 ? CLI_EXIT_USAGE : CLI_EXIT_OK;
     }
-    if (!strcmp(argv[1], "compare"))
+    if (!strcmp(argv[1], "compare") && (cli_set_command("bench compare"), 1))
         return cmd_bench_compare(argc - 1, argv + 1);
-    if (!strcmp(argv[1], "run"))
+    if (!strcmp(argv[1], "run") && (cli_set_command("bench run"), 1))
         return bench_run(argc - 1, argv + 1);
-    if (!strcmp(argv[1], "sweep"))
+    if (!strcmp(argv[1], "sweep") && (cli_set_command("bench sweep"), 1))
         return bench_sweep(argc - 1, argv + 1);
-    if (!strcmp(argv[1], "view"))
+    if (!strcmp(argv[1], "view") && (cli_set_command("bench view"), 1))
         return bench_view(argc - 1, argv + 1, resolve_for_view);
     fprintf(stderr, "ssb4d bench: unknown subcommand '%s' (run, compare, sweep or view)\n", argv[1]);
     return CLI_EXIT_USAGE;

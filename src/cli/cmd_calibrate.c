@@ -259,7 +259,7 @@ int cmd_calibrate(int argc, char **argv)
     if (!rc) {
         cli_micro m2 = m;
         m2.sidecar_path = NULL;
-        rc = cli_resolve(NULL, &m2, &given);
+        rc = cli_resolve_values(NULL, &m2, &given, 0); /* warned once, above */
     }
     if (!rc) {
         v.rotation_deg = given.rotation_deg;

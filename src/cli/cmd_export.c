@@ -192,9 +192,8 @@ int cmd_export(int argc, char **argv)
         return cli_error(CMD, SSB4D_EINVAL, "no output: give -o OUT.npy (or --metadata-only)");
     if (cli_input_check(&ci, CMD))
         return CLI_EXIT_USAGE;
-    for (int i = optind; i < argc; i++)
-        if (cli_check_readable(CMD, argv[i]))
-            return CLI_EXIT_USAGE;
+    if (cli_input_check_files(&ci, CMD, (const char *const *)(argv + optind), (size_t)(argc - optind), 1))
+        return CLI_EXIT_USAGE; /* missing, unreadable or not data a reader knows */
     const char *path = argv[optind];
     ci.more_paths = (const char *const *)(argv + optind + 1);
     ci.n_more_paths = (size_t)(argc - optind - 1);

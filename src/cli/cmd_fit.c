@@ -126,7 +126,7 @@ static void usage_demo(FILE *f)
             "Simulates a small dataset (128x128 scan, 64x64 detector, SrTiO3, 300 kV) with known\n"
             "aberrations (C10 %.0f nm, C12 %.0f nm, phi12 %.0f deg), fits it and prints the truth beside\n"
             "the fit. Same options as ssb4d fit; outputs go to ssb4d-demo/ (replaced on each run,\n"
-            "--force or not).\n\n",
+            "--force or not); -o DIR refuses to replace outputs in DIR unless --force, as fit does.\n\n",
             BUILTIN_C10, BUILTIN_C12, BUILTIN_PHI12);
     fprintf(f, FIT_HELP, "ssb4d-demo");
     fprintf(f, "%s\n%s", CLI_MICROSCOPE_HELP, FIT_EXIT_HELP);
@@ -166,14 +166,13 @@ static int parse_range(const char *s, ssb4d_fit_params *p)
     int n = 0;
     if (sscanf(s, "%15[^=]=%lf:%lf%n", name, &lo, &hi, &n) != 3 || s[n] || param_index(name) < 0 ||
         !isfinite(lo) || !isfinite(hi) || !(lo < hi)) {
-        fprintf(stderr, "ssb4d fit: --range must be C10|C12|phi12=LO:HI with LO < HI; got '%s'\n", s);
+        cli_say("--range must be C10|C12|phi12=LO:HI with LO < HI; got '%s'", s);
         return -1;
     }
     int j = param_index(name);
     if ((j == FIT_C10 && (lo < -1e4 || hi > 1e4)) || (j == FIT_C12 && (lo < 0 || hi > 1e4)) ||
         (j == FIT_PHI12 && (lo < -360 || hi > 360))) {
-        fprintf(stderr, "ssb4d fit: --range %s is absurd (C10 within +-1e4 nm, C12 within 0..1e4 nm, "
-                        "phi12 within +-360 deg)\n", s);
+        cli_say("--range %s is absurd (C10 within +-1e4 nm, C12 within 0..1e4 nm, phi12 within +-360 deg)", s);
         return -1;
     }
     p->lo[j] = lo;
@@ -190,7 +189,7 @@ static int parse_lock(const char *s, ssb4d_fit_params *p)
     for (char *t = strtok(buf, ","); t; t = strtok(NULL, ",")) {
         int j = param_index(t);
         if (j < 0) {
-            fprintf(stderr, "ssb4d fit: --lock takes C10, C12 and/or phi12; got '%s'\n", t);
+            cli_say("--lock takes C10, C12 and/or phi12; got '%s'", t);
             return -1;
         }
         p->locked[j] = 1;
@@ -213,7 +212,7 @@ static int parse_rect(const char *s, size_t r[4])
 static int parse_count(const char *s, const char *flag, double lo, double hi, double *out)
 {
     if (cli_parse_double(s, out) || *out < lo || *out > hi || *out != floor(*out)) {
-        fprintf(stderr, "ssb4d fit: %s must be a whole number in %.0f..%.0f; got '%s'\n", flag, lo, hi, s);
+        cli_say("%s must be a whole number in %.0f..%.0f; got '%s'", flag, lo, hi, s);
         return -1;
     }
     return 0;
@@ -224,6 +223,8 @@ typedef struct {
     const char *data;          /* NULL: the built-in dataset */
     const char *out_dir;
     int force, verbose, tilt, upsample, upsample_auto;
+    int out_given;             /* -o DIR was given (demo: its own folder is replaced only without) */
+    char out_buf[4096];        /* DIR without trailing slashes: paths and lines never show "//" */
     int has_region;
     size_t region[4];
     int created_dir;           /* the output folder was made by this run */
@@ -278,7 +279,7 @@ static int parse(int argc, char **argv, fit_opts *o)
         case 'h':
             (is_demo ? usage_demo : is_regions ? usage_regions : usage_fit)(stdout);
             return -1;
-        case 'o': o->out_dir = optarg; break;
+        case 'o': o->out_dir = optarg, o->out_given = 1; break;
         case OPT_FORCE: o->force = 1; break;
         case OPT_VERBOSE: o->verbose = 1; break;
         case OPT_C10:
@@ -424,6 +425,7 @@ static int parse(int argc, char **argv, fit_opts *o)
         return CLI_EXIT_USAGE;
     }
     o->data = nargs ? argv[optind] : NULL;
+    o->out_dir = cli_dir_text(o->out_buf, sizeof o->out_buf, o->out_dir);
     if (is_regions && !o->grid[0] && !o->regions_list) {
         fprintf(stderr, "ssb4d fit-regions: give --grid RxC or --regions LIST\n");
         return CLI_EXIT_USAGE;
@@ -444,7 +446,7 @@ static int parse(int argc, char **argv, fit_opts *o)
 
 static void join(char *buf, size_t n, const char *dir, const char *name)
 {
-    snprintf(buf, n, "%s/%s", dir, name);
+    cli_join_path(buf, n, dir, name); /* "out/" + "phase.png": out/phase.png */
 }
 
 /* Creates DIR if needed; refuses outputs that exist unless --force (before any long work). */
@@ -992,24 +994,33 @@ static void fit_print_text(const fit_opts *o, const cli_session *cs, const fit_r
         if (run->have_tilt)
             printf("tilt fit %.2f s, ", run->t_tilt);
         printf("image %.2f s)\n", run->t_image);
-        printf("memory       peak %.1f MiB tracked (G %.1f MiB, %s: %zu of %zu planes held; budget %s), "
-               "%.1f MiB process\n", peak / 1048576.0, run->g_bytes / 1048576.0,
+        /* one unit for every size of the line */
+        size_t rss = ssb4d_rss_peak(), big = peak; /* the measured sizes' unit (the budget's too) */
+        big = run->g_bytes > big ? run->g_bytes : big;
+        big = rss > big ? rss : big;
+        char p[32], g[32], q[32];
+        printf("memory       peak %s tracked (G %s, %s: %zu of %zu planes held; budget %s), %s process\n",
+               cli_job_size_as(p, peak, big, 0), cli_job_size_as(g, run->g_bytes, big, 0),
                run->n_resident < run->n_stored ? "streaming" : "resident", run->n_resident, run->n_stored,
-               cli_job_size(b, cs->budget, 0), ssb4d_rss_peak() / 1048576.0);
+               cli_job_size_as(b, cs->budget, big, 0), cli_job_size_as(q, rss, big, 0));
     } else {
+        size_t big = peak; /* the measured peak's unit, the budget's too */
+        char p[32];
         printf("time         %.1f s\n", seconds);
-        printf("memory       peak %.1f MiB (budget %s)\n", peak / 1048576.0, cli_job_size(b, cs->budget, 0));
+        printf("memory       peak %s (budget %s)\n", cli_job_size_as(p, peak, big, 0), cli_job_size_as(b, cs->budget, big, 0));
     }
     printf("backend      %s\n", ssb4d_session_backend(cs->s));
     printf("wrote        %s/phase.tiff, phase.png, object.npy, calibration.json, trials.json\n", o->out_dir);
 }
 
 /* The command's session: the fit's plan, the field (--region), the images held to the end. */
-static int fit_session_open(const fit_opts *o, cli_session *cs, const size_t *refit, int up)
+static int fit_session_open(const fit_opts *o, cli_session *cs, const size_t *refit, int up,
+                            const cli_values *values)
 {
     cli_session_req rq;
     memset(&rq, 0, sizeof rq);
     rq.data = o->data;
+    rq.values = values; /* NULL: the session resolves them (and warns of a contradiction) */
     rq.m = &o->m;
     rq.fit = &o->fp;
     rq.upsample = up;
@@ -1039,7 +1050,7 @@ static int run_fit(fit_opts *o)
     cli_session cs;
     fit_run run;
     memset(&run, 0, sizeof run);
-    rc = fit_session_open(o, &cs, NULL, o->upsample_auto ? 0 : o->upsample);
+    rc = fit_session_open(o, &cs, NULL, o->upsample_auto ? 0 : o->upsample, NULL);
     if (!rc)
         rc = cli_session_calibrate(&cs);
     if (rc) {
@@ -1108,7 +1119,8 @@ int cmd_demo(int argc, char **argv)
     int rc = parse(argc, argv, &o);
     if (rc)
         return rc < 0 ? 0 : rc;
-    o.force = 1; /* the demo's own folder: replaced on every run */
+    if (!o.out_given)
+        o.force = 1; /* the demo's own folder: replaced on every run; -o DIR follows --force */
     return run_fit(&o);
 }
 
@@ -1172,10 +1184,17 @@ int cmd_fit_regions(int argc, char **argv)
      * calibration's long read. One plan for the largest: every region's G is held within it. */
     size_t largest[2] = {0, 0};
     ssb4d_fit_params rfp;
+    /* The values once: the session is opened twice (its plan, then the largest region's). */
+    cli_values vals;
+    if ((rc = cli_resolve(o.data, &o.m, &vals)) || (rc = cli_check_microscope(&vals))) {
+        free(rects);
+        remove_if_empty(&o);
+        return rc;
+    }
     for (int pass = 0; pass < 2 && !rc; pass++) {
         if (pass == 0) {
             memset(&j, 0, sizeof j);
-            rc = fit_session_open(&o, &j, largest, 1);
+            rc = fit_session_open(&o, &j, largest, 1, &vals);
             for (size_t i = 0; i < n && !rc; i++) {
                 if (o.grid[0])
                     ssb4d_grid_rect(j.shape, o.grid[0], o.grid[1], i, rects[i]);
@@ -1187,7 +1206,7 @@ int cmd_fit_regions(int argc, char **argv)
             }
             cli_session_close(&j); /* reopened with the plan of the largest region */
         } else {
-            rc = fit_session_open(&o, &j, largest, 1);
+            rc = fit_session_open(&o, &j, largest, 1, &vals);
             if (!rc)
                 rc = cli_session_calibrate(&j);
         }
@@ -1280,7 +1299,7 @@ int cmd_fit_regions(int argc, char **argv)
                 for (size_t b = c0 * cell; b < c1 * cell; b++)
                     img[a * C * cell + b] = (float)c10[i];
         }
-        ssb4d_png_legend lg = {0.0, "C10 nm"};
+        ssb4d_png_legend lg = {0.0, "C10 nm", SSB4D_PNG_SCALE_AUTO}; /* drawn >= 512 px */
         join(path, sizeof path, o.out_dir, "defocus.png");
         if (!st && writer)
             st = ssb4d_image_write_png_legend(path, img, R * cell, C * cell, &lg, &err);

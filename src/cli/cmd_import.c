@@ -196,9 +196,8 @@ int cmd_import(int argc, char **argv)
     const char *in = argv[optind];
     if (cli_input_check(&ci, CMD)) /* the files before anything else */
         return CLI_EXIT_USAGE;
-    for (int i = optind; i < argc; i++)
-        if (cli_check_readable(CMD, argv[i]))
-            return CLI_EXIT_USAGE;
+    if (cli_input_check_files(&ci, CMD, (const char *const *)(argv + optind), (size_t)(argc - optind), 0))
+        return CLI_EXIT_USAGE; /* missing, unreadable or not data a reader knows */
     if (!out)
         return cli_error(CMD, SSB4D_EINVAL, "no output given: use -o OUT.qem");
     if (cli_check_output(CMD, out, ip.force, "")) /* then the output, before the long read */

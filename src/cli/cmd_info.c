@@ -224,7 +224,7 @@ int cmd_info(int argc, char **argv)
         return cli_error(CMD, SSB4D_EINVAL, msg);
     }
     const char *path = argv[optind];
-    if (cli_check_readable(CMD, path))
+    if (cli_check_readable_file(CMD, path)) /* then qem_open: what else it is, first */
         return CLI_EXIT_USAGE;
 
     ssb4d_err err = {0};

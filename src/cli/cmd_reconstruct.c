@@ -426,8 +426,9 @@ static void recon_print_text(const recon_opts *o, const cli_session *cs, const r
         printf("BF pixels    %zu (%zu stored), G %.1f MiB, built in %.3f s\n", n_bf, n_stored, g_bytes / 1048576.0,
                run->t_build);
     char b[32], pk[32];
+    size_t peak = ssb4d_mem_peak(mem), big = peak; /* one unit: the measured peak's */
     printf("memory       budget %s, G %s (%zu of %zu planes held), peak %s tracked\n",
-           cli_job_size(b, cs->budget, 0), g_mode, n_resident, n_stored, cli_job_size(pk, ssb4d_mem_peak(mem), 0));
+           cli_job_size_as(b, cs->budget, big, 0), g_mode, n_resident, n_stored, cli_job_size_as(pk, peak, big, 0));
     printf("backend      %s\n", ssb4d_session_backend(cs->s));
     printf("loss         %.9g (exact SSB loss over all %zu BF pixels, as ssb4d fit reports it", run->loss,
            n_bf);

@@ -111,7 +111,10 @@ int cmd_verify(int argc, char **argv)
     const char *orig = argv[optind], *path = argv[optind + 1];
     /* Both files first, in the order given: checking FILE.qem reads all of it, which must not
      * come before learning that ORIGINAL is missing. */
-    if (cli_check_readable(CMD, orig) || cli_check_readable(CMD, path))
+    cli_input as_qem; /* FILE.qem: by its header, whatever the flags say of ORIGINAL */
+    memset(&as_qem, 0, sizeof as_qem);
+    if (cli_check_readable_file(CMD, orig) || cli_check_readable_file(CMD, path) ||
+        cli_input_check_files(&ci, CMD, &orig, 1, 0) || cli_input_check_files(&as_qem, CMD, &path, 1, 1))
         return CLI_EXIT_USAGE;
 
     ssb4d_err err = {0};

@@ -41,6 +41,21 @@ static const glyph FONT[] = {
     {'m', {0x00, 0x00, 0x1A, 0x15, 0x15, 0x11, 0x11}},
     {'n', {0x00, 0x00, 0x16, 0x19, 0x11, 0x11, 0x11}},
     {'r', {0x00, 0x00, 0x16, 0x19, 0x10, 0x10, 0x10}},
+    /* for the calibration picture's legend ("BF disk", "flagged hot/dead", "log scale") */
+    {'/', {0x00, 0x01, 0x02, 0x04, 0x08, 0x10, 0x00}},
+    {'B', {0x1E, 0x11, 0x11, 0x1E, 0x11, 0x11, 0x1E}},
+    {'F', {0x1F, 0x10, 0x10, 0x1E, 0x10, 0x10, 0x10}},
+    {'c', {0x00, 0x00, 0x0E, 0x10, 0x10, 0x11, 0x0E}},
+    {'e', {0x00, 0x00, 0x0E, 0x11, 0x1F, 0x10, 0x0E}},
+    {'f', {0x06, 0x09, 0x08, 0x1C, 0x08, 0x08, 0x08}},
+    {'g', {0x00, 0x0F, 0x11, 0x11, 0x0F, 0x01, 0x0E}},
+    {'h', {0x10, 0x10, 0x16, 0x19, 0x11, 0x11, 0x11}},
+    {'i', {0x04, 0x00, 0x0C, 0x04, 0x04, 0x04, 0x0E}},
+    {'k', {0x10, 0x10, 0x12, 0x14, 0x18, 0x14, 0x12}},
+    {'l', {0x0C, 0x04, 0x04, 0x04, 0x04, 0x04, 0x0E}},
+    {'o', {0x00, 0x00, 0x0E, 0x11, 0x11, 0x11, 0x0E}},
+    {'s', {0x00, 0x00, 0x0E, 0x10, 0x0E, 0x01, 0x1E}},
+    {'t', {0x08, 0x08, 0x1C, 0x08, 0x08, 0x09, 0x06}},
 };
 static const glyph BOX = {0, {0x1F, 0x11, 0x11, 0x11, 0x11, 0x11, 0x1F}};
 
@@ -72,7 +87,17 @@ ssb4d_status ssb4d_canvas_init(ssb4d_canvas *c, size_t w, size_t h, unsigned cha
     if (!c->rgb)
         return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory for a %zux%zu picture", w, h);
     memset(c->rgb, bg, w * h * 3);
+    c->n_text = 0;
     return SSB4D_OK;
+}
+
+void ssb4d_canvas_add_text(ssb4d_canvas *c, const char *key, const char *value)
+{
+    if (c->n_text >= SSB4D_CANVAS_MAX_TEXT || !key[0])
+        return;
+    snprintf(c->text_key[c->n_text], sizeof c->text_key[0], "%s", key);
+    snprintf(c->text_value[c->n_text], sizeof c->text_value[0], "%s", value);
+    c->n_text++;
 }
 
 void ssb4d_canvas_free(ssb4d_canvas *c)
@@ -165,6 +190,17 @@ ssb4d_status ssb4d_canvas_write_png(const ssb4d_canvas *c, const char *path, ssb
                              .color_type = grey ? SPNG_COLOR_TYPE_GRAYSCALE : SPNG_COLOR_TYPE_TRUECOLOR};
     if (!rc)
         rc = spng_set_ihdr(ctx, &ihdr);
+    struct spng_text text[SSB4D_CANVAS_MAX_TEXT];
+    memset(text, 0, sizeof text);
+    int nt = c->n_text < 0 ? 0 : c->n_text > SSB4D_CANVAS_MAX_TEXT ? SSB4D_CANVAS_MAX_TEXT : c->n_text;
+    for (int i = 0; i < nt; i++) {
+        memcpy(text[i].keyword, c->text_key[i], sizeof text[i].keyword);
+        text[i].type = SPNG_TEXT;
+        text[i].length = strlen(c->text_value[i]);
+        text[i].text = (char *)c->text_value[i];
+    }
+    if (!rc && nt)
+        rc = spng_set_text(ctx, text, (uint32_t)nt);
     if (!rc)
         rc = spng_encode_image(ctx, grey ? g : c->rgb, grey ? n : 3 * n, SPNG_FMT_PNG, SPNG_ENCODE_FINALIZE);
     spng_ctx_free(ctx);

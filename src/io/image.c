@@ -183,15 +183,36 @@ static void format_value(char *out, size_t n, double v, double range)
         memmove(out, out + 1, strlen(out));
 }
 
-void ssb4d_png_legend_layout(const float *img, size_t rows, size_t cols, const ssb4d_png_legend *lg,
+int ssb4d_png_display_scale(size_t long_side)
+{
+    if (!long_side || long_side >= SSB4D_PNG_MIN_LONG_SIDE)
+        return 1;
+    size_t k = (SSB4D_PNG_MIN_LONG_SIDE + long_side - 1) / long_side;
+    return k > 64 ? 64 : (int)k;
+}
+
+/* The legend's display scale: 1 for none / native, the automatic one, or the one given. */
+static int legend_scale(const ssb4d_png_legend *lg, size_t rows, size_t cols)
+{
+    if (!lg || lg->display_scale == 0)
+        return 1;
+    if (lg->display_scale == SSB4D_PNG_SCALE_AUTO)
+        return ssb4d_png_display_scale(rows > cols ? rows : cols);
+    return lg->display_scale < 1 ? 1 : lg->display_scale > 64 ? 64 : lg->display_scale;
+}
+
+void ssb4d_png_legend_layout(const float *img, size_t rows0, size_t cols0, const ssb4d_png_legend *lg,
                              ssb4d_png_layout *L)
 {
     memset(L, 0, sizeof *L);
+    int k = legend_scale(lg, rows0, cols0);
+    size_t rows = rows0 * (size_t)k, cols = cols0 * (size_t)k; /* as drawn */
     size_t big = rows > cols ? rows : cols;
     int s = 1 + (int)(big / 512);
     long line = (SSB4D_FONT_H + 2) * s, gap = 4 * s;
+    L->display_scale = k;
     L->scale = s;
-    ssb4d_image_stretch(img, rows * cols, &L->lo, &L->hi);
+    ssb4d_image_stretch(img, rows0 * cols0, &L->lo, &L->hi);
     long w = (long)cols, h = (long)rows;
     if (lg && lg->unit) {
         format_value(L->hi_label, sizeof L->hi_label, L->hi, (double)L->hi - (double)L->lo);
@@ -210,9 +231,10 @@ void ssb4d_png_legend_layout(const float *img, size_t rows, size_t cols, const s
         w = tx + tw + gap;
         h = bar_h;
     }
-    if (lg && lg->pixel_A > 0 && isfinite(lg->pixel_A) && cols >= 8) {
-        double len = nice_length(0.3 * (double)cols * lg->pixel_A);
-        long px = lround(len / lg->pixel_A);
+    if (lg && lg->pixel_A > 0 && isfinite(lg->pixel_A) && cols0 >= 8) {
+        double pa = lg->pixel_A / k; /* Å per drawn pixel */
+        double len = nice_length(0.3 * (double)cols * pa);
+        long px = lround(len / pa);
         if (px < 1)
             px = 1;
         if (len < 10.0)
@@ -240,6 +262,7 @@ ssb4d_status ssb4d_image_write_png_legend(const char *path, const float *img, si
     static const unsigned char black[3] = {0, 0, 0}, nodata[3] = {0, 0, 96};
     ssb4d_png_layout L;
     ssb4d_png_legend_layout(img, rows, cols, lg, &L);
+    long k = L.display_scale;
     unsigned char *g = malloc(rows * cols);
     ssb4d_canvas c = {0};
     ssb4d_status st = g ? ssb4d_canvas_init(&c, L.width, L.height, 255, err)
@@ -250,9 +273,10 @@ ssb4d_status ssb4d_image_write_png_legend(const char *path, const float *img, si
     }
     map_u8(img, rows * cols, L.lo, L.hi, g); /* = ssb4d_image_to_u8, the stretch computed once */
     for (size_t r = 0; r < rows; r++)
-        for (size_t k = 0; k < cols; k++) {
-            unsigned char v[3] = {g[r * cols + k], g[r * cols + k], g[r * cols + k]};
-            ssb4d_canvas_put(&c, (long)k, (long)r, isfinite(img[r * cols + k]) ? v : nodata);
+        for (size_t q = 0; q < cols; q++) {
+            unsigned char v[3] = {g[r * cols + q], g[r * cols + q], g[r * cols + q]};
+            ssb4d_canvas_fill(&c, (long)q * k, (long)r * k, (long)(q + 1) * k, (long)(r + 1) * k,
+                              isfinite(img[r * cols + q]) ? v : nodata);
         }
     free(g);
     int s = L.scale;
@@ -275,6 +299,14 @@ ssb4d_status ssb4d_image_write_png_legend(const char *path, const float *img, si
         ssb4d_canvas_fill(&c, b[0], b[1], b[2], b[3], black);
         ssb4d_canvas_text(&c, b[0], L.label_y, s, L.scale_label, black);
     }
+    /* What a reader of the file needs to measure on it: the scale it was drawn at. */
+    char text[64];
+    snprintf(text, sizeof text, "%ld", k);
+    ssb4d_canvas_add_text(&c, "ssb4d:display_scale", text);
+    if (lg && lg->pixel_A > 0 && isfinite(lg->pixel_A)) {
+        snprintf(text, sizeof text, "%.6g", lg->pixel_A / (double)k);
+        ssb4d_canvas_add_text(&c, "ssb4d:pixel_size_A", text);
+    }
     st = ssb4d_canvas_write_png(&c, path, err);
     ssb4d_canvas_free(&c);
     return st;
@@ -285,32 +317,106 @@ ssb4d_status ssb4d_image_write_png_legend(const char *path, const float *img, si
 int ssb4d_calibration_picture_zoom(const size_t det_shape[2])
 {
     size_t big = det_shape[0] > det_shape[1] ? det_shape[0] : det_shape[1];
-    size_t z = big ? (256 + big - 1) / big : 1;
-    return z < 1 ? 1 : z > 8 ? 8 : (int)z;
+    return ssb4d_png_display_scale(big);
+}
+
+/* The legend's lines below the pattern: the scale bar's, then one per marker. */
+static int calibration_legend_lines(const ssb4d_calibration *cal, int selection)
+{
+    return 1 + 1 + selection + 1;
+}
+
+/* The BF selection differs from the measured disk (--centre, --bf-radius): drawn in yellow. */
+static int selection_differs(const ssb4d_calibration *cal)
+{
+    const double *dc = cal->disk_centre_px, *gc = cal->geom.centre_px;
+    return isfinite(cal->selection_radius_px) && isfinite(gc[0]) && isfinite(gc[1]) &&
+           (fabs(cal->selection_radius_px - cal->disk_radius_px) > 0.01 || fabs(gc[0] - dc[0]) > 0.01 ||
+            fabs(gc[1] - dc[1]) > 0.01);
+}
+
+void ssb4d_calibration_picture_layout(const ssb4d_calibration *cal, ssb4d_calibration_layout *L)
+{
+    memset(L, 0, sizeof *L);
+    size_t R = cal->det_shape[0], C = cal->det_shape[1];
+    int z = ssb4d_calibration_picture_zoom(cal->det_shape);
+    size_t W = C * (size_t)z, H = R * (size_t)z, big = W > H ? W : H;
+    int s = 1 + (int)(big / 512); /* the font as the phase image's legend sizes it */
+    long line = (SSB4D_FONT_H + 4) * s, gap = 4 * s;
+    L->zoom = z;
+    L->font = s;
+    L->width = W;
+    L->band_y = (long)H + gap;
+    double mrad = cal->geom.det_sampling_mrad[1];
+    if (isfinite(mrad) && mrad > 0 && C >= 4) {
+        double pm = mrad / z; /* mrad per drawn pixel */
+        double len = nice_length(0.3 * (double)W * pm);
+        long px = lround(len / pm);
+        L->bar_mrad = len;
+        L->scale_bar[0] = gap;
+        L->scale_bar[1] = L->band_y + (SSB4D_FONT_H * s) / 2 - s;
+        L->scale_bar[2] = gap + (px < 1 ? 1 : px);
+        L->scale_bar[3] = L->scale_bar[1] + 3 * s;
+    }
+    L->height = (size_t)(L->band_y + calibration_legend_lines(cal, selection_differs(cal)) * line);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
 }
 
 ssb4d_status ssb4d_calibration_picture(const char *path, const ssb4d_calibration *cal, ssb4d_err *err)
 {
-    static const unsigned char green[3] = {0, 230, 0}, yellow[3] = {255, 220, 0}, red[3] = {255, 0, 0};
+    static const unsigned char green[3] = {0, 230, 0}, yellow[3] = {255, 220, 0}, red[3] = {255, 0, 0},
+                               white[3] = {255, 255, 255};
     size_t R = cal->det_shape[0], C = cal->det_shape[1];
     if (!cal->mean_pattern || !R || !C)
         return ssb4d_fail(err, SSB4D_EINVAL, "no mean pattern to draw");
-    int z = ssb4d_calibration_picture_zoom(cal->det_shape);
-    ssb4d_canvas c;
-    ssb4d_status st = ssb4d_canvas_init(&c, C * (size_t)z, R * (size_t)z, 0, err);
-    if (st)
-        return st;
-    /* Log scale over three decades below the brightest pixel. */
+    ssb4d_calibration_layout L;
+    ssb4d_calibration_picture_layout(cal, &L);
+    int z = L.zoom, s = L.font;
+    /* log1p(counts / s0) between robust ends, the 1st and the 99.9th percentile: s0, the 5th
+     * percentile of the positive values, lifts the faint dark field (diffuse scattering, the
+     * outer disks) off black, and one hot pixel left in the pattern darkens nothing */
+    double *lv = malloc(R * C * sizeof *lv);
+    if (!lv)
+        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory for the calibration picture");
+    size_t m = 0;
     double vmax = 0;
     for (size_t i = 0; i < R * C; i++)
-        if (isfinite(cal->mean_pattern[i]) && cal->mean_pattern[i] > vmax)
-            vmax = cal->mean_pattern[i];
-    double floor_v = vmax * 1e-3, norm = log1p(1e3);
+        if (isfinite(cal->mean_pattern[i]) && cal->mean_pattern[i] > 0) {
+            lv[m++] = cal->mean_pattern[i];
+            vmax = cal->mean_pattern[i] > vmax ? cal->mean_pattern[i] : vmax;
+        }
+    double s0 = 1, lo = 0, hi = 1;
+    if (m) {
+        qsort(lv, m, sizeof *lv, cmp_double);
+        s0 = lv[(size_t)(0.05 * (double)(m - 1))];
+        s0 = s0 > vmax * 1e-6 ? s0 : vmax * 1e-6;
+    }
+    m = 0;
+    for (size_t i = 0; i < R * C; i++)
+        if (isfinite(cal->mean_pattern[i]))
+            lv[m++] = log1p((cal->mean_pattern[i] > 0 ? cal->mean_pattern[i] : 0.0) / s0);
+    if (m) {
+        qsort(lv, m, sizeof *lv, cmp_double);
+        lo = lv[(size_t)(0.01 * (double)(m - 1))];
+        hi = lv[(size_t)(0.999 * (double)(m - 1))];
+        if (!(hi > lo))
+            hi = lv[m - 1] > lo ? lv[m - 1] : lo + 1;
+    }
+    free(lv);
+    ssb4d_canvas c;
+    ssb4d_status st = ssb4d_canvas_init(&c, L.width, L.height, 0, err);
+    if (st)
+        return st;
     for (size_t r = 0; r < R; r++)
         for (size_t k = 0; k < C; k++) {
             double v = cal->mean_pattern[r * C + k];
-            double g = vmax > 0 && v > 0 && isfinite(v) ? 255.0 * log1p(v / floor_v) / norm : 0.0;
-            unsigned char u = (unsigned char)(g > 255 ? 255 : g + 0.5);
+            double g = isfinite(v) ? 255.0 * (log1p((v > 0 ? v : 0.0) / s0) - lo) / (hi - lo) : 0.0;
+            unsigned char u = (unsigned char)(g < 0 ? 0 : g > 255 ? 255 : g + 0.5);
             unsigned char rgb[3] = {u, u, u};
             ssb4d_canvas_fill(&c, (long)k * z, (long)r * z, (long)(k + 1) * z, (long)(r + 1) * z, rgb);
         }
@@ -325,14 +431,44 @@ ssb4d_status ssb4d_calibration_picture(const char *path, const ssb4d_calibration
         ssb4d_canvas_fill(&c, lround(cx) - arm, lround(cy - w / 2), lround(cx) + arm, lround(cy - w / 2) + t, green);
         ssb4d_canvas_fill(&c, lround(cx - w / 2), lround(cy) - arm, lround(cx - w / 2) + t, lround(cy) + arm, green);
     }
-    /* The BF selection, when --centre or --bf-radius made it differ from the measured disk. */
-    if (isfinite(cal->selection_radius_px) && isfinite(gc[0]) && isfinite(gc[1]) &&
-        (fabs(cal->selection_radius_px - cal->disk_radius_px) > 0.01 || fabs(gc[0] - dc[0]) > 0.01 ||
-         fabs(gc[1] - dc[1]) > 0.01))
+    int sel = selection_differs(cal);
+    if (sel)
         ssb4d_canvas_circle(&c, (gc[1] + 0.5) * z, (gc[0] + 0.5) * z, cal->selection_radius_px * z, w, yellow);
     for (size_t i = 0; i < cal->n_flagged; i++) {
         size_t r = (size_t)cal->flagged[i] / C, k = (size_t)cal->flagged[i] % C;
         ssb4d_canvas_fill(&c, (long)k * z, (long)r * z, (long)(k + 1) * z, (long)(r + 1) * z, red);
+    }
+    /* The legend band: the scale bar and "log scale", then each marker beside its sample. */
+    long line = (SSB4D_FONT_H + 4) * s, gap = 4 * s, y = L.band_y, icon = SSB4D_FONT_H * s;
+    char label[64];
+    long tx = gap;
+    if (L.scale_bar[2] > L.scale_bar[0]) {
+        const long *b = L.scale_bar;
+        ssb4d_canvas_fill(&c, b[0], b[1], b[2], b[3], white);
+        snprintf(label, sizeof label, "%g mrad", L.bar_mrad);
+        tx = b[2] + 2 * gap;
+        tx += ssb4d_canvas_text(&c, tx, y, s, label, white) + 3 * gap;
+    }
+    ssb4d_canvas_text(&c, tx, y, s, "log scale", white);
+    y += line;
+    long cx = gap + icon / 2, ring_w = s < 2 ? 1.0 : s;
+    ssb4d_canvas_circle(&c, (double)cx, (double)(y + icon / 2), icon / 2.0 - ring_w / 2.0, (double)ring_w, green);
+    ssb4d_canvas_text(&c, gap + icon + gap, y, s, "BF disk", white);
+    y += line;
+    if (sel) {
+        ssb4d_canvas_circle(&c, (double)cx, (double)(y + icon / 2), icon / 2.0 - ring_w / 2.0, (double)ring_w, yellow);
+        ssb4d_canvas_text(&c, gap + icon + gap, y, s, "BF selection", white);
+        y += line;
+    }
+    ssb4d_canvas_fill(&c, gap + icon / 4, y + icon / 4, gap + icon - icon / 4, y + icon - icon / 4, red);
+    snprintf(label, sizeof label, "flagged hot/dead %zu", cal->n_flagged);
+    ssb4d_canvas_text(&c, gap + icon + gap, y, s, label, white);
+    snprintf(label, sizeof label, "%d", z);
+    ssb4d_canvas_add_text(&c, "ssb4d:display_scale", label);
+    double mrad = cal->geom.det_sampling_mrad[1];
+    if (isfinite(mrad) && mrad > 0) {
+        snprintf(label, sizeof label, "%.6g", mrad / z);
+        ssb4d_canvas_add_text(&c, "ssb4d:pixel_size_mrad", label);
     }
     st = ssb4d_canvas_write_png(&c, path, err);
     ssb4d_canvas_free(&c);
@@ -346,7 +482,8 @@ ssb4d_status ssb4d_image_save(const char *path, const float *img, size_t rows, s
         return ssb4d_fail(err, SSB4D_EINVAL, "ssb4d_image_save needs a path and a non-empty image");
     const char *ext = ext_of(path);
     if (!strcasecmp(ext, "png")) {
-        ssb4d_png_legend lg = {pixel_A ? pixel_A[1] : 0.0, unit ? unit : "rad"};
+        /* a small image is drawn at an integer scale (>= 512 px), the TIFF and .npy stay native */
+        ssb4d_png_legend lg = {pixel_A ? pixel_A[1] : 0.0, unit ? unit : "rad", SSB4D_PNG_SCALE_AUTO};
         return ssb4d_image_write_png_legend(path, img, rows, cols, &lg, err);
     }
     return ssb4d_image_write(path, img, rows, cols, pixel_A, err);

@@ -19,16 +19,26 @@ void ssb4d_image_stretch(const float *img, size_t n, float *lo, float *hi);
 typedef struct {
     double pixel_A;   /* pixel size along the columns (Å) for a scale bar; <= 0 or NaN: none */
     const char *unit; /* the colour bar's label ("rad", "C10 nm"); NULL: no colour bar */
+    int display_scale; /* each image pixel drawn as k x k PNG pixels: 0 or 1 native,
+                          SSB4D_PNG_SCALE_AUTO ssb4d_png_display_scale's */
 } ssb4d_png_legend;
 
-/* Where the legend goes. The image is at [0, cols) x [0, rows) of a width x height canvas, drawn
- * exactly as ssb4d_image_to_u8 renders it (non-finite pixels dark blue); the bars are in margins
+#define SSB4D_PNG_SCALE_AUTO (-1)
+#define SSB4D_PNG_MIN_LONG_SIDE 512
+/* The integer display scale of a preview whose long side is `long_side` pixels: 1 from 512 px
+ * up, else ceil(512 / long_side) (nearest neighbour, so the long side is >= 512 px), at most 64. */
+int ssb4d_png_display_scale(size_t long_side);
+
+/* Where the legend goes. The image is at [0, k cols) x [0, k rows) of a width x height canvas
+ * (k = display_scale, each pixel a k x k block), drawn exactly as ssb4d_image_to_u8 renders it
+ * (non-finite pixels dark blue); the font scale follows the drawn size; the bars are in margins
  * to its right (the colour bar: the stretch, lo at the bottom, hi at the top, labelled with both
  * and the unit) and below it (a scale bar of a round length, 1, 2 or 5 x 10^k, at most 0.3 of the
  * width, labelled in Å under 1 nm, else nm). Rectangles are {x0, y0, x1, y1}, half-open, all 0
  * when absent; colour_bar is the gradient inside its 1-pixel black frame. */
 typedef struct {
     size_t width, height;
+    int display_scale;         /* image pixels are display_scale x display_scale */
     int scale;                 /* font pixels are scale x scale */
     float lo, hi;              /* the stretch */
     long colour_bar[4], scale_bar[4], label_y;
@@ -39,16 +49,30 @@ typedef struct {
 void ssb4d_png_legend_layout(const float *img, size_t rows, size_t cols, const ssb4d_png_legend *lg,
                              ssb4d_png_layout *out);
 /* The 8-bit preview with its legend (greyscale PNG, RGB only when a pixel is not finite), written
- * atomically. lg NULL: the image alone. */
+ * atomically, with tEXt chunks "ssb4d:display_scale" (k) and, with a pixel size,
+ * "ssb4d:pixel_size_A" (Å per PNG pixel at that scale). lg NULL: the image alone, native. */
 ssb4d_status ssb4d_image_write_png_legend(const char *path, const float *img, size_t rows, size_t cols,
                                           const ssb4d_png_legend *lg, ssb4d_err *err);
 
 /* The calibration picture `ssb4d calibrate` writes (RGB PNG, atomically): the mean diffraction
- * pattern on a log scale (three decades below its brightest pixel; flagged pixels hold their
+ * pattern as log1p(counts / s0) (s0: the 5th percentile of the positive counts) between its
+ * 1st and 99.9th percentiles (flagged pixels hold their
  * neighbours' median there), each detector pixel drawn zoom x zoom; the measured BF disk as a
  * green circle (centroid, equal-area radius) with a cross at its centre; the BF selection in
- * yellow when --centre or --bf-radius made it differ; flagged (hot, dead) pixels in red. */
+ * yellow when --centre or --bf-radius made it differ; flagged (hot, dead) pixels in red. Below
+ * it, on black, a legend: a scale bar in mrad (the calibration's detector sampling) labelled
+ * with its length and "log scale", then one line per marker ("BF disk", "BF selection",
+ * "flagged hot/dead N"). tEXt chunks "ssb4d:display_scale" (zoom) and "ssb4d:pixel_size_mrad". */
 ssb4d_status ssb4d_calibration_picture(const char *path, const ssb4d_calibration *cal, ssb4d_err *err);
-/* The zoom: the smallest integer that makes the larger detector side at least 256 px, 1..8. */
+/* Where the picture's parts are: the pattern [0, zoom C) x [0, zoom R), the legend band below to
+ * `height`; the scale bar {x0, y0, x1, y1} (all 0 without a detector sampling) of bar_mrad. */
+typedef struct {
+    size_t width, height;
+    int zoom, font;
+    long band_y, scale_bar[4];
+    double bar_mrad;
+} ssb4d_calibration_layout;
+void ssb4d_calibration_picture_layout(const ssb4d_calibration *cal, ssb4d_calibration_layout *L);
+/* The zoom: ssb4d_png_display_scale of the larger detector side (>= 512 px drawn). */
 int ssb4d_calibration_picture_zoom(const size_t det_shape[2]);
 #endif

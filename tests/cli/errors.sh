@@ -131,6 +131,60 @@ if [ "$(id -u)" -ne 0 ]; then
     expect_error "reconstruct: no read permission" "cannot open .*locked.npy: permission denied" -- "$BIN" reconstruct "$T/locked.npy" $M
 fi
 
+# An unrecognised input (a text file named .npy) is reported first, as a missing one is: the one
+# and only error line names the file, before the unknown kV, semi-angle and scan step, outputs or
+# calibration files are looked at (issue 29).
+echo hello >"$T/text.npy"
+for cmd in fit reconstruct calibrate info plan session view; do
+    expect_error "$cmd: a text file named .npy" "text.npy" -- timeout 60 "$BIN" $cmd "$T/text.npy"
+done
+expect_error "fit-regions: a text file named .npy" "text.npy" -- "$BIN" fit-regions "$T/text.npy" --grid 2x2 -o "$T/regions-out"
+expect_error "export: a text file named .npy" "text.npy" -- "$BIN" export "$T/text.npy" -o "$T/x-out.npy"
+expect_error "import: a text file named .npy" "text.npy" -- "$BIN" import "$T/text.npy" -o "$T/x-out.qem"
+expect_error "verify: a text file named .npy" "text.npy" -- "$BIN" verify "$T/text.npy" "$DATA/../qem-golden/u8-poisson-16x16x12x12.qem"
+expect_error "bench run: a text file named .npy" "text.npy" -- "$BIN" bench run --data "$T/text.npy" -o "$T/rec.json"
+# ... before an existing output too (calibrate's s.calibration.json beside DATA)
+: >"$T/text.calibration.json"
+expect_error "calibrate: a text file before its existing output" "text.npy" -- "$BIN" calibrate "$T/text.npy"
+rm -f "$T/text.calibration.json"
+for cmd in fit reconstruct calibrate info; do
+    expect_error "$cmd: missing file, the only line" "cannot open .*nope.npy" -- "$BIN" $cmd "$T/nope.npy"
+done
+# One prefix "ssb4d CMD:" on every line, the shared helpers' too.
+expect_error "fit: a bad --kv value, prefixed" "^ssb4d fit: invalid value 'abc' for --kv" -- "$BIN" fit "$T/nope.npy" --kv abc
+expect_error "reconstruct: unknown kV, prefixed" "^ssb4d reconstruct: the accelerating voltage is unknown" -- "$BIN" reconstruct "$T/zeros.npy"
+expect_error "demo: a bad --range, prefixed demo" "^ssb4d demo: --range" -- "$BIN" demo --range C10=5:1
+expect_error "fit-regions: a bad --trials, prefixed" "^ssb4d fit-regions: --trials" -- "$BIN" fit-regions "$T/zeros.npy" --grid 2x2 --trials 0
+expect_error "plan: a bad --memory, prefixed" "^ssb4d plan: invalid value" -- "$BIN" plan --memory 1x
+
+# A flag that contradicts what the files record: one warning line with both values, the flag wins.
+"$BIN" simulate --preset tiny -o "$T/tiny.npy" --quiet || { echo "FAIL: simulate tiny"; fail=$((fail + 1)); }
+"$BIN" reconstruct "$T/tiny.npy" --kv 30 -o "$T/kv30.npy" --quiet >"$T/out" 2>"$T/err"
+n=$(grep -c "warning: --kv 30 differs from .*tiny.json's 300 kV; using 30 kV" "$T/err")
+if [ "$n" -ne 1 ] || [ "$(wc -l <"$T/err")" -ne 1 ] || ! grep -q "^ssb4d reconstruct: warning" "$T/err"; then
+    echo "FAIL: --kv 30 over the sidecar's 300 kV: $n matching warnings:"; cat "$T/err"; fail=$((fail + 1))
+else pass=$((pass + 1)); fi
+"$BIN" fit-regions "$T/tiny.npy" --grid 1x1 --trials 4 --kv 200 -o "$T/kvr" --quiet >"$T/out" 2>"$T/err"
+n=$(grep -c "warning: --kv 200 differs from .*tiny.json's 300 kV; using 200 kV" "$T/err")
+[ "$n" -eq 1 ] && pass=$((pass + 1)) || { echo "FAIL: fit-regions --kv 200: $n warnings"; cat "$T/err"; fail=$((fail + 1)); }
+"$BIN" reconstruct "$T/tiny.npy" --kv 301 -o "$T/kv301.npy" --quiet >"$T/out" 2>"$T/err" # within 1 %
+grep -q "warning" "$T/err" && { echo "FAIL: a warning for --kv 301 over 300"; fail=$((fail + 1)); } || pass=$((pass + 1))
+
+# No "//" in what a run prints when -o ends in a slash.
+"$BIN" fit "$T/tiny.npy" --trials 4 -o "$T/slash/" >"$T/out" 2>"$T/err"
+if grep -q "//" "$T/out" "$T/err" || [ ! -s "$T/slash/phase.png" ]; then
+    echo "FAIL: fit -o DIR/ printed a '//' path or wrote nothing:"; grep "//" "$T/out" "$T/err"; fail=$((fail + 1))
+else pass=$((pass + 1)); fi
+expect_error "fit -o DIR/ again: no // in the refusal" "$T/slash/phase.tiff already exists" -- "$BIN" fit "$T/tiny.npy" --trials 4 -o "$T/slash/"
+grep -q "//" "$T/err" && { echo "FAIL: // in the refusal"; fail=$((fail + 1)); } || pass=$((pass + 1))
+
+# demo -o DIR follows --force: an existing output is refused (before the simulation), --force replaces it.
+mkdir -p "$T/demo" && : >"$T/demo/phase.png"
+expect_error "demo -o DIR with an existing output" "phase.png already exists \(use --force" -- "$BIN" demo -o "$T/demo" --trials 4
+"$BIN" demo -o "$T/demo" --trials 4 --force -q >"$T/out" 2>"$T/err"
+rc=$?
+[ "$rc" -eq 0 ] && [ -s "$T/demo/phase.png" ] && pass=$((pass + 1)) || { echo "FAIL: demo -o DIR --force: rc=$rc"; cat "$T/err"; fail=$((fail + 1)); }
+
 # No output file may be left behind by a failed run.
 if ls "$T"/*.tiff "$T"/*.tmp* >/dev/null 2>&1; then
     echo "FAIL: a failed run left output behind"

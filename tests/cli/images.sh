@@ -4,8 +4,8 @@
 # moves both), `fit`, `reconstruct` and `fit-regions` take that file when no --calibration is
 # given (one line on stderr, none with --quiet) and give the same bytes as with --calibration; a
 # file there with aberrations or from other data is passed over with a warning; phase.png (fit,
-# reconstruct -o x.png) and defocus.png are larger than the image by their legend margins while
-# phase.tiff is untouched; `import` records the sidecar's microscope values (info shows them,
+# reconstruct -o x.png) and defocus.png are drawn at an integer scale (long side >= 512 px, the
+# scale in a tEXt chunk) and larger by their legend margins while phase.tiff stays native; `import` records the sidecar's microscope values (info shows them,
 # flags win); simulate and import draw the shared progress bar, and import's bar and summary
 # give the same MB/s.
 # Needs bash, grep, cmp, od, cp and script (util-linux) for a terminal.
@@ -21,6 +21,35 @@ png_size() {
 }
 # png_colour FILE: the PNG colour type (0 grey, 2 RGB).
 png_colour() { od -An -tu1 -j25 -N1 "$1" | tr -d ' '; }
+# png_text FILE KEY: the value of the PNG's tEXt chunk KEY ("" when none), read chunk by chunk.
+png_text() {
+    /usr/bin/python3 - "$1" "$2" <<'PY'
+import struct, sys
+b = open(sys.argv[1], 'rb').read()
+i = 8
+while i + 8 <= len(b):
+    n, = struct.unpack('>I', b[i:i + 4])
+    if b[i + 4:i + 8] == b'tEXt':
+        k, _, v = b[i + 8:i + 8 + n].partition(b'\0')
+        if k.decode('latin-1') == sys.argv[2]:
+            print(v.decode('latin-1'))
+    i += 12 + n
+PY
+}
+# tiff_size FILE: "WIDTHxHEIGHT" from the first IFD of a little-endian TIFF.
+tiff_size() {
+    /usr/bin/python3 - "$1" <<'PY'
+import struct, sys
+b = open(sys.argv[1], 'rb').read()
+off, = struct.unpack('<I', b[4:8])
+n, = struct.unpack('<H', b[off:off + 2])
+tags = {}
+for k in range(n):
+    tag, typ, cnt, val = struct.unpack('<HHII', b[off + 2 + 12 * k:off + 14 + 12 * k])
+    tags[tag] = val & 0xFFFF if typ == 3 else val
+print('%dx%d' % (tags[256], tags[257]))
+PY
+}
 
 "$BIN" simulate --preset tiny -o "$T/s.npy" --quiet || { echo "FAIL: simulate"; exit 1; }
 
@@ -28,8 +57,12 @@ png_colour() { od -An -tu1 -j25 -N1 "$1" | tr -d ' '; }
 expect 0 "calibrate writes beside DATA" "wrote +$T/s.calibration.json" -- "$BIN" calibrate "$T/s.npy"
 grep -qE "picture +$T/s.calibration.png" "$T/out" && ok || bad "calibrate does not name its picture"
 [ -s "$T/s.calibration.json" ] && ok || bad "no s.calibration.json"
-[ "$(png_size "$T/s.calibration.png")" = 288x288 ] && ok ||
-    bad "calibration picture is $(png_size "$T/s.calibration.png") (want 288x288: 48 px x 6)"
+# 48 detector pixels drawn 11 x 11 (the long side >= 512 px), the legend band below the pattern.
+sz=$(png_size "$T/s.calibration.png")
+[ "${sz%x*}" = 528 ] && [ "${sz#*x}" -gt 528 ] && ok ||
+    bad "calibration picture is $sz (want 528 wide: 48 px x 11, and taller: the legend band)"
+[ "$(png_text "$T/s.calibration.png" ssb4d:display_scale)" = 11 ] && ok || bad "calibration picture: no display scale 11 in its text"
+[ -n "$(png_text "$T/s.calibration.png" ssb4d:pixel_size_mrad)" ] && ok || bad "calibration picture: no pixel size in mrad in its text"
 [ "$(png_colour "$T/s.calibration.png")" = 2 ] && ok || bad "calibration picture is not RGB (the green disk)"
 cp "$T/s.calibration.json" "$T/first.json"
 expect 2 "calibrate refuses to replace its file" "s.calibration.json already exists \(use --force" -- \
@@ -91,13 +124,22 @@ expect 2 "a malformed file beside DATA" "newer ssb4d.*calibration file beside DA
 rm -f "$T/s.calibration.json" "$T/s.calibration.png"
 "$BIN" reconstruct "$T/s.npy" -o "$T/p.png" --quiet >/dev/null 2>&1
 "$BIN" reconstruct "$T/s.npy" -o "$T/p.tiff" --quiet >/dev/null 2>&1
-[ "$(png_size "$T/p.png")" = 91x57 ] && ok || bad "reconstruct -o p.png is $(png_size "$T/p.png") (want 91x57: 32x32 + margins)"
+# A 32x32 image is drawn 16 x 16 (512 px, nearest neighbour) with its legend; the scale is in
+# the PNG's text, with the pixel size at that scale; the TIFF keeps the native sampling.
+[ "$(png_size "$T/p.png")" = 628x554 ] && ok || bad "reconstruct -o p.png is $(png_size "$T/p.png") (want 628x554: 32x32 x 16 + margins)"
+[ "$(png_text "$T/p.png" ssb4d:display_scale)" = 16 ] && ok || bad "p.png: display scale '$(png_text "$T/p.png" ssb4d:display_scale)' (want 16)"
+px=$(png_text "$T/p.png" ssb4d:pixel_size_A)
+awk -v p="$px" 'BEGIN { exit !(p > 0.0228 && p < 0.0230) }' && ok || bad "p.png: pixel size '$px' A (want 0.366 / 16)"
+[ "$(tiff_size "$T/p.tiff")" = 32x32 ] && ok || bad "p.tiff is $(tiff_size "$T/p.tiff") (want the native 32x32)"
 [ "$(png_colour "$T/p.png")" = 0 ] && ok || bad "phase.png is not greyscale"
 [ "$(stat -c %s "$T/p.tiff")" -gt $((32 * 32 * 4)) ] && ok || bad "phase.tiff lost its data"
 sz=$(png_size "$T/f/phase.png")
-[ -n "$sz" ] && [ "${sz%x*}" -gt 32 ] && [ "${sz#*x}" -gt 32 ] && ok || bad "fit's phase.png is $sz (no margins?)"
+[ -n "$sz" ] && [ "${sz%x*}" -gt 512 ] && [ "${sz#*x}" -gt 512 ] && ok || bad "fit's phase.png is $sz (not >= 512 px with margins?)"
+[ "$(png_text "$T/f/phase.png" ssb4d:display_scale)" = 16 ] && ok || bad "fit's phase.png has no display scale 16"
+[ "$(tiff_size "$T/f/phase.tiff")" = 32x32 ] && ok || bad "fit's phase.tiff is $(tiff_size "$T/f/phase.tiff") (want the native 32x32)"
 sz=$(png_size "$T/r/defocus.png")
-[ -n "$sz" ] && [ "${sz%x*}" -gt 32 ] && ok || bad "defocus.png is $sz (no colour bar?)"
+[ -n "$sz" ] && [ "${sz%x*}" -gt 512 ] && [ "${sz#*x}" -ge 512 ] && ok || bad "defocus.png is $sz (want >= 512 px and a colour bar)"
+[ "$(png_text "$T/r/defocus.png" ssb4d:display_scale)" = 16 ] && ok || bad "defocus.png: no display scale 16 (one 32-px cell)"
 
 # --- import reads the sidecar ----------------------------------------------------------------
 expect 0 "import records the sidecar's values" "from the sidecar $T/s.json: 300 kV, 25 mrad" -- \
