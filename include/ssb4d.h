@@ -664,6 +664,91 @@ ssb4d_mem *ssb4d_session_mem(const ssb4d_session *s);
 const char *ssb4d_session_backend(const ssb4d_session *s);
 
 /* ------------------------------------------------------------------------------------------ */
+/* Virtual images (src/virtual/, docs/virtual.md)                                               */
+/*
+ * Virtual bright field (BF), annular dark field (ADF), centre of mass (CoM) and integrated DPC
+ * (iDPC) images of an acquisition, all from ONE streaming pass over its frames (a block of
+ * frames at a time: memory is the block, the five scan-sized float64 images and, for iDPC, two
+ * complex64 scan planes), given its calibration (ssb4d_calibrate or a session's).
+ *
+ * Detector angles: a pixel (row, col) lies at θ = hypot((row − c_r)·s_r, (col − c_c)·s_c) mrad
+ * from the calibration's centre (geom.centre_px = (c_r, c_c), the BF disk centroid unless given)
+ * with the calibration's sampling s (geom.det_sampling_mrad). Flagged (hot / dead) pixels of the
+ * calibration are left out of every image.
+ *   BF   Σ counts over the calibration's BF selection (its bf_pix: unflagged pixels within
+ *        selection_radius_px of the centre) by default, or over bf_inner <= θ <= bf_outer when
+ *        bf_outer_mrad is given.
+ *   ADF  Σ counts over adf_inner <= θ <= adf_outer; defaults: inner 1.5x the BF outer angle,
+ *        outer the detector's farthest pixel (an outer angle beyond it is clamped to it).
+ *   CoM  the centre of mass of the unflagged pixels minus the centre, in mrad, turned into the
+ *        scan frame as calibrate's rotation fit does (SPEC §5.1): d = (d_row, d_col), swapped
+ *        when geom.flip, then k = R(θ)·d with R(θ) = [[cos θ, −sin θ], [sin θ, cos θ]],
+ *        θ = geom.rotation_deg. com_x = k[0] lies along the scan rows (the first scan index,
+ *        ssb4d's x), com_y = k[1] along the scan columns. 0 where a frame has no counts.
+ *   iDPC φ with ∇φ = (2π/λ)·CoM (a thin phase object's deflection): φ = Re IDFT[−i·10⁻³/λ ·
+ *        (f_x·C_x + f_y·C_y) / (f_x² + f_y²)], f = fftfreq(n, scan step) on each axis, the
+ *        k = 0 term 0 (mean 0), computed with FFTW in single precision (complex-to-complex,
+ *        FFTW_ESTIMATE). In rad when kV and the scan step are known; otherwise with λ = 1 Å and
+ *        steps of 1 ("mrad px", idpc_unit says which).
+ * Determinism: each frame's sums are made by one thread in pixel order (integers for counts,
+ * float64 for float32 data), so every image has the same bits for any thread count and block
+ * size. Float32 sources are read as stored.
+ */
+typedef struct {
+    double bf_inner_mrad;      /* BF annulus inner angle (default 0) */
+    double bf_outer_mrad;      /* NaN (default): the calibration's BF selection (with
+                                  bf_inner_mrad <= θ) */
+    double adf_inner_mrad;     /* NaN (default): 1.5 x the BF outer angle */
+    double adf_outer_mrad;     /* NaN (default): the detector's farthest pixel */
+    int threads;               /* 0: all cores */
+    size_t block_bytes;        /* frames read at a time (4 bytes a value); 0: 64 MiB */
+    ssb4d_mem *mem;            /* counts the frame block and the iDPC planes; carries progress
+                                  and cancel (may be NULL) */
+    ssb4d_progress_fn progress; /* may be NULL ("virtual images", 0..1); non-zero cancels */
+    void *progress_user;
+} ssb4d_virtual_params;
+
+void ssb4d_virtual_params_default(ssb4d_virtual_params *p);
+
+typedef struct {
+    size_t scan_shape[2];      /* rows, cols of every image */
+    /* scan_shape[0] x scan_shape[1], row-major, float64; freed by ssb4d_virtual_free */
+    double *bf, *adf, *com_x, *com_y, *idpc;
+    /* what was used: angles in mrad (the BF default's outer angle is its selection radius x
+     * the geometric mean of the two samplings), the pixels each sum covers */
+    double bf_inner_mrad, bf_outer_mrad, adf_inner_mrad, adf_outer_mrad;
+    double detector_max_mrad;  /* the farthest pixel's angle from the centre */
+    size_t n_bf_pixels, n_adf_pixels, n_com_pixels;
+    int bf_default;            /* 1: BF is the calibration's BF selection */
+    double centre_px[2], det_sampling_mrad[2], rotation_deg;
+    int flip;
+    double idpc_lambda_A, idpc_step_A[2]; /* what the integration used */
+    char idpc_unit[16];        /* "rad", or "mrad px" when kV or the scan step is unknown */
+    double seconds;
+} ssb4d_virtual_images;
+
+/* The five images of src under cal (its geometry, BF selection and flagged pixels; the detector
+ * shapes must match, the scan may be a region of the calibrated one). p NULL: defaults. Angles: negative or infinite ones, inner >= outer, and an inner
+ * angle at or beyond the detector's farthest pixel are SSB4D_EINVAL before any frame is read;
+ * a default ADF annulus beyond the detector gives an ADF of zeros (n_adf_pixels 0). On failure
+ * out holds no arrays. */
+ssb4d_status ssb4d_virtual_compute(ssb4d_source *src, const ssb4d_calibration *cal,
+                                   const ssb4d_virtual_params *p, ssb4d_virtual_images *out,
+                                   ssb4d_err *err);
+/* Frees the arrays (NULL and a zeroed struct are allowed) and zeroes *v. */
+void ssb4d_virtual_free(ssb4d_virtual_images *v);
+/* The bytes ssb4d_virtual_compute tracks in p->mem for this shape (the frame block and the iDPC
+ * planes, at its peak) and, in *images (may be NULL), the bytes of the five images it returns
+ * (malloc'd, the caller's). block_bytes 0: the default. */
+size_t ssb4d_virtual_workspace_bytes(const size_t shape[4], size_t block_bytes, size_t *images);
+/* The session's virtual images: its field (the whole scan, or opts.region) under its
+ * calibration (calibrating first when needed) with the session's current rotation and flip
+ * (a fit's, once fitted). p NULL: defaults; p's mem, threads and progress are the session's.
+ * One stage "virtual images" in the memory report; ssb4d_session_cancel ends it. */
+ssb4d_status ssb4d_session_virtual(ssb4d_session *s, const ssb4d_virtual_params *p, ssb4d_virtual_images *out,
+                                   ssb4d_err *err);
+
+/* ------------------------------------------------------------------------------------------ */
 /* Simulator (src/sim/) — section owned by the simulator; see docs/simulate.md                   */
 /* ------------------------------------------------------------------------------------------ */
 /* Import into the encoded .qem form (src/import/import.c, SPEC §3)                             */

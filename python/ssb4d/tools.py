@@ -280,3 +280,14 @@ def plan(shape: Tuple[int, int, int, int], n_bf: int, *, memory=None, upsample: 
     err = _lib.Err()
     _lib.check(lib.ssb4d_plan_make(ctypes.byref(i), ctypes.byref(out), ctypes.byref(err)), err)
     return Plan._from(out)
+
+
+def virtual_images(data, *, bf_outer_mrad=None, bf_inner_mrad=None, adf=None, progress=False, **open_kw):
+    """The virtual BF, ADF, centre-of-mass and iDPC images (docs/virtual.md) of an acquisition
+    file or a 4-D numpy array: opens it (:func:`ssb4d.open` or :func:`ssb4d.open_array` with
+    open_kw), calibrates and returns :class:`ssb4d.session.VirtualImages` (float64 arrays bf, adf,
+    com_x, com_y, idpc and the angles used). The same numbers as ``ssb4d virtual DATA``."""
+    from .session import open as open_file, open_array
+    s = open_array(data, **open_kw) if isinstance(data, np.ndarray) else open_file(data, progress=progress, **open_kw)
+    with s:
+        return s.virtual_images(bf_outer_mrad=bf_outer_mrad, bf_inner_mrad=bf_inner_mrad, adf=adf, progress=progress)

@@ -19,6 +19,7 @@ static const struct {
     {"export", cmd_export, "every frame of any readable acquisition (or a .qem) as a .npy"},
     {"simulate", cmd_simulate, "simulate a 4D-STEM acquisition (multislice, Poisson counts)"},
     {"calibrate", cmd_calibrate, "find the BF disk, detector sampling, hot pixels and rotation"},
+    {"virtual", cmd_virtual, "virtual BF, ADF, centre-of-mass and iDPC images of DATA, one pass over its frames"},
     {"reconstruct", cmd_reconstruct, "build G(q,k) and write the SSB phase image at given aberrations"},
     {"fit", cmd_fit, "fit the aberrations (the main job); without DATA, on a built-in simulation"},
     {"demo", cmd_demo, "simulate a small dataset, fit it and print the truth beside the fit"},
@@ -71,6 +72,7 @@ int main(int argc, char **argv)
     }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (!strcmp(argv[1], commands[i].name)) {
+            cli_set_command(commands[i].name); /* every shared helper's line: "ssb4d CMD: ..." */
             /* The viewer reads SIGINT/SIGTERM through a signalfd: blocked before MPI starts its own
              * threads, which would otherwise take them (and die of them). */
             if (commands[i].fn == cmd_view && view_block_signals()) {
