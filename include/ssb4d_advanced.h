@@ -48,6 +48,10 @@ int ssb4d_mem_cancelled(const ssb4d_mem *m);
 int ssb4d_mem_poll(ssb4d_mem *m);
 /* Records the work done (0..1) and polls. */
 int ssb4d_mem_progress(ssb4d_mem *m, double fraction);
+/* The same for a call that reports its fraction over many passes (the fit, from its trials):
+ * from then until the next call starts (ssb4d_mem_cancel_clear), the passes' own
+ * ssb4d_mem_progress only polls, so the fraction shown does not fall back to 0 at every pass. */
+int ssb4d_mem_progress_outer(ssb4d_mem *m, double fraction);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Data sources (src/source/) */

@@ -1,25 +1,45 @@
-// app.js — the viewer's page: no framework, no network beyond this server. Every /api/ call
-// carries the token from the URL. Previews: while a slider moves, one request per animation frame
-// (drag subset, native sampling); on release the full BF set with the exact loss at the chosen
-// upsampling. Each request has a sequence number and only the latest one's answer is drawn.
+// app.js — the viewer's page: no framework, no network beyond this server, and only RELATIVE URLs
+// (the page may live under a prefix: ssb4d view --base-url PREFIX serves it at PREFIX/ and the API
+// at PREFIX/api/). Every api/ call carries the token from the URL.
+//
+// Previews: while a slider moves, one request per animation frame (drag subset, native sampling);
+// on release the full BF set with the exact loss at the chosen upsampling. Each request carries a
+// sequence number. The server runs the running preview to its end and replaces only a queued one
+// (answered 204 with X-Superseded: nothing to draw, not an error), so the page draws EVERY
+// finished preview newer than the image on screen: under load the image keeps moving, and a late
+// drag answer is never drawn over a newer release's image.
 
 const token = new URLSearchParams(location.search).get('token') || '';
 const $ = (id) => document.getElementById(id);
 const SLIDERS = ['C10', 'C12', 'phi12', 'rotation'];
 const HIGHER = ['C21', 'C23', 'C30', 'C32', 'C34', 'C41', 'C43', 'C45', 'C50', 'C52', 'C54', 'C56'];
+// The virtual images (api/virtual?kind=…): scan-sized, independent of the aberrations.
+const VIRTUAL = {
+  bf: { label: 'virtual BF', unit: 'counts' },
+  adf: { label: 'virtual ADF', unit: 'counts' },
+  com_x: { label: 'CoM x', unit: 'mrad' },
+  com_y: { label: 'CoM y', unit: 'mrad' },
+  idpc: { label: 'iDPC', unit: 'rad' },
+};
+const UNITS = { phase: 'rad', amplitude: 'a.u.', fft: 'log(1+|F|)' };
+const START_STAGES = ['calibrate', 'G build', 'fit'];
 
-// What tests (and curious people) can read: requests sent, images drawn.
-const trace = { sent: [], drawn: [], lastLoss: null };
+// What tests (and curious people) can read: requests sent, answers, images drawn (with the time
+// drawn, performance.now(), so that gaps between images can be measured).
+const trace = { sent: [], answers: [], drawn: [], lastLoss: null };
 window.__ssb4d = trace;
 
-let state = null;          // last /api/state
-// Last preview sequence number sent. The server orders previews by it (a late older request is
-// answered 409), so a reloaded page starts above the old one: from the clock.
+let state = null;          // last api/state
+// Last request sequence number sent. The server orders previews by it (a late older request is
+// answered 204 at once), so a reloaded page starts above the old one: from the clock.
 let seq = Date.now();
+let lastDrawn = 0;         // the seq of the image on screen: only a newer answer replaces it
 let rafPending = false;
 let lastImage = null;      // {data, w, h, view, upsample}
+let shown = null;          // what draw() displayed: {lo, hi, unit, cmap}
 let rect = null;           // [r0, r1, c0, c1] drawn, scan positions
 let polling = false;
+let placeholderTried = false;
 
 async function api(path, body) {
   const opt = { headers: { 'X-SSB4D-Token': token } };
@@ -33,15 +53,18 @@ async function api(path, body) {
 
 async function apiJSON(path, body) {
   const r = await api(path, body);
-  const j = await r.json().catch(() => ({ error: 'bad answer' }));
+  const j = await r.json().catch(() => ({ error: r.statusText || 'bad answer' }));
   if (!r.ok) throw new Error(j.error || r.statusText);
   return j;
 }
 
+// The previews' status line (never the fit's results: those have their own panel).
 function setStatus(msg, err) {
   $('status').textContent = msg;
   $('status').className = err ? 'error' : '';
 }
+
+function trim(list) { if (list.length > 5000) list.splice(0, 1000); } // a long session stays small
 
 // ---- parameters -----------------------------------------------------------------------------
 
@@ -92,9 +115,24 @@ function fromCurrent(cur) {
 
 // ---- previews -------------------------------------------------------------------------------
 
+// Draws an answer if it is newer than the image on screen; true when drawn.
+function show(my, image, release) {
+  if (my <= lastDrawn) return false; // a newer image is on screen already
+  lastDrawn = my;
+  lastImage = image;
+  draw();
+  trace.drawn.push({ seq: my, latest: seq, release: !!release, view: image.view, t: performance.now() });
+  trim(trace.drawn);
+  return true;
+}
+
 async function preview(release) {
-  const my = ++seq;
   const view = $('view').value;
+  if (VIRTUAL[view]) { // the aberrations do not change a virtual image
+    if (release) showVirtual(view);
+    return;
+  }
+  const my = ++seq;
   const body = Object.assign(params(), {
     upsample: release ? Number($('upsample').value) : 1,
     subset: release ? 0 : Math.max(0, Math.floor(num('subset'))),
@@ -103,26 +141,27 @@ async function preview(release) {
     view,
     seq: my,
   });
-  trace.sent.push({ seq: my, release: !!release });
+  trace.sent.push({ seq: my, release: !!release, t: performance.now() });
   trace.lastBody = body;
-  if (trace.sent.length > 5000) trace.sent.splice(0, 1000); // a long session stays small
+  trim(trace.sent);
   const t0 = performance.now();
   let r;
-  try { r = await api('/api/preview', body); } catch (e) { setStatus('connection lost: ' + e.message, true); return; }
-  if (r.status === 409) return; // superseded by a newer request: nothing to draw
+  try { r = await api('api/preview', body); } catch (e) { setStatus('connection lost: ' + e.message, true); return; }
+  trace.answers.push({ seq: my, status: r.status, release: !!release });
+  trim(trace.answers);
+  if (r.status === 204 || r.headers.get('X-Superseded')) { // superseded: nothing to draw
+    await r.arrayBuffer().catch(() => null); // read to its (empty) end, else the browser counts it aborted
+    return;
+  }
   if (!r.ok) {
     const j = await r.json().catch(() => ({}));
-    if (my === seq) setStatus('preview: ' + (j.error || r.statusText), true);
+    if (r.status === 409 && /superseded/.test(j.error || '')) return; // an older server's way of saying it
+    if (my > lastDrawn) setStatus('preview: ' + (j.error || r.statusText), true);
     return;
   }
   const buf = await r.arrayBuffer();
-  const got = Number(r.headers.get('X-Seq'));
-  if (got !== my || my !== seq) return; // a stale answer is never drawn
   const w = Number(r.headers.get('X-Width')), h = Number(r.headers.get('X-Height'));
-  lastImage = { data: new Float32Array(buf), w, h, view, upsample: body.upsample };
-  draw();
-  trace.drawn.push({ seq: my, latest: seq, release: !!release });
-  if (trace.drawn.length > 5000) trace.drawn.splice(0, 1000);
+  if (!show(my, { data: new Float32Array(buf), w, h, view, upsample: body.upsample }, release)) return;
   const ms = performance.now() - t0;
   $('reqtime').textContent = `${ms.toFixed(0)} ms (server ${(1000 * Number(r.headers.get('X-Seconds'))).toFixed(0)} ms)`;
   if (release) {
@@ -131,11 +170,35 @@ async function preview(release) {
     $('loss').textContent = loss.toPrecision(8);
     $('loss').dataset.loss = r.headers.get('X-Loss');
     $('loss').dataset.seq = String(my);
-    setStatus(`${w}×${h} at ${body.upsample}×, full BF set`);
+    setStatus(`${view}: ${w}×${h} at ${body.upsample}×, full BF set`);
     refreshMemory(); // once per release, not per drag frame
   } else {
     setStatus(`dragging: ${w}×${h}, subset ${body.subset || 'all'}`);
   }
+}
+
+// A virtual image (scan-sized float32): drawn like a preview; a failure's reason in the status.
+async function showVirtual(kind, quiet) {
+  const my = ++seq;
+  trace.sent.push({ seq: my, release: true, virtual: kind, t: performance.now() });
+  trim(trace.sent);
+  let r;
+  try { r = await api('api/virtual?kind=' + encodeURIComponent(kind)); } catch (e) {
+    if (!quiet) setStatus('connection lost: ' + e.message, true);
+    return false;
+  }
+  trace.answers.push({ seq: my, status: r.status, release: true });
+  if (!r.ok) {
+    const j = await r.json().catch(() => ({}));
+    const why = r.status === 404 ? 'this server has no virtual images' : (j.error || r.statusText);
+    if (!quiet && my > lastDrawn) setStatus(`${VIRTUAL[kind].label}: ${why}`, true);
+    return false;
+  }
+  const buf = await r.arrayBuffer();
+  const w = Number(r.headers.get('X-Width')), h = Number(r.headers.get('X-Height'));
+  if (!show(my, { data: new Float32Array(buf), w, h, view: kind, upsample: 1 }, true)) return false;
+  setStatus(`${VIRTUAL[kind].label}: ${w}×${h}${quiet ? ' (while the fit runs)' : ''}`);
+  return true;
 }
 
 function schedulePreview() {
@@ -144,7 +207,7 @@ function schedulePreview() {
   requestAnimationFrame(() => { rafPending = false; preview(false); });
 }
 
-// ---- drawing --------------------------------------------------------------------------------
+// ---- colours --------------------------------------------------------------------------------
 
 const MAPS = {
   gray: [[0, 0, 0], [255, 255, 255]],
@@ -172,6 +235,67 @@ function percentiles(a, plo, phi) {
   return [lo, hi];
 }
 
+// A number with as many decimals as a range of `span` needs (3 significant digits of the span).
+function fmt(v, span) {
+  const d = Math.min(6, Math.max(0, 2 - Math.floor(Math.log10(Math.abs(span) || 1))));
+  const s = v.toFixed(d);
+  return s === '-' + (0).toFixed(d) ? (0).toFixed(d) : s;
+}
+
+// Round values between lo and hi: about n of them, at 1, 2 or 5 × 10^k.
+function niceTicks(lo, hi, n) {
+  const raw = (hi - lo) / n, p = Math.pow(10, Math.floor(Math.log10(raw)));
+  const step = [1, 2, 5, 10].map((m) => m * p).find((x) => x >= raw) || p;
+  const out = [];
+  for (let v = Math.ceil(lo / step) * step; v <= hi + 1e-12 * Math.abs(hi); v += step) out.push(v);
+  return { ticks: out, step };
+}
+
+// A vertical colour bar on canvas cv (CSS size w×h): the map from lo (bottom) to hi (top), the
+// ends labelled with their values, round ticks between, the unit on top.
+function colourBar(cv, w, h, lo, hi, unit, cmap) {
+  const dpr = window.devicePixelRatio || 1;
+  cv.style.width = w + 'px'; cv.style.height = h + 'px';
+  cv.width = Math.round(w * dpr); cv.height = Math.round(h * dpr);
+  const g = cv.getContext('2d');
+  g.setTransform(dpr, 0, 0, dpr, 0, 0);
+  g.clearRect(0, 0, w, h);
+  if (!(hi > lo)) return;
+  const top = 22, bot = h - 8, bx = 2, bw = 14;
+  const L = lut(cmap), strip = g.createImageData(1, 256);
+  for (let i = 0; i < 256; i++) {
+    const k = (255 - i) * 3;
+    strip.data.set([L[k], L[k + 1], L[k + 2], 255], 4 * i);
+  }
+  const off = document.createElement('canvas');
+  off.width = 1; off.height = 256;
+  off.getContext('2d').putImageData(strip, 0, 0);
+  g.imageSmoothingEnabled = true;
+  g.drawImage(off, bx, top, bw, bot - top);
+  g.strokeStyle = '#777'; g.lineWidth = 1;
+  g.strokeRect(bx + 0.5, top + 0.5, bw - 1, bot - top - 1);
+  g.fillStyle = '#e3e3e3'; g.font = '11px system-ui, sans-serif'; g.textBaseline = 'middle';
+  g.fillText(unit, bx, 9);
+  const y = (v) => bot - (v - lo) / (hi - lo) * (bot - top);
+  const span = hi - lo;
+  const label = (v, yy, bold) => {
+    g.fillStyle = bold ? '#fff' : '#b8c0ca';
+    g.fillRect(bx + bw, yy - 0.5, 4, 1);
+    g.fillText(fmt(v, span), bx + bw + 6, Math.min(bot - 4, Math.max(top + 4, yy)));
+  };
+  label(hi, top, true);
+  label(lo, bot, true);
+  const { ticks } = niceTicks(lo, hi, Math.max(2, Math.floor((bot - top) / 60)));
+  for (const v of ticks) {
+    const yy = y(v);
+    if (yy - top > 14 && bot - yy > 14) label(v, yy, false);
+  }
+}
+
+// ---- drawing --------------------------------------------------------------------------------
+
+function unitOf(view) { return VIRTUAL[view] ? VIRTUAL[view].unit : UNITS[view] || ''; }
+
 function draw() {
   if (!lastImage) return;
   const { data, w, h, view } = lastImage;
@@ -188,31 +312,139 @@ function draw() {
     im.data[4 * i] = L[k]; im.data[4 * i + 1] = L[k + 1]; im.data[4 * i + 2] = L[k + 2]; im.data[4 * i + 3] = 255;
   }
   cv.getContext('2d').putImageData(im, 0, 0);
-  cv.dataset.seq = String(seq);
+  cv.dataset.seq = String(lastDrawn);
+  cv.dataset.view = view;
+  shown = { lo, hi, unit: unitOf(view) + (flip < 0 ? ' (−)' : ''), cmap: $('cmap').value };
+  drawColourBar();
   drawOverlay();
+}
+
+function drawColourBar() {
+  const cb = $('cbar'), h = $('stack').clientHeight;
+  if (!shown) { colourBar(cb, 80, h, 0, 0, '', 'gray'); return; }
+  colourBar(cb, 80, h, shown.lo, shown.hi, shown.unit, shown.cmap);
+  cb.dataset.lo = String(shown.lo);
+  cb.dataset.hi = String(shown.hi);
+  cb.dataset.unit = shown.unit;
+}
+
+// λ in Å of electrons at kv kilovolts (relativistic).
+function wavelengthA(kv) {
+  const V = kv * 1e3;
+  return 12.2643 / Math.sqrt(V * (1 + 0.97845e-6 * V));
+}
+
+function niceLength(x) { // the largest of 1, 2, 5 × 10^k not above x
+  const p = Math.pow(10, Math.floor(Math.log10(x)));
+  return [1, 2, 5, 10].map((m) => m * p).filter((v) => v <= x * (1 + 1e-9)).pop() || p;
+}
+
+function textBox(g, s, x, y, align) { // legible on any image: a dark box behind the text
+  g.font = '13px system-ui, sans-serif';
+  const w = g.measureText(s).width;
+  const x0 = align === 'right' ? x - w : align === 'center' ? x - w / 2 : x;
+  g.fillStyle = 'rgba(0,0,0,0.55)';
+  g.fillRect(x0 - 3, y - 13, w + 6, 17);
+  g.fillStyle = '#fff';
+  g.textBaseline = 'alphabetic';
+  g.fillText(s, x0, y);
+}
+
+// The FFT's scale: spatial frequency in 1/Å (the image sampled at scan_step/upsample spans
+// ±upsample/(2·step)), a scale bar, and the 2α/λ limit of the SSB transfer as a circle.
+function drawFFTScale(g, W, H) {
+  const ov = $('overlay'), cal = state.calibration;
+  const { w: nx, h: ny, upsample } = lastImage;
+  const fieldR = state.shape[0] * cal.scan_step_A[0], fieldC = state.shape[1] * cal.scan_step_A[1];
+  const pxX = W * fieldC / nx, pxY = H * fieldR / ny; // display px per 1/Å
+  const x0 = (Math.floor(nx / 2) + 0.5) / nx * W, y0 = (Math.floor(ny / 2) + 0.5) / ny * H;
+  const nyq = upsample / (2 * cal.scan_step_A[1]);
+  const lam = wavelengthA(cal.kv), k = 2 * cal.semiangle_mrad * 1e-3 / lam;
+  g.save();
+  g.setLineDash([6, 4]);
+  g.strokeStyle = '#4fc3f7'; g.lineWidth = 1.5;
+  g.beginPath();
+  g.ellipse(x0, y0, k * pxX, k * pxY, 0, 0, 2 * Math.PI);
+  g.stroke();
+  g.restore();
+  const ly = Math.max(18, y0 - k * pxY - 6);
+  textBox(g, `2α/λ = ${k.toFixed(2)} Å⁻¹`, x0, ly, 'center');
+  // frequency ticks along the bottom edge
+  g.fillStyle = '#fff';
+  const { ticks } = niceTicks(-nyq, nyq, 6);
+  for (const f of ticks) g.fillRect(x0 + f * pxX - 0.5, H - 6, 1, 6);
+  textBox(g, `±${nyq.toFixed(2)} Å⁻¹ (Nyquist)`, 8, 20, 'left');
+  const len = niceLength(2 * nyq / 5), px = len * pxX;
+  g.fillStyle = '#fff';
+  g.fillRect(W - px - 16, H - 24, px, 5);
+  textBox(g, `${+len.toPrecision(3)} Å⁻¹`, W - px - 16, H - 30, 'left');
+  ov.dataset.fftscale = String(len);
+  ov.dataset.nyquist = String(nyq);
+  ov.dataset.aperture = String(k);
 }
 
 function drawOverlay(drag) {
   const ov = $('overlay'), g = ov.getContext('2d');
-  g.clearRect(0, 0, ov.width, ov.height);
-  if (!state || !lastImage) return;
+  const dpr = window.devicePixelRatio || 1, W = ov.width / dpr, H = ov.height / dpr;
+  g.setTransform(dpr, 0, 0, dpr, 0, 0);
+  g.clearRect(0, 0, W, H);
+  delete ov.dataset.fftscale;
+  if (!lastImage) { // the placeholder says what is happening
+    const busy = state && state.job.busy;
+    const msg = !state ? 'connecting…' : busy ? `${state.job.stage || state.job.name}…` : 'no image yet';
+    g.fillStyle = '#9aa3ad'; g.font = '15px system-ui, sans-serif'; g.textAlign = 'center';
+    g.fillText(msg, W / 2, H / 2);
+    g.textAlign = 'start';
+    return;
+  }
+  if (!state) return;
   const sr = state.shape[0], sc = state.shape[1];
+  const fft = lastImage.view === 'fft';
   const r = drag || rect;
-  if (r && lastImage.view !== 'fft') {
+  if (r && !fft) {
     g.strokeStyle = '#ffd23f'; g.lineWidth = 2;
-    g.strokeRect(r[2] / sc * ov.width, r[0] / sr * ov.height, (r[3] - r[2]) / sc * ov.width, (r[1] - r[0]) / sr * ov.height);
+    g.strokeRect(r[2] / sc * W, r[0] / sr * H, (r[3] - r[2]) / sc * W, (r[1] - r[0]) / sr * H);
   }
-  if (lastImage.view !== 'fft' && state.calibration) { // scale bar: a round length near 1/5 of the width
-    const widthA = sc * state.calibration.scan_step_A[1];
-    let len = widthA / 5;
-    const p = Math.pow(10, Math.floor(Math.log10(len)));
-    len = [1, 2, 5, 10].map((m) => m * p).filter((x) => x <= len).pop() || p;
-    const px = len / widthA * ov.width;
-    g.fillStyle = '#fff';
-    g.fillRect(ov.width - px - 16, ov.height - 24, px, 5);
-    g.font = '13px sans-serif';
-    g.fillText(len >= 10 ? `${len / 10} nm` : `${len} Å`, ov.width - px - 16, ov.height - 30);
+  if (!state.calibration) return;
+  if (fft) { drawFFTScale(g, W, H); return; }
+  // scale bar: a round length near 1/5 of the width
+  const widthA = sc * state.calibration.scan_step_A[1];
+  const len = niceLength(widthA / 5), px = len / widthA * W;
+  g.fillStyle = '#fff';
+  g.fillRect(W - px - 16, H - 24, px, 5);
+  textBox(g, len >= 10 ? `${+(len / 10).toPrecision(3)} nm` : `${+len.toPrecision(3)} Å`, W - px - 16, H - 30, 'left');
+}
+
+// ---- layout ---------------------------------------------------------------------------------
+
+// The image takes the room it has: the window's width less the controls' column and the colour
+// bar (all of it when the controls are below), and the window's height below the image's top less
+// the two status lines (at least 320 px when the controls are below). The box keeps the scan's
+// aspect; the overlay's pixels follow the box (and the screen's density). The image and the
+// controls sit together in the middle of a wide window.
+const CBAR_W = 80, CBAR_GAP = 6;
+function layout() {
+  const main = document.querySelector('main'), left = $('left'), stack = $('stack');
+  const cs = getComputedStyle(main), narrow = cs.flexDirection === 'column';
+  const inner = main.clientWidth - parseFloat(cs.paddingLeft) - parseFloat(cs.paddingRight);
+  const room = narrow ? inner : inner - $('controls').offsetWidth - parseFloat(cs.columnGap || 16);
+  const availW = room - CBAR_W - CBAR_GAP;
+  const top = stack.getBoundingClientRect().top + window.scrollY;
+  let availH = window.innerHeight - top - 64;
+  if (narrow) availH = Math.max(availH, 320);
+  const side = Math.floor(Math.max(120, Math.min(availW, availH)));
+  const sr = state ? state.shape[0] : 1, sc = state ? state.shape[1] : 1;
+  const w = sr >= sc ? Math.round(side * sc / sr) : side, h = sr >= sc ? side : Math.round(side * sr / sc);
+  if (stack.clientWidth !== w || stack.clientHeight !== h) {
+    stack.style.width = w + 'px';
+    stack.style.height = h + 'px';
   }
+  left.style.width = narrow ? '' : Math.max(w + CBAR_W + CBAR_GAP, Math.min(room, 480)) + 'px';
+  const dpr = window.devicePixelRatio || 1, ov = $('overlay');
+  const pw = Math.round(w * dpr), ph = Math.round(h * dpr);
+  if (ov.width !== pw || ov.height !== ph) { ov.width = pw; ov.height = ph; }
+  drawColourBar();
+  drawOverlay();
 }
 
 // Rectangle drawing on the overlay, in scan positions.
@@ -251,16 +483,58 @@ function showMemory(m) {
 }
 
 async function refreshMemory() {
-  try { state = await apiJSON('/api/state'); showMemory(state.memory); } catch (e) { /* the next one will tell */ }
+  try { state = await apiJSON('api/state'); showMemory(state.memory); } catch (e) { /* the next one will tell */ }
 }
 
+// The running job as stages: the start-up's calibrate → G build → fit (and any other stage a job
+// reports), each done, running (its fraction, never going back within a stage) or to come.
+let track = null;
 function showJob(s) {
-  const busy = s.job.busy;
-  $('progress').value = busy ? s.job.fraction : 0;
-  $('jobname').textContent = busy ? `${s.job.name}${s.job.stage ? ': ' + s.job.stage : ''}` : (s.error ? 'error: ' + s.error : '');
-  $('jobname').className = !busy && s.error ? 'error' : '';
+  const j = s.job, busy = j.busy, now = performance.now();
+  const bar = $('progress');
   $('cancel').disabled = !busy;
   for (const id of ['fit', 'crop_refit', 'fit_regions', 'fit_tilt']) $(id).disabled = busy || !s.ready;
+  if (!busy) {
+    track = null;
+    bar.value = 0;
+    bar.classList.add('idle');
+    $('stages').textContent = '';
+    $('jobname').textContent = s.error ? 'error: ' + s.error : '';
+    $('jobname').className = s.error ? 'error' : '';
+    document.body.dataset.stage = '';
+    return;
+  }
+  if (!track || track.name !== j.name.replace(/ \d+\/\d+$/, '')) {
+    track = { name: j.name.replace(/ \d+\/\d+$/, ''), seen: [], stage: null, frac: 0, t: now };
+  }
+  if (j.stage && j.stage !== track.stage) {
+    if (!track.seen.includes(j.stage)) track.seen.push(j.stage);
+    track.stage = j.stage; track.frac = 0; track.t = now;
+  }
+  track.frac = Math.max(track.frac, j.fraction || 0);
+  bar.classList.remove('idle');
+  const expected = /calibrate/.test(track.name) && /fit/.test(track.name) ? START_STAGES : [];
+  const list = expected.concat(track.seen.filter((x) => !expected.includes(x)));
+  const cur = track.stage ? list.indexOf(track.stage) : 0;
+  const secs = ((now - track.t) / 1000).toFixed(0);
+  const box = $('stages');
+  box.textContent = '';
+  list.forEach((name, i) => {
+    if (i) box.append(' → ');
+    const e = document.createElement('span');
+    if (i < cur) { e.className = 'done'; e.textContent = name + ' ✓'; } else if (i === cur) {
+      e.className = 'cur';
+      e.textContent = track.frac > 0 ? `${name} ${(100 * track.frac).toFixed(0)} %` : `${name} ${secs} s`;
+    } else e.textContent = name;
+    box.append(e);
+  });
+  // The bar: the stages done and the running one's fraction.
+  const n = Math.max(1, list.length);
+  bar.value = list.length ? (Math.max(0, cur) + track.frac) / n : track.frac;
+  $('jobname').textContent = j.name + (list.length ? ':' : '');
+  $('jobname').className = '';
+  bar.dataset.stage = track.stage || '';
+  document.body.dataset.stage = track.stage || '';
 }
 
 function showTrials(s) {
@@ -279,13 +553,66 @@ function showTrials(s) {
   });
 }
 
-// Polls /api/state every 250 ms while a job runs (never while idle), then calls done(state).
+function wrap90(d) { const r = ((d + 90) % 180 + 180) % 180; return r - 90; }
+
+// The fit's results, kept until the next fit (previews never write here). φ12 in both frames
+// (docs/fit.md): probe = scan − rotation; a mirrored detector: probe = 90° + rotation − scan
+// (mod 180°).
+function showFit(s) {
+  const f = s.fit;
+  const set = (id, t, cls) => { $(id).textContent = t; $(id).className = cls || ''; };
+  if (!f || !f.done || !f.result) {
+    for (const id of ['r_C10', 'r_C12', 'r_phi_scan', 'r_phi_probe', 'r_rot', 'r_flip', 'r_loss', 'r_conf']) set(id, '—');
+    set('r_warning', 'no fit yet');
+    $('results').dataset.done = '0';
+  } else {
+    const r = f.result, rot = r.rotation_deg, phi = r.phi12_deg;
+    const probe = f.phi12_probe_deg ?? wrap90(f.flip ? 90 + rot - phi : phi - rot);
+    set('r_C10', `${r.C10_nm.toFixed(3)} nm`);
+    set('r_C12', `${r.C12_nm.toFixed(3)} nm`);
+    set('r_phi_scan', `${phi.toFixed(2)}°`);
+    set('r_phi_probe', `${probe.toFixed(2)}°`);
+    const src = f.rotation_source ? ` (${f.rotation_source})` : '';
+    const sig = Number.isFinite(f.rotation_sigma_deg) ? ` ± ${f.rotation_sigma_deg.toFixed(2)}°` : '';
+    set('r_rot', `${rot.toFixed(2)}°${sig}${src}`);
+    set('r_flip', `${f.flip ? 'mirrored' : 'not mirrored'}${f.flip_source ? ' (' + f.flip_source + ')' : ''}`);
+    set('r_loss', `${f.loss.toPrecision(8)}${Number.isFinite(f.seconds) && f.seconds > 0 ? ` · fit took ${f.seconds.toFixed(1)} s` : ''}`);
+    const confident = f.confident ?? !f.warning;
+    set('r_conf', confident ? 'confident: a clear minimum' : 'not confident', confident ? 'good' : 'warn');
+    set('r_warning', f.warning ? '⚠ ' + f.warning : '', f.warning ? 'warn' : '');
+    $('results').dataset.done = '1';
+    $('results').dataset.c10 = String(r.C10_nm);
+  }
+  const t = s.truth;
+  document.body.classList.toggle('has-truth', !!t);
+  if (t) {
+    $('t_C10').textContent = `${t.C10_nm.toFixed(3)} nm`;
+    $('t_C12').textContent = `${t.C12_nm.toFixed(3)} nm`;
+    $('t_phi_probe').textContent = `${t.phi12_deg.toFixed(2)}°`;
+    $('t_phi_scan').textContent = Number.isFinite(t.phi12_scan_deg) ? `${t.phi12_scan_deg.toFixed(2)}°` : '';
+  }
+}
+
+// While the start-up runs: the first image there is (a virtual BF image, computed with the
+// calibration) instead of a black square, when the server says it has one.
+function placeholder(s) {
+  if (placeholderTried || lastImage || !s.ready || !(s.virtual && s.virtual.ready)) return;
+  placeholderTried = true;
+  showVirtual('bf', true);
+}
+
+// Polls api/state every 250 ms while a job runs (never while idle), then calls done(state).
 async function pollWhileBusy(done) {
   if (polling) return;
   polling = true;
+  let first = !state;
   for (;;) {
-    try { state = await apiJSON('/api/state'); } catch (e) { setStatus(e.message, true); }
-    if (state) { showJob(state); showMemory(state.memory); }
+    try { state = await apiJSON('api/state'); } catch (e) { setStatus(e.message, true); }
+    if (state) {
+      if (first) { first = false; layout(); }
+      showJob(state); showMemory(state.memory); placeholder(state);
+      if (!lastImage) drawOverlay();
+    }
     if (state && !state.job.busy) break;
     await new Promise((res) => setTimeout(res, 250));
   }
@@ -294,10 +621,10 @@ async function pollWhileBusy(done) {
 }
 
 function afterFit(s) {
-  $('dataset').textContent = `${s.dataset} · ${s.shape.join('×')}`;
+  $('dataset').textContent = `${s.dataset} · ${s.shape.join('×')}${s.backend ? ' · ' + s.backend : ''}`;
   showTrials(s);
   fromCurrent(s.current);
-  if (s.fit.done) setStatus(`fit: C10 ${s.fit.result.C10_nm.toFixed(2)} nm, C12 ${s.fit.result.C12_nm.toFixed(2)} nm, φ12 ${s.fit.result.phi12_deg.toFixed(1)}°${s.fit.flip ? ', mirrored detector' : ''} ${s.fit.warning ? '(' + s.fit.warning + ')' : ''}`);
+  showFit(s);
   $('fit').dataset.done = s.fit.done ? '1' : '0';
   document.body.dataset.ready = '1';
   preview(true);
@@ -310,36 +637,58 @@ async function runJob(path, body, onResult) {
     const j = await p;
     if (onResult) onResult(j);
   } catch (e) {
-    setStatus(`${path.slice(5)}: ${e.message}`, true);
+    setStatus(`${path.replace(/^api\//, '')}: ${e.message}`, true);
   }
   await pollWhileBusy();
 }
 
+function median(a) {
+  const s = a.slice().sort((x, y) => x - y), n = s.length;
+  return n % 2 ? s[(n - 1) / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
+}
+
+// The Fit Regions map of C10: colours over median ± max(3·1.4826·MAD, 0.5 nm), so that a spread
+// of a few pm is not stretched over the whole map; the values, their spread and a colour bar.
+const MAP_MIN_HALF_NM = 0.5;
 function drawRegionMap(m) {
   const cv = $('regionmap'), g = cv.getContext('2d');
   g.clearRect(0, 0, cv.width, cv.height);
   const vals = m.cells.map((c) => c.C10_nm);
-  const lo = Math.min(...vals), hi = Math.max(...vals);
+  const med = median(vals), mad = median(vals.map((v) => Math.abs(v - med)));
+  const half = Math.max(MAP_MIN_HALF_NM, 3 * 1.4826 * mad);
+  const lo = med - half, hi = med + half;
+  const mn = Math.min(...vals), mx = Math.max(...vals);
+  const mean = vals.reduce((a, b) => a + b, 0) / vals.length;
+  const std = Math.sqrt(vals.reduce((a, b) => a + (b - mean) ** 2, 0) / vals.length);
   const L = lut('viridis');
   const [r0, r1, c0, c1] = m.rect;
   m.cells.forEach((c) => {
-    const t = hi > lo ? (c.C10_nm - lo) / (hi - lo) : 0.5, k = Math.round(t * 255) * 3;
+    let t = (c.C10_nm - lo) / (hi - lo);
+    t = t < 0 ? 0 : t > 1 ? 1 : t;
+    const k = Math.round(t * 255) * 3;
     g.fillStyle = `rgb(${L[k]},${L[k + 1]},${L[k + 2]})`;
     const x = (c.rect[2] - c0) / (c1 - c0) * cv.width, y = (c.rect[0] - r0) / (r1 - r0) * cv.height;
     const w = (c.rect[3] - c.rect[2]) / (c1 - c0) * cv.width, h = (c.rect[1] - c.rect[0]) / (r1 - r0) * cv.height;
     g.fillRect(x, y, w, h);
+    g.strokeStyle = '#1b1d21'; g.lineWidth = 1;
+    g.strokeRect(x + 0.5, y + 0.5, w - 1, h - 1);
     g.fillStyle = t > 0.6 ? '#000' : '#fff';
     g.font = '12px sans-serif';
-    g.fillText(`${c.C10_nm.toFixed(2)} nm`, x + 4, y + 16);
+    if (w > 40) g.fillText(`${c.C10_nm.toFixed(3)}`, x + 4, y + 16);
   });
+  $('mapbox').classList.add('has-map');
   cv.dataset.cells = String(m.cells.length);
-  $('maplegend').textContent = `C10 map: ${lo.toFixed(3)} nm (dark) … ${hi.toFixed(3)} nm (bright), ${m.rows}×${m.cols} regions`;
+  cv.dataset.lo = String(lo);
+  cv.dataset.hi = String(hi);
+  colourBar($('mapbar'), 72, cv.height, lo, hi, 'C10 nm', 'viridis');
+  $('maplegend').textContent = `C10 over ${m.rows}×${m.cols} regions: min ${mn.toFixed(3)} nm, max ${mx.toFixed(3)} nm, ` +
+    `spread ${(1000 * (mx - mn)).toFixed(0)} pm, std ${(1000 * std).toFixed(0)} pm; colours: median ${med.toFixed(3)} ± ${half.toFixed(2)} nm`;
 }
 
 async function showCalibration() {
   try {
-    const info = await apiJSON('/api/calibration');
-    const r = await api('/api/calibration/mean');
+    const info = await apiJSON('api/calibration');
+    const r = await api('api/calibration/mean');
     if (!r.ok) return;
     const a = new Float32Array(await r.arrayBuffer());
     const w = Number(r.headers.get('X-Width')), h = Number(r.headers.get('X-Height'));
@@ -366,6 +715,25 @@ async function showCalibration() {
   } catch (e) { $('calinfo').textContent = e.message; }
 }
 
+// Save calibration: a plain file name (the server writes only into its output folder) and where
+// the file went, or why not.
+async function save() {
+  const out = $('saved'), name = $('savename').value.trim();
+  delete out.dataset.path;
+  if (!name || name.includes('/') || name.includes('\\') || name.includes('..')) {
+    out.textContent = 'the file name must be a plain name like calibration.json (no folders)';
+    out.className = 'error';
+    return;
+  }
+  try {
+    await apiJSON('api/apply', params()); // the values shown become the session's
+    const j = await apiJSON('api/save', { name, force: $('force').checked });
+    out.textContent = 'saved to ' + j.path;
+    out.dataset.path = j.path;
+    out.className = '';
+  } catch (e) { out.textContent = 'not saved: ' + e.message; out.className = 'error'; }
+}
+
 // ---- wiring ---------------------------------------------------------------------------------
 
 function setup() {
@@ -389,41 +757,41 @@ function setup() {
   for (const id of ['cmap', 'plo', 'phi', 'flip']) $(id).addEventListener('change', draw);
   hi.addEventListener('change', () => preview(true));
   for (const id of ['tilt_r', 'tilt_c', 'thickness']) $(id).addEventListener('change', () => preview(true));
-  $('cancel').addEventListener('click', () => api('/api/cancel', {}));
-  $('fit').addEventListener('click', () => runJob('/api/fit', {}, () => {}).then(() => afterFit(state)));
-  $('fit_tilt').addEventListener('click', () => runJob('/api/fit_tilt', {}, (j) => {
+  $('cancel').addEventListener('click', () => api('api/cancel', {}));
+  $('fit').addEventListener('click', () => runJob('api/fit', {}, () => {}).then(() => afterFit(state)));
+  $('fit_tilt').addEventListener('click', () => runJob('api/fit_tilt', {}, (j) => {
     setStatus(`tilt fit: (${j.tilt_mrad.map((x) => x.toFixed(2)).join(', ')}) mrad, ${j.thickness_nm.toFixed(1)} nm, gain ${j.gain.toFixed(3)}`);
   }).then(() => { fromCurrent(state.current); preview(true); }));
   $('reset').addEventListener('click', async () => {
-    try { const s = await apiJSON('/api/reset', {}); state = s; fromCurrent(s.current); preview(true); } catch (e) { setStatus(e.message, true); }
+    try { const s = await apiJSON('api/reset', {}); state = s; fromCurrent(s.current); preview(true); } catch (e) { setStatus(e.message, true); }
   });
-  $('save').addEventListener('click', async () => {
-    try {
-      await apiJSON('/api/apply', params()); // the values shown become the session's
-      const j = await apiJSON('/api/save', { force: $('force').checked });
-      $('saved').textContent = 'saved ' + j.path;
-      $('saved').dataset.path = j.path;
-      $('saved').className = '';
-    } catch (e) { $('saved').textContent = e.message; $('saved').className = 'error'; }
-  });
+  $('save').addEventListener('click', save);
   $('crop_refit').addEventListener('click', () => {
     const r = rect || [0, state.shape[0], 0, state.shape[1]];
-    runJob('/api/region', { rect: r }, (j) => {
+    runJob('api/region', { rect: r }, (j) => {
       $('region_result').textContent = `C10 ${j.C10_nm.toFixed(2)} nm, C12 ${j.C12_nm.toFixed(2)} nm, φ12 ${j.phi12_deg.toFixed(1)}°, loss ${j.loss.toPrecision(6)}`;
       $('region_result').dataset.c10 = String(j.C10_nm);
       $('apply_region').disabled = false;
     });
   });
   $('apply_region').addEventListener('click', async () => {
-    try { const s = await apiJSON('/api/apply', { region: true }); state = s; fromCurrent(s.current); preview(true); } catch (e) { setStatus(e.message, true); }
+    try { const s = await apiJSON('api/apply', { region: true }); state = s; fromCurrent(s.current); preview(true); } catch (e) { setStatus(e.message, true); }
   });
   $('fit_regions').addEventListener('click', () => {
     const body = { rows: Math.floor(num('grid_rows')), cols: Math.floor(num('grid_cols')) };
     if (rect) body.rect = rect;
-    runJob('/api/regions', body, drawRegionMap);
+    runJob('api/regions', body, drawRegionMap);
   });
   $('caldetails').addEventListener('toggle', () => { if ($('caldetails').open) showCalibration(); });
   setupRect();
+  // Only a change of width re-lays out (the height follows from it): no resize loop.
+  let mainW = -1;
+  new ResizeObserver(() => {
+    const w = document.querySelector('main').clientWidth;
+    if (w !== mainW) { mainW = w; requestAnimationFrame(layout); }
+  }).observe(document.querySelector('main'));
+  window.addEventListener('resize', layout);
+  layout();
 }
 
 setup();

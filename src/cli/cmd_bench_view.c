@@ -2,7 +2,11 @@
  * feel it: a real `ssb4d view DATA` (this binary, started as a child on an ephemeral port), then
  * drag previews (the drag subset, native sampling) and releases (all BF pixels, the exact loss,
  * native sampling) timed from the request sent to the image's last byte received over HTTP. The
- * first of each kind warms up and is not counted; every request has a new C10 (no cache answers). */
+ * first of each kind warms up and is not counted; every request has a new C10 (no cache answers).
+ * --drag-rate adds what a person feels on a busy machine: drags sent at a fixed rate without
+ * waiting for answers (as the page does), a release in the middle, and the frames the page would
+ * draw (every finished answer newer than the last one drawn); --cpu-load starts busy processes
+ * beside the server that stop by themselves. */
 #include "bench/record.h"
 #include "common/clock.h"
 #include "cli/cli_common.h"
@@ -15,6 +19,8 @@
 #include <errno.h>
 #include <math.h>
 #include <netinet/in.h>
+#include <pthread.h>
+#include <sys/prctl.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -43,6 +49,14 @@ static void help(FILE *f)
             "  --drags N             drag previews timed (default 20)\n"
             "  --releases N          releases timed (default 3)\n"
             "  --subset N            BF pixels of a drag preview (default 256)\n"
+            "  --drag-rate HZ        also send a stream of drags at HZ per second for --drag-seconds\n"
+            "                        without waiting for answers (as the page does while a slider\n"
+            "                        moves), with a release half way; records the frames the page\n"
+            "                        draws per request, the largest gap between drawn frames and the\n"
+            "                        release's latency during the drag (0: no stream; default 0)\n"
+            "  --drag-seconds S      how long the stream lasts (default 3)\n"
+            "  --cpu-load N          N busy processes beside the server while timing (each stops by\n"
+            "                        itself after the bench, at most 15 minutes; default 0)\n"
             CLI_MEMORY_HELP
             CLI_BACKEND_HELP
             "  -o, --output FILE     the JSON record\n"
@@ -179,26 +193,216 @@ static int time_kind(int port, const char *token, double c10, int *seq, size_t c
     return 0;
 }
 
+/* ---- a drag stream at a fixed rate (--drag-rate) ------------------------------------------ */
+
+typedef struct {
+    int port;
+    const char *token;
+    char body[256];
+    double seq, t_send, t_recv, server_s;
+    int status, release;
+    pthread_t th;
+} stream_req;
+
+static void *stream_send(void *arg)
+{
+    stream_req *q = arg;
+    http_answer a;
+    q->t_send = ssb_clock_s();
+    int bad = http(q->port, q->token, "POST", "/api/preview", q->body, &a);
+    q->t_recv = ssb_clock_s();
+    q->status = bad ? -1 : a.status;
+    q->server_s = a.server_s;
+    free(a.raw);
+    return NULL;
+}
+
+typedef struct {
+    size_t sent, answered, superseded, drawn, failed;
+    double largest_gap_ms, release_ms, rate_hz;
+} stream_result;
+
+static int by_recv(const void *a, const void *b)
+{
+    const stream_req *x = *(stream_req *const *)a, *y = *(stream_req *const *)b;
+    return (x->t_recv > y->t_recv) - (x->t_recv < y->t_recv);
+}
+
+/* Drags at rate_hz for seconds s, each on its own connection and thread so that none waits for
+ * another, then a release one interval after the last drag (the slider let go while drags are
+ * still in flight); then the page's rule replayed on the answers: a finished image is drawn when
+ * its seq is newer than the last drawn one. The largest gap between drawn frames is taken from
+ * the first drag sent until the release is sent. */
+static int drag_stream(int port, const char *token, double c10, int *seq, double rate_hz, double s, size_t subset,
+                       stream_result *out)
+{
+    size_t n = (size_t)(rate_hz * s + 0.5);
+    if (n < 2)
+        n = 2;
+    stream_req *q = calloc(n + 1, sizeof *q);
+    stream_req **order = calloc(n + 1, sizeof *order);
+    if (!q || !order) {
+        free(q), free(order);
+        return cli_error("bench view", SSB4D_ENOMEM, "out of memory");
+    }
+    size_t nq = 0;
+    double t0 = ssb_clock_s();
+    int rc = 0;
+    for (size_t i = 0; i <= n && !rc; i++) {
+        double due = t0 + (double)i / rate_hz; /* a fixed schedule, whatever the answers do */
+        for (double now; (now = ssb_clock_s()) < due;)
+            usleep((useconds_t)((due - now) * 1e6));
+        {
+            int rel = i == n;
+            stream_req *r = &q[nq];
+            r->port = port, r->token = token, r->release = rel;
+            r->seq = ++*seq;
+            snprintf(r->body, sizeof r->body,
+                     "{\"C10_nm\": %.6f, \"upsample\": 1, \"subset\": %zu, \"want_loss\": %s, \"seq\": %d}",
+                     c10 + 0.05 * (*seq % 40), rel ? (size_t)0 : subset, rel ? "true" : "false", *seq);
+            if (pthread_create(&r->th, NULL, stream_send, r)) {
+                rc = cli_error("bench view", SSB4D_EIO, "cannot start a request thread");
+                break;
+            }
+            nq++;
+        }
+    }
+    for (size_t i = 0; i < nq; i++)
+        pthread_join(q[i].th, NULL);
+    memset(out, 0, sizeof *out);
+    out->rate_hz = rate_hz;
+    for (size_t i = 0; i < nq; i++) {
+        order[i] = &q[i];
+        out->sent += !q[i].release;
+        if (q[i].status == 200)
+            out->answered += !q[i].release;
+        else if (q[i].status == 204)
+            out->superseded++;
+        else
+            out->failed++;
+        if (q[i].release)
+            out->release_ms = q[i].status == 200 ? 1000 * (q[i].t_recv - q[i].t_send) : NAN;
+    }
+    qsort(order, nq, sizeof *order, by_recv);
+    double last_seq = 0, prev = t0, gap = 0, t_release = nq ? q[nq - 1].t_send : t0;
+    for (size_t i = 0; i < nq; i++) {
+        stream_req *r = order[i];
+        if (r->status != 200 || r->seq <= last_seq)
+            continue;
+        last_seq = r->seq;
+        out->drawn += !r->release;
+        if (r->t_recv <= t_release) {
+            gap = fmax(gap, r->t_recv - prev);
+            prev = r->t_recv;
+        }
+    }
+    gap = fmax(gap, t_release - prev); /* nothing drawn from the last frame to the release */
+    out->largest_gap_ms = 1000 * gap;
+    free(q), free(order);
+    if (!rc && out->failed) {
+        fprintf(stderr, "ssb4d bench view: %zu requests of the drag stream failed\n", out->failed);
+        rc = CLI_EXIT_INTERNAL;
+    }
+    return rc;
+}
+
+/* --cpu-load: n processes that spin. Each dies with the bench (PR_SET_PDEATHSIG) and in any case
+ * after limit_s (alarm), so a crashed bench leaves no load behind. */
+static int start_load(int n, unsigned limit_s, pid_t *pids)
+{
+    for (int i = 0; i < n; i++) {
+        pid_t p = fork();
+        if (p < 0)
+            return -1;
+        if (p == 0) {
+            prctl(PR_SET_PDEATHSIG, SIGKILL);
+            alarm(limit_s);
+            volatile unsigned long x = 0;
+            for (;;)
+                x++;
+        }
+        pids[i] = p;
+    }
+    return 0;
+}
+
+static void stop_load(int n, pid_t *pids)
+{
+    for (int i = 0; i < n; i++)
+        if (pids[i] > 0) {
+            kill(pids[i], SIGKILL);
+            waitpid(pids[i], NULL, 0);
+        }
+}
+
+static cJSON *stream_json(const stream_result *r, const timing *drag, const timing *rel)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "rate_hz", r->rate_hz);
+    cJSON_AddNumberToObject(o, "drags_sent", (double)r->sent);
+    cJSON_AddNumberToObject(o, "drags_answered", (double)r->answered);
+    cJSON_AddNumberToObject(o, "superseded", (double)r->superseded);
+    cJSON_AddNumberToObject(o, "drags_drawn", (double)r->drawn);
+    cJSON_AddNumberToObject(o, "drawn_per_request", r->sent ? (double)r->drawn / (double)r->sent : 0);
+    cJSON_AddNumberToObject(o, "largest_gap_ms", r->largest_gap_ms);
+    cJSON_AddNumberToObject(o, "preview_compute_ms", drag->server_med_ms);
+    cJSON_AddNumberToObject(o, "gap_over_compute", r->largest_gap_ms / drag->server_med_ms);
+    cJSON_AddNumberToObject(o, "release_during_drag_ms", r->release_ms);
+    cJSON_AddNumberToObject(o, "release_idle_ms", rel->med_ms);
+    cJSON_AddNumberToObject(o, "release_over_idle", r->release_ms / rel->med_ms);
+    /* Frames cannot come faster than the drags: the target is 2x the longer of a preview's compute
+     * and the input interval (the issue's 2x compute, where the compute is the slower). */
+    double interval = 1000 / r->rate_hz, floor_ms = fmax(drag->server_med_ms, interval);
+    cJSON_AddNumberToObject(o, "input_interval_ms", interval);
+    cJSON_AddNumberToObject(o, "gap_target_ms", 2 * floor_ms);
+    cJSON_AddBoolToObject(o, "gap_target_met", r->largest_gap_ms <= 2 * floor_ms);
+    cJSON_AddBoolToObject(o, "release_target_met", r->release_ms <= 1.5 * rel->med_ms);
+    return o;
+}
+
 int bench_view(int argc, char **argv, bench_resolve_fn resolve)
 {
-    enum { O_WORKLOAD = CLI_OPT_FIRST_FREE, O_DATA, O_CACHE, O_DRAGS, O_RELEASES, O_SUBSET, O_FORCE };
+    enum { O_WORKLOAD = CLI_OPT_FIRST_FREE, O_DATA, O_CACHE, O_DRAGS, O_RELEASES, O_SUBSET, O_FORCE, O_RATE, O_DSEC,
+           O_LOAD };
     static const struct option opts[] = {
         {"workload", required_argument, 0, O_WORKLOAD}, {"data", required_argument, 0, O_DATA},
         {"cache", required_argument, 0, O_CACHE},       {"drags", required_argument, 0, O_DRAGS},
         {"releases", required_argument, 0, O_RELEASES}, {"subset", required_argument, 0, O_SUBSET},
         {"memory", required_argument, 0, CLI_OPT_MEMORY}, {"output", required_argument, 0, 'o'},
         {"force", no_argument, 0, O_FORCE},             {"quiet", no_argument, 0, 'q'},
+        {"drag-rate", required_argument, 0, O_RATE},    {"drag-seconds", required_argument, 0, O_DSEC},
+        {"cpu-load", required_argument, 0, O_LOAD},
         CLI_BACKEND_OPTION,
         {"help", no_argument, 0, 'h'},                  {0, 0, 0, 0},
     };
     const char *name = NULL, *data = NULL, *cache = NULL, *out = NULL, *memory = NULL;
     ssb4d_backend_kind backend = SSB4D_BACKEND_AUTO;
-    long drags = 20, releases = 3, subset = 256;
+    long drags = 20, releases = 3, subset = 256, load = 0;
+    double rate = 0, dsec = 3;
     int force = 0, quiet = 0, c;
     optind = 1;
     opterr = 0;
     while ((c = getopt_long(argc, argv, ":o:hq", opts, NULL)) != -1) {
         char *e;
+        if (c == O_RATE || c == O_DSEC) {
+            double v = strtod(optarg, &e);
+            if (e == optarg || *e || !(v >= (c == O_RATE ? 0 : 0.5)) || v > (c == O_RATE ? 200 : 600)) {
+                fprintf(stderr, "ssb4d bench view: invalid value '%s' for %s (%s)\n", optarg, argv[optind - 1],
+                        c == O_RATE ? "0 to 200 per second" : "0.5 to 600 s");
+                return CLI_EXIT_USAGE;
+            }
+            *(c == O_RATE ? &rate : &dsec) = v;
+            continue;
+        }
+        if (c == O_LOAD) {
+            long v = strtol(optarg, &e, 10);
+            if (e == optarg || *e || v < 0 || v > 256) {
+                fprintf(stderr, "ssb4d bench view: invalid value '%s' for --cpu-load (0 to 256 processes)\n", optarg);
+                return CLI_EXIT_USAGE;
+            }
+            load = v;
+            continue;
+        }
         long *dst = c == O_DRAGS ? &drags : c == O_RELEASES ? &releases : c == O_SUBSET ? &subset : NULL;
         if (dst) {
             long v = strtol(optarg, &e, 10);
@@ -321,11 +525,18 @@ int bench_view(int argc, char **argv, bench_resolve_fn resolve)
         usleep(200000);
     }
     timing drag = {0}, rel = {0};
+    stream_result sr = {0};
     int seq = 0;
+    pid_t lpids[256] = {0};
+    if (!rc && load && start_load((int)load, 900, lpids)) /* after the start: its fit is not timed */
+        rc = cli_error("bench view", SSB4D_EIO, "cannot start the CPU load");
     if (!rc)
         rc = time_kind(port, token, c10, &seq, (size_t)drags, (size_t)subset, 0, &drag);
     if (!rc)
         rc = time_kind(port, token, c10, &seq, (size_t)releases, 0, 1, &rel);
+    if (!rc && rate > 0)
+        rc = drag_stream(port, token, c10, &seq, rate, dsec, (size_t)subset, &sr);
+    stop_load((int)load, lpids);
     kill(pid, SIGTERM);
     int ws = 0;
     waitpid(pid, &ws, 0);
@@ -338,7 +549,16 @@ int bench_view(int argc, char **argv, bench_resolve_fn resolve)
            drag.med_ms, drag.min_ms, drag.max_ms, drag.server_med_ms);
     printf("  release  (all BF, loss) n=%-3zu median %8.1f ms  min %8.1f  max %8.1f  (server %8.1f ms)\n", rel.n,
            rel.med_ms, rel.min_ms, rel.max_ms, rel.server_med_ms);
+    if (rate > 0)
+        printf("  stream   %.0f/s for %.1f s%s: %zu drags, %zu drawn (%.2f per request), %zu superseded;\n"
+               "           largest gap %.1f ms (a drag's compute %.1f ms, the input every %.1f ms; target <= 2x\n"
+               "           the longer), release during the drag %.1f ms (%.2fx idle %.1f ms; target <= 1.5x)\n",
+               rate, dsec, load ? " under load" : "", sr.sent, sr.drawn, sr.sent ? (double)sr.drawn / (double)sr.sent : 0,
+               sr.superseded, sr.largest_gap_ms, drag.server_med_ms, 1000 / rate,
+               sr.release_ms, sr.release_ms / rel.med_ms, rel.med_ms);
     printf("  backend  %s\n", backend_name);
+    if (load)
+        printf("  load     %ld busy processes beside the server\n", load);
     if (out) {
         cJSON *j = cJSON_CreateObject();
         cJSON_AddStringToObject(j, "schema", "ssb4d-bench-view/1");
@@ -352,6 +572,9 @@ int bench_view(int argc, char **argv, bench_resolve_fn resolve)
         cJSON_AddStringToObject(j, "backend", backend_name);
         cJSON_AddItemToObject(j, "drag", timing_json(&drag));
         cJSON_AddItemToObject(j, "release", timing_json(&rel));
+        cJSON_AddNumberToObject(j, "cpu_load", (double)load);
+        if (rate > 0)
+            cJSON_AddItemToObject(j, "stream", stream_json(&sr, &drag, &rel));
         char *txt = cJSON_Print(j);
         cJSON_Delete(j);
         ssb4d_err err = {0};

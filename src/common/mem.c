@@ -49,6 +49,8 @@ struct ssb4d_mem {
     pthread_mutex_t cb_lock;
     _Atomic long long last_call_ns;
     _Atomic double fraction;
+    atomic_int fraction_owned; /* a call reports its own fraction over its passes (the fit):
+                                  the passes' own then only poll (ssb4d_mem_progress_outer) */
 };
 
 #define POLL_NS 20000000LL /* 20 ms: the callback runs often enough to cancel within ~50 ms */
@@ -364,8 +366,11 @@ void ssb4d_mem_cancel(ssb4d_mem *m)
 
 void ssb4d_mem_cancel_clear(ssb4d_mem *m)
 {
-    if (m)
+    if (m) { /* a new call starts: no cancel, and its passes report their fraction until it
+                reports its own */
         atomic_store(&m->cancelled, 0);
+        atomic_store(&m->fraction_owned, 0);
+    }
 }
 
 int ssb4d_mem_cancelled(const ssb4d_mem *m)
@@ -404,6 +409,16 @@ int ssb4d_mem_progress(ssb4d_mem *m, double fraction)
 {
     if (!m)
         return 0;
+    if (!atomic_load(&m->fraction_owned)) /* else each pass inside a fit would reset it to 0 */
+        atomic_store(&m->fraction, fraction < 0 ? 0.0 : fraction > 1 ? 1.0 : fraction);
+    return ssb4d_mem_poll(m);
+}
+
+int ssb4d_mem_progress_outer(ssb4d_mem *m, double fraction)
+{
+    if (!m)
+        return 0;
+    atomic_store(&m->fraction_owned, 1);
     atomic_store(&m->fraction, fraction < 0 ? 0.0 : fraction > 1 ? 1.0 : fraction);
     return ssb4d_mem_poll(m);
 }

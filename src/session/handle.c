@@ -243,7 +243,7 @@ void ssb4d_session_stage_end(ssb4d_session *s)
 static int on_fraction(void *user, const char *stage, double f)
 {
     (void)stage;
-    return ssb4d_mem_progress(user, f);
+    return ssb4d_mem_progress_outer(user, f);
 }
 
 /* ---- calibration and plan ---------------------------------------------------------------------- */
@@ -752,6 +752,39 @@ ssb4d_status ssb4d_session_loss(ssb4d_session *s, double *loss, ssb4d_err *err)
     ssb_opts(s, &so);
     call_begin(s, "exact loss");
     st = s->bk->loss(s->G, &s->geom, &s->ab, &s->thick, &so, s->mem, loss, err);
+    call_end(s);
+    return st;
+}
+
+/* ---- virtual images ---------------------------------------------------------------------------- */
+
+ssb4d_status ssb4d_session_virtual(ssb4d_session *s, const ssb4d_virtual_params *p, ssb4d_virtual_images *out,
+                                   ssb4d_err *err)
+{
+    if (!out)
+        return ssb4d_fail(err, SSB4D_EINVAL, "virtual images: missing output");
+    memset(out, 0, sizeof *out);
+    ssb4d_status st = ssb4d_session_calibrate(s, err);
+    if (st)
+        return st;
+    ssb4d_virtual_params vp;
+    if (p)
+        vp = *p;
+    else
+        ssb4d_virtual_params_default(&vp);
+    vp.mem = s->mem;
+    vp.threads = s->o.threads;
+    vp.progress = NULL;
+    vp.progress_user = NULL;
+    if (!vp.block_bytes)
+        vp.block_bytes = s->plan.calib_block_bytes;
+    /* The calibration's centre, sampling, BF selection and flagged pixels; the session's current
+     * rotation and handedness (a fit's once fitted). */
+    ssb4d_calibration cal = s->cal;
+    cal.geom.rotation_deg = s->geom.rotation_deg;
+    cal.geom.flip = s->geom.flip;
+    call_begin(s, "virtual images");
+    st = ssb4d_virtual_compute(s->field, &cal, &vp, out, err);
     call_end(s);
     return st;
 }

@@ -260,6 +260,21 @@ cJSON *view_state_json(view_server *v)
         cJSON_AddStringToObject(f, "flip_source", v->fit_flip_source);
         cJSON_AddNumberToObject(f, "seconds", v->fit_seconds);
         cJSON_AddStringToObject(f, "warning", v->fit_warning);
+        cJSON_AddBoolToObject(f, "confident", v->fit_confident != 0);
+        cJSON_AddStringToObject(f, "rotation_source", v->fit_rotation_source);
+        if (isfinite(v->fit_rotation_sigma_deg))
+            cJSON_AddNumberToObject(f, "rotation_sigma_deg", v->fit_rotation_sigma_deg);
+        /* φ12 in the probe (detector) frame (docs/fit.md): φ12 − rotation, mod 180°; with a
+         * mirrored detector 90° + rotation − φ12 */
+        double ps = v->fit_ab.phi_deg[SSB4D_C12], rot = isfinite(v->fit_rotation_deg) ? v->fit_rotation_deg : 0;
+        double pp = fmod((v->fit_flip ? 90.0 + rot - ps : ps - rot) + 90.0, 180.0);
+        cJSON_AddNumberToObject(f, "phi12_probe_deg", (pp < 0 ? pp + 180.0 : pp) - 90.0);
+    }
+    if (v->cfg.truth) { /* the built-in dataset's true aberrations (φ12 in the probe frame) */
+        cJSON *t = cJSON_AddObjectToObject(o, "truth");
+        cJSON_AddNumberToObject(t, "C10_nm", v->cfg.truth->C_nm[SSB4D_C10]);
+        cJSON_AddNumberToObject(t, "C12_nm", v->cfg.truth->C_nm[SSB4D_C12]);
+        cJSON_AddNumberToObject(t, "phi12_deg", v->cfg.truth->phi_deg[SSB4D_C12]);
     }
     cJSON_AddItemToObject(o, "trials", v->trials ? cJSON_Duplicate(v->trials, 1) : cJSON_CreateArray());
     cJSON *j = cJSON_AddObjectToObject(o, "job");
@@ -273,6 +288,8 @@ cJSON *view_state_json(view_server *v)
         cJSON_AddItemToObject(o, "region", cJSON_Duplicate(v->region, 1));
     if (v->regions)
         cJSON_AddItemToObject(o, "regions", cJSON_Duplicate(v->regions, 1));
+    cJSON *vi = cJSON_AddObjectToObject(o, "virtual");
+    cJSON_AddBoolToObject(vi, "ready", v->has_virt);
     cJSON *st = cJSON_AddObjectToObject(o, "stats");
     cJSON_AddNumberToObject(st, "previews", (double)v->n_previews);
     cJSON_AddNumberToObject(st, "superseded", (double)v->n_superseded);
@@ -344,7 +361,27 @@ static const char *const APPLY_FIELDS[] = {"C10_nm", "C12_nm", "phi12_deg", "rot
 static const char *const NONE[] = {NULL};
 static const char *const REGION_FIELDS[] = {"rect", NULL};
 static const char *const REGIONS_FIELDS[] = {"rect", "rows", "cols", NULL};
-static const char *const SAVE_FIELDS[] = {"path", "force", NULL};
+static const char *const SAVE_FIELDS[] = {"name", "path", "force", NULL};
+
+/* A file name the page may save under (SPEC §7): plain, inside the output folder. A request
+ * never names a folder: no '/', no '\\', no "..", no leading '.', no control bytes; and it
+ * ends in .json, so that Save can only ever write a calibration file. NULL, or why not. */
+static const char *bad_save_name(const char *n)
+{
+    size_t k = strlen(n);
+    if (!k || k > 200)
+        return "must be 1 to 200 characters";
+    if (strchr(n, '/') || strchr(n, '\\'))
+        return "must be a plain file name: the file goes into the server's output folder";
+    if (n[0] == '.')
+        return "must not start with '.'";
+    for (const unsigned char *c = (const unsigned char *)n; *c; c++)
+        if (*c < 0x20 || *c == 0x7f)
+            return "must not hold control characters";
+    if (k < 6 || strcmp(n + k - 5, ".json"))
+        return "must end in .json";
+    return NULL;
+}
 
 /* Parses a POST body into the job; 0, or -1 with r set (400). */
 static int parse_job(view_server *v, view_job *j, const cJSON *o, view_resp *r)
@@ -391,10 +428,14 @@ static int parse_job(view_server *v, view_job *j, const cJSON *o, view_resp *r)
     case JOB_SAVE: {
         if (only_fields(o, SAVE_FIELDS, r) || bool_field(o, "force", &p->force, r) < 0)
             return -1;
-        const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, "path");
+        const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, "name");
+        const char *field = "name";
+        if (!f) /* "path": the older name of the field, held to the same rule */
+            f = cJSON_GetObjectItemCaseSensitive(o, field = "path");
         if (f) {
-            if (!cJSON_IsString(f) || !f->valuestring[0] || strlen(f->valuestring) >= sizeof p->path) {
-                view_resp_text(r, 400, "'path' must be a non-empty string");
+            const char *why = cJSON_IsString(f) ? bad_save_name(f->valuestring) : "must be a string";
+            if (why) {
+                view_resp_text(r, 400, "'%s' %s", field, why);
                 return -1;
             }
             snprintf(p->path, sizeof p->path, "%s", f->valuestring);
@@ -415,7 +456,8 @@ static const struct {
     {"/api/reset", JOB_RESET},     {"/api/save", JOB_SAVE},
 };
 
-void view_api(view_server *v, const char *method, const char *url, const char *body, size_t len, view_resp *r)
+void view_api(view_server *v, const char *method, const char *url, const char *kind, const char *body, size_t len,
+              view_resp *r)
 {
     int get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
     if (!strcmp(url, "/api/state") || !strcmp(url, "/api/calibration") || !strcmp(url, "/api/calibration/mean")) {
@@ -429,6 +471,44 @@ void view_api(view_server *v, const char *method, const char *url, const char *b
             calibration_json(v, r);
         else
             calibration_mean(v, r);
+        return;
+    }
+    if (!strcmp(url, "/api/virtual")) {
+        static const char *const kinds[] = {"bf", "adf", "com_x", "com_y", "idpc", NULL};
+        if (!get) {
+            view_resp_text(r, 405, "use GET");
+            return;
+        }
+        int k = -1;
+        for (int i = 0; kind && kinds[i]; i++)
+            if (!strcmp(kind, kinds[i]))
+                k = i;
+        if (k < 0) {
+            view_resp_text(r, 400, "kind must be bf, adf, com_x, com_y or idpc");
+            return;
+        }
+        if (v->cfg.dist) { /* the ranks share G, not the frames */
+            view_resp_text(r, 501, "virtual images are not made by a distributed viewer (run it without mpirun)");
+            return;
+        }
+        pthread_mutex_lock(&v->mu);
+        int ready = v->cal.ready;
+        pthread_mutex_unlock(&v->mu);
+        if (!ready) {
+            view_resp_text(r, 409, "not calibrated yet");
+            return;
+        }
+        view_job *j = calloc(1, sizeof *j);
+        if (!j) {
+            view_resp_text(r, 500, "out of memory");
+            return;
+        }
+        j->kind = JOB_VIRTUAL;
+        j->p.rotation_deg = NAN;
+        j->p.virt = (virt_kind)k;
+        view_submit(v, j);
+        *r = j->resp;
+        free(j);
         return;
     }
     if (!strcmp(url, "/api/cancel")) {

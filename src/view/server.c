@@ -144,15 +144,46 @@ static enum MHD_Result quick(struct MHD_Connection *c, int status, const char *m
     return send_resp(c, &r);
 }
 
+/* The route of url under --base-url: the part after the prefix ("/api/state", "/"), or NULL when
+ * url is not under it. Without a prefix, url itself. */
+static const char *under_base(const view_server *v, const char *url)
+{
+    const char *b = v->cfg.base_url ? v->cfg.base_url : "";
+    size_t k = strlen(b);
+    if (!k)
+        return url;
+    return !strncmp(url, b, k) && url[k] == '/' ? url + k : NULL;
+}
+
+/* The prefix itself, without its slash: sent on to PREFIX/ (the page's relative requests need
+ * the slash), the token kept. */
+static enum MHD_Result to_base(view_server *v, struct MHD_Connection *c)
+{
+    const char *tok = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "token");
+    char loc[1400];
+    snprintf(loc, sizeof loc, "%s/%s%.64s", v->cfg.base_url, tok ? "?token=" : "", tok ? tok : "");
+    if (strspn(tok ? tok : "", "0123456789abcdef") != strlen(tok ? tok : "")) /* no header injection */
+        snprintf(loc, sizeof loc, "%s/", v->cfg.base_url);
+    view_resp r = {0};
+    view_resp_text(&r, 302, "moved to %s/", v->cfg.base_url);
+    view_resp_header(&r, "Location", "%s", loc);
+    return send_resp(c, &r);
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                   const char *version, const char *upload, size_t *upload_size, void **con_cls)
 {
     view_server *v = cls;
     req_ctx *rc = *con_cls;
+    const char *route = under_base(v, url);
     if (!rc) { /* headers only: refuse early what will be refused anyway, without reading a body */
         if (view_check_host(v, MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host")))
-            return quick(c, 403, "forbidden: the Host header must be 127.0.0.1:PORT or localhost:PORT");
-        if (!strncmp(url, "/api/", 5)) {
+            return quick(c, 403, "forbidden: the Host header must be 127.0.0.1:PORT or localhost:PORT "
+                                 "(or a name given with --allow-host)");
+        if (!route)
+            return v->cfg.base_url && !strcmp(url, v->cfg.base_url) && strcmp(method, "POST") ? to_base(v, c)
+                                                                                            : quick(c, 404, "not found");
+        if (!strncmp(route, "/api/", 5)) {
             int t = view_check_token(v, MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-SSB4D-Token"));
             if (t)
                 return quick(c, t, t == 401 ? "the X-SSB4D-Token header is missing" : "wrong token");
@@ -187,10 +218,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (rc->too_large)
         return quick(c, 413, "request body too large (64 KiB at most)");
     view_resp r = {0};
-    if (!strncmp(url, "/api/", 5))
-        view_api(v, method, url, rc->body ? rc->body : "", rc->len, &r);
+    if (!route)
+        view_resp_text(&r, 404, "not found");
+    else if (!strncmp(route, "/api/", 5))
+        view_api(v, method, route, MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "kind"),
+                 rc->body ? rc->body : "", rc->len, &r);
     else {
-        const view_asset *a = !strcmp(method, "POST") ? NULL : view_static_find(url);
+        const view_asset *a = !strcmp(method, "POST") ? NULL : view_static_find(route);
         if (!a)
             view_resp_text(&r, 404, "not found");
         else {
@@ -313,8 +347,8 @@ int view_serve(view_server *v, ssb4d_session *s, ssb4d_err *err)
         snprintf(err->msg, sizeof err->msg, "cannot start the worker thread");
         return err->code;
     }
-    fprintf(v->cfg.url_out ? v->cfg.url_out : stdout, "ssb4d view: http://127.0.0.1:%d/?token=%s\n", v->port,
-            v->token);
+    fprintf(v->cfg.url_out ? v->cfg.url_out : stdout, "ssb4d view: http://127.0.0.1:%d%s/?token=%s\n", v->port,
+            v->cfg.base_url ? v->cfg.base_url : "", v->token);
     fflush(v->cfg.url_out ? v->cfg.url_out : stdout);
     struct signalfd_siginfo si;
     for (;;) { /* blocks: nothing runs here until a signal */
@@ -346,6 +380,8 @@ void view_destroy(view_server *v)
         ssb4d_fit_result_free(&v->region_res);
     free(v->cal.mean);
     free(v->cal.flagged);
+    if (v->has_virt)
+        ssb4d_virtual_free(&v->virt);
     pthread_mutex_destroy(&v->mu);
     pthread_cond_destroy(&v->wake);
     pthread_cond_destroy(&v->done);

@@ -17,8 +17,13 @@ typedef struct {
     const ssb4d_aberrations *ab; /* the start values when not fitting (NULL: zero) */
     const ssb4d_thick *thick;   /* NULL: thin */
     const char *data_name;      /* what the page shows as the dataset's name */
-    const char *save_dir;       /* where "Save calibration" writes by default (NULL: ".") */
+    const char *save_dir;       /* the output folder (absolute): Save writes only inside it */
     int force;                  /* --force: Save calibration may replace an existing file */
+    const char *base_url;       /* "" or "/prefix" (no trailing slash): every route under it */
+    const char *const *allow_hosts; /* n_allow_hosts more Host names (a proxy's), besides
+                                       127.0.0.1 and localhost; with or without :port */
+    int n_allow_hosts;
+    const ssb4d_aberrations *truth; /* the built-in dataset's true aberrations (NULL: unknown) */
     FILE *url_out;              /* where the URL line goes (stdout) */
     /* A distributed session (mpirun, docs/scale.md; NULL: none): rank 0 serves and sends every
      * job to the other ranks, which run it on their share (view_follow). Jobs are not cancelled

@@ -22,7 +22,7 @@ typedef struct {
     int body_static;
     ssb4d_mem *mem;        /* non-NULL: body came from this budget (ssb4d_mem_alloc) */
     int n_hdr;
-    char hdr[8][2][48];
+    char hdr[8][2][256];
 } view_resp;
 
 void view_resp_text(view_resp *r, int status, const char *fmt, ...);
@@ -32,8 +32,11 @@ void view_resp_free(view_resp *r);
 
 typedef enum {
     JOB_START, JOB_PREVIEW, JOB_FIT, JOB_FIT_TILT, JOB_REGION, JOB_REGIONS, JOB_APPLY, JOB_RESET,
-    JOB_SAVE
+    JOB_SAVE, JOB_VIRTUAL
 } job_kind;
+
+/* GET /api/virtual?kind=: the images of ssb4d_session_virtual, in this order. */
+typedef enum { VIRT_BF, VIRT_ADF, VIRT_COM_X, VIRT_COM_Y, VIRT_IDPC, VIRT_N } virt_kind;
 
 typedef enum { VIEW_PHASE = 0, VIEW_FFT = 1, VIEW_AMPLITUDE = 2 } view_image;
 
@@ -55,6 +58,7 @@ typedef struct {
     char path[1024];
     int force;
     int apply_region;      /* /api/apply {"region": true}: the last region refit */
+    virt_kind virt;        /* /api/virtual?kind= */
 } job_params;
 
 typedef struct view_job {
@@ -62,7 +66,7 @@ typedef struct view_job {
     job_params p;
     struct view_job *next;
     int done;              /* set under the server's mutex; the handler waits for it */
-    int superseded;        /* a newer preview replaced it: answered 409 */
+    int superseded;        /* a newer preview replaced it: answered 204 (X-Superseded) */
     view_resp resp;
 } view_job;
 
@@ -91,7 +95,8 @@ struct view_server {
     pthread_cond_t wake;   /* the worker's: a job arrived, or stop */
     pthread_cond_t done;   /* the handlers': a job finished */
     view_job *fifo_head, *fifo_tail; /* long jobs and commands, in order */
-    view_job *pending;     /* the one preview waiting (only the latest is kept) */
+    view_job *pending;     /* the one drag preview waiting (only the latest is kept) */
+    view_job *pending_release; /* the one release waiting: runs before a waiting drag */
     view_job *running;
     int stop;
 
@@ -110,11 +115,18 @@ struct view_server {
     int fit_flip;          /* the fit's detector handedness (SPEC §2) */
     char fit_flip_source[24];
     char fit_warning[256];
+    int fit_confident;
+    char fit_rotation_source[24];
+    double fit_rotation_sigma_deg;
     cJSON *trials;         /* best trials of the last fit (array) */
     cJSON *region;         /* last region refit (object) or NULL */
     ssb4d_fit_result region_res;
     int has_region_res;
     cJSON *regions;        /* last Fit Regions map (object) or NULL */
+    ssb4d_virtual_images virt; /* the virtual images, made on the first request (the worker's) */
+    int has_virt;
+    double virt_rotation_deg; /* the rotation and handedness they were made with: CoM and iDPC */
+    int virt_flip;            /* depend on them, so a new rotation makes them again */
     size_t shape[4];
     size_t image[2];       /* native image rows, cols */
     view_cal cal;
@@ -134,13 +146,15 @@ int view_check_token(const view_server *v, const char *token);
 /* worker.c */
 int view_worker_start(view_server *v);
 void view_worker_stop(view_server *v);
-/* Queues j and waits until it is answered (j->resp). A preview replaces the waiting one (409)
- * and cancels the running one. */
+/* Queues j and waits until it is answered (j->resp). A preview replaces the waiting one (204,
+ * superseded); a release also cancels a running preview. */
 void view_submit(view_server *v, view_job *j);
 void view_cancel_running(view_server *v);
 
-/* api.c: one request (method, url, token and body already read) → resp. */
-void view_api(view_server *v, const char *method, const char *url, const char *body, size_t len, view_resp *r);
+/* api.c: one request (method, url under the base URL, the query's kind= (NULL: none), token and
+ * body already read) → resp. */
+void view_api(view_server *v, const char *method, const char *url, const char *kind, const char *body, size_t len,
+              view_resp *r);
 /* GET /api/state's JSON (takes the mutex). */
 cJSON *view_state_json(view_server *v);
 

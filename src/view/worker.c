@@ -1,8 +1,10 @@
 /* worker.c — the one thread that owns the session handle (a handle is used by one thread at a
  * time). HTTP handlers queue jobs and wait; the worker sleeps on a condition variable while
- * there is nothing to do. Commands and long jobs run in order; of the previews only the latest
- * is kept: a newer one answers the waiting one 409 ("superseded") and cancels the running one
- * (ssb4d_session_cancel), so a burst of slider events costs one computation, not a queue. */
+ * there is nothing to do. Commands and long jobs run in order. Previews (SPEC §7): a newer one
+ * replaces the one *queued* (answered 204, "superseded") and leaves the running one to finish,
+ * so on a busy machine every preview that starts is also drawn and the image keeps moving; only
+ * a release (the full set, the loss: a slider let go, the FFT toggled, the upsampling changed)
+ * cancels a running preview, so that it never waits behind drags. */
 #include "view/view_internal.h"
 #include "common/clock.h"
 
@@ -15,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 static int http_of(ssb4d_status st)
@@ -161,9 +164,35 @@ static void do_fit(view_server *v, view_resp *resp)
     v->fit_loss = r.loss;
     v->fit_seconds = r.seconds;
     snprintf(v->fit_warning, sizeof v->fit_warning, "%s", r.warning);
+    v->fit_confident = r.confident;
+    snprintf(v->fit_rotation_source, sizeof v->fit_rotation_source, "%s", r.rotation_source);
+    v->fit_rotation_sigma_deg = r.rotation_sigma_deg;
     pthread_mutex_unlock(&v->mu);
     view_resp_json(resp, 200, fit_json(&r));
     ssb4d_fit_result_free(&r);
+}
+
+/* The virtual images under the session's current rotation and handedness: kept, or made again
+ * when either changed. 0, or the status with err filled. */
+static ssb4d_status ensure_virtual(view_server *v, ssb4d_err *err)
+{
+    ssb4d_geometry g;
+    ssb4d_session_get(v->s, NULL, NULL, &g);
+    if (v->has_virt && (v->virt_rotation_deg != g.rotation_deg || v->virt_flip != g.flip)) {
+        ssb4d_virtual_free(&v->virt);
+        v->has_virt = 0;
+    }
+    if (v->has_virt)
+        return SSB4D_OK;
+    ssb4d_virtual_params vp;
+    ssb4d_virtual_params_default(&vp);
+    ssb4d_status st = ssb4d_session_virtual(v->s, &vp, &v->virt, err);
+    if (st)
+        return st;
+    pthread_mutex_lock(&v->mu); /* the state reports it; the images themselves are the worker's */
+    v->has_virt = 1, v->virt_rotation_deg = g.rotation_deg, v->virt_flip = g.flip;
+    pthread_mutex_unlock(&v->mu);
+    return SSB4D_OK;
 }
 
 static void do_start(view_server *v, view_resp *resp)
@@ -175,6 +204,14 @@ static void do_start(view_server *v, view_resp *resp)
         return;
     }
     snapshot_calibration(v);
+    /* The virtual images next (one pass over the frames): the page shows the virtual BF while G
+     * is built and the fit runs, and offers all five to choose a region on. Not distributed (the
+     * ranks hold G, not the frames); a failure here is not the start's. */
+    if (!v->cfg.dist) {
+        ssb4d_err verr = {0};
+        if (ensure_virtual(v, &verr) && verr.code != SSB4D_ECANCELLED && !v->cfg.quiet)
+            fprintf(stderr, "ssb4d view: no virtual images: %s\n", verr.msg);
+    }
     pthread_mutex_lock(&v->mu);
     /* a cancel that came between two calls is not lost: it stops the fit before it starts */
     int stopping = v->stop, cancelled = v->cancel_job;
@@ -492,16 +529,30 @@ static void do_fit_tilt(view_server *v, view_job *j)
     view_resp_json(&j->resp, 200, o);
 }
 
+/* Save calibration (SPEC §7): a plain name (api.c checked it) inside the output folder, never
+ * replacing a file unless the server was started with --force: the page's URL may be seen by
+ * others on a shared machine, and the files are the person's. */
 static void do_save(view_server *v, view_job *j)
 {
     ssb4d_err err = {0};
-    char path[1100];
-    if (j->p.path[0])
-        snprintf(path, sizeof path, "%s", j->p.path);
-    else
-        snprintf(path, sizeof path, "%s/calibration.json", v->cfg.save_dir ? v->cfg.save_dir : ".");
-    ssb4d_status st = ssb4d_session_save_calibration(v->s, path, j->p.force || v->cfg.force, &err);
-    if (st && strstr(err.msg, "already exists")) { /* the person's choice, not a failure */
+    char path[1400];
+    const char *dir = v->cfg.save_dir ? v->cfg.save_dir : ".";
+    size_t dl = strlen(dir);
+    snprintf(path, sizeof path, "%s%s%s", dir, dl && dir[dl - 1] == '/' ? "" : "/",
+             j->p.path[0] ? j->p.path : "calibration.json");
+    struct stat st_old;
+    if (!lstat(path, &st_old)) {
+        if (!S_ISREG(st_old.st_mode)) {
+            view_resp_text(&j->resp, 409, "%s exists and is not a plain file", path);
+            return;
+        }
+        if (!v->cfg.force) {
+            view_resp_text(&j->resp, 409, "%s exists (ssb4d view --force lets Save replace files)", path);
+            return;
+        }
+    }
+    ssb4d_status st = ssb4d_session_save_calibration(v->s, path, v->cfg.force, &err);
+    if (st && strstr(err.msg, "already exists")) { /* made by someone else meanwhile */
         view_resp_text(&j->resp, 409, "%s", err.msg);
         return;
     }
@@ -514,9 +565,45 @@ static void do_save(view_server *v, view_job *j)
     view_resp_json(&j->resp, 200, o);
 }
 
+/* A virtual image (BF, ADF, CoM, iDPC), scan-sized float32 like a preview, to choose a region on.
+ * All five come from one streaming pass over the data, made once and kept (40 bytes per scan
+ * position) until the rotation or handedness changes. */
+static void do_virtual(view_server *v, view_job *j)
+{
+    ssb4d_err err = {0};
+    ssb4d_status st = ensure_virtual(v, &err);
+    if (st) {
+        fail(v, &j->resp, st, err.msg);
+        return;
+    }
+    const double *src[VIRT_N] = {v->virt.bf, v->virt.adf, v->virt.com_x, v->virt.com_y, v->virt.idpc};
+    size_t ny = v->virt.scan_shape[0], nx = v->virt.scan_shape[1];
+    float *img = malloc(ny * nx * sizeof *img);
+    if (!img) {
+        fail(v, &j->resp, SSB4D_ENOMEM, "out of memory for the virtual image");
+        return;
+    }
+    for (size_t i = 0; i < ny * nx; i++)
+        img[i] = (float)src[j->p.virt][i];
+    view_resp *r = &j->resp;
+    view_resp_free(r);
+    r->status = 200;
+    r->ctype = "application/octet-stream";
+    r->body = (char *)img;
+    r->len = ny * nx * sizeof *img;
+    static const char *const units[VIRT_N] = {"counts", "counts", "mrad", "mrad", NULL};
+    view_resp_header(r, "X-Width", "%zu", nx);
+    view_resp_header(r, "X-Height", "%zu", ny);
+    view_resp_header(r, "X-Unit", "%s", units[j->p.virt] ? units[j->p.virt] : v->virt.idpc_unit);
+    if (j->p.virt == VIRT_BF || j->p.virt == VIRT_ADF)
+        view_resp_header(r, "X-Angles-Mrad", "%.4g %.4g", j->p.virt == VIRT_BF ? v->virt.bf_inner_mrad : v->virt.adf_inner_mrad,
+                         j->p.virt == VIRT_BF ? v->virt.bf_outer_mrad : v->virt.adf_outer_mrad);
+}
+
 static const char *job_label(job_kind k)
 {
-    static const char *names[] = {"start", "preview", "fit", "fit tilt", "region", "regions", "apply", "reset", "save"};
+    static const char *names[] = {"start", "preview", "fit", "fit tilt", "region", "regions", "apply", "reset", "save",
+                                  "virtual images"};
     return names[k];
 }
 
@@ -532,12 +619,23 @@ static void run_job(view_server *v, view_job *j)
     case JOB_APPLY: do_apply(v, j); break;
     case JOB_RESET: do_reset(v, j); break;
     case JOB_SAVE: do_save(v, j); break;
+    case JOB_VIRTUAL: do_virtual(v, j); break;
     }
     if (j->kind != JOB_PREVIEW)
         snapshot_params(v);
 }
 
-/* Answers a job that will not run (stopping, or superseded) and wakes its handler. Under mu. */
+/* A preview that will not be drawn: 204 with X-Superseded, which a browser does not count as an
+ * error (409 filled the console with red lines on every drag). */
+static void answer_superseded(view_resp *r)
+{
+    view_resp_free(r);
+    r->status = 204;
+    r->ctype = "text/plain";
+    view_resp_header(r, "X-Superseded", "1");
+}
+
+/* Answers a job that will not run (stopping) and wakes its handler. Under mu. */
 static void answer_locked(view_server *v, view_job *j, int status, const char *msg)
 {
     view_resp_text(&j->resp, status, "%s", msg);
@@ -620,7 +718,9 @@ static void *worker_main(void *arg)
             v->fifo_head = j->next;
             if (!v->fifo_head)
                 v->fifo_tail = NULL;
-        } else if ((j = v->pending))
+        } else if ((j = v->pending_release))
+            v->pending_release = NULL;
+        else if ((j = v->pending))
             v->pending = NULL;
         else {
             pthread_cond_wait(&v->wake, &v->mu); /* idle: no polling */
@@ -639,8 +739,8 @@ static void *worker_main(void *arg)
         pthread_mutex_lock(&v->mu);
         v->running = NULL;
         v->job_name[0] = 0;
-        if (j->kind == JOB_PREVIEW && j->superseded) /* a newer one came while it ran */
-            view_resp_text(&j->resp, 409, "superseded");
+        if (j->kind == JOB_PREVIEW && j->superseded) /* a release cancelled it while it ran */
+            answer_superseded(&j->resp);
         j->done = 1;
         pthread_cond_broadcast(&v->done);
     }
@@ -652,7 +752,9 @@ static void *worker_main(void *arg)
     v->fifo_head = v->fifo_tail = NULL;
     if (v->pending)
         answer_locked(v, v->pending, 503, "the server is stopping");
-    v->pending = NULL;
+    if (v->pending_release)
+        answer_locked(v, v->pending_release, 503, "the server is stopping");
+    v->pending = v->pending_release = NULL;
     pthread_mutex_unlock(&v->mu);
     return NULL;
 }
@@ -702,6 +804,13 @@ void view_cancel_running(view_server *v)
     pthread_mutex_unlock(&v->mu);
 }
 
+/* A release: the full BF set with the loss, as the page asks when a slider is let go, the view or
+ * the upsampling changes. It must not wait behind drags. */
+static int is_release(const job_params *p)
+{
+    return p->want_loss; /* the page's drags never ask for the loss, its releases always do */
+}
+
 void view_submit(view_server *v, view_job *j)
 {
     pthread_mutex_lock(&v->mu);
@@ -718,25 +827,36 @@ void view_submit(view_server *v, view_job *j)
          * newer one (seq 0: unordered, always taken). */
         if (j->p.seq > 0 && j->p.seq < v->latest_seq) {
             v->n_stale++;
-            view_resp_text(&j->resp, 409, "superseded");
+            answer_superseded(&j->resp);
             pthread_mutex_unlock(&v->mu);
             return;
         }
         if (j->p.seq > v->latest_seq)
             v->latest_seq = j->p.seq;
-        if (v->pending) { /* only the latest waits */
-            v->pending->superseded = 1;
+        /* Only the latest waits: a drag replaces the waiting drag; a release replaces both (a
+         * drag replaces no release: the image asked for on letting go is not lost to a later
+         * touch of the slider, and the release runs first). */
+        int release = is_release(&j->p);
+        view_job **slots[2] = {&v->pending, release ? &v->pending_release : NULL};
+        for (int k = 0; k < 2; k++) {
+            view_job *old = slots[k] ? *slots[k] : NULL;
+            if (!old)
+                continue;
+            old->superseded = 1;
             v->n_superseded++;
-            answer_locked(v, v->pending, 409, "superseded");
+            answer_superseded(&old->resp);
+            old->done = 1;
+            *slots[k] = NULL;
+            pthread_cond_broadcast(&v->done);
         }
-        v->pending = j;
-        if (v->running && v->running->kind == JOB_PREVIEW && !v->running->superseded) {
+        *(release ? &v->pending_release : &v->pending) = j;
+        /* The running preview finishes and is drawn, unless this is a release: then it would only
+         * delay the image the person asked for. Distributed: jobs are never cancelled midway. */
+        if (release && v->running && v->running->kind == JOB_PREVIEW && !v->running->superseded && !v->cfg.dist) {
             v->running->superseded = 1;
             v->n_superseded++;
-            if (!v->cfg.dist) { /* distributed: it runs to its end on every rank, then 409 */
-                v->n_cancels++;
-                ssb4d_session_cancel(v->s);
-            }
+            v->n_cancels++;
+            ssb4d_session_cancel(v->s);
         }
     } else {
         if (v->fifo_tail)

@@ -7,8 +7,10 @@ Checks: the token (missing 401, wrong 403), a foreign Host (403), no CORS header
 truncated and malformed bodies, NaN/Inf/absurd values, unknown fields (4xx, then still serving);
 unknown routes and path traversal on static files (404); a client that sends half a request and
 stalls does not block others; 1,000 concurrent stale previews (it keeps answering, RSS bounded, the
-final request's image equals a fresh one); region refit; save (refuses an existing file unless
-force); bound to 127.0.0.1 only; SIGTERM exits 0 with no partial files.
+final request's image equals a fresh one; superseded ones are 204, not errors); region refit; save
+(a plain name inside the output folder only; never replacing a file unless the server was started
+with --force); --base-url and --allow-host; bound to 127.0.0.1 only; SIGTERM exits 0 with no
+partial files.
 """
 import concurrent.futures as cf
 import http.client
@@ -60,14 +62,91 @@ def rss_kb(pid):
     return 0
 
 
-def start_view():
+def start_view(*more):
     """A real `ssb4d view x.npy` on an ephemeral port: (process, the line it printed, port, token)."""
-    p = subprocess.Popen([BIN, 'view', 'x.npy', '--port', '0', '-q'], stdout=subprocess.PIPE,
+    p = subprocess.Popen([BIN, 'view', 'x.npy', '--port', '0', '-q'] + list(more), stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True)
     line = p.stdout.readline().strip()
     url = line.split(' ', 2)[2] if line.count(' ') >= 2 else ''
     port = int(url.split(':')[2].split('/')[0]) if url else 0
     return p, line, port, url.split('token=')[1] if 'token=' in url else ''
+
+
+def wait_ready(port, token, prefix=''):
+    for _ in range(3000):
+        s = json.loads(request(port, 'GET', prefix + '/api/state', token=token)[2])
+        if s['ready'] and not s['job']['busy']:
+            return s
+        time.sleep(0.1)
+    return s
+
+
+def save_and_prefix(work):
+    """Save only inside the output folder, replacing only under --force; routes under --base-url,
+    a proxy's Host under --allow-host."""
+    out = os.path.join(work, 'out')
+    os.makedirs(out, exist_ok=True)
+    outside = os.path.join(work, 'mine.json')
+    with open(outside, 'w') as f:
+        f.write('the user\'s file\n')
+    r = subprocess.run([BIN, 'view', 'x.npy', '--port', '0', '-q', '-o', os.path.join(work, 'nope')],
+                       capture_output=True, text=True, timeout=60)
+    check(r.returncode == 2 and 'output folder' in r.stderr, 'view -o a missing folder: exit 2 (%s)'
+          % r.stderr.strip())
+    prefix = '/user/me/proxy/8765'
+    p, line, port, token = start_view('--no-fit', '-o', out, '--base-url', prefix + '/', '--allow-host',
+                                      'hub.example.org')
+    try:
+        check(('127.0.0.1:%d%s/?token=' % (port, prefix)) in line, 'base URL in the printed URL: ' + line)
+        wait_ready(port, token, prefix)
+        st, h, body = request(port, 'GET', prefix + '/')
+        check(st == 200 and b'app.js' in body, 'page under the prefix: %d' % st)
+        check(request(port, 'GET', prefix + '/app.js')[0] == 200, 'app.js under the prefix')
+        check(request(port, 'GET', prefix + '/favicon.svg')[0] == 200, 'favicon under the prefix')
+        st, h, _ = request(port, 'GET', prefix + '?token=' + token)
+        check(st == 302 and h.get('Location') == prefix + '/?token=' + token, 'the prefix alone: 302 to PREFIX/ (%d %s)'
+              % (st, h.get('Location')))
+        check(request(port, 'GET', '/api/state', token=token)[0] == 404, 'a route outside the prefix: 404')
+        check(request(port, 'GET', '/')[0] == 404, 'the page outside the prefix: 404')
+        check(request(port, 'GET', prefix + '/api/state')[0] == 401, 'no token under the prefix: 401')
+        check(request(port, 'GET', prefix + '/api/state', token=token)[0] == 200, 'state under the prefix')
+        for host, want in [('hub.example.org', 200), ('hub.example.org:443', 200), ('HUB.example.org:8000', 200),
+                           ('hub.example.org.evil.com', 403), ('evil.example', 403), ('hub.example.org:x', 403)]:
+            st = request(port, 'GET', prefix + '/api/state', token=token, host=host)[0]
+            check(st == want, 'Host %s under --allow-host: %d (want %d)' % (host, st, want))
+        api = prefix + '/api/save'
+        for what, body in [('absolute path', {'name': outside}), ('.. path', {'name': '../mine.json'}),
+                           ('folder', {'name': 'sub/c.json'}), ('hidden', {'name': '.c.json'}),
+                           ('not .json', {'name': 'c.txt'}), ('empty', {'name': ''}), ('backslash', {'name': '..\\c.json'}),
+                           ('old field, absolute', {'path': outside, 'force': True}), ('control byte', {'name': 'c\n.json'}),
+                           ('long', {'name': 'x' * 300 + '.json'})]:
+            st, _, b = request(port, 'POST', api, body=body, token=token)
+            check(st == 400 and b'error' in b, 'save refuses %s: %d %s' % (what, st, b[:90].decode(errors='replace')))
+        check(open(outside).read() == 'the user\'s file\n', 'the file outside the output folder is untouched')
+        st, _, b = request(port, 'POST', api, body={}, token=token)
+        got = json.loads(b).get('path', '')
+        check(st == 200 and got == os.path.join(out, 'calibration.json') and os.path.exists(got),
+              'save writes into the output folder and says where: %s' % got)
+        st, _, b = request(port, 'POST', api, body={'name': 'calibration.json', 'force': True}, token=token)
+        check(st == 409 and b'--force' in b, 'no --force: an existing file is never replaced, even asked (%d %s)'
+              % (st, b[:100].decode(errors='replace')))
+        os.symlink(outside, os.path.join(out, 'link.json'))
+        st, _, b = request(port, 'POST', api, body={'name': 'link.json'}, token=token)
+        check(st == 409 and open(outside).read() == 'the user\'s file\n', 'save does not write through a link: %d' % st)
+        st, _, b = request(port, 'POST', api, body={'name': 'run2.json'}, token=token)
+        check(st == 200 and os.path.exists(os.path.join(out, 'run2.json')), 'save under a plain name')
+    finally:
+        check(stop(p) == 0, 'SIGTERM: exits 0 (prefix server)')
+    p, line, port, token = start_view('--no-fit', '-o', out, '--force')
+    try:
+        wait_ready(port, token)
+        before = os.path.getmtime(os.path.join(out, 'calibration.json'))
+        time.sleep(0.05)
+        st, _, b = request(port, 'POST', '/api/save', body={'name': 'calibration.json'}, token=token)
+        check(st == 200 and os.path.getmtime(os.path.join(out, 'calibration.json')) >= before,
+              'with --force, save replaces (%d)' % st)
+    finally:
+        check(stop(p) == 0, 'SIGTERM: exits 0 (--force server)')
 
 
 def stop(p, sig=signal.SIGTERM):
@@ -105,12 +184,21 @@ def main():
         left = [f for f in os.listdir(work) if f not in ('x.npy', 'x.json', 'x_phase.npy',
                                                           'x_phase_bandlimited.npy', 'cal.json', 'bv.json')]
         check(not left, 'no partial files left: %s' % left)
+    save_and_prefix(work)
     # ssb4d bench view: the round trips over HTTP, as a record.
     r = subprocess.run([BIN, 'bench', 'view', '--data', 'x.npy', '--drags', '3', '--releases', '1', '-o', 'bv.json',
-                        '-q'], capture_output=True, text=True, timeout=600)
+                        '--drag-rate', '20', '--drag-seconds', '1', '--cpu-load', '1', '-q'],
+                       capture_output=True, text=True, timeout=600)
     rec = json.load(open('bv.json')) if r.returncode == 0 else {}
     check(r.returncode == 0 and rec.get('schema') == 'ssb4d-bench-view/1' and rec['drag']['n'] == 3
           and rec['release']['median_ms'] > 0, 'bench view: %s' % (r.stdout.strip().splitlines()[-1:] or r.stderr))
+    sr = rec.get('stream', {})
+    check(sr.get('drags_sent') == 20 and sr.get('drags_drawn', 0) >= 1 and sr.get('largest_gap_ms', 0) > 0
+          and sr.get('release_during_drag_ms', 0) > 0 and rec.get('cpu_load') == 1,
+          'bench view --drag-rate --cpu-load: %s' % json.dumps(sr)[:300])
+    time.sleep(0.5)
+    busy = subprocess.run(['pgrep', '-f', '-c', '^ssb4d bench view'], capture_output=True, text=True).stdout.strip()
+    check(busy in ('', '0'), 'the CPU load stopped with the bench (%s left)' % busy)
 
     # Ctrl-C while the fit on start runs: the call is cancelled, exit 0, promptly.
     q = start_view()[0]
@@ -275,14 +363,14 @@ def run(p, port, token):
     st, h, img = request(port, 'POST', '/api/preview', body=final, token=token)
     burst_s = time.time() - t0
     ok = sum(c == 200 for c in codes)
-    sup = sum(c == 409 for c in codes)
-    check(ok + sup == n, 'burst: every stale request answered 200 or 409 (%d, %d, others %s)'
-          % (ok, sup, [c for c in codes if c not in (200, 409)][:3]))
+    sup = sum(c == 204 for c in codes)
+    check(ok + sup == n, 'burst: every stale request answered 200 or 204 (%d, %d, others %s)'
+          % (ok, sup, [c for c in codes if c not in (200, 204)][:3]))
     check(sup > 0, 'burst: stale requests were superseded (%d of %d), %.1f s' % (sup, n, burst_s))
     check(st == 200 and h.get('X-Seq') == '100000', 'final request answered with its own seq')
     st2, h2, img2 = request(port, 'POST', '/api/preview', body=dict(final, seq=100001), token=token)
-    st3, _, _ = request(port, 'POST', '/api/preview', body=dict(final, seq=99999), token=token)
-    check(st3 == 409, 'an older seq arriving late is answered 409 (%d)' % st3)
+    st3, h3, _ = request(port, 'POST', '/api/preview', body=dict(final, seq=99999), token=token)
+    check(st3 == 204 and h3.get('X-Superseded') == '1', 'an older seq arriving late is answered 204 (%d)' % st3)
     check(st2 == 200 and img == img2 and h['X-Loss'] == h2['X-Loss'],
           'final image equals a fresh one bit for bit (%d x %s)' % (len(img), h.get('X-Width')))
     a = np.frombuffer(img, '<f4')
@@ -336,12 +424,33 @@ def run(p, port, token):
     st, _, _ = request(port, 'POST', '/api/preview', body={}, token=token)
     check(st == 200, 'the session is usable after a cancel')
     request(port, 'POST', '/api/reset', body={}, token=token)
+    st, _, b = request(port, 'POST', '/api/save', body={'name': 'cal.json'}, token=token)
+    check(st == 200 and os.path.exists('cal.json') and json.loads(b)['path'] == os.path.join(os.getcwd(), 'cal.json'),
+          'save writes cal.json into the folder view started in')
     st, _, b = request(port, 'POST', '/api/save', body={'path': os.path.join(os.getcwd(), 'cal.json')}, token=token)
-    check(st == 200 and os.path.exists('cal.json'), 'save writes cal.json')
-    st, _, b = request(port, 'POST', '/api/save', body={'path': 'cal.json'}, token=token)
-    check(st == 409, 'save refuses an existing file: %d %s' % (st, b[:100]))
-    st, _, b = request(port, 'POST', '/api/save', body={'path': 'cal.json', 'force': True}, token=token)
-    check(st == 200, 'save with force replaces it')
+    check(st == 400, 'save refuses an absolute path: %d %s' % (st, b[:100]))
+    st, _, b = request(port, 'POST', '/api/save', body={'name': 'cal.json', 'force': True}, token=token)
+    check(st == 409, 'save refuses an existing file (no --force): %d %s' % (st, b[:100]))
+    # Virtual images: scan-sized float32, BF equal to `ssb4d virtual`'s (the same pass).
+    st, h, b = request(port, 'GET', '/api/virtual?kind=bf', token=token)
+    bf = np.frombuffer(b, '<f4') if st == 200 else np.zeros(0)
+    check(st == 200 and bf.size == 32 * 32 and h.get('X-Unit') == 'counts' and bf.std() > 0,
+          'virtual BF: %d, %d values, unit %s' % (st, bf.size, h.get('X-Unit')))
+    r = subprocess.run([BIN, 'virtual', 'x.npy', '-o', 'virt', '--format', 'npy', '-q'], capture_output=True, text=True,
+                       timeout=300)
+    if r.returncode == 0:
+        ref = np.load(os.path.join('virt', 'virtual_bf.npy')).astype('<f4').ravel()
+        check(np.array_equal(ref, bf), 'virtual BF equals ssb4d virtual\'s')
+        shutil.rmtree('virt')
+    else:
+        check(False, 'ssb4d virtual ran: %s' % r.stderr.strip())
+    for kind in ('adf', 'com_x', 'com_y', 'idpc'):
+        st, h, b = request(port, 'GET', '/api/virtual?kind=' + kind, token=token)
+        a = np.frombuffer(b, '<f4') if st == 200 else np.zeros(0)
+        check(st == 200 and a.size == 32 * 32 and np.isfinite(a).all(), 'virtual %s: %d (%s)' % (kind, st, h.get('X-Unit')))
+    for q, want in [('/api/virtual', 400), ('/api/virtual?kind=../x', 400), ('/api/virtual?kind=BF', 400)]:
+        check(request(port, 'GET', q, token=token)[0] == want, 'virtual %s: %d' % (q, want))
+    check(request(port, 'POST', '/api/virtual?kind=bf', body={}, token=token)[0] == 405, 'POST virtual: 405')
     st, h, b = request(port, 'GET', '/api/calibration/mean', token=token)
     check(st == 200 and len(b) == 4 * 48 * 48, 'calibration mean pattern: float32 48x48')
     stalled.close()
