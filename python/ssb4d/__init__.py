@@ -14,6 +14,14 @@ and stop on Ctrl-C, leaving the session usable.
 
 See docs/python.md.
 """
+try:
+    import numpy as _numpy  # noqa: F401  (every array in and out is one)
+except ImportError as _e:  # before anything else, so that this is the error a user sees
+    import sys as _sys
+    raise ImportError('ssb4d needs numpy, which this Python (%s) cannot import (%s): install it into this '
+                      'environment with `%s -m pip install numpy` (or `conda install numpy`; for Debian\'s '
+                      '/usr/bin/python3, `apt-get install python3-numpy`)' % (_sys.executable, _e, _sys.executable),
+                      name='numpy') from _e
 from . import _lib
 from .errors import (Cancelled, FileError, FormatError, InternalError, InvalidArgument, NotFound, OutOfMemory,
                      SSB4DError)

@@ -24,6 +24,11 @@ def _candidates():
         yield env
         return
     here = os.path.dirname(os.path.abspath(__file__))
+    # the wheel of `pip install .` at the repository root carries its own library (setup.py)
+    bundled = os.path.join(here, '_native', 'libssb4d.so.0')
+    if os.path.exists(bundled):
+        yield bundled
+        return
     try:  # written by CMake into the build tree's copy of the package (build/python/ssb4d/)
         from . import _paths
         yield _paths.LIBRARY
@@ -58,6 +63,9 @@ def cli_path():
     env = os.environ.get('SSB4D_CLI')
     if env:
         return env
+    bundled = os.path.join(os.path.dirname(os.path.abspath(__file__)), '_native', 'ssb4d')
+    if os.path.isfile(bundled) and os.access(bundled, os.X_OK):  # the wheel's own command
+        return bundled
     try:
         from . import _paths
         if os.path.exists(_paths.CLI):
@@ -258,6 +266,23 @@ class SimInfo(Structure):
                 ('n_clamped', c_size_t), ('n_patterns', c_size_t), ('max_count', c_uint16), ('seconds', c_double)]
 
 
+class VirtualParams(Structure):
+    _fields_ = [('bf_inner_mrad', c_double), ('bf_outer_mrad', c_double), ('adf_inner_mrad', c_double),
+                ('adf_outer_mrad', c_double), ('threads', c_int), ('block_bytes', c_size_t), ('mem', c_void_p),
+                ('progress', c_void_p), ('progress_user', c_void_p)]
+
+
+class VirtualImages(Structure):
+    _fields_ = [('scan_shape', c_size_t * 2), ('bf', POINTER(c_double)), ('adf', POINTER(c_double)),
+                ('com_x', POINTER(c_double)), ('com_y', POINTER(c_double)), ('idpc', POINTER(c_double)),
+                ('bf_inner_mrad', c_double), ('bf_outer_mrad', c_double), ('adf_inner_mrad', c_double),
+                ('adf_outer_mrad', c_double), ('detector_max_mrad', c_double), ('n_bf_pixels', c_size_t),
+                ('n_adf_pixels', c_size_t), ('n_com_pixels', c_size_t), ('bf_default', c_int),
+                ('centre_px', c_double * 2), ('det_sampling_mrad', c_double * 2), ('rotation_deg', c_double),
+                ('flip', c_int), ('idpc_lambda_A', c_double), ('idpc_step_A', c_double * 2),
+                ('idpc_unit', c_char * 16), ('seconds', c_double)]
+
+
 MIRRORS = {
     'ssb4d_err': Err, 'ssb4d_stage_record': StageRecord, 'ssb4d_aberrations': Aberrations,
     'ssb4d_thick': Thick, 'ssb4d_geometry': Geometry, 'ssb4d_calib_params': CalibParams,
@@ -338,6 +363,10 @@ _PROTOS = {
     'ssb4d_sim_describe': (c_int, [P(SimParams), P(SimInfo), P(Err)]),
     'ssb4d_simulate_to_memory': (c_int, [P(SimParams), VP, VP, VP, VP, P(SimInfo), P(Err)]),
     'ssb4d_simulate': (c_int, [P(SimParams), c_char_p, c_int, c_char_p, P(SimInfo), P(Err)]),
+    'ssb4d_virtual_params_default': (None, [P(VirtualParams)]),
+    'ssb4d_virtual_free': (None, [P(VirtualImages)]),
+    'ssb4d_virtual_workspace_bytes': (c_size_t, [P(c_size_t), c_size_t, P(c_size_t)]),
+    'ssb4d_session_virtual': (c_int, [VP, P(VirtualParams), P(VirtualImages), P(Err)]),
 }
 
 
@@ -356,7 +385,22 @@ def _bind():
                           'both from one version' % (LIBRARY_PATH, '; '.join(bad)))
 
 
+# The virtual-image structs are checked where the library states their sizes (a library whose
+# ssb4d_abi_sizeof does not know them yet answers 0: nothing to compare).
+VIRTUAL_MIRRORS = {'ssb4d_virtual_params': VirtualParams, 'ssb4d_virtual_images': VirtualImages}
+
+
+def _bind_virtual():
+    for cname, cls in VIRTUAL_MIRRORS.items():
+        n = lib.ssb4d_abi_sizeof(cname.encode())
+        if n and n != ctypes.sizeof(cls):
+            raise ImportError('ssb4d: the library at %s does not match this binding (%s: library %d bytes, binding '
+                              '%d); rebuild or reinstall both from one version' % (LIBRARY_PATH, cname, n,
+                                                                                 ctypes.sizeof(cls)))
+
+
 _bind()
+_bind_virtual()
 VERSION = lib.ssb4d_version().decode()
 
 

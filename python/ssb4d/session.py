@@ -4,6 +4,7 @@ import ctypes
 import math
 import os
 import tempfile
+from dataclasses import dataclass
 from typing import Dict, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -43,6 +44,70 @@ def _pair(name, v):
     if len(v) != 2:
         raise InvalidArgument('%s takes one number or a (row, col) pair, not %r' % (name, v))
     return v
+
+
+@dataclass
+class VirtualImages:
+    """The virtual detector images of a session (docs/virtual.md), float64 arrays of the scan's
+    shape: bf and adf (counts, or the data's units), com_x and com_y (mrad, scan frame: x along the
+    scan rows, y along the scan columns), idpc (rad, mean 0; ``idpc_unit`` says 'mrad px' when
+    kV or the scan step is unknown); and what was used: the angles (mrad), the pixel counts, the
+    centre (px), sampling (mrad/px), rotation (deg) and flip."""
+    bf: np.ndarray
+    adf: np.ndarray
+    com_x: np.ndarray
+    com_y: np.ndarray
+    idpc: np.ndarray
+    bf_mrad: Tuple[float, float]
+    adf_mrad: Tuple[float, float]
+    bf_default: bool
+    detector_max_mrad: float
+    n_bf_pixels: int
+    n_adf_pixels: int
+    n_com_pixels: int
+    centre_px: Tuple[float, float]
+    det_sampling_mrad: Tuple[float, float]
+    rotation_deg: float
+    flip: bool
+    idpc_unit: str
+    seconds: float
+
+    def as_dict(self) -> Dict[str, np.ndarray]:
+        """The five images by the names ``ssb4d virtual`` writes them under."""
+        return {'virtual_bf': self.bf, 'virtual_adf': self.adf, 'com_x': self.com_x, 'com_y': self.com_y,
+                'idpc': self.idpc}
+
+
+def _virtual_params(bf_outer_mrad, bf_inner_mrad, adf):
+    p = _lib.VirtualParams()
+    lib.ssb4d_virtual_params_default(ctypes.byref(p))
+    if bf_outer_mrad is not None:
+        p.bf_outer_mrad = float(bf_outer_mrad)
+    if bf_inner_mrad is not None:
+        p.bf_inner_mrad = float(bf_inner_mrad)
+    if adf is not None:
+        try:
+            inner, outer = adf
+        except (TypeError, ValueError):
+            raise InvalidArgument('adf takes (inner, outer) in mrad, not %r' % (adf,)) from None
+        p.adf_inner_mrad = _NAN if inner is None else float(inner)
+        p.adf_outer_mrad = _NAN if outer is None else float(outer)
+    return p
+
+
+def _virtual_result(v):
+    ny, nx = v.scan_shape[0], v.scan_shape[1]
+
+    def arr(ptr):
+        return np.ctypeslib.as_array(ptr, shape=(ny, nx)).copy()
+
+    return VirtualImages(bf=arr(v.bf), adf=arr(v.adf), com_x=arr(v.com_x), com_y=arr(v.com_y), idpc=arr(v.idpc),
+                         bf_mrad=(v.bf_inner_mrad, v.bf_outer_mrad), adf_mrad=(v.adf_inner_mrad, v.adf_outer_mrad),
+                         bf_default=bool(v.bf_default), detector_max_mrad=v.detector_max_mrad,
+                         n_bf_pixels=v.n_bf_pixels, n_adf_pixels=v.n_adf_pixels, n_com_pixels=v.n_com_pixels,
+                         centre_px=tuple(v.centre_px), det_sampling_mrad=tuple(v.det_sampling_mrad),
+                         rotation_deg=v.rotation_deg, flip=bool(v.flip), idpc_unit=_lib.s(v.idpc_unit),
+                         seconds=v.seconds)
 
 
 class _Holder:
@@ -356,6 +421,21 @@ class Session:
         lib.ssb4d_session_apply(self._handle(), ctypes.byref(result._raw))
 
     # -- images ---------------------------------------------------------------------------------
+    def virtual_images(self, *, bf_outer_mrad=None, bf_inner_mrad=None, adf=None, progress=False) -> VirtualImages:
+        """The virtual BF, ADF, centre-of-mass and iDPC images of the session's field from one pass
+        over its frames (docs/virtual.md), under its calibration (calibrating first) with its
+        current rotation and flip: what ``ssb4d virtual`` writes, bit for bit. bf_outer_mrad None:
+        the calibration's BF disk; adf=(inner, outer) in mrad, None (or None in either place): the
+        defaults (1.5x the BF angle, the detector's farthest pixel)."""
+        p = _virtual_params(bf_outer_mrad, bf_inner_mrad, adf)
+        v = _lib.VirtualImages()
+        self._status(lib.ssb4d_session_virtual, self._handle(), ctypes.byref(p), ctypes.byref(v), progress=progress,
+                     label='virtual images')
+        try:
+            return _virtual_result(v)
+        finally:
+            lib.ssb4d_virtual_free(ctypes.byref(v))
+
     def image_shape(self, upsample: int = 1) -> Tuple[int, int]:
         """The phase image's shape at an upsampling (0: automatic). Calibrates first."""
         ny, nx = ctypes.c_size_t(), ctypes.c_size_t()
@@ -573,6 +653,7 @@ def open(path, *, kv=None, semiangle_mrad=None, scan_step_A=None, det_sampling_m
     """
     from .tools import encode, values as read_values
     path = os.fspath(path)
+    _check_readable(path)  # a missing file is named before any missing microscope value
     kw = dict(kv=kv, semiangle_mrad=semiangle_mrad, scan_step_A=scan_step_A, det_sampling_mrad=det_sampling_mrad,
               centre_px=centre_px, rotation_deg=rotation_deg, bf_radius_px=bf_radius_px, flip=flip)
     tmpdir = None
@@ -591,12 +672,27 @@ def open(path, *, kv=None, semiangle_mrad=None, scan_step_A=None, det_sampling_m
     s = _new(lambda o, out, err: lib.ssb4d_session_open(_lib.enc(data), o, out, err), v, micro, memory, threads,
              backend, hot_pixels, region, data, None)
     s._tmpdir = tmpdir
-    s._path = data
+    s._path = os.path.abspath(data)  # the viewer (another process, another folder) reads it too
     v_raw = v._raw
     if v_raw.has_ab and not v_raw.ab_from_truth:  # a calibration file's aberrations are the start
         th = v_raw.thick if v_raw.has_thick else None
         lib.ssb4d_session_set(s._s, ctypes.byref(v_raw.ab), ctypes.byref(th) if th is not None else None)
     return s
+
+
+def _check_readable(path):
+    """A missing or unreadable data file: FileError (an OSError, with its errno) naming it."""
+    try:
+        with builtins_open(path, 'rb'):
+            pass
+    except IsADirectoryError:  # a folder: left to the library
+        return
+    except OSError as e:
+        from .errors import FileError
+        where = '' if os.path.isabs(path) else ' (relative to %s)' % os.path.abspath(os.curdir)
+        err = FileError('cannot open %s%s: %s' % (path, where, e.strerror), 3)
+        err.errno = e.errno
+        raise err from None
 
 
 def _needs_import(path):

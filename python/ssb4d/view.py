@@ -7,6 +7,7 @@ import signal
 import subprocess
 import tempfile
 import time
+import warnings
 import weakref
 
 import numpy as np
@@ -77,11 +78,24 @@ def start_viewer(session, port=0, width='100%', height=720, fit_on_start=None, t
     if not (isinstance(port, int) and 0 <= port <= 65535):
         raise InvalidArgument('port must be 0..65535 (0: any free port)')
     tmp = tempfile.TemporaryDirectory(prefix='ssb4d-view-')
-    args = [cli, 'view', '--port', str(port), '-q']
+    # The viewer runs in the caller's folder and its Save writes there (--output), not into the
+    # temporary folder that stop() removes; relative paths are the caller's.
+    try:
+        here = os.getcwd()
+    except OSError:  # the caller's folder is gone
+        here = None
+    if here is None or not os.access(here, os.W_OK | os.X_OK):
+        warnings.warn('ssb4d view: the current folder is not writable; the viewer saves into %s, which '
+                      'stop() removes' % tmp.name, stacklevel=3)
+        out = tmp.name
+    else:
+        out = here
+    args = [cli, 'view', '--port', str(port), '-q', '--output', out]
     data = getattr(session, '_path', None)
     if data is None:  # an array: the viewer is another process, it reads a file
         data = os.path.join(tmp.name, 'data.npy')
         np.save(data, session._array)
+    data = os.path.abspath(data)
     args.append(data)
     m = session._microscope
     args += ['--kv', repr(m['kv']), '--semiangle', repr(m['semiangle_mrad']),
@@ -96,7 +110,7 @@ def start_viewer(session, port=0, width='100%', height=720, fit_on_start=None, t
         args += ['--calibration', cal, '--no-fit']
     elif m.get('rotation_deg') is not None:
         args += ['--rotation', repr(m['rotation_deg'])]
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=None, cwd=tmp.name, start_new_session=True)
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=None, cwd=out, start_new_session=True)
     url = None
     end = time.monotonic() + timeout
     buf = b''
