@@ -27,8 +27,8 @@ from .errors import (Cancelled, FileError, FormatError, InternalError, InvalidAr
                      SSB4DError)
 from .results import (Calibration, FitResult, Geometry, ImportReport, MemoryReport, Plan, Reconstruction,
                       RegionFit, SimInfo, TiltResult, Values)
-from .session import Session, open, open_array
-from .tools import Simulation, builtin, encode, plan, simulate, simulate_array, values
+from .session import Session, VirtualImages, open, open_array
+from .tools import Simulation, builtin, encode, plan, simulate, simulate_array, values, virtual_images
 from .view import Viewer
 
 __version__ = _lib.VERSION

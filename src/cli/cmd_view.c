@@ -54,7 +54,8 @@ static void usage(FILE *f)
             "  --no-fit              do not fit on start (start from --calibration's values, else 0)\n"
             "  -o, --output DIR      the output folder: Save writes only into it (default: the\n"
             "                        current folder)\n"
-            "  --force               Save may replace an existing file there (without it, never)\n"
+            "  --force               Save may replace an existing file there when the page's\n"
+            "                        \"replace\" box is ticked (without --force, never)\n"
             "  --base-url PREFIX     serve every route under PREFIX (e.g. /user/me/proxy/8765 behind\n"
             "                        jupyter-server-proxy); the printed URL includes it\n"
             "  --allow-host NAME     also accept the Host NAME (a proxy that rewrites Host; up to 8\n"
@@ -63,8 +64,8 @@ static void usage(FILE *f)
             "  -h, --help            this help\n\n"
             "Save calibration writes the file name typed on the page (default calibration.json; a\n"
             "plain name ending in .json) into the output folder, and refuses to replace a file unless\n"
-            "the server was started with --force; ssb4d reconstruct --calibration reproduces the\n"
-            "viewer's image and loss from it bit for bit.\n\n"
+            "the server was started with --force and \"replace\" is ticked; ssb4d reconstruct\n"
+            "--calibration reproduces the viewer's image and loss from it bit for bit.\n\n"
             "%s\n" CLI_EXIT_HELP,
             CLI_MICROSCOPE_HELP);
 }

@@ -295,6 +295,8 @@ int cmd_virtual(int argc, char **argv)
         }
     }
     /* The outputs: the folder, and every file refused before any work unless --force. */
+    char dirbuf[4096];
+    dir = cli_dir_text(dirbuf, sizeof dirbuf, dir); /* "out/" prints out/phase.tiff, not out//… */
     struct stat sb;
     int created = 0;
     if (stat(dir, &sb) == 0) {

@@ -550,8 +550,12 @@ static void do_save(view_server *v, view_job *j)
             view_resp_text(&j->resp, 409, "%s exists (ssb4d view --force lets Save replace files)", path);
             return;
         }
+        if (!j->p.force) { /* --force allows it; the person still says so ("replace") */
+            view_resp_text(&j->resp, 409, "%s exists (tick \"replace\" to replace it)", path);
+            return;
+        }
     }
-    ssb4d_status st = ssb4d_session_save_calibration(v->s, path, v->cfg.force, &err);
+    ssb4d_status st = ssb4d_session_save_calibration(v->s, path, v->cfg.force && j->p.force, &err);
     if (st && strstr(err.msg, "already exists")) { /* made by someone else meanwhile */
         view_resp_text(&j->resp, 409, "%s", err.msg);
         return;

@@ -2,7 +2,8 @@
 // built-in dataset: the page at 1920, 1280 and 760 px wide (view-1920.png, view-1280.png,
 // view-760.png: the phase at 2x with its colour bar, the fit's results, the Fit Regions map of a
 // 2x2 grid), the FFT with its 1/Å scale and the 2α/λ circle (view-fft.png), and the whole page at
-// 1280 (view-regions.png). Not a test.
+// 1280 (view-regions.png), the virtual BF and iDPC views at 1280 (view-virtual-bf.png,
+// view-virtual-idpc.png). Not a test.
 // usage: node tests/view/screenshots.mjs build/ssb4d docs/figures
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
@@ -50,6 +51,12 @@ await page.setViewportSize({ width: 760, height: 1000 });
 await shot('view-760.png');
 await page.setViewportSize({ width: 1280, height: 800 });
 await shot('view-regions.png', { fullPage: true });
+for (const kind of ['bf', 'idpc']) { // the virtual images, to choose a region on
+  n = await drawn();
+  await page.selectOption('#view', kind);
+  await until((k) => window.__ssb4d.drawn.length > k, n);
+  await shot(`view-virtual-${kind}.png`);
+}
 await browser.close();
 server.kill('SIGTERM');
 fs.rmSync(work, { recursive: true, force: true });

@@ -143,8 +143,10 @@ def save_and_prefix(work):
         before = os.path.getmtime(os.path.join(out, 'calibration.json'))
         time.sleep(0.05)
         st, _, b = request(port, 'POST', '/api/save', body={'name': 'calibration.json'}, token=token)
+        check(st == 409 and b'replace' in b, 'with --force, an existing file still needs the request to ask (%d)' % st)
+        st, _, b = request(port, 'POST', '/api/save', body={'name': 'calibration.json', 'force': True}, token=token)
         check(st == 200 and os.path.getmtime(os.path.join(out, 'calibration.json')) >= before,
-              'with --force, save replaces (%d)' % st)
+              'with --force and the request asking, save replaces (%d)' % st)
     finally:
         check(stop(p) == 0, 'SIGTERM: exits 0 (--force server)')
 
