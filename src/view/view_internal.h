@@ -11,6 +11,7 @@
 
 #define VIEW_BODY_LIMIT (64 * 1024) /* a request body larger than this is refused (413) */
 #define VIEW_TRIALS_SHOWN 50
+#define VIEW_IDLE_S 2.0 /* quiet this long after the last request before idle work starts */
 
 /* An HTTP answer built by a route or a job: status, type, body (owned unless body_static) and a
  * few extra headers (X-Width, X-Height, X-Loss, X-Seq, X-Seconds). */
@@ -67,6 +68,7 @@ typedef struct view_job {
     struct view_job *next;
     int done;              /* set under the server's mutex; the handler waits for it */
     int superseded;        /* a newer preview replaced it: answered 204 (X-Superseded) */
+    int idle;              /* the worker's own idle work (the virtual images): nobody waits */
     view_resp resp;
 } view_job;
 
@@ -124,7 +126,8 @@ struct view_server {
     int has_region_res;
     cJSON *regions;        /* last Fit Regions map (object) or NULL */
     ssb4d_virtual_images virt; /* the virtual images, made on the first request (the worker's) */
-    int has_virt;
+    int has_virt, virt_failed;
+    double last_request_s;    /* ssb_clock_s() of the last request submitted */
     double virt_rotation_deg; /* the rotation and handedness they were made with: CoM and iDPC */
     int virt_flip;            /* depend on them, so a new rotation makes them again */
     size_t shape[4];

@@ -179,8 +179,10 @@ static ssb4d_status ensure_virtual(view_server *v, ssb4d_err *err)
     ssb4d_geometry g;
     ssb4d_session_get(v->s, NULL, NULL, &g);
     if (v->has_virt && (v->virt_rotation_deg != g.rotation_deg || v->virt_flip != g.flip)) {
-        ssb4d_virtual_free(&v->virt);
+        pthread_mutex_lock(&v->mu);
         v->has_virt = 0;
+        pthread_mutex_unlock(&v->mu);
+        ssb4d_virtual_free(&v->virt);
     }
     if (v->has_virt)
         return SSB4D_OK;
@@ -204,14 +206,6 @@ static void do_start(view_server *v, view_resp *resp)
         return;
     }
     snapshot_calibration(v);
-    /* The virtual images next (one pass over the frames): the page shows the virtual BF while G
-     * is built and the fit runs, and offers all five to choose a region on. Not distributed (the
-     * ranks hold G, not the frames); a failure here is not the start's. */
-    if (!v->cfg.dist) {
-        ssb4d_err verr = {0};
-        if (ensure_virtual(v, &verr) && verr.code != SSB4D_ECANCELLED && !v->cfg.quiet)
-            fprintf(stderr, "ssb4d view: no virtual images: %s\n", verr.msg);
-    }
     pthread_mutex_lock(&v->mu);
     /* a cancel that came between two calls is not lost: it stops the fit before it starts */
     int stopping = v->stop, cancelled = v->cancel_job;
@@ -699,6 +693,7 @@ int view_follow(view_server *v, ssb4d_session *s, ssb4d_err *err)
 static void *worker_main(void *arg)
 {
     view_server *v = arg;
+    view_job idle; /* the idle virtual-image pass, while nothing else waits */
     /* The start job is the worker's own: calibrate, then fit (or set the given values). */
     view_job start;
     memset(&start, 0, sizeof start);
@@ -726,7 +721,37 @@ static void *worker_main(void *arg)
             v->pending_release = NULL;
         else if ((j = v->pending))
             v->pending = NULL;
-        else {
+        else if (!v->has_virt && !v->virt_failed && v->cal.ready && !v->cfg.dist &&
+                 ssb_clock_s() - v->last_request_s < VIEW_IDLE_S) {
+            /* Requests came a moment ago: more will (a drag). Wait until it has been quiet. */
+            struct timespec t;
+            clock_gettime(CLOCK_REALTIME, &t);
+            double until = VIEW_IDLE_S - (ssb_clock_s() - v->last_request_s);
+            t.tv_sec += (time_t)until;
+            t.tv_nsec += (long)((until - (double)(time_t)until) * 1e9);
+            if (t.tv_nsec >= 1000000000)
+                t.tv_sec++, t.tv_nsec -= 1000000000;
+            pthread_cond_timedwait(&v->wake, &v->mu, &t);
+            continue;
+        } else if (!v->has_virt && !v->virt_failed && v->cal.ready && !v->cfg.dist) {
+            /* Idle: the virtual images, one pass over the frames, so that they are there when
+             * the person asks. Any request cancels it (view_submit); it starts again when idle. */
+            memset(&idle, 0, sizeof idle);
+            idle.kind = JOB_VIRTUAL;
+            idle.idle = 1;
+            v->running = &idle;
+            pthread_mutex_unlock(&v->mu);
+            ssb4d_err verr = {0};
+            ssb4d_status vst = ensure_virtual(v, &verr);
+            pthread_mutex_lock(&v->mu);
+            v->running = NULL;
+            if (vst && vst != SSB4D_ECANCELLED) {
+                v->virt_failed = 1; /* asked for, it says why; not tried again while idle */
+                if (!v->cfg.quiet)
+                    fprintf(stderr, "ssb4d view: no virtual images: %s\n", verr.msg);
+            }
+            continue;
+        } else {
             pthread_cond_wait(&v->wake, &v->mu); /* idle: no polling */
             continue;
         }
@@ -825,6 +850,9 @@ void view_submit(view_server *v, view_job *j)
     }
     j->done = 0;
     j->next = NULL;
+    v->last_request_s = ssb_clock_s();
+    if (v->running && v->running->idle) /* the idle pass gives way to anything asked */
+        ssb4d_session_cancel(v->s);
     if (j->kind == JOB_PREVIEW) {
         v->n_previews++;
         /* Ordered by seq, not by arrival: an older request that comes late must not supersede a
