@@ -219,8 +219,14 @@ static void *stream_send(void *arg)
 
 typedef struct {
     size_t sent, answered, superseded, drawn, failed;
-    double largest_gap_ms, release_ms, rate_hz;
+    double largest_gap_ms, gap_median_ms, gap_p95_ms, release_ms, rate_hz;
 } stream_result;
+
+static int by_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
 
 static int by_recv(const void *a, const void *b)
 {
@@ -284,20 +290,28 @@ static int drag_stream(int port, const char *token, double c10, int *seq, double
             out->release_ms = q[i].status == 200 ? 1000 * (q[i].t_recv - q[i].t_send) : NAN;
     }
     qsort(order, nq, sizeof *order, by_recv);
-    double last_seq = 0, prev = t0, gap = 0, t_release = nq ? q[nq - 1].t_send : t0;
-    for (size_t i = 0; i < nq; i++) {
+    double last_seq = 0, prev = t0, t_release = nq ? q[nq - 1].t_send : t0;
+    double *gaps = calloc(nq + 1, sizeof *gaps); /* the gaps between drawn frames, ms */
+    size_t ng = 0;
+    for (size_t i = 0; gaps && i < nq; i++) {
         stream_req *r = order[i];
         if (r->status != 200 || r->seq <= last_seq)
             continue;
         last_seq = r->seq;
         out->drawn += !r->release;
         if (r->t_recv <= t_release) {
-            gap = fmax(gap, r->t_recv - prev);
+            gaps[ng++] = 1000 * (r->t_recv - prev);
             prev = r->t_recv;
         }
     }
-    gap = fmax(gap, t_release - prev); /* nothing drawn from the last frame to the release */
-    out->largest_gap_ms = 1000 * gap;
+    if (gaps) {
+        gaps[ng++] = 1000 * (t_release - prev); /* nothing drawn from the last frame to the release */
+        qsort(gaps, ng, sizeof *gaps, by_double);
+        out->largest_gap_ms = gaps[ng - 1];
+        out->gap_median_ms = gaps[ng / 2];
+        out->gap_p95_ms = gaps[(size_t)(0.95 * (double)(ng - 1) + 0.5)];
+        free(gaps);
+    }
     free(q), free(order);
     if (!rc && out->failed) {
         fprintf(stderr, "ssb4d bench view: %zu requests of the drag stream failed\n", out->failed);
@@ -345,6 +359,8 @@ static cJSON *stream_json(const stream_result *r, const timing *drag, const timi
     cJSON_AddNumberToObject(o, "drags_drawn", (double)r->drawn);
     cJSON_AddNumberToObject(o, "drawn_per_request", r->sent ? (double)r->drawn / (double)r->sent : 0);
     cJSON_AddNumberToObject(o, "largest_gap_ms", r->largest_gap_ms);
+    cJSON_AddNumberToObject(o, "gap_median_ms", r->gap_median_ms);
+    cJSON_AddNumberToObject(o, "gap_p95_ms", r->gap_p95_ms);
     cJSON_AddNumberToObject(o, "preview_compute_ms", drag->server_med_ms);
     cJSON_AddNumberToObject(o, "gap_over_compute", r->largest_gap_ms / drag->server_med_ms);
     cJSON_AddNumberToObject(o, "release_during_drag_ms", r->release_ms);
@@ -551,10 +567,11 @@ int bench_view(int argc, char **argv, bench_resolve_fn resolve)
            rel.med_ms, rel.min_ms, rel.max_ms, rel.server_med_ms);
     if (rate > 0)
         printf("  stream   %.0f/s for %.1f s%s: %zu drags, %zu drawn (%.2f per request), %zu superseded;\n"
-               "           largest gap %.1f ms (a drag's compute %.1f ms, the input every %.1f ms; target <= 2x\n"
-               "           the longer), release during the drag %.1f ms (%.2fx idle %.1f ms; target <= 1.5x)\n",
+               "           gaps between drawn frames: median %.1f ms, 95th percentile %.1f ms, largest %.1f ms\n"
+               "           (a drag's compute %.1f ms, the input every %.1f ms; target <= 2x the longer), release\n"
+               "           during the drag %.1f ms (%.2fx idle %.1f ms; target <= 1.5x)\n",
                rate, dsec, load ? " under load" : "", sr.sent, sr.drawn, sr.sent ? (double)sr.drawn / (double)sr.sent : 0,
-               sr.superseded, sr.largest_gap_ms, drag.server_med_ms, 1000 / rate,
+               sr.superseded, sr.gap_median_ms, sr.gap_p95_ms, sr.largest_gap_ms, drag.server_med_ms, 1000 / rate,
                sr.release_ms, sr.release_ms / rel.med_ms, rel.med_ms);
     printf("  backend  %s\n", backend_name);
     if (load)
