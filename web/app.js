@@ -197,7 +197,7 @@ async function showVirtual(kind, quiet) {
   const buf = await r.arrayBuffer();
   const w = Number(r.headers.get('X-Width')), h = Number(r.headers.get('X-Height'));
   if (!show(my, { data: new Float32Array(buf), w, h, view: kind, upsample: 1 }, true)) return false;
-  setStatus(`${VIRTUAL[kind].label}: ${w}×${h}${quiet ? ' (while the fit runs)' : ''}`);
+  setStatus(`${VIRTUAL[kind].label}: ${w}×${h}${quiet ? ' (until the phase image comes)' : ''}`);
   return true;
 }
 

@@ -297,6 +297,39 @@ try {
   const code = await exited;
   check(code === 0, `server exits 0 on SIGTERM (${code})`);
 }
+// The page under a prefix (ssb4d view --base-url, as behind jupyter-server-proxy): it loads, its
+// start-up finishes and it draws, every request it makes stays under the prefix, and a proxy's
+// Host is accepted only with --allow-host (checked by view_server; here the page itself).
+{
+  const PREFIX = '/user/me/proxy/8765';
+  const srv = spawn(BIN, ['view', 'x.npy', '--port', '0', '-q', '--no-fit', '--base-url', PREFIX], { cwd: work, stdio: ['ignore', 'pipe', 'inherit'] });
+  const gone = new Promise((res) => srv.on('exit', (code, sig) => res(code ?? sig)));
+  const br = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: ['--no-sandbox'] });
+  try {
+    const purl = await new Promise((res, rej) => {
+      createInterface({ input: srv.stdout }).once('line', (l) => res(l.split(' ')[2]));
+      setTimeout(() => rej(new Error('no URL printed')), 30000);
+    });
+    check(purl.includes(PREFIX + '/?token='), 'under --base-url the printed URL has the prefix: ' + purl);
+    const origin = new URL(purl).origin;
+    const page = await br.newPage({ viewport: { width: 1280, height: 900 } });
+    const outside = [], bad = [];
+    page.on('request', (r) => { if (!r.url().startsWith(origin + PREFIX + '/')) outside.push(r.url()); });
+    page.on('response', (r) => { if (r.status() >= 400) bad.push(`${r.status()} ${r.url()}`); });
+    await page.goto(purl);
+    await page.waitForSelector('body[data-ready="1"]', { timeout: 60000 * SLOW });
+    await waitFor(page, () => window.__ssb4d.drawn.length > 0, null, { timeout: 30000 * SLOW });
+    check(true, 'the page under the prefix loads and draws (' + await page.textContent('#status') + ')');
+    check(outside.length === 0, 'every request under the prefix: ' + outside.slice(0, 3).join(' '));
+    check(bad.length === 0, 'no 4xx/5xx under the prefix: ' + bad.slice(0, 3).join(' '));
+  } catch (e) {
+    fails.push('prefix: ' + e.message);
+  } finally {
+    await br.close();
+    srv.kill('SIGTERM');
+    check((await gone) === 0, 'the prefixed server exits 0 on SIGTERM');
+  }
+}
 console.log(`browser test: ${((Date.now() - t0) / 1000).toFixed(1)} s; screenshots in ${WORK}`);
 if (fails.length) {
   console.log(`${fails.length} check(s) failed`);
