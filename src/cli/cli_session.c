@@ -47,16 +47,22 @@ double cli_session_bar_done(cli_session *cs)
 
 /* Simulates the built-in dataset into memory (counted under the budget by the session) and sets
  * the values its sidecar would give; the flags still win. */
+void cli_builtin_params(ssb4d_sim_params *sp, int threads)
+{
+    ssb4d_err err = {0};
+    ssb4d_sim_params_preset(sp, "small", &err); /* a known preset: cannot fail */
+    memset(&sp->ab, 0, sizeof sp->ab);
+    sp->ab.C_nm[SSB4D_C10] = BUILTIN_C10;
+    sp->ab.C_nm[SSB4D_C12] = BUILTIN_C12;
+    sp->ab.phi_deg[SSB4D_C12] = BUILTIN_PHI12;
+    sp->seed = BUILTIN_SEED;
+    sp->threads = threads;
+}
+
 static int simulate_builtin(cli_session *cs, const cli_micro *m, ssb4d_err *err)
 {
     ssb4d_sim_params sp;
-    ssb4d_sim_params_preset(&sp, "small", err);
-    memset(&sp.ab, 0, sizeof sp.ab);
-    sp.ab.C_nm[SSB4D_C10] = BUILTIN_C10;
-    sp.ab.C_nm[SSB4D_C12] = BUILTIN_C12;
-    sp.ab.phi_deg[SSB4D_C12] = BUILTIN_PHI12;
-    sp.seed = BUILTIN_SEED;
-    sp.threads = m->threads;
+    cli_builtin_params(&sp, m->threads);
     ssb4d_sim_info info;
     if (ssb4d_sim_describe(&sp, &info, err))
         return cli_error(cs->cmd, err->code, err->msg);

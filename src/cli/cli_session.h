@@ -50,6 +50,9 @@ typedef struct {
  * checked with ssb4d_session_check_region before the long read). Returns 0 or the exit code
  * (message printed); cs is ready for cli_session_close either way. */
 int cli_session_open(const char *cmd, cli_session_req *rq, cli_session *cs);
+/* The simulation parameters of the built-in dataset (the small preset at BUILTIN_C10, C12, φ12,
+ * seed BUILTIN_SEED), for a command that simulates it itself (ssb4d virtual). */
+void cli_builtin_params(ssb4d_sim_params *sp, int threads);
 /* Calibrates and plans (the "does not fit" refusal, exit 2, comes from here). 0 or exit code. */
 int cli_session_calibrate(cli_session *cs);
 /* A bar for the next call (label; none under -q or --json), and its elapsed seconds when done. */

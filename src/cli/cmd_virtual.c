@@ -105,13 +105,7 @@ static int builtin(const cli_micro *m, uint16_t **counts, size_t shape[4], cli_v
 {
     ssb4d_err err = {0};
     ssb4d_sim_params sp;
-    ssb4d_sim_params_preset(&sp, "small", &err);
-    memset(&sp.ab, 0, sizeof sp.ab);
-    sp.ab.C_nm[SSB4D_C10] = BUILTIN_C10;
-    sp.ab.C_nm[SSB4D_C12] = BUILTIN_C12;
-    sp.ab.phi_deg[SSB4D_C12] = BUILTIN_PHI12;
-    sp.seed = BUILTIN_SEED;
-    sp.threads = m->threads;
+    cli_builtin_params(&sp, m->threads);
     ssb4d_sim_info info;
     if (ssb4d_sim_describe(&sp, &info, &err))
         return cli_error(CMD, err.code, err.msg);
