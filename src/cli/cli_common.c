@@ -255,6 +255,21 @@ int cli_check_readable_file(const char *cmd, const char *path)
     return CLI_EXIT_USAGE;
 }
 
+int cli_check_qem_header(const char *path, ssb4d_status *st, ssb4d_err *err)
+{
+    FILE *f = fopen(path, "rb");
+    unsigned char magic[4] = {0};
+    size_t got = f ? fread(magic, 1, sizeof magic, f) : 0;
+    if (f)
+        fclose(f);
+    if (got != 4 || memcmp(magic, "QEMD", 4))
+        return 0;
+    qem_file *q = NULL; /* the header only: the body is verified where it is read */
+    *st = qem_open(path, 0, 1, &q, err);
+    qem_close(q);
+    return 1;
+}
+
 int cli_check_readable(const char *cmd, const char *path)
 {
     int rc = cli_check_readable_file(cmd, path);
@@ -262,18 +277,9 @@ int cli_check_readable(const char *cmd, const char *path)
         return rc;
     /* By content, as ssb4d_source_open tells them; a .qem by its header only (the body's
      * checksums are verified when the command opens it: that reads all of it). */
-    FILE *f = fopen(path, "rb");
-    unsigned char magic[4] = {0};
-    size_t got = f ? fread(magic, 1, sizeof magic, f) : 0;
-    if (f)
-        fclose(f);
     ssb4d_err err = {0};
-    ssb4d_status st;
-    if (got == 4 && !memcmp(magic, "QEMD", 4)) {
-        qem_file *q = NULL;
-        st = qem_open(path, 0, 1, &q, &err);
-        qem_close(q);
-    } else {
+    ssb4d_status st = SSB4D_OK;
+    if (!cli_check_qem_header(path, &st, &err)) {
         ssb4d_source *s = NULL;
         st = ssb4d_source_open(path, &s, &err);
         ssb4d_source_close(s);

@@ -138,6 +138,9 @@ int cli_check_readable_file(const char *cmd, const char *path);
  * plan, session and bench check first; import, export and verify, which take the reader flags,
  * check theirs with cli_input_check_files (cli_input.h), info (a .qem) with qem_open. */
 int cli_check_readable(const char *cmd, const char *path);
+/* 1 when PATH starts with the .qem magic, its header then checked into *st (the body is verified
+ * where it is read); 0 when it is not a .qem (*st untouched). */
+int cli_check_qem_header(const char *path, ssb4d_status *st, ssb4d_err *err);
 
 /* The overwrite rule of every command: an output that exists is refused unless --force, before
  * any long work, with one line "ssb4d <cmd>: PATH already exists (use --force to replace it<alt>)"

@@ -1,8 +1,6 @@
 /* cli_input.c — see cli_input.h. */
 #include "cli/cli_input.h"
 
-#include "qem/qem.h"
-
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -132,18 +130,9 @@ int cli_input_check_files(const cli_input *ci, const char *cmd, const char *cons
             return CLI_EXIT_USAGE;
     if (!n)
         return 0;
-    FILE *f = fopen(paths[0], "rb");
-    unsigned char magic[4] = {0};
-    size_t got = f ? fread(magic, 1, sizeof magic, f) : 0;
-    if (f)
-        fclose(f);
     ssb4d_err err = {0};
-    ssb4d_status st;
-    if (qem_ok && !ci->format && got == 4 && !memcmp(magic, "QEMD", 4)) {
-        qem_file *q = NULL; /* the header only: the body is verified where it is read */
-        st = qem_open(paths[0], 0, 1, &q, &err);
-        qem_close(q);
-    } else {
+    ssb4d_status st = SSB4D_OK;
+    if (!(qem_ok && !ci->format && cli_check_qem_header(paths[0], &st, &err))) {
         cli_input c = *ci;
         c.more_paths = n > 1 ? paths + 1 : NULL;
         c.n_more_paths = n > 1 ? n - 1 : 0;

@@ -344,13 +344,7 @@ static void calibration_mean(view_server *v, view_resp *r)
         view_resp_text(r, 500, "out of memory");
         return;
     }
-    view_resp_free(r);
-    r->status = 200;
-    r->ctype = "application/octet-stream";
-    r->body = (char *)b;
-    r->len = n * sizeof *b;
-    view_resp_header(r, "X-Width", "%zu", w);
-    view_resp_header(r, "X-Height", "%zu", h);
+    view_resp_image(r, b, h, w, NULL);
 }
 
 static const char *const PREVIEW_FIELDS[] = {"C10_nm", "C12_nm", "phi12_deg", "rotation_deg", "aberr", "tilt_mrad",

@@ -62,6 +62,18 @@ void view_resp_header(view_resp *r, const char *name, const char *fmt, ...)
     r->n_hdr++;
 }
 
+void view_resp_image(view_resp *r, float *img, size_t rows, size_t cols, ssb4d_mem *mem)
+{
+    view_resp_free(r);
+    r->status = 200;
+    r->ctype = "application/octet-stream";
+    r->body = (char *)img; /* float32, little-endian on every machine this builds for */
+    r->mem = mem;
+    r->len = rows * cols * sizeof *img;
+    view_resp_header(r, "X-Width", "%zu", cols);
+    view_resp_header(r, "X-Height", "%zu", rows);
+}
+
 void view_resp_free(view_resp *r)
 {
     if (r->mem)

@@ -29,6 +29,9 @@ typedef struct {
 void view_resp_text(view_resp *r, int status, const char *fmt, ...);
 void view_resp_json(view_resp *r, int status, cJSON *j); /* takes j */
 void view_resp_header(view_resp *r, const char *name, const char *fmt, ...);
+/* A float32 image (little-endian, rows x cols) as the answer, with X-Width and X-Height; takes
+ * img, which came from mem's budget (ssb4d_mem_alloc) or, mem NULL, from malloc. */
+void view_resp_image(view_resp *r, float *img, size_t rows, size_t cols, ssb4d_mem *mem);
 void view_resp_free(view_resp *r);
 
 typedef enum {

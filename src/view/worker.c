@@ -342,14 +342,7 @@ static void do_preview(view_server *v, view_job *j)
         return;
     }
     view_resp *r = &j->resp;
-    view_resp_free(r);
-    r->status = 200;
-    r->ctype = "application/octet-stream";
-    r->body = (char *)img; /* float32, little-endian on every machine this builds for */
-    r->mem = mem;
-    r->len = ny * nx * sizeof *img;
-    view_resp_header(r, "X-Width", "%zu", nx);
-    view_resp_header(r, "X-Height", "%zu", ny);
+    view_resp_image(r, img, ny, nx, mem);
     view_resp_header(r, "X-Seq", "%.17g", p->seq);
     view_resp_header(r, "X-Seconds", "%.6f", ssb_clock_s() - t0);
     if (p->want_loss)
@@ -584,14 +577,8 @@ static void do_virtual(view_server *v, view_job *j)
     for (size_t i = 0; i < ny * nx; i++)
         img[i] = (float)src[j->p.virt][i];
     view_resp *r = &j->resp;
-    view_resp_free(r);
-    r->status = 200;
-    r->ctype = "application/octet-stream";
-    r->body = (char *)img;
-    r->len = ny * nx * sizeof *img;
+    view_resp_image(r, img, ny, nx, NULL);
     static const char *const units[VIRT_N] = {"counts", "counts", "mrad", "mrad", NULL};
-    view_resp_header(r, "X-Width", "%zu", nx);
-    view_resp_header(r, "X-Height", "%zu", ny);
     view_resp_header(r, "X-Unit", "%s", units[j->p.virt] ? units[j->p.virt] : v->virt.idpc_unit);
     if (j->p.virt == VIRT_BF || j->p.virt == VIRT_ADF)
         view_resp_header(r, "X-Angles-Mrad", "%.4g %.4g", j->p.virt == VIRT_BF ? v->virt.bf_inner_mrad : v->virt.adf_inner_mrad,
