@@ -7,7 +7,7 @@
  * left waiting for it. */
 #ifndef SSB4D_CLI_MPI_H
 #define SSB4D_CLI_MPI_H
-#include "ssb4d.h"
+#include "ssb4d_advanced.h"
 
 /* Called first by main; returns 0, or an exit status when MPI could not start. */
 int cli_mpi_init(int *argc, char ***argv);
