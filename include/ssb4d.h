@@ -1214,7 +1214,7 @@ struct ssb4d_session_script {
     size_t drags;          /* drag previews (default 20) */
     size_t releases;       /* releases: preview + loss (default 3) */
     int region;            /* 1: a region refit (default) */
-    size_t region_rect[4]; /* r0, r1, c0, c1; all 0: centred, side ssb4d_plan_region_side */
+    size_t region_rect[4]; /* r0, r1, c0, c1; all 0: centred, the planner's default side */
     int save;              /* write calibration.json into the output folder (default 1) */
 };
 
