@@ -9,6 +9,7 @@
 #include "cuda/cuda.h"
 #include "common/clock.h"
 
+#include "common/block.h"
 #include "common/err.h"
 #include "cuda/kernels.h"
 #include "dist/dist.h"
@@ -21,7 +22,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#define CHUNK 64     /* BF pixels in flight at f = 1 */
+#define CHUNK SSB_BLOCK /* BF pixels in flight at f = 1: one block (common/block.h) */
 #define SYNC_EVERY 8 /* chunks between polls of the cancel flag (each poll waits for the device) */
 
 struct ssb_dev {

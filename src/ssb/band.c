@@ -13,7 +13,7 @@
  * Frequencies are fftfreq values (an even axis's Nyquist bin at −1/(2s), as NumPy); the default
  * band lies well inside Nyquist, where the half-plane weighting is exact for even-m χ.
  *
- * One pass over G per batch: BF pixels in logical blocks of BLOCK, each block's partial sums
+ * One pass over G per batch: BF pixels in logical blocks of SSB_BLOCK, each block's partial sums
  * (every parameter set × every band bin) made by one thread in BF order and added to the totals
  * in block order (an OpenMP ordered loop). G is read in groups of whole blocks (G_group: resident
  * float32 planes in place, half planes converted, streamed planes rebuilt), so neither the group
@@ -28,6 +28,7 @@
  *   and e^{−iu} = R(row)·C(col) from per-pixel tables. The sinc arguments are
  *   x1,2 = (t/2)(∓πλ|q|² + 2π q·(λk − τ)), so sin x = Im(e^{∓i(t/2)πλ|q|²}·R'(row)·C'(col)):
  *   no trigonometric call per bin. Other aberrations use the generic kernel (direct P(q∓k)). */
+#include "common/block.h"
 #include "common/err.h"
 #include "common/parallel.h"
 #include "dist/dist.h"
@@ -40,7 +41,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define BLOCK 64
 
 void ssb4d_band_opts_default(ssb4d_band_opts *o)
 {
@@ -131,7 +131,7 @@ size_t band_bins(size_t ny, size_t nx, const double step[2], double lo, double h
 band_ws band_ws_sizes(size_t nb, size_t nr, size_t nc, size_t n_bf, size_t n, size_t nrot, int nt)
 {
     band_ws w;
-    size_t nb1 = nb ? nb : 1, nsum = n * nb1 * 4, nblocks = (n_bf + BLOCK - 1) / BLOCK;
+    size_t nb1 = nb ? nb : 1, nsum = n * nb1 * 4, nblocks = ssb_block_count(n_bf);
     w.n = n, w.nrot = nrot;
     w.nt = (size_t)nt > nblocks ? (nblocks ? nblocks : 1) : (size_t)nt;
     w.off = nb1 * sizeof(size_t);
@@ -657,8 +657,8 @@ ssb4d_status ssb4d_band_fit_rot(const ssb4d_G *G, const ssb4d_geometry *g, const
         st = G_group_init(G, mem, &gr, err);
         have_group = !st;
     }
-    if (!st && !on_dev && gr.cap % BLOCK && gr.cap < G->n_bf)
-        st = ssb4d_fail(err, SSB4D_EINTERNAL, "G groups of %zu pixels split the blocks of %d", gr.cap, BLOCK);
+    if (!st && !on_dev && gr.cap % SSB_BLOCK && gr.cap < G->n_bf)
+        st = ssb4d_fail(err, SSB4D_EINTERNAL, "G groups of %zu pixels split the blocks of %d", gr.cap, SSB_BLOCK);
     /* A distributed G: this rank's pixels [lo, hi) (one group: its planes are resident), their
      * partials kept for the chain (dist.h); one process: [0, n_bf) in blocks. */
     const size_t lo = G_lo(G), hi = G_hi(G);
@@ -701,8 +701,7 @@ ssb4d_status ssb4d_band_fit_rot(const ssb4d_G *G, const ssb4d_geometry *g, const
 #pragma omp ordered
                 {
                     if (!G->dist || dist_chain_direct(&ch, segs[sg].kind))
-                        for (size_t q = 0; q < nsum; q++)
-                            total[q] += w->part[q];
+                        ssb_block_add(total, w->part, nsum);
                     else {
                         const double *parts[1] = {w->part};
                         dist_chain_keep(&ch, &segs[sg], parts, &nsum, 1);
