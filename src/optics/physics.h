@@ -26,11 +26,8 @@
 #define SSB_PI 3.14159265358979323846 /* M_PI's digits (nvcc's headers need not define M_PI) */
 #define SSB_N_ABERR 14                 /* SSB4D_N_ABERR (optics.c checks they agree) */
 
-/* Complex values as plain pairs, the same layout as float complex / double complex, float2 /
- * double2. */
-typedef struct {
-    float re, im;
-} ssb_c32;
+/* A complex value as a plain pair, the layout of double complex and double2 (the float passes
+ * keep their own cfloat / float2). */
 typedef struct {
     double re, im;
 } ssb_c64;
@@ -39,13 +36,13 @@ typedef struct {
  * model. Plain data, copied as is to the device. */
 typedef struct {
     double C[SSB_N_ABERR], phi[SSB_N_ABERR]; /* Å, rad */
-    double m[3];                             /* χ(v) = πλ (m0 vx² + 2 m1 vx vy + m2 vy²) ... */
+    double m[3];                             /* χ(v) = πλ (m0 vx² + 2 m1 vx vy + m2 vy²) when quadratic */
     int an[SSB_N_ABERR], am[SSB_N_ABERR];    /* each coefficient's radial and azimuthal order */
-    int quadratic;                           /* ... when only C10 and C12 are non-zero */
+    int quadratic;                           /* only C10 and C12 are non-zero */
     int thick;                               /* the thick model's weights are applied */
     double t, tau[2];                        /* thickness (Å), tilt (row, col; rad) */
     double lambda, alpha0, ang[2];           /* Å; probe semiangle, detector sampling (row, col), rad */
-} ssb_phys; /* (the order: the device kernels' field offsets of before it) */
+} ssb_phys; /* (field order: C, φ, m and the orders where the band kernel read them before) */
 
 SSB_HD static inline ssb_c64 ssb_c64_make(double re, double im)
 {
