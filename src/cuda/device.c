@@ -9,6 +9,7 @@
 #include "cuda/cuda.h"
 #include "common/clock.h"
 
+#include "common/block.h"
 #include "common/err.h"
 #include "cuda/kernels.h"
 #include "dist/dist.h"
@@ -21,7 +22,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#define CHUNK 64     /* BF pixels in flight at f = 1 */
+#define CHUNK SSB_BLOCK /* BF pixels in flight at f = 1: one block (common/block.h) */
 #define SYNC_EVERY 8 /* chunks between polls of the cancel flag (each poll waits for the device) */
 
 struct ssb_dev {
@@ -149,14 +150,8 @@ static ssb4d_status ensure_plan(ssb_dev *d, int nyf, int nxf, int batch, ssb4d_e
 static void set_of(const ssb_ctx *c, cu_set *s)
 {
     memset(s, 0, sizeof *s);
-    s->lambda = c->lambda, s->alpha0 = c->alpha0, s->ang0 = c->ang[0], s->ang1 = c->ang[1];
-    for (int i = 0; i < CU_N_ABERR; i++) {
-        s->C[i] = c->C[i], s->phi[i] = c->phi[i];
-        s->an[i] = ssb4d_aberr_n(i), s->am[i] = ssb4d_aberr_m(i);
-    }
-    memcpy(s->m, c->m, sizeof s->m);
-    s->tau0 = c->tau[0], s->tau1 = c->tau[1], s->t_A = c->t_A;
-    s->quadratic_only = c->quadratic_only, s->thick = c->thick, s->fast = c->fast;
+    s->p = c->p;
+    s->fast = c->fast;
     s->inv_w = c->inv_w;
     s->inv_dc = 1.0f / (float)c->dc;
 }
@@ -383,8 +378,8 @@ static ssb4d_status dpass_init(dpass *p, ssb_dev *d, const ssb4d_G *G, const ssb
             if (c[j].fast)
                 ssb_pixel_ab(&c[j], ib, &a, &b);
             t[ib] = c[j].Ak[ib];
-            t[n_bf + ib] = creal(c[j].Pk[ib]);
-            t[2 * n_bf + ib] = cimag(c[j].Pk[ib]);
+            t[n_bf + ib] = c[j].Pk[ib].re;
+            t[2 * n_bf + ib] = c[j].Pk[ib].im;
             t[3 * n_bf + ib] = a;
             t[4 * n_bf + ib] = b;
         }
@@ -665,14 +660,8 @@ static ssb4d_status dev_band(ssb_dev *d, const ssb4d_G *G, const ssb_band_job *j
     if (!st && G->dist)
         st = dchain_init(&ch, d, G->dist, nout, segs, nseg, band_pix, &bp, err);
     for (size_t i = 0; !st && i < n; i++) {
-        const ssb_band_set *s = &j->sets[i];
-        for (int a = 0; a < CU_N_ABERR; a++)
-            hs[i].C[a] = s->C[a], hs[i].phi[a] = s->phi[a], hs[i].an[a] = ssb4d_aberr_n(a),
-            hs[i].am[a] = ssb4d_aberr_m(a);
-        memcpy(hs[i].m, s->m, sizeof hs[i].m);
-        hs[i].quadratic = s->quadratic, hs[i].thick = s->thick;
-        hs[i].t = s->t, hs[i].tau0 = s->tau[0], hs[i].tau1 = s->tau[1];
-        hs[i].rot = (long long)s->rot;
+        hs[i].p = j->sets[i].p;
+        hs[i].rot = (long long)j->sets[i].rot;
     }
     if (!st && ssb4d_mem_progress(mem, 0.0))
         st = ssb_fail(err, SSB4D_ECANCELLED, "cancelled");

@@ -4,105 +4,10 @@
 #include <cuda_runtime.h>
 #include <math.h>
 
-#define PI 3.14159265358979323846
+#define PI SSB_PI
 
-/* ---- the SSB model in double (src/ssb/ssb_internal.h, correct.c) ------------------------- */
-
-/* χ(v) in rad (ssb_internal.h ssb_chi): the quadratic form, or the series in the coefficients
- * C (Å), φ (rad) of radial order an and azimuthal order am. Both kernels' sets use it. */
-__device__ static double chi(double lambda, const double *C, const double *phi, const int *an, const int *am,
-                             int quadratic, const double *m, double vx, double vy)
-{
-    if (quadratic)
-        return PI * lambda * (m[0] * vx * vx + 2 * m[1] * vx * vy + m[2] * vy * vy);
-    double r2 = vx * vx + vy * vy;
-    if (r2 == 0.0)
-        return 0.0;
-    double alpha = lambda * sqrt(r2), ph = atan2(vy, vx), sum = 0.0, ap = alpha;
-    for (int n = 1; n <= 5; n++) {
-        ap *= alpha;
-        for (int i = 0; i < CU_N_ABERR; i++) {
-            if (an[i] != n || C[i] == 0.0)
-                continue;
-            int mm = am[i];
-            sum += C[i] * ap / (n + 1) * (mm ? cos(mm * (ph - phi[i])) : 1.0);
-        }
-    }
-    return 2.0 * PI / lambda * sum;
-}
-
-/* A(v): the soft aperture with a one-pixel linear edge (ssb_internal.h ssb_aperture). */
-__device__ static double aperture(double lambda, double alpha0, double ang0, double ang1, double vx, double vy)
-{
-    double r = sqrt(vx * vx + vy * vy);
-    double w = r > 0 ? sqrt(vx * vx * ang0 * ang0 + vy * vy * ang1 * ang1) / r : ang0;
-    double A = (alpha0 - lambda * r) / w + 0.5;
-    return A < 0 ? 0 : A > 1 ? 1 : A;
-}
-
-__device__ static double sinc(double x) { return fabs(x) < 1e-6 ? 1.0 : sin(x) / x; }
-
-/* P(v) = A(v)·e^{−iχ(v)} */
-__device__ static double2 d_probe(const cu_set &s, double vx, double vy, double *A)
-{
-    *A = aperture(s.lambda, s.alpha0, s.ang0, s.ang1, vx, vy);
-    if (*A == 0.0)
-        return make_double2(0, 0);
-    double sn, cs;
-    sincos(chi(s.lambda, s.C, s.phi, s.an, s.am, s.quadratic_only, s.m, vx, vy), &sn, &cs);
-    return make_double2(*A * cs, -*A * sn);
-}
-
-__device__ static double2 cmul(double2 a, double2 b) { return make_double2(a.x * b.x - a.y * b.y, a.x * b.y + a.y * b.x); }
-__device__ static double2 cconj(double2 a) { return make_double2(a.x, -a.y); }
-__device__ static double cabs2(double2 a) { return hypot(a.x, a.y); }
-
-/* conj(γ)/|γ| with correct.c's degenerate-bin rule. */
-__device__ static double2 d_unit_conj(double2 t1, double2 t2)
-{
-    double2 gam = make_double2(t1.x - t2.x, t1.y - t2.y);
-    double mag = cabs2(gam);
-    if (mag >= 1e-8)
-        return make_double2(gam.x / mag, -gam.y / mag);
-    double m1 = cabs2(t1), m2 = cabs2(t2);
-    if (m1 > 0) /* conj(−i·t1)/|t1| */
-        return make_double2(t1.y / m1, t1.x / m1);
-    return m2 > 0 ? make_double2(-t2.x / m2, t2.y / m2) : make_double2(0, 0);
-}
-
-/* n(q,k) in double (correct.c n_at): the generic form, and the fast kernel's separable form. */
-__device__ static double2 d_n_at(const cu_set &s, double kx, double ky, double Ak, double2 Pk, double a, double b,
-                                 double qx, double qy)
-{
-    if (Ak == 0.0)
-        return make_double2(0, 0);
-    if (s.fast) {
-        double k2 = kx * kx + ky * ky, q2 = qx * qx + qy * qy, dot = qx * kx + qy * ky;
-        double chq = PI * s.lambda * (s.m[0] * qx * qx + 2 * s.m[1] * qx * qy + s.m[2] * qy * qy);
-        double r1 = sqrt(fmax(q2 - 2 * dot + k2, 0.0)), r2 = sqrt(fmax(q2 + 2 * dot + k2, 0.0));
-        double A1 = fmin(fmax((s.alpha0 - s.lambda * r1) / s.ang0 + 0.5, 0.0), 1.0);
-        double A2 = fmin(fmax((s.alpha0 - s.lambda * r2) / s.ang0 + 0.5, 0.0), 1.0);
-        double sn, cs, ps, pc;
-        sincos(chq, &sn, &cs);
-        sincos(a * qx + b * qy, &ps, &pc);
-        double2 e = make_double2(cs, -sn), p = make_double2(Ak * pc, Ak * ps);
-        double2 pe = cmul(p, e), pce = cmul(p, cconj(e));
-        return d_unit_conj(make_double2(A1 * pe.x, A1 * pe.y), make_double2(A2 * pce.x, A2 * pce.y));
-    }
-    double A1, A2;
-    double2 P1 = d_probe(s, kx - qx, ky - qy, &A1);
-    double2 P2 = d_probe(s, kx + qx, ky + qy, &A2);
-    double2 t1 = cmul(P1, cconj(Pk)), t2 = cmul(cconj(P2), Pk);
-    if (s.thick) {
-        double k2 = kx * kx + ky * ky, qt = 2 * PI * (qx * s.tau0 + qy * s.tau1);
-        double r1 = -PI * s.lambda * ((qx - kx) * (qx - kx) + (qy - ky) * (qy - ky) - k2) - qt;
-        double r2 = PI * s.lambda * ((qx + kx) * (qx + kx) + (qy + ky) * (qy + ky) - k2) - qt;
-        double w1 = sinc(r1 * s.t_A / 2), w2 = sinc(r2 * s.t_A / 2);
-        t1 = make_double2(t1.x * w1, t1.y * w1);
-        t2 = make_double2(t2.x * w2, t2.y * w2);
-    }
-    return d_unit_conj(t1, t2);
-}
+/* The SSB model in double (χ, A, P, γ, n(q,k), the thick model) is optics/physics.h's, the C
+ * passes' own; what follows is the device's: the fast kernel in float, the grids, the sums. */
 
 /* ---- the fast kernel in float (correct.c corr_fast), its phasors evaluated directly ------- */
 
@@ -122,10 +27,10 @@ __device__ static float2 f_n_fast(const cu_set &s, double kxd, double kyd, float
     const float k2 = kx * kx + ky * ky;
     const float dot = qr * kx + qc * ky, base = qr * qr + k2 + qc * qc;
     float v1 = fmaxf(base - 2 * dot, 0.0f), v2 = fmaxf(base + 2 * dot, 0.0f);
-    const float a0 = (float)s.alpha0, lam = (float)s.lambda, invw = s.inv_w;
+    const float a0 = (float)s.p.alpha0, lam = (float)s.p.lambda, invw = s.inv_w;
     float A1 = fminf(fmaxf((a0 - lam * sqrtf(v1)) * invw + 0.5f, 0.0f), 1.0f);
     float A2 = fminf(fmaxf((a0 - lam * sqrtf(v2)) * invw + 0.5f, 0.0f), 1.0f);
-    const float2 E = phasor(-PI * s.lambda * (s.m[0] * qrd * qrd + 2 * s.m[1] * qrd * qcd + s.m[2] * qcd * qcd));
+    const float2 E = phasor(-PI * s.p.lambda * (s.p.m[0] * qrd * qrd + 2 * s.p.m[1] * qrd * qcd + s.p.m[2] * qcd * qcd));
     const float er = E.x, ei = E.y; /* e^{−iχ(q)} */
     const float2 P = phasor(a * qrd + b * qcd);
     const float pr = Ak * P.x, pi = Ak * P.y;
@@ -156,15 +61,15 @@ __device__ static float2 g_at(const float2 *plane, const cu_grid &g, int i, int 
 
 /* n(q,k) in double with the Nyquist alias average (correct.c n_bin): the generic kernel's every
  * bin, and the fast kernel's Nyquist row and column. */
-__device__ static float2 n_bin(const cu_set &s, double kx, double ky, double Ak, double2 Pk, double a, double b,
+__device__ static float2 n_bin(const cu_set &s, double kx, double ky, double Ak, ssb_c64 Pk, double a, double b,
                                double qx, double qy, int nyq_row, int nyq_col)
 {
     int ar = nyq_row ? 2 : 1, ac = nyq_col ? 2 : 1;
     double2 acc = make_double2(0, 0);
     for (int u = 0; u < ar; u++)
         for (int v = 0; v < ac; v++) {
-            double2 w = d_n_at(s, kx, ky, Ak, Pk, a, b, u ? -qx : qx, v ? -qy : qy);
-            acc.x += w.x, acc.y += w.y;
+            ssb_c64 w = ssb_n_at(&s.p, s.fast, kx, ky, Ak, Pk, a, b, u ? -qx : qx, v ? -qy : qy);
+            acc.x += w.re, acc.y += w.im;
         }
     return make_float2((float)(acc.x / (ar * ac)), (float)(acc.y / (ar * ac)));
 }
@@ -204,7 +109,7 @@ __global__ void k_correct(const float2 *__restrict__ planes, cu_grid g, cu_set s
     if (FAST)
         n = f_n_fast(s, kx, ky, (float)Ak, a, b, qx, qy);
     else {
-        const double2 Pk = make_double2(px.set_tab[px.n_bf + ib], px.set_tab[2 * px.n_bf + ib]);
+        const ssb_c64 Pk = ssb_c64_make(px.set_tab[px.n_bf + ib], px.set_tab[2 * px.n_bf + ib]);
         n = n_bin(s, kx, ky, Ak, Pk, a, b, qx, qy, i == nyq_r, j == nyq_c);
     }
     *out = corrected(g_at(planes + (size_t)slot * g.stride, g, i, j), n);
@@ -237,7 +142,7 @@ __global__ void k_nyquist(const float2 *__restrict__ planes, cu_grid g, cu_set s
     }
     const double kx = px.kx[ib], ky = px.ky[ib];
     const double a = px.set_tab[3 * px.n_bf + ib], b = px.set_tab[4 * px.n_bf + ib];
-    const double2 Pk = make_double2(px.set_tab[px.n_bf + ib], px.set_tab[2 * px.n_bf + ib]);
+    const ssb_c64 Pk = ssb_c64_make(px.set_tab[px.n_bf + ib], px.set_tab[2 * px.n_bf + ib]);
     float2 n = n_bin(s, kx, ky, Ak, Pk, a, b, px.qr[i], px.qc[j], i == nyq_r, j == nyq_c);
     *out = corrected(g_at(planes + (size_t)slot * g.stride, g, i, j), n);
 }
@@ -324,20 +229,21 @@ __global__ void k_band(const float2 *__restrict__ planes, cu_band b, const cu_ba
                        double *__restrict__ total)
 {
     const long long m = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (m >= b.nb || (sets[blockIdx.y].quadratic != 0) != QUAD)
+    if (m >= b.nb || (sets[blockIdx.y].p.quadratic != 0) != QUAD)
         return;
-    const cu_band_set &s = sets[blockIdx.y];
+    const ssb_phys &s = sets[blockIdx.y].p;
+    const long long rot = sets[blockIdx.y].rot;
     const double qx = b.qx[m], qy = b.qy[m], q2 = b.q2[m], lam = b.lambda;
-    const double *kxs = b.ktab + s.rot * b.n_bf, *kys = b.ktab + (b.nrot + s.rot) * b.n_bf;
-    const double *Aks = b.ktab + (2 * b.nrot + s.rot) * b.n_bf;
+    const double *kxs = b.ktab + rot * b.n_bf, *kys = b.ktab + (b.nrot + rot) * b.n_bf;
+    const double *Aks = b.ktab + (2 * b.nrot + rot) * b.n_bf;
     const long long off = b.off[m];
     double Er = 0, Ei = 0, qt = 0;
     if (QUAD) { /* e^{iχ(q)} */
-        double x = chi(lam, s.C, s.phi, s.an, s.am, s.quadratic, s.m, qx, qy);
+        double x = ssb_chi_l(&s, lam, qx, qy);
         sincos(x, &Ei, &Er);
     }
     if (s.thick)
-        qt = 2 * PI * (qx * s.tau0 + qy * s.tau1);
+        qt = ssb_tilt_phase(&s, qx, qy);
     /* Segment after segment (blocks of 64 BF pixels, dist.h): each summed from zero, then added
      * into the totals in order, or kept for the chain of a distributed pass. */
     double T0 = 0, T1 = 0, T2 = 0, T3 = 0;
@@ -349,17 +255,17 @@ __global__ void k_band(const float2 *__restrict__ planes, cu_band b, const cu_ba
             if (slot < 0 || Ak == 0.0)
                 continue;
             double kx = kxs[ib], ky = kys[ib];
-            double A1 = aperture(lam, b.alpha0, b.ang0, b.ang1, qx - kx, qy - ky),
-                   A2 = aperture(lam, b.alpha0, b.ang0, b.ang1, qx + kx, qy + ky);
+            double A1 = ssb_aperture(lam, b.alpha0, b.ang0, b.ang1, qx - kx, qy - ky),
+                   A2 = ssb_aperture(lam, b.alpha0, b.ang0, b.ang1, qx + kx, qy + ky);
             if (A1 == 0.0 && A2 == 0.0)
                 continue;
             double qk = qx * kx + qy * ky, cr, ci;
             if (QUAD) {
                 if (s.thick) {
-                    double x1 = 0.5 * s.t * (-PI * lam * (q2 - 2 * qk) - qt);
-                    double x2 = 0.5 * s.t * (PI * lam * (q2 + 2 * qk) - qt);
-                    A1 *= sinc(x1);
-                    A2 *= sinc(x2);
+                    double x1 = 0.5 * s.t * ssb_thick_r1(lam, q2, qk, qt);
+                    double x2 = 0.5 * s.t * ssb_thick_r2(lam, q2, qk, qt);
+                    A1 *= ssb_sinc(x1);
+                    A2 *= ssb_sinc(x2);
                 }
                 double bx = 2 * PI * lam * (s.m[0] * kx + s.m[1] * ky), by = 2 * PI * lam * (s.m[1] * kx + s.m[2] * ky);
                 double sn, cs;
@@ -368,23 +274,11 @@ __global__ void k_band(const float2 *__restrict__ planes, cu_band b, const cu_ba
                 double dr = (A1 - A2) * Er, di = (A1 + A2) * Ei;
                 cr = phr * dr - phi * di, ci = phr * di + phi * dr; /* conj(γ) */
             } else {
-                double xk = chi(lam, s.C, s.phi, s.an, s.am, s.quadratic, s.m, kx, ky), sk, ck;
+                double xk = ssb_chi_l(&s, lam, kx, ky), sk, ck;
                 sincos(xk, &sk, &ck);
                 double Pkr = Ak * ck, Pki = -Ak * sk;
-                double x1 = chi(lam, s.C, s.phi, s.an, s.am, s.quadratic, s.m, kx - qx, ky - qy);
-                double x2 = chi(lam, s.C, s.phi, s.an, s.am, s.quadratic, s.m, kx + qx, ky + qy), s1, c1, s2, c2;
-                sincos(x1, &s1, &c1);
-                sincos(x2, &s2, &c2);
-                /* t1 = A1 e^{−ix1} conj(Pk), t2 = A2 e^{ix2} Pk */
-                double ar = A1 * c1, ai = -A1 * s1, br = A2 * c2, bi = A2 * s2;
-                double t1r = ar * Pkr + ai * Pki, t1i = ai * Pkr - ar * Pki;
-                double t2r = br * Pkr - bi * Pki, t2i = br * Pki + bi * Pkr;
-                if (s.thick) {
-                    double r1 = -PI * lam * (q2 - 2 * qk) - qt, r2 = PI * lam * (q2 + 2 * qk) - qt;
-                    double w1 = sinc(r1 * s.t / 2), w2 = sinc(r2 * s.t / 2);
-                    t1r *= w1, t1i *= w1, t2r *= w2, t2i *= w2;
-                }
-                cr = t1r - t2r, ci = -(t1i - t2i);
+                ssb_c64 cg = ssb_band_cgamma(&s, lam, kx, ky, Pkr, Pki, A1, A2, qx, qy, q2, qk, qt);
+                cr = cg.re, ci = cg.im;
             }
             float2 g = planes[(size_t)slot * b.stride + off];
             double gr = g.x, gi = g.y, g2 = cr * cr + ci * ci;

@@ -1,6 +1,7 @@
 /* kernels.h — the CUDA kernels of the SSB passes (kernels.cu), callable from C (device.c).
  *
- * The arithmetic follows src/ssb/correct.c: the fast kernel (C10/C12 only, thin specimen, square
+ * The model (χ, A, γ, the thick model) is optics/physics.h's, compiled here for the device; the
+ * arithmetic follows src/ssb/correct.c: the fast kernel (C10/C12 only, thin specimen, square
  * detector pixels) in float, everything else — any χ, thick weights, anisotropic pixels and every
  * Nyquist bin (the alias average) — in double. Its phasors are evaluated directly (sincos of a
  * double argument reduced to [−π, π]) rather than from the CPU's tables, so the GPU agrees with
@@ -12,10 +13,10 @@
  * the chain (src/dist/). */
 #ifndef SSB4D_CUDA_KERNELS_H
 #define SSB4D_CUDA_KERNELS_H
+#include "optics/physics.h"
+
 #include <stddef.h>
 #include <stdint.h>
-
-#define CU_N_ABERR 14
 
 #ifdef __cplusplus
 extern "C" {
@@ -23,12 +24,8 @@ extern "C" {
 
 /* One parameter set (ssb_ctx's values). */
 typedef struct {
-    double lambda, alpha0, ang0, ang1;
-    double C[CU_N_ABERR], phi[CU_N_ABERR];
-    int an[CU_N_ABERR], am[CU_N_ABERR];
-    double m[3];
-    double tau0, tau1, t_A;
-    int quadratic_only, thick, fast;
+    ssb_phys p;
+    int fast;
     float inv_w;
     float inv_dc;
 } cu_set;
@@ -70,10 +67,7 @@ int cu_finish(const double *total, const double *s2, size_t npix, double nbf, do
               void *stream);
 /* ---- the band objective (src/ssb/band.c) ---- */
 typedef struct {
-    double C[CU_N_ABERR], phi[CU_N_ABERR], m[3];
-    int an[CU_N_ABERR], am[CU_N_ABERR];
-    int quadratic, thick;
-    double t, tau0, tau1;
+    ssb_phys p; /* its λ, α0 and sampling are cu_band's */
     long long rot;
 } cu_band_set;
 typedef struct {

@@ -19,12 +19,13 @@
  * a sequential hop carries the status), so all ranks return the error together. */
 #ifndef SSB4D_DIST_H
 #define SSB4D_DIST_H
+#include "common/block.h"
 #include "ssb4d_advanced.h"
 
 #include <stddef.h>
 #include <stdint.h>
 
-#define DIST_BLOCK 64 /* the logical block of BF pixels (loss.c, band.c: BLOCK) */
+#define DIST_BLOCK SSB_BLOCK /* the logical block of BF pixels (common/block.h) */
 
 int dist_rank(const ssb4d_dist *d);
 int dist_size(const ssb4d_dist *d);

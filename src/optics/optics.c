@@ -57,6 +57,25 @@ double ssb4d_chi(const ssb4d_aberrations *ab, double lambda, double vx, double v
     return 2.0 * M_PI / lambda * sum;
 }
 
+_Static_assert(SSB_N_ABERR == SSB4D_N_ABERR, "physics.h's coefficient count");
+
+void ssb_phys_aberrations(ssb_phys *p, const ssb4d_aberrations *ab)
+{
+    p->quadratic = 1;
+    for (int i = 0; i < SSB4D_N_ABERR; i++) {
+        p->C[i] = ab->C_nm[i] * 10.0;
+        p->phi[i] = ab->phi_deg[i] * (M_PI / 180.0);
+        p->an[i] = aberr_table[i].n;
+        p->am[i] = aberr_table[i].m;
+        if (p->C[i] != 0.0 && i != SSB4D_C10 && i != SSB4D_C12)
+            p->quadratic = 0;
+    }
+    double cs = cos(2 * p->phi[SSB4D_C12]), sn = sin(2 * p->phi[SSB4D_C12]);
+    p->m[0] = p->C[SSB4D_C10] + p->C[SSB4D_C12] * cs;
+    p->m[1] = p->C[SSB4D_C12] * sn;
+    p->m[2] = p->C[SSB4D_C10] - p->C[SSB4D_C12] * cs;
+}
+
 ssb4d_status ssb_geometry_check(const ssb4d_geometry *g, ssb4d_err *err)
 {
     if (!(g->kv > 0) || !(g->semiangle_mrad > 0) || !(g->scan_step_A[0] > 0) ||

@@ -1,6 +1,7 @@
 /* plan.h — the planner's helpers shared with the session runner (the API is in ssb4d.h). */
 #ifndef SSB4D_PLAN_H
 #define SSB4D_PLAN_H
+#include "common/block.h"
 #include "ssb4d_advanced.h"
 
 /* Side of the built-in session's region refit for a scan side n: 256 from 512 up, n/2 from 64
@@ -42,7 +43,7 @@ void plan_gbuild_opts(const ssb4d_plan *p, int half, size_t resident, size_t g_b
  * its stored planes resident in float32 (no streaming, no half-precision preview copy) and has
  * the one-process transients of every stage computed for its share; each pass of the loss or the
  * band objective adds the chain's buffers (plan_chain_bytes); rank 0 alone calibrates. */
-#define PLAN_BLOCK 64
+#define PLAN_BLOCK SSB_BLOCK /* common/block.h */
 #define PLAN_MAX_RANKS 65536
 #define PLAN_RANK_LARGEST ((size_t)-1) /* plan_rank_share_of's rank: the worst rank, see below */
 typedef struct {

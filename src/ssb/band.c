@@ -13,7 +13,7 @@
  * Frequencies are fftfreq values (an even axis's Nyquist bin at −1/(2s), as NumPy); the default
  * band lies well inside Nyquist, where the half-plane weighting is exact for even-m χ.
  *
- * One pass over G per batch: BF pixels in logical blocks of BLOCK, each block's partial sums
+ * One pass over G per batch: BF pixels in logical blocks of SSB_BLOCK, each block's partial sums
  * (every parameter set × every band bin) made by one thread in BF order and added to the totals
  * in block order (an OpenMP ordered loop). G is read in groups of whole blocks (G_group: resident
  * float32 planes in place, half planes converted, streamed planes rebuilt), so neither the group
@@ -28,6 +28,7 @@
  *   and e^{−iu} = R(row)·C(col) from per-pixel tables. The sinc arguments are
  *   x1,2 = (t/2)(∓πλ|q|² + 2π q·(λk − τ)), so sin x = Im(e^{∓i(t/2)πλ|q|²}·R'(row)·C'(col)):
  *   no trigonometric call per bin. Other aberrations use the generic kernel (direct P(q∓k)). */
+#include "common/block.h"
 #include "common/err.h"
 #include "common/parallel.h"
 #include "dist/dist.h"
@@ -40,7 +41,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define BLOCK 64
 
 void ssb4d_band_opts_default(ssb4d_band_opts *o)
 {
@@ -79,7 +79,7 @@ static inline double aperture(const band_geom *b, double vx, double vy)
         return 0.0;
     if (r2 <= b->in2)
         return 1.0;
-    return ssb_aperture(b->lambda, b->alpha0, b->ang, vx, vy);
+    return ssb_aperture(b->lambda, b->alpha0, b->ang[0], b->ang[1], vx, vy);
 }
 
 static void aperture_bounds(band_geom *b)
@@ -131,7 +131,7 @@ size_t band_bins(size_t ny, size_t nx, const double step[2], double lo, double h
 band_ws band_ws_sizes(size_t nb, size_t nr, size_t nc, size_t n_bf, size_t n, size_t nrot, int nt)
 {
     band_ws w;
-    size_t nb1 = nb ? nb : 1, nsum = n * nb1 * 4, nblocks = (n_bf + BLOCK - 1) / BLOCK;
+    size_t nb1 = nb ? nb : 1, nsum = n * nb1 * 4, nblocks = ssb_block_count(n_bf);
     w.n = n, w.nrot = nrot;
     w.nt = (size_t)nt > nblocks ? (nblocks ? nblocks : 1) : (size_t)nt;
     w.off = nb1 * sizeof(size_t);
@@ -282,21 +282,12 @@ static ssb4d_status rot_init(band_rot *r, const band_geom *b, const ssb4d_geomet
 /* ---- one parameter set ------------------------------------------------------------------- */
 
 typedef struct {
-    double C[SSB4D_N_ABERR], phi[SSB4D_N_ABERR]; /* Å, rad */
-    int quadratic;
-    double m[3];
-    int thick;
-    double t, tau[2];
+    ssb_phys p;         /* its parameters (optics/physics.h; λ, α0 and the sampling: band_geom's) */
     size_t rot;         /* its rotation: an index into the batch's distinct rotations */
     /* per band bin (fast kernel): e^{iχ(q)}, e^{∓i(t/2)πλ|q|²} and 2π q·τ */
     double complex *E, *Qm, *Qp;
     double *qt;
 } band_set;
-
-static double chi(const band_set *s, double lambda, double vx, double vy)
-{
-    return ssb_chi(lambda, s->C, s->phi, s->quadratic, s->m, vx, vy);
-}
 
 static ssb4d_status set_init(band_set *s, const ssb4d_aberrations *ab, const ssb4d_thick *th,
                              size_t index, ssb4d_err *err)
@@ -306,33 +297,33 @@ static ssb4d_status set_init(band_set *s, const ssb4d_aberrations *ab, const ssb
         if (!isfinite(ab->C_nm[i]) || !isfinite(ab->phi_deg[i]) || fabs(ab->C_nm[i]) > 1e9)
             return ssb_fail(err, SSB4D_EINVAL, "parameter set %zu: aberration %s is not a finite value",
                               index, ssb4d_aberr_name(i));
-    ssb_coefficients(ab, s->C, s->phi, s->m, &s->quadratic);
+    ssb_phys_aberrations(&s->p, ab);
     if (th) {
         if (!(th->thickness_nm >= 0) || !isfinite(th->thickness_nm) || !isfinite(th->tilt_mrad[0]) ||
             !isfinite(th->tilt_mrad[1]))
             return ssb_fail(err, SSB4D_EINVAL, "parameter set %zu: thickness must be >= 0 and tilt finite",
                               index);
         /* t = 0 is the thin model exactly: every weight is 1, so no weight is computed. */
-        s->thick = th->thickness_nm > 0;
-        s->t = th->thickness_nm * 10.0;
-        s->tau[0] = th->tilt_mrad[0] * 1e-3;
-        s->tau[1] = th->tilt_mrad[1] * 1e-3;
+        s->p.thick = th->thickness_nm > 0;
+        s->p.t = th->thickness_nm * 10.0;
+        s->p.tau[0] = th->tilt_mrad[0] * 1e-3;
+        s->p.tau[1] = th->tilt_mrad[1] * 1e-3;
     }
     return SSB4D_OK;
 }
 
 static void set_tables(band_set *s, const band_geom *b)
 {
-    if (!s->quadratic)
+    if (!s->p.quadratic)
         return;
     for (size_t m = 0; m < b->nb; m++) {
-        double x = chi(s, b->lambda, b->qx[m], b->qy[m]);
+        double x = ssb_chi_l(&s->p, b->lambda, b->qx[m], b->qy[m]);
         s->E[m] = cos(x) + I * sin(x);
-        if (s->thick) {
-            double h = 0.5 * s->t * M_PI * b->lambda * b->q2[m];
+        if (s->p.thick) {
+            double h = 0.5 * s->p.t * M_PI * b->lambda * b->q2[m];
             s->Qm[m] = cos(h) - I * sin(h);
             s->Qp[m] = cos(h) + I * sin(h);
-            s->qt[m] = 2 * M_PI * (b->qx[m] * s->tau[0] + b->qy[m] * s->tau[1]);
+            s->qt[m] = ssb_tilt_phase(&s->p, b->qx[m], b->qy[m]);
         }
     }
 }
@@ -352,17 +343,17 @@ static void accum_fast(const band_geom *b, const band_rot *k, const band_set *s,
 {
     double kx = k->kx[ib], ky = k->ky[ib], Ak = k->Ak[ib], lam = b->lambda;
     /* b = 2πλ M k; e^{−iu} = e^{−i bx qx}·e^{−i by qy} */
-    double bx = 2 * M_PI * lam * (s->m[0] * kx + s->m[1] * ky);
-    double by = 2 * M_PI * lam * (s->m[1] * kx + s->m[2] * ky);
+    double bx = 2 * M_PI * lam * (s->p.m[0] * kx + s->p.m[1] * ky);
+    double by = 2 * M_PI * lam * (s->p.m[1] * kx + s->p.m[2] * ky);
     for (size_t r = 0; r < b->nr; r++)
         w->R[r] = cos(bx * b->rq[r]) - I * sin(bx * b->rq[r]);
     for (size_t c = 0; c < b->nc; c++)
         w->C[c] = cos(by * b->cq[c]) - I * sin(by * b->cq[c]);
-    double ex = 0, ey = 0, ht = 0.5 * s->t;
-    if (s->thick) {
+    double ex = 0, ey = 0, ht = 0.5 * s->p.t;
+    if (s->p.thick) {
         /* e^{iπt q·(λk − τ)} */
-        ex = M_PI * s->t * (lam * kx - s->tau[0]);
-        ey = M_PI * s->t * (lam * ky - s->tau[1]);
+        ex = M_PI * s->p.t * (lam * kx - s->p.tau[0]);
+        ey = M_PI * s->p.t * (lam * ky - s->p.tau[1]);
         for (size_t r = 0; r < b->nr; r++)
             w->Rt[r] = cos(ex * b->rq[r]) + I * sin(ex * b->rq[r]);
         for (size_t c = 0; c < b->nc; c++)
@@ -379,7 +370,7 @@ static void accum_fast(const band_geom *b, const band_rot *k, const band_set *s,
         if (A1 == 0.0 && A2 == 0.0)
             continue; /* γ = 0: adds exactly 0 to N and D */
         int r = b->rs[m], c = b->cs[m];
-        if (s->thick) {
+        if (s->p.thick) {
             double spr = Rt[2 * r] * Ct[2 * c] - Rt[2 * r + 1] * Ct[2 * c + 1];
             double spi = Rt[2 * r] * Ct[2 * c + 1] + Rt[2 * r + 1] * Ct[2 * c];
             double base = tpl * w->qk[m] - s->qt[m];
@@ -402,35 +393,26 @@ static void accum_fast(const band_geom *b, const band_rot *k, const band_set *s,
     }
 }
 
-/* Generic kernel: P(q∓k) evaluated directly (any χ). */
+/* Generic kernel: P(q∓k) evaluated directly (any χ; optics/physics.h). */
 static void accum_generic(const band_geom *b, const band_rot *k, const band_set *s, size_t ib,
                           const cfloat *plane, double T, band_scratch *w, double *restrict acc)
 {
     double kx = k->kx[ib], ky = k->ky[ib], Ak = k->Ak[ib], lam = b->lambda;
-    double xk = chi(s, lam, kx, ky);
-    double complex Pk = Ak * (cos(xk) - I * sin(xk));
+    double sk, ck;
+    ssb_sincos(ssb_chi_l(&s->p, lam, kx, ky), &sk, &ck);
+    double Pkr = Ak * ck, Pki = -Ak * sk; /* P(k) */
     for (size_t m = 0; m < b->nb; m++) {
         double A1 = w->A1[m], A2 = w->A2[m];
         if (A1 == 0.0 && A2 == 0.0)
             continue;
         double qx = b->qx[m], qy = b->qy[m];
-        double x1 = chi(s, lam, kx - qx, ky - qy), x2 = chi(s, lam, kx + qx, ky + qy);
-        double complex t1 = A1 * (cos(x1) - I * sin(x1)) * conj(Pk); /* P(k−q)P*(k) (SPEC 5.4) */
-        double complex t2 = A2 * (cos(x2) + I * sin(x2)) * Pk;       /* P*(k+q)P(k) */
-        if (s->thick) {
-            double qt = 2 * M_PI * (qx * s->tau[0] + qy * s->tau[1]);
-            double r1 = -M_PI * lam * (b->q2[m] - 2 * w->qk[m]) - qt;
-            double r2 = M_PI * lam * (b->q2[m] + 2 * w->qk[m]) - qt;
-            double y1 = r1 * s->t / 2, y2 = r2 * s->t / 2;
-            t1 *= sinc_from(y1, sin(y1));
-            t2 *= sinc_from(y2, sin(y2));
-        }
-        double complex cg = conj(t1 - t2);
-        double complex gv = (double)crealf(plane[b->off[m]]) + I * (double)cimagf(plane[b->off[m]]);
-        double complex nv = gv * cg;
-        double g2 = creal(cg) * creal(cg) + cimag(cg) * cimag(cg);
-        acc[4 * m] += creal(nv);
-        acc[4 * m + 1] += cimag(nv);
+        double qt = s->p.thick ? ssb_tilt_phase(&s->p, qx, qy) : 0.0;
+        ssb_c64 cg = ssb_band_cgamma(&s->p, lam, kx, ky, Pkr, Pki, A1, A2, qx, qy, b->q2[m], w->qk[m], qt);
+        /* G as the complex value re + I·im: the real part is re + 0·im (a −0 becomes +0) */
+        double gi = cimagf(plane[b->off[m]]), gr = (double)crealf(plane[b->off[m]]) + 0.0 * gi;
+        double g2 = cg.re * cg.re + cg.im * cg.im;
+        acc[4 * m] += gr * cg.re - gi * cg.im;
+        acc[4 * m + 1] += gr * cg.im + gi * cg.re;
         acc[4 * m + 2] += g2;
         acc[4 * m + 3] += T * g2;
     }
@@ -462,9 +444,9 @@ static void pixel_geometry(const band_geom *b, const band_rot *k, size_t ib, ban
     classify(b->nb, b->qx, b->qy, b->q2, kx, ky, b->in2, b->out2, w->A1, w->A2, w->qk);
     for (size_t m = 0; m < b->nb; m++) {
         if (w->A1[m] < 0)
-            w->A1[m] = ssb_aperture(b->lambda, b->alpha0, b->ang, b->qx[m] - kx, b->qy[m] - ky);
+            w->A1[m] = ssb_aperture(b->lambda, b->alpha0, b->ang[0], b->ang[1], b->qx[m] - kx, b->qy[m] - ky);
         if (w->A2[m] < 0)
-            w->A2[m] = ssb_aperture(b->lambda, b->alpha0, b->ang, b->qx[m] + kx, b->qy[m] + ky);
+            w->A2[m] = ssb_aperture(b->lambda, b->alpha0, b->ang[0], b->ang[1], b->qx[m] + kx, b->qy[m] + ky);
     }
 }
 
@@ -480,11 +462,7 @@ static ssb4d_status band_on_device(const struct ssb4d_G *G, const band_geom *b, 
         return G->dist ? dist_agree(G->dist, st, err) : st; /* the other ranks' pass begins with it */
     }
     for (size_t i = 0; i < n; i++) {
-        memcpy(ds[i].C, sets[i].C, sizeof ds[i].C);
-        memcpy(ds[i].phi, sets[i].phi, sizeof ds[i].phi);
-        memcpy(ds[i].m, sets[i].m, sizeof ds[i].m);
-        ds[i].quadratic = sets[i].quadratic, ds[i].thick = sets[i].thick;
-        ds[i].t = sets[i].t, ds[i].tau[0] = sets[i].tau[0], ds[i].tau[1] = sets[i].tau[1];
+        ds[i].p = sets[i].p;
         ds[i].rot = sets[i].rot;
     }
     for (size_t u = 0; u < nrot; u++)
@@ -539,7 +517,7 @@ static void band_pixel(const band_pass *u, size_t ib, const cfloat *plane, band_
             if (u->sets[i].rot != r)
                 continue;
             double *acc = part + i * u->nb1 * 4;
-            if (u->sets[i].quadratic)
+            if (u->sets[i].p.quadratic)
                 accum_fast(u->b, k, &u->sets[i], ib, plane, T, w, acc);
             else
                 accum_generic(u->b, k, &u->sets[i], ib, plane, T, w, acc);
@@ -631,6 +609,8 @@ ssb4d_status ssb4d_band_fit_rot(const ssb4d_G *G, const ssb4d_geometry *g, const
     }
     if (!st) {
         for (size_t i = 0; i < n; i++) {
+            ssb_phys *p = &sets[i].p; /* the geometry's part of the set's parameters */
+            p->lambda = b.lambda, p->alpha0 = b.alpha0, p->ang[0] = b.ang[0], p->ang[1] = b.ang[1];
             sets[i].E = tabs + i * nb1 * 3;
             sets[i].Qm = sets[i].E + nb1;
             sets[i].Qp = sets[i].Qm + nb1;
@@ -657,8 +637,8 @@ ssb4d_status ssb4d_band_fit_rot(const ssb4d_G *G, const ssb4d_geometry *g, const
         st = G_group_init(G, mem, &gr, err);
         have_group = !st;
     }
-    if (!st && !on_dev && gr.cap % BLOCK && gr.cap < G->n_bf)
-        st = ssb_fail(err, SSB4D_EINTERNAL, "G groups of %zu pixels split the blocks of %d", gr.cap, BLOCK);
+    if (!st && !on_dev && gr.cap % SSB_BLOCK && gr.cap < G->n_bf)
+        st = ssb_fail(err, SSB4D_EINTERNAL, "G groups of %zu pixels split the blocks of %d", gr.cap, SSB_BLOCK);
     /* A distributed G: this rank's pixels [lo, hi) (one group: its planes are resident), their
      * partials kept for the chain (dist.h); one process: [0, n_bf) in blocks. */
     const size_t lo = G_lo(G), hi = G_hi(G);
@@ -701,8 +681,7 @@ ssb4d_status ssb4d_band_fit_rot(const ssb4d_G *G, const ssb4d_geometry *g, const
 #pragma omp ordered
                 {
                     if (!G->dist || dist_chain_direct(&ch, segs[sg].kind))
-                        for (size_t q = 0; q < nsum; q++)
-                            total[q] += w->part[q];
+                        ssb_block_add(total, w->part, nsum);
                     else {
                         const double *parts[1] = {w->part};
                         dist_chain_keep(&ch, &segs[sg], parts, &nsum, 1);

@@ -8,8 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-double complex ssb_probe(const ssb_ctx *c, double vx, double vy, double *A);
-
 ssb4d_status ssb_ctx_init(ssb_ctx *c, const struct ssb4d_G *G, const ssb4d_geometry *g,
                           const ssb4d_aberrations *ab, const ssb4d_thick *thick, int f,
                           ssb4d_err *err)
@@ -24,21 +22,22 @@ ssb4d_status ssb_ctx_init(ssb_ctx *c, const struct ssb4d_G *G, const ssb4d_geome
         if (!isfinite(ab->C_nm[i]) || !isfinite(ab->phi_deg[i]) || fabs(ab->C_nm[i]) > 1e9)
             return ssb_fail(err, SSB4D_EINVAL, "aberration %s is not a finite value", ssb4d_aberr_name(i));
     c->G = G;
-    c->lambda = ssb4d_wavelength_A(g->kv);
-    c->alpha0 = g->semiangle_mrad * 1e-3;
-    c->ang[0] = g->det_sampling_mrad[0] * 1e-3;
-    c->ang[1] = g->det_sampling_mrad[1] * 1e-3;
-    ssb_coefficients(ab, c->C, c->phi, c->m, &c->quadratic_only);
+    ssb_phys *p = &c->p;
+    p->lambda = ssb4d_wavelength_A(g->kv);
+    p->alpha0 = g->semiangle_mrad * 1e-3;
+    p->ang[0] = g->det_sampling_mrad[0] * 1e-3;
+    p->ang[1] = g->det_sampling_mrad[1] * 1e-3;
+    ssb_phys_aberrations(p, ab);
     if (thick && thick->thickness_nm != 0.0) {
         if (!(thick->thickness_nm > 0) || !isfinite(thick->tilt_mrad[0]) || !isfinite(thick->tilt_mrad[1]))
             return ssb_fail(err, SSB4D_EINVAL, "thickness must be >= 0 and tilt finite");
-        c->thick = 1;
-        c->t_A = thick->thickness_nm * 10.0;
-        c->tau[0] = thick->tilt_mrad[0] * 1e-3;
-        c->tau[1] = thick->tilt_mrad[1] * 1e-3;
+        p->thick = 1;
+        p->t = thick->thickness_nm * 10.0;
+        p->tau[0] = thick->tilt_mrad[0] * 1e-3;
+        p->tau[1] = thick->tilt_mrad[1] * 1e-3;
     }
-    c->fast = c->quadratic_only && !c->thick && c->ang[0] == c->ang[1];
-    c->inv_w = (float)(1.0 / c->ang[0]);
+    c->fast = p->quadratic && !p->thick && p->ang[0] == p->ang[1];
+    c->inv_w = (float)(1.0 / p->ang[0]);
 
     c->f = f;
     c->nyf = (size_t)f * G->ny;
@@ -60,10 +59,10 @@ ssb4d_status ssb_ctx_init(ssb_ctx *c, const struct ssb4d_G *G, const ssb4d_geome
     for (size_t j = 0; j < c->nxf; j++)
         c->qcf[j] = (float)(c->qc[j] = ssb_fftfreq(j, c->nxf, g->scan_step_A[1] / f));
     for (size_t ib = 0; ib < G->n_bf; ib++)
-        ssb_bf_k(g, c->lambda, G->det_shape[1], G->bf_pix[ib], &c->kx[ib], &c->ky[ib]);
+        ssb_bf_k(g, p->lambda, G->det_shape[1], G->bf_pix[ib], &c->kx[ib], &c->ky[ib]);
     for (size_t ib = 0; ib < G->n_bf; ib++) {
         double A;
-        c->Pk[ib] = ssb_probe(c, c->kx[ib], c->ky[ib], &A);
+        c->Pk[ib] = ssb_probe(p, c->kx[ib], c->ky[ib], &A);
         c->Ak[ib] = A;
     }
     return SSB4D_OK;
@@ -81,92 +80,38 @@ void ssb_ctx_free(ssb_ctx *c)
     memset(c, 0, sizeof *c);
 }
 
-static double chi(const ssb_ctx *c, double vx, double vy)
-{
-    return ssb_chi(c->lambda, c->C, c->phi, c->quadratic_only, c->m, vx, vy);
-}
+static double chi(const ssb_ctx *c, double vx, double vy) { return ssb_chi(&c->p, vx, vy); }
 
-static double aperture(const ssb_ctx *c, double vx, double vy)
+/* n(q,k) at one frequency vector, double precision (optics/physics.h). */
+static ssb_c64 n_at(const ssb_ctx *c, size_t ib, double qx, double qy)
 {
-    return ssb_aperture(c->lambda, c->alpha0, c->ang, vx, vy);
-}
-
-double complex ssb_probe(const ssb_ctx *c, double vx, double vy, double *A)
-{
-    *A = aperture(c, vx, vy);
-    if (*A == 0.0)
-        return 0.0;
-    double x = chi(c, vx, vy);
-    return *A * (cos(x) - I * sin(x));
-}
-
-static double sinc(double x) { return fabs(x) < 1e-6 ? 1.0 : sin(x) / x; }
-
-/* conj(γ)/|γ|, on every bin the apertures open (docs/ssb-math.md, "degenerate bins"): where both
- * trotter terms are present and cancel exactly (|γ| < 1e-8: χ(q) = 0 on a grid bin, or every bin
- * of the triple overlap at zero aberration), γ's direction as the aberrations leave that point,
- * −i·t1/|t1|. A threshold that dropped those bins made the loss jump at degenerate points (a false
- * basin at C10 = C12 = 0); the bins that enter now depend on the apertures only. t1 = w1·t1 and
- * t2 = w2·t2 are the two weighted terms, γ = t1 − t2. */
-static double complex unit_conj(double complex t1, double complex t2)
-{
-    double complex gam = t1 - t2;
-    double mag = cabs(gam);
-    if (mag >= 1e-8)
-        return conj(gam) / mag;
-    double m1 = cabs(t1), m2 = cabs(t2);
-    if (m1 > 0)
-        return conj(-I * t1) / m1;
-    return m2 > 0 ? conj(-t2) / m2 : 0.0;
-}
-
-/* n(q,k) at one frequency vector, double precision. */
-static double complex n_at(const ssb_ctx *c, size_t ib, double qx, double qy)
-{
-    double kx = c->kx[ib], ky = c->ky[ib], A1, A2;
-    double complex Pk = c->Pk[ib];
-    if (c->Ak[ib] == 0.0)
-        return 0.0;
-    if (c->fast) {
-        /* Separable form (see ssb_internal.h), two exponentials instead of four. */
-        double a, b, k2 = kx * kx + ky * ky, q2 = qx * qx + qy * qy, dot = qx * kx + qy * ky;
+    double a = 0.0, b = 0.0;
+    if (c->fast && c->Ak[ib] != 0.0)
         ssb_pixel_ab(c, ib, &a, &b);
-        double chq = M_PI * c->lambda * (c->m[0] * qx * qx + 2 * c->m[1] * qx * qy + c->m[2] * qy * qy);
-        double r1 = sqrt(fmax(q2 - 2 * dot + k2, 0.0)), r2 = sqrt(fmax(q2 + 2 * dot + k2, 0.0));
-        A1 = fmin(fmax((c->alpha0 - c->lambda * r1) / c->ang[0] + 0.5, 0.0), 1.0);
-        A2 = fmin(fmax((c->alpha0 - c->lambda * r2) / c->ang[0] + 0.5, 0.0), 1.0);
-        double complex e = cos(chq) - I * sin(chq), p = c->Ak[ib] * cexp(I * (a * qx + b * qy));
-        return unit_conj(p * A1 * e, p * A2 * conj(e));
-    }
-    double complex P1 = ssb_probe(c, kx - qx, ky - qy, &A1); /* P(k−q) (SPEC 5.4) */
-    double complex P2 = ssb_probe(c, kx + qx, ky + qy, &A2); /* P(k+q) */
-    double complex t1 = P1 * conj(Pk), t2 = conj(P2) * Pk;
-    if (c->thick) {
-        double k2 = kx * kx + ky * ky, qt = 2 * M_PI * (qx * c->tau[0] + qy * c->tau[1]);
-        double r1 = -M_PI * c->lambda * ((qx - kx) * (qx - kx) + (qy - ky) * (qy - ky) - k2) - qt;
-        double r2 = M_PI * c->lambda * ((qx + kx) * (qx + kx) + (qy + ky) * (qy + ky) - k2) - qt;
-        t1 *= sinc(r1 * c->t_A / 2);
-        t2 *= sinc(r2 * c->t_A / 2);
-    }
-    return unit_conj(t1, t2);
+    return ssb_n_at(&c->p, c->fast, c->kx[ib], c->ky[ib], c->Ak[ib], c->Pk[ib], a, b, qx, qy);
 }
 
 /* n at fine bin (i, j) with the Nyquist alias average. */
-static double complex n_bin(const ssb_ctx *c, size_t ib, size_t i, size_t j)
+static cfloat n_bin(const ssb_ctx *c, size_t ib, size_t i, size_t j)
 {
     int nyq_r = (c->nyf % 2 == 0) && i == c->nyf / 2;
     int nyq_c = (c->nxf % 2 == 0) && j == c->nxf / 2;
     double qx = c->qr[i], qy = c->qc[j];
+    ssb_c64 s;
     if (!nyq_r && !nyq_c)
-        return n_at(c, ib, qx, qy);
-    double complex s = 0;
-    int cnt = 0;
-    for (int a = 0; a < (nyq_r ? 2 : 1); a++)
-        for (int b = 0; b < (nyq_c ? 2 : 1); b++) {
-            s += n_at(c, ib, a ? -qx : qx, b ? -qy : qy);
-            cnt++;
-        }
-    return s / cnt;
+        s = n_at(c, ib, qx, qy);
+    else {
+        double sr = 0, si = 0;
+        int cnt = 0;
+        for (int a = 0; a < (nyq_r ? 2 : 1); a++)
+            for (int b = 0; b < (nyq_c ? 2 : 1); b++) {
+                ssb_c64 w = n_at(c, ib, a ? -qx : qx, b ? -qy : qy);
+                sr += w.re, si += w.im;
+                cnt++;
+            }
+        s = ssb_c64_make(sr / cnt, si / cnt);
+    }
+    return CMPLXF((float)s.re, (float)s.im);
 }
 
 cfloat ssb_eq(const ssb_ctx *c, size_t i, size_t j)
@@ -177,9 +122,9 @@ cfloat ssb_eq(const ssb_ctx *c, size_t i, size_t j)
 
 void ssb_pixel_ab(const ssb_ctx *c, size_t ib, double *a, double *b)
 {
-    double s = 2 * M_PI * c->lambda;
-    *a = s * (c->m[0] * c->kx[ib] + c->m[1] * c->ky[ib]);
-    *b = s * (c->m[1] * c->kx[ib] + c->m[2] * c->ky[ib]);
+    double s = 2 * M_PI * c->p.lambda;
+    *a = s * (c->p.m[0] * c->kx[ib] + c->p.m[1] * c->ky[ib]);
+    *b = s * (c->p.m[1] * c->kx[ib] + c->p.m[2] * c->ky[ib]);
 }
 
 /* e^{iθ·k} for the bins of an n-point fftfreq grid (k the bin's integer), from two small tables
@@ -281,7 +226,7 @@ static inline __attribute__((always_inline)) void corr_fast(const ssb_ctx *c, si
     const float k2 = kx * kx + ky * ky, Ak = (float)c->Ak[ib];
     const float q2r = qr * qr + k2, dotr = qr * kx;
     const float Rr = crealf(R) * Ak, Ri = cimagf(R) * Ak;
-    const float a0 = (float)c->alpha0, lam = (float)c->lambda, invw = c->inv_w;
+    const float a0 = (float)c->p.alpha0, lam = (float)c->p.lambda, invw = c->inv_w;
     const float *restrict eq = (const float *)Eq_row, *restrict ct = (const float *)Ctab;
     const float *restrict qc = c->qcf;
     for (size_t j = 0; j < ncols; j++) {
@@ -331,7 +276,7 @@ SSB_HOT void ssb_corr_row(const ssb_ctx *c, size_t ib, const cfloat *plane, size
     if (!c->fast || nyq_row) {
         for (size_t j = 0; j < ncols; j++) {
             cfloat gv = (direct && j < G->nxh) ? plane[i * G->nxh + j] : g_at(G, plane, i, j);
-            out[j] = rot_i(gv * (cfloat)n_bin(c, ib, i, j), rot);
+            out[j] = rot_i(gv * n_bin(c, ib, i, j), rot);
         }
         return;
     }
@@ -347,5 +292,5 @@ SSB_HOT void ssb_corr_row(const ssb_ctx *c, size_t ib, const cfloat *plane, size
     else
         corr_fast(c, ib, i, ncols, src, Eq_row, R, Ctab, (float *)out, 0);
     if (nyq_col < ncols)
-        out[nyq_col] = rot_i(g_at(G, plane, i, nyq_col) * (cfloat)n_bin(c, ib, i, nyq_col), rot);
+        out[nyq_col] = rot_i(g_at(G, plane, i, nyq_col) * n_bin(c, ib, i, nyq_col), rot);
 }

@@ -16,9 +16,7 @@ typedef struct ssb_dev ssb_dev;
 /* The band objective's pass (band.c): its bins, per distinct rotation the BF pixels' k and A(k),
  * and the parameter sets. */
 typedef struct {
-    double C[SSB4D_N_ABERR], phi[SSB4D_N_ABERR], m[3]; /* Å, rad; χ's quadratic form */
-    int quadratic, thick;
-    double t, tau[2];                                  /* Å, rad */
+    ssb_phys p;                                        /* its parameters (optics/physics.h) */
     size_t rot;                                        /* its rotation's index */
 } ssb_band_set;
 typedef struct {

@@ -2,8 +2,9 @@
  *
  * Each BF pixel: correct its spectrum, inverse FFT, φ_k. Real-output path (even-m χ): the
  * corrected spectrum is anti-Hermitian, so s_k = c2r(−i·Ĉ_k) and φ_k = atan(s_k/dc); complex path:
- * full-plane inverse FFT and atan2. Sums over BF pixels run in logical blocks of BLOCK pixels in BF
+ * full-plane inverse FFT and atan2. Sums over BF pixels run in logical blocks of SSB_BLOCK pixels in BF
  * order, merged in block order (an OpenMP ordered loop), so the bits do not depend on threads. */
+#include "common/block.h"
 #include "common/err.h"
 #include "common/fftw_lock.h"
 #include "common/parallel.h"
@@ -16,7 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define BLOCK 64
 
 void ssb4d_ssb_opts_default(ssb4d_ssb_opts *o)
 {
@@ -240,7 +240,7 @@ static ssb4d_status tiled_pass(const ssb4d_G *G, const ssb_ctx *c, size_t n, cfl
             ib = end;
             if (ib == t->next_block) {
                 tiled_flush(t, n, npix, total, S2, nt);
-                t->next_block += BLOCK;
+                t->next_block += SSB_BLOCK;
             }
         }
     }
@@ -272,7 +272,7 @@ loss_ws loss_ws_sizes(size_t nyf, size_t nxf, size_t n_bf, size_t n, int nt, int
     loss_ws w;
     memset(&w, 0, sizeof w);
     size_t npix = nyf * nxf, ncols = real ? nxf / 2 + 1 : nxf, nspec = nyf * ncols;
-    size_t nblocks = (n_bf + BLOCK - 1) / BLOCK;
+    size_t nblocks = ssb_block_count(n_bf);
     w.n = n, w.real = real, w.fast = fast;
     w.nt = (size_t)nt > nblocks ? nblocks : (size_t)nt;
     w.tiled = loss_tile > 0;
@@ -440,7 +440,7 @@ static ssb4d_status stack_init(stack *k, const ssb4d_G *G, const ssb4d_geometry 
         tl->s2pix = calloc(tl->tile * n, sizeof(double));
         tl->s2blk = calloc(n, sizeof(double));
         tl->valid = calloc(tl->tile * n, 1);
-        tl->next_block = BLOCK;
+        tl->next_block = SSB_BLOCK;
         if (!tl->planes || !tl->part)
             st = SSB4D_ENOMEM;
         else if (!tl->s2pix || !tl->s2blk || !tl->valid)
@@ -483,7 +483,7 @@ static ssb4d_status stack_group(stack *k, const ssb4d_G *G, const G_group *gr, s
                                 ssb4d_err *err)
 {
     const size_t n = k->n, npix = k->npix;
-    /* One process: blocks of BLOCK from g0 (a block boundary). A distributed G's range may also
+    /* One process: blocks of SSB_BLOCK from g0 (a block boundary). A distributed G's range may also
      * begin inside a block and end inside one (dist_segments). */
     dist_seg *segs = malloc(dist_segments_cap(g0, g1) * sizeof *segs);
     if (!segs)
@@ -509,9 +509,7 @@ static ssb4d_status stack_group(stack *k, const ssb4d_G *G, const G_group *gr, s
             {
                 if (!G->dist || dist_chain_direct(&k->ch, segs[b].kind)) {
                     for (size_t j = 0; j < n; j++) {
-                        const double *part = s->part + j * npix;
-                        for (size_t r = 0; r < npix; r++)
-                            k->total[j][r] += part[r];
+                        ssb_block_add(k->total[j], s->part + j * npix, npix);
                         k->S2[j] += s->s2[j];
                     }
                 } else {
@@ -689,7 +687,7 @@ static ssb4d_status phase_stack(const ssb4d_G *G, const ssb4d_geometry *g,
         G_group_free(&gr);
     if (G->dist)
         st = stack_reduce(&k, st, mem, err);
-    if (!st && k.tiles && k.tl.next_block - BLOCK < G->n_bf)
+    if (!st && k.tiles && k.tl.next_block - SSB_BLOCK < G->n_bf)
         tiled_flush(&k.tl, n, k.npix, k.total, k.S2, k.nt); /* the last, partial block */
     if (!st)
         stack_finish(&k, G->n_bf, loss, mean_phase);

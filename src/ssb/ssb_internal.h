@@ -10,6 +10,7 @@
 #ifndef SSB4D_SSB_INTERNAL_H
 #define SSB4D_SSB_INTERNAL_H
 #include "gbuild/gbuild.h"
+#include "optics/physics.h"
 #include "ssb4d_advanced.h"
 
 #include <complex.h>
@@ -19,11 +20,7 @@ typedef float complex cfloat;
 
 typedef struct {
     const struct ssb4d_G *G;
-    double lambda, alpha0, ang[2];
-    double C[SSB4D_N_ABERR], phi[SSB4D_N_ABERR]; /* Å, rad */
-    int quadratic_only, thick;
-    double m[3];                                  /* χ(v) = πλ (m0 vx² + 2 m1 vx vy + m2 vy²) */
-    double tau[2], t_A;
+    ssb_phys p;                                   /* the model's parameters (optics/physics.h) */
     int fast;
     float inv_w;                                  /* 1 / pixel width (fast kernel) */
     int f;
@@ -32,66 +29,18 @@ typedef struct {
     float *qcf;                                   /* qc as float (fast kernel) */
     double *kx, *ky;                              /* per BF pixel (rotated) */
     double *Ak;                                   /* A(k) per BF pixel */
-    double complex *Pk;                           /* P(k) per BF pixel */
+    ssb_c64 *Pk;                                  /* P(k) per BF pixel */
     double dc;
 } ssb_ctx;
 
-/* ---- the SSB model, shared by the correction (correct.c) and the band objective (band.c) ---- */
+/* ---- the SSB model's grid, shared by the correction (correct.c) and the band objective (band.c);
+ * the model itself (χ, A, γ, the thick model) is optics/physics.h ---- */
 
 /* numpy.fft.fftfreq(n, d)[i]. */
 static inline double ssb_fftfreq(size_t i, size_t n, double d)
 {
     long k = (i < (n + 1) / 2) ? (long)i : (long)i - (long)n;
     return (double)k / ((double)n * d);
-}
-
-/* Aberrations in internal units: C in Å, φ in rad; m of χ's quadratic part
- * (χ(v) = πλ (m0 vx² + 2 m1 vx vy + m2 vy²) when only C10 and C12 are non-zero). */
-static inline void ssb_coefficients(const ssb4d_aberrations *ab, double C[SSB4D_N_ABERR],
-                                    double phi[SSB4D_N_ABERR], double m[3], int *quadratic_only)
-{
-    *quadratic_only = 1;
-    for (int i = 0; i < SSB4D_N_ABERR; i++) {
-        C[i] = ab->C_nm[i] * 10.0;
-        phi[i] = ab->phi_deg[i] * (M_PI / 180.0);
-        if (C[i] != 0.0 && i != SSB4D_C10 && i != SSB4D_C12)
-            *quadratic_only = 0;
-    }
-    double cs = cos(2 * phi[SSB4D_C12]), sn = sin(2 * phi[SSB4D_C12]);
-    m[0] = C[SSB4D_C10] + C[SSB4D_C12] * cs;
-    m[1] = C[SSB4D_C12] * sn;
-    m[2] = C[SSB4D_C10] - C[SSB4D_C12] * cs;
-}
-
-/* χ(v) in rad (SPEC 5.2, the section-2 series) from ssb_coefficients' values. */
-static inline double ssb_chi(double lambda, const double *C, const double *phi, int quadratic_only,
-                             const double m[3], double vx, double vy)
-{
-    if (quadratic_only)
-        return M_PI * lambda * (m[0] * vx * vx + 2 * m[1] * vx * vy + m[2] * vy * vy);
-    double r2 = vx * vx + vy * vy;
-    if (r2 == 0.0)
-        return 0.0;
-    double alpha = lambda * sqrt(r2), ph = atan2(vy, vx), sum = 0.0, ap = alpha;
-    for (int n = 1; n <= 5; n++) {
-        ap *= alpha; /* alpha^(n+1) */
-        for (int i = 0; i < SSB4D_N_ABERR; i++) {
-            if (ssb4d_aberr_n(i) != n || C[i] == 0.0)
-                continue;
-            int mm = ssb4d_aberr_m(i);
-            sum += C[i] * ap / (n + 1) * (mm ? cos(mm * (ph - phi[i])) : 1.0);
-        }
-    }
-    return 2.0 * M_PI / lambda * sum;
-}
-
-/* A(v): the soft aperture with a one-pixel linear edge (SPEC 5.2); ang = detector sampling, rad. */
-static inline double ssb_aperture(double lambda, double alpha0, const double ang[2], double vx, double vy)
-{
-    double r = sqrt(vx * vx + vy * vy);
-    double w = r > 0 ? sqrt(vx * vx * ang[0] * ang[0] + vy * vy * ang[1] * ang[1]) / r : ang[0];
-    double A = (alpha0 - lambda * r) / w + 0.5;
-    return A < 0 ? 0 : A > 1 ? 1 : A;
 }
 
 /* k of BF pixel `pix` (flat detector index): a mirrored detector's axes swapped (flip), then
