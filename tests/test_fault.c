@@ -1,7 +1,8 @@
 /* test_fault.c — allocation-failure injection (ssb4d_mem_fail_after) over a small session, as
  * SQLite's fault-simulation loops: for each call of the session (calibrate, build, fit, preview,
- * object, release, loss, region refit, save, load) the allocations it makes through the session's
- * memory context are counted (N) in an undisturbed run; then for n = 1..N the n-th fails. The
+ * object, release, loss, region refit, save, load; a calibration measuring the rotation) the allocations it makes through the session's
+ * memory context are counted (N) in an undisturbed run; then for n = 1..N the n-th fails (every
+ * other time with all the allocations after it: cleanup that allocates, fallbacks). The
  * call must return SSB4D_ENOMEM with its message (or succeed, having absorbed the fault, with the
  * undisturbed bits), give back every tracked byte it took, and leave the session usable: the same
  * call with no fault gives the undisturbed run's bits, and so does a preview after it. Leaks are
@@ -27,21 +28,22 @@
 
 /* Per call: its first `full` allocations one by one, then at most `stride_max` more over the rest
  * (the fits are the long calls: fewer). */
-static const long full[] = {64, 64, 16, 64, 64, 64, 64, 16, 64, 64};
-static const long stride_max[] = {64, 64, 16, 64, 64, 64, 64, 16, 64, 64};
+static const long full[] = {64, 64, 16, 64, 64, 64, 64, 16, 64, 64, 64};
+static const long stride_max[] = {64, 64, 16, 64, 64, 64, 64, 16, 64, 64, 64};
 
 static fx_sim data;    /* the tiny preset: a 32x32 scan, 48x48 detector */
 static char dir[64], path[96];
 static long walked, faulted, absorbed;
 
-enum { CALIBRATE, BUILD, FIT, PREVIEW, OBJECT, RELEASE, LOSS, REGION, SAVE, LOAD, N_STEPS };
-static const char *names[N_STEPS] = {"calibrate", "build",   "fit",    "preview", "object",
-                                     "release",   "loss",    "region", "save",    "load"};
+/* CALIBRATE_ROT: a session whose rotation is measured (the moments and the centre of mass). */
+enum { CALIBRATE, BUILD, FIT, PREVIEW, OBJECT, RELEASE, LOSS, REGION, SAVE, LOAD, CALIBRATE_ROT, N_STEPS };
+static const char *names[N_STEPS] = {"calibrate", "build", "fit",  "preview", "object",       "release",
+                                     "loss",      "region", "save", "load",    "calibrate_rot"};
 /* Calls that change the session's state get a fresh session for every fault. The fit sets the
  * session's parameters to its result, but starts from its own (given rotation, fixed seed): a
  * second fit in the same session gives the same bits (the retry checks it), so it is walked in
  * one session like the calls that change nothing. */
-static const int changes_state[N_STEPS] = {1, 1, 0, 0, 0, 0, 0, 0, 0, 1};
+static const int changes_state[N_STEPS] = {1, 1, 0, 0, 0, 0, 0, 0, 0, 1, 1};
 
 static uint64_t fnv(uint64_t h, const void *p, size_t n)
 {
@@ -61,10 +63,12 @@ static ssb4d_fit_params quick(void)
     return fp;
 }
 
-static ssb4d_session *open_session(void)
+static ssb4d_session *open_session(int k)
 {
     ssb4d_session_opts o;
     fx_session_opts(&data, &o);
+    if (k == CALIBRATE_ROT)
+        o.calib.rotation_deg = NAN;
     const char *t = getenv("SSB4D_FAULT_THREADS");
     o.threads = t ? atoi(t) : 1;
     ssb4d_session *s = NULL;
@@ -100,6 +104,7 @@ static ssb4d_status run_step(ssb4d_session *s, int k, uint64_t *h, ssb4d_err *er
     assert_non_null(ph);
     switch (k) {
     case CALIBRATE:
+    case CALIBRATE_ROT:
         st = ssb4d_session_calibrate(s, err);
         break;
     case BUILD:
@@ -179,6 +184,8 @@ static void prepare(ssb4d_session *s, int k)
 {
     ssb4d_err err = {0};
     uint64_t h;
+    if (k == CALIBRATE_ROT)
+        return;
     if (k > CALIBRATE && run_step(s, CALIBRATE, &h, &err))
         fail_msg("calibrate: %s", err.msg);
     if (k > BUILD && run_step(s, BUILD, &h, &err))
@@ -216,9 +223,10 @@ static void inject(ssb4d_session *s, int k, long n, uint64_t want, uint64_t want
     uint64_t h;
     size_t live0 = ssb4d_mem_live(m);
     long f0 = ssb4d_mem_fault_count(m);
-    ssb4d_mem_fail_after(m, n);
+    int persistent = walked % 2; /* every other fault: all the allocations after it fail too */
+    ssb4d_mem_fail_after(m, n, persistent);
     ssb4d_status st = run_step(s, k, &h, &err);
-    ssb4d_mem_fail_after(m, 0);
+    ssb4d_mem_fail_after(m, 0, 0);
     walked++;
     if (ssb4d_mem_fault_count(m) == f0)
         fail_msg("%s, allocation %ld: the fault was not reached", names[k], n);
@@ -253,7 +261,7 @@ static void walk(int k)
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     /* The undisturbed run: its bits and its count. */
-    ssb4d_session *s = open_session();
+    ssb4d_session *s = open_session(k);
     prepare(s, k);
     ssb4d_err err = {0};
     uint64_t want;
@@ -274,7 +282,7 @@ static void walk(int k)
     } else {
         ssb4d_session_close(s);
         for (long n = 1; n <= N; n = next_n(k, n, N)) {
-            s = open_session();
+            s = open_session(k);
             prepare(s, k);
             inject(s, k, n, want, want_probe);
             ssb4d_session_close(s);
@@ -295,6 +303,7 @@ static void test_loss(void **state) { (void)state; walk(LOSS); }
 static void test_region(void **state) { (void)state; walk(REGION); }
 static void test_save(void **state) { (void)state; walk(SAVE); }
 static void test_load(void **state) { (void)state; walk(LOAD); }
+static void test_calibrate_rot(void **state) { (void)state; walk(CALIBRATE_ROT); }
 
 /* The hook itself: the n-th allocation fails once, with its message; a NULL context never. */
 static void test_hook(void **state)
@@ -304,7 +313,7 @@ static void test_hook(void **state)
     ssb4d_err err = {0};
     void *a = ssb4d_mem_alloc(m, 100, "a", &err);
     assert_non_null(a);
-    ssb4d_mem_fail_after(m, 2);
+    ssb4d_mem_fail_after(m, 2, 0);
     void *b = ssb4d_mem_alloc(m, 100, "b", &err);
     assert_non_null(b);
     assert_null(ssb4d_mem_calloc(m, 100, "c", &err));
@@ -314,8 +323,8 @@ static void test_hook(void **state)
     void *c = ssb4d_mem_alloc(m, 100, "c", &err);
     assert_non_null(c);
     assert_int_equal(ssb4d_mem_alloc_count(m), 4);
-    ssb4d_mem_fail_after(m, 1);
-    ssb4d_mem_fail_after(m, 0); /* cancelled */
+    ssb4d_mem_fail_after(m, 1, 0);
+    ssb4d_mem_fail_after(m, 0, 0); /* cancelled */
     ssb4d_mem_free(m, a, 0);
     a = ssb4d_mem_alloc(m, 100, "a", &err);
     assert_non_null(a);
@@ -324,7 +333,16 @@ static void test_hook(void **state)
     ssb4d_mem_free(m, b, 0);
     ssb4d_mem_free(m, c, 1);
     ssb4d_mem_destroy(m);
-    ssb4d_mem_fail_after(NULL, 1);
+    ssb4d_mem_fail_after(m = ssb4d_mem_create(0), 1, 1); /* persistent: every one from the first */
+    assert_null(ssb4d_mem_alloc(m, 10, "a", &err));
+    assert_null(ssb4d_mem_alloc(m, 10, "b", &err));
+    assert_int_equal(ssb4d_mem_fault_count(m), 2);
+    ssb4d_mem_fail_after(m, 0, 0);
+    a = ssb4d_mem_alloc(m, 10, "a", &err);
+    assert_non_null(a);
+    ssb4d_mem_free(m, a, 0);
+    ssb4d_mem_destroy(m);
+    ssb4d_mem_fail_after(NULL, 1, 0);
     assert_int_equal(ssb4d_mem_alloc_count(NULL), 0);
 }
 
@@ -351,7 +369,7 @@ int main(void)
         cmocka_unit_test(test_hook),    cmocka_unit_test(test_calibrate), cmocka_unit_test(test_build),
         cmocka_unit_test(test_fit),     cmocka_unit_test(test_preview),   cmocka_unit_test(test_object),
         cmocka_unit_test(test_release), cmocka_unit_test(test_loss),      cmocka_unit_test(test_region),
-        cmocka_unit_test(test_save),    cmocka_unit_test(test_load),
+        cmocka_unit_test(test_save),    cmocka_unit_test(test_load),      cmocka_unit_test(test_calibrate_rot),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -52,8 +52,10 @@ struct ssb4d_mem {
     atomic_int fraction_owned; /* a call reports its own fraction over its passes (the fit):
                                   the passes' own then only poll (ssb4d_mem_progress_outer) */
     /* Fault injection (ssb4d_mem_fail_after), under lock: the allocations counted so far, the
-     * count at which the next one is refused (0: none) and the faults injected. */
+     * count at which the next one is refused (0: none), whether every later one is refused too,
+     * and the faults injected. */
     long n_allocs, fail_at, n_faults;
+    int fail_persistent;
 };
 
 #define POLL_NS 20000000LL /* 20 ms: the callback runs often enough to cancel within ~50 ms */
@@ -119,7 +121,7 @@ void *ssb4d_mem_alloc(ssb4d_mem *m, size_t bytes, const char *tag, ssb4d_err *er
     if (m) {
         pthread_mutex_lock(&m->lock);
         if (++m->n_allocs == m->fail_at) { /* an injected fault (tests): as if the system refused */
-            m->fail_at = 0;
+            m->fail_at = m->fail_persistent ? m->fail_at + 1 : 0;
             m->n_faults++;
             long n = m->n_allocs;
             pthread_mutex_unlock(&m->lock);
@@ -237,12 +239,13 @@ void ssb4d_mem_free(ssb4d_mem *m, void *p, int keep_in_cache)
     release_block(p);
 }
 
-void ssb4d_mem_fail_after(ssb4d_mem *m, long n)
+void ssb4d_mem_fail_after(ssb4d_mem *m, long n, int persistent)
 {
     if (!m)
         return;
     pthread_mutex_lock(&m->lock);
     m->fail_at = n > 0 ? m->n_allocs + n : 0;
+    m->fail_persistent = persistent != 0;
     pthread_mutex_unlock(&m->lock);
 }
 
