@@ -942,6 +942,17 @@ size_t ssb4d_mem_live(const ssb4d_mem *m);
 size_t ssb4d_mem_cached(const ssb4d_mem *m);
 size_t ssb4d_mem_peak(const ssb4d_mem *m);   /* peak since creation */
 size_t ssb4d_mem_limit(const ssb4d_mem *m);
+/* Fault injection, for tests (as SQLite's fault simulation): the n-th allocation through m from
+ * now on (ssb4d_mem_alloc/calloc calls, reuses from the cache included; n >= 1) fails with
+ * SSB4D_ENOMEM and its message, as if the system had refused it; the ones after it succeed
+ * again, or with persistent != 0 fail too, until the next call of this function. n <= 0 turns
+ * injection off. The counter lives in m: allocations that bypass the context (a NULL context,
+ * FFTW's plans, small plain mallocs) are not counted and never fail. */
+void ssb4d_mem_fail_after(ssb4d_mem *m, long n, int persistent);
+/* The allocations counted through m since it was created (0 for NULL). */
+long ssb4d_mem_alloc_count(const ssb4d_mem *m);
+/* The faults injected through m so far (0 for NULL). */
+long ssb4d_mem_fault_count(const ssb4d_mem *m);
 /* Stages: begin resets the stage peak (tracked and RSS); end records one ssb4d_stage_record. */
 void ssb4d_mem_stage_begin(ssb4d_mem *m, const char *name);
 void ssb4d_mem_stage_end(ssb4d_mem *m);

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "bench/record.h"
+#include "fixture.h"
 #include "common/textfile.h"
 
 #define GIB 1073741824.0
@@ -28,10 +29,7 @@ typedef struct {
 static int setup(void **state)
 {
     fixture *f = calloc(1, sizeof *f);
-    if (!f)
-        return -1;
-    snprintf(f->dir, sizeof f->dir, "/tmp/ssb4d-bench-XXXXXX");
-    if (!mkdtemp(f->dir)) {
+    if (!f || fx_tmpdir(f->dir, sizeof f->dir, "bench")) {
         free(f);
         return -1;
     }
@@ -42,18 +40,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     fixture *f = *state;
-    DIR *d = opendir(f->dir);
-    if (d) {
-        struct dirent *e;
-        char p[512];
-        while ((e = readdir(d)))
-            if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
-                snprintf(p, sizeof p, "%s/%s", f->dir, e->d_name);
-                unlink(p);
-            }
-        closedir(d);
-    }
-    rmdir(f->dir);
+    fx_tmpdir_remove(f->dir);
     free(f);
     return 0;
 }

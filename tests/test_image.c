@@ -16,6 +16,7 @@
 #include <tiffio.h>
 #include <unistd.h>
 
+#include "fixture.h"
 #include "io/annotate.h"
 #include "io/image.h"
 #include "io/npy.h"
@@ -274,15 +275,12 @@ static void calibration_picture(void **state)
 int main(void)
 {
     fill();
-    snprintf(dir, sizeof dir, "/tmp/ssb4d-img-XXXXXX");
-    if (!mkdtemp(dir))
+    if (fx_tmpdir(dir, sizeof dir, "img"))
         return 1;
     const struct CMUnitTest tests[] = {cmocka_unit_test(tiff_round_trip), cmocka_unit_test(png_and_npy),
                                        cmocka_unit_test(png_legend), cmocka_unit_test(calibration_picture)};
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    if (system(cmd) != 0)
+    if (fx_tmpdir_remove(dir))
         rc = rc ? rc : 1;
     return rc;
 }

@@ -21,7 +21,7 @@
 #include <unistd.h>
 
 #include "plan/plan.h"
-#include "ssb4d_advanced.h"
+#include "fixture.h"
 
 #define GIB ((size_t)1 << 30)
 #define MIB ((size_t)1 << 20)
@@ -34,28 +34,20 @@ typedef struct {
 static int setup(void **state)
 {
     dataset *d = calloc(1, sizeof *d);
-    snprintf(d->dir, sizeof d->dir, "/tmp/ssb4d_plan_XXXXXX");
-    if (!d || !mkdtemp(d->dir))
+    if (!d || fx_tmpdir(d->dir, sizeof d->dir, "plan"))
         return -1;
     snprintf(d->path, sizeof d->path, "%s/d.qem", d->dir);
     /* 64x64 scan (a 32x32 region refit), 48x48 detector: a second or two to simulate. */
-    ssb4d_sim_params sp;
+    fx_sim sim;
+    if (fx_sim_params(&sim, 64, 6))
+        return -1;
+    sim.sp.seed = 5;
     ssb4d_err err = {0};
-    ssb4d_sim_params_preset(&sp, "tiny", &err);
-    sp.scan_n = 64;
-    sp.scan_cells = 6;
-    sp.seed = 5;
-    ssb4d_sim_info info;
-    if (ssb4d_simulate(&sp, d->path, 1, NULL, &info, &err)) {
+    if (ssb4d_simulate(&sim.sp, d->path, 1, NULL, &sim.info, &err)) {
         fprintf(stderr, "%s\n", err.msg);
         return -1;
     }
-    ssb4d_calib_params_default(&d->calib);
-    d->calib.kv = sp.kv;
-    d->calib.semiangle_mrad = sp.semiangle_mrad;
-    d->calib.scan_step_A[0] = d->calib.scan_step_A[1] = info.scan_step_A;
-    d->calib.det_sampling_mrad[0] = d->calib.det_sampling_mrad[1] = info.det_sampling_mrad;
-    d->calib.rotation_deg = 0;
+    fx_calib_params(&sim, &d->calib);
     *state = d;
     return 0;
 }
@@ -63,10 +55,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     dataset *d = *state;
-    char cmd[160];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", d->dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", d->dir);
+    fx_tmpdir_remove(d->dir);
     free(d);
     return 0;
 }

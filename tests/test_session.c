@@ -17,51 +17,26 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "ssb4d_advanced.h"
+#include "fixture.h"
 
-/* A 64x64 scan of the tiny preset's crystal (48x48 detector), made once. */
-static uint16_t *counts;
-static size_t shape[4];
-static ssb4d_sim_params sp;
-static ssb4d_sim_info info;
+/* A 64x64 scan of the tiny preset's crystal (48x48 detector), made once (tests/fixture.h). */
+static fx_sim data;
 
 static int setup(void **state)
 {
-    ssb4d_err err = {0};
-    if (ssb4d_sim_params_preset(&sp, "tiny", &err))
-        return -1;
-    sp.scan_n = 64;
-    sp.scan_cells = 6;
-    if (ssb4d_sim_describe(&sp, &info, &err))
-        return -1;
-    shape[0] = shape[1] = (size_t)sp.scan_n;
-    shape[2] = shape[3] = (size_t)sp.det;
-    counts = malloc(shape[0] * shape[1] * shape[2] * shape[3] * sizeof *counts);
-    if (!counts || ssb4d_simulate_to_memory(&sp, counts, NULL, NULL, NULL, &info, &err)) {
-        fprintf(stderr, "simulate: %s\n", err.msg);
-        return -1;
-    }
     (void)state;
-    return 0;
+    return fx_sim_memory(&data, 64, 6);
 }
 
 static int teardown(void **state)
 {
-    free(counts);
+    fx_sim_free(&data);
     (void)state;
     return 0;
 }
 
-static void opts(ssb4d_session_opts *o)
-{
-    ssb4d_session_opts_default(o);
-    o->backend = SSB4D_BACKEND_CPU; /* compared with the CPU stage functions, bit for bit (a GPU machine too) */
-    o->calib.kv = sp.kv;
-    o->calib.semiangle_mrad = sp.semiangle_mrad;
-    o->calib.scan_step_A[0] = o->calib.scan_step_A[1] = info.scan_step_A;
-    o->calib.det_sampling_mrad[0] = o->calib.det_sampling_mrad[1] = info.det_sampling_mrad;
-    o->calib.rotation_deg = 0;
-}
+/* compared with the CPU stage functions, bit for bit (a GPU machine too) */
+static void opts(ssb4d_session_opts *o) { fx_session_opts(&data, o); }
 
 /* A short search: these tests compare paths, not the fit's accuracy (test_fit.c does that). */
 static ssb4d_fit_params quick(void)
@@ -76,7 +51,7 @@ static ssb4d_session *open_session(const ssb4d_session_opts *o)
 {
     ssb4d_session *s = NULL;
     ssb4d_err err = {0};
-    if (ssb4d_session_open_memory(counts, SSB4D_U16, shape, o, &s, &err))
+    if (ssb4d_session_open_memory(data.counts, SSB4D_U16, data.shape, o, &s, &err))
         fail_msg("open: %s", err.msg);
     return s;
 }
@@ -93,7 +68,7 @@ static void direct(int upsample, direct_result *d)
 {
     ssb4d_err err = {0};
     ssb4d_source *src = NULL;
-    assert_int_equal(ssb4d_source_from_memory(counts, SSB4D_U16, shape, &src, &err), 0);
+    assert_int_equal(ssb4d_source_from_memory(data.counts, SSB4D_U16, data.shape, &src, &err), 0);
     ssb4d_session_opts o;
     opts(&o);
     ssb4d_calib_params cp = o.calib;
@@ -109,7 +84,7 @@ static void direct(int upsample, direct_result *d)
     assert_int_equal(ssb4d_fit(G, &cal.geom, &fp, NULL, &r, &err), 0);
     memcpy(d->trace, r.trace_sha256, sizeof d->trace);
     d->loss = r.loss;
-    d->n = (size_t)(upsample * upsample) * shape[0] * shape[1];
+    d->n = (size_t)(upsample * upsample) * data.shape[0] * data.shape[1];
     d->phase = malloc(d->n * sizeof *d->phase);
     ssb4d_thick thin = {{0, 0}, 0};
     assert_int_equal(ssb4d_object(G, &r.geom, &r.ab, &thin, upsample, NULL, NULL, NULL, d->phase, &err), 0);
@@ -310,7 +285,7 @@ static void test_regions_and_calibration_file(void **state)
     assert_int_equal(ssb4d_session_save_calibration(s, path, 0, &err), 0);
     assert_int_equal(ssb4d_session_save_calibration(s, path, 0, &err), SSB4D_EIO); /* exists */
     assert_non_null(strstr(err.msg, "already exists"));
-    size_t n = shape[0] * shape[1];
+    size_t n = data.shape[0] * data.shape[1];
     float *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b);
     assert_int_equal(ssb4d_session_object(s, 1, NULL, a, &err), 0);
     ssb4d_session_opts o2;
@@ -342,17 +317,17 @@ static void test_stage_functions_cancel(void **state)
 {
     ssb4d_err err = {0};
     char stage[48] = "";
-    ssb4d_sim_params q = sp;
+    ssb4d_sim_params q = data.sp;
     q.scan_n = 32, q.scan_cells = 3;
     q.progress = cancel_now, q.progress_user = stage;
     ssb4d_sim_info qi;
-    uint16_t *c = malloc((size_t)32 * 32 * shape[2] * shape[3] * sizeof *c);
+    uint16_t *c = malloc((size_t)32 * 32 * data.shape[2] * data.shape[3] * sizeof *c);
     assert_int_equal(ssb4d_simulate_to_memory(&q, c, NULL, NULL, NULL, &qi, &err), SSB4D_ECANCELLED);
     assert_string_equal(stage, "simulate");
     free(c);
 
     ssb4d_source *src = NULL;
-    assert_int_equal(ssb4d_source_from_memory(counts, SSB4D_U16, shape, &src, &err), 0);
+    assert_int_equal(ssb4d_source_from_memory(data.counts, SSB4D_U16, data.shape, &src, &err), 0);
     ssb4d_session_opts o;
     opts(&o);
     ssb4d_calibration cal;
@@ -391,19 +366,19 @@ static void test_bad_input(void **state)
     assert_null(s);
     assert_non_null(strstr(err.msg, "nonexistent"));
     o.calib.kv = NAN; /* the microscope must be stated */
-    assert_int_equal(ssb4d_session_open_memory(counts, SSB4D_U16, shape, &o, &s, &err), SSB4D_EINVAL);
+    assert_int_equal(ssb4d_session_open_memory(data.counts, SSB4D_U16, data.shape, &o, &s, &err), SSB4D_EINVAL);
     assert_null(s);
     opts(&o);
     o.backend = SSB4D_BACKEND_CUDA;
-    assert_int_equal(ssb4d_session_open_memory(counts, SSB4D_U16, shape, &o, &s, &err), SSB4D_EINVAL);
+    assert_int_equal(ssb4d_session_open_memory(data.counts, SSB4D_U16, data.shape, &o, &s, &err), SSB4D_EINVAL);
     assert_non_null(strstr(err.msg, "CUDA"));
     opts(&o);
     o.memory_bytes = 1 << 20; /* 1 MiB: the counts (held for the session's life) do not fit */
-    assert_int_equal(ssb4d_session_open_memory(counts, SSB4D_U16, shape, &o, &s, &err), SSB4D_ENOMEM);
+    assert_int_equal(ssb4d_session_open_memory(data.counts, SSB4D_U16, data.shape, &o, &s, &err), SSB4D_ENOMEM);
     assert_null(s);
     assert_non_null(strstr(err.msg, "does not fit"));
     /* Room for the counts, not for the session: refused at the plan, naming the smallest budget. */
-    o.memory_bytes = shape[0] * shape[1] * shape[2] * shape[3] * sizeof *counts + (2u << 20);
+    o.memory_bytes = data.shape[0] * data.shape[1] * data.shape[2] * data.shape[3] * sizeof *data.counts + (2u << 20);
     s = open_session(&o);
     assert_int_equal(ssb4d_session_calibrate(s, &err), SSB4D_ENOMEM);
     assert_non_null(strstr(err.msg, "the job does not fit in"));
@@ -411,12 +386,12 @@ static void test_bad_input(void **state)
     ssb4d_session_close(s);
     opts(&o);
     o.region[0] = 0, o.region[1] = 8, o.region[2] = 0, o.region[3] = 64; /* under 32 rows */
-    assert_int_equal(ssb4d_session_open_memory(counts, SSB4D_U16, shape, &o, &s, &err), SSB4D_EINVAL);
+    assert_int_equal(ssb4d_session_open_memory(data.counts, SSB4D_U16, data.shape, &o, &s, &err), SSB4D_EINVAL);
     assert_null(s);
     opts(&o);
     o.calib.rotation_deg = NAN;
     o.rotation_measured = 1; /* measured, but no value */
-    assert_int_equal(ssb4d_session_open_memory(counts, SSB4D_U16, shape, &o, &s, &err), SSB4D_EINVAL);
+    assert_int_equal(ssb4d_session_open_memory(data.counts, SSB4D_U16, data.shape, &o, &s, &err), SSB4D_EINVAL);
     opts(&o);
     s = open_session(&o);
     ssb4d_tilt_result tr;

@@ -51,6 +51,11 @@ struct ssb4d_mem {
     _Atomic double fraction;
     atomic_int fraction_owned; /* a call reports its own fraction over its passes (the fit):
                                   the passes' own then only poll (ssb4d_mem_progress_outer) */
+    /* Fault injection (ssb4d_mem_fail_after), under lock: the allocations counted so far, the
+     * count at which the next one is refused (0: none), whether every later one is refused too,
+     * and the faults injected. */
+    long n_allocs, fail_at, n_faults;
+    int fail_persistent;
 };
 
 #define POLL_NS 20000000LL /* 20 ms: the callback runs often enough to cancel within ~50 ms */
@@ -115,6 +120,15 @@ void *ssb4d_mem_alloc(ssb4d_mem *m, size_t bytes, const char *tag, ssb4d_err *er
     }
     if (m) {
         pthread_mutex_lock(&m->lock);
+        if (++m->n_allocs == m->fail_at) { /* an injected fault (tests): as if the system refused */
+            m->fail_at = m->fail_persistent ? m->fail_at + 1 : 0;
+            m->n_faults++;
+            long n = m->n_allocs;
+            pthread_mutex_unlock(&m->lock);
+            ssb_fail(err, SSB4D_ENOMEM, "could not allocate %.1f MiB for %s (injected fault at allocation %ld)",
+                       bytes / 1048576.0, tag ? tag : "buffer", n);
+            return NULL;
+        }
         for (size_t i = 0; i < m->n_cache; i++) {
             block_header *h = (block_header *)((char *)m->cache[i] - MEM_ALIGN);
             if (h->bytes == bytes) {
@@ -223,6 +237,36 @@ void ssb4d_mem_free(ssb4d_mem *m, void *p, int keep_in_cache)
     }
     h->magic = 0;
     release_block(p);
+}
+
+void ssb4d_mem_fail_after(ssb4d_mem *m, long n, int persistent)
+{
+    if (!m)
+        return;
+    pthread_mutex_lock(&m->lock);
+    m->fail_at = n > 0 ? m->n_allocs + n : 0;
+    m->fail_persistent = persistent != 0;
+    pthread_mutex_unlock(&m->lock);
+}
+
+long ssb4d_mem_alloc_count(const ssb4d_mem *m)
+{
+    if (!m)
+        return 0;
+    pthread_mutex_lock(&((ssb4d_mem *)m)->lock);
+    long n = m->n_allocs;
+    pthread_mutex_unlock(&((ssb4d_mem *)m)->lock);
+    return n;
+}
+
+long ssb4d_mem_fault_count(const ssb4d_mem *m)
+{
+    if (!m)
+        return 0;
+    pthread_mutex_lock(&((ssb4d_mem *)m)->lock);
+    long n = m->n_faults;
+    pthread_mutex_unlock(&((ssb4d_mem *)m)->lock);
+    return n;
 }
 
 size_t ssb4d_mem_live(const ssb4d_mem *m) { return m ? m->live : 0; }
