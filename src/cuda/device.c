@@ -1,4 +1,5 @@
-/* device.c — G's planes in device memory and the SSB passes over them (src/ssb/dev.h).
+/* device.c — the CUDA backend (src/ssb/backend.h): G's planes in device memory and the SSB passes
+ * over them.
  *
  * Plan, then execute: the planes go up once; a pass works through the BF pixels in chunks of
  * CHUNK/f² pixels (a fixed count for a grid, so the cuFFT plan, and with it each plane's bits,
@@ -12,7 +13,7 @@
 #include "common/err.h"
 #include "cuda/kernels.h"
 #include "dist/dist.h"
-#include "ssb/dev.h"
+#include "ssb/backend.h"
 
 #include <cuda_runtime_api.h>
 #include <cufft.h>
@@ -23,6 +24,8 @@
 
 #define CHUNK 64     /* BF pixels in flight at f = 1 */
 #define SYNC_EVERY 8 /* chunks between polls of the cancel flag (each poll waits for the device) */
+
+typedef struct ssb_dev ssb_dev; /* the backend's state in G's store (G->store.dev) */
 
 struct ssb_dev {
     int device;
@@ -369,7 +372,7 @@ static ssb4d_status dpass_init(dpass *p, ssb_dev *d, const ssb4d_G *G, const ssb
         return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
     long long *hs = (long long *)h;
     for (size_t ib = 0; ib < n_bf; ib++) {
-        size_t owner = G->dev_ib ? G->dev_ib[ib] : ib;
+        size_t owner = G->view.ib ? G->view.ib[ib] : ib;
         hs[ib] = here(G, ib) ? d->slot_of[owner] : -1;
         h[n_bf + ib] = c[0].kx[ib];
         h[2 * n_bf + ib] = c[0].ky[ib];
@@ -589,7 +592,7 @@ static ssb4d_status band_upload(ssb_dev *d, const ssb4d_G *G, size_t nb, const s
         ho[m] = (long long)off[m], hq[m] = qx ? qx[m] : 0, hq[nb1 + m] = qy ? qy[m] : 0,
         hq[2 * nb1 + m] = q2 ? q2[m] : 0;
     for (size_t ib = 0; ib < n_bf; ib++) {
-        size_t owner = G->dev_ib ? G->dev_ib[ib] : ib;
+        size_t owner = G->view.ib ? G->view.ib[ib] : ib;
         hs[ib] = here(G, ib) ? d->slot_of[owner] : -1;
         hT[ib] = G->totals[ib];
     }
@@ -724,28 +727,108 @@ static ssb4d_status dev_band_power(ssb_dev *d, const ssb4d_G *G, size_t nb, cons
     return st;
 }
 
-static const ssb_dev_ops cuda_ops = {.name = "cuda", .phases = dev_phases, .band = dev_band,
-                                     .band_power = dev_band_power};
+static ssb4d_status contexts(const struct ssb4d_G *G, const ssb4d_geometry *g, const ssb4d_aberrations *ab,
+                             const ssb4d_thick *thick, size_t n, int f, ssb_ctx **out, ssb4d_err *err)
+{
+    ssb_ctx *c = calloc(n, sizeof *c);
+    if (!c)
+        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+    ssb4d_status st = SSB4D_OK;
+    size_t made = 0;
+    for (; made < n; made++)
+        if ((st = ssb_ctx_init(&c[made], G, g, &ab[made], thick ? &thick[made] : NULL, f, err)))
+            break;
+    if (st) {
+        for (size_t j = 0; j < made; j++)
+            ssb_ctx_free(&c[j]);
+        free(c);
+        return st;
+    }
+    *out = c;
+    return SSB4D_OK;
+}
+
+static void contexts_free(ssb_ctx *c, size_t n)
+{
+    for (size_t j = 0; c && j < n; j++)
+        ssb_ctx_free(&c[j]);
+    free(c);
+}
+
+/* The object from set 0's sum (acc, consumed) as ssb4d_object finishes it. */
+static ssb4d_status finish_object(const ssb_ctx *c, size_t n_bf, double complex *acc, ssb4d_mem *mem, float *object,
+                                  float *phase, ssb4d_err *err)
+{
+    cfloat *F = ssb4d_mem_alloc(mem, c->nyf * c->nxf * sizeof(cfloat), "object spectrum", err);
+    if (!F)
+        return SSB4D_ENOMEM;
+    ssb_object_fill(c->nyf, c->nxf, c->dc, acc, n_bf, 1, F);
+    ssb4d_status st = ssb_object_transform(c->nyf, c->nxf, F, object, phase, err);
+    ssb4d_mem_free(mem, F, st ? 0 : 1);
+    return st;
+}
+
+/* The backend's phase stack (ssb_backend.phases): the contexts on the host, the sums on the
+ * device, the object's last step (ssb_object_fill, ssb_object_transform) on the host. */
+static ssb4d_status cuda_phases(const ssb4d_G *G, const ssb_phase_job *j, ssb4d_mem *mem, ssb4d_err *err)
+{
+    const size_t n = j->n;
+    ssb_ctx *c = NULL;
+    ssb4d_status st = contexts(G, j->g, j->ab, j->thick, n, j->f, &c, err);
+    if (st) /* a distributed G: the other ranks' pass begins with an agreement (dist.h) */
+        return G->dist ? dist_agree(G->dist, st, err) : st;
+    const int fusing = j->object || j->phase;
+    double complex *acc = NULL;
+    size_t nacc = c[0].nyf * (c[0].nxf / 2 + 1);
+    if (fusing && !(acc = ssb4d_mem_calloc(mem, nacc * sizeof *acc, "object sum", err)))
+        st = SSB4D_ENOMEM;
+    if (!st)
+        st = dev_phases(G->store.dev, G, c, n, j->loss, j->mean_phase, acc, mem, err);
+    else if (G->dist)
+        st = dist_agree(G->dist, st, err);
+    if (!st && fusing)
+        st = finish_object(&c[0], G->n_bf, acc, mem, j->object, j->phase, err);
+    ssb4d_mem_free(mem, acc, 0);
+    contexts_free(c, n);
+    return st;
+}
+
+static ssb4d_status cuda_band(const ssb4d_G *G, const ssb_band_job *j, double *total, ssb4d_mem *mem,
+                              ssb4d_err *err)
+{
+    return dev_band(G->store.dev, G, j, total, mem, err);
+}
+
+static ssb4d_status cuda_band_power(const ssb4d_G *G, const ssb_power_job *j, ssb4d_mem *mem, ssb4d_err *err)
+{
+    (void)mem;
+    return dev_band_power(G->store.dev, G, j->nb, j->off, j->Ak, j->acc, err);
+}
+
+/* The CUDA backend's table (src/ssb/backend.h): the real-output path's phase stack, the band
+ * sums and the band power; the complex path runs on the CPU over the host planes. */
+static const ssb_backend cuda_backend = {.name = "cuda", .complex_path = 0, .phases = cuda_phases,
+                                         .band = cuda_band, .band_power = cuda_band_power};
 
 void cuda_G_profile(const struct ssb4d_G *G, int on, double out[CUDA_PROF_N])
 {
-    if (!G->dev)
+    if (!G->store.dev)
         return;
     if (out)
-        memcpy(out, G->dev->prof, sizeof G->dev->prof);
-    memset(G->dev->prof, 0, sizeof G->dev->prof);
-    G->dev->profile = on;
+        memcpy(out, G->store.dev->prof, sizeof G->store.dev->prof);
+    memset(G->store.dev->prof, 0, sizeof G->store.dev->prof);
+    G->store.dev->profile = on;
 }
 
 void cuda_G_device_bytes(const struct ssb4d_G *G, size_t *now, size_t *peak)
 {
-    *now = G->dev ? G->dev->bytes : 0;
-    *peak = G->dev ? G->dev->peak : 0;
+    *now = G->store.dev ? G->store.dev->bytes : 0;
+    *peak = G->store.dev ? G->store.dev->peak : 0;
 }
 
 ssb4d_status cuda_G_attach(struct ssb4d_G *G, ssb4d_mem *mem, ssb4d_err *err)
 {
-    if (G->is_view || G->dev)
+    if (G->view.is_view || G->store.dev)
         return ssb4d_fail(err, SSB4D_EINTERNAL, "cuda_G_attach: G is a view or already on the device");
     if (!cuda_available())
         return ssb4d_fail(err, SSB4D_EINVAL, "no CUDA device is present");
@@ -801,8 +884,8 @@ done:
         dev_free(d);
         return st;
     }
-    G->dev_ops = &cuda_ops;
-    G->dev = d;
-    G->dev_free = dev_free;
+    G->store.backend = &cuda_backend;
+    G->store.dev = d;
+    G->store.dev_free = dev_free;
     return SSB4D_OK;
 }
