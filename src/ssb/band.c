@@ -798,6 +798,19 @@ ssb4d_status ssb_cpu_band_power(const struct ssb4d_G *G, const ssb_power_job *j,
     return st;
 }
 
+/* The band power's pass (dist_pass_fn). */
+typedef struct {
+    const ssb4d_G *G;
+    const ssb_power_job *j;
+    ssb4d_mem *mem;
+} power_pass;
+
+static ssb4d_status power_run(void *user, ssb4d_err *err)
+{
+    const power_pass *p = user;
+    return ssb_run_band_power(p->G, p->j, p->mem, err);
+}
+
 ssb4d_status ssb4d_band_power(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d_band_opts *o,
                               ssb4d_mem *mem, double *power, ssb4d_err *err)
 {
@@ -815,15 +828,10 @@ ssb4d_status ssb4d_band_power(const ssb4d_G *G, const ssb4d_geometry *g, const s
     double *acc = st ? NULL : ssb4d_mem_calloc(mem, band_ws_sizes(b.nb, b.nr, b.nc, G->n_bf, 0, 0, 1).power, "band power", err);
     if (!st && !acc)
         st = SSB4D_ENOMEM;
-    /* A distributed G: the sum passes rank to rank, each adding its own pixels (dist.h). */
-    dist_seq sq = {0};
-    if (G->dist)
-        st = dist_seq_begin(G->dist, &sq, acc, b.nb, st, err);
+    /* The sums on G's backend, from acc (a distributed G: the earlier ranks' sum, dist.h). */
     const ssb_power_job pj = {.nb = b.nb, .off = b.off, .Ak = k.Ak, .threads = o->threads, .acc = acc};
-    if (!st) /* from acc: the earlier ranks' sum */
-        st = ssb_run_band_power(G, &pj, mem, err);
-    if (G->dist)
-        st = dist_seq_end(G->dist, &sq, acc, b.nb, st, err);
+    power_pass pp = {G, &pj, mem};
+    st = dist_seq_pass(G->dist, acc, b.nb, st, power_run, &pp, err);
     if (!st) {
         double p = 0.0;
         for (size_t m = 0; m < b.nb; m++)
