@@ -36,7 +36,7 @@ typedef struct {
     void (*dev_free)(struct ssb_dev *dev);
 } G_store;
 
-/* A view (ssb4d_G_subset): G's pixels are a subset of another G's, whose store it reads. */
+/* A view (ssb_G_subset): G's pixels are a subset of another G's, whose store it reads. */
 typedef struct {
     int is_view;            /* 1: the store belongs to another G */
     size_t *ib;             /* with a backend's copy: each pixel's index in the store's G (else NULL) */
@@ -112,7 +112,7 @@ size_t G_group_span(const struct ssb4d_G *G);
 /* A view of G restricted to the BF pixels idx[0..n) (indices into G's BF order, ascending): it
  * shares G's spectra (no copy), has its own dc (the mean of its pixels' totals) and must be freed
  * with ssb4d_G_free before G. The fit evaluates its loss on such subsets (docs/fit.md). */
-ssb4d_status ssb4d_G_subset(const struct ssb4d_G *G, const size_t *idx, size_t n, struct ssb4d_G **out,
+ssb4d_status ssb_G_subset(const struct ssb4d_G *G, const size_t *idx, size_t n, struct ssb4d_G **out,
                             ssb4d_err *err);
 
 /* ---- workspace (common/workspace.h): what the build and a consumer's pass allocate ---------- */
@@ -154,5 +154,5 @@ void gbuild_free_workspace(const gbuild_ws_shape *s, ws_sink *out);
 void gbuild_pass_workspace(const gbuild_ws_shape *s, ws_sink *out);
 
 /* A(k) can be non-zero for this BF pixel under geometry g (conservative: the widest edge). */
-int ssb4d_bf_pixel_active(const ssb4d_geometry *g, size_t det_cols, int32_t pix);
+int ssb_bf_pixel_active(const ssb4d_geometry *g, size_t det_cols, int32_t pix);
 #endif
