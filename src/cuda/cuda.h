@@ -9,9 +9,9 @@
  * driver is answered without loading the CUDA runtime's device code. */
 int cuda_available(void);
 
-/* Copies every stored plane of G (not a view) to the device and attaches the copy (src/ssb/dev.h):
- * from then on G's passes run on the device. Half-precision and streamed planes are converted or
- * rebuilt through G_group on the way. */
+/* Copies every stored plane of G (not a view) to the device and attaches the copy to G's store
+ * with the CUDA pass table (src/ssb/backend.h): from then on G's passes run on the device.
+ * Half-precision and streamed planes are converted or rebuilt through G_group on the way. */
 ssb4d_status cuda_G_attach(struct ssb4d_G *G, ssb4d_mem *mem, ssb4d_err *err);
 
 /* Device bytes held by G's copy now (planes and work buffers) and at most so far (0 without one). */

@@ -1,4 +1,5 @@
-/* device.c — G's planes in device memory and the SSB passes over them (src/ssb/dev.h).
+/* device.c — the CUDA backend (src/ssb/backend.h): G's planes in device memory and the SSB passes
+ * over them.
  *
  * Plan, then execute: the planes go up once; a pass works through the BF pixels in chunks of
  * CHUNK/f² pixels (a fixed count for a grid, so the cuFFT plan, and with it each plane's bits,
@@ -13,7 +14,7 @@
 #include "common/err.h"
 #include "cuda/kernels.h"
 #include "dist/dist.h"
-#include "ssb/dev.h"
+#include "ssb/backend.h"
 
 #include <cuda_runtime_api.h>
 #include <cufft.h>
@@ -24,6 +25,8 @@
 
 #define CHUNK SSB_BLOCK /* BF pixels in flight at f = 1: one block (common/block.h) */
 #define SYNC_EVERY 8 /* chunks between polls of the cancel flag (each poll waits for the device) */
+
+typedef struct ssb_dev ssb_dev; /* the backend's state in G's store (G->store.dev) */
 
 struct ssb_dev {
     int device;
@@ -38,7 +41,7 @@ struct ssb_dev {
     size_t bpart_b;
     void *seg;                 /* a band pass's segments */
     size_t seg_b;
-    void *open;                /* a distributed pass: the chain's open block (dchain_run) */
+    void *open;                /* a distributed pass: the chain's open block (dist_chain_run) */
     size_t open_b;
     void *tab;                 /* per-pass pixel tables */
     size_t tab_b;
@@ -189,142 +192,90 @@ static int here(const ssb4d_G *G, size_t ib) { return G_stored(G, ib) && G->plan
     } while (0)
 
 /* ---- the chain of a distributed pass, on the device -----------------------------------------
- * dist.h's chain of blocks with the kept partials in device memory and the adds made there (a
+ * dist.h's chain (dist_chain_run) with its vectors in device memory and the adds made there (a
  * partial of the exact loss is 2 × npix doubles per set: adding a rank's dozens of them on the
- * host would cost more than the pass). What goes from rank to rank (dist_seq_*) is the state:
- * the totals, the open block's partial and its flag. The adds are dist_chain_run's, in its order,
- * so every rank ends with one GPU's bits. */
+ * host would cost more than the pass); the messages go through the host. The adds are the
+ * chain's, in its order, so every rank ends with one GPU's bits. */
 
-/* open += pixel ib's contribution, on the device: a pixel of a block begun on an earlier rank. */
-typedef ssb4d_status (*dchain_pix_fn)(void *user, size_t ib, double *open, ssb4d_err *err);
-
-typedef struct {
-    ssb_dev *d;
-    const ssb4d_dist *dist;
-    size_t len;          /* doubles per partial */
-    double *kept;        /* device: the kept partials, in segment order */
-    unsigned char *kind; /* DIST_BLOCK_FULL or DIST_TAIL, per kept partial */
-    size_t n, cap;
-    size_t *head;        /* the pixels before this rank's first block boundary */
-    size_t n_head;
-    int head_closes;     /* the head ends its block here */
-    dchain_pix_fn pix;
-    void *user;
-} dchain;
-
-/* 1: a segment that this rank adds straight into its totals (rank 0's whole blocks). */
-static int dchain_direct(const ssb4d_dist *dist, int kind) { return dist_rank(dist) == 0 && kind == DIST_BLOCK_FULL; }
-
-static ssb4d_status dchain_init(dchain *c, ssb_dev *d, const ssb4d_dist *dist, size_t len, const dist_seg *segs,
-                                size_t nseg, dchain_pix_fn pix, void *user, ssb4d_err *err)
+static ssb4d_status vec_alloc(void *ctx, int what, size_t n, double **out, ssb4d_err *err)
 {
-    memset(c, 0, sizeof *c);
-    c->d = d, c->dist = dist, c->len = len, c->pix = pix, c->user = user;
-    for (size_t i = 0; i < nseg; i++) {
-        if (segs[i].kind == DIST_PIX)
-            c->n_head++, c->head_closes |= segs[i].close;
-        else
-            c->cap += !dchain_direct(dist, segs[i].kind);
-    }
-    c->head = malloc((c->n_head ? c->n_head : 1) * sizeof *c->head);
-    c->kind = malloc(c->cap ? c->cap : 1);
-    if (!c->head || !c->kind)
-        return ssb_fail(err, SSB4D_ENOMEM, "out of memory");
-    for (size_t i = 0, k = 0; i < nseg; i++)
-        if (segs[i].kind == DIST_PIX)
-            c->head[k++] = segs[i].a;
-    if (c->cap) {
-        cudaError_t e = cudaMalloc((void **)&c->kept, c->cap * len * sizeof(double));
-        if (e != cudaSuccess) {
-            c->kept = NULL;
-            return cuda_fail(err, e, "the reduction's partials");
+    ssb_dev *d = ctx;
+    ssb4d_status st = SSB4D_OK;
+    *out = NULL;
+    if (what == DIST_VEC_KEPT) { /* the pass's own, freed after it */
+        TRY(cudaMalloc((void **)out, n * sizeof(double)), "the reduction's partials");
+        if (st) {
+            *out = NULL;
+            return st;
         }
-        d->bytes += c->cap * len * sizeof(double);
+        d->bytes += n * sizeof(double);
         if (d->bytes > d->peak)
             d->peak = d->bytes;
+        return st;
     }
-    return SSB4D_OK;
-}
-
-/* The next kept partial's place on the device (the caller sums the segment into it). */
-static double *dchain_slot(dchain *c, int kind)
-{
-    if (c->n == c->cap)
-        return NULL; /* cannot happen: init counted the segments */
-    c->kind[c->n] = (unsigned char)kind;
-    return c->kept + c->n++ * c->len;
-}
-
-static void dchain_free(dchain *c)
-{
-    if (c->kept) {
-        cudaFree(c->kept);
-        c->d->bytes -= c->cap * c->len * sizeof(double);
-    }
-    free(c->kind), free(c->head);
-    memset(c, 0, sizeof *c);
-}
-
-/* The chain: totals (device, len doubles; rank 0's direct adds already in them) become the
- * one-GPU totals on every rank. Reached by every rank whatever st is. */
-static ssb4d_status dchain_run(dchain *c, ssb4d_status st, double *totals, ssb4d_err *err)
-{
-    ssb_dev *d = c->d;
-    const size_t len = c->len, sl = 2 * len + 1;
-    double *state = st ? NULL : malloc(sl * sizeof *state); /* totals | open | its flag */
-    if (!st && !state)
-        st = ssb_fail(err, SSB4D_ENOMEM, "out of memory (reduction)");
-    TRY(dev_alloc(d, &d->open, &d->open_b, len * sizeof(double)), "the reduction's open block");
-    dist_seq sq = {0};
-    st = dist_seq_agree(c->dist, &sq, st, err);
-    if (!st && dist_rank(c->dist) == 0) { /* rank 0 begins the state */
-        TRY(cudaMemcpyAsync(state, totals, len * sizeof(double), cudaMemcpyDeviceToHost, d->stream), "the reduction");
-        TRY(cudaStreamSynchronize(d->stream), "the reduction");
-        memset(state + len, 0, (len + 1) * sizeof *state);
-    }
-    st = dist_seq_recv(c->dist, &sq, state, sl, st, err);
-    if (!st) {
-        double *open = d->open, flag = state[2 * len];
-        TRY(cudaMemcpyAsync(totals, state, len * sizeof(double), cudaMemcpyHostToDevice, d->stream), "the reduction");
-        TRY(cudaMemcpyAsync(open, state + len, len * sizeof(double), cudaMemcpyHostToDevice, d->stream),
-            "the reduction");
-        for (size_t i = 0; !st && i < c->n_head; i++) { /* each pixel into the open block, in order */
-            st = c->pix(c->user, c->head[i], open, err);
-            flag = 1;
-        }
-        if (c->n_head && c->head_closes) { /* then the block closes */
-            TRY(cu_add(totals, open, len, d->stream), "the reduction");
-            TRY(cudaMemsetAsync(open, 0, len * sizeof(double), d->stream), "the reduction");
-            flag = 0;
-        }
-        for (size_t i = 0; !st && i < c->n; i++) {
-            const double *k = c->kept + i * len;
-            if (c->kind[i] == DIST_BLOCK_FULL) {
-                TRY(cu_add(totals, k, len, d->stream), "the reduction");
-            } else { /* DIST_TAIL: a block that goes on on the next rank */
-                TRY(cudaMemcpyAsync(open, k, len * sizeof(double), cudaMemcpyDeviceToDevice, d->stream),
-                    "the reduction");
-                flag = 1;
-            }
-        }
-        TRY(cudaMemcpyAsync(state, totals, len * sizeof(double), cudaMemcpyDeviceToHost, d->stream), "the reduction");
-        TRY(cudaMemcpyAsync(state + len, open, len * sizeof(double), cudaMemcpyDeviceToHost, d->stream),
-            "the reduction");
-        TRY(cudaStreamSynchronize(d->stream), "the reduction");
-        state[2 * len] = flag;
-    }
-    st = dist_seq_send(c->dist, &sq, state, sl, st, err);
-    st = dist_seq_finish(c->dist, &sq, state, sl, st, err);
-    if (!st) {
-        if (state[2 * len] != 0) /* the last block, begun on an earlier rank (dist_chain_run's) */
-            for (size_t q = 0; q < len; q++)
-                state[q] += state[len + q];
-        TRY(cudaMemcpyAsync(totals, state, len * sizeof(double), cudaMemcpyHostToDevice, d->stream), "the reduction");
-        TRY(cudaStreamSynchronize(d->stream), "the reduction"); /* before state goes */
-    }
-    free(state);
+    /* the open block and a head pixel's sums: work buffers kept between passes */
+    void **buf = what == DIST_VEC_OPEN ? &d->open : &d->bpart;
+    size_t *have = what == DIST_VEC_OPEN ? &d->open_b : &d->bpart_b;
+    TRY(dev_alloc(d, buf, have, n * sizeof(double)), "the reduction's open block");
+    if (what == DIST_VEC_OPEN)
+        TRY(cudaMemsetAsync(*buf, 0, n * sizeof(double), d->stream), "the reduction");
+    if (!st)
+        *out = *buf;
     return st;
 }
+
+static void vec_release(void *ctx, int what, double *p, size_t n)
+{
+    ssb_dev *d = ctx;
+    if (what == DIST_VEC_KEPT && p) {
+        cudaFree(p);
+        d->bytes -= n * sizeof(double);
+    }
+}
+
+static ssb4d_status vec_add(void *ctx, double *dst, const double *src, size_t n, ssb4d_err *err)
+{
+    ssb4d_status st = SSB4D_OK;
+    TRY(cu_add(dst, src, n, ((ssb_dev *)ctx)->stream), "the reduction");
+    return st;
+}
+
+static ssb4d_status vec_copy(void *ctx, double *dst, const double *src, size_t n, ssb4d_err *err)
+{
+    ssb4d_status st = SSB4D_OK;
+    TRY(cudaMemcpyAsync(dst, src, n * sizeof(double), cudaMemcpyDeviceToDevice, ((ssb_dev *)ctx)->stream),
+        "the reduction");
+    return st;
+}
+
+static ssb4d_status vec_zero(void *ctx, double *dst, size_t n, ssb4d_err *err)
+{
+    ssb4d_status st = SSB4D_OK;
+    TRY(cudaMemsetAsync(dst, 0, n * sizeof(double), ((ssb_dev *)ctx)->stream), "the reduction");
+    return st;
+}
+
+static ssb4d_status vec_to_host(void *ctx, double *host, const double *v, size_t n, ssb4d_err *err)
+{
+    ssb_dev *d = ctx;
+    ssb4d_status st = SSB4D_OK;
+    TRY(cudaMemcpyAsync(host, v, n * sizeof(double), cudaMemcpyDeviceToHost, d->stream), "the reduction");
+    TRY(cudaStreamSynchronize(d->stream), "the reduction");
+    return st;
+}
+
+static ssb4d_status vec_from_host(void *ctx, double *v, const double *host, size_t n, ssb4d_err *err)
+{
+    ssb_dev *d = ctx;
+    ssb4d_status st = SSB4D_OK;
+    TRY(cudaMemcpyAsync(v, host, n * sizeof(double), cudaMemcpyHostToDevice, d->stream), "the reduction");
+    TRY(cudaStreamSynchronize(d->stream), "the reduction"); /* before the host buffer changes */
+    return st;
+}
+
+static const dist_vec_ops dev_vec = {.host = 0, .alloc = vec_alloc, .release = vec_release, .add = vec_add,
+                                     .copy = vec_copy, .zero = vec_zero, .to_host = vec_to_host,
+                                     .from_host = vec_from_host};
 
 /* One pass of dev_phases: its sets, grid, chunk and what it sums. */
 typedef struct {
@@ -364,7 +315,7 @@ static ssb4d_status dpass_init(dpass *p, ssb_dev *d, const ssb4d_G *G, const ssb
         return ssb_fail(err, SSB4D_ENOMEM, "out of memory");
     long long *hs = (long long *)h;
     for (size_t ib = 0; ib < n_bf; ib++) {
-        size_t owner = G->dev_ib ? G->dev_ib[ib] : ib;
+        size_t owner = G->view.ib ? G->view.ib[ib] : ib;
         hs[ib] = here(G, ib) ? d->slot_of[owner] : -1;
         h[n_bf + ib] = c[0].kx[ib];
         h[2 * n_bf + ib] = c[0].ky[ib];
@@ -450,16 +401,16 @@ done:
     return st;
 }
 
-/* open += one pixel's phases (dchain_pix_fn): a pixel of a block begun on an earlier rank. */
-static ssb4d_status dpass_pix(void *user, size_t ib, double *open, ssb4d_err *err)
+/* One pixel's phase sums into out, zeroed (dist_pix_fn): a pixel of a block begun on an earlier rank. */
+static ssb4d_status dpass_pix(void *user, size_t ib, double *out, ssb4d_err *err)
 {
-    return dpass_pixels(user, ib, ib + 1, open, err);
+    return dpass_pixels(user, ib, ib + 1, out, err);
 }
 
 /* The phase sums of this rank's pixels in blocks (dist.h): each block from zero, then into the
  * totals (one process, rank 0's whole blocks) or kept on the device for the chain; a distributed
- * G then runs the chain (dchain_run), and every rank's device holds one GPU's totals. Reached by
- * every rank whatever st is. */
+ * G then runs the chain (dist_chain_run, dist.h), and every rank's device holds one GPU's
+ * totals. Reached by every rank whatever st is. */
 static ssb4d_status dpass_blocks(dpass *p, ssb4d_status st, ssb4d_err *err)
 {
     ssb_dev *d = p->d;
@@ -469,17 +420,17 @@ static ssb4d_status dpass_blocks(dpass *p, ssb4d_status st, ssb4d_err *err)
     size_t nseg = segs ? dist_segments(G->n_bf, p->lo, p->hi, segs) : 0;
     if (!st && !segs)
         st = ssb_fail(err, SSB4D_ENOMEM, "out of memory");
-    dchain ch;
+    dist_chain ch;
     memset(&ch, 0, sizeof ch);
-    ch.d = d, ch.dist = G->dist, ch.len = len; /* a failure before dchain_init still reaches the chain */
+    ch.d = G->dist, ch.len = len; /* a failure before dist_chain_init_on still reaches the chain */
     if (!st && G->dist)
-        st = dchain_init(&ch, d, G->dist, len, segs, nseg, dpass_pix, p, err);
+        st = dist_chain_init_on(&ch, &dev_vec, d, G->dist, len, segs, nseg, dpass_pix, p, err);
     for (size_t i = 0; !st && i < nseg; i++) {
         const dist_seg *sg = &segs[i];
         if (sg->kind == DIST_PIX)
             continue; /* a block begun on an earlier rank: dpass_pix, once it arrives */
-        const int direct = !G->dist || dchain_direct(G->dist, sg->kind);
-        double *part = direct ? d->bpart : dchain_slot(&ch, sg->kind);
+        const int direct = !G->dist || dist_chain_direct(&ch, sg->kind);
+        double *part = direct ? d->bpart : dist_chain_slot(&ch, sg);
         TRY(cudaMemsetAsync(part, 0, len * sizeof(double), d->stream), "a block's phase sums");
         if (!st)
             st = dpass_pixels(p, sg->a, sg->b, part, err);
@@ -487,8 +438,8 @@ static ssb4d_status dpass_blocks(dpass *p, ssb4d_status st, ssb4d_err *err)
             TRY(cu_add(d->sums, d->bpart, len, d->stream), "the phase sums");
     }
     if (G->dist) {
-        st = dchain_run(&ch, st, d->sums, err);
-        dchain_free(&ch);
+        st = dist_chain_run(&ch, st, d->sums, err);
+        dist_chain_free(&ch);
     }
     free(segs);
     return st;
@@ -584,7 +535,7 @@ static ssb4d_status band_upload(ssb_dev *d, const ssb4d_G *G, size_t nb, const s
         ho[m] = (long long)off[m], hq[m] = qx ? qx[m] : 0, hq[nb1 + m] = qy ? qy[m] : 0,
         hq[2 * nb1 + m] = q2 ? q2[m] : 0;
     for (size_t ib = 0; ib < n_bf; ib++) {
-        size_t owner = G->dev_ib ? G->dev_ib[ib] : ib;
+        size_t owner = G->view.ib ? G->view.ib[ib] : ib;
         hs[ib] = here(G, ib) ? d->slot_of[owner] : -1;
         hT[ib] = G->totals[ib];
     }
@@ -624,17 +575,15 @@ static ssb4d_status band_launch(ssb_dev *d, cu_band b, size_t n, const long long
 typedef struct {
     ssb_dev *d;
     cu_band b;
-    size_t n, nout;
+    size_t n;
 } band_dpass;
 
-/* open += one pixel's band sums (dchain_pix_fn). */
-static ssb4d_status band_pix(void *user, size_t ib, double *open, ssb4d_err *err)
+/* One pixel's band sums into out (dist_pix_fn). */
+static ssb4d_status band_pix(void *user, size_t ib, double *out, ssb4d_err *err)
 {
     band_dpass *p = user;
     const long long seg[3] = {(long long)ib, (long long)ib + 1, 0};
-    ssb4d_status st = band_launch(p->d, p->b, p->n, seg, 1, NULL, p->d->bpart, err);
-    TRY(cu_add(open, p->d->bpart, p->nout, p->d->stream), "the band sums");
-    return st;
+    return band_launch(p->d, p->b, p->n, seg, 1, NULL, out, err);
 }
 
 /* The band objective's sums of this rank's pixels in blocks (dist.h): the whole blocks that go
@@ -645,7 +594,7 @@ static ssb4d_status dev_band(ssb_dev *d, const ssb4d_G *G, const ssb_band_job *j
 {
     cudaSetDevice(d->device);
     const size_t n = j->n, nout = n * (j->nb ? j->nb : 1) * 4, lo = G_lo(G), hi = G_hi(G);
-    band_dpass bp = {.d = d, .n = n, .nout = nout};
+    band_dpass bp = {.d = d, .n = n};
     ssb4d_status st = band_upload(d, G, j->nb, j->off, j->qx, j->qy, j->q2, j->nrot, j->kx, j->ky, j->Ak, &bp.b, err);
     bp.b.lambda = j->lambda, bp.b.alpha0 = j->alpha0, bp.b.ang0 = j->ang[0], bp.b.ang1 = j->ang[1];
     cu_band_set *hs = calloc(n ? n : 1, sizeof *hs);
@@ -654,11 +603,11 @@ static ssb4d_status dev_band(ssb_dev *d, const ssb4d_G *G, const ssb_band_job *j
     if (!st && (!hs || !segs || !ls))
         st = ssb_fail(err, SSB4D_ENOMEM, "out of memory");
     const size_t nseg = st ? 0 : dist_segments(G->n_bf, lo, hi, segs);
-    dchain ch;
+    dist_chain ch;
     memset(&ch, 0, sizeof ch);
-    ch.d = d, ch.dist = G->dist, ch.len = nout; /* a failure before dchain_init still reaches the chain */
+    ch.d = G->dist, ch.len = nout; /* a failure before dist_chain_init_on still reaches the chain */
     if (!st && G->dist)
-        st = dchain_init(&ch, d, G->dist, nout, segs, nseg, band_pix, &bp, err);
+        st = dist_chain_init_on(&ch, &dev_vec, d, G->dist, nout, segs, nseg, band_pix, &bp, err);
     for (size_t i = 0; !st && i < n; i++) {
         hs[i].p = j->sets[i].p;
         hs[i].rot = (long long)j->sets[i].rot;
@@ -672,22 +621,22 @@ static ssb4d_status dev_band(ssb_dev *d, const ssb4d_G *G, const ssb_band_job *j
     /* the segments that go into the totals (one process: all), in one launch */
     size_t nd = 0;
     for (size_t i = 0; !st && i < nseg; i++)
-        if (segs[i].kind != DIST_PIX && (!G->dist || dchain_direct(G->dist, segs[i].kind)))
+        if (segs[i].kind != DIST_PIX && (!G->dist || dist_chain_direct(&ch, segs[i].kind)))
             ls[3 * nd] = (long long)segs[i].a, ls[3 * nd + 1] = (long long)segs[i].b, ls[3 * nd + 2] = -1, nd++;
     if (!st)
         st = band_launch(d, bp.b, n, ls, nd, d->sums, NULL, err);
     /* a distributed G: each kept partial from its own launch, in segment order */
     for (size_t i = 0; !st && G->dist && i < nseg; i++) {
-        if (segs[i].kind == DIST_PIX || dchain_direct(G->dist, segs[i].kind))
+        if (segs[i].kind == DIST_PIX || dist_chain_direct(&ch, segs[i].kind))
             continue;
         const long long one[3] = {(long long)segs[i].a, (long long)segs[i].b, 0};
-        st = band_launch(d, bp.b, n, one, 1, NULL, dchain_slot(&ch, segs[i].kind), err);
+        st = band_launch(d, bp.b, n, one, 1, NULL, dist_chain_slot(&ch, &segs[i]), err);
     }
     if (!st && ssb4d_mem_progress(mem, 1.0))
         st = ssb_fail(err, SSB4D_ECANCELLED, "cancelled");
     if (G->dist) {
-        st = dchain_run(&ch, st, d->sums, err);
-        dchain_free(&ch);
+        st = dist_chain_run(&ch, st, d->sums, err);
+        dist_chain_free(&ch);
     }
     TRY(cudaMemcpyAsync(total, d->sums, nout * sizeof(double), cudaMemcpyDeviceToHost, d->stream), "the band sums");
     TRY(cudaStreamSynchronize(d->stream), "the band objective");
@@ -713,28 +662,108 @@ static ssb4d_status dev_band_power(ssb_dev *d, const ssb4d_G *G, size_t nb, cons
     return st;
 }
 
-static const ssb_dev_ops cuda_ops = {.name = "cuda", .phases = dev_phases, .band = dev_band,
-                                     .band_power = dev_band_power};
+static ssb4d_status contexts(const struct ssb4d_G *G, const ssb4d_geometry *g, const ssb4d_aberrations *ab,
+                             const ssb4d_thick *thick, size_t n, int f, ssb_ctx **out, ssb4d_err *err)
+{
+    ssb_ctx *c = calloc(n, sizeof *c);
+    if (!c)
+        return ssb_fail(err, SSB4D_ENOMEM, "out of memory");
+    ssb4d_status st = SSB4D_OK;
+    size_t made = 0;
+    for (; made < n; made++)
+        if ((st = ssb_ctx_init(&c[made], G, g, &ab[made], thick ? &thick[made] : NULL, f, err)))
+            break;
+    if (st) {
+        for (size_t j = 0; j < made; j++)
+            ssb_ctx_free(&c[j]);
+        free(c);
+        return st;
+    }
+    *out = c;
+    return SSB4D_OK;
+}
+
+static void contexts_free(ssb_ctx *c, size_t n)
+{
+    for (size_t j = 0; c && j < n; j++)
+        ssb_ctx_free(&c[j]);
+    free(c);
+}
+
+/* The object from set 0's sum (acc, consumed) as ssb4d_object finishes it. */
+static ssb4d_status finish_object(const ssb_ctx *c, size_t n_bf, double complex *acc, ssb4d_mem *mem, float *object,
+                                  float *phase, ssb4d_err *err)
+{
+    cfloat *F = ssb4d_mem_alloc(mem, c->nyf * c->nxf * sizeof(cfloat), "object spectrum", err);
+    if (!F)
+        return SSB4D_ENOMEM;
+    ssb_object_fill(c->nyf, c->nxf, c->dc, acc, n_bf, 1, F);
+    ssb4d_status st = ssb_object_transform(c->nyf, c->nxf, F, object, phase, err);
+    ssb4d_mem_free(mem, F, st ? 0 : 1);
+    return st;
+}
+
+/* The backend's phase stack (ssb_backend.phases): the contexts on the host, the sums on the
+ * device, the object's last step (ssb_object_fill, ssb_object_transform) on the host. */
+static ssb4d_status cuda_phases(const ssb4d_G *G, const ssb_phase_job *j, ssb4d_mem *mem, ssb4d_err *err)
+{
+    const size_t n = j->n;
+    ssb_ctx *c = NULL;
+    ssb4d_status st = contexts(G, j->g, j->ab, j->thick, n, j->f, &c, err);
+    if (st) /* a distributed G: the other ranks' pass begins with an agreement (dist.h) */
+        return G->dist ? dist_agree(G->dist, st, err) : st;
+    const int fusing = j->object || j->phase;
+    double complex *acc = NULL;
+    size_t nacc = c[0].nyf * (c[0].nxf / 2 + 1);
+    if (fusing && !(acc = ssb4d_mem_calloc(mem, nacc * sizeof *acc, "object sum", err)))
+        st = SSB4D_ENOMEM;
+    if (!st)
+        st = dev_phases(G->store.dev, G, c, n, j->loss, j->mean_phase, acc, mem, err);
+    else if (G->dist)
+        st = dist_agree(G->dist, st, err);
+    if (!st && fusing)
+        st = finish_object(&c[0], G->n_bf, acc, mem, j->object, j->phase, err);
+    ssb4d_mem_free(mem, acc, 0);
+    contexts_free(c, n);
+    return st;
+}
+
+static ssb4d_status cuda_band(const ssb4d_G *G, const ssb_band_job *j, double *total, ssb4d_mem *mem,
+                              ssb4d_err *err)
+{
+    return dev_band(G->store.dev, G, j, total, mem, err);
+}
+
+static ssb4d_status cuda_band_power(const ssb4d_G *G, const ssb_power_job *j, ssb4d_mem *mem, ssb4d_err *err)
+{
+    (void)mem;
+    return dev_band_power(G->store.dev, G, j->nb, j->off, j->Ak, j->acc, err);
+}
+
+/* The CUDA backend's table (src/ssb/backend.h): the real-output path's phase stack, the band
+ * sums and the band power; the complex path runs on the CPU over the host planes. */
+static const ssb_backend cuda_backend = {.name = "cuda", .complex_path = 0, .phases = cuda_phases,
+                                         .band = cuda_band, .band_power = cuda_band_power};
 
 void cuda_G_profile(const struct ssb4d_G *G, int on, double out[CUDA_PROF_N])
 {
-    if (!G->dev)
+    if (!G->store.dev)
         return;
     if (out)
-        memcpy(out, G->dev->prof, sizeof G->dev->prof);
-    memset(G->dev->prof, 0, sizeof G->dev->prof);
-    G->dev->profile = on;
+        memcpy(out, G->store.dev->prof, sizeof G->store.dev->prof);
+    memset(G->store.dev->prof, 0, sizeof G->store.dev->prof);
+    G->store.dev->profile = on;
 }
 
 void cuda_G_device_bytes(const struct ssb4d_G *G, size_t *now, size_t *peak)
 {
-    *now = G->dev ? G->dev->bytes : 0;
-    *peak = G->dev ? G->dev->peak : 0;
+    *now = G->store.dev ? G->store.dev->bytes : 0;
+    *peak = G->store.dev ? G->store.dev->peak : 0;
 }
 
 ssb4d_status cuda_G_attach(struct ssb4d_G *G, ssb4d_mem *mem, ssb4d_err *err)
 {
-    if (G->is_view || G->dev)
+    if (G->view.is_view || G->store.dev)
         return ssb_fail(err, SSB4D_EINTERNAL, "cuda_G_attach: G is a view or already on the device");
     if (!cuda_available())
         return ssb_fail(err, SSB4D_EINVAL, "no CUDA device is present");
@@ -790,8 +819,8 @@ done:
         dev_free(d);
         return st;
     }
-    G->dev_ops = &cuda_ops;
-    G->dev = d;
-    G->dev_free = dev_free;
+    G->store.backend = &cuda_backend;
+    G->store.dev = d;
+    G->store.dev_free = dev_free;
     return SSB4D_OK;
 }

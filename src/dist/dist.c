@@ -196,57 +196,82 @@ ssb4d_status dist_sum_u64(const ssb4d_dist *d, uint64_t *v, size_t n, ssb4d_err 
 ssb4d_status dist_chain_run(dist_chain *c, ssb4d_status st, double *totals, ssb4d_err *err)
 {
     const ssb4d_dist *d = c->d;
-    double *open = NULL;
-    if (!st) {
-        open = calloc(c->len + 1, sizeof *open); /* the open block's partial, then its flag */
-        if (!open)
-            st = ssb_fail(err, SSB4D_ENOMEM, "out of memory (reduction)");
-    }
+    const dist_vec_ops *v = c->ops ? c->ops : &dist_vec_host;
+    const size_t len = c->len;
+    /* open: the open block's partial (the host's has its flag after it); a device's vectors go
+     * through T and O (totals, open and its flag) on the host; px: a head pixel's contribution */
+    double *open = NULL, *T = NULL, *O = NULL, *px = NULL;
+    if (!st)
+        st = v->alloc(c->ctx, DIST_VEC_OPEN, len, &open, err);
+    if (!st && !v->host && !(T = malloc((2 * len + 1) * sizeof *T)))
+        st = ssb_fail(err, SSB4D_ENOMEM, "out of memory (reduction)");
+    if (!st && !v->host && c->n_head) /* the host's, after the wait (its memory is counted then) */
+        st = v->alloc(c->ctx, DIST_VEC_PIX, len, &px, err);
     if ((st = dist_agree(d, st, err))) {
-        free(open);
+        if (open)
+            v->release(c->ctx, DIST_VEC_OPEN, open, len);
+        if (px)
+            v->release(c->ctx, DIST_VEC_PIX, px, len);
+        free(T);
         return st;
     }
-    const size_t len = c->len;
+    if (v->host)
+        T = totals, O = open;
+    else
+        O = T + len;
     int ok = 1;
-    if (d->rank > 0)
-        ok = !recv_d(d, totals, len, d->rank - 1) && !recv_d(d, open, len + 1, d->rank - 1);
+    ssb4d_status pst = SSB4D_OK; /* an operation of the chain that failed: the job cannot go on */
+    double flag = 0;
+    if (d->rank > 0) {
+        ok = !recv_d(d, T, len, d->rank - 1) && !recv_d(d, O, len + 1, d->rank - 1);
+        flag = O[len];
+        if (ok && !v->host && !(pst = v->from_host(c->ctx, totals, T, len, err)))
+            pst = v->from_host(c->ctx, open, O, len, err);
+    }
     /* the head: each pixel into the open block, in order, then the block closes */
-    double *px = ok && c->n_head ? ssb4d_mem_alloc(c->mem, len * sizeof *px, "reduction pixel", err) : NULL;
-    ssb4d_status pst = ok && c->n_head && !px ? SSB4D_ENOMEM : SSB4D_OK;
+    if (ok && !pst && c->n_head && v->host)
+        pst = v->alloc(c->ctx, DIST_VEC_PIX, len, &px, err);
     for (size_t i = 0; ok && !pst && i < c->n_head; i++) {
-        memset(px, 0, len * sizeof *px);
-        if ((pst = c->pix(c->pix_user, c->head[i], px, err)))
-            break;
-        for (size_t q = 0; q < len; q++)
-            open[q] += px[q];
-        open[len] = 1;
+        if (!(pst = v->zero(c->ctx, px, len, err)) && !(pst = c->pix(c->pix_user, c->head[i], px, err)))
+            pst = v->add(c->ctx, open, px, len, err);
+        flag = 1;
     }
-    ssb4d_mem_free(c->mem, px, 0);
-    if (pst) /* cannot happen after the agreement but for memory: the job cannot go on */
-        ok = 0;
-    if (ok && c->n_head && c->head_closes) {
-        for (size_t q = 0; q < len; q++)
-            totals[q] += open[q];
-        memset(open, 0, (len + 1) * sizeof *open);
+    if (px)
+        v->release(c->ctx, DIST_VEC_PIX, px, len);
+    if (ok && !pst && c->n_head && c->head_closes) {
+        if (!(pst = v->add(c->ctx, totals, open, len, err)))
+            pst = v->zero(c->ctx, open, len, err);
+        flag = 0;
     }
-    for (size_t i = 0; ok && i < c->n; i++) {
+    for (size_t i = 0; ok && !pst && i < c->n; i++) {
         const double *p = c->items + i * len;
         if (c->kind[i] == DIST_BLOCK_FULL)
-            for (size_t q = 0; q < len; q++)
-                totals[q] += p[q];
+            pst = v->add(c->ctx, totals, p, len, err);
         else { /* DIST_TAIL */
-            memcpy(open, p, len * sizeof *p);
-            open[len] = 1;
+            pst = v->copy(c->ctx, open, p, len, err);
+            flag = 1;
         }
     }
-    if (ok && d->rank < d->size - 1)
-        ok = !send_d(d, totals, len, d->rank + 1) && !send_d(d, open, len + 1, d->rank + 1);
-    else if (ok && open[len] != 0)
-        for (size_t q = 0; q < len; q++)
-            totals[q] += open[q]; /* the last block, begun on an earlier rank */
-    free(open);
+    if (pst) /* cannot happen after the agreement but for memory or a device's error */
+        ok = 0;
+    if (ok && d->rank < d->size - 1) {
+        if (!v->host && !(pst = v->to_host(c->ctx, T, totals, len, err)))
+            pst = v->to_host(c->ctx, O, open, len, err);
+        O[len] = flag;
+        ok = !pst && !send_d(d, T, len, d->rank + 1) && !send_d(d, O, len + 1, d->rank + 1);
+    } else if (ok && flag != 0)
+        ok = !(pst = v->add(c->ctx, totals, open, len, err)); /* the last block, begun on an earlier rank */
+    v->release(c->ctx, DIST_VEC_OPEN, open, len);
+    if (ok && !v->host && d->rank == d->size - 1)
+        ok = !(pst = v->to_host(c->ctx, T, totals, len, err));
     if (ok)
-        ok = !bcast_bytes(d, totals, len * sizeof *totals, d->size - 1);
+        ok = !bcast_bytes(d, T, len * sizeof *T, d->size - 1);
+    if (ok && !v->host)
+        ok = !(pst = v->from_host(c->ctx, totals, T, len, err));
+    if (!v->host)
+        free(T);
+    if (pst)
+        return pst;
     return ok ? SSB4D_OK : ssb_fail(err, SSB4D_EINTERNAL, "an MPI message of the reduction failed");
 }
 
@@ -400,6 +425,18 @@ ssb4d_status dist_seq_end(const ssb4d_dist *d, dist_seq *sq, double *acc, size_t
     return dist_seq_finish(d, sq, acc, len, st, err);
 }
 
+ssb4d_status dist_seq_pass(const ssb4d_dist *d, double *acc, size_t len, ssb4d_status st, dist_pass_fn fn,
+                           void *user, ssb4d_err *err)
+{
+    if (!d)
+        return st ? st : fn(user, err);
+    dist_seq sq = {0};
+    st = dist_seq_begin(d, &sq, acc, len, st, err);
+    if (!st)
+        st = fn(user, err);
+    return dist_seq_end(d, &sq, acc, len, st, err);
+}
+
 void dist_split(size_t n, int size, int rank, size_t *lo, size_t *hi)
 {
     size_t nb = (n + DIST_BLOCK - 1) / DIST_BLOCK;
@@ -433,13 +470,73 @@ size_t dist_segments(size_t n, size_t lo, size_t hi, dist_seg *segs)
     return k;
 }
 
+/* ---- the host's vectors (dist_vec_ops) ------------------------------------------------------- */
+
+static ssb4d_status host_alloc(void *ctx, int what, size_t n, double **out, ssb4d_err *err)
+{
+    ssb4d_mem *mem = ctx;
+    switch (what) {
+    case DIST_VEC_OPEN: /* then its flag */
+        *out = calloc(n + 1, sizeof **out);
+        return *out ? SSB4D_OK : ssb_fail(err, SSB4D_ENOMEM, "out of memory (reduction)");
+    case DIST_VEC_PIX:
+        *out = ssb4d_mem_alloc(mem, n * sizeof **out, "reduction pixel", err);
+        return *out ? SSB4D_OK : SSB4D_ENOMEM;
+    default:
+        *out = ssb4d_mem_alloc(mem, n * sizeof **out, "reduction partials", err);
+        return *out ? SSB4D_OK : SSB4D_ENOMEM;
+    }
+}
+
+static void host_release(void *ctx, int what, double *p, size_t n)
+{
+    (void)n;
+    if (what == DIST_VEC_OPEN)
+        free(p);
+    else
+        ssb4d_mem_free(ctx, p, 0);
+}
+
+static ssb4d_status host_add(void *ctx, double *dst, const double *src, size_t n, ssb4d_err *err)
+{
+    (void)ctx, (void)err;
+    for (size_t q = 0; q < n; q++)
+        dst[q] += src[q];
+    return SSB4D_OK;
+}
+
+static ssb4d_status host_copy(void *ctx, double *dst, const double *src, size_t n, ssb4d_err *err)
+{
+    (void)ctx, (void)err;
+    memcpy(dst, src, n * sizeof *dst);
+    return SSB4D_OK;
+}
+
+static ssb4d_status host_zero(void *ctx, double *dst, size_t n, ssb4d_err *err)
+{
+    (void)ctx, (void)err;
+    memset(dst, 0, n * sizeof *dst);
+    return SSB4D_OK;
+}
+
+const dist_vec_ops dist_vec_host = {.host = 1, .alloc = host_alloc, .release = host_release, .add = host_add,
+                                    .copy = host_copy, .zero = host_zero, .to_host = host_copy,
+                                    .from_host = host_copy};
+
 ssb4d_status dist_chain_init(dist_chain *c, const ssb4d_dist *d, size_t len, const dist_seg *segs, size_t nsegs,
                              dist_pix_fn pix, void *pix_user, ssb4d_mem *mem, ssb4d_err *err)
+{
+    return dist_chain_init_on(c, &dist_vec_host, mem, d, len, segs, nsegs, pix, pix_user, err);
+}
+
+ssb4d_status dist_chain_init_on(dist_chain *c, const dist_vec_ops *ops, void *ctx, const ssb4d_dist *d, size_t len,
+                                const dist_seg *segs, size_t nsegs, dist_pix_fn pix, void *pix_user, ssb4d_err *err)
 {
     memset(c, 0, sizeof *c);
     c->d = d;
     c->len = len;
-    c->mem = mem;
+    c->ops = ops;
+    c->ctx = ctx;
     c->direct = dist_rank(d) == 0;
     c->pix = pix;
     c->pix_user = pix_user;
@@ -457,12 +554,11 @@ ssb4d_status dist_chain_init(dist_chain *c, const ssb4d_dist *d, size_t len, con
         if (segs[i].kind == DIST_PIX)
             c->head[k++] = segs[i].a;
     if (c->cap) {
-        c->items = ssb4d_mem_alloc(mem, c->cap * len * sizeof *c->items, "reduction partials", err);
+        ssb4d_status st = ops->alloc(ctx, DIST_VEC_KEPT, c->cap * len, &c->items, err);
         c->kind = malloc(c->cap);
-        if (!c->items || !c->kind) {
-            int had = c->items != NULL;
+        if (st || !c->kind) {
             dist_chain_free(c);
-            return had ? ssb_fail(err, SSB4D_ENOMEM, "out of memory") : SSB4D_ENOMEM;
+            return st ? st : ssb_fail(err, SSB4D_ENOMEM, "out of memory");
         }
     }
     return SSB4D_OK;
@@ -470,21 +566,27 @@ ssb4d_status dist_chain_init(dist_chain *c, const ssb4d_dist *d, size_t len, con
 
 int dist_chain_direct(const dist_chain *c, int kind) { return c->direct && kind == DIST_BLOCK_FULL; }
 
-void dist_chain_keep(dist_chain *c, const dist_seg *seg, const double *const *parts, const size_t *lens, size_t np)
+double *dist_chain_slot(dist_chain *c, const dist_seg *seg)
 {
     if (c->n == c->cap)
-        return; /* cannot happen: init counted the segments */
-    double *dst = c->items + c->n * c->len;
-    for (size_t i = 0; i < np; i++) {
+        return NULL; /* cannot happen: init counted the segments */
+    c->kind[c->n] = (unsigned char)seg->kind;
+    return c->items + c->n++ * c->len;
+}
+
+void dist_chain_keep(dist_chain *c, const dist_seg *seg, const double *const *parts, const size_t *lens, size_t np)
+{
+    double *dst = dist_chain_slot(c, seg);
+    for (size_t i = 0; dst && i < np; i++) {
         memcpy(dst, parts[i], lens[i] * sizeof *dst);
         dst += lens[i];
     }
-    c->kind[c->n++] = (unsigned char)seg->kind;
 }
 
 void dist_chain_free(dist_chain *c)
 {
-    ssb4d_mem_free(c->mem, c->items, 0);
+    if (c->items)
+        c->ops->release(c->ctx, DIST_VEC_KEPT, c->items, c->cap * c->len);
     free(c->kind);
     free(c->head);
     memset(c, 0, sizeof *c);

@@ -61,16 +61,36 @@ enum {
 };
 
 /* A pixel of a block begun on an earlier rank: its contribution (len doubles, zeroed by the
- * caller) as the pass would add it into a block partial started at zero. Called by
- * dist_chain_run once the open block has arrived, so these pixels (at most 63 per pass) cost
- * no memory of their own, only their time after the wait. */
+ * caller, in the chain's memory) as the pass would add it into a block partial started at zero.
+ * Called by dist_chain_run once the open block has arrived, so these pixels (at most 63 per
+ * pass) cost no memory of their own, only their time after the wait. */
 typedef ssb4d_status (*dist_pix_fn)(void *user, size_t ib, double *out, ssb4d_err *err);
+
+/* Where a chain's vectors live — its kept partials, the totals, the open block, a head pixel's
+ * contribution — and the few operations the chain makes on them: the host's memory
+ * (dist_vec_host, ctx: the ssb4d_mem), or a device's (the CUDA backend's, src/cuda/device.c,
+ * ctx: its device). The messages go from host buffers: a device's vectors pass through to_host
+ * and from_host. Every operation is elementwise, so the chain's sums are the same on either. */
+enum { DIST_VEC_KEPT, DIST_VEC_OPEN, DIST_VEC_PIX };
+typedef struct {
+    int host; /* 1: the vectors are host memory (messages read and write them in place) */
+    /* n doubles for what (DIST_VEC_*; DIST_VEC_OPEN zeroed); a failure sets err */
+    ssb4d_status (*alloc)(void *ctx, int what, size_t n, double **out, ssb4d_err *err);
+    void (*release)(void *ctx, int what, double *p, size_t n);
+    ssb4d_status (*add)(void *ctx, double *dst, const double *src, size_t n, ssb4d_err *err); /* dst += src */
+    ssb4d_status (*copy)(void *ctx, double *dst, const double *src, size_t n, ssb4d_err *err);
+    ssb4d_status (*zero)(void *ctx, double *dst, size_t n, ssb4d_err *err);
+    ssb4d_status (*to_host)(void *ctx, double *host, const double *v, size_t n, ssb4d_err *err);
+    ssb4d_status (*from_host)(void *ctx, double *v, const double *host, size_t n, ssb4d_err *err);
+} dist_vec_ops;
+extern const dist_vec_ops dist_vec_host;
 
 typedef struct {
     const ssb4d_dist *d;
     size_t len;          /* doubles per partial */
-    ssb4d_mem *mem;
-    double *items;       /* kept partials (full blocks, the tail), len doubles each */
+    const dist_vec_ops *ops;
+    void *ctx;           /* ops' context (the host: the ssb4d_mem) */
+    double *items;       /* kept partials (full blocks, the tail), len doubles each, in ops' memory */
     unsigned char *kind;
     size_t n, cap;
     size_t *head;        /* the pixels before the first block boundary, in order */
@@ -96,16 +116,22 @@ size_t dist_segments(size_t n, size_t lo, size_t hi, dist_seg *segs);
 static inline size_t dist_segments_cap(size_t lo, size_t hi) { return (hi - lo) / DIST_BLOCK + DIST_BLOCK + 2; }
 
 /* For the segments this rank sums: room for the partials it keeps, and the head pixels, whose
- * contributions pix gives when the chain reaches this rank. */
+ * contributions pix gives when the chain reaches this rank. The vectors are the host's. */
 ssb4d_status dist_chain_init(dist_chain *c, const ssb4d_dist *d, size_t len, const dist_seg *segs, size_t nsegs,
                              dist_pix_fn pix, void *pix_user, ssb4d_mem *mem, ssb4d_err *err);
+/* The same with the vectors in ops' memory (a device's). */
+ssb4d_status dist_chain_init_on(dist_chain *c, const dist_vec_ops *ops, void *ctx, const ssb4d_dist *d, size_t len,
+                                const dist_seg *segs, size_t nsegs, dist_pix_fn pix, void *pix_user, ssb4d_err *err);
 /* 1: rank 0's full blocks, which the caller adds into its totals itself, in order (no copy). */
 int dist_chain_direct(const dist_chain *c, int kind);
 /* Otherwise, in segment order, for every segment but DIST_PIX (the pass skips those): the
  * segment's partial, the concatenation of parts[0..np) (lens[i] doubles each), is kept. */
 void dist_chain_keep(dist_chain *c, const dist_seg *seg, const double *const *parts, const size_t *lens, size_t np);
-/* The status agreement, then the chain: totals (len doubles; rank 0's direct adds already in
- * it) become the one-process totals on every rank. */
+/* Or the place of that segment's kept partial (len doubles in ops' memory), which the caller
+ * fills itself (a device sums into it in place). */
+double *dist_chain_slot(dist_chain *c, const dist_seg *seg);
+/* The status agreement, then the chain: totals (len doubles in ops' memory; rank 0's direct adds
+ * already in it) become the one-process totals on every rank. */
 ssb4d_status dist_chain_run(dist_chain *c, ssb4d_status st, double *totals, ssb4d_err *err);
 void dist_chain_free(dist_chain *c);
 
@@ -138,4 +164,10 @@ ssb4d_status dist_seq_finish(const ssb4d_dist *d, dist_seq *sq, double *acc, siz
  * status; every rank then gets the last rank's acc, or the first failure. */
 ssb4d_status dist_seq_end(const ssb4d_dist *d, dist_seq *sq, double *acc, size_t len, ssb4d_status st,
                           ssb4d_err *err);
+/* A whole sequential pass: fn adds this rank's pixels into acc (len doubles) after the earlier
+ * ranks' (d NULL, one process: fn alone). Every rank calls it, failed or not (st: fn is then not
+ * called); every rank ends with the last rank's acc, or the first failure. */
+typedef ssb4d_status (*dist_pass_fn)(void *user, ssb4d_err *err);
+ssb4d_status dist_seq_pass(const ssb4d_dist *d, double *acc, size_t len, ssb4d_status st, dist_pass_fn fn,
+                           void *user, ssb4d_err *err);
 #endif

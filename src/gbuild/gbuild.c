@@ -45,17 +45,17 @@ void ssb4d_G_free(ssb4d_G *G)
 {
     if (!G)
         return;
-    if (!G->is_view) {
-        if (G->dev)
-            G->dev_free(G->dev);
-        ssb4d_mem_free(G->mem, G->data, 0);
-        ssb4d_mem_free(G->mem, G->data_h, 0);
-        free(G->h_exp);
+    if (!G->view.is_view) {
+        if (G->store.dev)
+            G->store.dev_free(G->store.dev);
+        ssb4d_mem_free(G->store.mem, G->store.data, 0);
+        ssb4d_mem_free(G->store.mem, G->store.data_h, 0);
+        free(G->store.h_exp);
     }
     free(G->bf_pix);
     free(G->plane_of);
     free(G->totals);
-    free(G->dev_ib);
+    free(G->view.ib);
     free(G);
 }
 
@@ -325,7 +325,7 @@ static ssb4d_status choose_resident(ssb4d_G *G, const ssb4d_geometry *g, size_t 
     for (size_t ib = 0; ib < G->n_bf; ib++)
         if (G->plane_of[ib] >= 0)
             G->plane_of[ib] = (int64_t)p++;
-    G->n_resident = p;
+    G->store.n_resident = p;
     return SSB4D_OK;
 }
 
@@ -366,12 +366,12 @@ ssb4d_status ssb4d_gbuild(ssb4d_source *src, const ssb4d_geometry *g, const int3
     G->n_bf = n_bf;
     G->det_shape[0] = shape[2];
     G->det_shape[1] = shape[3];
-    G->mem = mem;
-    G->src = src;
-    G->threads = o->threads;
-    G->block_bytes = o->block_bytes ? o->block_bytes : DEFAULT_BLOCK_BYTES;
+    G->store.mem = mem;
+    G->store.src = src;
+    G->store.threads = o->threads;
+    G->store.block_bytes = o->block_bytes ? o->block_bytes : DEFAULT_BLOCK_BYTES;
     size_t group_bytes = o->group_bytes ? o->group_bytes : DEFAULT_GROUP_BYTES;
-    G->group_planes = G_group_planes_of(ny, nx, group_bytes);
+    G->store.group_planes = G_group_planes_of(ny, nx, group_bytes);
     G->bf_pix = malloc(n_bf * sizeof *G->bf_pix);
     G->plane_of = malloc(n_bf * sizeof *G->plane_of);
     G->totals = calloc(n_bf, sizeof *G->totals);
@@ -396,7 +396,7 @@ ssb4d_status ssb4d_gbuild(ssb4d_source *src, const ssb4d_geometry *g, const int3
         G->n_stored += stored;
         G->n_remote += stored && !here;
     }
-    G->n_resident = n_here;
+    G->store.n_resident = n_here;
     size_t per_plane = G_plane_bytes_of(ny, nx, o->half);
     if (o->resident_bytes && G->n_stored * per_plane > o->resident_bytes) {
         st = choose_resident(G, g, o->resident_bytes / per_plane, err);
@@ -405,17 +405,17 @@ ssb4d_status ssb4d_gbuild(ssb4d_source *src, const ssb4d_geometry *g, const int3
             return st;
         }
     }
-    if (G->n_resident) {
+    if (G->store.n_resident) {
         if (o->half) {
-            G->data_h = ssb4d_mem_alloc(mem, G->n_resident * per_plane, "G(q,k) half", err);
-            G->h_exp = calloc(G->n_resident, 1);
-            if (G->data_h && !G->h_exp) {
+            G->store.data_h = ssb4d_mem_alloc(mem, G->store.n_resident * per_plane, "G(q,k) half", err);
+            G->store.h_exp = calloc(G->store.n_resident, 1);
+            if (G->store.data_h && !G->store.h_exp) {
                 ssb4d_G_free(G);
                 return ssb_fail(err, SSB4D_ENOMEM, "out of memory");
             }
         } else
-            G->data = ssb4d_mem_alloc(mem, G->n_resident * per_plane, "G(q,k)", err);
-        if (!G->data && !G->data_h) {
+            G->store.data = ssb4d_mem_alloc(mem, G->store.n_resident * per_plane, "G(q,k)", err);
+        if (!G->store.data && !G->store.data_h) {
             ssb4d_G_free(G);
             return SSB4D_ENOMEM;
         }
@@ -434,11 +434,11 @@ ssb4d_status ssb4d_gbuild(ssb4d_source *src, const ssb4d_geometry *g, const int3
             idx[i] = i;
             dest[i] = (fftwf_complex *)G_plane(G, i);
         }
-        st = build_planes(G, src, idx, n_bf, dest, G->totals, G->block_bytes, nt, mem, o, 0.0, 1.0, err);
+        st = build_planes(G, src, idx, n_bf, dest, G->totals, G->store.block_bytes, nt, mem, o, 0.0, 1.0, err);
     } else {
         /* Groups of BF pixels: resident float32 planes are built in place, the others in the
          * group's buffer, then converted to half precision or dropped (streamed). */
-        size_t span = G->group_planes;
+        size_t span = G->store.group_planes;
         fftwf_complex *buf = ssb4d_mem_alloc(mem, span * plane_bytes_f32(G), "G build group", err);
         if (!buf)
             st = SSB4D_ENOMEM;
@@ -449,20 +449,20 @@ ssb4d_status ssb4d_gbuild(ssb4d_source *src, const ssb4d_geometry *g, const int3
                 idx[ib - ib0] = ib;
                 int64_t p = G->plane_of[ib];
                 dest[ib - ib0] = p == G_INACTIVE                ? NULL
-                                 : (p >= 0 && G->data)          ? G->data + (size_t)p * G->plane_stride
+                                 : (p >= 0 && G->store.data)          ? G->store.data + (size_t)p * G->plane_stride
                                  : o->half && p >= 0            ? buf + (ib - ib0) * G->plane_stride
                                  : NULL; /* streamed: the totals only */
             }
-            st = build_planes(G, src, idx, ib1 - ib0, dest, G->totals, G->block_bytes, nt, mem, o,
+            st = build_planes(G, src, idx, ib1 - ib0, dest, G->totals, G->store.block_bytes, nt, mem, o,
                               (double)gi / (double)n_groups, 1.0 / (double)n_groups, err);
-            if (!st && G->data_h) {
+            if (!st && G->store.data_h) {
                 size_t hp = G->plane_stride * 2;
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 4)
                 for (size_t ib = ib0; ib < ib1; ib++) {
                     int64_t p = G->plane_of[ib];
                     if (p >= 0)
-                        G->h_exp[p] = (int8_t)G_half_store((const float *)(buf + (ib - ib0) * G->plane_stride),
-                                                           G->data_h + (size_t)p * hp, hp);
+                        G->store.h_exp[p] = (int8_t)G_half_store((const float *)(buf + (ib - ib0) * G->plane_stride),
+                                                           G->store.data_h + (size_t)p * hp, hp);
                 }
             }
         }
@@ -481,15 +481,15 @@ ssb4d_status ssb4d_gbuild(ssb4d_source *src, const ssb4d_geometry *g, const int3
         ssb4d_G_free(G);
         return st;
     }
-    if (G->n_resident + G->n_remote == G->n_stored)
-        G->src = NULL; /* nothing to rebuild: the source may be closed */
+    if (G->store.n_resident + G->n_remote == G->n_stored)
+        G->store.src = NULL; /* nothing to rebuild: the source may be closed */
     *out = G;
     return SSB4D_OK;
 }
 
 /* ---- passes over a half or streamed G ------------------------------------------------------ */
 
-size_t G_group_span(const ssb4d_G *G) { return G_resident_f32(G) ? G->n_bf : G->group_planes; }
+size_t G_group_span(const ssb4d_G *G) { return G_resident_f32(G) ? G->n_bf : G->store.group_planes; }
 
 ssb4d_status G_group_init(const ssb4d_G *G, ssb4d_mem *mem, G_group *gr, ssb4d_err *err)
 {
@@ -501,7 +501,7 @@ ssb4d_status G_group_init(const ssb4d_G *G, ssb4d_mem *mem, G_group *gr, ssb4d_e
         return ssb_fail(err, SSB4D_ENOMEM, "out of memory");
     if (!G_resident_f32(G)) {
         gr->buf = ssb4d_mem_alloc(mem, gr->cap * G->plane_stride * sizeof(fftwf_complex),
-                                  G->data_h ? "G group (from half)" : "G group (streamed)", err);
+                                  G->store.data_h ? "G group (from half)" : "G group (streamed)", err);
         if (!gr->buf) {
             free(gr->planes);
             gr->planes = NULL;
@@ -530,7 +530,7 @@ ssb4d_status G_group_load(const ssb4d_G *G, size_t ib0, size_t ib1, G_group *gr,
             gr->planes[ib - ib0] = G_plane(G, ib);
         return SSB4D_OK;
     }
-    int nt = ssb_threads_resolve(G->threads);
+    int nt = ssb_threads_resolve(G->store.threads);
     size_t n = ib1 - ib0, n_stream = 0;
     size_t *idx = malloc((n ? n : 1) * sizeof *idx);
     fftwf_complex **dest = malloc((n ? n : 1) * sizeof *dest);
@@ -543,8 +543,8 @@ ssb4d_status G_group_load(const ssb4d_G *G, size_t ib0, size_t ib1, G_group *gr,
         fftwf_complex *slot = gr->buf + (ib - ib0) * G->plane_stride;
         if (p == G_INACTIVE || p == G_REMOTE)
             gr->planes[ib - ib0] = NULL;
-        else if (p >= 0 && G->data)
-            gr->planes[ib - ib0] = G->data + (size_t)p * G->plane_stride;
+        else if (p >= 0 && G->store.data)
+            gr->planes[ib - ib0] = G->store.data + (size_t)p * G->plane_stride;
         else {
             gr->planes[ib - ib0] = slot;
             if (p == G_STREAMED) {
@@ -553,21 +553,21 @@ ssb4d_status G_group_load(const ssb4d_G *G, size_t ib0, size_t ib1, G_group *gr,
             }
         }
     }
-    if (G->data_h) {
+    if (G->store.data_h) {
         size_t hp = G->plane_stride * 2;
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 4)
         for (size_t ib = ib0; ib < ib1; ib++) {
             int64_t p = G->plane_of[ib];
             if (p >= 0)
-                G_half_load(G->data_h + (size_t)p * hp, G->h_exp[p], (float *)(gr->buf + (ib - ib0) * G->plane_stride), hp);
+                G_half_load(G->store.data_h + (size_t)p * hp, G->store.h_exp[p], (float *)(gr->buf + (ib - ib0) * G->plane_stride), hp);
         }
     }
     ssb4d_status st = SSB4D_OK;
     if (n_stream) {
-        if (!G->src)
+        if (!G->store.src)
             st = ssb_fail(err, SSB4D_EINVAL, "G has streamed planes but no source to rebuild them from");
         else
-            st = build_planes(G, G->src, idx, n_stream, dest, NULL, G->block_bytes, nt, gr->mem, NULL,
+            st = build_planes(G, G->store.src, idx, n_stream, dest, NULL, G->store.block_bytes, nt, gr->mem, NULL,
                               0.0, 0.0, err);
     }
     free(idx), free(dest);
@@ -587,26 +587,26 @@ ssb4d_status ssb_G_subset(const ssb4d_G *G, const size_t *idx, size_t n, ssb4d_G
     if (!V)
         return ssb_fail(err, SSB4D_ENOMEM, "out of memory");
     *V = *G;
-    V->is_view = 1;
+    V->view.is_view = 1;
     V->n_bf = n;
     V->bf_pix = malloc(n * sizeof *V->bf_pix);
     V->plane_of = malloc(n * sizeof *V->plane_of);
     V->totals = malloc(n * sizeof *V->totals);
-    V->dev_ib = G->dev ? malloc(n * sizeof *V->dev_ib) : NULL;
-    if (!V->bf_pix || !V->plane_of || !V->totals || (G->dev && !V->dev_ib)) {
+    V->view.ib = G->store.dev ? malloc(n * sizeof *V->view.ib) : NULL;
+    if (!V->bf_pix || !V->plane_of || !V->totals || (G->store.dev && !V->view.ib)) {
         ssb4d_G_free(V);
         return ssb_fail(err, SSB4D_ENOMEM, "out of memory");
     }
     double grand = 0;
-    V->n_stored = V->n_resident = V->n_remote = V->own_lo = V->own_hi = 0;
+    V->n_stored = V->store.n_resident = V->n_remote = V->own_lo = V->own_hi = 0;
     for (size_t i = 0; i < n; i++) {
         V->bf_pix[i] = G->bf_pix[idx[i]];
         V->plane_of[i] = G->plane_of[idx[i]];
         V->totals[i] = G->totals[idx[i]];
-        if (V->dev_ib)
-            V->dev_ib[i] = G->dev_ib ? G->dev_ib[idx[i]] : idx[i];
+        if (V->view.ib)
+            V->view.ib[i] = G->view.ib ? G->view.ib[idx[i]] : idx[i];
         V->n_stored += V->plane_of[i] != G_INACTIVE;
-        V->n_resident += V->plane_of[i] >= 0;
+        V->store.n_resident += V->plane_of[i] >= 0;
         V->n_remote += V->plane_of[i] == G_REMOTE;
         V->own_lo += idx[i] < G->own_lo; /* the view's pixels that lie in G's own range */
         V->own_hi += idx[i] < G->own_hi;
@@ -625,7 +625,7 @@ size_t ssb4d_G_n_bf(const ssb4d_G *G) { return G->n_bf; }
 size_t ssb4d_G_n_stored(const ssb4d_G *G) { return G->n_stored; }
 size_t ssb4d_G_bytes(const ssb4d_G *G)
 {
-    return G->n_resident * G->plane_stride * (G->data_h ? 2 * sizeof(uint16_t) : sizeof(fftwf_complex));
+    return G->store.n_resident * G->plane_stride * (G->store.data_h ? 2 * sizeof(uint16_t) : sizeof(fftwf_complex));
 }
 double ssb4d_G_dc(const ssb4d_G *G) { return G->dc; }
 
@@ -642,8 +642,8 @@ const float *ssb4d_G_plane(const ssb4d_G *G, size_t i)
     return (const float *)G_plane(G, i);
 }
 
-size_t ssb4d_G_n_resident(const ssb4d_G *G) { return G->n_resident; }
-int ssb4d_G_is_half(const ssb4d_G *G) { return G->data_h != NULL; }
+size_t ssb4d_G_n_resident(const ssb4d_G *G) { return G->store.n_resident; }
+int ssb4d_G_is_half(const ssb4d_G *G) { return G->store.data_h != NULL; }
 
 ssb4d_status ssb4d_G_plane_copy(const ssb4d_G *G, size_t i, float *out, ssb4d_err *err)
 {
@@ -655,21 +655,21 @@ ssb4d_status ssb4d_G_plane_copy(const ssb4d_G *G, size_t i, float *out, ssb4d_er
         memcpy(out, p, used * sizeof *p);
         return SSB4D_OK;
     }
-    if (G->data_h) {
+    if (G->store.data_h) {
         if (G->plane_of[i] >= 0) {
-            G_half_load(G->data_h + (size_t)G->plane_of[i] * G->plane_stride * 2, G->h_exp[G->plane_of[i]], out, 2 * used);
+            G_half_load(G->store.data_h + (size_t)G->plane_of[i] * G->plane_stride * 2, G->store.h_exp[G->plane_of[i]], out, 2 * used);
             return SSB4D_OK;
         }
     }
     /* Streamed: rebuild this one plane into an aligned buffer (the plans need the alignment). */
-    fftwf_complex *buf = ssb4d_mem_alloc(G->mem, G->plane_stride * sizeof *buf, "G plane copy", err);
+    fftwf_complex *buf = ssb4d_mem_alloc(G->store.mem, G->plane_stride * sizeof *buf, "G plane copy", err);
     if (!buf)
         return SSB4D_ENOMEM;
-    ssb4d_status st = build_planes(G, G->src, &i, 1, &buf, NULL, G->block_bytes,
-                                   ssb_threads_resolve(G->threads), G->mem, NULL, 0.0, 0.0, err);
+    ssb4d_status st = build_planes(G, G->store.src, &i, 1, &buf, NULL, G->store.block_bytes,
+                                   ssb_threads_resolve(G->store.threads), G->store.mem, NULL, 0.0, 0.0, err);
     if (!st)
         memcpy(out, buf, used * sizeof *buf);
-    ssb4d_mem_free(G->mem, buf, 0);
+    ssb4d_mem_free(G->store.mem, buf, 0);
     return st;
 }
 
@@ -681,17 +681,17 @@ void ssb4d_G_sha256(const ssb4d_G *G, char hex[65])
     }
     ssb4d_sha256 *h = ssb_sha256_new();
     size_t used = G->ny * G->nxh;
-    if (G->data_h) {
+    if (G->store.data_h) {
         for (size_t i = 0; i < G->n_bf; i++)
             if (G->plane_of[i] >= 0) {
-                ssb_sha256_update(h, G->data_h + (size_t)G->plane_of[i] * G->plane_stride * 2,
+                ssb_sha256_update(h, G->store.data_h + (size_t)G->plane_of[i] * G->plane_stride * 2,
                                     2 * used * sizeof(uint16_t));
-                ssb_sha256_update(h, &G->h_exp[G->plane_of[i]], 1);
+                ssb_sha256_update(h, &G->store.h_exp[G->plane_of[i]], 1);
             }
     } else {
         G_group gr;
         ssb4d_err e;
-        if (G_group_init(G, G->mem, &gr, &e)) {
+        if (G_group_init(G, G->store.mem, &gr, &e)) {
             ssb_sha256_final_hex(h, hex);
             snprintf(hex, 65, "unavailable");
             return;
@@ -720,7 +720,7 @@ void ssb4d_G_blocks_sha256(const ssb4d_G *G, char hex[65])
     unsigned char *dig = calloc(nb ? nb : 1, 32);
     G_group gr;
     ssb4d_err e;
-    int ok = dig && lo % DIST_BLOCK == 0 && !G_group_init(G, G->mem, &gr, &e);
+    int ok = dig && lo % DIST_BLOCK == 0 && !G_group_init(G, G->store.mem, &gr, &e);
     size_t used = G->ny * G->nxh;
     /* this process's blocks (whole blocks: a full G's own range starts on one) */
     for (size_t ib0 = lo; ok && ib0 < hi; ib0 += gr.cap) {

@@ -10,35 +10,50 @@
 
 #include <fftw3.h>
 
-struct ssb4d_G {
-    size_t ny, nx, nxh;     /* scan shape, nx/2+1 */
-    size_t plane_stride;    /* complex values per plane (>= ny*nxh, multiple of 8) */
-    size_t n_bf, n_stored;
-    size_t det_shape[2];
-    int32_t *bf_pix;        /* all selected BF pixels, flat detector index, BF order */
-    int64_t *plane_of;      /* per BF pixel: resident plane index, G_INACTIVE or G_STREAMED */
+/* G is its layout (which BF pixel is which plane, and the planes' shape), its store (where the
+ * planes are held: host float32 or half precision, rebuilt from the source, a backend's copy) and,
+ * for a BF subset of another G, its view of that G's store. */
+
+/* The store: the planes and what holds them. A view shares its G's store (the copy of the
+ * pointers below), which that G owns and frees. */
+typedef struct {
     fftwf_complex *data;    /* n_resident float32 planes (NULL when half) */
     uint16_t *data_h;       /* half precision: n_resident planes of binary16 pairs (else NULL),
                                each plane scaled by 2^-h_exp[p] into binary16's range */
     int8_t *h_exp;          /* per half plane: its power-of-two scale */
     size_t n_resident;      /* stored planes held in data / data_h */
-    double *totals;         /* per BF pixel: sum over the scan in scan order (exact for counts) */
-    double dc;              /* mean over BF of the totals (SPEC 5.3) */
     ssb4d_mem *mem;
-    int is_view;            /* 1: data belongs to another G (ssb_G_subset) */
     /* What a streamed plane is rebuilt from (streaming mode, SPEC 9): the source, the block of
      * scan rows decoded at a time and the threads. */
     ssb4d_source *src;
     size_t block_bytes;
     size_t group_planes;    /* float32 planes a consumer materialises at once (multiple of 64) */
     int threads;
-    /* A copy of the stored planes on a device (src/ssb/dev.h; NULL: none), owned by the G that
-     * is not a view, which frees it with dev_free. dev_ib: a view's pixels' indices in that G
-     * (NULL: the identity). */
-    const struct ssb_dev_ops_s *dev_ops;
+    /* The backend whose copy of the stored planes serves G's passes (src/ssb/backend.h; NULL:
+     * the host planes, the CPU), set by whoever made the copy, with its state and its free. */
+    const struct ssb_backend *backend;
     struct ssb_dev *dev;
     void (*dev_free)(struct ssb_dev *dev);
-    size_t *dev_ib;
+} G_store;
+
+/* A view (ssb_G_subset): G's pixels are a subset of another G's, whose store it reads. */
+typedef struct {
+    int is_view;            /* 1: the store belongs to another G */
+    size_t *ib;             /* with a backend's copy: each pixel's index in the store's G (else NULL) */
+} G_view;
+
+struct ssb4d_G {
+    /* the layout */
+    size_t ny, nx, nxh;     /* scan shape, nx/2+1 */
+    size_t plane_stride;    /* complex values per plane (>= ny*nxh, multiple of 8) */
+    size_t n_bf, n_stored;
+    size_t det_shape[2];
+    int32_t *bf_pix;        /* all selected BF pixels, flat detector index, BF order */
+    int64_t *plane_of;      /* per BF pixel: resident plane index, G_INACTIVE or G_STREAMED */
+    double *totals;         /* per BF pixel: sum over the scan in scan order (exact for counts) */
+    double dc;              /* mean over BF of the totals (SPEC 5.3) */
+    G_store store;
+    G_view view;
     /* A distributed G (src/dist/dist.h; NULL: everything here): this rank holds the planes of
      * the BF pixels [own_lo, own_hi) only; the others' stored pixels are G_REMOTE (n_remote). */
     const struct ssb4d_dist *dist;
@@ -58,7 +73,7 @@ static inline size_t G_hi(const struct ssb4d_G *G) { return G->dist ? G->own_hi 
 static inline const fftwf_complex *G_plane(const struct ssb4d_G *G, size_t ib)
 {
     int64_t p = G->plane_of[ib];
-    return (p < 0 || !G->data) ? NULL : G->data + (size_t)p * G->plane_stride;
+    return (p < 0 || !G->store.data) ? NULL : G->store.data + (size_t)p * G->plane_stride;
 }
 
 /* A float32 plane into half precision: scaled by a power of two so that its largest component is
@@ -73,7 +88,7 @@ static inline int G_stored(const struct ssb4d_G *G, size_t ib) { return G->plane
 /* Every stored plane is resident in float32 (no group loading needed). */
 static inline int G_resident_f32(const struct ssb4d_G *G)
 {
-    return (G->data != NULL || (G->dist && !G->data_h)) && G->n_resident + G->n_remote == G->n_stored;
+    return (G->store.data != NULL || (G->dist && !G->store.data_h)) && G->store.n_resident + G->n_remote == G->n_stored;
 }
 
 /* Float32 planes of the BF pixels [ib0, ib1) for one pass of a consumer (loss, object, band):

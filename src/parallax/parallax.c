@@ -160,6 +160,50 @@ void parallax_workspace(size_t n_bf, size_t nb, ws_sink *out)
     ws_free(out, spectra, 0);
 }
 
+/* The sampled pixels' power of this process's pixels [lo, hi), added into pw (dist_pass_fn). */
+typedef struct {
+    const ssb4d_G *G;
+    G_group *gr;
+    const cfloat **sel;
+    double *pw;
+    size_t nbins, m, seen, lo, hi;
+    int nt;
+} power_pass;
+
+static ssb4d_status power_run(void *user, ssb4d_err *err)
+{
+    power_pass *p = user;
+    const ssb4d_G *G = p->G;
+    G_group *gr = p->gr;
+    const cfloat **sel = p->sel;
+    double *pw = p->pw;
+    const size_t nbins = p->nbins, m = p->m, lo = p->lo, hi = p->hi;
+    const int nt = p->nt;
+    size_t seen = p->seen;
+    ssb4d_status st = SSB4D_OK;
+    for (size_t g0 = lo; g0 < hi; g0 += gr->cap) {
+        size_t g1 = g0 + gr->cap < hi ? g0 + gr->cap : hi;
+        if ((st = G_group_load(G, g0, g1, gr, err)))
+            break;
+        /* the pixels of this group that are sampled, then threads over bins (each owns its bins) */
+        size_t ns = 0;
+        for (size_t ib = g0; ib < g1; ib++)
+            if (gr->planes[ib - g0] && seen++ % m == 0)
+                sel[ns++] = (const cfloat *)gr->planes[ib - g0];
+#pragma omp parallel for num_threads(nt) schedule(static)
+        for (size_t b = 0; b < nbins; b++) {
+            /* one running sum over the sampled pixels in BF order, whatever the groups */
+            double acc = pw[b];
+            for (size_t k = 0; k < ns; k++) {
+                float re = crealf(sel[k][b]), im = cimagf(sel[k][b]);
+                acc += (double)re * re + (double)im * im;
+            }
+            pw[b] = acc;
+        }
+    }
+    return st;
+}
+
 /* Chooses the nb strongest bins of Σ_k |G(q,k)|² over every m-th stored pixel, among bins away
  * from DC (3×3), off the Nyquist row/column, and inside the SSB passband |q| < 2α/λ. */
 static ssb4d_status select_bins(const ssb4d_G *G, const ssb4d_geometry *g, size_t want, int nt, px *p,
@@ -181,31 +225,8 @@ static ssb4d_status select_bins(const ssb4d_G *G, const ssb4d_geometry *g, size_
     const cfloat **sel = st ? NULL : malloc((gr.cap ? gr.cap : 1) * sizeof *sel);
     if (!st && !sel)
         st = ssb_fail(err, SSB4D_ENOMEM, "out of memory (parallax power)");
-    dist_seq sq = {0};
-    if (G->dist)
-        st = dist_seq_begin(G->dist, &sq, pw, nbins, st, err);
-    for (size_t g0 = lo; !st && g0 < hi; g0 += gr.cap) {
-        size_t g1 = g0 + gr.cap < hi ? g0 + gr.cap : hi;
-        if ((st = G_group_load(G, g0, g1, &gr, err)))
-            break;
-        /* the pixels of this group that are sampled, then threads over bins (each owns its bins) */
-        size_t ns = 0;
-        for (size_t ib = g0; ib < g1; ib++)
-            if (gr.planes[ib - g0] && seen++ % m == 0)
-                sel[ns++] = (const cfloat *)gr.planes[ib - g0];
-#pragma omp parallel for num_threads(nt) schedule(static)
-        for (size_t b = 0; b < nbins; b++) {
-            /* one running sum over the sampled pixels in BF order, whatever the groups */
-            double acc = pw[b];
-            for (size_t k = 0; k < ns; k++) {
-                float re = crealf(sel[k][b]), im = cimagf(sel[k][b]);
-                acc += (double)re * re + (double)im * im;
-            }
-            pw[b] = acc;
-        }
-    }
-    if (G->dist)
-        st = dist_seq_end(G->dist, &sq, pw, nbins, st, err);
+    power_pass pp = {G, &gr, sel, pw, nbins, m, seen, lo, hi, nt};
+    st = dist_seq_pass(G->dist, pw, nbins, st, power_run, &pp, err);
     free(sel);
     if (gr.mem || gr.planes)
         G_group_free(&gr);

@@ -1,33 +1,13 @@
-/* backend_cpu.c — the CPU backend: the session's passes are the library's stage functions. */
+/* backend_cpu.c — the CPU backend: G on the host, and the choice of a session's backend. */
 #include "common/err.h"
 #include "session/backend.h"
 
 static int always(void) { return 1; }
 
-ssb4d_status session_fit_tilt(const ssb4d_G *G, const ssb4d_geometry *g, const fit_tilt_params *p, ssb4d_mem *mem,
-                              fit_tilt_result *r, ssb4d_err *err)
-{
-    return fit_tilt(G, g, p, mem, r, NULL, err);
-}
-
-ssb4d_status session_loss(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d_aberrations *ab,
-                          const ssb4d_thick *thick, const ssb4d_ssb_opts *o, ssb4d_mem *mem, double *loss,
-                          ssb4d_err *err)
-{
-    return ssb4d_loss(G, g, ab, thick, o, mem, loss, NULL, err);
-}
-
 static const session_backend cpu = {
     .name = "cpu",
     .available = always,
     .gbuild = ssb4d_gbuild,
-    .G_free = ssb4d_G_free,
-    .fit = ssb4d_fit,
-    .fit_tilt = session_fit_tilt,
-    .loss = session_loss,
-    .object = ssb4d_object,
-    .object_loss = ssb4d_object_loss,
-    .mean_phase = ssb4d_mean_phase_upsampled,
 };
 
 const session_backend *session_backend_cpu(void) { return &cpu; }

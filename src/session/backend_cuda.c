@@ -1,7 +1,7 @@
 /* backend_cuda.c — the CUDA backend (src/session/backend.h): G is built as the CPU builds it,
- * then its planes go to the GPU (cuda_G_attach) and stay there; every pass over that G (the fit's
- * candidate batches, previews, the object, releases, region refits) finds them through G and
- * runs on the GPU (src/ssb/dev.h). */
+ * then its planes go to the GPU (cuda_G_attach) with the CUDA pass table (src/ssb/backend.h);
+ * every pass over that G (the fit's candidate batches, previews, the object, releases, region
+ * refits) runs on the GPU through that table. */
 #include "session/backend.h"
 
 #ifdef SSB4D_HAVE_CUDA /* CMakeLists.txt: the CUDA backend is in this build */
@@ -29,13 +29,6 @@ static const session_backend cuda = {
     .name = "cuda",
     .available = cuda_available,
     .gbuild = cuda_gbuild,
-    .G_free = ssb4d_G_free,
-    .fit = ssb4d_fit,
-    .fit_tilt = session_fit_tilt,
-    .loss = session_loss,
-    .object = ssb4d_object,
-    .object_loss = ssb4d_object_loss,
-    .mean_phase = ssb4d_mean_phase_upsampled,
 };
 
 const session_backend *session_backend_cuda(void) { return &cuda; }

@@ -5,6 +5,7 @@
  * Plan, then execute: the memory plan is made once, right after the calibration (the first point
  * where the BF pixel count is known), and every G the session builds is held as it says. */
 #include "common/err.h"
+#include "fit/tilt.h"
 #include "gbuild/gbuild.h"
 #include "source/source.h"
 #include "io/calfile.h"
@@ -169,7 +170,7 @@ ssb4d_status ssb4d_session_open_memory(const void *data, ssb4d_dtype dtype, cons
 static void drop_G(ssb4d_session *s)
 {
     if (s->G) {
-        s->bk->G_free(s->G);
+        ssb4d_G_free(s->G);
         s->G = NULL;
         ssb4d_mem_trim(s->mem);
     }
@@ -443,7 +444,7 @@ static ssb4d_status need_G(ssb4d_session *s, int kind, ssb4d_err *err)
     if (st || (s->G && (s->G_kind == kind || one_G(s))))
         return st;
     if (s->G) { /* the other copy goes first: both are never held */
-        s->bk->G_free(s->G);
+        ssb4d_G_free(s->G);
         s->G = NULL;
     }
     const ssb4d_plan *p = &s->plan;
@@ -510,7 +511,7 @@ ssb4d_status ssb4d_session_fit(ssb4d_session *s, const ssb4d_fit_params *p, ssb4
     fit_params(s, p, &fp);
     ssb4d_geometry g = fit_geometry(s);
     call_begin(s, "fit");
-    st = s->bk->fit(s->G, &g, &fp, s->mem, r, err);
+    st = ssb4d_fit(s->G, &g, &fp, s->mem, r, err);
     ssb4d_mem_trim(s->mem); /* the fit's tiles go back */
     call_end(s);
     if (st)
@@ -547,7 +548,7 @@ ssb4d_status ssb4d_session_fit_tilt(ssb4d_session *s, ssb4d_tilt_result *r, ssb4
     tp.band.threads = s->o.threads;
     fit_tilt_result tr;
     call_begin(s, "tilt fit");
-    st = s->bk->fit_tilt(s->G, &s->fit.geom, &tp, s->mem, &tr, err);
+    st = fit_tilt(s->G, &s->fit.geom, &tp, s->mem, &tr, NULL, err);
     call_end(s);
     if (st)
         return st;
@@ -646,16 +647,13 @@ ssb4d_status ssb4d_session_image_shape(ssb4d_session *s, int upsample, size_t *n
     return SSB4D_OK;
 }
 
-/* A release at native sampling on P: the object and the exact loss in one pass over G when the
- * backend has it (the same bits as the two passes it replaces), else those two passes. */
+/* A release at native sampling on P: the object and the exact loss (ssb4d_object_loss: one pass
+ * over G where it can, the same bits as the two passes it replaces). */
 static ssb4d_status release_pass(ssb4d_session *s, const ssb4d_G *P, const ssb4d_geometry *g,
                                  const ssb4d_aberrations *ab, const ssb4d_thick *thick, const ssb4d_ssb_opts *so,
                                  float *object, float *phase, double *loss, ssb4d_err *err)
 {
-    if (s->bk->object_loss)
-        return s->bk->object_loss(P, g, ab, thick, so, s->mem, object, phase, loss, err);
-    ssb4d_status st = s->bk->object(P, g, ab, thick, 1, so, s->mem, object, phase, err);
-    return st ? st : s->bk->loss(P, g, ab, thick, so, s->mem, loss, err);
+    return ssb4d_object_loss(P, g, ab, thick, so, s->mem, object, phase, loss, err);
 }
 
 ssb4d_status ssb4d_session_preview(ssb4d_session *s, const ssb4d_preview_req *q, float *phase, double *loss,
@@ -700,12 +698,12 @@ ssb4d_status ssb4d_session_preview(ssb4d_session *s, const ssb4d_preview_req *q,
         st = release_pass(s, P, &g, ab, thick, &so, NULL, phase, loss, err);
     if (!st && !release)
         st = q->estimator == SSB4D_ESTIMATE_MEAN_PHASE
-                 ? s->bk->mean_phase(P, &g, ab, thick, f, &so, s->mem, phase, err)
-                 : s->bk->object(P, &g, ab, thick, f, &so, s->mem, NULL, phase, err);
+                 ? ssb4d_mean_phase_upsampled(P, &g, ab, thick, f, &so, s->mem, phase, err)
+                 : ssb4d_object(P, &g, ab, thick, f, &so, s->mem, NULL, phase, err);
     if (!st && !release && q->want_loss)
-        st = s->bk->loss(P, &g, ab, thick, &so, s->mem, loss, err);
+        st = ssb4d_loss(P, &g, ab, thick, &so, s->mem, loss, NULL, err);
     if (sub)
-        s->bk->G_free(sub);
+        ssb4d_G_free(sub);
     call_end(s);
     return st;
 }
@@ -721,7 +719,7 @@ ssb4d_status ssb4d_session_object(ssb4d_session *s, int upsample, float *object,
     ssb4d_ssb_opts so;
     ssb_opts(s, &so);
     call_begin(s, "object");
-    st = s->bk->object(s->G, &s->geom, &s->ab, &s->thick, f, &so, s->mem, object, phase, err);
+    st = ssb4d_object(s->G, &s->geom, &s->ab, &s->thick, f, &so, s->mem, object, phase, err);
     call_end(s);
     return st;
 }
@@ -751,7 +749,7 @@ ssb4d_status ssb4d_session_loss(ssb4d_session *s, double *loss, ssb4d_err *err)
     ssb4d_ssb_opts so;
     ssb_opts(s, &so);
     call_begin(s, "exact loss");
-    st = s->bk->loss(s->G, &s->geom, &s->ab, &s->thick, &so, s->mem, loss, err);
+    st = ssb4d_loss(s->G, &s->geom, &s->ab, &s->thick, &so, s->mem, loss, NULL, err);
     call_end(s);
     return st;
 }
@@ -825,11 +823,11 @@ ssb4d_status ssb4d_session_fit_region(ssb4d_session *s, const size_t rect[4], co
     ssb4d_geometry g = fit_geometry(s);
     if (!st) {
         call_begin(s, "region fit");
-        st = s->bk->fit(RG, &g, &fp, s->mem, r, err);
+        st = ssb4d_fit(RG, &g, &fp, s->mem, r, err);
         call_end(s);
     }
     if (RG)
-        s->bk->G_free(RG);
+        ssb4d_G_free(RG);
     ssb4d_source_close(view); /* after G: a streamed G rebuilds its planes from the view */
     ssb4d_mem_trim(s->mem);
     return st;

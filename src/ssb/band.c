@@ -33,7 +33,7 @@
 #include "common/parallel.h"
 #include "dist/dist.h"
 #include "optics/optics.h"
-#include "ssb/dev.h"
+#include "ssb/backend.h"
 #include "ssb/ssb_internal.h"
 
 #include <math.h>
@@ -450,31 +450,6 @@ static void pixel_geometry(const band_geom *b, const band_rot *k, size_t ib, ban
     }
 }
 
-/* The sums of ssb4d_band_fit_rot on G's device (dev.h), into total (zeroed, n × nb × 4). */
-static ssb4d_status band_on_device(const struct ssb4d_G *G, const band_geom *b, const band_rot *rots, size_t nrot,
-                                   const band_set *sets, size_t n, double *total, ssb4d_mem *mem, ssb4d_err *err)
-{
-    ssb_band_set *ds = calloc(n, sizeof *ds);
-    const double **kt = calloc(3 * (nrot ? nrot : 1), sizeof *kt);
-    if (!ds || !kt) {
-        free(ds), free(kt);
-        ssb4d_status st = ssb_fail(err, SSB4D_ENOMEM, "out of memory");
-        return G->dist ? dist_agree(G->dist, st, err) : st; /* the other ranks' pass begins with it */
-    }
-    for (size_t i = 0; i < n; i++) {
-        ds[i].p = sets[i].p;
-        ds[i].rot = sets[i].rot;
-    }
-    for (size_t u = 0; u < nrot; u++)
-        kt[u] = rots[u].kx, kt[nrot + u] = rots[u].ky, kt[2 * nrot + u] = rots[u].Ak;
-    ssb_band_job j = {.nb = b->nb, .off = b->off, .qx = b->qx, .qy = b->qy, .q2 = b->q2, .lambda = b->lambda,
-                      .alpha0 = b->alpha0, .ang = {b->ang[0], b->ang[1]}, .nrot = nrot, .kx = kt, .ky = kt + nrot,
-                      .Ak = kt + 2 * nrot, .n = n, .sets = ds};
-    ssb4d_status st = G->dev_ops->band(G->dev, G, &j, total, mem, err);
-    free(ds), free(kt);
-    return st;
-}
-
 /* Checks shared by the band entry points; fills *o with the defaults when given NULL. */
 static ssb4d_status check_args(const ssb4d_geometry *g, const ssb4d_band_opts **o, ssb4d_band_opts *dflt,
                                ssb4d_err *err)
@@ -492,7 +467,7 @@ static ssb4d_status check_args(const ssb4d_geometry *g, const ssb4d_band_opts **
 }
 
 /* What a pass over G's pixels needs of its batch (band_pixel), also after the pass (band_pix). */
-typedef struct {
+typedef struct band_pass {
     const struct ssb4d_G *G;
     const band_geom *b;
     const band_rot *rots;
@@ -500,6 +475,7 @@ typedef struct {
     const band_set *sets;
     size_t n, nb1;
     band_scratch *ws;
+    int nt;             /* threads: ws[0..nt) */
 } band_pass;
 
 /* Pixel ib's sums for every set, added into a block's partials part (n × nb × 4). The plane is
@@ -535,6 +511,112 @@ static ssb4d_status band_pix(void *user, size_t ib, double *out, ssb4d_err *err)
     if (plane)
         band_pixel(u, ib, plane, &u->ws[0], out);
     return SSB4D_OK;
+}
+
+/* The band objective's pass as a plain job (backend.h), run by the backend holding G's planes;
+ * u is the same pass on the host tables, for the CPU's entry. */
+static ssb4d_status band_run(const struct ssb4d_G *G, const band_geom *b, const band_rot *rots, size_t nrot,
+                             const band_set *sets, size_t n, const band_pass *u, double *total, ssb4d_mem *mem,
+                             ssb4d_err *err)
+{
+    ssb_band_set *ds = calloc(n, sizeof *ds);
+    const double **kt = calloc(3 * (nrot ? nrot : 1), sizeof *kt);
+    if (!ds || !kt) {
+        free(ds), free(kt);
+        ssb4d_status st = ssb_fail(err, SSB4D_ENOMEM, "out of memory");
+        return G->dist ? dist_agree(G->dist, st, err) : st; /* the other ranks' pass begins with it */
+    }
+    for (size_t i = 0; i < n; i++) {
+        ds[i].p = sets[i].p;
+        ds[i].rot = sets[i].rot;
+    }
+    for (size_t r = 0; r < nrot; r++)
+        kt[r] = rots[r].kx, kt[nrot + r] = rots[r].ky, kt[2 * nrot + r] = rots[r].Ak;
+    const ssb_band_job j = {.nb = b->nb, .off = b->off, .qx = b->qx, .qy = b->qy, .q2 = b->q2, .lambda = b->lambda,
+                            .alpha0 = b->alpha0, .ang = {b->ang[0], b->ang[1]}, .nrot = nrot, .kx = kt,
+                            .ky = kt + nrot, .Ak = kt + 2 * nrot, .n = n, .sets = ds, .host = u};
+    ssb4d_status st = ssb_run_band(G, &j, total, mem, err);
+    free(ds), free(kt);
+    return st;
+}
+
+/* The CPU backend's band sums (backend.h): this process's pixels in blocks of SSB_BLOCK, in groups
+ * of planes at hand, each block's partial into the totals in block order (a distributed G: kept
+ * for the chain of dist.h). Reached by every rank of a distributed G. */
+ssb4d_status ssb_cpu_band(const struct ssb4d_G *G, const ssb_band_job *j, double *total, ssb4d_mem *mem,
+                          ssb4d_err *err)
+{
+    const band_pass *u = j->host;
+    const size_t nsum = u->n * u->nb1 * 4;
+    const int nt = u->nt;
+    /* G in groups of BF pixels whose float32 planes are at hand: all of G when it is resident in
+     * float32, else converted from half precision or rebuilt from the source (loss.c does the
+     * same). A group spans whole blocks, so the block order of the sums, and with it the bits,
+     * is the same for every group size and for a resident G. */
+    G_group gr = {0};
+    ssb4d_status st = G_group_init(G, mem, &gr, err);
+    const int have_group = !st;
+    if (!st && gr.cap % SSB_BLOCK && gr.cap < G->n_bf)
+        st = ssb_fail(err, SSB4D_EINTERNAL, "G groups of %zu pixels split the blocks of %d", gr.cap, SSB_BLOCK);
+    /* A distributed G: this rank's pixels [lo, hi) (one group: its planes are resident), their
+     * partials kept for the chain (dist.h); one process: [0, n_bf) in blocks. */
+    const size_t lo = G_lo(G), hi = G_hi(G);
+    dist_chain ch;
+    memset(&ch, 0, sizeof ch);
+    ch.d = G->dist, ch.len = nsum; /* a failure before dist_chain_init still reaches the agreement */
+    dist_seg *segs = NULL;
+    if (!st) {
+        segs = malloc(dist_segments_cap(lo, hi) * sizeof *segs);
+        if (!segs)
+            st = ssb_fail(err, SSB4D_ENOMEM, "out of memory");
+        else if (G->dist)
+            st = dist_chain_init(&ch, G->dist, nsum, segs, dist_segments(G->n_bf, lo, hi, segs), band_pix, (void *)u,
+                                 mem, err);
+    }
+    for (size_t g0 = lo; !st && g0 < hi; g0 += gr.cap) {
+        size_t g1 = g0 + gr.cap < hi ? g0 + gr.cap : hi;
+        if (ssb4d_mem_progress(mem, (double)(g0 - lo) / (double)(hi - lo))) {
+            st = ssb_fail(err, SSB4D_ECANCELLED, "cancelled");
+            break;
+        }
+        if ((st = G_group_load(G, g0, g1, &gr, err)))
+            break;
+        size_t nseg = dist_segments(G->n_bf, g0, g1, segs);
+#pragma omp parallel num_threads(nt)
+        {
+            band_scratch *w = &u->ws[omp_get_thread_num()];
+#pragma omp for ordered schedule(dynamic, 1)
+            for (size_t sg = 0; sg < nseg; sg++) {
+                if (segs[sg].kind == DIST_PIX)
+                    continue; /* a block begun on an earlier rank: band_pix, once it arrives */
+                memset(w->part, 0, nsum * sizeof(double));
+                for (size_t ib = segs[sg].a; ib < segs[sg].b; ib++) {
+                    const cfloat *plane = (const cfloat *)gr.planes[ib - g0];
+                    if (!plane || ssb4d_mem_poll(mem))
+                        continue; /* unstored: γ contributes nothing; cancelled: dropped below */
+                    band_pixel(u, ib, plane, w, w->part);
+                }
+#pragma omp ordered
+                {
+                    if (!G->dist || dist_chain_direct(&ch, segs[sg].kind))
+                        ssb_block_add(total, w->part, nsum);
+                    else {
+                        const double *parts[1] = {w->part};
+                        dist_chain_keep(&ch, &segs[sg], parts, &nsum, 1);
+                    }
+                }
+            }
+        }
+    }
+    free(segs);
+    if (!st && ssb4d_mem_cancelled(mem)) /* before the chain: every rank learns of it */
+        st = ssb_fail(err, SSB4D_ECANCELLED, "cancelled");
+    if (G->dist)
+        st = dist_chain_run(&ch, st, total, err);
+    dist_chain_free(&ch);
+    if (have_group)
+        G_group_free(&gr);
+    return st;
 }
 
 ssb4d_status ssb4d_band_fit_rot(const ssb4d_G *G, const ssb4d_geometry *g, const double *rotation_deg,
@@ -577,7 +659,7 @@ ssb4d_status ssb4d_band_fit_rot(const ssb4d_G *G, const ssb4d_geometry *g, const
     for (; !st && n_rot_init < nrot; n_rot_init++)
         if ((st = rot_init(&rots[n_rot_init], &b, g, urot[n_rot_init], mem, err)))
             break;
-    size_t nb = b.nb, nb1 = nb ? nb : 1, nsum = n * nb1 * 4;
+    size_t nb = b.nb, nb1 = nb ? nb : 1;
     const band_ws w = band_ws_sizes(nb, b.nr, b.nc, G->n_bf, n, nrot, ssb_threads_resolve(o->threads));
     int nt = (int)w.nt;
     /* Per-set tables: E, Qm, Qp (complex) and qt, allocated as one block. */
@@ -620,84 +702,13 @@ ssb4d_status ssb4d_band_fit_rot(const ssb4d_G *G, const ssb4d_geometry *g, const
         for (size_t i = 0; i < n; i++)
             set_tables(&sets[i], &b);
     }
-    /* G's planes on a device (dev.h): the sums are made there. */
-    const int on_dev = G->dev != NULL;
-    int dev_ran = 0; /* the device's pass ran the chain of a distributed G itself */
-    if (!st && on_dev) {
-        st = band_on_device(G, &b, rots, nrot, sets, n, total, mem, err);
-        dev_ran = 1;
-    }
-    /* G in groups of BF pixels whose float32 planes are at hand: all of G when it is resident in
-     * float32, else converted from half precision or rebuilt from the source (loss.c does the
-     * same). A group spans whole blocks, so the block order of the sums, and with it the bits,
-     * is the same for every group size and for a resident G. */
-    G_group gr = {0};
-    int have_group = 0;
-    if (!st && !on_dev) {
-        st = G_group_init(G, mem, &gr, err);
-        have_group = !st;
-    }
-    if (!st && !on_dev && gr.cap % SSB_BLOCK && gr.cap < G->n_bf)
-        st = ssb_fail(err, SSB4D_EINTERNAL, "G groups of %zu pixels split the blocks of %d", gr.cap, SSB_BLOCK);
-    /* A distributed G: this rank's pixels [lo, hi) (one group: its planes are resident), their
-     * partials kept for the chain (dist.h); one process: [0, n_bf) in blocks. */
-    const size_t lo = G_lo(G), hi = G_hi(G);
-    dist_chain ch;
-    memset(&ch, 0, sizeof ch);
-    ch.d = G->dist, ch.len = nsum; /* a failure before dist_chain_init still reaches the agreement */
-    band_pass pu = {G, &b, rots, nrot, sets, n, nb1, ws};
-    dist_seg *segs = NULL;
-    if (!st && !on_dev) {
-        segs = malloc(dist_segments_cap(lo, hi) * sizeof *segs);
-        if (!segs)
-            st = ssb_fail(err, SSB4D_ENOMEM, "out of memory");
-        else if (G->dist)
-            st = dist_chain_init(&ch, G->dist, nsum, segs, dist_segments(G->n_bf, lo, hi, segs), band_pix, &pu, mem,
-                                 err);
-    }
-    for (size_t g0 = lo; !st && !on_dev && g0 < hi; g0 += gr.cap) {
-        size_t g1 = g0 + gr.cap < hi ? g0 + gr.cap : hi;
-        if (ssb4d_mem_progress(mem, (double)(g0 - lo) / (double)(hi - lo))) {
-            st = ssb_fail(err, SSB4D_ECANCELLED, "cancelled");
-            break;
-        }
-        if ((st = G_group_load(G, g0, g1, &gr, err)))
-            break;
-        size_t nseg = dist_segments(G->n_bf, g0, g1, segs);
-#pragma omp parallel num_threads(nt)
-        {
-            band_scratch *w = &ws[omp_get_thread_num()];
-#pragma omp for ordered schedule(dynamic, 1)
-            for (size_t sg = 0; sg < nseg; sg++) {
-                if (segs[sg].kind == DIST_PIX)
-                    continue; /* a block begun on an earlier rank: band_pix, once it arrives */
-                memset(w->part, 0, nsum * sizeof(double));
-                for (size_t ib = segs[sg].a; ib < segs[sg].b; ib++) {
-                    const cfloat *plane = (const cfloat *)gr.planes[ib - g0];
-                    if (!plane || ssb4d_mem_poll(mem))
-                        continue; /* unstored: γ contributes nothing; cancelled: dropped below */
-                    band_pixel(&pu, ib, plane, w, w->part);
-                }
-#pragma omp ordered
-                {
-                    if (!G->dist || dist_chain_direct(&ch, segs[sg].kind))
-                        ssb_block_add(total, w->part, nsum);
-                    else {
-                        const double *parts[1] = {w->part};
-                        dist_chain_keep(&ch, &segs[sg], parts, &nsum, 1);
-                    }
-                }
-            }
-        }
-    }
-    free(segs);
-    if (!st && ssb4d_mem_cancelled(mem)) /* before the chain: every rank learns of it */
-        st = ssb_fail(err, SSB4D_ECANCELLED, "cancelled");
-    if (G->dist && !dev_ran)
-        st = dist_chain_run(&ch, st, total, err);
-    dist_chain_free(&ch);
-    if (have_group)
-        G_group_free(&gr);
+    /* The pass, as a plain job, on the backend that holds G's planes (backend.h); a failure
+     * before it still reaches the other ranks' agreement (dist.h). */
+    band_pass pu = {G, &b, rots, nrot, sets, n, nb1, ws, nt};
+    if (!st)
+        st = band_run(G, &b, rots, nrot, sets, n, &pu, total, mem, err);
+    else if (G->dist)
+        st = dist_agree(G->dist, st, err);
     if (!st)
         for (size_t i = 0; i < n; i++) {
             const double *t = total + i * nb1 * 4;
@@ -730,6 +741,55 @@ ssb4d_status ssb4d_band_fit(const ssb4d_G *G, const ssb4d_geometry *g, const ssb
     return ssb4d_band_fit_rot(G, g, NULL, ab, thick, n, o, mem, fit, err);
 }
 
+/* The CPU backend's band power (backend.h): per bin, Σ_k |G|² in BF order, group after group;
+ * threads split the bins, never the sum over k, so the bits do not depend on the threads or the
+ * group size. */
+ssb4d_status ssb_cpu_band_power(const struct ssb4d_G *G, const ssb_power_job *j, ssb4d_mem *mem, ssb4d_err *err)
+{
+    G_group gr = {0};
+    ssb4d_status st = G_group_init(G, mem, &gr, err);
+    if (st)
+        return st;
+    const size_t lo = G_lo(G), hi = G_hi(G), nb = j->nb, chunk = 1024, nchunks = (nb + chunk - 1) / chunk;
+    const size_t *off = j->off;
+    const double *Ak = j->Ak;
+    double *acc = j->acc;
+    int nt = ssb_threads_resolve(j->threads);
+    for (size_t g0 = lo; g0 < hi; g0 += gr.cap) {
+        size_t g1 = g0 + gr.cap < hi ? g0 + gr.cap : hi;
+        if ((st = G_group_load(G, g0, g1, &gr, err)))
+            break;
+#pragma omp parallel for num_threads(nt) schedule(static)
+        for (size_t c = 0; c < nchunks; c++) {
+            size_t m0 = c * chunk, m1 = m0 + chunk < nb ? m0 + chunk : nb;
+            for (size_t ib = g0; ib < g1; ib++) {
+                const float *plane = (const float *)gr.planes[ib - g0];
+                if (!plane || Ak[ib] == 0.0)
+                    continue;
+                for (size_t m = m0; m < m1; m++) {
+                    double re = plane[2 * off[m]], im = plane[2 * off[m] + 1];
+                    acc[m] += re * re + im * im;
+                }
+            }
+        }
+    }
+    G_group_free(&gr);
+    return st;
+}
+
+/* The band power's pass (dist_pass_fn). */
+typedef struct {
+    const ssb4d_G *G;
+    const ssb_power_job *j;
+    ssb4d_mem *mem;
+} power_pass;
+
+static ssb4d_status power_run(void *user, ssb4d_err *err)
+{
+    const power_pass *p = user;
+    return ssb_run_band_power(p->G, p->j, p->mem, err);
+}
+
 ssb4d_status ssb4d_band_power(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d_band_opts *o,
                               ssb4d_mem *mem, double *power, ssb4d_err *err)
 {
@@ -747,47 +807,10 @@ ssb4d_status ssb4d_band_power(const ssb4d_G *G, const ssb4d_geometry *g, const s
     double *acc = st ? NULL : ssb4d_mem_calloc(mem, band_ws_sizes(b.nb, b.nr, b.nc, G->n_bf, 0, 0, 1).power, "band power", err);
     if (!st && !acc)
         st = SSB4D_ENOMEM;
-    G_group gr = {0};
-    int have_group = 0;
-    const int on_dev = G->dev != NULL; /* the sums on G's device (dev.h) */
-    /* A distributed G: the sum passes rank to rank, each adding its own pixels (dist.h). */
-    const size_t lo = G_lo(G), hi = G_hi(G);
-    dist_seq sq = {0};
-    if (G->dist)
-        st = dist_seq_begin(G->dist, &sq, acc, b.nb, st, err);
-    if (!st && on_dev) /* from acc: the earlier ranks' sum */
-        st = G->dev_ops->band_power(G->dev, G, b.nb, b.off, k.Ak, acc, err);
-    if (!st && !on_dev) {
-        st = G_group_init(G, mem, &gr, err);
-        have_group = !st;
-    }
-    /* Per bin, Σ_k |G|² in BF order, group after group: threads split the bins, never the sum
-     * over k, so the bits do not depend on the threads or the group size. */
-    int nt = ssb_threads_resolve(o->threads);
-    const size_t chunk = 1024;
-    size_t nchunks = (b.nb + chunk - 1) / chunk;
-    for (size_t g0 = lo; !st && !on_dev && g0 < hi; g0 += gr.cap) {
-        size_t g1 = g0 + gr.cap < hi ? g0 + gr.cap : hi;
-        if ((st = G_group_load(G, g0, g1, &gr, err)))
-            break;
-#pragma omp parallel for num_threads(nt) schedule(static)
-        for (size_t c = 0; c < nchunks; c++) {
-            size_t m0 = c * chunk, m1 = m0 + chunk < b.nb ? m0 + chunk : b.nb;
-            for (size_t ib = g0; ib < g1; ib++) {
-                const float *plane = (const float *)gr.planes[ib - g0];
-                if (!plane || k.Ak[ib] == 0.0)
-                    continue;
-                for (size_t m = m0; m < m1; m++) {
-                    double re = plane[2 * b.off[m]], im = plane[2 * b.off[m] + 1];
-                    acc[m] += re * re + im * im;
-                }
-            }
-        }
-    }
-    if (G->dist)
-        st = dist_seq_end(G->dist, &sq, acc, b.nb, st, err);
-    if (have_group)
-        G_group_free(&gr);
+    /* The sums on G's backend, from acc (a distributed G: the earlier ranks' sum, dist.h). */
+    const ssb_power_job pj = {.nb = b.nb, .off = b.off, .Ak = k.Ak, .threads = o->threads, .acc = acc};
+    power_pass pp = {G, &pj, mem};
+    st = dist_seq_pass(G->dist, acc, b.nb, st, power_run, &pp, err);
     if (!st) {
         double p = 0.0;
         for (size_t m = 0; m < b.nb; m++)

@@ -9,7 +9,7 @@
 #include "common/fftw_lock.h"
 #include "common/parallel.h"
 #include "dist/dist.h"
-#include "ssb/dev.h"
+#include "ssb/backend.h"
 #include "ssb/ssb_internal.h"
 
 #include <math.h>
@@ -611,23 +611,22 @@ static void stack_free(stack *k, ssb4d_mem *mem)
     free(k->c), free(k->Eq), free(k->total), free(k->S2);
 }
 
-/* The per-pixel phases of n parameter sets at once: every G plane is read once per block and
- * serves all n (a batch of fit candidates shares each read of G). Each set's arithmetic and
- * summation order is exactly that of a batch of one, so loss[i] does not depend on n. */
-static ssb4d_status phase_stack(const ssb4d_G *G, const ssb4d_geometry *g,
-                                const ssb4d_aberrations *ab, const ssb4d_thick *thick, size_t n,
-                                int f, const ssb4d_ssb_opts *o, ssb4d_mem *mem, double *loss,
-                                float *mean_phase, float *object, float *phase, ssb4d_err *err)
+/* The CPU backend's phase stack (backend.h): the per-pixel phases of n parameter sets at once;
+ * every G plane is read once per block and serves all n (a batch of fit candidates shares each
+ * read of G). Each set's arithmetic and summation order is exactly that of a batch of one, so
+ * loss[i] does not depend on n. An object alone is object.c's sum. */
+ssb4d_status ssb_cpu_phases(const ssb4d_G *G, const ssb_phase_job *j, ssb4d_mem *mem, ssb4d_err *err)
 {
-    ssb4d_ssb_opts dflt;
-    if (!o) {
-        ssb4d_ssb_opts_default(&dflt);
-        o = &dflt;
-    }
-    if (n == 0)
-        return SSB4D_OK;
-    if (ssb_dev_serves(G, o)) /* G's planes are on a device: the pass runs there (dev.h) */
-        return ssb_dev_phase_stack(G, g, ab, thick, n, f, mem, loss, mean_phase, object, phase, err);
+    if ((j->object || j->phase) && !j->loss && !j->mean_phase)
+        return ssb_cpu_object(G, j, mem, err);
+    const ssb4d_geometry *g = j->g;
+    const ssb4d_aberrations *ab = j->ab;
+    const ssb4d_thick *thick = j->thick;
+    const ssb4d_ssb_opts *o = j->o;
+    const size_t n = j->n;
+    const int f = j->f;
+    double *loss = j->loss;
+    float *mean_phase = j->mean_phase, *object = j->object, *phase = j->phase;
     /* The fused release (object or phase given; n = 1, f = 1, the real path): tiled, and the
      * tile's spectra kept for the object's sum (release_workspace's order). */
     const int fusing = object || phase;
@@ -712,6 +711,23 @@ static ssb4d_status phase_stack(const ssb4d_G *G, const ssb4d_geometry *g,
     if (fusing)
         ssb4d_mem_free(mem, fb.acc, 0);
     return st;
+}
+
+/* The stage functions: the job, run by the backend that holds G's planes (backend.h). */
+static ssb4d_status phase_stack(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d_aberrations *ab,
+                                const ssb4d_thick *thick, size_t n, int f, const ssb4d_ssb_opts *o, ssb4d_mem *mem,
+                                double *loss, float *mean_phase, float *object, float *phase, ssb4d_err *err)
+{
+    ssb4d_ssb_opts dflt;
+    if (!o) {
+        ssb4d_ssb_opts_default(&dflt);
+        o = &dflt;
+    }
+    if (n == 0)
+        return SSB4D_OK;
+    const ssb_phase_job j = {.g = g, .ab = ab, .thick = thick, .n = n, .f = f, .o = o, .loss = loss,
+                             .mean_phase = mean_phase, .object = object, .phase = phase};
+    return ssb_run_phases(G, &j, mem, err);
 }
 
 ssb4d_status ssb4d_loss(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d_aberrations *ab,

@@ -6,7 +6,7 @@
 #include "common/fftw_lock.h"
 #include "common/parallel.h"
 #include "dist/dist.h"
-#include "ssb/dev.h"
+#include "ssb/backend.h"
 #include "ssb/ssb_internal.h"
 
 #include <math.h>
@@ -108,10 +108,19 @@ ssb4d_status ssb4d_object(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d
         ssb4d_ssb_opts_default(&dflt);
         o = &dflt;
     }
-    if (ssb_dev_serves(G, o)) /* G's planes are on a device: the sum runs there (dev.h) */
-        return ssb_dev_phase_stack(G, g, ab, thick, 1, upsample, mem, NULL, NULL, object, phase, err);
+    const ssb_phase_job j = {.g = g, .ab = ab, .thick = thick, .n = 1, .f = upsample, .o = o, .object = object,
+                             .phase = phase};
+    return ssb_run_phases(G, &j, mem, err);
+}
+
+/* The CPU backend's object (backend.h): set 0's corrected spectra summed bin by bin. */
+ssb4d_status ssb_cpu_object(const ssb4d_G *G, const ssb_phase_job *j, ssb4d_mem *mem, ssb4d_err *err)
+{
+    const ssb4d_ssb_opts *o = j->o;
+    const int upsample = j->f;
+    float *object = j->object, *phase = j->phase;
     ssb_ctx c;
-    ssb4d_status st = ssb_ctx_init(&c, G, g, ab, thick, upsample, err);
+    ssb4d_status st = ssb_ctx_init(&c, G, j->g, j->ab, j->thick, upsample, err);
     if (st)
         return seq_fail(G, st, err);
     size_t nyf = c.nyf, nxf = c.nxf;

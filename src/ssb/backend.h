@@ -1,0 +1,89 @@
+/* backend.h — one interface under the SSB passes (as ggml's ggml_backend_i): where a pass over
+ * G's BF pixels runs.
+ *
+ * The stage functions (ssb4d_loss, ssb4d_loss_batch, ssb4d_mean_phase_upsampled, ssb4d_object,
+ * ssb4d_object_loss, ssb4d_band_fit_rot, ssb4d_band_power) describe the pass as a plain job
+ * (which parameter sets, what to produce) and hand it to the backend that holds G's planes:
+ * G's store names it (G->store.backend, set by whoever built the store; NULL: the host planes,
+ * the CPU backend). The CPU is a backend like the others: its entries are the loops of loss.c,
+ * object.c and band.c (ssb_backend_cpu, backend.c). The CUDA backend's table lives in
+ * src/cuda/device.c and is attached with G's device copy (cuda_G_attach): cuda/ sits above ssb/,
+ * so it hands its table down through G rather than ssb/ reaching up.
+ *
+ * What a backend does not run — a NULL entry, or the complex path where complex_path is 0 — runs
+ * on the CPU backend over the host planes; that rule is ssb_backend_serving's, in backend.c. Every
+ * backend gives each entry's results in the CPU's order of sums (SPEC §11), ranks included: an
+ * entry of a distributed G is reached by every rank and ends with every rank's totals. */
+#ifndef SSB4D_SSB_BACKEND_H
+#define SSB4D_SSB_BACKEND_H
+#include "ssb/ssb_internal.h"
+
+/* The phase stack: n parameter sets ab[0..n) (thick[0..n) or NULL; same G, geometry and
+ * upsampling f) over all of G's BF pixels, from one pass. Any output may be NULL:
+ *   loss[n]: each set's exact loss;  mean_phase[n * nyf * nxf]: each set's mean phase;
+ *   object (complex pairs), phase: set 0's object at upsampling f and its phase.
+ * An object without loss or mean phase is ssb4d_object's pass (any path and f); an object with
+ * the loss is the fused release (n = 1, f = 1, the real path). */
+typedef struct {
+    const ssb4d_geometry *g;
+    const ssb4d_aberrations *ab;
+    const ssb4d_thick *thick;
+    size_t n;
+    int f;
+    const ssb4d_ssb_opts *o; /* never NULL */
+    double *loss;
+    float *mean_phase, *object, *phase;
+} ssb_phase_job;
+
+/* The band objective's pass (band.c): its bins, per distinct rotation the BF pixels' k and A(k),
+ * and the parameter sets. */
+typedef struct {
+    ssb_phys p;                                        /* its parameters (optics/physics.h) */
+    size_t rot;                                        /* its rotation's index */
+} ssb_band_set;
+typedef struct {
+    size_t nb;                          /* bins of the band on the stored half plane */
+    const size_t *off;                  /* bin → offset in a plane (row·nxh + col) */
+    const double *qx, *qy, *q2;
+    double lambda, alpha0, ang[2];
+    size_t nrot;
+    const double *const *kx, *const *ky, *const *Ak; /* nrot tables of n_bf values */
+    size_t n;
+    const ssb_band_set *sets;
+    const struct band_pass *host;       /* the same pass as band.c's host tables (the CPU's entry) */
+} ssb_band_job;
+
+/* ssb4d_band_power's sums: acc[bin] += Σ_k |G(q,k)|² over the pixels with Ak[k] != 0, in BF order
+ * (acc holds the earlier ranks' sum of a distributed G). */
+typedef struct {
+    size_t nb;
+    const size_t *off;
+    const double *Ak;
+    int threads;
+    double *acc;
+} ssb_power_job;
+
+typedef struct ssb_backend {
+    const char *name;
+    int complex_path; /* runs phase jobs on SSB4D_PATH_COMPLEX (else the CPU does) */
+    ssb4d_status (*phases)(const struct ssb4d_G *G, const ssb_phase_job *j, ssb4d_mem *mem, ssb4d_err *err);
+    /* total[(set·nb + bin)·4 + {Re N, Im N, D, E}], zeroed by the caller */
+    ssb4d_status (*band)(const struct ssb4d_G *G, const ssb_band_job *j, double *total, ssb4d_mem *mem,
+                         ssb4d_err *err);
+    ssb4d_status (*band_power)(const struct ssb4d_G *G, const ssb_power_job *j, ssb4d_mem *mem, ssb4d_err *err);
+} ssb_backend;
+
+/* The CPU backend: loss.c's phase stack, object.c's sum, band.c's sums, over the host planes. */
+extern const ssb_backend ssb_backend_cpu;
+ssb4d_status ssb_cpu_phases(const struct ssb4d_G *G, const ssb_phase_job *j, ssb4d_mem *mem, ssb4d_err *err);
+ssb4d_status ssb_cpu_object(const struct ssb4d_G *G, const ssb_phase_job *j, ssb4d_mem *mem, ssb4d_err *err);
+ssb4d_status ssb_cpu_band(const struct ssb4d_G *G, const ssb_band_job *j, double *total, ssb4d_mem *mem,
+                          ssb4d_err *err);
+ssb4d_status ssb_cpu_band_power(const struct ssb4d_G *G, const ssb_power_job *j, ssb4d_mem *mem, ssb4d_err *err);
+
+/* The passes, run by the backend that serves them for G (the stage functions call only these). */
+ssb4d_status ssb_run_phases(const struct ssb4d_G *G, const ssb_phase_job *j, ssb4d_mem *mem, ssb4d_err *err);
+ssb4d_status ssb_run_band(const struct ssb4d_G *G, const ssb_band_job *j, double *total, ssb4d_mem *mem,
+                          ssb4d_err *err);
+ssb4d_status ssb_run_band_power(const struct ssb4d_G *G, const ssb_power_job *j, ssb4d_mem *mem, ssb4d_err *err);
+#endif
