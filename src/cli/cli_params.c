@@ -20,16 +20,21 @@ void cli_param_options(struct option *opts, size_t *n, size_t cap, ssb4d_op op, 
     opts[*n] = (struct option){0, 0, 0, 0};
 }
 
-int cli_param_handle(int c, const char *arg, void *const targets[SSB4D_OP_COUNT])
+const ssb4d_param *cli_param_row(int c)
 {
     if (c < CLI_OPT_PARAM || c >= CLI_OPT_PARAM + SSB4D_OP_COUNT * 100)
+        return NULL;
+    size_t rows, i = (size_t)((c - CLI_OPT_PARAM) % 100);
+    const ssb4d_param *t = ssb4d_params((ssb4d_op)((c - CLI_OPT_PARAM) / 100), &rows);
+    return i < rows ? &t[i] : NULL;
+}
+
+int cli_param_handle(int c, const char *arg, void *const targets[SSB4D_OP_COUNT])
+{
+    const ssb4d_param *p = cli_param_row(c);
+    if (!p || !targets[(c - CLI_OPT_PARAM) / 100])
         return 0;
     ssb4d_op op = (ssb4d_op)((c - CLI_OPT_PARAM) / 100);
-    size_t rows, i = (size_t)((c - CLI_OPT_PARAM) % 100);
-    const ssb4d_param *t = ssb4d_params(op, &rows);
-    if (i >= rows || !targets[op])
-        return 0;
-    const ssb4d_param *p = &t[i];
     ssb4d_err err = {0};
     if (p->type == SSB4D_PARAM_BOOL) /* a flag: --no-… clears it, else it sets it */
         return ssb4d_param_parse(p, targets[op], p->flags & SSB4D_PARAM_NEGATED ? "0" : "1", &err) ? -1 : 1;
@@ -85,7 +90,7 @@ static void default_text(const ssb4d_param *p, char *buf, size_t n)
 #define HELP_COL 24
 #define HELP_WIDTH 88
 
-void cli_param_help(FILE *f, ssb4d_op op, const char *const *names)
+void cli_param_help(FILE *f, ssb4d_op op, const char *const *names, int with_defaults)
 {
     for (const char *const *w = names; *w; w++) {
         const ssb4d_param *p = ssb4d_param_find(op, *w);
@@ -94,8 +99,10 @@ void cli_param_help(FILE *f, ssb4d_op op, const char *const *names)
         char head[96], text[1024], dflt[96], mv[64];
         metavar(p, mv, sizeof mv);
         default_text(p, dflt, sizeof dflt);
+        if (!with_defaults)
+            dflt[0] = 0;
         int k = snprintf(head, sizeof head, "  --%s%s", p->option, mv);
-        snprintf(text, sizeof text, "%s%s", p->help, dflt);
+        snprintf(text, sizeof text, "%s%s%s", p->flags & SSB4D_PARAM_NEGATED ? "skip " : "", p->help, dflt);
         /* the option, then the help wrapped at HELP_WIDTH from column HELP_COL */
         if (k + 1 > HELP_COL)
             fprintf(f, "%s\n%*s", head, HELP_COL, "");

@@ -19,7 +19,10 @@ void cli_param_options(struct option *opts, size_t *n, size_t cap, ssb4d_op op, 
  * was refused, with the command's error line on stderr ("ssb4d CMD: --trials must be …"). */
 int cli_param_handle(int c, const char *arg, void *const targets[SSB4D_OP_COUNT]);
 
-/* The --help lines of op's rows named in names (NULL-terminated), in that order, with their
- * defaults. */
-void cli_param_help(FILE *f, ssb4d_op op, const char *const *names);
+/* The row of a table option's getopt id c, or NULL. */
+const ssb4d_param *cli_param_row(int c);
+
+/* The --help lines of op's rows named in names (NULL-terminated), in that order; with_defaults:
+ * each with "(default X)" where the table has one. */
+void cli_param_help(FILE *f, ssb4d_op op, const char *const *names, int with_defaults);
 #endif

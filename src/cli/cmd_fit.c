@@ -53,7 +53,7 @@ static const char *const FIT_TABLE_TAIL[] = {"fit-radius", "no-branch-check", NU
 static void fit_help(FILE *f, const char *out_dir)
 {
     fprintf(f, "search:\n");
-    cli_param_help(f, SSB4D_OP_FIT, FIT_TABLE_SEARCH);
+    cli_param_help(f, SSB4D_OP_FIT, FIT_TABLE_SEARCH, 1);
     fprintf(f,
             "  --range P=LO:HI       search box, P = C10 (nm, default -40:40), C12 (nm, 0:10) or\n"
             "                        phi12 (deg, -90:90); repeatable\n"
@@ -66,7 +66,7 @@ static void fit_help(FILE *f, const char *out_dir)
             "  --lock P[,P]          hold C10, C12 and/or phi12 at the start value (default 0,5,0;\n"
             "                        phi12 in the probe frame when the rotation is searched); the\n"
             "                        search then starts there, as with --start\n");
-    cli_param_help(f, SSB4D_OP_FIT, FIT_TABLE_TAIL);
+    cli_param_help(f, SSB4D_OP_FIT, FIT_TABLE_TAIL, 1);
     fprintf(f,
             "  --tilt                also fit the thick-sample model: tilt (mrad) and thickness (nm)\n"
             "rotation: a rotation that was stated (--rotation, --calibration from ssb4d fit or with a\n"
@@ -81,7 +81,7 @@ static void fit_help(FILE *f, const char *out_dir)
             "output:\n"
             "  -o, --output DIR      output folder (default %s); it is created if needed\n",
             out_dir);
-    cli_param_help(f, SSB4D_OP_PREVIEW, (const char *const[]){"upsample", NULL});
+    cli_param_help(f, SSB4D_OP_PREVIEW, (const char *const[]){"upsample", NULL}, 1);
     fprintf(f,
             "  --force               replace outputs that already exist in DIR (without it they are\n"
             "                        refused before any work)\n"

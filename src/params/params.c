@@ -36,7 +36,7 @@ static const ssb4d_param FIT_ROWS[] = {
     FIT(coarse_bf, "coarse_bf", NULL, SSB4D_PARAM_SIZE, "", 0, INFINITY, 256, NULL, 0,
         "BF pixels of the coarse subset (0: no coarse stage)"),
     FIT(branch_check, "branch_check", "no-branch-check", SSB4D_PARAM_BOOL, "", 0, 1, 1, NULL, SSB4D_PARAM_NEGATED,
-        "the 180-degree branch check (--no-branch-check skips it)"),
+        "the 180-degree branch check"),
     FIT(use_parallax, "use_parallax", NULL, SSB4D_PARAM_BOOL, "", 0, 1, 1, NULL, 0,
         "start from the parallax (tilt-corrected bright-field) estimate"),
 };
@@ -48,9 +48,9 @@ static const ssb4d_param FIT_ROWS[] = {
     ROW(ssb4d_aberrations, phi_deg[i], name, opt, SSB4D_PARAM_DOUBLE, "deg", -1e4, 1e4, 0, NULL, 0, help)
 #define CMAX 1e8 /* nm: 0.1 m, beyond any lens; keeps χ finite */
 static const ssb4d_param ABERR_ROWS[] = {
-    CNM(SSB4D_C10, "C10_nm", "c10", 1e5, "defocus C10 (nm)"),
+    CNM(SSB4D_C10, "C10_nm", "c10", 1e5, "defocus coefficient C10 (nm; C10 = -defocus)"),
     CNM(SSB4D_C12, "C12_nm", "c12", 1e5, "two-fold astigmatism C12 (nm)"),
-    PHI(SSB4D_C12, "phi12_deg", "phi12", "its angle phi12 in the scan frame (degrees)"),
+    PHI(SSB4D_C12, "phi12_deg", "phi12", "the angle phi12 of C12 in the scan frame (degrees)"),
     CNM(SSB4D_C21, "C21_nm", NULL, CMAX, "axial coma C21 (nm)"),
     PHI(SSB4D_C21, "phi21_deg", NULL, "its angle phi21 (degrees)"),
     CNM(SSB4D_C23, "C23_nm", NULL, CMAX, "three-fold astigmatism C23 (nm)"),
@@ -78,9 +78,9 @@ static const ssb4d_param ABERR_ROWS[] = {
 /* ---- the thick-sample model: ssb4d_thick --------------------------------------------------- */
 static const ssb4d_param THICK_ROWS[] = {
     ROW(ssb4d_thick, tilt_mrad, "tilt_mrad", "tilt", SSB4D_PARAM_PAIR, "mrad", -1000, 1000, 0, NULL, 0,
-        "specimen tilt (row, col) in the scan frame (mrad)"),
+        "thick-sample tilt (row, col) in the scan frame (mrad), with the thickness"),
     ROW(ssb4d_thick, thickness_nm, "thickness_nm", "thickness", SSB4D_PARAM_DOUBLE, "nm", 0, 1e4, 0, NULL, 0,
-        "specimen thickness (nm; 0: thin)"),
+        "thick-sample model thickness (nm); 0 = standard SSB"),
 };
 
 /* ---- a preview: ssb4d_preview_req ---------------------------------------------------------- */
@@ -104,24 +104,24 @@ static const ssb4d_param PREVIEW_ROWS[] = {
 #define CAL(field, name, opt, type, unit, lo, hi, def, flags, help) \
     ROW(ssb4d_calib_params, field, name, opt, type, unit, lo, hi, def, NULL, flags, help)
 static const ssb4d_param CALIBRATE_ROWS[] = {
-    CAL(kv, "kv", "kv", SSB4D_PARAM_DOUBLE, "kV", 0, 1e4, NAN, SSB4D_PARAM_MIN_OPEN,
+    CAL(kv, "kv", "kv", SSB4D_PARAM_DOUBLE, "kV", 1, 5000, NAN, 0,
         "accelerating voltage (kV)"),
     CAL(semiangle_mrad, "semiangle_mrad", "semiangle", SSB4D_PARAM_DOUBLE, "mrad", 0, 1e3, NAN,
-        SSB4D_PARAM_MIN_OPEN, "convergence semi-angle (mrad)"),
-    CAL(scan_step_A, "scan_step_A", "scan-step", SSB4D_PARAM_PAIR, "Å", 0, 1e7, NAN, SSB4D_PARAM_MIN_OPEN,
-        "scan step (Å; one number or row,col)"),
-    CAL(det_sampling_mrad, "det_sampling_mrad", "det-sampling", SSB4D_PARAM_PAIR, "mrad", 0, 1e3, 0, 0,
-        "detector sampling (mrad per pixel; one number or row,col; 0: fitted from the disk edge)"),
+        SSB4D_PARAM_MIN_OPEN, "probe convergence semi-angle (mrad)"),
+    CAL(scan_step_A, "scan_step_A", "scan-step", SSB4D_PARAM_PAIR, "Å", 0, 1e6, NAN, SSB4D_PARAM_MIN_OPEN,
+        "scan step (Angstrom), one value or ROW,COL"),
+    CAL(det_sampling_mrad, "det_sampling_mrad", "det-sampling", SSB4D_PARAM_PAIR, "mrad", 0, 1e3, 0, SSB4D_PARAM_MIN_OPEN,
+        "detector sampling (mrad/pixel), one value or ROW,COL; fitted from the BF disk when absent"),
     CAL(rotation_deg, "rotation_deg", "rotation", SSB4D_PARAM_DOUBLE, "deg", -1e4, 1e4, NAN, 0,
-        "scan-detector rotation (degrees; unset: measured from the centre-of-mass curl)"),
-    CAL(bf_radius_px, "bf_radius_px", "bf-radius", SSB4D_PARAM_DOUBLE, "px", 0, 1e5, 0, 0,
-        "bright-field selection radius (detector pixels; 0: the disk radius)"),
+        "scan-detector rotation (degrees); from the centre-of-mass curl when absent"),
+    CAL(bf_radius_px, "bf_radius_px", "bf-radius", SSB4D_PARAM_DOUBLE, "px", 0, 1e4, 0, SSB4D_PARAM_MIN_OPEN,
+        "BF selection radius (pixels); default the disk radius"),
     CAL(centre_px, "centre_px", "centre", SSB4D_PARAM_PAIR, "px", -1e5, 1e5, NAN, 0,
-        "BF disk centre (row,col in detector pixels; unset: the disk centroid)"),
+        "BF disk centre (pixels); default the disk centroid"),
     CAL(hot_pixels, "hot_pixels", "no-hot-pixels", SSB4D_PARAM_BOOL, "", 0, 1, 1, SSB4D_PARAM_NEGATED,
-        "detect hot pixels (--no-hot-pixels: only the file's masks)"),
+        "hot-pixel detection (the file's own masks still apply)"),
     CAL(threads, "threads", "threads", SSB4D_PARAM_INT, "", 0, 1024, 0, 0,
-        "worker threads (0: all cores)"),
+        "worker threads (default: all cores)"),
 };
 
 #define N(a) (sizeof(a) / sizeof((a)[0]))
