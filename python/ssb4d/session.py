@@ -291,10 +291,9 @@ class Session:
         d = dict(values or {})
         d.update(kw)
         ab = aberrations_struct(d, cur)
-        if tilt_mrad is not None:
-            th.tilt_mrad[0], th.tilt_mrad[1] = _pair('tilt_mrad', tilt_mrad)
-        if thickness_nm is not None:
-            th.thickness_nm = float(thickness_nm)
+        for name, value in (('tilt_mrad', tilt_mrad), ('thickness_nm', thickness_nm)):
+            if value is not None:
+                _params.set_param(_params.OP_THICK, th, name, value)
         lib.ssb4d_session_set(self._handle(), ctypes.byref(ab), ctypes.byref(th))
 
     @property
