@@ -32,8 +32,7 @@
 #include <unistd.h>
 
 enum {
-    OPT_RANGE = CLI_OPT_FIRST_FREE, OPT_LOCK, OPT_START, OPT_TILT, OPT_REGION, OPT_FORCE, OPT_GRID,
-    OPT_REGIONS, OPT_VERBOSE
+    OPT_RANGE = CLI_OPT_FIRST_FREE, OPT_LOCK, OPT_START, OPT_REGION, OPT_GRID, OPT_REGIONS
 };
 
 
@@ -223,127 +222,71 @@ typedef struct {
     int created_dir;           /* the output folder was made by this run */
     size_t grid[2];            /* fit-regions */
     char *regions_list;        /* fit-regions: "R0:R1,C0:C1;..." */
+    double start[3];           /* --start */
+    int start_given;
     ssb4d_fit_params fp;
     cli_micro m;
 } fit_opts;
 
-/* Parses argv for all three commands; returns -1 to exit 0 (help), or an exit code > 0, or 0. */
-static int parse(int argc, char **argv, fit_opts *o)
+/* One of the options of fit's own (not the table's, not the shared ones): 0, or the exit code. */
+static int own_option(fit_opts *o, int c, char **argv)
 {
-    struct option opts[64] = {
-        CLI_MICROSCOPE_OPTIONS,
-        CLI_BACKEND_OPTION,
-        {"range", required_argument, 0, OPT_RANGE},
-        {"lock", required_argument, 0, OPT_LOCK},
-        {"start", required_argument, 0, OPT_START},
-        {"tilt", no_argument, 0, OPT_TILT},
-        {"region", required_argument, 0, OPT_REGION},
-        {"force", no_argument, 0, OPT_FORCE},
-        {"verbose", no_argument, 0, OPT_VERBOSE},
-        {"grid", required_argument, 0, OPT_GRID},
-        {"regions", required_argument, 0, OPT_REGIONS},
-        {"output", required_argument, 0, 'o'},
-        {"help", no_argument, 0, 'h'},
-    };
-    size_t n_opts = 0;
-    while (opts[n_opts].name)
-        n_opts++;
-    /* The table's: the search's values, --c10/--c12/--phi12 (start values, into ab) and --upsample. */
-    cli_param_options(opts, &n_opts, 64, SSB4D_OP_FIT, FIT_TABLE_SEARCH);
-    cli_param_options(opts, &n_opts, 64, SSB4D_OP_FIT, FIT_TABLE_TAIL);
-    cli_param_options(opts, &n_opts, 64, SSB4D_OP_ABERRATIONS, (const char *const[]){"c10", "c12", "phi12", NULL});
-    cli_param_options(opts, &n_opts, 64, SSB4D_OP_PREVIEW, (const char *const[]){"upsample", NULL});
-    ssb4d_aberrations one; /* --c10, --c12, --phi12: NaN while not given */
-    one.C_nm[SSB4D_C10] = one.C_nm[SSB4D_C12] = one.phi_deg[SSB4D_C12] = NAN;
-    ssb4d_preview_req up;
-    ssb4d_preview_req_default(&up);
-    up.upsample = o->upsample;
-    void *const targets[SSB4D_OP_COUNT] = {[SSB4D_OP_FIT] = &o->fp, [SSB4D_OP_ABERRATIONS] = &one,
-                                           [SSB4D_OP_PREVIEW] = &up};
-    int is_demo = !strcmp(o->cmd, "demo"), is_regions = !strcmp(o->cmd, "fit-regions");
-    optind = 1;
-    opterr = 0;
-    int c;
-    double start[3];
-    int start_given = 0;
-    while ((c = getopt_long(argc, argv, ":o:hq", opts, NULL)) != -1) {
-        int r = cli_micro_handle(&o->m, c, optarg);
-        if (!r)
-            r = cli_param_handle(c, optarg, targets);
-        if (r < 0)
-            return CLI_EXIT_USAGE;
-        if (r > 0)
-            continue;
-        switch (c) {
-        case 'h':
-            (is_demo ? usage_demo : is_regions ? usage_regions : usage_fit)(stdout);
-            return -1;
-        case 'o': o->out_dir = optarg, o->out_given = 1; break;
-        case OPT_FORCE: o->force = 1; break;
-        case OPT_VERBOSE: o->verbose = 1; break;
-        case OPT_TILT: o->tilt = 1; break;
-        case OPT_RANGE:
-            if (parse_range(optarg, &o->fp))
-                return CLI_EXIT_USAGE;
-            break;
-        case OPT_LOCK:
-            if (parse_lock(optarg, &o->fp))
-                return CLI_EXIT_USAGE;
-            break;
-        case OPT_START: {
-            int n = 0;
-            if (sscanf(optarg, "%lf,%lf,%lf%n", &start[0], &start[1], &start[2], &n) != 3 || optarg[n] ||
-                !isfinite(start[0]) || !isfinite(start[1]) || !isfinite(start[2])) {
-                fprintf(stderr, "ssb4d %s: --start must be C10,C12,PHI12 (nm, nm, deg); got '%s'\n", o->cmd, optarg);
-                return CLI_EXIT_USAGE;
-            }
-            start_given = 1;
-            break;
-        }
-        case OPT_REGION:
-            if (is_regions || parse_rect(optarg, o->region)) {
-                fprintf(stderr, "ssb4d %s: --region must be R0:R1,C0:C1 (scan rows and columns, half-open)%s\n",
-                        o->cmd, is_regions ? "; fit-regions takes --grid or --regions" : "");
-                return CLI_EXIT_USAGE;
-            }
-            o->has_region = 1;
-            break;
-        case OPT_GRID: {
-            unsigned long long a, b;
-            int n = 0;
-            if (!is_regions || sscanf(optarg, "%llux%llu%n", &a, &b, &n) != 2 || optarg[n] || !a || !b ||
-                a > 64 || b > 64 || strchr(optarg, '-')) {
-                fprintf(stderr, "ssb4d %s: --grid must be RxC with 1..64 each (fit-regions only)\n", o->cmd);
-                return CLI_EXIT_USAGE;
-            }
-            o->grid[0] = (size_t)a, o->grid[1] = (size_t)b;
-            break;
-        }
-        case OPT_REGIONS:
-            if (!is_regions) {
-                fprintf(stderr, "ssb4d %s: --regions belongs to fit-regions\n", o->cmd);
-                return CLI_EXIT_USAGE;
-            }
-            o->regions_list = optarg;
-            break;
-        case ':':
-            fprintf(stderr, "ssb4d %s: option %s needs a value\n", o->cmd, argv[optind - 1]);
-            return CLI_EXIT_USAGE;
-        default:
-            fprintf(stderr, "ssb4d %s: unknown option '%s' (see --help)\n", o->cmd, argv[optind - 1]);
+    int is_regions = !strcmp(o->cmd, "fit-regions"), n = 0;
+    switch (c) {
+    case 'o': o->out_dir = optarg, o->out_given = 1; return 0;
+    case OPT_RANGE: return parse_range(optarg, &o->fp) ? CLI_EXIT_USAGE : 0;
+    case OPT_LOCK: return parse_lock(optarg, &o->fp) ? CLI_EXIT_USAGE : 0;
+    case OPT_START:
+        if (sscanf(optarg, "%lf,%lf,%lf%n", &o->start[0], &o->start[1], &o->start[2], &n) != 3 || optarg[n] ||
+            !isfinite(o->start[0]) || !isfinite(o->start[1]) || !isfinite(o->start[2])) {
+            fprintf(stderr, "ssb4d %s: --start must be C10,C12,PHI12 (nm, nm, deg); got '%s'\n", o->cmd, optarg);
             return CLI_EXIT_USAGE;
         }
+        o->start_given = 1;
+        return 0;
+    case OPT_REGION:
+        if (is_regions || parse_rect(optarg, o->region)) {
+            fprintf(stderr, "ssb4d %s: --region must be R0:R1,C0:C1 (scan rows and columns, half-open)%s\n", o->cmd,
+                    is_regions ? "; fit-regions takes --grid or --regions" : "");
+            return CLI_EXIT_USAGE;
+        }
+        o->has_region = 1;
+        return 0;
+    case OPT_GRID: {
+        unsigned long long a, b;
+        if (!is_regions || sscanf(optarg, "%llux%llu%n", &a, &b, &n) != 2 || optarg[n] || !a || !b || a > 64 ||
+            b > 64 || strchr(optarg, '-')) {
+            fprintf(stderr, "ssb4d %s: --grid must be RxC with 1..64 each (fit-regions only)\n", o->cmd);
+            return CLI_EXIT_USAGE;
+        }
+        o->grid[0] = (size_t)a, o->grid[1] = (size_t)b;
+        return 0;
     }
-    o->upsample_auto = up.upsample == 0;
-    if (up.upsample)
-        o->upsample = up.upsample;
-    if (start_given) {
-        memcpy(o->fp.start, start, sizeof start);
+    case OPT_REGIONS:
+        if (!is_regions) {
+            fprintf(stderr, "ssb4d %s: --regions belongs to fit-regions\n", o->cmd);
+            return CLI_EXIT_USAGE;
+        }
+        o->regions_list = optarg;
+        return 0;
+    case ':': fprintf(stderr, "ssb4d %s: option %s needs a value\n", o->cmd, argv[optind - 1]); return CLI_EXIT_USAGE;
+    default:
+        fprintf(stderr, "ssb4d %s: unknown option '%s' (see --help)\n", o->cmd, argv[optind - 1]);
+        return CLI_EXIT_USAGE;
+    }
+}
+
+/* The start point from --start and --c10/--c12/--phi12 (one: NaN where not given), the locks,
+ * and the start inside the box: 0, or the exit code. */
+static int settle_start(fit_opts *o, const ssb4d_aberrations *one)
+{
+    if (o->start_given) {
+        memcpy(o->fp.start, o->start, sizeof o->start);
         o->fp.start_given = 1;
     }
     /* --c10, --c12, --phi12: start values as reconstruct takes them (φ12 in the scan frame, as
      * --start's), each over its part of --start, wherever they stand on the command line. */
-    const double given[3] = {one.C_nm[SSB4D_C10], one.C_nm[SSB4D_C12], one.phi_deg[SSB4D_C12]};
+    const double given[3] = {one->C_nm[SSB4D_C10], one->C_nm[SSB4D_C12], one->phi_deg[SSB4D_C12]};
     for (int j = 0; j < 3; j++)
         if (!isnan(given[j])) {
             o->fp.start[j] = given[j];
@@ -361,6 +304,13 @@ static int parse(int argc, char **argv, fit_opts *o)
                     o->cmd, o->fp.start[j], nm[j], o->fp.lo[j], o->fp.hi[j]);
             return CLI_EXIT_USAGE;
         }
+    return 0;
+}
+
+/* DATA and the options that exclude each other, per command: 0, or the exit code. */
+static int check_args(fit_opts *o, int argc, char **argv)
+{
+    int is_demo = !strcmp(o->cmd, "demo"), is_regions = !strcmp(o->cmd, "fit-regions");
     int nargs = argc - optind;
     if (is_demo ? nargs != 0 : is_regions ? nargs != 1 : nargs > 1) {
         fprintf(stderr, "ssb4d %s: %s (see --help)\n", o->cmd,
@@ -383,6 +333,63 @@ static int parse(int argc, char **argv, fit_opts *o)
         return CLI_EXIT_USAGE;
     }
     return 0;
+}
+
+/* Parses argv for all three commands; returns -1 to exit 0 (help), or an exit code > 0, or 0. */
+static int parse(int argc, char **argv, fit_opts *o)
+{
+    struct option opts[64] = {
+        CLI_MICROSCOPE_OPTIONS,
+        CLI_BACKEND_OPTION,
+        {"range", required_argument, 0, OPT_RANGE},
+        {"lock", required_argument, 0, OPT_LOCK},
+        {"start", required_argument, 0, OPT_START},
+        {"region", required_argument, 0, OPT_REGION},
+        {"grid", required_argument, 0, OPT_GRID},
+        {"regions", required_argument, 0, OPT_REGIONS},
+        {"tilt", no_argument, &o->tilt, 1},
+        {"force", no_argument, &o->force, 1},
+        {"verbose", no_argument, &o->verbose, 1},
+        {"output", required_argument, 0, 'o'},
+        {"help", no_argument, 0, 'h'},
+    };
+    size_t n_opts = 0;
+    while (opts[n_opts].name)
+        n_opts++;
+    /* The table's: the search's values, --c10/--c12/--phi12 (start values, into one) and --upsample. */
+    cli_param_options(opts, &n_opts, 64, SSB4D_OP_FIT, FIT_TABLE_SEARCH);
+    cli_param_options(opts, &n_opts, 64, SSB4D_OP_FIT, FIT_TABLE_TAIL);
+    cli_param_options(opts, &n_opts, 64, SSB4D_OP_ABERRATIONS, (const char *const[]){"c10", "c12", "phi12", NULL});
+    cli_param_options(opts, &n_opts, 64, SSB4D_OP_PREVIEW, (const char *const[]){"upsample", NULL});
+    ssb4d_aberrations one; /* --c10, --c12, --phi12: NaN while not given */
+    one.C_nm[SSB4D_C10] = one.C_nm[SSB4D_C12] = one.phi_deg[SSB4D_C12] = NAN;
+    ssb4d_preview_req up;
+    ssb4d_preview_req_default(&up);
+    up.upsample = o->upsample;
+    void *const targets[SSB4D_OP_COUNT] = {[SSB4D_OP_FIT] = &o->fp, [SSB4D_OP_ABERRATIONS] = &one,
+                                           [SSB4D_OP_PREVIEW] = &up};
+    optind = 1;
+    opterr = 0;
+    int c, rc;
+    while ((c = getopt_long(argc, argv, ":o:hq", opts, NULL)) != -1) {
+        int r = c ? cli_micro_handle(&o->m, c, optarg) : 1; /* 0: a flag getopt set */
+        if (!r)
+            r = cli_param_handle(c, optarg, targets);
+        if (r < 0)
+            return CLI_EXIT_USAGE;
+        if (r > 0)
+            continue;
+        if (c == 'h') {
+            (!strcmp(o->cmd, "demo") ? usage_demo : !strcmp(o->cmd, "fit-regions") ? usage_regions : usage_fit)(stdout);
+            return -1;
+        }
+        if ((rc = own_option(o, c, argv)))
+            return rc;
+    }
+    o->upsample_auto = up.upsample == 0;
+    if (up.upsample)
+        o->upsample = up.upsample;
+    return (rc = settle_start(o, &one)) ? rc : check_args(o, argc, argv);
 }
 
 /* ---- output folder ----------------------------------------------------------------------------- */
