@@ -999,7 +999,8 @@ typedef struct {
     double def;          /* the default (NaN: unset, measured or computed; see help) */
     const char *choices; /* ENUM: the value names, '|'-separated, in the enum's order; INT: the
                             only values allowed ("1|2|3|4|8"); else NULL */
-    const char *help;    /* one line */
+    const char *help;    /* one line; "{default}" in it stands for the default (else clients may
+                            append it) */
     size_t offset;       /* offsetof(the op's struct, its field) */
     unsigned flags;      /* SSB4D_PARAM_* */
 } ssb4d_param;

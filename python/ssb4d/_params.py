@@ -39,12 +39,14 @@ class Param:
         """'trials: global candidates … (a whole number in 1..1000000; default 64)'."""
         d = ''
         if self.type == 'enum':
-            d = '; default %r' % self.choices[int(self.default)]
+            d = repr(self.choices[int(self.default)])
         elif self.type == 'bool':
-            d = '; default %s' % bool(self.default)
+            d = str(bool(self.default))
         elif not math.isnan(self.default):
-            d = '; default %g' % self.default
-        return '%s: %s (%s%s)' % (self.name, self.help, self.describe, d)
+            d = '%g' % self.default
+        if '{default}' in self.help:  # the help places it
+            return '%s: %s (%s)' % (self.name, self.help.replace('{default}', d), self.describe)
+        return '%s: %s (%s%s)' % (self.name, self.help, self.describe, '; default ' + d if d else '')
 
 
 def _read(op):

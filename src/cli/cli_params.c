@@ -70,7 +70,7 @@ static void metavar(const ssb4d_param *p, char *buf, size_t n)
     }
 }
 
-/* " (default 64)", or "" when the default is unset or a flag's. */
+/* "64", "band", or "" when the default is unset or a flag's. */
 static void default_text(const ssb4d_param *p, char *buf, size_t n)
 {
     char w[64];
@@ -84,7 +84,7 @@ static void default_text(const ssb4d_param *p, char *buf, size_t n)
         snprintf(w, sizeof w, "%.*s", s ? (int)strcspn(s, "|") : 0, s ? s : "");
     } else
         snprintf(w, sizeof w, "%g", p->def);
-    snprintf(buf, n, " (default %s)", w);
+    snprintf(buf, n, "%s", w);
 }
 
 #define HELP_COL 24
@@ -102,7 +102,13 @@ void cli_param_help(FILE *f, ssb4d_op op, const char *const *names, int with_def
         if (!with_defaults)
             dflt[0] = 0;
         int k = snprintf(head, sizeof head, "  --%s%s", p->option, mv);
-        snprintf(text, sizeof text, "%s%s%s", p->flags & SSB4D_PARAM_NEGATED ? "skip " : "", p->help, dflt);
+        /* the default where the help places it ("{default}"), else after it */
+        const char *at = strstr(p->help, "{default}");
+        if (at)
+            snprintf(text, sizeof text, "%.*s%s%s", (int)(at - p->help), p->help, dflt, at + 9);
+        else
+            snprintf(text, sizeof text, "%s%s%s%s%s", p->flags & SSB4D_PARAM_NEGATED ? "skip " : "", p->help,
+                     *dflt ? " (default " : "", dflt, *dflt ? ")" : "");
         /* the option, then the help wrapped at HELP_WIDTH from column HELP_COL */
         if (k + 1 > HELP_COL)
             fprintf(f, "%s\n%*s", head, HELP_COL, "");

@@ -25,14 +25,14 @@ static const ssb4d_param FIT_ROWS[] = {
         "the fit pixels) or loss (the exact SSB loss); the loss reported is always the exact SSB loss "
         "over all BF pixels"),
     FIT(trials, "trials", "trials", SSB4D_PARAM_SIZE, "", 1, 1e6, 64, NULL, 0,
-        "global candidates around the parallax estimate (at least 200 over the whole box when there "
-        "is no parallax estimate)"),
+        "global candidates around the parallax estimate (default {default}; at least 200 over the whole "
+        "box when there is no parallax estimate)"),
     FIT(seed, "seed", "seed", SSB4D_PARAM_U64, "", 0, INFINITY, 42, NULL, 0,
         "search seed; same seed => same trial trace"),
     FIT(batch, "batch", "batch", SSB4D_PARAM_SIZE, "", 1, 64, 8, NULL, 0,
         "candidates per batch sharing each read of G"),
     FIT(fit_radius, "fit_radius", "fit-radius", SSB4D_PARAM_DOUBLE, "", 0, 1, 1, NULL, SSB4D_PARAM_MIN_OPEN,
-        "fit on the BF pixels within this fraction of the selection radius"),
+        "fit on the BF pixels within F x the selection radius"),
     FIT(coarse_bf, "coarse_bf", NULL, SSB4D_PARAM_SIZE, "", 0, INFINITY, 256, NULL, 0,
         "BF pixels of the coarse subset (0: no coarse stage)"),
     FIT(branch_check, "branch_check", "no-branch-check", SSB4D_PARAM_BOOL, "", 0, 1, 1, NULL, SSB4D_PARAM_NEGATED,
