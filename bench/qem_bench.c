@@ -8,7 +8,7 @@
  *   totals       qem_pixel_totals (exact per-pixel sums over all scans, every stream decoded);
  *   BF set       valid pixels whose total is >= F x the largest valid total (a plain threshold
  *                that approximates the bright-field disk; not the calibration's disk fit);
- *   BF columns   every scan row of every BF pixel through ssb4d_qem_read_columns, in blocks of
+ *   BF columns   every scan row of every BF pixel through ssb_qem_read_columns, in blocks of
  *                scan rows sized as the G build sizes them (rows = M MiB / (n_bf * nx * 4), at
  *                least 1, at most ny): the decode the G build does on a .qem source; then the
  *                same streams once more straight from qem_decode_block (uint16, no output
@@ -257,8 +257,8 @@ int main(int argc, char **argv)
                         "[--bf-fraction F] [--block-mib M] [--json-out FILE])\n");
         return 2;
     }
-    const int nt = ssb4d_threads_resolve((int)threads_arg);
-    const int cpus = ssb4d_threads_resolve(0);
+    const int nt = ssb_threads_resolve((int)threads_arg);
+    const int cpus = ssb_threads_resolve(0);
     FILE *jf = NULL;
     if (json_path && !(jf = fopen(json_path, "a"))) {
         fprintf(stderr, PROG ": cannot open %s for appending: %s\n", json_path, strerror(errno));
@@ -336,7 +336,7 @@ int main(int argc, char **argv)
                 R.bf_expected += totals[k];
             }
 
-    /* 4. all BF columns through ssb4d_qem_read_columns, blocks of scan rows as the G build cuts them */
+    /* 4. all BF columns through ssb_qem_read_columns, blocks of scan rows as the G build cuts them */
     if (R.n_bf > 0 && ny > 0 && nx > 0) {
         size_t block_bytes = (size_t)(block_mib * 1048576.0);
         size_t row_bytes = R.n_bf * nx * sizeof(float);
@@ -358,7 +358,7 @@ int main(int argc, char **argv)
         for (size_t b = 0; b < nblk; b++) {
             size_t row0 = b * rows, nrows = row0 + rows <= ny ? rows : ny - row0;
             t = now();
-            st = ssb4d_qem_read_columns(q, bf, R.n_bf, row0, nrows, block, nt, &err);
+            st = ssb_qem_read_columns(q, bf, R.n_bf, row0, nrows, block, nt, &err);
             double dt = now() - t;
             R.bf_s += dt;
             if (b == 0) { /* includes the first touch of the fresh buffer (page faults) */

@@ -67,7 +67,7 @@ static cJSON *read_json(const char *path)
 {
     char *text = NULL;
     ssb4d_err err = {0};
-    assert_int_equal(ssb4d_read_text_file(path, 1 << 20, "test", &text, NULL, &err), SSB4D_OK);
+    assert_int_equal(ssb_read_text_file(path, 1 << 20, "test", &text, NULL, &err), SSB4D_OK);
     cJSON *j = cJSON_Parse(text);
     free(text);
     assert_non_null(j);
@@ -78,7 +78,7 @@ static char *read_text(const char *path)
 {
     char *text = NULL;
     ssb4d_err err = {0};
-    assert_int_equal(ssb4d_read_text_file(path, 1 << 20, "test", &text, NULL, &err), SSB4D_OK);
+    assert_int_equal(ssb_read_text_file(path, 1 << 20, "test", &text, NULL, &err), SSB4D_OK);
     return text;
 }
 

@@ -9,10 +9,10 @@
  *     non-integer version, wrong types and absurd values in every new section, a seed that is not
  *     an exact integer, rectangles that are empty or outside the scan, half a thick model;
  *   - the rotation's source and the fit section (issue 11: objective, φ12 in both frames,
- *     confidence, warning, the parallax estimate) round-trip too; ssb4d_calfile_set_fit records
+ *     confidence, warning, the parallax estimate) round-trip too; ssb_calfile_set_fit records
  *     a fit result; a file written before issue 11 (no rotation_source, no fit section, the same
  *     schema version 1) still loads, with those unknown;
- *   - ssb4d_calfile_identity_differs. */
+ *   - ssb_calfile_identity_differs. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -161,23 +161,23 @@ static void same_calfile(const ssb4d_calfile *a, const ssb4d_calfile *b)
 static void round_trip(const ssb4d_calfile *c, const char *name)
 {
     ssb4d_err err = {0};
-    assert_int_equal(ssb4d_calfile_write(tpath(name), c, &err), SSB4D_OK);
+    assert_int_equal(ssb_calfile_write(tpath(name), c, &err), SSB4D_OK);
     ssb4d_calfile back;
-    if (ssb4d_calfile_read(tpath(name), &back, &err) != SSB4D_OK)
+    if (ssb_calfile_read(tpath(name), &back, &err) != SSB4D_OK)
         fail_msg("reading back %s: %s", name, err.msg);
     same_calfile(c, &back);
     /* and the text is a fixed point */
-    char *t1 = ssb4d_calfile_to_json(c), *t2 = ssb4d_calfile_to_json(&back);
+    char *t1 = ssb_calfile_to_json(c), *t2 = ssb_calfile_to_json(&back);
     assert_string_equal(t1, t2);
     free(t1);
     free(t2);
-    ssb4d_calfile_free(&back);
+    ssb_calfile_free(&back);
 }
 
 /* A calfile with every field set to an awkward value. */
 static void fill_everything(ssb4d_calfile *c)
 {
-    ssb4d_calfile_init(c);
+    ssb_calfile_init(c);
     c->geom.kv = 300.1;
     c->geom.semiangle_mrad = 0.1;
     c->geom.scan_step_A[0] = 1.0 / 3.0;
@@ -281,12 +281,12 @@ static void round_trip_everything(void **state)
     fill_everything(&c);
     round_trip(&c, "all.json");
     /* the seed above 2^53 is a string; 2^53 itself is still a number */
-    char *text = ssb4d_calfile_to_json(&c);
+    char *text = ssb_calfile_to_json(&c);
     assert_non_null(strstr(text, "\"18446744073709551615\""));
     assert_non_null(strstr(text, "\"locked\":\t[\"C12_nm\"]"));
     free(text);
     c.seed = 9007199254740992ull;
-    text = ssb4d_calfile_to_json(&c);
+    text = ssb_calfile_to_json(&c);
     assert_non_null(strstr(text, "9007199254740992"));
     assert_null(strstr(text, "\"9007199254740992\""));
     free(text);
@@ -303,23 +303,23 @@ static void round_trip_everything(void **state)
     snprintf(c.rotation_method, sizeof c.rotation_method, "%s", SSB4D_CALFILE_ROT_GIVEN);
     snprintf(c.rotation_from, sizeof c.rotation_from, "--rotation");
     c.rotation_sigma_deg = NAN;
-    text = ssb4d_calfile_to_json(&c);
+    text = ssb_calfile_to_json(&c);
     assert_non_null(strstr(text, "\"parallax\":\tnull"));
     assert_non_null(strstr(text, "\"warning\":\tnull"));
     assert_non_null(strstr(text, "\"confident\":\ttrue"));
     free(text);
     round_trip(&c, "fit_noparallax.json");
-    ssb4d_calfile_free(&c);
-    ssb4d_calfile_free(&c); /* idempotent */
+    ssb_calfile_free(&c);
+    ssb_calfile_free(&c); /* idempotent */
 }
 
 static void round_trip_empty(void **state)
 {
     (void)state;
     ssb4d_calfile c;
-    ssb4d_calfile_init(&c);
+    ssb_calfile_init(&c);
     round_trip(&c, "empty.json");
-    char *text = ssb4d_calfile_to_json(&c);
+    char *text = ssb_calfile_to_json(&c);
     const char *absent[] = {"\"thick\"", "\"branch\"", "\"search\"", "\"region\"", "\"regions\"",
                             "\"aberrations\"", "\"fit\"", "\"rotation_source\""};
     for (size_t i = 0; i < sizeof absent / sizeof absent[0]; i++)
@@ -330,21 +330,21 @@ static void round_trip_empty(void **state)
     /* a minimal hand-written file */
     write_text(tpath("min.json"), "{\"schema\":\"ssb4d.calibration\",\"version\":1}");
     ssb4d_err err = {0};
-    assert_int_equal(ssb4d_calfile_read(tpath("min.json"), &c, &err), SSB4D_OK);
+    assert_int_equal(ssb_calfile_read(tpath("min.json"), &c, &err), SSB4D_OK);
     assert_true(isnan(c.geom.kv) && isnan(c.thick.thickness_nm) && isnan(c.skewness));
     assert_int_equal(c.has_thick + c.has_search + c.has_region + (int)c.n_regions + (int)c.n_bf, 0);
-    ssb4d_calfile_free(&c);
+    ssb_calfile_free(&c);
     /* sections with nulls and empty lists */
     write_text(tpath("nulls.json"),
                "{\"schema\":\"ssb4d.calibration\",\"version\":1,\"branch\":{\"flipped\":null},"
                "\"search\":{\"seed\":null,\"ranges\":null,\"locked\":[],\"best_trials\":[]},"
                "\"region\":null,\"regions\":[],\"thick\":null,\"detector\":{\"n_bf\":null}}");
-    assert_int_equal(ssb4d_calfile_read(tpath("nulls.json"), &c, &err), SSB4D_OK);
+    assert_int_equal(ssb_calfile_read(tpath("nulls.json"), &c, &err), SSB4D_OK);
     assert_int_equal(c.has_search, 1);
     assert_int_equal(c.n_best, 0);
     assert_int_equal(c.branch_flipped, 0);
     assert_int_equal(c.has_region + c.has_thick, 0);
-    ssb4d_calfile_free(&c);
+    ssb_calfile_free(&c);
 }
 
 /* Reads `body` (inside a valid schema/version object unless raw) and expects a refusal whose
@@ -359,7 +359,7 @@ static void refuses(const char *body, int raw, const char *needle)
     write_text(tpath("bad.json"), text);
     ssb4d_calfile c;
     ssb4d_err err = {0};
-    ssb4d_status st = ssb4d_calfile_read(tpath("bad.json"), &c, &err);
+    ssb4d_status st = ssb_calfile_read(tpath("bad.json"), &c, &err);
     if (st != SSB4D_EFORMAT)
         fail_msg("accepted (status %d): %s", (int)st, text);
     if (!strstr(err.msg, needle))
@@ -368,7 +368,7 @@ static void refuses(const char *body, int raw, const char *needle)
     assert_null(c.best);
     assert_null(c.regions);
     assert_null(c.flagged);
-    ssb4d_calfile_free(&c);
+    ssb_calfile_free(&c);
 }
 
 static void refusals(void **state)
@@ -475,20 +475,20 @@ static void missing_file(void **state)
     (void)state;
     ssb4d_calfile c;
     ssb4d_err err = {0};
-    assert_int_equal(ssb4d_calfile_read(tpath("nope.json"), &c, &err), SSB4D_EIO);
-    ssb4d_calfile_free(&c);
+    assert_int_equal(ssb_calfile_read(tpath("nope.json"), &c, &err), SSB4D_EIO);
+    ssb_calfile_free(&c);
 }
 
 static void identities(void **state)
 {
     (void)state;
-    assert_int_equal(ssb4d_calfile_identity_differs("sha256:ab", "sha256:ab"), 0);
-    assert_int_equal(ssb4d_calfile_identity_differs("sha256:ab", "sha256:ac"), 1);
-    assert_int_equal(ssb4d_calfile_identity_differs("sha256:ab", "qem-body-sha256:ab"), 1);
-    assert_int_equal(ssb4d_calfile_identity_differs("", "sha256:ac"), 0);
-    assert_int_equal(ssb4d_calfile_identity_differs("sha256:ab", ""), 0);
-    assert_int_equal(ssb4d_calfile_identity_differs(NULL, "sha256:ab"), 0);
-    assert_int_equal(ssb4d_calfile_identity_differs("sha256:ab", NULL), 0);
+    assert_int_equal(ssb_calfile_identity_differs("sha256:ab", "sha256:ab"), 0);
+    assert_int_equal(ssb_calfile_identity_differs("sha256:ab", "sha256:ac"), 1);
+    assert_int_equal(ssb_calfile_identity_differs("sha256:ab", "qem-body-sha256:ab"), 1);
+    assert_int_equal(ssb_calfile_identity_differs("", "sha256:ac"), 0);
+    assert_int_equal(ssb_calfile_identity_differs("sha256:ab", ""), 0);
+    assert_int_equal(ssb_calfile_identity_differs(NULL, "sha256:ab"), 0);
+    assert_int_equal(ssb_calfile_identity_differs("sha256:ab", NULL), 0);
 }
 
 /* From a measured calibration: geometry, radii, shapes, n_bf and the flagged list. */
@@ -508,13 +508,13 @@ static void from_calibration(void **state)
     cal.n_flagged = 2;
     ssb4d_calfile c;
     ssb4d_err err = {0};
-    assert_int_equal(ssb4d_calfile_from_calibration(&c, &cal, &err), SSB4D_OK);
+    assert_int_equal(ssb_calfile_from_calibration(&c, &cal, &err), SSB4D_OK);
     assert_int_equal(c.n_bf, 1001);
     assert_int_equal(c.n_flagged, 2);
     assert_int_equal(c.flagged[1], 77);
     assert_int_equal(c.has_ab + c.has_thick + c.has_search, 0);
     round_trip(&c, "fromcal.json");
-    ssb4d_calfile_free(&c);
+    ssb_calfile_free(&c);
 }
 
 /* A file as ssb4d wrote it before issue 11 (the docs' example of then): the same schema version,
@@ -544,7 +544,7 @@ static void old_file_loads(void **state)
                "   \"loss\": 0.0502}]}\n");
     ssb4d_calfile c;
     ssb4d_err err = {0};
-    if (ssb4d_calfile_read(tpath("old.json"), &c, &err) != SSB4D_OK)
+    if (ssb_calfile_read(tpath("old.json"), &c, &err) != SSB4D_OK)
         fail_msg("an issue-10 file does not load: %s", err.msg);
     assert_int_equal(c.version, 1);
     assert_true(c.geom.rotation_deg == 8.977714682556062);
@@ -557,14 +557,14 @@ static void old_file_loads(void **state)
     assert_string_equal(c.trials_phi12_frame, "");
     assert_true(isnan(c.rotation_sigma_deg) && isnan(c.phi12_probe_deg));
     /* written again by this ssb4d: still version 1, still no fit section of its own making */
-    char *text = ssb4d_calfile_to_json(&c);
+    char *text = ssb_calfile_to_json(&c);
     assert_non_null(strstr(text, "\"version\":\t1,"));
     assert_null(strstr(text, "\"fit\""));
     free(text);
-    ssb4d_calfile_free(&c);
+    ssb_calfile_free(&c);
 }
 
-/* ssb4d_calfile_set_fit: a fit result's geometry, aberrations, branch, rotation source and fit
+/* ssb_calfile_set_fit: a fit result's geometry, aberrations, branch, rotation source and fit
  * section, φ12 in both frames. */
 static void set_fit(void **state)
 {
@@ -597,8 +597,8 @@ static void set_fit(void **state)
     ssb4d_fit_params p;
     ssb4d_fit_params_default(&p);
     ssb4d_calfile c;
-    ssb4d_calfile_init(&c);
-    ssb4d_calfile_set_fit(&c, &r, &p, "ignored: not given", 1201);
+    ssb_calfile_init(&c);
+    ssb_calfile_set_fit(&c, &r, &p, "ignored: not given", 1201);
     assert_true(c.geom.rotation_deg == 12.4 && c.has_ab && c.loss == 0.0466 && c.branch_flipped);
     assert_string_equal(c.rotation_method, SSB4D_CALFILE_ROT_FIT);
     assert_string_equal(c.rotation_from, "parallax");
@@ -608,13 +608,13 @@ static void set_fit(void **state)
     round_trip(&c, "setfit.json");
     p.rotation_given = 1;
     p.objective = SSB4D_FIT_OBJ_LOSS;
-    ssb4d_calfile_set_fit(&c, &r, &p, "--rotation", 1201);
+    ssb_calfile_set_fit(&c, &r, &p, "--rotation", 1201);
     assert_string_equal(c.rotation_method, SSB4D_CALFILE_ROT_GIVEN);
     assert_string_equal(c.rotation_from, "--rotation");
     assert_true(isnan(c.rotation_sigma_deg));
     assert_string_equal(c.objective, "loss");
     round_trip(&c, "setfit_given.json");
-    ssb4d_calfile_free(&c);
+    ssb_calfile_free(&c);
 }
 
 int main(void)

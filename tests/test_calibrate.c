@@ -38,7 +38,7 @@ static uint16_t *load_u16(const char *path, size_t shape[4])
     ssb4d_npy_info info;
     void *data = NULL;
     ssb4d_err err = {0};
-    ssb4d_status st = ssb4d_npy_load(path, &info, &data, &err);
+    ssb4d_status st = ssb_npy_load(path, &info, &data, &err);
     if (st)
         fail_msg("%s", err.msg);
     assert_string_equal(info.descr, "<u2");
@@ -78,7 +78,7 @@ static uint16_t *a1_high_dose(double dose, size_t shape[4])
     ssb4d_npy_info info;
     void *data = NULL;
     ssb4d_err err = {0};
-    if (ssb4d_npy_load(A1_NOISEFREE, &info, &data, &err))
+    if (ssb_npy_load(A1_NOISEFREE, &info, &data, &err))
         fail_msg("%s", err.msg);
     assert_string_equal(info.descr, "<f4");
     memcpy(shape, info.shape, 4 * sizeof *shape);
@@ -204,23 +204,23 @@ static void test_rotation_synthetic_field(void **state)
             }
         double th, ratio, sig;
         ssb4d_err err = {0};
-        assert_int_equal(ssb4d_cal_rotation_from_com(com, ny, nx, step, &th, &ratio, &sig, &err),
+        assert_int_equal(ssb_cal_rotation_from_com(com, ny, nx, step, &th, &ratio, &sig, &err),
                          SSB4D_OK);
         assert_true(th >= -90 && th < 90);
         assert_true(fabs(ref_dmod180(th, th0)) < 0.1);
         assert_true(ratio < 0.05);
         /* the direct evaluation agrees that θ is the minimum */
-        double s0 = ssb4d_cal_curl_sumsq(com, ny, nx, step, th);
-        assert_true(s0 < ssb4d_cal_curl_sumsq(com, ny, nx, step, th + 3));
-        assert_true(s0 < ssb4d_cal_curl_sumsq(com, ny, nx, step, th - 3));
-        assert_true(s0 < 0.06 * ssb4d_cal_curl_sumsq(com, ny, nx, step, th + 90));
+        double s0 = ssb_cal_curl_sumsq(com, ny, nx, step, th);
+        assert_true(s0 < ssb_cal_curl_sumsq(com, ny, nx, step, th + 3));
+        assert_true(s0 < ssb_cal_curl_sumsq(com, ny, nx, step, th - 3));
+        assert_true(s0 < 0.06 * ssb_cal_curl_sumsq(com, ny, nx, step, th + 90));
     }
     /* a uniform field has no rotation to find */
     for (size_t i = 0; i < ny * nx * 2; i++)
         com[i] = 0.25;
     double th, ratio;
     ssb4d_err err = {0};
-    assert_int_equal(ssb4d_cal_rotation_from_com(com, ny, nx, step, &th, &ratio, NULL, &err),
+    assert_int_equal(ssb_cal_rotation_from_com(com, ny, nx, step, &th, &ratio, NULL, &err),
                      SSB4D_ENOTFOUND);
     free(com);
 }
@@ -370,7 +370,7 @@ static void test_dead_pixels(void **state)
         for (int c = 0; c < C; c++)
             tot[r * C + c] = (r >= 10 && c >= 10) ? 0 : 1000 + (double)((r * 7 + c * 3) % 11); /* dark corner */
     tot[5 * C + 4] = 0;                                                     /* a dead pixel */
-    size_t n = ssb4d_hotpix_find_flagged(tot, R, C, out);
+    size_t n = ssb_hotpix_find_flagged(tot, R, C, out);
     assert_int_equal(n, 1);
     assert_int_equal(out[0], 5 * C + 4);
 }
@@ -545,7 +545,7 @@ static void test_calfile_round_trip(void **state)
     assert_int_equal(calib_mem(u, SSB4D_U16, shape, &p, &c, &err), SSB4D_OK);
     free(u);
     ssb4d_calfile cf, back;
-    assert_int_equal(ssb4d_calfile_from_calibration(&cf, &c, &err), SSB4D_OK);
+    assert_int_equal(ssb_calfile_from_calibration(&cf, &c, &err), SSB4D_OK);
     snprintf(cf.data_identity, sizeof cf.data_identity, "sha256:%064d", 7);
     cf.has_ab = 1;
     cf.ab.C_nm[SSB4D_C10] = -11.8047512345678901;
@@ -557,8 +557,8 @@ static void test_calfile_round_trip(void **state)
     cf.loss = 0.0123456789012345678;
     char path[300];
     snprintf(path, sizeof path, "%s/cal.json", tmpdir);
-    assert_int_equal(ssb4d_calfile_write(path, &cf, &err), SSB4D_OK);
-    assert_int_equal(ssb4d_calfile_read(path, &back, &err), SSB4D_OK);
+    assert_int_equal(ssb_calfile_write(path, &cf, &err), SSB4D_OK);
+    assert_int_equal(ssb_calfile_read(path, &back, &err), SSB4D_OK);
     assert_int_equal(back.version, 1);
     assert_memory_equal(&back.geom, &c.geom, sizeof c.geom);
     assert_true(back.bf_radius_px == c.selection_radius_px);
@@ -571,15 +571,15 @@ static void test_calfile_round_trip(void **state)
     assert_int_equal(back.has_ab, 1);
     assert_memory_equal(&back.ab, &cf.ab, sizeof cf.ab);
     assert_true(back.loss == cf.loss);
-    ssb4d_calfile_free(&back);
+    ssb_calfile_free(&back);
     /* unknown values come back unknown */
-    ssb4d_calfile_free(&cf);
-    ssb4d_calfile_init(&cf);
-    assert_int_equal(ssb4d_calfile_write(path, &cf, &err), SSB4D_OK);
-    assert_int_equal(ssb4d_calfile_read(path, &back, &err), SSB4D_OK);
+    ssb_calfile_free(&cf);
+    ssb_calfile_init(&cf);
+    assert_int_equal(ssb_calfile_write(path, &cf, &err), SSB4D_OK);
+    assert_int_equal(ssb_calfile_read(path, &back, &err), SSB4D_OK);
     assert_true(isnan(back.geom.kv) && isnan(back.geom.rotation_deg) && isnan(back.loss));
     assert_int_equal(back.has_ab, 0);
-    ssb4d_calfile_free(&back);
+    ssb_calfile_free(&back);
     /* no temp files left behind */
     char cmd[400];
     snprintf(cmd, sizeof cmd, "test $(ls '%s' | wc -l) -eq 1", tmpdir);
@@ -594,7 +594,7 @@ static void expect_refused(const char *text, const char *needle)
     write_text(path, text);
     ssb4d_calfile cf;
     ssb4d_err err = {0};
-    ssb4d_status st = ssb4d_calfile_read(path, &cf, &err);
+    ssb4d_status st = ssb_calfile_read(path, &cf, &err);
     if (st == SSB4D_OK)
         fail_msg("accepted: %s", text);
     assert_int_equal(st, SSB4D_EFORMAT);
@@ -645,14 +645,14 @@ static void test_calfile_refusals(void **state)
                      "\"aberrations\":{\"C10_nm\":-5,\"C99_nm\":3}}");
     ssb4d_calfile cf;
     ssb4d_err err = {0};
-    assert_int_equal(ssb4d_calfile_read(path, &cf, &err), SSB4D_OK);
+    assert_int_equal(ssb_calfile_read(path, &cf, &err), SSB4D_OK);
     assert_true(cf.geom.centre_px[0] == 24 && isnan(cf.geom.centre_px[1]));
     assert_true(isnan(cf.geom.rotation_deg));
     assert_true(cf.has_ab && cf.ab.C_nm[SSB4D_C10] == -5 && cf.ab.C_nm[SSB4D_C12] == 0);
-    ssb4d_calfile_free(&cf);
+    ssb_calfile_free(&cf);
     /* missing file */
     snprintf(path, sizeof path, "%s/none.json", tmpdir);
-    assert_int_equal(ssb4d_calfile_read(path, &cf, &err), SSB4D_EIO);
+    assert_int_equal(ssb_calfile_read(path, &cf, &err), SSB4D_EIO);
 }
 
 /* ---- command line ---------------------------------------------------------------------------- */
@@ -673,11 +673,11 @@ static void test_cli(void **state)
     assert_int_equal(system(cmd), 0);
     ssb4d_calfile cf;
     ssb4d_err err = {0};
-    assert_int_equal(ssb4d_calfile_read(out, &cf, &err), SSB4D_OK);
+    assert_int_equal(ssb_calfile_read(out, &cf, &err), SSB4D_OK);
     assert_true(cf.geom.kv == 200 && cf.geom.semiangle_mrad == 20); /* from the sidecar */
     assert_true(fabs(cf.geom.det_sampling_mrad[0] / 1.23 - 1) < 0.02); /* measured */
     assert_non_null(strstr(cf.data_identity, "sha256:"));
-    ssb4d_calfile_free(&cf);
+    ssb_calfile_free(&cf);
     snprintf(cmd, sizeof cmd, "grep -q '\"n_bf\"' '%s' && grep -q '\"curl_ratio\"' '%s'", log, log);
     assert_int_equal(system(cmd), 0);
     /* bad input: exit 2, one line starting "ssb4d calibrate:" */

@@ -1389,7 +1389,7 @@ static void golden_case(const char *base)
     ssb4d_npy_info ni;
     void *data;
     ssb4d_err err = {0};
-    assert_int_equal(ssb4d_npy_load(path, &ni, &data, &err), SSB4D_OK);
+    assert_int_equal(ssb_npy_load(path, &ni, &data, &err), SSB4D_OK);
     assert_int_equal(ni.ndim, 4);
     size_t P = ni.shape[2] * ni.shape[3], R = ni.shape[2], C = ni.shape[3];
     int u8 = ni.item_bytes == 1;

@@ -40,7 +40,7 @@ static float *load2d(const char *path, size_t *n)
     ssb4d_npy_info info;
     void *data = NULL;
     ssb4d_err err = {0};
-    if (ssb4d_npy_load(path, &info, &data, &err)) {
+    if (ssb_npy_load(path, &info, &data, &err)) {
         fprintf(stderr, "%s\n", err.msg);
         return NULL;
     }

@@ -238,7 +238,7 @@ static void test_subset_equals_built(void **st)
         idx[n] = i, pix[n++] = c.bf_pix[i];
     ssb4d_err err = {0};
     ssb4d_G *V = NULL, *B = NULL;
-    assert_int_equal(ssb4d_G_subset(G, idx, n, &V, &err), SSB4D_OK);
+    assert_int_equal(ssb_G_subset(G, idx, n, &V, &err), SSB4D_OK);
     ssb4d_source *src = NULL;
     char path[512];
     assert_int_equal(ssb4d_source_open(path_of(&REF_SET_A1, path, sizeof path), &src, &err), SSB4D_OK);
@@ -262,8 +262,8 @@ static void test_subset_equals_built(void **st)
     assert_true(lv != lg); /* a real subset: its loss differs from the full set's */
     ssb4d_G *W = NULL;
     size_t bad[2] = {5, 5};
-    assert_int_equal(ssb4d_G_subset(G, bad, 2, &W, &err), SSB4D_EINVAL);
-    assert_int_equal(ssb4d_G_subset(G, idx, 0, &W, &err), SSB4D_EINVAL);
+    assert_int_equal(ssb_G_subset(G, bad, 2, &W, &err), SSB4D_EINVAL);
+    assert_int_equal(ssb_G_subset(G, idx, 0, &W, &err), SSB4D_EINVAL);
     ssb4d_G_free(V); /* before its parent */
     ssb4d_G_free(B);
     ssb4d_G_free(G);

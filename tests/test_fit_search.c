@@ -273,7 +273,7 @@ static void test_global_coverage(void **st)
 static ssb4d_status failing_eval(void *user, const double *x, size_t n, double *loss, ssb4d_err *err)
 {
     (void)user, (void)x, (void)n, (void)loss;
-    return ssb4d_fail(err, SSB4D_ENOMEM, "objective failed");
+    return ssb_fail(err, SSB4D_ENOMEM, "objective failed");
 }
 
 /* An error from the objective stops the search and comes back unchanged. */

@@ -282,7 +282,7 @@ static void write_npy(const char *path, const char *descr, const size_t shape[4]
     FILE *f = fopen(path, "wb");
     assert_non_null(f);
     ssb4d_err err = {0};
-    assert_int_equal(ssb4d_npy_write_header(f, descr, 4, shape, &err), SSB4D_OK);
+    assert_int_equal(ssb_npy_write_header(f, descr, 4, shape, &err), SSB4D_OK);
     size_t N = shape[0] * shape[1], P = shape[2] * shape[3];
     uint8_t *buf = malloc(N * P * (size_t)bytes);
     for (size_t p = 0; p < N; p++)

@@ -231,8 +231,8 @@ static void check_f32_to_f16(const vec *a, int have_f16c)
 {
     uint16_t *disp = xmalloc(a->n * sizeof *disp);
     uint16_t *scal = xmalloc(a->n * sizeof *scal);
-    ssb4d_f32_to_f16(a->v, disp, a->n);
-    ssb4d_f32_to_f16_scalar(a->v, scal, a->n);
+    ssb_f32_to_f16(a->v, disp, a->n);
+    ssb_f32_to_f16_scalar(a->v, scal, a->n);
     size_t bad = 0;
     for (size_t i = 0; i < a->n; i++) {
         const uint16_t want = ref_encode(a->v[i]);
@@ -256,10 +256,10 @@ static void check_all_halves(int have_f16c)
     float *fd = xmalloc(n * sizeof *fd), *fs = xmalloc(n * sizeof *fs);
     for (size_t i = 0; i < n; i++)
         h[i] = (uint16_t)i;
-    ssb4d_f16_to_f32(h, fd, n);
-    ssb4d_f16_to_f32_scalar(h, fs, n);
-    ssb4d_f32_to_f16(fd, back_d, n);
-    ssb4d_f32_to_f16_scalar(fs, back_s, n);
+    ssb_f16_to_f32(h, fd, n);
+    ssb_f16_to_f32_scalar(h, fs, n);
+    ssb_f32_to_f16(fd, back_d, n);
+    ssb_f32_to_f16_scalar(fs, back_s, n);
     size_t bad = 0, nans = 0;
     for (size_t i = 0; i < n; i++) {
         /* (b) decoder: exact values, signed zeros, NaN sign and payload */
@@ -312,8 +312,8 @@ static size_t check_tails(const vec *a)
             for (size_t n = 0; n <= MAXN; n++) {
                 memset(hd, 0xa5, sizeof hd);
                 memset(hs, 0x5a, sizeof hs);
-                ssb4d_f32_to_f16(a->v + base + off, hd, n);
-                ssb4d_f32_to_f16_scalar(a->v + base + off, hs, n);
+                ssb_f32_to_f16(a->v + base + off, hd, n);
+                ssb_f32_to_f16_scalar(a->v + base + off, hs, n);
                 CHECK(memcmp(hd, hs, n * sizeof *hd) == 0);
                 for (size_t i = n; i < MAXN + GUARD; i++)
                     CHECK(hd[i] == 0xa5a5u && hs[i] == 0x5a5au);
@@ -322,8 +322,8 @@ static size_t check_tails(const vec *a)
 
                 memset(fd, 0xa5, sizeof fd);
                 memset(fs, 0x5a, sizeof fs);
-                ssb4d_f16_to_f32(hin + off, fd, n);
-                ssb4d_f16_to_f32_scalar(hin + off, fs, n);
+                ssb_f16_to_f32(hin + off, fd, n);
+                ssb_f16_to_f32_scalar(hin + off, fs, n);
                 CHECK(memcmp(fd, fs, n * sizeof *fd) == 0);
                 for (size_t i = n; i < MAXN + GUARD; i++)
                     CHECK(fbits(fd[i]) == 0xa5a5a5a5u && fbits(fs[i]) == 0x5a5a5a5au);
@@ -334,8 +334,8 @@ static size_t check_tails(const vec *a)
         }
     }
     /* n == 0 with NULL pointers is allowed */
-    ssb4d_f32_to_f16(NULL, NULL, 0);
-    ssb4d_f16_to_f32(NULL, NULL, 0);
+    ssb_f32_to_f16(NULL, NULL, 0);
+    ssb_f16_to_f32(NULL, NULL, 0);
     return checked;
 }
 
@@ -362,8 +362,8 @@ static void check_known(void)
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) {
         const float f = bitsf(known[i].f);
         uint16_t d, s;
-        ssb4d_f32_to_f16(&f, &d, 1);
-        ssb4d_f32_to_f16_scalar(&f, &s, 1);
+        ssb_f32_to_f16(&f, &d, 1);
+        ssb_f32_to_f16_scalar(&f, &s, 1);
         if (ref_encode(f) != known[i].h || d != known[i].h || s != known[i].h) {
             fprintf(stderr, "known %08" PRIx32 ": want %04x ref %04x dispatched %04x scalar %04x\n",
                     known[i].f, known[i].h, ref_encode(f), d, s);
@@ -376,7 +376,7 @@ static void check_known(void)
 
 int main(void)
 {
-    const int have_f16c = ssb4d_half_uses_f16c();
+    const int have_f16c = ssb_half_uses_f16c();
     ref_init();
     check_known();
     check_all_halves(have_f16c);

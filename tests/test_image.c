@@ -37,7 +37,7 @@ static void tiff_round_trip(void **state)
     snprintf(path, sizeof path, "%s/p.tiff", dir);
     double px[2] = {0.25, 0.5};
     ssb4d_err err = {0};
-    assert_int_equal(ssb4d_image_write(path, img, ROWS, COLS, px, &err), SSB4D_OK);
+    assert_int_equal(ssb_image_write(path, img, ROWS, COLS, px, &err), SSB4D_OK);
     TIFF *t = TIFFOpen(path, "r");
     assert_non_null(t);
     uint32_t w = 0, h = 0;
@@ -70,7 +70,7 @@ static void png_and_npy(void **state)
     char path[128];
     snprintf(path, sizeof path, "%s/p.png", dir);
     ssb4d_err err = {0};
-    assert_int_equal(ssb4d_image_write(path, img, ROWS, COLS, NULL, &err), SSB4D_OK);
+    assert_int_equal(ssb_image_write(path, img, ROWS, COLS, NULL, &err), SSB4D_OK);
     FILE *f = fopen(path, "rb");
     assert_non_null(f);
     spng_ctx *ctx = spng_ctx_new(0);
@@ -83,7 +83,7 @@ static void png_and_npy(void **state)
     assert_int_equal(spng_decode_image(ctx, grey, sizeof grey, SPNG_FMT_G8, 0), 0);
     spng_ctx_free(ctx);
     fclose(f);
-    ssb4d_image_to_u8(img, ROWS * COLS, want);
+    ssb_image_to_u8(img, ROWS * COLS, want);
     assert_memory_equal(grey, want, sizeof grey);
     int lo = 255, hi = 0;
     for (int i = 0; i < ROWS * COLS; i++) {
@@ -93,18 +93,18 @@ static void png_and_npy(void **state)
     assert_int_equal(lo, 0); /* the percentile stretch uses the full range */
     assert_int_equal(hi, 255);
     snprintf(path, sizeof path, "%s/p.npy", dir);
-    assert_int_equal(ssb4d_image_write(path, img, ROWS, COLS, NULL, &err), SSB4D_OK);
+    assert_int_equal(ssb_image_write(path, img, ROWS, COLS, NULL, &err), SSB4D_OK);
     ssb4d_npy_info info;
     void *data;
-    assert_int_equal(ssb4d_npy_load(path, &info, &data, &err), SSB4D_OK);
+    assert_int_equal(ssb_npy_load(path, &info, &data, &err), SSB4D_OK);
     assert_string_equal(info.descr, "<f4");
     assert_memory_equal(data, img, sizeof img);
     free(data);
     snprintf(path, sizeof path, "%s/p.bmp", dir);
-    assert_int_equal(ssb4d_image_write(path, img, ROWS, COLS, NULL, &err), SSB4D_EINVAL);
+    assert_int_equal(ssb_image_write(path, img, ROWS, COLS, NULL, &err), SSB4D_EINVAL);
     assert_int_equal(access(path, F_OK), -1);
     snprintf(path, sizeof path, "%s/missing-dir/p.tiff", dir);
-    assert_int_equal(ssb4d_image_write(path, img, ROWS, COLS, NULL, &err), SSB4D_EIO);
+    assert_int_equal(ssb_image_write(path, img, ROWS, COLS, NULL, &err), SSB4D_EIO);
 }
 
 /* Decodes a PNG as RGB8 (grey ones too); *w, *h its size. Caller frees. */
@@ -149,9 +149,9 @@ static void png_legend(void **state)
     snprintf(path, sizeof path, "%s/legend.png", dir);
     ssb4d_png_legend lg = {0.5, "rad", 0}; /* native: the display scale has its own test below */
     ssb4d_err err = {0};
-    assert_int_equal(ssb4d_image_write_png_legend(path, img, ROWS, COLS, &lg, &err), SSB4D_OK);
+    assert_int_equal(ssb_image_write_png_legend(path, img, ROWS, COLS, &lg, &err), SSB4D_OK);
     ssb4d_png_layout L;
-    ssb4d_png_legend_layout(img, ROWS, COLS, &lg, &L);
+    ssb_png_legend_layout(img, ROWS, COLS, &lg, &L);
     uint32_t w, h;
     unsigned char *rgb = decode_rgb(path, &w, &h);
     /* The size: the image plus both margins. */
@@ -160,7 +160,7 @@ static void png_legend(void **state)
     assert_true(w > COLS + 20 && h > ROWS + 10);
     /* The image region is the plain rendering, pixel for pixel. */
     unsigned char want[ROWS * COLS];
-    ssb4d_image_to_u8(img, ROWS * COLS, want);
+    ssb_image_to_u8(img, ROWS * COLS, want);
     for (int r = 0; r < ROWS; r++)
         for (int c = 0; c < COLS; c++)
             for (int k = 0; k < 3; k++)
@@ -183,7 +183,7 @@ static void png_legend(void **state)
     assert_true(non_white(rgb, w, cb[0], cb[1], cb[2], cb[3]) > (size_t)((cb[3] - cb[1]) * (cb[2] - cb[0])) / 2);
     /* Its labels: the stretch's ends and the unit, right of the bar. */
     float lo, hi;
-    ssb4d_image_stretch(img, ROWS * COLS, &lo, &hi);
+    ssb_image_stretch(img, ROWS * COLS, &lo, &hi);
     assert_true(L.lo == lo && L.hi == hi && lo < hi);
     char buf[32];
     snprintf(buf, sizeof buf, "%.2f", (double)hi);
@@ -195,7 +195,7 @@ static void png_legend(void **state)
     free(rgb);
 
     /* No legend: the image alone, the same bytes as the plain writer's pixels. */
-    assert_int_equal(ssb4d_image_write_png_legend(path, img, ROWS, COLS, NULL, &err), SSB4D_OK);
+    assert_int_equal(ssb_image_write_png_legend(path, img, ROWS, COLS, NULL, &err), SSB4D_OK);
     rgb = decode_rgb(path, &w, &h);
     assert_int_equal(w, COLS);
     assert_int_equal(h, ROWS);
@@ -204,12 +204,12 @@ static void png_legend(void **state)
     free(rgb);
     /* A large pixel: the bar is labelled in nm (0.3 x 53 x 40 A = 636 A -> 500 A = 50 nm, 12.5 px). */
     lg.pixel_A = 40;
-    ssb4d_png_legend_layout(img, ROWS, COLS, &lg, &L);
+    ssb_png_legend_layout(img, ROWS, COLS, &lg, &L);
     assert_string_equal(L.scale_label, "50 nm");
     assert_int_equal(L.scale_bar[2] - L.scale_bar[0], 13);
     /* No pixel size: no scale bar, the colour bar only. */
     lg.pixel_A = NAN;
-    ssb4d_png_legend_layout(img, ROWS, COLS, &lg, &L);
+    ssb_png_legend_layout(img, ROWS, COLS, &lg, &L);
     assert_true(L.scale_bar[2] == 0 && L.colour_bar[2] > 0 && L.height == (size_t)(L.colour_bar[3] + 1));
 }
 
@@ -234,8 +234,8 @@ static void calibration_picture(void **state)
     char path[128];
     snprintf(path, sizeof path, "%s/cal.png", dir);
     ssb4d_err err = {0};
-    assert_int_equal(ssb4d_calibration_picture(path, &cal, &err), SSB4D_OK);
-    int z = ssb4d_calibration_picture_zoom(cal.det_shape);
+    assert_int_equal(ssb_calibration_picture(path, &cal, &err), SSB4D_OK);
+    int z = ssb_calibration_picture_zoom(cal.det_shape);
     assert_int_equal(z, 16); /* ceil(512 / 32): the picture is 512 px across */
     uint32_t w, h;
     unsigned char *rgb = decode_rgb(path, &w, &h);
@@ -263,7 +263,7 @@ static void calibration_picture(void **state)
     free(rgb);
     /* A selection radius of its own: a yellow circle of that radius. */
     cal.selection_radius_px = 6.0;
-    assert_int_equal(ssb4d_calibration_picture(path, &cal, &err), SSB4D_OK);
+    assert_int_equal(ssb_calibration_picture(path, &cal, &err), SSB4D_OK);
     rgb = decode_rgb(path, &w, &h);
     unsigned char *sel = PX((long)(cx + 6 * z), (long)cy);
     assert_true(sel[0] > 200 && sel[1] > 200 && sel[2] < 50);

@@ -82,7 +82,7 @@ static void save_npy(const char *path, const char *descr, const size_t shape[4],
         }
     }
     ssb4d_err err = {0};
-    if (ssb4d_npy_save(path, descr, 4, shape, buf, &err) != SSB4D_OK)
+    if (ssb_npy_save(path, descr, 4, shape, buf, &err) != SSB4D_OK)
         fail_msg("npy save %s: %s", path, err.msg);
     free(buf);
 }
@@ -679,7 +679,7 @@ static void refused_inputs(void **state)
     for (size_t i = 0; i < n; i++)
         fl[i] = (float)(i % 17);
     ssb4d_err err = {0};
-    assert_int_equal(ssb4d_npy_save(tpath("f.npy"), "<f4", 4, shape, fl, &err), SSB4D_OK);
+    assert_int_equal(ssb_npy_save(tpath("f.npy"), "<f4", 4, shape, fl, &err), SSB4D_OK);
     free(fl);
     ssb4d_import_params p = params_with(SSB4D_HOT_MEDIAN);
     assert_int_equal(import_fails(tpath("f.npy"), tpath("f.qem"), &p, &err), SSB4D_EFORMAT);
@@ -800,8 +800,8 @@ static void compare_G_of(const char *dense, const char *encoded, const ssb4d_geo
                          double radius, size_t rows_per_block)
 {
     ssb4d_source *a = open_source(dense), *b = open_source(encoded);
-    assert_null(ssb4d_source_qem(a));
-    assert_non_null(ssb4d_source_qem(b));
+    assert_null(ssb_source_qem(a));
+    assert_non_null(ssb_source_qem(b));
     same_frames(a, b);
     size_t shape[4];
     ssb4d_source_shape(a, shape);

@@ -37,18 +37,18 @@ static void parses_good_headers(void **state)
     ssb4d_npy_info info;
     ssb4d_err err = {0};
     size_t n = make(buf, "{'descr': '<u2', 'fortran_order': False, 'shape': (3, 4, 5, 6), }\n", 1);
-    assert_int_equal(ssb4d_npy_parse(buf, n, &info, &err), SSB4D_OK);
+    assert_int_equal(ssb_npy_parse(buf, n, &info, &err), SSB4D_OK);
     assert_string_equal(info.descr, "<u2");
     assert_int_equal(info.ndim, 4);
     assert_int_equal(info.shape[3], 6);
     assert_int_equal(info.header_bytes, n);
     assert_int_equal(info.item_bytes, 2);
     n = make(buf, "{\"shape\": (7,), \"fortran_order\": True, \"descr\": \"|u1\"}", 2);
-    assert_int_equal(ssb4d_npy_parse(buf, n, &info, &err), SSB4D_OK);
+    assert_int_equal(ssb_npy_parse(buf, n, &info, &err), SSB4D_OK);
     assert_int_equal(info.ndim, 1);
     assert_int_equal(info.fortran_order, 1);
     n = make(buf, "{'descr': '<f4', 'fortran_order': False, 'shape': (), }", 1);
-    assert_int_equal(ssb4d_npy_parse(buf, n, &info, &err), SSB4D_OK);
+    assert_int_equal(ssb_npy_parse(buf, n, &info, &err), SSB4D_OK);
     assert_int_equal(info.ndim, 0);
 }
 
@@ -74,21 +74,21 @@ static void refuses_hostile_headers(void **state)
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         ssb4d_err err = {0};
         size_t n = make(buf, bad[i], 1);
-        assert_int_equal(ssb4d_npy_parse(buf, n, &info, &err), SSB4D_EFORMAT);
+        assert_int_equal(ssb_npy_parse(buf, n, &info, &err), SSB4D_EFORMAT);
         assert_true(strlen(err.msg) > 5);
     }
     ssb4d_err err = {0};
-    assert_int_equal(ssb4d_npy_parse((const unsigned char *)"GIF89a....", 10, &info, &err), SSB4D_EFORMAT);
+    assert_int_equal(ssb_npy_parse((const unsigned char *)"GIF89a....", 10, &info, &err), SSB4D_EFORMAT);
     size_t n = make(buf, "{'descr': '<u2', 'fortran_order': False, 'shape': (3,), }", 1);
-    assert_int_equal(ssb4d_npy_parse(buf, n - 5, &info, &err), SSB4D_EFORMAT); /* truncated */
+    assert_int_equal(ssb_npy_parse(buf, n - 5, &info, &err), SSB4D_EFORMAT); /* truncated */
     buf[6] = 9;
-    assert_int_equal(ssb4d_npy_parse(buf, n, &info, &err), SSB4D_EFORMAT); /* version */
+    assert_int_equal(ssb_npy_parse(buf, n, &info, &err), SSB4D_EFORMAT); /* version */
     /* Every prefix of a good header is refused, never read past. */
     n = make(buf, "{'descr': '<u2', 'fortran_order': False, 'shape': (3, 4), }\n", 1);
     for (size_t k = 0; k < n; k++) {
         unsigned char *copy = malloc(k ? k : 1);
         memcpy(copy, buf, k);
-        assert_int_equal(ssb4d_npy_parse(copy, k, &info, &err), SSB4D_EFORMAT);
+        assert_int_equal(ssb_npy_parse(copy, k, &info, &err), SSB4D_EFORMAT);
         free(copy);
     }
 }
@@ -104,10 +104,10 @@ static void save_load_round_trip(void **state)
     for (int i = 0; i < 35; i++)
         v[i] = (float)i * 0.25f - 3.0f;
     ssb4d_err err = {0};
-    assert_int_equal(ssb4d_npy_save(path, "<f4", 2, shape, v, &err), SSB4D_OK);
+    assert_int_equal(ssb_npy_save(path, "<f4", 2, shape, v, &err), SSB4D_OK);
     ssb4d_npy_info info;
     void *data = NULL;
-    assert_int_equal(ssb4d_npy_load(path, &info, &data, &err), SSB4D_OK);
+    assert_int_equal(ssb_npy_load(path, &info, &data, &err), SSB4D_OK);
     assert_int_equal(info.header_bytes % 64, 0);
     assert_int_equal(info.shape[0], 5);
     assert_int_equal(info.shape[1], 7);
@@ -115,7 +115,7 @@ static void save_load_round_trip(void **state)
     free(data);
     /* Truncated data is refused. */
     assert_int_equal(truncate(path, (off_t)info.header_bytes + 10), 0);
-    assert_int_equal(ssb4d_npy_load(path, &info, &data, &err), SSB4D_EFORMAT);
+    assert_int_equal(ssb_npy_load(path, &info, &data, &err), SSB4D_EFORMAT);
     assert_null(data);
     unlink(path);
     close(fd);

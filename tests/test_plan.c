@@ -312,7 +312,7 @@ static void rank_input(ssb4d_plan_input *in, size_t side, size_t det, size_t n_b
     in->det[0] = in->det[1] = det;
     in->n_bf = n_bf;
     in->encoded_bytes = (size_t)((double)side * side * det * det * 2.0 / 13.1);
-    in->region[0] = in->region[1] = ssb4d_plan_region_side(side);
+    in->region[0] = in->region[1] = ssb_plan_region_side(side);
     in->upsample = 2;
     in->threads = 2;
     in->memory_bytes = budget;

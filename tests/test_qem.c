@@ -70,7 +70,7 @@ static uint8_t *make_image(const char *hdr, size_t hl, const uint8_t *body, size
     qem_st64(img + 8, hl);
     qem_st64(img + 16, QEM_ENVELOPE + hl);
     char hex[65];
-    ssb4d_sha256_hex(hdr, hl, hex);
+    ssb_sha256_hex(hdr, hl, hex);
     for (int i = 0; i < 32; i++) {
         unsigned v;
         sscanf(hex + 2 * i, "%2x", &v);
@@ -97,7 +97,7 @@ static void reseal(uint8_t *img, size_t size)
     for (size_t b = 0; b * QEM_HASH_BLOCK < bl; b++) {
         size_t n = bl - b * QEM_HASH_BLOCK < QEM_HASH_BLOCK ? bl - b * QEM_HASH_BLOCK : QEM_HASH_BLOCK;
         char hex[65];
-        ssb4d_sha256_hex(body + b * QEM_HASH_BLOCK, n, hex);
+        ssb_sha256_hex(body + b * QEM_HASH_BLOCK, n, hex);
         assert_true(*p == '"');
         memcpy(p + 1, hex, 64);
         p += 66;
@@ -106,7 +106,7 @@ static void reseal(uint8_t *img, size_t size)
     }
     memcpy(img + QEM_ENVELOPE, hdr, hl);
     char hex[65];
-    ssb4d_sha256_hex(hdr, hl, hex);
+    ssb_sha256_hex(hdr, hl, hex);
     for (int i = 0; i < 32; i++) {
         unsigned v;
         sscanf(hex + 2 * i, "%2x", &v);
@@ -140,7 +140,7 @@ static uint16_t *load_npy_u16(const char *path, size_t shape[4], int *dtype_byte
     ssb4d_npy_info info;
     void *data = NULL;
     ssb4d_err err = {0};
-    assert_int_equal(ssb4d_npy_load(path, &info, &data, &err), SSB4D_OK);
+    assert_int_equal(ssb_npy_load(path, &info, &data, &err), SSB4D_OK);
     assert_int_equal(info.ndim, 4);
     size_t n = 1;
     for (int a = 0; a < 4; a++) {
@@ -385,7 +385,7 @@ static void writer_reproduces_golden_bodies(void **state)
         uint8_t *img = read_all(out, &size);
         size_t hl = (size_t)qem_ld64(img + 8);
         char hex[65];
-        ssb4d_sha256_hex(img + QEM_ENVELOPE + hl, size - QEM_ENVELOPE - hl, hex);
+        ssb_sha256_hex(img + QEM_ENVELOPE + hl, size - QEM_ENVELOPE - hl, hex);
         if (strcmp(hex, goldens[g].body_sha) != 0)
             fail_msg("%s: body sha256 %s, golden %s", goldens[g].name, hex, goldens[g].body_sha);
         /* the header matches by meaning */
@@ -791,7 +791,7 @@ static void random_damage_never_crashes(void **state)
             reseal(d, size);
         else {
             char hex[65];
-            ssb4d_sha256_hex(d + QEM_ENVELOPE, hl, hex);
+            ssb_sha256_hex(d + QEM_ENVELOPE, hl, hex);
             for (int i = 0; i < 32; i++) {
                 unsigned v;
                 sscanf(hex + 2 * i, "%2x", &v);
@@ -949,9 +949,9 @@ static void metadata_builder_and_validator(void **state)
     /* source documents: a correct digest passes, DOCTYPE is refused, JSON must be an object */
     const char *xml = "<?xml version=\"1.0\"?><a>1</a>", *dt = "<?xml version=\"1.0\"?><!doctype a><a/>";
     char hx[65], hd[65], hj[65];
-    ssb4d_sha256_hex(xml, strlen(xml), hx);
-    ssb4d_sha256_hex(dt, strlen(dt), hd);
-    ssb4d_sha256_hex("[1]", 3, hj);
+    ssb_sha256_hex(xml, strlen(xml), hx);
+    ssb_sha256_hex(dt, strlen(dt), hd);
+    ssb_sha256_hex("[1]", 3, hj);
     struct {
         const char *media, *content, *sha;
         int ok;

@@ -55,7 +55,7 @@ static int setup(void **state)
         }
     ssb4d_err err = {0};
     size_t shape[4] = {NY, NX, DR, DC};
-    if (ssb4d_npy_save(f->npy, "<u2", 4, shape, f->counts, &err))
+    if (ssb_npy_save(f->npy, "<u2", 4, shape, f->counts, &err))
         return -1;
     ssb4d_import_params p;
     ssb4d_import_params_default(&p);
@@ -145,7 +145,7 @@ static void check_columns(ssb4d_source *parent, size_t pr0, size_t pc0, ssb4d_so
         assert_int_equal(ssb4d_source_read_columns(mem_src, pix, np, row0, nr, mc, &err), SSB4D_OK);
         for (int threads = 1; threads <= 3; threads += 2) {
             memset(vc, 0xff, np * nr * vs[1] * sizeof *vc);
-            assert_int_equal(ssb4d_source_read_columns_mt(view, pix, np, row0, nr, vc, threads, &err),
+            assert_int_equal(ssb_source_read_columns_mt(view, pix, np, row0, nr, vc, threads, &err),
                              SSB4D_OK);
             for (size_t p = 0; p < np; p++)
                 for (size_t r = 0; r < nr; r++)
@@ -211,7 +211,7 @@ static void check_rect(const fixture *f, ssb4d_source *parent, size_t r0, size_t
     assert_int_equal(vs[2], DR);
     assert_int_equal(vs[3], DC);
     assert_int_equal(ssb4d_source_dtype(v), ssb4d_source_dtype(parent));
-    assert_null(ssb4d_source_qem(v));
+    assert_null(ssb_source_qem(v));
 
     uint16_t *want16 = crop(f->counts, r0, r1, c0, c1);
     size_t npos = vs[0] * vs[1];

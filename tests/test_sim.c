@@ -81,12 +81,12 @@ static void test_a1_convention(void **state)
         fprintf(stderr, "skipping: %s not found\n", path);
         skip();
     }
-    assert_int_equal(ssb4d_npy_load(path, &inf, &ref, &e), SSB4D_OK);
+    assert_int_equal(ssb_npy_load(path, &inf, &ref, &e), SSB4D_OK);
     assert_string_equal(inf.descr, "<f4");
     assert_int_equal(inf.ndim, 4);
     assert_int_equal(inf.shape[0], 32);
     assert_int_equal(inf.shape[2], 48);
-    assert_int_equal(ssb4d_npy_load(SSB4D_SHARED_DATA "/sim/sim_A1_SrTiO3_300kV_phase_gt_bandlimited.npy",
+    assert_int_equal(ssb_npy_load(SSB4D_SHARED_DATA "/sim/sim_A1_SrTiO3_300kV_phase_gt_bandlimited.npy",
                                     &inf, &bl, &e),
                      SSB4D_OK);
     size_t npos = 32 * 32, dd = 48 * 48, n = npos * dd;
@@ -135,7 +135,7 @@ static void test_a2_convention(void **state)
     ssb4d_npy_info inf;
     void *ref = NULL;
     ssb4d_err e;
-    assert_int_equal(ssb4d_npy_load(path, &inf, &ref, &e), SSB4D_OK);
+    assert_int_equal(ssb_npy_load(path, &inf, &ref, &e), SSB4D_OK);
     assert_string_equal(inf.descr, "<u2");
     size_t npos = 48 * 48, dd = 42 * 42, n = npos * dd;
     assert_int_equal(inf.shape[0] * inf.shape[1] * inf.shape[2] * inf.shape[3], n);
@@ -199,7 +199,7 @@ static void hash_counts(const ssb4d_sim_params *p, char hex[65], ssb4d_sim_info 
     assert_non_null(c);
     ssb4d_err e;
     assert_int_equal(ssb4d_simulate_to_memory(p, c, NULL, NULL, NULL, info, &e), SSB4D_OK);
-    ssb4d_sha256_hex(c, n * sizeof(uint16_t), hex);
+    ssb_sha256_hex(c, n * sizeof(uint16_t), hex);
     free(c);
 }
 
@@ -357,8 +357,8 @@ static void test_oversample_identity(void **state)
             assert_int_equal(ssb4d_simulate_to_memory(&p, cnt, f, NULL, NULL, &info, &e), SSB4D_OK);
             assert_int_equal(info.det_oversample, 1);
             char h[2][65];
-            ssb4d_sha256_hex(f, n * sizeof(float), h[0]);
-            ssb4d_sha256_hex(cnt, n * sizeof(uint16_t), h[1]);
+            ssb_sha256_hex(f, n * sizeof(float), h[0]);
+            ssb_sha256_hex(cnt, n * sizeof(uint16_t), h[1]);
             assert_string_equal(h[0], golden[c][0]);
             assert_string_equal(h[1], golden[c][1]);
             free(cnt);
@@ -797,7 +797,7 @@ static void test_streaming_file(void **state)
     assert_int_equal(ssb4d_simulate(&p, path, 0, "ssb4d simulate test", &info, &e), SSB4D_OK);
     ssb4d_npy_info ni;
     void *data = NULL;
-    assert_int_equal(ssb4d_npy_load(path, &ni, &data, &e), SSB4D_OK);
+    assert_int_equal(ssb_npy_load(path, &ni, &data, &e), SSB4D_OK);
     assert_string_equal(ni.descr, "<u2");
     assert_int_equal(ni.ndim, 4);
     assert_int_equal(ni.fortran_order, 0);
@@ -807,12 +807,12 @@ static void test_streaming_file(void **state)
     assert_int_equal(ni.shape[3], p.det);
     assert_memory_equal(data, mem, npos * dd * sizeof(uint16_t));
     free(data);
-    assert_int_equal(ssb4d_npy_load(ph, &ni, &data, &e), SSB4D_OK);
+    assert_int_equal(ssb_npy_load(ph, &ni, &data, &e), SSB4D_OK);
     assert_string_equal(ni.descr, "<f4");
     assert_int_equal(ni.ndim, 2);
     assert_memory_equal(data, phm, npos * sizeof(float));
     free(data);
-    assert_int_equal(ssb4d_npy_load(phbl, &ni, &data, &e), SSB4D_OK);
+    assert_int_equal(ssb_npy_load(phbl, &ni, &data, &e), SSB4D_OK);
     assert_memory_equal(data, phblm, npos * sizeof(float));
     free(data);
     /* sidecar: the shared layout */

@@ -22,7 +22,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     memcpy(buf, data, size);
     ssb4d_npy_info info;
     ssb4d_err err = {0};
-    ssb4d_status st = ssb4d_npy_parse(buf, size, &info, &err);
+    ssb4d_status st = ssb_npy_parse(buf, size, &info, &err);
     if (st == SSB4D_OK) {
         CHECK(info.header_bytes <= size);
         CHECK(info.ndim >= 0 && info.ndim <= 8);

@@ -360,18 +360,18 @@ cJSON *bench_record_to_json(const bench_record *r)
 ssb4d_status bench_record_write(const bench_record *r, const char *path, ssb4d_err *err)
 {
     if (!r || !path || !*path)
-        return ssb4d_fail(err, SSB4D_EINVAL, "bench record: no record or no output path");
+        return ssb_fail(err, SSB4D_EINVAL, "bench record: no record or no output path");
     cJSON *j = bench_record_to_json(r);
     char *text = j ? cJSON_Print(j) : NULL;
     cJSON_Delete(j);
     if (!text)
-        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory writing bench record %s", path);
+        return ssb_fail(err, SSB4D_ENOMEM, "out of memory writing bench record %s", path);
     ssb4d_err e = {0};
-    ssb4d_status st = ssb4d_write_text_atomic(path, text, &e);
+    ssb4d_status st = ssb_write_text_atomic(path, text, &e);
     free(text);
     if (st)
-        return ssb4d_fail(err, st, "bench record: %s", e.msg);
-    ssb4d_err_clear(err);
+        return ssb_fail(err, st, "bench record: %s", e.msg);
+    ssb_err_clear(err);
     return SSB4D_OK;
 }
 
@@ -395,15 +395,15 @@ static int load_record(const char *path, cJSON **out, ssb4d_err *err)
     char *text = NULL;
     size_t len = 0;
     ssb4d_err e = {0};
-    if (ssb4d_read_text_file(path, BENCH_MAX_FILE_BYTES, "bench record", &text, &len, &e)) {
-        ssb4d_fail(err, e.code, "%s", e.msg);
+    if (ssb_read_text_file(path, BENCH_MAX_FILE_BYTES, "bench record", &text, &len, &e)) {
+        ssb_fail(err, e.code, "%s", e.msg);
         return 2;
     }
     const char *end = NULL;
     cJSON *j = cJSON_ParseWithLengthOpts(text, len, &end, 0);
     if (!j) {
         size_t at = end && end >= text ? (size_t)(end - text) : 0;
-        ssb4d_fail(err, SSB4D_EFORMAT, "bench record %s is not valid JSON (near byte %zu)", path, at);
+        ssb_fail(err, SSB4D_EFORMAT, "bench record %s is not valid JSON (near byte %zu)", path, at);
         free(text);
         return 2;
     }
@@ -411,21 +411,21 @@ static int load_record(const char *path, cJSON **out, ssb4d_err *err)
     const cJSON *schema = cJSON_GetObjectItemCaseSensitive(j, "schema");
     const cJSON *stages = cJSON_GetObjectItemCaseSensitive(j, "stages");
     if (!cJSON_IsObject(j)) {
-        ssb4d_fail(err, SSB4D_EFORMAT, "bench record %s is not a JSON object", path);
+        ssb_fail(err, SSB4D_EFORMAT, "bench record %s is not a JSON object", path);
     } else if (!cJSON_IsString(schema)) {
-        ssb4d_fail(err, SSB4D_EFORMAT, "bench record %s has no \"schema\" (expected \"%s\")", path,
+        ssb_fail(err, SSB4D_EFORMAT, "bench record %s has no \"schema\" (expected \"%s\")", path,
                    BENCH_SCHEMA);
     } else if (strcmp(schema->valuestring, BENCH_SCHEMA) != 0) {
-        ssb4d_fail(err, SSB4D_EFORMAT, "bench record %s has schema \"%.100s\", expected \"%s\"", path,
+        ssb_fail(err, SSB4D_EFORMAT, "bench record %s has schema \"%.100s\", expected \"%s\"", path,
                    schema->valuestring, BENCH_SCHEMA);
     } else if (!cJSON_IsArray(stages)) {
-        ssb4d_fail(err, SSB4D_EFORMAT, "bench record %s has no \"stages\" array", path);
+        ssb_fail(err, SSB4D_EFORMAT, "bench record %s has no \"stages\" array", path);
     } else {
         int i = 0;
         const cJSON *s;
         cJSON_ArrayForEach(s, stages) {
             if (!cJSON_IsObject(s) || !cJSON_IsString(cJSON_GetObjectItemCaseSensitive(s, "name"))) {
-                ssb4d_fail(err, SSB4D_EFORMAT, "bench record %s: stage %d has no \"name\"", path, i);
+                ssb_fail(err, SSB4D_EFORMAT, "bench record %s: stage %d has no \"name\"", path, i);
                 cJSON_Delete(j);
                 return 2;
             }
@@ -615,11 +615,11 @@ int bench_compare_files(const char *old_path, const char *new_path, const bench_
     }
     if (!(o->time_ratio >= 0) || !(o->min_seconds >= 0) || !(o->mem_ratio >= 0) ||
         !(o->mem_abs_bytes >= 0) || !isfinite(o->time_ratio + o->min_seconds + o->mem_ratio + o->mem_abs_bytes)) {
-        ssb4d_fail(err, SSB4D_EINVAL, "bench compare: thresholds must be finite and not negative");
+        ssb_fail(err, SSB4D_EINVAL, "bench compare: thresholds must be finite and not negative");
         return 2;
     }
     if (!old_path || !new_path || !out) {
-        ssb4d_fail(err, SSB4D_EINVAL, "bench compare: two record files and an output are needed");
+        ssb_fail(err, SSB4D_EINVAL, "bench compare: two record files and an output are needed");
         return 2;
     }
     cJSON *a = NULL, *b = NULL;
@@ -627,7 +627,7 @@ int bench_compare_files(const char *old_path, const char *new_path, const bench_
         cJSON_Delete(a);
         return 2;
     }
-    ssb4d_err_clear(err);
+    ssb_err_clear(err);
 
     fprintf(out, "bench compare: old %s, new %s\n", old_path, new_path);
     context_notes(out, a, b);

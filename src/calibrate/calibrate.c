@@ -146,7 +146,7 @@ static void curl_div_sums(const double *com, size_t ny, size_t nx, const double 
     *c = scc;
 }
 
-double ssb4d_cal_curl_sumsq(const double *com, size_t ny, size_t nx, const double step_A[2],
+double ssb_cal_curl_sumsq(const double *com, size_t ny, size_t nx, const double step_A[2],
                             double theta_deg)
 {
     /* Direct evaluation (rotate every vector, then differentiate), independent of the closed
@@ -182,7 +182,7 @@ static double wrap_half_turn(double deg)
     return deg;
 }
 
-ssb4d_status ssb4d_cal_rotation_from_com(const double *com, size_t ny, size_t nx,
+ssb4d_status ssb_cal_rotation_from_com(const double *com, size_t ny, size_t nx,
                                          const double step_A[2], double *theta_deg,
                                          double *curl_ratio, double *sigma_deg, ssb4d_err *err)
 {
@@ -191,7 +191,7 @@ ssb4d_status ssb4d_cal_rotation_from_com(const double *com, size_t ny, size_t nx
     if (sigma_deg)
         *sigma_deg = NAN;
     if (ny < 3 || nx < 3)
-        return ssb4d_fail(err, SSB4D_ENOTFOUND,
+        return ssb_fail(err, SSB4D_ENOTFOUND,
                           "the scan (%zux%zu) is too small to fit the rotation from the "
                           "centre-of-mass curl (need 3x3); give the rotation", ny, nx);
     double a, b, c, blk[3 * JK_BLOCKS * JK_BLOCKS];
@@ -200,7 +200,7 @@ ssb4d_status ssb4d_cal_rotation_from_com(const double *com, size_t ny, size_t nx
     double A = 0.5 * (a - c), rho = hypot(A, b), mid = 0.5 * (a + c);
     double smax = mid + rho, smin = mid - rho;
     if (!(smax > 0) || !isfinite(smax))
-        return ssb4d_fail(err, SSB4D_ENOTFOUND,
+        return ssb_fail(err, SSB4D_ENOTFOUND,
                           "the centre-of-mass field does not vary over the scan; the rotation "
                           "cannot be fitted (give the rotation)");
     if (smin < 0)
@@ -407,25 +407,25 @@ typedef struct {
 static ssb4d_status check_params(const ssb4d_calib_params *p, ssb4d_err *err)
 {
     if (!(p->semiangle_mrad > 0) || !isfinite(p->semiangle_mrad) || p->semiangle_mrad >= 500)
-        return ssb4d_fail(err, SSB4D_EINVAL,
+        return ssb_fail(err, SSB4D_EINVAL,
                           "the convergence semi-angle must be > 0 and < 500 mrad (got %g)",
                           p->semiangle_mrad);
     if (!isnan(p->kv) && !(p->kv > 0 && p->kv <= 5000))
-        return ssb4d_fail(err, SSB4D_EINVAL, "the accelerating voltage %g kV is absurd", p->kv);
+        return ssb_fail(err, SSB4D_EINVAL, "the accelerating voltage %g kV is absurd", p->kv);
     for (int i = 0; i < 2; i++)
         if (!isnan(p->scan_step_A[i]) && !(p->scan_step_A[i] > 0 && p->scan_step_A[i] < 1e5))
-            return ssb4d_fail(err, SSB4D_EINVAL, "the scan step must be > 0 Angstrom (got %g)",
+            return ssb_fail(err, SSB4D_EINVAL, "the scan step must be > 0 Angstrom (got %g)",
                               p->scan_step_A[i]);
     int sampling_given = p->det_sampling_mrad[0] > 0 || p->det_sampling_mrad[1] > 0;
     if (sampling_given && !(p->det_sampling_mrad[0] > 0 && p->det_sampling_mrad[1] > 0 &&
                             p->det_sampling_mrad[0] < 1e3 && p->det_sampling_mrad[1] < 1e3))
-        return ssb4d_fail(err, SSB4D_EINVAL,
+        return ssb_fail(err, SSB4D_EINVAL,
                           "the detector sampling needs two values > 0 and < 1000 mrad/px (got %g, %g)",
                           p->det_sampling_mrad[0], p->det_sampling_mrad[1]);
     if (!isnan(p->rotation_deg) && !(fabs(p->rotation_deg) <= 1e4))
-        return ssb4d_fail(err, SSB4D_EINVAL, "the rotation %g deg is absurd", p->rotation_deg);
+        return ssb_fail(err, SSB4D_EINVAL, "the rotation %g deg is absurd", p->rotation_deg);
     if (!(p->bf_radius_px <= 0) && !(p->bf_radius_px < 1e4)) /* NaN also refused */
-        return ssb4d_fail(err, SSB4D_EINVAL, "the BF selection radius %g px is absurd",
+        return ssb_fail(err, SSB4D_EINVAL, "the BF selection radius %g px is absurd",
                           p->bf_radius_px);
     return SSB4D_OK;
 }
@@ -447,13 +447,13 @@ static ssb4d_status cal_setup(cal_run *c, ssb4d_source *src, const ssb4d_calib_p
         for (int i = 0; i < 2; i++) {
             double lim = (double)shape[2 + i];
             if (!isfinite(p->centre_px[i]) || p->centre_px[i] < -lim || p->centre_px[i] > 2 * lim)
-                return ssb4d_fail(err, SSB4D_EINVAL,
+                return ssb_fail(err, SSB4D_EINVAL,
                                   "the BF centre (%g, %g) px is not on or near the %zux%zu detector",
                                   p->centre_px[0], p->centre_px[1], c->dr, c->dc);
         }
     }
     c->fit_rotation = isnan(p->rotation_deg);
-    c->nt = ssb4d_threads_resolve(p->threads);
+    c->nt = ssb_threads_resolve(p->threads);
     c->is_float = ssb4d_source_is_float(src);
     return SSB4D_OK;
 }
@@ -480,7 +480,7 @@ static ssb4d_status cal_alloc(cal_run *c, ssb4d_err *err)
     c->vals = malloc(fr * sizeof *c->vals);
     if (!c->buf || (!c->is_float && (!c->tot_t || !c->tot)) || (c->fit_rotation && !c->mom) || !c->totd ||
         !c->flagged || !c->mean || !c->isflag || !c->vals)
-        return ssb4d_fail(err, SSB4D_ENOMEM, "calibrate: out of memory (detector %zux%zu)", c->dr, c->dc);
+        return ssb_fail(err, SSB4D_ENOMEM, "calibrate: out of memory (detector %zux%zu)", c->dr, c->dc);
     return SSB4D_OK;
 }
 
@@ -507,11 +507,11 @@ static ssb4d_status pass_totals_counts(cal_run *c, ssb4d_err *err)
     for (size_t p0 = 0; p0 < npos; p0 += block) {
         size_t n = npos - p0 < block ? npos - p0 : block;
         if (ssb4d_mem_progress(c->p->mem, 0.9 * (double)p0 / (double)npos))
-            return ssb4d_fail(err, SSB4D_ECANCELLED, "cancelled");
+            return ssb_fail(err, SSB4D_ECANCELLED, "cancelled");
         ssb4d_status st = ssb4d_source_read_frames(c->src, p0, n, c->buf, err);
         if (st)
             return st;
-        ssb4d_source_done_with(c->src, p0, n);
+        ssb_source_done_with(c->src, p0, n);
 #pragma omp parallel num_threads(c->nt)
         {
             int tid = 0;
@@ -561,11 +561,11 @@ static ssb4d_status pass_totals_float(cal_run *c, ssb4d_err *err)
     for (size_t p0 = 0; p0 < npos; p0 += block) {
         size_t n = npos - p0 < block ? npos - p0 : block;
         if (ssb4d_mem_progress(c->p->mem, 0.9 * (double)p0 / (double)npos))
-            return ssb4d_fail(err, SSB4D_ECANCELLED, "cancelled");
+            return ssb_fail(err, SSB4D_ECANCELLED, "cancelled");
         ssb4d_status st = ssb4d_source_read_frames_f32(c->src, p0, n, c->fbuf, err);
         if (st)
             return st;
-        ssb4d_source_done_with(c->src, p0, n);
+        ssb_source_done_with(c->src, p0, n);
         const float *fb = c->fbuf;
         double *tot = c->totd;
 #pragma omp parallel for num_threads(c->nt) schedule(static)
@@ -611,7 +611,7 @@ static ssb4d_status pass_totals(cal_run *c, ssb4d_calibration *out, ssb4d_err *e
         total += c->totd[q];
     out->total_counts = total;
     if (!(total > 0))
-        return ssb4d_fail(err, SSB4D_ENOTFOUND, "BF disk not found: the data has %s",
+        return ssb_fail(err, SSB4D_ENOTFOUND, "BF disk not found: the data has %s",
                           total == 0 ? "no counts at all" : "no positive total intensity");
     return SSB4D_OK;
 }
@@ -621,14 +621,14 @@ static ssb4d_status pass_totals(cal_run *c, ssb4d_calibration *out, ssb4d_err *e
 static void mean_pattern(cal_run *c)
 {
     const size_t fr = c->fr, npos = c->npos;
-    c->nflag = c->p->hot_pixels ? ssb4d_hotpix_find_flagged(c->totd, c->dr, c->dc, c->flagged) : 0;
+    c->nflag = c->p->hot_pixels ? ssb_hotpix_find_flagged(c->totd, c->dr, c->dc, c->flagged) : 0;
     for (size_t i = 0; i < c->nflag; i++)
         c->isflag[c->flagged[i]] = 1;
     for (size_t q = 0; q < fr; q++)
         c->mean[q] = c->totd[q] / (double)npos;
     for (size_t i = 0; i < c->nflag; i++) {
         size_t q = (size_t)c->flagged[i];
-        c->mean[q] = ssb4d_hotpix_neighbour_median(c->totd, c->isflag, c->dr, c->dc, q / c->dc, q % c->dc) / (double)npos;
+        c->mean[q] = ssb_hotpix_neighbour_median(c->totd, c->isflag, c->dr, c->dc, q / c->dc, q % c->dc) / (double)npos;
     }
 }
 
@@ -656,7 +656,7 @@ static ssb4d_status find_disk(cal_run *c, ssb4d_calibration *out, ssb4d_err *err
     if (try_disk(mean, dr, dc, thr, &d1)) {
         double t2 = isodata_threshold(mean, fr, m1);
         if (!isfinite(t2) || try_disk(mean, dr, dc, t2, &d2))
-            return ssb4d_fail(err, SSB4D_ENOTFOUND, "BF disk not found: %s%s%s", d1.why,
+            return ssb_fail(err, SSB4D_ENOTFOUND, "BF disk not found: %s%s%s", d1.why,
                               isfinite(t2) ? "; with the two-class threshold: " : "",
                               isfinite(t2) ? d2.why : "");
         d = &d2;
@@ -736,13 +736,13 @@ static ssb4d_status select_bf(const cal_run *c, ssb4d_calibration *out, ssb4d_er
             nbf++;
     }
     if (nbf == 0)
-        return ssb4d_fail(err, SSB4D_ENOTFOUND,
+        return ssb_fail(err, SSB4D_ENOTFOUND,
                           "no BF pixel within %.2f px of the centre (%.2f, %.2f)", sel,
                           g->centre_px[0], g->centre_px[1]);
     out->bf_pix = malloc(nbf * sizeof *out->bf_pix);
     out->flagged = malloc((c->nflag ? c->nflag : 1) * sizeof *out->flagged);
     if (!out->bf_pix || !out->flagged)
-        return ssb4d_fail(err, SSB4D_ENOMEM, "calibrate: out of memory");
+        return ssb_fail(err, SSB4D_ENOMEM, "calibrate: out of memory");
     nbf = 0;
     size_t nf2 = 0;
     for (size_t q = 0; q < fr; q++) {
@@ -768,7 +768,7 @@ static ssb4d_status unflag_moments(cal_run *c, const ssb4d_calibration *out, ssb
                                       : ssb4d_source_read_frames(c->src, p0, n, c->buf, err);
         if (st)
             return st;
-        ssb4d_source_done_with(c->src, p0, n);
+        ssb_source_done_with(c->src, p0, n);
         if (c->is_float) {
 #pragma omp parallel for num_threads(c->nt) schedule(static)
             for (size_t f = 0; f < n; f++) {
@@ -819,7 +819,7 @@ static ssb4d_status measure_rotation(cal_run *c, ssb4d_calibration *out, ssb4d_e
     const size_t npos = c->npos;
     c->com = ssb4d_mem_alloc(c->p->mem, c->w.com, "calibrate CoM", NULL);
     if (!c->com)
-        return ssb4d_fail(err, SSB4D_ENOMEM, "calibrate: out of memory (CoM field)");
+        return ssb_fail(err, SSB4D_ENOMEM, "calibrate: out of memory (CoM field)");
     double *com = c->com;
     const uint64_t *mom = c->mom;
     /* CoM in mrad (the sampling may differ between the axes when given). */
@@ -852,7 +852,7 @@ static ssb4d_status measure_rotation(cal_run *c, ssb4d_calibration *out, ssb4d_e
                 com[2 * i + 1] = t;
             }
         ssb4d_err rerr = {0};
-        ok[h] = !ssb4d_cal_rotation_from_com(com, c->ny, c->nx, c->p->scan_step_A, &th[h], &ratio[h], &sig[h], &rerr);
+        ok[h] = !ssb_cal_rotation_from_com(com, c->ny, c->nx, c->p->scan_step_A, &th[h], &ratio[h], &sig[h], &rerr);
     }
     /* Decided only by a clear margin (half the curl of the other): on thick crystals dynamical
      * scattering bends the CoM field away from a gradient in both handedness alike; undecided,
@@ -882,10 +882,10 @@ ssb4d_status ssb4d_calibrate(ssb4d_source *src, const ssb4d_calib_params *p,
                              ssb4d_calibration *out, ssb4d_err *err)
 {
     if (!out)
-        return ssb4d_fail(err, SSB4D_EINVAL, "calibrate: no output");
+        return ssb_fail(err, SSB4D_EINVAL, "calibrate: no output");
     memset(out, 0, sizeof *out);
     if (!src || !p)
-        return ssb4d_fail(err, SSB4D_EINVAL, "calibrate: no data source or no parameters");
+        return ssb_fail(err, SSB4D_EINVAL, "calibrate: no data source or no parameters");
     ssb4d_status st = check_params(p, err);
     if (st)
         return st;

@@ -15,12 +15,12 @@
  * (SSB4D_CURL_STENCIL_HALF = 1; 2 and 3 give orders 4 and 6: less bias near the scan Nyquist,
  * more noise). Fails (SSB4D_ENOTFOUND) on a scan under 3×3 or a field without
  * any variation. Serial, fixed order: bit-reproducible. */
-ssb4d_status ssb4d_cal_rotation_from_com(const double *com, size_t ny, size_t nx,
+ssb4d_status ssb_cal_rotation_from_com(const double *com, size_t ny, size_t nx,
                                          const double step_A[2], double *theta_deg,
                                          double *curl_ratio, double *sigma_deg, ssb4d_err *err);
 
 /* S(θ) of the same field at θ (degrees); for tests and the grid cross-check. */
-double ssb4d_cal_curl_sumsq(const double *com, size_t ny, size_t nx, const double step_A[2],
+double ssb_cal_curl_sumsq(const double *com, size_t ny, size_t nx, const double step_A[2],
                             double theta_deg);
 
 /* ssb4d_calibrate's tracked buffers (common/workspace.h) for frames of fr pixels at npos scan

@@ -353,7 +353,7 @@ int cli_read_sidecar(const char *data, const cli_micro *m, cli_values *v, char *
     ssb4d_values lv;
     char found[sizeof lv.sidecar_path];
     const char *side = m->sidecar_path;
-    if (!side && ssb4d_sidecar_find(data, found, sizeof found))
+    if (!side && ssb_sidecar_find(data, found, sizeof found))
         side = found;
     if (!side)
         return 0;
@@ -426,15 +426,15 @@ static int qem_identity(const char *path, char hex[65])
     if (qem_open(path, 0, 1, &q, &err))
         return -1;
     const cJSON *sums = cJSON_GetObjectItemCaseSensitive(qem_header_json(q), "sha256");
-    ssb4d_sha256 *h = cJSON_IsArray(sums) ? ssb4d_sha256_new() : NULL;
+    ssb4d_sha256 *h = cJSON_IsArray(sums) ? ssb_sha256_new() : NULL;
     if (!h) {
         qem_close(q);
         return -1;
     }
     for (const cJSON *e = sums->child; e; e = e->next)
         if (cJSON_IsString(e))
-            ssb4d_sha256_update(h, e->valuestring, strlen(e->valuestring));
-    ssb4d_sha256_final_hex(h, hex);
+            ssb_sha256_update(h, e->valuestring, strlen(e->valuestring));
+    ssb_sha256_final_hex(h, hex);
     qem_close(q);
     return 0;
 }
@@ -444,18 +444,18 @@ static int file_sha256(const char *path, char hex[65])
     FILE *f = fopen(path, "rb");
     if (!f)
         return -1;
-    ssb4d_sha256 *h = ssb4d_sha256_new();
+    ssb4d_sha256 *h = ssb_sha256_new();
     size_t cap = (size_t)4 << 20;
     unsigned char *buf = malloc(cap);
     int bad = !h || !buf;
     size_t got;
     while (!bad && (got = fread(buf, 1, cap, f)) > 0)
-        ssb4d_sha256_update(h, buf, got);
+        ssb_sha256_update(h, buf, got);
     bad = bad || ferror(f);
     fclose(f);
     free(buf);
     if (h)
-        ssb4d_sha256_final_hex(h, hex); /* also frees h */
+        ssb_sha256_final_hex(h, hex); /* also frees h */
     return bad ? -1 : 0;
 }
 
@@ -502,8 +502,8 @@ int cli_auto_calibration(const char *cmd, const char *data, cli_micro *m, int qu
         return 0;
     ssb4d_calfile cf;
     ssb4d_err err = {0};
-    if (ssb4d_calfile_read(path, &cf, &err)) {
-        ssb4d_calfile_free(&cf);
+    if (ssb_calfile_read(path, &cf, &err)) {
+        ssb_calfile_free(&cf);
         fprintf(stderr, "ssb4d %s: %s (the calibration file beside DATA: remake it with ssb4d calibrate "
                         "--force, or give --calibration FILE)\n", cmd, err.msg);
         return CLI_EXIT_USAGE;
@@ -511,14 +511,14 @@ int cli_auto_calibration(const char *cmd, const char *data, cli_micro *m, int qu
     int has_ab = cf.has_ab;
     char recorded[sizeof cf.data_identity];
     snprintf(recorded, sizeof recorded, "%s", cf.data_identity);
-    ssb4d_calfile_free(&cf);
+    ssb_calfile_free(&cf);
     if (has_ab) {
         fprintf(stderr, "ssb4d %s: warning: %s holds aberrations, so ssb4d calibrate did not write it; "
                         "not used (give --calibration %s to use it)\n", cmd, path, path);
         return 0;
     }
     if (recorded[0] && cli_data_identity(data, m->data_identity, sizeof m->data_identity) == 0 &&
-        ssb4d_calfile_identity_differs(recorded, m->data_identity)) {
+        ssb_calfile_identity_differs(recorded, m->data_identity)) {
         char a[128], b[128];
         short_identity(recorded, a, sizeof a);
         short_identity(m->data_identity, b, sizeof b);
@@ -617,7 +617,7 @@ int cli_resolve_values(const char *data_path, const cli_micro *m, cli_values *ou
     if (data_path && recorded[0] &&
         (out->data_identity[0] ||
          cli_data_identity(data_path, out->data_identity, sizeof out->data_identity) == 0) &&
-        ssb4d_calfile_identity_differs(recorded, out->data_identity)) {
+        ssb_calfile_identity_differs(recorded, out->data_identity)) {
         char a[128], b[128];
         short_identity(recorded, a, sizeof a);
         short_identity(out->data_identity, b, sizeof b);

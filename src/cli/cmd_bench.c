@@ -257,7 +257,7 @@ static int bench_run(int argc, char **argv)
     rec->n_stored = r->n_stored;
     rec->encoded_bytes = r->encoded_bytes;
     rec->g_bytes = r->g_bytes;
-    rec->threads = ssb4d_threads_resolve(m.threads);
+    rec->threads = ssb_threads_resolve(m.threads);
     rec->memory_budget_bytes = r->plan.memory_bytes;
     rec->repeat = (int)repeat;
     rec->upsample = r->upsample;
@@ -444,9 +444,9 @@ static int bench_sweep(int argc, char **argv)
         const ssb4d_stage_record *sr = ssb4d_mem_stage(mem, ssb4d_mem_stage_count(mem) - 1);
         live[t] = (double)(sr->peak_bytes - base);
         cache[t] = (double)sr->cache_bytes;
-        ssb4d_sha256 *h = ssb4d_sha256_new();
-        ssb4d_sha256_update(h, phase, ny * nx * sizeof *phase);
-        ssb4d_sha256_final_hex(h, hex[t]);
+        ssb4d_sha256 *h = ssb_sha256_new();
+        ssb_sha256_update(h, phase, ny * nx * sizeof *phase);
+        ssb_sha256_final_hex(h, hex[t]);
     }
     /* Times: interleaved repeats, each tile's buffers kept in the cache between its runs. */
     for (long k = 0; k < repeat && !st && phase; k++)
@@ -468,7 +468,7 @@ static int bench_sweep(int argc, char **argv)
             bench_stats(secs[t], (size_t)repeat, &med[t], &lo, &hi);
         }
         printf("loss tile sweep: %s, %zu BF pixels, %zux%zu scan, %d threads, %ld interleaved runs\n", w.path,
-               cal.n_bf, ny, nx, ssb4d_threads_resolve(m.threads), repeat);
+               cal.n_bf, ny, nx, ssb_threads_resolve(m.threads), repeat);
         printf("%-12s %12s %10s %16s %12s  %s\n", "loss tile", "loss s", "vs default", "live above G GiB",
                "cache GiB", "bits");
         for (size_t t = 0; t < nt; t++) {
@@ -501,13 +501,13 @@ static int bench_sweep(int argc, char **argv)
         cJSON_AddStringToObject(j, "schema", "ssb4d-bench-sweep/1");
         cJSON_AddStringToObject(j, "workload", w.name ? w.name : w.data);
         cJSON_AddNumberToObject(j, "n_bf", (double)cal.n_bf);
-        cJSON_AddNumberToObject(j, "threads", ssb4d_threads_resolve(m.threads));
+        cJSON_AddNumberToObject(j, "threads", ssb_threads_resolve(m.threads));
         cJSON_AddItemToObject(j, "rows", rows);
         rows = NULL;
         char *text = cJSON_Print(j);
         FILE *f = fopen(out, "w");
         if (!f || fputs(text, f) < 0 || fclose(f))
-            st = ssb4d_fail(&err, SSB4D_EIO, "cannot write %s", out);
+            st = ssb_fail(&err, SSB4D_EIO, "cannot write %s", out);
         free(text);
         cJSON_Delete(j);
     }

@@ -595,7 +595,7 @@ int bench_view(int argc, char **argv, bench_resolve_fn resolve)
         char *txt = cJSON_Print(j);
         cJSON_Delete(j);
         ssb4d_err err = {0};
-        ssb4d_status st = txt ? ssb4d_write_text_atomic(out, txt, &err) : SSB4D_ENOMEM;
+        ssb4d_status st = txt ? ssb_write_text_atomic(out, txt, &err) : SSB4D_ENOMEM;
         free(txt);
         if (st)
             return cli_error("bench view", st, txt ? err.msg : "out of memory");

@@ -302,7 +302,7 @@ int cmd_calibrate(int argc, char **argv)
         return rc;
 
     ssb4d_calfile cf;
-    st = ssb4d_calfile_from_calibration(&cf, &cal, &err);
+    st = ssb_calfile_from_calibration(&cf, &cal, &err);
     if (st) {
         ssb4d_calibration_free(&cal);
         return cli_error(CMD, st, err.msg);
@@ -331,14 +331,14 @@ int cmd_calibrate(int argc, char **argv)
     cli_calfile_acquisition(data, &cf);
     rc = CLI_EXIT_OK;
     /* The picture first: the calibration file, which later commands take, appears last. */
-    if ((st = ssb4d_calibration_picture(picture, &cal, &err)) != SSB4D_OK ||
-        (st = ssb4d_calfile_write(outpath, &cf, &err)) != SSB4D_OK) {
+    if ((st = ssb_calibration_picture(picture, &cal, &err)) != SSB4D_OK ||
+        (st = ssb_calfile_write(outpath, &cf, &err)) != SSB4D_OK) {
         rc = cli_error(CMD, st, err.msg);
         goto out;
     }
     if (m.json) {
         /* The calfile text as written (exact numbers) plus the measured extras. */
-        char *text = ssb4d_calfile_to_json(&cf);
+        char *text = ssb_calfile_to_json(&cf);
         cJSON *meas = measured_json(&cal, seconds);
         if (meas) {
             cJSON_AddStringToObject(meas, "written", outpath);
@@ -363,7 +363,7 @@ int cmd_calibrate(int argc, char **argv)
         print_summary(data, &cal, outpath, picture, seconds, !isnan(p.rotation_deg), verbose);
     }
 out:
-    ssb4d_calfile_free(&cf);
+    ssb_calfile_free(&cf);
     ssb4d_calibration_free(&cal);
     return rc;
 }

@@ -117,7 +117,7 @@ static ssb4d_status write_frames(input *in, FILE *f, int quiet, ssb4d_err *err)
     step = step < 1 ? 1 : step > N ? N : step;
     uint32_t *buf = malloc(step * P * 4);
     if (!buf)
-        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory (a block of %zu frames)", step);
+        return ssb_fail(err, SSB4D_ENOMEM, "out of memory (a block of %zu frames)", step);
     cli_progress pb;
     cli_progress_start(&pb, "export", quiet);
     cli_progress_set_rate(&pb, (double)(N * P * (size_t)in->bytes) / 1e6, "MB");
@@ -138,9 +138,9 @@ static ssb4d_status write_frames(input *in, FILE *f, int quiet, ssb4d_err *err)
             }
         }
         if (fwrite(buf, (size_t)in->bytes, m, f) != m)
-            st = ssb4d_fail(err, SSB4D_EIO, "writing the frames: %s", strerror(errno));
+            st = ssb_fail(err, SSB4D_EIO, "writing the frames: %s", strerror(errno));
         if (in->src)
-            ssb4d_source_done_with(in->src, p0, n);
+            ssb_source_done_with(in->src, p0, n);
         cli_progress_update(&pb, (double)(p0 + n) / (double)N);
     }
     cli_progress_done(&pb);
@@ -227,12 +227,12 @@ int cmd_export(int argc, char **argv)
     if (!meta_only) {
         ssb4d_afile af;
         const char *descr = in.is_float ? "<f4" : in.bytes == 1 ? "|u1" : in.bytes == 2 ? "<u2" : "<u4";
-        st = ssb4d_afile_open(&af, outp, &err);
+        st = ssb_afile_open(&af, outp, &err);
         if (!st) {
-            st = ssb4d_npy_write_header(af.f, descr, 4, in.shape, &err);
+            st = ssb_npy_write_header(af.f, descr, 4, in.shape, &err);
             if (!st)
                 st = write_frames(&in, af.f, quiet || json, &err);
-            st = ssb4d_afile_finish(&af, st, &err);
+            st = ssb_afile_finish(&af, st, &err);
         }
     }
     if (!st && json)

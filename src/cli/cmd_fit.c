@@ -659,10 +659,10 @@ static ssb4d_status fill_calfile(const fit_opts *o, const cli_session *j, const 
                                  size_t loss_n_bf, ssb4d_calfile *cf, ssb4d_err *err)
 {
     const ssb4d_calibration *cal = ssb4d_session_calibration(j->s);
-    ssb4d_status st = ssb4d_calfile_from_calibration(cf, cal, err);
+    ssb4d_status st = ssb_calfile_from_calibration(cf, cal, err);
     if (st)
         return st;
-    ssb4d_calfile_set_fit(cf, r, fp, j->v.rotation_from, loss_n_bf);
+    ssb_calfile_set_fit(cf, r, fp, j->v.rotation_from, loss_n_bf);
     cf->n_bf = cal->n_bf;
     cf->has_search = 1;
     cf->trials = 0; /* the global candidates the fit ran (at least 200 without the parallax's start) */
@@ -698,7 +698,7 @@ static ssb4d_status fill_calfile(const fit_opts *o, const cli_session *j, const 
     cf->best = calloc(50, sizeof *cf->best);
     if (!sorted || !cf->best) {
         free(sorted);
-        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+        return ssb_fail(err, SSB4D_ENOMEM, "out of memory");
     }
     size_t n = 0;
     for (size_t i = 0; i < r->n_trials; i++)
@@ -722,8 +722,8 @@ static ssb4d_status write_json_file(const char *path, cJSON *o, ssb4d_err *err)
 {
     char *s = cJSON_Print(o);
     if (!s)
-        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
-    ssb4d_status st = ssb4d_write_text_atomic(path, s, err);
+        return ssb_fail(err, SSB4D_ENOMEM, "out of memory");
+    ssb4d_status st = ssb_write_text_atomic(path, s, err);
     free(s);
     return st;
 }
@@ -803,16 +803,16 @@ static ssb4d_status fit_write(const fit_opts *o, const cli_session *cs, const fi
         st = cli_write_image(path, run->phase, run->ny, run->nx, pixel, err);
     join(path, sizeof path, o->out_dir, "object.npy");
     if (!st)
-        st = ssb4d_npy_save(path, "<c8", 2, oshape, run->object, err);
+        st = ssb_npy_save(path, "<c8", 2, oshape, run->object, err);
     ssb4d_calfile cf;
-    ssb4d_calfile_init(&cf);
+    ssb_calfile_init(&cf);
     if (!st)
         st = fill_calfile(o, cs, &run->fp, r, run->have_tilt ? &run->tr : NULL, o->has_region ? o->region : NULL,
                           run->n_bf, &cf, err);
     join(path, sizeof path, o->out_dir, "calibration.json");
     if (!st)
-        st = ssb4d_calfile_write(path, &cf, err);
-    ssb4d_calfile_free(&cf);
+        st = ssb_calfile_write(path, &cf, err);
+    ssb_calfile_free(&cf);
     if (st)
         return st;
     cJSON *t = cJSON_CreateObject();
@@ -1176,7 +1176,7 @@ int cmd_fit_regions(int argc, char **argv)
                 "rotation_source,confident\n");
     size_t n_unsure = 0;
     double *c10 = calloc(n, sizeof *c10);
-    ssb4d_status st = c10 ? SSB4D_OK : ssb4d_fail(&err, SSB4D_ENOMEM, "out of memory");
+    ssb4d_status st = c10 ? SSB4D_OK : ssb_fail(&err, SSB4D_ENOMEM, "out of memory");
     for (size_t i = 0; i < n && !st; i++) {
         ssb4d_fit_result r;
         cli_session_bar(&j, "region fit");
@@ -1229,7 +1229,7 @@ int cmd_fit_regions(int argc, char **argv)
     }
     if (!st && writer) {
         join(path, sizeof path, o.out_dir, "regions.csv");
-        st = ssb4d_write_text_atomic(path, csv, &err);
+        st = ssb_write_text_atomic(path, csv, &err);
     }
     if (!st) {
         /* The defocus map: one 32-px cell per grid region (a list is drawn on the scan grid, one
@@ -1239,7 +1239,7 @@ int cmd_fit_regions(int argc, char **argv)
         size_t cell = o.grid[0] ? 32 : 1;
         float *img = malloc(R * C * cell * cell * sizeof *img);
         if (!img)
-            st = ssb4d_fail(&err, SSB4D_ENOMEM, "out of memory");
+            st = ssb_fail(&err, SSB4D_ENOMEM, "out of memory");
         for (size_t i = 0; img && i < R * C * cell * cell; i++)
             img[i] = NAN;
         for (size_t i = 0; img && i < n; i++) {
@@ -1252,7 +1252,7 @@ int cmd_fit_regions(int argc, char **argv)
         ssb4d_png_legend lg = {0.0, "C10 nm", SSB4D_PNG_SCALE_AUTO}; /* drawn >= 512 px */
         join(path, sizeof path, o.out_dir, "defocus.png");
         if (!st && writer)
-            st = ssb4d_image_write_png_legend(path, img, R * cell, C * cell, &lg, &err);
+            st = ssb_image_write_png_legend(path, img, R * cell, C * cell, &lg, &err);
         free(img);
     }
     if (st) {

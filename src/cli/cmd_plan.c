@@ -143,7 +143,7 @@ static void machines_ranks(const ssb4d_plan_input *in, rank_machines *rm)
             q.det[0] = q.det[1] = 256;
             q.n_bf = RANK_REF_BF;
             q.encoded_bytes = (size_t)((double)sides[r] * sides[r] * 256.0 * 256.0 * 2.0 / 13.1);
-            q.region[0] = q.region[1] = ssb4d_plan_region_side(sides[r]);
+            q.region[0] = q.region[1] = ssb_plan_region_side(sides[r]);
             q.upsample = 2;
             q.threads = in->threads;
             q.fit = &fit;
@@ -435,8 +435,8 @@ int cmd_plan(int argc, char **argv)
             in.encoded_bytes = cli_job_encoded_bytes(data);
     }
     if (region[0] == (size_t)-1) {
-        region[0] = ssb4d_plan_region_side(in.scan[0]);
-        region[1] = ssb4d_plan_region_side(in.scan[1]);
+        region[0] = ssb_plan_region_side(in.scan[0]);
+        region[1] = ssb_plan_region_side(in.scan[1]);
     }
     if ((region[0] || region[1]) && (region[0] < 32 || region[1] < 32 || region[0] > in.scan[0] || region[1] > in.scan[1])) {
         fprintf(stderr, "ssb4d plan: the region %zux%zu must be at least 32x32 and inside the %zux%zu scan\n",
@@ -480,7 +480,7 @@ int cmd_plan(int argc, char **argv)
     } else {
         printf("plan for %zux%zu scan x %zux%zu detector, %zu BF pixels (%zu fit), %d threads\n", in.scan[0],
                in.scan[1], in.det[0], in.det[1], in.n_bf, in.n_fit_bf ? in.n_fit_bf : in.n_bf,
-               ssb4d_threads_resolve(in.threads));
+               ssb_threads_resolve(in.threads));
         if (n_ranks > 1)
             rank_plan_print(&in, &p, &share);
         else

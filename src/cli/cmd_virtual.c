@@ -401,7 +401,7 @@ int cmd_virtual(int argc, char **argv)
                 const char *path = paths[nw];
                 if (f == 2) {
                     size_t sh[2] = {ny, nx};
-                    st = ssb4d_npy_save(path, "<f8", 2, sh, img[k], &err);
+                    st = ssb_npy_save(path, "<f8", 2, sh, img[k], &err);
                 } else
                     st = ssb4d_image_save(path, f32, ny, nx, px, unit[k], &err);
                 if (st)
@@ -417,7 +417,7 @@ int cmd_virtual(int argc, char **argv)
             cJSON_Delete(j);
             if (!text)
                 rc = cli_error(CMD, SSB4D_ENOMEM, "out of memory (JSON)");
-            else if ((st = ssb4d_write_text_atomic(paths[np - 1], text, &err)))
+            else if ((st = ssb_write_text_atomic(paths[np - 1], text, &err)))
                 rc = cli_error(CMD, st, err.msg);
             else if (m.json)
                 printf("%s\n", text);

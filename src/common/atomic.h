@@ -12,12 +12,12 @@ typedef struct {
     char *path;
 } ssb4d_afile;
 
-ssb4d_status ssb4d_afile_open(ssb4d_afile *a, const char *path, ssb4d_err *err);
+ssb4d_status ssb_afile_open(ssb4d_afile *a, const char *path, ssb4d_err *err);
 /* st == SSB4D_OK: flush, fsync, close and rename; otherwise close and remove the temporary file.
  * Returns the final status (an I/O error here is reported through err). */
-ssb4d_status ssb4d_afile_finish(ssb4d_afile *a, ssb4d_status st, ssb4d_err *err);
+ssb4d_status ssb_afile_finish(ssb4d_afile *a, ssb4d_status st, ssb4d_err *err);
 /* Whole text file (a newline is appended). */
-ssb4d_status ssb4d_write_text_atomic(const char *path, const char *text, ssb4d_err *err);
+ssb4d_status ssb_write_text_atomic(const char *path, const char *text, ssb4d_err *err);
 /* "<path>.tmp<pid><suffix>" for writers that open by name (caller frees), NULL if out of memory. */
-char *ssb4d_temp_name(const char *path, const char *suffix);
+char *ssb_temp_name(const char *path, const char *suffix);
 #endif

@@ -4,7 +4,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 
-ssb4d_status ssb4d_fail(ssb4d_err *err, ssb4d_status code, const char *fmt, ...)
+ssb4d_status ssb_fail(ssb4d_err *err, ssb4d_status code, const char *fmt, ...)
 {
     if (err) {
         va_list ap;
@@ -16,7 +16,7 @@ ssb4d_status ssb4d_fail(ssb4d_err *err, ssb4d_status code, const char *fmt, ...)
     return code;
 }
 
-void ssb4d_err_clear(ssb4d_err *err)
+void ssb_err_clear(ssb4d_err *err)
 {
     if (err) {
         err->code = SSB4D_OK;

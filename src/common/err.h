@@ -3,8 +3,8 @@
 #define SSB4D_COMMON_ERR_H
 #include "ssb4d_advanced.h"
 
-/* Sets err (if not NULL) and returns code, so callers can `return ssb4d_fail(err, ...)`. */
-ssb4d_status ssb4d_fail(ssb4d_err *err, ssb4d_status code, const char *fmt, ...)
+/* Sets err (if not NULL) and returns code, so callers can `return ssb_fail(err, ...)`. */
+ssb4d_status ssb_fail(ssb4d_err *err, ssb4d_status code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-void ssb4d_err_clear(ssb4d_err *err);
+void ssb_err_clear(ssb4d_err *err);
 #endif

@@ -12,5 +12,5 @@
 
 static pthread_mutex_t planner_lock = PTHREAD_MUTEX_INITIALIZER;
 
-void ssb4d_fftw_lock(void) { pthread_mutex_lock(&planner_lock); }
-void ssb4d_fftw_unlock(void) { pthread_mutex_unlock(&planner_lock); }
+void ssb_fftw_lock(void) { pthread_mutex_lock(&planner_lock); }
+void ssb_fftw_unlock(void) { pthread_mutex_unlock(&planner_lock); }

@@ -3,6 +3,6 @@
  * every fftwf_plan_* and fftwf_destroy_plan call in the library is made under this lock. */
 #ifndef SSB4D_COMMON_FFTW_LOCK_H
 #define SSB4D_COMMON_FFTW_LOCK_H
-void ssb4d_fftw_lock(void);
-void ssb4d_fftw_unlock(void);
+void ssb_fftw_lock(void);
+void ssb_fftw_unlock(void);
 #endif

@@ -53,7 +53,7 @@ static inline uint32_t f16_to_f32_bits(uint16_t h)
     return sign | b;
 }
 
-void ssb4d_f32_to_f16_scalar(const float *in, uint16_t *out, size_t n)
+void ssb_f32_to_f16_scalar(const float *in, uint16_t *out, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
         uint32_t x;
@@ -62,7 +62,7 @@ void ssb4d_f32_to_f16_scalar(const float *in, uint16_t *out, size_t n)
     }
 }
 
-void ssb4d_f16_to_f32_scalar(const uint16_t *in, float *out, size_t n)
+void ssb_f16_to_f32_scalar(const uint16_t *in, float *out, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
         const uint32_t b = f16_to_f32_bits(in[i]);
@@ -87,7 +87,7 @@ __attribute__((target("f16c,avx"))) static void f32_to_f16_f16c(const float *in,
         _mm_storeu_si128((__m128i *)(out + i), _mm256_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT));
         i += 8;
     }
-    ssb4d_f32_to_f16_scalar(in + i, out + i, n - i);
+    ssb_f32_to_f16_scalar(in + i, out + i, n - i);
 }
 
 __attribute__((target("f16c,avx"))) static void f16_to_f32_f16c(const uint16_t *in, float *out,
@@ -104,7 +104,7 @@ __attribute__((target("f16c,avx"))) static void f16_to_f32_f16c(const uint16_t *
         _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(in + i))));
         i += 8;
     }
-    ssb4d_f16_to_f32_scalar(in + i, out + i, n - i);
+    ssb_f16_to_f32_scalar(in + i, out + i, n - i);
 }
 #endif
 
@@ -112,7 +112,7 @@ __attribute__((target("f16c,avx"))) static void f16_to_f32_f16c(const uint16_t *
  * is no mutable global of our own. AVX is checked as well: it says the OS saves the YMM state.
  * Clang (up to at least 14) does not know the "f16c" feature string, so there CPUID leaf 1
  * (ECX bit 29) is read instead. */
-int ssb4d_half_uses_f16c(void)
+int ssb_half_uses_f16c(void)
 {
 #ifdef SSB4D_HALF_X86
     __builtin_cpu_init();
@@ -129,28 +129,28 @@ int ssb4d_half_uses_f16c(void)
 #endif
 }
 
-void ssb4d_f32_to_f16(const float *in, uint16_t *out, size_t n)
+void ssb_f32_to_f16(const float *in, uint16_t *out, size_t n)
 {
     if (n == 0) /* in and out may then be NULL: no pointer arithmetic on them */
         return;
 #ifdef SSB4D_HALF_X86
-    if (ssb4d_half_uses_f16c()) {
+    if (ssb_half_uses_f16c()) {
         f32_to_f16_f16c(in, out, n);
         return;
     }
 #endif
-    ssb4d_f32_to_f16_scalar(in, out, n);
+    ssb_f32_to_f16_scalar(in, out, n);
 }
 
-void ssb4d_f16_to_f32(const uint16_t *in, float *out, size_t n)
+void ssb_f16_to_f32(const uint16_t *in, float *out, size_t n)
 {
     if (n == 0)
         return;
 #ifdef SSB4D_HALF_X86
-    if (ssb4d_half_uses_f16c()) {
+    if (ssb_half_uses_f16c()) {
         f16_to_f32_f16c(in, out, n);
         return;
     }
 #endif
-    ssb4d_f16_to_f32_scalar(in, out, n);
+    ssb_f16_to_f32_scalar(in, out, n);
 }

@@ -23,12 +23,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-void ssb4d_f32_to_f16(const float *in, uint16_t *out, size_t n);
-void ssb4d_f16_to_f32(const uint16_t *in, float *out, size_t n);
+void ssb_f32_to_f16(const float *in, uint16_t *out, size_t n);
+void ssb_f16_to_f32(const uint16_t *in, float *out, size_t n);
 
 /* For tests: the portable paths alone, and whether the dispatched functions above use F16C on
  * this CPU (1) or the portable path (0). */
-void ssb4d_f32_to_f16_scalar(const float *in, uint16_t *out, size_t n);
-void ssb4d_f16_to_f32_scalar(const uint16_t *in, float *out, size_t n);
-int ssb4d_half_uses_f16c(void);
+void ssb_f32_to_f16_scalar(const float *in, uint16_t *out, size_t n);
+void ssb_f16_to_f32_scalar(const uint16_t *in, float *out, size_t n);
+int ssb_half_uses_f16c(void);
 #endif

@@ -109,7 +109,7 @@ void *ssb4d_mem_alloc(ssb4d_mem *m, size_t bytes, const char *tag, ssb4d_err *er
     if (bytes == 0)
         bytes = 1;
     if (bytes > SIZE_MAX - 2 * MEM_ALIGN) {
-        ssb4d_fail(err, SSB4D_ENOMEM, "allocation of %zu bytes for %s is too large", bytes,
+        ssb_fail(err, SSB4D_ENOMEM, "allocation of %zu bytes for %s is too large", bytes,
                    tag ? tag : "buffer");
         return NULL;
     }
@@ -137,7 +137,7 @@ void *ssb4d_mem_alloc(ssb4d_mem *m, size_t bytes, const char *tag, ssb4d_err *er
         if (m->limit && m->live + bytes > m->limit) {
             size_t live = m->live, limit = m->limit;
             pthread_mutex_unlock(&m->lock);
-            ssb4d_fail(err, SSB4D_ENOMEM,
+            ssb_fail(err, SSB4D_ENOMEM,
                        "%s needs %.1f MiB but the memory budget (%.1f MiB) has only %.1f MiB left",
                        tag ? tag : "buffer", bytes / 1048576.0, limit / 1048576.0,
                        (limit - live) / 1048576.0);
@@ -151,7 +151,7 @@ void *ssb4d_mem_alloc(ssb4d_mem *m, size_t bytes, const char *tag, ssb4d_err *er
      * page faults otherwise cost seconds for a multi-GiB G in a virtual machine. */
     int huge = bytes >= HUGE_MIN;
     if (posix_memalign(&raw, huge ? HUGE_ALIGN : MEM_ALIGN, padded + MEM_ALIGN) != 0 || !raw) {
-        ssb4d_fail(err, SSB4D_ENOMEM, "could not allocate %.1f MiB for %s", bytes / 1048576.0,
+        ssb_fail(err, SSB4D_ENOMEM, "could not allocate %.1f MiB for %s", bytes / 1048576.0,
                    tag ? tag : "buffer");
         return NULL;
     }
@@ -186,7 +186,7 @@ ssb4d_status ssb4d_mem_external(ssb4d_mem *m, size_t bytes, int add, const char 
     if (m->limit && m->live + bytes > m->limit) {
         size_t limit = m->limit;
         pthread_mutex_unlock(&m->lock);
-        return ssb4d_fail(err, SSB4D_ENOMEM, "%s (%.1f MiB) does not fit in the memory budget (%.1f MiB)",
+        return ssb_fail(err, SSB4D_ENOMEM, "%s (%.1f MiB) does not fit in the memory budget (%.1f MiB)",
                           tag ? tag : "external data", bytes / 1048576.0, limit / 1048576.0);
     }
     m->live += bytes;

@@ -3,7 +3,7 @@
 
 #include <unistd.h>
 
-int ssb4d_threads_resolve(int requested)
+int ssb_threads_resolve(int requested)
 {
     if (requested > 0)
         return requested > 1024 ? 1024 : requested;

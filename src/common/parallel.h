@@ -2,5 +2,5 @@
 #ifndef SSB4D_COMMON_PARALLEL_H
 #define SSB4D_COMMON_PARALLEL_H
 /* requested <= 0 → number of online cores; otherwise requested (capped at 1024). */
-int ssb4d_threads_resolve(int requested);
+int ssb_threads_resolve(int requested);
 #endif

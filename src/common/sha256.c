@@ -8,7 +8,7 @@ struct ssb4d_sha256 {
     EVP_MD_CTX *ctx;
 };
 
-ssb4d_sha256 *ssb4d_sha256_new(void)
+ssb4d_sha256 *ssb_sha256_new(void)
 {
     static const struct ssb4d_sha256 zero; /* read-only */
     ssb4d_sha256 *h = OPENSSL_malloc(sizeof *h);
@@ -24,13 +24,13 @@ ssb4d_sha256 *ssb4d_sha256_new(void)
     return h;
 }
 
-void ssb4d_sha256_update(ssb4d_sha256 *h, const void *data, size_t n)
+void ssb_sha256_update(ssb4d_sha256 *h, const void *data, size_t n)
 {
     if (h && n)
         EVP_DigestUpdate(h->ctx, data, n);
 }
 
-void ssb4d_sha256_final_hex(ssb4d_sha256 *h, char hex[65])
+void ssb_sha256_final_hex(ssb4d_sha256 *h, char hex[65])
 {
     unsigned char md[32];
     unsigned int len = 0;
@@ -44,9 +44,9 @@ void ssb4d_sha256_final_hex(ssb4d_sha256 *h, char hex[65])
     OPENSSL_free(h);
 }
 
-void ssb4d_sha256_hex(const void *data, size_t n, char hex[65])
+void ssb_sha256_hex(const void *data, size_t n, char hex[65])
 {
-    ssb4d_sha256 *h = ssb4d_sha256_new();
-    ssb4d_sha256_update(h, data, n);
-    ssb4d_sha256_final_hex(h, hex);
+    ssb4d_sha256 *h = ssb_sha256_new();
+    ssb_sha256_update(h, data, n);
+    ssb_sha256_final_hex(h, hex);
 }

@@ -4,9 +4,9 @@
 #include <stddef.h>
 
 typedef struct ssb4d_sha256 ssb4d_sha256;
-ssb4d_sha256 *ssb4d_sha256_new(void);
-void ssb4d_sha256_update(ssb4d_sha256 *h, const void *data, size_t n);
+ssb4d_sha256 *ssb_sha256_new(void);
+void ssb_sha256_update(ssb4d_sha256 *h, const void *data, size_t n);
 /* Writes 64 hex digits + NUL and frees h. */
-void ssb4d_sha256_final_hex(ssb4d_sha256 *h, char hex[65]);
-void ssb4d_sha256_hex(const void *data, size_t n, char hex[65]);
+void ssb_sha256_final_hex(ssb4d_sha256 *h, char hex[65]);
+void ssb_sha256_hex(const void *data, size_t n, char hex[65]);
 #endif

@@ -9,21 +9,21 @@
 #include <string.h>
 #include <sys/stat.h>
 
-ssb4d_status ssb4d_read_text_file(const char *path, size_t max_bytes, const char *what, char **out,
+ssb4d_status ssb_read_text_file(const char *path, size_t max_bytes, const char *what, char **out,
                                   size_t *len, ssb4d_err *err)
 {
     *out = NULL;
     FILE *f = fopen(path, "rb");
     if (!f)
-        return ssb4d_fail(err, SSB4D_EIO, "cannot open %s %s: %s", what, path, strerror(errno));
+        return ssb_fail(err, SSB4D_EIO, "cannot open %s %s: %s", what, path, strerror(errno));
     struct stat sb;
     if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
         fclose(f);
-        return ssb4d_fail(err, SSB4D_EIO, "%s %s is not a regular file", what, path);
+        return ssb_fail(err, SSB4D_EIO, "%s %s is not a regular file", what, path);
     }
     if ((unsigned long long)sb.st_size > max_bytes) {
         fclose(f);
-        return ssb4d_fail(err, SSB4D_EFORMAT, "%s %s is larger than %zu MiB", what, path, max_bytes >> 20);
+        return ssb_fail(err, SSB4D_EFORMAT, "%s %s is larger than %zu MiB", what, path, max_bytes >> 20);
     }
     size_t size = (size_t)sb.st_size;
     char *buf = malloc(size + 1);
@@ -31,10 +31,10 @@ ssb4d_status ssb4d_read_text_file(const char *path, size_t max_bytes, const char
     int bad = ferror(f);
     fclose(f);
     if (!buf)
-        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory reading %s", path);
+        return ssb_fail(err, SSB4D_ENOMEM, "out of memory reading %s", path);
     if (bad || n != size) {
         free(buf);
-        return ssb4d_fail(err, SSB4D_EIO, "cannot read %s %s", what, path);
+        return ssb_fail(err, SSB4D_EIO, "cannot read %s %s", what, path);
     }
     buf[n] = 0;
     if (len)

@@ -60,8 +60,8 @@ struct ssb_dev {
 static ssb4d_status cuda_fail(ssb4d_err *err, cudaError_t e, const char *what)
 {
     if (e == cudaErrorMemoryAllocation)
-        return ssb4d_fail(err, SSB4D_ENOMEM, "the GPU is out of memory (%s)", what);
-    return ssb4d_fail(err, SSB4D_EIO, "CUDA error in %s: %s", what, cudaGetErrorString(e));
+        return ssb_fail(err, SSB4D_ENOMEM, "the GPU is out of memory (%s)", what);
+    return ssb_fail(err, SSB4D_EIO, "CUDA error in %s: %s", what, cudaGetErrorString(e));
 }
 
 int cuda_available(void)
@@ -138,8 +138,8 @@ static ssb4d_status ensure_plan(ssb_dev *d, int nyf, int nxf, int batch, ssb4d_e
     int n[2] = {nyf, nxf};
     cufftResult r = cufftPlanMany(&d->plan, 2, n, NULL, 1, nyf * (nxf / 2 + 1), NULL, 1, nyf * nxf, CUFFT_C2R, batch);
     if (r != CUFFT_SUCCESS)
-        return r == CUFFT_ALLOC_FAILED ? ssb4d_fail(err, SSB4D_ENOMEM, "the GPU is out of memory (cuFFT plan)")
-                                       : ssb4d_fail(err, SSB4D_EIO, "cuFFT could not plan the %dx%d inverse transform (%d)",
+        return r == CUFFT_ALLOC_FAILED ? ssb_fail(err, SSB4D_ENOMEM, "the GPU is out of memory (cuFFT plan)")
+                                       : ssb_fail(err, SSB4D_EIO, "cuFFT could not plan the %dx%d inverse transform (%d)",
                                                     nyf, nxf, (int)r);
     cufftSetStream(d->plan, d->stream);
     d->plan_nyf = nyf, d->plan_nxf = nxf, d->plan_batch = batch;
@@ -234,7 +234,7 @@ static ssb4d_status dchain_init(dchain *c, ssb_dev *d, const ssb4d_dist *dist, s
     c->head = malloc((c->n_head ? c->n_head : 1) * sizeof *c->head);
     c->kind = malloc(c->cap ? c->cap : 1);
     if (!c->head || !c->kind)
-        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+        return ssb_fail(err, SSB4D_ENOMEM, "out of memory");
     for (size_t i = 0, k = 0; i < nseg; i++)
         if (segs[i].kind == DIST_PIX)
             c->head[k++] = segs[i].a;
@@ -278,7 +278,7 @@ static ssb4d_status dchain_run(dchain *c, ssb4d_status st, double *totals, ssb4d
     const size_t len = c->len, sl = 2 * len + 1;
     double *state = st ? NULL : malloc(sl * sizeof *state); /* totals | open | its flag */
     if (!st && !state)
-        st = ssb4d_fail(err, SSB4D_ENOMEM, "out of memory (reduction)");
+        st = ssb_fail(err, SSB4D_ENOMEM, "out of memory (reduction)");
     TRY(dev_alloc(d, &d->open, &d->open_b, len * sizeof(double)), "the reduction's open block");
     dist_seq sq = {0};
     st = dist_seq_agree(c->dist, &sq, st, err);
@@ -357,7 +357,7 @@ static ssb4d_status dpass_init(dpass *p, ssb_dev *d, const ssb4d_G *G, const ssb
                       .f = c[0].f, .nyf = (int)nyf, .nxf = (int)nxf, .ncols = (int)ncols};
     const size_t nb = p->nb, npix = p->npix, P = p->P;
     if (nyf > 65535 || nxf > 65535 || P > 65535)
-        return ssb4d_fail(err, SSB4D_EINVAL, "a %zux%zu grid is too large for the GPU pass", nyf, nxf);
+        return ssb_fail(err, SSB4D_EINVAL, "a %zux%zu grid is too large for the GPU pass", nyf, nxf);
     cudaSetDevice(d->device);
     if (d->profile)
         d->prof_t = ssb_clock_s();
@@ -366,7 +366,7 @@ static ssb4d_status dpass_init(dpass *p, ssb_dev *d, const ssb4d_G *G, const ssb
     p->set0 = set0;
     double *h = malloc(tab_n * sizeof *h);
     if (!h)
-        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+        return ssb_fail(err, SSB4D_ENOMEM, "out of memory");
     long long *hs = (long long *)h;
     for (size_t ib = 0; ib < n_bf; ib++) {
         size_t owner = G->dev_ib ? G->dev_ib[ib] : ib;
@@ -424,7 +424,7 @@ static ssb4d_status dpass_pixels(dpass *p, size_t a, size_t b, double *out, ssb4
         if (p->chunks % SYNC_EVERY == 0) {
             CK(cudaStreamSynchronize(d->stream), "a pass");
             if (ssb4d_mem_progress(p->mem, p->hi > p->lo ? (double)(p0 - p->lo) / (double)(p->hi - p->lo) : 1.0))
-                return ssb4d_fail(err, SSB4D_ECANCELLED, "cancelled");
+                return ssb_fail(err, SSB4D_ECANCELLED, "cancelled");
         }
         size_t np = b - p0 < p->P ? b - p0 : p->P;
         for (size_t j = 0; j < p->n; j++) {
@@ -444,7 +444,7 @@ static ssb4d_status dpass_pixels(dpass *p, size_t a, size_t b, double *out, ssb4
             CK(cu_valid(px, px.set_tab, p0, np, d->valid, d->stream), "the chunk flags");
             cufftResult r = cufftExecC2R(d->plan, (cufftComplex *)d->spec, (cufftReal *)d->real);
             if (r != CUFFT_SUCCESS)
-                return ssb4d_fail(err, SSB4D_EIO, "cuFFT's inverse transform failed (%d)", (int)r);
+                return ssb_fail(err, SSB4D_EIO, "cuFFT's inverse transform failed (%d)", (int)r);
             mark(d, CUDA_PROF_FFT);
             double *sums = out + j * 2 * npix;
             CK(cu_phase_sum(d->real, npix, np, d->valid, s.inv_dc, sums, sums + npix, d->stream), "the phase sums");
@@ -473,7 +473,7 @@ static ssb4d_status dpass_blocks(dpass *p, ssb4d_status st, ssb4d_err *err)
     dist_seg *segs = malloc(dist_segments_cap(p->lo, p->hi) * sizeof *segs);
     size_t nseg = segs ? dist_segments(G->n_bf, p->lo, p->hi, segs) : 0;
     if (!st && !segs)
-        st = ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+        st = ssb_fail(err, SSB4D_ENOMEM, "out of memory");
     dchain ch;
     memset(&ch, 0, sizeof ch);
     ch.d = d, ch.dist = G->dist, ch.len = len; /* a failure before dchain_init still reaches the chain */
@@ -548,7 +548,7 @@ static ssb4d_status dev_phases(ssb_dev *d, const ssb4d_G *G, const ssb_ctx *c, s
         }
         double fin[2 * 64], *fb = n <= 64 ? fin : malloc(2 * n * sizeof *fb);
         if (!fb) {
-            st = ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+            st = ssb_fail(err, SSB4D_ENOMEM, "out of memory");
             goto done;
         }
         cudaError_t e = cudaMemcpyAsync(fb, d->fin, 2 * n * sizeof(double), cudaMemcpyDeviceToHost, d->stream);
@@ -582,7 +582,7 @@ static ssb4d_status band_upload(ssb_dev *d, const ssb4d_G *G, size_t nb, const s
     const size_t nd = 4 * nb1 + 2 * n_bf + 3 * nrot * n_bf; /* off | slot | qx qy q2 | T | ktab */
     double *h = malloc(nd * sizeof *h);
     if (!h)
-        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+        return ssb_fail(err, SSB4D_ENOMEM, "out of memory");
     long long *ho = (long long *)h, *hs = ho + nb1;
     double *hq = h + nb1 + n_bf, *hT = hq + 3 * nb1, *hk = hT + n_bf;
     for (size_t m = 0; m < nb; m++)
@@ -657,7 +657,7 @@ static ssb4d_status dev_band(ssb_dev *d, const ssb4d_G *G, const ssb_band_job *j
     dist_seg *segs = malloc(dist_segments_cap(lo, hi) * sizeof *segs);
     long long *ls = malloc(dist_segments_cap(lo, hi) * 3 * sizeof *ls);
     if (!st && (!hs || !segs || !ls))
-        st = ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+        st = ssb_fail(err, SSB4D_ENOMEM, "out of memory");
     const size_t nseg = st ? 0 : dist_segments(G->n_bf, lo, hi, segs);
     dchain ch;
     memset(&ch, 0, sizeof ch);
@@ -675,7 +675,7 @@ static ssb4d_status dev_band(ssb_dev *d, const ssb4d_G *G, const ssb_band_job *j
         hs[i].rot = (long long)s->rot;
     }
     if (!st && ssb4d_mem_progress(mem, 0.0))
-        st = ssb4d_fail(err, SSB4D_ECANCELLED, "cancelled");
+        st = ssb_fail(err, SSB4D_ECANCELLED, "cancelled");
     TRY(dev_alloc(d, &d->acc, &d->acc_b, (n ? n : 1) * sizeof *hs), "the band sets");
     TRY(dev_alloc(d, &d->sums, &d->sums_b, nout * sizeof(double)), "the band sums");
     TRY(dev_alloc(d, &d->bpart, &d->bpart_b, nout * sizeof(double)), "a pixel's band sums");
@@ -695,7 +695,7 @@ static ssb4d_status dev_band(ssb_dev *d, const ssb4d_G *G, const ssb_band_job *j
         st = band_launch(d, bp.b, n, one, 1, NULL, dchain_slot(&ch, segs[i].kind), err);
     }
     if (!st && ssb4d_mem_progress(mem, 1.0))
-        st = ssb4d_fail(err, SSB4D_ECANCELLED, "cancelled");
+        st = ssb_fail(err, SSB4D_ECANCELLED, "cancelled");
     if (G->dist) {
         st = dchain_run(&ch, st, d->sums, err);
         dchain_free(&ch);
@@ -746,13 +746,13 @@ void cuda_G_device_bytes(const struct ssb4d_G *G, size_t *now, size_t *peak)
 ssb4d_status cuda_G_attach(struct ssb4d_G *G, ssb4d_mem *mem, ssb4d_err *err)
 {
     if (G->is_view || G->dev)
-        return ssb4d_fail(err, SSB4D_EINTERNAL, "cuda_G_attach: G is a view or already on the device");
+        return ssb_fail(err, SSB4D_EINTERNAL, "cuda_G_attach: G is a view or already on the device");
     if (!cuda_available())
-        return ssb4d_fail(err, SSB4D_EINVAL, "no CUDA device is present");
+        return ssb_fail(err, SSB4D_EINVAL, "no CUDA device is present");
     ssb_dev *d = calloc(1, sizeof *d);
     if (!d || !(d->slot_of = malloc(G->n_bf * sizeof *d->slot_of))) {
         free(d);
-        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+        return ssb_fail(err, SSB4D_ENOMEM, "out of memory");
     }
     ssb4d_status st = SSB4D_OK;
     G_group gr = {0};
@@ -769,7 +769,7 @@ ssb4d_status cuda_G_attach(struct ssb4d_G *G, ssb4d_mem *mem, ssb4d_err *err)
     CK(cudaStreamCreateWithFlags(&d->stream, cudaStreamNonBlocking), "creating a stream");
     size_t have = 0, want = (d->n_slots ? d->n_slots : 1) * d->stride * sizeof(float2), fr = 0, tot = 0;
     if (cudaMemGetInfo(&fr, &tot) == cudaSuccess && want > fr) {
-        st = ssb4d_fail(err, SSB4D_ENOMEM,
+        st = ssb_fail(err, SSB4D_ENOMEM,
                         "G's %zu planes need %.2f GiB of GPU memory and the GPU has %.2f GiB free (of %.2f GiB): "
                         "use --backend cpu",
                         d->n_slots, (double)want / (1 << 30), (double)fr / (1 << 30), (double)tot / (1 << 30));
@@ -784,7 +784,7 @@ ssb4d_status cuda_G_attach(struct ssb4d_G *G, ssb4d_mem *mem, ssb4d_err *err)
     for (size_t g0 = lo; g0 < hi; g0 += gr.cap) {
         size_t g1 = g0 + gr.cap < hi ? g0 + gr.cap : hi;
         if (ssb4d_mem_progress(mem, (double)(g0 - lo) / (double)(hi - lo))) {
-            st = ssb4d_fail(err, SSB4D_ECANCELLED, "cancelled");
+            st = ssb_fail(err, SSB4D_ECANCELLED, "cancelled");
             goto done;
         }
         if ((st = G_group_load(G, g0, g1, &gr, err)))

@@ -18,7 +18,7 @@ static void sort_d(double *v, int n)
     }
 }
 
-double ssb4d_hotpix_neighbour_median(const double *tot, const unsigned char *skip, size_t rows,
+double ssb_hotpix_neighbour_median(const double *tot, const unsigned char *skip, size_t rows,
                                      size_t cols, size_t r, size_t c)
 {
     double v[8], all[8];
@@ -59,12 +59,12 @@ static double neighbour_min(const double *tot, size_t rows, size_t cols, size_t 
     return m;
 }
 
-size_t ssb4d_hotpix_find_flagged(const double *tot, size_t rows, size_t cols, int32_t *out)
+size_t ssb_hotpix_find_flagged(const double *tot, size_t rows, size_t cols, int32_t *out)
 {
     size_t n = 0;
     for (size_t r = 0; r < rows; r++)
         for (size_t c = 0; c < cols; c++) {
-            double m = ssb4d_hotpix_neighbour_median(tot, NULL, rows, cols, r, c);
+            double m = ssb_hotpix_neighbour_median(tot, NULL, rows, cols, r, c);
             double t = tot[r * cols + c];
             int hot = t > SSB4D_HOT_FACTOR * m + SSB4D_HOT_SIGMAS * sqrt(fmax(m, 0.0)) + SSB4D_HOT_FLOOR;
             /* Dead: zero among neighbours that all saw counts. A zero pixel on the rim of a

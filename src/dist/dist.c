@@ -44,18 +44,18 @@ ssb4d_status ssb4d_dist_mpi(const void *comm, ssb4d_dist **out, ssb4d_err *err)
     int up = 0;
     MPI_Initialized(&up);
     if (!up)
-        return ssb4d_fail(err, SSB4D_EINVAL, "MPI is not initialised (call MPI_Init first)");
+        return ssb_fail(err, SSB4D_EINVAL, "MPI is not initialised (call MPI_Init first)");
     ssb4d_dist *d = calloc(1, sizeof *d);
     traffic *t = calloc(1, sizeof *t);
     if (!d || !t) {
         free(d), free(t);
-        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+        return ssb_fail(err, SSB4D_ENOMEM, "out of memory");
     }
     d->t = t;
     MPI_Comm c = comm ? *(const MPI_Comm *)comm : MPI_COMM_WORLD;
     if (MPI_Comm_dup(c, &d->comm) != MPI_SUCCESS) {
         free(d->t), free(d);
-        return ssb4d_fail(err, SSB4D_EINTERNAL, "MPI_Comm_dup failed");
+        return ssb_fail(err, SSB4D_EINTERNAL, "MPI_Comm_dup failed");
     }
     MPI_Comm_rank(d->comm, &d->rank);
     MPI_Comm_size(d->comm, &d->size);
@@ -140,27 +140,27 @@ ssb4d_status dist_agree(const ssb4d_dist *d, ssb4d_status st, ssb4d_err *err)
     int v = mine[0] * 65536 + (65535 - (mine[1] < 65535 ? mine[1] : 65535));
     double t0 = MPI_Wtime();
     if (MPI_Allreduce(&v, &all[0], 1, MPI_INT, MPI_MAX, d->comm) != MPI_SUCCESS)
-        return ssb4d_fail(err, SSB4D_EINTERNAL, "MPI_Allreduce failed");
+        return ssb_fail(err, SSB4D_EINTERNAL, "MPI_Allreduce failed");
     count(d, sizeof v, t0);
     int code = all[0] / 65536, who = 65535 - all[0] % 65536;
     if (!code)
         return SSB4D_OK;
     if (st)
         return st; /* ours: our own message */
-    return ssb4d_fail(err, (ssb4d_status)code, "rank %d of %d failed (its message says why)", who, d->size);
+    return ssb_fail(err, (ssb4d_status)code, "rank %d of %d failed (its message says why)", who, d->size);
 }
 
 ssb4d_status dist_bcast(const ssb4d_dist *d, void *buf, size_t bytes, int root, ssb4d_err *err)
 {
-    return bcast_bytes(d, buf, bytes, root) ? ssb4d_fail(err, SSB4D_EINTERNAL, "MPI_Bcast failed") : SSB4D_OK;
+    return bcast_bytes(d, buf, bytes, root) ? ssb_fail(err, SSB4D_EINTERNAL, "MPI_Bcast failed") : SSB4D_OK;
 }
 
 ssb4d_status dist_allgather(const ssb4d_dist *d, const void *mine, size_t bytes, void *out, ssb4d_err *err)
 {
     if (bytes > (size_t)1 << 30)
-        return ssb4d_fail(err, SSB4D_EINTERNAL, "allgather of %zu bytes per rank", bytes);
+        return ssb_fail(err, SSB4D_EINTERNAL, "allgather of %zu bytes per rank", bytes);
     if (MPI_Allgather(mine, (int)bytes, MPI_BYTE, out, (int)bytes, MPI_BYTE, d->comm) != MPI_SUCCESS)
-        return ssb4d_fail(err, SSB4D_EINTERNAL, "MPI_Allgather failed");
+        return ssb_fail(err, SSB4D_EINTERNAL, "MPI_Allgather failed");
     return SSB4D_OK;
 }
 
@@ -171,12 +171,12 @@ ssb4d_status dist_allgather_rows(const ssb4d_dist *d, void *table, size_t row_by
     size_t mine[2] = {lo, hi};
     size_t *all = malloc(2 * (size_t)d->size * sizeof *all);
     if (!all)
-        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+        return ssb_fail(err, SSB4D_ENOMEM, "out of memory");
     ssb4d_status st = dist_allgather(d, mine, sizeof mine, all, err);
     for (int r = 0; !st && r < d->size; r++)
         if (all[2 * r + 1] > all[2 * r] &&
             bcast_bytes(d, (char *)table + all[2 * r] * row_bytes, (all[2 * r + 1] - all[2 * r]) * row_bytes, r))
-            st = ssb4d_fail(err, SSB4D_EINTERNAL, "MPI_Bcast failed");
+            st = ssb_fail(err, SSB4D_EINTERNAL, "MPI_Bcast failed");
     free(all);
     return st;
 }
@@ -186,7 +186,7 @@ ssb4d_status dist_sum_u64(const ssb4d_dist *d, uint64_t *v, size_t n, ssb4d_err 
     for (size_t i = 0; i < n; i += PIECE) {
         size_t m = n - i < PIECE ? n - i : PIECE;
         if (MPI_Allreduce(MPI_IN_PLACE, v + i, (int)m, MPI_UINT64_T, MPI_SUM, d->comm) != MPI_SUCCESS)
-            return ssb4d_fail(err, SSB4D_EINTERNAL, "MPI_Allreduce failed");
+            return ssb_fail(err, SSB4D_EINTERNAL, "MPI_Allreduce failed");
     }
     return SSB4D_OK;
 }
@@ -200,7 +200,7 @@ ssb4d_status dist_chain_run(dist_chain *c, ssb4d_status st, double *totals, ssb4
     if (!st) {
         open = calloc(c->len + 1, sizeof *open); /* the open block's partial, then its flag */
         if (!open)
-            st = ssb4d_fail(err, SSB4D_ENOMEM, "out of memory (reduction)");
+            st = ssb_fail(err, SSB4D_ENOMEM, "out of memory (reduction)");
     }
     if ((st = dist_agree(d, st, err))) {
         free(open);
@@ -247,7 +247,7 @@ ssb4d_status dist_chain_run(dist_chain *c, ssb4d_status st, double *totals, ssb4
     free(open);
     if (ok)
         ok = !bcast_bytes(d, totals, len * sizeof *totals, d->size - 1);
-    return ok ? SSB4D_OK : ssb4d_fail(err, SSB4D_EINTERNAL, "an MPI message of the reduction failed");
+    return ok ? SSB4D_OK : ssb_fail(err, SSB4D_EINTERNAL, "an MPI message of the reduction failed");
 }
 
 /* ---- sequential ------------------------------------------------------------------------------ */
@@ -266,9 +266,9 @@ ssb4d_status dist_seq_recv(const ssb4d_dist *d, dist_seq *sq, double *part, size
         return st;
     double s[2];
     if (recv_d(d, s, 2, d->rank - 1) || (s[0] == 0 && recv_d(d, part, len, d->rank - 1)))
-        return ssb4d_fail(err, SSB4D_EINTERNAL, "an MPI message of the reduction failed");
+        return ssb_fail(err, SSB4D_EINTERNAL, "an MPI message of the reduction failed");
     if (s[0] != 0 && !st) /* an earlier rank failed: forwarded, this rank stops adding */
-        return ssb4d_fail(err, (ssb4d_status)(int)s[0], "rank %d of %d failed (its message says why)", (int)s[1],
+        return ssb_fail(err, (ssb4d_status)(int)s[0], "rank %d of %d failed (its message says why)", (int)s[1],
                           d->size);
     return st;
 }
@@ -289,7 +289,7 @@ ssb4d_status dist_seq_send(const ssb4d_dist *d, dist_seq *sq, const double *part
         return st;
     double s[2] = {(double)st, st ? (double)failed_rank(d, err) : 0.0};
     if (send_d(d, s, 2, d->rank + 1) || (!st && send_d(d, part, len, d->rank + 1)))
-        return ssb4d_fail(err, SSB4D_EINTERNAL, "an MPI message of the reduction failed");
+        return ssb_fail(err, SSB4D_EINTERNAL, "an MPI message of the reduction failed");
     return st;
 }
 
@@ -303,9 +303,9 @@ ssb4d_status dist_seq_finish(const ssb4d_dist *d, dist_seq *sq, double *acc, siz
     if (ok && s[0] == 0)
         ok = !bcast_bytes(d, acc, len * sizeof *acc, d->size - 1);
     if (!ok)
-        return ssb4d_fail(err, SSB4D_EINTERNAL, "an MPI message of the reduction failed");
+        return ssb_fail(err, SSB4D_EINTERNAL, "an MPI message of the reduction failed");
     if (s[0] != 0 && !st)
-        return ssb4d_fail(err, (ssb4d_status)(int)s[0], "rank %d of %d failed (its message says why)", (int)s[1],
+        return ssb_fail(err, (ssb4d_status)(int)s[0], "rank %d of %d failed (its message says why)", (int)s[1],
                           d->size);
     return st;
 }
@@ -316,7 +316,7 @@ ssb4d_status ssb4d_dist_mpi(const void *comm, ssb4d_dist **out, ssb4d_err *err)
 {
     (void)comm;
     *out = NULL;
-    return ssb4d_fail(err, SSB4D_EINVAL, "this ssb4d was built without MPI (configure with -DSSB4D_MPI=ON)");
+    return ssb_fail(err, SSB4D_EINVAL, "this ssb4d was built without MPI (configure with -DSSB4D_MPI=ON)");
 }
 void ssb4d_dist_free(ssb4d_dist *d) { (void)d; }
 int ssb4d_dist_rank(const ssb4d_dist *d) { (void)d; return 0; }
@@ -331,7 +331,7 @@ int dist_rank(const ssb4d_dist *d) { (void)d; return 0; }
 int dist_size(const ssb4d_dist *d) { (void)d; return 1; }
 int dist_local_rank(const ssb4d_dist *d) { (void)d; return 0; }
 
-#define NO_MPI(err) ssb4d_fail(err, SSB4D_EINTERNAL, "built without MPI")
+#define NO_MPI(err) ssb_fail(err, SSB4D_EINTERNAL, "built without MPI")
 ssb4d_status dist_agree(const ssb4d_dist *d, ssb4d_status st, ssb4d_err *err) { (void)d, (void)err; return st; }
 ssb4d_status dist_bcast(const ssb4d_dist *d, void *buf, size_t bytes, int root, ssb4d_err *err)
 {
@@ -452,7 +452,7 @@ ssb4d_status dist_chain_init(dist_chain *c, const ssb4d_dist *d, size_t len, con
     }
     c->head = malloc((c->n_head ? c->n_head : 1) * sizeof *c->head);
     if (!c->head)
-        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+        return ssb_fail(err, SSB4D_ENOMEM, "out of memory");
     for (size_t i = 0, k = 0; i < nsegs; i++)
         if (segs[i].kind == DIST_PIX)
             c->head[k++] = segs[i].a;
@@ -462,7 +462,7 @@ ssb4d_status dist_chain_init(dist_chain *c, const ssb4d_dist *d, size_t len, con
         if (!c->items || !c->kind) {
             int had = c->items != NULL;
             dist_chain_free(c);
-            return had ? ssb4d_fail(err, SSB4D_ENOMEM, "out of memory") : SSB4D_ENOMEM;
+            return had ? ssb_fail(err, SSB4D_ENOMEM, "out of memory") : SSB4D_ENOMEM;
         }
     }
     return SSB4D_OK;

@@ -41,7 +41,7 @@ ssb4d_status fit_check_start(const double lo[3], const double hi[3], const doubl
 {
     for (int j = 0; j < 3; j++)
         if (!(lo[j] <= start[j] && start[j] <= hi[j]))
-            return ssb4d_fail(err, SSB4D_EINVAL, "the fit's start value %g of %s lies outside its range [%g, %g]",
+            return ssb_fail(err, SSB4D_EINVAL, "the fit's start value %g of %s lies outside its range [%g, %g]",
                               start[j], j == FIT_C10 ? "C10" : j == FIT_C12 ? "C12" : "phi12", lo[j], hi[j]);
     return SSB4D_OK;
 }
@@ -104,7 +104,7 @@ ssb4d_status fit_thin(const ssb4d_G *G, const ssb4d_geometry *g, const fit_thin_
         if (pst)
             return pst;
         if (!(power > 0))
-            return ssb4d_fail(err, SSB4D_ENOTFOUND, "the band %g-%g 1/A holds no signal",
+            return ssb_fail(err, SSB4D_ENOTFOUND, "the band %g-%g 1/A holds no signal",
                               p->band.band_lo_inv_A, p->band.band_hi_inv_A);
         o.inv_power = 1.0 / power;
     }
@@ -124,7 +124,7 @@ ssb4d_status fit_thin(const ssb4d_G *G, const ssb4d_geometry *g, const fit_thin_
     fp.user = &o;
     fit_state *s = fit_state_new(&fp);
     if (!s)
-        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory starting the fit");
+        return ssb_fail(err, SSB4D_ENOMEM, "out of memory starting the fit");
     ssb4d_status st = SSB4D_OK;
     double x0[FIT_MAX_PARAMS] = {0};
     size_t bsz = p->batch ? p->batch : 1;

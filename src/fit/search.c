@@ -64,14 +64,14 @@ const fit_trial *fit_best(const fit_state *s) { return s->best == SIZE_MAX ? NUL
 
 void fit_trace_sha256(const fit_state *s, char hex[65])
 {
-    ssb4d_sha256 *h = ssb4d_sha256_new();
+    ssb4d_sha256 *h = ssb_sha256_new();
     for (size_t i = 0; i < s->n_trials; i++) {
         const fit_trial *t = &s->trials[i];
-        ssb4d_sha256_update(h, &t->stage, sizeof t->stage);
-        ssb4d_sha256_update(h, t->x, (size_t)s->p.n_params * sizeof t->x[0]);
-        ssb4d_sha256_update(h, &t->loss, sizeof t->loss);
+        ssb_sha256_update(h, &t->stage, sizeof t->stage);
+        ssb_sha256_update(h, t->x, (size_t)s->p.n_params * sizeof t->x[0]);
+        ssb_sha256_update(h, &t->loss, sizeof t->loss);
     }
-    ssb4d_sha256_final_hex(h, hex);
+    ssb_sha256_final_hex(h, hex);
 }
 
 static uint64_t key_hash(const float *k, int n)
@@ -134,7 +134,7 @@ static ssb4d_status push_trial(fit_state *s, int stage, const double *x, double 
         size_t cap = s->cap_trials ? 2 * s->cap_trials : 256;
         fit_trial *t = realloc(s->trials, cap * sizeof *t);
         if (!t)
-            return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory recording the fit's trials");
+            return ssb_fail(err, SSB4D_ENOMEM, "out of memory recording the fit's trials");
         s->trials = t;
         s->cap_trials = cap;
     }
@@ -163,7 +163,7 @@ ssb4d_status fit_eval_batch(fit_state *s, int stage, const double *x_in, size_t 
     double *lm = malloc((n ? n : 1) * sizeof *lm);
     ssb4d_status st = SSB4D_OK;
     if (!x || !loss || !miss || !xm || !lm) {
-        st = ssb4d_fail(err, SSB4D_ENOMEM, "out of memory in the fit");
+        st = ssb_fail(err, SSB4D_ENOMEM, "out of memory in the fit");
         goto out;
     }
     /* Look every candidate up; evaluate the misses (each distinct one once) as one batch. */
@@ -201,7 +201,7 @@ ssb4d_status fit_eval_batch(fit_state *s, int stage, const double *x_in, size_t 
         s->n_evals += nm;
         for (size_t m = 0; m < nm; m++) {
             if ((s->n_used + 1) * 2 > s->n_slots && cache_grow(s)) {
-                st = ssb4d_fail(err, SSB4D_ENOMEM, "out of memory in the fit's cache");
+                st = ssb_fail(err, SSB4D_ENOMEM, "out of memory in the fit's cache");
                 goto out;
             }
             float key[FIT_MAX_PARAMS] = {0};
@@ -272,7 +272,7 @@ ssb4d_status fit_global(fit_state *s, int stage, size_t n_candidates, size_t bat
     }
     double *x = malloc(batch * (size_t)np * sizeof *x);
     if (!x)
-        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory in the fit");
+        return ssb_fail(err, SSB4D_ENOMEM, "out of memory in the fit");
     ssb4d_status st = SSB4D_OK;
     for (size_t c0 = 0; c0 < n_candidates && !st; c0 += batch) {
         size_t nb = n_candidates - c0 < batch ? n_candidates - c0 : batch;

@@ -92,7 +92,7 @@ static ssb4d_status append_trials(ssb4d_fit_result *r, const fit_state *s, ssb4d
     const fit_trial *t = fit_trials(s, &n);
     ssb4d_fit_trial *grown = realloc(r->trials, (r->n_trials + n + 1) * sizeof *grown);
     if (!grown)
-        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory (fit trace)");
+        return ssb_fail(err, SSB4D_ENOMEM, "out of memory (fit trace)");
     r->trials = grown;
     for (size_t i = 0; i < n; i++) {
         ssb4d_fit_trial *o = &r->trials[r->n_trials];
@@ -110,15 +110,15 @@ static ssb4d_status append_trials(ssb4d_fit_result *r, const fit_state *s, ssb4d
 
 static void trace_hash(ssb4d_fit_result *r)
 {
-    ssb4d_sha256 *h = ssb4d_sha256_new();
+    ssb4d_sha256 *h = ssb_sha256_new();
     for (size_t i = 0; i < r->n_trials; i++) {
         const ssb4d_fit_trial *t = &r->trials[i];
         int32_t stage = t->stage;
         double v[4] = {t->C10_nm, t->C12_nm, t->phi12_deg, t->loss};
-        ssb4d_sha256_update(h, &stage, sizeof stage);
-        ssb4d_sha256_update(h, v, sizeof v);
+        ssb_sha256_update(h, &stage, sizeof stage);
+        ssb_sha256_update(h, v, sizeof v);
     }
-    ssb4d_sha256_final_hex(h, r->trace_sha256);
+    ssb_sha256_final_hex(h, r->trace_sha256);
 }
 
 /* ---- pixels ----------------------------------------------------------------------------------- */
@@ -382,7 +382,7 @@ static ssb4d_status start_seeds(const ssb4d_G *Gc, const ssb4d_fit_params *p, ss
     double *seeds = malloc(cap * 4 * sizeof *seeds), *sds = malloc(cap * sizeof *sds);
     if (!seeds || !sds) {
         free(seeds), free(sds);
-        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory (fit start)");
+        return ssb_fail(err, SSB4D_ENOMEM, "out of memory (fit start)");
     }
     double r0 = r->geom.rotation_deg;
     for (size_t h = 0; h <= r->parallax.n_alt; h++) {
@@ -519,9 +519,9 @@ ssb4d_status ssb4d_fit(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d_fi
     snprintf(r->flip_source, sizeof r->flip_source, "%s",
              p && p->flip_given ? "given" : p && p->flip_measured ? "centre of mass" : "assumed");
     if (!G || !g || !p)
-        return ssb4d_fail(err, SSB4D_EINVAL, "ssb4d_fit needs G, a geometry and parameters");
+        return ssb_fail(err, SSB4D_EINVAL, "ssb4d_fit needs G, a geometry and parameters");
     if (!(p->fit_radius > 0 && p->fit_radius <= 1))
-        return ssb4d_fail(err, SSB4D_EINVAL, "the fit radius must be a fraction in (0, 1]; got %g", p->fit_radius);
+        return ssb_fail(err, SSB4D_EINVAL, "the fit radius must be a fraction in (0, 1]; got %g", p->fit_radius);
     ssb4d_status cst = fit_check_start(p->lo, p->hi, p->start, err);
     if (cst)
         return cst;
@@ -548,17 +548,17 @@ ssb4d_status ssb4d_fit(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d_fi
     /* The fit pixels and the coarse subset (every m-th fit pixel, m = ceil(n_fit / coarse_bf)). */
     size_t *idx = malloc(G->n_bf * sizeof *idx);
     if (!idx)
-        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+        return ssb_fail(err, SSB4D_ENOMEM, "out of memory");
     size_t n_fit = fit_pixels(G, &r->geom, p->fit_radius, idx);
     ssb4d_G *F = NULL, *C = NULL;
-    st = n_fit ? ssb4d_G_subset(G, idx, n_fit, &F, err)
-               : ssb4d_fail(err, SSB4D_EINVAL, "no BF pixel lies within the fit radius");
+    st = n_fit ? ssb_G_subset(G, idx, n_fit, &F, err)
+               : ssb_fail(err, SSB4D_EINVAL, "no BF pixel lies within the fit radius");
     size_t m = p->coarse_bf && n_fit > p->coarse_bf ? (n_fit + p->coarse_bf - 1) / p->coarse_bf : 1;
     size_t n_coarse = 0;
     if (!st) {
         for (size_t i = 0; i < n_fit; i += m)
             idx[n_coarse++] = idx[i];
-        st = m > 1 ? ssb4d_G_subset(G, idx, n_coarse, &C, err) : SSB4D_OK;
+        st = m > 1 ? ssb_G_subset(G, idx, n_coarse, &C, err) : SSB4D_OK;
     }
     free(idx);
     r->n_fit_bf = n_fit;

@@ -74,7 +74,7 @@ static ssb4d_status band_eval(void *user, const double *x, size_t n, double *los
         o->cap = n;
         if (!o->ab || !o->th || !o->fit) {
             o->cap = 0;
-            return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory in the tilt fit");
+            return ssb_fail(err, SSB4D_ENOMEM, "out of memory in the tilt fit");
         }
     }
     size_t np = o->joint ? TILT_NP : 3;
@@ -154,12 +154,12 @@ static ssb4d_status check_params(const fit_tilt_params *p, ssb4d_err *err)
     if (st)
         return st;
     if (!(p->tilt_max_mrad >= 0) || !isfinite(p->tilt_max_mrad))
-        return ssb4d_fail(err, SSB4D_EINVAL, "the tilt range must be >= 0 mrad (got %g)", p->tilt_max_mrad);
+        return ssb_fail(err, SSB4D_EINVAL, "the tilt range must be >= 0 mrad (got %g)", p->tilt_max_mrad);
     if (!(p->thickness_lo_nm > 0) || !(p->thickness_hi_nm >= p->thickness_lo_nm) || !isfinite(p->thickness_hi_nm))
-        return ssb4d_fail(err, SSB4D_EINVAL, "the thickness range must satisfy 0 < lo <= hi (got %g-%g nm)",
+        return ssb_fail(err, SSB4D_EINVAL, "the thickness range must satisfy 0 < lo <= hi (got %g-%g nm)",
                           p->thickness_lo_nm, p->thickness_hi_nm);
     if (!(p->c10_span_nm >= 0) || !(p->c12_span_nm >= 0) || !(p->phi12_span_deg >= 0))
-        return ssb4d_fail(err, SSB4D_EINVAL, "the joint search's aberration spans must be >= 0");
+        return ssb_fail(err, SSB4D_EINVAL, "the joint search's aberration spans must be >= 0");
     return SSB4D_OK;
 }
 
@@ -175,7 +175,7 @@ ssb4d_status fit_tilt(const ssb4d_G *G, const ssb4d_geometry *g, const fit_tilt_
     if ((st = ssb4d_band_power(G, g, &p->band, mem, &power, err)))
         return st;
     if (!(power > 0))
-        return ssb4d_fail(err, SSB4D_ENOTFOUND, "the band %g-%g 1/A holds no signal (band power 0)",
+        return ssb_fail(err, SSB4D_ENOTFOUND, "the band %g-%g 1/A holds no signal (band power 0)",
                           p->band.band_lo_inv_A, p->band.band_hi_inv_A);
     objective o = {G, g, p, mem, 1.0 / power, 0, NULL, NULL, NULL, 0};
     fit_state *thin = NULL, *joint = NULL;
@@ -196,7 +196,7 @@ ssb4d_status fit_tilt(const ssb4d_G *G, const ssb4d_geometry *g, const fit_tilt_
     tp.user = &o;
     thin = fit_state_new(&tp);
     if (!thin) {
-        st = ssb4d_fail(err, SSB4D_ENOMEM, "out of memory starting the tilt fit");
+        st = ssb_fail(err, SSB4D_ENOMEM, "out of memory starting the tilt fit");
         goto out;
     }
     if (p->thin.trials)
@@ -241,7 +241,7 @@ ssb4d_status fit_tilt(const ssb4d_G *G, const ssb4d_geometry *g, const fit_tilt_
     o.joint = 1;
     joint = fit_state_new(&jp);
     if (!joint) {
-        st = ssb4d_fail(err, SSB4D_ENOMEM, "out of memory starting the tilt fit");
+        st = ssb_fail(err, SSB4D_ENOMEM, "out of memory starting the tilt fit");
         goto out;
     }
     if ((st = fit_global(joint, TILT_STAGE_GLOBAL, p->trials ? p->trials : 1, p->thin.batch,
@@ -293,10 +293,10 @@ ssb4d_status fit_tilt(const ssb4d_G *G, const ssb4d_geometry *g, const fit_tilt_
     char h1[65], h2[65];
     fit_trace_sha256(thin, h1);
     fit_trace_sha256(joint, h2);
-    ssb4d_sha256 *h = ssb4d_sha256_new();
-    ssb4d_sha256_update(h, h1, 64);
-    ssb4d_sha256_update(h, h2, 64);
-    ssb4d_sha256_final_hex(h, r->trace_sha256);
+    ssb4d_sha256 *h = ssb_sha256_new();
+    ssb_sha256_update(h, h1, 64);
+    ssb_sha256_update(h, h2, 64);
+    ssb_sha256_final_hex(h, r->trace_sha256);
 out:
     free(o.ab);
     free(o.th);

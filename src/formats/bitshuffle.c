@@ -121,11 +121,11 @@ static ssb4d_status blocked(block_fn fn, const void *in, void *out, size_t n, si
                             size_t block, ssb4d_err *err)
 {
     if (!elem_size)
-        return ssb4d_fail(err, SSB4D_EINVAL, "bitshuffle: element size 0");
+        return ssb_fail(err, SSB4D_EINVAL, "bitshuffle: element size 0");
     if (!block)
         block = bshuf_default_block_size(elem_size);
     if (block % 8)
-        return ssb4d_fail(err, SSB4D_EINVAL, "bitshuffle: block size %zu is not a multiple of 8",
+        return ssb_fail(err, SSB4D_EINVAL, "bitshuffle: block size %zu is not a multiple of 8",
                           block);
     const uint8_t *src = in;
     uint8_t *dst = out;
@@ -195,14 +195,14 @@ ssb4d_status bshuf_lz4_encode(const void *in, size_t nbytes, size_t elem_size, s
         block = bshuf_default_block_size(elem_size);
     size_t bound = bshuf_lz4_bound(nbytes, elem_size, block);
     if (!bound)
-        return ssb4d_fail(err, SSB4D_EINVAL, "bitshuffle-LZ4: bad element or block size (%zu, %zu)",
+        return ssb_fail(err, SSB4D_EINVAL, "bitshuffle-LZ4: bad element or block size (%zu, %zu)",
                           elem_size, block);
     if (cap < bound)
-        return ssb4d_fail(err, SSB4D_EINVAL, "bitshuffle-LZ4: output of %zu bytes, %zu needed", cap,
+        return ssb_fail(err, SSB4D_EINVAL, "bitshuffle-LZ4: output of %zu bytes, %zu needed", cap,
                           bound);
     uint8_t *tmp = malloc(block * elem_size);
     if (!tmp)
-        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+        return ssb_fail(err, SSB4D_ENOMEM, "out of memory");
     const uint8_t *src = in;
     size_t n = nbytes / elem_size, done = 0, at = 12;
     put_be(out, nbytes, 8);
@@ -214,7 +214,7 @@ ssb4d_status bshuf_lz4_encode(const void *in, size_t nbytes, size_t elem_size, s
                                      (int)(cap - at - 4 > INT_MAX ? INT_MAX : cap - at - 4));
         if (c <= 0) {
             free(tmp);
-            return ssb4d_fail(err, SSB4D_EINTERNAL, "LZ4 compression failed");
+            return ssb_fail(err, SSB4D_EINTERNAL, "LZ4 compression failed");
         }
         put_be(out + at, (uint32_t)c, 4);
         at += 4 + (size_t)c;
@@ -230,37 +230,37 @@ ssb4d_status bshuf_lz4_decode(const uint8_t *chunk, size_t len, size_t elem_size
                               size_t out_bytes, ssb4d_err *err)
 {
     if (len < 12)
-        return ssb4d_fail(err, SSB4D_EFORMAT, "bitshuffle-LZ4 chunk of %zu bytes is shorter than "
+        return ssb_fail(err, SSB4D_EFORMAT, "bitshuffle-LZ4 chunk of %zu bytes is shorter than "
                           "its 12-byte header", len);
     uint64_t total = be64(chunk);
     size_t bbytes = be32(chunk + 8);
     if (total != out_bytes)
-        return ssb4d_fail(err, SSB4D_EFORMAT, "bitshuffle-LZ4 chunk says %llu bytes uncompressed, "
+        return ssb_fail(err, SSB4D_EFORMAT, "bitshuffle-LZ4 chunk says %llu bytes uncompressed, "
                           "the dataset's chunk holds %zu", (unsigned long long)total, out_bytes);
     if (!elem_size || out_bytes % elem_size)
-        return ssb4d_fail(err, SSB4D_EFORMAT, "bitshuffle-LZ4 chunk of %zu bytes is not a whole "
+        return ssb_fail(err, SSB4D_EFORMAT, "bitshuffle-LZ4 chunk of %zu bytes is not a whole "
                           "number of %zu-byte elements", out_bytes, elem_size);
     if (bbytes == 0 || bbytes % (8 * elem_size) || bbytes > BSHUF_MAX_BLOCK_BYTES)
-        return ssb4d_fail(err, SSB4D_EFORMAT, "bitshuffle-LZ4 chunk has a bad block size of %zu "
+        return ssb_fail(err, SSB4D_EFORMAT, "bitshuffle-LZ4 chunk has a bad block size of %zu "
                           "bytes (must be a non-zero multiple of %zu, at most %zu)", bbytes,
                           8 * elem_size, BSHUF_MAX_BLOCK_BYTES);
     size_t block = bbytes / elem_size, n = out_bytes / elem_size, done = 0, at = 12, index = 0;
     uint8_t *dst = out;
     uint8_t *tmp = malloc(bbytes);
     if (!tmp)
-        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+        return ssb_fail(err, SSB4D_ENOMEM, "out of memory");
     ssb4d_status st = SSB4D_OK;
     while (done + 8 <= n) {
         size_t k = n - done >= block ? block : (n - done) - (n - done) % 8, kb = k * elem_size;
         if (len - at < 4) {
-            st = ssb4d_fail(err, SSB4D_EFORMAT, "bitshuffle-LZ4 chunk is truncated before block %zu "
+            st = ssb_fail(err, SSB4D_EFORMAT, "bitshuffle-LZ4 chunk is truncated before block %zu "
                             "(%zu bytes)", index, len);
             break;
         }
         size_t clen = be32(chunk + at);
         at += 4;
         if (clen > len - at || clen > (size_t)INT_MAX) {
-            st = ssb4d_fail(err, SSB4D_EFORMAT, "bitshuffle-LZ4 block %zu says %zu compressed bytes, "
+            st = ssb_fail(err, SSB4D_EFORMAT, "bitshuffle-LZ4 block %zu says %zu compressed bytes, "
                             "only %zu remain in the chunk (truncated or corrupt)", index, clen,
                             len - at);
             break;
@@ -268,10 +268,10 @@ ssb4d_status bshuf_lz4_decode(const uint8_t *chunk, size_t len, size_t elem_size
         int got = LZ4_decompress_safe((const char *)chunk + at, (char *)tmp, (int)clen, (int)kb);
         if (got != (int)kb) {
             if (got < 0)
-                st = ssb4d_fail(err, SSB4D_EFORMAT, "bitshuffle-LZ4 block %zu is corrupt (LZ4 stops "
+                st = ssb_fail(err, SSB4D_EFORMAT, "bitshuffle-LZ4 block %zu is corrupt (LZ4 stops "
                                 "at byte %d of its %zu)", index, -got, clen);
             else
-                st = ssb4d_fail(err, SSB4D_EFORMAT, "bitshuffle-LZ4 block %zu is corrupt (LZ4 gives "
+                st = ssb_fail(err, SSB4D_EFORMAT, "bitshuffle-LZ4 block %zu is corrupt (LZ4 gives "
                                 "%d bytes, the block holds %zu)", index, got, kb);
             break;
         }
@@ -285,7 +285,7 @@ ssb4d_status bshuf_lz4_decode(const uint8_t *chunk, size_t len, size_t elem_size
         return st;
     size_t rest = (n - done) * elem_size;
     if (len - at < rest)
-        return ssb4d_fail(err, SSB4D_EFORMAT, "bitshuffle-LZ4 chunk is truncated in its last %zu raw "
+        return ssb_fail(err, SSB4D_EFORMAT, "bitshuffle-LZ4 chunk is truncated in its last %zu raw "
                           "bytes", rest);
     memcpy(dst + done * elem_size, chunk + at, rest);
     return SSB4D_OK;

@@ -41,7 +41,7 @@ static ssb4d_status perr(parser *p, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    return ssb4d_fail(p->err, SSB4D_EFORMAT, "XML line %zu: %s", line, msg);
+    return ssb_fail(p->err, SSB4D_EFORMAT, "XML line %zu: %s", line, msg);
 }
 
 static int is_space(unsigned c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
@@ -73,7 +73,7 @@ static ssb4d_status put(parser *p, const void *s, size_t k)
 {
     empad_xml *d = p->d;
     if (k > d->arena_cap - d->arena_used)
-        return ssb4d_fail(p->err, SSB4D_EINTERNAL, "XML string arena overflow");
+        return ssb_fail(p->err, SSB4D_EINTERNAL, "XML string arena overflow");
     memcpy(d->arena + d->arena_used, s, k);
     d->arena_used += k;
     return SSB4D_OK;
@@ -225,7 +225,7 @@ static ssb4d_status start_tag(parser *p, size_t *node_cap, size_t *attr_cap)
         return perr(p, "elements nested deeper than %d", EMPAD_XML_MAX_DEPTH);
     if ((st = grow((void **)&d->nodes, node_cap, d->n_nodes + 1, sizeof *d->nodes,
                    EMPAD_XML_MAX_NODES)))
-        return st == SSB4D_ENOMEM ? ssb4d_fail(p->err, st, "out of memory reading XML")
+        return st == SSB4D_ENOMEM ? ssb_fail(p->err, st, "out of memory reading XML")
                                   : perr(p, "more than %d elements", EMPAD_XML_MAX_NODES);
     int id = (int)d->n_nodes++;
     empad_xml_node *e = &d->nodes[id];
@@ -261,7 +261,7 @@ static ssb4d_status start_tag(parser *p, size_t *node_cap, size_t *attr_cap)
             return perr(p, "<%s> has more than %d attributes", nm, EMPAD_XML_MAX_ATTRS);
         if ((st = grow((void **)&d->attrs, attr_cap, d->n_attrs + 1, sizeof *d->attrs,
                        (size_t)EMPAD_XML_MAX_NODES * EMPAD_XML_MAX_ATTRS)))
-            return ssb4d_fail(p->err, SSB4D_ENOMEM, "out of memory reading XML");
+            return ssb_fail(p->err, SSB4D_ENOMEM, "out of memory reading XML");
         empad_xml_attr *a = &d->attrs[d->n_attrs];
         if ((st = name(p, &a->name)))
             return st;
@@ -423,13 +423,13 @@ ssb4d_status empad_xml_parse(const char *buf, size_t len, empad_xml *doc, ssb4d_
 {
     memset(doc, 0, sizeof *doc);
     if (!buf && len)
-        return ssb4d_fail(err, SSB4D_EINVAL, "empad_xml_parse: no buffer");
+        return ssb_fail(err, SSB4D_EINVAL, "empad_xml_parse: no buffer");
     if (len > EMPAD_XML_MAX_BYTES)
-        return ssb4d_fail(err, SSB4D_EFORMAT, "XML of %zu bytes is larger than the %zu read",
+        return ssb_fail(err, SSB4D_EFORMAT, "XML of %zu bytes is larger than the %zu read",
                           len, EMPAD_XML_MAX_BYTES);
     doc->arena_cap = 2 * len + 16;
     if (!(doc->arena = malloc(doc->arena_cap)))
-        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory reading XML");
+        return ssb_fail(err, SSB4D_ENOMEM, "out of memory reading XML");
     parser p = {.b = (const unsigned char *)buf, .n = len, .d = doc, .err = err};
     ssb4d_status st = parse_doc(&p);
     if (st)
@@ -533,7 +533,7 @@ static ssb4d_status need_count(const empad_xml *doc, int node, size_t *v, ssb4d_
     const char *s = trimmed(e, &n);
     *v = count_of(e);
     if (!*v)
-        return ssb4d_fail(err, SSB4D_EFORMAT, "<%s> is '%.*s', not a whole number from 1 to 10^9",
+        return ssb_fail(err, SSB4D_EFORMAT, "<%s> is '%.*s', not a whole number from 1 to 10^9",
                           e->name, (int)(n < 40 ? n : 40), s);
     return SSB4D_OK;
 }
@@ -547,7 +547,7 @@ static ssb4d_status scan_pair(const empad_xml *doc, int parent, const char *xn, 
     if (x < 0 && y < 0)
         return SSB4D_OK;
     if (x < 0 || y < 0)
-        return ssb4d_fail(err, SSB4D_EFORMAT, "<%s> without <%s>", x < 0 ? yn : xn, x < 0 ? xn : yn);
+        return ssb_fail(err, SSB4D_EFORMAT, "<%s> without <%s>", x < 0 ? yn : xn, x < 0 ? xn : yn);
     ssb4d_status st = need_count(doc, x, cols, err);
     if (!st)
         st = need_count(doc, y, rows, err);
@@ -561,7 +561,7 @@ static ssb4d_status set_scan(empad_info *info, int k, size_t rows, size_t cols, 
     if (!rows)
         return SSB4D_OK;
     if (info->scan[k].rows && (info->scan[k].rows != rows || info->scan[k].cols != cols))
-        return ssb4d_fail(err, SSB4D_EFORMAT, "two %s disagree (%zux%zu and %zux%zu, rows x columns)",
+        return ssb_fail(err, SSB4D_EFORMAT, "two %s disagree (%zux%zu and %zux%zu, rows x columns)",
                           from, info->scan[k].rows, info->scan[k].cols, rows, cols);
     info->scan[k].rows = rows;
     info->scan[k].cols = cols;
@@ -575,7 +575,7 @@ ssb4d_status empad_info_read(const empad_xml *doc, empad_info *info, ssb4d_err *
     info->high_voltage_V = info->camera_length_m = info->exposure_ms = NAN;
     info->diffraction_angle_rad = info->scan_size = NAN;
     if (!doc->n_nodes || strcmp(doc->nodes[0].name, "root") != 0)
-        return ssb4d_fail(err, SSB4D_EFORMAT, "the document element is <%s>, not the <root> of an "
+        return ssb_fail(err, SSB4D_EFORMAT, "the document element is <%s>, not the <root> of an "
                           "EMPAD acquisition", doc->n_nodes ? doc->nodes[0].name : "");
     ssb4d_status st = SSB4D_OK;
     size_t pix_r = 0, pix_c = 0;
@@ -586,10 +586,10 @@ ssb4d_status empad_info_read(const empad_xml *doc, empad_info *info, ssb4d_err *
             if (!f || !*f)
                 continue;
             if (strlen(f) >= sizeof info->raw_name)
-                return ssb4d_fail(err, SSB4D_EFORMAT, "<raw_file filename> is longer than %zu bytes",
+                return ssb_fail(err, SSB4D_EFORMAT, "<raw_file filename> is longer than %zu bytes",
                                   sizeof info->raw_name - 1);
             if (info->raw_name[0] && strcmp(info->raw_name, f) != 0)
-                return ssb4d_fail(err, SSB4D_EFORMAT, "two <raw_file> elements name different files "
+                return ssb_fail(err, SSB4D_EFORMAT, "two <raw_file> elements name different files "
                                   "(%s and %s)", info->raw_name, f);
             strcpy(info->raw_name, f);
         } else if (!strcmp(e->name, "type")) {
@@ -598,7 +598,7 @@ ssb4d_status empad_info_read(const empad_xml *doc, empad_info *info, ssb4d_err *
             if (n == 6 && !memcmp(s, "series", 6))
                 info->is_series = 1;
             else if (!(n == 4 && !memcmp(s, "scan", 4)))
-                return ssb4d_fail(err, SSB4D_EFORMAT, "<type> is '%.*s' (scan or series expected)",
+                return ssb_fail(err, SSB4D_EFORMAT, "<type> is '%.*s' (scan or series expected)",
                                   (int)(n < 40 ? n : 40), s);
         } else if (!strcmp(e->name, "count")) {
             st = need_count(doc, c, &info->series_count, err);
@@ -609,7 +609,7 @@ ssb4d_status empad_info_read(const empad_xml *doc, empad_info *info, ssb4d_err *
                 break;
             size_t *slot = e->name[4] == 'x' ? &pix_c : &pix_r;
             if (*slot && *slot != v)
-                return ssb4d_fail(err, SSB4D_EFORMAT, "two <%s> disagree (%zu and %zu)", e->name,
+                return ssb_fail(err, SSB4D_EFORMAT, "two <%s> disagree (%zu and %zu)", e->name,
                                   *slot, v);
             *slot = v;
         } else if (!strcmp(e->name, "scan_parameters")) {
@@ -653,7 +653,7 @@ ssb4d_status empad_info_read(const empad_xml *doc, empad_info *info, ssb4d_err *
     if (st)
         return st;
     if ((pix_r == 0) != (pix_c == 0))
-        return ssb4d_fail(err, SSB4D_EFORMAT, "<%s> without <%s>", pix_r ? "pix_y" : "pix_x",
+        return ssb_fail(err, SSB4D_EFORMAT, "<%s> without <%s>", pix_r ? "pix_y" : "pix_x",
                           pix_r ? "pix_x" : "pix_y");
     if (pix_r) {
         info->scan[1].rows = pix_r;

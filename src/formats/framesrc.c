@@ -41,7 +41,7 @@ static ssb4d_status detect(const char *path, const framesrc_opts *o, framesrc_fo
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        return ssb4d_fail(err, SSB4D_EIO, "cannot open %s: %s", path, strerror(errno));
+        return ssb_fail(err, SSB4D_EIO, "cannot open %s: %s", path, strerror(errno));
     size_t size = 0;
     ssb4d_status st = fs_file_size(fd, path, &size, err);
     unsigned char head[1024] = {0};
@@ -67,22 +67,22 @@ static ssb4d_status detect(const char *path, const framesrc_opts *o, framesrc_fo
     else if (has_suffix(path, ".raw") && fs_empad_raw_has_xml(path))
         *f = FRAMESRC_EMPAD; /* an EMPAD .raw with the .xml that names it beside it */
     else if (has_suffix(path, ".raw") || has_suffix(path, ".bin") || has_suffix(path, ".dat"))
-        return ssb4d_fail(err, SSB4D_EINVAL,
+        return ssb_fail(err, SSB4D_EINVAL,
                           "%s looks like raw binary: give its --shape, --dtype and --endian", path);
     else if (has_suffix(path, ".dm3") || has_suffix(path, ".dm4"))
-        return ssb4d_fail(err, SSB4D_EFORMAT, "%s does not start like a DM3 / DM4 file (version 3 or 4)", path);
+        return ssb_fail(err, SSB4D_EFORMAT, "%s does not start like a DM3 / DM4 file (version 3 or 4)", path);
     else if (has_suffix(path, ".mrc") || has_suffix(path, ".mrcs"))
-        return ssb4d_fail(err, SSB4D_EFORMAT, "%s does not have an MRC header (\"MAP \" at byte 208, "
+        return ssb_fail(err, SSB4D_EFORMAT, "%s does not have an MRC header (\"MAP \" at byte 208, "
                           "a mode and sizes that fit the file)", path);
     else if (has_suffix(path, ".mib"))
-        return ssb4d_fail(err, SSB4D_EFORMAT,
+        return ssb_fail(err, SSB4D_EFORMAT,
                           "%s does not start with a Merlin frame header (\"MQ1,\")", path);
     else if (has_suffix(path, ".npy"))
-        return ssb4d_fail(err, SSB4D_EFORMAT, "%s does not start with the .npy magic", path);
+        return ssb_fail(err, SSB4D_EFORMAT, "%s does not start with the .npy magic", path);
     else if (has_suffix(path, ".h5") || has_suffix(path, ".hdf5") || has_suffix(path, ".emd"))
-        return ssb4d_fail(err, SSB4D_EFORMAT, "%s has no HDF5 signature", path);
+        return ssb_fail(err, SSB4D_EFORMAT, "%s has no HDF5 signature", path);
     else
-        return ssb4d_fail(err, SSB4D_EFORMAT,
+        return ssb_fail(err, SSB4D_EFORMAT,
                           "cannot tell the format of %s (not .npy, HDF5, Merlin .mib, DM3/DM4, MRC or "
                           "an EMPAD .xml by its first bytes); for raw binary give --shape, --dtype and "
                           "--endian", path);
@@ -104,7 +104,7 @@ ssb4d_status framesrc_format_parse(const char *name, framesrc_format *f, ssb4d_e
             *f = words[i].f;
             return SSB4D_OK;
         }
-    return ssb4d_fail(err, SSB4D_EINVAL,
+    return ssb_fail(err, SSB4D_EINVAL,
                       "unknown format '%s' (expected auto, npy, raw, hdf5, arina, mib, empad, dm, "
                       "velox or mrc)",
                       name ? name : "");
@@ -117,7 +117,7 @@ ssb4d_status framesrc_open(const char *path, const framesrc_opts *o, framesrc **
 {
     *out = NULL;
     if (!path || !*path)
-        return ssb4d_fail(err, SSB4D_EINVAL, "framesrc_open: no path");
+        return ssb_fail(err, SSB4D_EINVAL, "framesrc_open: no path");
     static const framesrc_opts none = {0};
     if (!o)
         o = &none;
@@ -128,7 +128,7 @@ ssb4d_status framesrc_open(const char *path, const framesrc_opts *o, framesrc **
     framesrc *s = calloc(1, sizeof *s);
     if (!s || !(s->path = strdup(path)) || !(s->meta = cJSON_CreateObject())) {
         framesrc_close(s);
-        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory opening %s", path);
+        return ssb_fail(err, SSB4D_ENOMEM, "out of memory opening %s", path);
     }
     s->cal = (framesrc_calibration){NAN, NAN, {NAN, NAN}, {NAN, NAN}, NAN, NAN};
     switch (f) {
@@ -141,13 +141,13 @@ ssb4d_status framesrc_open(const char *path, const framesrc_opts *o, framesrc **
     case FRAMESRC_DM: st = fs_dm_open(s, path, o, err); break;
     case FRAMESRC_VELOX: st = fs_velox_open(s, path, o, err); break;
     case FRAMESRC_MRC: st = fs_mrc_open(s, path, o, err); break;
-    default: st = ssb4d_fail(err, SSB4D_EINVAL, "framesrc_open: unknown format %d", (int)f);
+    default: st = ssb_fail(err, SSB4D_EINVAL, "framesrc_open: unknown format %d", (int)f);
     }
     if (!st && f != FRAMESRC_MIB && o->n_more_paths)
-        st = ssb4d_fail(err, SSB4D_EINVAL, "%s: only Merlin acquisitions may be split over several "
+        st = ssb_fail(err, SSB4D_EINVAL, "%s: only Merlin acquisitions may be split over several "
                         "files", path);
     if (!st && s->is_float && (s->dtype_bytes != 4 || !s->ops->read_f32))
-        st = ssb4d_fail(err, SSB4D_EINTERNAL, "%s: float reader without float32 reads", path);
+        st = ssb_fail(err, SSB4D_EINTERNAL, "%s: float reader without float32 reads", path);
     if (st) {
         if (s->ops && s->ops->close)
             s->ops->close(s->impl);
@@ -174,15 +174,15 @@ void framesrc_close(framesrc *s)
 ssb4d_status framesrc_read(framesrc *s, size_t pos0, size_t npos, uint32_t *out, ssb4d_err *err)
 {
     if (!s || (!out && npos))
-        return ssb4d_fail(err, SSB4D_EINVAL, "framesrc_read: no source or no output");
+        return ssb_fail(err, SSB4D_EINVAL, "framesrc_read: no source or no output");
     size_t n = s->shape[0] * s->shape[1];
     if (pos0 > n || npos > n - pos0)
-        return ssb4d_fail(err, SSB4D_EINVAL, "%s: frames %zu..%zu asked, the scan has %zu", s->path,
+        return ssb_fail(err, SSB4D_EINVAL, "%s: frames %zu..%zu asked, the scan has %zu", s->path,
                           pos0, pos0 + npos, n);
     if (npos == 0)
         return SSB4D_OK;
     if (s->is_float)
-        return ssb4d_fail(err, SSB4D_EFORMAT, "%s holds float values, not counts: ssb4d never "
+        return ssb_fail(err, SSB4D_EFORMAT, "%s holds float values, not counts: ssb4d never "
                           "quantises silently (import --gain E states the electrons per unit; "
                           "fit, reconstruct and view read float data as it is)", s->path);
     return s->ops->read(s, pos0, npos, out, err);
@@ -191,10 +191,10 @@ ssb4d_status framesrc_read(framesrc *s, size_t pos0, size_t npos, uint32_t *out,
 ssb4d_status framesrc_read_f32(framesrc *s, size_t pos0, size_t npos, float *out, ssb4d_err *err)
 {
     if (!s || (!out && npos))
-        return ssb4d_fail(err, SSB4D_EINVAL, "framesrc_read_f32: no source or no output");
+        return ssb_fail(err, SSB4D_EINVAL, "framesrc_read_f32: no source or no output");
     size_t n = s->shape[0] * s->shape[1], P = s->shape[2] * s->shape[3];
     if (pos0 > n || npos > n - pos0)
-        return ssb4d_fail(err, SSB4D_EINVAL, "%s: frames %zu..%zu asked, the scan has %zu", s->path,
+        return ssb_fail(err, SSB4D_EINVAL, "%s: frames %zu..%zu asked, the scan has %zu", s->path,
                           pos0, pos0 + npos, n);
     if (npos == 0)
         return SSB4D_OK;
@@ -203,7 +203,7 @@ ssb4d_status framesrc_read_f32(framesrc *s, size_t pos0, size_t npos, float *out
         size_t i = st ? (size_t)-1 : framesrc_first_nonfinite(out, npos * P);
         if (i != (size_t)-1) {
             size_t pos = pos0 + i / P, pix = i % P;
-            return ssb4d_fail(err, SSB4D_EFORMAT, "%s: frame %zu (scan %zu,%zu) holds %s at "
+            return ssb_fail(err, SSB4D_EFORMAT, "%s: frame %zu (scan %zu,%zu) holds %s at "
                               "detector pixel %zu,%zu", s->path, pos, pos / s->shape[1],
                               pos % s->shape[1], isnan(out[i]) ? "NaN" : "an infinite value",
                               pix / s->shape[3], pix % s->shape[3]);
@@ -216,7 +216,7 @@ ssb4d_status framesrc_read_f32(framesrc *s, size_t pos0, size_t npos, float *out
     size_t i = st ? (size_t)-1 : framesrc_counts_to_f32(u, npos * P);
     if (i != (size_t)-1) {
         size_t pos = pos0 + i / P, pix = i % P;
-        return ssb4d_fail(err, SSB4D_EFORMAT, "%s: frame %zu holds the count %u at detector pixel "
+        return ssb_fail(err, SSB4D_EFORMAT, "%s: frame %zu holds the count %u at detector pixel "
                           "%zu,%zu, beyond float32's exact integers (2^24)", s->path, pos,
                           (unsigned)u[i], pix / s->shape[3], pix % s->shape[3]);
     }
@@ -262,10 +262,10 @@ ssb4d_status fs_check_shape(const size_t shape[4], const char *what, ssb4d_err *
 {
     for (int i = 0; i < 4; i++)
         if (shape[i] == 0)
-            return ssb4d_fail(err, SSB4D_EFORMAT, "%s: shape %zux%zux%zux%zu has an empty axis",
+            return ssb_fail(err, SSB4D_EFORMAT, "%s: shape %zux%zux%zux%zu has an empty axis",
                               what, shape[0], shape[1], shape[2], shape[3]);
     if (shape[2] > 4096 || shape[3] > 4096 || shape[0] > 65536 || shape[1] > 65536)
-        return ssb4d_fail(err, SSB4D_EFORMAT, "%s: shape %zux%zux%zux%zu is beyond what ssb4d "
+        return ssb_fail(err, SSB4D_EFORMAT, "%s: shape %zux%zux%zux%zu is beyond what ssb4d "
                           "supports (scan <= 65536 per axis, detector <= 4096 per axis)",
                           what, shape[0], shape[1], shape[2], shape[3]);
     return SSB4D_OK;
@@ -290,13 +290,13 @@ ssb4d_status fs_scan_shape(size_t n, const framesrc_opts *o, size_t hint_rows, s
     if (r && c) {
         size_t need;
         if (!fs_mul(r, c, &need) || need != n)
-            return ssb4d_fail(err, SSB4D_EINVAL, "%s holds %zu frames but the scan shape %zux%zu "
+            return ssb_fail(err, SSB4D_EINVAL, "%s holds %zu frames but the scan shape %zux%zu "
                               "needs %zu", what, n, r, c, r * c);
     } else if (r || c) {
         /* one side given: the other follows when it divides the frame count */
         size_t k = r ? r : c;
         if (n % k)
-            return ssb4d_fail(err, SSB4D_EINVAL, "%s holds %zu frames, not a multiple of %zu: give "
+            return ssb_fail(err, SSB4D_EINVAL, "%s holds %zu frames, not a multiple of %zu: give "
                               "the whole --scan-shape ROWS,COLS", what, n, k);
         if (r)
             c = n / r;
@@ -304,7 +304,7 @@ ssb4d_status fs_scan_shape(size_t n, const framesrc_opts *o, size_t hint_rows, s
             r = n / c;
     } else if (hint_rows && hint_cols) {
         if (hint_rows * hint_cols != n)
-            return ssb4d_fail(err, SSB4D_EFORMAT, "%s holds %zu frames but %s says the scan is "
+            return ssb_fail(err, SSB4D_EFORMAT, "%s holds %zu frames but %s says the scan is "
                               "%zux%zu (%zu frames); pass --scan-shape ROWS,COLS", what, n,
                               hint_from, hint_rows, hint_cols, hint_rows * hint_cols);
         r = hint_rows;
@@ -313,7 +313,7 @@ ssb4d_status fs_scan_shape(size_t n, const framesrc_opts *o, size_t hint_rows, s
     } else {
         size_t q = isqrt(n);
         if (n == 0 || q * q != n)
-            return ssb4d_fail(err, SSB4D_EINVAL, "%s holds %zu frames and does not record its scan "
+            return ssb_fail(err, SSB4D_EINVAL, "%s holds %zu frames and does not record its scan "
                               "shape (%zu is not a square): pass --scan-shape ROWS,COLS", what, n, n);
         r = c = q;
         h = "square";
@@ -329,7 +329,7 @@ ssb4d_status fs_check_det_opts(const framesrc_opts *o, size_t det_rows, size_t d
                                const char *what, ssb4d_err *err)
 {
     if (o && ((o->shape[2] && o->shape[2] != det_rows) || (o->shape[3] && o->shape[3] != det_cols)))
-        return ssb4d_fail(err, SSB4D_EINVAL, "%s has %zux%zu detector frames, not the %zux%zu asked",
+        return ssb_fail(err, SSB4D_EINVAL, "%s has %zux%zu detector frames, not the %zux%zu asked",
                           what, det_rows, det_cols, o->shape[2], o->shape[3]);
     return SSB4D_OK;
 }
@@ -384,7 +384,7 @@ ssb4d_status fs_negative_error(const framesrc *s, size_t pos0, size_t index, int
                                ssb4d_err *err)
 {
     size_t P = s->shape[2] * s->shape[3], pos = pos0 + index / P, pix = index % P;
-    return ssb4d_fail(err, SSB4D_EFORMAT, "%s: frame %zu (scan %zu,%zu) holds a negative count %d "
+    return ssb_fail(err, SSB4D_EFORMAT, "%s: frame %zu (scan %zu,%zu) holds a negative count %d "
                       "at detector pixel %zu,%zu; signed data are accepted only when every value "
                       "is >= 0", s->path, pos, pos / s->shape[1], pos % s->shape[1], (int)value,
                       pix / s->shape[3], pix % s->shape[3]);
@@ -399,10 +399,10 @@ ssb4d_status fs_pread_full(int fd, void *buf, size_t len, off_t off, const char 
         if (got < 0 && errno == EINTR)
             continue;
         if (got < 0)
-            return ssb4d_fail(err, SSB4D_EIO, "reading %s at byte %lld: %s", what, (long long)off,
+            return ssb_fail(err, SSB4D_EIO, "reading %s at byte %lld: %s", what, (long long)off,
                               strerror(errno));
         if (got == 0)
-            return ssb4d_fail(err, SSB4D_EIO, "reading %s: unexpected end of file at byte %lld "
+            return ssb_fail(err, SSB4D_EIO, "reading %s: unexpected end of file at byte %lld "
                               "(was it truncated while open?)", what, (long long)off);
         p += got;
         len -= (size_t)got;
@@ -415,9 +415,9 @@ ssb4d_status fs_file_size(int fd, const char *what, size_t *size, ssb4d_err *err
 {
     struct stat sb;
     if (fstat(fd, &sb) != 0)
-        return ssb4d_fail(err, SSB4D_EIO, "cannot stat %s: %s", what, strerror(errno));
+        return ssb_fail(err, SSB4D_EIO, "cannot stat %s: %s", what, strerror(errno));
     if (!S_ISREG(sb.st_mode))
-        return ssb4d_fail(err, SSB4D_EINVAL, "%s is not a regular file", what);
+        return ssb_fail(err, SSB4D_EINVAL, "%s is not a regular file", what);
     *size = (size_t)sb.st_size;
     return SSB4D_OK;
 }

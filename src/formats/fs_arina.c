@@ -101,7 +101,7 @@ static ssb4d_status open_part(framesrc *s, arina_reader *r, size_t i, ssb4d_err 
     close_part(r);
     char *p = link_path(r->parts[i].name);
     if (!p)
-        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+        return ssb_fail(err, SSB4D_ENOMEM, "out of memory");
     r->dset = H5Dopen2(r->master, p, r->dapl);
     free(p);
     if (r->dset < 0 || (r->fspace = H5Dget_space(r->dset)) < 0) {
@@ -137,23 +137,23 @@ static ssb4d_status load_chunk(framesrc *s, arina_reader *r, size_t i, size_t ci
     size_t frame = pt->first + ci * pt->chunk_frames;
     if (H5Dget_chunk_storage_size(r->dset, off, &stored) < 0 || stored == 0) {
         H5Eclear2(H5E_DEFAULT);
-        return ssb4d_fail(err, SSB4D_EFORMAT, "%s: frames from %zu on (/entry/data/%s, chunk %zu) were "
+        return ssb_fail(err, SSB4D_EFORMAT, "%s: frames from %zu on (/entry/data/%s, chunk %zu) were "
                           "never written: the acquisition is incomplete", s->path, frame, pt->name, ci);
     }
     if (stored > 2 * want + 4096)
-        return ssb4d_fail(err, SSB4D_EFORMAT, "%s: frame %zu: the stored chunk is %llu bytes, implausible "
+        return ssb_fail(err, SSB4D_EFORMAT, "%s: frame %zu: the stored chunk is %llu bytes, implausible "
                           "for %zu bytes of data", s->path, frame, (unsigned long long)stored, want);
     if (stored > r->comp_cap) {
         uint8_t *c = realloc(r->comp, (size_t)stored);
         if (!c)
-            return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory reading %s", s->path);
+            return ssb_fail(err, SSB4D_ENOMEM, "out of memory reading %s", s->path);
         r->comp = c;
         r->comp_cap = (size_t)stored;
     }
     if (want > r->chunk_cap) {
         uint8_t *c = realloc(r->chunk, want);
         if (!c)
-            return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory reading %s", s->path);
+            return ssb_fail(err, SSB4D_ENOMEM, "out of memory reading %s", s->path);
         r->chunk = c;
         r->chunk_cap = want;
     }
@@ -164,20 +164,20 @@ static ssb4d_status load_chunk(framesrc *s, arina_reader *r, size_t i, size_t ci
     ssb4d_err e = {0};
     if (mask & 1u) { /* the writer skipped the filter for this chunk: stored as is */
         if (stored != want)
-            return ssb4d_fail(err, SSB4D_EFORMAT, "%s: frame %zu: unfiltered chunk of %llu bytes, %zu "
+            return ssb_fail(err, SSB4D_EFORMAT, "%s: frame %zu: unfiltered chunk of %llu bytes, %zu "
                               "expected", s->path, frame, (unsigned long long)stored, want);
         memcpy(r->chunk, r->comp, want);
     } else if (pt->lz4 || (stored != want && stored >= 12 && be64(r->comp) == want)) {
         /* (the second case: LZ4 chunks under cd_values that do not say so) */
         if (bshuf_lz4_decode(r->comp, (size_t)stored, r->elem, r->chunk, want, &e))
-            return ssb4d_fail(err, SSB4D_EFORMAT, "%s: frame %zu (/entry/data/%s, chunk %zu): %s",
+            return ssb_fail(err, SSB4D_EFORMAT, "%s: frame %zu (/entry/data/%s, chunk %zu): %s",
                               s->path, frame, pt->name, ci, e.msg);
     } else {
         if (stored != want)
-            return ssb4d_fail(err, SSB4D_EFORMAT, "%s: frame %zu: bitshuffled chunk of %llu bytes, %zu "
+            return ssb_fail(err, SSB4D_EFORMAT, "%s: frame %zu: bitshuffled chunk of %llu bytes, %zu "
                               "expected", s->path, frame, (unsigned long long)stored, want);
         if (bshuf_bitunshuffle(r->comp, r->chunk, want / r->elem, r->elem, pt->block, &e))
-            return ssb4d_fail(err, SSB4D_EFORMAT, "%s: frame %zu: %s", s->path, frame, e.msg);
+            return ssb_fail(err, SSB4D_EFORMAT, "%s: frame %zu: %s", s->path, frame, e.msg);
     }
     r->have_chunk = 1;
     r->chunk_part = i;
@@ -344,11 +344,11 @@ static ssb4d_status data_file_error(const arina_reader *r, const arina_part *pt,
     size_t n = strlen(r->dir) + strlen(pt->target) + 1;
     char *file = malloc(n);
     if (!file)
-        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+        return ssb_fail(err, SSB4D_ENOMEM, "out of memory");
     snprintf(file, n, "%s%s", pt->target[0] == '/' ? "" : r->dir, pt->target);
     ssb4d_status st;
     if (access(file, F_OK) != 0) {
-        st = ssb4d_fail(err, SSB4D_EIO, "%s cannot be opened: the data file '%s' is missing", what,
+        st = ssb_fail(err, SSB4D_EIO, "%s cannot be opened: the data file '%s' is missing", what,
                         file);
     } else {
         hid_t f = H5Fopen(file, H5F_ACC_RDONLY, H5P_DEFAULT);
@@ -357,7 +357,7 @@ static ssb4d_status data_file_error(const arina_reader *r, const arina_part *pt,
                             "HDF5 (truncated or damaged?)", what, file);
         } else {
             H5Fclose(f);
-            st = ssb4d_fail(err, SSB4D_EFORMAT, "%s cannot be opened: '%s' has no dataset at the "
+            st = ssb_fail(err, SSB4D_EFORMAT, "%s cannot be opened: '%s' has no dataset at the "
                             "link's target", what, file);
         }
     }
@@ -371,7 +371,7 @@ static ssb4d_status inspect_part(framesrc *s, arina_reader *r, arina_part *pt, i
 {
     char *p = link_path(pt->name);
     if (!p)
-        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+        return ssb_fail(err, SSB4D_ENOMEM, "out of memory");
     const char *path = s->path;
     ssb4d_status st = SSB4D_OK;
     hid_t d = H5Dopen2(r->master, p, r->dapl), t = -1, sp = -1, dcpl = -1;
@@ -393,13 +393,13 @@ static ssb4d_status inspect_part(framesrc *s, arina_reader *r, arina_part *pt, i
     H5Sget_simple_extent_dims(sp, dims, NULL);
     size_t elem = H5Tget_size(t);
     if (H5Tget_class(t) == H5T_FLOAT) {
-        st = ssb4d_fail(err, SSB4D_EFORMAT, "%s is floating point: convert to integer counts first, "
+        st = ssb_fail(err, SSB4D_EFORMAT, "%s is floating point: convert to integer counts first, "
                         "ssb4d never quantises", what);
         goto done;
     }
     if (H5Tget_class(t) != H5T_INTEGER || H5Tget_sign(t) != H5T_SGN_NONE ||
         (elem != 1 && elem != 2 && elem != 4)) {
-        st = ssb4d_fail(err, SSB4D_EFORMAT, "%s does not hold uint8, uint16 or uint32 counts", what);
+        st = ssb_fail(err, SSB4D_EFORMAT, "%s does not hold uint8, uint16 or uint32 counts", what);
         goto done;
     }
     if (first) {
@@ -407,7 +407,7 @@ static ssb4d_status inspect_part(framesrc *s, arina_reader *r, arina_part *pt, i
         r->rows = (size_t)dims[1];
         r->cols = (size_t)dims[2];
     } else if (elem != r->elem || dims[1] != r->rows || dims[2] != r->cols) {
-        st = ssb4d_fail(err, SSB4D_EFORMAT, "%s has %llux%llu frames of %zu-byte counts, unlike the "
+        st = ssb_fail(err, SSB4D_EFORMAT, "%s has %llux%llu frames of %zu-byte counts, unlike the "
                         "first data link (%zux%zu, %zu-byte)", what, (unsigned long long)dims[1],
                         (unsigned long long)dims[2], elem, r->rows, r->cols, r->elem);
         goto done;
@@ -423,13 +423,13 @@ static ssb4d_status inspect_part(framesrc *s, arina_reader *r, arina_part *pt, i
         cd[2] == dims[2] && cd[0] >= 1 && id == BSHUF_H5_FILTER) {
         /* cd_values[2] is the element size (0 or absent when written without the plugin) */
         if (ncd >= 3 && cdv[2] != 0 && cdv[2] != elem) {
-            st = ssb4d_fail(err, SSB4D_EFORMAT, "%s: its bitshuffle filter is set up for %u-byte "
+            st = ssb_fail(err, SSB4D_EFORMAT, "%s: its bitshuffle filter is set up for %u-byte "
                             "elements, the data are %zu-byte", what, cdv[2], elem);
             goto done;
         }
         unsigned comp = ncd > 4 ? cdv[4] : BSHUF_H5_COMPRESS_NONE;
         if (comp == BSHUF_H5_COMPRESS_ZSTD || (comp != BSHUF_H5_COMPRESS_LZ4 && comp != BSHUF_H5_COMPRESS_NONE)) {
-            st = ssb4d_fail(err, SSB4D_EFORMAT, "%s uses bitshuffle with compressor %u%s; only LZ4 (2) "
+            st = ssb_fail(err, SSB4D_EFORMAT, "%s uses bitshuffle with compressor %u%s; only LZ4 (2) "
                             "or none (0) is supported", what, comp,
                             comp == BSHUF_H5_COMPRESS_ZSTD ? " (zstd)" : "");
             goto done;
@@ -437,7 +437,7 @@ static ssb4d_status inspect_part(framesrc *s, arina_reader *r, arina_part *pt, i
         size_t chunk_bytes;
         if (!fs_mul((size_t)cd[0], (size_t)(dims[1] * dims[2]) * elem, &chunk_bytes) ||
             chunk_bytes > MAX_CHUNK_BYTES) {
-            st = ssb4d_fail(err, SSB4D_EFORMAT, "%s: chunks of %llu frames are too large to decode "
+            st = ssb_fail(err, SSB4D_EFORMAT, "%s: chunks of %llu frames are too large to decode "
                             "(limit %zu MiB)", what, (unsigned long long)cd[0], MAX_CHUNK_BYTES >> 20);
             goto done;
         }
@@ -446,7 +446,7 @@ static ssb4d_status inspect_part(framesrc *s, arina_reader *r, arina_part *pt, i
         pt->block = ncd > 3 ? cdv[3] : 0;
         pt->chunk_frames = (size_t)cd[0];
         if (!pt->lz4 && pt->block % 8) {
-            st = ssb4d_fail(err, SSB4D_EFORMAT, "%s: bitshuffle block size %zu is not a multiple of 8",
+            st = ssb_fail(err, SSB4D_EFORMAT, "%s: bitshuffle block size %zu is not a multiple of 8",
                             what, pt->block);
             goto done;
         }
@@ -629,7 +629,7 @@ static ssb4d_status read_mask(framesrc *s, hid_t m, size_t rows, size_t cols, ss
     v = malloc(P * sizeof *v);
     s->flag_mask = malloc(P);
     if (!v || !s->flag_mask) {
-        st = ssb4d_fail(err, SSB4D_ENOMEM, "out of memory reading the pixel mask of %s", s->path);
+        st = ssb_fail(err, SSB4D_ENOMEM, "out of memory reading the pixel mask of %s", s->path);
         goto done;
     }
     if (H5Dread(d, H5T_NATIVE_UINT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, v) < 0) {
@@ -659,7 +659,7 @@ ssb4d_status fs_arina_open(framesrc *s, const char *path, const framesrc_opts *o
     fs_h5_quiet();
     arina_reader *r = calloc(1, sizeof *r);
     if (!r)
-        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory opening %s", path);
+        return ssb_fail(err, SSB4D_ENOMEM, "out of memory opening %s", path);
     r->master = r->dapl = r->dset = r->fspace = -1;
     name_list l = {0};
     ssb4d_status st = SSB4D_OK;
@@ -682,21 +682,21 @@ ssb4d_status fs_arina_open(framesrc *s, const char *path, const framesrc_opts *o
         goto fail;
     }
     if (!fs_h5_exists(r->master, "/entry/data")) {
-        st = ssb4d_fail(err, SSB4D_EFORMAT, "%s has no /entry/data group: not a Dectris master file",
+        st = ssb_fail(err, SSB4D_EFORMAT, "%s has no /entry/data group: not a Dectris master file",
                         path);
         goto fail;
     }
     if (list_data_links(r->master, &l) < 0 || l.oom) {
-        st = l.oom ? ssb4d_fail(err, SSB4D_ENOMEM, "out of memory listing %s", path)
+        st = l.oom ? ssb_fail(err, SSB4D_ENOMEM, "out of memory listing %s", path)
                    : fs_h5_fail(err, SSB4D_EFORMAT, "%s: cannot list /entry/data", path);
         goto fail;
     }
     if (l.n == 0) {
-        st = ssb4d_fail(err, SSB4D_EFORMAT, "%s: /entry/data holds no data_NNNNNN links", path);
+        st = ssb_fail(err, SSB4D_EFORMAT, "%s: /entry/data holds no data_NNNNNN links", path);
         goto fail;
     }
     if (!(r->parts = calloc(l.n, sizeof *r->parts))) {
-        st = ssb4d_fail(err, SSB4D_ENOMEM, "out of memory opening %s", path);
+        st = ssb_fail(err, SSB4D_ENOMEM, "out of memory opening %s", path);
         goto fail;
     }
     size_t total = 0;
@@ -709,7 +709,7 @@ ssb4d_status fs_arina_open(framesrc *s, const char *path, const framesrc_opts *o
         pt->target = lp ? link_target(r->master, lp) : NULL;
         free(lp);
         if (!pt->target) {
-            st = ssb4d_fail(err, SSB4D_ENOMEM, "out of memory opening %s", path);
+            st = ssb_fail(err, SSB4D_ENOMEM, "out of memory opening %s", path);
             goto fail;
         }
         if ((st = inspect_part(s, r, pt, i == 0, err)))
@@ -720,7 +720,7 @@ ssb4d_status fs_arina_open(framesrc *s, const char *path, const framesrc_opts *o
     r->cur = r->nparts;
     r->frame_bytes = r->rows * r->cols * r->elem;
     if (total == 0) {
-        st = ssb4d_fail(err, SSB4D_EFORMAT, "%s: the data links hold no frames", path);
+        st = ssb_fail(err, SSB4D_EFORMAT, "%s: the data links hold no frames", path);
         goto fail;
     }
     companion c;

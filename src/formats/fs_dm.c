@@ -239,7 +239,7 @@ ssb4d_status fs_dm_open(framesrc *s, const char *path, const framesrc_opts *o, s
 {
     long want = -1;
     if (o && o->dataset && parse_index(o->dataset, &want))
-        return ssb4d_fail(err, SSB4D_EINVAL, "%s: --dataset for a DM file is the ImageList entry to "
+        return ssb_fail(err, SSB4D_EINVAL, "%s: --dataset for a DM file is the ImageList entry to "
                           "read (0, 1, ...), not '%s'", path, o->dataset);
     int fd;
     size_t size = 0;
@@ -250,14 +250,14 @@ ssb4d_status fs_dm_open(framesrc *s, const char *path, const framesrc_opts *o, s
     dm_info *info = malloc(sizeof *info);
     meta_pass *m = calloc(1, sizeof *m);
     if (!win.buf || !info || !m) {
-        st = ssb4d_fail(err, SSB4D_ENOMEM, "out of memory opening %s", path);
+        st = ssb_fail(err, SSB4D_ENOMEM, "out of memory opening %s", path);
         goto fail;
     }
     dm_input in = {window_read, &win, size};
     ssb4d_err e = {0};
     dm_dataset ds;
     if ((st = dm_read_info(&in, info, &e)) || (st = dm_select(info, want, &ds, &e))) {
-        st = ssb4d_fail(err, st, "%s: %s", path, e.msg);
+        st = ssb_fail(err, st, "%s: %s", path, e.msg);
         goto fail;
     }
     /* second walk: the chosen image's tags (the tree was checked by the first) */
@@ -266,7 +266,7 @@ ssb4d_status fs_dm_open(framesrc *s, const char *path, const framesrc_opts *o, s
     m->kv = m->camera_mm = m->camera_mm_stem = m->dwell_us = m->semiangle_mrad = NAN;
     dm_header h;
     if ((st = dm_walk(&in, &h, meta_visit, m, &e))) {
-        st = ssb4d_fail(err, st, "%s: %s", path, e.msg);
+        st = ssb_fail(err, st, "%s: %s", path, e.msg);
         goto fail;
     }
     size_t shape[4];
@@ -274,7 +274,7 @@ ssb4d_status fs_dm_open(framesrc *s, const char *path, const framesrc_opts *o, s
     if (ds.rank == 4) {
         memcpy(shape, ds.shape, sizeof shape);
         if (o && o->shape[0] && o->shape[1] && (o->shape[0] != shape[0] || o->shape[1] != shape[1])) {
-            st = ssb4d_fail(err, SSB4D_EINVAL, "%s has a %zux%zu scan, not the %zux%zu asked", path,
+            st = ssb_fail(err, SSB4D_EINVAL, "%s has a %zux%zu scan, not the %zux%zu asked", path,
                             shape[0], shape[1], o->shape[0], o->shape[1]);
             goto fail;
         }

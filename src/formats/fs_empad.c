@@ -52,16 +52,16 @@ static ssb4d_status slurp(const char *path, size_t max, char **buf, size_t *len,
     *len = 0;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        return ssb4d_fail(err, SSB4D_EIO, "cannot open %s: %s", path, strerror(errno));
+        return ssb_fail(err, SSB4D_EIO, "cannot open %s: %s", path, strerror(errno));
     size_t size = 0;
     ssb4d_status st = fs_file_size(fd, path, &size, err);
     if (!st && size > max) {
         *too_big = 1;
-        st = ssb4d_fail(err, SSB4D_EFORMAT, "%s is %zu bytes, more than the %zu an EMPAD .xml may "
+        st = ssb_fail(err, SSB4D_EFORMAT, "%s is %zu bytes, more than the %zu an EMPAD .xml may "
                         "have", path, size, max);
     }
     if (!st && !(*buf = malloc(size ? size : 1)))
-        st = ssb4d_fail(err, SSB4D_ENOMEM, "out of memory reading %s", path);
+        st = ssb_fail(err, SSB4D_ENOMEM, "out of memory reading %s", path);
     if (!st && (st = fs_pread_full(fd, *buf, size, 0, path, err))) {
         free(*buf);
         *buf = NULL;
@@ -83,7 +83,7 @@ static ssb4d_status read_xml(const char *path, empad_xml *doc, empad_info *info,
     ssb4d_err e = {0};
     if ((st = empad_xml_parse(buf, len, doc, &e)) || (st = empad_info_read(doc, info, &e))) {
         empad_xml_free(doc);
-        st = ssb4d_fail(err, st, "%s: %s", path, e.msg);
+        st = ssb_fail(err, st, "%s: %s", path, e.msg);
     }
     free(buf);
     return st;
@@ -223,7 +223,7 @@ static ssb4d_status open_raw(const char *xml_path, const char *raw_path, int *fd
 {
     struct stat sb;
     if (xml_path && stat(raw_path, &sb) != 0 && errno == ENOENT)
-        return ssb4d_fail(err, SSB4D_EIO, "%s names the raw file %s, which is missing (looked for %s)",
+        return ssb_fail(err, SSB4D_EIO, "%s names the raw file %s, which is missing (looked for %s)",
                           xml_path, empad_basename(raw_path), raw_path);
     return fs_contiguous_open(raw_path, fd, size, err);
 }
@@ -246,25 +246,25 @@ ssb4d_status fs_empad_open(framesrc *s, const char *path, const framesrc_opts *o
             goto done;
         have_xml = 1;
         if (!info.raw_name[0] || !*empad_basename(info.raw_name)) {
-            st = ssb4d_fail(err, SSB4D_EFORMAT, "%s names no raw file (<raw_file filename=\"...\"/>): "
+            st = ssb_fail(err, SSB4D_EFORMAT, "%s names no raw file (<raw_file filename=\"...\"/>): "
                             "not an EMPAD acquisition .xml", path);
             goto done;
         }
         xml_path = strdup(path);
         raw_path = beside(path, empad_basename(info.raw_name));
         if (!xml_path || !raw_path) {
-            st = ssb4d_fail(err, SSB4D_ENOMEM, "out of memory opening %s", path);
+            st = ssb_fail(err, SSB4D_ENOMEM, "out of memory opening %s", path);
             goto done;
         }
     } else { /* the .raw: its .xml is the one beside it that names it */
         int r = find_xml(path, &xml_path, &other);
         if (r < 0) {
-            st = ssb4d_fail(err, SSB4D_EINVAL, "%s: both %s and %s name it as their raw file: open "
+            st = ssb_fail(err, SSB4D_EINVAL, "%s: both %s and %s name it as their raw file: open "
                             "the .xml of the acquisition you mean", path, xml_path, other);
             goto done;
         }
         if (r == 0 && !user) {
-            st = ssb4d_fail(err, SSB4D_EFORMAT, "%s: no EMPAD .xml beside it names it (the .xml "
+            st = ssb_fail(err, SSB4D_EFORMAT, "%s: no EMPAD .xml beside it names it (the .xml "
                             "records the scan): open the acquisition's .xml, or give --scan-shape "
                             "ROWS,COLS to read the .raw alone", path);
             goto done;
@@ -275,7 +275,7 @@ ssb4d_status fs_empad_open(framesrc *s, const char *path, const framesrc_opts *o
             have_xml = 1;
         }
         if (!(raw_path = strdup(path))) {
-            st = ssb4d_fail(err, SSB4D_ENOMEM, "out of memory opening %s", path);
+            st = ssb_fail(err, SSB4D_ENOMEM, "out of memory opening %s", path);
             goto done;
         }
     }
@@ -295,7 +295,7 @@ ssb4d_status fs_empad_open(framesrc *s, const char *path, const framesrc_opts *o
     if (have_xml && info.is_series && info.series_count && !user &&
         (over || info.series_count != n)) {
         size_t need = info.series_count * EMPAD_FRAME_BYTES;
-        st = ssb4d_fail(err, SSB4D_EFORMAT, "%s: %s records a series of %zu frames, which needs %zu "
+        st = ssb_fail(err, SSB4D_EFORMAT, "%s: %s records a series of %zu frames, which needs %zu "
                         "bytes (128x130 float32 frames), but it is %zu bytes (%.4g frames)", raw_path,
                         xml_path, info.series_count, need, size, (double)size / EMPAD_FRAME_BYTES);
         goto done;
@@ -304,7 +304,7 @@ ssb4d_status fs_empad_open(framesrc *s, const char *path, const framesrc_opts *o
         size_t r = info.scan[first].rows, c = info.scan[first].cols, need;
         if (!fs_mul(r * c, EMPAD_FRAME_BYTES, &need))
             need = SIZE_MAX;
-        st = ssb4d_fail(err, SSB4D_EFORMAT, "%s: %s records a %zux%zu scan (rows x columns, from %s), "
+        st = ssb_fail(err, SSB4D_EFORMAT, "%s: %s records a %zux%zu scan (rows x columns, from %s), "
                         "which needs %zu bytes (%zu frames of 128x130 float32), but it is %zu bytes "
                         "(%.4g frames): truncated, or not this acquisition's .raw?", raw_path,
                         xml_path, r, c, info.scan[first].from, need, r * c, size,
@@ -312,7 +312,7 @@ ssb4d_status fs_empad_open(framesrc *s, const char *path, const framesrc_opts *o
         goto done;
     }
     if (over || n == 0) {
-        st = ssb4d_fail(err, SSB4D_EFORMAT, "%s is %zu bytes, not a whole number of EMPAD frames "
+        st = ssb_fail(err, SSB4D_EFORMAT, "%s is %zu bytes, not a whole number of EMPAD frames "
                         "(128x130 float32, %zu bytes each): %zu frames and %zu bytes over (truncated?)",
                         raw_path, size, EMPAD_FRAME_BYTES, n, over);
         goto done;

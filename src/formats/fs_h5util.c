@@ -38,8 +38,8 @@ ssb4d_status fs_h5_fail(ssb4d_err *err, ssb4d_status code, const char *fmt, ...)
     H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, walk_cb, &w);
     H5Eclear2(H5E_DEFAULT);
     if (w.have)
-        return ssb4d_fail(err, code, "%s (libhdf5: %s)", line, w.msg);
-    return ssb4d_fail(err, code, "%s", line);
+        return ssb_fail(err, code, "%s (libhdf5: %s)", line, w.msg);
+    return ssb_fail(err, code, "%s", line);
 }
 
 int fs_h5_exists(hid_t loc, const char *path)
@@ -205,7 +205,7 @@ ssb4d_status fs_h5_check_filters(hid_t dcpl, const char *what, ssb4d_err *err)
                     (info & H5Z_FILTER_CONFIG_DECODE_ENABLED);
         H5Eclear2(H5E_DEFAULT);
         if (!avail)
-            return ssb4d_fail(err, SSB4D_EFORMAT, "%s is compressed with HDF5 filter %d (%s%s%s), which "
+            return ssb_fail(err, SSB4D_EFORMAT, "%s is compressed with HDF5 filter %d (%s%s%s), which "
                               "this libhdf5 cannot decode: set HDF5_PLUGIN_PATH to a folder holding the "
                               "plugin (e.g. from the hdf5plugin Python package) or re-save the data "
                               "uncompressed%s", what, (int)id, fs_h5_filter_name(id), *name ? ", " : "",

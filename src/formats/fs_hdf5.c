@@ -235,11 +235,11 @@ static ssb4d_status discover(hid_t file, const char *path, char **chosen, ssb4d_
     } else if (w.n_ints == 0 && w.n_floats) {
         for (size_t i = 0; i < w.n_floats; i++)
             list_add(list, sizeof list, w.floats[i]);
-        st = ssb4d_fail(err, SSB4D_EFORMAT, "%s: the rank-4 dataset%s %s %s floating point of a width "
+        st = ssb_fail(err, SSB4D_EFORMAT, "%s: the rank-4 dataset%s %s %s floating point of a width "
                         "other than float32: save it as float32 (ssb4d never quantises silently)", path,
                         w.n_floats > 1 ? "s" : "", list, w.n_floats > 1 ? "are" : "is");
     } else if (w.n_ints == 0) {
-        st = ssb4d_fail(err, SSB4D_ENOTFOUND, "%s holds no rank-4 integer or float32 dataset (scan_row, "
+        st = ssb_fail(err, SSB4D_ENOTFOUND, "%s holds no rank-4 integer or float32 dataset (scan_row, "
                         "scan_col, det_row, det_col): name one with --dataset PATH%s", path,
                         fs_h5_exists(file, "/entry/data/data")
                             ? " (for a Dectris data file, open its *_master.h5 instead)" : "");
@@ -247,7 +247,7 @@ static ssb4d_status discover(hid_t file, const char *path, char **chosen, ssb4d_
         for (size_t i = 0; i < w.n_ints; i++)
             if (!n_pref || w.preferred[i])
                 list_add(list, sizeof list, w.ints[i]);
-        st = ssb4d_fail(err, SSB4D_EINVAL, "%s holds several rank-4 datasets (%s%s): choose "
+        st = ssb_fail(err, SSB4D_EINVAL, "%s holds several rank-4 datasets (%s%s): choose "
                         "one with --dataset PATH", path, list, w.n_more ? ", and more" : "");
     }
     walk_free(&w);
@@ -338,7 +338,7 @@ ssb4d_status fs_hdf5_open(framesrc *s, const char *path, const framesrc_opts *o,
     fs_h5_quiet();
     h5_reader *r = calloc(1, sizeof *r);
     if (!r)
-        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory opening %s", path);
+        return ssb_fail(err, SSB4D_ENOMEM, "out of memory opening %s", path);
     r->file = r->dset = r->fspace = -1;
     char *name = NULL;
     hid_t d = -1, t = -1, sp = -1, dcpl = -1, dapl = -1;
@@ -349,7 +349,7 @@ ssb4d_status fs_hdf5_open(framesrc *s, const char *path, const framesrc_opts *o,
     }
     if (o && o->dataset && *o->dataset) {
         if (!fs_h5_exists(r->file, o->dataset)) {
-            st = ssb4d_fail(err, SSB4D_ENOTFOUND, "%s has no dataset '%s'", path, o->dataset);
+            st = ssb_fail(err, SSB4D_ENOTFOUND, "%s has no dataset '%s'", path, o->dataset);
             goto done;
         }
         name = strdup(o->dataset);
@@ -357,7 +357,7 @@ ssb4d_status fs_hdf5_open(framesrc *s, const char *path, const framesrc_opts *o,
         goto done;
     }
     if (!name) {
-        st = ssb4d_fail(err, SSB4D_ENOMEM, "out of memory opening %s", path);
+        st = ssb_fail(err, SSB4D_ENOMEM, "out of memory opening %s", path);
         goto done;
     }
     char what[600];
@@ -376,23 +376,23 @@ ssb4d_status fs_hdf5_open(framesrc *s, const char *path, const framesrc_opts *o,
     H5T_class_t cls = H5Tget_class(t);
     size_t elem = H5Tget_size(t);
     if (cls == H5T_FLOAT && elem != 4) {
-        st = ssb4d_fail(err, SSB4D_EFORMAT, "%s is floating point of %zu bytes: save it as float32 "
+        st = ssb_fail(err, SSB4D_EFORMAT, "%s is floating point of %zu bytes: save it as float32 "
                         "(ssb4d never quantises silently)", what, elem);
         goto done;
     }
     if (cls != H5T_INTEGER && cls != H5T_FLOAT) {
-        st = ssb4d_fail(err, SSB4D_EFORMAT, "%s is not an integer dataset (counts must be uint8, "
+        st = ssb_fail(err, SSB4D_EFORMAT, "%s is not an integer dataset (counts must be uint8, "
                         "uint16 or uint32)", what);
         goto done;
     }
     if (elem != 1 && elem != 2 && elem != 4) {
-        st = ssb4d_fail(err, SSB4D_EFORMAT, "%s holds %zu-byte integers: narrow it to uint32 (or "
+        st = ssb_fail(err, SSB4D_EFORMAT, "%s holds %zu-byte integers: narrow it to uint32 (or "
                         "smaller) counts first", what, elem);
         goto done;
     }
     r->rank = H5Sget_simple_extent_ndims(sp);
     if (r->rank != 4 && r->rank != 3) {
-        st = ssb4d_fail(err, SSB4D_EFORMAT, "%s has rank %d; ssb4d needs 4 axes (scan_row, scan_col, "
+        st = ssb_fail(err, SSB4D_EFORMAT, "%s has rank %d; ssb4d needs 4 axes (scan_row, scan_col, "
                         "det_row, det_col) or a stack of frames (frame, det_row, det_col)", what,
                         r->rank);
         goto done;
@@ -400,7 +400,7 @@ ssb4d_status fs_hdf5_open(framesrc *s, const char *path, const framesrc_opts *o,
     H5Sget_simple_extent_dims(sp, r->dims, NULL);
     if (r->rank == 3 && fs_velox_detect(path)) {
         /* a Velox stack is (rows, cols, frames): read as (frames, rows, cols) it would be garbage */
-        st = ssb4d_fail(err, SSB4D_EFORMAT, "%s is a Velox EMD stack, stored with the frames last: read "
+        st = ssb_fail(err, SSB4D_EFORMAT, "%s is a Velox EMD stack, stored with the frames last: read "
                         "it with --format velox (or without --format)", what);
         goto done;
     }
@@ -410,7 +410,7 @@ ssb4d_status fs_hdf5_open(framesrc *s, const char *path, const framesrc_opts *o,
         for (int i = 0; i < 4; i++)
             shape[i] = (size_t)r->dims[i];
         if (o && o->shape[0] && o->shape[1] && (o->shape[0] != shape[0] || o->shape[1] != shape[1])) {
-            st = ssb4d_fail(err, SSB4D_EINVAL, "%s has a %zux%zu scan, not the %zux%zu asked", what,
+            st = ssb_fail(err, SSB4D_EINVAL, "%s has a %zux%zu scan, not the %zux%zu asked", what,
                             shape[0], shape[1], o->shape[0], o->shape[1]);
             goto done;
         }

@@ -70,15 +70,15 @@ static ssb4d_status check_frame(const mib_reader *r, const mib_part *part, const
 {
     ssb4d_err e = {0};
     if (mib_parse_header(buf, len, h, &e))
-        return ssb4d_fail(err, SSB4D_EFORMAT, "%s: frame %zu (at byte %zu) is corrupt: %s",
+        return ssb_fail(err, SSB4D_EFORMAT, "%s: frame %zu (at byte %zu) is corrupt: %s",
                           part->path, p, p * r->stride, e.msg);
     const char *what = same_layout(&r->first, h);
     if (what)
-        return ssb4d_fail(err, SSB4D_EFORMAT, "%s: frame %zu (at byte %zu) has a different %s than "
+        return ssb_fail(err, SSB4D_EFORMAT, "%s: frame %zu (at byte %zu) has a different %s than "
                           "the first frame", part->path, p, p * r->stride, what);
     uint64_t want = (uint64_t)part->seq0 + p;
     if (h->sequence != want)
-        return ssb4d_fail(err, SSB4D_EFORMAT, "%s: frame %zu has sequence number %u, %llu expected "
+        return ssb_fail(err, SSB4D_EFORMAT, "%s: frame %zu has sequence number %u, %llu expected "
                           "(dropped or reordered frames?)", part->path, p, h->sequence,
                           (unsigned long long)want);
     return SSB4D_OK;
@@ -93,7 +93,7 @@ static ssb4d_status open_part(mib_reader *r, size_t k, ssb4d_err *err)
         close(r->fd);
     r->fd = open(r->parts[k].path, O_RDONLY | O_CLOEXEC);
     if (r->fd < 0)
-        return ssb4d_fail(err, SSB4D_EIO, "cannot open %s: %s", r->parts[k].path, strerror(errno));
+        return ssb_fail(err, SSB4D_EIO, "cannot open %s: %s", r->parts[k].path, strerror(errno));
     r->open_part = k;
     posix_fadvise(r->fd, 0, 0, POSIX_FADV_SEQUENTIAL);
     return SSB4D_OK;
@@ -119,7 +119,7 @@ static ssb4d_status mib_read(framesrc *s, size_t pos0, size_t npos, uint32_t *ou
     if (!r->stage) {
         r->stage_frames = MIB_STAGING_BYTES / r->stride ? MIB_STAGING_BYTES / r->stride : 1;
         if (!(r->stage = malloc(r->stage_frames * r->stride)))
-            return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory reading %s", s->path);
+            return ssb_fail(err, SSB4D_ENOMEM, "out of memory reading %s", s->path);
     }
     size_t P = s->shape[2] * s->shape[3];
     for (size_t done = 0; done < npos;) {
@@ -311,7 +311,7 @@ static ssb4d_status open_one(mib_reader *r, mib_part *part, const char *first_pa
     const char *path = part->path;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        return ssb4d_fail(err, SSB4D_EIO, "cannot open %s: %s", path, strerror(errno));
+        return ssb_fail(err, SSB4D_EIO, "cannot open %s: %s", path, strerror(errno));
     size_t size = 0;
     mib_header h;
     ssb4d_err e = {0};
@@ -320,7 +320,7 @@ static ssb4d_status open_one(mib_reader *r, mib_part *part, const char *first_pa
     if (!st)
         st = fs_pread_full(fd, head, got, 0, path, err);
     if (!st && mib_parse_header(head, got, &h, &e))
-        st = ssb4d_fail(err, SSB4D_EFORMAT, "%s: first frame: %s", path, e.msg);
+        st = ssb_fail(err, SSB4D_EFORMAT, "%s: first frame: %s", path, e.msg);
     if (!st && !first_path) {
         r->first = h;
         r->stride = h.header_bytes + h.data_bytes;
@@ -342,13 +342,13 @@ static ssb4d_status open_one(mib_reader *r, mib_part *part, const char *first_pa
                 snprintf(x, sizeof x, "%s %s", a->dtype_text, a->layout);
                 snprintf(y, sizeof y, "%s %s", h.dtype_text, h.layout);
             }
-            st = ssb4d_fail(err, SSB4D_EFORMAT, "%s: its frames have another %s (%s) than those of "
+            st = ssb_fail(err, SSB4D_EFORMAT, "%s: its frames have another %s (%s) than those of "
                             "%s (%s): not the same acquisition", path, what, y, first_path, x);
         }
     }
     if (!st && size % r->stride) {
         const mib_header *a = &r->first;
-        st = ssb4d_fail(err, SSB4D_EFORMAT, "%s: %zu bytes is not a whole number of %zu-byte frames "
+        st = ssb_fail(err, SSB4D_EFORMAT, "%s: %zu bytes is not a whole number of %zu-byte frames "
                         "(%zu header + %zu data): %zu complete frames and %zu bytes over (truncated "
                         "or interrupted acquisition?)", path, size, r->stride, a->header_bytes,
                         a->data_bytes, size / r->stride, size % r->stride);
@@ -383,7 +383,7 @@ static ssb4d_status line_from_timestamps(mib_reader *r, size_t n, size_t *line, 
     uint8_t *head = malloc(hb);
     ssb4d_status st = SSB4D_OK;
     if (!t || !head)
-        st = ssb4d_fail(err, SSB4D_ENOMEM, "out of memory reading the frame time stamps");
+        st = ssb_fail(err, SSB4D_ENOMEM, "out of memory reading the frame time stamps");
     int usable = 1;
     for (size_t k = 0; k < r->nparts && !st && usable; k++) {
         const mib_part *part = &r->parts[k];
@@ -436,14 +436,14 @@ ssb4d_status fs_mib_open(framesrc *s, const char *path, const framesrc_opts *o, 
         r->parts = calloc(nfiles, sizeof *r->parts);
     }
     if (!r || !head || !r->parts) {
-        st = ssb4d_fail(err, SSB4D_ENOMEM, "out of memory opening %s", path);
+        st = ssb_fail(err, SSB4D_ENOMEM, "out of memory opening %s", path);
         goto fail;
     }
     for (size_t k = 0; k < nfiles; k++) {
         mib_part *part = &r->parts[r->nparts];
         part->given = k;
         if (!(part->path = strdup(k ? o->more_paths[k - 1] : path))) {
-            st = ssb4d_fail(err, SSB4D_ENOMEM, "out of memory opening %s", path);
+            st = ssb_fail(err, SSB4D_ENOMEM, "out of memory opening %s", path);
             goto fail;
         }
         r->nparts++;
@@ -461,16 +461,16 @@ ssb4d_status fs_mib_open(framesrc *s, const char *path, const framesrc_opts *o, 
             uint64_t next = (uint64_t)b->seq0 + b->n;
             if (a->seq0 != next) {
                 if (a->seq0 == b->seq0)
-                    st = ssb4d_fail(err, SSB4D_EINVAL, "%s and %s both start at frame sequence number "
+                    st = ssb_fail(err, SSB4D_EINVAL, "%s and %s both start at frame sequence number "
                                     "%u (the same file twice, or files of two acquisitions?)",
                                     b->path, a->path, a->seq0);
                 else if (a->seq0 > next)
-                    st = ssb4d_fail(err, SSB4D_EFORMAT, "%s starts at frame sequence number %u but %s "
+                    st = ssb_fail(err, SSB4D_EFORMAT, "%s starts at frame sequence number %u but %s "
                                     "ends at %llu: frames %llu..%u are missing (a file left out?)",
                                     a->path, a->seq0, b->path, (unsigned long long)next - 1,
                                     (unsigned long long)next, a->seq0 - 1);
                 else
-                    st = ssb4d_fail(err, SSB4D_EFORMAT, "%s starts at frame sequence number %u, inside "
+                    st = ssb_fail(err, SSB4D_EFORMAT, "%s starts at frame sequence number %u, inside "
                                     "%s (frames %u..%llu): files of different acquisitions?",
                                     a->path, a->seq0, b->path, b->seq0, (unsigned long long)next - 1);
                 goto fail;
@@ -478,7 +478,7 @@ ssb4d_status fs_mib_open(framesrc *s, const char *path, const framesrc_opts *o, 
         }
         a->first = n;
         if (__builtin_add_overflow(n, a->n, &n)) {
-            st = ssb4d_fail(err, SSB4D_EFORMAT, "%s: too many frames", path);
+            st = ssb_fail(err, SSB4D_EFORMAT, "%s: too many frames", path);
             goto fail;
         }
     }
@@ -500,19 +500,19 @@ ssb4d_status fs_mib_open(framesrc *s, const char *path, const framesrc_opts *o, 
             char more[512];
             companions(r, more, sizeof more);
             if (more[0])
-                st = ssb4d_fail(err, SSB4D_EFORMAT, "%s: %s records %zu frames in the acquisition, "
+                st = ssb_fail(err, SSB4D_EFORMAT, "%s: %s records %zu frames in the acquisition, "
                                 "the file%s given hold%s %zu: the rest is likely in %s; list every file "
                                 "of the acquisition (ssb4d import A1.mib A2.mib ...)", what, hdr_path,
                                 hi.frames_in_acquisition, r->nparts > 1 ? "s" : "",
                                 r->nparts > 1 ? "" : "s", n, more);
             else
-                st = ssb4d_fail(err, SSB4D_EFORMAT, "%s: %s records %zu frames in the acquisition, "
+                st = ssb_fail(err, SSB4D_EFORMAT, "%s: %s records %zu frames in the acquisition, "
                                 "the file%s given hold%s %zu: is a file missing? List every file of "
                                 "the acquisition, or give --scan-shape for the frames there are", what,
                                 hdr_path, hi.frames_in_acquisition, r->nparts > 1 ? "s" : "",
                                 r->nparts > 1 ? "" : "s", n);
         } else {
-            st = ssb4d_fail(err, SSB4D_EFORMAT, "%s: %s records %zu frames in the acquisition, the "
+            st = ssb_fail(err, SSB4D_EFORMAT, "%s: %s records %zu frames in the acquisition, the "
                             "files hold %zu: files of another acquisition? (--scan-shape overrides)",
                             what, hdr_path, hi.frames_in_acquisition, n);
         }
@@ -540,7 +540,7 @@ ssb4d_status fs_mib_open(framesrc *s, const char *path, const framesrc_opts *o, 
                 snprintf(hdr_says, sizeof hdr_says, "%s does not record it", hdr_path);
             else
                 snprintf(hdr_says, sizeof hdr_says, "no .hdr beside it");
-            st = ssb4d_fail(err, SSB4D_EINVAL, "%s holds %zu frames and nothing gives its scan shape "
+            st = ssb_fail(err, SSB4D_EINVAL, "%s holds %zu frames and nothing gives its scan shape "
                             "(%s; the frame time stamps show no regular line flyback; %zu is not a "
                             "square): pass --scan-shape ROWS,COLS", what, n, hdr_says, n);
             goto fail;

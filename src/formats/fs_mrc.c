@@ -279,7 +279,7 @@ ssb4d_status fs_mrc_open(framesrc *s, const char *path, const framesrc_opts *o, 
     if ((st = fs_pread_full(fd, head, got, 0, path, err)))
         goto fail;
     if (mrc_parse_header(head, got, size, &h, &e)) {
-        st = ssb4d_fail(err, SSB4D_EFORMAT, "%s: %s", path, e.msg);
+        st = ssb_fail(err, SSB4D_EFORMAT, "%s: %s", path, e.msg);
         goto fail;
     }
     size_t rows = 0, cols = 0;
@@ -290,7 +290,7 @@ ssb4d_status fs_mrc_open(framesrc *s, const char *path, const framesrc_opts *o, 
         size_t n = (size_t)h.nsymbt < FEI_READ_MAX ? (size_t)h.nsymbt : FEI_READ_MAX;
         uint8_t *ext = malloc(n);
         if (!ext) {
-            st = ssb4d_fail(err, SSB4D_ENOMEM, "out of memory opening %s", path);
+            st = ssb_fail(err, SSB4D_ENOMEM, "out of memory opening %s", path);
             goto fail;
         }
         if ((st = fs_pread_full(fd, ext, n, MRC_HEADER_BYTES, path, err))) {

@@ -48,33 +48,33 @@ ssb4d_status fs_npy_open(framesrc *s, const char *path, const framesrc_opts *o, 
 {
     FILE *f = fopen(path, "rb");
     if (!f)
-        return ssb4d_fail(err, SSB4D_EIO, "cannot open %s: %s", path, strerror(errno));
+        return ssb_fail(err, SSB4D_EIO, "cannot open %s: %s", path, strerror(errno));
     ssb4d_npy_info info;
-    ssb4d_status st = ssb4d_npy_read_header(f, path, &info, err);
+    ssb4d_status st = ssb_npy_read_header(f, path, &info, err);
     fclose(f);
     if (st)
         return st;
     int bytes, is_signed, big_endian, is_float;
     const char *why = npy_refusal(info.descr, &bytes, &is_signed, &big_endian, &is_float);
     if (why)
-        return ssb4d_fail(err, SSB4D_EFORMAT, "%s: dtype '%s' %s", path, info.descr, why);
+        return ssb_fail(err, SSB4D_EFORMAT, "%s: dtype '%s' %s", path, info.descr, why);
     if (info.fortran_order)
-        return ssb4d_fail(err, SSB4D_EFORMAT, "%s: the array is in Fortran order; save it in C order "
+        return ssb_fail(err, SSB4D_EFORMAT, "%s: the array is in Fortran order; save it in C order "
                           "(np.save(path, np.ascontiguousarray(a)))", path);
     if (info.ndim != 4)
-        return ssb4d_fail(err, SSB4D_EFORMAT, "%s: the array has rank %d; ssb4d needs 4 axes "
+        return ssb_fail(err, SSB4D_EFORMAT, "%s: the array has rank %d; ssb4d needs 4 axes "
                           "(scan_row, scan_col, det_row, det_col)", path, info.ndim);
     if ((st = fs_check_shape(info.shape, path, err)) ||
         (st = fs_check_det_opts(o, info.shape[2], info.shape[3], path, err)))
         return st;
     if (o && o->shape[0] && o->shape[1] && (o->shape[0] != info.shape[0] || o->shape[1] != info.shape[1]))
-        return ssb4d_fail(err, SSB4D_EINVAL, "%s: the array's scan is %zux%zu, not the %zux%zu asked",
+        return ssb_fail(err, SSB4D_EINVAL, "%s: the array's scan is %zux%zu, not the %zux%zu asked",
                           path, info.shape[0], info.shape[1], o->shape[0], o->shape[1]);
     size_t count, data_bytes, need;
     if (!fs_mul(info.shape[0] * info.shape[1], info.shape[2] * info.shape[3], &count) ||
         !fs_mul(count, (size_t)bytes, &data_bytes) ||
         __builtin_add_overflow(data_bytes, info.header_bytes, &need))
-        return ssb4d_fail(err, SSB4D_EFORMAT, "%s: shape is too large", path);
+        return ssb_fail(err, SSB4D_EFORMAT, "%s: shape is too large", path);
     int fd;
     size_t size = 0;
     if ((st = fs_contiguous_open(path, &fd, &size, err)))
@@ -82,9 +82,9 @@ ssb4d_status fs_npy_open(framesrc *s, const char *path, const framesrc_opts *o, 
     if (size != need) {
         close(fd);
         if (size < need)
-            return ssb4d_fail(err, SSB4D_EFORMAT, "%s is truncated: %zu bytes, its header describes "
+            return ssb_fail(err, SSB4D_EFORMAT, "%s is truncated: %zu bytes, its header describes "
                               "%zu (%zu missing)", path, size, need, need - size);
-        return ssb4d_fail(err, SSB4D_EFORMAT, "%s has %zu extra bytes after the array its header "
+        return ssb_fail(err, SSB4D_EFORMAT, "%s has %zu extra bytes after the array its header "
                           "describes (%zu bytes expected): not a plain .npy", path, size - need, need);
     }
     memcpy(s->shape, info.shape, sizeof s->shape);

@@ -84,7 +84,7 @@ ssb4d_status fs_contiguous_open(const char *path, int *fd, size_t *size, ssb4d_e
 {
     *fd = open(path, O_RDONLY | O_CLOEXEC);
     if (*fd < 0)
-        return ssb4d_fail(err, SSB4D_EIO, "cannot open %s: %s", path, strerror(errno));
+        return ssb_fail(err, SSB4D_EIO, "cannot open %s: %s", path, strerror(errno));
     ssb4d_status st = fs_file_size(*fd, path, size, err);
     if (st) {
         close(*fd);
@@ -104,12 +104,12 @@ ssb4d_status fs_contiguous_attach_strided(framesrc *s, int fd, size_t offset, in
 {
     if (frame_stride < s->shape[2] * s->shape[3] * (size_t)s->dtype_bytes || (s->is_float && s->dtype_bytes != 4)) {
         close(fd);
-        return ssb4d_fail(err, SSB4D_EINTERNAL, "%s: bad frame layout", s->path);
+        return ssb_fail(err, SSB4D_EINTERNAL, "%s: bad frame layout", s->path);
     }
     contiguous_reader *r = calloc(1, sizeof *r);
     if (!r) {
         close(fd);
-        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory opening %s", s->path);
+        return ssb_fail(err, SSB4D_ENOMEM, "out of memory opening %s", s->path);
     }
     posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
     r->fd = fd;
@@ -124,13 +124,13 @@ ssb4d_status fs_contiguous_attach_strided(framesrc *s, int fd, size_t offset, in
 ssb4d_status fs_raw_open(framesrc *s, const char *path, const framesrc_opts *o, ssb4d_err *err)
 {
     if (!o || !o->shape[0] || !o->shape[1] || !o->shape[2] || !o->shape[3])
-        return ssb4d_fail(err, SSB4D_EINVAL, "%s: raw binary needs its --shape "
+        return ssb_fail(err, SSB4D_EINVAL, "%s: raw binary needs its --shape "
                           "SCAN_ROWS,SCAN_COLS,DET_ROWS,DET_COLS", path);
     if (o->dtype_bytes != 1 && o->dtype_bytes != 2 && o->dtype_bytes != 4)
-        return ssb4d_fail(err, SSB4D_EINVAL, "%s: raw binary needs --dtype uint8, uint16, uint32 or "
+        return ssb_fail(err, SSB4D_EINVAL, "%s: raw binary needs --dtype uint8, uint16, uint32 or "
                           "float32 (got %d bytes per value)", path, o->dtype_bytes);
     if (o->dtype_float && o->dtype_bytes != 4)
-        return ssb4d_fail(err, SSB4D_EINVAL, "%s: float values must be float32", path);
+        return ssb_fail(err, SSB4D_EINVAL, "%s: float values must be float32", path);
     ssb4d_status st = fs_check_shape(o->shape, path, err);
     if (st)
         return st;
@@ -138,7 +138,7 @@ ssb4d_status fs_raw_open(framesrc *s, const char *path, const framesrc_opts *o, 
     if (!fs_mul(o->shape[0] * o->shape[1], o->shape[2] * o->shape[3], &count) ||
         !fs_mul(count, (size_t)o->dtype_bytes, &data_bytes) ||
         __builtin_add_overflow(data_bytes, o->offset, &need))
-        return ssb4d_fail(err, SSB4D_EINVAL, "%s: shape and offset are too large", path);
+        return ssb_fail(err, SSB4D_EINVAL, "%s: shape and offset are too large", path);
     int fd;
     size_t size = 0;
     if ((st = fs_contiguous_open(path, &fd, &size, err)))
@@ -146,12 +146,12 @@ ssb4d_status fs_raw_open(framesrc *s, const char *path, const framesrc_opts *o, 
     if (size != need) {
         close(fd);
         if (size < need)
-            return ssb4d_fail(err, SSB4D_EFORMAT, "%s is %zu bytes, too short for the shape %zux%zux"
+            return ssb_fail(err, SSB4D_EFORMAT, "%s is %zu bytes, too short for the shape %zux%zux"
                               "%zux%zu of %d-byte values after an offset of %zu (%zu bytes needed, "
                               "%zu missing): check --shape, --dtype and --offset", path, size,
                               o->shape[0], o->shape[1], o->shape[2], o->shape[3], o->dtype_bytes,
                               o->offset, need, need - size);
-        return ssb4d_fail(err, SSB4D_EFORMAT, "%s is %zu bytes, %zu more than the shape %zux%zux%zux"
+        return ssb_fail(err, SSB4D_EFORMAT, "%s is %zu bytes, %zu more than the shape %zux%zux%zux"
                           "%zu of %d-byte values after an offset of %zu needs (%zu): check --shape, "
                           "--dtype and --offset (a header or footer of %zu bytes?)", path, size,
                           size - need, o->shape[0], o->shape[1], o->shape[2], o->shape[3],

@@ -393,7 +393,7 @@ static ssb4d_status discover(hid_t file, const char *path, char *chosen, size_t 
 {
     *by_scan = 0;
     if (!fs_h5_exists(file, "/Data/Image"))
-        return ssb4d_fail(err, SSB4D_ENOTFOUND, "%s has no /Data/Image group: this Velox file holds "
+        return ssb_fail(err, SSB4D_ENOTFOUND, "%s has no /Data/Image group: this Velox file holds "
                           "no images or frame stacks (spectra are not read)", path);
     hid_t g = H5Gopen2(file, "/Data/Image", H5P_DEFAULT);
     H5G_info_t gi;
@@ -405,7 +405,7 @@ static ssb4d_status discover(hid_t file, const char *path, char *chosen, size_t 
     item *items = calloc(MAX_STACKS, sizeof *items);
     if (!items) {
         H5Gclose(g);
-        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory opening %s", path);
+        return ssb_fail(err, SSB4D_ENOMEM, "out of memory opening %s", path);
     }
     size_t n = 0, stacks = 0, more = 0;
     for (hsize_t i = 0; i < gi.nlinks; i++) {
@@ -448,7 +448,7 @@ static ssb4d_status discover(hid_t file, const char *path, char *chosen, size_t 
             describe(&items[i], one, sizeof one);
             list_add(list, sizeof list, one);
         }
-        st = ssb4d_fail(err, SSB4D_ENOTFOUND, "%s holds no stack of frames under /Data/Image (a "
+        st = ssb_fail(err, SSB4D_ENOTFOUND, "%s holds no stack of frames under /Data/Image (a "
                         "(rows, cols, frames) dataset of 2 frames or more)%s%s%s", path,
                         n ? "; found: " : "", list, more ? ", and more" : "");
     } else {
@@ -475,7 +475,7 @@ static ssb4d_status discover(hid_t file, const char *path, char *chosen, size_t 
             snprintf(chosen, cap, "%s", items[pick].path);
             *by_scan = 1;
         } else {
-            st = ssb4d_fail(err, SSB4D_EINVAL, "%s holds several stacks of frames (%s%s): choose one "
+            st = ssb_fail(err, SSB4D_EINVAL, "%s holds several stacks of frames (%s%s): choose one "
                             "with --dataset /Data/Image/<uuid>", path, list, more ? ", and more" : "");
         }
     }
@@ -488,7 +488,7 @@ static ssb4d_status resolve(hid_t file, const char *path, const char *want, char
                             ssb4d_err *err)
 {
     if (!fs_h5_exists(file, want))
-        return ssb4d_fail(err, SSB4D_ENOTFOUND, "%s has no dataset or group '%s'", path, want);
+        return ssb_fail(err, SSB4D_ENOTFOUND, "%s has no dataset or group '%s'", path, want);
     hid_t obj = H5Oopen(file, want, H5P_DEFAULT);
     H5I_type_t type = obj < 0 ? H5I_BADID : H5Iget_type(obj);
     if (obj >= 0)
@@ -498,7 +498,7 @@ static ssb4d_status resolve(hid_t file, const char *path, const char *want, char
     if (type == H5I_GROUP) {
         snprintf(chosen, cap, "%s/Data", want);
         if (!fs_h5_exists(file, chosen))
-            return ssb4d_fail(err, SSB4D_ENOTFOUND, "%s: group '%s' holds no Data dataset", path, want);
+            return ssb_fail(err, SSB4D_ENOTFOUND, "%s: group '%s' holds no Data dataset", path, want);
     } else {
         snprintf(chosen, cap, "%s", want);
     }
@@ -541,7 +541,7 @@ ssb4d_status fs_velox_open(framesrc *s, const char *path, const framesrc_opts *o
     fs_h5_quiet();
     velox_reader *r = calloc(1, sizeof *r);
     if (!r)
-        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory opening %s", path);
+        return ssb_fail(err, SSB4D_ENOMEM, "out of memory opening %s", path);
     r->file = r->dset = r->fspace = -1;
     hid_t d = -1, t = -1, sp = -1, dcpl = -1, dapl = -1;
     cJSON *version = NULL, *md = NULL;
@@ -554,7 +554,7 @@ ssb4d_status fs_velox_open(framesrc *s, const char *path, const framesrc_opts *o
     }
     version = version_json(r->file);
     if (!fs_h5_exists(r->file, "/Data")) {
-        st = ssb4d_fail(err, SSB4D_EFORMAT, "%s has no /Data group: not a Velox EMD file", path);
+        st = ssb_fail(err, SSB4D_EFORMAT, "%s has no /Data group: not a Velox EMD file", path);
         goto done;
     }
     if (o && o->dataset && *o->dataset)
@@ -577,13 +577,13 @@ ssb4d_status fs_velox_open(framesrc *s, const char *path, const framesrc_opts *o
     }
     int rank = H5Sget_simple_extent_ndims(sp);
     if (rank == 4) {
-        st = ssb4d_fail(err, SSB4D_EFORMAT, "%s has rank 4: Velox writes frame stacks as (rows, cols, "
+        st = ssb_fail(err, SSB4D_EFORMAT, "%s has rank 4: Velox writes frame stacks as (rows, cols, "
                         "frames) and no rank-4 Velox layout is documented; if its axes are (scan_row, "
                         "scan_col, det_row, det_col) read it with --format hdf5 --dataset %s", what, name);
         goto done;
     }
     if (rank != 3) {
-        st = ssb4d_fail(err, SSB4D_EFORMAT, "%s has rank %d, not a stack of frames (rows, cols, "
+        st = ssb_fail(err, SSB4D_EFORMAT, "%s has rank %d, not a stack of frames (rows, cols, "
                         "frames)", what, rank);
         goto done;
     }
@@ -592,25 +592,25 @@ ssb4d_status fs_velox_open(framesrc *s, const char *path, const framesrc_opts *o
     size_t elem = H5Tget_size(t);
     int is_signed = 0, is_float = 0;
     if (cls == H5T_COMPOUND) {
-        st = ssb4d_fail(err, SSB4D_EFORMAT, "%s holds complex (real, imaginary) values, a Velox FFT "
+        st = ssb_fail(err, SSB4D_EFORMAT, "%s holds complex (real, imaginary) values, a Velox FFT "
                         "or DPC result, not frames of counts", what);
         goto done;
     } else if (cls == H5T_FLOAT) {
         if (elem != 4) {
-            st = ssb4d_fail(err, SSB4D_EFORMAT, "%s holds %zu-byte floating point values: only "
+            st = ssb_fail(err, SSB4D_EFORMAT, "%s holds %zu-byte floating point values: only "
                             "float32 is read (convert it, or to integer counts)", what, elem);
             goto done;
         }
         is_float = 1;
     } else if (cls == H5T_INTEGER) {
         if (elem != 1 && elem != 2 && elem != 4) {
-            st = ssb4d_fail(err, SSB4D_EFORMAT, "%s holds %zu-byte integers: narrow them to uint32 (or "
+            st = ssb_fail(err, SSB4D_EFORMAT, "%s holds %zu-byte integers: narrow them to uint32 (or "
                             "smaller) counts first", what, elem);
             goto done;
         }
         is_signed = H5Tget_sign(t) == H5T_SGN_2;
     } else {
-        st = ssb4d_fail(err, SSB4D_EFORMAT, "%s holds neither integers nor float32 values", what);
+        st = ssb_fail(err, SSB4D_EFORMAT, "%s holds neither integers nor float32 values", what);
         goto done;
     }
     /* the stack's own metadata: the JSON of its first frame */
@@ -643,7 +643,7 @@ ssb4d_status fs_velox_open(framesrc *s, const char *path, const framesrc_opts *o
         goto done;
     }
     if (!(r->scratch = malloc(r->block * shape[2] * shape[3] * 4))) {
-        st = ssb4d_fail(err, SSB4D_ENOMEM, "out of memory opening %s", what);
+        st = ssb_fail(err, SSB4D_ENOMEM, "out of memory opening %s", what);
         goto done;
     }
     memcpy(s->shape, shape, sizeof shape);

@@ -79,11 +79,11 @@ static ssb4d_status split(const uint8_t *w, size_t n, field *fs, size_t *nf, ssb
     size_t k = 0, start = 0, i = 0;
     for (; i < n && w[i] != 0; i++) {
         if (w[i] < 0x20 || w[i] > 0x7e)
-            return ssb4d_fail(err, SSB4D_EFORMAT, "Merlin header holds a non-text byte 0x%02x at "
+            return ssb_fail(err, SSB4D_EFORMAT, "Merlin header holds a non-text byte 0x%02x at "
                               "offset %zu", w[i], i);
         if (w[i] == ',') {
             if (k == MIB_MAX_FIELDS)
-                return ssb4d_fail(err, SSB4D_EFORMAT, "Merlin header has more than %d fields",
+                return ssb_fail(err, SSB4D_EFORMAT, "Merlin header has more than %d fields",
                                   MIB_MAX_FIELDS);
             fs[k++] = (field){(const char *)w + start, i - start};
             start = i + 1;
@@ -91,14 +91,14 @@ static ssb4d_status split(const uint8_t *w, size_t n, field *fs, size_t *nf, ssb
     }
     if (i > start) {
         if (k == MIB_MAX_FIELDS)
-            return ssb4d_fail(err, SSB4D_EFORMAT, "Merlin header has more than %d fields",
+            return ssb_fail(err, SSB4D_EFORMAT, "Merlin header has more than %d fields",
                               MIB_MAX_FIELDS);
         fs[k++] = (field){(const char *)w + start, i - start};
     }
     /* after the first NUL only padding may follow */
     for (; i < n; i++)
         if (w[i] != 0 && w[i] != ' ')
-            return ssb4d_fail(err, SSB4D_EFORMAT, "Merlin header has byte 0x%02x inside its NUL "
+            return ssb_fail(err, SSB4D_EFORMAT, "Merlin header has byte 0x%02x inside its NUL "
                               "padding at offset %zu", w[i], i);
     *nf = k;
     return SSB4D_OK;
@@ -116,25 +116,25 @@ static ssb4d_status derive(mib_header *h, ssb4d_err *err)
     }
     int d = h->counter_depth;
     if (d != 1 && d != 6 && d != 12 && d != 24)
-        return ssb4d_fail(err, SSB4D_EFORMAT, "Merlin raw (R64) frame needs a counter depth of 1, 6, "
+        return ssb_fail(err, SSB4D_EFORMAT, "Merlin raw (R64) frame needs a counter depth of 1, 6, "
                           "12 or 24 in its header extension (found %d)", d);
     if (h->chips == 1) {
         if (d == 24) { /* two 12-bit frames side by side in the header's width */
             if (w % 2)
-                return ssb4d_fail(err, SSB4D_EFORMAT, "Merlin 24-bit raw frame has an odd width %zu",
+                return ssb_fail(err, SSB4D_EFORMAT, "Merlin 24-bit raw frame has an odd width %zu",
                                   w);
             h->cols = w / 2;
         }
     } else if (h->chips == 4 && (!strcmp(h->layout, "2x2") || !strcmp(h->layout, "2x2G"))) {
         if (d == 24)
-            return ssb4d_fail(err, SSB4D_EFORMAT, "Merlin raw (R64) 24-bit quad frames are not "
+            return ssb_fail(err, SSB4D_EFORMAT, "Merlin raw (R64) 24-bit quad frames are not "
                               "supported: save the acquisition in counting mode (U32)");
         if (w != 4 * ht)
-            return ssb4d_fail(err, SSB4D_EFORMAT, "Merlin raw quad frame of %zux%zu does not hold "
+            return ssb_fail(err, SSB4D_EFORMAT, "Merlin raw quad frame of %zux%zu does not hold "
                               "four %zux%zu chips side by side", w, ht, ht, ht);
         h->rows = h->cols = 2 * ht;
     } else {
-        return ssb4d_fail(err, SSB4D_EFORMAT, "Merlin raw (R64) frames from %d chips in layout '%s' "
+        return ssb_fail(err, SSB4D_EFORMAT, "Merlin raw (R64) frames from %d chips in layout '%s' "
                           "are not supported (only single chips and 2x2 quads): save in counting "
                           "mode (U08/U16/U32)", h->chips, h->layout);
     }
@@ -143,7 +143,7 @@ static ssb4d_status derive(mib_header *h, ssb4d_err *err)
     size_t bits = (size_t)(d == 1 ? 1 : d == 6 ? 8 : 16);
     size_t sub = h->rows * h->cols, nsub = d == 24 ? 2 : 1;
     if (sub * bits % 64)
-        return ssb4d_fail(err, SSB4D_EFORMAT, "Merlin raw frame of %zu %d-bit pixels is not a whole "
+        return ssb_fail(err, SSB4D_EFORMAT, "Merlin raw frame of %zu %d-bit pixels is not a whole "
                           "number of 64-bit words", sub, d);
     h->data_bytes = nsub * sub * bits / 8;
     return SSB4D_OK;
@@ -275,7 +275,7 @@ ssb4d_status mib_parse_header(const uint8_t *buf, size_t len, mib_header *h, ssb
     h->shutter_s = NAN;
     h->shutter_ext_s = NAN;
     if (!buf || len < 4 || memcmp(buf, "MQ1,", 4) != 0)
-        return ssb4d_fail(err, SSB4D_EFORMAT, "not a Merlin frame header (it must start with "
+        return ssb_fail(err, SSB4D_EFORMAT, "not a Merlin frame header (it must start with "
                           "\"MQ1,\")");
     /* the header length is field 3: find it within the first few dozen bytes */
     field fs[MIB_MAX_FIELDS];
@@ -287,38 +287,38 @@ ssb4d_status mib_parse_header(const uint8_t *buf, size_t len, mib_header *h, ssb
         if (buf[cut++] == ',')
             commas++;
     if (commas < 3)
-        return ssb4d_fail(err, SSB4D_EFORMAT, "Merlin header is truncated or garbled before its "
+        return ssb_fail(err, SSB4D_EFORMAT, "Merlin header is truncated or garbled before its "
                           "length field");
     if ((st = split(buf, cut - 1, fs, &nf, err)))
         return st;
     unsigned long long v;
     if (nf < 3 || !field_uint(fs[2], MIB_MAX_HEADER_BYTES, &v) || v < 64)
-        return ssb4d_fail(err, SSB4D_EFORMAT, "Merlin header length field is not a number between 64 "
+        return ssb_fail(err, SSB4D_EFORMAT, "Merlin header length field is not a number between 64 "
                           "and %d", MIB_MAX_HEADER_BYTES);
     h->header_bytes = (size_t)v;
     if (h->header_bytes > len)
-        return ssb4d_fail(err, SSB4D_EFORMAT, "Merlin header says %zu bytes, only %zu are there "
+        return ssb_fail(err, SSB4D_EFORMAT, "Merlin header says %zu bytes, only %zu are there "
                           "(truncated)", h->header_bytes, len);
     if ((st = split(buf, h->header_bytes, fs, &nf, err)))
         return st;
     if (nf < 8)
-        return ssb4d_fail(err, SSB4D_EFORMAT, "Merlin header has %zu fields, at least 8 are needed",
+        return ssb_fail(err, SSB4D_EFORMAT, "Merlin header has %zu fields, at least 8 are needed",
                           nf);
     if (!field_uint(fs[1], 0xffffffffull, &v))
-        return ssb4d_fail(err, SSB4D_EFORMAT, "Merlin header sequence number is not a number");
+        return ssb_fail(err, SSB4D_EFORMAT, "Merlin header sequence number is not a number");
     h->sequence = (uint32_t)v;
     if (!field_uint(fs[3], 64, &v) || v == 0)
-        return ssb4d_fail(err, SSB4D_EFORMAT, "Merlin header chip count is not a number 1..64");
+        return ssb_fail(err, SSB4D_EFORMAT, "Merlin header chip count is not a number 1..64");
     h->chips = (int)v;
     if (!field_uint(fs[4], 65535, &v) || v == 0)
-        return ssb4d_fail(err, SSB4D_EFORMAT, "Merlin header width is not a number 1..65535");
+        return ssb_fail(err, SSB4D_EFORMAT, "Merlin header width is not a number 1..65535");
     h->width = (size_t)v;
     if (!field_uint(fs[5], 65535, &v) || v == 0)
-        return ssb4d_fail(err, SSB4D_EFORMAT, "Merlin header height is not a number 1..65535");
+        return ssb_fail(err, SSB4D_EFORMAT, "Merlin header height is not a number 1..65535");
     h->height = (size_t)v;
     field dt = trim(fs[6]);
     if (dt.n != 3)
-        return ssb4d_fail(err, SSB4D_EFORMAT, "Merlin header data type is not three characters");
+        return ssb_fail(err, SSB4D_EFORMAT, "Merlin header data type is not three characters");
     memcpy(h->dtype_text, dt.p, 3);
     if (field_is(dt, "U08"))
         h->dtype = MIB_U8;
@@ -330,7 +330,7 @@ ssb4d_status mib_parse_header(const uint8_t *buf, size_t len, mib_header *h, ssb
         h->dtype = MIB_R64;
         h->raw = 1;
     } else
-        return ssb4d_fail(err, SSB4D_EFORMAT, "Merlin data type '%s' is not supported (U08, U16, U32 "
+        return ssb_fail(err, SSB4D_EFORMAT, "Merlin data type '%s' is not supported (U08, U16, U32 "
                           "and R64 are)", h->dtype_text);
     /* layout: keep only the visible characters ("   1x1" -> "1x1") */
     size_t li = 0;
@@ -344,7 +344,7 @@ ssb4d_status mib_parse_header(const uint8_t *buf, size_t len, mib_header *h, ssb
     for (size_t i = 8; i < nf; i++)
         if (field_is(fs[i], "MQ1A")) {
             if (i + 3 >= nf || !field_uint(fs[i + 3], 64, &v))
-                return ssb4d_fail(err, SSB4D_EFORMAT, "Merlin header extension (MQ1A) has no counter "
+                return ssb_fail(err, SSB4D_EFORMAT, "Merlin header extension (MQ1A) has no counter "
                                   "depth");
             h->counter_depth = (int)v;
             /* the extension's time stamp has ns digits: it wins over field 10 */
@@ -357,12 +357,12 @@ ssb4d_status mib_parse_header(const uint8_t *buf, size_t len, mib_header *h, ssb
             break;
         }
     if (!h->raw && h->counter_depth && h->counter_depth > 8 * (int)h->dtype)
-        return ssb4d_fail(err, SSB4D_EFORMAT, "Merlin header says %d-bit counters in %s data",
+        return ssb_fail(err, SSB4D_EFORMAT, "Merlin header says %d-bit counters in %s data",
                           h->counter_depth, h->dtype_text);
     if ((st = derive(h, err)))
         return st;
     if (h->rows > 4096 || h->cols > 4096)
-        return ssb4d_fail(err, SSB4D_EFORMAT, "Merlin frame of %zux%zu pixels is larger than ssb4d "
+        return ssb_fail(err, SSB4D_EFORMAT, "Merlin frame of %zux%zu pixels is larger than ssb4d "
                           "supports (4096x4096)", h->rows, h->cols);
     return SSB4D_OK;
 }

@@ -30,7 +30,7 @@ void ssb4d_gbuild_opts_default(ssb4d_gbuild_opts *o)
     o->block_bytes = DEFAULT_BLOCK_BYTES;
 }
 
-int ssb4d_bf_pixel_active(const ssb4d_geometry *g, size_t det_cols, int32_t pix)
+int ssb_bf_pixel_active(const ssb4d_geometry *g, size_t det_cols, int32_t pix)
 {
     double lambda = ssb4d_wavelength_A(g->kv);
     double row = (double)(pix / (int32_t)det_cols), col = (double)(pix % (int32_t)det_cols);
@@ -77,14 +77,14 @@ int G_half_store(const float *in, uint16_t *out, size_t n)
         size_t m = n - i0 < 256 ? n - i0 : 256;
         for (size_t i = 0; i < m; i++)
             tmp[i] = in[i0 + i] * scale;
-        ssb4d_f32_to_f16(tmp, out + i0, m);
+        ssb_f32_to_f16(tmp, out + i0, m);
     }
     return e;
 }
 
 void G_half_load(const uint16_t *in, int e, float *out, size_t n)
 {
-    ssb4d_f16_to_f32(in, out, n);
+    ssb_f16_to_f32(in, out, n);
     const float scale = ldexpf(1.0f, e);
     for (size_t i = 0; i < n; i++)
         out[i] *= scale;
@@ -105,7 +105,7 @@ static ssb4d_status build_planes(const ssb4d_G *G, ssb4d_source *src, const size
     size_t ny = G->ny, nx = G->nx;
     int32_t *pix = malloc(n * sizeof *pix);
     if (!pix)
-        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+        return ssb_fail(err, SSB4D_ENOMEM, "out of memory");
     fftwf_complex *first = NULL;
     for (size_t i = 0; i < n; i++) {
         pix[i] = G->bf_pix[idx[i]];
@@ -124,7 +124,7 @@ static ssb4d_status build_planes(const ssb4d_G *G, ssb4d_source *src, const size
     const int is_float = ssb4d_source_is_float(src);
     float *r_in = (float *)scratch;
     fftwf_complex *r_out = (fftwf_complex *)(scratch + in_bytes);
-    ssb4d_fftw_lock();
+    ssb_fftw_lock();
     fftwf_plan prow = fftwf_plan_dft_r2c_1d((int)nx, r_in, r_out, FFTW_ESTIMATE);
     fftwf_plan pcol = NULL;
     if (first) {
@@ -132,23 +132,23 @@ static ssb4d_status build_planes(const ssb4d_G *G, ssb4d_source *src, const size
         pcol = fftwf_plan_many_dft(1, &nyi, (int)G->nxh, first, NULL, (int)G->nxh, 1, first, NULL,
                                    (int)G->nxh, 1, FFTW_FORWARD, FFTW_ESTIMATE);
     }
-    ssb4d_fftw_unlock();
+    ssb_fftw_unlock();
     ssb4d_status st = SSB4D_OK;
     if (!prow || (first && !pcol))
-        st = ssb4d_fail(err, SSB4D_EINTERNAL, "FFTW could not plan the G build");
+        st = ssb_fail(err, SSB4D_EINTERNAL, "FFTW could not plan the G build");
 
     size_t n_blocks = (ny + rows_per_block - 1) / rows_per_block;
     for (size_t b = 0; b < n_blocks && !st; b++) {
         if (ssb4d_mem_progress(mem, prog0 + prog_span * (double)b / ((double)n_blocks + 1.0))) {
-            st = ssb4d_fail(err, SSB4D_ECANCELLED, "cancelled");
+            st = ssb_fail(err, SSB4D_ECANCELLED, "cancelled");
             break;
         }
         size_t row0 = b * rows_per_block;
         size_t nrows = (row0 + rows_per_block <= ny) ? rows_per_block : ny - row0;
-        st = ssb4d_source_read_columns_mt(src, pix, n, row0, nrows, block, nt, err);
+        st = ssb_source_read_columns_mt(src, pix, n, row0, nrows, block, nt, err);
         if (st)
             break;
-        ssb4d_source_done_with(src, row0 * nx, nrows * nx);
+        ssb_source_done_with(src, row0 * nx, nrows * nx);
         int bad = 0;
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 8) reduction(| : bad)
         for (size_t i = 0; i < n; i++) {
@@ -177,12 +177,12 @@ static ssb4d_status build_planes(const ssb4d_G *G, ssb4d_source *src, const size
             }
         }
         if (bad)
-            st = ssb4d_fail(err, SSB4D_EFORMAT, "the data holds negative or non-finite values");
+            st = ssb_fail(err, SSB4D_EFORMAT, "the data holds negative or non-finite values");
         else if (ssb4d_mem_cancelled(mem))
-            st = ssb4d_fail(err, SSB4D_ECANCELLED, "cancelled");
+            st = ssb_fail(err, SSB4D_ECANCELLED, "cancelled");
         if (!st && o && o->progress &&
             o->progress(o->progress_user, "G build", prog0 + prog_span * (double)(b + 1) / ((double)n_blocks + 1.0)))
-            st = ssb4d_fail(err, SSB4D_ECANCELLED, "cancelled");
+            st = ssb_fail(err, SSB4D_ECANCELLED, "cancelled");
     }
     if (!st && first) {
         size_t used = ny * G->nxh;
@@ -195,12 +195,12 @@ static ssb4d_status build_planes(const ssb4d_G *G, ssb4d_source *src, const size
             memset(dest[i] + used, 0, (G->plane_stride - used) * sizeof(fftwf_complex));
         }
     }
-    ssb4d_fftw_lock();
+    ssb_fftw_lock();
     if (prow)
         fftwf_destroy_plan(prow);
     if (pcol)
         fftwf_destroy_plan(pcol);
-    ssb4d_fftw_unlock();
+    ssb_fftw_unlock();
     ssb4d_mem_free(mem, block, 0);
     ssb4d_mem_free(mem, scratch, 0);
     free(pix);
@@ -306,7 +306,7 @@ static ssb4d_status choose_resident(ssb4d_G *G, const ssb4d_geometry *g, size_t 
 {
     by_radius *v = malloc((G->n_stored ? G->n_stored : 1) * sizeof *v);
     if (!v)
-        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+        return ssb_fail(err, SSB4D_ENOMEM, "out of memory");
     size_t k = 0;
     for (size_t ib = 0; ib < G->n_bf; ib++) {
         if (G->plane_of[ib] == G_INACTIVE)
@@ -339,26 +339,26 @@ ssb4d_status ssb4d_gbuild(ssb4d_source *src, const ssb4d_geometry *g, const int3
         ssb4d_gbuild_opts_default(&defaults);
         o = &defaults;
     }
-    ssb4d_status st = ssb4d_geometry_check(g, err);
+    ssb4d_status st = ssb_geometry_check(g, err);
     if (st)
         return st;
     size_t shape[4];
     ssb4d_source_shape(src, shape);
     size_t ny = shape[0], nx = shape[1], det_n = shape[2] * shape[3];
     if (n_bf == 0)
-        return ssb4d_fail(err, SSB4D_EINVAL, "no bright-field pixels selected");
+        return ssb_fail(err, SSB4D_EINVAL, "no bright-field pixels selected");
     for (size_t i = 0; i < n_bf; i++) {
         if (bf_pix[i] < 0 || (size_t)bf_pix[i] >= det_n)
-            return ssb4d_fail(err, SSB4D_EINVAL, "BF pixel %d is outside the %zux%zu detector",
+            return ssb_fail(err, SSB4D_EINVAL, "BF pixel %d is outside the %zux%zu detector",
                               (int)bf_pix[i], shape[2], shape[3]);
         if (i && bf_pix[i] <= bf_pix[i - 1])
-            return ssb4d_fail(err, SSB4D_EINVAL, "BF pixels must be strictly ascending");
+            return ssb_fail(err, SSB4D_EINVAL, "BF pixels must be strictly ascending");
     }
-    int nt = ssb4d_threads_resolve(o->threads);
+    int nt = ssb_threads_resolve(o->threads);
 
     ssb4d_G *G = calloc(1, sizeof *G);
     if (!G)
-        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+        return ssb_fail(err, SSB4D_ENOMEM, "out of memory");
     G->ny = ny;
     G->nx = nx;
     G->nxh = nx / 2 + 1;
@@ -377,20 +377,20 @@ ssb4d_status ssb4d_gbuild(ssb4d_source *src, const ssb4d_geometry *g, const int3
     G->totals = calloc(n_bf, sizeof *G->totals);
     if (!G->bf_pix || !G->plane_of || !G->totals) {
         ssb4d_G_free(G);
-        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+        return ssb_fail(err, SSB4D_ENOMEM, "out of memory");
     }
     memcpy(G->bf_pix, bf_pix, n_bf * sizeof *bf_pix);
     if (o->dist) {
         if (o->half || o->resident_bytes) {
             ssb4d_G_free(G);
-            return ssb4d_fail(err, SSB4D_EINVAL, "a distributed G holds its planes in float32, all resident");
+            return ssb_fail(err, SSB4D_EINVAL, "a distributed G holds its planes in float32, all resident");
         }
         G->dist = o->dist;
         dist_split(n_bf, dist_size(o->dist), dist_rank(o->dist), &G->own_lo, &G->own_hi);
     }
     size_t n_here = 0;
     for (size_t i = 0; i < n_bf; i++) {
-        int stored = o->store_inactive || ssb4d_bf_pixel_active(g, shape[3], bf_pix[i]);
+        int stored = o->store_inactive || ssb_bf_pixel_active(g, shape[3], bf_pix[i]);
         int here = !G->dist || (i >= G->own_lo && i < G->own_hi);
         G->plane_of[i] = !stored ? G_INACTIVE : here ? (int64_t)n_here++ : G_REMOTE;
         G->n_stored += stored;
@@ -411,7 +411,7 @@ ssb4d_status ssb4d_gbuild(ssb4d_source *src, const ssb4d_geometry *g, const int3
             G->h_exp = calloc(G->n_resident, 1);
             if (G->data_h && !G->h_exp) {
                 ssb4d_G_free(G);
-                return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+                return ssb_fail(err, SSB4D_ENOMEM, "out of memory");
             }
         } else
             G->data = ssb4d_mem_alloc(mem, G->n_resident * per_plane, "G(q,k)", err);
@@ -426,7 +426,7 @@ ssb4d_status ssb4d_gbuild(ssb4d_source *src, const ssb4d_geometry *g, const int3
     if (!idx || !dest) {
         free(idx), free(dest);
         ssb4d_G_free(G);
-        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+        return ssb_fail(err, SSB4D_ENOMEM, "out of memory");
     }
     if (G_resident_f32(G) || G->n_stored == 0) {
         /* Everything resident in float32: one pass over all BF pixels, straight into G. */
@@ -474,7 +474,7 @@ ssb4d_status ssb4d_gbuild(ssb4d_source *src, const ssb4d_geometry *g, const int3
         grand += G->totals[ib];
     G->dc = grand / (double)n_bf;
     if (!st && !(G->dc > 0))
-        st = ssb4d_fail(err, SSB4D_ENOTFOUND, "the selected BF pixels hold no counts (is the BF disk where the calibration says?)");
+        st = ssb_fail(err, SSB4D_ENOTFOUND, "the selected BF pixels hold no counts (is the BF disk where the calibration says?)");
     if (o->progress)
         o->progress(o->progress_user, "G build", 1.0);
     if (st) {
@@ -498,7 +498,7 @@ ssb4d_status G_group_init(const ssb4d_G *G, ssb4d_mem *mem, G_group *gr, ssb4d_e
     gr->mem = mem;
     gr->planes = calloc(gr->cap ? gr->cap : 1, sizeof *gr->planes);
     if (!gr->planes)
-        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+        return ssb_fail(err, SSB4D_ENOMEM, "out of memory");
     if (!G_resident_f32(G)) {
         gr->buf = ssb4d_mem_alloc(mem, gr->cap * G->plane_stride * sizeof(fftwf_complex),
                                   G->data_h ? "G group (from half)" : "G group (streamed)", err);
@@ -522,7 +522,7 @@ void G_group_free(G_group *gr)
 ssb4d_status G_group_load(const ssb4d_G *G, size_t ib0, size_t ib1, G_group *gr, ssb4d_err *err)
 {
     if (ib1 - ib0 > gr->cap)
-        return ssb4d_fail(err, SSB4D_EINTERNAL, "G group of %zu pixels exceeds its %zu", ib1 - ib0, gr->cap);
+        return ssb_fail(err, SSB4D_EINTERNAL, "G group of %zu pixels exceeds its %zu", ib1 - ib0, gr->cap);
     gr->ib0 = ib0;
     gr->ib1 = ib1;
     if (G_resident_f32(G)) {
@@ -530,13 +530,13 @@ ssb4d_status G_group_load(const ssb4d_G *G, size_t ib0, size_t ib1, G_group *gr,
             gr->planes[ib - ib0] = G_plane(G, ib);
         return SSB4D_OK;
     }
-    int nt = ssb4d_threads_resolve(G->threads);
+    int nt = ssb_threads_resolve(G->threads);
     size_t n = ib1 - ib0, n_stream = 0;
     size_t *idx = malloc((n ? n : 1) * sizeof *idx);
     fftwf_complex **dest = malloc((n ? n : 1) * sizeof *dest);
     if (!idx || !dest) {
         free(idx), free(dest);
-        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+        return ssb_fail(err, SSB4D_ENOMEM, "out of memory");
     }
     for (size_t ib = ib0; ib < ib1; ib++) {
         int64_t p = G->plane_of[ib];
@@ -565,7 +565,7 @@ ssb4d_status G_group_load(const ssb4d_G *G, size_t ib0, size_t ib1, G_group *gr,
     ssb4d_status st = SSB4D_OK;
     if (n_stream) {
         if (!G->src)
-            st = ssb4d_fail(err, SSB4D_EINVAL, "G has streamed planes but no source to rebuild them from");
+            st = ssb_fail(err, SSB4D_EINVAL, "G has streamed planes but no source to rebuild them from");
         else
             st = build_planes(G, G->src, idx, n_stream, dest, NULL, G->block_bytes, nt, gr->mem, NULL,
                               0.0, 0.0, err);
@@ -574,18 +574,18 @@ ssb4d_status G_group_load(const ssb4d_G *G, size_t ib0, size_t ib1, G_group *gr,
     return st;
 }
 
-ssb4d_status ssb4d_G_subset(const ssb4d_G *G, const size_t *idx, size_t n, ssb4d_G **out,
+ssb4d_status ssb_G_subset(const ssb4d_G *G, const size_t *idx, size_t n, ssb4d_G **out,
                             ssb4d_err *err)
 {
     *out = NULL;
     if (n == 0)
-        return ssb4d_fail(err, SSB4D_EINVAL, "a BF subset needs at least one pixel");
+        return ssb_fail(err, SSB4D_EINVAL, "a BF subset needs at least one pixel");
     for (size_t i = 0; i < n; i++)
         if (idx[i] >= G->n_bf || (i && idx[i] <= idx[i - 1]))
-            return ssb4d_fail(err, SSB4D_EINVAL, "BF subset indices must be ascending and below %zu", G->n_bf);
+            return ssb_fail(err, SSB4D_EINVAL, "BF subset indices must be ascending and below %zu", G->n_bf);
     ssb4d_G *V = calloc(1, sizeof *V);
     if (!V)
-        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+        return ssb_fail(err, SSB4D_ENOMEM, "out of memory");
     *V = *G;
     V->is_view = 1;
     V->n_bf = n;
@@ -595,7 +595,7 @@ ssb4d_status ssb4d_G_subset(const ssb4d_G *G, const size_t *idx, size_t n, ssb4d
     V->dev_ib = G->dev ? malloc(n * sizeof *V->dev_ib) : NULL;
     if (!V->bf_pix || !V->plane_of || !V->totals || (G->dev && !V->dev_ib)) {
         ssb4d_G_free(V);
-        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+        return ssb_fail(err, SSB4D_ENOMEM, "out of memory");
     }
     double grand = 0;
     V->n_stored = V->n_resident = V->n_remote = V->own_lo = V->own_hi = 0;
@@ -615,7 +615,7 @@ ssb4d_status ssb4d_G_subset(const ssb4d_G *G, const size_t *idx, size_t n, ssb4d
     V->dc = grand / (double)n;
     if (!(V->dc > 0)) {
         ssb4d_G_free(V);
-        return ssb4d_fail(err, SSB4D_EINVAL, "the BF subset has no counts");
+        return ssb_fail(err, SSB4D_EINVAL, "the BF subset has no counts");
     }
     *out = V;
     return SSB4D_OK;
@@ -648,7 +648,7 @@ int ssb4d_G_is_half(const ssb4d_G *G) { return G->data_h != NULL; }
 ssb4d_status ssb4d_G_plane_copy(const ssb4d_G *G, size_t i, float *out, ssb4d_err *err)
 {
     if (i >= G->n_bf || !G_stored(G, i))
-        return ssb4d_fail(err, SSB4D_EINVAL, "BF pixel %zu has no stored plane", i);
+        return ssb_fail(err, SSB4D_EINVAL, "BF pixel %zu has no stored plane", i);
     size_t used = G->ny * G->nxh;
     const fftwf_complex *p = G_plane(G, i);
     if (p) {
@@ -666,7 +666,7 @@ ssb4d_status ssb4d_G_plane_copy(const ssb4d_G *G, size_t i, float *out, ssb4d_er
     if (!buf)
         return SSB4D_ENOMEM;
     ssb4d_status st = build_planes(G, G->src, &i, 1, &buf, NULL, G->block_bytes,
-                                   ssb4d_threads_resolve(G->threads), G->mem, NULL, 0.0, 0.0, err);
+                                   ssb_threads_resolve(G->threads), G->mem, NULL, 0.0, 0.0, err);
     if (!st)
         memcpy(out, buf, used * sizeof *buf);
     ssb4d_mem_free(G->mem, buf, 0);
@@ -679,20 +679,20 @@ void ssb4d_G_sha256(const ssb4d_G *G, char hex[65])
         snprintf(hex, 65, "distributed");
         return;
     }
-    ssb4d_sha256 *h = ssb4d_sha256_new();
+    ssb4d_sha256 *h = ssb_sha256_new();
     size_t used = G->ny * G->nxh;
     if (G->data_h) {
         for (size_t i = 0; i < G->n_bf; i++)
             if (G->plane_of[i] >= 0) {
-                ssb4d_sha256_update(h, G->data_h + (size_t)G->plane_of[i] * G->plane_stride * 2,
+                ssb_sha256_update(h, G->data_h + (size_t)G->plane_of[i] * G->plane_stride * 2,
                                     2 * used * sizeof(uint16_t));
-                ssb4d_sha256_update(h, &G->h_exp[G->plane_of[i]], 1);
+                ssb_sha256_update(h, &G->h_exp[G->plane_of[i]], 1);
             }
     } else {
         G_group gr;
         ssb4d_err e;
         if (G_group_init(G, G->mem, &gr, &e)) {
-            ssb4d_sha256_final_hex(h, hex);
+            ssb_sha256_final_hex(h, hex);
             snprintf(hex, 65, "unavailable");
             return;
         }
@@ -700,18 +700,18 @@ void ssb4d_G_sha256(const ssb4d_G *G, char hex[65])
             size_t ib1 = ib0 + gr.cap < G->n_bf ? ib0 + gr.cap : G->n_bf;
             if (G_group_load(G, ib0, ib1, &gr, &e)) {
                 G_group_free(&gr);
-                ssb4d_sha256_final_hex(h, hex);
+                ssb_sha256_final_hex(h, hex);
                 snprintf(hex, 65, "unavailable");
                 return;
             }
             for (size_t ib = ib0; ib < ib1; ib++)
                 if (gr.planes[ib - ib0])
-                    ssb4d_sha256_update(h, gr.planes[ib - ib0], used * sizeof(fftwf_complex));
+                    ssb_sha256_update(h, gr.planes[ib - ib0], used * sizeof(fftwf_complex));
         }
         G_group_free(&gr);
     }
-    ssb4d_sha256_update(h, &G->dc, sizeof G->dc);
-    ssb4d_sha256_final_hex(h, hex);
+    ssb_sha256_update(h, &G->dc, sizeof G->dc);
+    ssb_sha256_final_hex(h, hex);
 }
 
 void ssb4d_G_blocks_sha256(const ssb4d_G *G, char hex[65])
@@ -730,13 +730,13 @@ void ssb4d_G_blocks_sha256(const ssb4d_G *G, char hex[65])
             break;
         }
         for (size_t b = ib0 / DIST_BLOCK; b * DIST_BLOCK < ib1; b++) {
-            ssb4d_sha256 *h = ssb4d_sha256_new();
+            ssb4d_sha256 *h = ssb_sha256_new();
             size_t end = (b + 1) * DIST_BLOCK < ib1 ? (b + 1) * DIST_BLOCK : ib1;
             for (size_t ib = b * DIST_BLOCK; ib < end; ib++)
                 if (gr.planes[ib - ib0])
-                    ssb4d_sha256_update(h, gr.planes[ib - ib0], used * sizeof(fftwf_complex));
+                    ssb_sha256_update(h, gr.planes[ib - ib0], used * sizeof(fftwf_complex));
             char bh[65];
-            ssb4d_sha256_final_hex(h, bh);
+            ssb_sha256_final_hex(h, bh);
             for (int i = 0; i < 32; i++)
                 sscanf(bh + 2 * i, "%2hhx", &dig[b * 32 + i]);
         }
@@ -752,9 +752,9 @@ void ssb4d_G_blocks_sha256(const ssb4d_G *G, char hex[65])
         snprintf(hex, 65, "unavailable");
         return;
     }
-    ssb4d_sha256 *h = ssb4d_sha256_new();
-    ssb4d_sha256_update(h, dig, nb * 32);
-    ssb4d_sha256_update(h, &G->dc, sizeof G->dc);
-    ssb4d_sha256_final_hex(h, hex);
+    ssb4d_sha256 *h = ssb_sha256_new();
+    ssb_sha256_update(h, dig, nb * 32);
+    ssb_sha256_update(h, &G->dc, sizeof G->dc);
+    ssb_sha256_final_hex(h, hex);
     free(dig);
 }

@@ -25,7 +25,7 @@ struct ssb4d_G {
     double *totals;         /* per BF pixel: sum over the scan in scan order (exact for counts) */
     double dc;              /* mean over BF of the totals (SPEC 5.3) */
     ssb4d_mem *mem;
-    int is_view;            /* 1: data belongs to another G (ssb4d_G_subset) */
+    int is_view;            /* 1: data belongs to another G (ssb_G_subset) */
     /* What a streamed plane is rebuilt from (streaming mode, SPEC 9): the source, the block of
      * scan rows decoded at a time and the threads. */
     ssb4d_source *src;
@@ -97,7 +97,7 @@ size_t G_group_span(const struct ssb4d_G *G);
 /* A view of G restricted to the BF pixels idx[0..n) (indices into G's BF order, ascending): it
  * shares G's spectra (no copy), has its own dc (the mean of its pixels' totals) and must be freed
  * with ssb4d_G_free before G. The fit evaluates its loss on such subsets (docs/fit.md). */
-ssb4d_status ssb4d_G_subset(const struct ssb4d_G *G, const size_t *idx, size_t n, struct ssb4d_G **out,
+ssb4d_status ssb_G_subset(const struct ssb4d_G *G, const size_t *idx, size_t n, struct ssb4d_G **out,
                             ssb4d_err *err);
 
 /* ---- workspace (common/workspace.h): what the build and a consumer's pass allocate ---------- */
@@ -139,5 +139,5 @@ void gbuild_free_workspace(const gbuild_ws_shape *s, ws_sink *out);
 void gbuild_pass_workspace(const gbuild_ws_shape *s, ws_sink *out);
 
 /* A(k) can be non-zero for this BF pixel under geometry g (conservative: the widest edge). */
-int ssb4d_bf_pixel_active(const ssb4d_geometry *g, size_t det_cols, int32_t pix);
+int ssb_bf_pixel_active(const ssb4d_geometry *g, size_t det_cols, int32_t pix);
 #endif

@@ -78,7 +78,7 @@ static ssb4d_status estimate_gain(framesrc *fs, size_t N, size_t P, double *gain
     nf = nf < 1 ? 1 : nf > N ? N : nf;
     float *v = malloc(nf * P * sizeof *v);
     if (!v)
-        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory (gain estimate)");
+        return ssb_fail(err, SSB4D_ENOMEM, "out of memory (gain estimate)");
     ssb4d_status st = framesrc_read_f32(fs, 0, nf, v, err);
     int integer = 1;
     double vmin = INFINITY;
@@ -102,11 +102,11 @@ static ssb4d_status estimate_gain(framesrc *fs, size_t N, size_t P, double *gain
             snprintf(how, how_n, "estimated: the first %zu frames' values are multiples of %.9g "
                      "(within %.1e)", nf, vmin, worst * vmin);
         } else
-            st = ssb4d_fail(err, SSB4D_EINVAL, "cannot estimate the gain of %s: its values are neither "
+            st = ssb_fail(err, SSB4D_EINVAL, "cannot estimate the gain of %s: its values are neither "
                             "integers nor multiples of one step; give --gain E (electrons per unit)",
                             framesrc_format_name(fs));
     } else if (!st)
-        st = ssb4d_fail(err, SSB4D_EINVAL, "cannot estimate the gain: the first %zu frames hold no "
+        st = ssb_fail(err, SSB4D_EINVAL, "cannot estimate the gain: the first %zu frames hold no "
                         "positive value; give --gain E (electrons per unit)", nf);
     free(v);
     return st;
@@ -191,7 +191,7 @@ static ssb4d_status prefetch_start(prefetch *pf, framesrc *fs, quantiser *q, siz
         pthread_cond_destroy(&pf->cv);
         ssb4d_mem_free(mem, pf->buf[0], 0);
         ssb4d_mem_free(mem, pf->buf[1], 0);
-        return ssb4d_fail(err, SSB4D_EINTERNAL, "cannot start the reader thread");
+        return ssb_fail(err, SSB4D_EINTERNAL, "cannot start the reader thread");
     }
     return SSB4D_OK;
 }
@@ -255,7 +255,7 @@ static ssb4d_status flag_list_build(const uint8_t *flagged, size_t rows, size_t 
     fl->pix = malloc((n ? n : 1) * sizeof *fl->pix);
     fl->nb = malloc((n ? n : 1) * sizeof *fl->nb);
     if (!fl->pix || !fl->nb)
-        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory listing flagged pixels");
+        return ssb_fail(err, SSB4D_ENOMEM, "out of memory listing flagged pixels");
     size_t i = 0;
     for (size_t k = 0; k < P; k++) {
         if (!flagged[k])
@@ -407,14 +407,14 @@ ssb4d_status ssb4d_import(const char *in_path, const char *out_path, const ssb4d
                                        "detector sampling", "detector sampling", "camera length", "dwell time"};
     for (int i = 0; i < 8; i++)
         if (!isnan(given[i]) && !(given[i] > 0 && isfinite(given[i])))
-            return ssb4d_fail(err, SSB4D_EINVAL, "the %s must be positive and finite (got %g)",
+            return ssb_fail(err, SSB4D_EINVAL, "the %s must be positive and finite (got %g)",
                               given_name[i], given[i]);
     if (isnan(p->scan_step_A[0]) != isnan(p->scan_step_A[1]) ||
         isnan(p->det_sampling_mrad[0]) != isnan(p->det_sampling_mrad[1]))
-        return ssb4d_fail(err, SSB4D_EINVAL, "give the scan step and detector sampling for both axes");
+        return ssb_fail(err, SSB4D_EINVAL, "give the scan step and detector sampling for both axes");
     struct stat sb0;
     if (!p->force && lstat(out_path, &sb0) == 0)
-        return ssb4d_fail(err, SSB4D_EIO, "%.200s exists; use --force to replace it", out_path);
+        return ssb_fail(err, SSB4D_EIO, "%.200s exists; use --force to replace it", out_path);
     fo.dataset = p->dataset;
     memcpy(fo.shape, p->shape, sizeof fo.shape);
     fo.dtype_bytes = p->dtype_bytes;
@@ -424,7 +424,7 @@ ssb4d_status ssb4d_import(const char *in_path, const char *out_path, const ssb4d
     fo.more_paths = p->more_paths;
     fo.n_more_paths = p->n_more_paths;
     if (!isnan(p->gain) && !(p->gain >= 0 && isfinite(p->gain)))
-        return ssb4d_fail(err, SSB4D_EINVAL, "the gain must be a positive number of electrons per unit "
+        return ssb_fail(err, SSB4D_EINVAL, "the gain must be a positive number of electrons per unit "
                           "(got %g)", p->gain);
 
     framesrc *fs = NULL;
@@ -445,7 +445,7 @@ ssb4d_status ssb4d_import(const char *in_path, const char *out_path, const ssb4d
     char gain_how[96] = "";
     int is_float = framesrc_is_float(fs);
     if (is_float && p->gain == 0) {
-        st = ssb4d_fail(err, SSB4D_EFORMAT, "%s holds float values, not counts: ssb4d never quantises "
+        st = ssb_fail(err, SSB4D_EFORMAT, "%s holds float values, not counts: ssb4d never quantises "
                         "silently; give --gain E (electrons per unit of the data; --gain auto estimates "
                         "it) to store electron counts, or fit / reconstruct / view the file as it is",
                         in_path);
@@ -465,7 +465,7 @@ ssb4d_status ssb4d_import(const char *in_path, const char *out_path, const ssb4d
         }
     } else if (p->gain > 0 && p->gain != 1) {
         framesrc_close(fs);
-        return ssb4d_fail(err, SSB4D_EINVAL, "%s holds counts: --gain applies to float data only", in_path);
+        return ssb_fail(err, SSB4D_EINVAL, "%s holds counts: --gain applies to float data only", in_path);
     }
     int out_bytes = src_bytes == 1 && !is_float ? 1 : 2;
     uint32_t out_max = out_bytes == 1 ? 255u : 65535u;
@@ -473,7 +473,7 @@ ssb4d_status ssb4d_import(const char *in_path, const char *out_path, const ssb4d
     block = block < 1 ? 1 : block > N ? N : block;
     size_t nblocks = (N + block - 1) / block;
     int passes = p->hot == SSB4D_HOT_NONE ? 1 : 2;
-    int nt = ssb4d_threads_resolve(p->threads);
+    int nt = ssb_threads_resolve(p->threads);
 
     uint8_t *flagged = calloc(P, 1), *valid = malloc(P);
     uint64_t *totals = calloc(P, sizeof *totals);
@@ -485,7 +485,7 @@ ssb4d_status ssb4d_import(const char *in_path, const char *out_path, const ssb4d
     int pf_running = 0;
     size_t n_file = 0, n_found = 0, markers_zeroed = 0;
     if (!flagged || !valid || !totals || !found || !conv) {
-        st = conv ? ssb4d_fail(err, SSB4D_ENOMEM, "out of memory") : SSB4D_ENOMEM;
+        st = conv ? ssb_fail(err, SSB4D_ENOMEM, "out of memory") : SSB4D_ENOMEM;
         goto done;
     }
     const uint8_t *fmask = framesrc_flag_mask(fs);
@@ -519,7 +519,7 @@ ssb4d_status ssb4d_import(const char *in_path, const char *out_path, const ssb4d
             }
             prefetch_release(&pf, b);
             if (p->progress && p->progress(p->progress_user, "import", (double)(b * block + n) / (double)(passes * N))) {
-                st = ssb4d_fail(err, SSB4D_ECANCELLED, "cancelled");
+                st = ssb_fail(err, SSB4D_ECANCELLED, "cancelled");
                 break;
             }
         }
@@ -531,16 +531,16 @@ ssb4d_status ssb4d_import(const char *in_path, const char *out_path, const ssb4d
          * neighbour medians by giving them their neighbours' level. */
         double *td = malloc(P * sizeof *td);
         if (!td) {
-            st = ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+            st = ssb_fail(err, SSB4D_ENOMEM, "out of memory");
             goto done;
         }
         for (size_t k = 0; k < P; k++)
             td[k] = (double)totals[k]; /* exact: totals stay far below 2^53 */
         for (size_t k = 0; k < P; k++)
             if (flagged[k])
-                td[k] = (double)(uint64_t)ssb4d_hotpix_neighbour_median(td, flagged, shape[2], shape[3],
+                td[k] = (double)(uint64_t)ssb_hotpix_neighbour_median(td, flagged, shape[2], shape[3],
                                                                         k / shape[3], k % shape[3]);
-        size_t nf = ssb4d_hotpix_find_flagged(td, shape[2], shape[3], found);
+        size_t nf = ssb_hotpix_find_flagged(td, shape[2], shape[3], found);
         free(td);
         for (size_t i = 0; i < nf; i++)
             if (!flagged[found[i]]) {
@@ -595,7 +595,7 @@ ssb4d_status ssb4d_import(const char *in_path, const char *out_path, const ssb4d
     mi.processing_extra = proc;
     cJSON *sci = qem_build_scientific_metadata(shape, &mi);
     if (!sci) {
-        st = ssb4d_fail(err, SSB4D_ENOMEM, "out of memory building the metadata");
+        st = ssb_fail(err, SSB4D_ENOMEM, "out of memory building the metadata");
         goto done;
     }
     add_overrides(sci, p);
@@ -657,7 +657,7 @@ ssb4d_status ssb4d_import(const char *in_path, const char *out_path, const ssb4d
         if (bad_i != SIZE_MAX) {
             size_t dummy = 0;
             bad_k = convert_frame(buf + bad_i * P, conv + bad_i * P, P, valid, &fl, p->hot, out_max, &dummy);
-            st = ssb4d_fail(err, SSB4D_EFORMAT,
+            st = ssb_fail(err, SSB4D_EFORMAT,
                             "%s: count %u at scan position (%zu, %zu), detector pixel (%zu, %zu) "
                             "does not fit %s; ssb4d stores counts exactly and does not clip",
                             in_path, buf[bad_i * P + bad_k], (t0 + bad_i) / shape[1],
@@ -669,7 +669,7 @@ ssb4d_status ssb4d_import(const char *in_path, const char *out_path, const ssb4d
             st = qem_writer_append(w, conv, n, err);
         if (!st && p->progress &&
             p->progress(p->progress_user, "import", (double)((passes - 1) * N + t0 + n) / (double)(passes * N)))
-            st = ssb4d_fail(err, SSB4D_ECANCELLED, "cancelled");
+            st = ssb_fail(err, SSB4D_ECANCELLED, "cancelled");
     }
     prefetch_stop(&pf, p->mem);
     pf_running = 0;

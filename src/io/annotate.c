@@ -79,19 +79,19 @@ static const glyph *glyph_of(unsigned cp)
     return &BOX;
 }
 
-ssb4d_status ssb4d_canvas_init(ssb4d_canvas *c, size_t w, size_t h, unsigned char bg, ssb4d_err *err)
+ssb4d_status ssb_canvas_init(ssb4d_canvas *c, size_t w, size_t h, unsigned char bg, ssb4d_err *err)
 {
     c->w = w;
     c->h = h;
     c->rgb = w && h && w <= SIZE_MAX / 3 / h ? malloc(w * h * 3) : NULL;
     if (!c->rgb)
-        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory for a %zux%zu picture", w, h);
+        return ssb_fail(err, SSB4D_ENOMEM, "out of memory for a %zux%zu picture", w, h);
     memset(c->rgb, bg, w * h * 3);
     c->n_text = 0;
     return SSB4D_OK;
 }
 
-void ssb4d_canvas_add_text(ssb4d_canvas *c, const char *key, const char *value)
+void ssb_canvas_add_text(ssb4d_canvas *c, const char *key, const char *value)
 {
     if (c->n_text >= SSB4D_CANVAS_MAX_TEXT || !key[0])
         return;
@@ -100,27 +100,27 @@ void ssb4d_canvas_add_text(ssb4d_canvas *c, const char *key, const char *value)
     c->n_text++;
 }
 
-void ssb4d_canvas_free(ssb4d_canvas *c)
+void ssb_canvas_free(ssb4d_canvas *c)
 {
     free(c->rgb);
     c->rgb = NULL;
 }
 
-void ssb4d_canvas_put(ssb4d_canvas *c, long x, long y, const unsigned char rgb[3])
+void ssb_canvas_put(ssb4d_canvas *c, long x, long y, const unsigned char rgb[3])
 {
     if (x < 0 || y < 0 || (size_t)x >= c->w || (size_t)y >= c->h)
         return;
     memcpy(c->rgb + ((size_t)y * c->w + (size_t)x) * 3, rgb, 3);
 }
 
-void ssb4d_canvas_fill(ssb4d_canvas *c, long x0, long y0, long x1, long y1, const unsigned char rgb[3])
+void ssb_canvas_fill(ssb4d_canvas *c, long x0, long y0, long x1, long y1, const unsigned char rgb[3])
 {
     for (long y = y0 < 0 ? 0 : y0; y < y1 && (size_t)y < c->h; y++)
         for (long x = x0 < 0 ? 0 : x0; x < x1 && (size_t)x < c->w; x++)
             memcpy(c->rgb + ((size_t)y * c->w + (size_t)x) * 3, rgb, 3);
 }
 
-void ssb4d_canvas_circle(ssb4d_canvas *c, double cx, double cy, double r, double width,
+void ssb_canvas_circle(ssb4d_canvas *c, double cx, double cy, double r, double width,
                          const unsigned char rgb[3])
 {
     double reach = r + width / 2 + 1;
@@ -130,11 +130,11 @@ void ssb4d_canvas_circle(ssb4d_canvas *c, double cx, double cy, double r, double
         for (long x = x0; x <= x1; x++) {
             double d = hypot((double)x + 0.5 - cx, (double)y + 0.5 - cy);
             if (fabs(d - r) <= width / 2)
-                ssb4d_canvas_put(c, x, y, rgb);
+                ssb_canvas_put(c, x, y, rgb);
         }
 }
 
-long ssb4d_text_width(const char *s, int scale)
+long ssb_text_width(const char *s, int scale)
 {
     long n = 0;
     while (*s) {
@@ -144,7 +144,7 @@ long ssb4d_text_width(const char *s, int scale)
     return n ? (6 * n - 1) * scale : 0; /* 5 columns and a 1-column gap, none after the last */
 }
 
-long ssb4d_canvas_text(ssb4d_canvas *c, long x, long y, int scale, const char *s, const unsigned char rgb[3])
+long ssb_canvas_text(ssb4d_canvas *c, long x, long y, int scale, const char *s, const unsigned char rgb[3])
 {
     long x_start = x;
     while (*s) {
@@ -152,14 +152,14 @@ long ssb4d_canvas_text(ssb4d_canvas *c, long x, long y, int scale, const char *s
         for (int r = 0; r < 7; r++)
             for (int k = 0; k < 5; k++)
                 if (g->row[r] & (0x10 >> k))
-                    ssb4d_canvas_fill(c, x + k * scale, y + r * scale, x + (k + 1) * scale,
+                    ssb_canvas_fill(c, x + k * scale, y + r * scale, x + (k + 1) * scale,
                                       y + (r + 1) * scale, rgb);
         x += 6 * scale;
     }
     return x > x_start ? x - x_start - scale : 0;
 }
 
-ssb4d_status ssb4d_canvas_write_png(const ssb4d_canvas *c, const char *path, ssb4d_err *err)
+ssb4d_status ssb_canvas_write_png(const ssb4d_canvas *c, const char *path, ssb4d_err *err)
 {
     size_t n = c->w * c->h;
     int grey = 1;
@@ -169,15 +169,15 @@ ssb4d_status ssb4d_canvas_write_png(const ssb4d_canvas *c, const char *path, ssb
     if (grey) {
         g = malloc(n);
         if (!g)
-            return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory for PNG");
+            return ssb_fail(err, SSB4D_ENOMEM, "out of memory for PNG");
         for (size_t i = 0; i < n; i++)
             g[i] = c->rgb[3 * i];
     }
-    char *tmp = ssb4d_temp_name(path, ".png");
+    char *tmp = ssb_temp_name(path, ".png");
     FILE *f = tmp ? fopen(tmp, "wb") : NULL;
     if (!f) {
-        ssb4d_status st = tmp ? ssb4d_fail(err, SSB4D_EIO, "cannot create %s: %s", path, strerror(errno))
-                              : ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+        ssb4d_status st = tmp ? ssb_fail(err, SSB4D_EIO, "cannot create %s: %s", path, strerror(errno))
+                              : ssb_fail(err, SSB4D_ENOMEM, "out of memory");
         free(tmp);
         free(g);
         return st;
@@ -208,9 +208,9 @@ ssb4d_status ssb4d_canvas_write_png(const ssb4d_canvas *c, const char *path, ssb
     free(g);
     ssb4d_status st = SSB4D_OK;
     if (rc || cl)
-        st = ssb4d_fail(err, SSB4D_EIO, "PNG encoding of %s failed: %s", path, rc ? spng_strerror(rc) : strerror(errno));
+        st = ssb_fail(err, SSB4D_EIO, "PNG encoding of %s failed: %s", path, rc ? spng_strerror(rc) : strerror(errno));
     else if (rename(tmp, path) != 0)
-        st = ssb4d_fail(err, SSB4D_EIO, "cannot write %s: %s", path, strerror(errno));
+        st = ssb_fail(err, SSB4D_EIO, "cannot write %s: %s", path, strerror(errno));
     if (st)
         unlink(tmp);
     free(tmp);

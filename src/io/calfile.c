@@ -58,7 +58,7 @@
 static const char *const PARAM_KEY[3] = {"C10_nm", "C12_nm", "phi12_deg"};
 static const double PARAM_LIMIT[3] = {1e9, 1e9, 1e4};
 
-void ssb4d_calfile_init(ssb4d_calfile *c)
+void ssb_calfile_init(ssb4d_calfile *c)
 {
     memset(c, 0, sizeof *c);
     c->version = SSB4D_CALFILE_VERSION;
@@ -83,7 +83,7 @@ void ssb4d_calfile_init(ssb4d_calfile *c)
         c->px_sigma[i] = NAN;
 }
 
-void ssb4d_calfile_free(ssb4d_calfile *c)
+void ssb_calfile_free(ssb4d_calfile *c)
 {
     if (!c)
         return;
@@ -98,15 +98,15 @@ void ssb4d_calfile_free(ssb4d_calfile *c)
     c->n_regions = 0;
 }
 
-int ssb4d_calfile_identity_differs(const char *a, const char *b)
+int ssb_calfile_identity_differs(const char *a, const char *b)
 {
     return a && b && a[0] && b[0] && strcmp(a, b) != 0;
 }
 
-ssb4d_status ssb4d_calfile_from_calibration(ssb4d_calfile *c, const ssb4d_calibration *cal,
+ssb4d_status ssb_calfile_from_calibration(ssb4d_calfile *c, const ssb4d_calibration *cal,
                                             ssb4d_err *err)
 {
-    ssb4d_calfile_init(c);
+    ssb_calfile_init(c);
     c->geom = cal->geom; /* its flip is stated only when the caller says it was given */
     c->bf_radius_px = cal->selection_radius_px;
     c->disk_radius_px = cal->disk_radius_px;
@@ -118,14 +118,14 @@ ssb4d_status ssb4d_calfile_from_calibration(ssb4d_calfile *c, const ssb4d_calibr
     if (cal->n_flagged) {
         c->flagged = malloc(cal->n_flagged * sizeof *c->flagged);
         if (!c->flagged)
-            return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory (flagged pixel list)");
+            return ssb_fail(err, SSB4D_ENOMEM, "out of memory (flagged pixel list)");
         memcpy(c->flagged, cal->flagged, cal->n_flagged * sizeof *c->flagged);
         c->n_flagged = cal->n_flagged;
     }
     return SSB4D_OK;
 }
 
-void ssb4d_calfile_set_fit(ssb4d_calfile *c, const ssb4d_fit_result *r, const ssb4d_fit_params *p,
+void ssb_calfile_set_fit(ssb4d_calfile *c, const ssb4d_fit_result *r, const ssb4d_fit_params *p,
                            const char *given_by, size_t loss_n_bf)
 {
     c->geom = r->geom;
@@ -295,7 +295,7 @@ static cJSON *shape_pair(const size_t v[2])
     return a;
 }
 
-char *ssb4d_calfile_to_json(const ssb4d_calfile *c)
+char *ssb_calfile_to_json(const ssb4d_calfile *c)
 {
     cJSON *root = cJSON_CreateObject();
     if (!root)
@@ -404,12 +404,12 @@ char *ssb4d_calfile_to_json(const ssb4d_calfile *c)
     return text;
 }
 
-ssb4d_status ssb4d_calfile_write(const char *path, const ssb4d_calfile *c, ssb4d_err *err)
+ssb4d_status ssb_calfile_write(const char *path, const ssb4d_calfile *c, ssb4d_err *err)
 {
-    char *text = ssb4d_calfile_to_json(c);
+    char *text = ssb_calfile_to_json(c);
     if (!text)
-        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory (calibration JSON)");
-    ssb4d_status st = ssb4d_write_text_atomic(path, text, err);
+        return ssb_fail(err, SSB4D_ENOMEM, "out of memory (calibration JSON)");
+    ssb4d_status st = ssb_write_text_atomic(path, text, err);
     free(text);
     return st;
 }
@@ -423,7 +423,7 @@ typedef struct {
 
 static ssb4d_status bad(const rd *r, const char *key, const char *what)
 {
-    return ssb4d_fail(r->err, SSB4D_EFORMAT, "%s: \"%s\" %s", r->path, key, what);
+    return ssb_fail(r->err, SSB4D_EFORMAT, "%s: \"%s\" %s", r->path, key, what);
 }
 
 /* An optional number in [lo, hi] (null or absent: NaN). */
@@ -660,7 +660,7 @@ static ssb4d_status parse_search(const rd *r, const cJSON *s, ssb4d_calfile *c)
         return st;
     size_t n = (size_t)cJSON_GetArraySize(bt);
     if (n && !(c->best = calloc(n, sizeof *c->best)))
-        return ssb4d_fail(r->err, SSB4D_ENOMEM, "out of memory reading %s", r->path);
+        return ssb_fail(r->err, SSB4D_ENOMEM, "out of memory reading %s", r->path);
     i = 0;
     for (const cJSON *e = bt->child; e; e = e->next, i++) {
         char full[64];
@@ -757,7 +757,7 @@ static ssb4d_status parse_regions(const rd *r, const cJSON *root, ssb4d_calfile 
         return st;
     size_t n = (size_t)cJSON_GetArraySize(rs), i = 0;
     if (n && !(c->regions = calloc(n, sizeof *c->regions)))
-        return ssb4d_fail(r->err, SSB4D_ENOMEM, "out of memory reading %s", r->path);
+        return ssb_fail(r->err, SSB4D_ENOMEM, "out of memory reading %s", r->path);
     for (const cJSON *e = rs->child; e; e = e->next, i++) {
         char full[48], key[64];
         snprintf(full, sizeof full, "regions[%zu]", i);
@@ -802,7 +802,7 @@ static const cJSON *get_obj(const rd *r, const cJSON *root, const char *key, ssb
 static char *slurp(const char *path, size_t *len, ssb4d_err *err, ssb4d_status *st)
 {
     char *buf = NULL;
-    *st = ssb4d_read_text_file(path, CALFILE_MAX_BYTES, "calibration file", &buf, len, err);
+    *st = ssb_read_text_file(path, CALFILE_MAX_BYTES, "calibration file", &buf, len, err);
     return buf;
 }
 
@@ -810,22 +810,22 @@ static ssb4d_status parse(const rd *r, const cJSON *root, ssb4d_calfile *c)
 {
     ssb4d_status st = SSB4D_OK;
     if (!cJSON_IsObject(root))
-        return ssb4d_fail(r->err, SSB4D_EFORMAT, "%s: not a calibration file (the JSON is not an object)",
+        return ssb_fail(r->err, SSB4D_EFORMAT, "%s: not a calibration file (the JSON is not an object)",
                           r->path);
     const cJSON *schema = cJSON_GetObjectItemCaseSensitive(root, "schema");
     if (!cJSON_IsString(schema))
-        return ssb4d_fail(r->err, SSB4D_EFORMAT,
+        return ssb_fail(r->err, SSB4D_EFORMAT,
                           "%s: not an ssb4d calibration file (no \"schema\": \"%s\")", r->path,
                           SSB4D_CALFILE_SCHEMA);
     if (strcmp(schema->valuestring, SSB4D_CALFILE_SCHEMA))
-        return ssb4d_fail(r->err, SSB4D_EFORMAT,
+        return ssb_fail(r->err, SSB4D_EFORMAT,
                           "%s: not an ssb4d calibration file (schema \"%.100s\", expected \"%s\")",
                           r->path, schema->valuestring, SSB4D_CALFILE_SCHEMA);
     const cJSON *ver = cJSON_GetObjectItemCaseSensitive(root, "version");
     if (!cJSON_IsNumber(ver) || ver->valuedouble != floor(ver->valuedouble) || ver->valuedouble < 1)
         return bad(r, "version", "must be a positive integer");
     if (ver->valuedouble > SSB4D_CALFILE_VERSION)
-        return ssb4d_fail(r->err, SSB4D_EFORMAT,
+        return ssb_fail(r->err, SSB4D_EFORMAT,
                           "%s was written by a newer ssb4d (calibration schema version %.0f; this "
                           "ssb4d %s reads version %d): upgrade ssb4d",
                           r->path, ver->valuedouble, SSB4D_VERSION_STRING, SSB4D_CALFILE_VERSION);
@@ -882,7 +882,7 @@ static ssb4d_status parse(const rd *r, const cJSON *root, ssb4d_calfile *c)
         if (n) {
             c->flagged = malloc(n * sizeof *c->flagged);
             if (!c->flagged)
-                return ssb4d_fail(r->err, SSB4D_ENOMEM, "out of memory reading %s", r->path);
+                return ssb_fail(r->err, SSB4D_ENOMEM, "out of memory reading %s", r->path);
         }
         size_t i = 0;
         for (const cJSON *e = fl->child; e; e = e->next, i++) {
@@ -986,16 +986,16 @@ static ssb4d_status parse(const rd *r, const cJSON *root, ssb4d_calfile *c)
     return parse_regions(r, root, c);
 }
 
-ssb4d_status ssb4d_calfile_read(const char *path, ssb4d_calfile *c, ssb4d_err *err)
+ssb4d_status ssb_calfile_read(const char *path, ssb4d_calfile *c, ssb4d_err *err)
 {
-    ssb4d_calfile_init(c);
+    ssb_calfile_init(c);
     ssb4d_status st = SSB4D_OK;
     size_t len = 0;
     char *text = slurp(path, &len, err, &st);
     if (!text)
         return st;
     if (strlen(text) != len) {
-        st = ssb4d_fail(err, SSB4D_EFORMAT, "%s is not valid JSON (a NUL byte at byte %zu)", path,
+        st = ssb_fail(err, SSB4D_EFORMAT, "%s is not valid JSON (a NUL byte at byte %zu)", path,
                         strlen(text));
         free(text);
         return st;
@@ -1006,7 +1006,7 @@ ssb4d_status ssb4d_calfile_read(const char *path, ssb4d_calfile *c, ssb4d_err *e
         const char *at = cJSON_GetErrorPtr();
         size_t off = (end && end >= text && end <= text + len) ? (size_t)(end - text)
                      : (at && at >= text && at <= text + len) ? (size_t)(at - text) : 0;
-        st = ssb4d_fail(err, SSB4D_EFORMAT, "%s is not valid JSON (error near byte %zu)", path, off);
+        st = ssb_fail(err, SSB4D_EFORMAT, "%s is not valid JSON (error near byte %zu)", path, off);
         free(text);
         return st;
     }
@@ -1015,6 +1015,6 @@ ssb4d_status ssb4d_calfile_read(const char *path, ssb4d_calfile *c, ssb4d_err *e
     cJSON_Delete(root);
     free(text);
     if (st)
-        ssb4d_calfile_free(c);
+        ssb_calfile_free(c);
     return st;
 }

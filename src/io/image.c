@@ -22,7 +22,7 @@ static int cmp_float(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-void ssb4d_image_stretch(const float *img, size_t n, float *lo_out, float *hi_out)
+void ssb_image_stretch(const float *img, size_t n, float *lo_out, float *hi_out)
 {
     float *tmp = malloc(n * sizeof *tmp);
     size_t m = 0;
@@ -50,10 +50,10 @@ static void map_u8(const float *img, size_t n, float lo, float hi, unsigned char
     }
 }
 
-void ssb4d_image_to_u8(const float *img, size_t n, unsigned char *out)
+void ssb_image_to_u8(const float *img, size_t n, unsigned char *out)
 {
     float lo, hi;
-    ssb4d_image_stretch(img, n, &lo, &hi);
+    ssb_image_stretch(img, n, &lo, &hi);
     map_u8(img, n, lo, hi, out);
 }
 
@@ -70,7 +70,7 @@ static ssb4d_status write_tiff(const char *tmp, const float *img, size_t rows, s
     TIFFSetWarningHandler(NULL);
     TIFF *t = TIFFOpen(tmp, "w");
     if (!t)
-        return ssb4d_fail(err, SSB4D_EIO, "cannot create TIFF %s", tmp);
+        return ssb_fail(err, SSB4D_EIO, "cannot create TIFF %s", tmp);
     TIFFSetField(t, TIFFTAG_IMAGEWIDTH, (uint32_t)cols);
     TIFFSetField(t, TIFFTAG_IMAGELENGTH, (uint32_t)rows);
     TIFFSetField(t, TIFFTAG_SAMPLESPERPIXEL, 1);
@@ -94,7 +94,7 @@ static ssb4d_status write_tiff(const char *tmp, const float *img, size_t rows, s
     for (size_t r = 0; r < rows; r++)
         if (TIFFWriteScanline(t, (void *)(img + r * cols), (uint32_t)r, 0) < 0) {
             TIFFClose(t);
-            return ssb4d_fail(err, SSB4D_EIO, "cannot write TIFF scanline %zu", r);
+            return ssb_fail(err, SSB4D_EIO, "cannot write TIFF scanline %zu", r);
         }
     TIFFClose(t);
     return SSB4D_OK;
@@ -105,12 +105,12 @@ static ssb4d_status write_png(const char *tmp, const float *img, size_t rows, si
 {
     unsigned char *g = malloc(rows * cols);
     if (!g)
-        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory for PNG");
-    ssb4d_image_to_u8(img, rows * cols, g);
+        return ssb_fail(err, SSB4D_ENOMEM, "out of memory for PNG");
+    ssb_image_to_u8(img, rows * cols, g);
     FILE *f = fopen(tmp, "wb");
     if (!f) {
         free(g);
-        return ssb4d_fail(err, SSB4D_EIO, "cannot create %s: %s", tmp, strerror(errno));
+        return ssb_fail(err, SSB4D_EIO, "cannot create %s: %s", tmp, strerror(errno));
     }
     spng_ctx *ctx = spng_ctx_new(SPNG_CTX_ENCODER);
     spng_set_png_file(ctx, f);
@@ -122,39 +122,39 @@ static ssb4d_status write_png(const char *tmp, const float *img, size_t rows, si
     int cl = fclose(f);
     free(g);
     if (rc || cl)
-        return ssb4d_fail(err, SSB4D_EIO, "PNG encoding failed: %s", rc ? spng_strerror(rc) : "close");
+        return ssb_fail(err, SSB4D_EIO, "PNG encoding failed: %s", rc ? spng_strerror(rc) : "close");
     return SSB4D_OK;
 }
 
-ssb4d_status ssb4d_image_check_path(const char *path, ssb4d_err *err)
+ssb4d_status ssb_image_check_path(const char *path, ssb4d_err *err)
 {
     const char *ext = ext_of(path);
     if (strcasecmp(ext, "npy") && strcasecmp(ext, "tif") && strcasecmp(ext, "tiff") && strcasecmp(ext, "png"))
-        return ssb4d_fail(err, SSB4D_EINVAL, "%s: unknown image extension (use .tiff, .npy or .png)", path);
+        return ssb_fail(err, SSB4D_EINVAL, "%s: unknown image extension (use .tiff, .npy or .png)", path);
     return SSB4D_OK;
 }
 
-ssb4d_status ssb4d_image_write(const char *path, const float *img, size_t rows, size_t cols,
+ssb4d_status ssb_image_write(const char *path, const float *img, size_t rows, size_t cols,
                                const double pixel_A[2], ssb4d_err *err)
 {
     const char *ext = ext_of(path);
     if (!strcasecmp(ext, "npy")) {
         size_t shape[2] = {rows, cols};
-        return ssb4d_npy_save(path, "<f4", 2, shape, img, err);
+        return ssb_npy_save(path, "<f4", 2, shape, img, err);
     }
     int tiff = !strcasecmp(ext, "tif") || !strcasecmp(ext, "tiff");
     int png = !strcasecmp(ext, "png");
     if (!tiff && !png)
-        return ssb4d_fail(err, SSB4D_EINVAL, "%s: unknown image extension (use .tiff, .npy or .png)", path);
+        return ssb_fail(err, SSB4D_EINVAL, "%s: unknown image extension (use .tiff, .npy or .png)", path);
     char suffix[8];
     snprintf(suffix, sizeof suffix, ".%.5s", ext);
-    char *tmp = ssb4d_temp_name(path, suffix); /* libtiff picks its mode from the name */
+    char *tmp = ssb_temp_name(path, suffix); /* libtiff picks its mode from the name */
     if (!tmp)
-        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+        return ssb_fail(err, SSB4D_ENOMEM, "out of memory");
     ssb4d_status st = tiff ? write_tiff(tmp, img, rows, cols, pixel_A, err)
                            : write_png(tmp, img, rows, cols, err);
     if (!st && rename(tmp, path) != 0)
-        st = ssb4d_fail(err, SSB4D_EIO, "cannot write %s: %s", path, strerror(errno));
+        st = ssb_fail(err, SSB4D_EIO, "cannot write %s: %s", path, strerror(errno));
     if (st)
         unlink(tmp);
     free(tmp);
@@ -183,7 +183,7 @@ static void format_value(char *out, size_t n, double v, double range)
         memmove(out, out + 1, strlen(out));
 }
 
-int ssb4d_png_display_scale(size_t long_side)
+int ssb_png_display_scale(size_t long_side)
 {
     if (!long_side || long_side >= SSB4D_PNG_MIN_LONG_SIDE)
         return 1;
@@ -197,11 +197,11 @@ static int legend_scale(const ssb4d_png_legend *lg, size_t rows, size_t cols)
     if (!lg || lg->display_scale == 0)
         return 1;
     if (lg->display_scale == SSB4D_PNG_SCALE_AUTO)
-        return ssb4d_png_display_scale(rows > cols ? rows : cols);
+        return ssb_png_display_scale(rows > cols ? rows : cols);
     return lg->display_scale < 1 ? 1 : lg->display_scale > 64 ? 64 : lg->display_scale;
 }
 
-void ssb4d_png_legend_layout(const float *img, size_t rows0, size_t cols0, const ssb4d_png_legend *lg,
+void ssb_png_legend_layout(const float *img, size_t rows0, size_t cols0, const ssb4d_png_legend *lg,
                              ssb4d_png_layout *L)
 {
     memset(L, 0, sizeof *L);
@@ -212,7 +212,7 @@ void ssb4d_png_legend_layout(const float *img, size_t rows0, size_t cols0, const
     long line = (SSB4D_FONT_H + 2) * s, gap = 4 * s;
     L->display_scale = k;
     L->scale = s;
-    ssb4d_image_stretch(img, rows0 * cols0, &L->lo, &L->hi);
+    ssb_image_stretch(img, rows0 * cols0, &L->lo, &L->hi);
     long w = (long)cols, h = (long)rows;
     if (lg && lg->unit) {
         format_value(L->hi_label, sizeof L->hi_label, L->hi, (double)L->hi - (double)L->lo);
@@ -224,8 +224,8 @@ void ssb4d_png_legend_layout(const float *img, size_t rows0, size_t cols0, const
         L->colour_bar[1] = 1;
         L->colour_bar[2] = x0 + 1 + bw;
         L->colour_bar[3] = bar_h - 1;
-        long tx = x0 + bw + 2 + gap, tw = ssb4d_text_width(L->hi_label, s);
-        long t2 = ssb4d_text_width(L->lo_label, s), t3 = ssb4d_text_width(L->unit_label, s);
+        long tx = x0 + bw + 2 + gap, tw = ssb_text_width(L->hi_label, s);
+        long t2 = ssb_text_width(L->lo_label, s), t3 = ssb_text_width(L->unit_label, s);
         tw = tw > t2 ? tw : t2;
         tw = tw > t3 ? tw : t3;
         w = tx + tw + gap;
@@ -248,7 +248,7 @@ void ssb4d_png_legend_layout(const float *img, size_t rows0, size_t cols0, const
         L->scale_bar[3] = y0 + 3 * s;
         L->bar_length_A = len;
         L->label_y = y0 + 6 * s;
-        long tw = 3 * s + ssb4d_text_width(L->scale_label, s) + gap;
+        long tw = 3 * s + ssb_text_width(L->scale_label, s) + gap;
         w = w > tw ? w : tw;
         h = L->label_y + SSB4D_FONT_H * s + gap;
     }
@@ -256,68 +256,68 @@ void ssb4d_png_legend_layout(const float *img, size_t rows0, size_t cols0, const
     L->height = (size_t)h;
 }
 
-ssb4d_status ssb4d_image_write_png_legend(const char *path, const float *img, size_t rows, size_t cols,
+ssb4d_status ssb_image_write_png_legend(const char *path, const float *img, size_t rows, size_t cols,
                                           const ssb4d_png_legend *lg, ssb4d_err *err)
 {
     static const unsigned char black[3] = {0, 0, 0}, nodata[3] = {0, 0, 96};
     ssb4d_png_layout L;
-    ssb4d_png_legend_layout(img, rows, cols, lg, &L);
+    ssb_png_legend_layout(img, rows, cols, lg, &L);
     long k = L.display_scale;
     unsigned char *g = malloc(rows * cols);
     ssb4d_canvas c = {0};
-    ssb4d_status st = g ? ssb4d_canvas_init(&c, L.width, L.height, 255, err)
-                        : ssb4d_fail(err, SSB4D_ENOMEM, "out of memory for PNG");
+    ssb4d_status st = g ? ssb_canvas_init(&c, L.width, L.height, 255, err)
+                        : ssb_fail(err, SSB4D_ENOMEM, "out of memory for PNG");
     if (st) {
         free(g);
         return st;
     }
-    map_u8(img, rows * cols, L.lo, L.hi, g); /* = ssb4d_image_to_u8, the stretch computed once */
+    map_u8(img, rows * cols, L.lo, L.hi, g); /* = ssb_image_to_u8, the stretch computed once */
     for (size_t r = 0; r < rows; r++)
         for (size_t q = 0; q < cols; q++) {
             unsigned char v[3] = {g[r * cols + q], g[r * cols + q], g[r * cols + q]};
-            ssb4d_canvas_fill(&c, (long)q * k, (long)r * k, (long)(q + 1) * k, (long)(r + 1) * k,
+            ssb_canvas_fill(&c, (long)q * k, (long)r * k, (long)(q + 1) * k, (long)(r + 1) * k,
                               isfinite(img[r * cols + q]) ? v : nodata);
         }
     free(g);
     int s = L.scale;
     if (L.colour_bar[2] > L.colour_bar[0]) {
         const long *b = L.colour_bar;
-        ssb4d_canvas_fill(&c, b[0] - 1, b[1] - 1, b[2] + 1, b[3] + 1, black); /* the frame */
+        ssb_canvas_fill(&c, b[0] - 1, b[1] - 1, b[2] + 1, b[3] + 1, black); /* the frame */
         for (long y = b[1]; y < b[3]; y++) {
             long span = b[3] - 1 - b[1];
             unsigned char v = (unsigned char)(span > 0 ? (255 * (b[3] - 1 - y) + span / 2) / span : 255);
             unsigned char rgb[3] = {v, v, v};
-            ssb4d_canvas_fill(&c, b[0], y, b[2], y + 1, rgb);
+            ssb_canvas_fill(&c, b[0], y, b[2], y + 1, rgb);
         }
         long tx = b[2] + 1 + 4 * s, bottom = b[3] + 1;
-        ssb4d_canvas_text(&c, tx, 0, s, L.hi_label, black);
-        ssb4d_canvas_text(&c, tx, bottom - SSB4D_FONT_H * s, s, L.lo_label, black);
-        ssb4d_canvas_text(&c, tx, (bottom - SSB4D_FONT_H * s) / 2, s, L.unit_label, black);
+        ssb_canvas_text(&c, tx, 0, s, L.hi_label, black);
+        ssb_canvas_text(&c, tx, bottom - SSB4D_FONT_H * s, s, L.lo_label, black);
+        ssb_canvas_text(&c, tx, (bottom - SSB4D_FONT_H * s) / 2, s, L.unit_label, black);
     }
     if (L.scale_bar[2] > L.scale_bar[0]) {
         const long *b = L.scale_bar;
-        ssb4d_canvas_fill(&c, b[0], b[1], b[2], b[3], black);
-        ssb4d_canvas_text(&c, b[0], L.label_y, s, L.scale_label, black);
+        ssb_canvas_fill(&c, b[0], b[1], b[2], b[3], black);
+        ssb_canvas_text(&c, b[0], L.label_y, s, L.scale_label, black);
     }
     /* What a reader of the file needs to measure on it: the scale it was drawn at. */
     char text[64];
     snprintf(text, sizeof text, "%ld", k);
-    ssb4d_canvas_add_text(&c, "ssb4d:display_scale", text);
+    ssb_canvas_add_text(&c, "ssb4d:display_scale", text);
     if (lg && lg->pixel_A > 0 && isfinite(lg->pixel_A)) {
         snprintf(text, sizeof text, "%.6g", lg->pixel_A / (double)k);
-        ssb4d_canvas_add_text(&c, "ssb4d:pixel_size_A", text);
+        ssb_canvas_add_text(&c, "ssb4d:pixel_size_A", text);
     }
-    st = ssb4d_canvas_write_png(&c, path, err);
-    ssb4d_canvas_free(&c);
+    st = ssb_canvas_write_png(&c, path, err);
+    ssb_canvas_free(&c);
     return st;
 }
 
 /* ---- the calibration picture ------------------------------------------------------------------ */
 
-int ssb4d_calibration_picture_zoom(const size_t det_shape[2])
+int ssb_calibration_picture_zoom(const size_t det_shape[2])
 {
     size_t big = det_shape[0] > det_shape[1] ? det_shape[0] : det_shape[1];
-    return ssb4d_png_display_scale(big);
+    return ssb_png_display_scale(big);
 }
 
 /* The legend's lines below the pattern: the scale bar's, then one per marker. */
@@ -335,11 +335,11 @@ static int selection_differs(const ssb4d_calibration *cal)
             fabs(gc[1] - dc[1]) > 0.01);
 }
 
-void ssb4d_calibration_picture_layout(const ssb4d_calibration *cal, ssb4d_calibration_layout *L)
+void ssb_calibration_picture_layout(const ssb4d_calibration *cal, ssb4d_calibration_layout *L)
 {
     memset(L, 0, sizeof *L);
     size_t R = cal->det_shape[0], C = cal->det_shape[1];
-    int z = ssb4d_calibration_picture_zoom(cal->det_shape);
+    int z = ssb_calibration_picture_zoom(cal->det_shape);
     size_t W = C * (size_t)z, H = R * (size_t)z, big = W > H ? W : H;
     int s = 1 + (int)(big / 512); /* the font as the phase image's legend sizes it */
     long line = (SSB4D_FONT_H + 4) * s, gap = 4 * s;
@@ -367,22 +367,22 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-ssb4d_status ssb4d_calibration_picture(const char *path, const ssb4d_calibration *cal, ssb4d_err *err)
+ssb4d_status ssb_calibration_picture(const char *path, const ssb4d_calibration *cal, ssb4d_err *err)
 {
     static const unsigned char green[3] = {0, 230, 0}, yellow[3] = {255, 220, 0}, red[3] = {255, 0, 0},
                                white[3] = {255, 255, 255};
     size_t R = cal->det_shape[0], C = cal->det_shape[1];
     if (!cal->mean_pattern || !R || !C)
-        return ssb4d_fail(err, SSB4D_EINVAL, "no mean pattern to draw");
+        return ssb_fail(err, SSB4D_EINVAL, "no mean pattern to draw");
     ssb4d_calibration_layout L;
-    ssb4d_calibration_picture_layout(cal, &L);
+    ssb_calibration_picture_layout(cal, &L);
     int z = L.zoom, s = L.font;
     /* log1p(counts / s0) between robust ends, the 1st and the 99.9th percentile: s0, the 5th
      * percentile of the positive values, lifts the faint dark field (diffuse scattering, the
      * outer disks) off black, and one hot pixel left in the pattern darkens nothing */
     double *lv = malloc(R * C * sizeof *lv);
     if (!lv)
-        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory for the calibration picture");
+        return ssb_fail(err, SSB4D_ENOMEM, "out of memory for the calibration picture");
     size_t m = 0;
     double vmax = 0;
     for (size_t i = 0; i < R * C; i++)
@@ -409,7 +409,7 @@ ssb4d_status ssb4d_calibration_picture(const char *path, const ssb4d_calibration
     }
     free(lv);
     ssb4d_canvas c;
-    ssb4d_status st = ssb4d_canvas_init(&c, L.width, L.height, 0, err);
+    ssb4d_status st = ssb_canvas_init(&c, L.width, L.height, 0, err);
     if (st)
         return st;
     for (size_t r = 0; r < R; r++)
@@ -418,7 +418,7 @@ ssb4d_status ssb4d_calibration_picture(const char *path, const ssb4d_calibration
             double g = isfinite(v) ? 255.0 * (log1p((v > 0 ? v : 0.0) / s0) - lo) / (hi - lo) : 0.0;
             unsigned char u = (unsigned char)(g < 0 ? 0 : g > 255 ? 255 : g + 0.5);
             unsigned char rgb[3] = {u, u, u};
-            ssb4d_canvas_fill(&c, (long)k * z, (long)r * z, (long)(k + 1) * z, (long)(r + 1) * z, rgb);
+            ssb_canvas_fill(&c, (long)k * z, (long)r * z, (long)(k + 1) * z, (long)(r + 1) * z, rgb);
         }
     /* Detector pixel (row, col) covers canvas [col*z, (col+1)*z) x [row*z, (row+1)*z): its centre
      * is at canvas ((col + 0.5) z, (row + 0.5) z). */
@@ -426,17 +426,17 @@ ssb4d_status ssb4d_calibration_picture(const char *path, const ssb4d_calibration
     const double *dc = cal->disk_centre_px, *gc = cal->geom.centre_px;
     if (isfinite(cal->disk_radius_px) && isfinite(dc[0]) && isfinite(dc[1])) {
         double cx = (dc[1] + 0.5) * z, cy = (dc[0] + 0.5) * z;
-        ssb4d_canvas_circle(&c, cx, cy, cal->disk_radius_px * z, w, green);
+        ssb_canvas_circle(&c, cx, cy, cal->disk_radius_px * z, w, green);
         long arm = 2 * z, t = (long)w;
-        ssb4d_canvas_fill(&c, lround(cx) - arm, lround(cy - w / 2), lround(cx) + arm, lround(cy - w / 2) + t, green);
-        ssb4d_canvas_fill(&c, lround(cx - w / 2), lround(cy) - arm, lround(cx - w / 2) + t, lround(cy) + arm, green);
+        ssb_canvas_fill(&c, lround(cx) - arm, lround(cy - w / 2), lround(cx) + arm, lround(cy - w / 2) + t, green);
+        ssb_canvas_fill(&c, lround(cx - w / 2), lround(cy) - arm, lround(cx - w / 2) + t, lround(cy) + arm, green);
     }
     int sel = selection_differs(cal);
     if (sel)
-        ssb4d_canvas_circle(&c, (gc[1] + 0.5) * z, (gc[0] + 0.5) * z, cal->selection_radius_px * z, w, yellow);
+        ssb_canvas_circle(&c, (gc[1] + 0.5) * z, (gc[0] + 0.5) * z, cal->selection_radius_px * z, w, yellow);
     for (size_t i = 0; i < cal->n_flagged; i++) {
         size_t r = (size_t)cal->flagged[i] / C, k = (size_t)cal->flagged[i] % C;
-        ssb4d_canvas_fill(&c, (long)k * z, (long)r * z, (long)(k + 1) * z, (long)(r + 1) * z, red);
+        ssb_canvas_fill(&c, (long)k * z, (long)r * z, (long)(k + 1) * z, (long)(r + 1) * z, red);
     }
     /* The legend band: the scale bar and "log scale", then each marker beside its sample. */
     long line = (SSB4D_FONT_H + 4) * s, gap = 4 * s, y = L.band_y, icon = SSB4D_FONT_H * s;
@@ -444,34 +444,34 @@ ssb4d_status ssb4d_calibration_picture(const char *path, const ssb4d_calibration
     long tx = gap;
     if (L.scale_bar[2] > L.scale_bar[0]) {
         const long *b = L.scale_bar;
-        ssb4d_canvas_fill(&c, b[0], b[1], b[2], b[3], white);
+        ssb_canvas_fill(&c, b[0], b[1], b[2], b[3], white);
         snprintf(label, sizeof label, "%g mrad", L.bar_mrad);
         tx = b[2] + 2 * gap;
-        tx += ssb4d_canvas_text(&c, tx, y, s, label, white) + 3 * gap;
+        tx += ssb_canvas_text(&c, tx, y, s, label, white) + 3 * gap;
     }
-    ssb4d_canvas_text(&c, tx, y, s, "log scale", white);
+    ssb_canvas_text(&c, tx, y, s, "log scale", white);
     y += line;
     long cx = gap + icon / 2, ring_w = s < 2 ? 1.0 : s;
-    ssb4d_canvas_circle(&c, (double)cx, (double)(y + icon / 2), icon / 2.0 - ring_w / 2.0, (double)ring_w, green);
-    ssb4d_canvas_text(&c, gap + icon + gap, y, s, "BF disk", white);
+    ssb_canvas_circle(&c, (double)cx, (double)(y + icon / 2), icon / 2.0 - ring_w / 2.0, (double)ring_w, green);
+    ssb_canvas_text(&c, gap + icon + gap, y, s, "BF disk", white);
     y += line;
     if (sel) {
-        ssb4d_canvas_circle(&c, (double)cx, (double)(y + icon / 2), icon / 2.0 - ring_w / 2.0, (double)ring_w, yellow);
-        ssb4d_canvas_text(&c, gap + icon + gap, y, s, "BF selection", white);
+        ssb_canvas_circle(&c, (double)cx, (double)(y + icon / 2), icon / 2.0 - ring_w / 2.0, (double)ring_w, yellow);
+        ssb_canvas_text(&c, gap + icon + gap, y, s, "BF selection", white);
         y += line;
     }
-    ssb4d_canvas_fill(&c, gap + icon / 4, y + icon / 4, gap + icon - icon / 4, y + icon - icon / 4, red);
+    ssb_canvas_fill(&c, gap + icon / 4, y + icon / 4, gap + icon - icon / 4, y + icon - icon / 4, red);
     snprintf(label, sizeof label, "flagged hot/dead %zu", cal->n_flagged);
-    ssb4d_canvas_text(&c, gap + icon + gap, y, s, label, white);
+    ssb_canvas_text(&c, gap + icon + gap, y, s, label, white);
     snprintf(label, sizeof label, "%d", z);
-    ssb4d_canvas_add_text(&c, "ssb4d:display_scale", label);
+    ssb_canvas_add_text(&c, "ssb4d:display_scale", label);
     double mrad = cal->geom.det_sampling_mrad[1];
     if (isfinite(mrad) && mrad > 0) {
         snprintf(label, sizeof label, "%.6g", mrad / z);
-        ssb4d_canvas_add_text(&c, "ssb4d:pixel_size_mrad", label);
+        ssb_canvas_add_text(&c, "ssb4d:pixel_size_mrad", label);
     }
-    st = ssb4d_canvas_write_png(&c, path, err);
-    ssb4d_canvas_free(&c);
+    st = ssb_canvas_write_png(&c, path, err);
+    ssb_canvas_free(&c);
     return st;
 }
 
@@ -479,12 +479,12 @@ ssb4d_status ssb4d_image_save(const char *path, const float *img, size_t rows, s
                               const double pixel_A[2], const char *unit, ssb4d_err *err)
 {
     if (!path || !img || !rows || !cols)
-        return ssb4d_fail(err, SSB4D_EINVAL, "ssb4d_image_save needs a path and a non-empty image");
+        return ssb_fail(err, SSB4D_EINVAL, "ssb4d_image_save needs a path and a non-empty image");
     const char *ext = ext_of(path);
     if (!strcasecmp(ext, "png")) {
         /* a small image is drawn at an integer scale (>= 512 px), the TIFF and .npy stay native */
         ssb4d_png_legend lg = {pixel_A ? pixel_A[1] : 0.0, unit ? unit : "rad", SSB4D_PNG_SCALE_AUTO};
-        return ssb4d_image_write_png_legend(path, img, rows, cols, &lg, err);
+        return ssb_image_write_png_legend(path, img, rows, cols, &lg, err);
     }
-    return ssb4d_image_write(path, img, rows, cols, pixel_A, err);
+    return ssb_image_write(path, img, rows, cols, pixel_A, err);
 }

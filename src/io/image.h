@@ -5,32 +5,32 @@
 
 /* Format chosen by extension (.tif/.tiff, .npy, .png). pixel_A = (row, col) sampling in Å.
  * Written atomically (temp file + rename). */
-ssb4d_status ssb4d_image_write(const char *path, const float *img, size_t rows, size_t cols,
+ssb4d_status ssb_image_write(const char *path, const float *img, size_t rows, size_t cols,
                                const double pixel_A[2], ssb4d_err *err);
-/* Checks that path has an extension ssb4d_image_write knows (before any long work). */
-ssb4d_status ssb4d_image_check_path(const char *path, ssb4d_err *err);
+/* Checks that path has an extension ssb_image_write knows (before any long work). */
+ssb4d_status ssb_image_check_path(const char *path, ssb4d_err *err);
 /* 8-bit grey levels with a 0.5–99.5 % percentile stretch (out has rows*cols bytes). */
-void ssb4d_image_to_u8(const float *img, size_t n, unsigned char *out);
+void ssb_image_to_u8(const float *img, size_t n, unsigned char *out);
 /* The stretch's ends: the 0.5 % and 99.5 % percentiles of the finite values (0 and 1 if none);
  * grey 0 is lo and 255 hi. */
-void ssb4d_image_stretch(const float *img, size_t n, float *lo, float *hi);
+void ssb_image_stretch(const float *img, size_t n, float *lo, float *hi);
 
-/* What a preview PNG shows beside the image (ssb4d_image_write_png_legend). */
+/* What a preview PNG shows beside the image (ssb_image_write_png_legend). */
 typedef struct {
     double pixel_A;   /* pixel size along the columns (Å) for a scale bar; <= 0 or NaN: none */
     const char *unit; /* the colour bar's label ("rad", "C10 nm"); NULL: no colour bar */
     int display_scale; /* each image pixel drawn as k x k PNG pixels: 0 or 1 native,
-                          SSB4D_PNG_SCALE_AUTO ssb4d_png_display_scale's */
+                          SSB4D_PNG_SCALE_AUTO ssb_png_display_scale's */
 } ssb4d_png_legend;
 
 #define SSB4D_PNG_SCALE_AUTO (-1)
 #define SSB4D_PNG_MIN_LONG_SIDE 512
 /* The integer display scale of a preview whose long side is `long_side` pixels: 1 from 512 px
  * up, else ceil(512 / long_side) (nearest neighbour, so the long side is >= 512 px), at most 64. */
-int ssb4d_png_display_scale(size_t long_side);
+int ssb_png_display_scale(size_t long_side);
 
 /* Where the legend goes. The image is at [0, k cols) x [0, k rows) of a width x height canvas
- * (k = display_scale, each pixel a k x k block), drawn exactly as ssb4d_image_to_u8 renders it
+ * (k = display_scale, each pixel a k x k block), drawn exactly as ssb_image_to_u8 renders it
  * (non-finite pixels dark blue); the font scale follows the drawn size; the bars are in margins
  * to its right (the colour bar: the stretch, lo at the bottom, hi at the top, labelled with both
  * and the unit) and below it (a scale bar of a round length, 1, 2 or 5 x 10^k, at most 0.3 of the
@@ -46,12 +46,12 @@ typedef struct {
     char lo_label[32], hi_label[32], unit_label[32], scale_label[32];
 } ssb4d_png_layout;
 
-void ssb4d_png_legend_layout(const float *img, size_t rows, size_t cols, const ssb4d_png_legend *lg,
+void ssb_png_legend_layout(const float *img, size_t rows, size_t cols, const ssb4d_png_legend *lg,
                              ssb4d_png_layout *out);
 /* The 8-bit preview with its legend (greyscale PNG, RGB only when a pixel is not finite), written
  * atomically, with tEXt chunks "ssb4d:display_scale" (k) and, with a pixel size,
  * "ssb4d:pixel_size_A" (Å per PNG pixel at that scale). lg NULL: the image alone, native. */
-ssb4d_status ssb4d_image_write_png_legend(const char *path, const float *img, size_t rows, size_t cols,
+ssb4d_status ssb_image_write_png_legend(const char *path, const float *img, size_t rows, size_t cols,
                                           const ssb4d_png_legend *lg, ssb4d_err *err);
 
 /* The calibration picture `ssb4d calibrate` writes (RGB PNG, atomically): the mean diffraction
@@ -63,7 +63,7 @@ ssb4d_status ssb4d_image_write_png_legend(const char *path, const float *img, si
  * it, on black, a legend: a scale bar in mrad (the calibration's detector sampling) labelled
  * with its length and "log scale", then one line per marker ("BF disk", "BF selection",
  * "flagged hot/dead N"). tEXt chunks "ssb4d:display_scale" (zoom) and "ssb4d:pixel_size_mrad". */
-ssb4d_status ssb4d_calibration_picture(const char *path, const ssb4d_calibration *cal, ssb4d_err *err);
+ssb4d_status ssb_calibration_picture(const char *path, const ssb4d_calibration *cal, ssb4d_err *err);
 /* Where the picture's parts are: the pattern [0, zoom C) x [0, zoom R), the legend band below to
  * `height`; the scale bar {x0, y0, x1, y1} (all 0 without a detector sampling) of bar_mrad. */
 typedef struct {
@@ -72,7 +72,7 @@ typedef struct {
     long band_y, scale_bar[4];
     double bar_mrad;
 } ssb4d_calibration_layout;
-void ssb4d_calibration_picture_layout(const ssb4d_calibration *cal, ssb4d_calibration_layout *L);
-/* The zoom: ssb4d_png_display_scale of the larger detector side (>= 512 px drawn). */
-int ssb4d_calibration_picture_zoom(const size_t det_shape[2]);
+void ssb_calibration_picture_layout(const ssb4d_calibration *cal, ssb4d_calibration_layout *L);
+/* The zoom: ssb_png_display_scale of the larger detector side (>= 512 px drawn). */
+int ssb_calibration_picture_zoom(const size_t det_shape[2]);
 #endif

@@ -57,12 +57,12 @@ double ssb4d_chi(const ssb4d_aberrations *ab, double lambda, double vx, double v
     return 2.0 * M_PI / lambda * sum;
 }
 
-ssb4d_status ssb4d_geometry_check(const ssb4d_geometry *g, ssb4d_err *err)
+ssb4d_status ssb_geometry_check(const ssb4d_geometry *g, ssb4d_err *err)
 {
     if (!(g->kv > 0) || !(g->semiangle_mrad > 0) || !(g->scan_step_A[0] > 0) ||
         !(g->scan_step_A[1] > 0) || !(g->det_sampling_mrad[0] > 0) || !(g->det_sampling_mrad[1] > 0) ||
         !isfinite(g->centre_px[0]) || !isfinite(g->centre_px[1]) || !isfinite(g->rotation_deg))
-        return ssb4d_fail(err, SSB4D_EINVAL,
+        return ssb_fail(err, SSB4D_EINVAL,
                           "geometry is incomplete or invalid (kV, semiangle, scan step, detector "
                           "sampling must be > 0; centre and rotation finite)");
     return SSB4D_OK;

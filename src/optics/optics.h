@@ -5,5 +5,5 @@
 
 /* SSB4D_EINVAL with one line unless kV, semiangle, scan steps and detector sampling are > 0 and the
  * centre and rotation are finite. */
-ssb4d_status ssb4d_geometry_check(const ssb4d_geometry *g, ssb4d_err *err);
+ssb4d_status ssb_geometry_check(const ssb4d_geometry *g, ssb4d_err *err);
 #endif

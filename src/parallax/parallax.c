@@ -169,7 +169,7 @@ static ssb4d_status select_bins(const ssb4d_G *G, const ssb4d_geometry *g, size_
     double lambda = ssb4d_wavelength_A(g->kv), qmax = 2.0 * g->semiangle_mrad * 1e-3 / lambda;
     double *pw = calloc(nbins, sizeof *pw);
     if (!pw)
-        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory (parallax power)");
+        return ssb_fail(err, SSB4D_ENOMEM, "out of memory (parallax power)");
     size_t m = G->n_stored > 256 ? G->n_stored / 256 : 1, seen = 0;
     /* This process's pixels [lo, hi); a distributed G's power passes rank to rank (dist.h), the
      * sampled pixels counted from the first BF pixel as one process counts them. */
@@ -180,7 +180,7 @@ static ssb4d_status select_bins(const ssb4d_G *G, const ssb4d_geometry *g, size_
     ssb4d_status st = G_group_init(G, mem, &gr, err);
     const cfloat **sel = st ? NULL : malloc((gr.cap ? gr.cap : 1) * sizeof *sel);
     if (!st && !sel)
-        st = ssb4d_fail(err, SSB4D_ENOMEM, "out of memory (parallax power)");
+        st = ssb_fail(err, SSB4D_ENOMEM, "out of memory (parallax power)");
     dist_seq sq = {0};
     if (G->dist)
         st = dist_seq_begin(G->dist, &sq, pw, nbins, st, err);
@@ -216,7 +216,7 @@ static ssb4d_status select_bins(const ssb4d_G *G, const ssb4d_geometry *g, size_
     ranked *rk = malloc(nbins * sizeof *rk);
     if (!rk) {
         free(pw);
-        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory (parallax bins)");
+        return ssb_fail(err, SSB4D_ENOMEM, "out of memory (parallax bins)");
     }
     size_t n = 0;
     for (size_t i = 0; i < ny; i++)
@@ -237,7 +237,7 @@ static ssb4d_status select_bins(const ssb4d_G *G, const ssb4d_geometry *g, size_
     p->qy = malloc(n1 * sizeof *p->qy);
     if (!p->bi || !p->bj || !p->qx || !p->qy) {
         free(rk);
-        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory (parallax bins)");
+        return ssb_fail(err, SSB4D_ENOMEM, "out of memory (parallax bins)");
     }
     for (size_t b = 0; b < p->nb; b++) {
         size_t i = rk[b].idx / nxh, j = rk[b].idx % nxh;
@@ -263,7 +263,7 @@ static ssb4d_status extract(const ssb4d_G *G, int nt, px *p, ssb4d_mem *mem, ssb
     for (size_t g0 = lo; !st && g0 < hi; g0 += gr.cap) {
         size_t g1 = g0 + gr.cap < hi ? g0 + gr.cap : hi;
         if (ssb4d_mem_poll(mem)) {
-            st = ssb4d_fail(err, SSB4D_ECANCELLED, "cancelled");
+            st = ssb_fail(err, SSB4D_ECANCELLED, "cancelled");
             break;
         }
         if ((st = G_group_load(G, g0, g1, &gr, err)))
@@ -740,13 +740,13 @@ ssb4d_status ssb4d_parallax_estimate(const ssb4d_G *G, const ssb4d_geometry *g,
     }
     memset(out, 0, sizeof *out);
     if (!G || !g)
-        return ssb4d_fail(err, SSB4D_EINVAL, "the parallax estimate needs G and a geometry");
-    ssb4d_status st = ssb4d_geometry_check(g, err);
+        return ssb_fail(err, SSB4D_EINVAL, "the parallax estimate needs G and a geometry");
+    ssb4d_status st = ssb_geometry_check(g, err);
     if (st)
         return st;
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    int nt = ssb4d_threads_resolve(o->threads);
+    int nt = ssb_threads_resolve(o->threads);
     double lambda = ssb4d_wavelength_A(g->kv);
     double dk[2] = {g->det_sampling_mrad[0] * 1e-3 / lambda, g->det_sampling_mrad[1] * 1e-3 / lambda};
     size_t rows = G->det_shape[0], cols = G->det_shape[1];
@@ -758,7 +758,7 @@ ssb4d_status ssb4d_parallax_estimate(const ssb4d_G *G, const ssb4d_geometry *g,
     p.col = malloc((G->n_bf ? G->n_bf : 1) * sizeof *p.col);
     if (!p.bf_of || !p.row || !p.col) {
         px_free(&p, mem);
-        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory (parallax)");
+        return ssb_fail(err, SSB4D_ENOMEM, "out of memory (parallax)");
     }
     for (size_t i = 0; i < rows * cols; i++)
         p.bf_of[i] = -1;
@@ -773,10 +773,10 @@ ssb4d_status ssb4d_parallax_estimate(const ssb4d_G *G, const ssb4d_geometry *g,
         }
     }
     size_t want = parallax_want_bins(o, G->n_bf);
-    st = p.n_used < 8 ? ssb4d_fail(err, SSB4D_ENOTFOUND, "too few BF pixels (%zu) for the parallax estimate", p.n_used)
+    st = p.n_used < 8 ? ssb_fail(err, SSB4D_ENOTFOUND, "too few BF pixels (%zu) for the parallax estimate", p.n_used)
                       : select_bins(G, g, want, nt, &p, mem, err);
     if (!st && p.nb < 4)
-        st = ssb4d_fail(err, SSB4D_ENOTFOUND, "the scan is too small for the parallax estimate");
+        st = ssb_fail(err, SSB4D_ENOTFOUND, "the scan is too small for the parallax estimate");
     if (!st)
         st = extract(G, nt, &p, mem, err);
 
@@ -792,7 +792,7 @@ ssb4d_status ssb4d_parallax_estimate(const ssb4d_G *G, const ssb4d_geometry *g,
             q->dc = dirs[d][1] * scale;
             q->X = malloc(p.nb * sizeof *q->X);
             if (!q->X) {
-                st = ssb4d_fail(err, SSB4D_ENOMEM, "out of memory (parallax)");
+                st = ssb_fail(err, SSB4D_ENOMEM, "out of memory (parallax)");
                 break;
             }
             q->pairs = cross(G, &p, q->dr, q->dc, nt, q->X);
@@ -910,7 +910,7 @@ ssb4d_status ssb4d_parallax_estimate(const ssb4d_G *G, const ssb4d_geometry *g,
     if (have_B && nm < 3)
         have_B = 0;
     if (!st && !have_B)
-        st = ssb4d_fail(err, SSB4D_ENOTFOUND, "no parallax shift could be measured (no contrast in the BF images?)");
+        st = ssb_fail(err, SSB4D_ENOTFOUND, "no parallax shift could be measured (no contrast in the BF images?)");
     if (!st) {
         /* Residual and covariance of B (equal weights): σ² = RSS / (2 nm − 4). */
         double rss = 0, A[2][2] = {{0, 0}, {0, 0}};

@@ -236,7 +236,7 @@ static int in_range(const ssb4d_param *p, double v)
 static ssb4d_status refuse(const ssb4d_param *p, const char *got, ssb4d_err *err)
 {
     char what[160];
-    return ssb4d_fail(err, SSB4D_EINVAL, "%s must be %s; got '%s'", p->name, ssb4d_param_describe(p, what, sizeof what),
+    return ssb_fail(err, SSB4D_EINVAL, "%s must be %s; got '%s'", p->name, ssb4d_param_describe(p, what, sizeof what),
                       got);
 }
 
@@ -255,7 +255,7 @@ static void store(const ssb4d_param *p, void *target, const double *v, uint64_t 
 ssb4d_status ssb4d_param_set(const ssb4d_param *p, void *target, const double *v, ssb4d_err *err)
 {
     if (!p || !target || !v)
-        return ssb4d_fail(err, SSB4D_EINVAL, "ssb4d_param_set: NULL argument");
+        return ssb_fail(err, SSB4D_EINVAL, "ssb4d_param_set: NULL argument");
     int pair = p->type == SSB4D_PARAM_PAIR;
     int auto0 = (p->flags & SSB4D_PARAM_AUTO) && v[0] == 0;
     if (!auto0 && (!in_range(p, v[0]) || (pair && !in_range(p, v[1])))) {
@@ -293,7 +293,7 @@ static int parse_num(const char *s, double *out)
 ssb4d_status ssb4d_param_parse(const ssb4d_param *p, void *target, const char *text, ssb4d_err *err)
 {
     if (!p || !target || !text)
-        return ssb4d_fail(err, SSB4D_EINVAL, "ssb4d_param_parse: NULL argument");
+        return ssb_fail(err, SSB4D_EINVAL, "ssb4d_param_parse: NULL argument");
     double v[2] = {NAN, NAN};
     if ((p->flags & SSB4D_PARAM_AUTO) && !strcasecmp(text, "auto")) {
         v[0] = 0;

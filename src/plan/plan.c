@@ -547,7 +547,7 @@ void plan_input_from_calibration(ssb4d_plan_input *in, const ssb4d_calibration *
     in->n_bf = cal->n_bf;
     in->n_stored = 0;
     for (size_t i = 0; i < cal->n_bf; i++)
-        in->n_stored += ssb4d_bf_pixel_active(&cal->geom, cal->det_shape[1], cal->bf_pix[i]);
+        in->n_stored += ssb_bf_pixel_active(&cal->geom, cal->det_shape[1], cal->bf_pix[i]);
     in->n_fit_bf = fit_pixels_of(cal->bf_pix, cal->n_bf, cal->det_shape[1], &cal->geom, fit_radius, NULL);
     in->geometry = &cal->geom;
 }
@@ -563,7 +563,7 @@ void plan_gbuild_opts(const ssb4d_plan *p, int half, size_t resident, size_t g_b
     go->group_bytes = p->group_bytes;
 }
 
-size_t ssb4d_plan_region_side(size_t n) { return n >= 512 ? 256 : n >= 64 ? n / 2 : 0; }
+size_t ssb_plan_region_side(size_t n) { return n >= 512 ? 256 : n >= 64 ? n / 2 : 0; }
 
 /* The plan of one process (rk NULL or rk->ranks 1) or of one rank of a distributed session. */
 static ssb4d_status plan_make(const ssb4d_plan_input *in, const plan_rank_share *rk, ssb4d_plan *p,
@@ -571,20 +571,20 @@ static ssb4d_status plan_make(const ssb4d_plan_input *in, const plan_rank_share 
 {
     memset(p, 0, sizeof *p);
     if (in->scan[0] < 2 || in->scan[1] < 2 || in->det[0] < 2 || in->det[1] < 2)
-        return ssb4d_fail(err, SSB4D_EINVAL, "the data shape must be at least 2x2 scan x 2x2 detector");
+        return ssb_fail(err, SSB4D_EINVAL, "the data shape must be at least 2x2 scan x 2x2 detector");
     if (in->scan[0] > 65536 || in->scan[1] > 65536 || in->det[0] > 4096 || in->det[1] > 4096)
-        return ssb4d_fail(err, SSB4D_EINVAL, "the data shape %zux%zux%zux%zu is beyond what ssb4d plans for",
+        return ssb_fail(err, SSB4D_EINVAL, "the data shape %zux%zux%zux%zu is beyond what ssb4d plans for",
                           in->scan[0], in->scan[1], in->det[0], in->det[1]);
     if (in->n_bf == 0 || in->n_bf > in->det[0] * in->det[1])
-        return ssb4d_fail(err, SSB4D_EINVAL, "the BF pixel count must be between 1 and the detector's %zu pixels",
+        return ssb_fail(err, SSB4D_EINVAL, "the BF pixel count must be between 1 and the detector's %zu pixels",
                           in->det[0] * in->det[1]);
     if (in->upsample != 0 && in->upsample != 1 && in->upsample != 2 && in->upsample != 3 &&
         in->upsample != 4 && in->upsample != 8)
-        return ssb4d_fail(err, SSB4D_EINVAL, "the preview upsampling must be 1, 2, 3, 4 or 8");
+        return ssb_fail(err, SSB4D_EINVAL, "the preview upsampling must be 1, 2, 3, 4 or 8");
     problem pr;
     memset(&pr, 0, sizeof pr);
     pr.in = in;
-    pr.nt = ssb4d_threads_resolve(in->threads);
+    pr.nt = ssb_threads_resolve(in->threads);
     if (in->profile)
         pr.mp = *in->profile;
     else
@@ -851,11 +851,11 @@ ssb4d_status plan_make_rank(const ssb4d_plan_input *in, size_t ranks, size_t ran
 {
     if (ranks < 1 || ranks > PLAN_MAX_RANKS) {
         memset(p, 0, sizeof *p);
-        return ssb4d_fail(err, SSB4D_EINVAL, "the rank count must be between 1 and %d", PLAN_MAX_RANKS);
+        return ssb_fail(err, SSB4D_EINVAL, "the rank count must be between 1 and %d", PLAN_MAX_RANKS);
     }
     if (rank != PLAN_RANK_LARGEST && rank >= ranks) {
         memset(p, 0, sizeof *p);
-        return ssb4d_fail(err, SSB4D_EINVAL, "rank %zu is not one of %zu ranks", rank, ranks);
+        return ssb_fail(err, SSB4D_EINVAL, "rank %zu is not one of %zu ranks", rank, ranks);
     }
     plan_rank_share r = plan_rank_share_of(in->n_bf, in->n_stored, ranks, rank);
     return plan_make(in, &r, p, share, err);
@@ -870,10 +870,10 @@ ssb4d_status plan_smallest_ranks(const ssb4d_plan_input *in, size_t max_ranks, p
 {
     memset(a, 0, sizeof *a);
     if (max_ranks < 1 || max_ranks > PLAN_MAX_RANKS)
-        return ssb4d_fail(err, SSB4D_EINVAL, "the rank count must be between 1 and %d", PLAN_MAX_RANKS);
+        return ssb_fail(err, SSB4D_EINVAL, "the rank count must be between 1 and %d", PLAN_MAX_RANKS);
     ssb4d_plan *q = malloc(sizeof *q);
     if (!q)
-        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+        return ssb_fail(err, SSB4D_ENOMEM, "out of memory");
     ssb4d_plan_input one = *in;
     one.preview = SSB4D_PREVIEW_FLOAT; /* resident first, as a rank holds it */
     ssb4d_status st = ssb4d_plan_make(&one, q, err);

@@ -5,7 +5,7 @@
 
 /* Side of the built-in session's region refit for a scan side n: 256 from 512 up, n/2 from 64
  * up, 0 (no region refit: regions are at least 32x32) below. */
-size_t ssb4d_plan_region_side(size_t n);
+size_t ssb_plan_region_side(size_t n);
 /* The calibration's frame block for a budget: 64 MiB (calibrate.c's default) when it fits
  * comfortably beside the encoded data, else a quarter of what is left (at least one frame).
  * Whole frames of det_pixels uint32 values, at most npos of them. */

@@ -113,7 +113,7 @@ ssb4d_status ssb4d_machine_profile_measure(int threads, ssb4d_machine_profile *p
     memset(&b, 0, sizeof b);
     uint16_t *c = malloc(counts * sizeof *c);
     b.phase = malloc((size_t)SCAN * SCAN * sizeof *b.phase);
-    ssb4d_status st = c && b.phase ? SSB4D_OK : ssb4d_fail(err, SSB4D_ENOMEM, "out of memory (machine profile)");
+    ssb4d_status st = c && b.phase ? SSB4D_OK : ssb_fail(err, SSB4D_ENOMEM, "out of memory (machine profile)");
     if (!st) {
         synthesize(c);
         st = ssb4d_source_from_memory(c, SSB4D_U16, shape, &b.src, err);
@@ -144,11 +144,11 @@ ssb4d_status ssb4d_machine_profile_measure(int threads, ssb4d_machine_profile *p
             size_t n = ssb4d_G_n_bf(b.G);
             size_t *idx = malloc((n / 2 + 1) * sizeof *idx);
             if (!idx)
-                st = ssb4d_fail(err, SSB4D_ENOMEM, "out of memory (machine profile)");
+                st = ssb_fail(err, SSB4D_ENOMEM, "out of memory (machine profile)");
             for (size_t i = 0; idx && i < n; i += 2)
                 idx[n_half++] = i;
             if (!st)
-                st = ssb4d_G_subset(b.G, idx, n_half, &H, err);
+                st = ssb_G_subset(b.G, idx, n_half, &H, err);
             free(idx);
         }
         if (!st && k > GBUILD) {
@@ -160,7 +160,7 @@ ssb4d_status ssb4d_machine_profile_measure(int threads, ssb4d_machine_profile *p
         double bf_px = (double)b.cal.n_bf * SCAN * SCAN, dpx = (double)(b.cal.n_bf - n_half) * SCAN * SCAN;
         for (int k = LOSS; k < N_PASSES; k++)
             t[k] = t[k] > half[k] ? (t[k] - half[k]) * bf_px / dpx : t[k]; /* noise: the plain ratio */
-        p->threads = ssb4d_threads_resolve(threads);
+        p->threads = ssb_threads_resolve(threads);
         snprintf(p->source, sizeof p->source, "measured here (%d threads, a 256x256x32x32 synthetic set)", p->threads);
         p->calibrate_ns = t[CALIBRATE] * 1e9 / (double)counts;
         p->gbuild_ns = t[GBUILD] * 1e9 / bf_px;

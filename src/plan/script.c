@@ -43,18 +43,18 @@ ssb4d_status ssb4d_session_script_read(const char *path, ssb4d_session_script *s
     ssb4d_session_script_default(s);
     FILE *f = fopen(path, "rb");
     if (!f)
-        return ssb4d_fail(err, SSB4D_EIO, "cannot open the session script %s", path);
+        return ssb_fail(err, SSB4D_EIO, "cannot open the session script %s", path);
     char buf[65536];
     size_t n = fread(buf, 1, sizeof buf - 1, f);
     int more = fgetc(f) != EOF;
     fclose(f);
     if (more)
-        return ssb4d_fail(err, SSB4D_EFORMAT, "session script %s is larger than 64 KiB", path);
+        return ssb_fail(err, SSB4D_EFORMAT, "session script %s is larger than 64 KiB", path);
     buf[n] = 0;
     cJSON *j = cJSON_ParseWithLength(buf, n);
     if (!cJSON_IsObject(j)) {
         cJSON_Delete(j);
-        return ssb4d_fail(err, SSB4D_EFORMAT, "session script %s is not a JSON object", path);
+        return ssb_fail(err, SSB4D_EFORMAT, "session script %s is not a JSON object", path);
     }
     ssb4d_status st = SSB4D_OK;
     const cJSON *v;
@@ -68,17 +68,17 @@ ssb4d_status ssb4d_session_script_read(const char *path, ssb4d_session_script *s
             else if (!get_count(v, 8, &c) && (c == 1 || c == 2 || c == 3 || c == 4 || c == 8))
                 s->upsample = (int)c;
             else
-                st = ssb4d_fail(err, SSB4D_EFORMAT, "session script: \"upsample\" must be 1, 2, 3, 4, 8 or \"auto\"");
+                st = ssb_fail(err, SSB4D_EFORMAT, "session script: \"upsample\" must be 1, 2, 3, 4, 8 or \"auto\"");
         } else if (!strcmp(k, "fft") || !strcmp(k, "save")) {
             if (!cJSON_IsBool(v))
-                st = ssb4d_fail(err, SSB4D_EFORMAT, "session script: \"%s\" must be true or false", k);
+                st = ssb_fail(err, SSB4D_EFORMAT, "session script: \"%s\" must be true or false", k);
             else if (!strcmp(k, "fft"))
                 s->fft = cJSON_IsTrue(v);
             else
                 s->save = cJSON_IsTrue(v);
         } else if (!strcmp(k, "drags") || !strcmp(k, "releases")) {
             if (get_count(v, 10000, &c))
-                st = ssb4d_fail(err, SSB4D_EFORMAT, "session script: \"%s\" must be a count from 0 to 10000", k);
+                st = ssb_fail(err, SSB4D_EFORMAT, "session script: \"%s\" must be a count from 0 to 10000", k);
             else if (!strcmp(k, "drags"))
                 s->drags = c;
             else
@@ -94,10 +94,10 @@ ssb4d_status ssb4d_session_script_read(const char *path, ssb4d_session_script *s
                      cJSON_GetArraySize(v) == 2)
                 s->region = 1;
             else
-                st = ssb4d_fail(err, SSB4D_EFORMAT,
+                st = ssb_fail(err, SSB4D_EFORMAT,
                                 "session script: \"region\" must be {\"rows\": [r0, r1], \"cols\": [c0, c1]}, \"centre\" or null");
         } else
-            st = ssb4d_fail(err, SSB4D_EFORMAT, "session script: unknown key \"%s\" (known: upsample, fft, "
+            st = ssb_fail(err, SSB4D_EFORMAT, "session script: unknown key \"%s\" (known: upsample, fft, "
                                                 "drags, releases, region, save)", k);
         if (st)
             break;

@@ -96,21 +96,21 @@ static int truthy(const cJSON *j)
 static ssb4d_status check_quantity(const cJSON *q, const char *where, ssb4d_err *err)
 {
     if (!cJSON_IsObject(q))
-        return ssb4d_fail(err, SSB4D_EFORMAT, "scientific_metadata: %s is not a quantity object", where);
+        return ssb_fail(err, SSB4D_EFORMAT, "scientific_metadata: %s is not a quantity object", where);
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(q, "value");
     const cJSON *u = cJSON_GetObjectItemCaseSensitive(q, "unit");
     const cJSON *p = cJSON_GetObjectItemCaseSensitive(q, "provenance");
     const cJSON *e = cJSON_GetObjectItemCaseSensitive(q, "evidence");
     if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || !(v->valuedouble > 0))
-        return ssb4d_fail(err, SSB4D_EFORMAT,
+        return ssb_fail(err, SSB4D_EFORMAT,
                           "scientific_metadata: %s value must be a finite number > 0 (absent means unknown)",
                           where);
     if (!cJSON_IsString(u) || !u->valuestring || !u->valuestring[0])
-        return ssb4d_fail(err, SSB4D_EFORMAT, "scientific_metadata: %s has no unit", where);
+        return ssb_fail(err, SSB4D_EFORMAT, "scientific_metadata: %s has no unit", where);
     if (!nonblank(p))
-        return ssb4d_fail(err, SSB4D_EFORMAT, "scientific_metadata: %s has no provenance", where);
+        return ssb_fail(err, SSB4D_EFORMAT, "scientific_metadata: %s has no provenance", where);
     if (e && !cJSON_IsString(e))
-        return ssb4d_fail(err, SSB4D_EFORMAT, "scientific_metadata: %s evidence must be a string", where);
+        return ssb_fail(err, SSB4D_EFORMAT, "scientific_metadata: %s evidence must be a string", where);
     return SSB4D_OK;
 }
 
@@ -122,17 +122,17 @@ static int close_rel(double a, double b)
 static ssb4d_status check_axes(const cJSON *axes, const size_t shape[4], ssb4d_err *err)
 {
     if (!cJSON_IsArray(axes) || cJSON_GetArraySize(axes) != 4)
-        return ssb4d_fail(err, SSB4D_EFORMAT, "scientific_metadata: axes must be an array of 4 objects");
+        return ssb_fail(err, SSB4D_EFORMAT, "scientific_metadata: axes must be an array of 4 objects");
     int i = 0;
     for (const cJSON *a = axes->child; a; a = a->next, i++) {
         const cJSON *name = cJSON_GetObjectItemCaseSensitive(a, "name");
         const cJSON *size = cJSON_GetObjectItemCaseSensitive(a, "size");
         uint64_t sz;
         if (!cJSON_IsObject(a) || !cJSON_IsString(name) || strcmp(name->valuestring, axis_names[i]) != 0)
-            return ssb4d_fail(err, SSB4D_EFORMAT, "scientific_metadata: axes[%d] must be named \"%s\"", i,
+            return ssb_fail(err, SSB4D_EFORMAT, "scientific_metadata: axes[%d] must be named \"%s\"", i,
                               axis_names[i]);
         if (!qem_json_uint(size, 0, QEM_MAX_JSON_INT, &sz) || (shape && sz != shape[i]))
-            return ssb4d_fail(err, SSB4D_EFORMAT,
+            return ssb_fail(err, SSB4D_EFORMAT,
                               "scientific_metadata: axes[%d] (%s) size disagrees with the shape %zu", i,
                               axis_names[i], shape ? shape[i] : 0);
         const cJSON *s = cJSON_GetObjectItemCaseSensitive(a, "sampling");
@@ -147,7 +147,7 @@ static ssb4d_status check_axes(const cJSON *axes, const size_t shape[4], ssb4d_e
         int ok = i < 2 ? strcmp(unit, "angstrom") == 0
                        : strcmp(unit, "mrad") == 0 || strcmp(unit, "1/angstrom") == 0;
         if (!ok)
-            return ssb4d_fail(err, SSB4D_EFORMAT,
+            return ssb_fail(err, SSB4D_EFORMAT,
                               "scientific_metadata: %s unit \"%.40s\" is not the canonical %s", where, unit,
                               i < 2 ? "angstrom" : "mrad or 1/angstrom");
     }
@@ -159,10 +159,10 @@ static ssb4d_status check_microscope(const cJSON *em, const cJSON *axes, ssb4d_e
     if (!em)
         return SSB4D_OK;
     if (!cJSON_IsObject(em))
-        return ssb4d_fail(err, SSB4D_EFORMAT, "scientific_metadata: electron_microscope must be an object");
+        return ssb_fail(err, SSB4D_EFORMAT, "scientific_metadata: electron_microscope must be an object");
     for (const cJSON *q = em->child; q; q = q->next) {
         if (retired_name(q->string))
-            return ssb4d_fail(err, SSB4D_EFORMAT,
+            return ssb_fail(err, SSB4D_EFORMAT,
                               "scientific_metadata: electron_microscope uses the retired name \"%.120s\" "
                               "(use _row/_column)",
                               q->string);
@@ -176,7 +176,7 @@ static ssb4d_status check_microscope(const cJSON *em, const cJSON *axes, ssb4d_e
             continue;
         const cJSON *unit = cJSON_GetObjectItemCaseSensitive(q, "unit");
         if (!unit_ok(ki, unit->valuestring))
-            return ssb4d_fail(err, SSB4D_EFORMAT,
+            return ssb_fail(err, SSB4D_EFORMAT,
                               "scientific_metadata: %s unit \"%.40s\" is not the canonical %s", where,
                               unit->valuestring, units_text(ki));
         if (known[ki].axis < 0)
@@ -188,7 +188,7 @@ static ssb4d_status check_microscope(const cJSON *em, const cJSON *axes, ssb4d_e
         const cJSON *sv = cJSON_GetObjectItemCaseSensitive(s, "value");
         double v = cJSON_GetObjectItemCaseSensitive(q, "value")->valuedouble;
         if (!s || strcmp(su->valuestring, unit->valuestring) != 0 || !close_rel(sv->valuedouble, v))
-            return ssb4d_fail(err, SSB4D_EFORMAT,
+            return ssb_fail(err, SSB4D_EFORMAT,
                               "scientific_metadata: %s disagrees with axes[%d] (%s) sampling", where,
                               known[ki].axis, axis_names[known[ki].axis]);
     }
@@ -200,16 +200,16 @@ static ssb4d_status check_overrides(const cJSON *ov, ssb4d_err *err)
     if (!ov)
         return SSB4D_OK;
     if (!cJSON_IsObject(ov))
-        return ssb4d_fail(err, SSB4D_EFORMAT, "scientific_metadata: calibration_overrides must be an object");
+        return ssb_fail(err, SSB4D_EFORMAT, "scientific_metadata: calibration_overrides must be an object");
     for (const cJSON *q = ov->child; q; q = q->next) {
         if (retired_name(q->string))
-            return ssb4d_fail(err, SSB4D_EFORMAT,
+            return ssb_fail(err, SSB4D_EFORMAT,
                               "scientific_metadata: calibration_overrides uses the retired name \"%.120s\" "
                               "(use _row/_column)",
                               q->string);
         int ki = find_known(q->string);
         if (ki < 0 || !known[ki].overridable)
-            return ssb4d_fail(err, SSB4D_EFORMAT,
+            return ssb_fail(err, SSB4D_EFORMAT,
                               "scientific_metadata: calibration_overrides may not name \"%.150s\"", q->string);
         char where[200];
         snprintf(where, sizeof where, "calibration_overrides \"%.150s\"", q->string);
@@ -219,17 +219,17 @@ static ssb4d_status check_overrides(const cJSON *ov, ssb4d_err *err)
         const cJSON *unit = cJSON_GetObjectItemCaseSensitive(q, "unit");
         const cJSON *prov = cJSON_GetObjectItemCaseSensitive(q, "provenance");
         if (!unit_ok(ki, unit->valuestring))
-            return ssb4d_fail(err, SSB4D_EFORMAT,
+            return ssb_fail(err, SSB4D_EFORMAT,
                               "scientific_metadata: %s unit \"%.40s\" is not the canonical %s", where,
                               unit->valuestring, units_text(ki));
         if (strcmp(prov->valuestring, "user_override") != 0)
-            return ssb4d_fail(err, SSB4D_EFORMAT,
+            return ssb_fail(err, SSB4D_EFORMAT,
                               "scientific_metadata: %s provenance must be \"user_override\"", where);
         if (!nonblank(cJSON_GetObjectItemCaseSensitive(q, "evidence")))
-            return ssb4d_fail(err, SSB4D_EFORMAT, "scientific_metadata: %s needs an evidence text", where);
+            return ssb_fail(err, SSB4D_EFORMAT, "scientific_metadata: %s needs an evidence text", where);
         double v = cJSON_GetObjectItemCaseSensitive(q, "value")->valuedouble;
         if (known[ki].axis >= 0 && known[ki].axis < 2 && (v < 1e-4 || v > 1e4))
-            return ssb4d_fail(err, SSB4D_EFORMAT,
+            return ssb_fail(err, SSB4D_EFORMAT,
                               "scientific_metadata: %s = %g angstrom is outside [1e-4, 1e4]", where, v);
     }
     /* Row/column pairs are all or nothing, in one unit. */
@@ -240,12 +240,12 @@ static ssb4d_status check_overrides(const cJSON *ov, ssb4d_err *err)
         if (!a && !b)
             continue;
         if (!a || !b)
-            return ssb4d_fail(err, SSB4D_EFORMAT,
+            return ssb_fail(err, SSB4D_EFORMAT,
                               "scientific_metadata: calibration_overrides must give both %s and %s", pairs[p][0],
                               pairs[p][1]);
         if (strcmp(cJSON_GetObjectItemCaseSensitive(a, "unit")->valuestring,
                    cJSON_GetObjectItemCaseSensitive(b, "unit")->valuestring) != 0)
-            return ssb4d_fail(err, SSB4D_EFORMAT,
+            return ssb_fail(err, SSB4D_EFORMAT,
                               "scientific_metadata: calibration_overrides %s and %s use different units",
                               pairs[p][0], pairs[p][1]);
     }
@@ -275,10 +275,10 @@ static ssb4d_status check_documents(const cJSON *docs, ssb4d_err *err)
     if (!docs)
         return SSB4D_OK;
     if (!cJSON_IsArray(docs))
-        return ssb4d_fail(err, SSB4D_EFORMAT, "scientific_metadata: source_documents must be an array");
+        return ssb_fail(err, SSB4D_EFORMAT, "scientific_metadata: source_documents must be an array");
     int n = cJSON_GetArraySize(docs);
     if (n > 16)
-        return ssb4d_fail(err, SSB4D_EFORMAT, "scientific_metadata: %d source_documents (at most 16)", n);
+        return ssb_fail(err, SSB4D_EFORMAT, "scientific_metadata: %d source_documents (at most 16)", n);
     size_t total = 0;
     int i = 0;
     for (const cJSON *d = docs->child; d; d = d->next, i++) {
@@ -288,37 +288,37 @@ static ssb4d_status check_documents(const cJSON *docs, ssb4d_err *err)
         const cJSON *sh = cJSON_GetObjectItemCaseSensitive(d, "sha256");
         if (!cJSON_IsObject(d) || !cJSON_IsString(fn) || !fn->valuestring[0] || strchr(fn->valuestring, '/') ||
             strchr(fn->valuestring, '\\'))
-            return ssb4d_fail(err, SSB4D_EFORMAT,
+            return ssb_fail(err, SSB4D_EFORMAT,
                               "scientific_metadata: source_documents[%d] needs a plain filename (no / or \\)", i);
         int xml = cJSON_IsString(mt) && strcmp(mt->valuestring, "application/xml") == 0;
         int json = cJSON_IsString(mt) && strcmp(mt->valuestring, "application/json") == 0;
         if (!xml && !json)
-            return ssb4d_fail(err, SSB4D_EFORMAT,
+            return ssb_fail(err, SSB4D_EFORMAT,
                               "scientific_metadata: source_documents[%d] mediaType must be application/xml or "
                               "application/json",
                               i);
         if (!cJSON_IsString(ct) || !cJSON_IsString(sh))
-            return ssb4d_fail(err, SSB4D_EFORMAT,
+            return ssb_fail(err, SSB4D_EFORMAT,
                               "scientific_metadata: source_documents[%d] needs content and sha256 strings", i);
         size_t len = strlen(ct->valuestring);
         total += len;
         if (total > ((size_t)4 << 20))
-            return ssb4d_fail(err, SSB4D_EFORMAT,
+            return ssb_fail(err, SSB4D_EFORMAT,
                               "scientific_metadata: source_documents hold more than 4 MiB of content");
         char hex[65];
-        ssb4d_sha256_hex(ct->valuestring, len, hex);
+        ssb_sha256_hex(ct->valuestring, len, hex);
         if (strcmp(hex, sh->valuestring) != 0)
-            return ssb4d_fail(err, SSB4D_EFORMAT,
+            return ssb_fail(err, SSB4D_EFORMAT,
                               "scientific_metadata: source_documents[%d] (%.60s) sha256 does not match its "
                               "content; the metadata is damaged",
                               i, fn->valuestring);
         if (xml) {
             if (!strchr(ct->valuestring, '<'))
-                return ssb4d_fail(err, SSB4D_EFORMAT,
+                return ssb_fail(err, SSB4D_EFORMAT,
                                   "scientific_metadata: source_documents[%d] (%.60s) is not XML", i,
                                   fn->valuestring);
             if (contains_ci(ct->valuestring, "<!doctype") || contains_ci(ct->valuestring, "<!entity"))
-                return ssb4d_fail(err, SSB4D_EFORMAT,
+                return ssb_fail(err, SSB4D_EFORMAT,
                                   "scientific_metadata: source_documents[%d] (%.60s) contains <!DOCTYPE or "
                                   "<!ENTITY (refused)",
                                   i, fn->valuestring);
@@ -327,7 +327,7 @@ static ssb4d_status check_documents(const cJSON *docs, ssb4d_err *err)
             int ok = cJSON_IsObject(doc);
             cJSON_Delete(doc);
             if (!ok)
-                return ssb4d_fail(err, SSB4D_EFORMAT,
+                return ssb_fail(err, SSB4D_EFORMAT,
                                   "scientific_metadata: source_documents[%d] (%.60s) is not a JSON object", i,
                                   fn->valuestring);
         }
@@ -355,7 +355,7 @@ static ssb4d_status check_processing(const cJSON *proc, const cJSON *meta, const
                                      ssb4d_err *err)
 {
     if (!cJSON_IsArray(proc) || !proc->child)
-        return ssb4d_fail(err, SSB4D_EFORMAT, "scientific_metadata: processing must be a non-empty list");
+        return ssb_fail(err, SSB4D_EFORMAT, "scientific_metadata: processing must be a non-empty list");
     /* Known operations: the changes_measurements they must declare and the fields they need. */
     static const struct {
         const char *op;
@@ -374,9 +374,9 @@ static ssb4d_status check_processing(const cJSON *proc, const cJSON *meta, const
         const cJSON *op = cJSON_GetObjectItemCaseSensitive(r, "operation");
         const cJSON *ch = cJSON_GetObjectItemCaseSensitive(r, "changes_measurements");
         if (!cJSON_IsObject(r) || !nonblank(op))
-            return ssb4d_fail(err, SSB4D_EFORMAT, "scientific_metadata: processing[%d] has no operation", i);
+            return ssb_fail(err, SSB4D_EFORMAT, "scientific_metadata: processing[%d] has no operation", i);
         if (!cJSON_IsBool(ch))
-            return ssb4d_fail(err, SSB4D_EFORMAT,
+            return ssb_fail(err, SSB4D_EFORMAT,
                               "scientific_metadata: processing[%d] (%.60s) changes_measurements must be true or "
                               "false",
                               i, op->valuestring);
@@ -384,7 +384,7 @@ static ssb4d_status check_processing(const cJSON *proc, const cJSON *meta, const
             if (strcmp(op->valuestring, ops[k].op) != 0)
                 continue;
             if (cJSON_IsTrue(ch) != ops[k].changes)
-                return ssb4d_fail(err, SSB4D_EFORMAT,
+                return ssb_fail(err, SSB4D_EFORMAT,
                                   "scientific_metadata: processing[%d] %s must have changes_measurements %s", i,
                                   ops[k].op, ops[k].changes ? "true" : "false");
             const char *f[2] = {ops[k].f1, ops[k].f2};
@@ -394,7 +394,7 @@ static ssb4d_status check_processing(const cJSON *proc, const cJSON *meta, const
                 const cJSON *v = cJSON_GetObjectItemCaseSensitive(r, f[m]);
                 int isint = (ops[k].f1_int && m == 0) || strcmp(f[m], "pixel_count") == 0;
                 if (isint ? !qem_json_uint(v, 0, QEM_MAX_JSON_INT, NULL) : !nonblank(v))
-                    return ssb4d_fail(err, SSB4D_EFORMAT,
+                    return ssb_fail(err, SSB4D_EFORMAT,
                                       "scientific_metadata: processing[%d] %s needs %s", i, ops[k].op, f[m]);
             }
         }
@@ -406,13 +406,13 @@ static ssb4d_status check_processing(const cJSON *proc, const cJSON *meta, const
     if (cJSON_IsObject(hot) && truthy(cJSON_GetObjectItemCaseSensitive(hot, "applied"))) {
         const cJSON *r = find_op(proc, "flagged_pixel_replacement");
         if (!r || !cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "changes_measurements")))
-            return ssb4d_fail(err, SSB4D_EFORMAT,
+            return ssb_fail(err, SSB4D_EFORMAT,
                               "metadata says hot pixels were replaced but scientific_metadata.processing has no "
                               "flagged_pixel_replacement record");
     }
     if (truthy(cJSON_GetObjectItemCaseSensitive(meta, "flagged_markers_stored_as_zero")) &&
         !find_op(proc, "flagged_marker_zeroing"))
-        return ssb4d_fail(err, SSB4D_EFORMAT,
+        return ssb_fail(err, SSB4D_EFORMAT,
                           "metadata says flag markers were stored as zero but scientific_metadata.processing has "
                           "no flagged_marker_zeroing record");
     const cJSON *sd = cJSON_GetObjectItemCaseSensitive(meta, "source_dtype");
@@ -424,7 +424,7 @@ static ssb4d_status check_processing(const cJSON *proc, const cJSON *meta, const
                 cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(r, "changes_measurements")))
                 found = 1;
         if (!found)
-            return ssb4d_fail(err, SSB4D_EFORMAT,
+            return ssb_fail(err, SSB4D_EFORMAT,
                               "metadata.source_dtype differs from dtype %s but scientific_metadata.processing "
                               "has no matching exact_integer_narrowing record",
                               dtype);
@@ -436,16 +436,16 @@ ssb4d_status qem_validate_scientific_metadata(const cJSON *sci, const cJSON *met
                                               const char *dtype, ssb4d_err *err)
 {
     if (!cJSON_IsObject(sci))
-        return ssb4d_fail(err, SSB4D_EFORMAT, "scientific_metadata must be an object");
+        return ssb_fail(err, SSB4D_EFORMAT, "scientific_metadata must be an object");
     const cJSON *schema = cJSON_GetObjectItemCaseSensitive(sci, "schema");
     if (!cJSON_IsString(schema))
-        return ssb4d_fail(err, SSB4D_EFORMAT, "scientific_metadata has no schema");
+        return ssb_fail(err, SSB4D_EFORMAT, "scientific_metadata has no schema");
     if (strcmp(schema->valuestring, "quantem.scientific-metadata/1") == 0)
-        return ssb4d_fail(err, SSB4D_EFORMAT,
+        return ssb_fail(err, SSB4D_EFORMAT,
                           "scientific_metadata uses the legacy schema 1, which this reader does not read; "
                           "re-export the file with a current quantem");
     if (strcmp(schema->valuestring, QEM_SCI_SCHEMA) != 0)
-        return ssb4d_fail(err, SSB4D_EFORMAT, "scientific_metadata schema \"%.80s\" is not supported",
+        return ssb_fail(err, SSB4D_EFORMAT, "scientific_metadata schema \"%.80s\" is not supported",
                           schema->valuestring);
     const cJSON *axes = cJSON_GetObjectItemCaseSensitive(sci, "axes");
     ssb4d_status st = check_axes(axes, shape, err);
@@ -456,12 +456,12 @@ ssb4d_status qem_validate_scientific_metadata(const cJSON *sci, const cJSON *met
     if (st)
         return st;
     if (!cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(sci, "source_metadata")))
-        return ssb4d_fail(err, SSB4D_EFORMAT, "scientific_metadata: source_metadata must be an object");
+        return ssb_fail(err, SSB4D_EFORMAT, "scientific_metadata: source_metadata must be an object");
     const cJSON *cov = cJSON_GetObjectItemCaseSensitive(sci, "source_metadata_coverage");
     if (!cJSON_IsString(cov) || (strcmp(cov->valuestring, "reader-retained") != 0 &&
                                  strcmp(cov->valuestring, "exhaustive") != 0 &&
                                  strcmp(cov->valuestring, "unknown") != 0))
-        return ssb4d_fail(err, SSB4D_EFORMAT,
+        return ssb_fail(err, SSB4D_EFORMAT,
                           "scientific_metadata: source_metadata_coverage must be \"reader-retained\", "
                           "\"exhaustive\" or \"unknown\"");
     st = check_documents(cJSON_GetObjectItemCaseSensitive(sci, "source_documents"), err);
@@ -471,24 +471,24 @@ ssb4d_status qem_validate_scientific_metadata(const cJSON *sci, const cJSON *met
         return st;
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(sci, "source_format");
     if (fmt && !cJSON_IsString(fmt))
-        return ssb4d_fail(err, SSB4D_EFORMAT, "scientific_metadata: source_format must be a string");
+        return ssb_fail(err, SSB4D_EFORMAT, "scientific_metadata: source_format must be a string");
     const cJSON *sample = cJSON_GetObjectItemCaseSensitive(sci, "sample");
     if (sample) {
         if (!cJSON_IsObject(sample))
-            return ssb4d_fail(err, SSB4D_EFORMAT, "scientific_metadata: sample must be an object");
+            return ssb_fail(err, SSB4D_EFORMAT, "scientific_metadata: sample must be an object");
         const cJSON *p = cJSON_GetObjectItemCaseSensitive(sample, "provenance");
         if (p && !nonblank(p))
-            return ssb4d_fail(err, SSB4D_EFORMAT, "scientific_metadata: sample provenance must be a non-empty string");
+            return ssb_fail(err, SSB4D_EFORMAT, "scientific_metadata: sample provenance must be a non-empty string");
         static const char *const lists[] = {"components", "zone_axes", "thickness_estimates"};
         for (size_t i = 0; i < 3; i++) {
             const cJSON *l = cJSON_GetObjectItemCaseSensitive(sample, lists[i]);
             if (l && !cJSON_IsArray(l))
-                return ssb4d_fail(err, SSB4D_EFORMAT, "scientific_metadata: sample %s must be a list", lists[i]);
+                return ssb_fail(err, SSB4D_EFORMAT, "scientific_metadata: sample %s must be a list", lists[i]);
         }
     }
     const cJSON *ext = cJSON_GetObjectItemCaseSensitive(sci, "extensions");
     if (ext && !cJSON_IsObject(ext))
-        return ssb4d_fail(err, SSB4D_EFORMAT, "scientific_metadata: extensions must be an object");
+        return ssb_fail(err, SSB4D_EFORMAT, "scientific_metadata: extensions must be an object");
     return SSB4D_OK;
 }
 

@@ -57,7 +57,7 @@ __attribute__((format(printf, 4, 5))) static ssb4d_status fail_file(const qem_fi
     va_start(ap, fmt);
     vsnprintf(what, sizeof what, fmt, ap);
     va_end(ap);
-    return ssb4d_fail(err, code, "%.200s: %s", f->name, what);
+    return ssb_fail(err, code, "%.200s: %s", f->name, what);
 }
 
 static int mul_ok(uint64_t a, uint64_t b, uint64_t *r) { return !__builtin_mul_overflow(a, b, r); }
@@ -99,7 +99,7 @@ static ssb4d_status check_envelope(qem_file *f, uint64_t *L, ssb4d_err *err)
                     f->size, (unsigned long long)bs);
     char want[65], got[65];
     qem_hex(f->data + 24, 32, want);
-    ssb4d_sha256_hex(f->data + QEM_ENVELOPE, (size_t)hl, got);
+    ssb_sha256_hex(f->data + QEM_ENVELOPE, (size_t)hl, got);
     if (strcmp(want, got) != 0)
         return FAIL(f, SSB4D_EFORMAT, "header checksum mismatch; the file is damaged — recopy it");
     *L = hl;
@@ -300,7 +300,7 @@ static ssb4d_status check_body(qem_file *f, int threads, ssb4d_err *err)
     for (const cJSON *s = sums->child; s; s = s->next)
         want[i++] = s->valuestring;
     size_t bad = SIZE_MAX;
-    int nt = ssb4d_threads_resolve(threads);
+    int nt = ssb_threads_resolve(threads);
     if ((size_t)nt > nb)
         nt = nb ? (int)nb : 1;
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 1) reduction(min : bad)
@@ -309,7 +309,7 @@ static ssb4d_status check_body(qem_file *f, int threads, ssb4d_err *err)
         if (len > QEM_HASH_BLOCK)
             len = QEM_HASH_BLOCK;
         char got[65];
-        ssb4d_sha256_hex(f->body + b * QEM_HASH_BLOCK, len, got);
+        ssb_sha256_hex(f->body + b * QEM_HASH_BLOCK, len, got);
         if (strcmp(got, want[b]) != 0 && b < bad)
             bad = b;
     }
@@ -432,7 +432,7 @@ ssb4d_status qem_open_memory(const uint8_t *data, size_t size, int verify_body, 
     *out = NULL;
     qem_file *f = new_handle("<memory>");
     if (!f)
-        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+        return ssb_fail(err, SSB4D_ENOMEM, "out of memory");
     f->data = data;
     f->size = data ? size : 0;
     ssb4d_status st = open_image(f, verify_body, 1, err);
@@ -449,22 +449,22 @@ ssb4d_status qem_open(const char *path, int verify_body, int threads, qem_file *
     *out = NULL;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        return ssb4d_fail(err, SSB4D_EIO, "cannot open %.200s: %s", path, strerror(errno));
+        return ssb_fail(err, SSB4D_EIO, "cannot open %.200s: %s", path, strerror(errno));
     struct stat sb;
     if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
         close(fd);
-        return ssb4d_fail(err, SSB4D_EIO, "%.200s: not a regular file", path);
+        return ssb_fail(err, SSB4D_EIO, "%.200s: not a regular file", path);
     }
     qem_file *f = new_handle(path);
     if (!f) {
         close(fd);
-        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+        return ssb_fail(err, SSB4D_ENOMEM, "out of memory");
     }
     f->size = (size_t)sb.st_size;
     if (f->size >= QEM_ENVELOPE) {
         void *m = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
         if (m == MAP_FAILED) {
-            ssb4d_status st = ssb4d_fail(err, SSB4D_EIO, "cannot map %.200s: %s", path, strerror(errno));
+            ssb4d_status st = ssb_fail(err, SSB4D_EIO, "cannot map %.200s: %s", path, strerror(errno));
             close(fd);
             qem_close(f);
             return st;
@@ -644,7 +644,7 @@ ssb4d_status qem_read_region(const qem_file *f, const size_t lo[4], const size_t
             blocks[nb++] = b;
     }
     first_error fe = {.key = SIZE_MAX};
-    int nt = ssb4d_threads_resolve(threads);
+    int nt = ssb_threads_resolve(threads);
     /* One task = one block x one detector row: tasks write disjoint parts of out. */
     size_t ntask = nb * DR;
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
@@ -700,7 +700,7 @@ ssb4d_status qem_pixel_totals(const qem_file *f, uint64_t *totals, int threads, 
 {
     const size_t P = f->info.n_pix;
     first_error fe = {.key = SIZE_MAX};
-    int nt = ssb4d_threads_resolve(threads);
+    int nt = ssb_threads_resolve(threads);
     /* One pixel per task, blocks in order: each total is one thread's exact integer sum. */
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 16)
     for (size_t k = 0; k < P; k++) {
@@ -798,7 +798,7 @@ ssb4d_status qem_check_spatial_index(const qem_file *f, int threads, ssb4d_err *
 {
     const size_t P = f->info.n_pix, F = f->F;
     first_error fe = {.key = SIZE_MAX};
-    int nt = ssb4d_threads_resolve(threads);
+    int nt = ssb_threads_resolve(threads);
     if ((size_t)nt > f->info.n_blocks)
         nt = (int)f->info.n_blocks;
 #pragma omp parallel num_threads(nt)

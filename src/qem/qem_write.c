@@ -75,20 +75,20 @@ static ssb4d_status body_write(qem_writer *w, const void *data, size_t n, ssb4d_
         size_t take = n - done, room = QEM_HASH_BLOCK - w->in_block;
         if (take > room)
             take = room;
-        if (!w->h && !(w->h = ssb4d_sha256_new()))
-            return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
-        ssb4d_sha256_update(w->h, p + done, take);
+        if (!w->h && !(w->h = ssb_sha256_new()))
+            return ssb_fail(err, SSB4D_ENOMEM, "out of memory");
+        ssb_sha256_update(w->h, p + done, take);
         w->in_block += take;
         if (w->in_block == QEM_HASH_BLOCK) {
             if (w->nsums == w->sums_cap) {
                 size_t cap = w->sums_cap ? 2 * w->sums_cap : 16;
                 char(*s)[65] = realloc(w->sums, cap * sizeof *s);
                 if (!s)
-                    return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+                    return ssb_fail(err, SSB4D_ENOMEM, "out of memory");
                 w->sums = s;
                 w->sums_cap = cap;
             }
-            ssb4d_sha256_final_hex(w->h, w->sums[w->nsums++]);
+            ssb_sha256_final_hex(w->h, w->sums[w->nsums++]);
             w->h = NULL;
             w->in_block = 0;
         }
@@ -99,7 +99,7 @@ static ssb4d_status body_write(qem_writer *w, const void *data, size_t n, ssb4d_
             if (r < 0 && errno == EINTR)
                 continue;
             if (r <= 0)
-                return ssb4d_fail(err, SSB4D_EIO, "cannot write %.200s: %s", w->tmp_body,
+                return ssb_fail(err, SSB4D_EIO, "cannot write %.200s: %s", w->tmp_body,
                                   r < 0 ? strerror(errno) : "short write");
             q += r;
             left -= (size_t)r;
@@ -183,13 +183,13 @@ static ssb4d_status flush_chunk(qem_writer *w, ssb4d_err *err)
 {
     const size_t P = w->P, F = w->F, scans = w->nbuf;
     const size_t B = (scans + QEM_INTERVAL - 1) / QEM_INTERVAL;
-    int nt = ssb4d_threads_resolve(w->threads);
+    int nt = ssb_threads_resolve(w->threads);
     ssb4d_status st = SSB4D_OK;
     if (w->nchunks == w->chunks_cap) {
         size_t cap = w->chunks_cap ? 2 * w->chunks_cap : 16;
         wchunk *c = realloc(w->chunks, cap * sizeof *c);
         if (!c)
-            return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+            return ssb_fail(err, SSB4D_ENOMEM, "out of memory");
         w->chunks = c;
         w->chunks_cap = cap;
     }
@@ -206,7 +206,7 @@ static ssb4d_status flush_chunk(qem_writer *w, ssb4d_err *err)
     uint64_t *wstart = malloc((B * F + 1) * sizeof *wstart);
     uint32_t *words = malloc(B * F * QEM_INTERVAL * sizeof *words + 4);
     if (!off || !sel || !width || !wstart || !words) {
-        st = ssb4d_fail(err, SSB4D_ENOMEM, "out of memory (chunk of %zu scans x %zu pixels)", scans, P);
+        st = ssb_fail(err, SSB4D_ENOMEM, "out of memory (chunk of %zu scans x %zu pixels)", scans, P);
         goto done;
     }
     if ((st = body_align(w, err)))
@@ -292,7 +292,7 @@ static void free_writer(qem_writer *w)
         unlink(w->tmp_body);
     if (w->h) {
         char hex[65];
-        ssb4d_sha256_final_hex(w->h, hex); /* frees it */
+        ssb_sha256_final_hex(w->h, hex); /* frees it */
     }
     free(w->path);
     free(w->tmp_body);
@@ -318,7 +318,7 @@ ssb4d_status qem_writer_open(const char *path, const qem_writer_opts *o, qem_wri
     if (!w) {
         cJSON_Delete(o->scientific_metadata);
         cJSON_Delete(o->metadata);
-        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+        return ssb_fail(err, SSB4D_ENOMEM, "out of memory");
     }
     w->fd = -1;
     w->sci = o->scientific_metadata;
@@ -326,7 +326,7 @@ ssb4d_status qem_writer_open(const char *path, const qem_writer_opts *o, qem_wri
     ssb4d_status st = SSB4D_OK;
 #define REFUSE(code, ...)                                                                                         \
     do {                                                                                                          \
-        st = ssb4d_fail(err, code, __VA_ARGS__);                                                                  \
+        st = ssb_fail(err, code, __VA_ARGS__);                                                                  \
         goto fail;                                                                                                \
     } while (0)
     for (int a = 0; a < 4; a++) {
@@ -395,7 +395,7 @@ ssb4d_status qem_writer_open(const char *path, const qem_writer_opts *o, qem_wri
     if (!w->force && lstat(path, &sb) == 0)
         REFUSE(SSB4D_EIO, "%.200s exists; use --force to replace it", path);
     w->path = strdup(path);
-    w->tmp_body = ssb4d_temp_name(path, ".body");
+    w->tmp_body = ssb_temp_name(path, ".body");
     if (!w->path || !w->tmp_body)
         REFUSE(SSB4D_ENOMEM, "out of memory");
     w->fd = open(w->tmp_body, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
@@ -425,10 +425,10 @@ fail:
 ssb4d_status qem_writer_append(qem_writer *w, const uint16_t *frames, size_t nscans, ssb4d_err *err)
 {
     if (w->failed)
-        return ssb4d_fail(err, SSB4D_EINVAL, "%.200s: the writer already failed", w->path);
+        return ssb_fail(err, SSB4D_EINVAL, "%.200s: the writer already failed", w->path);
     if (nscans > w->N - w->appended) {
         w->failed = 1;
-        return ssb4d_fail(err, SSB4D_EINVAL, "%.200s: more than the %zu scans of the shape were appended", w->path,
+        return ssb_fail(err, SSB4D_EINVAL, "%.200s: more than the %zu scans of the shape were appended", w->path,
                           w->N);
     }
     const size_t P = w->P;
@@ -441,7 +441,7 @@ ssb4d_status qem_writer_append(qem_writer *w, const uint16_t *frames, size_t nsc
                 if (frames[i] > w->maxval) {
                     w->failed = 1;
                     size_t t = w->appended + i / P, k = i % P;
-                    return ssb4d_fail(err, SSB4D_EINVAL,
+                    return ssb_fail(err, SSB4D_EINVAL,
                                       "%.200s: scan %zu detector pixel (%zu, %zu) holds %u, which does not fit uint8",
                                       w->path, t, k / w->shape[3], k % w->shape[3], frames[i]);
                 }
@@ -467,20 +467,20 @@ ssb4d_status qem_writer_set_metadata(qem_writer *w, cJSON *scientific_metadata, 
     if (!scientific_metadata || !metadata) {
         cJSON_Delete(scientific_metadata);
         cJSON_Delete(metadata);
-        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+        return ssb_fail(err, SSB4D_ENOMEM, "out of memory");
     }
     ssb4d_err e;
     if (w->failed) {
         cJSON_Delete(scientific_metadata);
         cJSON_Delete(metadata);
-        return ssb4d_fail(err, SSB4D_EINVAL, "%.200s: the writer has already failed", w->path);
+        return ssb_fail(err, SSB4D_EINVAL, "%.200s: the writer has already failed", w->path);
     }
     /* Checked like at open, so that finish never writes a header the reader would refuse. */
     if (qem_validate_scientific_metadata(scientific_metadata, metadata, w->shape,
                                          w->dtype_bytes == 1 ? "uint8" : "uint16", &e)) {
         cJSON_Delete(scientific_metadata);
         cJSON_Delete(metadata);
-        return ssb4d_fail(err, SSB4D_EINVAL, "%.200s: %s", w->path, e.msg);
+        return ssb_fail(err, SSB4D_EINVAL, "%.200s: %s", w->path, e.msg);
     }
     cJSON_Delete(w->sci);
     cJSON_Delete(w->meta);
@@ -544,7 +544,7 @@ static ssb4d_status write_all(int fd, const void *data, size_t n, const char *na
         if (r < 0 && errno == EINTR)
             continue;
         if (r <= 0)
-            return ssb4d_fail(err, SSB4D_EIO, "cannot write %.200s: %s", name, r < 0 ? strerror(errno) : "short write");
+            return ssb_fail(err, SSB4D_EIO, "cannot write %.200s: %s", name, r < 0 ? strerror(errno) : "short write");
         p += r;
         n -= (size_t)r;
     }
@@ -569,14 +569,14 @@ static ssb4d_status append_body(qem_writer *w, int fd, const char *name, ssb4d_e
     size_t bufsz = (size_t)1 << 20;
     uint8_t *buf = malloc(bufsz);
     if (!buf)
-        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+        return ssb_fail(err, SSB4D_ENOMEM, "out of memory");
     ssb4d_status st = SSB4D_OK;
     while (left && !st) {
         ssize_t r = pread(w->fd, buf, left < bufsz ? (size_t)left : bufsz, in);
         if (r < 0 && errno == EINTR)
             continue;
         if (r <= 0) {
-            st = ssb4d_fail(err, SSB4D_EIO, "cannot read back %.200s: %s", w->tmp_body,
+            st = ssb_fail(err, SSB4D_EIO, "cannot read back %.200s: %s", w->tmp_body,
                             r < 0 ? strerror(errno) : "file shrank");
             break;
         }
@@ -604,35 +604,35 @@ static void fsync_dir(const char *path)
 ssb4d_status qem_writer_finish(qem_writer *w, ssb4d_err *err)
 {
     if (!w)
-        return ssb4d_fail(err, SSB4D_EINVAL, "no writer");
+        return ssb_fail(err, SSB4D_EINVAL, "no writer");
     ssb4d_status st = SSB4D_OK;
     char *tmp = NULL, *text = NULL;
     int fd = -1;
     cJSON *h = NULL;
     if (w->failed) {
-        st = ssb4d_fail(err, SSB4D_EINVAL, "%.200s: the writer already failed; nothing was written", w->path);
+        st = ssb_fail(err, SSB4D_EINVAL, "%.200s: the writer already failed; nothing was written", w->path);
         goto done;
     }
     if (w->appended != w->N) {
-        st = ssb4d_fail(err, SSB4D_EINVAL, "%.200s: %zu of %zu scans were appended; nothing was written", w->path,
+        st = ssb_fail(err, SSB4D_EINVAL, "%.200s: %zu of %zu scans were appended; nothing was written", w->path,
                         w->appended, w->N);
         goto done;
     }
     if (w->in_block || w->nsums == 0) {
-        if (!w->h && !(w->h = ssb4d_sha256_new())) {
-            st = ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+        if (!w->h && !(w->h = ssb_sha256_new())) {
+            st = ssb_fail(err, SSB4D_ENOMEM, "out of memory");
             goto done;
         }
         if (w->nsums == w->sums_cap) {
             char(*s)[65] = realloc(w->sums, (w->sums_cap + 1) * sizeof *s);
             if (!s) {
-                st = ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+                st = ssb_fail(err, SSB4D_ENOMEM, "out of memory");
                 goto done;
             }
             w->sums = s;
             w->sums_cap++;
         }
-        ssb4d_sha256_final_hex(w->h, w->sums[w->nsums++]);
+        ssb_sha256_final_hex(w->h, w->sums[w->nsums++]);
         w->h = NULL;
         w->in_block = 0;
     }
@@ -641,12 +641,12 @@ ssb4d_status qem_writer_finish(qem_writer *w, ssb4d_err *err)
     h = build_header(w);
     text = h ? qem_json_print_canonical(h, &L) : NULL;
     if (!text) {
-        st = ssb4d_fail(err, SSB4D_ENOMEM, "%.200s: cannot build the header (out of memory or a non-finite number)",
+        st = ssb_fail(err, SSB4D_ENOMEM, "%.200s: cannot build the header (out of memory or a non-finite number)",
                         w->path);
         goto done;
     }
     if (L > QEM_MAX_HEADER) {
-        st = ssb4d_fail(err, SSB4D_EINVAL, "%.200s: the header would be %zu bytes, more than the 16 MiB .qem allows",
+        st = ssb_fail(err, SSB4D_EINVAL, "%.200s: the header would be %zu bytes, more than the 16 MiB .qem allows",
                         w->path, L);
         goto done;
     }
@@ -655,21 +655,21 @@ ssb4d_status qem_writer_finish(qem_writer *w, ssb4d_err *err)
     qem_st64(env + 8, L);
     qem_st64(env + 16, QEM_ENVELOPE + L);
     char hex[65];
-    ssb4d_sha256_hex(text, L, hex);
+    ssb_sha256_hex(text, L, hex);
     for (int i = 0; i < 32; i++) {
         unsigned v;
         sscanf(hex + 2 * i, "%2x", &v);
         env[24 + i] = (uint8_t)v;
     }
     /* the file, complete, under a temporary name */
-    tmp = ssb4d_temp_name(w->path, "");
+    tmp = ssb_temp_name(w->path, "");
     if (!tmp) {
-        st = ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+        st = ssb_fail(err, SSB4D_ENOMEM, "out of memory");
         goto done;
     }
     fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0) {
-        st = ssb4d_fail(err, SSB4D_EIO, "cannot create %.200s: %s", tmp, strerror(errno));
+        st = ssb_fail(err, SSB4D_EIO, "cannot create %.200s: %s", tmp, strerror(errno));
         free(tmp);
         tmp = NULL; /* not ours */
         goto done;
@@ -679,27 +679,27 @@ ssb4d_status qem_writer_finish(qem_writer *w, ssb4d_err *err)
         goto done;
     if (fsync(fd) != 0 || close(fd) != 0) {
         fd = -1;
-        st = ssb4d_fail(err, SSB4D_EIO, "cannot write %.200s: %s", tmp, strerror(errno));
+        st = ssb_fail(err, SSB4D_EIO, "cannot write %.200s: %s", tmp, strerror(errno));
         goto done;
     }
     fd = -1;
     /* publish */
     if (w->force) {
         if (rename(tmp, w->path) != 0) {
-            st = ssb4d_fail(err, SSB4D_EIO, "cannot rename to %.200s: %s", w->path, strerror(errno));
+            st = ssb_fail(err, SSB4D_EIO, "cannot rename to %.200s: %s", w->path, strerror(errno));
             goto done;
         }
     } else if (link(tmp, w->path) != 0) {
         int en = errno;
         if (en == EEXIST) {
-            st = ssb4d_fail(err, SSB4D_EIO, "%.200s exists; use --force to replace it", w->path);
+            st = ssb_fail(err, SSB4D_EIO, "%.200s exists; use --force to replace it", w->path);
             goto done;
         }
         /* file systems without hard links: the no-replace rename does the same */
         if (renameat2(AT_FDCWD, tmp, AT_FDCWD, w->path, RENAME_NOREPLACE) != 0) {
             en = errno;
-            st = en == EEXIST ? ssb4d_fail(err, SSB4D_EIO, "%.200s exists; use --force to replace it", w->path)
-                              : ssb4d_fail(err, SSB4D_EIO, "cannot publish %.200s: %s", w->path, strerror(en));
+            st = en == EEXIST ? ssb_fail(err, SSB4D_EIO, "%.200s exists; use --force to replace it", w->path)
+                              : ssb_fail(err, SSB4D_EIO, "cannot publish %.200s: %s", w->path, strerror(en));
             goto done;
         }
     }

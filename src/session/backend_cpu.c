@@ -48,13 +48,13 @@ ssb4d_status session_backend_select(ssb4d_backend_kind kind, const session_backe
     case SSB4D_BACKEND_CUDA:
 #ifdef SSB4D_HAVE_CUDA
         if (!session_backend_cuda()->available())
-            return ssb4d_fail(err, SSB4D_EINVAL, "--backend cuda: no CUDA device is present (no NVIDIA driver or GPU)");
+            return ssb_fail(err, SSB4D_EINVAL, "--backend cuda: no CUDA device is present (no NVIDIA driver or GPU)");
         *out = session_backend_cuda();
         return SSB4D_OK;
 #else
-        return ssb4d_fail(err, SSB4D_EINVAL,
+        return ssb_fail(err, SSB4D_EINVAL,
                           "--backend cuda: this build has no CUDA backend (configure with -DSSB4D_CUDA=ON)");
 #endif
     }
-    return ssb4d_fail(err, SSB4D_EINVAL, "unknown backend %d", (int)kind);
+    return ssb_fail(err, SSB4D_EINVAL, "unknown backend %d", (int)kind);
 }

@@ -69,22 +69,22 @@ static ssb4d_status check_opts(const ssb4d_session_opts *o, ssb4d_err *err)
 {
     const ssb4d_calib_params *c = &o->calib;
     if (!(c->kv >= 1.0 && c->kv <= 5000.0))
-        return ssb4d_fail(err, SSB4D_EINVAL, "the accelerating voltage must be 1..5000 kV (got %g)", c->kv);
+        return ssb_fail(err, SSB4D_EINVAL, "the accelerating voltage must be 1..5000 kV (got %g)", c->kv);
     if (!(c->semiangle_mrad > 0.0 && c->semiangle_mrad <= 1000.0))
-        return ssb4d_fail(err, SSB4D_EINVAL, "the probe semi-angle must be in (0, 1000] mrad (got %g)",
+        return ssb_fail(err, SSB4D_EINVAL, "the probe semi-angle must be in (0, 1000] mrad (got %g)",
                           c->semiangle_mrad);
     for (int i = 0; i < 2; i++)
         if (!(c->scan_step_A[i] > 0.0 && c->scan_step_A[i] < 1e6))
-            return ssb4d_fail(err, SSB4D_EINVAL, "the scan step must be a positive length in Å (got %g)",
+            return ssb_fail(err, SSB4D_EINVAL, "the scan step must be a positive length in Å (got %g)",
                               c->scan_step_A[i]);
     if (!isnan(c->rotation_deg) && !(fabs(c->rotation_deg) <= 1e4))
-        return ssb4d_fail(err, SSB4D_EINVAL, "the rotation must be finite, |rotation| <= 10000 deg");
+        return ssb_fail(err, SSB4D_EINVAL, "the rotation must be finite, |rotation| <= 10000 deg");
     if (o->threads < 0)
-        return ssb4d_fail(err, SSB4D_EINVAL, "threads must be >= 0 (0: all cores)");
+        return ssb_fail(err, SSB4D_EINVAL, "threads must be >= 0 (0: all cores)");
     if (o->rotation_measured && isnan(c->rotation_deg))
-        return ssb4d_fail(err, SSB4D_EINVAL, "a measured rotation needs its value (calib.rotation_deg)");
+        return ssb_fail(err, SSB4D_EINVAL, "a measured rotation needs its value (calib.rotation_deg)");
     if (o->ssb_path < SSB4D_PATH_AUTO || o->ssb_path > SSB4D_PATH_COMPLEX)
-        return ssb4d_fail(err, SSB4D_EINVAL, "unknown SSB path %d", o->ssb_path);
+        return ssb_fail(err, SSB4D_EINVAL, "unknown SSB path %d", o->ssb_path);
     return SSB4D_OK;
 }
 
@@ -96,14 +96,14 @@ static ssb4d_status make(ssb4d_source *src, size_t encoded, const char *what, co
     ssb4d_session *s = calloc(1, sizeof *s);
     if (!s) {
         ssb4d_source_close(src);
-        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+        return ssb_fail(err, SSB4D_ENOMEM, "out of memory");
     }
     s->o = *o;
     s->src = src;
     s->budget = o->memory_bytes ? o->memory_bytes : ssb4d_mem_available();
     ssb4d_status st = session_backend_select(o->backend, &s->bk, err);
     if (!st && !(s->mem = ssb4d_mem_create(s->budget)))
-        st = ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+        st = ssb_fail(err, SSB4D_ENOMEM, "out of memory");
     if (!st) { /* the load stage: what stays resident (a .npy is read through: nothing) */
         ssb4d_mem_stage_begin(s->mem, "load");
         if (encoded && !(st = ssb4d_mem_external(s->mem, encoded, 1, what, err)))
@@ -136,7 +136,7 @@ ssb4d_status ssb4d_session_open(const char *path, const ssb4d_session_opts *o, s
 {
     *out = NULL;
     if (!path || !o)
-        return ssb4d_fail(err, SSB4D_EINVAL, "session: missing path or options");
+        return ssb_fail(err, SSB4D_EINVAL, "session: missing path or options");
     ssb4d_source *src = NULL;
     ssb4d_status st = ssb4d_source_open(path, &src, err); /* a missing file first */
     if (!st)
@@ -147,7 +147,7 @@ ssb4d_status ssb4d_session_open(const char *path, const ssb4d_session_opts *o, s
     }
     /* A .qem's mapping stays resident (every pass decodes from it): it counts under the budget. */
     struct stat sb;
-    size_t encoded = ssb4d_source_qem(src) && stat(path, &sb) == 0 ? (size_t)sb.st_size : 0;
+    size_t encoded = ssb_source_qem(src) && stat(path, &sb) == 0 ? (size_t)sb.st_size : 0;
     return make(src, encoded, "the encoded data", o, out, err);
 }
 
@@ -156,7 +156,7 @@ ssb4d_status ssb4d_session_open_memory(const void *data, ssb4d_dtype dtype, cons
 {
     *out = NULL;
     if (!o)
-        return ssb4d_fail(err, SSB4D_EINVAL, "session: missing options");
+        return ssb_fail(err, SSB4D_EINVAL, "session: missing options");
     ssb4d_status st = check_opts(o, err);
     ssb4d_source *src = NULL;
     if (!st)
@@ -282,8 +282,8 @@ static ssb4d_status plan_session(ssb4d_session *s, ssb4d_err *err)
     }
     if (sc.region) {
         size_t r0 = sc.region_rect[0], r1 = sc.region_rect[1], c0 = sc.region_rect[2], c1 = sc.region_rect[3];
-        in.region[0] = r1 > r0 ? r1 - r0 : ssb4d_plan_region_side(s->shape[0]);
-        in.region[1] = c1 > c0 ? c1 - c0 : ssb4d_plan_region_side(s->shape[1]);
+        in.region[0] = r1 > r0 ? r1 - r0 : ssb_plan_region_side(s->shape[0]);
+        in.region[1] = c1 > c0 ? c1 - c0 : ssb_plan_region_side(s->shape[1]);
     }
     in.memory_bytes = s->budget;
     in.preview = s->o.preview;
@@ -294,7 +294,7 @@ static ssb4d_status plan_session(ssb4d_session *s, ssb4d_err *err)
                                 : ssb4d_plan_make(&in, &s->plan, err);
     if (!st && !s->plan.fits) {
         char b[32], m[32];
-        st = ssb4d_fail(err, SSB4D_ENOMEM, "the job does not fit in %s: %s; the smallest budget is %s",
+        st = ssb_fail(err, SSB4D_ENOMEM, "the job does not fit in %s: %s; the smallest budget is %s",
                         plan_size_text(b, s->budget, 0), s->plan.reason,
                         plan_size_text(m, plan_smallest_budget(&in, &s->plan), 1));
     }
@@ -335,7 +335,7 @@ static ssb4d_status calibrate_shared(ssb4d_session *s, const ssb4d_calib_params 
         c.flagged = malloc((c.n_flagged ? c.n_flagged : 1) * sizeof *c.flagged);
         if (!c.mean_pattern || !c.bf_pix || !c.flagged) {
             ssb4d_calibration_free(&c);
-            return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory"); /* MPI aborts the others */
+            return ssb_fail(err, SSB4D_ENOMEM, "out of memory"); /* MPI aborts the others */
         }
     }
     if (!(st = dist_bcast(d, c.mean_pattern, npat * sizeof *c.mean_pattern, 0, err)) &&
@@ -363,7 +363,7 @@ ssb4d_status ssb4d_session_calibrate(ssb4d_session *s, ssb4d_err *err)
                                   &cp.block_bytes);
     if (s->budget && need > s->budget) {
         char b[32], n[32];
-        return ssb4d_fail(err, SSB4D_ENOMEM, "the job does not fit in %s: calibrating needs %s (the %s and one "
+        return ssb_fail(err, SSB4D_ENOMEM, "the job does not fit in %s: calibrating needs %s (the %s and one "
                                              "block of frames)", plan_size_text(b, s->budget, 0),
                           plan_size_text(n, need, 1), s->encoded ? "data held" : "data");
     }
@@ -529,7 +529,7 @@ ssb4d_status ssb4d_session_fit_tilt(ssb4d_session *s, ssb4d_tilt_result *r, ssb4
 {
     memset(r, 0, sizeof *r);
     if (!s->have_fit)
-        return ssb4d_fail(err, SSB4D_EINVAL, "the tilt fit starts from a standard fit: run ssb4d_session_fit first");
+        return ssb_fail(err, SSB4D_EINVAL, "the tilt fit starts from a standard fit: run ssb4d_session_fit first");
     ssb4d_status st = need_G(s, G_FIT, err);
     if (st)
         return st;
@@ -593,7 +593,7 @@ void ssb4d_session_set(ssb4d_session *s, const ssb4d_aberrations *ab, const ssb4
 ssb4d_status ssb4d_session_set_rotation(ssb4d_session *s, double deg, ssb4d_err *err)
 {
     if (!(fabs(deg) <= 1e4))
-        return ssb4d_fail(err, SSB4D_EINVAL, "the rotation must be finite, |rotation| <= 10000 deg");
+        return ssb_fail(err, SSB4D_EINVAL, "the rotation must be finite, |rotation| <= 10000 deg");
     ssb4d_status st = ssb4d_session_calibrate(s, err);
     if (st)
         return st;
@@ -630,7 +630,7 @@ void ssb4d_preview_req_default(ssb4d_preview_req *q)
 static ssb4d_status check_upsample(int f, ssb4d_err *err)
 {
     if (f != 0 && f != 1 && f != 2 && f != 3 && f != 4 && f != 8)
-        return ssb4d_fail(err, SSB4D_EINVAL, "upsampling must be 1, 2, 3, 4 or 8 (0: automatic), got %d", f);
+        return ssb_fail(err, SSB4D_EINVAL, "upsampling must be 1, 2, 3, 4 or 8 (0: automatic), got %d", f);
     return SSB4D_OK;
 }
 
@@ -662,10 +662,10 @@ ssb4d_status ssb4d_session_preview(ssb4d_session *s, const ssb4d_preview_req *q,
                                    ssb4d_err *err)
 {
     if (!q || !phase || (q->want_loss && !loss))
-        return ssb4d_fail(err, SSB4D_EINVAL, "preview: missing request or output");
+        return ssb_fail(err, SSB4D_EINVAL, "preview: missing request or output");
     ssb4d_status st = check_upsample(q->upsample, err);
     if (!st && !isnan(q->rotation_deg) && !(fabs(q->rotation_deg) <= 1e4))
-        st = ssb4d_fail(err, SSB4D_EINVAL, "the rotation must be finite, |rotation| <= 10000 deg");
+        st = ssb_fail(err, SSB4D_EINVAL, "the rotation must be finite, |rotation| <= 10000 deg");
     if (!st)
         st = need_G(s, G_PREVIEW, err);
     if (st)
@@ -685,11 +685,11 @@ ssb4d_status ssb4d_session_preview(ssb4d_session *s, const ssb4d_preview_req *q,
         size_t step = n_bf / q->subset, n = (n_bf + step - 1) / step;
         size_t *idx = malloc(n * sizeof *idx);
         if (!idx)
-            st = ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+            st = ssb_fail(err, SSB4D_ENOMEM, "out of memory");
         for (size_t i = 0; idx && i < n; i++)
             idx[i] = i * step;
         if (!st)
-            st = ssb4d_G_subset(s->G, idx, n, &sub, err);
+            st = ssb_G_subset(s->G, idx, n, &sub, err);
         free(idx);
         P = sub;
     }
@@ -729,7 +729,7 @@ ssb4d_status ssb4d_session_object(ssb4d_session *s, int upsample, float *object,
 ssb4d_status ssb4d_session_release(ssb4d_session *s, float *object, float *phase, double *loss, ssb4d_err *err)
 {
     if (!loss || (!object && !phase))
-        return ssb4d_fail(err, SSB4D_EINVAL, "release: missing output");
+        return ssb_fail(err, SSB4D_EINVAL, "release: missing output");
     ssb4d_status st = need_G(s, G_PREVIEW, err);
     if (st)
         return st;
@@ -744,7 +744,7 @@ ssb4d_status ssb4d_session_release(ssb4d_session *s, float *object, float *phase
 ssb4d_status ssb4d_session_loss(ssb4d_session *s, double *loss, ssb4d_err *err)
 {
     if (!loss)
-        return ssb4d_fail(err, SSB4D_EINVAL, "loss: missing output");
+        return ssb_fail(err, SSB4D_EINVAL, "loss: missing output");
     ssb4d_status st = need_G(s, G_PREVIEW, err);
     if (st)
         return st;
@@ -762,7 +762,7 @@ ssb4d_status ssb4d_session_virtual(ssb4d_session *s, const ssb4d_virtual_params 
                                    ssb4d_err *err)
 {
     if (!out)
-        return ssb4d_fail(err, SSB4D_EINVAL, "virtual images: missing output");
+        return ssb_fail(err, SSB4D_EINVAL, "virtual images: missing output");
     memset(out, 0, sizeof *out);
     ssb4d_status st = ssb4d_session_calibrate(s, err);
     if (st)
@@ -795,7 +795,7 @@ ssb4d_status ssb4d_session_check_region(const ssb4d_session *s, const size_t rec
 {
     ssb4d_source *view = NULL;
     ssb4d_status st = rect ? ssb4d_source_region(s->src, rect[0], rect[1], rect[2], rect[3], &view, err)
-                           : ssb4d_fail(err, SSB4D_EINVAL, "region: missing rectangle");
+                           : ssb_fail(err, SSB4D_EINVAL, "region: missing rectangle");
     ssb4d_source_close(view);
     return st;
 }
@@ -805,7 +805,7 @@ ssb4d_status ssb4d_session_fit_region(ssb4d_session *s, const size_t rect[4], co
 {
     memset(r, 0, sizeof *r);
     if (!rect)
-        return ssb4d_fail(err, SSB4D_EINVAL, "region: missing rectangle");
+        return ssb_fail(err, SSB4D_EINVAL, "region: missing rectangle");
     ssb4d_source *view = NULL;
     ssb4d_status st = ssb4d_source_region(s->src, rect[0], rect[1], rect[2], rect[3], &view, err);
     if (!st)
@@ -846,7 +846,7 @@ ssb4d_status ssb4d_session_fit_regions(ssb4d_session *s, size_t rows, size_t col
                                        ssb4d_fit_result *results, size_t (*rects)[4], ssb4d_err *err)
 {
     if (!rows || !cols || rows > s->shape[0] || cols > s->shape[1])
-        return ssb4d_fail(err, SSB4D_EINVAL, "a grid of %zux%zu regions does not fit a %zux%zu scan", rows, cols,
+        return ssb_fail(err, SSB4D_EINVAL, "a grid of %zux%zu regions does not fit a %zux%zu scan", rows, cols,
                           s->shape[0], s->shape[1]);
     size_t n = rows * cols;
     memset(results, 0, n * sizeof *results);
@@ -869,19 +869,19 @@ ssb4d_status ssb4d_session_fit_regions(ssb4d_session *s, size_t rows, size_t col
 ssb4d_status ssb4d_session_save_calibration(ssb4d_session *s, const char *path, int force, ssb4d_err *err)
 {
     if (!path)
-        return ssb4d_fail(err, SSB4D_EINVAL, "save: missing path");
+        return ssb_fail(err, SSB4D_EINVAL, "save: missing path");
     if (!force && access(path, F_OK) == 0)
-        return ssb4d_fail(err, SSB4D_EIO, "%s already exists (pass force to replace it)", path);
+        return ssb_fail(err, SSB4D_EIO, "%s already exists (pass force to replace it)", path);
     ssb4d_status st = ssb4d_session_calibrate(s, err);
     if (st)
         return st;
     ssb4d_calfile cf;
-    ssb4d_calfile_init(&cf);
+    ssb_calfile_init(&cf);
     call_begin(s, "save calibration");
-    st = ssb4d_calfile_from_calibration(&cf, &s->cal, err);
+    st = ssb_calfile_from_calibration(&cf, &s->cal, err);
     if (!st) {
         if (s->have_fit)
-            ssb4d_calfile_set_fit(&cf, &s->fit, &s->fp, s->rotation_given ? "session" : NULL, s->cal.n_bf);
+            ssb_calfile_set_fit(&cf, &s->fit, &s->fp, s->rotation_given ? "session" : NULL, s->cal.n_bf);
         /* What the session shows now (a fit, then perhaps sliders or an applied region). */
         cf.geom = s->geom;
         cf.has_ab = 1;
@@ -890,19 +890,19 @@ ssb4d_status ssb4d_session_save_calibration(ssb4d_session *s, const char *path, 
         cf.thick = s->thick;
         if (s->have_tilt)
             cf.gain = s->tilt.gain;
-        st = ssb4d_calfile_write(path, &cf, err);
+        st = ssb_calfile_write(path, &cf, err);
     }
     call_end(s);
-    ssb4d_calfile_free(&cf);
+    ssb_calfile_free(&cf);
     return st;
 }
 
 ssb4d_status ssb4d_session_load_calibration(ssb4d_session *s, const char *path, ssb4d_err *err)
 {
     ssb4d_calfile cf;
-    ssb4d_status st = ssb4d_calfile_read(path, &cf, err);
+    ssb4d_status st = ssb_calfile_read(path, &cf, err);
     if (st) {
-        ssb4d_calfile_free(&cf);
+        ssb_calfile_free(&cf);
         return st;
     }
     ssb4d_calib_params *c = &s->o.calib;
@@ -928,7 +928,7 @@ ssb4d_status ssb4d_session_load_calibration(ssb4d_session *s, const char *path, 
     drop_calibration(s);
     s->have_fit = s->have_tilt = 0;
     if ((st = check_opts(&s->o, err)) || (st = ssb4d_session_calibrate(s, err))) {
-        ssb4d_calfile_free(&cf);
+        ssb_calfile_free(&cf);
         return st;
     }
     s->geom = s->cal.geom;
@@ -937,6 +937,6 @@ ssb4d_status ssb4d_session_load_calibration(ssb4d_session *s, const char *path, 
         s->ab = cf.ab;
     if (cf.has_thick)
         s->thick = cf.thick;
-    ssb4d_calfile_free(&cf);
+    ssb_calfile_free(&cf);
     return SSB4D_OK;
 }

@@ -89,24 +89,24 @@ static ssb4d_status preview(run *x, const ssb4d_aberrations *ab, int f, int fft,
         if (!spec)
             st = SSB4D_ENOMEM;
         else {
-            ssb4d_fftw_lock();
+            ssb_fftw_lock();
             fftwf_plan pl = fftwf_plan_dft_r2c_2d((int)nyf, (int)nxf, ph, spec, FFTW_ESTIMATE);
-            ssb4d_fftw_unlock();
+            ssb_fftw_unlock();
             if (!pl)
-                st = ssb4d_fail(err, SSB4D_EINTERNAL, "FFTW could not plan the preview's FFT");
+                st = ssb_fail(err, SSB4D_EINTERNAL, "FFTW could not plan the preview's FFT");
             else {
                 fftwf_execute(pl);
-                ssb4d_fftw_lock();
+                ssb_fftw_lock();
                 fftwf_destroy_plan(pl);
-                ssb4d_fftw_unlock();
+                ssb_fftw_unlock();
             }
             ssb4d_mem_free(x->mem, spec, 1);
         }
     }
     if (!st && hex) {
-        ssb4d_sha256 *h = ssb4d_sha256_new();
-        ssb4d_sha256_update(h, ph, nyf * nxf * sizeof *ph);
-        ssb4d_sha256_final_hex(h, hex);
+        ssb4d_sha256 *h = ssb_sha256_new();
+        ssb_sha256_update(h, ph, nyf * nxf * sizeof *ph);
+        ssb_sha256_final_hex(h, hex);
     }
     ssb4d_mem_free(x->mem, ph, 1);
     return st;
@@ -116,23 +116,23 @@ static ssb4d_status save_calibration(run *x, const ssb4d_calibration *cal, const
                                      const ssb4d_fit_params *fp, ssb4d_err *err)
 {
     ssb4d_calfile cf;
-    ssb4d_calfile_init(&cf);
-    ssb4d_status st = ssb4d_calfile_from_calibration(&cf, cal, err);
+    ssb_calfile_init(&cf);
+    ssb4d_status st = ssb_calfile_from_calibration(&cf, cal, err);
     if (!st) {
-        ssb4d_calfile_set_fit(&cf, fr, fp, NULL, cal->n_bf);
+        ssb_calfile_set_fit(&cf, fr, fp, NULL, cal->n_bf);
         if (x->p->out_dir) {
             char path[4096];
             mkdir(x->p->out_dir, 0777);
             snprintf(path, sizeof path, "%s/calibration.json", x->p->out_dir);
-            st = ssb4d_calfile_write(path, &cf, err);
+            st = ssb_calfile_write(path, &cf, err);
         } else {
-            char *text = ssb4d_calfile_to_json(&cf); /* the work of a save, without the file */
+            char *text = ssb_calfile_to_json(&cf); /* the work of a save, without the file */
             if (!text)
-                st = ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+                st = ssb_fail(err, SSB4D_ENOMEM, "out of memory");
             free(text);
         }
     }
-    ssb4d_calfile_free(&cf);
+    ssb_calfile_free(&cf);
     return st;
 }
 
@@ -145,7 +145,7 @@ static int script_region(const ssb4d_session_script *s, const size_t shape[4], s
         return 0;
     memcpy(rect, s->region_rect, 4 * sizeof *rect);
     if (!rect[1] && !rect[3]) {
-        size_t hr = ssb4d_plan_region_side(shape[0]), hc = ssb4d_plan_region_side(shape[1]);
+        size_t hr = ssb_plan_region_side(shape[0]), hc = ssb_plan_region_side(shape[1]);
         rect[0] = (shape[0] - hr) / 2, rect[1] = rect[0] + hr;
         rect[2] = (shape[1] - hc) / 2, rect[3] = rect[2] + hc;
     }

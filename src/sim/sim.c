@@ -40,7 +40,7 @@ static const struct {
 ssb4d_status ssb4d_sim_params_preset(ssb4d_sim_params *p, const char *preset, ssb4d_err *err)
 {
     if (!p)
-        return ssb4d_fail(err, SSB4D_EINVAL, "no parameters");
+        return ssb_fail(err, SSB4D_EINVAL, "no parameters");
     if (!preset)
         preset = "small";
     size_t i, n = sizeof presets / sizeof presets[0];
@@ -48,7 +48,7 @@ ssb4d_status ssb4d_sim_params_preset(ssb4d_sim_params *p, const char *preset, ss
         if (!strcmp(preset, presets[i].name))
             break;
     if (i == n)
-        return ssb4d_fail(err, SSB4D_EINVAL,
+        return ssb_fail(err, SSB4D_EINVAL,
                           "unknown preset '%s' (tiny, small, medium or reference)", preset);
     memset(p, 0, sizeof *p);
     p->specimen = SSB4D_SPECIMEN_SRTIO3;
@@ -137,50 +137,50 @@ static double probe_footprint_A(const ssb4d_sim_params *p, double thickness_A)
 ssb4d_status ssb4d_sim_describe(const ssb4d_sim_params *p, ssb4d_sim_info *info, ssb4d_err *err)
 {
     if (!p)
-        return ssb4d_fail(err, SSB4D_EINVAL, "no parameters");
+        return ssb_fail(err, SSB4D_EINVAL, "no parameters");
     const sim_crystal *cr = sim_crystal_get(p->specimen);
     if (!cr)
-        return ssb4d_fail(err, SSB4D_EINVAL, "unknown specimen %d", (int)p->specimen);
+        return ssb_fail(err, SSB4D_EINVAL, "unknown specimen %d", (int)p->specimen);
     if (!(p->kv > 0) || !(p->kv <= 5000))
-        return ssb4d_fail(err, SSB4D_EINVAL, "kV must be in (0, 5000], got %g", p->kv);
+        return ssb_fail(err, SSB4D_EINVAL, "kV must be in (0, 5000], got %g", p->kv);
     if (!(p->semiangle_mrad > 0) || !(p->semiangle_mrad <= 300))
-        return ssb4d_fail(err, SSB4D_EINVAL, "semiangle must be in (0, 300] mrad, got %g",
+        return ssb_fail(err, SSB4D_EINVAL, "semiangle must be in (0, 300] mrad, got %g",
                           p->semiangle_mrad);
     if (!(p->dose > 0) || !(p->dose <= 1e12))
-        return ssb4d_fail(err, SSB4D_EINVAL, "dose must be in (0, 1e12] e/probe, got %g", p->dose);
+        return ssb_fail(err, SSB4D_EINVAL, "dose must be in (0, 1e12] e/probe, got %g", p->dose);
     if (p->scan_n < 2 || p->scan_n > 8192)
-        return ssb4d_fail(err, SSB4D_EINVAL, "scan must be 2..8192 positions per axis, got %d",
+        return ssb_fail(err, SSB4D_EINVAL, "scan must be 2..8192 positions per axis, got %d",
                           p->scan_n);
     if (p->scan_cells < 1 || p->scan_cells > 100000)
-        return ssb4d_fail(err, SSB4D_EINVAL, "scan-cells must be 1..100000, got %d", p->scan_cells);
+        return ssb_fail(err, SSB4D_EINVAL, "scan-cells must be 1..100000, got %d", p->scan_cells);
     if (p->det < 8 || p->det > 2048)
-        return ssb4d_fail(err, SSB4D_EINVAL, "detector must be 8..2048 pixels, got %d", p->det);
+        return ssb_fail(err, SSB4D_EINVAL, "detector must be 8..2048 pixels, got %d", p->det);
     if (p->window_cells < 1 || p->window_cells > 1000)
-        return ssb4d_fail(err, SSB4D_EINVAL, "window-cells must be 1..1000, got %d",
+        return ssb_fail(err, SSB4D_EINVAL, "window-cells must be 1..1000, got %d",
                           p->window_cells);
     if (p->cells_z < 1 || p->cells_z > 100000)
-        return ssb4d_fail(err, SSB4D_EINVAL, "thickness must be 1..100000 unit cells, got %d",
+        return ssb_fail(err, SSB4D_EINVAL, "thickness must be 1..100000 unit cells, got %d",
                           p->cells_z);
     if (p->det_oversample < 0 || p->det_oversample > SIM_OVERSAMPLE_MAX ||
         (p->det_oversample > 0 && p->det_oversample % 2 == 0))
-        return ssb4d_fail(err, SSB4D_EINVAL, "det-oversample must be auto (0) or odd 1..%d, got %d "
+        return ssb_fail(err, SSB4D_EINVAL, "det-oversample must be auto (0) or odd 1..%d, got %d "
                           "(an even S cannot centre its native pixels on the detector pixels)",
                           SIM_OVERSAMPLE_MAX, p->det_oversample);
     if (p->threads < 0 || p->threads > 1024)
-        return ssb4d_fail(err, SSB4D_EINVAL, "threads must be 0..1024, got %d", p->threads);
+        return ssb_fail(err, SSB4D_EINVAL, "threads must be 0..1024, got %d", p->threads);
     if (!isfinite(p->scan_rotation_deg) || fabs(p->scan_rotation_deg) > 1e4)
-        return ssb4d_fail(err, SSB4D_EINVAL, "scan rotation must be finite and within ±1e4 "
+        return ssb_fail(err, SSB4D_EINVAL, "scan rotation must be finite and within ±1e4 "
                           "degrees, got %g", p->scan_rotation_deg);
     for (int i = 0; i < 2; i++)
         if (!isfinite(p->tilt_mrad[i]) || fabs(p->tilt_mrad[i]) > 200)
-            return ssb4d_fail(err, SSB4D_EINVAL, "tilt must be within ±200 mrad");
+            return ssb_fail(err, SSB4D_EINVAL, "tilt must be within ±200 mrad");
     for (int i = 0; i < SSB4D_N_ABERR; i++)
         if (!isfinite(p->ab.C_nm[i]) || !isfinite(p->ab.phi_deg[i]) || fabs(p->ab.C_nm[i]) > 1e9)
-            return ssb4d_fail(err, SSB4D_EINVAL, "aberration %s is not finite or absurd",
+            return ssb_fail(err, SSB4D_EINVAL, "aberration %s is not finite or absurd",
                               ssb4d_aberr_name(i));
     double bytes = (double)p->scan_n * p->scan_n * (double)p->det * p->det * 2.0;
     if (bytes > 1024.0 * 1024 * 1024 * 1024)
-        return ssb4d_fail(err, SSB4D_EINVAL, "output of %.3g bytes is absurd (limit 1 TiB)", bytes);
+        return ssb_fail(err, SSB4D_EINVAL, "output of %.3g bytes is absurd (limit 1 TiB)", bytes);
 
     double lambda = ssb4d_wavelength_A(p->kv);
     double a = cr->a_A, L = p->window_cells * a;
@@ -192,7 +192,7 @@ ssb4d_status ssb4d_sim_describe(const ssb4d_sim_params *p, ssb4d_sim_info *info,
     if (S == 0) { /* auto: the smallest odd S whose window holds 1.3× the footprint */
         double need = ceil(1.3 * foot / L);
         if (need > SIM_OVERSAMPLE_MAX)
-            return ssb4d_fail(err, SSB4D_EINVAL, "the probe's footprint (%.4g A) needs a window of "
+            return ssb_fail(err, SSB4D_EINVAL, "the probe's footprint (%.4g A) needs a window of "
                               "%.4g A, more than %d times the %.4g A window: widen the window, "
                               "reduce the aberrations or the thickness, or give det-oversample 1 "
                               "(point samples; the probe then wraps)", foot, 1.3 * foot,
@@ -204,9 +204,9 @@ ssb4d_status ssb4d_sim_describe(const ssb4d_sim_params *p, ssb4d_sim_info *info,
     double Ls = S * L; /* the simulated window; S = 1 keeps every value below bit for bit */
     if (p->grid != 0 && (p->grid < S * p->det || p->grid > 16384)) {
         if (S == 1)
-            return ssb4d_fail(err, SSB4D_EINVAL, "grid must be 0 (auto) or %d..16384, got %d",
+            return ssb_fail(err, SSB4D_EINVAL, "grid must be 0 (auto) or %d..16384, got %d",
                               p->det, p->grid);
-        return ssb4d_fail(err, SSB4D_EINVAL, "grid must be 0 (auto) or %d..16384 with detector "
+        return ssb_fail(err, SSB4D_EINVAL, "grid must be 0 (auto) or %d..16384 with detector "
                           "oversampling %d (the grid of the %d-cell window), got %d", S * p->det,
                           S, S * p->window_cells, p->grid);
     }
@@ -218,14 +218,14 @@ ssb4d_status ssb4d_sim_describe(const ssb4d_sim_params *p, ssb4d_sim_info *info,
             M++;
     }
     if (M > 16384)
-        return ssb4d_fail(err, SSB4D_EINVAL, "simulation grid %d is absurd (window too large for "
+        return ssb_fail(err, SSB4D_EINVAL, "simulation grid %d is absurd (window too large for "
                           "the semiangle%s)", M, S > 1 ? ", or the detector oversampling too high" : "");
     double kmax = M / (3.0 * Ls);
     if (alpha / lambda > kmax)
-        return ssb4d_fail(err, SSB4D_EINVAL, "the probe aperture (%.3g 1/A) exceeds the antialias "
+        return ssb_fail(err, SSB4D_EINVAL, "the probe aperture (%.3g 1/A) exceeds the antialias "
                           "band %.3g 1/A of a %d grid; use a larger --grid", alpha / lambda, kmax, M);
     if (bf_px < 2.0)
-        return ssb4d_fail(err, SSB4D_EINVAL, "the BF disk is only %.2g px: widen the window", bf_px);
+        return ssb_fail(err, SSB4D_EINVAL, "the BF disk is only %.2g px: widen the window", bf_px);
     if (info) {
         memset(info, 0, sizeof *info);
         info->grid = M;
@@ -310,12 +310,12 @@ typedef struct {
 static void ctx_free(sim_ctx *c)
 {
     if (c->fwd || c->bwd) {
-        ssb4d_fftw_lock();
+        ssb_fftw_lock();
         if (c->fwd)
             fftwf_destroy_plan(c->fwd);
         if (c->bwd)
             fftwf_destroy_plan(c->bwd);
-        ssb4d_fftw_unlock();
+        ssb_fftw_unlock();
     }
     fftwf_free(c->P);
     fftwf_free(c->trans[0]);
@@ -347,7 +347,7 @@ static ssb4d_status ctx_init(sim_ctx *c, const ssb4d_sim_params *p, ssb4d_err *e
     c->M = c->info.grid;
     c->D = p->det;
     c->N = p->scan_n;
-    c->nt = ssb4d_threads_resolve(p->threads);
+    c->nt = ssb_threads_resolve(p->threads);
     c->lambda = c->info.wavelength_A;
     c->S = c->info.det_oversample;
     c->Wc = c->S * p->window_cells;
@@ -385,7 +385,7 @@ static ssb4d_status ctx_init(sim_ctx *c, const ssb4d_sim_params *p, ssb4d_err *e
     if (!c->kf || !c->P || !c->ap || !c->trans[0] || !c->trans[1] || !c->prop || !c->mask ||
         !c->ws || !c->er || !c->ec) {
         ctx_free(c);
-        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory for a %d grid", M);
+        return ssb_fail(err, SSB4D_ENOMEM, "out of memory for a %d grid", M);
     }
     for (int t = 0; t < c->nt; t++) {
         c->ws[t] = fftwf_malloc(MM * sizeof(fftwf_complex));
@@ -393,19 +393,19 @@ static ssb4d_status ctx_init(sim_ctx *c, const ssb4d_sim_params *p, ssb4d_err *e
         c->ec[t] = malloc(2 * M * sizeof(double));
         if (!c->ws[t] || !c->er[t] || !c->ec[t]) {
             ctx_free(c);
-            return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory for thread buffers");
+            return ssb_fail(err, SSB4D_ENOMEM, "out of memory for thread buffers");
         }
     }
     for (int i = 0; i < M; i++)
         c->kf[i] = (i < (M + 1) / 2 ? i : i - M) / c->L;
 
-    ssb4d_fftw_lock();
+    ssb_fftw_lock();
     c->fwd = fftwf_plan_dft_2d(M, M, c->ws[0], c->ws[0], FFTW_FORWARD, FFTW_ESTIMATE);
     c->bwd = fftwf_plan_dft_2d(M, M, c->ws[0], c->ws[0], FFTW_BACKWARD, FFTW_ESTIMATE);
-    ssb4d_fftw_unlock();
+    ssb_fftw_unlock();
     if (!c->fwd || !c->bwd) {
         ctx_free(c);
-        return ssb4d_fail(err, SSB4D_EINTERNAL, "FFTW could not plan a %d×%d transform", M, M);
+        return ssb_fail(err, SSB4D_EINTERNAL, "FFTW could not plan a %d×%d transform", M, M);
     }
 
     double kmax = c->info.antialias_inv_A, kmax2 = kmax * kmax;
@@ -466,22 +466,22 @@ static ssb4d_status ctx_init(sim_ctx *c, const ssb4d_sim_params *p, ssb4d_err *e
     fftwf_complex *cell = fftwf_malloc(KK * sizeof(fftwf_complex));
     if (!cell) {
         ctx_free(c);
-        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory for a %d cell grid", K);
+        return ssb_fail(err, SSB4D_ENOMEM, "out of memory for a %d cell grid", K);
     }
-    ssb4d_fftw_lock();
+    ssb_fftw_lock();
     fftwf_plan cf = fftwf_plan_dft_2d(K, K, cell, cell, FFTW_FORWARD, FFTW_ESTIMATE);
     fftwf_plan cb = fftwf_plan_dft_2d(K, K, cell, cell, FFTW_BACKWARD, FFTW_ESTIMATE);
-    ssb4d_fftw_unlock();
+    ssb_fftw_unlock();
     if (!cf || !cb) {
-        ssb4d_fftw_lock();
+        ssb_fftw_lock();
         if (cf)
             fftwf_destroy_plan(cf);
         if (cb)
             fftwf_destroy_plan(cb);
-        ssb4d_fftw_unlock();
+        ssb_fftw_unlock();
         fftwf_free(cell);
         ctx_free(c);
-        return ssb4d_fail(err, SSB4D_EINTERNAL, "FFTW could not plan a %d×%d transform", K, K);
+        return ssb_fail(err, SSB4D_EINTERNAL, "FFTW could not plan a %d×%d transform", K, K);
     }
     double sigma = c->info.sigma, inv_K2 = 1.0 / (double)KK;
     for (int l = 0; l < c->cr->n_layers && l < 2; l++) {
@@ -517,10 +517,10 @@ static ssb4d_status ctx_init(sim_ctx *c, const ssb4d_sim_params *p, ssb4d_err *e
             }
         fftwf_execute_dft(c->bwd, t, t);
     }
-    ssb4d_fftw_lock();
+    ssb_fftw_lock();
     fftwf_destroy_plan(cf);
     fftwf_destroy_plan(cb);
-    ssb4d_fftw_unlock();
+    ssb_fftw_unlock();
     fftwf_free(cell);
     return SSB4D_OK;
 }
@@ -755,7 +755,7 @@ static ssb4d_status run(const ssb4d_sim_params *p, block_sink sink, void *sink_u
     int *ckey = c.reuse ? malloc((size_t)N * sizeof *ckey) : NULL;
     if ((sink && !block) || !pats || !sums || !clamped || !maxc ||
         (c.reuse && (!kept || !scratch || !rowtab || !todo || !todo_t || !ckey))) {
-        st = ssb4d_fail(err, SSB4D_ENOMEM, "out of memory for a block of %zu positions", block_pos);
+        st = ssb_fail(err, SSB4D_ENOMEM, "out of memory for a block of %zu positions", block_pos);
         goto done;
     }
     if (c.reuse) {
@@ -782,7 +782,7 @@ static ssb4d_status run(const ssb4d_sim_params *p, block_sink sink, void *sink_u
                 if (!t) {
                     row_table *fresh = n_kept < n_keep ? &kept[rk] : &scratch[n_scratch];
                     if (!fresh->pat && table_alloc(fresh, P, DD)) {
-                        st = ssb4d_fail(err, SSB4D_ENOMEM, "out of memory for %zu patterns", P);
+                        st = ssb_fail(err, SSB4D_ENOMEM, "out of memory for %zu patterns", P);
                         break;
                     }
                     if (fresh == &kept[rk])
@@ -870,7 +870,7 @@ static ssb4d_status run(const ssb4d_sim_params *p, block_sink sink, void *sink_u
         if (block)
             st = sink(sink_user, block, pos0, npos, err);
         if (!st && p->progress && p->progress(p->progress_user, "simulate", (double)(pos0 + npos) / (double)total))
-            st = ssb4d_fail(err, SSB4D_ECANCELLED, "cancelled");
+            st = ssb_fail(err, SSB4D_ECANCELLED, "cancelled");
     }
     if (st)
         goto done;
@@ -1211,7 +1211,7 @@ static ssb4d_status stream_sink(void *user, const uint16_t *block, size_t pos0, 
     (void)pos0;
     stream_t *s = user;
     if (fwrite(block, sizeof(uint16_t), npos * s->DD, s->f) != npos * s->DD)
-        return ssb4d_fail(err, SSB4D_EIO, "cannot write %s: %s", s->path, strerror(errno));
+        return ssb_fail(err, SSB4D_EIO, "cannot write %s: %s", s->path, strerror(errno));
     return SSB4D_OK;
 }
 
@@ -1260,7 +1260,7 @@ ssb4d_status ssb4d_simulate(const ssb4d_sim_params *p, const char *npy_path, int
     if (st)
         return st;
     if (!npy_path || !*npy_path)
-        return ssb4d_fail(err, SSB4D_EINVAL, "no output path");
+        return ssb_fail(err, SSB4D_EINVAL, "no output path");
     char *ph = derived_path(npy_path, "_phase.npy");
     char *phbl = derived_path(npy_path, "_phase_bandlimited.npy");
     char *js = derived_path(npy_path, ".json");
@@ -1271,18 +1271,18 @@ ssb4d_status ssb4d_simulate(const ssb4d_sim_params *p, const char *npy_path, int
     int to_qem = ends_with(npy_path, ".qem");
     char *text = NULL;
     if (!ph || !phbl || !js || !phase || !phase_bl) {
-        st = ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+        st = ssb_fail(err, SSB4D_ENOMEM, "out of memory");
         goto done;
     }
     if (!strcmp(js, npy_path)) {
-        st = ssb4d_fail(err, SSB4D_EINVAL, "output %s must not end in .json", npy_path);
+        st = ssb_fail(err, SSB4D_EINVAL, "output %s must not end in .json", npy_path);
         goto done;
     }
     const char *outs[4] = {npy_path, ph, phbl, js};
     if (!force)
         for (int i = 0; i < 4; i++)
             if (path_exists(outs[i])) {
-                st = ssb4d_fail(err, SSB4D_EINVAL, "%s exists (use --force to overwrite)", outs[i]);
+                st = ssb_fail(err, SSB4D_EINVAL, "%s exists (use --force to overwrite)", outs[i]);
                 goto done;
             }
     size_t DD = (size_t)p->det * p->det;
@@ -1292,11 +1292,11 @@ ssb4d_status ssb4d_simulate(const ssb4d_sim_params *p, const char *npy_path, int
             goto done;
         st = run(p, qem_sink, qw, NULL, &g, err);
     } else {
-        if ((st = ssb4d_afile_open(&out, npy_path, err)))
+        if ((st = ssb_afile_open(&out, npy_path, err)))
             goto done;
         s.f = out.f;
         size_t shape[4] = {(size_t)p->scan_n, (size_t)p->scan_n, (size_t)p->det, (size_t)p->det};
-        st = ssb4d_npy_write_header(s.f, "<u2", 4, shape, err);
+        st = ssb_npy_write_header(s.f, "<u2", 4, shape, err);
         if (st)
             goto done;
         st = run(p, stream_sink, &s, NULL, &g, err);
@@ -1305,16 +1305,16 @@ ssb4d_status ssb4d_simulate(const ssb4d_sim_params *p, const char *npy_path, int
         goto done;
     phases(p, &g, phase, phase_bl);
     size_t sh2[2] = {(size_t)p->scan_n, (size_t)p->scan_n};
-    if ((st = ssb4d_npy_save(ph, "<f4", 2, sh2, phase, err)))
+    if ((st = ssb_npy_save(ph, "<f4", 2, sh2, phase, err)))
         goto done;
-    if ((st = ssb4d_npy_save(phbl, "<f4", 2, sh2, phase_bl, err)))
+    if ((st = ssb_npy_save(phbl, "<f4", 2, sh2, phase_bl, err)))
         goto done;
     text = sidecar_text(p, &g, npy_path, ph, phbl, command_line);
     if (!text) {
-        st = ssb4d_fail(err, SSB4D_ENOMEM, "out of memory for the sidecar");
+        st = ssb_fail(err, SSB4D_ENOMEM, "out of memory for the sidecar");
         goto done;
     }
-    if ((st = ssb4d_write_text_atomic(js, text, err)))
+    if ((st = ssb_write_text_atomic(js, text, err)))
         goto done;
     /* The counts appear last, once everything beside them is written. */
     if (to_qem) {
@@ -1322,12 +1322,12 @@ ssb4d_status ssb4d_simulate(const ssb4d_sim_params *p, const char *npy_path, int
         qw = NULL;
         if (st)
             goto done;
-    } else if ((st = ssb4d_afile_finish(&out, SSB4D_OK, err)))
+    } else if ((st = ssb_afile_finish(&out, SSB4D_OK, err)))
         goto done;
     if (info)
         *info = g;
 done:
-    ssb4d_afile_finish(&out, st ? st : SSB4D_EINTERNAL, NULL); /* no-op once finished */
+    ssb_afile_finish(&out, st ? st : SSB4D_EINTERNAL, NULL); /* no-op once finished */
     qem_writer_abort(qw);
     free(text);
     free(ph);

@@ -35,13 +35,13 @@ static ssb4d_status check_shape(const size_t shape[4], ssb4d_err *err)
 {
     for (int i = 0; i < 4; i++)
         if (shape[i] == 0)
-            return ssb4d_fail(err, SSB4D_EFORMAT, "data has an empty axis (shape %zux%zux%zux%zu)",
+            return ssb_fail(err, SSB4D_EFORMAT, "data has an empty axis (shape %zux%zux%zux%zu)",
                               shape[0], shape[1], shape[2], shape[3]);
     if (shape[0] < 2 || shape[1] < 2)
-        return ssb4d_fail(err, SSB4D_EFORMAT, "scan of %zux%zu positions is too small (need at least 2x2)",
+        return ssb_fail(err, SSB4D_EFORMAT, "scan of %zux%zu positions is too small (need at least 2x2)",
                           shape[0], shape[1]);
     if (shape[2] > 4096 || shape[3] > 4096 || shape[0] > 65536 || shape[1] > 65536)
-        return ssb4d_fail(err, SSB4D_EFORMAT, "shape %zux%zux%zux%zu is beyond what ssb4d supports",
+        return ssb_fail(err, SSB4D_EFORMAT, "shape %zux%zux%zux%zu is beyond what ssb4d supports",
                           shape[0], shape[1], shape[2], shape[3]);
     return SSB4D_OK;
 }
@@ -51,13 +51,13 @@ ssb4d_status ssb4d_source_from_memory(const void *data, ssb4d_dtype dtype, const
 {
     *out = NULL;
     if (!data || (dtype != SSB4D_U8 && dtype != SSB4D_U16 && dtype != SSB4D_U32 && dtype != SSB4D_F32))
-        return ssb4d_fail(err, SSB4D_EINVAL, "memory source needs data and a uint8/16/32 or float32 dtype");
+        return ssb_fail(err, SSB4D_EINVAL, "memory source needs data and a uint8/16/32 or float32 dtype");
     ssb4d_status st = check_shape(shape, err);
     if (st)
         return st;
     ssb4d_source *s = calloc(1, sizeof *s);
     if (!s)
-        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+        return ssb_fail(err, SSB4D_ENOMEM, "out of memory");
     memcpy(s->shape, shape, sizeof s->shape);
     s->dtype = dtype;
     s->data = data;
@@ -70,9 +70,9 @@ ssb4d_status ssb4d_source_open_npy(const char *path, ssb4d_source **out, ssb4d_e
     *out = NULL;
     FILE *f = fopen(path, "rb");
     if (!f)
-        return ssb4d_fail(err, SSB4D_EIO, "cannot open %s: %s", path, strerror(errno));
+        return ssb_fail(err, SSB4D_EIO, "cannot open %s: %s", path, strerror(errno));
     ssb4d_npy_info info;
-    ssb4d_status st = ssb4d_npy_read_header(f, path, &info, err);
+    ssb4d_status st = ssb_npy_read_header(f, path, &info, err);
     fclose(f);
     if (st)
         return st;
@@ -86,14 +86,14 @@ ssb4d_status ssb4d_source_open_npy(const char *path, ssb4d_source **out, ssb4d_e
     else if (!strcmp(info.descr, "<f4"))
         dt = SSB4D_F32;
     else
-        return ssb4d_fail(err, SSB4D_EFORMAT,
+        return ssb_fail(err, SSB4D_EFORMAT,
                           "%s: dtype '%s' is not supported; counts must be uint8, uint16 or uint32 "
                           "little-endian, float data float32 little-endian (`ssb4d import` reads "
                           "other integer types)", path, info.descr);
     if (info.fortran_order)
-        return ssb4d_fail(err, SSB4D_EFORMAT, "%s: Fortran-order arrays are not supported; save it in C order", path);
+        return ssb_fail(err, SSB4D_EFORMAT, "%s: Fortran-order arrays are not supported; save it in C order", path);
     if (info.ndim != 4)
-        return ssb4d_fail(err, SSB4D_EFORMAT,
+        return ssb_fail(err, SSB4D_EFORMAT,
                           "%s: expected a 4-D array (scan_row, scan_col, det_row, det_col), got %d-D",
                           path, info.ndim);
     st = check_shape(info.shape, err);
@@ -103,21 +103,21 @@ ssb4d_status ssb4d_source_open_npy(const char *path, ssb4d_source **out, ssb4d_e
     size_t need = info.header_bytes + count * ssb4d_dtype_bytes(dt);
     int fd = open(path, O_RDONLY);
     if (fd < 0)
-        return ssb4d_fail(err, SSB4D_EIO, "cannot open %s: %s", path, strerror(errno));
+        return ssb_fail(err, SSB4D_EIO, "cannot open %s: %s", path, strerror(errno));
     struct stat sb;
     if (fstat(fd, &sb) != 0 || (size_t)sb.st_size < need) {
         close(fd);
-        return ssb4d_fail(err, SSB4D_EFORMAT, "%s is truncated: %zu bytes, the header needs %zu",
+        return ssb_fail(err, SSB4D_EFORMAT, "%s is truncated: %zu bytes, the header needs %zu",
                           path, (size_t)sb.st_size, need);
     }
     void *map = mmap(NULL, need, PROT_READ, MAP_PRIVATE, fd, 0);
     close(fd);
     if (map == MAP_FAILED)
-        return ssb4d_fail(err, SSB4D_EIO, "cannot map %s: %s", path, strerror(errno));
+        return ssb_fail(err, SSB4D_EIO, "cannot map %s: %s", path, strerror(errno));
     ssb4d_source *s = calloc(1, sizeof *s);
     if (!s) {
         munmap(map, need);
-        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+        return ssb_fail(err, SSB4D_ENOMEM, "out of memory");
     }
     memcpy(s->shape, info.shape, sizeof s->shape);
     s->dtype = dt;
@@ -128,13 +128,13 @@ ssb4d_status ssb4d_source_open_npy(const char *path, ssb4d_source **out, ssb4d_e
     return SSB4D_OK;
 }
 
-ssb4d_status ssb4d_source_new_view(ssb4d_source *parent, size_t r0, size_t c0,
+ssb4d_status ssb_source_new_view(ssb4d_source *parent, size_t r0, size_t c0,
                                    const size_t shape[4], ssb4d_source **out, ssb4d_err *err)
 {
     *out = NULL;
     ssb4d_source *s = calloc(1, sizeof *s);
     if (!s)
-        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+        return ssb_fail(err, SSB4D_ENOMEM, "out of memory");
     memcpy(s->shape, shape, sizeof s->shape);
     s->dtype = parent->dtype;
     s->parent = parent;
@@ -182,17 +182,17 @@ ssb4d_status ssb4d_source_read_frames(ssb4d_source *s, size_t pos0, size_t npos,
 {
     size_t npos_all = s->shape[0] * s->shape[1], fr = s->shape[2] * s->shape[3];
     if (pos0 > npos_all || npos > npos_all - pos0)
-        return ssb4d_fail(err, SSB4D_EINVAL, "frame range %zu+%zu is outside the scan (%zu positions)",
+        return ssb_fail(err, SSB4D_EINVAL, "frame range %zu+%zu is outside the scan (%zu positions)",
                           pos0, npos, npos_all);
     if (s->dtype == SSB4D_F32)
-        return ssb4d_fail(err, SSB4D_EFORMAT, "the data hold float values, not counts: read them as "
+        return ssb_fail(err, SSB4D_EFORMAT, "the data hold float values, not counts: read them as "
                           "float32 (ssb4d never quantises silently)");
     if (s->qem)
-        return ssb4d_qem_read_frames(s->qem, pos0, npos, out, err);
+        return ssb_qem_read_frames(s->qem, pos0, npos, out, err);
     if (s->fs)
         return framesrc_read(s->fs, pos0, npos, out, err);
     if (s->parent)
-        return ssb4d_region_read_frames(s->parent, s->origin, s->shape, pos0, npos, out, 0, err);
+        return ssb_region_read_frames(s->parent, s->origin, s->shape, pos0, npos, out, 0, err);
     size_t base = pos0 * fr, n = npos * fr;
     if (s->dtype == SSB4D_U16) {
         const uint16_t *p = (const uint16_t *)s->data + base;
@@ -210,17 +210,17 @@ ssb4d_status ssb4d_source_read_frames_f32(ssb4d_source *s, size_t pos0, size_t n
 {
     size_t npos_all = s->shape[0] * s->shape[1], fr = s->shape[2] * s->shape[3], n = npos * fr;
     if (pos0 > npos_all || npos > npos_all - pos0)
-        return ssb4d_fail(err, SSB4D_EINVAL, "frame range %zu+%zu is outside the scan (%zu positions)",
+        return ssb_fail(err, SSB4D_EINVAL, "frame range %zu+%zu is outside the scan (%zu positions)",
                           pos0, npos, npos_all);
     if (s->fs)
         return framesrc_read_f32(s->fs, pos0, npos, out, err);
     if (s->parent)
-        return ssb4d_region_read_frames(s->parent, s->origin, s->shape, pos0, npos, out, 1, err);
+        return ssb_region_read_frames(s->parent, s->origin, s->shape, pos0, npos, out, 1, err);
     if (s->dtype == SSB4D_F32) {
         memcpy(out, (const float *)(const void *)s->data + pos0 * fr, n * sizeof *out);
         size_t i = framesrc_first_nonfinite(out, n);
         if (i != (size_t)-1)
-            return ssb4d_fail(err, SSB4D_EFORMAT, "frame %zu holds %s at detector pixel %zu",
+            return ssb_fail(err, SSB4D_EFORMAT, "frame %zu holds %s at detector pixel %zu",
                               pos0 + i / fr, isnan(out[i]) ? "NaN" : "an infinite value", i % fr);
         return SSB4D_OK;
     }
@@ -229,7 +229,7 @@ ssb4d_status ssb4d_source_read_frames_f32(ssb4d_source *s, size_t pos0, size_t n
     ssb4d_status st = ssb4d_source_read_frames(s, pos0, npos, u, err);
     size_t i = st ? (size_t)-1 : framesrc_counts_to_f32(u, n);
     if (i != (size_t)-1)
-        return ssb4d_fail(err, SSB4D_EFORMAT, "frame %zu holds the count %u at detector pixel %zu, "
+        return ssb_fail(err, SSB4D_EFORMAT, "frame %zu holds the count %u at detector pixel %zu, "
                           "beyond float32's exact integers (2^24)", pos0 + i / fr, (unsigned)u[i], i % fr);
     return st;
 }
@@ -238,26 +238,26 @@ ssb4d_status ssb4d_source_read_frames_f32(ssb4d_source *s, size_t pos0, size_t n
  * consecutive frames so that each BF pixel receives one contiguous run of TILE floats per tile
  * (the output is pixel-major, the file position-major: this is a blocked transpose). */
 #define TILE 16
-ssb4d_status ssb4d_source_read_columns_mt(ssb4d_source *s, const int32_t *det_pix, size_t n_pix,
+ssb4d_status ssb_source_read_columns_mt(ssb4d_source *s, const int32_t *det_pix, size_t n_pix,
                                           size_t row0, size_t nrows, float *out, int threads,
                                           ssb4d_err *err)
 {
     size_t ny = s->shape[0], nx = s->shape[1], fr = s->shape[2] * s->shape[3];
     if (row0 > ny || nrows > ny - row0)
-        return ssb4d_fail(err, SSB4D_EINVAL, "scan rows %zu+%zu are outside the scan (%zu rows)", row0,
+        return ssb_fail(err, SSB4D_EINVAL, "scan rows %zu+%zu are outside the scan (%zu rows)", row0,
                           nrows, ny);
     for (size_t p = 0; p < n_pix; p++)
         if (det_pix[p] < 0 || (size_t)det_pix[p] >= fr)
-            return ssb4d_fail(err, SSB4D_EINVAL, "detector pixel %d is outside the detector",
+            return ssb_fail(err, SSB4D_EINVAL, "detector pixel %d is outside the detector",
                               (int)det_pix[p]);
     if (threads < 1)
         threads = 1;
     if (s->qem)
-        return ssb4d_qem_read_columns(s->qem, det_pix, n_pix, row0, nrows, out, threads, err);
+        return ssb_qem_read_columns(s->qem, det_pix, n_pix, row0, nrows, out, threads, err);
     if (s->fs)
-        return ssb4d_frames_read_columns(s->fs, det_pix, n_pix, row0, nrows, out, threads, err);
+        return ssb_frames_read_columns(s->fs, det_pix, n_pix, row0, nrows, out, threads, err);
     if (s->parent)
-        return ssb4d_region_read_columns(s->parent, s->origin, s->shape, det_pix, n_pix, row0,
+        return ssb_region_read_columns(s->parent, s->origin, s->shape, det_pix, n_pix, row0,
                                          nrows, out, threads, err);
     const size_t plane = nrows * nx;
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
@@ -285,7 +285,7 @@ ssb4d_status ssb4d_source_read_columns_mt(ssb4d_source *s, const int32_t *det_pi
     return SSB4D_OK;
 }
 
-void ssb4d_source_done_with(ssb4d_source *s, size_t pos0, size_t npos)
+void ssb_source_done_with(ssb4d_source *s, size_t pos0, size_t npos)
 {
     if (s->parent && npos) {
         /* The parent's positions from the first to the last one of the range: the frames of
@@ -293,7 +293,7 @@ void ssb4d_source_done_with(ssb4d_source *s, size_t pos0, size_t npos)
         size_t vnx = s->shape[1], pnx = s->parent->shape[1], last = pos0 + npos - 1;
         size_t p0 = (s->origin[0] + pos0 / vnx) * pnx + s->origin[1] + pos0 % vnx;
         size_t p1 = (s->origin[0] + last / vnx) * pnx + s->origin[1] + last % vnx;
-        ssb4d_source_done_with(s->parent, p0, p1 - p0 + 1);
+        ssb_source_done_with(s->parent, p0, p1 - p0 + 1);
         return;
     }
     if (!s->map || npos == 0)
@@ -310,7 +310,7 @@ void ssb4d_source_done_with(ssb4d_source *s, size_t pos0, size_t npos)
 ssb4d_status ssb4d_source_read_columns(ssb4d_source *s, const int32_t *det_pix, size_t n_pix,
                                        size_t row0, size_t nrows, float *out, ssb4d_err *err)
 {
-    return ssb4d_source_read_columns_mt(s, det_pix, n_pix, row0, nrows, out, 1, err);
+    return ssb_source_read_columns_mt(s, det_pix, n_pix, row0, nrows, out, 1, err);
 }
 
 ssb4d_status ssb4d_source_open_qem(const char *path, ssb4d_source **out, ssb4d_err *err)
@@ -329,7 +329,7 @@ ssb4d_status ssb4d_source_open_qem(const char *path, ssb4d_source **out, ssb4d_e
     ssb4d_source *s = calloc(1, sizeof *s);
     if (!s) {
         qem_close(q);
-        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+        return ssb_fail(err, SSB4D_ENOMEM, "out of memory");
     }
     memcpy(s->shape, in->shape, sizeof s->shape);
     s->dtype = in->dtype_bytes == 1 ? SSB4D_U8 : SSB4D_U16;
@@ -338,7 +338,7 @@ ssb4d_status ssb4d_source_open_qem(const char *path, ssb4d_source **out, ssb4d_e
     return SSB4D_OK;
 }
 
-ssb4d_status ssb4d_source_open_frames(const char *path, const framesrc_opts *o, ssb4d_source **out,
+ssb4d_status ssb_source_open_frames(const char *path, const framesrc_opts *o, ssb4d_source **out,
                                       ssb4d_err *err)
 {
     *out = NULL;
@@ -351,7 +351,7 @@ ssb4d_status ssb4d_source_open_frames(const char *path, const framesrc_opts *o, 
     }
     ssb4d_source *s = st ? NULL : calloc(1, sizeof *s);
     if (!st && !s)
-        st = ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+        st = ssb_fail(err, SSB4D_ENOMEM, "out of memory");
     if (st) {
         framesrc_close(fs);
         return st;
@@ -371,7 +371,7 @@ ssb4d_status ssb4d_source_open(const char *path, ssb4d_source **out, ssb4d_err *
     *out = NULL;
     FILE *f = fopen(path, "rb");
     if (!f)
-        return ssb4d_fail(err, SSB4D_EIO, "cannot open %s: %s", path, strerror(errno));
+        return ssb_fail(err, SSB4D_EIO, "cannot open %s: %s", path, strerror(errno));
     unsigned char magic[8] = {0};
     size_t got = fread(magic, 1, sizeof magic, f);
     fclose(f);
@@ -380,9 +380,9 @@ ssb4d_status ssb4d_source_open(const char *path, ssb4d_source **out, ssb4d_err *
     if (got >= 4 && !memcmp(magic, "QEMD", 4))
         return ssb4d_source_open_qem(path, out, err);
     ssb4d_err ferr = {0};
-    ssb4d_status st = ssb4d_source_open_frames(path, NULL, out, &ferr);
+    ssb4d_status st = ssb_source_open_frames(path, NULL, out, &ferr);
     if (st == SSB4D_EINVAL && strstr(ferr.msg, "raw binary"))
-        return ssb4d_fail(err, SSB4D_EFORMAT, "%s looks like raw binary, whose shape only you know: "
+        return ssb_fail(err, SSB4D_EFORMAT, "%s looks like raw binary, whose shape only you know: "
                           "convert it with `ssb4d import %s --shape ... --dtype ... -o DATA.qem`", path, path);
     if (st && err) {
         *err = ferr;
@@ -394,4 +394,4 @@ ssb4d_status ssb4d_source_open(const char *path, ssb4d_source **out, ssb4d_err *
     return st;
 }
 
-qem_file *ssb4d_source_qem(const ssb4d_source *s) { return s->qem; }
+qem_file *ssb_source_qem(const ssb4d_source *s) { return s->qem; }

@@ -13,7 +13,7 @@
 
 #define CHUNK_BYTES ((size_t)16 << 20)
 
-ssb4d_status ssb4d_frames_read_columns(framesrc *fs, const int32_t *det_pix, size_t n_pix, size_t row0,
+ssb4d_status ssb_frames_read_columns(framesrc *fs, const int32_t *det_pix, size_t n_pix, size_t row0,
                                        size_t nrows, float *out, int threads, ssb4d_err *err)
 {
     size_t shape[4];
@@ -25,7 +25,7 @@ ssb4d_status ssb4d_frames_read_columns(framesrc *fs, const int32_t *det_pix, siz
     chunk = chunk < 1 ? 1 : chunk > npos ? npos : chunk;
     float *buf = malloc(chunk * fr * sizeof *buf);
     if (!buf)
-        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory (a chunk of %zu frames)", chunk);
+        return ssb_fail(err, SSB4D_ENOMEM, "out of memory (a chunk of %zu frames)", chunk);
     ssb4d_status st = SSB4D_OK;
     for (size_t c0 = 0; c0 < npos && !st; c0 += chunk) {
         size_t n = npos - c0 < chunk ? npos - c0 : chunk;

@@ -53,7 +53,7 @@ static ssb4d_status report(const first_error *fe, ssb4d_err *err)
     return fe->st;
 }
 
-ssb4d_status ssb4d_qem_read_columns(const qem_file *q, const int32_t *det_pix, size_t n_pix,
+ssb4d_status ssb_qem_read_columns(const qem_file *q, const int32_t *det_pix, size_t n_pix,
                                     size_t row0, size_t nrows, float *out, int threads,
                                     ssb4d_err *err)
 {
@@ -64,7 +64,7 @@ ssb4d_status ssb4d_qem_read_columns(const qem_file *q, const int32_t *det_pix, s
     size_t b0 = block_of(q, t_lo), b1 = block_of(q, t_hi - 1) + 1, nb = b1 - b0;
     size_t plane = nrows * nx, ntask = n_pix * nb;
     first_error fe = {0};
-    threads = ssb4d_threads_resolve(threads); /* 0 = all cores, like the qem_* functions */
+    threads = ssb_threads_resolve(threads); /* 0 = all cores, like the qem_* functions */
     /* Pixel-major task order: consecutive tasks of a thread read one pixel's streams block by
      * block, which walks the file forward. */
 #pragma omp parallel num_threads(threads)
@@ -91,7 +91,7 @@ ssb4d_status ssb4d_qem_read_columns(const qem_file *q, const int32_t *det_pix, s
 }
 
 #define PIX_GROUP 64
-ssb4d_status ssb4d_qem_read_frames(const qem_file *q, size_t pos0, size_t npos, uint32_t *out,
+ssb4d_status ssb_qem_read_frames(const qem_file *q, size_t pos0, size_t npos, uint32_t *out,
                                    ssb4d_err *err)
 {
     const qem_info *in = qem_get_info(q);
@@ -102,7 +102,7 @@ ssb4d_status ssb4d_qem_read_frames(const qem_file *q, size_t pos0, size_t npos, 
     size_t ngroups = (P + PIX_GROUP - 1) / PIX_GROUP, ntask = ngroups * nb;
     int32_t *pix = malloc(P * sizeof *pix);
     if (!pix)
-        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory decoding frames");
+        return ssb_fail(err, SSB4D_ENOMEM, "out of memory decoding frames");
     for (size_t k = 0; k < P; k++)
         pix[k] = (int32_t)k;
     first_error fe = {0};
@@ -138,6 +138,6 @@ ssb4d_status ssb4d_qem_read_frames(const qem_file *q, size_t pos0, size_t npos, 
     }
     free(pix);
     if (failed_alloc)
-        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory decoding frames");
+        return ssb_fail(err, SSB4D_ENOMEM, "out of memory decoding frames");
     return report(&fe, err);
 }

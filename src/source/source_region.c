@@ -21,29 +21,29 @@ ssb4d_status ssb4d_source_region(ssb4d_source *parent, size_t r0, size_t r1, siz
                                  ssb4d_source **out, ssb4d_err *err)
 {
     if (!out)
-        return ssb4d_fail(err, SSB4D_EINVAL, "ssb4d_source_region needs an output pointer");
+        return ssb_fail(err, SSB4D_EINVAL, "ssb4d_source_region needs an output pointer");
     *out = NULL;
     if (!parent)
-        return ssb4d_fail(err, SSB4D_EINVAL, "ssb4d_source_region needs a parent source");
+        return ssb_fail(err, SSB4D_EINVAL, "ssb4d_source_region needs a parent source");
     size_t shape[4];
     ssb4d_source_shape(parent, shape);
     if (r0 >= r1 || c0 >= c1)
-        return ssb4d_fail(err, SSB4D_EINVAL,
+        return ssb_fail(err, SSB4D_EINVAL,
                           "region rows [%zu, %zu) x cols [%zu, %zu) is empty", r0, r1, c0, c1);
     if (r1 > shape[0] || c1 > shape[1])
-        return ssb4d_fail(err, SSB4D_EINVAL,
+        return ssb_fail(err, SSB4D_EINVAL,
                           "region rows [%zu, %zu) x cols [%zu, %zu) is outside the %zux%zu scan",
                           r0, r1, c0, c1, shape[0], shape[1]);
     if (r1 - r0 < REGION_MIN || c1 - c0 < REGION_MIN)
-        return ssb4d_fail(err, SSB4D_EINVAL,
+        return ssb_fail(err, SSB4D_EINVAL,
                           "a region must be at least %dx%d scan positions; got %zux%zu", REGION_MIN,
                           REGION_MIN, r1 - r0, c1 - c0);
     shape[0] = r1 - r0;
     shape[1] = c1 - c0;
-    return ssb4d_source_new_view(parent, r0, c0, shape, out, err);
+    return ssb_source_new_view(parent, r0, c0, shape, out, err);
 }
 
-ssb4d_status ssb4d_region_read_frames(ssb4d_source *parent, const size_t origin[2],
+ssb4d_status ssb_region_read_frames(ssb4d_source *parent, const size_t origin[2],
                                       const size_t vshape[4], size_t pos0, size_t npos,
                                       void *out, int as_float, ssb4d_err *err)
 {
@@ -63,7 +63,7 @@ ssb4d_status ssb4d_region_read_frames(ssb4d_source *parent, const size_t origin[
     return SSB4D_OK;
 }
 
-ssb4d_status ssb4d_region_read_columns(ssb4d_source *parent, const size_t origin[2],
+ssb4d_status ssb_region_read_columns(ssb4d_source *parent, const size_t origin[2],
                                        const size_t vshape[4], const int32_t *det_pix,
                                        size_t n_pix, size_t row0, size_t nrows, float *out,
                                        int threads, ssb4d_err *err)
@@ -74,7 +74,7 @@ ssb4d_status ssb4d_region_read_columns(ssb4d_source *parent, const size_t origin
     if (n_pix == 0 || nrows == 0)
         return SSB4D_OK;
     if (vnx == pnx) /* all columns: the parent's layout is the view's */
-        return ssb4d_source_read_columns_mt(parent, det_pix, n_pix, prow0, nrows, out, threads, err);
+        return ssb_source_read_columns_mt(parent, det_pix, n_pix, prow0, nrows, out, threads, err);
 
     /* Rows per scratch block: the scratch holds n_pix x brows x pnx floats, at most the caller's
      * output (n_pix x nrows x vnx) unless one parent row alone is larger. */
@@ -85,13 +85,13 @@ ssb4d_status ssb4d_region_read_columns(ssb4d_source *parent, const size_t origin
         brows = nrows;
     float *scratch = malloc(n_pix * brows * pnx * sizeof *scratch);
     if (!scratch)
-        return ssb4d_fail(err, SSB4D_ENOMEM,
+        return ssb_fail(err, SSB4D_ENOMEM,
                           "out of memory for the region's column scratch (%zu pixels x %zu rows x %zu "
                           "columns)", n_pix, brows, pnx);
     ssb4d_status st = SSB4D_OK;
     for (size_t r = 0; r < nrows && !st; r += brows) {
         size_t nr = nrows - r < brows ? nrows - r : brows;
-        st = ssb4d_source_read_columns_mt(parent, det_pix, n_pix, prow0 + r, nr, scratch, threads,
+        st = ssb_source_read_columns_mt(parent, det_pix, n_pix, prow0 + r, nr, scratch, threads,
                                           err);
         for (size_t p = 0; p < n_pix && !st; p++)
             for (size_t i = 0; i < nr; i++)

@@ -78,7 +78,7 @@ static int regular_file(const char *p)
     return stat(p, &sb) == 0 && S_ISREG(sb.st_mode);
 }
 
-int ssb4d_sidecar_find(const char *data, char *out, size_t n)
+int ssb_sidecar_find(const char *data, char *out, size_t n)
 {
     if (!data || n < 2)
         return 0;
@@ -122,18 +122,18 @@ static void json_pair(const cJSON *o, const char *key, double out[2])
     }
 }
 
-ssb4d_status ssb4d_sidecar_read(const char *path, ssb4d_values *v, ssb4d_err *err)
+ssb4d_status ssb_sidecar_read(const char *path, ssb4d_values *v, ssb4d_err *err)
 {
     ssb4d_values_unset(v);
     char *text = NULL;
-    ssb4d_status st = ssb4d_read_text_file(path, (size_t)16 << 20, "sidecar", &text, NULL, err);
+    ssb4d_status st = ssb_read_text_file(path, (size_t)16 << 20, "sidecar", &text, NULL, err);
     if (st)
         return st;
     cJSON *root = cJSON_Parse(text);
     free(text);
     if (!cJSON_IsObject(root)) {
         cJSON_Delete(root);
-        return ssb4d_fail(err, SSB4D_EFORMAT, "sidecar %s is not valid JSON", path);
+        return ssb_fail(err, SSB4D_EFORMAT, "sidecar %s is not valid JSON", path);
     }
     const cJSON *optics = cJSON_GetObjectItemCaseSensitive(root, "optics");
     const cJSON *scan = cJSON_GetObjectItemCaseSensitive(root, "scan");
@@ -251,9 +251,9 @@ static ssb4d_status read_qem(const char *path, ssb4d_values *v, ssb4d_err *err)
 static ssb4d_status read_calibration_file(const char *path, ssb4d_values *c, ssb4d_err *err)
 {
     ssb4d_calfile cf;
-    ssb4d_status st = ssb4d_calfile_read(path, &cf, err);
+    ssb4d_status st = ssb_calfile_read(path, &cf, err);
     if (st) {
-        ssb4d_calfile_free(&cf);
+        ssb_calfile_free(&cf);
         return st;
     }
     c->kv = cf.geom.kv;
@@ -286,7 +286,7 @@ static ssb4d_status read_calibration_file(const char *path, ssb4d_values *c, ssb
         c->has_thick = 1;
     }
     snprintf(c->calibration_identity, sizeof c->calibration_identity, "%s", cf.data_identity);
-    ssb4d_calfile_free(&cf);
+    ssb_calfile_free(&cf);
     return SSB4D_OK;
 }
 
@@ -294,7 +294,7 @@ ssb4d_status ssb4d_values_read(const char *data_path, const char *sidecar_path, 
                                ssb4d_values *out, ssb4d_err *err)
 {
     if (!out)
-        return ssb4d_fail(err, SSB4D_EINVAL, "ssb4d_values_read needs an output");
+        return ssb_fail(err, SSB4D_EINVAL, "ssb4d_values_read needs an output");
     ssb4d_values_unset(out);
     ssb4d_values layer;
     ssb4d_status st;
@@ -305,10 +305,10 @@ ssb4d_status ssb4d_values_read(const char *data_path, const char *sidecar_path, 
         ssb4d_values_layer(out, &layer);
     }
     char side[sizeof out->sidecar_path];
-    if (!sidecar_path && ssb4d_sidecar_find(data_path, side, sizeof side))
+    if (!sidecar_path && ssb_sidecar_find(data_path, side, sizeof side))
         sidecar_path = side;
     if (sidecar_path) {
-        if ((st = ssb4d_sidecar_read(sidecar_path, &layer, err)))
+        if ((st = ssb_sidecar_read(sidecar_path, &layer, err)))
             return st;
         ssb4d_values_layer(out, &layer);
         snprintf(out->sidecar_path, sizeof out->sidecar_path, "%s", sidecar_path);

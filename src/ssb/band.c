@@ -211,7 +211,7 @@ static ssb4d_status geom_init(band_geom *b, const struct ssb4d_G *G, const ssb4d
     if (!row_slot || !col_slot) {
         free(row_slot);
         free(col_slot);
-        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+        return ssb_fail(err, SSB4D_ENOMEM, "out of memory");
     }
     b->nb = band_bins(ny, nx, g->scan_step_A, lo, hi, row_slot, col_slot, &b->nr, &b->nc);
     size_t n1 = b->nb ? b->nb : 1;
@@ -304,13 +304,13 @@ static ssb4d_status set_init(band_set *s, const ssb4d_aberrations *ab, const ssb
     memset(s, 0, sizeof *s);
     for (int i = 0; i < SSB4D_N_ABERR; i++)
         if (!isfinite(ab->C_nm[i]) || !isfinite(ab->phi_deg[i]) || fabs(ab->C_nm[i]) > 1e9)
-            return ssb4d_fail(err, SSB4D_EINVAL, "parameter set %zu: aberration %s is not a finite value",
+            return ssb_fail(err, SSB4D_EINVAL, "parameter set %zu: aberration %s is not a finite value",
                               index, ssb4d_aberr_name(i));
     ssb_coefficients(ab, s->C, s->phi, s->m, &s->quadratic);
     if (th) {
         if (!(th->thickness_nm >= 0) || !isfinite(th->thickness_nm) || !isfinite(th->tilt_mrad[0]) ||
             !isfinite(th->tilt_mrad[1]))
-            return ssb4d_fail(err, SSB4D_EINVAL, "parameter set %zu: thickness must be >= 0 and tilt finite",
+            return ssb_fail(err, SSB4D_EINVAL, "parameter set %zu: thickness must be >= 0 and tilt finite",
                               index);
         /* t = 0 is the thin model exactly: every weight is 1, so no weight is computed. */
         s->thick = th->thickness_nm > 0;
@@ -476,7 +476,7 @@ static ssb4d_status band_on_device(const struct ssb4d_G *G, const band_geom *b, 
     const double **kt = calloc(3 * (nrot ? nrot : 1), sizeof *kt);
     if (!ds || !kt) {
         free(ds), free(kt);
-        ssb4d_status st = ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+        ssb4d_status st = ssb_fail(err, SSB4D_ENOMEM, "out of memory");
         return G->dist ? dist_agree(G->dist, st, err) : st; /* the other ranks' pass begins with it */
     }
     for (size_t i = 0; i < n; i++) {
@@ -507,10 +507,10 @@ static ssb4d_status check_args(const ssb4d_geometry *g, const ssb4d_band_opts **
     }
     if (!((*o)->band_lo_inv_A >= 0) || !((*o)->band_hi_inv_A > (*o)->band_lo_inv_A) ||
         !isfinite((*o)->band_hi_inv_A))
-        return ssb4d_fail(err, SSB4D_EINVAL,
+        return ssb_fail(err, SSB4D_EINVAL,
                           "the band objective's band must satisfy 0 <= lo < hi (got %g, %g 1/A)",
                           (*o)->band_lo_inv_A, (*o)->band_hi_inv_A);
-    return ssb4d_geometry_check(g, err);
+    return ssb_geometry_check(g, err);
 }
 
 /* What a pass over G's pixels needs of its batch (band_pixel), also after the pass (band_pix). */
@@ -564,7 +564,7 @@ ssb4d_status ssb4d_band_fit_rot(const ssb4d_G *G, const ssb4d_geometry *g, const
                                 const ssb4d_band_opts *o, ssb4d_mem *mem, double *fit, ssb4d_err *err)
 {
     if (!G || !g || (n && (!ab || !fit)))
-        return ssb4d_fail(err, SSB4D_EINVAL, "band fit: missing argument");
+        return ssb_fail(err, SSB4D_EINVAL, "band fit: missing argument");
     ssb4d_band_opts dflt;
     ssb4d_status st = check_args(g, &o, &dflt, err);
     if (st || n == 0)
@@ -574,14 +574,14 @@ ssb4d_status ssb4d_band_fit_rot(const ssb4d_G *G, const ssb4d_geometry *g, const
     band_rot *rots = calloc(n, sizeof *rots);
     if (!sets || !urot || !rots) {
         free(sets), free(urot), free(rots);
-        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+        return ssb_fail(err, SSB4D_ENOMEM, "out of memory");
     }
     size_t nrot = 0;
     for (size_t i = 0; i < n && !st; i++) {
         st = set_init(&sets[i], &ab[i], thick ? &thick[i] : NULL, i, err);
         double r = rotation_deg ? rotation_deg[i] : g->rotation_deg;
         if (!st && !isfinite(r))
-            st = ssb4d_fail(err, SSB4D_EINVAL, "parameter set %zu: the rotation is not a finite value", i);
+            st = ssb_fail(err, SSB4D_EINVAL, "parameter set %zu: the rotation is not a finite value", i);
         /* Bit-equal rotations share one k table (−0 and 0 do not: their tables could differ in
          * a zero's sign, and a set's bits must be those of a call with its own rotation). */
         size_t u = 0;
@@ -600,7 +600,7 @@ ssb4d_status ssb4d_band_fit_rot(const ssb4d_G *G, const ssb4d_geometry *g, const
         if ((st = rot_init(&rots[n_rot_init], &b, g, urot[n_rot_init], mem, err)))
             break;
     size_t nb = b.nb, nb1 = nb ? nb : 1, nsum = n * nb1 * 4;
-    const band_ws w = band_ws_sizes(nb, b.nr, b.nc, G->n_bf, n, nrot, ssb4d_threads_resolve(o->threads));
+    const band_ws w = band_ws_sizes(nb, b.nr, b.nc, G->n_bf, n, nrot, ssb_threads_resolve(o->threads));
     int nt = (int)w.nt;
     /* Per-set tables: E, Qm, Qp (complex) and qt, allocated as one block. */
     double complex *tabs = NULL;
@@ -612,7 +612,7 @@ ssb4d_status ssb4d_band_fit_rot(const ssb4d_G *G, const ssb4d_geometry *g, const
         total = ssb4d_mem_calloc(mem, w.total, "band sums", err);
         ws = calloc((size_t)nt, sizeof *ws);
         if (!tabs || !qts || !total || !ws)
-            st = ws ? SSB4D_ENOMEM : ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+            st = ws ? SSB4D_ENOMEM : ssb_fail(err, SSB4D_ENOMEM, "out of memory");
     }
     for (int t = 0; !st && t < nt; t++) {
         band_scratch *sc = &ws[t];
@@ -658,7 +658,7 @@ ssb4d_status ssb4d_band_fit_rot(const ssb4d_G *G, const ssb4d_geometry *g, const
         have_group = !st;
     }
     if (!st && !on_dev && gr.cap % BLOCK && gr.cap < G->n_bf)
-        st = ssb4d_fail(err, SSB4D_EINTERNAL, "G groups of %zu pixels split the blocks of %d", gr.cap, BLOCK);
+        st = ssb_fail(err, SSB4D_EINTERNAL, "G groups of %zu pixels split the blocks of %d", gr.cap, BLOCK);
     /* A distributed G: this rank's pixels [lo, hi) (one group: its planes are resident), their
      * partials kept for the chain (dist.h); one process: [0, n_bf) in blocks. */
     const size_t lo = G_lo(G), hi = G_hi(G);
@@ -670,7 +670,7 @@ ssb4d_status ssb4d_band_fit_rot(const ssb4d_G *G, const ssb4d_geometry *g, const
     if (!st && !on_dev) {
         segs = malloc(dist_segments_cap(lo, hi) * sizeof *segs);
         if (!segs)
-            st = ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+            st = ssb_fail(err, SSB4D_ENOMEM, "out of memory");
         else if (G->dist)
             st = dist_chain_init(&ch, G->dist, nsum, segs, dist_segments(G->n_bf, lo, hi, segs), band_pix, &pu, mem,
                                  err);
@@ -678,7 +678,7 @@ ssb4d_status ssb4d_band_fit_rot(const ssb4d_G *G, const ssb4d_geometry *g, const
     for (size_t g0 = lo; !st && !on_dev && g0 < hi; g0 += gr.cap) {
         size_t g1 = g0 + gr.cap < hi ? g0 + gr.cap : hi;
         if (ssb4d_mem_progress(mem, (double)(g0 - lo) / (double)(hi - lo))) {
-            st = ssb4d_fail(err, SSB4D_ECANCELLED, "cancelled");
+            st = ssb_fail(err, SSB4D_ECANCELLED, "cancelled");
             break;
         }
         if ((st = G_group_load(G, g0, g1, &gr, err)))
@@ -713,7 +713,7 @@ ssb4d_status ssb4d_band_fit_rot(const ssb4d_G *G, const ssb4d_geometry *g, const
     }
     free(segs);
     if (!st && ssb4d_mem_cancelled(mem)) /* before the chain: every rank learns of it */
-        st = ssb4d_fail(err, SSB4D_ECANCELLED, "cancelled");
+        st = ssb_fail(err, SSB4D_ECANCELLED, "cancelled");
     if (G->dist && !dev_ran)
         st = dist_chain_run(&ch, st, total, err);
     dist_chain_free(&ch);
@@ -755,7 +755,7 @@ ssb4d_status ssb4d_band_power(const ssb4d_G *G, const ssb4d_geometry *g, const s
                               ssb4d_mem *mem, double *power, ssb4d_err *err)
 {
     if (!G || !g || !power)
-        return ssb4d_fail(err, SSB4D_EINVAL, "band power: missing argument");
+        return ssb_fail(err, SSB4D_EINVAL, "band power: missing argument");
     ssb4d_band_opts dflt;
     ssb4d_status st = check_args(g, &o, &dflt, err);
     if (st)
@@ -784,7 +784,7 @@ ssb4d_status ssb4d_band_power(const ssb4d_G *G, const ssb4d_geometry *g, const s
     }
     /* Per bin, Σ_k |G|² in BF order, group after group: threads split the bins, never the sum
      * over k, so the bits do not depend on the threads or the group size. */
-    int nt = ssb4d_threads_resolve(o->threads);
+    int nt = ssb_threads_resolve(o->threads);
     const size_t chunk = 1024;
     size_t nchunks = (b.nb + chunk - 1) / chunk;
     for (size_t g0 = lo; !st && !on_dev && g0 < hi; g0 += gr.cap) {

@@ -15,14 +15,14 @@ ssb4d_status ssb_ctx_init(ssb_ctx *c, const struct ssb4d_G *G, const ssb4d_geome
                           ssb4d_err *err)
 {
     memset(c, 0, sizeof *c);
-    ssb4d_status gst = ssb4d_geometry_check(g, err);
+    ssb4d_status gst = ssb_geometry_check(g, err);
     if (gst)
         return gst;
     if (f != 1 && f != 2 && f != 3 && f != 4 && f != 8)
-        return ssb4d_fail(err, SSB4D_EINVAL, "upsampling factor must be 1, 2, 3, 4 or 8 (got %d)", f);
+        return ssb_fail(err, SSB4D_EINVAL, "upsampling factor must be 1, 2, 3, 4 or 8 (got %d)", f);
     for (int i = 0; i < SSB4D_N_ABERR; i++)
         if (!isfinite(ab->C_nm[i]) || !isfinite(ab->phi_deg[i]) || fabs(ab->C_nm[i]) > 1e9)
-            return ssb4d_fail(err, SSB4D_EINVAL, "aberration %s is not a finite value", ssb4d_aberr_name(i));
+            return ssb_fail(err, SSB4D_EINVAL, "aberration %s is not a finite value", ssb4d_aberr_name(i));
     c->G = G;
     c->lambda = ssb4d_wavelength_A(g->kv);
     c->alpha0 = g->semiangle_mrad * 1e-3;
@@ -31,7 +31,7 @@ ssb4d_status ssb_ctx_init(ssb_ctx *c, const struct ssb4d_G *G, const ssb4d_geome
     ssb_coefficients(ab, c->C, c->phi, c->m, &c->quadratic_only);
     if (thick && thick->thickness_nm != 0.0) {
         if (!(thick->thickness_nm > 0) || !isfinite(thick->tilt_mrad[0]) || !isfinite(thick->tilt_mrad[1]))
-            return ssb4d_fail(err, SSB4D_EINVAL, "thickness must be >= 0 and tilt finite");
+            return ssb_fail(err, SSB4D_EINVAL, "thickness must be >= 0 and tilt finite");
         c->thick = 1;
         c->t_A = thick->thickness_nm * 10.0;
         c->tau[0] = thick->tilt_mrad[0] * 1e-3;
@@ -53,7 +53,7 @@ ssb4d_status ssb_ctx_init(ssb_ctx *c, const struct ssb4d_G *G, const ssb4d_geome
     c->Pk = malloc(G->n_bf * sizeof *c->Pk);
     if (!c->qr || !c->qc || !c->qcf || !c->kx || !c->ky || !c->Ak || !c->Pk) {
         ssb_ctx_free(c);
-        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+        return ssb_fail(err, SSB4D_ENOMEM, "out of memory");
     }
     for (size_t i = 0; i < c->nyf; i++)
         c->qr[i] = ssb_fftfreq(i, c->nyf, g->scan_step_A[0] / f);

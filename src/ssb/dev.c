@@ -18,7 +18,7 @@ static ssb4d_status contexts(const struct ssb4d_G *G, const ssb4d_geometry *g, c
 {
     ssb_ctx *c = calloc(n, sizeof *c);
     if (!c)
-        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+        return ssb_fail(err, SSB4D_ENOMEM, "out of memory");
     ssb4d_status st = SSB4D_OK;
     size_t made = 0;
     for (; made < n; made++)

@@ -376,7 +376,7 @@ static ssb4d_status stack_init(stack *k, const ssb4d_G *G, const ssb4d_geometry 
     k->total = calloc(n, sizeof *k->total);
     k->S2 = calloc(n, sizeof *k->S2);
     if (!k->c || !k->Eq || !k->total || !k->S2)
-        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+        return ssb_fail(err, SSB4D_ENOMEM, "out of memory");
     ssb4d_status st = SSB4D_OK;
     for (; k->n_init < n && !st; k->n_init++) {
         st = ssb_ctx_init(&k->c[k->n_init], G, g, &ab[k->n_init], thick ? &thick[k->n_init] : NULL, f, err);
@@ -392,13 +392,13 @@ static ssb4d_status stack_init(stack *k, const ssb4d_G *G, const ssb4d_geometry 
     k->nyf = k->c[0].nyf, k->nxf = k->c[0].nxf, k->npix = k->nyf * k->nxf;
     k->ncols = k->real ? k->nxf / 2 + 1 : k->nxf, k->nspec = k->nyf * k->ncols;
     size_t nyf = k->nyf, npix = k->npix, ncols = k->ncols;
-    const loss_ws w = loss_ws_sizes(nyf, k->nxf, G->n_bf, n, ssb4d_threads_resolve(o->threads), k->real, 1,
+    const loss_ws w = loss_ws_sizes(nyf, k->nxf, G->n_bf, n, ssb_threads_resolve(o->threads), k->real, 1,
                                     o->loss_tile > 0 ? (size_t)o->loss_tile : 0);
     int nt = (int)w.nt;
     k->nt = nt;
     k->ts = calloc((size_t)nt, sizeof *k->ts);
     if (!k->ts)
-        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+        return ssb_fail(err, SSB4D_ENOMEM, "out of memory");
     for (size_t j = 0; !st && j < n; j++) {
         k->total[j] = ssb4d_mem_calloc(mem, w.total, "loss mean-phase sum", err);
         if (!k->total[j])
@@ -427,7 +427,7 @@ static ssb4d_status stack_init(stack *k, const ssb4d_G *G, const ssb4d_geometry 
         ts[t].s2 = calloc(n, sizeof(double));
         ts[t].R = ssb4d_mem_alloc(mem, w.phasors, "loss phasors", err);
         if (!ts[t].buf || (real && !tiles && !ts[t].real) || (!tiles && !ts[t].part) || !ts[t].R || !ts[t].s2)
-            st = ts[t].s2 ? SSB4D_ENOMEM : ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+            st = ts[t].s2 ? SSB4D_ENOMEM : ssb_fail(err, SSB4D_ENOMEM, "out of memory");
         else
             ts[t].C = ts[t].R + nyf;
     }
@@ -444,19 +444,19 @@ static ssb4d_status stack_init(stack *k, const ssb4d_G *G, const ssb4d_geometry 
         if (!tl->planes || !tl->part)
             st = SSB4D_ENOMEM;
         else if (!tl->s2pix || !tl->s2blk || !tl->valid)
-            st = ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+            st = ssb_fail(err, SSB4D_ENOMEM, "out of memory");
     }
     if (!st) {
-        ssb4d_fftw_lock();
+        ssb_fftw_lock();
         if (real)
             k->plan = fftwf_plan_dft_c2r_2d((int)nyf, (int)k->nxf, (fftwf_complex *)ts[0].buf,
                                             tiles ? tl->planes : ts[0].real, FFTW_ESTIMATE);
         else
             k->plan = fftwf_plan_dft_2d((int)nyf, (int)k->nxf, (fftwf_complex *)ts[0].buf,
                                         (fftwf_complex *)ts[0].buf, FFTW_BACKWARD, FFTW_ESTIMATE);
-        ssb4d_fftw_unlock();
+        ssb_fftw_unlock();
         if (!k->plan)
-            st = ssb4d_fail(err, SSB4D_EINTERNAL, "FFTW could not plan the inverse transform");
+            st = ssb_fail(err, SSB4D_EINTERNAL, "FFTW could not plan the inverse transform");
     }
     return st;
 }
@@ -487,7 +487,7 @@ static ssb4d_status stack_group(stack *k, const ssb4d_G *G, const G_group *gr, s
      * begin inside a block and end inside one (dist_segments). */
     dist_seg *segs = malloc(dist_segments_cap(g0, g1) * sizeof *segs);
     if (!segs)
-        return ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+        return ssb_fail(err, SSB4D_ENOMEM, "out of memory");
     size_t nseg = dist_segments(G->n_bf, g0, g1, segs);
 #pragma omp parallel num_threads(k->nt)
     {
@@ -590,9 +590,9 @@ static void stack_free(stack *k, ssb4d_mem *mem)
         free(k->tl.s2pix), free(k->tl.s2blk), free(k->tl.valid);
     }
     if (k->plan) {
-        ssb4d_fftw_lock();
+        ssb_fftw_lock();
         fftwf_destroy_plan(k->plan);
-        ssb4d_fftw_unlock();
+        ssb_fftw_unlock();
     }
     dist_chain_free(&k->ch);
     for (int t = 0; k->ts && t < k->nt; t++) {
@@ -648,7 +648,7 @@ static ssb4d_status phase_stack(const ssb4d_G *G, const ssb4d_geometry *g,
         dist_seg *segs = malloc(dist_segments_cap(lo, hi) * sizeof *segs);
         st = segs ? dist_chain_init(&k.ch, G->dist, n * k.npix + n, segs, dist_segments(G->n_bf, lo, hi, segs),
                                     loss_pix, &pu, mem, err)
-                  : ssb4d_fail(err, SSB4D_ENOMEM, "out of memory");
+                  : ssb_fail(err, SSB4D_ENOMEM, "out of memory");
         free(segs);
     }
     fused fb = {0}, *fu = NULL;
@@ -671,7 +671,7 @@ static ssb4d_status phase_stack(const ssb4d_G *G, const ssb4d_geometry *g,
     for (size_t g0 = lo; !st && g0 < hi; g0 += gr.cap) {
         size_t g1 = g0 + gr.cap < hi ? g0 + gr.cap : hi;
         if (ssb4d_mem_progress(mem, (double)(g0 - lo) / (double)(hi - lo))) {
-            st = ssb4d_fail(err, SSB4D_ECANCELLED, "cancelled");
+            st = ssb_fail(err, SSB4D_ECANCELLED, "cancelled");
             break;
         }
         st = G_group_load(G, g0, g1, &gr, err);
@@ -684,7 +684,7 @@ static ssb4d_status phase_stack(const ssb4d_G *G, const ssb4d_geometry *g,
             st = stack_group(&k, G, &gr, g0, g1, mem, err);
     }
     if (!st && ssb4d_mem_cancelled(mem)) /* planes were skipped: the sums are incomplete */
-        st = ssb4d_fail(err, SSB4D_ECANCELLED, "cancelled");
+        st = ssb_fail(err, SSB4D_ECANCELLED, "cancelled");
     if (have_group)
         G_group_free(&gr);
     if (G->dist)
@@ -745,7 +745,7 @@ ssb4d_status ssb4d_object_loss(const ssb4d_G *G, const ssb4d_geometry *g, const 
                                float *phase, double *loss, ssb4d_err *err)
 {
     if (!loss || (!object && !phase))
-        return ssb4d_fail(err, SSB4D_EINVAL, "object_loss: missing output");
+        return ssb_fail(err, SSB4D_EINVAL, "object_loss: missing output");
     if ((o && o->path == SSB4D_PATH_COMPLEX) || G->dist) { /* distributed: the two reductions */
         ssb4d_status st = ssb4d_object(G, g, ab, thick, 1, o, mem, object, phase, err);
         return st ? st : ssb4d_loss(G, g, ab, thick, o, mem, loss, NULL, err);

@@ -66,16 +66,16 @@ void ssb_object_fill(size_t nyf, size_t nxf, double dc, const double complex *ac
 ssb4d_status ssb_object_transform(size_t nyf, size_t nxf, cfloat *F, float *object, float *phase, ssb4d_err *err)
 {
     size_t npix = nyf * nxf;
-    ssb4d_fftw_lock();
+    ssb_fftw_lock();
     fftwf_plan p = fftwf_plan_dft_2d((int)nyf, (int)nxf, (fftwf_complex *)F, (fftwf_complex *)F,
                                      FFTW_BACKWARD, FFTW_ESTIMATE);
-    ssb4d_fftw_unlock();
+    ssb_fftw_unlock();
     if (!p)
-        return ssb4d_fail(err, SSB4D_EINTERNAL, "FFTW could not plan the object transform");
+        return ssb_fail(err, SSB4D_EINTERNAL, "FFTW could not plan the object transform");
     fftwf_execute(p);
-    ssb4d_fftw_lock();
+    ssb_fftw_lock();
     fftwf_destroy_plan(p);
-    ssb4d_fftw_unlock();
+    ssb_fftw_unlock();
     const float scale = 1.0f / (float)npix;
     for (size_t r = 0; r < npix; r++) {
         cfloat v = F[r] * scale;
@@ -119,7 +119,7 @@ ssb4d_status ssb4d_object(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d
      * j <= nxf/2 is summed and the rest is filled by that symmetry. */
     int half = o->path != SSB4D_PATH_COMPLEX;
     size_t ncols = half ? nxf / 2 + 1 : nxf;
-    int nt = ssb4d_threads_resolve(o->threads);
+    int nt = ssb_threads_resolve(o->threads);
     const object_ws w = object_ws_sizes(nyf, nxf, G->n_bf, nt, half, c.fast);
     cfloat *F = ssb4d_mem_alloc(mem, w.F, "object spectrum", err);
     cfloat *Ctabs = NULL;
@@ -168,7 +168,7 @@ ssb4d_status ssb4d_object(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d
     for (size_t g0 = lo; !sq.skip && (G->dist || !st) && (g0 < hi || (G->dist && g0 == lo)); g0 += gr.cap) {
         size_t g1 = g0 + gr.cap < hi ? g0 + gr.cap : hi;
         if (!st && ssb4d_mem_progress(mem, hi > lo ? (double)(g0 - lo) / (double)(hi - lo) : 1.0))
-            st = ssb4d_fail(err, SSB4D_ECANCELLED, "cancelled");
+            st = ssb_fail(err, SSB4D_ECANCELLED, "cancelled");
         if (!st && g1 > g0)
             st = G_group_load(G, g0, g1, &gr, err);
         if (st && !G->dist)
@@ -204,7 +204,7 @@ ssb4d_status ssb4d_object(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d
                     }
                 }
                 if (G->dist && ssb4d_mem_cancelled(mem))
-                    st = ssb4d_fail(err, SSB4D_ECANCELLED, "cancelled");
+                    st = ssb_fail(err, SSB4D_ECANCELLED, "cancelled");
             }
             if (G->dist)
                 st = dist_seq_send(G->dist, &sq, (const double *)(acc + i0 * ncols), 2 * (i1 - i0) * ncols, st, err);
@@ -214,7 +214,7 @@ ssb4d_status ssb4d_object(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d
     }
     G_group_free(&gr);
     if (!st && ssb4d_mem_cancelled(mem))
-        st = ssb4d_fail(err, SSB4D_ECANCELLED, "cancelled");
+        st = ssb_fail(err, SSB4D_ECANCELLED, "cancelled");
     if (G->dist)
         st = dist_seq_finish(G->dist, &sq, (double *)acc, 2 * nyf * ncols, st, err);
     if (st) {

@@ -256,9 +256,9 @@ static ssb4d_status fft_logmag(ssb4d_mem *mem, float *img, size_t ny, size_t nx,
         ssb4d_mem_free(mem, in, 0);
         return err->code;
     }
-    ssb4d_fftw_lock(); /* FFTW's planner is not thread-safe; the library plans too */
+    ssb_fftw_lock(); /* FFTW's planner is not thread-safe; the library plans too */
     fftwf_plan pl = fftwf_plan_dft_r2c_2d((int)ny, (int)nx, in, out, FFTW_ESTIMATE);
-    ssb4d_fftw_unlock();
+    ssb_fftw_unlock();
     double mean = 0;
     for (size_t i = 0; i < ny * nx; i++)
         mean += img[i];
@@ -276,9 +276,9 @@ static ssb4d_status fft_logmag(ssb4d_mem *mem, float *img, size_t ny, size_t nx,
             float m = log1pf(sqrtf(z[0] * z[0] + z[1] * z[1]));
             img[((r + ny / 2) % ny) * nx + (c + nx / 2) % nx] = m;
         }
-    ssb4d_fftw_lock();
+    ssb_fftw_lock();
     fftwf_destroy_plan(pl);
-    ssb4d_fftw_unlock();
+    ssb_fftw_unlock();
     ssb4d_mem_free(mem, in, 0);
     ssb4d_mem_free(mem, out, 0);
     return SSB4D_OK;
@@ -411,7 +411,7 @@ static void do_regions(view_server *v, view_job *j)
         pthread_mutex_unlock(&v->mu);
         ssb4d_fit_result r;
         memset(&r, 0, sizeof r);
-        ssb4d_status st = cancelled ? ssb4d_fail(&err, SSB4D_ECANCELLED, "cancelled")
+        ssb4d_status st = cancelled ? ssb_fail(&err, SSB4D_ECANCELLED, "cancelled")
                                     : ssb4d_session_fit_region(v->s, rect, NULL, &r, &err);
         if (st) {
             cJSON_Delete(o);

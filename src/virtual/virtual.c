@@ -90,7 +90,7 @@ static ssb4d_status check_angle(double v, const char *what, int nan_ok, ssb4d_er
     if (isnan(v) && nan_ok)
         return SSB4D_OK;
     if (!isfinite(v) || v < 0)
-        return ssb4d_fail(err, SSB4D_EINVAL, "the %s angle must be a number >= 0 mrad (got %g)", what, v);
+        return ssb_fail(err, SSB4D_EINVAL, "the %s angle must be a number >= 0 mrad (got %g)", what, v);
     return SSB4D_OK;
 }
 
@@ -117,9 +117,9 @@ static ssb4d_status classes(const ssb4d_calibration *cal, const ssb4d_virtual_pa
     out->bf_default = isnan(p->bf_outer_mrad);
     double bfi = p->bf_inner_mrad, bfo = out->bf_default ? cal->selection_radius_px * smean : p->bf_outer_mrad;
     if (!(bfi < bfo))
-        return ssb4d_fail(err, SSB4D_EINVAL, "the BF inner angle %g mrad is not below its outer angle %g mrad", bfi, bfo);
+        return ssb_fail(err, SSB4D_EINVAL, "the BF inner angle %g mrad is not below its outer angle %g mrad", bfi, bfo);
     if (bfi >= dmax)
-        return ssb4d_fail(err, SSB4D_EINVAL,
+        return ssb_fail(err, SSB4D_EINVAL,
                           "the BF inner angle %g mrad is beyond the detector (its farthest pixel is %.3g mrad from "
                           "the centre)", bfi, dmax);
     if (bfo > dmax)
@@ -129,11 +129,11 @@ static ssb4d_status classes(const ssb4d_calibration *cal, const ssb4d_virtual_pa
     double adi = adf_in_default ? 1.5 * bfo : p->adf_inner_mrad, ado = adf_out_default ? dmax : p->adf_outer_mrad;
     if (!adf_in_default || !adf_out_default) {
         if (!(adi < ado))
-            return ssb4d_fail(err, SSB4D_EINVAL, "the ADF inner angle %g mrad%s is not below its outer angle %g mrad%s",
+            return ssb_fail(err, SSB4D_EINVAL, "the ADF inner angle %g mrad%s is not below its outer angle %g mrad%s",
                               adi, adf_in_default ? " (the default, 1.5x the BF angle)" : "", ado,
                               adf_out_default ? " (the detector's edge)" : "");
         if (adi >= dmax)
-            return ssb4d_fail(err, SSB4D_EINVAL,
+            return ssb_fail(err, SSB4D_EINVAL,
                               "the ADF inner angle %g mrad is beyond the detector (its farthest pixel is %.3g mrad "
                               "from the centre)", adi, dmax);
     }
@@ -172,9 +172,9 @@ static ssb4d_status classes(const ssb4d_calibration *cal, const ssb4d_virtual_pa
     out->n_adf_pixels = na;
     out->n_com_pixels = nc;
     if (!nb)
-        return ssb4d_fail(err, SSB4D_EINVAL, "the BF angles %g to %g mrad select no unflagged detector pixel", bfi, bfo);
+        return ssb_fail(err, SSB4D_EINVAL, "the BF angles %g to %g mrad select no unflagged detector pixel", bfi, bfo);
     if (!na && (!adf_in_default || !adf_out_default))
-        return ssb4d_fail(err, SSB4D_EINVAL, "the ADF angles %g to %g mrad select no unflagged detector pixel", adi, ado);
+        return ssb_fail(err, SSB4D_EINVAL, "the ADF angles %g to %g mrad select no unflagged detector pixel", adi, ado);
     return SSB4D_OK;
 }
 
@@ -305,19 +305,19 @@ static ssb4d_status integrate(const ssb4d_virtual_params *p, size_t fft_bytes, s
         B[i][0] = (float)o->com_y[i];
         B[i][1] = 0;
     }
-    ssb4d_fftw_lock();
+    ssb_fftw_lock();
     fftwf_plan fwd = fftwf_plan_dft_2d((int)ny, (int)nx, A, A, FFTW_FORWARD, FFTW_ESTIMATE);
     fftwf_plan inv = fftwf_plan_dft_2d((int)ny, (int)nx, A, A, FFTW_BACKWARD, FFTW_ESTIMATE);
-    ssb4d_fftw_unlock();
+    ssb_fftw_unlock();
     if (!fwd || !inv) {
-        ssb4d_fftw_lock();
+        ssb_fftw_lock();
         if (fwd)
             fftwf_destroy_plan(fwd);
         if (inv)
             fftwf_destroy_plan(inv);
-        ssb4d_fftw_unlock();
+        ssb_fftw_unlock();
         ssb4d_mem_free(p->mem, A, 0);
-        return ssb4d_fail(err, SSB4D_EINTERNAL, "virtual images: FFTW could not plan a %zux%zu transform", ny, nx);
+        return ssb_fail(err, SSB4D_EINTERNAL, "virtual images: FFTW could not plan a %zux%zu transform", ny, nx);
     }
     fftwf_execute_dft(fwd, A, A);
     fftwf_execute_dft(fwd, B, B);
@@ -343,10 +343,10 @@ static ssb4d_status integrate(const ssb4d_virtual_params *p, size_t fft_bytes, s
     fftwf_execute_dft(inv, A, A);
     for (size_t i = 0; i < n; i++)
         o->idpc[i] = (double)A[i][0] / (double)n;
-    ssb4d_fftw_lock();
+    ssb_fftw_lock();
     fftwf_destroy_plan(fwd);
     fftwf_destroy_plan(inv);
-    ssb4d_fftw_unlock();
+    ssb_fftw_unlock();
     ssb4d_mem_free(p->mem, A, 0);
     return SSB4D_OK;
 }
@@ -355,10 +355,10 @@ ssb4d_status ssb4d_virtual_compute(ssb4d_source *src, const ssb4d_calibration *c
                                    ssb4d_virtual_images *out, ssb4d_err *err)
 {
     if (!out)
-        return ssb4d_fail(err, SSB4D_EINVAL, "virtual images: no output");
+        return ssb_fail(err, SSB4D_EINVAL, "virtual images: no output");
     memset(out, 0, sizeof *out);
     if (!src || !cal)
-        return ssb4d_fail(err, SSB4D_EINVAL, "virtual images: no data source or no calibration");
+        return ssb_fail(err, SSB4D_EINVAL, "virtual images: no data source or no calibration");
     ssb4d_virtual_params pd;
     if (!pp) {
         ssb4d_virtual_params_default(&pd);
@@ -371,24 +371,24 @@ ssb4d_status ssb4d_virtual_compute(ssb4d_source *src, const ssb4d_calibration *c
     ssb4d_source_shape(src, shape);
     const ssb4d_geometry *g = &cal->geom;
     if (cal->det_shape[0] != shape[2] || cal->det_shape[1] != shape[3])
-        return ssb4d_fail(err, SSB4D_EINVAL, "virtual images: the calibration is of a %zux%zu detector, the data's is %zux%zu",
+        return ssb_fail(err, SSB4D_EINVAL, "virtual images: the calibration is of a %zux%zu detector, the data's is %zux%zu",
                           cal->det_shape[0], cal->det_shape[1], shape[2], shape[3]);
     if (!cal->bf_pix && cal->n_bf)
-        return ssb4d_fail(err, SSB4D_EINVAL, "virtual images: the calibration has no BF selection");
+        return ssb_fail(err, SSB4D_EINVAL, "virtual images: the calibration has no BF selection");
     for (int i = 0; i < 2; i++)
         if (!(g->det_sampling_mrad[i] > 0) || !isfinite(g->det_sampling_mrad[i]) || !isfinite(g->centre_px[i]))
-            return ssb4d_fail(err, SSB4D_EINVAL, "virtual images: the calibration has no detector sampling or centre");
+            return ssb_fail(err, SSB4D_EINVAL, "virtual images: the calibration has no detector sampling or centre");
     if (!isfinite(g->rotation_deg))
-        return ssb4d_fail(err, SSB4D_EINVAL, "virtual images: the calibration has no rotation");
+        return ssb_fail(err, SSB4D_EINVAL, "virtual images: the calibration has no rotation");
     if (shape[0] > (size_t)1 << 30 || shape[1] > (size_t)1 << 30)
-        return ssb4d_fail(err, SSB4D_EINVAL, "virtual images: the scan %zux%zu is too large", shape[0], shape[1]);
+        return ssb_fail(err, SSB4D_EINVAL, "virtual images: the scan %zux%zu is too large", shape[0], shape[1]);
     vrun r;
     memset(&r, 0, sizeof r);
     r.ny = shape[0], r.nx = shape[1], r.dr = shape[2], r.dc = shape[3];
     r.fr = r.dr * r.dc, r.npos = r.ny * r.nx;
     unsigned char *cls = malloc(r.fr ? r.fr : 1);
     if (!cls)
-        return ssb4d_fail(err, SSB4D_ENOMEM, "virtual images: out of memory");
+        return ssb_fail(err, SSB4D_ENOMEM, "virtual images: out of memory");
     ssb4d_status st = classes(cal, p, r.dr, r.dc, cls, out, err);
     if (st) {
         free(cls);
@@ -418,7 +418,7 @@ ssb4d_status ssb4d_virtual_compute(ssb4d_source *src, const ssb4d_calibration *c
     r.is_float = ssb4d_source_is_float(src);
     virtual_ws w = virtual_ws_sizes(r.fr, r.npos, p->block_bytes);
     r.block = w.frames;
-    r.nt = ssb4d_threads_resolve(p->threads);
+    r.nt = ssb_threads_resolve(p->threads);
     if ((size_t)r.nt > r.block)
         r.nt = (int)r.block;
     size_t npos = r.npos;
@@ -428,7 +428,7 @@ ssb4d_status ssb4d_virtual_compute(ssb4d_source *src, const ssb4d_calibration *c
     out->com_y = malloc(npos * sizeof(double));
     out->idpc = malloc(npos * sizeof(double));
     if (!out->bf || !out->adf || !out->com_x || !out->com_y || !out->idpc) {
-        st = ssb4d_fail(err, SSB4D_ENOMEM, "virtual images: out of memory (%zu scan positions)", npos);
+        st = ssb_fail(err, SSB4D_ENOMEM, "virtual images: out of memory (%zu scan positions)", npos);
         goto fail;
     }
     r.buf = ssb4d_mem_alloc(p->mem, w.buf, "virtual frame block", err);
@@ -439,14 +439,14 @@ ssb4d_status ssb4d_virtual_compute(ssb4d_source *src, const ssb4d_calibration *c
     for (size_t p0 = 0; p0 < npos && !st; p0 += r.block) {
         size_t n = npos - p0 < r.block ? npos - p0 : r.block;
         if (poll(p, 0.95 * (double)p0 / (double)npos)) {
-            st = ssb4d_fail(err, SSB4D_ECANCELLED, "cancelled");
+            st = ssb_fail(err, SSB4D_ECANCELLED, "cancelled");
             break;
         }
         st = r.is_float ? ssb4d_source_read_frames_f32(src, p0, n, r.buf, err)
                         : ssb4d_source_read_frames(src, p0, n, r.buf, err);
         if (st)
             break;
-        ssb4d_source_done_with(src, p0, n);
+        ssb_source_done_with(src, p0, n);
         if (r.is_float)
             frames_float(&r, p0, n, out);
         else
@@ -456,7 +456,7 @@ ssb4d_status ssb4d_virtual_compute(ssb4d_source *src, const ssb4d_calibration *c
     if (st)
         goto fail;
     if (poll(p, 0.95)) {
-        st = ssb4d_fail(err, SSB4D_ECANCELLED, "cancelled");
+        st = ssb_fail(err, SSB4D_ECANCELLED, "cancelled");
         goto fail;
     }
     if ((st = integrate(p, w.fft, out, err)))

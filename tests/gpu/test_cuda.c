@@ -154,8 +154,8 @@ static void test_agreement(const pair *p)
     for (size_t i = 0; i < nb; i += 3)
         idx[m++] = i;
     ssb4d_G *vc, *vg;
-    OK(ssb4d_G_subset(p->cpu, idx, m, &vc, &err));
-    OK(ssb4d_G_subset(p->gpu, idx, m, &vg, &err));
+    OK(ssb_G_subset(p->cpu, idx, m, &vc, &err));
+    OK(ssb_G_subset(p->gpu, idx, m, &vg, &err));
     double lc, lg;
     OK(ssb4d_loss(vc, g, &a, NULL, NULL, NULL, &lc, NULL, &err));
     OK(ssb4d_loss(vg, g, &a, NULL, NULL, NULL, &lg, NULL, &err));
