@@ -899,6 +899,69 @@ ssb4d_status ssb4d_simulate_to_memory(const ssb4d_sim_params *p, uint16_t *count
 ssb4d_status ssb4d_simulate(const ssb4d_sim_params *p, const char *npy_path, int force,
                             const char *command_line, ssb4d_sim_info *info, ssb4d_err *err);
 
+/* ---- The parameter table -------------------------------------------------------------------
+ * Every operation's parameters declared once (name, type, unit, range, default, help and the
+ * field of the public struct each fills), read by the command line (its options, their checks
+ * and --help lines), the viewer (its JSON checks) and Python (its keyword checks and
+ * docstrings). An operation's rows fill one struct: */
+typedef enum {
+    SSB4D_OP_FIT = 0,         /* ssb4d_fit_params (ssb4d_fit_params_default) */
+    SSB4D_OP_ABERRATIONS = 1, /* ssb4d_aberrations: C10_nm … C56_nm, phi12_deg … phi56_deg */
+    SSB4D_OP_THICK = 2,       /* ssb4d_thick: tilt_mrad, thickness_nm */
+    SSB4D_OP_PREVIEW = 3,     /* ssb4d_preview_req (ssb4d_preview_req_default) */
+    SSB4D_OP_CALIBRATE = 4,   /* ssb4d_calib_params: the microscope values (ssb4d_calib_params_default) */
+    SSB4D_OP_COUNT = 5
+} ssb4d_op;
+
+/* What a parameter's field holds. */
+typedef enum {
+    SSB4D_PARAM_DOUBLE = 0, /* double */
+    SSB4D_PARAM_PAIR = 1,   /* double[2]: (row, col); one number sets both */
+    SSB4D_PARAM_INT = 2,    /* int, a whole number */
+    SSB4D_PARAM_SIZE = 3,   /* size_t, a whole number */
+    SSB4D_PARAM_U64 = 4,    /* uint64_t, a whole number */
+    SSB4D_PARAM_BOOL = 5,   /* int, 0 or 1 */
+    SSB4D_PARAM_ENUM = 6    /* int (a C enum): the index of its name in choices */
+} ssb4d_param_type;
+
+/* ssb4d_param.flags */
+#define SSB4D_PARAM_MIN_OPEN 1u /* min itself is outside the range: (min, max] */
+#define SSB4D_PARAM_AUTO 2u     /* the text "auto" is accepted and stored as 0 */
+#define SSB4D_PARAM_NEGATED 4u  /* BOOL: the command-line option clears it (--no-branch-check) */
+
+typedef struct {
+    const char *name;    /* keyword and JSON field: "trials", "C10_nm" */
+    const char *option;  /* the command line's option without "--" ("c10"), NULL: none */
+    ssb4d_param_type type;
+    const char *unit;    /* "nm", "deg", "mrad", "kV", "Å", "px" or "" */
+    double min, max;     /* the allowed range (inclusive unless SSB4D_PARAM_MIN_OPEN; max may be
+                            INFINITY); ENUM: 0 .. choices - 1 */
+    double def;          /* the default (NaN: unset, measured or computed; see help) */
+    const char *choices; /* ENUM: the value names, '|'-separated, in the enum's order; INT: the
+                            only values allowed ("1|2|3|4|8"); else NULL */
+    const char *help;    /* one line; "{default}" in it stands for the default (else clients may
+                            append it) */
+    size_t offset;       /* offsetof(the op's struct, its field) */
+    unsigned flags;      /* SSB4D_PARAM_* */
+} ssb4d_param;
+
+/* The rows of op (n: their count; NULL and 0 for an unknown op). The table is static. */
+const ssb4d_param *ssb4d_params(ssb4d_op op, size_t *n);
+/* The row of op named name (its name, or its option without "--"), or NULL. */
+const ssb4d_param *ssb4d_param_find(ssb4d_op op, const char *name);
+/* What p's values must be, in words: "a whole number in 1..64", "a number in (0, 1]", "band or
+ * loss", "1, 2, 3, 4, 8 or auto"; written to buf (n bytes, truncated), returns buf. */
+const char *ssb4d_param_describe(const ssb4d_param *p, char *buf, size_t n);
+/* Checks v (PAIR: v[0], v[1]; ENUM: the index) against p's type, range and choices and stores it
+ * in target, a struct of p's op; SSB4D_EINVAL ("NAME must be …; got …") leaves target unchanged. */
+ssb4d_status ssb4d_param_set(const ssb4d_param *p, void *target, const double *v, ssb4d_err *err);
+/* The same from text as a command line gives it: a number, "ROW,COL" or one number (PAIR), a
+ * choice's name (ENUM), "auto" (SSB4D_PARAM_AUTO), "true|false|1|0" (BOOL). */
+ssb4d_status ssb4d_param_parse(const ssb4d_param *p, void *target, const char *text, ssb4d_err *err);
+/* The value of p in target as doubles (PAIR: out[0], out[1]; else out[0]). */
+void ssb4d_param_get(const ssb4d_param *p, const void *target, double *out);
+
+
 #ifdef __cplusplus
 }
 #endif

@@ -283,6 +283,11 @@ class VirtualImages(Structure):
                 ('idpc_unit', c_char * 16), ('seconds', c_double)]
 
 
+class Param(Structure):  # one row of the parameter table (ssb4d_params)
+    _fields_ = [('name', c_char_p), ('option', c_char_p), ('type', c_int), ('unit', c_char_p), ('min', c_double),
+                ('max', c_double), ('default', c_double), ('choices', c_char_p), ('help', c_char_p),
+                ('offset', c_size_t), ('flags', ctypes.c_uint)]
+
 MIRRORS = {
     'ssb4d_err': Err, 'ssb4d_stage_record': StageRecord, 'ssb4d_aberrations': Aberrations,
     'ssb4d_thick': Thick, 'ssb4d_geometry': Geometry, 'ssb4d_calib_params': CalibParams,
@@ -367,6 +372,9 @@ _PROTOS = {
     'ssb4d_virtual_free': (None, [P(VirtualImages)]),
     'ssb4d_virtual_workspace_bytes': (c_size_t, [P(c_size_t), c_size_t, P(c_size_t)]),
     'ssb4d_session_virtual': (c_int, [VP, P(VirtualParams), P(VirtualImages), P(Err)]),
+    'ssb4d_params': (P(Param), [c_int, P(c_size_t)]),
+    'ssb4d_param_describe': (c_char_p, [P(Param), c_char_p, c_size_t]),
+    'ssb4d_param_set': (c_int, [P(Param), VP, P(c_double), P(Err)]),
 }
 
 

@@ -3,7 +3,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
-from . import _lib
+from . import _lib, _params
 
 ABERRATION_NAMES = tuple(_lib.lib.ssb4d_aberr_name(i).decode() for i in range(_lib.N_ABERR))
 
@@ -20,20 +20,18 @@ def aberrations_dict(ab) -> Dict[str, float]:
 
 def aberrations_struct(d, base=None):
     """An ssb4d_aberrations from a dict like aberrations_dict's (missing keys: base's, else 0).
-    Unknown keys are refused."""
+    Unknown keys are refused (TypeError); values out of the parameter table's range too
+    (InvalidArgument)."""
     ab = _lib.Aberrations()
     if base is not None:
         ctypes_copy(ab, base)
+    rows = _params.TABLE[_params.OP_ABERRATIONS]
     for key, value in d.items():
         if value is None:
             continue
-        if key.endswith('_nm') and key[:-3] in ABERRATION_NAMES:
-            ab.C_nm[ABERRATION_NAMES.index(key[:-3])] = float(value)
-        elif key.startswith('phi') and key.endswith('_deg') and 'C' + key[3:-4] in ABERRATION_NAMES \
-                and _lib.lib.ssb4d_aberr_m(ABERRATION_NAMES.index('C' + key[3:-4])):
-            ab.phi_deg[ABERRATION_NAMES.index('C' + key[3:-4])] = float(value)
-        else:
+        if key not in rows:
             raise TypeError("unknown aberration %r (use C10_nm .. C56_nm and phi12_deg .. phi56_deg)" % key)
+        _params.set_param(_params.OP_ABERRATIONS, ab, key, value)
     return ab
 
 

@@ -9,15 +9,13 @@ from typing import Dict, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from . import _lib, _run
+from . import _lib, _params, _run
 from .errors import InvalidArgument
 from .results import (Calibration, FitResult, MemoryReport, Plan, Reconstruction, RegionFit, Stage, TiltResult,
                       aberrations_dict, aberrations_struct)
 
 lib = _lib.lib
 _BACKENDS = {'auto': 0, 'cpu': 1, 'cuda': 2}
-_OBJECTIVES = {'band': 0, 'loss': 1}
-_ESTIMATORS = {'object': 0, 'mean_phase': 1}
 _NAN = float('nan')
 
 
@@ -293,10 +291,9 @@ class Session:
         d = dict(values or {})
         d.update(kw)
         ab = aberrations_struct(d, cur)
-        if tilt_mrad is not None:
-            th.tilt_mrad[0], th.tilt_mrad[1] = _pair('tilt_mrad', tilt_mrad)
-        if thickness_nm is not None:
-            th.thickness_nm = float(thickness_nm)
+        for name, value in (('tilt_mrad', tilt_mrad), ('thickness_nm', thickness_nm)):
+            if value is not None:
+                _params.set_param(_params.OP_THICK, th, name, value)
         lib.ssb4d_session_set(self._handle(), ctypes.byref(ab), ctypes.byref(th))
 
     @property
@@ -311,25 +308,14 @@ class Session:
         self._status(lib.ssb4d_session_set_rotation, self._handle(), ctypes.c_double(deg), label='calibrate')
 
     # -- fits -----------------------------------------------------------------------------------
-    def _fit_params(self, objective='band', trials=None, batch=None, seed=None, start=None, lock=(),
-                    branch_check=True, fit_radius=None, coarse_bf=None, use_parallax=True, box=None):
+    def _fit_params(self, start=None, lock=(), box=None, **table):
         p = _lib.FitParams()
         lib.ssb4d_fit_params_default(ctypes.byref(p))
-        if objective not in _OBJECTIVES:
-            raise InvalidArgument("objective must be 'band' or 'loss', not %r" % (objective,))
-        p.objective = _OBJECTIVES[objective]
-        if trials is not None:
-            p.trials = int(trials)
-        if batch is not None:
-            p.batch = int(batch)
-        if seed is not None:
-            p.seed = int(seed)
-        if fit_radius is not None:
-            p.fit_radius = float(fit_radius)
-        if coarse_bf is not None:
-            p.coarse_bf = int(coarse_bf)
-        p.branch_check = 1 if branch_check else 0
-        p.use_parallax = 1 if use_parallax else 0
+        for name, value in table.items():  # objective, trials, batch, seed, fit_radius, ...
+            if name not in _params.TABLE[_params.OP_FIT]:
+                raise TypeError('fit() got an unexpected keyword argument %r' % (name,))
+            if value is not None:
+                _params.set_param(_params.OP_FIT, p, name, value)
         names = ('C10_nm', 'C12_nm', 'phi12_deg')
         if box is not None:
             for j, n in enumerate(names):
@@ -353,10 +339,11 @@ class Session:
 
     def fit(self, *, progress=True, **params) -> FitResult:
         """The standard fit of C10, C12 and φ12 (docs/fit.md) over the whole field; the session's
-        parameters become the fit's. Keywords: objective ('band' or 'loss'), trials, batch, seed
-        (42), start (C10_nm, C12_nm, phi12_deg), lock (names held at start), branch_check,
-        fit_radius, coarse_bf, use_parallax, box ({'C10_nm': (lo, hi), ...}). The same bits as
-        ``ssb4d fit`` with the same values (trace_sha256)."""
+        parameters become the fit's. The same bits as ``ssb4d fit`` with the same values
+        (trace_sha256). Keywords: start (C10_nm, C12_nm, phi12_deg), lock (names held at start),
+        box ({'C10_nm': (lo, hi), ...}) and, from the library's parameter table:
+{table}
+        """
         p = self._fit_params(**params)
         r = _lib.FitResult()
         err = _lib.Err()
@@ -447,22 +434,22 @@ class Session:
                 loss: bool = False, progress=False, **aberrations):
         """One preview (what a viewer draws while a slider moves): the phase (float32, rad) at the
         current parameters, or at those given (``C10_nm=...``; the others current). subset n: every
-        ⌊N_bf/n⌋-th BF pixel. loss=True returns (phase, loss)."""
-        if estimator not in _ESTIMATORS:
-            raise InvalidArgument("estimator must be 'object' or 'mean_phase', not %r" % (estimator,))
+        ⌊N_bf/n⌋-th BF pixel. loss=True returns (phase, loss) (want_loss below). From the library's
+        parameter table:
+{table}
+        """
         q = _lib.PreviewReq()
         lib.ssb4d_preview_req_default(ctypes.byref(q))
+        for name, value in (('estimator', estimator), ('upsample', upsample), ('subset', subset),
+                            ('rotation_deg', rotation_deg), ('want_loss', loss)):
+            if value is not None:
+                _params.set_param(_params.OP_PREVIEW, q, name, value)
         ab = None
         if aberrations:
             cur = _lib.Aberrations()
             lib.ssb4d_session_get(self._handle(), ctypes.byref(cur), None, None)
             ab = aberrations_struct(aberrations, cur)
             q.ab = ctypes.pointer(ab)
-        q.rotation_deg = _NAN if rotation_deg is None else float(rotation_deg)
-        q.upsample = int(upsample)
-        q.subset = int(subset)
-        q.estimator = _ESTIMATORS[estimator]
-        q.want_loss = 1 if loss else 0
         ny, nx = self.image_shape(upsample)
         out = np.empty((ny, nx), np.float32)
         lv = ctypes.c_double(_NAN)
@@ -705,6 +692,11 @@ def _needs_import(path):
         return False
     return os.path.isfile(path) and not (head.startswith(b'QEMDATA1') or head.startswith(b'\x93NUMPY'))
 
+
+# The keywords the parameter table states, in the docstrings (the same rows the library checks).
+Session.fit.__doc__ = Session.fit.__doc__.replace('{table}', _params.doc(_params.OP_FIT, _params.TABLE[_params.OP_FIT]))
+Session.preview.__doc__ = Session.preview.__doc__.replace('{table}', _params.doc(
+    _params.OP_PREVIEW, ('upsample', 'subset', 'estimator', 'rotation_deg', 'want_loss')))
 
 import builtins  # noqa: E402  (open is shadowed above)
 builtins_open = builtins.open

@@ -1,5 +1,6 @@
 /* cli_common.c — shared flags and the sidecar < calibration file < flags layering. */
 #include "cli/cli_common.h"
+#include "cli/cli_params.h"
 
 #include "common/sha256.h"
 #include "common/textfile.h"
@@ -20,32 +21,40 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-const char CLI_MICROSCOPE_HELP[] =
-    "microscope and calibration (flags override the calibration file, which overrides the sidecar\n"
-    "DATA.json, which overrides what a .qem DATA records):\n"
-    "  --kv KV               accelerating voltage (kV)\n"
-    "  --semiangle MRAD      probe convergence semi-angle (mrad)\n"
-    "  --scan-step A[,A]     scan step (Angstrom), one value or ROW,COL\n"
-    "  --det-sampling M[,M]  detector sampling (mrad/pixel); fitted from the BF disk when absent\n"
-    "  --rotation DEG        scan-detector rotation; from the centre-of-mass curl when absent\n"
-    "  --flip, --no-flip     the detector is mirrored (its row and column axes swapped before\n"
-    "                        the rotation) or not; when neither is given (nor recorded by a\n"
-    "                        calibration file or the .qem), fit tests both handedness\n"
-    "  --bf-radius PX        BF selection radius (pixels); default the disk radius\n"
-    "  --centre ROW,COL      BF disk centre (pixels); default the disk centroid\n"
-    "  --calibration FILE    calibration JSON (from ssb4d calibrate or ssb4d fit); without it,\n"
-    "                        fit, reconstruct and fit-regions take the file ssb4d calibrate\n"
-    "                        DATA writes (s.npy: s.calibration.json) when it is there\n"
-    "  --sidecar FILE        simulator sidecar JSON (default: DATA with .json, if present)\n"
-    "  --no-hot-pixels       do not detect hot pixels\n"
-    "  --threads N           worker threads (default: all cores)\n"
-    "  --memory SIZE         memory budget, e.g. 16G, 512M (default: the available RAM); block,\n"
-    "                        tile and group sizes and how G is held follow from it\n"
-    "  --memory-report       print the per-stage memory table on stderr\n"
-    "  --json                print one JSON result object on stdout\n"
-    CLI_QUIET_HELP
-    "A missing or unreadable DATA is reported first (one line naming it, exit 2), before any\n"
-    "of these values, the sidecar or the calibration file is looked for.\n";
+/* The shared flags' help: the microscope values' lines from the parameter table (ssb4d_params),
+ * the rest written here; made once, kept for the process. */
+const char *cli_microscope_help(void)
+{
+    static char *text;
+    if (text)
+        return text;
+    size_t len;
+    FILE *f = open_memstream(&text, &len);
+    if (!f)
+        return "";
+    fprintf(f, "microscope and calibration (flags override the calibration file, which overrides the sidecar\n"
+               "DATA.json, which overrides what a .qem DATA records):\n");
+    cli_param_help(f, SSB4D_OP_CALIBRATE,
+                   (const char *const[]){"kv", "semiangle", "scan-step", "det-sampling", "rotation", NULL}, 0);
+    fprintf(f, "  --flip, --no-flip     the detector is mirrored (its row and column axes swapped before\n"
+               "                        the rotation) or not; when neither is given (nor recorded by a\n"
+               "                        calibration file or the .qem), fit tests both handedness\n");
+    cli_param_help(f, SSB4D_OP_CALIBRATE, (const char *const[]){"bf-radius", "centre", NULL}, 0);
+    fprintf(f, "  --calibration FILE    calibration JSON (from ssb4d calibrate or ssb4d fit); without it,\n"
+               "                        fit, reconstruct and fit-regions take the file ssb4d calibrate\n"
+               "                        DATA writes (s.npy: s.calibration.json) when it is there\n"
+               "  --sidecar FILE        simulator sidecar JSON (default: DATA with .json, if present)\n");
+    cli_param_help(f, SSB4D_OP_CALIBRATE, (const char *const[]){"no-hot-pixels", "threads", NULL}, 0);
+    fprintf(f, "  --memory SIZE         memory budget, e.g. 16G, 512M (default: the available RAM); block,\n"
+               "                        tile and group sizes and how G is held follow from it\n"
+               "  --memory-report       print the per-stage memory table on stderr\n"
+               "  --json                print one JSON result object on stdout\n"
+               CLI_QUIET_HELP
+               "A missing or unreadable DATA is reported first (one line naming it, exit 2), before any\n"
+               "of these values, the sidecar or the calibration file is looked for.\n");
+    fclose(f);
+    return text;
+}
 
 /* ---- the command's lines ------------------------------------------------------------------ */
 
@@ -654,43 +663,36 @@ void cli_values_to_calib_params(const cli_values *v, int threads, int hot_pixels
 
 int cli_check_microscope(const cli_values *v)
 {
-    if (isnan(v->kv)) {
-        cli_say("the accelerating voltage is unknown: give --kv (kV)");
-        return CLI_EXIT_USAGE;
-    }
-    if (!(v->kv >= 1.0 && v->kv <= 5000.0)) {
-        cli_say("--kv %g is outside 1..5000 kV", v->kv);
-        return CLI_EXIT_USAGE;
-    }
-    if (isnan(v->semiangle_mrad)) {
-        cli_say("the convergence semi-angle is unknown: give --semiangle (mrad)");
-        return CLI_EXIT_USAGE;
-    }
-    if (!(v->semiangle_mrad > 0.0 && v->semiangle_mrad < 500.0)) {
-        cli_say("--semiangle must be > 0 and < 500 mrad (got %g)", v->semiangle_mrad);
-        return CLI_EXIT_USAGE;
-    }
-    if (isnan(v->scan_step_A[0]) || isnan(v->scan_step_A[1])) {
-        cli_say("the scan step is unknown: give --scan-step (Angstrom)");
-        return CLI_EXIT_USAGE;
-    }
-    if (!(v->scan_step_A[0] > 0 && v->scan_step_A[1] > 0 && v->scan_step_A[0] < 1e5 && v->scan_step_A[1] < 1e5)) {
-        cli_say("--scan-step must be > 0 Angstrom");
-        return CLI_EXIT_USAGE;
-    }
-    for (int i = 0; i < 2; i++)
-        if (!isnan(v->det_sampling_mrad[i]) && !(v->det_sampling_mrad[i] > 0 && v->det_sampling_mrad[i] < 1e3)) {
-            cli_say("--det-sampling must be > 0 mrad/pixel");
-            return CLI_EXIT_USAGE;
+    /* Each value, in this order: known when it must be, and within its parameter-table range
+     * when set (by a flag, a calibration file or a sidecar). */
+    const struct {
+        const char *option, *unknown;
+        const double *v;
+        int n;
+    } set[] = {
+        {"kv", "the accelerating voltage is unknown: give --kv (kV)", &v->kv, 1},
+        {"semiangle", "the convergence semi-angle is unknown: give --semiangle (mrad)", &v->semiangle_mrad, 1},
+        {"scan-step", "the scan step is unknown: give --scan-step (Angstrom)", v->scan_step_A, 2},
+        {"det-sampling", NULL, v->det_sampling_mrad, 2},
+        {"bf-radius", NULL, &v->bf_radius_px, 1},
+        {"rotation", NULL, &v->rotation_deg, 1},
+    };
+    ssb4d_calib_params scratch;
+    for (size_t i = 0; i < sizeof set / sizeof set[0]; i++)
+        for (int k = 0; k < set[i].n; k++) {
+            const ssb4d_param *p = ssb4d_param_find(SSB4D_OP_CALIBRATE, set[i].option);
+            double x[2] = {set[i].v[k], set[i].v[k]};
+            char what[160];
+            if (isnan(x[0]) && set[i].unknown) {
+                cli_say("%s", set[i].unknown);
+                return CLI_EXIT_USAGE;
+            }
+            if (!isnan(x[0]) && ssb4d_param_set(p, &scratch, x, NULL) != SSB4D_OK) {
+                cli_say("--%s must be %s %s (got %g)", set[i].option, ssb4d_param_describe(p, what, sizeof what),
+                        p->unit, x[0]);
+                return CLI_EXIT_USAGE;
+            }
         }
-    if (!isnan(v->bf_radius_px) && !(v->bf_radius_px > 0 && v->bf_radius_px < 1e4)) {
-        cli_say("--bf-radius must be > 0 pixels");
-        return CLI_EXIT_USAGE;
-    }
-    if (!isnan(v->rotation_deg) && fabs(v->rotation_deg) > 1e4) {
-        cli_say("--rotation %g is absurd", v->rotation_deg);
-        return CLI_EXIT_USAGE;
-    }
     return 0;
 }
 

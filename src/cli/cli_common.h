@@ -54,7 +54,8 @@ enum {
     {"quiet", no_argument, 0, 'q'}
 
 /* Help text for the shared flags (printed by each command's --help). */
-extern const char CLI_MICROSCOPE_HELP[];
+const char *cli_microscope_help(void);
+#define CLI_MICROSCOPE_HELP cli_microscope_help()
 
 /* --backend: where a session's heavy passes run. Only the commands that open a session handle
  * (fit, demo, fit-regions, reconstruct, view, session, bench run, bench view) put it in their

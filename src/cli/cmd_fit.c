@@ -11,6 +11,7 @@
 #include "cli/cli_job.h"
 #include "cli/cli_session.h"
 #include "cli/cli_mpi.h"
+#include "cli/cli_params.h"
 #include "cli/commands.h"
 #include "cli/progress.h"
 #include "common/atomic.h"
@@ -31,9 +32,7 @@
 #include <unistd.h>
 
 enum {
-    OPT_TRIALS = CLI_OPT_FIRST_FREE, OPT_SEED, OPT_BATCH, OPT_RANGE, OPT_LOCK, OPT_START, OPT_TILT,
-    OPT_REGION, OPT_FIT_RADIUS, OPT_NO_BRANCH, OPT_UPSAMPLE, OPT_FORCE, OPT_GRID,
-    OPT_REGIONS, OPT_OBJECTIVE, OPT_C10, OPT_C12, OPT_PHI12, OPT_VERBOSE
+    OPT_RANGE = CLI_OPT_FIRST_FREE, OPT_LOCK, OPT_START, OPT_REGION, OPT_GRID, OPT_REGIONS
 };
 
 
@@ -46,52 +45,54 @@ static void tilt_to_probe(const double scan[2], double rotation_deg, double prob
     probe[1] = -s * scan[0] + c * scan[1];
 }
 
-static const char FIT_HELP[] =
-    "search:\n"
-    "  --objective band|loss what the search minimises (default band: the fraction of the\n"
-    "                        spectra's power the model explains, on the fit pixels; loss: the\n"
-    "                        exact SSB loss); the loss reported is always the exact SSB loss\n"
-    "                        over all BF pixels\n"
-    "  --trials N            global candidates around the parallax estimate (default 64; at\n"
-    "                        least 200 over the whole box when there is no parallax estimate)\n"
-    "  --seed N              search seed (default 42); same seed => same trial trace\n"
-    "  --batch N             candidates per batch sharing each read of G (default 8)\n"
-    "  --range P=LO:HI       search box, P = C10 (nm, default -40:40), C12 (nm, 0:10) or\n"
-    "                        phi12 (deg, -90:90); repeatable\n"
-    "  --start C10,C12,PHI12 start point instead of the parallax estimate; the search then\n"
-    "                        covers the whole box\n"
-    "  --c10 NM, --c12 NM, --phi12 DEG\n"
-    "                        start values, as reconstruct takes them (nm, nm, degrees in the\n"
-    "                        scan frame): each replaces its part of --start (default 0,5,0)\n"
-    "                        and, like --start, starts the search there over the whole box\n"
-    "  --lock P[,P]          hold C10, C12 and/or phi12 at the start value (default 0,5,0;\n"
-    "                        phi12 in the probe frame when the rotation is searched); the\n"
-    "                        search then starts there, as with --start\n"
-    "  --fit-radius F        fit on the BF pixels within F x the selection radius (default 1)\n"
-    "  --no-branch-check     skip the 180-degree branch check\n"
-    "  --tilt                also fit the thick-sample model: tilt (mrad) and thickness (nm)\n"
-    "rotation: a rotation that was stated (--rotation, --calibration from ssb4d fit or with a\n"
-    "given rotation, the sidecar's scan.rotation_deg) is held, and the branch check only warns;\n"
-    "otherwise the fit searches it with C10, C12, phi12, from the parallax estimate (the\n"
-    "centre of mass only without one), and the branch check may add 180 degrees. On crystals\n"
-    "more than a few nm thick the phase does not settle that branch: give the rotation. phi12\n"
-    "(and --tilt's tilt) is reported in the probe (detector) frame and in the scan frame\n"
-    "(phi12_deg = scan frame, what reconstruct --phi12 takes). A fit without a clear minimum,\n"
-    "with an undetermined rotation or an uncertain branch prints one warning line on stderr\n"
-    "and still exits 0.\n"
-    "output:\n"
-    "  -o, --output DIR      output folder (default %s); it is created if needed\n"
-    "  --upsample F          1, 2, 3, 4, 8 or auto for the phase image (default 1)\n"
-    "  --force               replace outputs that already exist in DIR (without it they are\n"
-    "                        refused before any work)\n"
-    "  --verbose             also the parallax estimate, the objective's value, the branch\n"
-    "                        check's numbers, the search, the time per step and the memory\n"
-    CLI_BACKEND_HELP
-    "memory: the budget (--memory, default the available RAM) counts a .qem DATA (it stays\n"
-    "mapped), the output images, G and every transient (the parallax's per-pixel spectra, the\n"
-    "band objective's tables). When G does not fit, its outer BF pixels are streamed (rebuilt\n"
-    "from DATA by every pass): slower, the same fit and images bit for bit (--tilt too). A budget\n"
-    "below the smallest that runs exits 2 with that smallest budget (see also ssb4d plan).\n\n";
+/* The options read from the parameter table (ssb4d_params), in their --help order. */
+static const char *const FIT_TABLE_SEARCH[] = {"objective", "trials", "seed", "batch", NULL};
+static const char *const FIT_TABLE_TAIL[] = {"fit-radius", "no-branch-check", NULL};
+
+static void fit_help(FILE *f, const char *out_dir)
+{
+    fprintf(f, "search:\n");
+    cli_param_help(f, SSB4D_OP_FIT, FIT_TABLE_SEARCH, 1);
+    fprintf(f,
+            "  --range P=LO:HI       search box, P = C10 (nm, default -40:40), C12 (nm, 0:10) or\n"
+            "                        phi12 (deg, -90:90); repeatable\n"
+            "  --start C10,C12,PHI12 start point instead of the parallax estimate; the search then\n"
+            "                        covers the whole box\n"
+            "  --c10 NM, --c12 NM, --phi12 DEG\n"
+            "                        start values, as reconstruct takes them (nm, nm, degrees in the\n"
+            "                        scan frame): each replaces its part of --start (default 0,5,0)\n"
+            "                        and, like --start, starts the search there over the whole box\n"
+            "  --lock P[,P]          hold C10, C12 and/or phi12 at the start value (default 0,5,0;\n"
+            "                        phi12 in the probe frame when the rotation is searched); the\n"
+            "                        search then starts there, as with --start\n");
+    cli_param_help(f, SSB4D_OP_FIT, FIT_TABLE_TAIL, 1);
+    fprintf(f,
+            "  --tilt                also fit the thick-sample model: tilt (mrad) and thickness (nm)\n"
+            "rotation: a rotation that was stated (--rotation, --calibration from ssb4d fit or with a\n"
+            "given rotation, the sidecar's scan.rotation_deg) is held, and the branch check only warns;\n"
+            "otherwise the fit searches it with C10, C12, phi12, from the parallax estimate (the\n"
+            "centre of mass only without one), and the branch check may add 180 degrees. On crystals\n"
+            "more than a few nm thick the phase does not settle that branch: give the rotation. phi12\n"
+            "(and --tilt's tilt) is reported in the probe (detector) frame and in the scan frame\n"
+            "(phi12_deg = scan frame, what reconstruct --phi12 takes). A fit without a clear minimum,\n"
+            "with an undetermined rotation or an uncertain branch prints one warning line on stderr\n"
+            "and still exits 0.\n"
+            "output:\n"
+            "  -o, --output DIR      output folder (default %s); it is created if needed\n",
+            out_dir);
+    cli_param_help(f, SSB4D_OP_PREVIEW, (const char *const[]){"upsample", NULL}, 1);
+    fprintf(f,
+            "  --force               replace outputs that already exist in DIR (without it they are\n"
+            "                        refused before any work)\n"
+            "  --verbose             also the parallax estimate, the objective's value, the branch\n"
+            "                        check's numbers, the search, the time per step and the memory\n"
+            CLI_BACKEND_HELP
+            "memory: the budget (--memory, default the available RAM) counts a .qem DATA (it stays\n"
+            "mapped), the output images, G and every transient (the parallax's per-pixel spectra, the\n"
+            "band objective's tables). When G does not fit, its outer BF pixels are streamed (rebuilt\n"
+            "from DATA by every pass): slower, the same fit and images bit for bit (--tilt too). A budget\n"
+            "below the smallest that runs exits 2 with that smallest budget (see also ssb4d plan).\n\n");
+}
 
 /* The exit statuses, after the shared flags' help. */
 static const char FIT_EXIT_HELP[] =
@@ -115,7 +116,7 @@ static void usage_fit(FILE *f)
             "stderr; --json prints one JSON object on stdout.\n\n"
             "  --region R0:R1,C0:C1  fit only these scan rows/cols (half-open, >= 32x32); the\n"
             "                        full field's calibration is kept\n");
-    fprintf(f, FIT_HELP, "ssb4d-fit");
+    fit_help(f, "ssb4d-fit");
     fprintf(f, "%s\n%s", CLI_MICROSCOPE_HELP, FIT_EXIT_HELP);
 }
 
@@ -128,7 +129,7 @@ static void usage_demo(FILE *f)
             "the fit. Same options as ssb4d fit; outputs go to ssb4d-demo/ (replaced on each run,\n"
             "--force or not); -o DIR refuses to replace outputs in DIR unless --force, as fit does.\n\n",
             BUILTIN_C10, BUILTIN_C12, BUILTIN_PHI12);
-    fprintf(f, FIT_HELP, "ssb4d-demo");
+    fit_help(f, "ssb4d-demo");
     fprintf(f, "%s\n%s", CLI_MICROSCOPE_HELP, FIT_EXIT_HELP);
 }
 
@@ -142,7 +143,7 @@ static void usage_regions(FILE *f)
             "one grey cell per grid region, with a colour bar of C10 in nm).\n\n"
             "  --grid RxC            a grid of R x C equal regions covering the scan (e.g. 4x4)\n"
             "  --regions LIST        explicit rectangles separated by ';'\n");
-    fprintf(f, FIT_HELP, "ssb4d-regions");
+    fit_help(f, "ssb4d-regions");
     fprintf(f, "%s\n%s", CLI_MICROSCOPE_HELP, FIT_EXIT_HELP);
 }
 
@@ -209,15 +210,6 @@ static int parse_rect(const char *s, size_t r[4])
     return 0;
 }
 
-static int parse_count(const char *s, const char *flag, double lo, double hi, double *out)
-{
-    if (cli_parse_double(s, out) || *out < lo || *out > hi || *out != floor(*out)) {
-        cli_say("%s must be a whole number in %.0f..%.0f; got '%s'", flag, lo, hi, s);
-        return -1;
-    }
-    return 0;
-}
-
 typedef struct {
     const char *cmd;           /* "fit", "demo" or "fit-regions" */
     const char *data;          /* NULL: the built-in dataset */
@@ -230,180 +222,74 @@ typedef struct {
     int created_dir;           /* the output folder was made by this run */
     size_t grid[2];            /* fit-regions */
     char *regions_list;        /* fit-regions: "R0:R1,C0:C1;..." */
+    double start[3];           /* --start */
+    int start_given;
     ssb4d_fit_params fp;
     cli_micro m;
 } fit_opts;
 
-/* Parses argv for all three commands; returns -1 to exit 0 (help), or an exit code > 0, or 0. */
-static int parse(int argc, char **argv, fit_opts *o)
+/* One of the options of fit's own (not the table's, not the shared ones): 0, or the exit code. */
+static int own_option(fit_opts *o, int c, char **argv)
 {
-    static const struct option opts[] = {
-        CLI_MICROSCOPE_OPTIONS,
-        CLI_BACKEND_OPTION,
-        {"trials", required_argument, 0, OPT_TRIALS},
-        {"seed", required_argument, 0, OPT_SEED},
-        {"batch", required_argument, 0, OPT_BATCH},
-        {"range", required_argument, 0, OPT_RANGE},
-        {"lock", required_argument, 0, OPT_LOCK},
-        {"start", required_argument, 0, OPT_START},
-        {"tilt", no_argument, 0, OPT_TILT},
-        {"region", required_argument, 0, OPT_REGION},
-        {"fit-radius", required_argument, 0, OPT_FIT_RADIUS},
-        {"no-branch-check", no_argument, 0, OPT_NO_BRANCH},
-        {"upsample", required_argument, 0, OPT_UPSAMPLE},
-        {"force", no_argument, 0, OPT_FORCE},
-        {"verbose", no_argument, 0, OPT_VERBOSE},
-        {"c10", required_argument, 0, OPT_C10},
-        {"c12", required_argument, 0, OPT_C12},
-        {"phi12", required_argument, 0, OPT_PHI12},
-        {"grid", required_argument, 0, OPT_GRID},
-        {"regions", required_argument, 0, OPT_REGIONS},
-        {"objective", required_argument, 0, OPT_OBJECTIVE},
-        {"output", required_argument, 0, 'o'},
-        {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0},
-    };
-    int is_demo = !strcmp(o->cmd, "demo"), is_regions = !strcmp(o->cmd, "fit-regions");
-    optind = 1;
-    opterr = 0;
-    int c;
-    double v, start[3], one[3];
-    int start_given = 0, one_given[3] = {0, 0, 0};
-    while ((c = getopt_long(argc, argv, ":o:hq", opts, NULL)) != -1) {
-        int r = cli_micro_handle(&o->m, c, optarg);
-        if (r < 0)
-            return CLI_EXIT_USAGE;
-        if (r > 0)
-            continue;
-        switch (c) {
-        case 'h':
-            (is_demo ? usage_demo : is_regions ? usage_regions : usage_fit)(stdout);
-            return -1;
-        case 'o': o->out_dir = optarg, o->out_given = 1; break;
-        case OPT_FORCE: o->force = 1; break;
-        case OPT_VERBOSE: o->verbose = 1; break;
-        case OPT_C10:
-        case OPT_C12:
-        case OPT_PHI12: {
-            int j = c == OPT_C10 ? FIT_C10 : c == OPT_C12 ? FIT_C12 : FIT_PHI12;
-            if (cli_parse_double(optarg, &one[j])) {
-                static const char *flag[3] = {"--c10", "--c12", "--phi12"};
-                fprintf(stderr, "ssb4d %s: invalid number '%s' for %s\n", o->cmd, optarg, flag[j]);
-                return CLI_EXIT_USAGE;
-            }
-            one_given[j] = 1;
-            break;
-        }
-        case OPT_TILT: o->tilt = 1; break;
-        case OPT_NO_BRANCH: o->fp.branch_check = 0; break;
-        case OPT_OBJECTIVE:
-            if (!strcmp(optarg, "band"))
-                o->fp.objective = SSB4D_FIT_OBJ_BAND;
-            else if (!strcmp(optarg, "loss"))
-                o->fp.objective = SSB4D_FIT_OBJ_LOSS;
-            else {
-                fprintf(stderr, "ssb4d %s: --objective must be band or loss; got '%s'\n", o->cmd, optarg);
-                return CLI_EXIT_USAGE;
-            }
-            break;
-        case OPT_TRIALS:
-            if (parse_count(optarg, "--trials", 1, 1e6, &v))
-                return CLI_EXIT_USAGE;
-            o->fp.trials = (size_t)v;
-            break;
-        case OPT_BATCH:
-            if (parse_count(optarg, "--batch", 1, 64, &v))
-                return CLI_EXIT_USAGE;
-            o->fp.batch = (size_t)v;
-            break;
-        case OPT_SEED: {
-            char *e;
-            errno = 0;
-            unsigned long long s = strtoull(optarg, &e, 10);
-            if (errno || *e || !*optarg || optarg[0] == '-') {
-                fprintf(stderr, "ssb4d %s: --seed must be a whole number >= 0; got '%s'\n", o->cmd, optarg);
-                return CLI_EXIT_USAGE;
-            }
-            o->fp.seed = s;
-            break;
-        }
-        case OPT_RANGE:
-            if (parse_range(optarg, &o->fp))
-                return CLI_EXIT_USAGE;
-            break;
-        case OPT_LOCK:
-            if (parse_lock(optarg, &o->fp))
-                return CLI_EXIT_USAGE;
-            break;
-        case OPT_START: {
-            int n = 0;
-            if (sscanf(optarg, "%lf,%lf,%lf%n", &start[0], &start[1], &start[2], &n) != 3 || optarg[n] ||
-                !isfinite(start[0]) || !isfinite(start[1]) || !isfinite(start[2])) {
-                fprintf(stderr, "ssb4d %s: --start must be C10,C12,PHI12 (nm, nm, deg); got '%s'\n", o->cmd, optarg);
-                return CLI_EXIT_USAGE;
-            }
-            start_given = 1;
-            break;
-        }
-        case OPT_FIT_RADIUS:
-            if (cli_parse_double(optarg, &v) || !(v > 0 && v <= 1)) {
-                fprintf(stderr, "ssb4d %s: --fit-radius must be a fraction in (0, 1]; got '%s'\n", o->cmd, optarg);
-                return CLI_EXIT_USAGE;
-            }
-            o->fp.fit_radius = v;
-            break;
-        case OPT_UPSAMPLE:
-            if (!strcasecmp(optarg, "auto"))
-                o->upsample_auto = 1;
-            else if (cli_parse_double(optarg, &v) || (v != 1 && v != 2 && v != 3 && v != 4 && v != 8)) {
-                fprintf(stderr, "ssb4d %s: --upsample must be 1, 2, 3, 4, 8 or auto\n", o->cmd);
-                return CLI_EXIT_USAGE;
-            } else
-                o->upsample = (int)v;
-            break;
-        case OPT_REGION:
-            if (is_regions || parse_rect(optarg, o->region)) {
-                fprintf(stderr, "ssb4d %s: --region must be R0:R1,C0:C1 (scan rows and columns, half-open)%s\n",
-                        o->cmd, is_regions ? "; fit-regions takes --grid or --regions" : "");
-                return CLI_EXIT_USAGE;
-            }
-            o->has_region = 1;
-            break;
-        case OPT_GRID: {
-            unsigned long long a, b;
-            int n = 0;
-            if (!is_regions || sscanf(optarg, "%llux%llu%n", &a, &b, &n) != 2 || optarg[n] || !a || !b ||
-                a > 64 || b > 64 || strchr(optarg, '-')) {
-                fprintf(stderr, "ssb4d %s: --grid must be RxC with 1..64 each (fit-regions only)\n", o->cmd);
-                return CLI_EXIT_USAGE;
-            }
-            o->grid[0] = (size_t)a, o->grid[1] = (size_t)b;
-            break;
-        }
-        case OPT_REGIONS:
-            if (!is_regions) {
-                fprintf(stderr, "ssb4d %s: --regions belongs to fit-regions\n", o->cmd);
-                return CLI_EXIT_USAGE;
-            }
-            o->regions_list = optarg;
-            break;
-        case ':':
-            fprintf(stderr, "ssb4d %s: option %s needs a value\n", o->cmd, argv[optind - 1]);
-            return CLI_EXIT_USAGE;
-        default:
-            fprintf(stderr, "ssb4d %s: unknown option '%s' (see --help)\n", o->cmd, argv[optind - 1]);
+    int is_regions = !strcmp(o->cmd, "fit-regions"), n = 0;
+    switch (c) {
+    case 'o': o->out_dir = optarg, o->out_given = 1; return 0;
+    case OPT_RANGE: return parse_range(optarg, &o->fp) ? CLI_EXIT_USAGE : 0;
+    case OPT_LOCK: return parse_lock(optarg, &o->fp) ? CLI_EXIT_USAGE : 0;
+    case OPT_START:
+        if (sscanf(optarg, "%lf,%lf,%lf%n", &o->start[0], &o->start[1], &o->start[2], &n) != 3 || optarg[n] ||
+            !isfinite(o->start[0]) || !isfinite(o->start[1]) || !isfinite(o->start[2])) {
+            fprintf(stderr, "ssb4d %s: --start must be C10,C12,PHI12 (nm, nm, deg); got '%s'\n", o->cmd, optarg);
             return CLI_EXIT_USAGE;
         }
+        o->start_given = 1;
+        return 0;
+    case OPT_REGION:
+        if (is_regions || parse_rect(optarg, o->region)) {
+            fprintf(stderr, "ssb4d %s: --region must be R0:R1,C0:C1 (scan rows and columns, half-open)%s\n", o->cmd,
+                    is_regions ? "; fit-regions takes --grid or --regions" : "");
+            return CLI_EXIT_USAGE;
+        }
+        o->has_region = 1;
+        return 0;
+    case OPT_GRID: {
+        unsigned long long a, b;
+        if (!is_regions || sscanf(optarg, "%llux%llu%n", &a, &b, &n) != 2 || optarg[n] || !a || !b || a > 64 ||
+            b > 64 || strchr(optarg, '-')) {
+            fprintf(stderr, "ssb4d %s: --grid must be RxC with 1..64 each (fit-regions only)\n", o->cmd);
+            return CLI_EXIT_USAGE;
+        }
+        o->grid[0] = (size_t)a, o->grid[1] = (size_t)b;
+        return 0;
     }
-    if (start_given) {
-        memcpy(o->fp.start, start, sizeof start);
+    case OPT_REGIONS:
+        if (!is_regions) {
+            fprintf(stderr, "ssb4d %s: --regions belongs to fit-regions\n", o->cmd);
+            return CLI_EXIT_USAGE;
+        }
+        o->regions_list = optarg;
+        return 0;
+    case ':': fprintf(stderr, "ssb4d %s: option %s needs a value\n", o->cmd, argv[optind - 1]); return CLI_EXIT_USAGE;
+    default:
+        fprintf(stderr, "ssb4d %s: unknown option '%s' (see --help)\n", o->cmd, argv[optind - 1]);
+        return CLI_EXIT_USAGE;
+    }
+}
+
+/* The start point from --start and --c10/--c12/--phi12 (one: NaN where not given), the locks,
+ * and the start inside the box: 0, or the exit code. */
+static int settle_start(fit_opts *o, const ssb4d_aberrations *one)
+{
+    if (o->start_given) {
+        memcpy(o->fp.start, o->start, sizeof o->start);
         o->fp.start_given = 1;
     }
     /* --c10, --c12, --phi12: start values as reconstruct takes them (φ12 in the scan frame, as
      * --start's), each over its part of --start, wherever they stand on the command line. */
+    const double given[3] = {one->C_nm[SSB4D_C10], one->C_nm[SSB4D_C12], one->phi_deg[SSB4D_C12]};
     for (int j = 0; j < 3; j++)
-        if (one_given[j]) {
-            o->fp.start[j] = one[j];
+        if (!isnan(given[j])) {
+            o->fp.start[j] = given[j];
             o->fp.start_given = 1;
         }
     /* A locked parameter is held at the start value (--start, default 0,5,0), and the search
@@ -418,6 +304,13 @@ static int parse(int argc, char **argv, fit_opts *o)
                     o->cmd, o->fp.start[j], nm[j], o->fp.lo[j], o->fp.hi[j]);
             return CLI_EXIT_USAGE;
         }
+    return 0;
+}
+
+/* DATA and the options that exclude each other, per command: 0, or the exit code. */
+static int check_args(fit_opts *o, int argc, char **argv)
+{
+    int is_demo = !strcmp(o->cmd, "demo"), is_regions = !strcmp(o->cmd, "fit-regions");
     int nargs = argc - optind;
     if (is_demo ? nargs != 0 : is_regions ? nargs != 1 : nargs > 1) {
         fprintf(stderr, "ssb4d %s: %s (see --help)\n", o->cmd,
@@ -440,6 +333,63 @@ static int parse(int argc, char **argv, fit_opts *o)
         return CLI_EXIT_USAGE;
     }
     return 0;
+}
+
+/* Parses argv for all three commands; returns -1 to exit 0 (help), or an exit code > 0, or 0. */
+static int parse(int argc, char **argv, fit_opts *o)
+{
+    struct option opts[64] = {
+        CLI_MICROSCOPE_OPTIONS,
+        CLI_BACKEND_OPTION,
+        {"range", required_argument, 0, OPT_RANGE},
+        {"lock", required_argument, 0, OPT_LOCK},
+        {"start", required_argument, 0, OPT_START},
+        {"region", required_argument, 0, OPT_REGION},
+        {"grid", required_argument, 0, OPT_GRID},
+        {"regions", required_argument, 0, OPT_REGIONS},
+        {"tilt", no_argument, &o->tilt, 1},
+        {"force", no_argument, &o->force, 1},
+        {"verbose", no_argument, &o->verbose, 1},
+        {"output", required_argument, 0, 'o'},
+        {"help", no_argument, 0, 'h'},
+    };
+    size_t n_opts = 0;
+    while (opts[n_opts].name)
+        n_opts++;
+    /* The table's: the search's values, --c10/--c12/--phi12 (start values, into one) and --upsample. */
+    cli_param_options(opts, &n_opts, 64, SSB4D_OP_FIT, FIT_TABLE_SEARCH);
+    cli_param_options(opts, &n_opts, 64, SSB4D_OP_FIT, FIT_TABLE_TAIL);
+    cli_param_options(opts, &n_opts, 64, SSB4D_OP_ABERRATIONS, (const char *const[]){"c10", "c12", "phi12", NULL});
+    cli_param_options(opts, &n_opts, 64, SSB4D_OP_PREVIEW, (const char *const[]){"upsample", NULL});
+    ssb4d_aberrations one; /* --c10, --c12, --phi12: NaN while not given */
+    one.C_nm[SSB4D_C10] = one.C_nm[SSB4D_C12] = one.phi_deg[SSB4D_C12] = NAN;
+    ssb4d_preview_req up;
+    ssb4d_preview_req_default(&up);
+    up.upsample = o->upsample;
+    void *const targets[SSB4D_OP_COUNT] = {[SSB4D_OP_FIT] = &o->fp, [SSB4D_OP_ABERRATIONS] = &one,
+                                           [SSB4D_OP_PREVIEW] = &up};
+    optind = 1;
+    opterr = 0;
+    int c, rc;
+    while ((c = getopt_long(argc, argv, ":o:hq", opts, NULL)) != -1) {
+        int r = c ? cli_micro_handle(&o->m, c, optarg) : 1; /* 0: a flag getopt set */
+        if (!r)
+            r = cli_param_handle(c, optarg, targets);
+        if (r < 0)
+            return CLI_EXIT_USAGE;
+        if (r > 0)
+            continue;
+        if (c == 'h') {
+            (!strcmp(o->cmd, "demo") ? usage_demo : !strcmp(o->cmd, "fit-regions") ? usage_regions : usage_fit)(stdout);
+            return -1;
+        }
+        if ((rc = own_option(o, c, argv)))
+            return rc;
+    }
+    o->upsample_auto = up.upsample == 0;
+    if (up.upsample)
+        o->upsample = up.upsample;
+    return (rc = settle_start(o, &one)) ? rc : check_args(o, argc, argv);
 }
 
 /* ---- output folder ----------------------------------------------------------------------------- */

@@ -4,6 +4,7 @@
 #include "cli/cli_job.h"
 #include "cli/cli_session.h"
 #include "cli/cli_mpi.h"
+#include "cli/cli_params.h"
 #include "cli/commands.h"
 #include "cli/progress.h"
 #include "common/err.h"
@@ -12,6 +13,7 @@
 
 #include <cjson/cJSON.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,9 +21,12 @@
 #include <sys/stat.h>
 
 enum {
-    OPT_C10 = CLI_OPT_FIRST_FREE, OPT_C12, OPT_PHI12, OPT_ABERR, OPT_UPSAMPLE, OPT_ESTIMATOR, OPT_PATH,
-    OPT_TILT, OPT_THICKNESS, OPT_OBJECT, OPT_BLOCK_MB, OPT_FORCE, OPT_VERBOSE
+    OPT_ABERR = CLI_OPT_FIRST_FREE, OPT_ESTIMATOR, OPT_PATH, OPT_OBJECT, OPT_BLOCK_MB, OPT_FORCE, OPT_VERBOSE
 };
+
+/* The options read from the parameter table (ssb4d_params). */
+static const char *const RECON_ABERR[] = {"c10", "c12", "phi12", NULL};
+static const char *const RECON_THICK[] = {"tilt", "thickness", NULL};
 
 static void usage(FILE *f)
 {
@@ -31,20 +36,19 @@ static void usage(FILE *f)
             "scan_row x scan_col x det_row x det_col),\n"
             "applies the aberration-corrected single-side-band correction and writes the phase image.\n\n"
             "aberrations (default: those of --calibration, else the simulator's truth from the sidecar, else 0;\n"
-            "the thick model likewise from --calibration, else none):\n"
-            "  --c10 NM              defocus coefficient C10 (nm; C10 = -defocus)\n"
-            "  --c12 NM              two-fold astigmatism C12 (nm)\n"
-            "  --phi12 DEG           its angle (degrees)\n"
-            "  --aberr LIST          any of the 14 coefficients, e.g. C30=1000,C32=50,phi32=20 (nm, deg)\n"
-            "  --tilt ROW,COL        thick-sample tilt (mrad), with --thickness\n"
-            "  --thickness NM        thick-sample model thickness (nm); 0 = standard SSB\n\n"
-            "output:\n"
+            "the thick model likewise from --calibration, else none):\n");
+    cli_param_help(f, SSB4D_OP_ABERRATIONS, RECON_ABERR, 0);
+    fprintf(f, "  --aberr LIST          any of the 14 coefficients, e.g. C30=1000,C32=50,phi32=20 (nm, deg)\n");
+    cli_param_help(f, SSB4D_OP_THICK, RECON_THICK, 0);
+    fprintf(f,
+            "\noutput:\n"
             "  -o, --output FILE     phase image: .tiff (float32), .npy or .png (default phase.tiff);\n"
             "                        a .png is an 8-bit preview with a scale bar and a colour bar (rad)\n"
             "  --object FILE         also write the complex object (.npy complex64)\n"
             "  --force               replace the phase image and --object FILE if they exist\n"
-            "                        (without it an existing one is refused before any work)\n"
-            "  --upsample F          1, 2, 3, 4, 8 or auto (default 1)\n"
+            "                        (without it an existing one is refused before any work)\n");
+    cli_param_help(f, SSB4D_OP_PREVIEW, (const char *const[]){"upsample", NULL}, 1);
+    fprintf(f,
             "  --estimator E         phase-of-mean (default) or mean-phase\n"
             "  --path P              auto (default) or real: the real-output path; complex: full-plane\n"
             "                        transforms (same results to rounding, for checks)\n"
@@ -75,30 +79,48 @@ typedef struct {
     double block_mb; /* 0: the plan's */
 } recon_opts;
 
+/* A table option was given: its coefficient's bit, or the thick model's part. */
+static void mark_given(recon_opts *o, const ssb4d_param *row)
+{
+    size_t off = row->offset, c0 = offsetof(ssb4d_aberrations, C_nm), phi = offsetof(ssb4d_aberrations, phi_deg);
+    if (row == ssb4d_param_find(SSB4D_OP_ABERRATIONS, row->name)) {
+        if (off < phi)
+            o->c_mask |= 1u << ((off - c0) / sizeof(double));
+        else
+            o->phi_mask |= 1u << ((off - phi) / sizeof(double));
+    } else if (!strcmp(row->name, "tilt_mrad"))
+        o->tilt_given = 1;
+    else if (!strcmp(row->name, "thickness_nm"))
+        o->thickness_given = 1;
+}
+
 /* Returns 0, -1 after --help, or the exit code (message printed). */
 static int parse(int argc, char **argv, recon_opts *o)
 {
-    static const struct option opts[] = {
+    struct option opts[48] = {
         CLI_MICROSCOPE_OPTIONS,
         CLI_BACKEND_OPTION,
-        {"c10", required_argument, 0, OPT_C10},
-        {"c12", required_argument, 0, OPT_C12},
-        {"phi12", required_argument, 0, OPT_PHI12},
         {"aberr", required_argument, 0, OPT_ABERR},
-        {"upsample", required_argument, 0, OPT_UPSAMPLE},
         {"estimator", required_argument, 0, OPT_ESTIMATOR},
         {"path", required_argument, 0, OPT_PATH},
-        {"tilt", required_argument, 0, OPT_TILT},
-        {"thickness", required_argument, 0, OPT_THICKNESS},
         {"object", required_argument, 0, OPT_OBJECT},
         {"block-mb", required_argument, 0, OPT_BLOCK_MB},
         {"force", no_argument, 0, OPT_FORCE},
         {"verbose", no_argument, 0, OPT_VERBOSE},
         {"output", required_argument, 0, 'o'},
         {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0},
     };
+    size_t n_opts = 0;
+    while (opts[n_opts].name)
+        n_opts++;
+    cli_param_options(opts, &n_opts, 48, SSB4D_OP_ABERRATIONS, RECON_ABERR);
+    cli_param_options(opts, &n_opts, 48, SSB4D_OP_THICK, RECON_THICK);
+    cli_param_options(opts, &n_opts, 48, SSB4D_OP_PREVIEW, (const char *const[]){"upsample", NULL});
     memset(o, 0, sizeof *o);
+    ssb4d_preview_req up;
+    ssb4d_preview_req_default(&up);
+    void *const targets[SSB4D_OP_COUNT] = {[SSB4D_OP_ABERRATIONS] = &o->ab_flags, [SSB4D_OP_THICK] = &o->thick,
+                                           [SSB4D_OP_PREVIEW] = &up};
     cli_micro_init(&o->m);
     o->out_path = "phase.tiff";
     o->upsample = 1;
@@ -108,47 +130,21 @@ static int parse(int argc, char **argv, recon_opts *o)
     int c;
     while ((c = getopt_long(argc, argv, ":o:hq", opts, NULL)) != -1) {
         int r = cli_micro_handle(&o->m, c, optarg);
+        if (!r && (r = cli_param_handle(c, optarg, targets)) > 0)
+            mark_given(o, cli_param_row(c));
         if (r < 0)
             return CLI_EXIT_USAGE;
         if (r > 0)
             continue;
-        double v;
         switch (c) {
         case 'h': usage(stdout); return -1;
         case 'o': o->out_path = optarg; break;
         case OPT_OBJECT: o->object_path = optarg; break;
         case OPT_FORCE: o->force = 1; break;
         case OPT_VERBOSE: o->verbose = 1; break;
-        case OPT_C10:
-        case OPT_C12:
-        case OPT_PHI12:
-            if (cli_parse_double(optarg, &v)) {
-                fprintf(stderr, "ssb4d reconstruct: invalid number '%s'\n", optarg);
-                return CLI_EXIT_USAGE;
-            }
-            if (c == OPT_C10) {
-                o->ab_flags.C_nm[SSB4D_C10] = v;
-                o->c_mask |= 1u << SSB4D_C10;
-            } else if (c == OPT_C12) {
-                o->ab_flags.C_nm[SSB4D_C12] = v;
-                o->c_mask |= 1u << SSB4D_C12;
-            } else {
-                o->ab_flags.phi_deg[SSB4D_C12] = v;
-                o->phi_mask |= 1u << SSB4D_C12;
-            }
-            break;
         case OPT_ABERR:
             if (cli_parse_aberr_list(optarg, &o->ab_flags, &o->c_mask, &o->phi_mask))
                 return CLI_EXIT_USAGE;
-            break;
-        case OPT_UPSAMPLE:
-            if (!strcasecmp(optarg, "auto"))
-                o->upsample_auto = 1;
-            else if (cli_parse_double(optarg, &v) || (v != 1 && v != 2 && v != 3 && v != 4 && v != 8)) {
-                fprintf(stderr, "ssb4d reconstruct: --upsample must be 1, 2, 3, 4, 8 or auto\n");
-                return CLI_EXIT_USAGE;
-            } else
-                o->upsample = (int)v;
             break;
         case OPT_ESTIMATOR:
             if (!strcmp(optarg, "mean-phase"))
@@ -172,22 +168,6 @@ static int parse(int argc, char **argv, recon_opts *o)
                 return CLI_EXIT_USAGE;
             }
             break;
-        case OPT_TILT:
-            if (cli_parse_pair(optarg, o->thick.tilt_mrad) || fabs(o->thick.tilt_mrad[0]) > 1000 ||
-                fabs(o->thick.tilt_mrad[1]) > 1000) {
-                fprintf(stderr, "ssb4d reconstruct: --tilt must be ROW,COL in mrad\n");
-                return CLI_EXIT_USAGE;
-            }
-            o->tilt_given = 1;
-            break;
-        case OPT_THICKNESS:
-            if (cli_parse_double(optarg, &o->thick.thickness_nm) || o->thick.thickness_nm < 0 ||
-                o->thick.thickness_nm > 1e4) {
-                fprintf(stderr, "ssb4d reconstruct: --thickness must be >= 0 nm\n");
-                return CLI_EXIT_USAGE;
-            }
-            o->thickness_given = 1;
-            break;
         case OPT_BLOCK_MB:
             if (cli_parse_double(optarg, &o->block_mb) || !(o->block_mb > 0) || o->block_mb > 1e6) {
                 fprintf(stderr, "ssb4d reconstruct: --block-mb must be > 0\n");
@@ -202,6 +182,8 @@ static int parse(int argc, char **argv, recon_opts *o)
             return CLI_EXIT_USAGE;
         }
     }
+    o->upsample_auto = up.upsample == 0;
+    o->upsample = up.upsample ? up.upsample : 1;
     if (optind != argc - 1) {
         fprintf(stderr, "ssb4d reconstruct: expected exactly one DATA file (see --help)\n");
         return CLI_EXIT_USAGE;

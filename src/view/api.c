@@ -6,6 +6,7 @@
 #include "view/view_internal.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -124,22 +125,75 @@ static int rect_field(view_server *v, const cJSON *o, size_t rect[4], int requir
     return 1;
 }
 
+/* A field of the parameter table (ssb4d_params): the row of op named name (its JSON name only),
+ * checked for its JSON type (a number, true/false, a choice's name, a [row, col] pair) and its
+ * range, and stored into target, the op's struct. Absent → 0; stored → 1; else -1 + 400 naming
+ * the field and what it must be. */
+static int table_field(const cJSON *o, ssb4d_op op, const char *name, void *target, view_resp *r)
+{
+    const ssb4d_param *p = ssb4d_param_find(op, name);
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, name);
+    if (!p || strcmp(p->name, name) || !f)
+        return 0;
+    double v[2] = {NAN, NAN};
+    int ok;
+    switch (p->type) {
+    case SSB4D_PARAM_BOOL: ok = cJSON_IsBool(f), v[0] = cJSON_IsTrue(f); break;
+    case SSB4D_PARAM_ENUM: {
+        ok = 0;
+        size_t k = 0;
+        for (const char *c = p->choices; c && cJSON_IsString(f); c = strchr(c, '|') ? strchr(c, '|') + 1 : NULL, k++)
+            if (strlen(f->valuestring) == strcspn(c, "|") && !strncmp(c, f->valuestring, strcspn(c, "|")))
+                ok = 1, v[0] = (double)k;
+        break;
+    }
+    case SSB4D_PARAM_PAIR: {
+        const cJSON *a = cJSON_GetArrayItem(f, 0), *b = cJSON_GetArrayItem(f, 1);
+        ok = cJSON_IsArray(f) && cJSON_GetArraySize(f) == 2 && cJSON_IsNumber(a) && cJSON_IsNumber(b);
+        if (ok)
+            v[0] = a->valuedouble, v[1] = b->valuedouble;
+        break;
+    }
+    default: ok = cJSON_IsNumber(f), v[0] = ok ? f->valuedouble : NAN; break;
+    }
+    ssb4d_err err = {0};
+    if (ok && ssb4d_param_set(p, target, v, &err) == SSB4D_OK)
+        return 1;
+    char what[160];
+    view_resp_text(r, 400, "'%s' must be %s%s%s%s%s", name, ssb4d_param_describe(p, what, sizeof what),
+                   p->type == SSB4D_PARAM_PAIR ? " as [row, col]" : "", *p->unit ? " (" : "", p->unit,
+                   *p->unit ? ")" : "");
+    return -1;
+}
+
+/* An aberration field (a row of SSB4D_OP_ABERRATIONS: "C10_nm", "phi32_deg") into p->ab, marked
+ * given in c_mask or phi_mask. Absent → 0, stored → 1, else -1 + 400. */
+static int aberr_field(const cJSON *o, const char *name, job_params *p, view_resp *r)
+{
+    int k = table_field(o, SSB4D_OP_ABERRATIONS, name, &p->ab, r);
+    if (k > 0) {
+        size_t off = ssb4d_param_find(SSB4D_OP_ABERRATIONS, name)->offset, phi = offsetof(ssb4d_aberrations, phi_deg);
+        if (off < phi)
+            p->c_mask |= 1u << ((off - offsetof(ssb4d_aberrations, C_nm)) / sizeof(double));
+        else
+            p->phi_mask |= 1u << ((off - phi) / sizeof(double));
+    }
+    return k;
+}
+
 /* The parameters shared by preview and apply: C10, C12, φ12, rotation, the higher orders
- * ("aberr": {"C30_nm": …, "phi32_deg": …}), tilt and thickness. */
+ * ("aberr": {"C30_nm": …, "phi32_deg": …}), tilt and thickness, each as the parameter table says. */
 static int params_fields(const cJSON *o, job_params *p, view_resp *r)
 {
-    double d;
-    int k;
-    const double CMAX = 1e8; /* nm: 0.1 m, beyond any lens; keeps χ finite */
-    if ((k = num_field(o, "C10_nm", -1e5, 1e5, &d, r)) < 0) return -1;
-    if (k) p->ab.C_nm[SSB4D_C10] = d, p->c_mask |= 1u << SSB4D_C10;
-    if ((k = num_field(o, "C12_nm", -1e5, 1e5, &d, r)) < 0) return -1;
-    if (k) p->ab.C_nm[SSB4D_C12] = d, p->c_mask |= 1u << SSB4D_C12;
-    if ((k = num_field(o, "phi12_deg", -1e4, 1e4, &d, r)) < 0) return -1;
-    if (k) p->ab.phi_deg[SSB4D_C12] = d, p->phi_mask |= 1u << SSB4D_C12;
-    p->rotation_deg = NAN;
-    if ((k = num_field(o, "rotation_deg", -1e4, 1e4, &d, r)) < 0) return -1;
-    if (k) p->rotation_deg = d;
+    static const char *const TOP[] = {"C10_nm", "C12_nm", "phi12_deg"};
+    for (int i = 0; i < 3; i++)
+        if (aberr_field(o, TOP[i], p, r) < 0)
+            return -1;
+    ssb4d_preview_req q;
+    ssb4d_preview_req_default(&q);
+    if (table_field(o, SSB4D_OP_PREVIEW, "rotation_deg", &q, r) < 0)
+        return -1;
+    p->rotation_deg = q.rotation_deg;
     const cJSON *ab = cJSON_GetObjectItemCaseSensitive(o, "aberr");
     if (ab) {
         if (!cJSON_IsObject(ab)) {
@@ -147,48 +201,23 @@ static int params_fields(const cJSON *o, job_params *p, view_resp *r)
             return -1;
         }
         for (const cJSON *f = ab->child; f; f = f->next) {
-            /* "Cnm_nm" (nm) or "phinm_deg" (degrees, for m > 0): nothing else. */
             const char *s = f->string ? f->string : "";
-            size_t n = strlen(s);
-            int is_phi = 0, idx = -1;
-            char name[4];
-            if (n == 6 && s[0] == 'C' && !strcmp(s + 3, "_nm")) {
-                snprintf(name, sizeof name, "C%c%c", s[1], s[2]);
-                idx = ssb4d_aberr_index(name);
-            } else if (n == 9 && !strncmp(s, "phi", 3) && !strcmp(s + 5, "_deg")) {
-                is_phi = 1;
-                snprintf(name, sizeof name, "C%c%c", s[3], s[4]);
-                idx = ssb4d_aberr_index(name);
-            }
-            if (idx < 0 || (is_phi && ssb4d_aberr_m(idx) == 0)) {
+            const ssb4d_param *row = ssb4d_param_find(SSB4D_OP_ABERRATIONS, s);
+            if (!row || strcmp(row->name, s)) {
                 view_resp_text(r, 400, "unknown aberration '%s' (C21_nm … C56_nm, phi21_deg …)", s);
                 return -1;
             }
-            double lim = is_phi ? 1e4 : CMAX;
-            if (!cJSON_IsNumber(f) || !isfinite(f->valuedouble) || fabs(f->valuedouble) > lim) {
-                view_resp_text(r, 400, "'%s' must be a finite number within ±%g", s, lim);
+            if (aberr_field(ab, s, p, r) < 0)
                 return -1;
-            }
-            if (is_phi)
-                p->ab.phi_deg[idx] = f->valuedouble, p->phi_mask |= 1u << idx;
-            else
-                p->ab.C_nm[idx] = f->valuedouble, p->c_mask |= 1u << idx;
         }
     }
-    const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "tilt_mrad");
-    if (t) {
-        const cJSON *a = cJSON_GetArrayItem(t, 0), *b = cJSON_GetArrayItem(t, 1);
-        if (!cJSON_IsArray(t) || cJSON_GetArraySize(t) != 2 || !cJSON_IsNumber(a) || !cJSON_IsNumber(b) ||
-            !isfinite(a->valuedouble) || !isfinite(b->valuedouble) || fabs(a->valuedouble) > 1000 ||
-            fabs(b->valuedouble) > 1000) {
-            view_resp_text(r, 400, "'tilt_mrad' must be [row, col] within ±1000 mrad");
-            return -1;
-        }
-        p->thick.tilt_mrad[0] = a->valuedouble, p->thick.tilt_mrad[1] = b->valuedouble;
-        p->has_tilt = 1;
-    }
-    if ((k = num_field(o, "thickness_nm", 0, 1e4, &d, r)) < 0) return -1;
-    if (k) p->thick.thickness_nm = d, p->has_thickness = 1;
+    int k;
+    if ((k = table_field(o, SSB4D_OP_THICK, "tilt_mrad", &p->thick, r)) < 0)
+        return -1;
+    p->has_tilt = k;
+    if ((k = table_field(o, SSB4D_OP_THICK, "thickness_nm", &p->thick, r)) < 0)
+        return -1;
+    p->has_thickness = k;
     return 0;
 }
 
@@ -384,25 +413,21 @@ static int parse_job(view_server *v, view_job *j, const cJSON *o, view_resp *r)
     p->rotation_deg = NAN;
     switch (j->kind) {
     case JOB_PREVIEW: {
-        static const char *const est[] = {"object", "mean_phase", NULL};
         static const char *const views[] = {"phase", "fft", "amplitude", NULL};
         if (only_fields(o, PREVIEW_FIELDS, r) || params_fields(o, p, r))
             return -1;
-        double up = 1;
-        if (num_field(o, "upsample", 1, 8, &up, r) < 0)
+        ssb4d_preview_req q;
+        ssb4d_preview_req_default(&q);
+        static const char *const TABLE_FIELDS[] = {"upsample", "subset", "estimator", "want_loss"};
+        for (int i = 0; i < 4; i++)
+            if (table_field(o, SSB4D_OP_PREVIEW, TABLE_FIELDS[i], &q, r) < 0)
+                return -1;
+        p->upsample = q.upsample, p->subset = q.subset, p->estimator = q.estimator, p->want_loss = q.want_loss;
+        if (num_field(o, "seq", 0, 9007199254740992.0, &p->seq, r) < 0)
             return -1;
-        if (up != 1 && up != 2 && up != 3 && up != 4 && up != 8) {
-            view_resp_text(r, 400, "'upsample' must be 1, 2, 3, 4 or 8");
+        int w = enum_field(o, "view", views, r);
+        if (w == -2)
             return -1;
-        }
-        p->upsample = (int)up;
-        if (int_field(o, "subset", 0, 1e7, &p->subset, r) < 0 || bool_field(o, "want_loss", &p->want_loss, r) < 0 ||
-            num_field(o, "seq", 0, 9007199254740992.0, &p->seq, r) < 0)
-            return -1;
-        int e = enum_field(o, "estimator", est, r), w = enum_field(o, "view", views, r);
-        if (e == -2 || w == -2)
-            return -1;
-        p->estimator = e == 1 ? SSB4D_ESTIMATE_MEAN_PHASE : SSB4D_ESTIMATE_OBJECT;
         p->view = w < 0 ? VIEW_PHASE : (view_image)w;
         return 0;
     }
