@@ -15,10 +15,10 @@
  *
  * Two parts, in reading order (as zstd.h): first what most programs need (errors, memory
  * accounting, optics, calibration and fit results, the session handle, virtual images, import,
- * the simulator); then, only where SSB4D_ADVANCED is defined before this header is included (or
- * ssb4d_advanced.h is included), the stages one by one, the memory planner and distributed (MPI)
- * sessions. Both parts are exported by libssb4d.so; every other symbol of the library is internal
- * (prefix ssb_ or a stage's own) and hidden.
+ * the simulator, the parameter table); then, only where SSB4D_ADVANCED is defined before this
+ * header is included (or ssb4d_advanced.h is included), the stages one by one, the memory
+ * planner and distributed (MPI) sessions. Both parts are exported by libssb4d.so; every other
+ * symbol of the library is internal (prefix ssb_ or a stage's own) and hidden.
  */
 #ifndef SSB4D_H
 #define SSB4D_H
