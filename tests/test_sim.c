@@ -87,7 +87,7 @@ static void test_a1_convention(void **state)
     assert_int_equal(inf.shape[0], 32);
     assert_int_equal(inf.shape[2], 48);
     assert_int_equal(ssb_npy_load(SSB4D_SHARED_DATA "/sim/sim_A1_SrTiO3_300kV_phase_gt_bandlimited.npy",
-                                    &inf, &bl, &e),
+                                  &inf, &bl, &e),
                      SSB4D_OK);
     size_t npos = 32 * 32, dd = 48 * 48, n = npos * dd;
     float *inten = malloc(n * sizeof(float));

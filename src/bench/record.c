@@ -414,10 +414,10 @@ static int load_record(const char *path, cJSON **out, ssb4d_err *err)
         ssb_fail(err, SSB4D_EFORMAT, "bench record %s is not a JSON object", path);
     } else if (!cJSON_IsString(schema)) {
         ssb_fail(err, SSB4D_EFORMAT, "bench record %s has no \"schema\" (expected \"%s\")", path,
-                   BENCH_SCHEMA);
+                 BENCH_SCHEMA);
     } else if (strcmp(schema->valuestring, BENCH_SCHEMA) != 0) {
         ssb_fail(err, SSB4D_EFORMAT, "bench record %s has schema \"%.100s\", expected \"%s\"", path,
-                   schema->valuestring, BENCH_SCHEMA);
+                 schema->valuestring, BENCH_SCHEMA);
     } else if (!cJSON_IsArray(stages)) {
         ssb_fail(err, SSB4D_EFORMAT, "bench record %s has no \"stages\" array", path);
     } else {

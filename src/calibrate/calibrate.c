@@ -147,7 +147,7 @@ static void curl_div_sums(const double *com, size_t ny, size_t nx, const double 
 }
 
 double ssb_cal_curl_sumsq(const double *com, size_t ny, size_t nx, const double step_A[2],
-                            double theta_deg)
+                          double theta_deg)
 {
     /* Direct evaluation (rotate every vector, then differentiate), independent of the closed
      * form: the derivatives are linear, so rotating first or after gives the same S(θ). */
@@ -183,8 +183,8 @@ static double wrap_half_turn(double deg)
 }
 
 ssb4d_status ssb_cal_rotation_from_com(const double *com, size_t ny, size_t nx,
-                                         const double step_A[2], double *theta_deg,
-                                         double *curl_ratio, double *sigma_deg, ssb4d_err *err)
+                                       const double step_A[2], double *theta_deg,
+                                       double *curl_ratio, double *sigma_deg, ssb4d_err *err)
 {
     *theta_deg = NAN;
     *curl_ratio = NAN;
@@ -192,8 +192,8 @@ ssb4d_status ssb_cal_rotation_from_com(const double *com, size_t ny, size_t nx,
         *sigma_deg = NAN;
     if (ny < 3 || nx < 3)
         return ssb_fail(err, SSB4D_ENOTFOUND,
-                          "the scan (%zux%zu) is too small to fit the rotation from the "
-                          "centre-of-mass curl (need 3x3); give the rotation", ny, nx);
+                        "the scan (%zux%zu) is too small to fit the rotation from the "
+                        "centre-of-mass curl (need 3x3); give the rotation", ny, nx);
     double a, b, c, blk[3 * JK_BLOCKS * JK_BLOCKS];
     curl_div_sums(com, ny, nx, step_A, &a, &b, &c, blk);
     /* S(θ) = (a+c)/2 + A cos 2θ + b sin 2θ, A = (a−c)/2; extremes (a+c)/2 ∓ ρ. */
@@ -201,8 +201,8 @@ ssb4d_status ssb_cal_rotation_from_com(const double *com, size_t ny, size_t nx,
     double smax = mid + rho, smin = mid - rho;
     if (!(smax > 0) || !isfinite(smax))
         return ssb_fail(err, SSB4D_ENOTFOUND,
-                          "the centre-of-mass field does not vary over the scan; the rotation "
-                          "cannot be fitted (give the rotation)");
+                        "the centre-of-mass field does not vary over the scan; the rotation "
+                        "cannot be fitted (give the rotation)");
     if (smin < 0)
         smin = 0;
     double th = 0.5 * (atan2(b, A) + M_PI) * 180.0 / M_PI;
@@ -408,25 +408,25 @@ static ssb4d_status check_params(const ssb4d_calib_params *p, ssb4d_err *err)
 {
     if (!(p->semiangle_mrad > 0) || !isfinite(p->semiangle_mrad) || p->semiangle_mrad >= 500)
         return ssb_fail(err, SSB4D_EINVAL,
-                          "the convergence semi-angle must be > 0 and < 500 mrad (got %g)",
-                          p->semiangle_mrad);
+                        "the convergence semi-angle must be > 0 and < 500 mrad (got %g)",
+                        p->semiangle_mrad);
     if (!isnan(p->kv) && !(p->kv > 0 && p->kv <= 5000))
         return ssb_fail(err, SSB4D_EINVAL, "the accelerating voltage %g kV is absurd", p->kv);
     for (int i = 0; i < 2; i++)
         if (!isnan(p->scan_step_A[i]) && !(p->scan_step_A[i] > 0 && p->scan_step_A[i] < 1e5))
             return ssb_fail(err, SSB4D_EINVAL, "the scan step must be > 0 Angstrom (got %g)",
-                              p->scan_step_A[i]);
+                            p->scan_step_A[i]);
     int sampling_given = p->det_sampling_mrad[0] > 0 || p->det_sampling_mrad[1] > 0;
     if (sampling_given && !(p->det_sampling_mrad[0] > 0 && p->det_sampling_mrad[1] > 0 &&
                             p->det_sampling_mrad[0] < 1e3 && p->det_sampling_mrad[1] < 1e3))
         return ssb_fail(err, SSB4D_EINVAL,
-                          "the detector sampling needs two values > 0 and < 1000 mrad/px (got %g, %g)",
-                          p->det_sampling_mrad[0], p->det_sampling_mrad[1]);
+                        "the detector sampling needs two values > 0 and < 1000 mrad/px (got %g, %g)",
+                        p->det_sampling_mrad[0], p->det_sampling_mrad[1]);
     if (!isnan(p->rotation_deg) && !(fabs(p->rotation_deg) <= 1e4))
         return ssb_fail(err, SSB4D_EINVAL, "the rotation %g deg is absurd", p->rotation_deg);
     if (!(p->bf_radius_px <= 0) && !(p->bf_radius_px < 1e4)) /* NaN also refused */
         return ssb_fail(err, SSB4D_EINVAL, "the BF selection radius %g px is absurd",
-                          p->bf_radius_px);
+                        p->bf_radius_px);
     return SSB4D_OK;
 }
 
@@ -448,8 +448,8 @@ static ssb4d_status cal_setup(cal_run *c, ssb4d_source *src, const ssb4d_calib_p
             double lim = (double)shape[2 + i];
             if (!isfinite(p->centre_px[i]) || p->centre_px[i] < -lim || p->centre_px[i] > 2 * lim)
                 return ssb_fail(err, SSB4D_EINVAL,
-                                  "the BF centre (%g, %g) px is not on or near the %zux%zu detector",
-                                  p->centre_px[0], p->centre_px[1], c->dr, c->dc);
+                                "the BF centre (%g, %g) px is not on or near the %zux%zu detector",
+                                p->centre_px[0], p->centre_px[1], c->dr, c->dc);
         }
     }
     c->fit_rotation = isnan(p->rotation_deg);
@@ -612,7 +612,7 @@ static ssb4d_status pass_totals(cal_run *c, ssb4d_calibration *out, ssb4d_err *e
     out->total_counts = total;
     if (!(total > 0))
         return ssb_fail(err, SSB4D_ENOTFOUND, "BF disk not found: the data has %s",
-                          total == 0 ? "no counts at all" : "no positive total intensity");
+                        total == 0 ? "no counts at all" : "no positive total intensity");
     return SSB4D_OK;
 }
 
@@ -657,8 +657,8 @@ static ssb4d_status find_disk(cal_run *c, ssb4d_calibration *out, ssb4d_err *err
         double t2 = isodata_threshold(mean, fr, m1);
         if (!isfinite(t2) || try_disk(mean, dr, dc, t2, &d2))
             return ssb_fail(err, SSB4D_ENOTFOUND, "BF disk not found: %s%s%s", d1.why,
-                              isfinite(t2) ? "; with the two-class threshold: " : "",
-                              isfinite(t2) ? d2.why : "");
+                            isfinite(t2) ? "; with the two-class threshold: " : "",
+                            isfinite(t2) ? d2.why : "");
         d = &d2;
         out->disk_threshold_two_class = 1;
     }
@@ -737,8 +737,8 @@ static ssb4d_status select_bf(const cal_run *c, ssb4d_calibration *out, ssb4d_er
     }
     if (nbf == 0)
         return ssb_fail(err, SSB4D_ENOTFOUND,
-                          "no BF pixel within %.2f px of the centre (%.2f, %.2f)", sel,
-                          g->centre_px[0], g->centre_px[1]);
+                        "no BF pixel within %.2f px of the centre (%.2f, %.2f)", sel,
+                        g->centre_px[0], g->centre_px[1]);
     out->bf_pix = malloc(nbf * sizeof *out->bf_pix);
     out->flagged = malloc((c->nflag ? c->nflag : 1) * sizeof *out->flagged);
     if (!out->bf_pix || !out->flagged)

@@ -16,12 +16,12 @@
  * more noise). Fails (SSB4D_ENOTFOUND) on a scan under 3×3 or a field without
  * any variation. Serial, fixed order: bit-reproducible. */
 ssb4d_status ssb_cal_rotation_from_com(const double *com, size_t ny, size_t nx,
-                                         const double step_A[2], double *theta_deg,
-                                         double *curl_ratio, double *sigma_deg, ssb4d_err *err);
+                                       const double step_A[2], double *theta_deg,
+                                       double *curl_ratio, double *sigma_deg, ssb4d_err *err);
 
 /* S(θ) of the same field at θ (degrees); for tests and the grid cross-check. */
 double ssb_cal_curl_sumsq(const double *com, size_t ny, size_t nx, const double step_A[2],
-                            double theta_deg);
+                          double theta_deg);
 
 /* ssb4d_calibrate's tracked buffers (common/workspace.h) for frames of fr pixels at npos scan
  * positions and a frame block of block_bytes (0: the default): the block of frames, and when the

@@ -115,7 +115,7 @@ void *ssb4d_mem_alloc(ssb4d_mem *m, size_t bytes, const char *tag, ssb4d_err *er
         bytes = 1;
     if (bytes > SIZE_MAX - 2 * MEM_ALIGN) {
         ssb_fail(err, SSB4D_ENOMEM, "allocation of %zu bytes for %s is too large", bytes,
-                   tag ? tag : "buffer");
+                 tag ? tag : "buffer");
         return NULL;
     }
     if (m) {
@@ -126,7 +126,7 @@ void *ssb4d_mem_alloc(ssb4d_mem *m, size_t bytes, const char *tag, ssb4d_err *er
             long n = m->n_allocs;
             pthread_mutex_unlock(&m->lock);
             ssb_fail(err, SSB4D_ENOMEM, "could not allocate %.1f MiB for %s (injected fault at allocation %ld)",
-                       bytes / 1048576.0, tag ? tag : "buffer", n);
+                     bytes / 1048576.0, tag ? tag : "buffer", n);
             return NULL;
         }
         for (size_t i = 0; i < m->n_cache; i++) {
@@ -152,9 +152,9 @@ void *ssb4d_mem_alloc(ssb4d_mem *m, size_t bytes, const char *tag, ssb4d_err *er
             size_t live = m->live, limit = m->limit;
             pthread_mutex_unlock(&m->lock);
             ssb_fail(err, SSB4D_ENOMEM,
-                       "%s needs %.1f MiB but the memory budget (%.1f MiB) has only %.1f MiB left",
-                       tag ? tag : "buffer", bytes / 1048576.0, limit / 1048576.0,
-                       (limit - live) / 1048576.0);
+                     "%s needs %.1f MiB but the memory budget (%.1f MiB) has only %.1f MiB left",
+                     tag ? tag : "buffer", bytes / 1048576.0, limit / 1048576.0,
+                     (limit - live) / 1048576.0);
             return NULL;
         }
         pthread_mutex_unlock(&m->lock);
@@ -166,7 +166,7 @@ void *ssb4d_mem_alloc(ssb4d_mem *m, size_t bytes, const char *tag, ssb4d_err *er
     int huge = bytes >= HUGE_MIN;
     if (posix_memalign(&raw, huge ? HUGE_ALIGN : MEM_ALIGN, padded + MEM_ALIGN) != 0 || !raw) {
         ssb_fail(err, SSB4D_ENOMEM, "could not allocate %.1f MiB for %s", bytes / 1048576.0,
-                   tag ? tag : "buffer");
+                 tag ? tag : "buffer");
         return NULL;
     }
 #ifdef MADV_HUGEPAGE
@@ -201,7 +201,7 @@ ssb4d_status ssb4d_mem_external(ssb4d_mem *m, size_t bytes, int add, const char 
         size_t limit = m->limit;
         pthread_mutex_unlock(&m->lock);
         return ssb_fail(err, SSB4D_ENOMEM, "%s (%.1f MiB) does not fit in the memory budget (%.1f MiB)",
-                          tag ? tag : "external data", bytes / 1048576.0, limit / 1048576.0);
+                        tag ? tag : "external data", bytes / 1048576.0, limit / 1048576.0);
     }
     m->live += bytes;
     note_peak(m);

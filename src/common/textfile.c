@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 
 ssb4d_status ssb_read_text_file(const char *path, size_t max_bytes, const char *what, char **out,
-                                  size_t *len, ssb4d_err *err)
+                                size_t *len, ssb4d_err *err)
 {
     *out = NULL;
     FILE *f = fopen(path, "rb");

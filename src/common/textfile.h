@@ -6,5 +6,5 @@
 /* *out = NUL-terminated contents (caller frees; len may be NULL). EIO when it cannot be read,
  * EFORMAT when it is larger than max_bytes; `what` names the file in messages. */
 ssb4d_status ssb_read_text_file(const char *path, size_t max_bytes, const char *what, char **out,
-                                  size_t *len, ssb4d_err *err);
+                                size_t *len, ssb4d_err *err);
 #endif

@@ -144,7 +144,7 @@ static ssb4d_status ensure_plan(ssb_dev *d, int nyf, int nxf, int batch, ssb4d_e
     if (r != CUFFT_SUCCESS)
         return r == CUFFT_ALLOC_FAILED ? ssb_fail(err, SSB4D_ENOMEM, "the GPU is out of memory (cuFFT plan)")
                                        : ssb_fail(err, SSB4D_EIO, "cuFFT could not plan the %dx%d inverse transform (%d)",
-                                                    nyf, nxf, (int)r);
+                                                  nyf, nxf, (int)r);
     cufftSetStream(d->plan, d->stream);
     d->plan_nyf = nyf, d->plan_nxf = nxf, d->plan_batch = batch;
     return SSB4D_OK;
@@ -788,9 +788,9 @@ ssb4d_status cuda_G_attach(struct ssb4d_G *G, ssb4d_mem *mem, ssb4d_err *err)
     size_t have = 0, want = (d->n_slots ? d->n_slots : 1) * d->stride * sizeof(float2), fr = 0, tot = 0;
     if (cudaMemGetInfo(&fr, &tot) == cudaSuccess && want > fr) {
         st = ssb_fail(err, SSB4D_ENOMEM,
-                        "G's %zu planes need %.2f GiB of GPU memory and the GPU has %.2f GiB free (of %.2f GiB): "
-                        "use --backend cpu",
-                        d->n_slots, (double)want / (1 << 30), (double)fr / (1 << 30), (double)tot / (1 << 30));
+                      "G's %zu planes need %.2f GiB of GPU memory and the GPU has %.2f GiB free (of %.2f GiB): "
+                      "use --backend cpu",
+                      d->n_slots, (double)want / (1 << 30), (double)fr / (1 << 30), (double)tot / (1 << 30));
         goto done;
     }
     CK(dev_alloc(d, (void **)&d->planes, &have, want), "G's planes");

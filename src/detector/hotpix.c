@@ -19,7 +19,7 @@ static void sort_d(double *v, int n)
 }
 
 double ssb_hotpix_neighbour_median(const double *tot, const unsigned char *skip, size_t rows,
-                                     size_t cols, size_t r, size_t c)
+                                   size_t cols, size_t r, size_t c)
 {
     double v[8], all[8];
     int n = 0, na = 0;

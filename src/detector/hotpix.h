@@ -17,7 +17,7 @@
 /* Median of the in-detector 3x3 neighbours' totals of pixel (r, c) (the pixel itself excluded;
  * pixels with skip[p] != 0 are left out unless every neighbour is skipped). skip may be NULL. */
 double ssb_hotpix_neighbour_median(const double *tot, const unsigned char *skip, size_t rows,
-                                     size_t cols, size_t r, size_t c);
+                                   size_t cols, size_t r, size_t c);
 
 /* Totals are float64: exact for counts (below 2^53), the float sums of float data otherwise.
  * Flags hot (and dead) pixels from per-pixel totals. Writes flat indices, ascending, into out

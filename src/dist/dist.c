@@ -294,7 +294,7 @@ ssb4d_status dist_seq_recv(const ssb4d_dist *d, dist_seq *sq, double *part, size
         return ssb_fail(err, SSB4D_EINTERNAL, "an MPI message of the reduction failed");
     if (s[0] != 0 && !st) /* an earlier rank failed: forwarded, this rank stops adding */
         return ssb_fail(err, (ssb4d_status)(int)s[0], "rank %d of %d failed (its message says why)", (int)s[1],
-                          d->size);
+                        d->size);
     return st;
 }
 
@@ -331,7 +331,7 @@ ssb4d_status dist_seq_finish(const ssb4d_dist *d, dist_seq *sq, double *acc, siz
         return ssb_fail(err, SSB4D_EINTERNAL, "an MPI message of the reduction failed");
     if (s[0] != 0 && !st)
         return ssb_fail(err, (ssb4d_status)(int)s[0], "rank %d of %d failed (its message says why)", (int)s[1],
-                          d->size);
+                        d->size);
     return st;
 }
 

@@ -42,7 +42,7 @@ ssb4d_status fit_check_start(const double lo[3], const double hi[3], const doubl
     for (int j = 0; j < 3; j++)
         if (!(lo[j] <= start[j] && start[j] <= hi[j]))
             return ssb_fail(err, SSB4D_EINVAL, "the fit's start value %g of %s lies outside its range [%g, %g]",
-                              start[j], j == FIT_C10 ? "C10" : j == FIT_C12 ? "C12" : "phi12", lo[j], hi[j]);
+                            start[j], j == FIT_C10 ? "C10" : j == FIT_C12 ? "C12" : "phi12", lo[j], hi[j]);
     return SSB4D_OK;
 }
 
@@ -105,7 +105,7 @@ ssb4d_status fit_thin(const ssb4d_G *G, const ssb4d_geometry *g, const fit_thin_
             return pst;
         if (!(power > 0))
             return ssb_fail(err, SSB4D_ENOTFOUND, "the band %g-%g 1/A holds no signal",
-                              p->band.band_lo_inv_A, p->band.band_hi_inv_A);
+                            p->band.band_lo_inv_A, p->band.band_hi_inv_A);
         o.inv_power = 1.0 / power;
     }
     fit_problem fp;

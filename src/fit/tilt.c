@@ -157,7 +157,7 @@ static ssb4d_status check_params(const fit_tilt_params *p, ssb4d_err *err)
         return ssb_fail(err, SSB4D_EINVAL, "the tilt range must be >= 0 mrad (got %g)", p->tilt_max_mrad);
     if (!(p->thickness_lo_nm > 0) || !(p->thickness_hi_nm >= p->thickness_lo_nm) || !isfinite(p->thickness_hi_nm))
         return ssb_fail(err, SSB4D_EINVAL, "the thickness range must satisfy 0 < lo <= hi (got %g-%g nm)",
-                          p->thickness_lo_nm, p->thickness_hi_nm);
+                        p->thickness_lo_nm, p->thickness_hi_nm);
     if (!(p->c10_span_nm >= 0) || !(p->c12_span_nm >= 0) || !(p->phi12_span_deg >= 0))
         return ssb_fail(err, SSB4D_EINVAL, "the joint search's aberration spans must be >= 0");
     return SSB4D_OK;
@@ -176,7 +176,7 @@ ssb4d_status fit_tilt(const ssb4d_G *G, const ssb4d_geometry *g, const fit_tilt_
         return st;
     if (!(power > 0))
         return ssb_fail(err, SSB4D_ENOTFOUND, "the band %g-%g 1/A holds no signal (band power 0)",
-                          p->band.band_lo_inv_A, p->band.band_hi_inv_A);
+                        p->band.band_lo_inv_A, p->band.band_hi_inv_A);
     objective o = {G, g, p, mem, 1.0 / power, 0, NULL, NULL, NULL, 0};
     fit_state *thin = NULL, *joint = NULL;
 

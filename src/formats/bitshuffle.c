@@ -126,7 +126,7 @@ static ssb4d_status blocked(block_fn fn, const void *in, void *out, size_t n, si
         block = bshuf_default_block_size(elem_size);
     if (block % 8)
         return ssb_fail(err, SSB4D_EINVAL, "bitshuffle: block size %zu is not a multiple of 8",
-                          block);
+                        block);
     const uint8_t *src = in;
     uint8_t *dst = out;
     size_t done = 0;
@@ -196,10 +196,10 @@ ssb4d_status bshuf_lz4_encode(const void *in, size_t nbytes, size_t elem_size, s
     size_t bound = bshuf_lz4_bound(nbytes, elem_size, block);
     if (!bound)
         return ssb_fail(err, SSB4D_EINVAL, "bitshuffle-LZ4: bad element or block size (%zu, %zu)",
-                          elem_size, block);
+                        elem_size, block);
     if (cap < bound)
         return ssb_fail(err, SSB4D_EINVAL, "bitshuffle-LZ4: output of %zu bytes, %zu needed", cap,
-                          bound);
+                        bound);
     uint8_t *tmp = malloc(block * elem_size);
     if (!tmp)
         return ssb_fail(err, SSB4D_ENOMEM, "out of memory");
@@ -231,19 +231,19 @@ ssb4d_status bshuf_lz4_decode(const uint8_t *chunk, size_t len, size_t elem_size
 {
     if (len < 12)
         return ssb_fail(err, SSB4D_EFORMAT, "bitshuffle-LZ4 chunk of %zu bytes is shorter than "
-                          "its 12-byte header", len);
+                        "its 12-byte header", len);
     uint64_t total = be64(chunk);
     size_t bbytes = be32(chunk + 8);
     if (total != out_bytes)
         return ssb_fail(err, SSB4D_EFORMAT, "bitshuffle-LZ4 chunk says %llu bytes uncompressed, "
-                          "the dataset's chunk holds %zu", (unsigned long long)total, out_bytes);
+                        "the dataset's chunk holds %zu", (unsigned long long)total, out_bytes);
     if (!elem_size || out_bytes % elem_size)
         return ssb_fail(err, SSB4D_EFORMAT, "bitshuffle-LZ4 chunk of %zu bytes is not a whole "
-                          "number of %zu-byte elements", out_bytes, elem_size);
+                        "number of %zu-byte elements", out_bytes, elem_size);
     if (bbytes == 0 || bbytes % (8 * elem_size) || bbytes > BSHUF_MAX_BLOCK_BYTES)
         return ssb_fail(err, SSB4D_EFORMAT, "bitshuffle-LZ4 chunk has a bad block size of %zu "
-                          "bytes (must be a non-zero multiple of %zu, at most %zu)", bbytes,
-                          8 * elem_size, BSHUF_MAX_BLOCK_BYTES);
+                        "bytes (must be a non-zero multiple of %zu, at most %zu)", bbytes,
+                        8 * elem_size, BSHUF_MAX_BLOCK_BYTES);
     size_t block = bbytes / elem_size, n = out_bytes / elem_size, done = 0, at = 12, index = 0;
     uint8_t *dst = out;
     uint8_t *tmp = malloc(bbytes);
@@ -254,25 +254,25 @@ ssb4d_status bshuf_lz4_decode(const uint8_t *chunk, size_t len, size_t elem_size
         size_t k = n - done >= block ? block : (n - done) - (n - done) % 8, kb = k * elem_size;
         if (len - at < 4) {
             st = ssb_fail(err, SSB4D_EFORMAT, "bitshuffle-LZ4 chunk is truncated before block %zu "
-                            "(%zu bytes)", index, len);
+                          "(%zu bytes)", index, len);
             break;
         }
         size_t clen = be32(chunk + at);
         at += 4;
         if (clen > len - at || clen > (size_t)INT_MAX) {
             st = ssb_fail(err, SSB4D_EFORMAT, "bitshuffle-LZ4 block %zu says %zu compressed bytes, "
-                            "only %zu remain in the chunk (truncated or corrupt)", index, clen,
-                            len - at);
+                          "only %zu remain in the chunk (truncated or corrupt)", index, clen,
+                          len - at);
             break;
         }
         int got = LZ4_decompress_safe((const char *)chunk + at, (char *)tmp, (int)clen, (int)kb);
         if (got != (int)kb) {
             if (got < 0)
                 st = ssb_fail(err, SSB4D_EFORMAT, "bitshuffle-LZ4 block %zu is corrupt (LZ4 stops "
-                                "at byte %d of its %zu)", index, -got, clen);
+                              "at byte %d of its %zu)", index, -got, clen);
             else
                 st = ssb_fail(err, SSB4D_EFORMAT, "bitshuffle-LZ4 block %zu is corrupt (LZ4 gives "
-                                "%d bytes, the block holds %zu)", index, got, kb);
+                              "%d bytes, the block holds %zu)", index, got, kb);
             break;
         }
         bshuf_unshuffle_block(tmp, dst + done * elem_size, k, elem_size);
@@ -286,7 +286,7 @@ ssb4d_status bshuf_lz4_decode(const uint8_t *chunk, size_t len, size_t elem_size
     size_t rest = (n - done) * elem_size;
     if (len - at < rest)
         return ssb_fail(err, SSB4D_EFORMAT, "bitshuffle-LZ4 chunk is truncated in its last %zu raw "
-                          "bytes", rest);
+                        "bytes", rest);
     memcpy(dst + done * elem_size, chunk + at, rest);
     return SSB4D_OK;
 }

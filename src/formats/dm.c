@@ -53,7 +53,7 @@ static ssb4d_status get(walker *w, uint64_t off, void *buf, size_t n, const char
 {
     if (n > left_at(w, off))
         return ssb_fail(w->err, SSB4D_EFORMAT, "truncated: %s at byte %" PRIu64 " needs %zu bytes, "
-                          "the file ends at byte %" PRIu64, what, off, n, w->in->size);
+                        "the file ends at byte %" PRIu64, what, off, n, w->in->size);
     if (n && w->in->read(w->in->ctx, off, buf, n) != 0)
         return ssb_fail(w->err, SSB4D_EIO, "read error at byte %" PRIu64, off);
     return SSB4D_OK;
@@ -293,16 +293,16 @@ static ssb4d_status walk_data(walker *w, uint64_t *pos, int depth, uint64_t entr
         return st;
     if (memcmp(delim, "%%%%", 4) != 0)
         return ssb_fail(w->err, SSB4D_EFORMAT, "data tag '%s' at byte %" PRIu64 " lacks its \"%%%%%%%%\" "
-                          "mark (found %02x %02x %02x %02x at byte %" PRIu64 ")", w->path, entry_off,
-                          delim[0], delim[1], delim[2], delim[3], *pos);
+                        "mark (found %02x %02x %02x %02x at byte %" PRIu64 ")", w->path, entry_off,
+                        delim[0], delim[1], delim[2], delim[3], *pos);
     uint64_t ninfo;
     if ((st = get_word(w, *pos + 4, &ninfo, "a data tag's type length")))
         return st;
     *pos += 4 + w->width;
     if (ninfo == 0 || ninfo > DM_MAX_INFO || ninfo > left_at(w, *pos) / w->width)
         return ssb_fail(w->err, SSB4D_EFORMAT, "data tag '%s' at byte %" PRIu64 " claims %" PRIu64
-                          " type words (1 to %d fit, the file has %" PRIu64 " bytes left)", w->path,
-                          entry_off, ninfo, DM_MAX_INFO, left_at(w, *pos));
+                        " type words (1 to %d fit, the file has %" PRIu64 " bytes left)", w->path,
+                        entry_off, ninfo, DM_MAX_INFO, left_at(w, *pos));
     uint8_t *b = w->raw; /* the words are read 256 at a time (2048 bytes at most) */
     for (uint64_t k = 0; k < ninfo;) {
         size_t chunk = (size_t)(ninfo - k < 256 ? ninfo - k : 256);
@@ -320,12 +320,12 @@ static ssb4d_status walk_data(walker *w, uint64_t *pos, int depth, uint64_t entr
         why = "type words are left over after the type";
     if (why)
         return ssb_fail(w->err, SSB4D_EFORMAT, "data tag '%s' at byte %" PRIu64 " has a bad type "
-                          "description: %s (first word %" PRIu64 ", %" PRIu64 " words)", w->path,
-                          entry_off, why, w->info[0], ninfo);
+                        "description: %s (first word %" PRIu64 ", %" PRIu64 " words)", w->path,
+                        entry_off, why, w->info[0], ninfo);
     if (bytes > left_at(w, *pos))
         return ssb_fail(w->err, SSB4D_EFORMAT, "data tag '%s' at byte %" PRIu64 " claims %" PRIu64
-                          " bytes of %s, the file has %" PRIu64 " bytes left", w->path, entry_off,
-                          bytes, type_name(w->info[0]), left_at(w, *pos));
+                        " bytes of %s, the file has %" PRIu64 " bytes left", w->path, entry_off,
+                        bytes, type_name(w->info[0]), left_at(w, *pos));
 
     dm_tag t = {.path = w->path, .name = w->name, .depth = depth, .index = index, .offset = entry_off,
                 .type = (int)w->info[0], .data_offset = *pos, .data_bytes = bytes, .count = 1};
@@ -403,7 +403,7 @@ static ssb4d_status walk_group(walker *w, uint64_t *pos, int depth, uint64_t ent
 {
     if (depth > DM_MAX_DEPTH)
         return ssb_fail(w->err, SSB4D_EFORMAT, "tag group '%s' at byte %" PRIu64 " is nested %d deep "
-                          "(at most %d): corrupt", w->path, entry_off, depth, DM_MAX_DEPTH);
+                        "(at most %d): corrupt", w->path, entry_off, depth, DM_MAX_DEPTH);
     uint8_t head[10];
     ssb4d_status st = get(w, *pos, head, 2 + w->width, "a tag group header");
     if (st)
@@ -414,8 +414,8 @@ static ssb4d_status walk_group(walker *w, uint64_t *pos, int depth, uint64_t ent
     uint64_t min_entry = 3 + (w->width == 8 ? 8 : 0) + 2 + w->width, left = left_at(w, *pos);
     if (n > left / min_entry)
         return ssb_fail(w->err, SSB4D_EFORMAT, "tag group '%s' at byte %" PRIu64 " claims %" PRIu64
-                          " entries, the file has %" PRIu64 " bytes left", depth ? w->path : "(root)",
-                          at, n, left);
+                        " entries, the file has %" PRIu64 " bytes left", depth ? w->path : "(root)",
+                        at, n, left);
     if (depth > 0) {
         dm_tag g = {.path = w->path, .name = w->name, .depth = depth, .index = index, .is_group = 1,
                     .offset = entry_off, .count = n};
@@ -429,11 +429,11 @@ static ssb4d_status walk_group(walker *w, uint64_t *pos, int depth, uint64_t ent
         size_t nlen = (size_t)be(eh + 1, 2);
         if (eh[0] != 20 && eh[0] != 21)
             return ssb_fail(w->err, SSB4D_EFORMAT, "entry %" PRIu64 " of tag group '%s' (byte %" PRIu64
-                              ") has kind %u at byte %" PRIu64 " (20 = group or 21 = data expected)", k,
-                              depth ? w->path : "(root)", at, eh[0], e);
+                            ") has kind %u at byte %" PRIu64 " (20 = group or 21 = data expected)", k,
+                            depth ? w->path : "(root)", at, eh[0], e);
         if (nlen > left_at(w, e + 3))
             return ssb_fail(w->err, SSB4D_EFORMAT, "tag entry at byte %" PRIu64 " claims a %zu-byte "
-                              "name, the file has %" PRIu64 " bytes left", e, nlen, left_at(w, e + 3));
+                            "name, the file has %" PRIu64 " bytes left", e, nlen, left_at(w, e + 3));
         size_t kept = nlen < DM_NAME_KEPT ? nlen : DM_NAME_KEPT;
         if ((st = get(w, e + 3, w->raw, kept, "a tag name")))
             return st;
@@ -448,8 +448,8 @@ static ssb4d_status walk_group(walker *w, uint64_t *pos, int depth, uint64_t ent
             *pos += 8;
             if (len > left_at(w, *pos) + 8)
                 return ssb_fail(w->err, SSB4D_EFORMAT, "tag '%s' at byte %" PRIu64 " claims %" PRIu64
-                                  " bytes, the file has %" PRIu64 " bytes left", w->name, e, len,
-                                  left_at(w, *pos));
+                                " bytes, the file has %" PRIu64 " bytes left", w->name, e, len,
+                                left_at(w, *pos));
         }
         size_t old = push(w);
         st = eh[0] == 20 ? walk_group(w, pos, depth + 1, e, k) : walk_data(w, pos, depth + 1, e, k);
@@ -477,7 +477,7 @@ ssb4d_status dm_walk(const dm_input *in, dm_header *h, dm_visit_fn visit, void *
         uint64_t v = be(b, 4);
         if (v != 3 && v != 4)
             st = ssb_fail(err, SSB4D_EFORMAT, "DM version %" PRIu64 " in the header (3 or 4 expected): "
-                            "not a DM3 / DM4 file", v);
+                          "not a DM3 / DM4 file", v);
         else {
             h->version = (int)v;
             w->width = v == 3 ? 4 : 8;
@@ -489,7 +489,7 @@ ssb4d_status dm_walk(const dm_input *in, dm_header *h, dm_visit_fn visit, void *
         uint64_t order = be(b + 4 + w->width, 4);
         if (order > 1)
             st = ssb_fail(err, SSB4D_EFORMAT, "byte-order flag %" PRIu64 " in the header (0 = big-endian, "
-                            "1 = little-endian expected)", order);
+                          "1 = little-endian expected)", order);
         h->little_endian = order == 1;
     }
     if (!st) {
@@ -671,11 +671,11 @@ ssb4d_status dm_select(const dm_info *info, long want, dm_dataset *ds, ssb4d_err
     if (want >= 0) {
         if (want >= DM_MAX_IMAGES && (size_t)want < info->n_images_total)
             return ssb_fail(err, SSB4D_EINVAL, "--dataset %ld: ssb4d reads the first %d ImageList "
-                              "entries", want, DM_MAX_IMAGES);
+                            "entries", want, DM_MAX_IMAGES);
         if ((size_t)want >= info->n_images || !info->images[want].seen)
             return ssb_fail(err, SSB4D_EINVAL, "--dataset %ld: the ImageList has %zu entries "
-                              "(0 to %zu)", want, info->n_images_total,
-                              info->n_images_total ? info->n_images_total - 1 : 0);
+                            "(0 to %zu)", want, info->n_images_total,
+                            info->n_images_total ? info->n_images_total - 1 : 0);
         k = (size_t)want;
     } else {
         size_t found = info->n_images;
@@ -694,7 +694,7 @@ ssb4d_status dm_select(const dm_info *info, long want, dm_dataset *ds, ssb4d_err
                 o += (size_t)snprintf(msg + o, sizeof msg - o, "%s%s", o ? "; " : "", one);
             }
             return ssb_fail(err, SSB4D_EFORMAT, "no 4-D dataset (nor a 3-D stack of frames) in the "
-                              "ImageList: %s", msg);
+                            "ImageList: %s", msg);
         }
         k = found;
     }
@@ -703,39 +703,39 @@ ssb4d_status dm_select(const dm_info *info, long want, dm_dataset *ds, ssb4d_err
     dims_text(im, dims, sizeof dims);
     if (im->ndims != 4 && im->ndims != 3)
         return ssb_fail(err, SSB4D_EFORMAT, "ImageList entry %zu has %s%zu dimensions (%s): ssb4d "
-                          "reads 4-D datasets (scan x scan x detector x detector) or 3-D stacks of "
-                          "frames", k, im->ndims > DM_MAX_DIMS ? "more than " : "",
-                          im->ndims > DM_MAX_DIMS ? (size_t)DM_MAX_DIMS : im->ndims,
-                          dims[0] ? dims : "none");
+                        "reads 4-D datasets (scan x scan x detector x detector) or 3-D stacks of "
+                        "frames", k, im->ndims > DM_MAX_DIMS ? "more than " : "",
+                        im->ndims > DM_MAX_DIMS ? (size_t)DM_MAX_DIMS : im->ndims,
+                        dims[0] ? dims : "none");
     for (size_t d = 0; d < im->ndims; d++)
         if (!im->dims[d])
             return ssb_fail(err, SSB4D_EFORMAT, "ImageList/%zu/ImageData/Dimensions/%zu is missing or "
-                              "not a positive integer", k, d);
+                            "not a positive integer", k, d);
     if (im->data_type < 0)
         return ssb_fail(err, SSB4D_EFORMAT, "ImageList/%zu/ImageData/DataType is missing", k);
     int bytes, is_signed, is_float;
     const char *tn;
     if (!dm_data_type(im->data_type, &bytes, &is_signed, &is_float, &tn))
         return ssb_fail(err, SSB4D_EFORMAT, "DM data type %d (%s) is not supported (ssb4d reads int8, "
-                          "uint8, int16, uint16, int32, uint32 and float32)", im->data_type, tn);
+                        "uint8, int16, uint16, int32, uint32 and float32)", im->data_type, tn);
     if (!im->has_data)
         return ssb_fail(err, SSB4D_EFORMAT, "ImageList/%zu/ImageData/Data is missing or not an array", k);
     if (!simple_size((uint64_t)im->data_elem_type) || im->data_elem_bytes != (uint64_t)bytes)
         return ssb_fail(err, SSB4D_EFORMAT, "ImageList/%zu/ImageData/Data is an array of %s (%" PRIu64
-                          " bytes each), not of the %d-byte values of its data type %s", k,
-                          type_name((uint64_t)im->data_elem_type), im->data_elem_bytes, bytes, tn);
+                        " bytes each), not of the %d-byte values of its data type %s", k,
+                        type_name((uint64_t)im->data_elem_type), im->data_elem_bytes, bytes, tn);
     if (im->pixel_depth && im->pixel_depth != bytes)
         return ssb_fail(err, SSB4D_EFORMAT, "ImageList/%zu/ImageData/PixelDepth says %d bytes per "
-                          "value, the data type %s has %d", k, im->pixel_depth, tn, bytes);
+                        "value, the data type %s has %d", k, im->pixel_depth, tn, bytes);
     uint64_t need = 1;
     for (size_t d = 0; d < im->ndims; d++)
         if (__builtin_mul_overflow(need, im->dims[d], &need))
             return ssb_fail(err, SSB4D_EFORMAT, "ImageList/%zu: the dimensions %s hold more than 2^64 "
-                              "values", k, dims);
+                            "values", k, dims);
     if (im->data_count != need)
         return ssb_fail(err, SSB4D_EFORMAT, "ImageList/%zu/ImageData/Data holds %" PRIu64 " values, "
-                          "the dimensions %s (fastest first) need %" PRIu64, k, im->data_count, dims,
-                          need);
+                        "the dimensions %s (fastest first) need %" PRIu64, k, im->data_count, dims,
+                        need);
     ds->index = k;
     ds->rank = (int)im->ndims;
     if (im->ndims == 4) {

@@ -426,7 +426,7 @@ ssb4d_status empad_xml_parse(const char *buf, size_t len, empad_xml *doc, ssb4d_
         return ssb_fail(err, SSB4D_EINVAL, "empad_xml_parse: no buffer");
     if (len > EMPAD_XML_MAX_BYTES)
         return ssb_fail(err, SSB4D_EFORMAT, "XML of %zu bytes is larger than the %zu read",
-                          len, EMPAD_XML_MAX_BYTES);
+                        len, EMPAD_XML_MAX_BYTES);
     doc->arena_cap = 2 * len + 16;
     if (!(doc->arena = malloc(doc->arena_cap)))
         return ssb_fail(err, SSB4D_ENOMEM, "out of memory reading XML");
@@ -534,7 +534,7 @@ static ssb4d_status need_count(const empad_xml *doc, int node, size_t *v, ssb4d_
     *v = count_of(e);
     if (!*v)
         return ssb_fail(err, SSB4D_EFORMAT, "<%s> is '%.*s', not a whole number from 1 to 10^9",
-                          e->name, (int)(n < 40 ? n : 40), s);
+                        e->name, (int)(n < 40 ? n : 40), s);
     return SSB4D_OK;
 }
 
@@ -562,7 +562,7 @@ static ssb4d_status set_scan(empad_info *info, int k, size_t rows, size_t cols, 
         return SSB4D_OK;
     if (info->scan[k].rows && (info->scan[k].rows != rows || info->scan[k].cols != cols))
         return ssb_fail(err, SSB4D_EFORMAT, "two %s disagree (%zux%zu and %zux%zu, rows x columns)",
-                          from, info->scan[k].rows, info->scan[k].cols, rows, cols);
+                        from, info->scan[k].rows, info->scan[k].cols, rows, cols);
     info->scan[k].rows = rows;
     info->scan[k].cols = cols;
     info->scan[k].from = from;
@@ -576,7 +576,7 @@ ssb4d_status empad_info_read(const empad_xml *doc, empad_info *info, ssb4d_err *
     info->diffraction_angle_rad = info->scan_size = NAN;
     if (!doc->n_nodes || strcmp(doc->nodes[0].name, "root") != 0)
         return ssb_fail(err, SSB4D_EFORMAT, "the document element is <%s>, not the <root> of an "
-                          "EMPAD acquisition", doc->n_nodes ? doc->nodes[0].name : "");
+                        "EMPAD acquisition", doc->n_nodes ? doc->nodes[0].name : "");
     ssb4d_status st = SSB4D_OK;
     size_t pix_r = 0, pix_c = 0;
     for (int c = doc->nodes[0].first_child; c >= 0 && !st; c = doc->nodes[c].next) {
@@ -587,10 +587,10 @@ ssb4d_status empad_info_read(const empad_xml *doc, empad_info *info, ssb4d_err *
                 continue;
             if (strlen(f) >= sizeof info->raw_name)
                 return ssb_fail(err, SSB4D_EFORMAT, "<raw_file filename> is longer than %zu bytes",
-                                  sizeof info->raw_name - 1);
+                                sizeof info->raw_name - 1);
             if (info->raw_name[0] && strcmp(info->raw_name, f) != 0)
                 return ssb_fail(err, SSB4D_EFORMAT, "two <raw_file> elements name different files "
-                                  "(%s and %s)", info->raw_name, f);
+                                "(%s and %s)", info->raw_name, f);
             strcpy(info->raw_name, f);
         } else if (!strcmp(e->name, "type")) {
             size_t n;
@@ -599,7 +599,7 @@ ssb4d_status empad_info_read(const empad_xml *doc, empad_info *info, ssb4d_err *
                 info->is_series = 1;
             else if (!(n == 4 && !memcmp(s, "scan", 4)))
                 return ssb_fail(err, SSB4D_EFORMAT, "<type> is '%.*s' (scan or series expected)",
-                                  (int)(n < 40 ? n : 40), s);
+                                (int)(n < 40 ? n : 40), s);
         } else if (!strcmp(e->name, "count")) {
             st = need_count(doc, c, &info->series_count, err);
         } else if (!strcmp(e->name, "pix_x") || !strcmp(e->name, "pix_y")) {
@@ -610,7 +610,7 @@ ssb4d_status empad_info_read(const empad_xml *doc, empad_info *info, ssb4d_err *
             size_t *slot = e->name[4] == 'x' ? &pix_c : &pix_r;
             if (*slot && *slot != v)
                 return ssb_fail(err, SSB4D_EFORMAT, "two <%s> disagree (%zu and %zu)", e->name,
-                                  *slot, v);
+                                *slot, v);
             *slot = v;
         } else if (!strcmp(e->name, "scan_parameters")) {
             const char *mode = empad_xml_attr_value(doc, c, "mode");
@@ -654,7 +654,7 @@ ssb4d_status empad_info_read(const empad_xml *doc, empad_info *info, ssb4d_err *
         return st;
     if ((pix_r == 0) != (pix_c == 0))
         return ssb_fail(err, SSB4D_EFORMAT, "<%s> without <%s>", pix_r ? "pix_y" : "pix_x",
-                          pix_r ? "pix_x" : "pix_y");
+                        pix_r ? "pix_x" : "pix_y");
     if (pix_r) {
         info->scan[1].rows = pix_r;
         info->scan[1].cols = pix_c;

@@ -68,24 +68,24 @@ static ssb4d_status detect(const char *path, const framesrc_opts *o, framesrc_fo
         *f = FRAMESRC_EMPAD; /* an EMPAD .raw with the .xml that names it beside it */
     else if (has_suffix(path, ".raw") || has_suffix(path, ".bin") || has_suffix(path, ".dat"))
         return ssb_fail(err, SSB4D_EINVAL,
-                          "%s looks like raw binary: give its --shape, --dtype and --endian", path);
+                        "%s looks like raw binary: give its --shape, --dtype and --endian", path);
     else if (has_suffix(path, ".dm3") || has_suffix(path, ".dm4"))
         return ssb_fail(err, SSB4D_EFORMAT, "%s does not start like a DM3 / DM4 file (version 3 or 4)", path);
     else if (has_suffix(path, ".mrc") || has_suffix(path, ".mrcs"))
         return ssb_fail(err, SSB4D_EFORMAT, "%s does not have an MRC header (\"MAP \" at byte 208, "
-                          "a mode and sizes that fit the file)", path);
+                        "a mode and sizes that fit the file)", path);
     else if (has_suffix(path, ".mib"))
         return ssb_fail(err, SSB4D_EFORMAT,
-                          "%s does not start with a Merlin frame header (\"MQ1,\")", path);
+                        "%s does not start with a Merlin frame header (\"MQ1,\")", path);
     else if (has_suffix(path, ".npy"))
         return ssb_fail(err, SSB4D_EFORMAT, "%s does not start with the .npy magic", path);
     else if (has_suffix(path, ".h5") || has_suffix(path, ".hdf5") || has_suffix(path, ".emd"))
         return ssb_fail(err, SSB4D_EFORMAT, "%s has no HDF5 signature", path);
     else
         return ssb_fail(err, SSB4D_EFORMAT,
-                          "cannot tell the format of %s (not .npy, HDF5, Merlin .mib, DM3/DM4, MRC or "
-                          "an EMPAD .xml by its first bytes); for raw binary give --shape, --dtype and "
-                          "--endian", path);
+                        "cannot tell the format of %s (not .npy, HDF5, Merlin .mib, DM3/DM4, MRC or "
+                        "an EMPAD .xml by its first bytes); for raw binary give --shape, --dtype and "
+                        "--endian", path);
     return SSB4D_OK;
 }
 
@@ -105,9 +105,9 @@ ssb4d_status framesrc_format_parse(const char *name, framesrc_format *f, ssb4d_e
             return SSB4D_OK;
         }
     return ssb_fail(err, SSB4D_EINVAL,
-                      "unknown format '%s' (expected auto, npy, raw, hdf5, arina, mib, empad, dm, "
-                      "velox or mrc)",
-                      name ? name : "");
+                    "unknown format '%s' (expected auto, npy, raw, hdf5, arina, mib, empad, dm, "
+                    "velox or mrc)",
+                    name ? name : "");
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -145,7 +145,7 @@ ssb4d_status framesrc_open(const char *path, const framesrc_opts *o, framesrc **
     }
     if (!st && f != FRAMESRC_MIB && o->n_more_paths)
         st = ssb_fail(err, SSB4D_EINVAL, "%s: only Merlin acquisitions may be split over several "
-                        "files", path);
+                      "files", path);
     if (!st && s->is_float && (s->dtype_bytes != 4 || !s->ops->read_f32))
         st = ssb_fail(err, SSB4D_EINTERNAL, "%s: float reader without float32 reads", path);
     if (st) {
@@ -178,13 +178,13 @@ ssb4d_status framesrc_read(framesrc *s, size_t pos0, size_t npos, uint32_t *out,
     size_t n = s->shape[0] * s->shape[1];
     if (pos0 > n || npos > n - pos0)
         return ssb_fail(err, SSB4D_EINVAL, "%s: frames %zu..%zu asked, the scan has %zu", s->path,
-                          pos0, pos0 + npos, n);
+                        pos0, pos0 + npos, n);
     if (npos == 0)
         return SSB4D_OK;
     if (s->is_float)
         return ssb_fail(err, SSB4D_EFORMAT, "%s holds float values, not counts: ssb4d never "
-                          "quantises silently (import --gain E states the electrons per unit; "
-                          "fit, reconstruct and view read float data as it is)", s->path);
+                        "quantises silently (import --gain E states the electrons per unit; "
+                        "fit, reconstruct and view read float data as it is)", s->path);
     return s->ops->read(s, pos0, npos, out, err);
 }
 
@@ -195,7 +195,7 @@ ssb4d_status framesrc_read_f32(framesrc *s, size_t pos0, size_t npos, float *out
     size_t n = s->shape[0] * s->shape[1], P = s->shape[2] * s->shape[3];
     if (pos0 > n || npos > n - pos0)
         return ssb_fail(err, SSB4D_EINVAL, "%s: frames %zu..%zu asked, the scan has %zu", s->path,
-                          pos0, pos0 + npos, n);
+                        pos0, pos0 + npos, n);
     if (npos == 0)
         return SSB4D_OK;
     if (s->is_float) {
@@ -204,9 +204,9 @@ ssb4d_status framesrc_read_f32(framesrc *s, size_t pos0, size_t npos, float *out
         if (i != (size_t)-1) {
             size_t pos = pos0 + i / P, pix = i % P;
             return ssb_fail(err, SSB4D_EFORMAT, "%s: frame %zu (scan %zu,%zu) holds %s at "
-                              "detector pixel %zu,%zu", s->path, pos, pos / s->shape[1],
-                              pos % s->shape[1], isnan(out[i]) ? "NaN" : "an infinite value",
-                              pix / s->shape[3], pix % s->shape[3]);
+                            "detector pixel %zu,%zu", s->path, pos, pos / s->shape[1],
+                            pos % s->shape[1], isnan(out[i]) ? "NaN" : "an infinite value",
+                            pix / s->shape[3], pix % s->shape[3]);
         }
         return st;
     }
@@ -217,8 +217,8 @@ ssb4d_status framesrc_read_f32(framesrc *s, size_t pos0, size_t npos, float *out
     if (i != (size_t)-1) {
         size_t pos = pos0 + i / P, pix = i % P;
         return ssb_fail(err, SSB4D_EFORMAT, "%s: frame %zu holds the count %u at detector pixel "
-                          "%zu,%zu, beyond float32's exact integers (2^24)", s->path, pos,
-                          (unsigned)u[i], pix / s->shape[3], pix % s->shape[3]);
+                        "%zu,%zu, beyond float32's exact integers (2^24)", s->path, pos,
+                        (unsigned)u[i], pix / s->shape[3], pix % s->shape[3]);
     }
     return st;
 }
@@ -263,11 +263,11 @@ ssb4d_status fs_check_shape(const size_t shape[4], const char *what, ssb4d_err *
     for (int i = 0; i < 4; i++)
         if (shape[i] == 0)
             return ssb_fail(err, SSB4D_EFORMAT, "%s: shape %zux%zux%zux%zu has an empty axis",
-                              what, shape[0], shape[1], shape[2], shape[3]);
+                            what, shape[0], shape[1], shape[2], shape[3]);
     if (shape[2] > 4096 || shape[3] > 4096 || shape[0] > 65536 || shape[1] > 65536)
         return ssb_fail(err, SSB4D_EFORMAT, "%s: shape %zux%zux%zux%zu is beyond what ssb4d "
-                          "supports (scan <= 65536 per axis, detector <= 4096 per axis)",
-                          what, shape[0], shape[1], shape[2], shape[3]);
+                        "supports (scan <= 65536 per axis, detector <= 4096 per axis)",
+                        what, shape[0], shape[1], shape[2], shape[3]);
     return SSB4D_OK;
 }
 
@@ -291,13 +291,13 @@ ssb4d_status fs_scan_shape(size_t n, const framesrc_opts *o, size_t hint_rows, s
         size_t need;
         if (!fs_mul(r, c, &need) || need != n)
             return ssb_fail(err, SSB4D_EINVAL, "%s holds %zu frames but the scan shape %zux%zu "
-                              "needs %zu", what, n, r, c, r * c);
+                            "needs %zu", what, n, r, c, r * c);
     } else if (r || c) {
         /* one side given: the other follows when it divides the frame count */
         size_t k = r ? r : c;
         if (n % k)
             return ssb_fail(err, SSB4D_EINVAL, "%s holds %zu frames, not a multiple of %zu: give "
-                              "the whole --scan-shape ROWS,COLS", what, n, k);
+                            "the whole --scan-shape ROWS,COLS", what, n, k);
         if (r)
             c = n / r;
         else
@@ -305,8 +305,8 @@ ssb4d_status fs_scan_shape(size_t n, const framesrc_opts *o, size_t hint_rows, s
     } else if (hint_rows && hint_cols) {
         if (hint_rows * hint_cols != n)
             return ssb_fail(err, SSB4D_EFORMAT, "%s holds %zu frames but %s says the scan is "
-                              "%zux%zu (%zu frames); pass --scan-shape ROWS,COLS", what, n,
-                              hint_from, hint_rows, hint_cols, hint_rows * hint_cols);
+                            "%zux%zu (%zu frames); pass --scan-shape ROWS,COLS", what, n,
+                            hint_from, hint_rows, hint_cols, hint_rows * hint_cols);
         r = hint_rows;
         c = hint_cols;
         h = "file";
@@ -314,7 +314,7 @@ ssb4d_status fs_scan_shape(size_t n, const framesrc_opts *o, size_t hint_rows, s
         size_t q = isqrt(n);
         if (n == 0 || q * q != n)
             return ssb_fail(err, SSB4D_EINVAL, "%s holds %zu frames and does not record its scan "
-                              "shape (%zu is not a square): pass --scan-shape ROWS,COLS", what, n, n);
+                            "shape (%zu is not a square): pass --scan-shape ROWS,COLS", what, n, n);
         r = c = q;
         h = "square";
     }
@@ -330,7 +330,7 @@ ssb4d_status fs_check_det_opts(const framesrc_opts *o, size_t det_rows, size_t d
 {
     if (o && ((o->shape[2] && o->shape[2] != det_rows) || (o->shape[3] && o->shape[3] != det_cols)))
         return ssb_fail(err, SSB4D_EINVAL, "%s has %zux%zu detector frames, not the %zux%zu asked",
-                          what, det_rows, det_cols, o->shape[2], o->shape[3]);
+                        what, det_rows, det_cols, o->shape[2], o->shape[3]);
     return SSB4D_OK;
 }
 
@@ -385,9 +385,9 @@ ssb4d_status fs_negative_error(const framesrc *s, size_t pos0, size_t index, int
 {
     size_t P = s->shape[2] * s->shape[3], pos = pos0 + index / P, pix = index % P;
     return ssb_fail(err, SSB4D_EFORMAT, "%s: frame %zu (scan %zu,%zu) holds a negative count %d "
-                      "at detector pixel %zu,%zu; signed data are accepted only when every value "
-                      "is >= 0", s->path, pos, pos / s->shape[1], pos % s->shape[1], (int)value,
-                      pix / s->shape[3], pix % s->shape[3]);
+                    "at detector pixel %zu,%zu; signed data are accepted only when every value "
+                    "is >= 0", s->path, pos, pos / s->shape[1], pos % s->shape[1], (int)value,
+                    pix / s->shape[3], pix % s->shape[3]);
 }
 
 ssb4d_status fs_pread_full(int fd, void *buf, size_t len, off_t off, const char *what,
@@ -400,10 +400,10 @@ ssb4d_status fs_pread_full(int fd, void *buf, size_t len, off_t off, const char 
             continue;
         if (got < 0)
             return ssb_fail(err, SSB4D_EIO, "reading %s at byte %lld: %s", what, (long long)off,
-                              strerror(errno));
+                            strerror(errno));
         if (got == 0)
             return ssb_fail(err, SSB4D_EIO, "reading %s: unexpected end of file at byte %lld "
-                              "(was it truncated while open?)", what, (long long)off);
+                            "(was it truncated while open?)", what, (long long)off);
         p += got;
         len -= (size_t)got;
         off += got;

@@ -138,11 +138,11 @@ static ssb4d_status load_chunk(framesrc *s, arina_reader *r, size_t i, size_t ci
     if (H5Dget_chunk_storage_size(r->dset, off, &stored) < 0 || stored == 0) {
         H5Eclear2(H5E_DEFAULT);
         return ssb_fail(err, SSB4D_EFORMAT, "%s: frames from %zu on (/entry/data/%s, chunk %zu) were "
-                          "never written: the acquisition is incomplete", s->path, frame, pt->name, ci);
+                        "never written: the acquisition is incomplete", s->path, frame, pt->name, ci);
     }
     if (stored > 2 * want + 4096)
         return ssb_fail(err, SSB4D_EFORMAT, "%s: frame %zu: the stored chunk is %llu bytes, implausible "
-                          "for %zu bytes of data", s->path, frame, (unsigned long long)stored, want);
+                        "for %zu bytes of data", s->path, frame, (unsigned long long)stored, want);
     if (stored > r->comp_cap) {
         uint8_t *c = realloc(r->comp, (size_t)stored);
         if (!c)
@@ -165,17 +165,17 @@ static ssb4d_status load_chunk(framesrc *s, arina_reader *r, size_t i, size_t ci
     if (mask & 1u) { /* the writer skipped the filter for this chunk: stored as is */
         if (stored != want)
             return ssb_fail(err, SSB4D_EFORMAT, "%s: frame %zu: unfiltered chunk of %llu bytes, %zu "
-                              "expected", s->path, frame, (unsigned long long)stored, want);
+                            "expected", s->path, frame, (unsigned long long)stored, want);
         memcpy(r->chunk, r->comp, want);
     } else if (pt->lz4 || (stored != want && stored >= 12 && be64(r->comp) == want)) {
         /* (the second case: LZ4 chunks under cd_values that do not say so) */
         if (bshuf_lz4_decode(r->comp, (size_t)stored, r->elem, r->chunk, want, &e))
             return ssb_fail(err, SSB4D_EFORMAT, "%s: frame %zu (/entry/data/%s, chunk %zu): %s",
-                              s->path, frame, pt->name, ci, e.msg);
+                            s->path, frame, pt->name, ci, e.msg);
     } else {
         if (stored != want)
             return ssb_fail(err, SSB4D_EFORMAT, "%s: frame %zu: bitshuffled chunk of %llu bytes, %zu "
-                              "expected", s->path, frame, (unsigned long long)stored, want);
+                            "expected", s->path, frame, (unsigned long long)stored, want);
         if (bshuf_bitunshuffle(r->comp, r->chunk, want / r->elem, r->elem, pt->block, &e))
             return ssb_fail(err, SSB4D_EFORMAT, "%s: frame %zu: %s", s->path, frame, e.msg);
     }
@@ -349,7 +349,7 @@ static ssb4d_status data_file_error(const arina_reader *r, const arina_part *pt,
     ssb4d_status st;
     if (access(file, F_OK) != 0) {
         st = ssb_fail(err, SSB4D_EIO, "%s cannot be opened: the data file '%s' is missing", what,
-                        file);
+                      file);
     } else {
         hid_t f = H5Fopen(file, H5F_ACC_RDONLY, H5P_DEFAULT);
         if (f < 0) {
@@ -358,7 +358,7 @@ static ssb4d_status data_file_error(const arina_reader *r, const arina_part *pt,
         } else {
             H5Fclose(f);
             st = ssb_fail(err, SSB4D_EFORMAT, "%s cannot be opened: '%s' has no dataset at the "
-                            "link's target", what, file);
+                          "link's target", what, file);
         }
     }
     free(file);
@@ -394,7 +394,7 @@ static ssb4d_status inspect_part(framesrc *s, arina_reader *r, arina_part *pt, i
     size_t elem = H5Tget_size(t);
     if (H5Tget_class(t) == H5T_FLOAT) {
         st = ssb_fail(err, SSB4D_EFORMAT, "%s is floating point: convert to integer counts first, "
-                        "ssb4d never quantises", what);
+                      "ssb4d never quantises", what);
         goto done;
     }
     if (H5Tget_class(t) != H5T_INTEGER || H5Tget_sign(t) != H5T_SGN_NONE ||
@@ -408,8 +408,8 @@ static ssb4d_status inspect_part(framesrc *s, arina_reader *r, arina_part *pt, i
         r->cols = (size_t)dims[2];
     } else if (elem != r->elem || dims[1] != r->rows || dims[2] != r->cols) {
         st = ssb_fail(err, SSB4D_EFORMAT, "%s has %llux%llu frames of %zu-byte counts, unlike the "
-                        "first data link (%zux%zu, %zu-byte)", what, (unsigned long long)dims[1],
-                        (unsigned long long)dims[2], elem, r->rows, r->cols, r->elem);
+                      "first data link (%zux%zu, %zu-byte)", what, (unsigned long long)dims[1],
+                      (unsigned long long)dims[2], elem, r->rows, r->cols, r->elem);
         goto done;
     }
     pt->count = (size_t)dims[0];
@@ -424,21 +424,21 @@ static ssb4d_status inspect_part(framesrc *s, arina_reader *r, arina_part *pt, i
         /* cd_values[2] is the element size (0 or absent when written without the plugin) */
         if (ncd >= 3 && cdv[2] != 0 && cdv[2] != elem) {
             st = ssb_fail(err, SSB4D_EFORMAT, "%s: its bitshuffle filter is set up for %u-byte "
-                            "elements, the data are %zu-byte", what, cdv[2], elem);
+                          "elements, the data are %zu-byte", what, cdv[2], elem);
             goto done;
         }
         unsigned comp = ncd > 4 ? cdv[4] : BSHUF_H5_COMPRESS_NONE;
         if (comp == BSHUF_H5_COMPRESS_ZSTD || (comp != BSHUF_H5_COMPRESS_LZ4 && comp != BSHUF_H5_COMPRESS_NONE)) {
             st = ssb_fail(err, SSB4D_EFORMAT, "%s uses bitshuffle with compressor %u%s; only LZ4 (2) "
-                            "or none (0) is supported", what, comp,
-                            comp == BSHUF_H5_COMPRESS_ZSTD ? " (zstd)" : "");
+                          "or none (0) is supported", what, comp,
+                          comp == BSHUF_H5_COMPRESS_ZSTD ? " (zstd)" : "");
             goto done;
         }
         size_t chunk_bytes;
         if (!fs_mul((size_t)cd[0], (size_t)(dims[1] * dims[2]) * elem, &chunk_bytes) ||
             chunk_bytes > MAX_CHUNK_BYTES) {
             st = ssb_fail(err, SSB4D_EFORMAT, "%s: chunks of %llu frames are too large to decode "
-                            "(limit %zu MiB)", what, (unsigned long long)cd[0], MAX_CHUNK_BYTES >> 20);
+                          "(limit %zu MiB)", what, (unsigned long long)cd[0], MAX_CHUNK_BYTES >> 20);
             goto done;
         }
         pt->direct = 1;
@@ -447,7 +447,7 @@ static ssb4d_status inspect_part(framesrc *s, arina_reader *r, arina_part *pt, i
         pt->chunk_frames = (size_t)cd[0];
         if (!pt->lz4 && pt->block % 8) {
             st = ssb_fail(err, SSB4D_EFORMAT, "%s: bitshuffle block size %zu is not a multiple of 8",
-                            what, pt->block);
+                          what, pt->block);
             goto done;
         }
     } else {
@@ -683,7 +683,7 @@ ssb4d_status fs_arina_open(framesrc *s, const char *path, const framesrc_opts *o
     }
     if (!fs_h5_exists(r->master, "/entry/data")) {
         st = ssb_fail(err, SSB4D_EFORMAT, "%s has no /entry/data group: not a Dectris master file",
-                        path);
+                      path);
         goto fail;
     }
     if (list_data_links(r->master, &l) < 0 || l.oom) {

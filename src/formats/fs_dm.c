@@ -240,7 +240,7 @@ ssb4d_status fs_dm_open(framesrc *s, const char *path, const framesrc_opts *o, s
     long want = -1;
     if (o && o->dataset && parse_index(o->dataset, &want))
         return ssb_fail(err, SSB4D_EINVAL, "%s: --dataset for a DM file is the ImageList entry to "
-                          "read (0, 1, ...), not '%s'", path, o->dataset);
+                        "read (0, 1, ...), not '%s'", path, o->dataset);
     int fd;
     size_t size = 0;
     ssb4d_status st = fs_contiguous_open(path, &fd, &size, err);
@@ -275,7 +275,7 @@ ssb4d_status fs_dm_open(framesrc *s, const char *path, const framesrc_opts *o, s
         memcpy(shape, ds.shape, sizeof shape);
         if (o && o->shape[0] && o->shape[1] && (o->shape[0] != shape[0] || o->shape[1] != shape[1])) {
             st = ssb_fail(err, SSB4D_EINVAL, "%s has a %zux%zu scan, not the %zux%zu asked", path,
-                            shape[0], shape[1], o->shape[0], o->shape[1]);
+                          shape[0], shape[1], o->shape[0], o->shape[1]);
             goto fail;
         }
     } else {

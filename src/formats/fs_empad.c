@@ -58,7 +58,7 @@ static ssb4d_status slurp(const char *path, size_t max, char **buf, size_t *len,
     if (!st && size > max) {
         *too_big = 1;
         st = ssb_fail(err, SSB4D_EFORMAT, "%s is %zu bytes, more than the %zu an EMPAD .xml may "
-                        "have", path, size, max);
+                      "have", path, size, max);
     }
     if (!st && !(*buf = malloc(size ? size : 1)))
         st = ssb_fail(err, SSB4D_ENOMEM, "out of memory reading %s", path);
@@ -224,7 +224,7 @@ static ssb4d_status open_raw(const char *xml_path, const char *raw_path, int *fd
     struct stat sb;
     if (xml_path && stat(raw_path, &sb) != 0 && errno == ENOENT)
         return ssb_fail(err, SSB4D_EIO, "%s names the raw file %s, which is missing (looked for %s)",
-                          xml_path, empad_basename(raw_path), raw_path);
+                        xml_path, empad_basename(raw_path), raw_path);
     return fs_contiguous_open(raw_path, fd, size, err);
 }
 
@@ -247,7 +247,7 @@ ssb4d_status fs_empad_open(framesrc *s, const char *path, const framesrc_opts *o
         have_xml = 1;
         if (!info.raw_name[0] || !*empad_basename(info.raw_name)) {
             st = ssb_fail(err, SSB4D_EFORMAT, "%s names no raw file (<raw_file filename=\"...\"/>): "
-                            "not an EMPAD acquisition .xml", path);
+                          "not an EMPAD acquisition .xml", path);
             goto done;
         }
         xml_path = strdup(path);
@@ -260,13 +260,13 @@ ssb4d_status fs_empad_open(framesrc *s, const char *path, const framesrc_opts *o
         int r = find_xml(path, &xml_path, &other);
         if (r < 0) {
             st = ssb_fail(err, SSB4D_EINVAL, "%s: both %s and %s name it as their raw file: open "
-                            "the .xml of the acquisition you mean", path, xml_path, other);
+                          "the .xml of the acquisition you mean", path, xml_path, other);
             goto done;
         }
         if (r == 0 && !user) {
             st = ssb_fail(err, SSB4D_EFORMAT, "%s: no EMPAD .xml beside it names it (the .xml "
-                            "records the scan): open the acquisition's .xml, or give --scan-shape "
-                            "ROWS,COLS to read the .raw alone", path);
+                          "records the scan): open the acquisition's .xml, or give --scan-shape "
+                          "ROWS,COLS to read the .raw alone", path);
             goto done;
         }
         if (r == 1) {
@@ -296,8 +296,8 @@ ssb4d_status fs_empad_open(framesrc *s, const char *path, const framesrc_opts *o
         (over || info.series_count != n)) {
         size_t need = info.series_count * EMPAD_FRAME_BYTES;
         st = ssb_fail(err, SSB4D_EFORMAT, "%s: %s records a series of %zu frames, which needs %zu "
-                        "bytes (128x130 float32 frames), but it is %zu bytes (%.4g frames)", raw_path,
-                        xml_path, info.series_count, need, size, (double)size / EMPAD_FRAME_BYTES);
+                      "bytes (128x130 float32 frames), but it is %zu bytes (%.4g frames)", raw_path,
+                      xml_path, info.series_count, need, size, (double)size / EMPAD_FRAME_BYTES);
         goto done;
     }
     if (first >= 0 && pick < 0 && !user) {
@@ -305,16 +305,16 @@ ssb4d_status fs_empad_open(framesrc *s, const char *path, const framesrc_opts *o
         if (!fs_mul(r * c, EMPAD_FRAME_BYTES, &need))
             need = SIZE_MAX;
         st = ssb_fail(err, SSB4D_EFORMAT, "%s: %s records a %zux%zu scan (rows x columns, from %s), "
-                        "which needs %zu bytes (%zu frames of 128x130 float32), but it is %zu bytes "
-                        "(%.4g frames): truncated, or not this acquisition's .raw?", raw_path,
-                        xml_path, r, c, info.scan[first].from, need, r * c, size,
-                        (double)size / EMPAD_FRAME_BYTES);
+                      "which needs %zu bytes (%zu frames of 128x130 float32), but it is %zu bytes "
+                      "(%.4g frames): truncated, or not this acquisition's .raw?", raw_path,
+                      xml_path, r, c, info.scan[first].from, need, r * c, size,
+                      (double)size / EMPAD_FRAME_BYTES);
         goto done;
     }
     if (over || n == 0) {
         st = ssb_fail(err, SSB4D_EFORMAT, "%s is %zu bytes, not a whole number of EMPAD frames "
-                        "(128x130 float32, %zu bytes each): %zu frames and %zu bytes over (truncated?)",
-                        raw_path, size, EMPAD_FRAME_BYTES, n, over);
+                      "(128x130 float32, %zu bytes each): %zu frames and %zu bytes over (truncated?)",
+                      raw_path, size, EMPAD_FRAME_BYTES, n, over);
         goto done;
     }
     size_t scan[2];

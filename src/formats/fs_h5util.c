@@ -206,10 +206,10 @@ ssb4d_status fs_h5_check_filters(hid_t dcpl, const char *what, ssb4d_err *err)
         H5Eclear2(H5E_DEFAULT);
         if (!avail)
             return ssb_fail(err, SSB4D_EFORMAT, "%s is compressed with HDF5 filter %d (%s%s%s), which "
-                              "this libhdf5 cannot decode: set HDF5_PLUGIN_PATH to a folder holding the "
-                              "plugin (e.g. from the hdf5plugin Python package) or re-save the data "
-                              "uncompressed%s", what, (int)id, fs_h5_filter_name(id), *name ? ", " : "",
-                              name, id == 32008 ? "; for Dectris data open the *_master.h5 file" : "");
+                            "this libhdf5 cannot decode: set HDF5_PLUGIN_PATH to a folder holding the "
+                            "plugin (e.g. from the hdf5plugin Python package) or re-save the data "
+                            "uncompressed%s", what, (int)id, fs_h5_filter_name(id), *name ? ", " : "",
+                            name, id == 32008 ? "; for Dectris data open the *_master.h5 file" : "");
     }
     return SSB4D_OK;
 }

@@ -236,19 +236,19 @@ static ssb4d_status discover(hid_t file, const char *path, char **chosen, ssb4d_
         for (size_t i = 0; i < w.n_floats; i++)
             list_add(list, sizeof list, w.floats[i]);
         st = ssb_fail(err, SSB4D_EFORMAT, "%s: the rank-4 dataset%s %s %s floating point of a width "
-                        "other than float32: save it as float32 (ssb4d never quantises silently)", path,
-                        w.n_floats > 1 ? "s" : "", list, w.n_floats > 1 ? "are" : "is");
+                      "other than float32: save it as float32 (ssb4d never quantises silently)", path,
+                      w.n_floats > 1 ? "s" : "", list, w.n_floats > 1 ? "are" : "is");
     } else if (w.n_ints == 0) {
         st = ssb_fail(err, SSB4D_ENOTFOUND, "%s holds no rank-4 integer or float32 dataset (scan_row, "
-                        "scan_col, det_row, det_col): name one with --dataset PATH%s", path,
-                        fs_h5_exists(file, "/entry/data/data")
+                      "scan_col, det_row, det_col): name one with --dataset PATH%s", path,
+                      fs_h5_exists(file, "/entry/data/data")
                             ? " (for a Dectris data file, open its *_master.h5 instead)" : "");
     } else {
         for (size_t i = 0; i < w.n_ints; i++)
             if (!n_pref || w.preferred[i])
                 list_add(list, sizeof list, w.ints[i]);
         st = ssb_fail(err, SSB4D_EINVAL, "%s holds several rank-4 datasets (%s%s): choose "
-                        "one with --dataset PATH", path, list, w.n_more ? ", and more" : "");
+                      "one with --dataset PATH", path, list, w.n_more ? ", and more" : "");
     }
     walk_free(&w);
     return st;
@@ -377,31 +377,31 @@ ssb4d_status fs_hdf5_open(framesrc *s, const char *path, const framesrc_opts *o,
     size_t elem = H5Tget_size(t);
     if (cls == H5T_FLOAT && elem != 4) {
         st = ssb_fail(err, SSB4D_EFORMAT, "%s is floating point of %zu bytes: save it as float32 "
-                        "(ssb4d never quantises silently)", what, elem);
+                      "(ssb4d never quantises silently)", what, elem);
         goto done;
     }
     if (cls != H5T_INTEGER && cls != H5T_FLOAT) {
         st = ssb_fail(err, SSB4D_EFORMAT, "%s is not an integer dataset (counts must be uint8, "
-                        "uint16 or uint32)", what);
+                      "uint16 or uint32)", what);
         goto done;
     }
     if (elem != 1 && elem != 2 && elem != 4) {
         st = ssb_fail(err, SSB4D_EFORMAT, "%s holds %zu-byte integers: narrow it to uint32 (or "
-                        "smaller) counts first", what, elem);
+                      "smaller) counts first", what, elem);
         goto done;
     }
     r->rank = H5Sget_simple_extent_ndims(sp);
     if (r->rank != 4 && r->rank != 3) {
         st = ssb_fail(err, SSB4D_EFORMAT, "%s has rank %d; ssb4d needs 4 axes (scan_row, scan_col, "
-                        "det_row, det_col) or a stack of frames (frame, det_row, det_col)", what,
-                        r->rank);
+                      "det_row, det_col) or a stack of frames (frame, det_row, det_col)", what,
+                      r->rank);
         goto done;
     }
     H5Sget_simple_extent_dims(sp, r->dims, NULL);
     if (r->rank == 3 && fs_velox_detect(path)) {
         /* a Velox stack is (rows, cols, frames): read as (frames, rows, cols) it would be garbage */
         st = ssb_fail(err, SSB4D_EFORMAT, "%s is a Velox EMD stack, stored with the frames last: read "
-                        "it with --format velox (or without --format)", what);
+                      "it with --format velox (or without --format)", what);
         goto done;
     }
     size_t shape[4];
@@ -411,7 +411,7 @@ ssb4d_status fs_hdf5_open(framesrc *s, const char *path, const framesrc_opts *o,
             shape[i] = (size_t)r->dims[i];
         if (o && o->shape[0] && o->shape[1] && (o->shape[0] != shape[0] || o->shape[1] != shape[1])) {
             st = ssb_fail(err, SSB4D_EINVAL, "%s has a %zux%zu scan, not the %zux%zu asked", what,
-                            shape[0], shape[1], o->shape[0], o->shape[1]);
+                          shape[0], shape[1], o->shape[0], o->shape[1]);
             goto done;
         }
     } else {

@@ -71,16 +71,16 @@ static ssb4d_status check_frame(const mib_reader *r, const mib_part *part, const
     ssb4d_err e = {0};
     if (mib_parse_header(buf, len, h, &e))
         return ssb_fail(err, SSB4D_EFORMAT, "%s: frame %zu (at byte %zu) is corrupt: %s",
-                          part->path, p, p * r->stride, e.msg);
+                        part->path, p, p * r->stride, e.msg);
     const char *what = same_layout(&r->first, h);
     if (what)
         return ssb_fail(err, SSB4D_EFORMAT, "%s: frame %zu (at byte %zu) has a different %s than "
-                          "the first frame", part->path, p, p * r->stride, what);
+                        "the first frame", part->path, p, p * r->stride, what);
     uint64_t want = (uint64_t)part->seq0 + p;
     if (h->sequence != want)
         return ssb_fail(err, SSB4D_EFORMAT, "%s: frame %zu has sequence number %u, %llu expected "
-                          "(dropped or reordered frames?)", part->path, p, h->sequence,
-                          (unsigned long long)want);
+                        "(dropped or reordered frames?)", part->path, p, h->sequence,
+                        (unsigned long long)want);
     return SSB4D_OK;
 }
 
@@ -343,15 +343,15 @@ static ssb4d_status open_one(mib_reader *r, mib_part *part, const char *first_pa
                 snprintf(y, sizeof y, "%s %s", h.dtype_text, h.layout);
             }
             st = ssb_fail(err, SSB4D_EFORMAT, "%s: its frames have another %s (%s) than those of "
-                            "%s (%s): not the same acquisition", path, what, y, first_path, x);
+                          "%s (%s): not the same acquisition", path, what, y, first_path, x);
         }
     }
     if (!st && size % r->stride) {
         const mib_header *a = &r->first;
         st = ssb_fail(err, SSB4D_EFORMAT, "%s: %zu bytes is not a whole number of %zu-byte frames "
-                        "(%zu header + %zu data): %zu complete frames and %zu bytes over (truncated "
-                        "or interrupted acquisition?)", path, size, r->stride, a->header_bytes,
-                        a->data_bytes, size / r->stride, size % r->stride);
+                      "(%zu header + %zu data): %zu complete frames and %zu bytes over (truncated "
+                      "or interrupted acquisition?)", path, size, r->stride, a->header_bytes,
+                      a->data_bytes, size / r->stride, size % r->stride);
     }
     if (!st) {
         part->n = size / r->stride;
@@ -462,17 +462,17 @@ ssb4d_status fs_mib_open(framesrc *s, const char *path, const framesrc_opts *o, 
             if (a->seq0 != next) {
                 if (a->seq0 == b->seq0)
                     st = ssb_fail(err, SSB4D_EINVAL, "%s and %s both start at frame sequence number "
-                                    "%u (the same file twice, or files of two acquisitions?)",
-                                    b->path, a->path, a->seq0);
+                                  "%u (the same file twice, or files of two acquisitions?)",
+                                  b->path, a->path, a->seq0);
                 else if (a->seq0 > next)
                     st = ssb_fail(err, SSB4D_EFORMAT, "%s starts at frame sequence number %u but %s "
-                                    "ends at %llu: frames %llu..%u are missing (a file left out?)",
-                                    a->path, a->seq0, b->path, (unsigned long long)next - 1,
-                                    (unsigned long long)next, a->seq0 - 1);
+                                  "ends at %llu: frames %llu..%u are missing (a file left out?)",
+                                  a->path, a->seq0, b->path, (unsigned long long)next - 1,
+                                  (unsigned long long)next, a->seq0 - 1);
                 else
                     st = ssb_fail(err, SSB4D_EFORMAT, "%s starts at frame sequence number %u, inside "
-                                    "%s (frames %u..%llu): files of different acquisitions?",
-                                    a->path, a->seq0, b->path, b->seq0, (unsigned long long)next - 1);
+                                  "%s (frames %u..%llu): files of different acquisitions?",
+                                  a->path, a->seq0, b->path, b->seq0, (unsigned long long)next - 1);
                 goto fail;
             }
         }
@@ -501,20 +501,20 @@ ssb4d_status fs_mib_open(framesrc *s, const char *path, const framesrc_opts *o, 
             companions(r, more, sizeof more);
             if (more[0])
                 st = ssb_fail(err, SSB4D_EFORMAT, "%s: %s records %zu frames in the acquisition, "
-                                "the file%s given hold%s %zu: the rest is likely in %s; list every file "
-                                "of the acquisition (ssb4d import A1.mib A2.mib ...)", what, hdr_path,
-                                hi.frames_in_acquisition, r->nparts > 1 ? "s" : "",
-                                r->nparts > 1 ? "" : "s", n, more);
+                              "the file%s given hold%s %zu: the rest is likely in %s; list every file "
+                              "of the acquisition (ssb4d import A1.mib A2.mib ...)", what, hdr_path,
+                              hi.frames_in_acquisition, r->nparts > 1 ? "s" : "",
+                              r->nparts > 1 ? "" : "s", n, more);
             else
                 st = ssb_fail(err, SSB4D_EFORMAT, "%s: %s records %zu frames in the acquisition, "
-                                "the file%s given hold%s %zu: is a file missing? List every file of "
-                                "the acquisition, or give --scan-shape for the frames there are", what,
-                                hdr_path, hi.frames_in_acquisition, r->nparts > 1 ? "s" : "",
-                                r->nparts > 1 ? "" : "s", n);
+                              "the file%s given hold%s %zu: is a file missing? List every file of "
+                              "the acquisition, or give --scan-shape for the frames there are", what,
+                              hdr_path, hi.frames_in_acquisition, r->nparts > 1 ? "s" : "",
+                              r->nparts > 1 ? "" : "s", n);
         } else {
             st = ssb_fail(err, SSB4D_EFORMAT, "%s: %s records %zu frames in the acquisition, the "
-                            "files hold %zu: files of another acquisition? (--scan-shape overrides)",
-                            what, hdr_path, hi.frames_in_acquisition, n);
+                          "files hold %zu: files of another acquisition? (--scan-shape overrides)",
+                          what, hdr_path, hi.frames_in_acquisition, n);
         }
         goto fail;
     }
@@ -541,8 +541,8 @@ ssb4d_status fs_mib_open(framesrc *s, const char *path, const framesrc_opts *o, 
             else
                 snprintf(hdr_says, sizeof hdr_says, "no .hdr beside it");
             st = ssb_fail(err, SSB4D_EINVAL, "%s holds %zu frames and nothing gives its scan shape "
-                            "(%s; the frame time stamps show no regular line flyback; %zu is not a "
-                            "square): pass --scan-shape ROWS,COLS", what, n, hdr_says, n);
+                          "(%s; the frame time stamps show no regular line flyback; %zu is not a "
+                          "square): pass --scan-shape ROWS,COLS", what, n, hdr_says, n);
             goto fail;
         }
     }

@@ -60,16 +60,16 @@ ssb4d_status fs_npy_open(framesrc *s, const char *path, const framesrc_opts *o, 
         return ssb_fail(err, SSB4D_EFORMAT, "%s: dtype '%s' %s", path, info.descr, why);
     if (info.fortran_order)
         return ssb_fail(err, SSB4D_EFORMAT, "%s: the array is in Fortran order; save it in C order "
-                          "(np.save(path, np.ascontiguousarray(a)))", path);
+                        "(np.save(path, np.ascontiguousarray(a)))", path);
     if (info.ndim != 4)
         return ssb_fail(err, SSB4D_EFORMAT, "%s: the array has rank %d; ssb4d needs 4 axes "
-                          "(scan_row, scan_col, det_row, det_col)", path, info.ndim);
+                        "(scan_row, scan_col, det_row, det_col)", path, info.ndim);
     if ((st = fs_check_shape(info.shape, path, err)) ||
         (st = fs_check_det_opts(o, info.shape[2], info.shape[3], path, err)))
         return st;
     if (o && o->shape[0] && o->shape[1] && (o->shape[0] != info.shape[0] || o->shape[1] != info.shape[1]))
         return ssb_fail(err, SSB4D_EINVAL, "%s: the array's scan is %zux%zu, not the %zux%zu asked",
-                          path, info.shape[0], info.shape[1], o->shape[0], o->shape[1]);
+                        path, info.shape[0], info.shape[1], o->shape[0], o->shape[1]);
     size_t count, data_bytes, need;
     if (!fs_mul(info.shape[0] * info.shape[1], info.shape[2] * info.shape[3], &count) ||
         !fs_mul(count, (size_t)bytes, &data_bytes) ||
@@ -83,9 +83,9 @@ ssb4d_status fs_npy_open(framesrc *s, const char *path, const framesrc_opts *o, 
         close(fd);
         if (size < need)
             return ssb_fail(err, SSB4D_EFORMAT, "%s is truncated: %zu bytes, its header describes "
-                              "%zu (%zu missing)", path, size, need, need - size);
+                            "%zu (%zu missing)", path, size, need, need - size);
         return ssb_fail(err, SSB4D_EFORMAT, "%s has %zu extra bytes after the array its header "
-                          "describes (%zu bytes expected): not a plain .npy", path, size - need, need);
+                        "describes (%zu bytes expected): not a plain .npy", path, size - need, need);
     }
     memcpy(s->shape, info.shape, sizeof s->shape);
     s->dtype_bytes = bytes;

@@ -125,10 +125,10 @@ ssb4d_status fs_raw_open(framesrc *s, const char *path, const framesrc_opts *o, 
 {
     if (!o || !o->shape[0] || !o->shape[1] || !o->shape[2] || !o->shape[3])
         return ssb_fail(err, SSB4D_EINVAL, "%s: raw binary needs its --shape "
-                          "SCAN_ROWS,SCAN_COLS,DET_ROWS,DET_COLS", path);
+                        "SCAN_ROWS,SCAN_COLS,DET_ROWS,DET_COLS", path);
     if (o->dtype_bytes != 1 && o->dtype_bytes != 2 && o->dtype_bytes != 4)
         return ssb_fail(err, SSB4D_EINVAL, "%s: raw binary needs --dtype uint8, uint16, uint32 or "
-                          "float32 (got %d bytes per value)", path, o->dtype_bytes);
+                        "float32 (got %d bytes per value)", path, o->dtype_bytes);
     if (o->dtype_float && o->dtype_bytes != 4)
         return ssb_fail(err, SSB4D_EINVAL, "%s: float values must be float32", path);
     ssb4d_status st = fs_check_shape(o->shape, path, err);
@@ -147,15 +147,15 @@ ssb4d_status fs_raw_open(framesrc *s, const char *path, const framesrc_opts *o, 
         close(fd);
         if (size < need)
             return ssb_fail(err, SSB4D_EFORMAT, "%s is %zu bytes, too short for the shape %zux%zux"
-                              "%zux%zu of %d-byte values after an offset of %zu (%zu bytes needed, "
-                              "%zu missing): check --shape, --dtype and --offset", path, size,
-                              o->shape[0], o->shape[1], o->shape[2], o->shape[3], o->dtype_bytes,
-                              o->offset, need, need - size);
+                            "%zux%zu of %d-byte values after an offset of %zu (%zu bytes needed, "
+                            "%zu missing): check --shape, --dtype and --offset", path, size,
+                            o->shape[0], o->shape[1], o->shape[2], o->shape[3], o->dtype_bytes,
+                            o->offset, need, need - size);
         return ssb_fail(err, SSB4D_EFORMAT, "%s is %zu bytes, %zu more than the shape %zux%zux%zux"
-                          "%zu of %d-byte values after an offset of %zu needs (%zu): check --shape, "
-                          "--dtype and --offset (a header or footer of %zu bytes?)", path, size,
-                          size - need, o->shape[0], o->shape[1], o->shape[2], o->shape[3],
-                          o->dtype_bytes, o->offset, need, size - need);
+                        "%zu of %d-byte values after an offset of %zu needs (%zu): check --shape, "
+                        "--dtype and --offset (a header or footer of %zu bytes?)", path, size,
+                        size - need, o->shape[0], o->shape[1], o->shape[2], o->shape[3],
+                        o->dtype_bytes, o->offset, need, size - need);
     }
     memcpy(s->shape, o->shape, sizeof s->shape);
     s->dtype_bytes = o->dtype_bytes;

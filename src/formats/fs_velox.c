@@ -394,7 +394,7 @@ static ssb4d_status discover(hid_t file, const char *path, char *chosen, size_t 
     *by_scan = 0;
     if (!fs_h5_exists(file, "/Data/Image"))
         return ssb_fail(err, SSB4D_ENOTFOUND, "%s has no /Data/Image group: this Velox file holds "
-                          "no images or frame stacks (spectra are not read)", path);
+                        "no images or frame stacks (spectra are not read)", path);
     hid_t g = H5Gopen2(file, "/Data/Image", H5P_DEFAULT);
     H5G_info_t gi;
     if (g < 0 || H5Gget_info(g, &gi) < 0) {
@@ -449,8 +449,8 @@ static ssb4d_status discover(hid_t file, const char *path, char *chosen, size_t 
             list_add(list, sizeof list, one);
         }
         st = ssb_fail(err, SSB4D_ENOTFOUND, "%s holds no stack of frames under /Data/Image (a "
-                        "(rows, cols, frames) dataset of 2 frames or more)%s%s%s", path,
-                        n ? "; found: " : "", list, more ? ", and more" : "");
+                      "(rows, cols, frames) dataset of 2 frames or more)%s%s%s", path,
+                      n ? "; found: " : "", list, more ? ", and more" : "");
     } else {
         /* several: the one whose frame count is its own scan size, when exactly one is */
         size_t match = 0, pick = 0;
@@ -476,7 +476,7 @@ static ssb4d_status discover(hid_t file, const char *path, char *chosen, size_t 
             *by_scan = 1;
         } else {
             st = ssb_fail(err, SSB4D_EINVAL, "%s holds several stacks of frames (%s%s): choose one "
-                            "with --dataset /Data/Image/<uuid>", path, list, more ? ", and more" : "");
+                          "with --dataset /Data/Image/<uuid>", path, list, more ? ", and more" : "");
         }
     }
     free(items);
@@ -578,13 +578,13 @@ ssb4d_status fs_velox_open(framesrc *s, const char *path, const framesrc_opts *o
     int rank = H5Sget_simple_extent_ndims(sp);
     if (rank == 4) {
         st = ssb_fail(err, SSB4D_EFORMAT, "%s has rank 4: Velox writes frame stacks as (rows, cols, "
-                        "frames) and no rank-4 Velox layout is documented; if its axes are (scan_row, "
-                        "scan_col, det_row, det_col) read it with --format hdf5 --dataset %s", what, name);
+                      "frames) and no rank-4 Velox layout is documented; if its axes are (scan_row, "
+                      "scan_col, det_row, det_col) read it with --format hdf5 --dataset %s", what, name);
         goto done;
     }
     if (rank != 3) {
         st = ssb_fail(err, SSB4D_EFORMAT, "%s has rank %d, not a stack of frames (rows, cols, "
-                        "frames)", what, rank);
+                      "frames)", what, rank);
         goto done;
     }
     H5Sget_simple_extent_dims(sp, r->dims, NULL);
@@ -593,19 +593,19 @@ ssb4d_status fs_velox_open(framesrc *s, const char *path, const framesrc_opts *o
     int is_signed = 0, is_float = 0;
     if (cls == H5T_COMPOUND) {
         st = ssb_fail(err, SSB4D_EFORMAT, "%s holds complex (real, imaginary) values, a Velox FFT "
-                        "or DPC result, not frames of counts", what);
+                      "or DPC result, not frames of counts", what);
         goto done;
     } else if (cls == H5T_FLOAT) {
         if (elem != 4) {
             st = ssb_fail(err, SSB4D_EFORMAT, "%s holds %zu-byte floating point values: only "
-                            "float32 is read (convert it, or to integer counts)", what, elem);
+                          "float32 is read (convert it, or to integer counts)", what, elem);
             goto done;
         }
         is_float = 1;
     } else if (cls == H5T_INTEGER) {
         if (elem != 1 && elem != 2 && elem != 4) {
             st = ssb_fail(err, SSB4D_EFORMAT, "%s holds %zu-byte integers: narrow them to uint32 (or "
-                            "smaller) counts first", what, elem);
+                          "smaller) counts first", what, elem);
             goto done;
         }
         is_signed = H5Tget_sign(t) == H5T_SGN_2;

@@ -80,11 +80,11 @@ static ssb4d_status split(const uint8_t *w, size_t n, field *fs, size_t *nf, ssb
     for (; i < n && w[i] != 0; i++) {
         if (w[i] < 0x20 || w[i] > 0x7e)
             return ssb_fail(err, SSB4D_EFORMAT, "Merlin header holds a non-text byte 0x%02x at "
-                              "offset %zu", w[i], i);
+                            "offset %zu", w[i], i);
         if (w[i] == ',') {
             if (k == MIB_MAX_FIELDS)
                 return ssb_fail(err, SSB4D_EFORMAT, "Merlin header has more than %d fields",
-                                  MIB_MAX_FIELDS);
+                                MIB_MAX_FIELDS);
             fs[k++] = (field){(const char *)w + start, i - start};
             start = i + 1;
         }
@@ -92,14 +92,14 @@ static ssb4d_status split(const uint8_t *w, size_t n, field *fs, size_t *nf, ssb
     if (i > start) {
         if (k == MIB_MAX_FIELDS)
             return ssb_fail(err, SSB4D_EFORMAT, "Merlin header has more than %d fields",
-                              MIB_MAX_FIELDS);
+                            MIB_MAX_FIELDS);
         fs[k++] = (field){(const char *)w + start, i - start};
     }
     /* after the first NUL only padding may follow */
     for (; i < n; i++)
         if (w[i] != 0 && w[i] != ' ')
             return ssb_fail(err, SSB4D_EFORMAT, "Merlin header has byte 0x%02x inside its NUL "
-                              "padding at offset %zu", w[i], i);
+                            "padding at offset %zu", w[i], i);
     *nf = k;
     return SSB4D_OK;
 }
@@ -117,26 +117,26 @@ static ssb4d_status derive(mib_header *h, ssb4d_err *err)
     int d = h->counter_depth;
     if (d != 1 && d != 6 && d != 12 && d != 24)
         return ssb_fail(err, SSB4D_EFORMAT, "Merlin raw (R64) frame needs a counter depth of 1, 6, "
-                          "12 or 24 in its header extension (found %d)", d);
+                        "12 or 24 in its header extension (found %d)", d);
     if (h->chips == 1) {
         if (d == 24) { /* two 12-bit frames side by side in the header's width */
             if (w % 2)
                 return ssb_fail(err, SSB4D_EFORMAT, "Merlin 24-bit raw frame has an odd width %zu",
-                                  w);
+                                w);
             h->cols = w / 2;
         }
     } else if (h->chips == 4 && (!strcmp(h->layout, "2x2") || !strcmp(h->layout, "2x2G"))) {
         if (d == 24)
             return ssb_fail(err, SSB4D_EFORMAT, "Merlin raw (R64) 24-bit quad frames are not "
-                              "supported: save the acquisition in counting mode (U32)");
+                            "supported: save the acquisition in counting mode (U32)");
         if (w != 4 * ht)
             return ssb_fail(err, SSB4D_EFORMAT, "Merlin raw quad frame of %zux%zu does not hold "
-                              "four %zux%zu chips side by side", w, ht, ht, ht);
+                            "four %zux%zu chips side by side", w, ht, ht, ht);
         h->rows = h->cols = 2 * ht;
     } else {
         return ssb_fail(err, SSB4D_EFORMAT, "Merlin raw (R64) frames from %d chips in layout '%s' "
-                          "are not supported (only single chips and 2x2 quads): save in counting "
-                          "mode (U08/U16/U32)", h->chips, h->layout);
+                        "are not supported (only single chips and 2x2 quads): save in counting "
+                        "mode (U08/U16/U32)", h->chips, h->layout);
     }
     /* counters are stored in 1, 8 or 16 bits; each (sub)frame is whole 64-bit words (24-bit
      * raw is two 12-bit subframes of rows x cols counters each) */
@@ -144,7 +144,7 @@ static ssb4d_status derive(mib_header *h, ssb4d_err *err)
     size_t sub = h->rows * h->cols, nsub = d == 24 ? 2 : 1;
     if (sub * bits % 64)
         return ssb_fail(err, SSB4D_EFORMAT, "Merlin raw frame of %zu %d-bit pixels is not a whole "
-                          "number of 64-bit words", sub, d);
+                        "number of 64-bit words", sub, d);
     h->data_bytes = nsub * sub * bits / 8;
     return SSB4D_OK;
 }
@@ -276,7 +276,7 @@ ssb4d_status mib_parse_header(const uint8_t *buf, size_t len, mib_header *h, ssb
     h->shutter_ext_s = NAN;
     if (!buf || len < 4 || memcmp(buf, "MQ1,", 4) != 0)
         return ssb_fail(err, SSB4D_EFORMAT, "not a Merlin frame header (it must start with "
-                          "\"MQ1,\")");
+                        "\"MQ1,\")");
     /* the header length is field 3: find it within the first few dozen bytes */
     field fs[MIB_MAX_FIELDS];
     size_t nf = 0;
@@ -288,22 +288,22 @@ ssb4d_status mib_parse_header(const uint8_t *buf, size_t len, mib_header *h, ssb
             commas++;
     if (commas < 3)
         return ssb_fail(err, SSB4D_EFORMAT, "Merlin header is truncated or garbled before its "
-                          "length field");
+                        "length field");
     if ((st = split(buf, cut - 1, fs, &nf, err)))
         return st;
     unsigned long long v;
     if (nf < 3 || !field_uint(fs[2], MIB_MAX_HEADER_BYTES, &v) || v < 64)
         return ssb_fail(err, SSB4D_EFORMAT, "Merlin header length field is not a number between 64 "
-                          "and %d", MIB_MAX_HEADER_BYTES);
+                        "and %d", MIB_MAX_HEADER_BYTES);
     h->header_bytes = (size_t)v;
     if (h->header_bytes > len)
         return ssb_fail(err, SSB4D_EFORMAT, "Merlin header says %zu bytes, only %zu are there "
-                          "(truncated)", h->header_bytes, len);
+                        "(truncated)", h->header_bytes, len);
     if ((st = split(buf, h->header_bytes, fs, &nf, err)))
         return st;
     if (nf < 8)
         return ssb_fail(err, SSB4D_EFORMAT, "Merlin header has %zu fields, at least 8 are needed",
-                          nf);
+                        nf);
     if (!field_uint(fs[1], 0xffffffffull, &v))
         return ssb_fail(err, SSB4D_EFORMAT, "Merlin header sequence number is not a number");
     h->sequence = (uint32_t)v;
@@ -331,7 +331,7 @@ ssb4d_status mib_parse_header(const uint8_t *buf, size_t len, mib_header *h, ssb
         h->raw = 1;
     } else
         return ssb_fail(err, SSB4D_EFORMAT, "Merlin data type '%s' is not supported (U08, U16, U32 "
-                          "and R64 are)", h->dtype_text);
+                        "and R64 are)", h->dtype_text);
     /* layout: keep only the visible characters ("   1x1" -> "1x1") */
     size_t li = 0;
     for (size_t i = 0; i < fs[7].n && li + 1 < sizeof h->layout; i++)
@@ -345,7 +345,7 @@ ssb4d_status mib_parse_header(const uint8_t *buf, size_t len, mib_header *h, ssb
         if (field_is(fs[i], "MQ1A")) {
             if (i + 3 >= nf || !field_uint(fs[i + 3], 64, &v))
                 return ssb_fail(err, SSB4D_EFORMAT, "Merlin header extension (MQ1A) has no counter "
-                                  "depth");
+                                "depth");
             h->counter_depth = (int)v;
             /* the extension's time stamp has ns digits: it wins over field 10 */
             int64_t tn, tr;
@@ -358,12 +358,12 @@ ssb4d_status mib_parse_header(const uint8_t *buf, size_t len, mib_header *h, ssb
         }
     if (!h->raw && h->counter_depth && h->counter_depth > 8 * (int)h->dtype)
         return ssb_fail(err, SSB4D_EFORMAT, "Merlin header says %d-bit counters in %s data",
-                          h->counter_depth, h->dtype_text);
+                        h->counter_depth, h->dtype_text);
     if ((st = derive(h, err)))
         return st;
     if (h->rows > 4096 || h->cols > 4096)
         return ssb_fail(err, SSB4D_EFORMAT, "Merlin frame of %zux%zu pixels is larger than ssb4d "
-                          "supports (4096x4096)", h->rows, h->cols);
+                        "supports (4096x4096)", h->rows, h->cols);
     return SSB4D_OK;
 }
 

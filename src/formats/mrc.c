@@ -123,7 +123,7 @@ ssb4d_status mrc_parse_header(const uint8_t *b, size_t len, size_t file_size, mr
     memset(h, 0, sizeof *h);
     if (len < MRC_HEADER_BYTES || file_size < MRC_HEADER_BYTES)
         return ssb_fail(err, SSB4D_EFORMAT, "the file is %zu bytes, shorter than the %d-byte MRC "
-                          "header", file_size < len ? file_size : len, MRC_HEADER_BYTES);
+                        "header", file_size < len ? file_size : len, MRC_HEADER_BYTES);
     int be = h->big_endian = byte_order(b, file_size, &h->stamp_known);
     h->has_map = memcmp(b + 208, "MAP ", 4) == 0;
     int32_t *ints[] = {&h->nx, &h->ny, &h->nz, &h->mode, &h->nxstart, &h->nystart, &h->nzstart,
@@ -159,8 +159,8 @@ ssb4d_status mrc_parse_header(const uint8_t *b, size_t len, size_t file_size, mr
     for (int i = 0; i < 3; i++)
         if (n3[i] < 1)
             return ssb_fail(err, SSB4D_EFORMAT, "header field %s is %d; it must be at least 1%s",
-                              axis[i], (int)n3[i], h->stamp_known ? "" : " (no machine stamp "
-                              "at byte 212 names the byte order; both orders were tried)");
+                            axis[i], (int)n3[i], h->stamp_known ? "" : " (no machine stamp "
+                            "at byte 212 names the byte order; both orders were tried)");
     const char *no = mode_refusal(h->mode);
     if (no)
         return ssb_fail(err, SSB4D_EFORMAT, "%s", no);
@@ -168,7 +168,7 @@ ssb4d_status mrc_parse_header(const uint8_t *b, size_t len, size_t file_size, mr
     case 0:
         if (imod_flags & IMOD_4BIT_BYTES)
             return ssb_fail(err, SSB4D_EFORMAT, "mode 0 with IMOD's 4-bit flag (two 4-bit values "
-                              "per byte) is not read: convert to mode 0 or 6");
+                            "per byte) is not read: convert to mode 0 or 6");
         /* MRC2014: signed bytes; IMOD writes unsigned ones unless its flag says signed */
         h->dtype_signed = !(h->imod && !(imod_flags & IMOD_SIGNED_BYTES));
         h->dtype_bytes = 1;
@@ -179,35 +179,35 @@ ssb4d_status mrc_parse_header(const uint8_t *b, size_t len, size_t file_size, mr
     case 6: h->dtype_bytes = 2; h->mode_name = "uint16"; break;
     default:
         return ssb_fail(err, SSB4D_EFORMAT, "header field mode (byte 12) is %d, not an MRC data "
-                          "mode (0 int8, 1 int16, 2 float32 and 6 uint16 are read)", (int)h->mode);
+                        "mode (0 int8, 1 int16, 2 float32 and 6 uint16 are read)", (int)h->mode);
     }
     if (!((h->mapc == 1 && h->mapr == 2 && h->maps == 3) || (!h->mapc && !h->mapr && !h->maps)))
         return ssb_fail(err, SSB4D_EFORMAT, "the axis order mapc, mapr, maps (bytes 64..72) is "
-                          "%d,%d,%d; only 1,2,3 (columns x, rows y, sections z) is read",
-                          (int)h->mapc, (int)h->mapr, (int)h->maps);
+                        "%d,%d,%d; only 1,2,3 (columns x, rows y, sections z) is read",
+                        (int)h->mapc, (int)h->mapr, (int)h->maps);
     if (h->nsymbt < 0)
         return ssb_fail(err, SSB4D_EFORMAT, "header field nsymbt (extended header bytes, byte 92) "
-                          "is %d", (int)h->nsymbt);
+                        "is %d", (int)h->nsymbt);
     size_t room = file_size - MRC_HEADER_BYTES;
     if ((size_t)h->nsymbt > room)
         return ssb_fail(err, SSB4D_EFORMAT, "header field nsymbt (byte 92) says %d bytes of "
-                          "extended header, but the file ends %zu bytes after the header",
-                          (int)h->nsymbt, room);
+                        "extended header, but the file ends %zu bytes after the header",
+                        (int)h->nsymbt, room);
     h->data_offset = MRC_HEADER_BYTES + (size_t)h->nsymbt;
     size_t have = file_size - h->data_offset, values;
     if (!mul((size_t)h->nx, (size_t)h->ny, &values) ||
         !mul(values, (size_t)h->dtype_bytes, &h->frame_bytes) ||
         !mul(h->frame_bytes, (size_t)h->nz, &h->data_bytes))
         return ssb_fail(err, SSB4D_EFORMAT, "nx x ny x nz = %d x %d x %d values of %d bytes do not "
-                          "fit in memory sizes", (int)h->nx, (int)h->ny, (int)h->nz, h->dtype_bytes);
+                        "fit in memory sizes", (int)h->nx, (int)h->ny, (int)h->nz, h->dtype_bytes);
     if (h->data_bytes != have)
         return ssb_fail(err, SSB4D_EFORMAT, "nx x ny x nz = %d x %d x %d values of mode %d (%s, %d "
-                          "byte%s each) need %zu bytes after the header and the %d-byte extended "
-                          "header (nsymbt), but the file has %zu (%zu %s)", (int)h->nx, (int)h->ny,
-                          (int)h->nz, (int)h->mode, h->mode_name, h->dtype_bytes,
-                          h->dtype_bytes > 1 ? "s" : "", h->data_bytes, (int)h->nsymbt, have,
-                          have < h->data_bytes ? h->data_bytes - have : have - h->data_bytes,
-                          have < h->data_bytes ? "missing: truncated?" : "too many");
+                        "byte%s each) need %zu bytes after the header and the %d-byte extended "
+                        "header (nsymbt), but the file has %zu (%zu %s)", (int)h->nx, (int)h->ny,
+                        (int)h->nz, (int)h->mode, h->mode_name, h->dtype_bytes,
+                        h->dtype_bytes > 1 ? "s" : "", h->data_bytes, (int)h->nsymbt, have,
+                        have < h->data_bytes ? h->data_bytes - have : have - h->data_bytes,
+                        have < h->data_bytes ? "missing: truncated?" : "too many");
     /* a stack of volumes records its volume size in mz: the scan shape of a 4-D array */
     if (h->ispg >= 401 && h->ispg <= 630 && h->mz >= 1 && h->nz % h->mz == 0) {
         h->vol_count = (size_t)(h->nz / h->mz);

@@ -350,7 +350,7 @@ ssb4d_status ssb4d_gbuild(ssb4d_source *src, const ssb4d_geometry *g, const int3
     for (size_t i = 0; i < n_bf; i++) {
         if (bf_pix[i] < 0 || (size_t)bf_pix[i] >= det_n)
             return ssb_fail(err, SSB4D_EINVAL, "BF pixel %d is outside the %zux%zu detector",
-                              (int)bf_pix[i], shape[2], shape[3]);
+                            (int)bf_pix[i], shape[2], shape[3]);
         if (i && bf_pix[i] <= bf_pix[i - 1])
             return ssb_fail(err, SSB4D_EINVAL, "BF pixels must be strictly ascending");
     }
@@ -575,7 +575,7 @@ ssb4d_status G_group_load(const ssb4d_G *G, size_t ib0, size_t ib1, G_group *gr,
 }
 
 ssb4d_status ssb_G_subset(const ssb4d_G *G, const size_t *idx, size_t n, ssb4d_G **out,
-                            ssb4d_err *err)
+                          ssb4d_err *err)
 {
     *out = NULL;
     if (n == 0)
@@ -685,7 +685,7 @@ void ssb4d_G_sha256(const ssb4d_G *G, char hex[65])
         for (size_t i = 0; i < G->n_bf; i++)
             if (G->plane_of[i] >= 0) {
                 ssb_sha256_update(h, G->store.data_h + (size_t)G->plane_of[i] * G->plane_stride * 2,
-                                    2 * used * sizeof(uint16_t));
+                                  2 * used * sizeof(uint16_t));
                 ssb_sha256_update(h, &G->store.h_exp[G->plane_of[i]], 1);
             }
     } else {

@@ -113,7 +113,7 @@ size_t G_group_span(const struct ssb4d_G *G);
  * shares G's spectra (no copy), has its own dc (the mean of its pixels' totals) and must be freed
  * with ssb4d_G_free before G. The fit evaluates its loss on such subsets (docs/fit.md). */
 ssb4d_status ssb_G_subset(const struct ssb4d_G *G, const size_t *idx, size_t n, struct ssb4d_G **out,
-                            ssb4d_err *err);
+                          ssb4d_err *err);
 
 /* ---- workspace (common/workspace.h): what the build and a consumer's pass allocate ---------- */
 

@@ -103,11 +103,11 @@ static ssb4d_status estimate_gain(framesrc *fs, size_t N, size_t P, double *gain
                      "(within %.1e)", nf, vmin, worst * vmin);
         } else
             st = ssb_fail(err, SSB4D_EINVAL, "cannot estimate the gain of %s: its values are neither "
-                            "integers nor multiples of one step; give --gain E (electrons per unit)",
-                            framesrc_format_name(fs));
+                          "integers nor multiples of one step; give --gain E (electrons per unit)",
+                          framesrc_format_name(fs));
     } else if (!st)
         st = ssb_fail(err, SSB4D_EINVAL, "cannot estimate the gain: the first %zu frames hold no "
-                        "positive value; give --gain E (electrons per unit)", nf);
+                      "positive value; give --gain E (electrons per unit)", nf);
     free(v);
     return st;
 }
@@ -408,7 +408,7 @@ ssb4d_status ssb4d_import(const char *in_path, const char *out_path, const ssb4d
     for (int i = 0; i < 8; i++)
         if (!isnan(given[i]) && !(given[i] > 0 && isfinite(given[i])))
             return ssb_fail(err, SSB4D_EINVAL, "the %s must be positive and finite (got %g)",
-                              given_name[i], given[i]);
+                            given_name[i], given[i]);
     if (isnan(p->scan_step_A[0]) != isnan(p->scan_step_A[1]) ||
         isnan(p->det_sampling_mrad[0]) != isnan(p->det_sampling_mrad[1]))
         return ssb_fail(err, SSB4D_EINVAL, "give the scan step and detector sampling for both axes");
@@ -425,7 +425,7 @@ ssb4d_status ssb4d_import(const char *in_path, const char *out_path, const ssb4d
     fo.n_more_paths = p->n_more_paths;
     if (!isnan(p->gain) && !(p->gain >= 0 && isfinite(p->gain)))
         return ssb_fail(err, SSB4D_EINVAL, "the gain must be a positive number of electrons per unit "
-                          "(got %g)", p->gain);
+                        "(got %g)", p->gain);
 
     framesrc *fs = NULL;
     st = framesrc_open(in_path, &fo, &fs, err);
@@ -446,9 +446,9 @@ ssb4d_status ssb4d_import(const char *in_path, const char *out_path, const ssb4d
     int is_float = framesrc_is_float(fs);
     if (is_float && p->gain == 0) {
         st = ssb_fail(err, SSB4D_EFORMAT, "%s holds float values, not counts: ssb4d never quantises "
-                        "silently; give --gain E (electrons per unit of the data; --gain auto estimates "
-                        "it) to store electron counts, or fit / reconstruct / view the file as it is",
-                        in_path);
+                      "silently; give --gain E (electrons per unit of the data; --gain auto estimates "
+                      "it) to store electron counts, or fit / reconstruct / view the file as it is",
+                      in_path);
         framesrc_close(fs);
         return st;
     }
@@ -539,7 +539,7 @@ ssb4d_status ssb4d_import(const char *in_path, const char *out_path, const ssb4d
         for (size_t k = 0; k < P; k++)
             if (flagged[k])
                 td[k] = (double)(uint64_t)ssb_hotpix_neighbour_median(td, flagged, shape[2], shape[3],
-                                                                        k / shape[3], k % shape[3]);
+                                                                      k / shape[3], k % shape[3]);
         size_t nf = ssb_hotpix_find_flagged(td, shape[2], shape[3], found);
         free(td);
         for (size_t i = 0; i < nf; i++)
@@ -658,11 +658,11 @@ ssb4d_status ssb4d_import(const char *in_path, const char *out_path, const ssb4d
             size_t dummy = 0;
             bad_k = convert_frame(buf + bad_i * P, conv + bad_i * P, P, valid, &fl, p->hot, out_max, &dummy);
             st = ssb_fail(err, SSB4D_EFORMAT,
-                            "%s: count %u at scan position (%zu, %zu), detector pixel (%zu, %zu) "
-                            "does not fit %s; ssb4d stores counts exactly and does not clip",
-                            in_path, buf[bad_i * P + bad_k], (t0 + bad_i) / shape[1],
-                            (t0 + bad_i) % shape[1], bad_k / shape[3], bad_k % shape[3],
-                            dtype_name(out_bytes));
+                          "%s: count %u at scan position (%zu, %zu), detector pixel (%zu, %zu) "
+                          "does not fit %s; ssb4d stores counts exactly and does not clip",
+                          in_path, buf[bad_i * P + bad_k], (t0 + bad_i) / shape[1],
+                          (t0 + bad_i) % shape[1], bad_k / shape[3], bad_k % shape[3],
+                          dtype_name(out_bytes));
         }
         prefetch_release(&pf, b);
         if (!st)

@@ -121,7 +121,7 @@ void ssb_canvas_fill(ssb4d_canvas *c, long x0, long y0, long x1, long y1, const 
 }
 
 void ssb_canvas_circle(ssb4d_canvas *c, double cx, double cy, double r, double width,
-                         const unsigned char rgb[3])
+                       const unsigned char rgb[3])
 {
     double reach = r + width / 2 + 1;
     long y0 = (long)floor(cy - reach), y1 = (long)ceil(cy + reach);
@@ -153,7 +153,7 @@ long ssb_canvas_text(ssb4d_canvas *c, long x, long y, int scale, const char *s, 
             for (int k = 0; k < 5; k++)
                 if (g->row[r] & (0x10 >> k))
                     ssb_canvas_fill(c, x + k * scale, y + r * scale, x + (k + 1) * scale,
-                                      y + (r + 1) * scale, rgb);
+                                    y + (r + 1) * scale, rgb);
         x += 6 * scale;
     }
     return x > x_start ? x - x_start - scale : 0;

@@ -27,7 +27,7 @@ void ssb_canvas_fill(ssb4d_canvas *c, long x0, long y0, long x1, long y1, const 
 /* A ring of centre (cx, cy) and radius r (canvas pixels, a pixel's centre at +0.5): the pixels
  * whose centre lies within width/2 of the circle. */
 void ssb_canvas_circle(ssb4d_canvas *c, double cx, double cy, double r, double width,
-                         const unsigned char rgb[3]);
+                       const unsigned char rgb[3]);
 /* Text with its top-left corner at (x, y), each font pixel drawn scale x scale. The font has the
  * digits, ". - + /", a space, "A Å B C F" and "a c d e f g h i k l m n o r s t" (Å as UTF-8);
  * any other character is drawn as a box. Returns the width drawn. */

@@ -104,7 +104,7 @@ int ssb_calfile_identity_differs(const char *a, const char *b)
 }
 
 ssb4d_status ssb_calfile_from_calibration(ssb4d_calfile *c, const ssb4d_calibration *cal,
-                                            ssb4d_err *err)
+                                          ssb4d_err *err)
 {
     ssb_calfile_init(c);
     c->geom = cal->geom; /* its flip is stated only when the caller says it was given */
@@ -126,7 +126,7 @@ ssb4d_status ssb_calfile_from_calibration(ssb4d_calfile *c, const ssb4d_calibrat
 }
 
 void ssb_calfile_set_fit(ssb4d_calfile *c, const ssb4d_fit_result *r, const ssb4d_fit_params *p,
-                           const char *given_by, size_t loss_n_bf)
+                         const char *given_by, size_t loss_n_bf)
 {
     c->geom = r->geom;
     c->flip_stated = 1;
@@ -811,24 +811,24 @@ static ssb4d_status parse(const rd *r, const cJSON *root, ssb4d_calfile *c)
     ssb4d_status st = SSB4D_OK;
     if (!cJSON_IsObject(root))
         return ssb_fail(r->err, SSB4D_EFORMAT, "%s: not a calibration file (the JSON is not an object)",
-                          r->path);
+                        r->path);
     const cJSON *schema = cJSON_GetObjectItemCaseSensitive(root, "schema");
     if (!cJSON_IsString(schema))
         return ssb_fail(r->err, SSB4D_EFORMAT,
-                          "%s: not an ssb4d calibration file (no \"schema\": \"%s\")", r->path,
-                          SSB4D_CALFILE_SCHEMA);
+                        "%s: not an ssb4d calibration file (no \"schema\": \"%s\")", r->path,
+                        SSB4D_CALFILE_SCHEMA);
     if (strcmp(schema->valuestring, SSB4D_CALFILE_SCHEMA))
         return ssb_fail(r->err, SSB4D_EFORMAT,
-                          "%s: not an ssb4d calibration file (schema \"%.100s\", expected \"%s\")",
-                          r->path, schema->valuestring, SSB4D_CALFILE_SCHEMA);
+                        "%s: not an ssb4d calibration file (schema \"%.100s\", expected \"%s\")",
+                        r->path, schema->valuestring, SSB4D_CALFILE_SCHEMA);
     const cJSON *ver = cJSON_GetObjectItemCaseSensitive(root, "version");
     if (!cJSON_IsNumber(ver) || ver->valuedouble != floor(ver->valuedouble) || ver->valuedouble < 1)
         return bad(r, "version", "must be a positive integer");
     if (ver->valuedouble > SSB4D_CALFILE_VERSION)
         return ssb_fail(r->err, SSB4D_EFORMAT,
-                          "%s was written by a newer ssb4d (calibration schema version %.0f; this "
-                          "ssb4d %s reads version %d): upgrade ssb4d",
-                          r->path, ver->valuedouble, SSB4D_VERSION_STRING, SSB4D_CALFILE_VERSION);
+                        "%s was written by a newer ssb4d (calibration schema version %.0f; this "
+                        "ssb4d %s reads version %d): upgrade ssb4d",
+                        r->path, ver->valuedouble, SSB4D_VERSION_STRING, SSB4D_CALFILE_VERSION);
     c->version = (int)ver->valuedouble;
 
     const cJSON *id = cJSON_GetObjectItemCaseSensitive(root, "data_identity");
@@ -996,7 +996,7 @@ ssb4d_status ssb_calfile_read(const char *path, ssb4d_calfile *c, ssb4d_err *err
         return st;
     if (strlen(text) != len) {
         st = ssb_fail(err, SSB4D_EFORMAT, "%s is not valid JSON (a NUL byte at byte %zu)", path,
-                        strlen(text));
+                      strlen(text));
         free(text);
         return st;
     }

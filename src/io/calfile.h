@@ -102,14 +102,14 @@ void ssb_calfile_init(ssb4d_calfile *c);          /* everything unset */
 void ssb_calfile_free(ssb4d_calfile *c);
 /* Fills from a measured calibration (copies the flagged list). */
 ssb4d_status ssb_calfile_from_calibration(ssb4d_calfile *c, const ssb4d_calibration *cal,
-                                            ssb4d_err *err);
+                                          ssb4d_err *err);
 /* Records a standard fit (ssb4d_fit with parameters p): the geometry it kept, the aberrations,
  * the loss, the branch check, how the rotation was obtained (given_by: who stated a given
  * rotation, e.g. "--rotation"; may be NULL) and the "fit" section (objective, φ12 in both frames,
  * confidence, parallax estimate). loss_n_bf: the BF pixels of the exact loss. Search settings,
  * trials, region and thick model are the caller's. */
 void ssb_calfile_set_fit(ssb4d_calfile *c, const ssb4d_fit_result *r, const ssb4d_fit_params *p,
-                           const char *given_by, size_t loss_n_bf);
+                         const char *given_by, size_t loss_n_bf);
 /* JSON text (caller frees with free()). */
 char *ssb_calfile_to_json(const ssb4d_calfile *c);
 /* Atomic write (temp + rename). */

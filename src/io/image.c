@@ -135,7 +135,7 @@ ssb4d_status ssb_image_check_path(const char *path, ssb4d_err *err)
 }
 
 ssb4d_status ssb_image_write(const char *path, const float *img, size_t rows, size_t cols,
-                               const double pixel_A[2], ssb4d_err *err)
+                             const double pixel_A[2], ssb4d_err *err)
 {
     const char *ext = ext_of(path);
     if (!strcasecmp(ext, "npy")) {
@@ -202,7 +202,7 @@ static int legend_scale(const ssb4d_png_legend *lg, size_t rows, size_t cols)
 }
 
 void ssb_png_legend_layout(const float *img, size_t rows0, size_t cols0, const ssb4d_png_legend *lg,
-                             ssb4d_png_layout *L)
+                           ssb4d_png_layout *L)
 {
     memset(L, 0, sizeof *L);
     int k = legend_scale(lg, rows0, cols0);
@@ -257,7 +257,7 @@ void ssb_png_legend_layout(const float *img, size_t rows0, size_t cols0, const s
 }
 
 ssb4d_status ssb_image_write_png_legend(const char *path, const float *img, size_t rows, size_t cols,
-                                          const ssb4d_png_legend *lg, ssb4d_err *err)
+                                        const ssb4d_png_legend *lg, ssb4d_err *err)
 {
     static const unsigned char black[3] = {0, 0, 0}, nodata[3] = {0, 0, 96};
     ssb4d_png_layout L;
@@ -276,7 +276,7 @@ ssb4d_status ssb_image_write_png_legend(const char *path, const float *img, size
         for (size_t q = 0; q < cols; q++) {
             unsigned char v[3] = {g[r * cols + q], g[r * cols + q], g[r * cols + q]};
             ssb_canvas_fill(&c, (long)q * k, (long)r * k, (long)(q + 1) * k, (long)(r + 1) * k,
-                              isfinite(img[r * cols + q]) ? v : nodata);
+                            isfinite(img[r * cols + q]) ? v : nodata);
         }
     free(g);
     int s = L.scale;

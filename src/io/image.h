@@ -6,7 +6,7 @@
 /* Format chosen by extension (.tif/.tiff, .npy, .png). pixel_A = (row, col) sampling in Å.
  * Written atomically (temp file + rename). */
 ssb4d_status ssb_image_write(const char *path, const float *img, size_t rows, size_t cols,
-                               const double pixel_A[2], ssb4d_err *err);
+                             const double pixel_A[2], ssb4d_err *err);
 /* Checks that path has an extension ssb_image_write knows (before any long work). */
 ssb4d_status ssb_image_check_path(const char *path, ssb4d_err *err);
 /* 8-bit grey levels with a 0.5–99.5 % percentile stretch (out has rows*cols bytes). */
@@ -47,12 +47,12 @@ typedef struct {
 } ssb4d_png_layout;
 
 void ssb_png_legend_layout(const float *img, size_t rows, size_t cols, const ssb4d_png_legend *lg,
-                             ssb4d_png_layout *out);
+                           ssb4d_png_layout *out);
 /* The 8-bit preview with its legend (greyscale PNG, RGB only when a pixel is not finite), written
  * atomically, with tEXt chunks "ssb4d:display_scale" (k) and, with a pixel size,
  * "ssb4d:pixel_size_A" (Å per PNG pixel at that scale). lg NULL: the image alone, native. */
 ssb4d_status ssb_image_write_png_legend(const char *path, const float *img, size_t rows, size_t cols,
-                                          const ssb4d_png_legend *lg, ssb4d_err *err);
+                                        const ssb4d_png_legend *lg, ssb4d_err *err);
 
 /* The calibration picture `ssb4d calibrate` writes (RGB PNG, atomically): the mean diffraction
  * pattern as log1p(counts / s0) (s0: the 5th percentile of the positive counts) between its

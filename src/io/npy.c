@@ -47,7 +47,7 @@ static size_t descr_item_bytes(const char *d)
 }
 
 ssb4d_status ssb_npy_parse(const unsigned char *buf, size_t len, ssb4d_npy_info *info,
-                             ssb4d_err *err)
+                           ssb4d_err *err)
 {
     memset(info, 0, sizeof *info);
     if (len < 10 || memcmp(buf, "\x93NUMPY", 6) != 0)
@@ -123,7 +123,7 @@ ssb4d_status ssb_npy_parse(const unsigned char *buf, size_t len, ssb4d_npy_info 
 }
 
 ssb4d_status ssb_npy_read_header(FILE *f, const char *path, ssb4d_npy_info *info,
-                                   ssb4d_err *err)
+                                 ssb4d_err *err)
 {
     unsigned char *buf = malloc(NPY_MAX_HEADER + 16);
     if (!buf)
@@ -141,7 +141,7 @@ ssb4d_status ssb_npy_read_header(FILE *f, const char *path, ssb4d_npy_info *info
 }
 
 ssb4d_status ssb_npy_write_header(FILE *f, const char *descr, int ndim, const size_t *shape,
-                                    ssb4d_err *err)
+                                  ssb4d_err *err)
 {
     char dict[512];
     int n = snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': (", descr);
@@ -164,7 +164,7 @@ ssb4d_status ssb_npy_write_header(FILE *f, const char *descr, int ndim, const si
 }
 
 ssb4d_status ssb_npy_save(const char *path, const char *descr, int ndim, const size_t *shape,
-                            const void *data, ssb4d_err *err)
+                          const void *data, ssb4d_err *err)
 {
     size_t count = 1, item = descr_item_bytes(descr);
     for (int i = 0; i < ndim; i++)
@@ -198,7 +198,7 @@ ssb4d_status ssb_npy_load(const char *path, ssb4d_npy_info *info, void **data, s
     if (fsize < 0 || (size_t)fsize < info->header_bytes + count * info->item_bytes) {
         fclose(f);
         return ssb_fail(err, SSB4D_EFORMAT, "%s is truncated: header promises %zu bytes of data",
-                          path, count * info->item_bytes);
+                        path, count * info->item_bytes);
     }
     fseek(f, (long)info->header_bytes, SEEK_SET);
     *data = malloc(count * info->item_bytes + 1);

@@ -16,16 +16,16 @@ typedef struct {
 
 /* Parses the header at the start of buf (len bytes available). */
 ssb4d_status ssb_npy_parse(const unsigned char *buf, size_t len, ssb4d_npy_info *info,
-                             ssb4d_err *err);
+                           ssb4d_err *err);
 /* Reads and parses the header of an open file (position restored to 0). */
 ssb4d_status ssb_npy_read_header(FILE *f, const char *path, ssb4d_npy_info *info,
-                                   ssb4d_err *err);
+                                 ssb4d_err *err);
 /* Writes a version-1 header (padded to 64 bytes) for a C-order array. */
 ssb4d_status ssb_npy_write_header(FILE *f, const char *descr, int ndim, const size_t *shape,
-                                    ssb4d_err *err);
+                                  ssb4d_err *err);
 /* Writes a whole array to path (atomically: temp file + rename). */
 ssb4d_status ssb_npy_save(const char *path, const char *descr, int ndim, const size_t *shape,
-                            const void *data, ssb4d_err *err);
+                          const void *data, ssb4d_err *err);
 /* Loads a whole small array (any dtype; caller frees *data with free()). */
 ssb4d_status ssb_npy_load(const char *path, ssb4d_npy_info *info, void **data, ssb4d_err *err);
 #endif

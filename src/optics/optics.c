@@ -82,7 +82,7 @@ ssb4d_status ssb_geometry_check(const ssb4d_geometry *g, ssb4d_err *err)
         !(g->scan_step_A[1] > 0) || !(g->det_sampling_mrad[0] > 0) || !(g->det_sampling_mrad[1] > 0) ||
         !isfinite(g->centre_px[0]) || !isfinite(g->centre_px[1]) || !isfinite(g->rotation_deg))
         return ssb_fail(err, SSB4D_EINVAL,
-                          "geometry is incomplete or invalid (kV, semiangle, scan step, detector "
-                          "sampling must be > 0; centre and rotation finite)");
+                        "geometry is incomplete or invalid (kV, semiangle, scan step, detector "
+                        "sampling must be > 0; centre and rotation finite)");
     return SSB4D_OK;
 }

@@ -237,7 +237,7 @@ static ssb4d_status refuse(const ssb4d_param *p, const char *got, ssb4d_err *err
 {
     char what[160];
     return ssb_fail(err, SSB4D_EINVAL, "%s must be %s; got '%s'", p->name, ssb4d_param_describe(p, what, sizeof what),
-                      got);
+                    got);
 }
 
 static void store(const ssb4d_param *p, void *target, const double *v, uint64_t u)

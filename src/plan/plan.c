@@ -574,10 +574,10 @@ static ssb4d_status plan_make(const ssb4d_plan_input *in, const plan_rank_share 
         return ssb_fail(err, SSB4D_EINVAL, "the data shape must be at least 2x2 scan x 2x2 detector");
     if (in->scan[0] > 65536 || in->scan[1] > 65536 || in->det[0] > 4096 || in->det[1] > 4096)
         return ssb_fail(err, SSB4D_EINVAL, "the data shape %zux%zux%zux%zu is beyond what ssb4d plans for",
-                          in->scan[0], in->scan[1], in->det[0], in->det[1]);
+                        in->scan[0], in->scan[1], in->det[0], in->det[1]);
     if (in->n_bf == 0 || in->n_bf > in->det[0] * in->det[1])
         return ssb_fail(err, SSB4D_EINVAL, "the BF pixel count must be between 1 and the detector's %zu pixels",
-                          in->det[0] * in->det[1]);
+                        in->det[0] * in->det[1]);
     if (in->upsample != 0 && in->upsample != 1 && in->upsample != 2 && in->upsample != 3 &&
         in->upsample != 4 && in->upsample != 8)
         return ssb_fail(err, SSB4D_EINVAL, "the preview upsampling must be 1, 2, 3, 4 or 8");

@@ -95,7 +95,7 @@ ssb4d_status ssb4d_session_script_read(const char *path, ssb4d_session_script *s
                 s->region = 1;
             else
                 st = ssb_fail(err, SSB4D_EFORMAT,
-                                "session script: \"region\" must be {\"rows\": [r0, r1], \"cols\": [c0, c1]}, \"centre\" or null");
+                              "session script: \"region\" must be {\"rows\": [r0, r1], \"cols\": [c0, c1]}, \"centre\" or null");
         } else
             st = ssb_fail(err, SSB4D_EFORMAT, "session script: unknown key \"%s\" (known: upsample, fft, "
                                                 "drags, releases, region, save)", k);

@@ -103,8 +103,8 @@ static ssb4d_status check_quantity(const cJSON *q, const char *where, ssb4d_err 
     const cJSON *e = cJSON_GetObjectItemCaseSensitive(q, "evidence");
     if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || !(v->valuedouble > 0))
         return ssb_fail(err, SSB4D_EFORMAT,
-                          "scientific_metadata: %s value must be a finite number > 0 (absent means unknown)",
-                          where);
+                        "scientific_metadata: %s value must be a finite number > 0 (absent means unknown)",
+                        where);
     if (!cJSON_IsString(u) || !u->valuestring || !u->valuestring[0])
         return ssb_fail(err, SSB4D_EFORMAT, "scientific_metadata: %s has no unit", where);
     if (!nonblank(p))
@@ -130,11 +130,11 @@ static ssb4d_status check_axes(const cJSON *axes, const size_t shape[4], ssb4d_e
         uint64_t sz;
         if (!cJSON_IsObject(a) || !cJSON_IsString(name) || strcmp(name->valuestring, axis_names[i]) != 0)
             return ssb_fail(err, SSB4D_EFORMAT, "scientific_metadata: axes[%d] must be named \"%s\"", i,
-                              axis_names[i]);
+                            axis_names[i]);
         if (!qem_json_uint(size, 0, QEM_MAX_JSON_INT, &sz) || (shape && sz != shape[i]))
             return ssb_fail(err, SSB4D_EFORMAT,
-                              "scientific_metadata: axes[%d] (%s) size disagrees with the shape %zu", i,
-                              axis_names[i], shape ? shape[i] : 0);
+                            "scientific_metadata: axes[%d] (%s) size disagrees with the shape %zu", i,
+                            axis_names[i], shape ? shape[i] : 0);
         const cJSON *s = cJSON_GetObjectItemCaseSensitive(a, "sampling");
         if (!s)
             continue;
@@ -148,8 +148,8 @@ static ssb4d_status check_axes(const cJSON *axes, const size_t shape[4], ssb4d_e
                        : strcmp(unit, "mrad") == 0 || strcmp(unit, "1/angstrom") == 0;
         if (!ok)
             return ssb_fail(err, SSB4D_EFORMAT,
-                              "scientific_metadata: %s unit \"%.40s\" is not the canonical %s", where, unit,
-                              i < 2 ? "angstrom" : "mrad or 1/angstrom");
+                            "scientific_metadata: %s unit \"%.40s\" is not the canonical %s", where, unit,
+                            i < 2 ? "angstrom" : "mrad or 1/angstrom");
     }
     return SSB4D_OK;
 }
@@ -163,9 +163,9 @@ static ssb4d_status check_microscope(const cJSON *em, const cJSON *axes, ssb4d_e
     for (const cJSON *q = em->child; q; q = q->next) {
         if (retired_name(q->string))
             return ssb_fail(err, SSB4D_EFORMAT,
-                              "scientific_metadata: electron_microscope uses the retired name \"%.120s\" "
-                              "(use _row/_column)",
-                              q->string);
+                            "scientific_metadata: electron_microscope uses the retired name \"%.120s\" "
+                            "(use _row/_column)",
+                            q->string);
         char where[200];
         snprintf(where, sizeof where, "electron_microscope \"%.150s\"", q->string);
         ssb4d_status st = check_quantity(q, where, err);
@@ -177,8 +177,8 @@ static ssb4d_status check_microscope(const cJSON *em, const cJSON *axes, ssb4d_e
         const cJSON *unit = cJSON_GetObjectItemCaseSensitive(q, "unit");
         if (!unit_ok(ki, unit->valuestring))
             return ssb_fail(err, SSB4D_EFORMAT,
-                              "scientific_metadata: %s unit \"%.40s\" is not the canonical %s", where,
-                              unit->valuestring, units_text(ki));
+                            "scientific_metadata: %s unit \"%.40s\" is not the canonical %s", where,
+                            unit->valuestring, units_text(ki));
         if (known[ki].axis < 0)
             continue;
         /* A duplicate of an axis step must agree with it exactly (to 1e-14). */
@@ -189,8 +189,8 @@ static ssb4d_status check_microscope(const cJSON *em, const cJSON *axes, ssb4d_e
         double v = cJSON_GetObjectItemCaseSensitive(q, "value")->valuedouble;
         if (!s || strcmp(su->valuestring, unit->valuestring) != 0 || !close_rel(sv->valuedouble, v))
             return ssb_fail(err, SSB4D_EFORMAT,
-                              "scientific_metadata: %s disagrees with axes[%d] (%s) sampling", where,
-                              known[ki].axis, axis_names[known[ki].axis]);
+                            "scientific_metadata: %s disagrees with axes[%d] (%s) sampling", where,
+                            known[ki].axis, axis_names[known[ki].axis]);
     }
     return SSB4D_OK;
 }
@@ -204,13 +204,13 @@ static ssb4d_status check_overrides(const cJSON *ov, ssb4d_err *err)
     for (const cJSON *q = ov->child; q; q = q->next) {
         if (retired_name(q->string))
             return ssb_fail(err, SSB4D_EFORMAT,
-                              "scientific_metadata: calibration_overrides uses the retired name \"%.120s\" "
-                              "(use _row/_column)",
-                              q->string);
+                            "scientific_metadata: calibration_overrides uses the retired name \"%.120s\" "
+                            "(use _row/_column)",
+                            q->string);
         int ki = find_known(q->string);
         if (ki < 0 || !known[ki].overridable)
             return ssb_fail(err, SSB4D_EFORMAT,
-                              "scientific_metadata: calibration_overrides may not name \"%.150s\"", q->string);
+                            "scientific_metadata: calibration_overrides may not name \"%.150s\"", q->string);
         char where[200];
         snprintf(where, sizeof where, "calibration_overrides \"%.150s\"", q->string);
         ssb4d_status st = check_quantity(q, where, err);
@@ -220,17 +220,17 @@ static ssb4d_status check_overrides(const cJSON *ov, ssb4d_err *err)
         const cJSON *prov = cJSON_GetObjectItemCaseSensitive(q, "provenance");
         if (!unit_ok(ki, unit->valuestring))
             return ssb_fail(err, SSB4D_EFORMAT,
-                              "scientific_metadata: %s unit \"%.40s\" is not the canonical %s", where,
-                              unit->valuestring, units_text(ki));
+                            "scientific_metadata: %s unit \"%.40s\" is not the canonical %s", where,
+                            unit->valuestring, units_text(ki));
         if (strcmp(prov->valuestring, "user_override") != 0)
             return ssb_fail(err, SSB4D_EFORMAT,
-                              "scientific_metadata: %s provenance must be \"user_override\"", where);
+                            "scientific_metadata: %s provenance must be \"user_override\"", where);
         if (!nonblank(cJSON_GetObjectItemCaseSensitive(q, "evidence")))
             return ssb_fail(err, SSB4D_EFORMAT, "scientific_metadata: %s needs an evidence text", where);
         double v = cJSON_GetObjectItemCaseSensitive(q, "value")->valuedouble;
         if (known[ki].axis >= 0 && known[ki].axis < 2 && (v < 1e-4 || v > 1e4))
             return ssb_fail(err, SSB4D_EFORMAT,
-                              "scientific_metadata: %s = %g angstrom is outside [1e-4, 1e4]", where, v);
+                            "scientific_metadata: %s = %g angstrom is outside [1e-4, 1e4]", where, v);
     }
     /* Row/column pairs are all or nothing, in one unit. */
     static const char *const pairs[2][2] = {{P_STEP_ROW, P_STEP_COL}, {P_DET_ROW, P_DET_COL}};
@@ -241,13 +241,13 @@ static ssb4d_status check_overrides(const cJSON *ov, ssb4d_err *err)
             continue;
         if (!a || !b)
             return ssb_fail(err, SSB4D_EFORMAT,
-                              "scientific_metadata: calibration_overrides must give both %s and %s", pairs[p][0],
-                              pairs[p][1]);
+                            "scientific_metadata: calibration_overrides must give both %s and %s", pairs[p][0],
+                            pairs[p][1]);
         if (strcmp(cJSON_GetObjectItemCaseSensitive(a, "unit")->valuestring,
                    cJSON_GetObjectItemCaseSensitive(b, "unit")->valuestring) != 0)
             return ssb_fail(err, SSB4D_EFORMAT,
-                              "scientific_metadata: calibration_overrides %s and %s use different units",
-                              pairs[p][0], pairs[p][1]);
+                            "scientific_metadata: calibration_overrides %s and %s use different units",
+                            pairs[p][0], pairs[p][1]);
     }
     return SSB4D_OK;
 }
@@ -289,47 +289,47 @@ static ssb4d_status check_documents(const cJSON *docs, ssb4d_err *err)
         if (!cJSON_IsObject(d) || !cJSON_IsString(fn) || !fn->valuestring[0] || strchr(fn->valuestring, '/') ||
             strchr(fn->valuestring, '\\'))
             return ssb_fail(err, SSB4D_EFORMAT,
-                              "scientific_metadata: source_documents[%d] needs a plain filename (no / or \\)", i);
+                            "scientific_metadata: source_documents[%d] needs a plain filename (no / or \\)", i);
         int xml = cJSON_IsString(mt) && strcmp(mt->valuestring, "application/xml") == 0;
         int json = cJSON_IsString(mt) && strcmp(mt->valuestring, "application/json") == 0;
         if (!xml && !json)
             return ssb_fail(err, SSB4D_EFORMAT,
-                              "scientific_metadata: source_documents[%d] mediaType must be application/xml or "
-                              "application/json",
-                              i);
+                            "scientific_metadata: source_documents[%d] mediaType must be application/xml or "
+                            "application/json",
+                            i);
         if (!cJSON_IsString(ct) || !cJSON_IsString(sh))
             return ssb_fail(err, SSB4D_EFORMAT,
-                              "scientific_metadata: source_documents[%d] needs content and sha256 strings", i);
+                            "scientific_metadata: source_documents[%d] needs content and sha256 strings", i);
         size_t len = strlen(ct->valuestring);
         total += len;
         if (total > ((size_t)4 << 20))
             return ssb_fail(err, SSB4D_EFORMAT,
-                              "scientific_metadata: source_documents hold more than 4 MiB of content");
+                            "scientific_metadata: source_documents hold more than 4 MiB of content");
         char hex[65];
         ssb_sha256_hex(ct->valuestring, len, hex);
         if (strcmp(hex, sh->valuestring) != 0)
             return ssb_fail(err, SSB4D_EFORMAT,
-                              "scientific_metadata: source_documents[%d] (%.60s) sha256 does not match its "
-                              "content; the metadata is damaged",
-                              i, fn->valuestring);
+                            "scientific_metadata: source_documents[%d] (%.60s) sha256 does not match its "
+                            "content; the metadata is damaged",
+                            i, fn->valuestring);
         if (xml) {
             if (!strchr(ct->valuestring, '<'))
                 return ssb_fail(err, SSB4D_EFORMAT,
-                                  "scientific_metadata: source_documents[%d] (%.60s) is not XML", i,
-                                  fn->valuestring);
+                                "scientific_metadata: source_documents[%d] (%.60s) is not XML", i,
+                                fn->valuestring);
             if (contains_ci(ct->valuestring, "<!doctype") || contains_ci(ct->valuestring, "<!entity"))
                 return ssb_fail(err, SSB4D_EFORMAT,
-                                  "scientific_metadata: source_documents[%d] (%.60s) contains <!DOCTYPE or "
-                                  "<!ENTITY (refused)",
-                                  i, fn->valuestring);
+                                "scientific_metadata: source_documents[%d] (%.60s) contains <!DOCTYPE or "
+                                "<!ENTITY (refused)",
+                                i, fn->valuestring);
         } else {
             cJSON *doc = cJSON_ParseWithOpts(ct->valuestring, NULL, 1);
             int ok = cJSON_IsObject(doc);
             cJSON_Delete(doc);
             if (!ok)
                 return ssb_fail(err, SSB4D_EFORMAT,
-                                  "scientific_metadata: source_documents[%d] (%.60s) is not a JSON object", i,
-                                  fn->valuestring);
+                                "scientific_metadata: source_documents[%d] (%.60s) is not a JSON object", i,
+                                fn->valuestring);
         }
     }
     return SSB4D_OK;
@@ -377,16 +377,16 @@ static ssb4d_status check_processing(const cJSON *proc, const cJSON *meta, const
             return ssb_fail(err, SSB4D_EFORMAT, "scientific_metadata: processing[%d] has no operation", i);
         if (!cJSON_IsBool(ch))
             return ssb_fail(err, SSB4D_EFORMAT,
-                              "scientific_metadata: processing[%d] (%.60s) changes_measurements must be true or "
-                              "false",
-                              i, op->valuestring);
+                            "scientific_metadata: processing[%d] (%.60s) changes_measurements must be true or "
+                            "false",
+                            i, op->valuestring);
         for (size_t k = 0; k < sizeof ops / sizeof ops[0]; k++) {
             if (strcmp(op->valuestring, ops[k].op) != 0)
                 continue;
             if (cJSON_IsTrue(ch) != ops[k].changes)
                 return ssb_fail(err, SSB4D_EFORMAT,
-                                  "scientific_metadata: processing[%d] %s must have changes_measurements %s", i,
-                                  ops[k].op, ops[k].changes ? "true" : "false");
+                                "scientific_metadata: processing[%d] %s must have changes_measurements %s", i,
+                                ops[k].op, ops[k].changes ? "true" : "false");
             const char *f[2] = {ops[k].f1, ops[k].f2};
             for (int m = 0; m < 2; m++) {
                 if (!f[m])
@@ -395,7 +395,7 @@ static ssb4d_status check_processing(const cJSON *proc, const cJSON *meta, const
                 int isint = (ops[k].f1_int && m == 0) || strcmp(f[m], "pixel_count") == 0;
                 if (isint ? !qem_json_uint(v, 0, QEM_MAX_JSON_INT, NULL) : !nonblank(v))
                     return ssb_fail(err, SSB4D_EFORMAT,
-                                      "scientific_metadata: processing[%d] %s needs %s", i, ops[k].op, f[m]);
+                                    "scientific_metadata: processing[%d] %s needs %s", i, ops[k].op, f[m]);
             }
         }
     }
@@ -407,14 +407,14 @@ static ssb4d_status check_processing(const cJSON *proc, const cJSON *meta, const
         const cJSON *r = find_op(proc, "flagged_pixel_replacement");
         if (!r || !cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "changes_measurements")))
             return ssb_fail(err, SSB4D_EFORMAT,
-                              "metadata says hot pixels were replaced but scientific_metadata.processing has no "
-                              "flagged_pixel_replacement record");
+                            "metadata says hot pixels were replaced but scientific_metadata.processing has no "
+                            "flagged_pixel_replacement record");
     }
     if (truthy(cJSON_GetObjectItemCaseSensitive(meta, "flagged_markers_stored_as_zero")) &&
         !find_op(proc, "flagged_marker_zeroing"))
         return ssb_fail(err, SSB4D_EFORMAT,
-                          "metadata says flag markers were stored as zero but scientific_metadata.processing has "
-                          "no flagged_marker_zeroing record");
+                        "metadata says flag markers were stored as zero but scientific_metadata.processing has "
+                        "no flagged_marker_zeroing record");
     const cJSON *sd = cJSON_GetObjectItemCaseSensitive(meta, "source_dtype");
     if (sd && dtype && !(cJSON_IsString(sd) && strcmp(sd->valuestring, dtype) == 0)) {
         int found = 0;
@@ -425,9 +425,9 @@ static ssb4d_status check_processing(const cJSON *proc, const cJSON *meta, const
                 found = 1;
         if (!found)
             return ssb_fail(err, SSB4D_EFORMAT,
-                              "metadata.source_dtype differs from dtype %s but scientific_metadata.processing "
-                              "has no matching exact_integer_narrowing record",
-                              dtype);
+                            "metadata.source_dtype differs from dtype %s but scientific_metadata.processing "
+                            "has no matching exact_integer_narrowing record",
+                            dtype);
     }
     return SSB4D_OK;
 }
@@ -442,11 +442,11 @@ ssb4d_status qem_validate_scientific_metadata(const cJSON *sci, const cJSON *met
         return ssb_fail(err, SSB4D_EFORMAT, "scientific_metadata has no schema");
     if (strcmp(schema->valuestring, "quantem.scientific-metadata/1") == 0)
         return ssb_fail(err, SSB4D_EFORMAT,
-                          "scientific_metadata uses the legacy schema 1, which this reader does not read; "
-                          "re-export the file with a current quantem");
+                        "scientific_metadata uses the legacy schema 1, which this reader does not read; "
+                        "re-export the file with a current quantem");
     if (strcmp(schema->valuestring, QEM_SCI_SCHEMA) != 0)
         return ssb_fail(err, SSB4D_EFORMAT, "scientific_metadata schema \"%.80s\" is not supported",
-                          schema->valuestring);
+                        schema->valuestring);
     const cJSON *axes = cJSON_GetObjectItemCaseSensitive(sci, "axes");
     ssb4d_status st = check_axes(axes, shape, err);
     if (!st)
@@ -462,8 +462,8 @@ ssb4d_status qem_validate_scientific_metadata(const cJSON *sci, const cJSON *met
                                  strcmp(cov->valuestring, "exhaustive") != 0 &&
                                  strcmp(cov->valuestring, "unknown") != 0))
         return ssb_fail(err, SSB4D_EFORMAT,
-                          "scientific_metadata: source_metadata_coverage must be \"reader-retained\", "
-                          "\"exhaustive\" or \"unknown\"");
+                        "scientific_metadata: source_metadata_coverage must be \"reader-retained\", "
+                        "\"exhaustive\" or \"unknown\"");
     st = check_documents(cJSON_GetObjectItemCaseSensitive(sci, "source_documents"), err);
     if (!st)
         st = check_processing(cJSON_GetObjectItemCaseSensitive(sci, "processing"), meta, dtype, err);

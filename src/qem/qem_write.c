@@ -100,7 +100,7 @@ static ssb4d_status body_write(qem_writer *w, const void *data, size_t n, ssb4d_
                 continue;
             if (r <= 0)
                 return ssb_fail(err, SSB4D_EIO, "cannot write %.200s: %s", w->tmp_body,
-                                  r < 0 ? strerror(errno) : "short write");
+                                r < 0 ? strerror(errno) : "short write");
             q += r;
             left -= (size_t)r;
         }
@@ -429,7 +429,7 @@ ssb4d_status qem_writer_append(qem_writer *w, const uint16_t *frames, size_t nsc
     if (nscans > w->N - w->appended) {
         w->failed = 1;
         return ssb_fail(err, SSB4D_EINVAL, "%.200s: more than the %zu scans of the shape were appended", w->path,
-                          w->N);
+                        w->N);
     }
     const size_t P = w->P;
     while (nscans) {
@@ -442,8 +442,8 @@ ssb4d_status qem_writer_append(qem_writer *w, const uint16_t *frames, size_t nsc
                     w->failed = 1;
                     size_t t = w->appended + i / P, k = i % P;
                     return ssb_fail(err, SSB4D_EINVAL,
-                                      "%.200s: scan %zu detector pixel (%zu, %zu) holds %u, which does not fit uint8",
-                                      w->path, t, k / w->shape[3], k % w->shape[3], frames[i]);
+                                    "%.200s: scan %zu detector pixel (%zu, %zu) holds %u, which does not fit uint8",
+                                    w->path, t, k / w->shape[3], k % w->shape[3], frames[i]);
                 }
         memcpy(w->frames + w->nbuf * P, frames, take * P * sizeof *frames);
         w->nbuf += take;
@@ -577,7 +577,7 @@ static ssb4d_status append_body(qem_writer *w, int fd, const char *name, ssb4d_e
             continue;
         if (r <= 0) {
             st = ssb_fail(err, SSB4D_EIO, "cannot read back %.200s: %s", w->tmp_body,
-                            r < 0 ? strerror(errno) : "file shrank");
+                          r < 0 ? strerror(errno) : "file shrank");
             break;
         }
         st = write_all(fd, buf, (size_t)r, name, err);
@@ -615,7 +615,7 @@ ssb4d_status qem_writer_finish(qem_writer *w, ssb4d_err *err)
     }
     if (w->appended != w->N) {
         st = ssb_fail(err, SSB4D_EINVAL, "%.200s: %zu of %zu scans were appended; nothing was written", w->path,
-                        w->appended, w->N);
+                      w->appended, w->N);
         goto done;
     }
     if (w->in_block || w->nsums == 0) {
@@ -642,12 +642,12 @@ ssb4d_status qem_writer_finish(qem_writer *w, ssb4d_err *err)
     text = h ? qem_json_print_canonical(h, &L) : NULL;
     if (!text) {
         st = ssb_fail(err, SSB4D_ENOMEM, "%.200s: cannot build the header (out of memory or a non-finite number)",
-                        w->path);
+                      w->path);
         goto done;
     }
     if (L > QEM_MAX_HEADER) {
         st = ssb_fail(err, SSB4D_EINVAL, "%.200s: the header would be %zu bytes, more than the 16 MiB .qem allows",
-                        w->path, L);
+                      w->path, L);
         goto done;
     }
     uint8_t env[QEM_ENVELOPE];

@@ -33,7 +33,7 @@ ssb4d_status session_backend_select(ssb4d_backend_kind kind, const session_backe
         return SSB4D_OK;
 #else
         return ssb_fail(err, SSB4D_EINVAL,
-                          "--backend cuda: this build has no CUDA backend (configure with -DSSB4D_CUDA=ON)");
+                        "--backend cuda: this build has no CUDA backend (configure with -DSSB4D_CUDA=ON)");
 #endif
     }
     return ssb_fail(err, SSB4D_EINVAL, "unknown backend %d", (int)kind);

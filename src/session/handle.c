@@ -73,11 +73,11 @@ static ssb4d_status check_opts(const ssb4d_session_opts *o, ssb4d_err *err)
         return ssb_fail(err, SSB4D_EINVAL, "the accelerating voltage must be 1..5000 kV (got %g)", c->kv);
     if (!(c->semiangle_mrad > 0.0 && c->semiangle_mrad <= 1000.0))
         return ssb_fail(err, SSB4D_EINVAL, "the probe semi-angle must be in (0, 1000] mrad (got %g)",
-                          c->semiangle_mrad);
+                        c->semiangle_mrad);
     for (int i = 0; i < 2; i++)
         if (!(c->scan_step_A[i] > 0.0 && c->scan_step_A[i] < 1e6))
             return ssb_fail(err, SSB4D_EINVAL, "the scan step must be a positive length in Å (got %g)",
-                              c->scan_step_A[i]);
+                            c->scan_step_A[i]);
     if (!isnan(c->rotation_deg) && !(fabs(c->rotation_deg) <= 1e4))
         return ssb_fail(err, SSB4D_EINVAL, "the rotation must be finite, |rotation| <= 10000 deg");
     if (o->threads < 0)
@@ -296,8 +296,8 @@ static ssb4d_status plan_session(ssb4d_session *s, ssb4d_err *err)
     if (!st && !s->plan.fits) {
         char b[32], m[32];
         st = ssb_fail(err, SSB4D_ENOMEM, "the job does not fit in %s: %s; the smallest budget is %s",
-                        plan_size_text(b, s->budget, 0), s->plan.reason,
-                        plan_size_text(m, plan_smallest_budget(&in, &s->plan), 1));
+                      plan_size_text(b, s->budget, 0), s->plan.reason,
+                      plan_size_text(m, plan_smallest_budget(&in, &s->plan), 1));
     }
     return st;
 }
@@ -845,7 +845,7 @@ ssb4d_status ssb4d_session_fit_regions(ssb4d_session *s, size_t rows, size_t col
 {
     if (!rows || !cols || rows > s->shape[0] || cols > s->shape[1])
         return ssb_fail(err, SSB4D_EINVAL, "a grid of %zux%zu regions does not fit a %zux%zu scan", rows, cols,
-                          s->shape[0], s->shape[1]);
+                        s->shape[0], s->shape[1]);
     size_t n = rows * cols;
     memset(results, 0, n * sizeof *results);
     ssb4d_status st = SSB4D_OK;

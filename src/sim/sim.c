@@ -49,7 +49,7 @@ ssb4d_status ssb4d_sim_params_preset(ssb4d_sim_params *p, const char *preset, ss
             break;
     if (i == n)
         return ssb_fail(err, SSB4D_EINVAL,
-                          "unknown preset '%s' (tiny, small, medium or reference)", preset);
+                        "unknown preset '%s' (tiny, small, medium or reference)", preset);
     memset(p, 0, sizeof *p);
     p->specimen = SSB4D_SPECIMEN_SRTIO3;
     p->cells_z = 1;
@@ -145,39 +145,39 @@ ssb4d_status ssb4d_sim_describe(const ssb4d_sim_params *p, ssb4d_sim_info *info,
         return ssb_fail(err, SSB4D_EINVAL, "kV must be in (0, 5000], got %g", p->kv);
     if (!(p->semiangle_mrad > 0) || !(p->semiangle_mrad <= 300))
         return ssb_fail(err, SSB4D_EINVAL, "semiangle must be in (0, 300] mrad, got %g",
-                          p->semiangle_mrad);
+                        p->semiangle_mrad);
     if (!(p->dose > 0) || !(p->dose <= 1e12))
         return ssb_fail(err, SSB4D_EINVAL, "dose must be in (0, 1e12] e/probe, got %g", p->dose);
     if (p->scan_n < 2 || p->scan_n > 8192)
         return ssb_fail(err, SSB4D_EINVAL, "scan must be 2..8192 positions per axis, got %d",
-                          p->scan_n);
+                        p->scan_n);
     if (p->scan_cells < 1 || p->scan_cells > 100000)
         return ssb_fail(err, SSB4D_EINVAL, "scan-cells must be 1..100000, got %d", p->scan_cells);
     if (p->det < 8 || p->det > 2048)
         return ssb_fail(err, SSB4D_EINVAL, "detector must be 8..2048 pixels, got %d", p->det);
     if (p->window_cells < 1 || p->window_cells > 1000)
         return ssb_fail(err, SSB4D_EINVAL, "window-cells must be 1..1000, got %d",
-                          p->window_cells);
+                        p->window_cells);
     if (p->cells_z < 1 || p->cells_z > 100000)
         return ssb_fail(err, SSB4D_EINVAL, "thickness must be 1..100000 unit cells, got %d",
-                          p->cells_z);
+                        p->cells_z);
     if (p->det_oversample < 0 || p->det_oversample > SIM_OVERSAMPLE_MAX ||
         (p->det_oversample > 0 && p->det_oversample % 2 == 0))
         return ssb_fail(err, SSB4D_EINVAL, "det-oversample must be auto (0) or odd 1..%d, got %d "
-                          "(an even S cannot centre its native pixels on the detector pixels)",
-                          SIM_OVERSAMPLE_MAX, p->det_oversample);
+                        "(an even S cannot centre its native pixels on the detector pixels)",
+                        SIM_OVERSAMPLE_MAX, p->det_oversample);
     if (p->threads < 0 || p->threads > 1024)
         return ssb_fail(err, SSB4D_EINVAL, "threads must be 0..1024, got %d", p->threads);
     if (!isfinite(p->scan_rotation_deg) || fabs(p->scan_rotation_deg) > 1e4)
         return ssb_fail(err, SSB4D_EINVAL, "scan rotation must be finite and within ±1e4 "
-                          "degrees, got %g", p->scan_rotation_deg);
+                        "degrees, got %g", p->scan_rotation_deg);
     for (int i = 0; i < 2; i++)
         if (!isfinite(p->tilt_mrad[i]) || fabs(p->tilt_mrad[i]) > 200)
             return ssb_fail(err, SSB4D_EINVAL, "tilt must be within ±200 mrad");
     for (int i = 0; i < SSB4D_N_ABERR; i++)
         if (!isfinite(p->ab.C_nm[i]) || !isfinite(p->ab.phi_deg[i]) || fabs(p->ab.C_nm[i]) > 1e9)
             return ssb_fail(err, SSB4D_EINVAL, "aberration %s is not finite or absurd",
-                              ssb4d_aberr_name(i));
+                            ssb4d_aberr_name(i));
     double bytes = (double)p->scan_n * p->scan_n * (double)p->det * p->det * 2.0;
     if (bytes > 1024.0 * 1024 * 1024 * 1024)
         return ssb_fail(err, SSB4D_EINVAL, "output of %.3g bytes is absurd (limit 1 TiB)", bytes);
@@ -193,10 +193,10 @@ ssb4d_status ssb4d_sim_describe(const ssb4d_sim_params *p, ssb4d_sim_info *info,
         double need = ceil(1.3 * foot / L);
         if (need > SIM_OVERSAMPLE_MAX)
             return ssb_fail(err, SSB4D_EINVAL, "the probe's footprint (%.4g A) needs a window of "
-                              "%.4g A, more than %d times the %.4g A window: widen the window, "
-                              "reduce the aberrations or the thickness, or give det-oversample 1 "
-                              "(point samples; the probe then wraps)", foot, 1.3 * foot,
-                              SIM_OVERSAMPLE_MAX, L);
+                            "%.4g A, more than %d times the %.4g A window: widen the window, "
+                            "reduce the aberrations or the thickness, or give det-oversample 1 "
+                            "(point samples; the probe then wraps)", foot, 1.3 * foot,
+                            SIM_OVERSAMPLE_MAX, L);
         S = need < 1 ? 1 : (int)need;
         if (S % 2 == 0)
             S++;
@@ -205,10 +205,10 @@ ssb4d_status ssb4d_sim_describe(const ssb4d_sim_params *p, ssb4d_sim_info *info,
     if (p->grid != 0 && (p->grid < S * p->det || p->grid > 16384)) {
         if (S == 1)
             return ssb_fail(err, SSB4D_EINVAL, "grid must be 0 (auto) or %d..16384, got %d",
-                              p->det, p->grid);
+                            p->det, p->grid);
         return ssb_fail(err, SSB4D_EINVAL, "grid must be 0 (auto) or %d..16384 with detector "
-                          "oversampling %d (the grid of the %d-cell window), got %d", S * p->det,
-                          S, S * p->window_cells, p->grid);
+                        "oversampling %d (the grid of the %d-cell window), got %d", S * p->det,
+                        S, S * p->window_cells, p->grid);
     }
     int M = p->grid;
     if (M == 0) {
@@ -219,11 +219,11 @@ ssb4d_status ssb4d_sim_describe(const ssb4d_sim_params *p, ssb4d_sim_info *info,
     }
     if (M > 16384)
         return ssb_fail(err, SSB4D_EINVAL, "simulation grid %d is absurd (window too large for "
-                          "the semiangle%s)", M, S > 1 ? ", or the detector oversampling too high" : "");
+                        "the semiangle%s)", M, S > 1 ? ", or the detector oversampling too high" : "");
     double kmax = M / (3.0 * Ls);
     if (alpha / lambda > kmax)
         return ssb_fail(err, SSB4D_EINVAL, "the probe aperture (%.3g 1/A) exceeds the antialias "
-                          "band %.3g 1/A of a %d grid; use a larger --grid", alpha / lambda, kmax, M);
+                        "band %.3g 1/A of a %d grid; use a larger --grid", alpha / lambda, kmax, M);
     if (bf_px < 2.0)
         return ssb_fail(err, SSB4D_EINVAL, "the BF disk is only %.2g px: widen the window", bf_px);
     if (info) {

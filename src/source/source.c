@@ -36,13 +36,13 @@ static ssb4d_status check_shape(const size_t shape[4], ssb4d_err *err)
     for (int i = 0; i < 4; i++)
         if (shape[i] == 0)
             return ssb_fail(err, SSB4D_EFORMAT, "data has an empty axis (shape %zux%zux%zux%zu)",
-                              shape[0], shape[1], shape[2], shape[3]);
+                            shape[0], shape[1], shape[2], shape[3]);
     if (shape[0] < 2 || shape[1] < 2)
         return ssb_fail(err, SSB4D_EFORMAT, "scan of %zux%zu positions is too small (need at least 2x2)",
-                          shape[0], shape[1]);
+                        shape[0], shape[1]);
     if (shape[2] > 4096 || shape[3] > 4096 || shape[0] > 65536 || shape[1] > 65536)
         return ssb_fail(err, SSB4D_EFORMAT, "shape %zux%zux%zux%zu is beyond what ssb4d supports",
-                          shape[0], shape[1], shape[2], shape[3]);
+                        shape[0], shape[1], shape[2], shape[3]);
     return SSB4D_OK;
 }
 
@@ -87,15 +87,15 @@ ssb4d_status ssb4d_source_open_npy(const char *path, ssb4d_source **out, ssb4d_e
         dt = SSB4D_F32;
     else
         return ssb_fail(err, SSB4D_EFORMAT,
-                          "%s: dtype '%s' is not supported; counts must be uint8, uint16 or uint32 "
-                          "little-endian, float data float32 little-endian (`ssb4d import` reads "
-                          "other integer types)", path, info.descr);
+                        "%s: dtype '%s' is not supported; counts must be uint8, uint16 or uint32 "
+                        "little-endian, float data float32 little-endian (`ssb4d import` reads "
+                        "other integer types)", path, info.descr);
     if (info.fortran_order)
         return ssb_fail(err, SSB4D_EFORMAT, "%s: Fortran-order arrays are not supported; save it in C order", path);
     if (info.ndim != 4)
         return ssb_fail(err, SSB4D_EFORMAT,
-                          "%s: expected a 4-D array (scan_row, scan_col, det_row, det_col), got %d-D",
-                          path, info.ndim);
+                        "%s: expected a 4-D array (scan_row, scan_col, det_row, det_col), got %d-D",
+                        path, info.ndim);
     st = check_shape(info.shape, err);
     if (st)
         return st;
@@ -108,7 +108,7 @@ ssb4d_status ssb4d_source_open_npy(const char *path, ssb4d_source **out, ssb4d_e
     if (fstat(fd, &sb) != 0 || (size_t)sb.st_size < need) {
         close(fd);
         return ssb_fail(err, SSB4D_EFORMAT, "%s is truncated: %zu bytes, the header needs %zu",
-                          path, (size_t)sb.st_size, need);
+                        path, (size_t)sb.st_size, need);
     }
     void *map = mmap(NULL, need, PROT_READ, MAP_PRIVATE, fd, 0);
     close(fd);
@@ -129,7 +129,7 @@ ssb4d_status ssb4d_source_open_npy(const char *path, ssb4d_source **out, ssb4d_e
 }
 
 ssb4d_status ssb_source_new_view(ssb4d_source *parent, size_t r0, size_t c0,
-                                   const size_t shape[4], ssb4d_source **out, ssb4d_err *err)
+                                 const size_t shape[4], ssb4d_source **out, ssb4d_err *err)
 {
     *out = NULL;
     ssb4d_source *s = calloc(1, sizeof *s);
@@ -183,10 +183,10 @@ ssb4d_status ssb4d_source_read_frames(ssb4d_source *s, size_t pos0, size_t npos,
     size_t npos_all = s->shape[0] * s->shape[1], fr = s->shape[2] * s->shape[3];
     if (pos0 > npos_all || npos > npos_all - pos0)
         return ssb_fail(err, SSB4D_EINVAL, "frame range %zu+%zu is outside the scan (%zu positions)",
-                          pos0, npos, npos_all);
+                        pos0, npos, npos_all);
     if (s->dtype == SSB4D_F32)
         return ssb_fail(err, SSB4D_EFORMAT, "the data hold float values, not counts: read them as "
-                          "float32 (ssb4d never quantises silently)");
+                        "float32 (ssb4d never quantises silently)");
     if (s->qem)
         return ssb_qem_read_frames(s->qem, pos0, npos, out, err);
     if (s->fs)
@@ -211,7 +211,7 @@ ssb4d_status ssb4d_source_read_frames_f32(ssb4d_source *s, size_t pos0, size_t n
     size_t npos_all = s->shape[0] * s->shape[1], fr = s->shape[2] * s->shape[3], n = npos * fr;
     if (pos0 > npos_all || npos > npos_all - pos0)
         return ssb_fail(err, SSB4D_EINVAL, "frame range %zu+%zu is outside the scan (%zu positions)",
-                          pos0, npos, npos_all);
+                        pos0, npos, npos_all);
     if (s->fs)
         return framesrc_read_f32(s->fs, pos0, npos, out, err);
     if (s->parent)
@@ -221,7 +221,7 @@ ssb4d_status ssb4d_source_read_frames_f32(ssb4d_source *s, size_t pos0, size_t n
         size_t i = framesrc_first_nonfinite(out, n);
         if (i != (size_t)-1)
             return ssb_fail(err, SSB4D_EFORMAT, "frame %zu holds %s at detector pixel %zu",
-                              pos0 + i / fr, isnan(out[i]) ? "NaN" : "an infinite value", i % fr);
+                            pos0 + i / fr, isnan(out[i]) ? "NaN" : "an infinite value", i % fr);
         return SSB4D_OK;
     }
     /* counts: read as uint32 into the same 4-byte slots, converted in place */
@@ -230,7 +230,7 @@ ssb4d_status ssb4d_source_read_frames_f32(ssb4d_source *s, size_t pos0, size_t n
     size_t i = st ? (size_t)-1 : framesrc_counts_to_f32(u, n);
     if (i != (size_t)-1)
         return ssb_fail(err, SSB4D_EFORMAT, "frame %zu holds the count %u at detector pixel %zu, "
-                          "beyond float32's exact integers (2^24)", pos0 + i / fr, (unsigned)u[i], i % fr);
+                        "beyond float32's exact integers (2^24)", pos0 + i / fr, (unsigned)u[i], i % fr);
     return st;
 }
 
@@ -239,17 +239,17 @@ ssb4d_status ssb4d_source_read_frames_f32(ssb4d_source *s, size_t pos0, size_t n
  * (the output is pixel-major, the file position-major: this is a blocked transpose). */
 #define TILE 16
 ssb4d_status ssb_source_read_columns_mt(ssb4d_source *s, const int32_t *det_pix, size_t n_pix,
-                                          size_t row0, size_t nrows, float *out, int threads,
-                                          ssb4d_err *err)
+                                        size_t row0, size_t nrows, float *out, int threads,
+                                        ssb4d_err *err)
 {
     size_t ny = s->shape[0], nx = s->shape[1], fr = s->shape[2] * s->shape[3];
     if (row0 > ny || nrows > ny - row0)
         return ssb_fail(err, SSB4D_EINVAL, "scan rows %zu+%zu are outside the scan (%zu rows)", row0,
-                          nrows, ny);
+                        nrows, ny);
     for (size_t p = 0; p < n_pix; p++)
         if (det_pix[p] < 0 || (size_t)det_pix[p] >= fr)
             return ssb_fail(err, SSB4D_EINVAL, "detector pixel %d is outside the detector",
-                              (int)det_pix[p]);
+                            (int)det_pix[p]);
     if (threads < 1)
         threads = 1;
     if (s->qem)
@@ -258,7 +258,7 @@ ssb4d_status ssb_source_read_columns_mt(ssb4d_source *s, const int32_t *det_pix,
         return ssb_frames_read_columns(s->fs, det_pix, n_pix, row0, nrows, out, threads, err);
     if (s->parent)
         return ssb_region_read_columns(s->parent, s->origin, s->shape, det_pix, n_pix, row0,
-                                         nrows, out, threads, err);
+                                       nrows, out, threads, err);
     const size_t plane = nrows * nx;
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
     for (size_t r = 0; r < nrows; r++)
@@ -339,7 +339,7 @@ ssb4d_status ssb4d_source_open_qem(const char *path, ssb4d_source **out, ssb4d_e
 }
 
 ssb4d_status ssb_source_open_frames(const char *path, const framesrc_opts *o, ssb4d_source **out,
-                                      ssb4d_err *err)
+                                    ssb4d_err *err)
 {
     *out = NULL;
     framesrc *fs = NULL;
@@ -383,7 +383,7 @@ ssb4d_status ssb4d_source_open(const char *path, ssb4d_source **out, ssb4d_err *
     ssb4d_status st = ssb_source_open_frames(path, NULL, out, &ferr);
     if (st == SSB4D_EINVAL && strstr(ferr.msg, "raw binary"))
         return ssb_fail(err, SSB4D_EFORMAT, "%s looks like raw binary, whose shape only you know: "
-                          "convert it with `ssb4d import %s --shape ... --dtype ... -o DATA.qem`", path, path);
+                        "convert it with `ssb4d import %s --shape ... --dtype ... -o DATA.qem`", path, path);
     if (st && err) {
         *err = ferr;
         /* the reader's advice names import's flags: say where they go */

@@ -14,7 +14,7 @@
 #define CHUNK_BYTES ((size_t)16 << 20)
 
 ssb4d_status ssb_frames_read_columns(framesrc *fs, const int32_t *det_pix, size_t n_pix, size_t row0,
-                                       size_t nrows, float *out, int threads, ssb4d_err *err)
+                                     size_t nrows, float *out, int threads, ssb4d_err *err)
 {
     size_t shape[4];
     framesrc_shape(fs, shape);

@@ -54,8 +54,8 @@ static ssb4d_status report(const first_error *fe, ssb4d_err *err)
 }
 
 ssb4d_status ssb_qem_read_columns(const qem_file *q, const int32_t *det_pix, size_t n_pix,
-                                    size_t row0, size_t nrows, float *out, int threads,
-                                    ssb4d_err *err)
+                                  size_t row0, size_t nrows, float *out, int threads,
+                                  ssb4d_err *err)
 {
     const qem_info *in = qem_get_info(q);
     size_t nx = in->shape[1], t_lo = row0 * nx, t_hi = (row0 + nrows) * nx;
@@ -92,7 +92,7 @@ ssb4d_status ssb_qem_read_columns(const qem_file *q, const int32_t *det_pix, siz
 
 #define PIX_GROUP 64
 ssb4d_status ssb_qem_read_frames(const qem_file *q, size_t pos0, size_t npos, uint32_t *out,
-                                   ssb4d_err *err)
+                                 ssb4d_err *err)
 {
     const qem_info *in = qem_get_info(q);
     size_t P = in->n_pix, t_hi = pos0 + npos;

@@ -29,23 +29,23 @@ ssb4d_status ssb4d_source_region(ssb4d_source *parent, size_t r0, size_t r1, siz
     ssb4d_source_shape(parent, shape);
     if (r0 >= r1 || c0 >= c1)
         return ssb_fail(err, SSB4D_EINVAL,
-                          "region rows [%zu, %zu) x cols [%zu, %zu) is empty", r0, r1, c0, c1);
+                        "region rows [%zu, %zu) x cols [%zu, %zu) is empty", r0, r1, c0, c1);
     if (r1 > shape[0] || c1 > shape[1])
         return ssb_fail(err, SSB4D_EINVAL,
-                          "region rows [%zu, %zu) x cols [%zu, %zu) is outside the %zux%zu scan",
-                          r0, r1, c0, c1, shape[0], shape[1]);
+                        "region rows [%zu, %zu) x cols [%zu, %zu) is outside the %zux%zu scan",
+                        r0, r1, c0, c1, shape[0], shape[1]);
     if (r1 - r0 < REGION_MIN || c1 - c0 < REGION_MIN)
         return ssb_fail(err, SSB4D_EINVAL,
-                          "a region must be at least %dx%d scan positions; got %zux%zu", REGION_MIN,
-                          REGION_MIN, r1 - r0, c1 - c0);
+                        "a region must be at least %dx%d scan positions; got %zux%zu", REGION_MIN,
+                        REGION_MIN, r1 - r0, c1 - c0);
     shape[0] = r1 - r0;
     shape[1] = c1 - c0;
     return ssb_source_new_view(parent, r0, c0, shape, out, err);
 }
 
 ssb4d_status ssb_region_read_frames(ssb4d_source *parent, const size_t origin[2],
-                                      const size_t vshape[4], size_t pos0, size_t npos,
-                                      void *out, int as_float, ssb4d_err *err)
+                                    const size_t vshape[4], size_t pos0, size_t npos,
+                                    void *out, int as_float, ssb4d_err *err)
 {
     size_t pshape[4];
     ssb4d_source_shape(parent, pshape);
@@ -64,9 +64,9 @@ ssb4d_status ssb_region_read_frames(ssb4d_source *parent, const size_t origin[2]
 }
 
 ssb4d_status ssb_region_read_columns(ssb4d_source *parent, const size_t origin[2],
-                                       const size_t vshape[4], const int32_t *det_pix,
-                                       size_t n_pix, size_t row0, size_t nrows, float *out,
-                                       int threads, ssb4d_err *err)
+                                     const size_t vshape[4], const int32_t *det_pix,
+                                     size_t n_pix, size_t row0, size_t nrows, float *out,
+                                     int threads, ssb4d_err *err)
 {
     size_t pshape[4];
     ssb4d_source_shape(parent, pshape);
@@ -86,13 +86,13 @@ ssb4d_status ssb_region_read_columns(ssb4d_source *parent, const size_t origin[2
     float *scratch = malloc(n_pix * brows * pnx * sizeof *scratch);
     if (!scratch)
         return ssb_fail(err, SSB4D_ENOMEM,
-                          "out of memory for the region's column scratch (%zu pixels x %zu rows x %zu "
-                          "columns)", n_pix, brows, pnx);
+                        "out of memory for the region's column scratch (%zu pixels x %zu rows x %zu "
+                        "columns)", n_pix, brows, pnx);
     ssb4d_status st = SSB4D_OK;
     for (size_t r = 0; r < nrows && !st; r += brows) {
         size_t nr = nrows - r < brows ? nrows - r : brows;
         st = ssb_source_read_columns_mt(parent, det_pix, n_pix, prow0 + r, nr, scratch, threads,
-                                          err);
+                                        err);
         for (size_t p = 0; p < n_pix && !st; p++)
             for (size_t i = 0; i < nr; i++)
                 memcpy(out + (p * nrows + r + i) * vnx, scratch + (p * nr + i) * pnx + origin[1],

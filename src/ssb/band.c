@@ -296,13 +296,13 @@ static ssb4d_status set_init(band_set *s, const ssb4d_aberrations *ab, const ssb
     for (int i = 0; i < SSB4D_N_ABERR; i++)
         if (!isfinite(ab->C_nm[i]) || !isfinite(ab->phi_deg[i]) || fabs(ab->C_nm[i]) > 1e9)
             return ssb_fail(err, SSB4D_EINVAL, "parameter set %zu: aberration %s is not a finite value",
-                              index, ssb4d_aberr_name(i));
+                            index, ssb4d_aberr_name(i));
     ssb_phys_aberrations(&s->p, ab);
     if (th) {
         if (!(th->thickness_nm >= 0) || !isfinite(th->thickness_nm) || !isfinite(th->tilt_mrad[0]) ||
             !isfinite(th->tilt_mrad[1]))
             return ssb_fail(err, SSB4D_EINVAL, "parameter set %zu: thickness must be >= 0 and tilt finite",
-                              index);
+                            index);
         /* t = 0 is the thin model exactly: every weight is 1, so no weight is computed. */
         s->p.thick = th->thickness_nm > 0;
         s->p.t = th->thickness_nm * 10.0;
@@ -461,8 +461,8 @@ static ssb4d_status check_args(const ssb4d_geometry *g, const ssb4d_band_opts **
     if (!((*o)->band_lo_inv_A >= 0) || !((*o)->band_hi_inv_A > (*o)->band_lo_inv_A) ||
         !isfinite((*o)->band_hi_inv_A))
         return ssb_fail(err, SSB4D_EINVAL,
-                          "the band objective's band must satisfy 0 <= lo < hi (got %g, %g 1/A)",
-                          (*o)->band_lo_inv_A, (*o)->band_hi_inv_A);
+                        "the band objective's band must satisfy 0 <= lo < hi (got %g, %g 1/A)",
+                        (*o)->band_lo_inv_A, (*o)->band_hi_inv_A);
     return ssb_geometry_check(g, err);
 }
 

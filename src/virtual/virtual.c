@@ -120,8 +120,8 @@ static ssb4d_status classes(const ssb4d_calibration *cal, const ssb4d_virtual_pa
         return ssb_fail(err, SSB4D_EINVAL, "the BF inner angle %g mrad is not below its outer angle %g mrad", bfi, bfo);
     if (bfi >= dmax)
         return ssb_fail(err, SSB4D_EINVAL,
-                          "the BF inner angle %g mrad is beyond the detector (its farthest pixel is %.3g mrad from "
-                          "the centre)", bfi, dmax);
+                        "the BF inner angle %g mrad is beyond the detector (its farthest pixel is %.3g mrad from "
+                        "the centre)", bfi, dmax);
     if (bfo > dmax)
         bfo = dmax;
     /* ADF */
@@ -130,12 +130,12 @@ static ssb4d_status classes(const ssb4d_calibration *cal, const ssb4d_virtual_pa
     if (!adf_in_default || !adf_out_default) {
         if (!(adi < ado))
             return ssb_fail(err, SSB4D_EINVAL, "the ADF inner angle %g mrad%s is not below its outer angle %g mrad%s",
-                              adi, adf_in_default ? " (the default, 1.5x the BF angle)" : "", ado,
-                              adf_out_default ? " (the detector's edge)" : "");
+                            adi, adf_in_default ? " (the default, 1.5x the BF angle)" : "", ado,
+                            adf_out_default ? " (the detector's edge)" : "");
         if (adi >= dmax)
             return ssb_fail(err, SSB4D_EINVAL,
-                              "the ADF inner angle %g mrad is beyond the detector (its farthest pixel is %.3g mrad "
-                              "from the centre)", adi, dmax);
+                            "the ADF inner angle %g mrad is beyond the detector (its farthest pixel is %.3g mrad "
+                            "from the centre)", adi, dmax);
     }
     if (ado > dmax)
         ado = dmax;
@@ -372,7 +372,7 @@ ssb4d_status ssb4d_virtual_compute(ssb4d_source *src, const ssb4d_calibration *c
     const ssb4d_geometry *g = &cal->geom;
     if (cal->det_shape[0] != shape[2] || cal->det_shape[1] != shape[3])
         return ssb_fail(err, SSB4D_EINVAL, "virtual images: the calibration is of a %zux%zu detector, the data's is %zux%zu",
-                          cal->det_shape[0], cal->det_shape[1], shape[2], shape[3]);
+                        cal->det_shape[0], cal->det_shape[1], shape[2], shape[3]);
     if (!cal->bf_pix && cal->n_bf)
         return ssb_fail(err, SSB4D_EINVAL, "virtual images: the calibration has no BF selection");
     for (int i = 0; i < 2; i++)
