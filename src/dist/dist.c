@@ -219,13 +219,15 @@ ssb4d_status dist_chain_run(dist_chain *c, ssb4d_status st, double *totals, ssb4
         T = totals, O = open;
     else
         O = T + len;
-    int ok = 1;
+    int ok = 1; /* the messages went through (an MPI failure ends the job's messages here) */
     ssb4d_status pst = SSB4D_OK; /* an operation of the chain that failed: the job cannot go on */
     double flag = 0;
     if (d->rank > 0) {
         ok = !recv_d(d, T, len, d->rank - 1) && !recv_d(d, O, len + 1, d->rank - 1);
         flag = O[len];
-        if (ok && !v->host && !(pst = v->from_host(c->ctx, totals, T, len, err)))
+        if (ok && flag < 0) /* an earlier rank's chain failed: this one passes the word on */
+            pst = ssb_fail(err, SSB4D_EINTERNAL, "the reduction failed on an earlier rank");
+        if (ok && !pst && !v->host && !(pst = v->from_host(c->ctx, totals, T, len, err)))
             pst = v->from_host(c->ctx, open, O, len, err);
     }
     /* the head: each pixel into the open block, in order, then the block closes */
@@ -252,16 +254,22 @@ ssb4d_status dist_chain_run(dist_chain *c, ssb4d_status st, double *totals, ssb4
             flag = 1;
         }
     }
-    if (pst) /* cannot happen after the agreement but for memory or a device's error */
-        ok = 0;
+    /* After the agreement only memory or a device can fail. The state still goes on, marked
+     * (flag −1), so that no later rank waits for it; the agreement below then stops every rank. */
     if (ok && d->rank < d->size - 1) {
-        if (!v->host && !(pst = v->to_host(c->ctx, T, totals, len, err)))
+        if (!pst && !v->host && !(pst = v->to_host(c->ctx, T, totals, len, err)))
             pst = v->to_host(c->ctx, O, open, len, err);
-        O[len] = flag;
-        ok = !pst && !send_d(d, T, len, d->rank + 1) && !send_d(d, O, len + 1, d->rank + 1);
-    } else if (ok && flag != 0)
-        ok = !(pst = v->add(c->ctx, totals, open, len, err)); /* the last block, begun on an earlier rank */
+        O[len] = pst ? -1.0 : flag;
+        ok = !send_d(d, T, len, d->rank + 1) && !send_d(d, O, len + 1, d->rank + 1);
+    } else if (ok && !pst && flag != 0)
+        pst = v->add(c->ctx, totals, open, len, err); /* the last block, begun on an earlier rank */
     v->release(c->ctx, DIST_VEC_OPEN, open, len);
+    if (ok) {
+        ssb4d_status a = dist_agree(d, pst, err);
+        if (a && !pst)
+            pst = a;
+        ok = !a;
+    }
     if (ok && !v->host && d->rank == d->size - 1)
         ok = !(pst = v->to_host(c->ctx, T, totals, len, err));
     if (ok)
