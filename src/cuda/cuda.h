@@ -19,10 +19,19 @@ void cuda_G_device_bytes(const struct ssb4d_G *G, size_t *now, size_t *peak);
 
 /* Profiling of the loss/object passes over G's device copy (G or a view of it): on, each stage
  * is waited for and its seconds added up (slower: for a breakdown, not for timings). Returns the
- * sums so far in out (may be NULL) and clears them. */
+ * sums so far in out (may be NULL) and clears them. HOST: the pass's set-up on the host (the
+ * contexts, the pixel table, the buffers); FINISH: the loss's reduction and the mean phase's copy;
+ * OBJECT: the object's spectrum, transform and phase; COPY: the object's way back to the host. */
 enum { CUDA_PROF_HOST, CUDA_PROF_CORRECT, CUDA_PROF_ACC, CUDA_PROF_FFT, CUDA_PROF_PHASE, CUDA_PROF_FINISH,
-       CUDA_PROF_N };
+       CUDA_PROF_OBJECT, CUDA_PROF_COPY, CUDA_PROF_N };
 void cuda_G_profile(const struct ssb4d_G *G, int on, double out[CUDA_PROF_N]);
+
+/* The work area cuFFT asks for a plan of the CUDA backend's shapes: the phase planes' batched
+ * c2r (nyf × nxf, batch planes) or, with c2c, the object's inverse transform (batch 1). 0 when
+ * no device is present or cuFFT cannot plan it. The backend owns that area (cufftSetWorkArea),
+ * so it is in cuda_G_device_bytes. */
+size_t cuda_fft_work_bytes(int nyf, int nxf, int batch, int c2c);
+#define CUDA_HAVE_FFT_WORK_BYTES 1
 
 /* The device's name and memory (for reports); returns 0, or -1 with no device. */
 int cuda_device_info(char *name, size_t name_len, size_t *total_bytes);

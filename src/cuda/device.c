@@ -18,6 +18,8 @@
 
 #include <cuda_runtime_api.h>
 #include <cufft.h>
+#include <nvtx3/nvToolsExt.h> /* header only: free unless a profiler (Nsight Systems) listens */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,8 +55,18 @@ struct ssb_dev {
     size_t fin_b;
     float *mean;
     size_t mean_b;
-    cufftHandle plan;
-    int plan_nyf, plan_nxf, plan_batch;
+    /* the object's last steps on the device: its spectrum F (transformed in place) and outputs */
+    void *objF, *objout;
+    size_t objF_b, objout_b;
+    /* pinned host memory for what comes back (a preview's plane): one DMA, no staging copy */
+    void *host;
+    size_t host_b;
+    /* the plans (the phase planes' batched c2r, the object's c2c), made once per shape and kept;
+     * their one work area is ours (cufftSetWorkArea), so the device's bytes are all counted */
+    cufftHandle plan, plan_obj;
+    int plan_nyf, plan_nxf, plan_batch, obj_nyf, obj_nxf;
+    void *work;
+    size_t work_b, work_plan, work_obj;
     size_t bytes, peak;
     /* cuda_G_profile: per-stage seconds of dev_phases (each stage waited for, so slower) */
     int profile;
@@ -121,6 +133,11 @@ static void dev_free(ssb_dev *d)
     cudaSetDevice(d->device);
     if (d->plan_batch)
         cufftDestroy(d->plan);
+    if (d->obj_nyf)
+        cufftDestroy(d->plan_obj);
+    cudaFree(d->work), cudaFree(d->objF), cudaFree(d->objout);
+    if (d->host)
+        cudaFreeHost(d->host);
     cudaFree(d->planes), cudaFree(d->spec), cudaFree(d->real), cudaFree(d->sums), cudaFree(d->tab);
     cudaFree(d->acc), cudaFree(d->valid), cudaFree(d->fin), cudaFree(d->mean), cudaFree(d->bpart);
     cudaFree(d->seg), cudaFree(d->open);
@@ -133,20 +150,96 @@ static void dev_free(ssb_dev *d)
 /* The chunk for upsampling f: CHUNK/f² pixels, at least 1. */
 static size_t chunk_of(int f) { size_t c = CHUNK / (size_t)(f * f); return c ? c : 1; }
 
+static ssb4d_status fft_fail(ssb4d_err *err, cufftResult r, const char *what, int nyf, int nxf)
+{
+    if (r == CUFFT_ALLOC_FAILED)
+        return ssb_fail(err, SSB4D_ENOMEM, "the GPU is out of memory (cuFFT plan)");
+    return ssb_fail(err, SSB4D_EIO, "cuFFT could not plan the %dx%d %s (%d)", nyf, nxf, what, (int)r);
+}
+
+/* A plan without its own work area (cuFFT reports the size; we own the memory). */
+static cufftResult make_plan(cufftHandle *h, int nyf, int nxf, int batch, int c2c, size_t *work)
+{
+    int n[2] = {nyf, nxf};
+    cufftResult r = cufftCreate(h);
+    if (r != CUFFT_SUCCESS)
+        return r;
+    if ((r = cufftSetAutoAllocation(*h, 0)) == CUFFT_SUCCESS)
+        r = c2c ? cufftMakePlanMany(*h, 2, n, NULL, 1, nyf * nxf, NULL, 1, nyf * nxf, CUFFT_C2C, 1, work)
+                : cufftMakePlanMany(*h, 2, n, NULL, 1, nyf * (nxf / 2 + 1), NULL, 1, nyf * nxf, CUFFT_C2R, batch,
+                                    work);
+    if (r != CUFFT_SUCCESS)
+        cufftDestroy(*h);
+    return r;
+}
+
+size_t cuda_fft_work_bytes(int nyf, int nxf, int batch, int c2c)
+{
+    if (!cuda_available())
+        return 0;
+    cufftHandle h;
+    size_t w = 0;
+    if (make_plan(&h, nyf, nxf, batch, c2c, &w) != CUFFT_SUCCESS)
+        return 0;
+    cufftDestroy(h);
+    return w;
+}
+
+/* The one work area, grown to the larger plan's and handed to both (one stream: never in use
+ * by two transforms at once). */
+static ssb4d_status plans_work(ssb_dev *d, ssb4d_err *err)
+{
+    size_t want = d->work_plan > d->work_obj ? d->work_plan : d->work_obj;
+    cudaError_t e = dev_alloc(d, &d->work, &d->work_b, want ? want : 1);
+    if (e != cudaSuccess)
+        return cuda_fail(err, e, "cuFFT's work area");
+    if ((d->plan_batch && cufftSetWorkArea(d->plan, d->work) != CUFFT_SUCCESS) ||
+        (d->obj_nyf && cufftSetWorkArea(d->plan_obj, d->work) != CUFFT_SUCCESS))
+        return ssb_fail(err, SSB4D_EIO, "cuFFT refused its work area");
+    return SSB4D_OK;
+}
+
 static ssb4d_status ensure_plan(ssb_dev *d, int nyf, int nxf, int batch, ssb4d_err *err)
 {
     if (d->plan_batch && d->plan_nyf == nyf && d->plan_nxf == nxf && d->plan_batch == batch)
         return SSB4D_OK;
     if (d->plan_batch)
-        cufftDestroy(d->plan), d->plan_batch = 0;
-    int n[2] = {nyf, nxf};
-    cufftResult r = cufftPlanMany(&d->plan, 2, n, NULL, 1, nyf * (nxf / 2 + 1), NULL, 1, nyf * nxf, CUFFT_C2R, batch);
+        cufftDestroy(d->plan), d->plan_batch = 0, d->work_plan = 0;
+    cufftResult r = make_plan(&d->plan, nyf, nxf, batch, 0, &d->work_plan);
     if (r != CUFFT_SUCCESS)
-        return r == CUFFT_ALLOC_FAILED ? ssb_fail(err, SSB4D_ENOMEM, "the GPU is out of memory (cuFFT plan)")
-                                       : ssb_fail(err, SSB4D_EIO, "cuFFT could not plan the %dx%d inverse transform (%d)",
-                                                  nyf, nxf, (int)r);
+        return fft_fail(err, r, "inverse transform", nyf, nxf);
     cufftSetStream(d->plan, d->stream);
     d->plan_nyf = nyf, d->plan_nxf = nxf, d->plan_batch = batch;
+    return plans_work(d, err);
+}
+
+static ssb4d_status ensure_obj_plan(ssb_dev *d, int nyf, int nxf, ssb4d_err *err)
+{
+    if (d->obj_nyf == nyf && d->obj_nxf == nxf)
+        return SSB4D_OK;
+    if (d->obj_nyf)
+        cufftDestroy(d->plan_obj), d->obj_nyf = 0, d->work_obj = 0;
+    cufftResult r = make_plan(&d->plan_obj, nyf, nxf, 1, 1, &d->work_obj);
+    if (r != CUFFT_SUCCESS)
+        return fft_fail(err, r, "object transform", nyf, nxf);
+    cufftSetStream(d->plan_obj, d->stream);
+    d->obj_nyf = nyf, d->obj_nxf = nxf;
+    return plans_work(d, err);
+}
+
+/* Pinned host memory of at least n bytes (kept; not device memory, so not in d->bytes). */
+static ssb4d_status host_buf(ssb_dev *d, size_t n, ssb4d_err *err)
+{
+    if (d->host_b >= n)
+        return SSB4D_OK;
+    if (d->host)
+        cudaFreeHost(d->host), d->host = NULL, d->host_b = 0;
+    cudaError_t e = cudaMallocHost(&d->host, n);
+    if (e != cudaSuccess) {
+        d->host = NULL;
+        return cuda_fail(err, e, "pinned host memory");
+    }
+    d->host_b = n;
     return SSB4D_OK;
 }
 
@@ -305,8 +398,6 @@ static ssb4d_status dpass_init(dpass *p, ssb_dev *d, const ssb4d_G *G, const ssb
     if (nyf > 65535 || nxf > 65535 || P > 65535)
         return ssb_fail(err, SSB4D_EINVAL, "a %zux%zu grid is too large for the GPU pass", nyf, nxf);
     cudaSetDevice(d->device);
-    if (d->profile)
-        d->prof_t = ssb_clock_s();
     /* the pass's table: per pixel slot, kx, ky; the grid's qr, qc; per set 5 values per pixel */
     const size_t set0 = 3 * n_bf + nyf + nxf, tab_n = set0 + 5 * n_bf * n;
     p->set0 = set0;
@@ -380,10 +471,10 @@ static ssb4d_status dpass_pixels(dpass *p, size_t a, size_t b, double *out, ssb4
                             .set_tab = dt + p->set0 + 5 * n_bf * j, .qr = dt + 3 * n_bf,
                             .qc = dt + 3 * n_bf + p->nyf, .n_bf = n_bf};
             mark(d, CUDA_PROF_HOST);
-            CK(cu_correct(d->planes, p->gr, &s, px, p0, np, d->spec, d->stream), "the correction");
+            /* set 0's object sum, when asked, is made as the spectra are (ACC stays 0 now) */
+            CK(cu_correct(d->planes, p->gr, &s, px, p0, np, d->spec, p->do_acc && j == 0 ? d->acc : NULL, d->stream),
+               "the correction");
             mark(d, CUDA_PROF_CORRECT);
-            if (p->do_acc && j == 0)
-                CK(cu_acc(d->spec, p->nb, np, d->acc, d->stream), "the object sum");
             mark(d, CUDA_PROF_ACC);
             if (!p->want_phase)
                 continue;
@@ -461,17 +552,22 @@ static ssb4d_status dpass_object_dist(dpass *p, ssb4d_status st, double complex 
     return dist_seq_end(p->G->dist, &sq, (double *)acc, len, st, err);
 }
 
+/* The pass: the loss of each set (loss), their mean phases (mean_phase) and set 0's object sum
+ * (do_acc), left in d->acc, and copied to acc on the host when acc is given (a distributed G
+ * needs it there: the sum travels rank to rank). */
 static ssb4d_status dev_phases(ssb_dev *d, const ssb4d_G *G, const ssb_ctx *c, size_t n, double *loss,
-                               float *mean_phase, double complex *acc, ssb4d_mem *mem, ssb4d_err *err)
+                               float *mean_phase, int do_acc, double complex *acc, ssb4d_mem *mem, ssb4d_err *err)
 {
     const int want_phase = loss || mean_phase;
-    if (G->dist && acc && want_phase) { /* the two reductions differ (dist.h): two passes */
-        ssb4d_status st = dev_phases(d, G, c, n, NULL, NULL, acc, mem, err);
-        return st ? st : dev_phases(d, G, c, n, loss, mean_phase, NULL, mem, err);
+    if (G->dist && do_acc && want_phase) { /* the two reductions differ (dist.h): two passes */
+        ssb4d_status st = dev_phases(d, G, c, n, NULL, NULL, 1, acc, mem, err);
+        return st ? st : dev_phases(d, G, c, n, loss, mean_phase, 0, NULL, mem, err);
     }
+    nvtxRangePushA(do_acc ? (want_phase ? "ssb4d pass: phases + object sum" : "ssb4d pass: object sum")
+                          : "ssb4d pass: phases");
     dpass p;
-    ssb4d_status st = dpass_init(&p, d, G, c, n, want_phase, acc != NULL, mem, err);
-    if (G->dist && acc)
+    ssb4d_status st = dpass_init(&p, d, G, c, n, want_phase, do_acc, mem, err);
+    if (G->dist && do_acc)
         st = dpass_object_dist(&p, st, acc, err);
     else if (want_phase)
         st = dpass_blocks(&p, st, err); /* and the object's sum with it (one process) */
@@ -482,16 +578,19 @@ static ssb4d_status dev_phases(ssb_dev *d, const ssb4d_G *G, const ssb_ctx *c, s
     const size_t npix = p.npix, nb = p.nb;
     if (want_phase) {
         const double nbf = (double)G->n_bf;
-        if (mean_phase)
-            CK(dev_alloc(d, (void **)&d->mean, &d->mean_b, npix * sizeof(float)), "the mean phase");
+        if (mean_phase) { /* every set's mean phase in one device buffer, back in one copy */
+            CK(dev_alloc(d, (void **)&d->mean, &d->mean_b, n * npix * sizeof(float)), "the mean phase");
+            if ((st = host_buf(d, n * npix * sizeof(float), err)))
+                goto done;
+        }
         for (size_t j = 0; j < n; j++) {
             double *sums = (double *)d->sums + j * 2 * npix;
-            CK(cu_finish(sums, sums + npix, npix, nbf, d->fin + 2 * j, mean_phase ? d->mean : NULL, d->stream),
-               "the loss");
-            if (mean_phase)
-                CK(cudaMemcpyAsync(mean_phase + j * npix, d->mean, npix * sizeof(float), cudaMemcpyDeviceToHost,
-                                   d->stream), "the mean phase");
+            CK(cu_finish(sums, sums + npix, npix, nbf, d->fin + 2 * j, mean_phase ? d->mean + j * npix : NULL,
+                         d->stream), "the loss");
         }
+        if (mean_phase)
+            CK(cudaMemcpyAsync(d->host, d->mean, n * npix * sizeof(float), cudaMemcpyDeviceToHost, d->stream),
+               "the mean phase");
         double fin[2 * 64], *fb = n <= 64 ? fin : malloc(2 * n * sizeof *fb);
         if (!fb) {
             st = ssb_fail(err, SSB4D_ENOMEM, "out of memory");
@@ -503,6 +602,8 @@ static ssb4d_status dev_phases(ssb_dev *d, const ssb4d_G *G, const ssb_ctx *c, s
         if (e == cudaSuccess && loss)
             for (size_t j = 0; j < n; j++)
                 loss[j] = fb[2 * j] / (nbf * (double)npix) - fb[2 * j + 1] / (double)npix;
+        if (e == cudaSuccess && mean_phase)
+            memcpy(mean_phase, d->host, n * npix * sizeof(float));
         if (fb != fin)
             free(fb);
         CK(e, "the loss");
@@ -514,6 +615,46 @@ static ssb4d_status dev_phases(ssb_dev *d, const ssb4d_G *G, const ssb_ctx *c, s
 done:
     if (st)
         cudaStreamSynchronize(d->stream);
+    nvtxRangePop();
+    return st;
+}
+
+/* The object from set 0's sum in d->acc, as ssb_object_fill and ssb_object_transform make it on
+ * the host, made on the device (F, its c2c inverse, the phase); only the npix (or 2·npix) floats
+ * asked for come back, through pinned memory. */
+static ssb4d_status dev_object(ssb_dev *d, const ssb_ctx *c, size_t n_bf, float *object, float *phase,
+                               ssb4d_err *err)
+{
+    ssb4d_status st = SSB4D_OK;
+    const size_t nyf = c->nyf, nxf = c->nxf, npix = nyf * nxf;
+    const size_t nout = (object ? 2 * npix : 0) + (phase ? npix : 0);
+    if (nyf > INT32_MAX / nxf)
+        return ssb_fail(err, SSB4D_EINVAL, "a %zux%zu object is too large for the GPU", nyf, nxf);
+    nvtxRangePushA("ssb4d object: spectrum, transform, phase");
+    if ((st = ensure_obj_plan(d, (int)nyf, (int)nxf, err)) || (st = host_buf(d, nout * sizeof(float), err)))
+        goto done;
+    CK(dev_alloc(d, &d->objF, &d->objF_b, npix * sizeof(float2)), "the object spectrum");
+    CK(dev_alloc(d, &d->objout, &d->objout_b, nout * sizeof(float)), "the object");
+    CK(cu_object_fill(d->acc, (int)nyf, (int)nxf, c->dc, 1.0 / (double)n_bf, d->objF, d->stream), "the object spectrum");
+    cufftResult r = cufftExecC2C(d->plan_obj, d->objF, d->objF, CUFFT_INVERSE);
+    if (r != CUFFT_SUCCESS) {
+        st = ssb_fail(err, SSB4D_EIO, "cuFFT's object transform failed (%d)", (int)r);
+        goto done;
+    }
+    float *dobj = object ? d->objout : NULL, *dph = phase ? (float *)d->objout + (object ? 2 * npix : 0) : NULL;
+    CK(cu_object_out(d->objF, npix, 1.0f / (float)npix, dobj, dph, d->stream), "the object");
+    mark(d, CUDA_PROF_OBJECT);
+    CK(cudaMemcpyAsync(d->host, d->objout, nout * sizeof(float), cudaMemcpyDeviceToHost, d->stream), "the object");
+    CK(cudaStreamSynchronize(d->stream), "the object");
+    if (object)
+        memcpy(object, d->host, 2 * npix * sizeof(float));
+    if (phase)
+        memcpy(phase, (float *)d->host + (object ? 2 * npix : 0), npix * sizeof(float));
+    mark(d, CUDA_PROF_COPY);
+done:
+    if (st)
+        cudaStreamSynchronize(d->stream);
+    nvtxRangePop();
     return st;
 }
 
@@ -690,39 +831,34 @@ static void contexts_free(ssb_ctx *c, size_t n)
     free(c);
 }
 
-/* The object from set 0's sum (acc, consumed) as ssb4d_object finishes it. */
-static ssb4d_status finish_object(const ssb_ctx *c, size_t n_bf, double complex *acc, ssb4d_mem *mem, float *object,
-                                  float *phase, ssb4d_err *err)
-{
-    cfloat *F = ssb4d_mem_alloc(mem, c->nyf * c->nxf * sizeof(cfloat), "object spectrum", err);
-    if (!F)
-        return SSB4D_ENOMEM;
-    ssb_object_fill(c->nyf, c->nxf, c->dc, acc, n_bf, 1, F);
-    ssb4d_status st = ssb_object_transform(c->nyf, c->nxf, F, object, phase, err);
-    ssb4d_mem_free(mem, F, st ? 0 : 1);
-    return st;
-}
-
-/* The backend's phase stack (ssb_backend.phases): the contexts on the host, the sums on the
- * device, the object's last step (ssb_object_fill, ssb_object_transform) on the host. */
+/* The backend's phase stack (ssb_backend.phases): the contexts on the host, the sums and the
+ * object on the device. */
 static ssb4d_status cuda_phases(const ssb4d_G *G, const ssb_phase_job *j, ssb4d_mem *mem, ssb4d_err *err)
 {
     const size_t n = j->n;
+    ssb_dev *d = G->store.dev;
+    if (d->profile)
+        d->prof_t = ssb_clock_s();
     ssb_ctx *c = NULL;
     ssb4d_status st = contexts(G, j->g, j->ab, j->thick, n, j->f, &c, err);
     if (st) /* a distributed G: the other ranks' pass begins with an agreement (dist.h) */
         return G->dist ? dist_agree(G->dist, st, err) : st;
     const int fusing = j->object || j->phase;
+    /* One process: the object's sum stays on the device and the object is made there. A
+     * distributed G: the sum passes through every rank's host (dist_seq), then goes back to the
+     * device, so that every rank count makes the object the same way (the same bits). */
     double complex *acc = NULL;
     size_t nacc = c[0].nyf * (c[0].nxf / 2 + 1);
-    if (fusing && !(acc = ssb4d_mem_calloc(mem, nacc * sizeof *acc, "object sum", err)))
+    if (fusing && G->dist && !(acc = ssb4d_mem_calloc(mem, nacc * sizeof *acc, "object sum", err)))
         st = SSB4D_ENOMEM;
     if (!st)
-        st = dev_phases(G->store.dev, G, c, n, j->loss, j->mean_phase, acc, mem, err);
+        st = dev_phases(d, G, c, n, j->loss, j->mean_phase, fusing, acc, mem, err);
     else if (G->dist)
         st = dist_agree(G->dist, st, err);
+    if (!st && fusing && G->dist) /* every rank now holds the whole sum: the object as in one process */
+        TRY(cudaMemcpyAsync(d->acc, acc, nacc * sizeof *acc, cudaMemcpyHostToDevice, d->stream), "the object sum");
     if (!st && fusing)
-        st = finish_object(&c[0], G->n_bf, acc, mem, j->object, j->phase, err);
+        st = dev_object(d, &c[0], G->n_bf, j->object, j->phase, err);
     ssb4d_mem_free(mem, acc, 0);
     contexts_free(c, n);
     return st;

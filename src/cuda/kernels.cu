@@ -3,6 +3,8 @@
 
 #include <cuda_runtime.h>
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 #define PI SSB_PI
 
@@ -20,8 +22,15 @@ __device__ static float2 phasor(double th)
     return make_float2(cs, sn);
 }
 
-__device__ static float2 f_n_fast(const cu_set &s, double kxd, double kyd, float Ak, double a, double b, double qrd,
-                                  double qcd)
+/* e^{−iχ(q)} of the fast kernel: a function of the bin alone, the same for every BF pixel. */
+__device__ static float2 f_chi_phasor(const cu_set &s, double qrd, double qcd)
+{
+    return phasor(-PI * s.p.lambda * (s.p.m[0] * qrd * qrd + 2 * s.p.m[1] * qrd * qcd + s.p.m[2] * qcd * qcd));
+}
+
+/* The fast kernel's n(q,k) given E = f_chi_phasor(q). */
+__device__ static float2 f_n_fast_e(const cu_set &s, float2 E, double kxd, double kyd, float Ak, double a, double b,
+                                    double qrd, double qcd)
 {
     const float qr = (float)qrd, qc = (float)qcd, kx = (float)kxd, ky = (float)kyd;
     const float k2 = kx * kx + ky * ky;
@@ -30,7 +39,6 @@ __device__ static float2 f_n_fast(const cu_set &s, double kxd, double kyd, float
     const float a0 = (float)s.p.alpha0, lam = (float)s.p.lambda, invw = s.inv_w;
     float A1 = fminf(fmaxf((a0 - lam * sqrtf(v1)) * invw + 0.5f, 0.0f), 1.0f);
     float A2 = fminf(fmaxf((a0 - lam * sqrtf(v2)) * invw + 0.5f, 0.0f), 1.0f);
-    const float2 E = phasor(-PI * s.p.lambda * (s.p.m[0] * qrd * qrd + 2 * s.p.m[1] * qrd * qcd + s.p.m[2] * qcd * qcd));
     const float er = E.x, ei = E.y; /* e^{−iχ(q)} */
     const float2 P = phasor(a * qrd + b * qcd);
     const float pr = Ak * P.x, pi = Ak * P.y;
@@ -45,6 +53,12 @@ __device__ static float2 f_n_fast(const cu_set &s, double kxd, double kyd, float
     m2 = fmaxf(m2, 1e-16f);
     float inv = rsqrtf(m2);
     return make_float2(gr * inv, -gi * inv);
+}
+
+__device__ static float2 f_n_fast(const cu_set &s, double kxd, double kyd, float Ak, double a, double b, double qrd,
+                                  double qcd)
+{
+    return f_n_fast_e(s, f_chi_phasor(s, qrd, qcd), kxd, kyd, Ak, a, b, qrd, qcd);
 }
 
 /* G at fine bin (i, j): the native half plane continued periodically, mirrored for the other half. */
@@ -115,6 +129,67 @@ __global__ void k_correct(const float2 *__restrict__ planes, cu_grid g, cu_set s
     *out = corrected(g_at(planes + (size_t)slot * g.stride, g, i, j), n);
 }
 
+/* k_correct with one thread per bin for CORRECT_PIX pixels of the chunk: the bin's own values
+ * (its q, the fast kernel's e^{−iχ(q)}) are worked out once for them, and a 32 × 8 block wastes
+ * less of an odd column count (nxf/2 + 1) than a row of 128. The arithmetic per pixel and bin
+ * is k_correct's, so are the bits. */
+#define CORRECT_PIX 8
+/* ACC: the thread takes all np pixels (one z) and adds each one's Ĉ into the object's sum acc[t]
+ * as it goes, in pixel order from acc[t]'s value (object.c's order), without reading the spectra
+ * again; the fast kernel's Nyquist bins are k_nyquist's, then k_acc_nyquist's. */
+template <bool FAST, bool ACC>
+__global__ void k_correct_pix(const float2 *__restrict__ planes, cu_grid g, cu_set s, cu_pixels px, size_t p0,
+                              size_t np, float2 *__restrict__ spec, double2 *__restrict__ acc)
+{
+    const int j = blockIdx.x * blockDim.x + threadIdx.x, i = blockIdx.y * blockDim.y + threadIdx.y;
+    if (j >= g.ncols || i >= g.nyf)
+        return;
+    const int nyq_r = (g.nyf % 2 == 0) ? g.nyf / 2 : -1, nyq_c = (g.nxf % 2 == 0) ? g.nxf / 2 : -1;
+    if (FAST && (i == nyq_r || j == nyq_c))
+        return; /* k_nyquist's */
+    const size_t nb = (size_t)g.nyf * g.ncols, t = (size_t)i * g.ncols + j;
+    const double qx = px.qr[i], qy = px.qc[j];
+    float2 E = make_float2(0, 0);
+    if (FAST && t != 0)
+        E = f_chi_phasor(s, qx, qy);
+    const size_t pa = ACC ? 0 : (size_t)blockIdx.z * CORRECT_PIX,
+                 pb = ACC ? np : (pa + CORRECT_PIX < np ? pa + CORRECT_PIX : np);
+    double2 sum = make_double2(0, 0);
+    if (ACC)
+        sum = acc[t];
+    for (size_t p = pa; p < pb; p++) {
+        const size_t ib = p0 + p;
+        float2 *out = spec + p * nb + t;
+        const long long slot = px.slot[ib];
+        const double Ak = px.set_tab[ib];
+        if (slot < 0 || Ak == 0.0 || t == 0) {
+            *out = make_float2(0, 0);
+            if (ACC) { /* a pixel without a plane adds its zero, as every other bin's sum does */
+                sum.x += (double)-0.0f;
+                sum.y += (double)0.0f;
+            }
+            continue;
+        }
+        const double kx = px.kx[ib], ky = px.ky[ib];
+        const double a = px.set_tab[3 * px.n_bf + ib], b = px.set_tab[4 * px.n_bf + ib];
+        float2 n;
+        if (FAST)
+            n = f_n_fast_e(s, E, kx, ky, (float)Ak, a, b, qx, qy);
+        else {
+            const ssb_c64 Pk = ssb_c64_make(px.set_tab[px.n_bf + ib], px.set_tab[2 * px.n_bf + ib]);
+            n = n_bin(s, kx, ky, Ak, Pk, a, b, qx, qy, i == nyq_r, j == nyq_c);
+        }
+        const float2 v = corrected(g_at(planes + (size_t)slot * g.stride, g, i, j), n);
+        *out = v;
+        if (ACC) { /* −i·Ĉ: Ĉ = (−im, re) */
+            sum.x += (double)-v.y;
+            sum.y += (double)v.x;
+        }
+    }
+    if (ACC)
+        acc[t] = sum;
+}
+
 /* The fast kernel's Nyquist row (t < ncols) and column (the other rows), in double. */
 __global__ void k_nyquist(const float2 *__restrict__ planes, cu_grid g, cu_set s, cu_pixels px, size_t p0,
                           float2 *__restrict__ spec)
@@ -147,17 +222,31 @@ __global__ void k_nyquist(const float2 *__restrict__ planes, cu_grid g, cu_set s
     *out = corrected(g_at(planes + (size_t)slot * g.stride, g, i, j), n);
 }
 
-__global__ void k_acc(const float2 *__restrict__ spec, size_t nb, size_t np, double2 *__restrict__ acc)
+/* The object's sum of the Nyquist row and column (the bins k_nyquist wrote; u as k_nyquist's t),
+ * from the spectra, in pixel order. */
+__global__ void k_acc_nyquist(const float2 *__restrict__ spec, cu_grid g, size_t np, double2 *__restrict__ acc)
 {
-    for (size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x; t < nb; t += (size_t)gridDim.x * blockDim.x) {
-        double2 a = acc[t];
-        for (size_t p = 0; p < np; p++) {
-            float2 v = spec[p * nb + t]; /* −i·Ĉ: Ĉ = (−im, re) */
-            a.x += (double)-v.y;
-            a.y += (double)v.x;
-        }
-        acc[t] = a;
+    const int nyq_r = (g.nyf % 2 == 0) ? g.nyf / 2 : -1, nyq_c = (g.nxf % 2 == 0) ? g.nxf / 2 : -1;
+    const size_t u = (size_t)blockIdx.x * blockDim.x + threadIdx.x, nb = (size_t)g.nyf * g.ncols;
+    int i, j;
+    if (u < (size_t)g.ncols) {
+        if (nyq_r < 0)
+            return;
+        i = nyq_r, j = (int)u;
+    } else if (u < (size_t)g.ncols + g.nyf) {
+        i = (int)(u - g.ncols), j = nyq_c;
+        if (nyq_c < 0 || i == nyq_r)
+            return;
+    } else
+        return;
+    const size_t t = (size_t)i * g.ncols + j;
+    double2 a = acc[t];
+    for (size_t p = 0; p < np; p++) {
+        float2 v = spec[p * nb + t];
+        a.x += (double)-v.y;
+        a.y += (double)v.x;
     }
+    acc[t] = a;
 }
 
 __global__ void k_phase_sum(const float *__restrict__ real, size_t npix, size_t np,
@@ -350,22 +439,40 @@ static unsigned blocks_for(size_t n, unsigned threads, unsigned cap)
 }
 
 extern "C" int cu_correct(const void *planes, cu_grid gr, const cu_set *s, cu_pixels px, size_t p0, size_t np,
-                          void *spec, void *stream)
+                          void *spec, void *acc, void *stream)
 {
-    dim3 grid((unsigned)((gr.ncols + 127) / 128), (unsigned)gr.nyf, (unsigned)np);
     cudaStream_t st = (cudaStream_t)stream;
+    const char *e = getenv("SSB4D_CUDA_CORRECT"); /* "bin": the one-bin-per-thread kernel (for comparison) */
+    const int correct_pix = !(e && !strcmp(e, "bin"));
+    const float2 *pl = (const float2 *)planes;
+    float2 *sp = (float2 *)spec;
+    double2 *ac = (double2 *)acc;
+    if (acc) { /* the object's sum as the spectra are made */
+        dim3 blk(32, 8), grid((unsigned)((gr.ncols + 31) / 32), (unsigned)((gr.nyf + 7) / 8), 1);
+        if (s->fast)
+            k_correct_pix<true, true><<<grid, blk, 0, st>>>(pl, gr, *s, px, p0, np, sp, ac);
+        else
+            k_correct_pix<false, true><<<grid, blk, 0, st>>>(pl, gr, *s, px, p0, np, sp, ac);
+    } else if (correct_pix) {
+        dim3 blk(32, 8), grid((unsigned)((gr.ncols + 31) / 32), (unsigned)((gr.nyf + 7) / 8),
+                             (unsigned)((np + CORRECT_PIX - 1) / CORRECT_PIX));
+        if (s->fast)
+            k_correct_pix<true, false><<<grid, blk, 0, st>>>(pl, gr, *s, px, p0, np, sp, NULL);
+        else
+            k_correct_pix<false, false><<<grid, blk, 0, st>>>(pl, gr, *s, px, p0, np, sp, NULL);
+    } else {
+        dim3 grid((unsigned)((gr.ncols + 127) / 128), (unsigned)gr.nyf, (unsigned)np);
+        if (s->fast)
+            k_correct<true><<<grid, 128, 0, st>>>(pl, gr, *s, px, p0, sp);
+        else
+            k_correct<false><<<grid, 128, 0, st>>>(pl, gr, *s, px, p0, sp);
+    }
     if (s->fast) {
-        k_correct<true><<<grid, 128, 0, st>>>((const float2 *)planes, gr, *s, px, p0, (float2 *)spec);
         dim3 gn(blocks_for((size_t)gr.ncols + gr.nyf, 128, 65535), (unsigned)np);
-        k_nyquist<<<gn, 128, 0, st>>>((const float2 *)planes, gr, *s, px, p0, (float2 *)spec);
-    } else
-        k_correct<false><<<grid, 128, 0, st>>>((const float2 *)planes, gr, *s, px, p0, (float2 *)spec);
-    return (int)cudaGetLastError();
-}
-
-extern "C" int cu_acc(const void *spec, size_t nb, size_t np, void *acc, void *stream)
-{
-    k_acc<<<blocks_for(nb, 256, 65535), 256, 0, (cudaStream_t)stream>>>((const float2 *)spec, nb, np, (double2 *)acc);
+        k_nyquist<<<gn, 128, 0, st>>>(pl, gr, *s, px, p0, sp);
+        if (acc)
+            k_acc_nyquist<<<blocks_for((size_t)gr.ncols + gr.nyf, 128, 65535), 128, 0, st>>>(sp, gr, np, ac);
+    }
     return (int)cudaGetLastError();
 }
 
@@ -393,5 +500,58 @@ extern "C" int cu_finish(const double *total, const double *s2, size_t npix, dou
                          void *stream)
 {
     k_finish<<<1, FIN_THREADS, 0, (cudaStream_t)stream>>>(total, s2, npix, nbf, sums, mean);
+    return (int)cudaGetLastError();
+}
+
+/* ---- the object's last steps (object.c ssb_object_fill, ssb_object_transform) ------------- */
+
+/* F = acc/n_bf on the half plane, −conj of the mirror bin on the other half, F[0] = dc: the
+ * CPU's fill, bin for bin (each bin is one double product rounded to float, as there). */
+__global__ void k_object_fill(const double2 *__restrict__ acc, int nyf, int nxf, double dc, double inv_nbf,
+                              float2 *__restrict__ F)
+{
+    const int j = blockIdx.x * blockDim.x + threadIdx.x, i = blockIdx.y;
+    if (j >= nxf)
+        return;
+    const int ncols = nxf / 2 + 1;
+    float2 v;
+    if (j < ncols) {
+        double2 a = acc[(size_t)i * ncols + j];
+        v = make_float2((float)(a.x * inv_nbf), (float)(a.y * inv_nbf));
+    } else {
+        double2 a = acc[(size_t)((nyf - i) % nyf) * ncols + (nxf - j)];
+        v = make_float2(-(float)(a.x * inv_nbf), (float)(a.y * inv_nbf));
+    }
+    if (i == 0 && j == 0)
+        v = make_float2((float)dc, 0.0f);
+    F[(size_t)i * nxf + j] = v;
+}
+
+/* The inverse transform's output scaled by 1/npix: the complex object (interleaved) and/or its
+ * phase. */
+__global__ void k_object_out(const float2 *__restrict__ F, size_t npix, float scale, float *__restrict__ object,
+                             float *__restrict__ phase)
+{
+    for (size_t r = (size_t)blockIdx.x * blockDim.x + threadIdx.x; r < npix; r += (size_t)gridDim.x * blockDim.x) {
+        float2 v = F[r];
+        float re = v.x * scale, im = v.y * scale;
+        if (object)
+            object[2 * r] = re, object[2 * r + 1] = im;
+        if (phase)
+            phase[r] = atan2f(im, re);
+    }
+}
+
+extern "C" int cu_object_fill(const void *acc, int nyf, int nxf, double dc, double inv_nbf, void *F, void *stream)
+{
+    dim3 grid((unsigned)((nxf + 255) / 256), (unsigned)nyf);
+    k_object_fill<<<grid, 256, 0, (cudaStream_t)stream>>>((const double2 *)acc, nyf, nxf, dc, inv_nbf, (float2 *)F);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int cu_object_out(const void *F, size_t npix, float scale, float *object, float *phase, void *stream)
+{
+    k_object_out<<<blocks_for(npix, 256, 4096), 256, 0, (cudaStream_t)stream>>>((const float2 *)F, npix, scale, object,
+                                                                              phase);
     return (int)cudaGetLastError();
 }

@@ -48,11 +48,10 @@ typedef struct {
 } cu_pixels;
 
 /* spec[p] = −i·Ĉ_k (the c2r input; DC 0) for pixels p0 .. p0+np−1 under set s (its table
- * set_tab + 5·n_bf·j is passed in px). Returns a cudaError_t. */
+ * set_tab + 5·n_bf·j is passed in px); with acc (may be NULL; nyf·ncols double2), also
+ * acc[t] += Ĉ of each of the np spectra, in BF order, made on the way. Returns a cudaError_t. */
 int cu_correct(const void *planes, cu_grid gr, const cu_set *s, cu_pixels px, size_t p0, size_t np, void *spec,
-               void *stream);
-/* acc[t] += Ĉ of each of the np spectra (BF order), t over nyf·ncols bins (double2). */
-int cu_acc(const void *spec, size_t nb, size_t np, void *acc, void *stream);
+               void *acc, void *stream);
 /* dst[i] += src[i], i < n: a block's partial into the totals. */
 int cu_add(double *dst, const double *src, size_t n, void *stream);
 /* For every output pixel r: φ = atan(real[p][r]·inv_dc); total[r] += φ, s2[r] += φ² over the
@@ -65,6 +64,12 @@ int cu_valid(cu_pixels px, const double *Ak, size_t p0, size_t np, unsigned char
  * = (float)(total/nbf). One block: the same bits every time. */
 int cu_finish(const double *total, const double *s2, size_t npix, double nbf, double *sums, float *mean,
               void *stream);
+/* The object's spectrum F (nyf × nxf complex float) from set 0's half-plane sum acc (nyf × (nxf/2+1)
+ * double2): object.c's ssb_object_fill with half = 1, bin for bin. */
+int cu_object_fill(const void *acc, int nyf, int nxf, double dc, double inv_nbf, void *F, void *stream);
+/* F's inverse transform (done in place by the caller) scaled by scale: the complex object
+ * (interleaved, may be NULL) and its phase (atan2, may be NULL), npix each. */
+int cu_object_out(const void *F, size_t npix, float scale, float *object, float *phase, void *stream);
 /* ---- the band objective (src/ssb/band.c) ---- */
 typedef struct {
     ssb_phys p; /* its λ, α0 and sampling are cu_band's */

@@ -100,6 +100,31 @@ static ssb4d_status do_batch(ssb4d_session *s, void *u)
     return ssb4d_loss_batch(session_handle_G(s), &g, j->ab, NULL, (size_t)j->n, NULL, NULL, loss, &err);
 }
 
+/* Where one call's time goes: the backend's stages, each waited for (cuda_G_profile), per call,
+ * with the wall time of the profiled calls and what no stage accounts for (the host's share
+ * outside the passes). */
+static void profile_call(const char *what, ssb4d_session *s, const ssb4d_G *G, timed_fn fn, void *user, int n)
+{
+    static const char *names[] = {"host", "correct", "object_sum", "c2r", "phase_sum", "finish", "object", "copy"};
+    double pr[CUDA_PROF_N];
+    OK(fn(s, user)); /* warm-up */
+    cuda_G_profile(G, 1, NULL);
+    double t0 = ssb_clock_s();
+    for (int i = 0; i < n; i++)
+        OK(fn(s, user));
+    double wall = (ssb_clock_s() - t0) / n, sum = 0;
+    cuda_G_profile(G, 0, pr);
+    printf("  cuda   %s profile per call (stages waited for):", what);
+    fprintf(out, ",\n  \"cuda_%s_profile_ms\": {", what);
+    for (int k = 0; k < CUDA_PROF_N; k++) {
+        sum += pr[k] / n;
+        printf(" %s %.3f", names[k], 1e3 * pr[k] / n);
+        fprintf(out, "\"%s\": %.4f, ", names[k], 1e3 * pr[k] / n);
+    }
+    printf(" | rest %.3f | wall %.3f ms\n", 1e3 * (wall - sum), 1e3 * wall);
+    fprintf(out, "\"rest\": %.4f, \"wall\": %.4f}", 1e3 * (wall - sum), 1e3 * wall);
+}
+
 typedef struct {
     double C10, C12, phi12, loss;
     float *phase;
@@ -176,8 +201,23 @@ static void run_backend(const char *data, const ssb4d_calib_params *cp, ssb4d_ba
     j.n = 32;
     time_it(bk, "loss_batch32_per_candidate", s, do_batch, &j, 32);
     if (kind == SSB4D_BACKEND_CUDA) {
+        /* the correction kernel of before (one bin per thread) against today's, on the exact loss */
+        setenv("SSB4D_CUDA_CORRECT", "bin", 1);
+        time_it(bk, "exact_loss_bin_kernel", s, do_loss, &j, 1);
+        unsetenv("SSB4D_CUDA_CORRECT");
+        /* a drag's and a release's profile */
+        j.subset = 256, j.upsample = 1;
+        profile_call("drag_preview_subset256", s, G, do_preview, &j, 20);
+        profile_call("release", s, G, do_release, &j, 5);
+#ifdef CUDA_HAVE_FFT_WORK_BYTES
+        size_t ny1, nx1;
+        OK(ssb4d_session_image_shape(s, 1, &ny1, &nx1, &err));
+        size_t w_c2r = cuda_fft_work_bytes((int)ny1, (int)nx1, 64, 0), w_c2c = cuda_fft_work_bytes((int)ny1, (int)nx1, 1, 1);
+        printf("  cuFFT work areas: c2r %zux%zu batch 64 %zu bytes, c2c %zu bytes\n", ny1, nx1, w_c2r, w_c2c);
+        field("\"cufft_work_bytes\": {\"c2r_batch64\": %zu, \"c2c\": %zu}", w_c2r, w_c2c);
+#endif
         /* where a candidate's time goes: 3 batches of 8, each stage waited for */
-        static const char *names[CUDA_PROF_N] = {"host", "correct", "object_sum", "c2r", "phase_sum", "finish"};
+        static const char *names[] = {"host", "correct", "object_sum", "c2r", "phase_sum", "finish", "object", "copy"};
         double pr[CUDA_PROF_N];
         j.n = 8;
         cuda_G_profile(G, 1, NULL);
