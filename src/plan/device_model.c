@@ -181,6 +181,8 @@ void dev_model_session(const dev_session_in *in, dev_model *m)
             dev_model_phases(m, "fit: branch check", in->n_bf, 1, 1, 0, 0, 1);
         dev_model_phases(m, "fit: exact loss", in->n_bf, 1, 1, 1, 0, 0);
     }
+    if (in->no_images)
+        return;
     dev_model_phases(m, "drag preview", dev_preview_bf(in->n_bf, in->subset), 1, f, 0, 0, 1);
     dev_model_phases(m, "release", in->n_bf, 1, 1, 1, 0, obj);
     dev_model_phases(m, "object", in->n_bf, 1, f, 0, 0, obj);

@@ -94,6 +94,7 @@ typedef struct {
     int branch_check;        /* the fit's 180° branch check (an object at f = 1) */
     size_t subset;           /* a drag preview's BF pixels asked (0: 256; ≥ n_bf: all) */
     int object_complex;      /* releases and the object return the complex object too */
+    int no_images;           /* the G is only fitted (a region refit's): no previews, releases, object */
     dev_fft_work_fn fft_work;
 } dev_session_in;
 
