@@ -19,17 +19,17 @@ _BACKENDS = {'auto': 0, 'cpu': 1, 'cuda': 2}
 _NAN = float('nan')
 
 
-def _size(memory):
+def _size(memory, name='memory'):
     """A budget: None (the available RAM), bytes as an int, or a string like '16G'."""
     if memory is None:
         return 0
     if isinstance(memory, str):
         out = ctypes.c_size_t()
         if lib.ssb4d_parse_size(memory.encode(), ctypes.byref(out)):
-            raise InvalidArgument("memory=%r is not a size like '16G', '512M' or a number of bytes" % memory)
+            raise InvalidArgument("%s=%r is not a size like '16G', '512M' or a number of bytes" % (name, memory))
         return out.value
     if isinstance(memory, bool) or not isinstance(memory, int) or memory < 0:
-        raise InvalidArgument('memory must be a size string or a non-negative number of bytes, not %r' % (memory,))
+        raise InvalidArgument('%s must be a size string or a non-negative number of bytes, not %r' % (name, memory))
     return memory
 
 
@@ -158,7 +158,7 @@ class Session:
         if backend not in _BACKENDS:
             raise InvalidArgument("backend must be 'auto', 'cpu' or 'cuda', not %r" % (backend,))
         o.backend = _BACKENDS[backend]
-        o.device_memory_bytes = _size(device_memory)
+        o.device_memory_bytes = _size(device_memory, 'device_memory')
         cb = _run.c_callback(holder)
         o.progress = cb
         if region is not None:
