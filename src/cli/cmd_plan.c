@@ -305,7 +305,8 @@ static void gpu_plan_make(const ssb4d_plan_input *in, const ssb4d_plan *p, const
 static void gpu_stages_print(const dev_model *m)
 {
     printf("  %-28s %9s %5s %2s %12s %12s\n", "pass", "BF pixels", "sets", "f", "needs MiB", "held MiB");
-    printf("  %-28s %9zu %5s %2s %12.1f %12.1f\n", "G's planes", m->n_slots, "", "", m->planes / MIBF, m->planes / MIBF);
+    printf("  %-28s %9zu %5s %2s %12.1f %12.1f\n", "G's planes", m->n_slots, "", "", m->planes / MIBF,
+           m->planes / MIBF);
     for (size_t i = 0; i < m->n_stages; i++) {
         const dev_stage *s = &m->stages[i];
         printf("  %-28s %9zu %5zu %2d %12.1f %12.1f\n", s->name, s->view_bf, s->sets, s->f, s->bytes / MIBF,
