@@ -77,6 +77,10 @@ typedef struct {
     size_t rss_peak_bytes; /* process high-water mark during the stage (0 if unknown) */
     size_t rss_after_bytes;
     double seconds;
+    /* The device bytes held during the stage at most (a GPU backend's G: its planes, work buffers
+     * and cuFFT's work areas, the peak reset at the stage's start); 0 on the CPU and outside a
+     * session. A distributed session records rank 0's. Set by the session handle. */
+    size_t device_peak_bytes;
 } ssb4d_stage_record;
 
 size_t ssb4d_mem_stage_count(const ssb4d_mem *m);
@@ -467,6 +471,11 @@ typedef struct {
      * order; each holds G for its own blocks of BF pixels, and every result is the one-process
      * result, bit for bit, on every rank (SPEC 11, docs/scale.md). */
     const struct ssb4d_dist *dist;
+    /* The device memory the CUDA backend may hold (G's planes, its work buffers, cuFFT's work
+     * areas; the peak of plan/device_model.h's replay of the session); 0: the device's free
+     * memory. A session that needs more fails at the G build (SSB4D_ENOMEM, one line naming the
+     * bytes and the budget). Ignored on the CPU. */
+    size_t device_memory_bytes;
 } ssb4d_session_opts;
 
 void ssb4d_session_opts_default(ssb4d_session_opts *o);
@@ -1402,6 +1411,7 @@ typedef struct {
     void *user;
     ssb4d_backend_kind backend; /* where the heavy passes run (default AUTO) */
     const struct ssb4d_dist *dist; /* a distributed run (ssb4d_session_opts.dist; NULL: none) */
+    size_t device_memory_bytes;    /* ssb4d_session_opts.device_memory_bytes (0: the device's free memory) */
 } ssb4d_session_params;
 
 void ssb4d_session_params_default(ssb4d_session_params *p);

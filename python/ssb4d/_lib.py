@@ -92,7 +92,7 @@ class Err(Structure):
 class StageRecord(Structure):
     _fields_ = [('name', c_char * 48), ('peak_bytes', c_size_t), ('after_bytes', c_size_t),
                 ('live_after', c_size_t), ('cache_bytes', c_size_t), ('rss_peak_bytes', c_size_t),
-                ('rss_after_bytes', c_size_t), ('seconds', c_double)]
+                ('rss_after_bytes', c_size_t), ('seconds', c_double), ('device_peak_bytes', c_size_t)]
 
 
 class Aberrations(Structure):
@@ -216,7 +216,8 @@ class SessionOpts(Structure):
                 ('progress', PROGRESS), ('progress_user', c_void_p), ('script', POINTER(SessionScript)),
                 ('fit', POINTER(FitParams)), ('no_fit', c_int), ('held_bytes', c_size_t),
                 ('held_image_floats', c_size_t), ('rotation_measured', c_int), ('rotation_sigma_deg', c_double),
-                ('region', c_size_t * 4), ('block_bytes', c_size_t), ('ssb_path', c_int), ('preview', c_int), ('dist', c_void_p)]
+                ('region', c_size_t * 4), ('block_bytes', c_size_t), ('ssb_path', c_int), ('preview', c_int), ('dist', c_void_p),
+                ('device_memory_bytes', c_size_t)]
 
 
 class TiltResult(Structure):

@@ -196,6 +196,7 @@ class Stage:
     cache_bytes: int
     rss_peak_bytes: int
     seconds: float
+    device_peak_bytes: int = 0  # the GPU backend's device bytes at most during the stage (0 on the CPU)
 
 
 @dataclass

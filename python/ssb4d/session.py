@@ -19,17 +19,17 @@ _BACKENDS = {'auto': 0, 'cpu': 1, 'cuda': 2}
 _NAN = float('nan')
 
 
-def _size(memory):
+def _size(memory, name='memory'):
     """A budget: None (the available RAM), bytes as an int, or a string like '16G'."""
     if memory is None:
         return 0
     if isinstance(memory, str):
         out = ctypes.c_size_t()
         if lib.ssb4d_parse_size(memory.encode(), ctypes.byref(out)):
-            raise InvalidArgument("memory=%r is not a size like '16G', '512M' or a number of bytes" % memory)
+            raise InvalidArgument("%s=%r is not a size like '16G', '512M' or a number of bytes" % (name, memory))
         return out.value
     if isinstance(memory, bool) or not isinstance(memory, int) or memory < 0:
-        raise InvalidArgument('memory must be a size string or a non-negative number of bytes, not %r' % (memory,))
+        raise InvalidArgument('%s must be a size string or a non-negative number of bytes, not %r' % (name, memory))
     return memory
 
 
@@ -132,7 +132,7 @@ class Session:
 
     # -- plumbing -------------------------------------------------------------------------
     @staticmethod
-    def _opts(micro, memory, threads, backend, hot_pixels, region, holder):
+    def _opts(micro, memory, threads, backend, hot_pixels, region, holder, device_memory=None):
         o = _lib.SessionOpts()
         lib.ssb4d_session_opts_default(ctypes.byref(o))
         c = o.calib
@@ -158,6 +158,7 @@ class Session:
         if backend not in _BACKENDS:
             raise InvalidArgument("backend must be 'auto', 'cpu' or 'cuda', not %r" % (backend,))
         o.backend = _BACKENDS[backend]
+        o.device_memory_bytes = _size(device_memory, 'device_memory')
         cb = _run.c_callback(holder)
         o.progress = cb
         if region is not None:
@@ -555,7 +556,7 @@ class Session:
         for i in range(lib.ssb4d_mem_stage_count(m)):
             r = lib.ssb4d_mem_stage(m, i).contents
             stages.append(Stage(_lib.s(r.name), r.peak_bytes, r.after_bytes, r.cache_bytes, r.rss_peak_bytes,
-                                r.seconds))
+                                r.seconds, r.device_peak_bytes))
         return MemoryReport(lib.ssb4d_mem_limit(m), lib.ssb4d_mem_peak(m), stages)
 
     # -- the viewer ---------------------------------------------------------------------------------
@@ -603,9 +604,9 @@ _MICRO_KEYS = ('kv', 'semiangle_mrad', 'scan_step_A', 'det_sampling_mrad', 'cent
                'bf_radius_px')
 
 
-def _new(open_fn, values, micro, memory, threads, backend, hot_pixels, region, source, array):
+def _new(open_fn, values, micro, memory, threads, backend, hot_pixels, region, source, array, device_memory=None):
     holder = _Holder()
-    o, cb = Session._opts(micro, memory, threads, backend, hot_pixels, region, holder)
+    o, cb = Session._opts(micro, memory, threads, backend, hot_pixels, region, holder, device_memory)
     out = ctypes.c_void_p()
     err = _lib.Err()
     _lib.check(open_fn(ctypes.byref(o), ctypes.byref(out), ctypes.byref(err)), err)
@@ -619,7 +620,7 @@ def _new(open_fn, values, micro, memory, threads, backend, hot_pixels, region, s
 def open(path, *, kv=None, semiangle_mrad=None, scan_step_A=None, det_sampling_mrad=None, centre_px=None,
          rotation_deg=None, flip=None, bf_radius_px=None, sidecar=None, calibration=None, memory=None, threads=0,
          backend='auto', hot_pixels=True, region=None, qem=None, format=None, dataset=None, gain=None,
-         progress=True) -> Session:
+         progress=True, device_memory=None) -> Session:
     """Opens an acquisition file as a :class:`Session`.
 
     Every format ``ssb4d import`` reads whose file states its whole shape (.qem, .npy, HDF5 /
@@ -635,8 +636,10 @@ def open(path, *, kv=None, semiangle_mrad=None, scan_step_A=None, det_sampling_m
     sidecar beside it or ``sidecar=``, a calibration file ``calibration=``); keywords win:
     kv (kV), semiangle_mrad, scan_step_A, det_sampling_mrad, centre_px, rotation_deg (given:
     held by fits), bf_radius_px. memory: the budget ('16G', bytes; None: the available RAM);
-    backend: 'auto', 'cpu' or 'cuda'; region: ((r0, r1), (c0, c1)) to fit and image only that
-    part of the scan.
+    backend: 'auto', 'cpu' or 'cuda'; device_memory: the GPU memory the CUDA backend may hold
+    ('8G', bytes; None: the device's free memory; a session that needs more fails at the G build
+    naming what it needs); region: ((r0, r1), (c0, c1)) to fit and image only that part of the
+    scan.
     """
     from .tools import encode, values as read_values
     path = os.fspath(path)
@@ -657,7 +660,7 @@ def open(path, *, kv=None, semiangle_mrad=None, scan_step_A=None, det_sampling_m
     v = read_values(data, sidecar=sidecar, calibration=calibration)
     micro = _microscope(v, kw)
     s = _new(lambda o, out, err: lib.ssb4d_session_open(_lib.enc(data), o, out, err), v, micro, memory, threads,
-             backend, hot_pixels, region, data, None)
+             backend, hot_pixels, region, data, None, device_memory)
     s._tmpdir = tmpdir
     s._path = os.path.abspath(data)  # the viewer (another process, another folder) reads it too
     v_raw = v._raw
@@ -704,7 +707,7 @@ builtins_open = builtins.open
 
 def open_array(data, *, kv, semiangle_mrad, scan_step_A, det_sampling_mrad=None, centre_px=None, rotation_deg=None,
                flip=None, bf_radius_px=None, memory=None, threads=0, backend='auto', hot_pixels=True,
-               region=None) -> Session:
+               region=None, device_memory=None) -> Session:
     """Opens a 4-D numpy array (scan rows, scan cols, detector rows, detector cols) of counts or
     intensities as a :class:`Session`.
 
@@ -724,7 +727,7 @@ def open_array(data, *, kv, semiangle_mrad, scan_step_A, det_sampling_mrad=None,
     shape = (ctypes.c_size_t * 4)(*a.shape)
     ptr = a.ctypes.data_as(ctypes.c_void_p)
     s = _new(lambda o, out, err: lib.ssb4d_session_open_memory(ptr, dt, shape, o, out, err), None, micro, memory,
-             threads, backend, hot_pixels, region, None, a)
+             threads, backend, hot_pixels, region, None, a, device_memory)
     return s
 
 

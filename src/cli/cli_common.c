@@ -182,6 +182,7 @@ int cli_micro_handle(cli_micro *m, int opt, const char *arg)
     case CLI_OPT_MEMORY_REPORT: m->memory_report = 1; return 1;
     case CLI_OPT_MEMORY: return cli_parse_memory(arg, &m->memory_bytes) ? -1 : 1;
     case CLI_OPT_BACKEND: return cli_parse_backend(arg, &m->backend) ? -1 : 1;
+    case CLI_OPT_DEVICE_MEMORY: return cli_parse_device_memory(arg, &m->device_memory_bytes) ? -1 : 1;
     case CLI_OPT_JSON: m->json = 1; return 1;
     case CLI_OPT_NO_HOT_PIXELS: m->hot_pixels = 0; return 1;
     case 'q': m->quiet = 1; return 1;
@@ -193,6 +194,16 @@ int cli_parse_memory(const char *arg, size_t *out)
 {
     if (ssb4d_parse_size(arg, out) || *out < ((size_t)1 << 20)) {
         cli_say("invalid value '%s' for --memory (a size such as 16G, 8GiB or 512M, at least 1M)", arg ? arg : "");
+        return -1;
+    }
+    return 0;
+}
+
+int cli_parse_device_memory(const char *arg, size_t *out)
+{
+    if (ssb4d_parse_size(arg, out) || *out < ((size_t)1 << 20)) {
+        cli_say("invalid value '%s' for --device-memory (a size such as 8G, 8GiB or 512M, at least 1M)",
+                arg ? arg : "");
         return -1;
     }
     return 0;

@@ -29,7 +29,7 @@ enum {
     CLI_OPT_KV = 1000, CLI_OPT_SEMIANGLE, CLI_OPT_SCAN_STEP, CLI_OPT_DET_SAMPLING, CLI_OPT_ROTATION,
     CLI_OPT_BF_RADIUS, CLI_OPT_CENTRE, CLI_OPT_CALIBRATION, CLI_OPT_SIDECAR, CLI_OPT_THREADS,
     CLI_OPT_MEMORY_REPORT, CLI_OPT_JSON, CLI_OPT_NO_HOT_PIXELS, CLI_OPT_MEMORY, CLI_OPT_BACKEND,
-    CLI_OPT_FLIP, CLI_OPT_NO_FLIP,
+    CLI_OPT_FLIP, CLI_OPT_NO_FLIP, CLI_OPT_DEVICE_MEMORY,
     CLI_OPT_FIRST_FREE = 1100 /* commands number their own options from here */
 };
 
@@ -57,12 +57,18 @@ enum {
 const char *cli_microscope_help(void);
 #define CLI_MICROSCOPE_HELP cli_microscope_help()
 
-/* --backend: where a session's heavy passes run. Only the commands that open a session handle
- * (fit, demo, fit-regions, reconstruct, view, session, bench run, bench view) put it in their
- * `struct option` array and their --help; cli_micro_handle parses it into cli_micro.backend. */
-#define CLI_BACKEND_OPTION {"backend", required_argument, 0, CLI_OPT_BACKEND}
+/* --backend: where a session's heavy passes run, and --device-memory: the device's budget (the
+ * CUDA backend: G's planes, the work buffers and cuFFT's work areas, plan/device_model.h). Only
+ * the commands that open a session handle (fit, demo, fit-regions, reconstruct, view, session,
+ * bench run, bench view) and plan put them in their `struct option` array and their --help;
+ * cli_micro_handle parses them into cli_micro.backend and cli_micro.device_memory_bytes. */
+#define CLI_BACKEND_OPTION {"backend", required_argument, 0, CLI_OPT_BACKEND}, \
+                           {"device-memory", required_argument, 0, CLI_OPT_DEVICE_MEMORY}
 #define CLI_BACKEND_HELP "  --backend B           where the heavy passes run: auto (CUDA when a GPU is present,\n" \
-                         "                        else the CPU), cpu, cuda\n"
+                         "                        else the CPU), cpu, cuda\n" \
+                         "  --device-memory SIZE  the GPU memory the CUDA backend may hold, e.g. 8G (default: the\n" \
+                         "                        device's free memory); a session that needs more stops at the\n" \
+                         "                        G build, naming what it needs (ssb4d plan --backend cuda)\n"
 
 /* A value that may be unset (NaN = unset). */
 typedef struct {
@@ -103,6 +109,7 @@ typedef struct {
     int hot_pixels;
     int quiet;           /* -q / --quiet: no progress bar, no notes on stderr */
     ssb4d_backend_kind backend; /* --backend (default SSB4D_BACKEND_AUTO) */
+    size_t device_memory_bytes; /* --device-memory (0: not given: the device's free memory) */
 } cli_micro;
 
 void cli_values_unset(cli_values *v);
@@ -207,6 +214,8 @@ int cli_check_microscope(const cli_values *v);
 size_t cli_memory_budget(const cli_micro *m);
 /* Parses a --memory value into *out; prints one error line and returns -1 when it is not a size. */
 int cli_parse_memory(const char *arg, size_t *out);
+/* Parses a --device-memory value (a size as --memory takes, at least 1M); -1 with one line. */
+int cli_parse_device_memory(const char *arg, size_t *out);
 /* Parses --backend auto|cpu|cuda; -1 with one message line otherwise. */
 int cli_parse_backend(const char *arg, ssb4d_backend_kind *out);
 /* The name of a backend kind as --backend spells it ("auto", "cpu", "cuda"). */

@@ -176,6 +176,7 @@ cJSON *cli_session_json(const ssb4d_session_report *r)
         cJSON_AddNumberToObject(o, "after_bytes", (double)s->after_bytes);
         cJSON_AddNumberToObject(o, "cache_bytes", (double)s->cache_bytes);
         cJSON_AddNumberToObject(o, "rss_peak_bytes", (double)s->rss_peak_bytes);
+        cJSON_AddNumberToObject(o, "device_peak_bytes", (double)s->device_peak_bytes);
         cJSON_AddNumberToObject(o, "seconds", s->seconds);
         if (i < p->n_stages) {
             cJSON_AddNumberToObject(o, "planned_peak_bytes", (double)p->stages[i].peak_bytes);

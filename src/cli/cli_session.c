@@ -143,6 +143,7 @@ int cli_session_open(const char *cmd, cli_session_req *rq, cli_session *cs)
     o.threads = rq->m->threads;
     o.dist = cli_dist();
     o.backend = rq->m->backend;
+    o.device_memory_bytes = rq->m->device_memory_bytes;
     o.progress = rq->progress ? rq->progress : cli_progress_cb;
     o.progress_user = rq->progress ? rq->progress_user : &cs->pb;
     o.fit = rq->fit;

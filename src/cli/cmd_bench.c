@@ -94,6 +94,7 @@ static int session_params(const cli_micro *m, const char *path, ssb4d_session_pa
     p->memory_bytes = cli_memory_budget(m);
     p->threads = m->threads;
     p->backend = m->backend;
+    p->device_memory_bytes = m->device_memory_bytes;
     p->hashes = 1;
     p->dist = cli_dist(); /* under mpirun: a distributed session (cli_mpi.h) */
     return 0;
@@ -247,6 +248,7 @@ static int bench_run(int argc, char **argv)
             b->after_bytes = q->after_bytes;
             b->cache_bytes = q->cache_bytes;
             b->rss_peak_bytes = q->rss_peak_bytes;
+            b->device_peak_bytes = q->device_peak_bytes; /* the GPU backend's G (0 on the CPU); under MPI rank 0's */
         }
     }
     snprintf(rec->workload, sizeof rec->workload, "%s", w.name ? w.name : w.data);

@@ -393,6 +393,7 @@ int bench_view(int argc, char **argv, bench_resolve_fn resolve)
     };
     const char *name = NULL, *data = NULL, *cache = NULL, *out = NULL, *memory = NULL;
     ssb4d_backend_kind backend = SSB4D_BACKEND_AUTO;
+    const char *device_memory = NULL;
     long drags = 20, releases = 3, subset = 256, load = 0;
     double rate = 0, dsec = 3;
     int force = 0, quiet = 0, c;
@@ -444,6 +445,13 @@ int bench_view(int argc, char **argv, bench_resolve_fn resolve)
             if (cli_parse_backend(optarg, &backend))
                 return CLI_EXIT_USAGE;
             break;
+        case CLI_OPT_DEVICE_MEMORY: {
+            size_t b;
+            if (cli_parse_device_memory(optarg, &b))
+                return CLI_EXIT_USAGE;
+            device_memory = optarg;
+            break;
+        }
         case 'o': out = optarg; break;
         case O_FORCE: force = 1; break;
         case 'q': quiet = 1; break;
@@ -479,11 +487,15 @@ int bench_view(int argc, char **argv, bench_resolve_fn resolve)
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_adddup2(&fa, pfd[1], 1);
     posix_spawn_file_actions_addclose(&fa, pfd[0]);
-    char *args[12] = {"ssb4d", "view", path, "--port", "0", "-q", "--backend", (char *)cli_backend_kind_name(backend)};
+    char *args[14] = {"ssb4d", "view", path, "--port", "0", "-q", "--backend", (char *)cli_backend_kind_name(backend)};
     int na = 8;
     if (memory) {
         args[na++] = "--memory";
         args[na++] = (char *)memory;
+    }
+    if (device_memory) {
+        args[na++] = "--device-memory";
+        args[na++] = (char *)device_memory;
     }
     args[na] = NULL;
     pid_t pid;

@@ -1,15 +1,23 @@
-/* cmd_plan.c — `ssb4d plan DATA | --shape RxCxDRxDC --bf N [--memory SIZE] [--ranks N|auto] [--json]`:
- * the memory plan of a session (SPEC 9): per stage the predicted peak and after, the tiles, the
- * time class; "does not fit" with the smallest budget that would; the "what fits which machine"
- * table, and how many machines a distributed session (one rank each) needs. With --ranks, the
- * plan of the largest rank of N (plan_make_rank) and the smallest N that fits. */
+/* cmd_plan.c — `ssb4d plan DATA | --shape RxCxDRxDC --bf N [--memory SIZE] [--ranks N|auto]
+ * [--backend cuda [--device-memory SIZE]] [--json]`: the memory plan of a session (SPEC 9): per
+ * stage the predicted peak and after, the tiles, the time class; "does not fit" with the smallest
+ * budget that would; the "what fits which machine" table, and how many machines a distributed
+ * session (one rank each) needs. With --ranks, the plan of the largest rank of N (plan_make_rank)
+ * and the smallest N that fits. With --backend cuda (or auto on a machine with a GPU), the GPU's
+ * memory too: the device bytes of every pass the session runs there and the peak
+ * (plan/device_model.h), against --device-memory or the GPU's memory. */
 #include "cli/cli_common.h"
 #include "cli/cli_job.h"
 #include "cli/cli_report.h"
 #include "cli/commands.h"
 #include "plan/budget.h"
+#include "plan/device_model.h"
 #include "plan/plan.h"
 #include "common/parallel.h"
+#ifdef SSB4D_HAVE_CUDA
+#include "cuda/cuda.h"
+#include "cuda/memory.h"
+#endif
 
 #include <cjson/cJSON.h>
 #include <getopt.h>
@@ -54,10 +62,16 @@ static void help(FILE *f)
             "                        of 64, all its planes resident in float32: no streaming, no\n"
             "                        half-precision previews; rank 0 alone calibrates); also prints the\n"
             "                        smallest N that fits. auto: plan that smallest N\n"
+            CLI_BACKEND_HELP
+            "                        With cuda (auto: where a GPU is present) the plan adds the GPU's\n"
+            "                        memory: G's planes, every pass's work buffers (kept between\n"
+            "                        passes) and cuFFT's work areas (estimated without a GPU), the\n"
+            "                        peak, and whether it fits --device-memory or the GPU\n"
             "  -h, --help            this help\n\n%s\n"
             CLI_EXIT_HELP_BEGIN ";\n"
-            "3 the session does not fit in the budget, or (--ranks auto) no rank count fits (the plan\n"
-            "is still printed).\n",
+            "3 the session does not fit in the budget, or (--ranks auto) no rank count fits, or\n"
+            "(--backend cuda) the GPU's peak exceeds --device-memory or the GPU's memory (the plan is\n"
+            "still printed).\n",
             CLI_MICROSCOPE_HELP);
 }
 
@@ -239,6 +253,147 @@ static void smallest_print(const ssb4d_plan_input *in, const plan_ranks_answer *
         printf("one process also fits, streaming G (rebuilding its outer BF pixels every pass: slower fits)\n");
 }
 
+/* ---- the GPU (--backend cuda): plan/device_model.h -------------------------------------------- */
+
+typedef struct {
+    dev_model field, region;  /* the field's G; a region refit's own G (have_region) */
+    int have_region, region_frees;
+    size_t peak;              /* the session's: the field's, or with a region's copy beside it */
+    size_t budget;            /* --device-memory, else the GPU's memory (0: neither) */
+    int budget_given;
+    char device[128];         /* the GPU here ("": none) */
+    size_t device_total;
+    int fits;                 /* -1: nothing to compare it with */
+} gpu_plan;
+
+static void gpu_plan_make(const ssb4d_plan_input *in, const ssb4d_plan *p, const plan_rank_share *share,
+                          size_t n_ranks, size_t device_memory, gpu_plan *g)
+{
+    memset(g, 0, sizeof *g);
+    dev_fft_work_fn fw = NULL; /* no GPU here: cuFFT's work areas estimated */
+#ifdef SSB4D_HAVE_CUDA
+    if (cuda_device_info(g->device, sizeof g->device, &g->device_total) == 0)
+        fw = cuda_fft_work_bytes;
+    else
+        g->device[0] = 0, g->device_total = 0;
+#endif
+    dev_session_in d;
+    plan_device_session(in, in->scan[0], in->scan[1], &d);
+    d.fft_work = fw;
+    if (n_ranks > 1) /* a rank's GPU holds its share of the planes */
+        d.n_stored = share->local_stored ? share->local_stored : 1;
+    dev_model_session(&d, &g->field);
+    g->peak = dev_model_bytes(&g->field);
+    if (in->region[0] && in->region[1]) {
+        dev_session_in r;
+        plan_device_session(in, in->region[0], in->region[1], &r);
+        r.fft_work = fw, r.no_images = 1, r.n_stored = d.n_stored;
+        dev_model_session(&r, &g->region);
+        g->have_region = 1;
+        g->region_frees = p->region_frees_g;
+        size_t with = dev_model_bytes(&g->region) + (g->region_frees ? 0 : dev_model_bytes(&g->field));
+        if (with > g->peak)
+            g->peak = with;
+    }
+    g->budget_given = device_memory != 0;
+    g->budget = device_memory ? device_memory : g->device_total;
+    g->fits = g->budget ? g->peak <= g->budget : -1;
+}
+
+#define MIBF 1048576.0
+
+static void gpu_stages_print(const dev_model *m)
+{
+    printf("  %-28s %9s %5s %2s %12s %12s\n", "pass", "BF pixels", "sets", "f", "needs MiB", "held MiB");
+    printf("  %-28s %9zu %5s %2s %12.1f %12.1f\n", "G's planes", m->n_slots, "", "", m->planes / MIBF,
+           m->planes / MIBF);
+    for (size_t i = 0; i < m->n_stages; i++) {
+        const dev_stage *s = &m->stages[i];
+        printf("  %-28s %9zu %5zu %2d %12.1f %12.1f\n", s->name, s->view_bf, s->sets, s->f, s->bytes / MIBF,
+               s->after / MIBF);
+    }
+}
+
+static void gpu_plan_print(const gpu_plan *g, size_t n_ranks)
+{
+    char b[4][32];
+    const dev_model *f = &g->field;
+    printf("\nGPU memory (--backend cuda%s): G's planes stay on the device; each work buffer is kept at the\n"
+           "largest size a pass asked of it, so the device holds what the passes so far needed at most\n",
+           n_ranks > 1 ? "; one rank's GPU, without the rank chain's device buffers" : "");
+    gpu_stages_print(f);
+    size_t fft = f->buf[DEV_WORK_C2R] + f->buf[DEV_WORK_C2C];
+    printf("  peak %s: G's planes %s, work buffers %s, cuFFT's work areas %s%s\n",
+           plan_size_text(b[0], dev_model_bytes(f), 1), plan_size_text(b[1], f->planes, 1),
+           plan_size_text(b[2], dev_model_work_bytes(f) - fft, 1), plan_size_text(b[3], fft, 1),
+           f->fft_estimated ? " (estimated: no GPU here)" : "");
+    if (g->have_region)
+        printf("  region refit: its own G's copy, fitted only: peak %s (%zu planes of %zux%zu), %s\n",
+               plan_size_text(b[0], dev_model_bytes(&g->region), 1), g->region.n_slots, g->region.ny, g->region.nx,
+               g->region_frees ? "the field's copy freed first" : "beside the field's copy");
+    printf("  session peak on the GPU: %s\n", plan_size_text(b[0], g->peak, 1));
+    if (g->device[0])
+        printf("  GPU here: %s, %s\n", g->device, plan_size_text(b[0], g->device_total, 0));
+    if (g->fits < 0)
+        printf("  nothing to compare it with: no GPU here and no --device-memory\n");
+    else if (g->fits)
+        printf("  fits %s %s\n", g->budget_given ? "--device-memory" : "the GPU's", plan_size_text(b[0], g->budget, 0));
+    else
+        printf("  does not fit: the session needs %s of GPU memory and %s is %s: use --backend cpu or a GPU\n"
+               "  with more memory (half-precision planes on the GPU are not available yet)\n",
+               plan_size_text(b[1], g->peak, 1), g->budget_given ? "--device-memory" : "the GPU's memory",
+               plan_size_text(b[0], g->budget, 0));
+}
+
+static void gpu_stages_json(cJSON *o, const dev_model *m)
+{
+    cJSON_AddNumberToObject(o, "planes", (double)m->n_slots);
+    cJSON_AddNumberToObject(o, "planes_bytes", (double)m->planes);
+    cJSON_AddNumberToObject(o, "work_bytes", (double)dev_model_work_bytes(m));
+    cJSON_AddNumberToObject(o, "fft_work_bytes", (double)(m->buf[DEV_WORK_C2R] + m->buf[DEV_WORK_C2C]));
+    cJSON_AddNumberToObject(o, "peak_bytes", (double)dev_model_bytes(m));
+    cJSON *a = cJSON_AddArrayToObject(o, "stages");
+    for (size_t i = 0; i < m->n_stages; i++) {
+        const dev_stage *s = &m->stages[i];
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "name", s->name);
+        cJSON_AddNumberToObject(e, "bf_pixels", (double)s->view_bf);
+        cJSON_AddNumberToObject(e, "sets", (double)s->sets);
+        cJSON_AddNumberToObject(e, "upsample", s->f);
+        cJSON_AddNumberToObject(e, "bytes", (double)s->bytes);
+        cJSON_AddNumberToObject(e, "after_bytes", (double)s->after);
+        cJSON_AddItemToArray(a, e);
+    }
+}
+
+static void gpu_plan_json(cJSON *j, const gpu_plan *g)
+{
+    cJSON *o = cJSON_AddObjectToObject(j, "device");
+    cJSON_AddStringToObject(o, "backend", "cuda");
+    gpu_stages_json(o, &g->field);
+    cJSON_AddBoolToObject(o, "fft_work_estimated", g->field.fft_estimated);
+    if (g->have_region) {
+        cJSON *r = cJSON_AddObjectToObject(o, "region");
+        gpu_stages_json(r, &g->region);
+        cJSON_AddBoolToObject(r, "frees_field", g->region_frees);
+    }
+    cJSON_AddNumberToObject(o, "session_peak_bytes", (double)g->peak);
+    if (g->device[0]) {
+        cJSON_AddStringToObject(o, "gpu", g->device);
+        cJSON_AddNumberToObject(o, "gpu_bytes", (double)g->device_total);
+    } else
+        cJSON_AddNullToObject(o, "gpu");
+    if (g->budget)
+        cJSON_AddNumberToObject(o, "budget_bytes", (double)g->budget);
+    else
+        cJSON_AddNullToObject(o, "budget_bytes");
+    cJSON_AddStringToObject(o, "budget_from", g->budget_given ? "--device-memory" : g->budget ? "gpu" : "none");
+    if (g->fits < 0)
+        cJSON_AddNullToObject(o, "fits");
+    else
+        cJSON_AddBoolToObject(o, "fits", g->fits);
+}
+
 /* --json's additions: the rank count planned, the largest rank's share, the smallest rank count,
  * and the machine counts. */
 static void ranks_json(cJSON *j, size_t n_ranks, const plan_rank_share *r, const ssb4d_plan *p,
@@ -294,6 +449,7 @@ int cmd_plan(int argc, char **argv)
                                          {"rotation-fitted", no_argument, 0, OPT_ROT_FITTED},
                                          {"measure", no_argument, 0, OPT_MEASURE},
                                          {"ranks", required_argument, 0, OPT_RANKS},
+                                         CLI_BACKEND_OPTION,
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     cli_micro m;
@@ -470,9 +626,19 @@ int cmd_plan(int argc, char **argv)
         return cli_error(CMD, st, err.msg);
     rank_machines rm;
     machines_ranks(&in, &rm);
+    /* The GPU: asked for (cuda, or --device-memory), or auto with a GPU here. */
+    int gpu_on = m.backend == SSB4D_BACKEND_CUDA || (m.backend == SSB4D_BACKEND_AUTO && m.device_memory_bytes);
+#ifdef SSB4D_HAVE_CUDA
+    gpu_on = gpu_on || (m.backend == SSB4D_BACKEND_AUTO && cuda_available());
+#endif
+    gpu_plan gp;
+    if (gpu_on)
+        gpu_plan_make(&in, &p, &share, n_ranks, m.device_memory_bytes, &gp);
     if (m.json) {
         cJSON *j = cli_plan_json(&p, &in);
         ranks_json(j, n_ranks, &share, &p, &ans, &rm);
+        if (gpu_on)
+            gpu_plan_json(j, &gp);
         char *t = cJSON_PrintUnformatted(j);
         printf("%s\n", t);
         free(t);
@@ -488,9 +654,13 @@ int cmd_plan(int argc, char **argv)
         machines_ranks_print(&rm);
         if (have_ranks)
             smallest_print(&in, &ans, ranks == 0);
+        if (gpu_on)
+            gpu_plan_print(&gp, n_ranks);
         printf("times from the %s profile\n", p.profile_source);
     }
     if (ranks == 0 && !ans.ranks)
+        return 3;
+    if (gpu_on && gp.fits == 0)
         return 3;
     return p.fits ? CLI_EXIT_OK : 3;
 }

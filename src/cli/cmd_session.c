@@ -135,6 +135,7 @@ int cmd_session(int argc, char **argv)
     p.preview = prec;
     p.threads = m.threads;
     p.backend = m.backend;
+    p.device_memory_bytes = m.device_memory_bytes;
     p.out_dir = cli_is_root() ? out_dir : NULL; /* under mpirun, rank 0 writes (cli_mpi.h) */
     p.hashes = hashes;
     p.dist = cli_dist();

@@ -5,6 +5,7 @@
  * seed document reports as "cache"; here it keeps the accounting honest across stages.
  */
 #include "common/err.h"
+#include "common/mem_device.h"
 #include "ssb4d_advanced.h"
 
 #include <fcntl.h>
@@ -350,6 +351,16 @@ void ssb4d_mem_stage_end(ssb4d_mem *m)
     if (m->n_stages < MAX_STAGES)
         m->stages[m->n_stages++] = m->cur;
     m->in_stage = 0;
+    pthread_mutex_unlock(&m->lock);
+}
+
+void ssb_mem_stage_device_peak(ssb4d_mem *m, size_t bytes)
+{
+    if (!m)
+        return;
+    pthread_mutex_lock(&m->lock);
+    if (m->in_stage && bytes > m->cur.device_peak_bytes)
+        m->cur.device_peak_bytes = bytes;
     pthread_mutex_unlock(&m->lock);
 }
 

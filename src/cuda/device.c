@@ -876,10 +876,20 @@ static ssb4d_status cuda_band_power(const ssb4d_G *G, const ssb_power_job *j, ss
     return dev_band_power(G->store.dev, G, j->nb, j->off, j->Ak, j->acc, err);
 }
 
+/* ssb_backend.device_bytes: d->bytes, d->peak (reset: from d->bytes). */
+static void cuda_device_bytes(const ssb4d_G *G, size_t *now, size_t *peak, int reset_peak)
+{
+    ssb_dev *d = G->store.dev;
+    if (d && reset_peak)
+        d->peak = d->bytes;
+    *now = d ? d->bytes : 0, *peak = d ? d->peak : 0;
+}
+
 /* The CUDA backend's table (src/ssb/backend.h): the real-output path's phase stack, the band
  * sums and the band power; the complex path runs on the CPU over the host planes. */
 static const ssb_backend cuda_backend = {.name = "cuda", .complex_path = 0, .phases = cuda_phases,
-                                         .band = cuda_band, .band_power = cuda_band_power};
+                                         .band = cuda_band, .band_power = cuda_band_power,
+                                         .device_bytes = cuda_device_bytes};
 
 void cuda_G_profile(const struct ssb4d_G *G, int on, double out[CUDA_PROF_N])
 {

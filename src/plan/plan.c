@@ -565,6 +565,47 @@ void plan_gbuild_opts(const ssb4d_plan *p, int half, size_t resident, size_t g_b
 
 size_t ssb_plan_region_side(size_t n) { return n >= 512 ? 256 : n >= 64 ? n / 2 : 0; }
 
+/* The fit's views: all its pixels (fit_radius² n_bf unless given) and the coarse subset (every
+ * ⌈n_fit / coarse⌉-th of them). */
+static void fit_views(const ssb4d_plan_input *in, const ssb4d_fit_params *fp, size_t *n_fit_out,
+                      size_t *n_coarse_out)
+{
+    size_t n_fit = in->n_fit_bf ? in->n_fit_bf : (size_t)(fp->fit_radius * fp->fit_radius * (double)in->n_bf);
+    if (n_fit < 1)
+        n_fit = 1;
+    size_t n_coarse = in->n_coarse_bf ? in->n_coarse_bf : fp->coarse_bf ? fp->coarse_bf : 256;
+    if (n_fit > n_coarse && n_coarse) {
+        size_t mstep = (n_fit + n_coarse - 1) / n_coarse;
+        n_coarse = (n_fit + mstep - 1) / mstep;
+    } else
+        n_coarse = n_fit;
+    *n_fit_out = n_fit, *n_coarse_out = n_coarse;
+}
+
+static void fit_config(const ssb4d_plan_input *in, const ssb4d_fit_params *fp, const shape *s, fitcfg *c)
+{
+    /* standard.c: trials around the parallax estimate, at least 200 over the whole box without
+     * one (a given start, or no parallax); Nelder–Mead over the free parameters. */
+    c->batch = in->fit_batch ? in->fit_batch : fp->batch ? fp->batch : 8;
+    c->trials = fp->trials;
+    if ((fp->start_given || !s->px_nb) && c->trials < 200)
+        c->trials = 200;
+    c->fit_rotation = !fp->rotation_given;
+    c->band = fp->objective == SSB4D_FIT_OBJ_BAND;
+    c->branch_check = fp->branch_check;
+    c->d = c->fit_rotation;
+    for (int j = 0; j < 3; j++)
+        c->d += !fp->locked[j];
+    /* The start's seeds: the parallax estimate and its alternatives (at most SSB4D_PARALLAX_ALT:
+     * a crystal's aliased reflections give them), planned at their most. Fewer seeds leave smaller
+     * buffers in the cache; a rotation scan (a rotation nothing fixes) multiplies the seeds, and
+     * its last, partial batch can leave one batch's band buffers of another size beyond this plan
+     * (docs/memory.md). */
+    c->n_seeds = s->px_runs && !fp->start_given && !fp->locked[0] && !fp->locked[1] && !fp->locked[2]
+                     ? 1 + SSB4D_PARALLAX_ALT
+                     : 0;
+}
+
 /* The plan of one process (rk NULL or rk->ranks 1) or of one rank of a distributed session. */
 static ssb4d_status plan_make(const ssb4d_plan_input *in, const plan_rank_share *rk, ssb4d_plan *p,
                               plan_rank_share *share, ssb4d_err *err)
@@ -600,15 +641,8 @@ static ssb4d_status plan_make(const ssb4d_plan_input *in, const plan_rank_share 
     size_t n_stored = in->n_stored ? in->n_stored : in->n_bf;
     int dist = rk && rk->ranks > 1;
     pr.rk = dist ? *rk : plan_rank_share_of(in->n_bf, n_stored, 1, 0);
-    size_t n_fit = in->n_fit_bf ? in->n_fit_bf : (size_t)(fp->fit_radius * fp->fit_radius * (double)in->n_bf);
-    if (n_fit < 1)
-        n_fit = 1;
-    size_t n_coarse = in->n_coarse_bf ? in->n_coarse_bf : fp->coarse_bf ? fp->coarse_bf : 256;
-    if (n_fit > n_coarse && n_coarse) {
-        size_t mstep = (n_fit + n_coarse - 1) / n_coarse;
-        n_coarse = (n_fit + mstep - 1) / mstep;
-    } else
-        n_coarse = n_fit;
+    size_t n_fit, n_coarse;
+    fit_views(in, fp, &n_fit, &n_coarse);
     /* A rank's shape: its BF pixels and stored planes (a rank without blocks is planned as one
      * pixel, a bound), the fit's pixels as many as it could hold (the innermost pixels may all
      * lie in its blocks), the coarse subset likewise; the parallax estimate's bins are the whole
@@ -643,26 +677,7 @@ static ssb4d_status plan_make(const ssb4d_plan_input *in, const plan_rank_share 
 
     decisions d;
     memset(&d, 0, sizeof d);
-    /* standard.c: trials around the parallax estimate, at least 200 over the whole box without
-     * one (a given start, or no parallax); Nelder–Mead over the free parameters. */
-    d.fit.batch = in->fit_batch ? in->fit_batch : fp->batch ? fp->batch : 8;
-    d.fit.trials = fp->trials;
-    if ((fp->start_given || !pr.s.px_nb) && d.fit.trials < 200)
-        d.fit.trials = 200;
-    d.fit.fit_rotation = !fp->rotation_given;
-    d.fit.band = pr.in_band;
-    d.fit.branch_check = fp->branch_check;
-    d.fit.d = d.fit.fit_rotation;
-    for (int j = 0; j < 3; j++)
-        d.fit.d += !fp->locked[j];
-    /* The start's seeds: the parallax estimate and its alternatives (at most SSB4D_PARALLAX_ALT:
-     * a crystal's aliased reflections give them), planned at their most. Fewer seeds leave smaller
-     * buffers in the cache; a rotation scan (a rotation nothing fixes) multiplies the seeds, and
-     * its last, partial batch can leave one batch's band buffers of another size beyond this plan
-     * (docs/memory.md). */
-    d.fit.n_seeds = pr.s.px_runs && !fp->start_given && !fp->locked[0] && !fp->locked[1] && !fp->locked[2]
-                        ? 1 + SSB4D_PARALLAX_ALT
-                        : 0;
+    fit_config(in, fp, &pr.s, &d.fit);
     size_t block = (size_t)256 << 20, group = (size_t)256 << 20;
     gmode full = {0, n_stored, group_planes_of(&pr.s, group), block};
     d.fit_g = d.prev_g = full;
@@ -962,4 +977,34 @@ int ssb4d_parse_size(const char *s, size_t *out)
         return -1;
     *out = (size_t)b;
     return 0;
+}
+
+/* ---- the device (plan/device_model.h) -------------------------------------------------------- */
+
+void plan_device_session(const ssb4d_plan_input *in, size_t ny, size_t nx, dev_session_in *out)
+{
+    memset(out, 0, sizeof *out);
+    ssb4d_fit_params fdef;
+    ssb4d_fit_params_default(&fdef);
+    const ssb4d_fit_params *fp = in->fit ? in->fit : &fdef;
+    size_t n_stored = in->n_stored ? in->n_stored : in->n_bf, n_fit, n_coarse;
+    fit_views(in, fp, &n_fit, &n_coarse);
+    shape s = make_shape(ny, nx, in->n_bf, n_stored, n_fit, n_coarse, 1, in->geometry, fp, in->n_bf, n_stored);
+    fitcfg c;
+    memset(&c, 0, sizeof c);
+    fit_config(in, fp, &s, &c);
+    out->ny = ny, out->nx = nx;
+    out->n_bf = in->n_bf, out->n_stored = n_stored;
+    out->f = in->upsample ? in->upsample : 2;
+    out->fit = !in->no_fit;
+    out->band = c.band;
+    out->n_fit = n_fit < in->n_bf ? n_fit : in->n_bf;
+    out->n_coarse = n_coarse < out->n_fit ? n_coarse : out->n_fit;
+    out->sets_coarse = fit_max_sets(&c, 1);
+    out->sets_fit = fit_max_sets(&c, 0);
+    out->rot_coarse = c.band && c.fit_rotation ? out->sets_coarse : 1;
+    out->rot_fit = c.band && c.fit_rotation ? out->sets_fit : 1;
+    out->band_nb = s.band_nb;
+    out->branch_check = c.branch_check;
+    out->subset = 256;
 }

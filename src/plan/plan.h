@@ -2,6 +2,7 @@
 #ifndef SSB4D_PLAN_H
 #define SSB4D_PLAN_H
 #include "common/block.h"
+#include "plan/device_model.h"
 #include "ssb4d_advanced.h"
 
 /* Side of the built-in session's region refit for a scan side n: 256 from 512 up, n/2 from 64
@@ -100,4 +101,10 @@ typedef struct {
 } plan_ranks_answer;
 ssb4d_status plan_smallest_ranks(const ssb4d_plan_input *in, size_t max_ranks, plan_ranks_answer *a,
                                  ssb4d_err *err);
+
+/* The CUDA backend's passes of the session `in` plans (plan/device_model.h), on a G of ny x nx
+ * (the scan, or a region): the fit's views, its largest batches and their rotations as plan_make
+ * plans them, the band objective's bins on that grid, previews and the object at in->upsample,
+ * drag previews of 256 BF pixels. fft_work and object_complex are left 0 for the caller. */
+void plan_device_session(const ssb4d_plan_input *in, size_t ny, size_t nx, dev_session_in *out);
 #endif

@@ -5,7 +5,17 @@
  * tests check it against the CPU one, SPEC §11). */
 #ifndef SSB4D_SESSION_BACKEND_H
 #define SSB4D_SESSION_BACKEND_H
+#include "plan/device_model.h"
 #include "ssb4d_advanced.h"
+
+/* What a device backend checks its G against before it takes it (issue 31): the session's passes
+ * as the device model replays them (the grid, BF pixels and stored planes are taken from the G
+ * built) and the device budget (ssb4d_session_opts.device_memory_bytes; 0: the device's free
+ * memory). */
+typedef struct {
+    dev_session_in model;
+    size_t budget;
+} session_device;
 
 typedef struct {
     const char *name;
@@ -16,7 +26,8 @@ typedef struct {
      * function over that G (fit, previews, the object, releases, region refits, ssb4d_G_free)
      * runs on the device without the session knowing. */
     ssb4d_status (*gbuild)(ssb4d_source *src, const ssb4d_geometry *g, const int32_t *bf_pix, size_t n_bf,
-                           const ssb4d_gbuild_opts *o, ssb4d_mem *mem, ssb4d_G **out, ssb4d_err *err);
+                           const ssb4d_gbuild_opts *o, const session_device *dev, ssb4d_mem *mem, ssb4d_G **out,
+                           ssb4d_err *err);
 } session_backend;
 
 /* The CPU backend: G on the host (ssb4d_gbuild). */

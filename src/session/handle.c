@@ -5,6 +5,7 @@
  * Plan, then execute: the memory plan is made once, right after the calibration (the first point
  * where the BF pixel count is known), and every G the session builds is held as it says. */
 #include "common/err.h"
+#include "common/mem_device.h"
 #include "fit/tilt.h"
 #include "gbuild/gbuild.h"
 #include "source/source.h"
@@ -13,6 +14,7 @@
 #include "plan/plan.h"
 #include "session/backend.h"
 #include "session/handle_internal.h"
+#include "ssb/backend.h"
 #include "dist/dist.h"
 
 #include <math.h>
@@ -39,6 +41,12 @@ struct ssb4d_session {
     ssb4d_G *G;                /* the field's G (NULL: not built, or freed) */
     int G_kind;                /* G_FIT or G_PREVIEW: the copy the plan holds for those stages */
     int grouped;               /* inside a caller's stage (ssb4d_session_stage_begin) */
+    /* The device (issue 31): the session's passes as the device model replays them on the
+     * field's G and on a region's (plan_device_session, made with the plan), and the stage's
+     * device peak so far over the G copies it used (stage_G: a region's G besides s->G). */
+    dev_session_in dev_field, dev_region;
+    const ssb4d_G *stage_G;
+    size_t dev_peak;
     /* The rotation the fits start from: given (held) or measured (its standard error). */
     int rotation_given;
     double rotation_deg, rotation_sigma_deg;
@@ -214,16 +222,45 @@ size_t session_handle_encoded(const ssb4d_session *s) { return s->encoded; }
 
 /* Every call starts here: a cancel belongs to the call that was running when it came. Inside a
  * caller's stage the call is part of it, not a stage of its own. */
+/* The stage's device peak (ssb4d_stage_record.device_peak_bytes): restarted on the G copies
+ * held at its start, then the largest sum of their peaks seen at the ends of its calls. */
+static void device_reset(ssb4d_session *s)
+{
+    size_t now, peak;
+    ssb_device_bytes(s->G, &now, &peak, 1);
+    ssb_device_bytes(s->stage_G, &now, &peak, 1);
+    s->dev_peak = 0;
+}
+
+static void device_note(ssb4d_session *s, const ssb4d_G *extra)
+{
+    size_t now, peak, sum = 0;
+    ssb_device_bytes(s->G, &now, &peak, 0);
+    sum += peak;
+    ssb_device_bytes(s->stage_G, &now, &peak, 0);
+    sum += peak;
+    if (extra && extra != s->G && extra != s->stage_G) {
+        ssb_device_bytes(extra, &now, &peak, 0);
+        sum += peak;
+    }
+    if (sum > s->dev_peak)
+        s->dev_peak = sum;
+    ssb_mem_stage_device_peak(s->mem, s->dev_peak);
+}
+
 static void call_begin(ssb4d_session *s, const char *stage)
 {
     ssb4d_mem_cancel_clear(s->mem);
-    if (!s->grouped)
+    if (!s->grouped) {
         ssb4d_mem_stage_begin(s->mem, stage);
+        device_reset(s);
+    }
     ssb4d_mem_progress(s->mem, 0.0);
 }
 
 static void call_end(ssb4d_session *s)
 {
+    device_note(s, NULL);
     if (!s->grouped)
         ssb4d_mem_stage_end(s->mem);
 }
@@ -231,12 +268,14 @@ static void call_end(ssb4d_session *s)
 void ssb4d_session_stage_begin(ssb4d_session *s, const char *name)
 {
     ssb4d_mem_stage_begin(s->mem, name);
+    device_reset(s);
     s->grouped = 1;
 }
 
 void ssb4d_session_stage_end(ssb4d_session *s)
 {
     s->grouped = 0;
+    device_note(s, NULL);
     ssb4d_mem_stage_end(s->mem);
 }
 
@@ -293,6 +332,13 @@ static ssb4d_status plan_session(ssb4d_session *s, ssb4d_err *err)
     ssb4d_status st = s->o.dist ? plan_make_rank(&in, (size_t)dist_size(s->o.dist), (size_t)dist_rank(s->o.dist),
                                                  &s->plan, NULL, err)
                                 : ssb4d_plan_make(&in, &s->plan, err);
+    /* The device's passes (a GPU backend checks its G against them, backend.h): the field's
+     * session, and a region's refit (fitted only). The grids and pixel counts come from each G. */
+    plan_device_session(&in, s->field_shape[0], s->field_shape[1], &s->dev_field);
+    plan_device_session(&in, in.region[0] ? in.region[0] : s->field_shape[0],
+                        in.region[1] ? in.region[1] : s->field_shape[1], &s->dev_region);
+    s->dev_field.object_complex = s->o.held_image_floats >= 3;
+    s->dev_region.no_images = 1;
     if (!st && !s->plan.fits) {
         char b[32], m[32];
         st = ssb_fail(err, SSB4D_ENOMEM, "the job does not fit in %s: %s; the smallest budget is %s",
@@ -416,8 +462,14 @@ static ssb4d_status build(ssb4d_session *s, ssb4d_source *src, int half, size_t 
     }
     go.progress = on_fraction;
     go.progress_user = s->mem;
+    /* The region's G (a source of another shape than the field) is checked as a region's. */
+    size_t sh[4];
+    ssb4d_source_shape(src, sh);
+    session_device dev = {sh[0] == s->field_shape[0] && sh[1] == s->field_shape[1] ? s->dev_field : s->dev_region,
+                          s->o.device_memory_bytes};
     call_begin(s, "G build");
-    ssb4d_status st = s->bk->gbuild(src, &s->cal.geom, s->cal.bf_pix, s->cal.n_bf, &go, s->mem, G, err);
+    ssb4d_status st = s->bk->gbuild(src, &s->cal.geom, s->cal.bf_pix, s->cal.n_bf, &go, &dev, s->mem, G, err);
+    device_note(s, st ? NULL : *G);
     call_end(s);
     return st;
 }
@@ -822,9 +874,11 @@ ssb4d_status ssb4d_session_fit_region(ssb4d_session *s, const size_t rect[4], co
     fit_params(s, p ? p : s->have_fit ? &s->fp : NULL, &fp);
     ssb4d_geometry g = fit_geometry(s);
     if (!st) {
+        s->stage_G = RG;
         call_begin(s, "region fit");
         st = ssb4d_fit(RG, &g, &fp, s->mem, r, err);
         call_end(s);
+        s->stage_G = NULL;
     }
     if (RG)
         ssb4d_G_free(RG);

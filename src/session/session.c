@@ -237,6 +237,7 @@ static ssb4d_status open_and_calibrate(run *x, const char *data_path, const ssb4
     o.threads = p->threads;
     o.dist = p->dist;
     o.backend = p->backend;
+    o.device_memory_bytes = p->device_memory_bytes;
     o.preview = p->preview;
     o.script = s;
     ssb4d_fit_params_default(fp);

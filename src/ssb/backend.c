@@ -34,3 +34,11 @@ ssb4d_status ssb_run_band_power(const struct ssb4d_G *G, const ssb_power_job *j,
     const ssb_backend *b = G->store.backend;
     return serving(b, b && b->band_power, 0)->band_power(G, j, mem, err);
 }
+
+void ssb_device_bytes(const struct ssb4d_G *G, size_t *now, size_t *peak, int reset_peak)
+{
+    const ssb_backend *b = G ? G->store.backend : NULL;
+    *now = *peak = 0;
+    if (b && b->device_bytes)
+        b->device_bytes(G, now, peak, reset_peak);
+}

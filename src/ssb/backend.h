@@ -71,6 +71,10 @@ typedef struct ssb_backend {
     ssb4d_status (*band)(const struct ssb4d_G *G, const ssb_band_job *j, double *total, ssb4d_mem *mem,
                          ssb4d_err *err);
     ssb4d_status (*band_power)(const struct ssb4d_G *G, const ssb_power_job *j, ssb4d_mem *mem, ssb4d_err *err);
+    /* Optional (NULL: the backend holds nothing off the host, the CPU's case): the device bytes
+     * G's copy holds now and at most since the last reset; reset_peak first restarts that peak
+     * from what is held now (the session does at each stage's start). */
+    void (*device_bytes)(const struct ssb4d_G *G, size_t *now, size_t *peak, int reset_peak);
 } ssb_backend;
 
 /* The CPU backend: loss.c's phase stack, object.c's sum, band.c's sums, over the host planes. */
@@ -86,4 +90,6 @@ ssb4d_status ssb_run_phases(const struct ssb4d_G *G, const ssb_phase_job *j, ssb
 ssb4d_status ssb_run_band(const struct ssb4d_G *G, const ssb_band_job *j, double *total, ssb4d_mem *mem,
                           ssb4d_err *err);
 ssb4d_status ssb_run_band_power(const struct ssb4d_G *G, const ssb_power_job *j, ssb4d_mem *mem, ssb4d_err *err);
+/* G's backend's device_bytes (G NULL, or a backend without one: 0 and 0). */
+void ssb_device_bytes(const struct ssb4d_G *G, size_t *now, size_t *peak, int reset_peak);
 #endif

@@ -5,6 +5,8 @@
  * standard fit within 0.02 nm / 0.2°; the session handle on the CUDA backend; the shared datasets
  * A1 and A2. Exits 77 (skipped) where no CUDA device is present. */
 #include "cuda/cuda.h"
+#include "cuda/memory.h"
+#include "plan/device_model.h"
 #include "common/clock.h"
 #include "ref_ssb.h"
 #include "ssb4d_advanced.h"
@@ -306,6 +308,8 @@ static void shared_set(const ref_shared_set *ds)
     pair_close(&p);
 }
 
+static void test_device_bytes(const pair *p);
+
 int main(int argc, char **argv)
 {
     int quick = argc > 1 && !strcmp(argv[1], "--quick"); /* no fits: for compute-sanitizer */
@@ -342,6 +346,7 @@ int main(int argc, char **argv)
     test_determinism(&p);
     test_band(&p);
     test_cancel(&p);
+    test_device_bytes(&p);
     if (!quick)
         test_fit(&p, "tiny");
     pair_close(&p);
@@ -354,4 +359,53 @@ int main(int argc, char **argv)
     }
     printf("%s (%d failures)\n", failures ? "FAILED" : "passed", failures);
     return failures ? 1 : 0;
+}
+
+/* Issue 31: the device bytes, planned to the byte. A fresh device copy of G runs a loss batch of
+ * 8 sets, a drag preview (the object at f = 2 of every 2nd BF pixel, a view) and a release (the
+ * object's phase and the exact loss fused, f = 1); the peak cuda_G_device_bytes measures, and
+ * what it holds after, equal the device model's replay of the same passes (plan/device_model.h,
+ * cuFFT's work areas from cuda_fft_work_bytes). */
+static void test_device_bytes(const pair *p)
+{
+    ssb4d_gbuild_opts go;
+    ssb4d_gbuild_opts_default(&go);
+    ssb4d_G *G = NULL;
+    OK(ssb4d_gbuild(p->src, &p->cal.geom, p->cal.bf_pix, p->cal.n_bf, &go, NULL, &G, &err));
+    OK(cuda_G_attach(G, NULL, &err));
+    const ssb4d_geometry *g = &p->cal.geom;
+    const size_t n_bf = G->n_bf, npix = p->ny * p->nx;
+    size_t n_slots = 0;
+    for (size_t ib = 0; ib < n_bf; ib++)
+        n_slots += G_stored(G, ib);
+    ssb4d_aberrations ab[8];
+    double loss[8];
+    for (int i = 0; i < 8; i++)
+        ab[i] = ab_of(10 + i, 2 + 0.25 * i, 5 * i);
+    OK(ssb4d_loss_batch(G, g, ab, NULL, 8, NULL, NULL, loss, &err));
+    size_t n_sub = (n_bf + 1) / 2, *idx = malloc(n_sub * sizeof *idx);
+    for (size_t i = 0; i < n_sub; i++)
+        idx[i] = 2 * i;
+    ssb4d_G *sub = NULL;
+    OK(ssb_G_subset(G, idx, n_sub, &sub, &err));
+    float *ph = malloc(4 * npix * sizeof *ph);
+    OK(ssb4d_object(sub, g, &ab[0], NULL, 2, NULL, NULL, NULL, ph, &err));
+    ssb4d_G_free(sub);
+    double l1;
+    OK(ssb4d_object_loss(G, g, &ab[0], NULL, NULL, NULL, NULL, ph, &l1, &err));
+    size_t now = 0, peak = 0;
+    cuda_G_device_bytes(G, &now, &peak);
+
+    dev_model m;
+    dev_model_init(&m, p->ny, p->nx, n_slots, G->plane_stride, cuda_fft_work_bytes);
+    dev_model_phases(&m, "loss batch", n_bf, 8, 1, 1, 0, 0);
+    dev_model_phases(&m, "drag preview", n_sub, 1, 2, 0, 0, 1);
+    dev_model_phases(&m, "release", n_bf, 1, 1, 1, 0, 1);
+    const size_t want = dev_model_bytes(&m);
+    printf("  device bytes: measured peak %zu, held %zu; the model's peak %zu (planes %zu, work %zu, cuFFT %zu + %zu)"
+           "\n", peak, now, want, m.planes, dev_model_work_bytes(&m), m.buf[DEV_WORK_C2R], m.buf[DEV_WORK_C2C]);
+    CHECK(peak == want, "the device peak %zu is not the model's %zu", peak, want);
+    CHECK(now == want, "the device holds %zu after the passes, the model %zu", now, want);
+    free(ph), free(idx);
+    ssb4d_G_free(G);
 }

@@ -149,6 +149,19 @@ def test_builtin_dataset_and_preview(small_counts):
         assert s.plan.fits
 
 
+def test_device_memory_keyword_and_the_stages_device_bytes(small_counts):
+    """device_memory= reaches the session (issue 31); on the CPU it is ignored and every stage's
+    device_peak_bytes is 0."""
+    sim = small_counts
+    with pytest.raises(ssb4d.InvalidArgument, match="device_memory='lots' is not a size"):
+        ssb4d.open_array(sim.counts, backend='cpu', device_memory='lots', **sim.microscope)
+    with ssb4d.open_array(sim.counts, backend='cpu', device_memory='1M', **sim.microscope) as s:
+        s.preview()
+        rep = s.memory_report()
+        assert 'G build' in [st.name for st in rep.stages]
+        assert all(st.device_peak_bytes == 0 for st in rep.stages)
+
+
 def test_regions_on_a_larger_scan(tiny):
     with ssb4d.open(tiny['npy']) as s:
         fit_of(s)
