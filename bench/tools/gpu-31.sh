@@ -9,8 +9,8 @@
 # bench: ssb4d_gpu_bench on both sizes, old then new (records $OUT/gpu-{old,new}-{medium,reference}.json).
 # view:  ssb4d bench view --backend cuda on reference (drags and releases over HTTP), old and new.
 # ncu:   Nsight Compute's speed-of-light and memory sections of the loss's kernels in a fit.
-# check: the fit's trace hash on the GPU, old and new (the loss's bits); ctest -L gpu;
-#        compute-sanitizer memcheck on test_cuda --quick.
+# check: the fit's trace hash on the GPU, old and new (the loss's bits); ctest -L gpu; the device
+#        plan; a bench run record's device_peak_bytes; compute-sanitizer memcheck on test_cuda --quick.
 # TREES=new: the new tree alone (build, bench). Carry: .device-deps .device-data .main-src.
 set -uo pipefail
 . .device-deps/activate.sh >/dev/null
@@ -65,7 +65,13 @@ check)
     /tmp/b-$t/ssb4d fit /tmp/medium.qem --backend cuda -o /tmp/fit-$t --json --force 2>/dev/null |
       python3 -c "import json,sys; d=json.load(sys.stdin); print('$t fit trace', d['trace_sha256'], d.get('loss'))"
   done
-  timeout 300 ctest --test-dir /tmp/b-new -L gpu --output-on-failure 2>&1 | tail -15
+  timeout 300 ctest --test-dir /tmp/b-new -L gpu --output-on-failure >"$out/ctest-gpu.log" 2>&1
+  grep -E "device bytes|tests passed|Failed|FAIL|mpi_cuda:|gpu_cuda" "$out/ctest-gpu.log" | head -20
+  # the device plan with cuFFT's own work figures, and a bench record's device_peak_bytes
+  /tmp/b-new/ssb4d plan --shape 512x512x192x192 --bf 9265 --backend cuda 2>&1 | sed -n '/GPU memory/,$p' | head -22
+  /tmp/b-new/ssb4d bench run --data /tmp/medium.qem --backend cuda --repeat 1 -o "$out/run-medium.json" --force -q \
+    >"$out/run-medium.log" 2>&1; echo "bench run rc $?"
+  python3 -c "import json; d=json.load(open('$out/run-medium.json')); print([(s['name'], s['device_peak_bytes']) for s in d['stages']])"
   cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
   timeout 200 "$cs" --tool memcheck --error-exitcode 9 /tmp/b-new/tests/test_cuda --quick >"$out/memcheck.log" 2>&1
   echo "compute-sanitizer memcheck exit $?"; tail -3 "$out/memcheck.log" ;;

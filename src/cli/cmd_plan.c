@@ -65,7 +65,7 @@ static void help(FILE *f)
             CLI_BACKEND_HELP
             "                        With cuda (auto: where a GPU is present) the plan adds the GPU's\n"
             "                        memory: G's planes, every pass's work buffers (kept between\n"
-            "                        passes) and cuFFT's work areas (estimated without a GPU), the\n"
+            "                        passes) and cuFFT's work area (estimated without a GPU), the\n"
             "                        peak, and whether it fits --device-memory or the GPU\n"
             "  -h, --help            this help\n\n%s\n"
             CLI_EXIT_HELP_BEGIN ";\n"
@@ -270,7 +270,7 @@ static void gpu_plan_make(const ssb4d_plan_input *in, const ssb4d_plan *p, const
                           size_t n_ranks, size_t device_memory, gpu_plan *g)
 {
     memset(g, 0, sizeof *g);
-    dev_fft_work_fn fw = NULL; /* no GPU here: cuFFT's work areas estimated */
+    dev_fft_work_fn fw = NULL; /* no GPU here: cuFFT's work area estimated */
 #ifdef SSB4D_HAVE_CUDA
     if (cuda_device_info(g->device, sizeof g->device, &g->device_total) == 0)
         fw = cuda_fft_work_bytes;
@@ -322,8 +322,8 @@ static void gpu_plan_print(const gpu_plan *g, size_t n_ranks)
            "largest size a pass asked of it, so the device holds what the passes so far needed at most\n",
            n_ranks > 1 ? "; one rank's GPU, without the rank chain's device buffers" : "");
     gpu_stages_print(f);
-    size_t fft = f->buf[DEV_WORK_C2R] + f->buf[DEV_WORK_C2C];
-    printf("  peak %s: G's planes %s, work buffers %s, cuFFT's work areas %s%s\n",
+    size_t fft = f->buf[DEV_WORK];
+    printf("  peak %s: G's planes %s, work buffers %s, cuFFT's work area %s%s\n",
            plan_size_text(b[0], dev_model_bytes(f), 1), plan_size_text(b[1], f->planes, 1),
            plan_size_text(b[2], dev_model_work_bytes(f) - fft, 1), plan_size_text(b[3], fft, 1),
            f->fft_estimated ? " (estimated: no GPU here)" : "");
@@ -350,7 +350,7 @@ static void gpu_stages_json(cJSON *o, const dev_model *m)
     cJSON_AddNumberToObject(o, "planes", (double)m->n_slots);
     cJSON_AddNumberToObject(o, "planes_bytes", (double)m->planes);
     cJSON_AddNumberToObject(o, "work_bytes", (double)dev_model_work_bytes(m));
-    cJSON_AddNumberToObject(o, "fft_work_bytes", (double)(m->buf[DEV_WORK_C2R] + m->buf[DEV_WORK_C2C]));
+    cJSON_AddNumberToObject(o, "fft_work_bytes", (double)m->buf[DEV_WORK]);
     cJSON_AddNumberToObject(o, "peak_bytes", (double)dev_model_bytes(m));
     cJSON *a = cJSON_AddArrayToObject(o, "stages");
     for (size_t i = 0; i < m->n_stages; i++) {

@@ -14,7 +14,7 @@
 const char *const dev_buf_name[DEV_N_BUF] = {"pixel tables", "chunk spectra", "chunk flags", "chunk phase planes",
                                              "sums", "block sums", "loss sums", "object sum / band sets",
                                              "band segments", "mean phase", "object spectrum", "object output",
-                                             "cuFFT work (C2R)", "cuFFT work (C2C)"};
+                                             "cuFFT work area"};
 
 #define F2 8 /* sizeof(float2), sizeof(cufftComplex) */
 
@@ -98,15 +98,17 @@ void dev_model_phases(dev_model *m, const char *name, size_t view_bf, size_t n, 
         q.b[DEV_SUMS] = len * sizeof(double);            /* sums */
         q.b[DEV_BPART] = len * sizeof(double);           /* bpart */
         q.b[DEV_FIN] = n * 2 * sizeof(double);           /* fin */
-        q.b[DEV_WORK_C2R] = fft_work(m, nyf, nxf, P, 0); /* ensure_plan: C2R, batch P */
+        q.b[DEV_WORK] = fft_work(m, nyf, nxf, P, 0);     /* ensure_plan: C2R, batch P */
         if (mean)
-            q.b[DEV_MEAN] = npix * sizeof(float);        /* dev_phases: mean */
+            q.b[DEV_MEAN] = n * npix * sizeof(float);    /* dev_phases: mean, every set's */
     }
     if (object_floats) {
         q.b[DEV_ACC] = nb * 2 * sizeof(double);          /* dpass_init: acc, nb double2 */
         q.b[DEV_OBJ_F] = npix * F2;                      /* the object's spectrum F */
         q.b[DEV_OBJ_OUT] = (size_t)object_floats * npix * sizeof(float); /* its output plane */
-        q.b[DEV_WORK_C2C] = fft_work(m, nyf, nxf, 1, 1); /* the object's C2C plan, batch 1 */
+        /* ensure_obj_plan: C2C, batch 1; plans_work: one area for both plans, the larger */
+        size_t w = fft_work(m, nyf, nxf, 1, 1);
+        q.b[DEV_WORK] = w > q.b[DEV_WORK] ? w : q.b[DEV_WORK];
     }
     apply(m, &q, name, view_bf, n, f);
 }

@@ -33,11 +33,10 @@ enum {
     DEV_FIN,      /* fin: per set [Σφ², Σmean²] */
     DEV_ACC,      /* acc: the object's sum (a band pass: its parameter sets) */
     DEV_SEG,      /* seg: a band pass's segments */
-    DEV_MEAN,     /* mean: one set's mean phase */
+    DEV_MEAN,     /* mean: every set's mean phase */
     DEV_OBJ_F,    /* the object's spectrum F, nyf x nxf complex float */
     DEV_OBJ_OUT,  /* the object's output plane: the phase, or the complex object */
-    DEV_WORK_C2R, /* cuFFT's work area of the batched C2R plan */
-    DEV_WORK_C2C, /* cuFFT's work area of the object's C2C plan */
+    DEV_WORK,     /* cuFFT's one work area (work): the larger of the C2R and C2C plans' */
     DEV_N_BUF
 };
 extern const char *const dev_buf_name[DEV_N_BUF];

@@ -41,7 +41,7 @@ static ssb4d_status device_check(const ssb4d_G *G, const session_device *dev, ss
              plan_size_text(b[3], budget, 0));
     return ssb_fail(err, SSB4D_ENOMEM,
                     "the CUDA backend needs %s of GPU memory for this session (G's planes %s, work buffers and "
-                    "cuFFT's work areas %s) but %s: use --backend cpu or a GPU with more memory (half-precision "
+                    "cuFFT's work area %s) but %s: use --backend cpu or a GPU with more memory (half-precision "
                     "planes on the GPU are not available yet; ssb4d plan --backend cuda shows the stages)",
                     plan_size_text(b[0], need, 1), plan_size_text(b[1], m.planes, 1),
                     plan_size_text(b[2], need - m.planes, 1), lim);

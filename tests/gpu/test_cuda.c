@@ -365,7 +365,7 @@ int main(int argc, char **argv)
  * 8 sets, a drag preview (the object at f = 2 of every 2nd BF pixel, a view) and a release (the
  * object's phase and the exact loss fused, f = 1); the peak cuda_G_device_bytes measures, and
  * what it holds after, equal the device model's replay of the same passes (plan/device_model.h,
- * cuFFT's work areas from cuda_fft_work_bytes). */
+ * cuFFT's work area from cuda_fft_work_bytes). */
 static void test_device_bytes(const pair *p)
 {
     ssb4d_gbuild_opts go;
@@ -402,8 +402,8 @@ static void test_device_bytes(const pair *p)
     dev_model_phases(&m, "drag preview", n_sub, 1, 2, 0, 0, 1);
     dev_model_phases(&m, "release", n_bf, 1, 1, 1, 0, 1);
     const size_t want = dev_model_bytes(&m);
-    printf("  device bytes: measured peak %zu, held %zu; the model's peak %zu (planes %zu, work %zu, cuFFT %zu + %zu)"
-           "\n", peak, now, want, m.planes, dev_model_work_bytes(&m), m.buf[DEV_WORK_C2R], m.buf[DEV_WORK_C2C]);
+    printf("  device bytes: measured peak %zu, held %zu; the model's peak %zu (planes %zu, work %zu, cuFFT %zu)"
+           "\n", peak, now, want, m.planes, dev_model_work_bytes(&m), m.buf[DEV_WORK]);
     CHECK(peak == want, "the device peak %zu is not the model's %zu", peak, want);
     CHECK(now == want, "the device holds %zu after the passes, the model %zu", now, want);
     free(ph), free(idx);
