@@ -2,7 +2,7 @@
 # gpu-31.sh — issue 31's measurements on the device, before (.main-src: `git archive REV`, with
 # this tree's tests/gpu/bench_cuda.c copied in) and after (this tree), side by side on one card.
 #
-#   bench/tools/gpu-31.sh build|bench|view|check|ncu   (each step fits one `run` call; a warm machine keeps /tmp)
+#   bench/tools/gpu-31.sh build|bench|view|check|ncu|final   (each step fits one `run` call; a warm machine keeps /tmp)
 #
 # build: both trees with -DSSB4D_CUDA=ON (/tmp/b-old, /tmp/b-new); simulate medium (256²×128²)
 #        and reference (512²×192²) into /tmp/*.qem.
@@ -42,7 +42,7 @@ build)
   wait
   echo "built both in $(( $(date +%s) - t0 )) s"
   nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,clocks.max.mem,power.limit --format=csv | tee "$out/gpu.txt"
-  t0=$(date +%s); sim medium && sim reference; echo "simulated in $(( $(date +%s) - t0 )) s"
+  t0=$(date +%s); sim medium && { [ -n "${NOREF:-}" ] || sim reference; }; echo "simulated in $(( $(date +%s) - t0 )) s"
   ls -la /tmp/*.qem ;;
 bench)
   for p in ${PRESETS:-medium reference}; do
@@ -75,6 +75,17 @@ check)
   cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
   timeout 200 "$cs" --tool memcheck --error-exitcode 9 /tmp/b-new/tests/test_cuda --quick >"$out/memcheck.log" 2>&1
   echo "compute-sanitizer memcheck exit $?"; tail -3 "$out/memcheck.log" ;;
+final) # the last check, lean: the new tree's GPU tests, memcheck, the device plan, a record's device peaks
+  TREES=new NOREF=1 bash "$0" build | head -3
+  timeout 240 ctest --test-dir /tmp/b-new -L gpu --output-on-failure >"$out/ctest-gpu.log" 2>&1
+  grep -E "device bytes|tests passed|Failed|FAIL|mpi_cuda:|passed \(" "$out/ctest-gpu.log" | head -20
+  cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  timeout 150 "$cs" --tool memcheck --error-exitcode 9 /tmp/b-new/tests/test_cuda --quick >"$out/memcheck.log" 2>&1
+  echo "compute-sanitizer memcheck exit $?"; tail -2 "$out/memcheck.log"
+  /tmp/b-new/ssb4d plan --shape 512x512x192x192 --bf 9265 --backend cuda 2>&1 | sed -n '/GPU memory/,$p' | head -22
+  /tmp/b-new/ssb4d bench run --data /tmp/medium.qem --backend cuda --repeat 1 -o "$out/run-medium.json" --force -q \
+    >"$out/run-medium.log" 2>&1; echo "bench run rc $?"
+  python3 -c "import json; d=json.load(open('$out/run-medium.json')); print([(s['name'], s['device_peak_bytes']) for s in d['stages']])" ;;
 ncu) # where the loss's kernels stand against the card (Nsight Compute, clocks left alone)
   n=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
   [ -n "$n" ] || { echo "no ncu"; exit 0; }

@@ -473,10 +473,12 @@ static ssb4d_status dpass_pixels(dpass *p, size_t a, size_t b, double *out, ssb4
                             .set_tab = dt + p->set0 + 5 * n_bf * j, .qr = dt + 3 * n_bf,
                             .qc = dt + 3 * n_bf + p->nyf, .n_bf = n_bf};
             mark(d, CUDA_PROF_HOST);
-            /* set 0's object sum, when asked, is made as the spectra are (ACC stays 0 now) */
-            CK(cu_correct(d->planes, p->gr, &s, px, p0, np, d->spec, p->do_acc && j == 0 ? d->acc : NULL, d->stream),
-               "the correction");
+            CK(cu_correct(d->planes, p->gr, &s, px, p0, np, d->spec, d->stream), "the correction");
             mark(d, CUDA_PROF_CORRECT);
+            /* A kernel of its own: made inside the correction (one thread per bin taking the
+             * chunk's pixels in order) it ran at a quarter of the occupancy, slower at 256². */
+            if (p->do_acc && j == 0)
+                CK(cu_acc(d->spec, p->nb, np, d->acc, d->stream), "the object sum");
             mark(d, CUDA_PROF_ACC);
             if (!p->want_phase)
                 continue;

@@ -134,12 +134,9 @@ __global__ void k_correct(const float2 *__restrict__ planes, cu_grid g, cu_set s
  * less of an odd column count (nxf/2 + 1) than a row of 128. The arithmetic per pixel and bin
  * is k_correct's, so are the bits. */
 #define CORRECT_PIX 8
-/* ACC: the thread takes all np pixels (one z) and adds each one's Ĉ into the object's sum acc[t]
- * as it goes, in pixel order from acc[t]'s value (object.c's order), without reading the spectra
- * again; the fast kernel's Nyquist bins are k_nyquist's, then k_acc_nyquist's. */
-template <bool FAST, bool ACC>
+template <bool FAST>
 __global__ void k_correct_pix(const float2 *__restrict__ planes, cu_grid g, cu_set s, cu_pixels px, size_t p0,
-                              size_t np, float2 *__restrict__ spec, double2 *__restrict__ acc)
+                              size_t np, float2 *__restrict__ spec)
 {
     const int j = blockIdx.x * blockDim.x + threadIdx.x, i = blockIdx.y * blockDim.y + threadIdx.y;
     if (j >= g.ncols || i >= g.nyf)
@@ -152,11 +149,7 @@ __global__ void k_correct_pix(const float2 *__restrict__ planes, cu_grid g, cu_s
     float2 E = make_float2(0, 0);
     if (FAST && t != 0)
         E = f_chi_phasor(s, qx, qy);
-    const size_t pa = ACC ? 0 : (size_t)blockIdx.z * CORRECT_PIX,
-                 pb = ACC ? np : (pa + CORRECT_PIX < np ? pa + CORRECT_PIX : np);
-    double2 sum = make_double2(0, 0);
-    if (ACC)
-        sum = acc[t];
+    const size_t pa = (size_t)blockIdx.z * CORRECT_PIX, pb = pa + CORRECT_PIX < np ? pa + CORRECT_PIX : np;
     for (size_t p = pa; p < pb; p++) {
         const size_t ib = p0 + p;
         float2 *out = spec + p * nb + t;
@@ -164,10 +157,6 @@ __global__ void k_correct_pix(const float2 *__restrict__ planes, cu_grid g, cu_s
         const double Ak = px.set_tab[ib];
         if (slot < 0 || Ak == 0.0 || t == 0) {
             *out = make_float2(0, 0);
-            if (ACC) { /* a pixel without a plane adds its zero, as every other bin's sum does */
-                sum.x += (double)-0.0f;
-                sum.y += (double)0.0f;
-            }
             continue;
         }
         const double kx = px.kx[ib], ky = px.ky[ib];
@@ -179,15 +168,8 @@ __global__ void k_correct_pix(const float2 *__restrict__ planes, cu_grid g, cu_s
             const ssb_c64 Pk = ssb_c64_make(px.set_tab[px.n_bf + ib], px.set_tab[2 * px.n_bf + ib]);
             n = n_bin(s, kx, ky, Ak, Pk, a, b, qx, qy, i == nyq_r, j == nyq_c);
         }
-        const float2 v = corrected(g_at(planes + (size_t)slot * g.stride, g, i, j), n);
-        *out = v;
-        if (ACC) { /* −i·Ĉ: Ĉ = (−im, re) */
-            sum.x += (double)-v.y;
-            sum.y += (double)v.x;
-        }
+        *out = corrected(g_at(planes + (size_t)slot * g.stride, g, i, j), n);
     }
-    if (ACC)
-        acc[t] = sum;
 }
 
 /* The fast kernel's Nyquist row (t < ncols) and column (the other rows), in double. */
@@ -222,31 +204,26 @@ __global__ void k_nyquist(const float2 *__restrict__ planes, cu_grid g, cu_set s
     *out = corrected(g_at(planes + (size_t)slot * g.stride, g, i, j), n);
 }
 
-/* The object's sum of the Nyquist row and column (the bins k_nyquist wrote; u as k_nyquist's t),
- * from the spectra, in pixel order. */
-__global__ void k_acc_nyquist(const float2 *__restrict__ spec, cu_grid g, size_t np, double2 *__restrict__ acc)
+/* acc[t] += Ĉ of each of the np spectra, pixel after pixel (eight loads in flight, then the adds
+ * in order: the same bits as one at a time). */
+__global__ void k_acc(const float2 *__restrict__ spec, size_t nb, size_t np, double2 *__restrict__ acc)
 {
-    const int nyq_r = (g.nyf % 2 == 0) ? g.nyf / 2 : -1, nyq_c = (g.nxf % 2 == 0) ? g.nxf / 2 : -1;
-    const size_t u = (size_t)blockIdx.x * blockDim.x + threadIdx.x, nb = (size_t)g.nyf * g.ncols;
-    int i, j;
-    if (u < (size_t)g.ncols) {
-        if (nyq_r < 0)
-            return;
-        i = nyq_r, j = (int)u;
-    } else if (u < (size_t)g.ncols + g.nyf) {
-        i = (int)(u - g.ncols), j = nyq_c;
-        if (nyq_c < 0 || i == nyq_r)
-            return;
-    } else
-        return;
-    const size_t t = (size_t)i * g.ncols + j;
-    double2 a = acc[t];
-    for (size_t p = 0; p < np; p++) {
-        float2 v = spec[p * nb + t];
-        a.x += (double)-v.y;
-        a.y += (double)v.x;
+    for (size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x; t < nb; t += (size_t)gridDim.x * blockDim.x) {
+        double2 a = acc[t];
+        for (size_t p0 = 0; p0 < np; p0 += 8) {
+            float2 v[8];
+#pragma unroll
+            for (int k = 0; k < 8; k++)
+                v[k] = p0 + k < np ? spec[(p0 + k) * nb + t] : make_float2(0, 0);
+#pragma unroll
+            for (int k = 0; k < 8; k++)
+                if (p0 + k < np) { /* −i·Ĉ: Ĉ = (−im, re) */
+                    a.x += (double)-v[k].y;
+                    a.y += (double)v[k].x;
+                }
+        }
+        acc[t] = a;
     }
-    acc[t] = a;
 }
 
 __global__ void k_phase_sum(const float *__restrict__ real, size_t npix, size_t np,
@@ -439,27 +416,20 @@ static unsigned blocks_for(size_t n, unsigned threads, unsigned cap)
 }
 
 extern "C" int cu_correct(const void *planes, cu_grid gr, const cu_set *s, cu_pixels px, size_t p0, size_t np,
-                          void *spec, void *acc, void *stream)
+                          void *spec, void *stream)
 {
     cudaStream_t st = (cudaStream_t)stream;
     const char *e = getenv("SSB4D_CUDA_CORRECT"); /* "bin": the one-bin-per-thread kernel (for comparison) */
     const int correct_pix = !(e && !strcmp(e, "bin"));
     const float2 *pl = (const float2 *)planes;
     float2 *sp = (float2 *)spec;
-    double2 *ac = (double2 *)acc;
-    if (acc) { /* the object's sum as the spectra are made */
-        dim3 blk(32, 8), grid((unsigned)((gr.ncols + 31) / 32), (unsigned)((gr.nyf + 7) / 8), 1);
-        if (s->fast)
-            k_correct_pix<true, true><<<grid, blk, 0, st>>>(pl, gr, *s, px, p0, np, sp, ac);
-        else
-            k_correct_pix<false, true><<<grid, blk, 0, st>>>(pl, gr, *s, px, p0, np, sp, ac);
-    } else if (correct_pix) {
+    if (correct_pix) {
         dim3 blk(32, 8), grid((unsigned)((gr.ncols + 31) / 32), (unsigned)((gr.nyf + 7) / 8),
                              (unsigned)((np + CORRECT_PIX - 1) / CORRECT_PIX));
         if (s->fast)
-            k_correct_pix<true, false><<<grid, blk, 0, st>>>(pl, gr, *s, px, p0, np, sp, NULL);
+            k_correct_pix<true><<<grid, blk, 0, st>>>(pl, gr, *s, px, p0, np, sp);
         else
-            k_correct_pix<false, false><<<grid, blk, 0, st>>>(pl, gr, *s, px, p0, np, sp, NULL);
+            k_correct_pix<false><<<grid, blk, 0, st>>>(pl, gr, *s, px, p0, np, sp);
     } else {
         dim3 grid((unsigned)((gr.ncols + 127) / 128), (unsigned)gr.nyf, (unsigned)np);
         if (s->fast)
@@ -470,9 +440,13 @@ extern "C" int cu_correct(const void *planes, cu_grid gr, const cu_set *s, cu_pi
     if (s->fast) {
         dim3 gn(blocks_for((size_t)gr.ncols + gr.nyf, 128, 65535), (unsigned)np);
         k_nyquist<<<gn, 128, 0, st>>>(pl, gr, *s, px, p0, sp);
-        if (acc)
-            k_acc_nyquist<<<blocks_for((size_t)gr.ncols + gr.nyf, 128, 65535), 128, 0, st>>>(sp, gr, np, ac);
     }
+    return (int)cudaGetLastError();
+}
+
+extern "C" int cu_acc(const void *spec, size_t nb, size_t np, void *acc, void *stream)
+{
+    k_acc<<<blocks_for(nb, 256, 65535), 256, 0, (cudaStream_t)stream>>>((const float2 *)spec, nb, np, (double2 *)acc);
     return (int)cudaGetLastError();
 }
 

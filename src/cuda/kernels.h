@@ -48,10 +48,11 @@ typedef struct {
 } cu_pixels;
 
 /* spec[p] = −i·Ĉ_k (the c2r input; DC 0) for pixels p0 .. p0+np−1 under set s (its table
- * set_tab + 5·n_bf·j is passed in px); with acc (may be NULL; nyf·ncols double2), also
- * acc[t] += Ĉ of each of the np spectra, in BF order, made on the way. Returns a cudaError_t. */
+ * set_tab + 5·n_bf·j is passed in px). Returns a cudaError_t. */
 int cu_correct(const void *planes, cu_grid gr, const cu_set *s, cu_pixels px, size_t p0, size_t np, void *spec,
-               void *acc, void *stream);
+               void *stream);
+/* acc[t] += Ĉ of each of the np spectra (BF order), t over nyf·ncols bins (double2). */
+int cu_acc(const void *spec, size_t nb, size_t np, void *acc, void *stream);
 /* dst[i] += src[i], i < n: a block's partial into the totals. */
 int cu_add(double *dst, const double *src, size_t n, void *stream);
 /* For every output pixel r: φ = atan(real[p][r]·inv_dc); total[r] += φ, s2[r] += φ² over the
