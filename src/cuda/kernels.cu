@@ -3,8 +3,6 @@
 
 #include <cuda_runtime.h>
 #include <math.h>
-#include <stdlib.h>
-#include <string.h>
 
 #define PI SSB_PI
 
@@ -55,12 +53,6 @@ __device__ static float2 f_n_fast_e(const cu_set &s, float2 E, double kxd, doubl
     return make_float2(gr * inv, -gi * inv);
 }
 
-__device__ static float2 f_n_fast(const cu_set &s, double kxd, double kyd, float Ak, double a, double b, double qrd,
-                                  double qcd)
-{
-    return f_n_fast_e(s, f_chi_phasor(s, qrd, qcd), kxd, kyd, Ak, a, b, qrd, qcd);
-}
-
 /* G at fine bin (i, j): the native half plane continued periodically, mirrored for the other half. */
 __device__ static float2 g_at(const float2 *plane, const cu_grid &g, int i, int j)
 {
@@ -96,43 +88,10 @@ __device__ static float2 corrected(float2 gv, float2 n)
 }
 
 /* FAST: the fast kernel on every bin but the Nyquist row and column (k_nyquist writes those);
- * else the generic kernel on every bin. */
-template <bool FAST>
-__global__ void k_correct(const float2 *__restrict__ planes, cu_grid g, cu_set s, cu_pixels px, size_t p0,
-                          float2 *__restrict__ spec)
-{
-    /* one thread per bin: x the column, y the row, z the pixel in the chunk (no division) */
-    const int j = blockIdx.x * blockDim.x + threadIdx.x, i = blockIdx.y;
-    if (j >= g.ncols)
-        return;
-    const size_t p = blockIdx.z, ib = p0 + p, t = (size_t)i * g.ncols + j;
-    float2 *out = spec + p * ((size_t)g.nyf * g.ncols) + t;
-    const int nyq_r = (g.nyf % 2 == 0) ? g.nyf / 2 : -1, nyq_c = (g.nxf % 2 == 0) ? g.nxf / 2 : -1;
-    if (FAST && (i == nyq_r || j == nyq_c))
-        return; /* k_nyquist's */
-    const long long slot = px.slot[ib];
-    const double Ak = px.set_tab[ib];
-    if (slot < 0 || Ak == 0.0 || t == 0) {
-        *out = make_float2(0, 0);
-        return;
-    }
-    const double kx = px.kx[ib], ky = px.ky[ib];
-    const double a = px.set_tab[3 * px.n_bf + ib], b = px.set_tab[4 * px.n_bf + ib];
-    const double qx = px.qr[i], qy = px.qc[j];
-    float2 n;
-    if (FAST)
-        n = f_n_fast(s, kx, ky, (float)Ak, a, b, qx, qy);
-    else {
-        const ssb_c64 Pk = ssb_c64_make(px.set_tab[px.n_bf + ib], px.set_tab[2 * px.n_bf + ib]);
-        n = n_bin(s, kx, ky, Ak, Pk, a, b, qx, qy, i == nyq_r, j == nyq_c);
-    }
-    *out = corrected(g_at(planes + (size_t)slot * g.stride, g, i, j), n);
-}
-
-/* k_correct with one thread per bin for CORRECT_PIX pixels of the chunk: the bin's own values
- * (its q, the fast kernel's e^{−iχ(q)}) are worked out once for them, and a 32 × 8 block wastes
- * less of an odd column count (nxf/2 + 1) than a row of 128. The arithmetic per pixel and bin
- * is k_correct's, so are the bits. */
+ * else the generic kernel on every bin. One thread per bin for CORRECT_PIX pixels of the chunk:
+ * the bin's own values (its q, the fast kernel's e^{−iχ(q)}) are worked out once for them, and a
+ * 32 × 8 block wastes less of an odd column count (nxf/2 + 1) than a row of 128 (issue 31: the
+ * exact loss 39.2 → 37.5 ms at 512² on an H100, the same bits as one thread per bin and pixel). */
 #define CORRECT_PIX 8
 template <bool FAST>
 __global__ void k_correct_pix(const float2 *__restrict__ planes, cu_grid g, cu_set s, cu_pixels px, size_t p0,
@@ -419,24 +378,14 @@ extern "C" int cu_correct(const void *planes, cu_grid gr, const cu_set *s, cu_pi
                           void *spec, void *stream)
 {
     cudaStream_t st = (cudaStream_t)stream;
-    const char *e = getenv("SSB4D_CUDA_CORRECT"); /* "bin": the one-bin-per-thread kernel (for comparison) */
-    const int correct_pix = !(e && !strcmp(e, "bin"));
     const float2 *pl = (const float2 *)planes;
     float2 *sp = (float2 *)spec;
-    if (correct_pix) {
-        dim3 blk(32, 8), grid((unsigned)((gr.ncols + 31) / 32), (unsigned)((gr.nyf + 7) / 8),
-                             (unsigned)((np + CORRECT_PIX - 1) / CORRECT_PIX));
-        if (s->fast)
-            k_correct_pix<true><<<grid, blk, 0, st>>>(pl, gr, *s, px, p0, np, sp);
-        else
-            k_correct_pix<false><<<grid, blk, 0, st>>>(pl, gr, *s, px, p0, np, sp);
-    } else {
-        dim3 grid((unsigned)((gr.ncols + 127) / 128), (unsigned)gr.nyf, (unsigned)np);
-        if (s->fast)
-            k_correct<true><<<grid, 128, 0, st>>>(pl, gr, *s, px, p0, sp);
-        else
-            k_correct<false><<<grid, 128, 0, st>>>(pl, gr, *s, px, p0, sp);
-    }
+    dim3 blk(32, 8), grid((unsigned)((gr.ncols + 31) / 32), (unsigned)((gr.nyf + 7) / 8),
+                         (unsigned)((np + CORRECT_PIX - 1) / CORRECT_PIX));
+    if (s->fast)
+        k_correct_pix<true><<<grid, blk, 0, st>>>(pl, gr, *s, px, p0, np, sp);
+    else
+        k_correct_pix<false><<<grid, blk, 0, st>>>(pl, gr, *s, px, p0, np, sp);
     if (s->fast) {
         dim3 gn(blocks_for((size_t)gr.ncols + gr.nyf, 128, 65535), (unsigned)np);
         k_nyquist<<<gn, 128, 0, st>>>(pl, gr, *s, px, p0, sp);

@@ -201,10 +201,6 @@ static void run_backend(const char *data, const ssb4d_calib_params *cp, ssb4d_ba
     j.n = 32;
     time_it(bk, "loss_batch32_per_candidate", s, do_batch, &j, 32);
     if (kind == SSB4D_BACKEND_CUDA) {
-        /* the correction kernel of before (one bin per thread) against today's, on the exact loss */
-        setenv("SSB4D_CUDA_CORRECT", "bin", 1);
-        time_it(bk, "exact_loss_bin_kernel", s, do_loss, &j, 1);
-        unsetenv("SSB4D_CUDA_CORRECT");
         /* a drag's and a release's profile */
         j.subset = 256, j.upsample = 1;
         profile_call("drag_preview_subset256", s, G, do_preview, &j, 20);
