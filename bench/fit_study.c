@@ -14,6 +14,12 @@
  * frame) and the rotation within 1° (mod 360). One JSON line per case on stdout, then one summary
  * line per stratum and overall; `--table` prints the per-stratum table in Markdown on stderr.
  *
+ * SPEC §6.1's criterion (issue 32) is recorded beside it as `ok_spec`: C10 between the specimen's
+ * entrance and exit planes ± 0.2 nm (the first and last potential planes), C12 within 0.2 nm or
+ * 5 % above 4 nm, φ12 within 3° when C12 ≥ 1 nm, the rotation within 1°, the handedness; with
+ * --tilt on the tilted thick cases also `ok_spec_tilt`: the thick-sample fit's tilt within 1 mrad
+ * and its thickness within 20 % as well.
+ *
  * Variants (issue 28): --mirror simulates a mirrored detector (every frame transposed, SPEC §2)
  * and nothing tells the fit so: it must find the handedness (the truth's φ12 in the mirrored
  * detector frame is 90° − φ12); --float SIGMA turns the counts into EMPAD-like float data (each
@@ -73,6 +79,7 @@ typedef struct {
     int th, rot, dose_class;
     double rotation_deg; /* the truth in ssb4d's convention */
     double c10_mean_plane, thickness_nm;
+    double c10_entrance, c10_exit; /* C10 at the first and last potential planes */
 } study_case;
 
 /* Draws case i. The stratum of each dimension cycles with i so that every stratum is filled
@@ -171,6 +178,8 @@ static int draw_case(uint64_t seed, int i, int max_scan, study_case *c, ssb4d_er
     }
     c->thickness_nm = info.thickness_nm;
     c->c10_mean_plane = p->ab.C_nm[SSB4D_C10] + 0.5 * (info.thickness_nm - info.thickness_nm / info.n_slices);
+    c->c10_entrance = p->ab.C_nm[SSB4D_C10];
+    c->c10_exit = p->ab.C_nm[SSB4D_C10] + (info.thickness_nm - info.thickness_nm / info.n_slices);
     return 0;
 }
 
@@ -431,6 +440,7 @@ int main(int argc, char **argv)
     }
     tally all = {0, 0}, by_th[N_TH] = {{0, 0}}, by_rot[N_ROT] = {{0, 0}}, by_dose[N_DOSE] = {{0, 0}};
     tally by_spec[2] = {{0, 0}}, by_scan[3] = {{0, 0}}, by_tilt = {0, 0};
+    tally spec_all = {0, 0}, spec_th[N_TH] = {{0, 0}}, spec_tilt = {0, 0}; /* SPEC §6.1's criterion */
     double t_all0 = now();
     for (int i = 0; i < n; i++) {
         if (cases) { /* a comma-separated list of indices */
@@ -569,8 +579,13 @@ int main(int argc, char **argv)
         /* C10 of a crystal t thick is the defocus at its mean plane; the probe is defocused by ±t/2
          * through it, so a second tally accepts C10 anywhere in the middle half of the depth */
         int ok_depth = (fabs(d10) <= fmax(tol10, 0.25 * c.thickness_nm)) && ok12 && okphi && okrot && okflip;
+        /* SPEC §6.1: C10 inside the slab ± 0.2 nm; C12 within 0.2 nm, or 5 % above 4 nm */
+        const double f10 = r.ab.C_nm[SSB4D_C10];
+        int spec10 = f10 >= c.c10_entrance - 0.2 && f10 <= c.c10_exit + 0.2;
+        int spec12 = fabs(d12) <= (c12 > 4.0 ? fmax(0.2, 0.05 * c12) : 0.2);
+        int ok_spec = spec10 && spec12 && okphi && okrot && okflip;
         /* the thick-sample fit on the tilted thick cases */
-        int tilt_ok = -1;
+        int tilt_ok = -1, ok_spec_tilt = -1;
         double tilt_fit[2] = {NAN, NAN}, t_fit = NAN, t4 = t3;
         if (tilt && c.th == TH_THICK) {
             fit_tilt_params tp;
@@ -594,7 +609,11 @@ int main(int argc, char **argv)
             double tp0 = ca * tilt_fit[0] + sa * tilt_fit[1], tp1 = -sa * tilt_fit[0] + ca * tilt_fit[1];
             tilt_ok = hypot(tp0 + c.sp.tilt_mrad[0], tp1 + c.sp.tilt_mrad[1]) <= 1.0;
             tally_add(&by_tilt, tilt_ok);
+            ok_spec_tilt = ok_spec && tilt_ok && fabs(t_fit - c.thickness_nm) <= 0.2 * c.thickness_nm;
+            tally_add(&spec_tilt, ok_spec_tilt);
         }
+        tally_add(&spec_all, ok_spec);
+        tally_add(&spec_th[c.th], ok_spec);
         tally_add(&all, ok);
         tally_add(&by_th[c.th], ok);
         tally_add(&by_rot[c.rot], ok);
@@ -605,27 +624,27 @@ int main(int argc, char **argv)
         snprintf(line, sizeof line, "{\"i\":%d,\"specimen\":\"%s\",\"kv\":%g,\"semiangle_mrad\":%.2f,\"scan\":%d,\"scan_cells\":%d,"
                "\"step_A\":%.4f,\"det\":%d,\"bf_radius_px\":%.2f,\"window_A\":%.2f,\"footprint_A\":%.2f,\"dose\":%.0f,\"thickness_nm\":%.2f,"
                "\"tilt_mrad\":[%.3f,%.3f],\"strata\":{\"thickness\":\"%s\",\"rotation\":\"%s\",\"dose\":\"%s\"},"
-               "\"truth\":{\"C10_nm_mean_plane\":%.4f,\"C12_nm\":%.4f,\"phi12_deg_probe\":%.3f,\"rotation_deg\":%.3f,\"flip\":%d},\"float_sigma\":%.3f,"
+               "\"truth\":{\"C10_nm_mean_plane\":%.4f,\"C10_nm_entrance\":%.4f,\"C10_nm_exit\":%.4f,\"C12_nm\":%.4f,\"phi12_deg_probe\":%.3f,\"rotation_deg\":%.3f,\"flip\":%d},\"float_sigma\":%.3f,"
                "\"fit\":{\"C10_nm\":%.4f,\"C12_nm\":%.4f,\"phi12_deg_probe\":%.3f,\"phi12_deg_scan\":%.3f,"
                "\"rotation_deg\":%.3f,\"rotation_source\":\"%s\",\"flip\":%d,\"flip_source\":\"%s\",\"flip_objective\":[%.6f,%.6f],\"calibration_flip\":%d,\"calibration_flip_fitted\":%d,\"branch_flipped\":%d,\"loss\":%.9g,"
                "\"confident\":%d,\"skewness\":%.3f,\"contrast\":%.4f},"
                "\"parallax\":{\"C10_nm\":%.4f,\"C12_nm\":%.4f,\"phi12_deg_scan\":%.3f,\"rotation_deg\":%.3f,"
                "\"sigma\":[%.4f,%.4f,%.3f,%.3f]},"
                "\"calibration_rotation_deg\":%.3f,\"calibration_rotation_sigma_deg\":%.3f,"
-               "\"dC10\":%.4f,\"dC12\":%.4f,\"dphi12\":%.3f,\"drotation\":%.3f,\"ok\":%s,\"ok_depth\":%s,\"branch_ok\":%s,\"flip_ok\":%s,"
+               "\"dC10\":%.4f,\"dC12\":%.4f,\"dphi12\":%.3f,\"drotation\":%.3f,\"ok\":%s,\"ok_depth\":%s,\"ok_spec\":%s,\"ok_spec_tilt\":%d,\"branch_ok\":%s,\"flip_ok\":%s,"
                "\"tilt_fit_mrad\":[%.3f,%.3f],\"thickness_fit_nm\":%.3f,\"tilt_ok\":%d,"
                "\"explained\":{\"truth\":%.6f,\"fit\":%.6f},\"loss_truth\":%.9g,\"truth_branch\":{\"skewness\":%.3f,\"corr_negbf\":%.4f,\"corr_df\":%.4f,\"icom_skewness\":%.3f},\"evaluations\":%zu,\"simulate_s\":%.2f,\"calibrate_gbuild_s\":%.2f,\"fit_s\":%.2f,\"tilt_s\":%.2f}\n",
                i, c.sp.specimen == SSB4D_SPECIMEN_AU ? "Au" : "SrTiO3", c.sp.kv, c.sp.semiangle_mrad, c.sp.scan_n,
                c.sp.scan_cells, info.scan_step_A, c.sp.det, info.bf_radius_px, info.window_A,
                2.0 * c.sp.semiangle_mrad * 1e-3 * 10.0 * (fabs(c.sp.ab.C_nm[SSB4D_C10]) + c.sp.ab.C_nm[SSB4D_C12]) + 4.0, c.sp.dose, c.thickness_nm,
                -c.sp.tilt_mrad[0], -c.sp.tilt_mrad[1], th_name[c.th], rot_name[c.rot], dose_name[c.dose_class],
-               c.c10_mean_plane, c12, phi_true_probe, c.rotation_deg, mirror, float_sigma, r.ab.C_nm[SSB4D_C10],
+               c.c10_mean_plane, c.c10_entrance, c.c10_exit, c12, phi_true_probe, c.rotation_deg, mirror, float_sigma, r.ab.C_nm[SSB4D_C10],
                r.ab.C_nm[SSB4D_C12], r.phi12_probe_deg, r.ab.phi_deg[SSB4D_C12], r.geom.rotation_deg,
                r.rotation_source, r.geom.flip, r.flip_source, r.flip_objective[0], r.flip_objective[1], cal.geom.flip,
                cal.flip_fitted, r.branch_flipped, r.loss, r.confident, r.skewness, r.loss_contrast, r.parallax.C10_nm, r.parallax.C12_nm,
                r.parallax.phi12_deg, r.parallax.rotation_deg, r.parallax.sigma[0], r.parallax.sigma[1],
                r.parallax.sigma[2], r.parallax.sigma[3], cal.rotation_curl_deg, cal.rotation_sigma_deg, d10, d12,
-               dphi, drot, ok ? "true" : "false", ok_depth ? "true" : "false", fabs(drot) < 90.0 ? "true" : "false", okflip ? "true" : "false", tilt_fit[0], tilt_fit[1], t_fit, tilt_ok, expl[0], expl[1], loss_truth, bstat[0], bstat[1], bstat[2], bstat[3], r.evaluations,
+               dphi, drot, ok ? "true" : "false", ok_depth ? "true" : "false", ok_spec ? "true" : "false", ok_spec_tilt, fabs(drot) < 90.0 ? "true" : "false", okflip ? "true" : "false", tilt_fit[0], tilt_fit[1], t_fit, tilt_ok, expl[0], expl[1], loss_truth, bstat[0], bstat[1], bstat[2], bstat[3], r.evaluations,
                t1 - t0, t2 - t1, t3 - t2, t4 - t3);
         json_line(line);
         ssb4d_fit_result_free(&r);
@@ -653,6 +672,14 @@ int main(int argc, char **argv)
     if (tilt)
         SUMMARY("tilt within 1 mrad (--tilt, thick cases)", by_tilt);
     SUMMARY("all", all);
+    for (int k = 0; k < N_TH; k++) {
+        char lab[96];
+        snprintf(lab, sizeof lab, "SPEC 6.1: %s", th_name[k]);
+        SUMMARY(lab, spec_th[k]);
+    }
+    if (tilt)
+        SUMMARY("SPEC 6.1 with tilt and thickness (--tilt, thick cases)", spec_tilt);
+    SUMMARY("SPEC 6.1: all", spec_all);
     printf("{\"summary\":\"study\",\"seed\":%llu,\"n\":%d,\"seconds\":%.1f}\n", (unsigned long long)seed, all.n, secs);
     if (table) {
         fprintf(stderr, "| stratum | cases | recovered | rate |\n|---|---|---|---|\n");
