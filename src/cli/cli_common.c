@@ -38,7 +38,11 @@ const char *cli_microscope_help(void)
                    (const char *const[]){"kv", "semiangle", "scan-step", "det-sampling", "rotation", NULL}, 0);
     fprintf(f, "  --flip, --no-flip     the detector is mirrored (its row and column axes swapped before\n"
                "                        the rotation) or not; when neither is given (nor recorded by a\n"
-               "                        calibration file or the .qem), fit tests both handedness\n");
+               "                        calibration file or the .qem), fit tests both handedness\n"
+               "  --rotation-from FILE  the rotation and handedness of another acquisition at the same\n"
+               "                        settings: FILE is its calibration JSON from ssb4d fit (a thin\n"
+               "                        area) or one that states them; held by the fit. For crystals,\n"
+               "                        whose 180 deg branch the data cannot settle (docs/fit.md)\n");
     cli_param_help(f, SSB4D_OP_CALIBRATE, (const char *const[]){"bf-radius", "centre", NULL}, 0);
     fprintf(f, "  --calibration FILE    calibration JSON (from ssb4d calibrate or ssb4d fit); without it,\n"
                "                        fit, reconstruct and fit-regions take the file ssb4d calibrate\n"
@@ -171,6 +175,7 @@ int cli_micro_handle(cli_micro *m, int opt, const char *arg)
     case CLI_OPT_BF_RADIUS: return cli_parse_double(arg, &v->bf_radius_px) ? bad_value("bf-radius", arg) : 1;
     case CLI_OPT_CENTRE: return cli_parse_pair(arg, v->centre_px) ? bad_value("centre", arg) : 1;
     case CLI_OPT_CALIBRATION: m->calibration_path = arg; return 1;
+    case CLI_OPT_ROTATION_FROM: m->rotation_from_path = arg; return 1;
     case CLI_OPT_SIDECAR: m->sidecar_path = arg; return 1;
     case CLI_OPT_THREADS: {
         double t;
@@ -606,6 +611,52 @@ static void value_sources(const char *data_path, const char *sidecar, const char
     }
 }
 
+/* --rotation-from FILE: the rotation (and the handedness, where FILE states it) of another
+ * acquisition, held like --rotation. Only a rotation whose 180° branch is settled will do (one a
+ * fit found, or one stated); a centre-of-mass measurement is refused. The microscope values FILE
+ * records are compared with this data's: a rotation belongs to the projector's settings, so a
+ * difference is worth a warning. */
+static int rotation_from(const cli_micro *m, cli_values *out, int warn)
+{
+    const char *path = m->rotation_from_path;
+    if (!isnan(m->flags.rotation_deg)) {
+        cli_say("give --rotation or --rotation-from, not both");
+        return CLI_EXIT_USAGE;
+    }
+    ssb4d_values fv;
+    ssb4d_err err = {0};
+    if (ssb4d_values_read(NULL, NULL, path, &fv, &err)) {
+        cli_say("--rotation-from: %s", err.msg);
+        return CLI_EXIT_USAGE;
+    }
+    if (isnan(fv.rotation_deg) || fv.rotation_measured) {
+        cli_say("--rotation-from: %s holds no settled rotation (%s): carry one ssb4d fit found on a thin area of "
+                "an acquisition at the same settings, or give --rotation",
+                path, isnan(fv.rotation_deg) ? "none is stated" : "it was measured from the centre of mass, its "
+                                                                   "180 deg branch open");
+        return CLI_EXIT_USAGE;
+    }
+    const double a[4] = {fv.kv, fv.semiangle_mrad, fv.det_sampling_mrad[0], fv.det_sampling_mrad[1]};
+    const double b[4] = {out->kv, out->semiangle_mrad, out->det_sampling_mrad[0], out->det_sampling_mrad[1]};
+    static const char *const name[4] = {"kV", "semi-angle (mrad)", "detector sampling (mrad)",
+                                        "detector sampling (mrad)"};
+    for (int q = 0; warn && q < 4; q++)
+        if (!isnan(a[q]) && !isnan(b[q]) && fabs(a[q] - b[q]) > 1e-6 * fmax(fabs(a[q]), fabs(b[q]))) {
+            cli_say("warning: --rotation-from %s was calibrated at %s %g, this data at %g: check that the "
+                    "rotation still holds", path, name[q], a[q], b[q]);
+            break;
+        }
+    out->rotation_deg = fv.rotation_deg;
+    out->rotation_measured = 0;
+    out->rotation_sigma_deg = NAN;
+    snprintf(out->rotation_from, sizeof out->rotation_from, "--rotation-from");
+    if (fv.flip >= 0 && m->flags.flip < 0) {
+        out->flip = fv.flip;
+        snprintf(out->flip_from, sizeof out->flip_from, "--rotation-from");
+    }
+    return 0;
+}
+
 int cli_resolve(const char *data_path, const cli_micro *m, cli_values *out)
 {
     return cli_resolve_values(data_path, m, out, 1);
@@ -651,7 +702,7 @@ int cli_resolve_values(const char *data_path, const cli_micro *m, cli_values *ou
         }
     }
     cli_values_layer(out, &m->flags);
-    return 0;
+    return m->rotation_from_path ? rotation_from(m, out, warn) : 0;
 }
 
 void cli_values_to_calib_params(const cli_values *v, int threads, int hot_pixels,

@@ -29,7 +29,7 @@ enum {
     CLI_OPT_KV = 1000, CLI_OPT_SEMIANGLE, CLI_OPT_SCAN_STEP, CLI_OPT_DET_SAMPLING, CLI_OPT_ROTATION,
     CLI_OPT_BF_RADIUS, CLI_OPT_CENTRE, CLI_OPT_CALIBRATION, CLI_OPT_SIDECAR, CLI_OPT_THREADS,
     CLI_OPT_MEMORY_REPORT, CLI_OPT_JSON, CLI_OPT_NO_HOT_PIXELS, CLI_OPT_MEMORY, CLI_OPT_BACKEND,
-    CLI_OPT_FLIP, CLI_OPT_NO_FLIP, CLI_OPT_DEVICE_MEMORY,
+    CLI_OPT_FLIP, CLI_OPT_NO_FLIP, CLI_OPT_DEVICE_MEMORY, CLI_OPT_ROTATION_FROM,
     CLI_OPT_FIRST_FREE = 1100 /* commands number their own options from here */
 };
 
@@ -40,6 +40,7 @@ enum {
     {"scan-step", required_argument, 0, CLI_OPT_SCAN_STEP},                \
     {"det-sampling", required_argument, 0, CLI_OPT_DET_SAMPLING},          \
     {"rotation", required_argument, 0, CLI_OPT_ROTATION},                  \
+    {"rotation-from", required_argument, 0, CLI_OPT_ROTATION_FROM},        \
     {"flip", no_argument, 0, CLI_OPT_FLIP},                                \
     {"no-flip", no_argument, 0, CLI_OPT_NO_FLIP},                          \
     {"bf-radius", required_argument, 0, CLI_OPT_BF_RADIUS},                \
@@ -100,6 +101,7 @@ typedef struct {
     cli_values flags;   /* from the command line */
     const char *calibration_path;
     const char *sidecar_path;
+    const char *rotation_from_path; /* --rotation-from FILE (NULL: not given) */
     char auto_calibration[4096]; /* the calibration file cli_auto_calibration found beside DATA */
     char data_identity[96];      /* DATA's identity once computed (cli_data_identity), else "" */
     int threads;
