@@ -18,9 +18,6 @@
 set -u
 BIN=$1
 . "$(dirname "$0")/lib/harness.sh"
-PY=/usr/bin/python3
-[ -x "$PY" ] || PY=python3
-jget() { "$PY" -c "import json,sys; d=json.load(open(sys.argv[1])); print($2)" "$1"; }
 
 SHAPE=(--shape 256x256x128x128 --bf 3000 --upsample 2 --memory 8G --threads 2)
 
@@ -38,26 +35,26 @@ one_line 2 "fit --device-memory abc" "invalid value 'abc' for --device-memory" -
 "$BIN" plan "${SHAPE[@]}" --backend cuda --device-memory 64G --json >"$T/d.json"
 rc=$?
 [ $rc -eq 0 ] && ok || bad "plan --backend cuda --device-memory 64G --json: rc=$rc"
-[ "$(jget "$T/d.json" 'd["device"]["planes"], d["device"]["planes_bytes"]')" = "3000 792576000" ] && ok ||
-    bad "G's planes on the device: $(jget "$T/d.json" 'd["device"]["planes"], d["device"]["planes_bytes"]')"
-[ "$(jget "$T/d.json" '" ".join(s["name"].split()[0] for s in d["device"]["stages"])')" = \
+[ "$(json_get "$T/d.json" 'd["device"]["planes"], d["device"]["planes_bytes"]')" = "3000 792576000" ] && ok ||
+    bad "G's planes on the device: $(json_get "$T/d.json" 'd["device"]["planes"], d["device"]["planes_bytes"]')"
+[ "$(json_get "$T/d.json" '" ".join(s["name"].split()[0] for s in d["device"]["stages"])')" = \
     "fit: fit: fit: fit: fit: fit: drag release object" ] && ok ||
-    bad "the passes: $(jget "$T/d.json" '[s["name"] for s in d["device"]["stages"]]')"
-[ "$(jget "$T/d.json" 'all(a["after_bytes"] <= b["after_bytes"] for a, b in zip(d["device"]["stages"], d["device"]["stages"][1:]))')" = True ] &&
+    bad "the passes: $(json_get "$T/d.json" '[s["name"] for s in d["device"]["stages"]]')"
+[ "$(json_get "$T/d.json" 'all(a["after_bytes"] <= b["after_bytes"] for a, b in zip(d["device"]["stages"], d["device"]["stages"][1:]))')" = True ] &&
     ok || bad "a pass's held bytes fall: the buffers are kept"
-[ "$(jget "$T/d.json" 'd["device"]["stages"][-1]["after_bytes"] == d["device"]["peak_bytes"] == d["device"]["planes_bytes"] + d["device"]["work_bytes"]')" = True ] &&
+[ "$(json_get "$T/d.json" 'd["device"]["stages"][-1]["after_bytes"] == d["device"]["peak_bytes"] == d["device"]["planes_bytes"] + d["device"]["work_bytes"]')" = True ] &&
     ok || bad "peak != last pass's held bytes or != planes + work"
-[ "$(jget "$T/d.json" 'd["device"]["fits"], d["device"]["budget_bytes"], d["device"]["budget_from"]')" = \
-    "True 68719476736 --device-memory" ] && ok || bad "fits 64G: $(jget "$T/d.json" 'd["device"]["fits"]')"
-if [ "$(jget "$T/d.json" 'd["device"]["fft_work_estimated"]')" = True ]; then
+[ "$(json_get "$T/d.json" 'd["device"]["fits"], d["device"]["budget_bytes"], d["device"]["budget_from"]')" = \
+    "True 68719476736 --device-memory" ] && ok || bad "fits 64G: $(json_get "$T/d.json" 'd["device"]["fits"]')"
+if [ "$(json_get "$T/d.json" 'd["device"]["fft_work_estimated"]')" = True ]; then
     # release, f = 1 on 256 x 256 (nb = 256*129 = 33024 bins, npix = 65536, 64 pixels in flight):
     # tab (3*3000 + 512 + 5*3000) * 8 = 196096; spec 64*33024*8 = 16908288; valid 64;
     # real 64*65536*4 = 16777216; sums, bpart 2*65536*8 = 1048576 each; fin 16;
     # acc 33024*16 = 528384; F 65536*8 = 524288; out 65536*4 = 262144; cuFFT's one work area, the
     # larger of the C2R's (estimate 16777216) and the C2C's (524288)
     want=$((196096 + 16908288 + 64 + 16777216 + 2 * 1048576 + 16 + 16777216 + 528384 + 524288 + 262144))
-    [ "$(jget "$T/d.json" '[s["bytes"] for s in d["device"]["stages"] if s["name"] == "release"][0]')" = "$want" ] && ok ||
-        bad "the release's own bytes: $(jget "$T/d.json" '[s for s in d["device"]["stages"] if s["name"] == "release"]') (want $want)"
+    [ "$(json_get "$T/d.json" '[s["bytes"] for s in d["device"]["stages"] if s["name"] == "release"][0]')" = "$want" ] && ok ||
+        bad "the release's own bytes: $(json_get "$T/d.json" '[s for s in d["device"]["stages"] if s["name"] == "release"]') (want $want)"
     "$BIN" plan "${SHAPE[@]}" --backend cuda >"$T/d.txt"
     grep -q "cuFFT's work area .* (estimated: no GPU here)" "$T/d.txt" && ok || bad "no GPU: the estimate is not said"
     grep -q "nothing to compare it with" "$T/d.txt" && ok || bad "no GPU, no --device-memory: no comparison expected"
@@ -73,7 +70,7 @@ expect 0 "plan --device-memory 2G" "fits --device-memory 2\.00 GiB" -- "$BIN" pl
 "$BIN" plan "${SHAPE[@]}" --backend cpu >"$T/c.txt"
 grep -q "GPU memory" "$T/c.txt" && bad "--backend cpu printed a GPU section" || ok
 "$BIN" plan "${SHAPE[@]}" --backend cpu --json >"$T/c.json"
-[ "$(jget "$T/c.json" '"device" in d')" = False ] && ok || bad "--backend cpu --json has a device object"
+[ "$(json_get "$T/c.json" '"device" in d')" = False ] && ok || bad "--backend cpu --json has a device object"
 
 # --- (e) data ------------------------------------------------------------------------------------------
 "$BIN" simulate --preset tiny --c10 -10 -o "$T/t.npy" -q || { echo "simulate failed"; exit 1; }

@@ -14,11 +14,6 @@
 set -u
 BIN=$1
 . "$(dirname "$0")/lib/harness.sh"
-PY=/usr/bin/python3
-[ -x "$PY" ] || PY=python3
-
-# jget FILE EXPR: a value of the JSON object in FILE (EXPR in Python over d).
-jget() { "$PY" -c "import json,sys; d=json.load(open(sys.argv[1])); print($2)" "$1"; }
 
 SHAPE=(--shape 1024x1024x256x256 --bf 16000 --memory 64G --threads 2)
 
@@ -34,8 +29,8 @@ expect 2 "plan --ranks without a value" "needs a value" -- "$BIN" plan "${SHAPE[
 "$BIN" plan --shape 512x512x192x192 --bf 8939 --memory 6G --threads 2 --json >"$T/p0.json"
 "$BIN" plan --shape 512x512x192x192 --bf 8939 --memory 6G --threads 2 --json --ranks 1 >"$T/p1.json"
 cmp -s "$T/p0.json" "$T/p1.json" && ok || bad "--ranks 1 gives another JSON than no --ranks"
-[ "$(jget "$T/p1.json" 'd["ranks"], d["mode"], d["per_rank"]["local_blocks"]')" = "1 streaming 140" ] && ok ||
-    bad "--ranks 1 JSON: $(jget "$T/p1.json" 'd["ranks"], d["mode"], d["per_rank"]')"
+[ "$(json_get "$T/p1.json" 'd["ranks"], d["mode"], d["per_rank"]["local_blocks"]')" = "1 streaming 140" ] && ok ||
+    bad "--ranks 1 JSON: $(json_get "$T/p1.json" 'd["ranks"], d["mode"], d["per_rank"]')"
 "$BIN" plan --shape 512x512x192x192 --bf 8939 --memory 6G --threads 2 >"$T/t0.txt"
 "$BIN" plan --shape 512x512x192x192 --bf 8939 --memory 6G --threads 2 --ranks 1 >"$T/t1.txt"
 grep -q "^smallest rank count for 6.00 GiB a rank: [0-9]" "$T/t1.txt" && ok || bad "--ranks 1 does not print the smallest N"
@@ -57,20 +52,20 @@ grep -q "^machines a distributed session needs" "$T/auto.txt" && grep -qE "^  10
     grep -qE "^  2048x2048 x 256x256( +[0-9]+){4}$" "$T/auto.txt" && grep -q "16000 BF" "$T/auto.txt" && ok ||
     bad "the machine-count table is missing or odd: $(grep -A8 '^machines a' "$T/auto.txt")"
 "$BIN" plan "${SHAPE[@]}" --ranks auto --json >"$T/auto.json" && ok || bad "--ranks auto --json failed"
-[ "$(jget "$T/auto.json" 'd["ranks"], d["smallest_ranks"], d["fits"], d["mode"], d["one_process_streams"]')" = \
-    "2 2 True resident True" ] && ok || bad "--ranks auto JSON: $(jget "$T/auto.json" 'd["ranks"], d["smallest_ranks"], d["fits"]')"
-[ "$(jget "$T/auto.json" 'len(d["machines_ranks"]), d["machines_ranks"][0]')" = \
+[ "$(json_get "$T/auto.json" 'd["ranks"], d["smallest_ranks"], d["fits"], d["mode"], d["one_process_streams"]')" = \
+    "2 2 True resident True" ] && ok || bad "--ranks auto JSON: $(json_get "$T/auto.json" 'd["ranks"], d["smallest_ranks"], d["fits"]')"
+[ "$(json_get "$T/auto.json" 'len(d["machines_ranks"]), d["machines_ranks"][0]')" = \
     "12 {'scan': 1024, 'n_bf': 16000, 'ram_gb': 64, 'ranks': 2}" ] && ok ||
-    bad "machines_ranks: $(jget "$T/auto.json" 'd["machines_ranks"][:2]')"
+    bad "machines_ranks: $(json_get "$T/auto.json" 'd["machines_ranks"][:2]')"
 "$BIN" plan "${SHAPE[@]}" --ranks 4 --json >"$T/r4.json"
 rc=$?
 [ $rc -eq 0 ] && ok || bad "--ranks 4: rc=$rc"
 # 63 blocks = 4032 pixels, each plane 1024 x 513 complex64
-[ "$(jget "$T/r4.json" 'd["ranks"], d["per_rank"]["local_blocks"], d["per_rank"]["bf_pixels"], d["per_rank"]["stored_planes"], d["g_bytes"] == 4032 * 1024 * 513 * 8, d["per_rank"]["g_bytes"] == d["g_bytes"]')" = \
-    "4 63 4032 4032 True True" ] && ok || bad "--ranks 4 per_rank: $(jget "$T/r4.json" 'd["per_rank"]')"
-[ "$(jget "$T/r4.json" 'd["session_peak_bytes"] < 34 * 2**30 and d["session_peak_bytes"] > 9.77 * 2**30 + d["g_bytes"]')" = True ] &&
-    ok || bad "--ranks 4: per-rank peak $(jget "$T/r4.json" 'd["session_peak_bytes"] / 2**30') GiB"
-[ "$(jget "$T/r4.json" 'd["session_peak_bytes"] < json.load(open(sys.argv[1].replace("r4", "auto")))["session_peak_bytes"]')" = True ] &&
+[ "$(json_get "$T/r4.json" 'd["ranks"], d["per_rank"]["local_blocks"], d["per_rank"]["bf_pixels"], d["per_rank"]["stored_planes"], d["g_bytes"] == 4032 * 1024 * 513 * 8, d["per_rank"]["g_bytes"] == d["g_bytes"]')" = \
+    "4 63 4032 4032 True True" ] && ok || bad "--ranks 4 per_rank: $(json_get "$T/r4.json" 'd["per_rank"]')"
+[ "$(json_get "$T/r4.json" 'd["session_peak_bytes"] < 34 * 2**30 and d["session_peak_bytes"] > 9.77 * 2**30 + d["g_bytes"]')" = True ] &&
+    ok || bad "--ranks 4: per-rank peak $(json_get "$T/r4.json" 'd["session_peak_bytes"] / 2**30') GiB"
+[ "$(json_get "$T/r4.json" 'd["session_peak_bytes"] < json.load(open(sys.argv[1].replace("r4", "auto")))["session_peak_bytes"]')" = True ] &&
     ok || bad "4 ranks do not need less a rank than 2"
 "$BIN" plan "${SHAPE[@]}" --ranks 4 >"$T/r4.txt"
 grep -q "^distributed over 4 ranks: .* 63 of 250 blocks of 64 BF" "$T/r4.txt" && grep -q "^smallest rank count for 64.00 GiB a rank: 2$" "$T/r4.txt" &&
@@ -82,8 +77,8 @@ expect 3 "--ranks auto under 8G (less than the encoded data and a block)" "^no r
 expect 3 "--ranks 2 under 20G" "budget 20.00 GiB a rank: does not fit: one rank of 2 holds 8000 of 16000" -- \
     "$BIN" plan --shape 1024x1024x256x256 --bf 16000 --memory 20G --ranks 2
 "$BIN" plan --shape 1024x1024x256x256 --bf 16000 --memory 8G --ranks auto --json >"$T/none.json"
-[ "$(jget "$T/none.json" 'd["smallest_ranks"], "even 250 ranks" in d["smallest_ranks_reason"], d["fits"]')" = "None True False" ] && ok ||
-    bad "no rank count fits, JSON: $(jget "$T/none.json" 'd.get("smallest_ranks"), d.get("smallest_ranks_reason")')"
+[ "$(json_get "$T/none.json" 'd["smallest_ranks"], "even 250 ranks" in d["smallest_ranks_reason"], d["fits"]')" = "None True False" ] && ok ||
+    bad "no rank count fits, JSON: $(json_get "$T/none.json" 'd.get("smallest_ranks"), d.get("smallest_ranks_reason")')"
 
 # --- (e) DATA --------------------------------------------------------------------------------------------
 "$BIN" simulate --preset tiny -o "$T/t.qem" --quiet || { echo "simulate failed"; exit 1; }

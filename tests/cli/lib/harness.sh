@@ -37,6 +37,14 @@ one_line() {
     fi
 }
 
+# json_get FILE EXPR: a value of the JSON object in FILE (EXPR in Python over d), with Debian's
+# python3 where it is there.
+json_get() {
+    local py=/usr/bin/python3
+    [ -x "$py" ] || py=python3
+    "$py" -c "import json,sys; d=json.load(open(sys.argv[1])); print($2)" "$1"
+}
+
 # finish NAME: prints the counts; the script's exit status is 0 only when nothing failed.
 finish() {
     echo "$1: $pass passed, $fail failed"
