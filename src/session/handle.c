@@ -220,8 +220,6 @@ size_t session_handle_encoded(const ssb4d_session *s) { return s->encoded; }
 
 /* ---- one call = one stage ---------------------------------------------------------------------- */
 
-/* Every call starts here: a cancel belongs to the call that was running when it came. Inside a
- * caller's stage the call is part of it, not a stage of its own. */
 /* The stage's device peak (ssb4d_stage_record.device_peak_bytes): restarted on the G copies
  * held at its start, then the largest sum of their peaks seen at the ends of its calls. */
 static void device_reset(ssb4d_session *s)
@@ -248,6 +246,8 @@ static void device_note(ssb4d_session *s, const ssb4d_G *extra)
     ssb_mem_stage_device_peak(s->mem, s->dev_peak);
 }
 
+/* Every call starts here: a cancel belongs to the call that was running when it came. Inside a
+ * caller's stage the call is part of it, not a stage of its own. */
 static void call_begin(ssb4d_session *s, const char *stage)
 {
     ssb4d_mem_cancel_clear(s->mem);
