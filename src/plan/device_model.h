@@ -97,7 +97,8 @@ typedef struct {
     dev_fft_work_fn fft_work;
 } dev_session_in;
 
-/* The BF pixels of a drag preview's view (handle.c: every ⌊n_bf/subset⌋-th pixel). */
+/* The BF pixels of a drag preview's view: every ⌊n_bf/subset⌋-th pixel (subset 0: 256); the session
+ * (handle.c, ssb4d_session_preview) sizes its view with it. */
 size_t dev_preview_bf(size_t n_bf, size_t subset);
 /* Replays the session: G's planes; the fit (the band power and band batches, or loss batches, on
  * the coarse subset and on all fit pixels; the branch check's object; the exact loss over all

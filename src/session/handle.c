@@ -732,7 +732,7 @@ ssb4d_status ssb4d_session_preview(ssb4d_session *s, const ssb4d_preview_req *q,
     size_t n_bf = ssb4d_G_n_bf(s->G);
     call_begin(s, "preview");
     if (q->subset && q->subset < n_bf) {
-        size_t step = n_bf / q->subset, n = (n_bf + step - 1) / step;
+        size_t step = n_bf / q->subset, n = dev_preview_bf(n_bf, q->subset); /* the device model counts it so */
         size_t *idx = malloc(n * sizeof *idx);
         if (!idx)
             st = ssb_fail(err, SSB4D_ENOMEM, "out of memory");
