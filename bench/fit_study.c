@@ -351,7 +351,7 @@ done:
     free(ph), free(phd), free(bf), free(df), free(inbf);
 }
 
-/* One JSON line on stdout, with C's "nan"/"-nan" written as JSON's null. */
+/* One JSON line on stdout, with C's "nan"/"-nan" written as JSON's null and "inf" as 1e999. */
 static void json_line(const char *line)
 {
     for (const char *p = line; *p;) {
@@ -362,6 +362,9 @@ static void json_line(const char *line)
         } else if (at_value && !strncmp(p, "nan", 3)) {
             fputs("null", stdout);
             p += 3;
+        } else if (at_value && (!strncmp(p, "inf", 3) || !strncmp(p, "-inf", 4))) {
+            fputs(*p == '-' ? "-1e999" : "1e999", stdout); /* JSON has no infinity; 1e999 reads as one */
+            p += *p == '-' ? 4 : 3;
         } else
             fputc(*p++, stdout);
     }
@@ -627,7 +630,7 @@ int main(int argc, char **argv)
                "\"truth\":{\"C10_nm_mean_plane\":%.4f,\"C10_nm_entrance\":%.4f,\"C10_nm_exit\":%.4f,\"C12_nm\":%.4f,\"phi12_deg_probe\":%.3f,\"rotation_deg\":%.3f,\"flip\":%d},\"float_sigma\":%.3f,"
                "\"fit\":{\"C10_nm\":%.4f,\"C12_nm\":%.4f,\"phi12_deg_probe\":%.3f,\"phi12_deg_scan\":%.3f,"
                "\"rotation_deg\":%.3f,\"rotation_source\":\"%s\",\"flip\":%d,\"flip_source\":\"%s\",\"flip_objective\":[%.6f,%.6f],\"calibration_flip\":%d,\"calibration_flip_fitted\":%d,\"branch_flipped\":%d,\"loss\":%.9g,"
-               "\"confident\":%d,\"skewness\":%.3f,\"contrast\":%.4f},"
+               "\"confident\":%d,\"skewness\":%.3f,\"contrast\":%.4f,\"se\":[%.4g,%.4g,%.4g,%.4g],\"disk_split\":[%.4g,%.4g,%.4g,%.4g]},"
                "\"parallax\":{\"C10_nm\":%.4f,\"C12_nm\":%.4f,\"phi12_deg_scan\":%.3f,\"rotation_deg\":%.3f,"
                "\"sigma\":[%.4f,%.4f,%.3f,%.3f]},"
                "\"calibration_rotation_deg\":%.3f,\"calibration_rotation_sigma_deg\":%.3f,"
@@ -641,7 +644,8 @@ int main(int argc, char **argv)
                c.c10_mean_plane, c.c10_entrance, c.c10_exit, c12, phi_true_probe, c.rotation_deg, mirror, float_sigma, r.ab.C_nm[SSB4D_C10],
                r.ab.C_nm[SSB4D_C12], r.phi12_probe_deg, r.ab.phi_deg[SSB4D_C12], r.geom.rotation_deg,
                r.rotation_source, r.geom.flip, r.flip_source, r.flip_objective[0], r.flip_objective[1], cal.geom.flip,
-               cal.flip_fitted, r.branch_flipped, r.loss, r.confident, r.skewness, r.loss_contrast, r.parallax.C10_nm, r.parallax.C12_nm,
+               cal.flip_fitted, r.branch_flipped, r.loss, r.confident, r.skewness, r.loss_contrast, r.C10_se_nm, r.C12_se_nm, r.phi12_se_deg,
+               r.rotation_se_deg, r.disk_split[0], r.disk_split[1], r.disk_split[2], r.disk_split[3], r.parallax.C10_nm, r.parallax.C12_nm,
                r.parallax.phi12_deg, r.parallax.rotation_deg, r.parallax.sigma[0], r.parallax.sigma[1],
                r.parallax.sigma[2], r.parallax.sigma[3], cal.rotation_curl_deg, cal.rotation_sigma_deg, d10, d12,
                dphi, drot, ok ? "true" : "false", ok_depth ? "true" : "false", ok_spec ? "true" : "false", ok_spec_tilt, fabs(drot) < 90.0 ? "true" : "false", okflip ? "true" : "false", tilt_fit[0], tilt_fit[1], t_fit, tilt_ok, expl[0], expl[1], loss_truth, bstat[0], bstat[1], bstat[2], bstat[3], r.evaluations,

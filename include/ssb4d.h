@@ -364,6 +364,16 @@ typedef struct {
     ssb4d_parallax parallax;    /* the parallax estimate (parallax_ok = 0: none) */
     int parallax_ok;
     double loss_contrast;       /* (median of the global search − best) / |median| of the objective */
+    /* Standard errors of the fitted C10, C12, φ12 (scan frame) and, when searched, the rotation:
+     * the counting noise's, from the optima of 8 disjoint groups of the fit pixels (the inner and
+     * outer half of the disk, each dealt into four) and their spread within each half, over √8
+     * (docs/fit.md "Standard errors"). NaN: not fitted (locked, a given rotation) or too few
+     * pixels; INFINITY: the objective has no minimum near the fit on the groups' mean curvature. */
+    double C10_se_nm, C12_se_nm, phi12_se_deg, rotation_se_deg;
+    /* A model check, not noise: the inner half's optimum − the outer half's, for C10 nm, C12 nm,
+     * φ12 deg and the rotation deg (NaN, INFINITY as above). Thin specimens: about 0.1 nm in
+     * C10; crystals whose phase the thin model does not describe: more. */
+    double disk_split[4];
     int confident;              /* 0: no clear minimum, the rotation undetermined, or (rotation
                                    searched) |skewness| < SSB4D_FIT_SKEW_SETTLED: branch uncertain */
     char warning[256];          /* why not confident (empty when confident) */

@@ -132,6 +132,8 @@ static void same_calfile(const ssb4d_calfile *a, const ssb4d_calfile *b)
         assert_int_equal(a->confident, b->confident);
         assert_string_equal(a->warning, b->warning);
         same_double(a->loss_contrast, b->loss_contrast, "loss contrast");
+        for (int i = 0; i < 4; i++)
+            same_double(a->se[i], b->se[i], "standard error");
         assert_int_equal(a->has_parallax, b->has_parallax);
         if (a->has_parallax) {
             same_double(a->px_C10_nm, b->px_C10_nm, "parallax C10");
@@ -252,6 +254,7 @@ static void fill_everything(ssb4d_calfile *c)
     c->confident = 0;
     snprintf(c->warning, sizeof c->warning, "no clear minimum: \"quoted\", \u00b0 and a\ttab");
     c->loss_contrast = -1e-300;
+    c->se[0] = 0.0123456789012345, c->se[1] = 0, c->se[3] = 1e6; /* se[2] stays NaN: undetermined */
     c->has_parallax = 1;
     c->px_C10_nm = -11.9;
     c->px_C12_nm = 2.9000000000000004;
@@ -584,6 +587,7 @@ static void set_fit(void **state)
     r.rotation_sigma_deg = 0.3;
     r.confident = 1;
     r.loss_contrast = 0.3;
+    r.C10_se_nm = 0.04, r.C12_se_nm = 0.01, r.phi12_se_deg = INFINITY, r.rotation_se_deg = NAN;
     r.n_fit_bf = 900;
     r.parallax_ok = 1;
     r.parallax.C10_nm = -9.9;
@@ -605,6 +609,7 @@ static void set_fit(void **state)
     assert_true(c.phi12_scan_deg == 47.42 && c.phi12_probe_deg == 35.02);
     assert_true(c.has_fit && c.has_parallax && c.confident == 1 && c.loss_n_bf == 1201 && c.fit_n_bf == 900);
     assert_string_equal(c.objective, "band");
+    assert_true(c.se[0] == 0.04 && c.se[1] == 0.01 && isnan(c.se[2]) && isnan(c.se[3]));
     round_trip(&c, "setfit.json");
     p.rotation_given = 1;
     p.objective = SSB4D_FIT_OBJ_LOSS;

@@ -568,12 +568,16 @@ function showFit(s) {
   } else {
     const r = f.result, rot = r.rotation_deg, phi = r.phi12_deg;
     const probe = f.phi12_probe_deg ?? wrap90(f.flip ? 90 + rot - phi : phi - rot);
-    set('r_C10', `${r.C10_nm.toFixed(3)} nm`);
-    set('r_C12', `${r.C12_nm.toFixed(3)} nm`);
-    set('r_phi_scan', `${phi.toFixed(2)}°`);
+    // the fit's standard errors (docs/fit.md "Standard errors"); none for a held value
+    const se = f.standard_errors || {};
+    const pm = (v, unit, digits) => (Number.isFinite(v) ? ` ± ${v.toFixed(digits)}${unit}` : '');
+    set('r_C10', `${r.C10_nm.toFixed(3)} nm${pm(se.C10_nm, ' nm', 3)}`);
+    set('r_C12', `${r.C12_nm.toFixed(3)} nm${pm(se.C12_nm, ' nm', 3)}`);
+    set('r_phi_scan', `${phi.toFixed(2)}°${pm(se.phi12_deg, '°', 2)}`);
     set('r_phi_probe', `${probe.toFixed(2)}°`);
     const src = f.rotation_source ? ` (${f.rotation_source})` : '';
-    const sig = Number.isFinite(f.rotation_sigma_deg) ? ` ± ${f.rotation_sigma_deg.toFixed(2)}°` : '';
+    const rse = Number.isFinite(se.rotation_deg) ? se.rotation_deg : f.rotation_sigma_deg;
+    const sig = Number.isFinite(rse) ? ` ± ${rse.toFixed(2)}°` : '';
     set('r_rot', `${rot.toFixed(2)}°${sig}${src}`);
     set('r_flip', `${f.flip ? 'mirrored' : 'not mirrored'}${f.flip_source ? ' (' + f.flip_source + ')' : ''}`);
     set('r_loss', `${f.loss.toPrecision(8)}${Number.isFinite(f.seconds) && f.seconds > 0 ? ` · fit took ${f.seconds.toFixed(1)} s` : ''}`);

@@ -169,7 +169,9 @@ class FitResult(Structure):
                 ('flip_objective', c_double * 2), ('loss', c_double),
                 ('objective', c_double), ('branch_flipped', c_int), ('skewness', c_double),
                 ('skewness_other', c_double), ('parallax', Parallax), ('parallax_ok', c_int),
-                ('loss_contrast', c_double), ('confident', c_int), ('warning', c_char * 256),
+                ('loss_contrast', c_double), ('C10_se_nm', c_double), ('C12_se_nm', c_double),
+                ('phi12_se_deg', c_double), ('rotation_se_deg', c_double), ('disk_split', c_double * 4),
+                ('confident', c_int), ('warning', c_char * 256),
                 ('n_fit_bf', c_size_t), ('n_coarse_bf', c_size_t), ('evaluations', c_size_t),
                 ('nm_iterations', c_int), ('trace_sha256', c_char * 65), ('trials', POINTER(FitTrial)),
                 ('n_trials', c_size_t), ('seconds', c_double)]

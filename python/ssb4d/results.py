@@ -111,6 +111,9 @@ class FitResult:
     warning: str
     branch_flipped: bool
     loss_contrast: float
+    # standard errors {'C10_nm', 'C12_nm', 'phi12_deg' (scan frame), 'rotation_deg'}: the spread of
+    # the fits on 8 groups of the fit pixels (docs/fit.md); nan: not fitted; inf: no minimum there
+    standard_errors: Dict[str, float]
     n_fit_bf: int
     evaluations: int
     nm_iterations: int
@@ -144,7 +147,9 @@ class FitResult:
         return cls(r.ab.C_nm[0], r.ab.C_nm[1], r.ab.phi_deg[1], r.phi12_probe_deg, r.geom.rotation_deg,
                    _lib.s(r.rotation_source), r.rotation_sigma_deg, bool(r.geom.flip), _lib.s(r.flip_source),
                    r.loss, r.objective, bool(r.confident),
-                   _lib.s(r.warning), bool(r.branch_flipped), r.loss_contrast, r.n_fit_bf, r.evaluations,
+                   _lib.s(r.warning), bool(r.branch_flipped), r.loss_contrast,
+                   {'C10_nm': r.C10_se_nm, 'C12_nm': r.C12_se_nm, 'phi12_deg': r.phi12_se_deg,
+                    'rotation_deg': r.rotation_se_deg}, r.n_fit_bf, r.evaluations,
                    r.nm_iterations, _lib.s(r.trace_sha256), r.seconds, aberrations_dict(r.ab),
                    Geometry._from(r.geom), tr, px, raw)
 

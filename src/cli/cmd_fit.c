@@ -561,7 +561,10 @@ static void print_fit_summary(const fit_opts *o, const ssb4d_fit_params *fp, con
 {
     char lab[160];
     rotation_label(fp, r, j, lab, sizeof lab);
-    printf("rotation     %9.3f deg (%s)\n", r->geom.rotation_deg, lab);
+    char pm[40] = "";
+    if (isfinite(r->rotation_se_deg))
+        snprintf(pm, sizeof pm, " \u00b1 %.2f deg", r->rotation_se_deg);
+    printf("rotation     %9.3f deg%s (%s)\n", r->geom.rotation_deg, pm, lab);
     if (!strcmp(r->flip_source, "given"))
         printf("detector     %s (given: %s)\n", r->geom.flip ? "mirrored" : "not mirrored",
                j->v.flip_from[0] ? j->v.flip_from : "stated");
@@ -844,6 +847,12 @@ static void fit_print_json(const fit_opts *o, const cli_session *cs, const fit_r
     cJSON *out = cJSON_CreateObject();
     add_ab(out, x);
     add_fit_json(out, &run->fp, r, v, cs, run->have_tilt ? phi12_probe(r, x[2]) : r->phi12_probe_deg, x[2]);
+    /* the standard fit's standard errors (null: not fitted, undetermined, or the thick model's values) */
+    cJSON *se = cJSON_AddObjectToObject(out, "standard_errors");
+    const double sev[4] = {r->C10_se_nm, r->C12_se_nm, r->phi12_se_deg, r->rotation_se_deg};
+    static const char *se_keys[4] = {"C10_nm", "C12_nm", "phi12_deg", "rotation_deg"};
+    for (int i = 0; i < 4; i++)
+        cJSON_AddItemToObject(se, se_keys[i], run->have_tilt ? cJSON_CreateNull() : cli_json_num(sev[i]));
     cJSON_AddNumberToObject(out, "loss", r->loss);
     cJSON_AddNumberToObject(out, "loss_n_bf", (double)run->n_bf);
     cJSON_AddNumberToObject(out, "n_bf", (double)run->n_bf);
@@ -899,6 +908,18 @@ static void fit_print_json(const fit_opts *o, const cli_session *cs, const fit_r
     cJSON_Delete(out);
 }
 
+/* " ± 0.045 nm" for a standard error, " ± ? (no minimum on the pixel groups)" for an infinite one,
+ * nothing for none (a held value). */
+static void se_text(char *buf, size_t n, double se, const char *unit)
+{
+    if (isfinite(se))
+        snprintf(buf, n, " \u00b1 %.*f %s", strcmp(unit, "nm") ? 2 : 3, se, unit);
+    else if (isinf(se))
+        snprintf(buf, n, " \u00b1 ? (undetermined)");
+    else
+        buf[0] = 0;
+}
+
 static void fit_print_text(const fit_opts *o, const cli_session *cs, const fit_run *run, double seconds)
 {
     const ssb4d_fit_result *r = &run->r;
@@ -913,14 +934,18 @@ static void fit_print_text(const fit_opts *o, const cli_session *cs, const fit_r
     printf("%-12s %12s%s\n", "", "fit", !builtin ? "" : o->verbose ? "        truth (C10 at the mean plane depth)"
                                                                    : "        truth");
     static const char *names[2] = {"C10", "C12"};
+    const double se[3] = {r->C10_se_nm, r->C12_se_nm, r->phi12_se_deg};
+    char pm[3][40];
+    for (int i = 0; i < 3; i++) /* the standard fit's standard errors; none for the thick model's values */
+        se_text(pm[i], sizeof pm[i], run->have_tilt ? NAN : se[i], i < 2 ? "nm" : "deg");
     for (int i = 0; i < 2; i++) {
-        printf("%-12s %9.3f nm", names[i], x[i]);
+        printf("%-12s %9.3f nm%s", names[i], x[i], pm[i]);
         if (builtin)
             printf("    %9.3f nm", cs->truth[i]);
         printf("\n");
     }
     double probe = run->have_tilt ? phi12_probe(r, x[2]) : r->phi12_probe_deg;
-    printf("%-12s %9.3f deg (probe/detector frame), %.3f deg (scan frame)", "phi12", probe, x[2]);
+    printf("%-12s %9.3f deg (probe/detector frame), %.3f deg (scan frame)%s", "phi12", probe, x[2], pm[2]);
     if (builtin)
         printf("; truth %.3f deg (detector frame)", cs->truth[2]);
     printf("\n");

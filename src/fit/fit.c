@@ -89,6 +89,29 @@ static ssb4d_status thin_eval(void *user, const double *x, size_t n, double *los
     return st;
 }
 
+/* The band objective's normalisation: p's, else the band power of G (one pass). */
+static ssb4d_status band_norm(const ssb4d_G *G, const ssb4d_geometry *g, const fit_thin_params *p, ssb4d_mem *mem,
+                              double *inv_power, ssb4d_err *err)
+{
+    double power = p->band_power;
+    ssb4d_status st = power > 0 ? SSB4D_OK : ssb4d_band_power(G, g, &p->band, mem, &power, err);
+    if (st)
+        return st;
+    if (!(power > 0))
+        return ssb_fail(err, SSB4D_ENOTFOUND, "the band %g-%g 1/A holds no signal", p->band.band_lo_inv_A,
+                        p->band.band_hi_inv_A);
+    *inv_power = 1.0 / power;
+    return SSB4D_OK;
+}
+
+ssb4d_status fit_thin_eval(const ssb4d_G *G, const ssb4d_geometry *g, const fit_thin_params *p, const double *x,
+                           size_t n, ssb4d_mem *mem, double *loss, ssb4d_err *err)
+{
+    objective o = {G, g, p, mem, 0.0};
+    ssb4d_status st = p->objective == SSB4D_FIT_OBJ_BAND ? band_norm(G, g, p, mem, &o.inv_power, err) : SSB4D_OK;
+    return st ? st : thin_eval(&o, x, n, loss, err);
+}
+
 ssb4d_status fit_thin(const ssb4d_G *G, const ssb4d_geometry *g, const fit_thin_params *p,
                       ssb4d_mem *mem, fit_thin_result *r, fit_state **state, ssb4d_err *err)
 {
@@ -99,14 +122,9 @@ ssb4d_status fit_thin(const ssb4d_G *G, const ssb4d_geometry *g, const fit_thin_
         return cst;
     objective o = {G, g, p, mem, 0.0};
     if (p->objective == SSB4D_FIT_OBJ_BAND) {
-        double power = p->band_power;
-        ssb4d_status pst = power > 0 ? SSB4D_OK : ssb4d_band_power(G, g, &p->band, mem, &power, err);
+        ssb4d_status pst = band_norm(G, g, p, mem, &o.inv_power, err);
         if (pst)
             return pst;
-        if (!(power > 0))
-            return ssb_fail(err, SSB4D_ENOTFOUND, "the band %g-%g 1/A holds no signal",
-                            p->band.band_lo_inv_A, p->band.band_hi_inv_A);
-        o.inv_power = 1.0 / power;
     }
     fit_problem fp;
     memset(&fp, 0, sizeof fp);

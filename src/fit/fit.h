@@ -56,6 +56,23 @@ typedef struct {
 ssb4d_status fit_thin(const ssb4d_G *G, const ssb4d_geometry *g, const fit_thin_params *p,
                       ssb4d_mem *mem, fit_thin_result *r, fit_state **state, ssb4d_err *err);
 
+/* The objective at n points x (n_params values each, as fit_thin sees them) on G, with no trace
+ * or cache: −fit/power of the band objective (power: p->band_power, or G's when 0) or the exact
+ * loss. */
+ssb4d_status fit_thin_eval(const ssb4d_G *G, const ssb4d_geometry *g, const fit_thin_params *p, const double *x,
+                           size_t n, ssb4d_mem *mem, double *loss, ssb4d_err *err);
+
+/* Standard errors of the fit point x (p's parameters: C10 nm, C12 nm, φ12 deg and, with
+ * p->fit_rotation, the rotation deg) on the fit pixels F (uncertainty.c): the optima of
+ * FIT_SE_GROUPS disjoint groups of F's pixels (the inner and outer half of the disk, each dealt
+ * into four), each one Newton step from x. se: the spread within the halves over √groups (the
+ * noise); split: inner half's mean − outer half's (a model check). φ12's are in the scan frame
+ * (g's handedness). NaN for a held parameter, INFINITY when the groups' mean curvature has no
+ * minimum near x. *n_evals receives the evaluations (point × group). */
+#define FIT_SE_GROUPS 8
+ssb4d_status fit_uncertainty(const ssb4d_G *F, const ssb4d_geometry *g, const fit_thin_params *p, const double x[4],
+                             ssb4d_mem *mem, double se[4], double split[4], size_t *n_evals, ssb4d_err *err);
+
 /* φ12 between the probe (detector) and the scan frame at rotation rot (SPEC §2): φ_scan =
  * φ_probe + rot; with a mirrored detector (flip: axes swapped before the rotation) φ_scan =
  * 90° + rot − φ_probe, which is its own inverse. Not wrapped. */

@@ -643,6 +643,20 @@ ssb4d_status ssb4d_fit(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d_fi
         st = refine(F, &r->geom, p, &box, &band, &pr, x, FIT_STAGE_NM_FULL, mem, r, &tr, err);
         memcpy(x, tr.x, sizeof x);
     }
+    /* standard errors at the endpoint (uncertainty.c); the 180° branch below keeps them */
+    r->C10_se_nm = r->C12_se_nm = r->phi12_se_deg = r->rotation_se_deg = NAN;
+    for (int j = 0; j < 4; j++)
+        r->disk_split[j] = NAN;
+    if (!st) {
+        fit_thin_params t;
+        thin_params(p, &box, &band, &pr, &t);
+        double se[4];
+        size_t ne = 0;
+        st = fit_uncertainty(F, &r->geom, &t, x, mem, se, r->disk_split, &ne, err);
+        r->C10_se_nm = se[FIT_C10], r->C12_se_nm = se[FIT_C12], r->phi12_se_deg = se[FIT_PHI12];
+        r->rotation_se_deg = se[FIT_ROT];
+        r->evaluations += ne;
+    }
     if (!st) {
         r->objective = tr.loss;
         if (box.fit_rotation) { /* back to the scan frame */

@@ -76,6 +76,7 @@ void ssb_calfile_init(ssb4d_calfile *c)
     c->rotation_sigma_deg = NAN;
     c->camera_length_mm = c->dwell_us = NAN;
     c->phi12_scan_deg = c->phi12_probe_deg = c->loss_contrast = NAN;
+    c->se[0] = c->se[1] = c->se[2] = c->se[3] = NAN;
     c->confident = -1;
     c->px_C10_nm = c->px_C12_nm = c->px_phi12_scan_deg = c->px_rotation_deg = NAN;
     c->px_residual_A = c->px_seconds = NAN;
@@ -155,6 +156,9 @@ void ssb_calfile_set_fit(ssb4d_calfile *c, const ssb4d_fit_result *r, const ssb4
     c->confident = r->confident != 0;
     snprintf(c->warning, sizeof c->warning, "%s", r->warning);
     c->loss_contrast = r->loss_contrast;
+    const double se[4] = {r->C10_se_nm, r->C12_se_nm, r->phi12_se_deg, r->rotation_se_deg};
+    for (int i = 0; i < 4; i++) /* JSON has no infinity: "no minimum" and "none" are both null */
+        c->se[i] = isfinite(se[i]) ? se[i] : NAN;
     c->has_parallax = r->parallax_ok;
     if (r->parallax_ok) {
         c->px_C10_nm = r->parallax.C10_nm;
@@ -268,6 +272,10 @@ static cJSON *fit_json(const ssb4d_calfile *c)
     else
         cJSON_AddNullToObject(f, "warning");
     cJSON_AddItemToObject(f, "loss_contrast", num_or_null(c->loss_contrast));
+    cJSON *se = cJSON_AddObjectToObject(f, "standard_errors");
+    static const char *se_keys[4] = {"C10_nm", "C12_nm", "phi12_deg", "rotation_deg"};
+    for (int i = 0; i < 4; i++)
+        cJSON_AddItemToObject(se, se_keys[i], num_or_null(c->se[i]));
     if (!c->has_parallax) {
         cJSON_AddNullToObject(f, "parallax");
         return f;
@@ -713,6 +721,17 @@ static ssb4d_status parse_fit(const rd *r, const cJSON *f, ssb4d_calfile *c)
         (st = get_str(r, f, "warning", "fit.warning", c->warning, sizeof c->warning)) ||
         (st = get_num(r, f, "loss_contrast", "fit.loss_contrast", -1e300, 1e300, &c->loss_contrast)))
         return st;
+    /* the standard errors (files before issue 32 have none) */
+    const cJSON *se = get_obj(r, f, "standard_errors", &st);
+    if (st)
+        return bad(r, "fit.standard_errors", "must be an object or null");
+    static const char *se_keys[4] = {"C10_nm", "C12_nm", "phi12_deg", "rotation_deg"};
+    for (int i = 0; i < 4; i++) {
+        char full[64];
+        snprintf(full, sizeof full, "fit.standard_errors.%s", se_keys[i]);
+        if ((st = get_num(r, se, se_keys[i], full, 0, 1e6, &c->se[i])))
+            return st;
+    }
     const cJSON *cf = cJSON_GetObjectItemCaseSensitive(f, "confident");
     if (cf && !cJSON_IsNull(cf) && !cJSON_IsBool(cf))
         return bad(r, "fit.confident", "must be true or false");

@@ -87,6 +87,8 @@ typedef struct {
     int confident;
     char warning[256];
     double loss_contrast;
+    double se[4];                /* standard errors of C10 nm, C12 nm, φ12 deg (scan frame) and the
+                                    rotation deg ("standard_errors"; NaN: none, or undetermined) */
     int has_parallax;
     double px_C10_nm, px_C12_nm, px_phi12_scan_deg, px_rotation_deg;
     double px_sigma[4];          /* C10 nm, C12 nm, φ12 deg, rotation deg (NaN unknown) */

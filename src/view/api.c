@@ -293,6 +293,11 @@ cJSON *view_state_json(view_server *v)
         cJSON_AddStringToObject(f, "rotation_source", v->fit_rotation_source);
         if (isfinite(v->fit_rotation_sigma_deg))
             cJSON_AddNumberToObject(f, "rotation_sigma_deg", v->fit_rotation_sigma_deg);
+        cJSON *se = cJSON_AddObjectToObject(f, "standard_errors"); /* null: not fitted or undetermined */
+        static const char *se_keys[4] = {"C10_nm", "C12_nm", "phi12_deg", "rotation_deg"};
+        for (int i = 0; i < 4; i++)
+            cJSON_AddItemToObject(se, se_keys[i], isfinite(v->fit_se[i]) ? cJSON_CreateNumber(v->fit_se[i])
+                                                                          : cJSON_CreateNull());
         /* φ12 in the probe (detector) frame (docs/fit.md): φ12 − rotation, mod 180°; with a
          * mirrored detector 90° + rotation − φ12 */
         double ps = v->fit_ab.phi_deg[SSB4D_C12], rot = isfinite(v->fit_rotation_deg) ? v->fit_rotation_deg : 0;

@@ -123,6 +123,7 @@ struct view_server {
     int fit_confident;
     char fit_rotation_source[24];
     double fit_rotation_sigma_deg;
+    double fit_se[4];               /* standard errors: C10 nm, C12 nm, φ12 deg (scan frame), rotation deg */
     cJSON *trials;         /* best trials of the last fit (array) */
     cJSON *region;         /* last region refit (object) or NULL */
     ssb4d_fit_result region_res;

@@ -167,6 +167,8 @@ static void do_fit(view_server *v, view_resp *resp)
     v->fit_confident = r.confident;
     snprintf(v->fit_rotation_source, sizeof v->fit_rotation_source, "%s", r.rotation_source);
     v->fit_rotation_sigma_deg = r.rotation_sigma_deg;
+    v->fit_se[0] = r.C10_se_nm, v->fit_se[1] = r.C12_se_nm, v->fit_se[2] = r.phi12_se_deg;
+    v->fit_se[3] = r.rotation_se_deg;
     pthread_mutex_unlock(&v->mu);
     view_resp_json(resp, 200, fit_json(&r));
     ssb4d_fit_result_free(&r);

@@ -29,6 +29,11 @@ def test_file_fit_is_the_command_lines_bit_for_bit(tiny, tmp_path):
         assert f.trace_sha256 == cli['trace_sha256']
         assert f.C10_nm == pytest.approx(cli['C10_nm'], abs=1e-9)
         assert f.loss == cli['loss']
+        # the standard errors (issue 32): the command line's, finite, the given rotation's none
+        for k in ('C10_nm', 'C12_nm', 'phi12_deg'):
+            assert f.standard_errors[k] == pytest.approx(cli['standard_errors'][k], rel=1e-12)
+            assert 0 < f.standard_errors[k] < 1
+        assert cli['standard_errors']['rotation_deg'] is None and np.isnan(f.standard_errors['rotation_deg'])
         rec = s.reconstruct(progress=False)
         obj = np.load(tiny['fit_dir'] / 'object.npy')
         assert rec.object.tobytes() == obj.tobytes()
