@@ -413,7 +413,8 @@ def study(exe, quick, ramp, keep=None):
     with tempfile.TemporaryDirectory() as tmp:
         work = keep or tmp
         for i, (label, flags) in enumerate(cases):
-            data = os.path.join(work, "case%d.npy" % i)
+            tag = "".join(ch if ch.isalnum() else "_" for ch in "_".join(flags))
+            data = os.path.join(work, "case_%s.npy" % tag)  # named by its flags: --keep reuses it
             if not os.path.exists(data):
                 cmd = [exe, "simulate", "-q", "--force", "--threads", "2", "-o", data] + flags
                 r = subprocess.run(cmd, capture_output=True, text=True)
