@@ -269,10 +269,13 @@ def reconstruct(d, cfg, chunk=64):
             if nyq_r is not None and nyq_c is not None:
                 W[:, nyq_r, nyq_c], D[:, nyq_r, nyq_c] = cw, cd
         elif cfg["nyquist"] == "zero":
+            W, D = W.copy(), D.copy()
             if nyq_r is not None:
                 W[:, nyq_r, :] = 0
+                D[:, nyq_r, :] = 0
             if nyq_c is not None:
                 W[:, :, nyq_c] = 0
+                D[:, :, nyq_c] = 0
         Ck = G * W
         num += Ck.sum(axis=0)
         den += D.sum(axis=0)
