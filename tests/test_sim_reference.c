@@ -141,7 +141,7 @@ static void test_weak_phase(void **state)
 {
     (void)state;
     enum { HM = 20 };
-    static int hk[(2 * HM + 1) * (2 * HM + 1)][2];
+    int hk[(2 * HM + 1) * (2 * HM + 1)][2];
     int nb = 0;
     for (int h = -HM; h <= HM; h++)
         for (int k = -HM; k <= HM; k++)
