@@ -84,6 +84,17 @@ size_t sim_reuse_table_bytes(const ssb4d_sim_params *p, size_t *n_tables);
 ssb4d_status sim_pattern_at(const ssb4d_sim_params *p, double r_row_A, double r_col_A, float *pat,
                             double sums[2], ssb4d_err *err);
 
+/* The multislice of a plane wave along the beam (p's specimen, kV, thickness, window, grid and
+ * tilt; the probe, scan and detector are not used), for the checks against references
+ * (tests/test_sim_reference.c): after the transmission of each slice s < n_slices (2 per cell;
+ * s = 2n + 1 is the exit of n + 1 cells as the STEM simulation sees it), the complex
+ * amplitudes of the beams hk[b] = (h, k) (reciprocal-lattice indices, relative to the
+ * incident beam), into amp[(s·nb + b)·2 + {0: re, 1: im}]; the incident beam has amplitude 1.
+ * The same transmission functions, propagator, tilt and antialias band as the STEM
+ * simulation. */
+ssb4d_status sim_planewave_beams(const ssb4d_sim_params *p, int nb, const int (*hk)[2],
+                                 double *amp, ssb4d_err *err);
+
 /* ---- random numbers (rng.c) --------------------------------------------------------------- */
 
 typedef struct {
