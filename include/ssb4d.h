@@ -257,6 +257,14 @@ void ssb4d_values_layer(ssb4d_values *out, const ssb4d_values *in);
  * malformed is an error with its name; a missing sidecar is not. */
 ssb4d_status ssb4d_values_read(const char *data_path, const char *sidecar_path, const char *calibration_path,
                                ssb4d_values *out, ssb4d_err *err);
+/* The values of another acquisition's calibration file (path) whose rotation is to be held on
+ * this one (a thin area's fit carried to a crystal: the command line's --rotation-from, Python's
+ * rotation_from=; docs/fit.md): out as ssb4d_values_read(NULL, NULL, path) gives them. Refused
+ * (SSB4D_EINVAL or the reader's error, the message naming path): a missing or broken file, one
+ * that states no rotation, one whose rotation was measured from the centre of mass (its 180°
+ * branch open). The caller takes out's rotation_deg and, where stated (flip >= 0), its flip, and
+ * may compare out's kv, semi-angle and detector sampling with its own data's. */
+ssb4d_status ssb4d_values_rotation_from(const char *path, ssb4d_values *out, ssb4d_err *err);
 
 /* The parallax estimate of the fit's start (src/parallax/, SPEC §6.1; the advanced part runs it
  * on its own). */

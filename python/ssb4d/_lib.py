@@ -321,6 +321,7 @@ _PROTOS = {
     'ssb4d_mem_peak': (c_size_t, [VP]),
     'ssb4d_mem_limit': (c_size_t, [VP]),
     'ssb4d_values_read': (c_int, [c_char_p, c_char_p, c_char_p, P(Values), P(Err)]),
+    'ssb4d_values_rotation_from': (c_int, [c_char_p, P(Values), P(Err)]),
     'ssb4d_values_unset': (None, [P(Values)]),
     'ssb4d_calib_params_default': (None, [P(CalibParams)]),
     'ssb4d_fit_params_default': (None, [P(FitParams)]),
