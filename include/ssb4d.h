@@ -863,7 +863,17 @@ typedef struct {
                                and det_col swapped), as a camera mounted or read out in the other
                                handedness records it; reconstruct with flip (SPEC §2). The
                                sidecar says "flip": true */
+    double wedge_nm[2];     /* a wedge: the thickness rises linearly along the scan columns from
+                               wedge_nm[0] nm at column 0 to wedge_nm[1] at the last, rounded per
+                               column to whole unit cells (at least 1; 2 slices each), replacing
+                               cells_z; {0, 0}: the uniform cells_z. Each column is simulated at
+                               its own thickness (no pattern reuse); the detector oversampling and
+                               grid follow the thickest. ssb4d_sim_describe's thickness_nm and
+                               n_slices are then the thickest column's */
 } ssb4d_sim_params;
+
+/* The unit cells along the beam at scan column j (cells_z, or the wedge's there). */
+int ssb4d_sim_cells_at(const ssb4d_sim_params *p, int j);
 
 /* Derived geometry and, after a simulation, its statistics. */
 typedef struct {

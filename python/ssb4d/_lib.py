@@ -254,7 +254,8 @@ class SimParams(Structure):
                 ('scan_rotation_deg', c_double), ('scan_n', c_int), ('scan_cells', c_int), ('det', c_int),
                 ('grid', c_int), ('det_oversample', c_int), ('dose', c_double), ('seed', c_uint64),
                 ('threads', c_int), ('reuse_bytes', c_size_t), ('block_bytes', c_size_t),
-                ('progress', PROGRESS), ('progress_user', c_void_p), ('det_flip', c_int)]
+                ('progress', PROGRESS), ('progress_user', c_void_p), ('det_flip', c_int),
+                ('wedge_nm', c_double * 2)]
 
 
 class SimInfo(Structure):
