@@ -542,6 +542,10 @@ void ssb4d_session_get(const ssb4d_session *s, ssb4d_aberrations *ab, ssb4d_thic
 void ssb4d_session_set(ssb4d_session *s, const ssb4d_aberrations *ab, const ssb4d_thick *thick);
 /* Holds the scan–detector rotation at deg (later fits keep it, as if given). Calibrates first. */
 ssb4d_status ssb4d_session_set_rotation(ssb4d_session *s, double deg, ssb4d_err *err);
+/* Holds the detector's handedness at flip (0 or 1; later fits keep it, as if given, rather than
+ * test both): with ssb4d_session_set_rotation, the geometry of one fit held for others (ssb4d
+ * fit-regions holds the region that settles the 180° branch). Calibrates first. */
+ssb4d_status ssb4d_session_set_flip(ssb4d_session *s, int flip, ssb4d_err *err);
 /* Makes a fit's result (of the whole field or of a region) the current parameters: its
  * aberrations and geometry, for the whole field. */
 void ssb4d_session_apply(ssb4d_session *s, const ssb4d_fit_result *r);

@@ -345,6 +345,7 @@ _PROTOS = {
     'ssb4d_session_get': (None, [VP, P(Aberrations), P(Thick), P(Geometry)]),
     'ssb4d_session_set': (None, [VP, P(Aberrations), P(Thick)]),
     'ssb4d_session_set_rotation': (c_int, [VP, c_double, P(Err)]),
+    'ssb4d_session_set_flip': (c_int, [VP, c_int, P(Err)]),
     'ssb4d_session_apply': (None, [VP, P(FitResult)]),
     'ssb4d_preview_req_default': (None, [P(PreviewReq)]),
     'ssb4d_session_image_shape': (c_int, [VP, c_int, P(c_size_t), P(c_size_t), P(Err)]),
