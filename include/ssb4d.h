@@ -257,6 +257,14 @@ void ssb4d_values_layer(ssb4d_values *out, const ssb4d_values *in);
  * malformed is an error with its name; a missing sidecar is not. */
 ssb4d_status ssb4d_values_read(const char *data_path, const char *sidecar_path, const char *calibration_path,
                                ssb4d_values *out, ssb4d_err *err);
+/* The values of another acquisition's calibration file (path) whose rotation is to be held on
+ * this one (a thin area's fit carried to a crystal: the command line's --rotation-from, Python's
+ * rotation_from=; docs/fit.md): out as ssb4d_values_read(NULL, NULL, path) gives them. Refused
+ * (SSB4D_EINVAL or the reader's error, the message naming path): a missing or broken file, one
+ * that states no rotation, one whose rotation was measured from the centre of mass (its 180°
+ * branch open). The caller takes out's rotation_deg and, where stated (flip >= 0), its flip, and
+ * may compare out's kv, semi-angle and detector sampling with its own data's. */
+ssb4d_status ssb4d_values_rotation_from(const char *path, ssb4d_values *out, ssb4d_err *err);
 
 /* The parallax estimate of the fit's start (src/parallax/, SPEC §6.1; the advanced part runs it
  * on its own). */
@@ -544,6 +552,10 @@ void ssb4d_session_get(const ssb4d_session *s, ssb4d_aberrations *ab, ssb4d_thic
 void ssb4d_session_set(ssb4d_session *s, const ssb4d_aberrations *ab, const ssb4d_thick *thick);
 /* Holds the scan–detector rotation at deg (later fits keep it, as if given). Calibrates first. */
 ssb4d_status ssb4d_session_set_rotation(ssb4d_session *s, double deg, ssb4d_err *err);
+/* Holds the detector's handedness at flip (0 or 1; later fits keep it, as if given, rather than
+ * test both): with ssb4d_session_set_rotation, the geometry of one fit held for others (ssb4d
+ * fit-regions holds the region that settles the 180° branch). Calibrates first. */
+ssb4d_status ssb4d_session_set_flip(ssb4d_session *s, int flip, ssb4d_err *err);
 /* Makes a fit's result (of the whole field or of a region) the current parameters: its
  * aberrations and geometry, for the whole field. */
 void ssb4d_session_apply(ssb4d_session *s, const ssb4d_fit_result *r);
@@ -865,7 +877,17 @@ typedef struct {
                                and det_col swapped), as a camera mounted or read out in the other
                                handedness records it; reconstruct with flip (SPEC §2). The
                                sidecar says "flip": true */
+    double wedge_nm[2];     /* a wedge: the thickness rises linearly along the scan columns from
+                               wedge_nm[0] nm at column 0 to wedge_nm[1] at the last, rounded per
+                               column to whole unit cells (at least 1; 2 slices each), replacing
+                               cells_z; {0, 0}: the uniform cells_z. Each column is simulated at
+                               its own thickness (no pattern reuse); the detector oversampling and
+                               grid follow the thickest. ssb4d_sim_describe's thickness_nm and
+                               n_slices are then the thickest column's */
 } ssb4d_sim_params;
+
+/* The unit cells along the beam at scan column j (cells_z, or the wedge's there). */
+int ssb4d_sim_cells_at(const ssb4d_sim_params *p, int j);
 
 /* Derived geometry and, after a simulation, its statistics. */
 typedef struct {

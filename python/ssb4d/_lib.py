@@ -256,7 +256,8 @@ class SimParams(Structure):
                 ('scan_rotation_deg', c_double), ('scan_n', c_int), ('scan_cells', c_int), ('det', c_int),
                 ('grid', c_int), ('det_oversample', c_int), ('dose', c_double), ('seed', c_uint64),
                 ('threads', c_int), ('reuse_bytes', c_size_t), ('block_bytes', c_size_t),
-                ('progress', PROGRESS), ('progress_user', c_void_p), ('det_flip', c_int)]
+                ('progress', PROGRESS), ('progress_user', c_void_p), ('det_flip', c_int),
+                ('wedge_nm', c_double * 2)]
 
 
 class SimInfo(Structure):
@@ -323,6 +324,7 @@ _PROTOS = {
     'ssb4d_mem_peak': (c_size_t, [VP]),
     'ssb4d_mem_limit': (c_size_t, [VP]),
     'ssb4d_values_read': (c_int, [c_char_p, c_char_p, c_char_p, P(Values), P(Err)]),
+    'ssb4d_values_rotation_from': (c_int, [c_char_p, P(Values), P(Err)]),
     'ssb4d_values_unset': (None, [P(Values)]),
     'ssb4d_calib_params_default': (None, [P(CalibParams)]),
     'ssb4d_fit_params_default': (None, [P(FitParams)]),
@@ -345,6 +347,7 @@ _PROTOS = {
     'ssb4d_session_get': (None, [VP, P(Aberrations), P(Thick), P(Geometry)]),
     'ssb4d_session_set': (None, [VP, P(Aberrations), P(Thick)]),
     'ssb4d_session_set_rotation': (c_int, [VP, c_double, P(Err)]),
+    'ssb4d_session_set_flip': (c_int, [VP, c_int, P(Err)]),
     'ssb4d_session_apply': (None, [VP, P(FitResult)]),
     'ssb4d_preview_req_default': (None, [P(PreviewReq)]),
     'ssb4d_session_image_shape': (c_int, [VP, c_int, P(c_size_t), P(c_size_t), P(Err)]),

@@ -591,6 +591,8 @@ def _microscope(values, kw):
         m['rotation_measured'] = False
     if kw.get('flip') is not None:
         m['flip'] = bool(kw['flip'])
+    if kw.get('rotation_from') is not None:
+        _rotation_from(kw['rotation_from'], m, kw)
     need = (('kv', 'the accelerating voltage is unknown: give kv= (kV)'),
             ('semiangle_mrad', 'the convergence semi-angle is unknown: give semiangle_mrad= (mrad)'),
             ('scan_step_A', 'the scan step is unknown: give scan_step_A= (Angstrom)'))
@@ -598,6 +600,43 @@ def _microscope(values, kw):
         if m.get(k) is None:
             raise InvalidArgument(msg)
     return m
+
+
+def _rotation_from(path, m, kw):
+    """rotation_from=: the rotation and, where it states it, the handedness of another
+    acquisition's calibration file (a thin area's fit, docs/fit.md), held as rotation_deg= would
+    be. The library's checks (ssb4d_values_rotation_from, the command line's --rotation-from): a
+    missing or broken file, one without a settled rotation (a centre-of-mass measurement) are
+    refused; so is rotation_deg= with it. A file made at another kV, semi-angle or detector
+    sampling than these values warns (RuntimeWarning) and is used."""
+    if kw.get('rotation_deg') is not None:
+        raise InvalidArgument('give rotation_deg or rotation_from, not both')
+    try:
+        path = os.fspath(path)
+    except TypeError:
+        raise InvalidArgument('rotation_from takes the path of a calibration file, not %r' % (path,)) from None
+    v = _lib.Values()
+    err = _lib.Err()
+    st = lib.ssb4d_values_rotation_from(_lib.enc(path), ctypes.byref(v), ctypes.byref(err))
+    if st:
+        from .errors import _raise_for
+        _raise_for(st, 'rotation_from: ' + err.msg.decode('utf-8', 'replace'))
+    names = (('kv', 'kV', v.kv, m.get('kv')), ('semiangle_mrad', 'semi-angle (mrad)', v.semiangle_mrad,
+                                              m.get('semiangle_mrad')))
+    ds = m.get('det_sampling_mrad') or (None, None)
+    names += tuple(('det_sampling_mrad', 'detector sampling (mrad)', v.det_sampling_mrad[i], ds[i]) for i in range(2))
+    for _, what, theirs, ours in names:
+        if ours is not None and not math.isnan(theirs) and abs(theirs - ours) > 1e-6 * max(abs(theirs), abs(ours)):
+            import warnings
+            warnings.warn('rotation_from %s was calibrated at %s %g, this data at %g: check that the rotation '
+                          'still holds' % (path, what, theirs, ours), RuntimeWarning, stacklevel=4)
+            break
+    m['rotation_deg'] = v.rotation_deg
+    m['rotation_measured'] = False
+    m['rotation_sigma_deg'] = None
+    m['rotation_from'] = os.path.abspath(path)
+    if v.flip >= 0 and kw.get('flip') is None:
+        m['flip'] = bool(v.flip)
 
 
 _MICRO_KEYS = ('kv', 'semiangle_mrad', 'scan_step_A', 'det_sampling_mrad', 'centre_px', 'rotation_deg',
@@ -620,7 +659,7 @@ def _new(open_fn, values, micro, memory, threads, backend, hot_pixels, region, s
 def open(path, *, kv=None, semiangle_mrad=None, scan_step_A=None, det_sampling_mrad=None, centre_px=None,
          rotation_deg=None, flip=None, bf_radius_px=None, sidecar=None, calibration=None, memory=None, threads=0,
          backend='auto', hot_pixels=True, region=None, qem=None, format=None, dataset=None, gain=None,
-         progress=True, device_memory=None) -> Session:
+         progress=True, device_memory=None, rotation_from=None) -> Session:
     """Opens an acquisition file as a :class:`Session`.
 
     Every format ``ssb4d import`` reads whose file states its whole shape (.qem, .npy, HDF5 /
@@ -635,7 +674,11 @@ def open(path, *, kv=None, semiangle_mrad=None, scan_step_A=None, det_sampling_m
     The microscope values start from what the file states (a .qem's record, the simulator
     sidecar beside it or ``sidecar=``, a calibration file ``calibration=``); keywords win:
     kv (kV), semiangle_mrad, scan_step_A, det_sampling_mrad, centre_px, rotation_deg (given:
-    held by fits), bf_radius_px. memory: the budget ('16G', bytes; None: the available RAM);
+    held by fits), bf_radius_px. rotation_from: a calibration file of another acquisition at the
+    same settings (a thin area's ``ssb4d fit``), whose rotation and handedness are held as
+    rotation_deg would be (for crystals, whose 180° branch the data cannot settle; docs/fit.md);
+    a missing or broken file, a centre-of-mass rotation (its branch open) and rotation_deg with it
+    are refused (InvalidArgument, FileError or FormatError, naming rotation_from). memory: the budget ('16G', bytes; None: the available RAM);
     backend: 'auto', 'cpu' or 'cuda'; device_memory: the GPU memory the CUDA backend may hold
     ('8G', bytes; None: the device's free memory; a session that needs more fails at the G build
     naming what it needs); region: ((r0, r1), (c0, c1)) to fit and image only that part of the
@@ -645,7 +688,8 @@ def open(path, *, kv=None, semiangle_mrad=None, scan_step_A=None, det_sampling_m
     path = os.fspath(path)
     _check_readable(path)  # a missing file is named before any missing microscope value
     kw = dict(kv=kv, semiangle_mrad=semiangle_mrad, scan_step_A=scan_step_A, det_sampling_mrad=det_sampling_mrad,
-              centre_px=centre_px, rotation_deg=rotation_deg, bf_radius_px=bf_radius_px, flip=flip)
+              centre_px=centre_px, rotation_deg=rotation_deg, bf_radius_px=bf_radius_px, flip=flip,
+              rotation_from=rotation_from)
     tmpdir = None
     data = path
     if _needs_import(path) and (qem is not None or format is not None or dataset is not None):
@@ -707,7 +751,7 @@ builtins_open = builtins.open
 
 def open_array(data, *, kv, semiangle_mrad, scan_step_A, det_sampling_mrad=None, centre_px=None, rotation_deg=None,
                flip=None, bf_radius_px=None, memory=None, threads=0, backend='auto', hot_pixels=True,
-               region=None, device_memory=None) -> Session:
+               region=None, device_memory=None, rotation_from=None) -> Session:
     """Opens a 4-D numpy array (scan rows, scan cols, detector rows, detector cols) of counts or
     intensities as a :class:`Session`.
 
@@ -716,12 +760,13 @@ def open_array(data, *, kv, semiangle_mrad, scan_step_A, det_sampling_mrad=None,
     as they are (gain-normalised or analogue data; negative values allowed, never quantised;
     integer-valued floats give the same bits as the same counts); NaN or infinite values,
     signed or big-endian dtypes, other ranks and non-C-contiguous strides are refused.
-    The microscope values are required here (kv, semiangle_mrad, scan_step_A); the others as in
-    :func:`ssb4d.open`.
+    The microscope values are required here (kv, semiangle_mrad, scan_step_A); the others
+    (rotation_from too) as in :func:`ssb4d.open`.
     """
     a = _check_array(data)
     kw = dict(kv=kv, semiangle_mrad=semiangle_mrad, scan_step_A=scan_step_A, det_sampling_mrad=det_sampling_mrad,
-              centre_px=centre_px, rotation_deg=rotation_deg, bf_radius_px=bf_radius_px, flip=flip)
+              centre_px=centre_px, rotation_deg=rotation_deg, bf_radius_px=bf_radius_px, flip=flip,
+              rotation_from=rotation_from)
     micro = _microscope(None, kw)
     dt = 0x104 if a.dtype == np.float32 else {1: 1, 2: 2, 4: 4}[a.dtype.itemsize]
     shape = (ctypes.c_size_t * 4)(*a.shape)

@@ -169,6 +169,8 @@ def _sim_params(preset, kw):
         p.seed = int(kw.pop('seed'))
     if 'tilt_mrad' in kw:
         p.tilt_mrad[0], p.tilt_mrad[1] = _two(kw.pop('tilt_mrad'))
+    if 'wedge_nm' in kw:  # (t0, t1): thickness rising along the scan columns (checked by the library)
+        p.wedge_nm[0], p.wedge_nm[1] = _two(kw.pop('wedge_nm'))
     if 'specimen' in kw:
         sp = kw.pop('specimen')
         if sp not in _SPECIMENS:
@@ -202,7 +204,8 @@ def simulate_array(preset: str = 'small', *, progress=True, **params) -> Simulat
     """Simulates a 4D-STEM acquisition (multislice through SrTiO3 or Au; docs/simulate.md) into
     memory. ``preset``: 'tiny', 'small', 'medium', 'reference'; keywords change it: C10_nm,
     C12_nm, phi12_deg (any aberration), kv, semiangle_mrad, dose, seed, scan_n, det, cells_z,
-    window_cells, scan_cells, tilt_mrad, scan_rotation_deg, specimen, threads."""
+    window_cells, scan_cells, tilt_mrad, scan_rotation_deg, specimen, threads, wedge_nm ((t0, t1):
+    a wedge whose thickness rises along the scan columns, as ``ssb4d simulate --wedge T0:T1``)."""
     p, info = _sim_params(preset, dict(params))
     n, d = p.scan_n, p.det
     counts = np.empty((n, n, d, d), np.uint16)

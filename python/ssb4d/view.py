@@ -108,6 +108,8 @@ def start_viewer(session, port=0, width='100%', height=720, fit_on_start=None, t
         cal = os.path.join(tmp.name, 'calibration.json')
         session.save_calibration(cal, force=True)
         args += ['--calibration', cal, '--no-fit']
+    elif m.get('rotation_from'):  # the file, so the viewer holds its handedness too
+        args += ['--rotation-from', m['rotation_from']]
     elif m.get('rotation_deg') is not None:
         args += ['--rotation', repr(m['rotation_deg'])]
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=None, cwd=out, start_new_session=True)

@@ -613,7 +613,7 @@ static void value_sources(const char *data_path, const char *sidecar, const char
 
 /* --rotation-from FILE: the rotation (and the handedness, where FILE states it) of another
  * acquisition, held like --rotation. Only a rotation whose 180° branch is settled will do (one a
- * fit found, or one stated); a centre-of-mass measurement is refused. The microscope values FILE
+ * fit found, or one stated; ssb4d_values_rotation_from refuses the rest). The microscope values FILE
  * records are compared with this data's: a rotation belongs to the projector's settings, so a
  * difference is worth a warning. */
 static int rotation_from(const cli_micro *m, cli_values *out, int warn)
@@ -625,15 +625,8 @@ static int rotation_from(const cli_micro *m, cli_values *out, int warn)
     }
     ssb4d_values fv;
     ssb4d_err err = {0};
-    if (ssb4d_values_read(NULL, NULL, path, &fv, &err)) {
+    if (ssb4d_values_rotation_from(path, &fv, &err)) { /* the library's checks, Python's too */
         cli_say("--rotation-from: %s", err.msg);
-        return CLI_EXIT_USAGE;
-    }
-    if (isnan(fv.rotation_deg) || fv.rotation_measured) {
-        cli_say("--rotation-from: %s holds no settled rotation (%s): carry one ssb4d fit found on a thin area of "
-                "an acquisition at the same settings, or give --rotation",
-                path, isnan(fv.rotation_deg) ? "none is stated" : "it was measured from the centre of mass, its "
-                                                                   "180 deg branch open");
         return CLI_EXIT_USAGE;
     }
     const double a[4] = {fv.kv, fv.semiangle_mrad, fv.det_sampling_mrad[0], fv.det_sampling_mrad[1]};

@@ -5,8 +5,9 @@
  * the band objective, 180° branch check, exact loss) → [--tilt: the thick-sample search] →
  * object → DIR/phase.tiff, phase.png, object.npy, calibration.json, trials.json and a summary.
  * Without DATA it fits a built-in simulated dataset with known aberrations (as does `demo`).
- * fit-regions: the same fit on each region of a grid (or a list), full-field calibration kept,
- * → DIR/regions.json, regions.csv, defocus.png. */
+ * fit-regions: the same fit on each region of a grid (or a list), full-field calibration kept;
+ * with the rotation not given, the region that settles the 180° branch most clearly then holds
+ * its rotation for the others' refits → DIR/regions.json, regions.csv, defocus.png. */
 #include "cli/cli_common.h"
 #include "cli/cli_job.h"
 #include "cli/cli_session.h"
@@ -32,7 +33,8 @@
 #include <unistd.h>
 
 enum {
-    OPT_RANGE = CLI_OPT_FIRST_FREE, OPT_LOCK, OPT_START, OPT_REGION, OPT_GRID, OPT_REGIONS
+    OPT_RANGE = CLI_OPT_FIRST_FREE, OPT_LOCK, OPT_START, OPT_REGION, OPT_GRID, OPT_REGIONS,
+    OPT_ROTATION_PER_REGION
 };
 
 
@@ -141,8 +143,16 @@ static void usage_regions(FILE *f)
             "full field's calibration, and writes DIR/regions.json, DIR/regions.csv (one row per\n"
             "region: rectangle, C10, C12, phi12, loss, branch) and DIR/defocus.png (the C10 map,\n"
             "one grey cell per grid region, with a colour bar of C10 in nm).\n\n"
+            "When the rotation is not given (--rotation, --rotation-from, a calibration file, the\n"
+            "sidecar), the region whose 180 deg branch is settled most clearly (the largest\n"
+            "|skewness| >= 1.5 among the confident fits: on a wedge, the thin end) sets it: every\n"
+            "other region is refitted with that region's rotation and handedness held (regions.json:\n"
+            "branch_region; each region's rotation_source \"region R0:R1,C0:C1\"). When no region\n"
+            "settles it, each keeps its own, with one warning (docs/fit.md \"Regions\").\n\n"
             "  --grid RxC            a grid of R x C equal regions covering the scan (e.g. 4x4)\n"
-            "  --regions LIST        explicit rectangles separated by ';'\n");
+            "  --regions LIST        explicit rectangles separated by ';'\n"
+            "  --rotation-per-region each region keeps the rotation its own fit found (no region\n"
+            "                        sets it for the others)\n");
     fit_help(f, "ssb4d-regions");
     fprintf(f, "%s\n%s", CLI_MICROSCOPE_HELP, FIT_EXIT_HELP);
 }
@@ -222,6 +232,7 @@ typedef struct {
     int created_dir;           /* the output folder was made by this run */
     size_t grid[2];            /* fit-regions */
     char *regions_list;        /* fit-regions: "R0:R1,C0:C1;..." */
+    int rotation_per_region;   /* fit-regions: each region keeps its own rotation (no settling region) */
     double start[3];           /* --start */
     int start_given;
     ssb4d_fit_params fp;
@@ -268,6 +279,13 @@ static int own_option(fit_opts *o, int c, char **argv)
             return CLI_EXIT_USAGE;
         }
         o->regions_list = optarg;
+        return 0;
+    case OPT_ROTATION_PER_REGION:
+        if (!is_regions) {
+            fprintf(stderr, "ssb4d %s: --rotation-per-region belongs to fit-regions\n", o->cmd);
+            return CLI_EXIT_USAGE;
+        }
+        o->rotation_per_region = 1;
         return 0;
     case ':': fprintf(stderr, "ssb4d %s: option %s needs a value\n", o->cmd, argv[optind - 1]); return CLI_EXIT_USAGE;
     default:
@@ -347,6 +365,7 @@ static int parse(int argc, char **argv, fit_opts *o)
         {"region", required_argument, 0, OPT_REGION},
         {"grid", required_argument, 0, OPT_GRID},
         {"regions", required_argument, 0, OPT_REGIONS},
+        {"rotation-per-region", no_argument, 0, OPT_ROTATION_PER_REGION},
         {"tilt", no_argument, &o->tilt, 1},
         {"force", no_argument, &o->force, 1},
         {"verbose", no_argument, &o->verbose, 1},
@@ -1131,6 +1150,72 @@ static int parse_region_list(const fit_opts *o, size_t (**rects)[4], size_t *n)
     return bad ? -1 : 0;
 }
 
+/* The region whose 180° branch is settled most clearly (SPEC §6.3): the largest |skewness| among
+ * the confident fits (a searched rotation's fit is confident only with |skewness| >=
+ * SSB4D_FIT_SKEW_SETTLED and a determined rotation and handedness); n when none is. */
+static size_t settling_region(const ssb4d_fit_result *res, size_t n)
+{
+    size_t best = n;
+    for (size_t i = 0; i < n; i++)
+        if (res[i].confident && fabs(res[i].skewness) >= SSB4D_FIT_SKEW_SETTLED &&
+            (best == n || fabs(res[i].skewness) > fabs(res[best].skewness)))
+            best = i;
+    return best;
+}
+
+/* fit-regions without a given rotation: a thick crystal's regions cannot settle the 180° branch
+ * (docs/fit.md), a thin one's can. The region that settles it most clearly sets the rotation and
+ * handedness, held for every other region's refit (res[i] replaced; *hfp: their fit parameters).
+ * *from: that region, n when none settles it (a warning, and each region keeps its own). */
+static ssb4d_status hold_branch(const fit_opts *o, cli_session *j, size_t (*rects)[4], ssb4d_fit_result *res,
+                                size_t n, size_t *from, ssb4d_fit_params *hfp, ssb4d_err *err)
+{
+    size_t b = settling_region(res, n);
+    if (b == n) {
+        fprintf(stderr, "ssb4d fit-regions: warning: no region settles the 180 deg branch (|skewness| >= %.1f on "
+                        "none): each keeps the rotation its own fit found; give --rotation or --rotation-from "
+                        "(a thin area's fit)\n", SSB4D_FIT_SKEW_SETTLED);
+        return SSB4D_OK;
+    }
+    if (!o->m.quiet && !o->m.json)
+        fprintf(stderr, "ssb4d fit-regions: region %zu (rows %zu:%zu, cols %zu:%zu) settles the 180 deg branch "
+                        "(skewness %.2f): its rotation %.2f deg%s held for the other regions\n", b + 1, rects[b][0],
+                rects[b][1], rects[b][2], rects[b][3], res[b].skewness, res[b].geom.rotation_deg,
+                res[b].geom.flip ? " (mirrored detector)" : "");
+    ssb4d_status st = ssb4d_session_set_rotation(j->s, res[b].geom.rotation_deg, err);
+    if (!st)
+        st = ssb4d_session_set_flip(j->s, res[b].geom.flip, err);
+    if (st)
+        return st;
+    ssb4d_session_fit_params(j->s, &o->fp, hfp);
+    *from = b;
+    for (size_t i = 0; i < n && !st; i++) {
+        if (i == b)
+            continue;
+        ssb4d_fit_result_free(&res[i]);
+        cli_session_bar(j, "region refit");
+        st = ssb4d_session_fit_region(j->s, rects[i], &o->fp, &res[i], err);
+        cli_session_bar_done(j);
+    }
+    return st;
+}
+
+/* regions.json's branch_region: the region that set the others' rotation, or null. */
+static cJSON *branch_json(size_t (*rects)[4], const ssb4d_fit_result *res, size_t n, size_t from)
+{
+    if (from >= n)
+        return cJSON_CreateNull();
+    cJSON *b = cJSON_CreateObject();
+    char src[96];
+    snprintf(src, sizeof src, "region %zu:%zu,%zu:%zu", rects[from][0], rects[from][1], rects[from][2], rects[from][3]);
+    cJSON_AddNumberToObject(b, "index", (double)from);
+    cJSON_AddStringToObject(b, "region", src);
+    cJSON_AddItemToObject(b, "skewness", cli_json_num(res[from].skewness));
+    cJSON_AddItemToObject(b, "rotation_deg", cli_json_num(res[from].geom.rotation_deg));
+    cJSON_AddBoolToObject(b, "flip", res[from].geom.flip != 0);
+    return b;
+}
+
 int cmd_fit_regions(int argc, char **argv)
 {
     fit_opts o;
@@ -1193,6 +1278,19 @@ int cmd_fit_regions(int argc, char **argv)
         return rc;
     }
     ssb4d_session_fit_params(j.s, &o.fp, &rfp);
+    ssb4d_fit_result *res = calloc(n, sizeof *res);
+    double *c10 = calloc(n, sizeof *c10);
+    ssb4d_status st = res && c10 ? SSB4D_OK : ssb_fail(&err, SSB4D_ENOMEM, "out of memory");
+    for (size_t i = 0; i < n && !st; i++) {
+        cli_session_bar(&j, "region fit");
+        st = ssb4d_session_fit_region(j.s, rects[i], &o.fp, &res[i], &err);
+        cli_session_bar_done(&j);
+    }
+    /* The 180° branch from the region that settles it most clearly, held for the others. */
+    size_t from = n; /* n: none */
+    ssb4d_fit_params hfp = rfp;
+    if (!st && !rfp.rotation_given && rfp.branch_check && !o.rotation_per_region && n > 1)
+        st = hold_branch(&o, &j, rects, res, n, &from, &hfp, &err);
     cJSON *list = cJSON_CreateArray();
     char *csv = NULL;
     size_t csv_len = 0;
@@ -1200,42 +1298,50 @@ int cmd_fit_regions(int argc, char **argv)
     fprintf(cf, "r0,r1,c0,c1,C10_nm,C12_nm,phi12_deg,loss,rotation_deg,branch_flipped,evaluations,phi12_probe_deg,"
                 "rotation_source,confident\n");
     size_t n_unsure = 0;
-    double *c10 = calloc(n, sizeof *c10);
-    ssb4d_status st = c10 ? SSB4D_OK : ssb_fail(&err, SSB4D_ENOMEM, "out of memory");
     for (size_t i = 0; i < n && !st; i++) {
-        ssb4d_fit_result r;
-        cli_session_bar(&j, "region fit");
-        st = ssb4d_session_fit_region(j.s, rects[i], &o.fp, &r, &err);
-        cli_session_bar_done(&j);
-        if (st)
-            break;
+        const ssb4d_fit_result *r = &res[i];
+        const ssb4d_fit_params *fp = from < n && i != from ? &hfp : &rfp;
+        char held[96] = ""; /* "region R0:R1,C0:C1": the region whose rotation this one holds */
+        if (fp == &hfp)
+            snprintf(held, sizeof held, "region %zu:%zu,%zu:%zu", rects[from][0], rects[from][1], rects[from][2],
+                     rects[from][3]);
         size_t loss_n_bf = ssb4d_session_calibration(j.s)->n_bf; /* every region's G has all of them */
-        double x[3] = {r.ab.C_nm[SSB4D_C10], r.ab.C_nm[SSB4D_C12], r.ab.phi_deg[SSB4D_C12]};
+        double x[3] = {r->ab.C_nm[SSB4D_C10], r->ab.C_nm[SSB4D_C12], r->ab.phi_deg[SSB4D_C12]};
         c10[i] = x[0];
         cJSON *e = cJSON_CreateObject();
         cJSON *rc4 = cJSON_AddArrayToObject(e, "rect");
         for (int k = 0; k < 4; k++)
             cJSON_AddItemToArray(rc4, cJSON_CreateNumber((double)rects[i][k]));
         fit_verdict v;
-        verdict(&rfp, &r, &v);
+        verdict(fp, r, &v);
         n_unsure += !v.confident;
         add_ab(e, x);
-        add_fit_json(e, &rfp, &r, &v, &j, r.phi12_probe_deg, x[2]);
-        cJSON_AddNumberToObject(e, "loss", r.loss);
+        add_fit_json(e, fp, r, &v, &j, r->phi12_probe_deg, x[2]);
+        if (held[0]) { /* held from the settling region, not given by the user */
+            cJSON_ReplaceItemInObject(e, "rotation_source", cJSON_CreateString(held));
+            cJSON_ReplaceItemInObject(e, "flip_source", cJSON_CreateString(held));
+        }
+        if (from < n)
+            cJSON_AddNumberToObject(e, "rotation_set_by", (double)from);
+        else
+            cJSON_AddNullToObject(e, "rotation_set_by");
+        cJSON_AddNumberToObject(e, "loss", r->loss);
         cJSON_AddNumberToObject(e, "loss_n_bf", (double)loss_n_bf);
-        cJSON_AddNumberToObject(e, "evaluations", (double)r.evaluations);
+        cJSON_AddNumberToObject(e, "evaluations", (double)r->evaluations);
         cJSON_AddItemToArray(list, e);
-        fprintf(cf, "%zu,%zu,%zu,%zu,%.6f,%.6f,%.4f,%.9g,%.4f,%d,%zu,%.4f,%s,%d\n", rects[i][0], rects[i][1],
-                rects[i][2], rects[i][3], x[0], x[1], x[2], r.loss, r.geom.rotation_deg, r.branch_flipped,
-                r.evaluations, r.phi12_probe_deg, rotation_source_key(&rfp, &r), v.confident);
+        /* a source with a comma is quoted (RFC 4180) */
+        fprintf(cf, "%zu,%zu,%zu,%zu,%.6f,%.6f,%.4f,%.9g,%.4f,%d,%zu,%.4f,%s%s%s,%d\n", rects[i][0], rects[i][1],
+                rects[i][2], rects[i][3], x[0], x[1], x[2], r->loss, r->geom.rotation_deg, r->branch_flipped,
+                r->evaluations, r->phi12_probe_deg, held[0] ? "\"" : "", held[0] ? held : rotation_source_key(fp, r),
+                held[0] ? "\"" : "", v.confident);
         if (!o.m.quiet && !o.m.json)
             fprintf(stderr, "ssb4d fit-regions: region %zu/%zu (rows %zu:%zu, cols %zu:%zu): C10 %.3f nm, C12 %.3f nm, "
-                            "phi12 %.2f deg (probe frame), rotation %.2f deg\n", i + 1, n, rects[i][0], rects[i][1],
-                    rects[i][2], rects[i][3], x[0], x[1], r.phi12_probe_deg, r.geom.rotation_deg);
+                            "phi12 %.2f deg (probe frame), rotation %.2f deg%s%s\n", i + 1, n, rects[i][0], rects[i][1],
+                    rects[i][2], rects[i][3], x[0], x[1], r->phi12_probe_deg, r->geom.rotation_deg,
+                    held[0] ? ", held from " : "", held);
         if (!v.confident)
             fprintf(stderr, "ssb4d fit-regions: warning: region %zu (rows %zu:%zu, cols %zu:%zu): %s\n", i + 1,
                     rects[i][0], rects[i][1], rects[i][2], rects[i][3], v.warning);
-        ssb4d_fit_result_free(&r);
     }
     fclose(cf);
     if (csv_len && csv[csv_len - 1] == '\n')
@@ -1246,6 +1352,7 @@ int cmd_fit_regions(int argc, char **argv)
     cJSON_AddNumberToObject(root, "seed", (double)o.fp.seed);
     cJSON_AddStringToObject(root, "objective", rfp.objective == SSB4D_FIT_OBJ_LOSS ? "loss" : "band");
     cJSON_AddNumberToObject(root, "not_confident", (double)n_unsure);
+    cJSON_AddItemToObject(root, "branch_region", branch_json(rects, res, n, from));
     cJSON_AddItemToObject(root, "regions", list);
     const int writer = cli_is_root(); /* under mpirun, rank 0 writes (cli_mpi.h) */
     if (!st && writer) {
@@ -1298,6 +1405,9 @@ int cmd_fit_regions(int argc, char **argv)
     cJSON_Delete(root);
     free(csv);
     free(c10);
+    for (size_t i = 0; res && i < n; i++)
+        ssb4d_fit_result_free(&res[i]);
+    free(res);
     free(rects);
     cli_session_close(&j);
     return rc;

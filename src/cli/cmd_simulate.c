@@ -22,7 +22,7 @@ enum {
     OPT_PRESET = CLI_OPT_FIRST_FREE, OPT_SPECIMEN, OPT_CELLS_Z, OPT_THICKNESS, OPT_WINDOW_CELLS,
     OPT_SCAN, OPT_SCAN_CELLS, OPT_DETECTOR, OPT_GRID, OPT_KV, OPT_SEMIANGLE, OPT_C10, OPT_C12,
     OPT_PHI12, OPT_C30, OPT_ABERR, OPT_TILT, OPT_DOSE, OPT_SEED, OPT_THREADS, OPT_QUIET, OPT_FORCE,
-    OPT_HELP, OPT_MEMORY, OPT_SCAN_ROTATION, OPT_DET_OVERSAMPLE, OPT_FLIP
+    OPT_HELP, OPT_MEMORY, OPT_SCAN_ROTATION, OPT_DET_OVERSAMPLE, OPT_FLIP, OPT_WEDGE
 };
 
 static const char HELP[] =
@@ -41,6 +41,12 @@ static const char HELP[] =
     "                         a = 4.078 A)\n"
     "  --cells-z N            thickness in unit cells (default 1; 2 slices per cell)\n"
     "  --thickness NM         thickness in nm, rounded to whole unit cells (overrides --cells-z)\n"
+    "  --wedge T0:T1          a wedge instead: the thickness rises linearly along the scan\n"
+    "                         columns from T0 nm at column 0 to T1 nm at the last, rounded per\n"
+    "                         column to whole unit cells (at least 1; 2 slices each); every\n"
+    "                         position at its column's thickness (no pattern reuse), the\n"
+    "                         detector oversampling and grid those of the thickest; recorded in\n"
+    "                         the sidecar (specimen.wedge). Not with --cells-z or --thickness\n"
     "  --window-cells W       periodic simulation window, W x W unit cells (preset)\n"
     "  --scan N               scan positions per axis (preset)\n"
     "  --scan-cells S         the scan covers S x S whole unit cells, step = S*a/N (preset)\n"
@@ -156,6 +162,7 @@ int cmd_simulate(int argc, char **argv)
         {"specimen", required_argument, 0, OPT_SPECIMEN},
         {"cells-z", required_argument, 0, OPT_CELLS_Z},
         {"thickness", required_argument, 0, OPT_THICKNESS},
+        {"wedge", required_argument, 0, OPT_WEDGE},
         {"window-cells", required_argument, 0, OPT_WINDOW_CELLS},
         {"scan", required_argument, 0, OPT_SCAN},
         {"scan-cells", required_argument, 0, OPT_SCAN_CELLS},
@@ -202,8 +209,8 @@ int cmd_simulate(int argc, char **argv)
 
     const char *out = NULL;
     double thickness_nm = NAN;
-    const char *thickness_arg = NULL;
-    int quiet = 0, force = 0, memory_report = 0;
+    const char *thickness_arg = NULL, *wedge_arg = NULL;
+    int cells_given = 0, quiet = 0, force = 0, memory_report = 0;
     size_t memory_bytes = 0; /* 0: the available RAM */
     optind = 1;
     opterr = 0;
@@ -223,12 +230,29 @@ int cmd_simulate(int argc, char **argv)
         case OPT_CELLS_Z:
             if (parse_int(optarg, 1, 100000, &p.cells_z))
                 return usage_error("--cells-z must be an integer 1..100000, got '%s'", optarg);
+            cells_given = 1;
             break;
         case OPT_THICKNESS:
             thickness_arg = optarg;
             if (cli_parse_double(optarg, &thickness_nm) || !(thickness_nm > 0))
                 return usage_error("--thickness must be > 0 nm, got '%s'", optarg);
             break;
+        case OPT_WEDGE: {
+            char a[64];
+            const char *colon = strchr(optarg, ':');
+            size_t k = colon ? (size_t)(colon - optarg) : 0;
+            wedge_arg = optarg;
+            if (!colon || k >= sizeof a)
+                return usage_error("--wedge must be T0:T1, two thicknesses > 0 nm, got '%s'", optarg);
+            memcpy(a, optarg, k);
+            a[k] = 0;
+            if (cli_parse_double(a, &p.wedge_nm[0]) || cli_parse_double(colon + 1, &p.wedge_nm[1]) ||
+                !(p.wedge_nm[0] > 0) || !(p.wedge_nm[1] > 0))
+                return usage_error("--wedge must be T0:T1, two thicknesses > 0 nm, got '%s'", optarg);
+            if (p.wedge_nm[0] > 1e5 || p.wedge_nm[1] > 1e5)
+                return usage_error("--wedge %s nm is absurd", optarg);
+            break;
+        }
         case OPT_WINDOW_CELLS:
             if (parse_int(optarg, 1, 1000, &p.window_cells))
                 return usage_error("--window-cells must be an integer 1..1000, got '%s'", optarg);
@@ -332,6 +356,8 @@ int cmd_simulate(int argc, char **argv)
         return usage_error("unexpected argument '%s'", argv[optind]);
     if (!out)
         return usage_error("%sno output given (-o OUT.npy)", "");
+    if (wedge_arg && (cells_given || thickness_arg))
+        return usage_error("give --wedge or %s, not both", cells_given ? "--cells-z" : "--thickness");
     if (!isnan(thickness_nm)) {
         double a = p.specimen == SSB4D_SPECIMEN_AU ? 4.078 : 3.905;
         double cells = floor(thickness_nm * 10.0 / a + 0.5);
@@ -425,12 +451,15 @@ int cmd_simulate(int argc, char **argv)
         p.progress = cli_progress_cb;
         p.progress_user = &pb;
     }
+    if (!quiet && wedge_arg)
+        fprintf(stderr, "ssb4d simulate: a wedge of %d to %d cells along the scan columns\n",
+                ssb4d_sim_cells_at(&p, 0), ssb4d_sim_cells_at(&p, p.scan_n - 1));
     if (!quiet)
         fprintf(stderr,
                 "ssb4d simulate: %s, %d cell(s) (%.3g nm), %d×%d scan (step %.5g Å, rotation %g°) "
                 "× %d×%d detector (%.5g mrad/px, BF radius %.2f px), grid %d, detector "
                 "oversampling %d%s (window %d cells = %.4g Å, probe footprint %.3g Å)\n",
-                p.specimen == SSB4D_SPECIMEN_AU ? "Au" : "SrTiO3", p.cells_z, info.thickness_nm,
+                p.specimen == SSB4D_SPECIMEN_AU ? "Au" : "SrTiO3", info.n_slices / 2, info.thickness_nm,
                 p.scan_n, p.scan_n, info.scan_step_A, p.scan_rotation_deg, p.det, p.det,
                 info.det_sampling_mrad, info.bf_radius_px, info.grid, info.det_oversample,
                 p.det_oversample ? "" : " (auto)", info.det_oversample * p.window_cells,

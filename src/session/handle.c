@@ -657,6 +657,19 @@ ssb4d_status ssb4d_session_set_rotation(ssb4d_session *s, double deg, ssb4d_err 
     return SSB4D_OK;
 }
 
+ssb4d_status ssb4d_session_set_flip(ssb4d_session *s, int flip, ssb4d_err *err)
+{
+    if (flip != 0 && flip != 1)
+        return ssb_fail(err, SSB4D_EINVAL, "flip must be 0 or 1, got %d", flip);
+    ssb4d_status st = ssb4d_session_calibrate(s, err);
+    if (st)
+        return st;
+    s->o.calib.flip = flip; /* given, for every later fit (and a recalibration) */
+    s->cal.geom.flip = flip;
+    s->geom.flip = flip;
+    return SSB4D_OK;
+}
+
 void ssb4d_session_apply(ssb4d_session *s, const ssb4d_fit_result *r)
 {
     s->ab = r->ab;

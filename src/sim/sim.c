@@ -126,6 +126,20 @@ static double ray_radius_A(const ssb4d_aberrations *ab, double alpha0, double z_
  * geometric probe at the entrance and at the exit surface (the propagation through the specimen
  * adds its depth to C10; |∇χ| is convex in z, so the two surfaces bound every depth), the drift
  * |τ|·t of a tilted beam, and 4 Å for the diffraction-limited core and the aperture's ringing. */
+/* A wedge (ssb4d_sim_params.wedge_nm) replaces the uniform cells_z. */
+static int wedged(const ssb4d_sim_params *p) { return p->wedge_nm[0] != 0.0 || p->wedge_nm[1] != 0.0; }
+
+int ssb4d_sim_cells_at(const ssb4d_sim_params *p, int j)
+{
+    const sim_crystal *cr = sim_crystal_get(p->specimen);
+    if (!wedged(p) || !cr)
+        return p->cells_z;
+    double f = p->scan_n > 1 ? (double)j / (double)(p->scan_n - 1) : 0.0;
+    double t = p->wedge_nm[0] + (p->wedge_nm[1] - p->wedge_nm[0]) * f;
+    double cells = floor(t * 10.0 / cr->a_A + 0.5); /* as --thickness rounds */
+    return cells < 1 ? 1 : cells > 1e9 ? 1000000000 : (int)cells;
+}
+
 static double probe_footprint_A(const ssb4d_sim_params *p, double thickness_A)
 {
     double alpha0 = p->semiangle_mrad * 1e-3;
@@ -161,6 +175,17 @@ ssb4d_status ssb4d_sim_describe(const ssb4d_sim_params *p, ssb4d_sim_info *info,
     if (p->cells_z < 1 || p->cells_z > 100000)
         return ssb_fail(err, SSB4D_EINVAL, "thickness must be 1..100000 unit cells, got %d",
                         p->cells_z);
+    if (wedged(p) && (!(p->wedge_nm[0] > 0) || !(p->wedge_nm[1] > 0) || !isfinite(p->wedge_nm[0]) ||
+                      !isfinite(p->wedge_nm[1])))
+        return ssb_fail(err, SSB4D_EINVAL, "wedge thicknesses must be finite and > 0 nm, got %g and %g",
+                        p->wedge_nm[0], p->wedge_nm[1]);
+    /* the thickest column (the wedge's ends are its extremes) */
+    int cells_z = wedged(p) ? ssb4d_sim_cells_at(p, 0) > ssb4d_sim_cells_at(p, p->scan_n - 1)
+                                  ? ssb4d_sim_cells_at(p, 0)
+                                  : ssb4d_sim_cells_at(p, p->scan_n - 1)
+                            : p->cells_z;
+    if (wedged(p) && cells_z > 100000)
+        return ssb_fail(err, SSB4D_EINVAL, "the wedge's thickest end is %d unit cells, more than 100000", cells_z);
     if (p->det_oversample < 0 || p->det_oversample > SIM_OVERSAMPLE_MAX ||
         (p->det_oversample > 0 && p->det_oversample % 2 == 0))
         return ssb_fail(err, SSB4D_EINVAL, "det-oversample must be auto (0) or odd 1..%d, got %d "
@@ -186,7 +211,7 @@ ssb4d_status ssb4d_sim_describe(const ssb4d_sim_params *p, ssb4d_sim_info *info,
     double a = cr->a_A, L = p->window_cells * a;
     double alpha = p->semiangle_mrad * 1e-3;
     double bf_px = alpha * L / lambda;
-    double thickness_A = p->cells_z * a;
+    double thickness_A = cells_z * a;
     double foot = probe_footprint_A(p, thickness_A);
     int S = p->det_oversample;
     if (S == 0) { /* auto: the smallest odd S whose window holds 1.3× the footprint */
@@ -241,8 +266,8 @@ ssb4d_status ssb4d_sim_describe(const ssb4d_sim_params *p, ssb4d_sim_info *info,
         info->det_sampling_mrad = 1e3 * lambda / L;
         info->bf_radius_px = bf_px;
         info->antialias_inv_A = kmax;
-        info->thickness_nm = p->cells_z * a / 10.0;
-        info->n_slices = p->cells_z * cr->n_layers;
+        info->thickness_nm = cells_z * a / 10.0;
+        info->n_slices = cells_z * cr->n_layers;
     }
     return SSB4D_OK;
 }
@@ -368,7 +393,7 @@ static ssb4d_status ctx_init(sim_ctx *c, const ssb4d_sim_params *p, ssb4d_err *e
         }
         c->g = a;
         c->nkey = c->N / a;
-        c->reuse = a > 1;
+        c->reuse = a > 1 && !wedged(p); /* a wedge's columns differ in thickness */
     }
     int M = c->M;
     size_t MM = (size_t)M * M;
@@ -559,10 +584,10 @@ static void ramp_exact(const sim_ctx *c, int tid, long mr, long mc)
     }
 }
 
-/* The multislice for the probe position in thread tid's shift tables: the noise-free detector
- * pattern into pat (D×D float); returns Σ I over the full grid and sets *sum_det to Σ over the
- * detector. */
-static double multislice(const sim_ctx *c, int tid, float *pat, double *sum_det)
+/* The multislice of ns slices for the probe position in thread tid's shift tables: the
+ * noise-free detector pattern into pat (D×D float); returns Σ I over the full grid and sets
+ * *sum_det to Σ over the detector. */
+static double multislice(const sim_ctx *c, int tid, int ns, float *pat, double *sum_det)
 {
     int M = c->M, D = c->D;
     size_t MM = (size_t)M * M;
@@ -578,7 +603,7 @@ static double multislice(const sim_ctx *c, int tid, float *pat, double *sum_det)
         w[idx][1] = (float)(pr * si + pi * sr);
     }
     fftwf_execute_dft(c->bwd, w, w);
-    int ns = c->info.n_slices, nl = c->cr->n_layers;
+    int nl = c->cr->n_layers;
     for (int s = 0; s < ns; s++) {
         const fftwf_complex *t = c->trans[s % nl];
         for (size_t n = 0; n < MM; n++) {
@@ -657,14 +682,20 @@ static int col_key(const sim_ctx *c, size_t j)
 }
 
 /* The noise-free pattern of the reduced position (row key, column key) into pat. */
-static double pattern_exact(const sim_ctx *c, int tid, int rk, int ck, float *pat, double *sum_det)
+static double pattern_exact(const sim_ctx *c, int tid, int rk, int ck, int ns, float *pat, double *sum_det)
 {
     long a = (long)rk * c->g, b = (long)ck * c->g;
     if (c->cs)
         ramp_exact(c, tid, a, b);
     else
         ramp_exact(c, tid, b, a);
-    return multislice(c, tid, pat, sum_det);
+    return multislice(c, tid, ns, pat, sum_det);
+}
+
+/* The slices at scan position pos (its column's thickness on a wedge). */
+static int slices_at(const sim_ctx *c, size_t pos)
+{
+    return ssb4d_sim_cells_at(c->p, (int)(pos % (size_t)c->N)) * c->cr->n_layers;
 }
 
 /* The P patterns of one row key (indexed by the column key) and their sums. */
@@ -699,7 +730,7 @@ size_t sim_reuse_table_bytes(const ssb4d_sim_params *p, size_t *n_tables)
     double q = p->scan_rotation_deg / 90.0;
     if (n_tables)
         *n_tables = 0;
-    if (q != floor(q) || p->scan_n < 1 || p->scan_cells < 1 || p->det < 1)
+    if (q != floor(q) || p->scan_n < 1 || p->scan_cells < 1 || p->det < 1 || wedged(p))
         return 0;
     size_t N = (size_t)p->scan_n, a = N, b = (size_t)p->scan_cells % N;
     while (b) {
@@ -804,8 +835,8 @@ static ssb4d_status run(const ssb4d_sim_params *p, block_sink sink, void *sink_u
                 int tid = omp_get_thread_num();
                 row_table *t = todo_t[w / P];
                 size_t k = w % P;
-                t->sum[2 * k] = pattern_exact(&c, tid, todo[w / P], (int)k, t->pat + k * DD,
-                                              &t->sum[2 * k + 1]);
+                t->sum[2 * k] = pattern_exact(&c, tid, todo[w / P], (int)k, c.info.n_slices,
+                                              t->pat + k * DD, &t->sum[2 * k + 1]);
             }
         }
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
@@ -821,14 +852,14 @@ static ssb4d_status run(const ssb4d_sim_params *p, block_sink sink, void *sink_u
                 sums[2 * q + 1] = t->sum[2 * k + 1];
             } else if (c.exact) { /* gcd(N, S) = 1: every reduced position is distinct */
                 float *own = pats + (size_t)tid * DD;
-                sums[2 * q] = pattern_exact(&c, tid, row_key(&c, pos / N), col_key(&c, pos % N), own,
-                                            &sums[2 * q + 1]);
+                sums[2 * q] = pattern_exact(&c, tid, row_key(&c, pos / N), col_key(&c, pos % N),
+                                            slices_at(&c, pos), own, &sums[2 * q + 1]);
                 pat = own;
             } else {
                 float *own = pats + (size_t)tid * DD;
                 double i = (double)(pos / N), j = (double)(pos % N);
                 ramp_from_A(&c, tid, i * c.e_row[0] + j * c.e_col[0], i * c.e_row[1] + j * c.e_col[1]);
-                sums[2 * q] = multislice(&c, tid, own, &sums[2 * q + 1]);
+                sums[2 * q] = multislice(&c, tid, slices_at(&c, pos), own, &sums[2 * q + 1]);
                 pat = own;
             }
             if (intensity)
@@ -912,23 +943,48 @@ done:
     return st;
 }
 
-static void phases(const ssb4d_sim_params *p, const ssb4d_sim_info *g, float *phase, float *phase_bl)
+/* The projected phase of cells_z cells at every scan position into out (N×N). */
+static void phase_of(const ssb4d_sim_params *p, const ssb4d_sim_info *g, int cells_z, double gmax, float *out)
 {
     const sim_crystal *cr = sim_crystal_get(p->specimen);
     size_t N = (size_t)p->scan_n;
-    double gmax[2] = {g->antialias_inv_A, 2.0 * p->semiangle_mrad * 1e-3 / g->wavelength_A};
-    float *out[2] = {phase, phase_bl};
     double e_row[2], e_col[2];
     scan_basis(p, g->scan_step_A, e_row, e_col);
+    if (p->scan_rotation_deg == 0.0) /* the separable series: the unrotated scan's bits */
+        sim_phase_series(cr, g->sigma, cells_z, gmax, N, N, g->scan_step_A, g->scan_step_A, out);
+    else
+        sim_phase_lattice(cr, g->sigma, cells_z, gmax, N, N, e_row, e_col, out);
+}
+
+static ssb4d_status phases(const ssb4d_sim_params *p, const ssb4d_sim_info *g, float *phase, float *phase_bl,
+                           ssb4d_err *err)
+{
+    size_t N = (size_t)p->scan_n;
+    double gmax[2] = {g->antialias_inv_A, 2.0 * p->semiangle_mrad * 1e-3 / g->wavelength_A};
+    float *out[2] = {phase, phase_bl};
+    float *whole = wedged(p) ? malloc(N * N * sizeof *whole) : NULL;
+    if (wedged(p) && !whole)
+        return ssb_fail(err, SSB4D_ENOMEM, "out of memory for the phase of a %zux%zu scan", N, N);
     for (int k = 0; k < 2; k++) {
         if (!out[k])
             continue;
-        if (p->scan_rotation_deg == 0.0) /* the separable series: the unrotated scan's bits */
-            sim_phase_series(cr, g->sigma, p->cells_z, gmax[k], N, N, g->scan_step_A,
-                             g->scan_step_A, out[k]);
-        else
-            sim_phase_lattice(cr, g->sigma, p->cells_z, gmax[k], N, N, e_row, e_col, out[k]);
+        if (!whole) {
+            phase_of(p, g, p->cells_z, gmax[k], out[k]);
+            continue;
+        }
+        /* A wedge: each run of columns of one thickness from that thickness's phase, the same
+         * bits as a uniform simulation of it. */
+        for (size_t j0 = 0, j1; j0 < N; j0 = j1) {
+            int cells = ssb4d_sim_cells_at(p, (int)j0);
+            for (j1 = j0 + 1; j1 < N && ssb4d_sim_cells_at(p, (int)j1) == cells; j1++)
+                ;
+            phase_of(p, g, cells, gmax[k], whole);
+            for (size_t i = 0; i < N; i++)
+                memcpy(out[k] + i * N + j0, whole + i * N + j0, (j1 - j0) * sizeof *whole);
+        }
     }
+    free(whole);
+    return SSB4D_OK;
 }
 
 /* ---- in memory -------------------------------------------------------------------------- */
@@ -961,7 +1017,8 @@ ssb4d_status ssb4d_simulate_to_memory(const ssb4d_sim_params *p, uint16_t *count
         if (st)
             return st;
     }
-    phases(p, &local, phase, phase_bl);
+    if ((st = phases(p, &local, phase, phase_bl, err)))
+        return st;
     if (info)
         *info = local;
     return SSB4D_OK;
@@ -1065,12 +1122,20 @@ static char *sidecar_text(const ssb4d_sim_params *p, const ssb4d_sim_info *g, co
         }
     }
     cJSON_AddNumberToObject(ab, "defocus_nm", -p->ab.C_nm[SSB4D_C10]);
-    cJSON_AddNumberToObject(ab, "expected_recovered_C10_nm_at_midplane",
-                            p->ab.C_nm[SSB4D_C10] + g->thickness_nm / 2.0);
+    /* A wedge's truth is that of its mean thickness over the columns (each column's: C10 + its
+     * thickness / 2, specimen.wedge). */
+    double t_nm = g->thickness_nm, dz_nm = g->thickness_nm / g->n_slices;
+    if (wedged(p)) {
+        double sum = 0.0;
+        for (int j = 0; j < N; j++)
+            sum += ssb4d_sim_cells_at(p, j);
+        t_nm = sum / N * cr->a_A / 10.0;
+    }
+    cJSON_AddNumberToObject(ab, "expected_recovered_C10_nm_at_midplane", p->ab.C_nm[SSB4D_C10] + t_nm / 2.0);
     /* The multislice transmits each slice's potential at the slice's entrance, then propagates:
      * the potential planes sit at depths 0, dz, ..., (n-1)·dz, whose mean is (t − dz)/2. */
     cJSON_AddNumberToObject(ab, "expected_recovered_C10_nm_at_mean_plane",
-                            p->ab.C_nm[SSB4D_C10] + 0.5 * (g->thickness_nm - g->thickness_nm / g->n_slices));
+                            p->ab.C_nm[SSB4D_C10] + 0.5 * (t_nm - dz_nm));
     cJSON_AddStringToObject(ab, "convention",
                             "Krivanek polar, abTEM: probe(k) = A(k) exp(-i chi(k)), alpha = lambda |k|, "
                             "phi = atan2(k_col, k_row); C10 = -defocus; aberrations defined at the "
@@ -1138,14 +1203,31 @@ static char *sidecar_text(const ssb4d_sim_params *p, const ssb4d_sim_info *g, co
     cJSON_AddStringToObject(sp, "material", cr->name);
     cJSON_AddStringToObject(sp, "zone_axis", "[001]");
     cJSON_AddNumberToObject(sp, "lattice_constant_A", cr->a_A);
-    cJSON_AddNumberToObject(sp, "cells", p->cells_z);
+    cJSON_AddNumberToObject(sp, "cells", g->n_slices / cr->n_layers);
     /* the simulated (periodic) window: det_oversample × the detector's window */
-    int wc[3] = {S * p->window_cells, S * p->window_cells, p->cells_z};
+    int wc[3] = {S * p->window_cells, S * p->window_cells, g->n_slices / cr->n_layers};
     cJSON_AddItemToObject(sp, "simulation_window_unit_cells", cJSON_CreateIntArray(wc, 3));
     cJSON_AddItemToObject(sp, "simulation_window_A", num_pair(g->sim_window_A, g->sim_window_A));
     cJSON_AddNumberToObject(sp, "thickness_A", g->thickness_nm * 10.0);
     cJSON_AddNumberToObject(sp, "thickness_nm", g->thickness_nm);
     cJSON_AddNumberToObject(sp, "n_slices", g->n_slices);
+    if (wedged(p)) { /* thickness_nm, cells and n_slices above are the thickest column's */
+        cJSON *w = cJSON_AddObjectToObject(sp, "wedge");
+        cJSON_AddItemToObject(w, "thickness_nm", num_pair(p->wedge_nm[0], p->wedge_nm[1]));
+        int *cells = malloc((size_t)N * sizeof *cells);
+        for (int j = 0; cells && j < N; j++)
+            cells[j] = ssb4d_sim_cells_at(p, j);
+        if (cells)
+            cJSON_AddItemToObject(w, "cells_per_column", cJSON_CreateIntArray(cells, N));
+        free(cells);
+        cJSON_AddStringToObject(w, "along", "scan columns (axis 1)");
+        cJSON_AddStringToObject(w, "definition",
+                                "column j is round(t(j) / a) unit cells thick (at least 1, 2 slices each), "
+                                "t(j) = t0 + (t1 - t0) j / (N - 1) nm; every position simulated at its "
+                                "column's thickness; thickness_nm, cells and n_slices are the thickest "
+                                "column's; aberrations_true's expected C10 values are for the mean thickness");
+        cJSON_AddNumberToObject(w, "mean_thickness_nm", t_nm);
+    }
     int gp[2] = {g->grid, g->grid};
     cJSON_AddItemToObject(sp, "gpts", cJSON_CreateIntArray(gp, 2));
     cJSON_AddItemToObject(sp, "realspace_sampling_A", num_pair(g->real_sampling_A, g->real_sampling_A));
@@ -1303,7 +1385,8 @@ ssb4d_status ssb4d_simulate(const ssb4d_sim_params *p, const char *npy_path, int
     }
     if (st)
         goto done;
-    phases(p, &g, phase, phase_bl);
+    if ((st = phases(p, &g, phase, phase_bl, err)))
+        goto done;
     size_t sh2[2] = {(size_t)p->scan_n, (size_t)p->scan_n};
     if ((st = ssb_npy_save(ph, "<f4", 2, sh2, phase, err)))
         goto done;
@@ -1350,7 +1433,7 @@ ssb4d_status sim_pattern_at(const ssb4d_sim_params *p, double r_row_A, double r_
     if (st)
         return st;
     ramp_from_A(&c, 0, r_row_A, r_col_A);
-    sums[0] = multislice(&c, 0, pat, &sums[1]);
+    sums[0] = multislice(&c, 0, c.info.n_slices, pat, &sums[1]);
     ctx_free(&c);
     return SSB4D_OK;
 }

@@ -322,3 +322,22 @@ ssb4d_status ssb4d_values_read(const char *data_path, const char *sidecar_path, 
     }
     return SSB4D_OK;
 }
+
+ssb4d_status ssb4d_values_rotation_from(const char *path, ssb4d_values *out, ssb4d_err *err)
+{
+    if (!path || !out)
+        return ssb_fail(err, SSB4D_EINVAL, "ssb4d_values_rotation_from needs a file and an output");
+    ssb4d_status st = ssb4d_values_read(NULL, NULL, path, out, err);
+    if (st)
+        return st;
+    /* Only a rotation whose 180° branch is settled will do: one a fit found, or one stated. A
+     * centre-of-mass measurement would carry the problem, not the answer. */
+    if (isnan(out->rotation_deg) || out->rotation_measured)
+        return ssb_fail(err, SSB4D_EINVAL,
+                        "%s holds no settled rotation (%s): carry one ssb4d fit found on a thin area of an "
+                        "acquisition at the same settings, or state the rotation",
+                        path, isnan(out->rotation_deg) ? "none is stated"
+                                                       : "it was measured from the centre of mass, its 180 deg "
+                                                         "branch open");
+    return SSB4D_OK;
+}
