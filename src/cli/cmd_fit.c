@@ -711,6 +711,8 @@ static ssb4d_status fill_calfile(const fit_opts *o, const cli_session *j, const 
         cf->ab.phi_deg[SSB4D_C12] = tr->phi12_deg;
         cf->phi12_scan_deg = tr->phi12_deg;
         cf->phi12_probe_deg = phi12_probe(r, tr->phi12_deg);
+        for (int i = 0; i < 4; i++) /* the standard errors are the thin fit's, not the thick model's */
+            cf->se[i] = NAN;
     }
     if (region) {
         cf->has_region = 1;
