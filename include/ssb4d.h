@@ -397,6 +397,9 @@ typedef struct {
 /* Below this |skewness| of the fitted phase the sign of the phase does not settle the 180° branch
  * (thick crystals; docs/fit.md) and a searched rotation's fit is not confident. */
 #define SSB4D_FIT_SKEW_SETTLED 1.5
+/* Below this skewness, with the rotation given, the atoms show as negative phase peaks: the given
+ * rotation may be 180° off (SPEC §6.3's threshold); the fit keeps it and is not confident. */
+#define SSB4D_FIT_SKEW_WRONG (-0.2)
 
 void ssb4d_fit_result_free(ssb4d_fit_result *r);
 

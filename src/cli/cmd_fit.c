@@ -471,20 +471,11 @@ typedef struct {
     char warning[600];
 } fit_verdict;
 
-#define BRANCH_WARN_SKEWNESS (-0.2) /* SPEC 6.3's threshold */
-
 static void verdict(const ssb4d_fit_params *fp, const ssb4d_fit_result *r, fit_verdict *v)
 {
-    v->confident = r->confident;
+    (void)fp;
+    v->confident = r->confident; /* the library's, the given rotation's branch check included */
     snprintf(v->warning, sizeof v->warning, "%s", r->warning);
-    if (fp->rotation_given && fp->branch_check && r->skewness < BRANCH_WARN_SKEWNESS) {
-        size_t n = strlen(v->warning);
-        snprintf(v->warning + n, sizeof v->warning - n,
-                 "%swith the given rotation %.2f deg the atoms show as negative phase peaks: the other branch "
-                 "(rotation + 180 deg, -C10, -C12) may be the right one; the fit does not change a given rotation",
-                 n ? "; " : "", r->geom.rotation_deg);
-        v->confident = 0;
-    }
     if (!v->confident && !v->warning[0])
         snprintf(v->warning, sizeof v->warning, "the fit is not confident");
 }
@@ -627,7 +618,7 @@ static void print_fit_summary(const fit_opts *o, const ssb4d_fit_params *fp, con
         printf("branch       not checked (--no-branch-check)\n");
     else if (fp->rotation_given)
         printf("branch       checked, not flipped (the rotation was given): %s%s\n",
-               r->skewness < BRANCH_WARN_SKEWNESS ? "atoms show as negative phase peaks, see the warning"
+               r->skewness < SSB4D_FIT_SKEW_WRONG ? "atoms show as negative phase peaks, see the warning"
                                                   : "atoms show as positive phase peaks, as they should",
                num);
     else {

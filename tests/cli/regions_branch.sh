@@ -3,7 +3,8 @@
 # A simulated Au wedge (tiny preset widened to a 64x64 scan, 1 to 5 cells = 0.41 to 2 nm along the
 # scan columns, scan rotation 200 deg, no sidecar so the rotation is not given), fitted on a 1x2
 # grid: the thin half settles the branch (|skewness| >= 1.5, confident) and the thick half is
-# refitted with its rotation and handedness held, so both end within 1 deg of the truth, the thick
+# refitted with its rotation and handedness held (confident unless its phase does not look like a
+# thin specimen's), so both end within 1 deg of the truth, the thick
 # one's rotation_source "region 0:64,0:32" (quoted in regions.csv) and regions.json's
 # branch_region naming the thin one. With --rotation-per-region (the behaviour before), the thick
 # half's own fit is wrong or not confident, so this test can fail.
@@ -29,12 +30,15 @@ b, (thin, thick) = d['branch_region'], d['regions']
 assert b['index'] == 0 and b['region'] == 'region 0:64,0:32' and b['skewness'] >= 1.5, b
 for r in (thin, thick):
     assert abs((r['rotation_deg'] - 200 + 180) % 360 - 180) < 1, r['rotation_deg']
-    assert r['flip'] is False and r['confident'] and r['rotation_set_by'] == 0
-assert thin['rotation_source'] == 'parallax'
+    assert r['flip'] is False and r['rotation_set_by'] == 0
+assert thin['rotation_source'] == 'parallax' and thin['confident']
 assert thick['rotation_source'] == thick['flip_source'] == 'region 0:64,0:32'
-assert d['not_confident'] == 0
+# the thick half (1.2-2 nm of Au) on the held branch: confident, or not only because its phase
+# does not look like a thin specimen's (the thin model's C12 there: docs/fit.md "Confidence")
+assert thick['confident'] or 'clear positive peaks' in thick['warning'], thick['warning']
+assert d['not_confident'] == (0 if thick['confident'] else 1)
 PY
-grep -q '^0,64,32,64,.*,"region 0:64,0:32",1$' "$T/r/regions.csv" && ok || bad "regions.csv: $(cat "$T/r/regions.csv")"
+grep -qE '^0,64,32,64,.*,"region 0:64,0:32",[01]$' "$T/r/regions.csv" && ok || bad "regions.csv: $(cat "$T/r/regions.csv")"
 
 # each region on its own: the thick half's fit is not right, or not confident
 expect 0 "fit-regions --rotation-per-region" "" -- \
