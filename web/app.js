@@ -582,7 +582,7 @@ function showFit(s) {
     set('r_flip', `${f.flip ? 'mirrored' : 'not mirrored'}${f.flip_source ? ' (' + f.flip_source + ')' : ''}`);
     set('r_loss', `${f.loss.toPrecision(8)}${Number.isFinite(f.seconds) && f.seconds > 0 ? ` · fit took ${f.seconds.toFixed(1)} s` : ''}`);
     const confident = f.confident ?? !f.warning;
-    set('r_conf', confident ? 'confident: a clear minimum' : 'not confident', confident ? 'good' : 'warn');
+    set('r_conf', confident ? 'confident: a clear minimum, the errors inside the tolerance' : 'not confident', confident ? 'good' : 'warn');
     set('r_warning', f.warning ? '⚠ ' + f.warning : '', f.warning ? 'warn' : '');
     $('results').dataset.done = '1';
     $('results').dataset.c10 = String(r.C10_nm);

@@ -105,6 +105,9 @@ try {
   const fitText = await page.$eval('#r_C10', (e) => e.textContent);
   const st0 = await page.evaluate(async () => (await fetch('api/state', { headers: { 'X-SSB4D-Token': new URLSearchParams(location.search).get('token') } })).json());
   check(/ nm$/.test(fitText) && Math.abs(parseFloat(fitText) - st0.fit.result.C10_nm) < 1e-3, `results panel: C10 ${fitText}`);
+  // its standard error (issue 32), the state's to the panel's three decimals
+  const se10 = st0.fit.standard_errors && st0.fit.standard_errors.C10_nm;
+  check(Number.isFinite(se10) && se10 > 0 && fitText.includes(`± ${se10.toFixed(3)} nm`), `results panel: C10's standard error ${se10}`);
   check(await page.$eval('#r_phi_probe', (e) => /°$/.test(e.textContent)) && await page.$eval('#r_loss', (e) => e.textContent.length > 5),
     'results panel: φ12 (probe frame) and loss: ' + await page.$eval('#r_phi_probe', (e) => e.textContent));
   // The colour bar shows the displayed range, in rad for the phase.

@@ -238,6 +238,9 @@ def run(p, port, token):
             break
         time.sleep(0.1)
     check(s['fit']['done'], 'fit on start finished: C10 %.3f nm' % s['fit']['result']['C10_nm'])
+    se = s['fit']['standard_errors']
+    check(0 < se['C10_nm'] < 1 and 0 < se['C12_nm'] < 1 and se['rotation_deg'] is None,
+          'the fit\'s standard errors: %s' % se)
 
     # Idle, nothing runs: the worker waits on a condition variable, the daemon in poll().
     def cpu_ticks():
