@@ -76,9 +76,11 @@ static void fit_help(FILE *f, const char *out_dir)
             "centre of mass only without one), and the branch check may add 180 degrees. On crystals\n"
             "more than a few nm thick the phase does not settle that branch: give the rotation. phi12\n"
             "(and --tilt's tilt) is reported in the probe (detector) frame and in the scan frame\n"
-            "(phi12_deg = scan frame, what reconstruct --phi12 takes). A fit without a clear minimum,\n"
-            "with an undetermined rotation or an uncertain branch prints one warning line on stderr\n"
-            "and still exits 0.\n"
+            "(phi12_deg = scan frame, what reconstruct --phi12 takes). Each value is printed with its\n"
+            "standard error (+-). A fit that is not confident (no clear minimum, errors wider than\n"
+            "half the tolerance, an undetermined rotation, an uncertain branch, or a phase that does\n"
+            "not look like a thin specimen's) prints one warning line on stderr saying why and what to\n"
+            "do, and still exits 0.\n"
             "output:\n"
             "  -o, --output DIR      output folder (default %s); it is created if needed\n",
             out_dir);

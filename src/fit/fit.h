@@ -70,6 +70,10 @@ ssb4d_status fit_thin_eval(const ssb4d_G *G, const ssb4d_geometry *g, const fit_
  * (g's handedness). NaN for a held parameter, INFINITY when the groups' mean curvature has no
  * minimum near x. *n_evals receives the evaluations (point × group). */
 #define FIT_SE_GROUPS 8
+/* Its free coordinates: C10, the astigmatism (two when C12 and φ12 are free, one when φ12 is held,
+ * none when C12 is) and the rotation; the Newton design's points for d of them. */
+int fit_se_dims(const int locked[3], int fit_rotation);
+static inline size_t fit_se_points(int d) { return 1 + 2 * (size_t)d + (size_t)d * (size_t)(d - 1) / 2; }
 ssb4d_status fit_uncertainty(const ssb4d_G *F, const ssb4d_geometry *g, const fit_thin_params *p, const double x[4],
                              ssb4d_mem *mem, double se[4], double split[4], size_t *n_evals, ssb4d_err *err);
 
@@ -115,6 +119,7 @@ typedef struct {
      * of batch; 0: none (a given start, a locked parameter, no parallax). Their count is known only
      * once the parallax has run: a planner states what it expects. */
     size_t n_seeds;
+    int se_d;                             /* the standard errors' free coordinates (fit_se_dims) */
 } fit_ws_shape;
 /* Passes over the coarse and full fit views come as ws_pass(out, n_fit): both lie within the fit
  * radius, so within its n_fit innermost pixels; the others as ws_pass(out, 0). */

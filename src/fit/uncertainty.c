@@ -34,20 +34,27 @@ typedef struct {
     double h[SE_MAX_D]; /* Newton design steps */
 } coords;
 
-static void coords_of(const fit_thin_params *p, coords *c)
+static void coords_of(const int locked[3], int fit_rotation, coords *c)
 {
     memset(c, 0, sizeof *c);
     c->c10 = c->rot = -1;
-    if (!p->locked[FIT_C10])
+    if (!locked[FIT_C10])
         c->c10 = c->d, c->h[c->d++] = 0.25;
-    if (!p->locked[FIT_C12]) {
-        c->astig = p->locked[FIT_PHI12] ? 1 : 2;
+    if (!locked[FIT_C12]) {
+        c->astig = locked[FIT_PHI12] ? 1 : 2;
         c->a = c->d;
         for (int k = 0; k < c->astig; k++)
             c->h[c->d++] = 0.25;
     }
-    if (p->fit_rotation && !p->locked[FIT_ROT])
+    if (fit_rotation)
         c->rot = c->d, c->h[c->d++] = 0.5;
+}
+
+int fit_se_dims(const int locked[3], int fit_rotation)
+{
+    coords c;
+    coords_of(locked, fit_rotation, &c);
+    return c.d;
 }
 
 static void to_u(const coords *c, const double x[4], double *u)
@@ -197,7 +204,7 @@ ssb4d_status fit_uncertainty(const ssb4d_G *F, const ssb4d_geometry *g, const fi
         se[j] = split[j] = NAN;
     *n_evals = 0;
     coords c;
-    coords_of(p, &c);
+    coords_of(p->locked, p->fit_rotation && !p->locked[FIT_ROT], &c);
     const size_t K = FIT_SE_GROUPS;
     if (c.d == 0 || F->n_bf < 8 * K) /* too few pixels for eight groups: no estimate */
         return SSB4D_OK;

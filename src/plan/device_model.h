@@ -89,6 +89,8 @@ typedef struct {
     size_t n_fit, n_coarse;  /* its views: all fit pixels, the coarse subset (0: n_bf) */
     size_t sets_coarse, sets_fit; /* the most parameter sets one pass carries on each view */
     size_t rot_coarse, rot_fit;   /* distinct rotations in such a band pass (0: 1) */
+    size_t sets_se, rot_se;       /* the standard errors' passes (uncertainty.c): design points and
+                                     distinct rotations; 0: none */
     size_t band_nb;          /* the band objective's bins */
     int branch_check;        /* the fit's 180° branch check (an object at f = 1) */
     size_t subset;           /* a drag preview's BF pixels asked (0: 256; ≥ n_bf: all) */

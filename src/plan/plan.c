@@ -171,6 +171,7 @@ typedef struct {
     int band;              /* the band objective (else the exact loss) */
     int branch_check;
     size_t n_seeds;        /* the start's seeds (fit_ws_shape.n_seeds) */
+    int se_d;              /* the standard errors' free coordinates (fit_se_dims) */
 } fitcfg;
 
 /* red_fit: the chain's buffers during the fit's objective passes; red_loss: during its other
@@ -180,7 +181,7 @@ static void fit_on(plan_model *m, const shape *s, const gmode *g, const fitcfg *
 {
     fit_ws_shape f = {s->ny, s->nx, s->n_bf, s->n_fit, s->n_coarse, s->nt, s->band_nb, s->band_nr, s->band_nc,
                       s->px_runs, s->px_nb, c->batch, c->trials, c->d, c->fit_rotation, c->band, c->branch_check,
-                      c->n_seeds};
+                      c->n_seeds, c->se_d};
     stage_sink ss;
     fit_workspace(&f, stage(&ss, m, s, g, red_fit, red_loss));
 }
@@ -596,6 +597,7 @@ static void fit_config(const ssb4d_plan_input *in, const ssb4d_fit_params *fp, c
     c->d = c->fit_rotation;
     for (int j = 0; j < 3; j++)
         c->d += !fp->locked[j];
+    c->se_d = fit_se_dims(fp->locked, c->fit_rotation);
     /* The start's seeds: the parallax estimate and its alternatives (at most SSB4D_PARALLAX_ALT:
      * a crystal's aliased reflections give them), planned at their most. Fewer seeds leave smaller
      * buffers in the cache; a rotation scan (a rotation nothing fixes) multiplies the seeds, and
@@ -1004,6 +1006,8 @@ void plan_device_session(const ssb4d_plan_input *in, size_t ny, size_t nx, dev_s
     out->sets_fit = fit_max_sets(&c, 0);
     out->rot_coarse = c.band && c.fit_rotation ? out->sets_coarse : 1;
     out->rot_fit = c.band && c.fit_rotation ? out->sets_fit : 1;
+    out->sets_se = c.se_d > 0 ? fit_se_points(c.se_d) : 0;
+    out->rot_se = c.fit_rotation ? 3 : 1;
     out->band_nb = s.band_nb;
     out->branch_check = c.branch_check;
     out->subset = 256;

@@ -38,7 +38,7 @@ rc=$?
 [ "$(json_get "$T/d.json" 'd["device"]["planes"], d["device"]["planes_bytes"]')" = "3000 792576000" ] && ok ||
     bad "G's planes on the device: $(json_get "$T/d.json" 'd["device"]["planes"], d["device"]["planes_bytes"]')"
 [ "$(json_get "$T/d.json" '" ".join(s["name"].split()[0] for s in d["device"]["stages"])')" = \
-    "fit: fit: fit: fit: fit: fit: drag release object" ] && ok ||
+    "fit: fit: fit: fit: fit: fit: fit: fit: drag release object" ] && ok ||
     bad "the passes: $(json_get "$T/d.json" '[s["name"] for s in d["device"]["stages"]]')"
 [ "$(json_get "$T/d.json" 'all(a["after_bytes"] <= b["after_bytes"] for a, b in zip(d["device"]["stages"], d["device"]["stages"][1:]))')" = True ] &&
     ok || bad "a pass's held bytes fall: the buffers are kept"
