@@ -7,11 +7,11 @@ set -u
 secs=$1 thin=$2 cry=$3
 shift 3
 . .device-deps/activate.sh >/dev/null
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DSSB4D_TESTS=OFF -DSSB4D_FUZZ=OFF >/dev/null &&
-    cmake --build build -j16 --target ssb4d_fit_study >/dev/null || exit 1
+cmake -S . -B build-study -G Ninja -DCMAKE_BUILD_TYPE=Release -DSSB4D_CUDA=OFF -DSSB4D_TESTS=OFF -DSSB4D_FUZZ=OFF >/dev/null &&
+    cmake --build build-study -j16 --target ssb4d_fit_study >/dev/null || exit 1
 n=$(nproc)
 start=$(date +%s)
-bench/fit-study-xargs.sh build "$OUT/thin.jsonl" $((n / 4)) "$secs" "$thin" "$@" 2>"$OUT/thin.err" &
-bench/fit-study-xargs.sh build "$OUT/crystals.jsonl" $((n - n / 4)) "$secs" "$cry" --rotation-given "$@" 2>"$OUT/crystals.err"
+bench/fit-study-xargs.sh build-study "$OUT/thin.jsonl" $((n / 4)) "$secs" "$thin" "$@" 2>"$OUT/thin.err" &
+bench/fit-study-xargs.sh build-study "$OUT/crystals.jsonl" $((n - n / 4)) "$secs" "$cry" --rotation-given "$@" 2>"$OUT/crystals.err"
 wait
 echo "thin $(wc -l <"$OUT/thin.jsonl"), crystals $(wc -l <"$OUT/crystals.jsonl") cases in $(( $(date +%s) - start )) s on $n cores"
