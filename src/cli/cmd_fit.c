@@ -465,23 +465,6 @@ static double phi12_probe(const ssb4d_fit_result *r, double phi12_scan)
     return d - 90.0;
 }
 
-/* The fit's confidence as the command reports it: the library's (a clear minimum; the rotation
- * determined), and for a rotation that was given, the branch check's verdict (SPEC 6.3: a given
- * rotation is checked, not flipped; a warning at most). */
-typedef struct {
-    int confident;
-    char warning[600];
-} fit_verdict;
-
-static void verdict(const ssb4d_fit_params *fp, const ssb4d_fit_result *r, fit_verdict *v)
-{
-    (void)fp;
-    v->confident = r->confident; /* the library's, the given rotation's branch check included */
-    snprintf(v->warning, sizeof v->warning, "%s", r->warning);
-    if (!v->confident && !v->warning[0])
-        snprintf(v->warning, sizeof v->warning, "the fit is not confident");
-}
-
 /* How the rotation was obtained, in words. */
 static void rotation_label(const ssb4d_fit_params *fp, const ssb4d_fit_result *r, const cli_session *j, char *buf, size_t n)
 {
@@ -528,7 +511,7 @@ static cJSON *parallax_json(const ssb4d_fit_result *r)
 
 /* The fit's keys of --json (and of regions.json): φ12 in both frames, the rotation and its
  * source, the objective, the branch, the confidence and the parallax estimate. */
-static void add_fit_json(cJSON *out, const ssb4d_fit_params *fp, const ssb4d_fit_result *r, const fit_verdict *v,
+static void add_fit_json(cJSON *out, const ssb4d_fit_params *fp, const ssb4d_fit_result *r,
                          const cli_session *j, double phi12_probe_deg, double phi12_scan_deg)
 {
     cJSON_AddItemToObject(out, "phi12_probe_deg", cli_json_num(phi12_probe_deg));
@@ -557,11 +540,12 @@ static void add_fit_json(cJSON *out, const ssb4d_fit_params *fp, const ssb4d_fit
     cJSON_AddItemToObject(out, "skewness", cli_json_num(r->skewness));
     if (isfinite(r->skewness_other))
         cJSON_AddNumberToObject(out, "skewness_other_branch", r->skewness_other);
-    cJSON_AddBoolToObject(out, "confident", v->confident != 0);
-    if (v->confident)
+    /* the library's confidence (SPEC §6.1, §6.3; docs/fit.md): a warning whenever not confident */
+    cJSON_AddBoolToObject(out, "confident", r->confident != 0);
+    if (r->confident)
         cJSON_AddNullToObject(out, "warning");
     else
-        cJSON_AddStringToObject(out, "warning", v->warning);
+        cJSON_AddStringToObject(out, "warning", r->warning);
     cJSON_AddItemToObject(out, "loss_contrast", cli_json_num(r->loss_contrast));
     cJSON_AddItemToObject(out, "parallax", parallax_json(r));
 }
@@ -851,8 +835,7 @@ static ssb4d_status fit_write(const fit_opts *o, const cli_session *cs, const fi
     return st;
 }
 
-static void fit_print_json(const fit_opts *o, const cli_session *cs, const fit_run *run, const fit_verdict *v,
-                           double seconds)
+static void fit_print_json(const fit_opts *o, const cli_session *cs, const fit_run *run, double seconds)
 {
     const ssb4d_fit_result *r = &run->r;
     const ssb4d_plan *plan = ssb4d_session_plan(cs->s);
@@ -860,7 +843,7 @@ static void fit_print_json(const fit_opts *o, const cli_session *cs, const fit_r
     double x[3] = {run->ab.C_nm[SSB4D_C10], run->ab.C_nm[SSB4D_C12], run->ab.phi_deg[SSB4D_C12]};
     cJSON *out = cJSON_CreateObject();
     add_ab(out, x);
-    add_fit_json(out, &run->fp, r, v, cs, run->have_tilt ? phi12_probe(r, x[2]) : r->phi12_probe_deg, x[2]);
+    add_fit_json(out, &run->fp, r, cs, run->have_tilt ? phi12_probe(r, x[2]) : r->phi12_probe_deg, x[2]);
     /* the standard fit's standard errors (null: not fitted, undetermined, or the thick model's values) */
     cJSON *se = cJSON_AddObjectToObject(out, "standard_errors");
     const double sev[4] = {r->C10_se_nm, r->C12_se_nm, r->phi12_se_deg, r->rotation_se_deg};
@@ -1061,18 +1044,16 @@ static int run_fit(fit_opts *o)
     ssb4d_mem_free(mem, run.phase, 0);
     ssb4d_mem_free(mem, run.object, 0);
     int exit_code = 0;
-    fit_verdict v;
     if (st) {
         exit_code = cli_session_fail(&cs, st, err.msg);
         remove_if_empty(o);
     } else {
-        verdict(&run.fp, &run.r, &v);
         if (o->m.json)
-            fit_print_json(o, &cs, &run, &v, cli_progress_elapsed(&total));
+            fit_print_json(o, &cs, &run, cli_progress_elapsed(&total));
         else
             fit_print_text(o, &cs, &run, cli_progress_elapsed(&total));
-        if (!v.confident)
-            fprintf(stderr, "ssb4d %s: warning: %s\n", o->cmd, v.warning);
+        if (!run.r.confident)
+            fprintf(stderr, "ssb4d %s: warning: %s\n", o->cmd, run.r.warning);
     }
     if (o->m.memory_report)
         ssb4d_mem_report_print(mem, stderr);
@@ -1195,6 +1176,12 @@ static ssb4d_status hold_branch(const fit_opts *o, cli_session *j, size_t (*rect
     return st;
 }
 
+/* "region R0:R1,C0:C1": how regions.json names the region a rotation was held from. */
+static void region_label(char *buf, size_t n, const size_t rect[4])
+{
+    snprintf(buf, n, "region %zu:%zu,%zu:%zu", rect[0], rect[1], rect[2], rect[3]);
+}
+
 /* regions.json's branch_region: the region that set the others' rotation, or null. */
 static cJSON *branch_json(size_t (*rects)[4], const ssb4d_fit_result *res, size_t n, size_t from)
 {
@@ -1202,7 +1189,7 @@ static cJSON *branch_json(size_t (*rects)[4], const ssb4d_fit_result *res, size_
         return cJSON_CreateNull();
     cJSON *b = cJSON_CreateObject();
     char src[96];
-    snprintf(src, sizeof src, "region %zu:%zu,%zu:%zu", rects[from][0], rects[from][1], rects[from][2], rects[from][3]);
+    region_label(src, sizeof src, rects[from]);
     cJSON_AddNumberToObject(b, "index", (double)from);
     cJSON_AddStringToObject(b, "region", src);
     cJSON_AddItemToObject(b, "skewness", cli_json_num(res[from].skewness));
@@ -1298,8 +1285,7 @@ int cmd_fit_regions(int argc, char **argv)
         const ssb4d_fit_params *fp = from < n && i != from ? &hfp : &rfp;
         char held[96] = ""; /* "region R0:R1,C0:C1": the region whose rotation this one holds */
         if (fp == &hfp)
-            snprintf(held, sizeof held, "region %zu:%zu,%zu:%zu", rects[from][0], rects[from][1], rects[from][2],
-                     rects[from][3]);
+            region_label(held, sizeof held, rects[from]);
         size_t loss_n_bf = ssb4d_session_calibration(j.s)->n_bf; /* every region's G has all of them */
         double x[3] = {r->ab.C_nm[SSB4D_C10], r->ab.C_nm[SSB4D_C12], r->ab.phi_deg[SSB4D_C12]};
         c10[i] = x[0];
@@ -1307,11 +1293,9 @@ int cmd_fit_regions(int argc, char **argv)
         cJSON *rc4 = cJSON_AddArrayToObject(e, "rect");
         for (int k = 0; k < 4; k++)
             cJSON_AddItemToArray(rc4, cJSON_CreateNumber((double)rects[i][k]));
-        fit_verdict v;
-        verdict(fp, r, &v);
-        n_unsure += !v.confident;
+        n_unsure += !r->confident;
         add_ab(e, x);
-        add_fit_json(e, fp, r, &v, &j, r->phi12_probe_deg, x[2]);
+        add_fit_json(e, fp, r, &j, r->phi12_probe_deg, x[2]);
         if (held[0]) { /* held from the settling region, not given by the user */
             cJSON_ReplaceItemInObject(e, "rotation_source", cJSON_CreateString(held));
             cJSON_ReplaceItemInObject(e, "flip_source", cJSON_CreateString(held));
@@ -1328,15 +1312,15 @@ int cmd_fit_regions(int argc, char **argv)
         fprintf(cf, "%zu,%zu,%zu,%zu,%.6f,%.6f,%.4f,%.9g,%.4f,%d,%zu,%.4f,%s%s%s,%d\n", rects[i][0], rects[i][1],
                 rects[i][2], rects[i][3], x[0], x[1], x[2], r->loss, r->geom.rotation_deg, r->branch_flipped,
                 r->evaluations, r->phi12_probe_deg, held[0] ? "\"" : "", held[0] ? held : rotation_source_key(fp, r),
-                held[0] ? "\"" : "", v.confident);
+                held[0] ? "\"" : "", r->confident);
         if (!o.m.quiet && !o.m.json)
             fprintf(stderr, "ssb4d fit-regions: region %zu/%zu (rows %zu:%zu, cols %zu:%zu): C10 %.3f nm, C12 %.3f nm, "
                             "phi12 %.2f deg (probe frame), rotation %.2f deg%s%s\n", i + 1, n, rects[i][0], rects[i][1],
                     rects[i][2], rects[i][3], x[0], x[1], r->phi12_probe_deg, r->geom.rotation_deg,
                     held[0] ? ", held from " : "", held);
-        if (!v.confident)
+        if (!r->confident)
             fprintf(stderr, "ssb4d fit-regions: warning: region %zu (rows %zu:%zu, cols %zu:%zu): %s\n", i + 1,
-                    rects[i][0], rects[i][1], rects[i][2], rects[i][3], v.warning);
+                    rects[i][0], rects[i][1], rects[i][2], rects[i][3], r->warning);
     }
     fclose(cf);
     if (csv_len && csv[csv_len - 1] == '\n')

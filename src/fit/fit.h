@@ -74,6 +74,13 @@ ssb4d_status fit_thin_eval(const ssb4d_G *G, const ssb4d_geometry *g, const fit_
  * none when C12 is) and the rotation; the Newton design's points for d of them. */
 int fit_se_dims(const int locked[3], int fit_rotation);
 static inline size_t fit_se_points(int d) { return 1 + 2 * (size_t)d + (size_t)d * (size_t)(d - 1) / 2; }
+/* The pixels of group k of n_fit: the nearer half (⌊n/2⌋) dealt into groups 0–3, the farther into
+ * 4–7, each in BF order. */
+static inline size_t fit_se_group_bf(size_t n_fit, size_t k)
+{
+    size_t half = k < FIT_SE_GROUPS / 2 ? n_fit / 2 : n_fit - n_fit / 2, j = k % (FIT_SE_GROUPS / 2);
+    return (half + FIT_SE_GROUPS / 2 - 1 - j) / (FIT_SE_GROUPS / 2);
+}
 ssb4d_status fit_uncertainty(const ssb4d_G *F, const ssb4d_geometry *g, const fit_thin_params *p, const double x[4],
                              ssb4d_mem *mem, double se[4], double split[4], size_t *n_evals, ssb4d_err *err);
 

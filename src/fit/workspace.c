@@ -91,9 +91,9 @@ void fit_workspace(const fit_ws_shape *s, ws_sink *out)
     /* the standard errors (uncertainty.c): per group of the fit pixels its band power and one
      * batch of the design's points, whose rotations are the fit's and ± its step */
     if (s->se_d > 0 && s->n_fit >= 8 * FIT_SE_GROUPS) {
-        size_t npts = fit_se_points(s->se_d), half[2] = {s->n_fit / 2, s->n_fit - s->n_fit / 2};
+        size_t npts = fit_se_points(s->se_d);
         for (size_t k = 0; k < FIT_SE_GROUPS; k++) {
-            size_t j = k % 4, n_k = (half[k / 4] + 3 - j) / 4; /* dealt into four in BF order */
+            size_t n_k = fit_se_group_bf(s->n_fit, k);
             if (s->band)
                 band_power(s, n_k, fv);
             batch(s, n_k, npts, s->fit_rotation ? 3 : 1, fv);

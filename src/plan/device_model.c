@@ -6,7 +6,7 @@
 
 #include "common/block.h"
 #include "cuda/kernels.h" /* cu_band_set: the band pass's sets are copied to the device as they are */
-#include "fit/fit.h"      /* FIT_SE_GROUPS */
+#include "fit/fit.h"      /* fit_se_group_bf */
 #include "gbuild/gbuild.h"
 
 #include <stdio.h>
@@ -180,10 +180,10 @@ void dev_model_session(const dev_session_in *in, dev_model *m)
             if (coarse < nfit)
                 dev_model_phases(m, "fit: loss batch (all)", nfit, sf, 1, 1, 0, 0);
         }
-        /* the standard errors: per group of the fit pixels (the largest, ⌈⌈n/2⌉/4⌉) its band
-         * power and one pass with the design's points */
+        /* the standard errors: per group of the fit pixels (the largest, the farther half's
+         * first) its band power and one pass with the design's points */
         if (in->sets_se && nfit >= 8 * FIT_SE_GROUPS) {
-            size_t group_bf = (nfit - nfit / 2 + 3) / 4;
+            size_t group_bf = fit_se_group_bf(nfit, FIT_SE_GROUPS / 2);
             if (in->band) {
                 dev_model_band_power(m, "fit: standard errors' band power", group_bf, in->band_nb);
                 dev_model_band(m, "fit: standard errors", group_bf, in->sets_se, in->rot_se, in->band_nb);
