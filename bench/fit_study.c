@@ -26,7 +26,12 @@
  * count plus Gaussian read noise of SIGMA electrons, in units of 1/7.3 electron, negative values
  * kept) read through the float path, never quantised.
  *
- * usage: ssb4d_fit_study [--n N] [--seed S] [--cases i,j,..] [--tilt] [--threads T]
+ * --objectives (with --rotation-given) adds, on the crystal cases, each objective's optimum: the
+ * thin band (the standard fit), the thin exact loss, the thick band at the true thickness and tilt,
+ * at the true thickness with the tilt searched, and the joint thick search; and the band fraction
+ * each model explains at the truth (issue 32 item 2: which optimum lies nearest the truth).
+ *
+ * usage: ssb4d_fit_study [--n N] [--seed S] [--cases i,j,..] [--tilt] [--threads T] [--objectives]
  *                        [--dump DIR] [--table] [--max-scan N] [--mirror] [--float SIGMA]
  *                        > record.jsonl
  */
@@ -352,6 +357,120 @@ done:
 }
 
 /* One JSON line on stdout, with C's "nan"/"-nan" written as JSON's null and "inf" as 1e999. */
+/* ---- --objectives: which objective's optimum lies nearest the truth (issue 32 item 2) ------- */
+
+/* One optimum as JSON: [C10, C12, φ12 scan frame, tilt row, tilt col, thickness]. */
+static int put_opt(char *buf, size_t n, const char *name, const double x[6])
+{
+    return snprintf(buf, n, "\"%s\":[%.4f,%.4f,%.3f,%.3f,%.3f,%.3f]", name, x[0], x[1], x[2], x[3], x[4], x[5]);
+}
+
+/* Crystal cases, the rotation given: the optima of the thin band objective (the standard fit),
+ * the thin exact loss, the thick band objective with thickness and tilt held at the truth, with
+ * only the thickness held (tilt searched), and the joint thick search (--tilt's); and the band
+ * fraction each model explains at the truth. Appended to the case's line as "objectives". */
+static ssb4d_status objective_study(const ssb4d_G *G, const ssb4d_geometry *gg, const study_case *c,
+                                    const ssb4d_fit_params *fp0, const ssb4d_fit_result *thin, char *out,
+                                    size_t outn, ssb4d_err *err)
+{
+    size_t k = 0;
+    double x[6] = {thin->ab.C_nm[SSB4D_C10], thin->ab.C_nm[SSB4D_C12], thin->ab.phi_deg[SSB4D_C12], 0, 0, 0};
+    k += (size_t)put_opt(out + k, outn - k, "thin_band", x);
+    /* the thin exact loss */
+    ssb4d_fit_params fl = *fp0;
+    fl.objective = SSB4D_FIT_OBJ_LOSS;
+    ssb4d_fit_result rl;
+    memset(&rl, 0, sizeof rl);
+    ssb4d_status st = ssb4d_fit(G, gg, &fl, NULL, &rl, err);
+    if (st)
+        return st;
+    double xl[6] = {rl.ab.C_nm[SSB4D_C10], rl.ab.C_nm[SSB4D_C12], rl.ab.phi_deg[SSB4D_C12], 0, 0, 0};
+    ssb4d_fit_result_free(&rl);
+    k += (size_t)snprintf(out + k, outn - k, ",");
+    k += (size_t)put_opt(out + k, outn - k, "thin_loss", xl);
+    /* the truth's tilt in the scan frame: the specimen tilt is the simulator's beam tilt negated
+     * (docs/tilt.md), rotated from the detector frame by the rotation */
+    double a = gg->rotation_deg * M_PI / 180.0, ca = cos(a), sa = sin(a);
+    double d0 = -c->sp.tilt_mrad[0], d1 = -c->sp.tilt_mrad[1];
+    double tilt_scan[2] = {ca * d0 - sa * d1, sa * d0 + ca * d1};
+    static const char *names[3] = {"thick_truth", "thick_T", "thick_joint"};
+    for (int m = 0; m < 3; m++) {
+        fit_tilt_params tp;
+        fit_tilt_params_default(&tp);
+        tp.thin.start[0] = x[0];
+        tp.thin.start[1] = x[1];
+        tp.thin.start[2] = x[2];
+        tp.thin.seed = fp0->seed;
+        tp.thick_given.tilt_mrad[0] = tilt_scan[0];
+        tp.thick_given.tilt_mrad[1] = tilt_scan[1];
+        tp.thick_given.thickness_nm = c->thickness_nm;
+        if (m == 0)
+            tp.thick_locked[0] = tp.thick_locked[1] = tp.thick_locked[2] = 1;
+        else if (m == 1)
+            tp.thick_locked[2] = 1;
+        fit_tilt_result tr;
+        if ((st = fit_tilt(G, gg, &tp, NULL, &tr, NULL, err)))
+            return st;
+        double xt[6] = {tr.C10_nm, tr.C12_nm, tr.phi12_deg, tr.thick.tilt_mrad[0], tr.thick.tilt_mrad[1],
+                        tr.thick.thickness_nm};
+        k += (size_t)snprintf(out + k, outn - k, ",");
+        k += (size_t)put_opt(out + k, outn - k, names[m], xt);
+    }
+    /* the band fraction at the truth, thin and thick */
+    ssb4d_band_opts bo;
+    ssb4d_band_opts_default(&bo);
+    double power = 0, f[2] = {NAN, NAN};
+    if ((st = ssb4d_band_power(G, gg, &bo, NULL, &power, err)))
+        return st;
+    ssb4d_aberrations at[6];
+    ssb4d_thick th[6];
+    memset(at, 0, sizeof at);
+    memset(th, 0, sizeof th);
+    for (int m = 0; m < 6; m++) {
+        at[m].C_nm[SSB4D_C10] = c->c10_mean_plane;
+        at[m].C_nm[SSB4D_C12] = c->sp.ab.C_nm[SSB4D_C12];
+        at[m].phi_deg[SSB4D_C12] = c->sp.ab.phi_deg[SSB4D_C12] + gg->rotation_deg;
+    }
+    th[1].tilt_mrad[0] = tilt_scan[0];
+    th[1].tilt_mrad[1] = tilt_scan[1];
+    th[1].thickness_nm = c->thickness_nm;
+    /* variants: the tilt negated, no tilt, the half and the double thickness */
+    th[2] = th[1], th[2].tilt_mrad[0] = -tilt_scan[0], th[2].tilt_mrad[1] = -tilt_scan[1];
+    th[3] = th[1], th[3].tilt_mrad[0] = th[3].tilt_mrad[1] = 0;
+    th[4] = th[1], th[4].thickness_nm *= 0.5;
+    th[5] = th[1], th[5].thickness_nm *= 2;
+    double fv[6];
+    if ((st = ssb4d_band_fit(G, gg, at, th, 6, &bo, NULL, fv, err)))
+        return st;
+    f[0] = fv[0], f[1] = fv[1];
+    /* the band fraction along the thickness at the true aberrations and tilt: where the thick
+     * model's own optimum (an effective thickness) lies against the true thickness */
+    enum { NS = 12 };
+    static const double sc[NS] = {0, 0.125, 0.25, 0.375, 0.5, 0.625, 0.75, 0.875, 1, 1.25, 1.5, 2};
+    ssb4d_aberrations as[NS];
+    ssb4d_thick ts[NS];
+    double fs[NS];
+    for (int m = 0; m < NS; m++) {
+        as[m] = at[1];
+        ts[m] = th[1];
+        ts[m].thickness_nm = sc[m] * c->thickness_nm;
+    }
+    if ((st = ssb4d_band_fit(G, gg, as, ts, NS, &bo, NULL, fs, err)))
+        return st;
+    k += (size_t)snprintf(out + k, outn - k, ",\"band_T_scan\":[");
+    for (int m = 0; m < NS; m++)
+        k += (size_t)snprintf(out + k, outn - k, "%s[%.3f,%.6f]", m ? "," : "", sc[m], fs[m] / power);
+    k += (size_t)snprintf(out + k, outn - k, "]");
+    k += (size_t)snprintf(out + k, outn - k, ",\"band_variants\":[%.6f,%.6f,%.6f,%.6f]", fv[2] / power, fv[3] / power,
+                          fv[4] / power, fv[5] / power);
+    k += (size_t)snprintf(out + k, outn - k, ",\"band_fraction_truth\":[%.6f,%.6f],\"truth_scan\":[%.4f,%.4f,%.3f,%.3f,%.3f,%.3f]",
+                          f[0] / power, f[1] / power, c->c10_mean_plane, c->sp.ab.C_nm[SSB4D_C12],
+                          wrap(c->sp.ab.phi_deg[SSB4D_C12] + gg->rotation_deg, 180.0), tilt_scan[0], tilt_scan[1],
+                          c->thickness_nm);
+    (void)k;
+    return SSB4D_OK;
+}
+
 static void json_line(const char *line)
 {
     for (const char *p = line; *p;) {
@@ -385,6 +504,7 @@ static void tally_add(tally *t, int ok)
 
 int main(int argc, char **argv)
 {
+    int objectives = 0;
     int n = 120, threads = 0, tilt = 0, table = 0, max_scan = 128, rotation_given = 0, objective = -1;
     int only_th = -1, only_rot = -1, only_dose = -1, branch_check = 1, stats_only = 0, det_os = -1, mirror = 0;
     double float_sigma = -1; /* < 0: counts */
@@ -408,6 +528,8 @@ int main(int argc, char **argv)
             fit_radius = atof(argv[++a]);
         else if (!strcmp(argv[a], "--tilt"))
             tilt = 1;
+        else if (!strcmp(argv[a], "--objectives")) /* research: each objective's optimum on crystals */
+            objectives = 1;
         else if (!strcmp(argv[a], "--rotation-given")) /* diagnostics: the true rotation given */
             rotation_given = 1;
         else if (!strcmp(argv[a], "--det-oversample") && a + 1 < argc) /* research: force S */
@@ -527,6 +649,24 @@ int main(int argc, char **argv)
             return 1;
         }
         double t2 = now();
+        /* the dark-field fraction: counts beyond 1.25 BF radii of the disk centre over all counts
+         * (a thickness indicator studied in issue 32) */
+        double df_fraction = NAN;
+        {
+            double tot = 0, df = 0, r2 = 1.5625 * info.bf_radius_px * info.bf_radius_px;
+            for (int u = 0; u < c.sp.det; u++)
+                for (int v = 0; v < c.sp.det; v++) {
+                    double du = u - cal.geom.centre_px[0], dv = v - cal.geom.centre_px[1], sum = 0;
+                    for (size_t q = 0; q < np; q++)
+                        sum += fdata ? (double)fdata[q * dd + (size_t)u * c.sp.det + v]
+                                     : (double)counts[q * dd + (size_t)u * c.sp.det + v];
+                    tot += sum;
+                    if (du * du + dv * dv > r2)
+                        df += sum;
+                }
+            if (tot > 0)
+                df_fraction = df / tot;
+        }
         ssb4d_fit_params fp;
         ssb4d_fit_params_default(&fp);
         fp.threads = threads;
@@ -627,7 +767,7 @@ int main(int argc, char **argv)
         snprintf(line, sizeof line, "{\"i\":%d,\"specimen\":\"%s\",\"kv\":%g,\"semiangle_mrad\":%.2f,\"scan\":%d,\"scan_cells\":%d,"
                "\"step_A\":%.4f,\"det\":%d,\"bf_radius_px\":%.2f,\"window_A\":%.2f,\"footprint_A\":%.2f,\"dose\":%.0f,\"thickness_nm\":%.2f,"
                "\"tilt_mrad\":[%.3f,%.3f],\"strata\":{\"thickness\":\"%s\",\"rotation\":\"%s\",\"dose\":\"%s\"},"
-               "\"truth\":{\"C10_nm_mean_plane\":%.4f,\"C10_nm_entrance\":%.4f,\"C10_nm_exit\":%.4f,\"C12_nm\":%.4f,\"phi12_deg_probe\":%.3f,\"rotation_deg\":%.3f,\"flip\":%d},\"float_sigma\":%.3f,"
+               "\"truth\":{\"C10_nm_mean_plane\":%.4f,\"C10_nm_entrance\":%.4f,\"C10_nm_exit\":%.4f,\"C12_nm\":%.4f,\"phi12_deg_probe\":%.3f,\"rotation_deg\":%.3f,\"flip\":%d},\"float_sigma\":%.3f,\"df_fraction\":%.5f,"
                "\"fit\":{\"C10_nm\":%.4f,\"C12_nm\":%.4f,\"phi12_deg_probe\":%.3f,\"phi12_deg_scan\":%.3f,"
                "\"rotation_deg\":%.3f,\"rotation_source\":\"%s\",\"flip\":%d,\"flip_source\":\"%s\",\"flip_objective\":[%.6f,%.6f],\"calibration_flip\":%d,\"calibration_flip_fitted\":%d,\"branch_flipped\":%d,\"loss\":%.9g,"
                "\"confident\":%d,\"skewness\":%.3f,\"contrast\":%.4f,\"se\":[%.4g,%.4g,%.4g,%.4g],\"disk_split\":[%.4g,%.4g,%.4g,%.4g]},"
@@ -641,7 +781,7 @@ int main(int argc, char **argv)
                c.sp.scan_cells, info.scan_step_A, c.sp.det, info.bf_radius_px, info.window_A,
                2.0 * c.sp.semiangle_mrad * 1e-3 * 10.0 * (fabs(c.sp.ab.C_nm[SSB4D_C10]) + c.sp.ab.C_nm[SSB4D_C12]) + 4.0, c.sp.dose, c.thickness_nm,
                -c.sp.tilt_mrad[0], -c.sp.tilt_mrad[1], th_name[c.th], rot_name[c.rot], dose_name[c.dose_class],
-               c.c10_mean_plane, c.c10_entrance, c.c10_exit, c12, phi_true_probe, c.rotation_deg, mirror, float_sigma, r.ab.C_nm[SSB4D_C10],
+               c.c10_mean_plane, c.c10_entrance, c.c10_exit, c12, phi_true_probe, c.rotation_deg, mirror, float_sigma, df_fraction, r.ab.C_nm[SSB4D_C10],
                r.ab.C_nm[SSB4D_C12], r.phi12_probe_deg, r.ab.phi_deg[SSB4D_C12], r.geom.rotation_deg,
                r.rotation_source, r.geom.flip, r.flip_source, r.flip_objective[0], r.flip_objective[1], cal.geom.flip,
                cal.flip_fitted, r.branch_flipped, r.loss, r.confident, r.skewness, r.loss_contrast, r.C10_se_nm, r.C12_se_nm, r.phi12_se_deg,
@@ -650,6 +790,17 @@ int main(int argc, char **argv)
                r.parallax.sigma[2], r.parallax.sigma[3], cal.rotation_curl_deg, cal.rotation_sigma_deg, d10, d12,
                dphi, drot, ok ? "true" : "false", ok_depth ? "true" : "false", ok_spec ? "true" : "false", ok_spec_tilt, fabs(drot) < 90.0 ? "true" : "false", okflip ? "true" : "false", tilt_fit[0], tilt_fit[1], t_fit, tilt_ok, expl[0], expl[1], loss_truth, bstat[0], bstat[1], bstat[2], bstat[3], r.evaluations,
                t1 - t0, t2 - t1, t3 - t2, t4 - t3);
+        if (objectives && c.th != TH_THIN && rotation_given) {
+            char ob[4096];
+            if (objective_study(G, &g0, &c, &fp, &r, ob, sizeof ob, &err)) {
+                fprintf(stderr, "case %d: objectives: %s\n", i, err.msg);
+                return 1;
+            }
+            size_t L = strlen(line);
+            if (L >= 2 && line[L - 2] == '}')
+                snprintf(line + L - 2, sizeof line - (L - 2), ",\"objectives\":{%s},\"objectives_s\":%.2f}\n", ob,
+                         now() - t4);
+        }
         json_line(line);
         ssb4d_fit_result_free(&r);
         ssb4d_G_free(G);

@@ -160,6 +160,14 @@ static ssb4d_status check_params(const fit_tilt_params *p, ssb4d_err *err)
                         p->thickness_lo_nm, p->thickness_hi_nm);
     if (!(p->c10_span_nm >= 0) || !(p->c12_span_nm >= 0) || !(p->phi12_span_deg >= 0))
         return ssb_fail(err, SSB4D_EINVAL, "the joint search's aberration spans must be >= 0");
+    for (int k = 0; k < 2; k++)
+        if (p->thick_locked[k] && !(fabs(p->thick_given.tilt_mrad[k]) <= p->tilt_max_mrad))
+            return ssb_fail(err, SSB4D_EINVAL, "a held tilt must lie within +-%g mrad (got %g)", p->tilt_max_mrad,
+                            p->thick_given.tilt_mrad[k]);
+    if (p->thick_locked[2] && !(p->thick_given.thickness_nm >= p->thickness_lo_nm &&
+                                p->thick_given.thickness_nm <= p->thickness_hi_nm))
+        return ssb_fail(err, SSB4D_EINVAL, "a held thickness must lie in %g-%g nm (got %g)", p->thickness_lo_nm,
+                        p->thickness_hi_nm, p->thick_given.thickness_nm);
     return SSB4D_OK;
 }
 
@@ -236,6 +244,12 @@ ssb4d_status fit_tilt(const ssb4d_G *G, const ssb4d_geometry *g, const fit_tilt_
     jp.lo[TILT_T] = p->thickness_lo_nm;
     jp.hi[TILT_T] = p->thickness_hi_nm;
     jp.start[TILT_T] = p->thickness_lo_nm; /* the baseline's nearest thick point */
+    const double given[3] = {p->thick_given.tilt_mrad[0], p->thick_given.tilt_mrad[1], p->thick_given.thickness_nm};
+    for (int k = 0; k < 3; k++)
+        if (p->thick_locked[k]) {
+            jp.locked[TILT_ROW + k] = 1;
+            jp.start[TILT_ROW + k] = given[k];
+        }
     jp.eval = band_eval;
     jp.user = &o;
     o.joint = 1;
@@ -266,7 +280,7 @@ ssb4d_status fit_tilt(const ssb4d_G *G, const ssb4d_geometry *g, const fit_tilt_
     memset(r, 0, sizeof *r);
     memcpy(r->thin, thin_x, sizeof r->thin);
     r->fit_standard = -thin_loss * power;
-    if (jb->loss <= thin_loss) {
+    if (jb->loss <= thin_loss || p->thick_locked[2]) {
         r->C10_nm = jb->x[TILT_C10];
         r->C12_nm = jb->x[TILT_C12];
         r->phi12_deg = jb->x[TILT_PHI12];
