@@ -556,8 +556,8 @@ void ssb4d_session_set(ssb4d_session *s, const ssb4d_aberrations *ab, const ssb4
 /* Holds the scan–detector rotation at deg (later fits keep it, as if given). Calibrates first. */
 ssb4d_status ssb4d_session_set_rotation(ssb4d_session *s, double deg, ssb4d_err *err);
 /* Holds the detector's handedness at flip (0 or 1; later fits keep it, as if given, rather than
- * test both): with ssb4d_session_set_rotation, the geometry of one fit held for others (ssb4d
- * fit-regions holds the region that settles the 180° branch). Calibrates first. */
+ * test both): with ssb4d_session_set_rotation, the geometry of one fit held for others (as
+ * ssb4d_session_settle_branch holds the region that settles the 180° branch). Calibrates first. */
 ssb4d_status ssb4d_session_set_flip(ssb4d_session *s, int flip, ssb4d_err *err);
 /* Makes a fit's result (of the whole field or of a region) the current parameters: its
  * aberrations and geometry, for the whole field. */
@@ -616,11 +616,28 @@ ssb4d_status ssb4d_session_fit_region(ssb4d_session *s, const size_t rect[4], co
 /* Region i (row-major) of a grid of rows x cols equal regions of a scan[0] x scan[1] scan: the
  * last row and column take the remainder. */
 void ssb4d_grid_rect(const size_t scan[2], size_t rows, size_t cols, size_t i, size_t rect[4]);
+/* The 180° branch of n region fits whose rotation was searched (issue 32; docs/fit.md "The branch
+ * from the thinnest region"): a thick crystal's regions cannot settle it, a thin one's can.
+ * results[n] are ssb4d_session_fit_region's fits with p of the rectangles rects[4n] (r0, r1, c0,
+ * c1 each). The region whose branch is settled most clearly, the largest |skewness| among the
+ * confident fits (a searched rotation's fit is confident only with |skewness| >=
+ * SSB4D_FIT_SKEW_SETTLED; ties: the first), sets the rotation and handedness: the session holds
+ * them from then on, for the field too (as ssb4d_session_set_rotation and ssb4d_session_set_flip
+ * leave it: the current geometry and later fits), and every other region is refit with p, its
+ * results[i] freed and replaced. *from (may be NULL): that region's index, or n when none
+ * settles it (each keeps its own fit; the session is unchanged) or there is nothing to settle
+ * (fewer than 2 regions, the rotation held, p's branch_check off). After a failure (a cancel) the
+ * caller frees results[] as they are. `ssb4d fit-regions`, Python and the viewer call it. */
+ssb4d_status ssb4d_session_settle_branch(ssb4d_session *s, const size_t *rects, size_t n, const ssb4d_fit_params *p,
+                                         ssb4d_fit_result *results, size_t *from, ssb4d_err *err);
 /* A grid of rows x cols equal regions (the last row and column take the remainder), each refit
  * as above: results[rows*cols] (row-major; free each with ssb4d_fit_result_free) and rects
- * (may be NULL) their rectangles. The aberration map is results[i].ab over rects[i]. */
+ * (may be NULL) their rectangles. The aberration map is results[i].ab over rects[i]. Unless
+ * rotation_per_region, the branch is then settled (ssb4d_session_settle_branch): *branch_region
+ * (may be NULL) is the settling region's index, rows*cols when none set it. */
 ssb4d_status ssb4d_session_fit_regions(ssb4d_session *s, size_t rows, size_t cols, const ssb4d_fit_params *p,
-                                       ssb4d_fit_result *results, size_t (*rects)[4], ssb4d_err *err);
+                                       int rotation_per_region, ssb4d_fit_result *results, size_t (*rects)[4],
+                                       size_t *branch_region, ssb4d_err *err);
 
 /* Writes the calibration and the current parameters as a calibration file (docs/calibration-
  * file.md) that `ssb4d reconstruct --calibration` reads; refuses an existing path unless force.

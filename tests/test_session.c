@@ -262,9 +262,10 @@ static void test_regions_and_calibration_file(void **state)
     ssb4d_session *s = open_session(&o);
     ssb4d_err err = {0};
     ssb4d_fit_result r, reg[2];
-    size_t rects[2][4];
+    size_t rects[2][4], from = 0;
     assert_int_equal(ssb4d_session_fit(s, &fq, &r, &err), 0);
-    assert_int_equal(ssb4d_session_fit_regions(s, 2, 1, &fq, reg, rects, &err), 0);
+    assert_int_equal(ssb4d_session_fit_regions(s, 2, 1, &fq, 0, reg, rects, &from, &err), 0);
+    assert_int_equal(from, 2); /* the rotation is given: no region settles the branch */
     assert_int_equal(rects[1][0], 32);
     assert_int_equal(rects[1][1], 64);
     for (int i = 0; i < 2; i++) {
@@ -272,6 +273,12 @@ static void test_regions_and_calibration_file(void **state)
         assert_true(fabs(reg[i].ab.C_nm[SSB4D_C10] - r.ab.C_nm[SSB4D_C10]) < 1.0);
         ssb4d_fit_result_free(&reg[i]);
     }
+    /* Nothing to settle with the rotation held; missing rectangles are refused. */
+    from = 0;
+    assert_int_equal(ssb4d_session_settle_branch(s, &rects[0][0], 2, &fq, reg, &from, &err), 0);
+    assert_int_equal(from, 2);
+    assert_int_equal(ssb4d_session_settle_branch(s, NULL, 2, &fq, reg, &from, &err), SSB4D_EINVAL);
+    assert_non_null(strstr(err.msg, "rectangles"));
     /* Refits leave the current parameters alone. */
     ssb4d_aberrations cur;
     ssb4d_session_get(s, &cur, NULL, NULL);

@@ -666,7 +666,8 @@ function drawRegionMap(m) {
   const std = Math.sqrt(vals.reduce((a, b) => a + (b - mean) ** 2, 0) / vals.length);
   const L = lut('viridis');
   const [r0, r1, c0, c1] = m.rect;
-  m.cells.forEach((c) => {
+  const b = m.branch_region; // the cell that settled the 180° branch for the others (null: none)
+  m.cells.forEach((c, i) => {
     let t = (c.C10_nm - lo) / (hi - lo);
     t = t < 0 ? 0 : t > 1 ? 1 : t;
     const k = Math.round(t * 255) * 3;
@@ -674,8 +675,9 @@ function drawRegionMap(m) {
     const x = (c.rect[2] - c0) / (c1 - c0) * cv.width, y = (c.rect[0] - r0) / (r1 - r0) * cv.height;
     const w = (c.rect[3] - c.rect[2]) / (c1 - c0) * cv.width, h = (c.rect[1] - c.rect[0]) / (r1 - r0) * cv.height;
     g.fillRect(x, y, w, h);
-    g.strokeStyle = '#1b1d21'; g.lineWidth = 1;
-    g.strokeRect(x + 0.5, y + 0.5, w - 1, h - 1);
+    const settled = b && b.index === i, e = settled ? 1 : 0.5;
+    g.strokeStyle = settled ? '#fff' : '#1b1d21'; g.lineWidth = settled ? 2 : 1;
+    g.strokeRect(x + e, y + e, w - 2 * e, h - 2 * e);
     g.fillStyle = t > 0.6 ? '#000' : '#fff';
     g.font = '12px sans-serif';
     if (w > 40) g.fillText(`${c.C10_nm.toFixed(3)}`, x + 4, y + 16);
@@ -686,7 +688,8 @@ function drawRegionMap(m) {
   cv.dataset.hi = String(hi);
   colourBar($('mapbar'), 72, cv.height, lo, hi, 'C10 nm', 'viridis');
   $('maplegend').textContent = `C10 over ${m.rows}×${m.cols} regions: min ${mn.toFixed(3)} nm, max ${mx.toFixed(3)} nm, ` +
-    `spread ${(1000 * (mx - mn)).toFixed(0)} pm, std ${(1000 * std).toFixed(0)} pm; colours: median ${med.toFixed(3)} ± ${half.toFixed(2)} nm`;
+    `spread ${(1000 * (mx - mn)).toFixed(0)} pm, std ${(1000 * std).toFixed(0)} pm; colours: median ${med.toFixed(3)} ± ${half.toFixed(2)} nm` +
+    (b ? `; the 180° branch from region ${b.index + 1} (outlined; rotation ${b.rotation_deg.toFixed(2)}°, held for the others)` : '');
 }
 
 async function showCalibration() {

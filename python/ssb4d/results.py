@@ -176,10 +176,14 @@ class TiltResult:
 
 @dataclass
 class RegionFit:
-    """One region of ``Session.fit_regions``: scan rows [r0, r1) x cols [c0, c1) and its fit."""
+    """One region of ``Session.fit_regions``: scan rows [r0, r1) x cols [c0, c1) and its fit.
+    ``rotation_set_by``: the index (in the returned list) of the region that settled the 180°
+    branch, whose rotation and handedness every other region's fit held (``ssb4d fit-regions``'
+    regions.json key of that name); None when no region set it (each kept its own)."""
     rows: Tuple[int, int]
     cols: Tuple[int, int]
     fit: FitResult
+    rotation_set_by: Optional[int] = None
 
 
 @dataclass

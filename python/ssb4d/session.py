@@ -380,9 +380,19 @@ class Session:
         finally:
             lib.ssb4d_fit_result_free(ctypes.byref(r))
 
-    def fit_regions(self, grid: Tuple[int, int] = (4, 4), *, progress=True, **params):
+    def fit_regions(self, grid: Tuple[int, int] = (4, 4), *, rotation_per_region: bool = False, progress=True,
+                    **params):
         """Refits a grid of rows x cols equal regions (the last row and column take the remainder):
-        a list of :class:`RegionFit`, row-major. The aberration map."""
+        a list of :class:`RegionFit`, row-major. The aberration map.
+
+        As ``ssb4d fit-regions`` (docs/fit.md "The branch from the thinnest region"): when the
+        rotation is not given, the region that settles the 180° branch most clearly (the largest
+        |skewness| among the confident fits) sets the rotation and handedness, every other region
+        is refit with them held, and the session holds them from then on (for the field too, as
+        :meth:`set_rotation` would). Each :class:`RegionFit`'s ``rotation_set_by`` is that
+        region's index, None when no region settles it (each region's ``confident`` and ``warning``
+        say why) or there is nothing to settle (the rotation given, one region, branch_check off).
+        ``rotation_per_region=True``: each region keeps the rotation its own fit found."""
         rows, cols = grid
         n = rows * cols
         if not (rows >= 1 and cols >= 1 and n <= 4096):
@@ -390,13 +400,17 @@ class Session:
         p = self._fit_params(**params)
         res = (_lib.FitResult * n)()
         rects = (ctypes.c_size_t * (4 * n))()
+        branch = ctypes.c_size_t(n)
         err = _lib.Err()
-        st = self._call(lambda: lib.ssb4d_session_fit_regions(self._handle(), rows, cols, ctypes.byref(p), res,
-                                                              rects, ctypes.byref(err)), progress, 'regions')
+        st = self._call(lambda: lib.ssb4d_session_fit_regions(self._handle(), rows, cols, ctypes.byref(p),
+                                                              1 if rotation_per_region else 0, res, rects,
+                                                              ctypes.byref(branch), ctypes.byref(err)),
+                        progress, 'regions')
         try:
             _lib.check(st, err)
+            b = branch.value if branch.value < n else None
             return [RegionFit((rects[4 * i], rects[4 * i + 1]), (rects[4 * i + 2], rects[4 * i + 3]),
-                              FitResult._from(res[i])) for i in range(n)]
+                              FitResult._from(res[i]), b) for i in range(n)]
         finally:
             if not st:
                 for i in range(n):

@@ -1126,27 +1126,19 @@ static int parse_region_list(const fit_opts *o, size_t (**rects)[4], size_t *n)
     return bad ? -1 : 0;
 }
 
-/* The region whose 180° branch is settled most clearly (SPEC §6.3): the largest |skewness| among
- * the confident fits (a searched rotation's fit is confident only with |skewness| >=
- * SSB4D_FIT_SKEW_SETTLED and a determined rotation and handedness); n when none is. */
-static size_t settling_region(const ssb4d_fit_result *res, size_t n)
-{
-    size_t best = n;
-    for (size_t i = 0; i < n; i++)
-        if (res[i].confident && fabs(res[i].skewness) >= SSB4D_FIT_SKEW_SETTLED &&
-            (best == n || fabs(res[i].skewness) > fabs(res[best].skewness)))
-            best = i;
-    return best;
-}
-
-/* fit-regions without a given rotation: a thick crystal's regions cannot settle the 180° branch
- * (docs/fit.md), a thin one's can. The region that settles it most clearly sets the rotation and
- * handedness, held for every other region's refit (res[i] replaced; *hfp: their fit parameters).
- * *from: that region, n when none settles it (a warning, and each region keeps its own). */
+/* fit-regions without a given rotation: the region that settles the 180° branch most clearly
+ * sets the rotation and handedness, held for every other region's refit (the library's
+ * ssb4d_session_settle_branch; res[i] replaced; *hfp: their fit parameters). *from: that region,
+ * n when none settles it (a warning, and each region keeps its own). */
 static ssb4d_status hold_branch(const fit_opts *o, cli_session *j, size_t (*rects)[4], ssb4d_fit_result *res,
                                 size_t n, size_t *from, ssb4d_fit_params *hfp, ssb4d_err *err)
 {
-    size_t b = settling_region(res, n);
+    cli_session_bar(j, "region refit");
+    ssb4d_status st = ssb4d_session_settle_branch(j->s, &rects[0][0], n, &o->fp, res, from, err);
+    cli_session_bar_done(j);
+    if (st)
+        return st;
+    size_t b = *from;
     if (b == n) {
         fprintf(stderr, "ssb4d fit-regions: warning: no region settles the 180 deg branch (|skewness| >= %.1f on "
                         "none): each keeps the rotation its own fit found; give --rotation or --rotation-from "
@@ -1158,22 +1150,8 @@ static ssb4d_status hold_branch(const fit_opts *o, cli_session *j, size_t (*rect
                         "(skewness %.2f): its rotation %.2f deg%s held for the other regions\n", b + 1, rects[b][0],
                 rects[b][1], rects[b][2], rects[b][3], res[b].skewness, res[b].geom.rotation_deg,
                 res[b].geom.flip ? " (mirrored detector)" : "");
-    ssb4d_status st = ssb4d_session_set_rotation(j->s, res[b].geom.rotation_deg, err);
-    if (!st)
-        st = ssb4d_session_set_flip(j->s, res[b].geom.flip, err);
-    if (st)
-        return st;
-    ssb4d_session_fit_params(j->s, &o->fp, hfp);
-    *from = b;
-    for (size_t i = 0; i < n && !st; i++) {
-        if (i == b)
-            continue;
-        ssb4d_fit_result_free(&res[i]);
-        cli_session_bar(j, "region refit");
-        st = ssb4d_session_fit_region(j->s, rects[i], &o->fp, &res[i], err);
-        cli_session_bar_done(j);
-    }
-    return st;
+    ssb4d_session_fit_params(j->s, &o->fp, hfp); /* the session holds the settled rotation now */
+    return SSB4D_OK;
 }
 
 /* "region R0:R1,C0:C1": how regions.json names the region a rotation was held from. */

@@ -863,6 +863,11 @@ ssb4d_status ssb4d_session_check_region(const ssb4d_session *s, const size_t rec
     return st;
 }
 
+void session_region_fit_params(const ssb4d_session *s, const ssb4d_fit_params *p, ssb4d_fit_params *fp)
+{
+    ssb4d_session_fit_params(s, p ? p : s->have_fit ? &s->fp : NULL, fp);
+}
+
 ssb4d_status ssb4d_session_fit_region(ssb4d_session *s, const size_t rect[4], const ssb4d_fit_params *p,
                                       ssb4d_fit_result *r, ssb4d_err *err)
 {
@@ -897,35 +902,6 @@ ssb4d_status ssb4d_session_fit_region(ssb4d_session *s, const size_t rect[4], co
         ssb4d_G_free(RG);
     ssb4d_source_close(view); /* after G: a streamed G rebuilds its planes from the view */
     ssb4d_mem_trim(s->mem);
-    return st;
-}
-
-void ssb4d_grid_rect(const size_t scan[2], size_t rows, size_t cols, size_t i, size_t rect[4])
-{
-    size_t hr = scan[0] / rows, hc = scan[1] / cols, a = i / cols, b = i % cols;
-    rect[0] = a * hr, rect[1] = a + 1 == rows ? scan[0] : (a + 1) * hr;
-    rect[2] = b * hc, rect[3] = b + 1 == cols ? scan[1] : (b + 1) * hc;
-}
-
-ssb4d_status ssb4d_session_fit_regions(ssb4d_session *s, size_t rows, size_t cols, const ssb4d_fit_params *p,
-                                       ssb4d_fit_result *results, size_t (*rects)[4], ssb4d_err *err)
-{
-    if (!rows || !cols || rows > s->shape[0] || cols > s->shape[1])
-        return ssb_fail(err, SSB4D_EINVAL, "a grid of %zux%zu regions does not fit a %zux%zu scan", rows, cols,
-                        s->shape[0], s->shape[1]);
-    size_t n = rows * cols;
-    memset(results, 0, n * sizeof *results);
-    ssb4d_status st = SSB4D_OK;
-    for (size_t i = 0; i < n && !st; i++) {
-        size_t q[4];
-        ssb4d_grid_rect(s->shape, rows, cols, i, q);
-        if (rects)
-            memcpy(rects[i], q, sizeof q);
-        st = ssb4d_session_fit_region(s, q, p, &results[i], err);
-    }
-    if (st)
-        for (size_t i = 0; i < n; i++)
-            ssb4d_fit_result_free(&results[i]);
     return st;
 }
 

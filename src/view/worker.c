@@ -351,6 +351,14 @@ static void do_preview(view_server *v, view_job *j)
         view_resp_header(r, "X-Loss", "%.17g", loss);
 }
 
+/* o[key] = [r0, r1, c0, c1] */
+static void add_rect(cJSON *o, const char *key, const size_t rect[4])
+{
+    cJSON *a = cJSON_AddArrayToObject(o, key);
+    for (int k = 0; k < 4; k++)
+        cJSON_AddItemToArray(a, cJSON_CreateNumber((double)rect[k]));
+}
+
 /* Rectangle i of a rows x cols grid inside rect (the last row and column take the remainder). */
 static void grid_in(const size_t rect[4], size_t rows, size_t cols, size_t i, size_t out[4])
 {
@@ -372,9 +380,7 @@ static void do_region(view_server *v, view_job *j)
         return;
     }
     cJSON *o = fit_json(&r);
-    cJSON *rc = cJSON_AddArrayToObject(o, "rect");
-    for (int k = 0; k < 4; k++)
-        cJSON_AddItemToArray(rc, cJSON_CreateNumber((double)j->p.rect[k]));
+    add_rect(o, "rect", j->p.rect);
     pthread_mutex_lock(&v->mu);
     if (v->has_region_res)
         ssb4d_fit_result_free(&v->region_res);
@@ -386,46 +392,74 @@ static void do_region(view_server *v, view_job *j)
     view_resp_json(&j->resp, 200, o);
 }
 
+/* Fit Regions: each cell of the grid over p->rect, then (the rotation searched) the 180° branch
+ * from the cell that settles it most clearly, held for the others' refits and for the field
+ * (ssb4d_session_settle_branch, as `ssb4d fit-regions` and Python do): the answer's and the
+ * state's branch_region (null: none set it) and each cell's rotation_set_by. */
 static void do_regions(view_server *v, view_job *j)
 {
     const job_params *p = &j->p;
-    size_t n = p->rows * p->cols, rect[4];
+    size_t n = p->rows * p->cols, from = n;
     ssb4d_err err = {0};
-    for (size_t i = 0; i < n; i++) { /* every cell checked before the long work */
-        grid_in(p->rect, p->rows, p->cols, i, rect);
-        if (ssb4d_session_check_region(v->s, rect, &err)) {
-            fail(v, &j->resp, SSB4D_EINVAL, err.msg);
-            return;
-        }
+    size_t(*rects)[4] = calloc(n, sizeof *rects);
+    ssb4d_fit_result *res = calloc(n, sizeof *res);
+    ssb4d_status st = rects && res ? SSB4D_OK : ssb_fail(&err, SSB4D_ENOMEM, "out of memory");
+    for (size_t i = 0; i < n && !st; i++) { /* every cell checked before the long work */
+        grid_in(p->rect, p->rows, p->cols, i, rects[i]);
+        st = ssb4d_session_check_region(v->s, rects[i], &err);
     }
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddNumberToObject(o, "rows", (double)p->rows);
-    cJSON_AddNumberToObject(o, "cols", (double)p->cols);
-    cJSON *rc = cJSON_AddArrayToObject(o, "rect");
-    for (int k = 0; k < 4; k++)
-        cJSON_AddItemToArray(rc, cJSON_CreateNumber((double)p->rect[k]));
-    cJSON *cells = cJSON_AddArrayToObject(o, "cells");
-    for (size_t i = 0; i < n; i++) {
-        grid_in(p->rect, p->rows, p->cols, i, rect);
+    for (size_t i = 0; i < n && !st; i++) {
         pthread_mutex_lock(&v->mu);
         snprintf(v->job_name, sizeof v->job_name, "regions %zu/%zu", i + 1, n);
         int cancelled = v->cancel_job; /* a cancel between two regions' fits */
         pthread_mutex_unlock(&v->mu);
-        ssb4d_fit_result r;
-        memset(&r, 0, sizeof r);
-        ssb4d_status st = cancelled ? ssb_fail(&err, SSB4D_ECANCELLED, "cancelled")
-                                    : ssb4d_session_fit_region(v->s, rect, NULL, &r, &err);
-        if (st) {
-            cJSON_Delete(o);
-            fail(v, &j->resp, st, err.msg);
-            return;
+        st = cancelled ? ssb_fail(&err, SSB4D_ECANCELLED, "cancelled")
+                       : ssb4d_session_fit_region(v->s, rects[i], NULL, &res[i], &err);
+    }
+    if (!st) {
+        pthread_mutex_lock(&v->mu);
+        snprintf(v->job_name, sizeof v->job_name, "regions branch");
+        int cancelled = v->cancel_job;
+        pthread_mutex_unlock(&v->mu);
+        st = cancelled ? ssb_fail(&err, SSB4D_ECANCELLED, "cancelled")
+                       : ssb4d_session_settle_branch(v->s, &rects[0][0], n, NULL, res, &from, &err);
+        if (from < n) /* the session holds the settled rotation and handedness: the field's too */
+            snapshot_params(v);
+    }
+    cJSON *o = NULL;
+    if (!st) {
+        o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "rows", (double)p->rows);
+        cJSON_AddNumberToObject(o, "cols", (double)p->cols);
+        add_rect(o, "rect", p->rect);
+        if (from < n) {
+            cJSON *b = cJSON_AddObjectToObject(o, "branch_region");
+            cJSON_AddNumberToObject(b, "index", (double)from);
+            add_rect(b, "rect", rects[from]);
+            cJSON_AddNumberToObject(b, "skewness", res[from].skewness);
+            cJSON_AddNumberToObject(b, "rotation_deg", res[from].geom.rotation_deg);
+            cJSON_AddBoolToObject(b, "flip", res[from].geom.flip != 0);
+        } else {
+            cJSON_AddNullToObject(o, "branch_region");
         }
-        cJSON *c = fit_json(&r);
-        cJSON *cr = cJSON_AddArrayToObject(c, "rect");
-        for (int k = 0; k < 4; k++)
-            cJSON_AddItemToArray(cr, cJSON_CreateNumber((double)rect[k]));
-        cJSON_AddItemToArray(cells, c);
-        ssb4d_fit_result_free(&r);
+        cJSON *cells = cJSON_AddArrayToObject(o, "cells");
+        for (size_t i = 0; i < n; i++) {
+            cJSON *c = fit_json(&res[i]);
+            add_rect(c, "rect", rects[i]);
+            if (from < n)
+                cJSON_AddNumberToObject(c, "rotation_set_by", (double)from);
+            else
+                cJSON_AddNullToObject(c, "rotation_set_by");
+            cJSON_AddItemToArray(cells, c);
+        }
+    }
+    for (size_t i = 0; res && i < n; i++)
+        ssb4d_fit_result_free(&res[i]);
+    free(res);
+    free(rects);
+    if (st) {
+        fail(v, &j->resp, st, err.msg);
+        return;
     }
     pthread_mutex_lock(&v->mu);
     cJSON_Delete(v->regions);
