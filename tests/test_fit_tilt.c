@@ -213,6 +213,39 @@ static void test_deterministic(void **st)
     }
 }
 
+/* Thickness and tilt held at the truth (thick_locked): they come back (to float32), the aberrations are
+ * fitted at them, and the joint result is reported even where the thin baseline explains more. */
+static void test_held(void **st)
+{
+    (void)st;
+    build(&TILTED);
+    fit_tilt_params p;
+    fit_tilt_params_default(&p);
+    p.band.threads = 2;
+    p.thin.trials = 32;
+    p.trials = 48;
+    p.nm_starts = 1;
+    p.thick_locked[0] = p.thick_locked[1] = p.thick_locked[2] = 1;
+    p.thick_given.tilt_mrad[0] = TILTED.tilt_spec[0];
+    p.thick_given.tilt_mrad[1] = TILTED.tilt_spec[1];
+    p.thick_given.thickness_nm = TILTED.info.thickness_nm;
+    fit_tilt_result r;
+    run_fit(&TILTED, &p, &r);
+    assert_false(r.thin_kept);
+    /* every point is evaluated at its float32 rounding (the trial cache's key) */
+    assert_true(r.thick.tilt_mrad[0] == (float)TILTED.tilt_spec[0] && r.thick.tilt_mrad[1] == (float)TILTED.tilt_spec[1]);
+    assert_true(r.thick.thickness_nm == (float)TILTED.info.thickness_nm);
+    assert_true(fabs(r.C10_nm - (-10 + TILTED.info.thickness_nm / 2)) < 0.5);
+    assert_true(fabs(r.C12_nm - 2) < 0.6);
+    assert_true(fabs(ref_dmod180(r.phi12_deg, 20)) < 5);
+    /* a held thickness of 2 nm (the box's floor) is reported although the model was asked for */
+    p.thick_locked[0] = p.thick_locked[1] = 0;
+    p.thick_given.thickness_nm = p.thickness_lo_nm;
+    run_fit(&TILTED, &p, &r);
+    assert_false(r.thin_kept);
+    assert_true(r.thick.thickness_nm == (float)p.thickness_lo_nm);
+}
+
 static void test_bad_params(void **st)
 {
     (void)st;
@@ -229,6 +262,18 @@ static void test_bad_params(void **st)
     p.thin.start[FIT_C12] = 12;
     assert_int_equal(fit_tilt(TILTED.G, &TILTED.g, &p, NULL, &r, NULL, &err), SSB4D_EINVAL);
     assert_non_null(strstr(err.msg, "C12"));
+    fit_tilt_params_default(&p);
+    p.thick_locked[2] = 1;
+    p.thick_given.thickness_nm = 80; /* beyond the 2-60 nm box */
+    assert_int_equal(fit_tilt(TILTED.G, &TILTED.g, &p, NULL, &r, NULL, &err), SSB4D_EINVAL);
+    assert_non_null(strstr(err.msg, "held thickness"));
+    p.thick_given.thickness_nm = NAN;
+    assert_int_equal(fit_tilt(TILTED.G, &TILTED.g, &p, NULL, &r, NULL, &err), SSB4D_EINVAL);
+    fit_tilt_params_default(&p);
+    p.thick_locked[1] = 1;
+    p.thick_given.tilt_mrad[1] = -30; /* beyond +-25 mrad */
+    assert_int_equal(fit_tilt(TILTED.G, &TILTED.g, &p, NULL, &r, NULL, &err), SSB4D_EINVAL);
+    assert_non_null(strstr(err.msg, "held tilt"));
 }
 
 int main(void)
@@ -237,6 +282,7 @@ int main(void)
         cmocka_unit_test(test_recovers_tilt),
         cmocka_unit_test(test_sign_convention),
         cmocka_unit_test(test_deterministic),
+        cmocka_unit_test(test_held),
         cmocka_unit_test(test_bad_params),
         cmocka_unit_test(test_untilted),
     };

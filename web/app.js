@@ -26,7 +26,9 @@ const START_STAGES = ['calibrate', 'G build', 'fit'];
 
 // What tests (and curious people) can read: requests sent, answers, images drawn (with the time
 // drawn, performance.now(), so that gaps between images can be measured).
-const trace = { sent: [], answers: [], drawn: [], lastLoss: null };
+// stale: answers whose body finished after a newer image was drawn (two connections' bodies
+// can complete out of order on a loaded machine), so not drawn.
+const trace = { sent: [], answers: [], drawn: [], stale: [], lastLoss: null };
 window.__ssb4d = trace;
 
 let state = null;          // last api/state
@@ -117,7 +119,11 @@ function fromCurrent(cur) {
 
 // Draws an answer if it is newer than the image on screen; true when drawn.
 function show(my, image, release) {
-  if (my <= lastDrawn) return false; // a newer image is on screen already
+  if (my <= lastDrawn) { // a newer image is on screen already
+    trace.stale.push({ seq: my, onScreen: lastDrawn, release: !!release });
+    trim(trace.stale);
+    return false;
+  }
   lastDrawn = my;
   lastImage = image;
   draw();

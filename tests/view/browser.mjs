@@ -147,7 +147,12 @@ try {
   const drawnDrags = tr.drawn.filter((d) => !d.release && mine.has(d.seq));
   check(drags >= 10, `the burst sent ${drags} drag previews (${ok200} answered 200, the rest 204 superseded)`);
   check(other.length === 0, 'previews are answered 200 or 204 only: ' + other.map((a) => a.status).join(','));
-  check(drawnDrags.length >= ok200, `every finished drag preview is drawn (${drawnDrags.length} drawn, ${ok200} answered 200)`);
+  // An answer whose body finished after a newer image was drawn is stale, not drawn (bodies of two
+  // connections can complete out of order on a loaded machine): drawn + stale covers every 200,
+  // and most are drawn (the image keeps moving).
+  const staleDrags = tr.stale.filter((d) => !d.release && mine.has(d.seq) && d.onScreen > d.seq).length;
+  check(drawnDrags.length + staleDrags >= ok200 && drawnDrags.length >= Math.ceil(ok200 / 2),
+    `every finished drag preview is drawn unless a newer one is on screen (${drawnDrags.length} drawn, ${staleDrags} stale, ${ok200} answered 200)`);
   check(tr.drawn.every((d, i) => i === 0 || d.seq > tr.drawn[i - 1].seq), 'images are drawn in request order, never an older over a newer');
   check(tr.drawn[tr.drawn.length - 1].release, 'the last image drawn is the release\'s');
   const ts = tr.drawn.filter((d) => mine.has(d.seq)).map((d) => d.t);
