@@ -225,6 +225,7 @@ static void test_held(void **st)
     p.thin.trials = 32;
     p.trials = 48;
     p.nm_starts = 1;
+    p.nm.max_iter = 60; /* converges in 34 */
     p.thick_locked[0] = p.thick_locked[1] = p.thick_locked[2] = 1;
     p.thick_given.tilt_mrad[0] = TILTED.tilt_spec[0];
     p.thick_given.tilt_mrad[1] = TILTED.tilt_spec[1];
@@ -241,6 +242,8 @@ static void test_held(void **st)
     /* a held thickness of 2 nm (the box's floor) is reported although the model was asked for */
     p.thick_locked[0] = p.thick_locked[1] = 0;
     p.thick_given.thickness_nm = p.thickness_lo_nm;
+    p.thin.trials = p.trials = 16;
+    p.nm.max_iter = 10;
     run_fit(&TILTED, &p, &r);
     assert_false(r.thin_kept);
     assert_true(r.thick.thickness_nm == (float)p.thickness_lo_nm);
