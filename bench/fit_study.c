@@ -416,58 +416,44 @@ static ssb4d_status objective_study(const ssb4d_G *G, const ssb4d_geometry *gg, 
         k += (size_t)snprintf(out + k, outn - k, ",");
         k += (size_t)put_opt(out + k, outn - k, names[m], xt);
     }
-    /* the band fraction at the truth, thin and thick */
+    /* the band fraction at the true aberrations and tilt along the thickness (where the thick
+     * model's own optimum, an effective thickness, lies against the true one; scale 0 is the thin
+     * model exactly, SPEC 5.6, and scale 1 the thick model at the truth), then two variants at
+     * the true thickness: the tilt negated and no tilt. One batch: one pass over G. */
+    enum { NS = 12, NV = 2, T0 = 0, T_HALF = 4, T1 = 8, T2 = 11 };
+    static const double sc[NS] = {0, 0.125, 0.25, 0.375, 0.5, 0.625, 0.75, 0.875, 1, 1.25, 1.5, 2};
     ssb4d_band_opts bo;
     ssb4d_band_opts_default(&bo);
-    double power = 0, f[2] = {NAN, NAN};
+    double power = 0, fs[NS + NV];
     if ((st = ssb4d_band_power(G, gg, &bo, NULL, &power, err)))
         return st;
-    ssb4d_aberrations at[6];
-    ssb4d_thick th[6];
-    memset(at, 0, sizeof at);
-    memset(th, 0, sizeof th);
-    for (int m = 0; m < 6; m++) {
-        at[m].C_nm[SSB4D_C10] = c->c10_mean_plane;
-        at[m].C_nm[SSB4D_C12] = c->sp.ab.C_nm[SSB4D_C12];
-        at[m].phi_deg[SSB4D_C12] = c->sp.ab.phi_deg[SSB4D_C12] + gg->rotation_deg;
+    ssb4d_aberrations as[NS + NV];
+    ssb4d_thick ts[NS + NV];
+    memset(as, 0, sizeof as);
+    memset(ts, 0, sizeof ts);
+    for (int m = 0; m < NS + NV; m++) {
+        as[m].C_nm[SSB4D_C10] = c->c10_mean_plane;
+        as[m].C_nm[SSB4D_C12] = c->sp.ab.C_nm[SSB4D_C12];
+        as[m].phi_deg[SSB4D_C12] = c->sp.ab.phi_deg[SSB4D_C12] + gg->rotation_deg;
+        ts[m].tilt_mrad[0] = tilt_scan[0];
+        ts[m].tilt_mrad[1] = tilt_scan[1];
+        ts[m].thickness_nm = (m < NS ? sc[m] : 1.0) * c->thickness_nm;
     }
-    th[1].tilt_mrad[0] = tilt_scan[0];
-    th[1].tilt_mrad[1] = tilt_scan[1];
-    th[1].thickness_nm = c->thickness_nm;
-    /* variants: the tilt negated, no tilt, the half and the double thickness */
-    th[2] = th[1], th[2].tilt_mrad[0] = -tilt_scan[0], th[2].tilt_mrad[1] = -tilt_scan[1];
-    th[3] = th[1], th[3].tilt_mrad[0] = th[3].tilt_mrad[1] = 0;
-    th[4] = th[1], th[4].thickness_nm *= 0.5;
-    th[5] = th[1], th[5].thickness_nm *= 2;
-    double fv[6];
-    if ((st = ssb4d_band_fit(G, gg, at, th, 6, &bo, NULL, fv, err)))
-        return st;
-    f[0] = fv[0], f[1] = fv[1];
-    /* the band fraction along the thickness at the true aberrations and tilt: where the thick
-     * model's own optimum (an effective thickness) lies against the true thickness */
-    enum { NS = 12 };
-    static const double sc[NS] = {0, 0.125, 0.25, 0.375, 0.5, 0.625, 0.75, 0.875, 1, 1.25, 1.5, 2};
-    ssb4d_aberrations as[NS];
-    ssb4d_thick ts[NS];
-    double fs[NS];
-    for (int m = 0; m < NS; m++) {
-        as[m] = at[1];
-        ts[m] = th[1];
-        ts[m].thickness_nm = sc[m] * c->thickness_nm;
-    }
-    if ((st = ssb4d_band_fit(G, gg, as, ts, NS, &bo, NULL, fs, err)))
+    ts[NS].tilt_mrad[0] = -tilt_scan[0], ts[NS].tilt_mrad[1] = -tilt_scan[1];
+    ts[NS + 1].tilt_mrad[0] = ts[NS + 1].tilt_mrad[1] = 0;
+    if ((st = ssb4d_band_fit(G, gg, as, ts, NS + NV, &bo, NULL, fs, err)))
         return st;
     k += (size_t)snprintf(out + k, outn - k, ",\"band_T_scan\":[");
     for (int m = 0; m < NS; m++)
         k += (size_t)snprintf(out + k, outn - k, "%s[%.3f,%.6f]", m ? "," : "", sc[m], fs[m] / power);
     k += (size_t)snprintf(out + k, outn - k, "]");
-    k += (size_t)snprintf(out + k, outn - k, ",\"band_variants\":[%.6f,%.6f,%.6f,%.6f]", fv[2] / power, fv[3] / power,
-                          fv[4] / power, fv[5] / power);
-    k += (size_t)snprintf(out + k, outn - k, ",\"band_fraction_truth\":[%.6f,%.6f],\"truth_scan\":[%.4f,%.4f,%.3f,%.3f,%.3f,%.3f]",
-                          f[0] / power, f[1] / power, c->c10_mean_plane, c->sp.ab.C_nm[SSB4D_C12],
-                          wrap(c->sp.ab.phi_deg[SSB4D_C12] + gg->rotation_deg, 180.0), tilt_scan[0], tilt_scan[1],
-                          c->thickness_nm);
-    (void)k;
+    /* variants: the tilt negated, no tilt, the half and the double thickness */
+    k += (size_t)snprintf(out + k, outn - k, ",\"band_variants\":[%.6f,%.6f,%.6f,%.6f]", fs[NS] / power,
+                          fs[NS + 1] / power, fs[T_HALF] / power, fs[T2] / power);
+    snprintf(out + k, outn - k, ",\"band_fraction_truth\":[%.6f,%.6f],\"truth_scan\":[%.4f,%.4f,%.3f,%.3f,%.3f,%.3f]",
+             fs[T0] / power, fs[T1] / power, c->c10_mean_plane, c->sp.ab.C_nm[SSB4D_C12],
+             wrap(c->sp.ab.phi_deg[SSB4D_C12] + gg->rotation_deg, 180.0), tilt_scan[0], tilt_scan[1],
+             c->thickness_nm);
     return SSB4D_OK;
 }
 

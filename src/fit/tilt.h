@@ -29,10 +29,11 @@ typedef struct {
     fit_nm_opts nm;                         /* joint Nelder–Mead (steps in TILT_* order) */
     ssb4d_band_opts band;
     /* Held thick parameters (a thickness known from elsewhere, a tilt from the diffraction
-     * pattern, or the truth in the study's objective comparison): thick_locked[k] holds
-     * tilt row (0), tilt col (1) or thickness (2) at thick_given's value (rounded to float32,
-     * as every evaluated point), which must lie in the boxes above. With the thickness held the joint result is reported even where the thin
-     * baseline explains more of the band (the model was asked for). */
+     * pattern, or the truth in the study's objective comparison): thick_locked[k] holds tilt
+     * row (0), tilt col (1) or thickness (2) at thick_given's value (rounded to float32, as every
+     * evaluated point), which must lie in the boxes above. With the thickness held the joint
+     * result is reported even where the thin baseline explains more of the band (the model was
+     * asked for). */
     int thick_locked[3];
     ssb4d_thick thick_given;
 } fit_tilt_params;
