@@ -732,6 +732,9 @@ static void *worker_main(void *arg)
     pthread_mutex_lock(&v->mu);
     v->running = NULL;
     v->job_name[0] = 0;
+    /* The page shows the start-up's result now and the person acts on it: the idle work waits
+     * as it would after a request. */
+    v->last_request_s = ssb_clock_s();
     for (;;) {
         if (v->stop)
             break;

@@ -28,6 +28,7 @@ import numpy as np
 
 BIN, WORK = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
 FAILS = []
+VIEW_IDLE_S = 2.0  # src/view/view_internal.h: quiet this long before the server's idle work
 
 
 def check(cond, what):
@@ -237,14 +238,16 @@ def run(p, port, token):
         if s['ready'] and not s['job']['busy']:
             break
         time.sleep(0.1)
+    t_ready = time.time()
     check(s['fit']['done'], 'fit on start finished: C10 %.3f nm' % s['fit']['result']['C10_nm'])
     se = s['fit']['standard_errors']
     check(0 < se['C10_nm'] < 1 and 0 < se['C12_nm'] < 1 and se['rotation_deg'] is None,
           'the fit\'s standard errors: %s' % se)
 
     # Idle, nothing runs: the worker waits on a condition variable, the daemon in poll(). The
-    # server's own idle work (the virtual images) starts VIEW_IDLE_S = 2 s after the last request,
-    # so this window is 1 s; the 2 s window comes after the virtual images exist.
+    # server's own idle work (the virtual images) starts VIEW_IDLE_S = 2 s after the last request
+    # or the start-up's end, so this window is 1 s; the 2.5 s window comes after the virtual
+    # images exist.
     def cpu_ticks():
         with open('/proc/%d/stat' % p.pid) as f:
             a = f.read().rsplit(')', 1)[1].split()
@@ -252,7 +255,11 @@ def run(p, port, token):
     t = cpu_ticks()
     time.sleep(1)
     d = cpu_ticks() - t
-    check(d <= 2, 'idle before the idle work: no CPU used in 1 s (%d ticks)' % d)
+    late = time.time() - t_ready
+    if late < VIEW_IDLE_S - 0.2:
+        check(d <= 2, 'idle before the idle work: no CPU used in 1 s (%d ticks)' % d)
+    else:  # this process was held up past the quiet time: the idle work may have begun
+        print('note the window before the idle work ended %.2f s after ready: not measured' % late)
 
     # Bound to 127.0.0.1 only: /proc/net/tcp lists the listening socket's local address.
     listen = []
