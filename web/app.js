@@ -695,7 +695,8 @@ function drawRegionMap(m) {
   colourBar($('mapbar'), 72, cv.height, lo, hi, 'C10 nm', 'viridis');
   $('maplegend').textContent = `C10 over ${m.rows}×${m.cols} regions: min ${mn.toFixed(3)} nm, max ${mx.toFixed(3)} nm, ` +
     `spread ${(1000 * (mx - mn)).toFixed(0)} pm, std ${(1000 * std).toFixed(0)} pm; colours: median ${med.toFixed(3)} ± ${half.toFixed(2)} nm` +
-    (b ? `; the 180° branch from region ${b.index + 1} (outlined; rotation ${b.rotation_deg.toFixed(2)}°, held for the others)` : '');
+    (b ? `; the 180° branch from region ${b.index + 1} (outlined; rotation ${b.rotation_deg.toFixed(2)}°, held for the others)` : '') +
+    (m.branch_unsettled ? '; no region settles the 180° branch: each keeps the rotation its own fit found (give --rotation, or --calibration from a thin area\'s fit)' : '');
 }
 
 async function showCalibration() {

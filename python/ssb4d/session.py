@@ -17,6 +17,7 @@ from .results import (Calibration, FitResult, MemoryReport, Plan, Reconstruction
 lib = _lib.lib
 _BACKENDS = {'auto': 0, 'cpu': 1, 'cuda': 2}
 _NAN = float('nan')
+SKEW_SETTLED = 1.5  # SSB4D_FIT_SKEW_SETTLED (include/ssb4d.h): the |skewness| that settles the 180 deg branch
 
 
 def _size(memory, name='memory'):
@@ -390,8 +391,9 @@ class Session:
         |skewness| among the confident fits) sets the rotation and handedness, every other region
         is refit with them held, and the session holds them from then on (for the field too, as
         :meth:`set_rotation` would). Each :class:`RegionFit`'s ``rotation_set_by`` is that
-        region's index, None when no region settles it (each region's ``confident`` and ``warning``
-        say why) or there is nothing to settle (the rotation given, one region, branch_check off).
+        region's index, None when no region settles it (a RuntimeWarning; each region's
+        ``confident`` and ``warning`` say why) or there is nothing to settle (the rotation given, one
+        region, branch_check off).
         ``rotation_per_region=True``: each region keeps the rotation its own fit found."""
         rows, cols = grid
         n = rows * cols
@@ -409,6 +411,14 @@ class Session:
         try:
             _lib.check(st, err)
             b = branch.value if branch.value < n else None
+            if b is None and n > 1 and not rotation_per_region:
+                used = _lib.FitParams()  # what the fits held: a rotation given, the branch check on
+                lib.ssb4d_session_fit_params(self._handle(), ctypes.byref(p), ctypes.byref(used))
+                if not used.rotation_given and used.branch_check:
+                    import warnings
+                    warnings.warn('no region settles the 180 deg branch (|skewness| >= %.1f on none): each keeps '
+                                  'the rotation its own fit found; give the rotation (set_rotation, or '
+                                  'rotation_from a thin area\'s fit)' % SKEW_SETTLED, RuntimeWarning, stacklevel=2)
             return [RegionFit((rects[4 * i], rects[4 * i + 1]), (rects[4 * i + 2], rects[4 * i + 3]),
                               FitResult._from(res[i]), b) for i in range(n)]
         finally:

@@ -395,7 +395,8 @@ static void do_region(view_server *v, view_job *j)
 /* Fit Regions: each cell of the grid over p->rect, then (the rotation searched) the 180° branch
  * from the cell that settles it most clearly, held for the others' refits and for the field
  * (ssb4d_session_settle_branch, as `ssb4d fit-regions` and Python do): the answer's and the
- * state's branch_region (null: none set it) and each cell's rotation_set_by. */
+ * state's branch_region (null: none set it), branch_unsettled (searched, none settled it) and each
+ * cell's rotation_set_by. */
 static void do_regions(view_server *v, view_job *j)
 {
     const job_params *p = &j->p;
@@ -442,6 +443,9 @@ static void do_regions(view_server *v, view_job *j)
         } else {
             cJSON_AddNullToObject(o, "branch_region");
         }
+        /* The rotation was searched (the cells' fits share that) and no cell settled the branch:
+         * each keeps its own, which the page says (ssb4d fit-regions warns). */
+        cJSON_AddBoolToObject(o, "branch_unsettled", from == n && n > 1 && strcmp(res[0].rotation_source, "given"));
         cJSON *cells = cJSON_AddArrayToObject(o, "cells");
         for (size_t i = 0; i < n; i++) {
             cJSON *c = fit_json(&res[i]);

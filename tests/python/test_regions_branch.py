@@ -4,9 +4,13 @@ tests/cli/regions_branch.sh (tiny preset on a 64x64 scan, 0.41 to 2 nm along the
 rotation 200 deg, no sidecar so the rotation is searched) on a 1x2 grid. The thin half settles it,
 the thick half is refit with its rotation and handedness held, the session keeps them, and every
 number equals the command line's regions.json on the same file; with rotation_per_region=True each
-region keeps its own. About 90 s on the 2 shared cores (part of the slow `python` test)."""
+region keeps its own. A wedge thick all over (1.6 to 2 nm) settles it nowhere: a RuntimeWarning, as
+the command line warns. About 2 min on the 2 shared cores (part of the slow `python` test)."""
 import json
 import math
+import pathlib
+import re
+import warnings
 
 import pytest
 
@@ -65,3 +69,27 @@ def test_rotation_per_region(wedge):
         assert thick.rotation_source != 'given'  # its own rotation, not held
         assert not (off(thick.rotation_deg) < 1 and thick.confident)  # on its own: wrong or unsure
         assert s.rotation_deg == before  # nothing held
+
+
+def test_none_settles_warns(tmp_path):
+    npy = tmp_path / 'thick.npy'
+    run_cli('simulate', '--preset', 'tiny', '--specimen', 'au', '--scan', '64', '--scan-cells', '6',
+            '--scan-rotation', '200', '--wedge', '1.6:2', '--threads', '2', '-q', '-o', npy)
+    (tmp_path / 'thick.json').unlink()
+    with ssb4d.open(npy, **MICRO) as s:
+        with pytest.warns(RuntimeWarning, match='no region settles the 180 deg branch'):
+            regs = s.fit_regions((1, 2), progress=False)
+        assert [r.rotation_set_by for r in regs] == [None, None]
+        assert not any(r.fit.confident for r in regs)
+        # nothing to settle, nothing said: the rotation given
+        s.set_rotation(200.0)
+        with warnings.catch_warnings():
+            warnings.simplefilter('error')
+            regs = s.fit_regions((1, 2), progress=False)
+        assert [r.rotation_set_by for r in regs] == [None, None]
+
+
+def test_skew_settled_matches_the_header():
+    h = (pathlib.Path(__file__).resolve().parents[2] / 'include' / 'ssb4d.h').read_text()
+    m = re.search(r'#define SSB4D_FIT_SKEW_SETTLED ([0-9.]+)', h)
+    assert m and float(m.group(1)) == ssb4d.session.SKEW_SETTLED

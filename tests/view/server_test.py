@@ -163,6 +163,37 @@ def stop(p, sig=signal.SIGTERM):
         return 'hung'
 
 
+def regions_unsettled(work):
+    """Fit Regions where no cell settles the 180 deg branch (a Au wedge 1.6 to 2 nm thick all over,
+    the rotation searched: tests/python/test_regions_branch.py's case): branch_region null and
+    branch_unsettled true, as `ssb4d fit-regions` warns; a 1x1 grid has nothing to settle."""
+    subprocess.run([BIN, 'simulate', '--preset', 'tiny', '--specimen', 'au', '--scan', '64', '--scan-cells', '6',
+                    '--scan-rotation', '200', '--wedge', '1.6:2', '--threads', '2', '-q', '-o', 'thick.npy'],
+                   check=True)
+    os.remove('thick.json')  # the rotation is not given
+    p = subprocess.Popen([BIN, 'view', 'thick.npy', '--port', '0', '-q', '--no-fit', '--kv', '300', '--semiangle',
+                          '25', '--scan-step', '0.3823125', '--threads', '2'], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    url = p.stdout.readline().strip().split(' ', 2)[-1]
+    try:
+        port, token = int(url.split(':')[2].split('/')[0]), url.split('token=')[1]
+        wait_ready(port, token)
+        st, _, body = request(port, 'POST', '/api/regions', body={'rows': 1, 'cols': 2}, token=token)
+        a = json.loads(body) if st == 200 else {}
+        check(st == 200 and a.get('branch_region', 0) is None and a.get('branch_unsettled') is True
+              and all(c.get('rotation_set_by', 0) is None for c in a['cells']),
+              'Fit Regions, no cell settles the branch: %d, branch_unsettled %s' % (st, a.get('branch_unsettled')))
+        st, _, body = request(port, 'POST', '/api/regions', body={'rows': 1, 'cols': 1}, token=token)
+        check(st == 200 and json.loads(body).get('branch_unsettled') is False,
+              'Fit Regions 1x1: nothing to settle (%d)' % st)
+    finally:
+        check(stop(p) == 0, 'SIGTERM after Fit Regions: exit 0')
+        err = p.stderr.read()
+        check('Sanitizer' not in err and 'runtime error' not in err, 'no sanitizer report (regions)')
+    for f in ('thick.npy',):
+        os.remove(f)
+
+
 def main():
     work = os.path.join(WORK, 'view_server_test')
     shutil.rmtree(work, ignore_errors=True)
@@ -188,6 +219,7 @@ def main():
                                                           'x_phase_bandlimited.npy', 'cal.json', 'bv.json')]
         check(not left, 'no partial files left: %s' % left)
     save_and_prefix(work)
+    regions_unsettled(work)
     # ssb4d bench view: the round trips over HTTP, as a record.
     r = subprocess.run([BIN, 'bench', 'view', '--data', 'x.npy', '--drags', '3', '--releases', '1', '-o', 'bv.json',
                         '--drag-rate', '20', '--drag-seconds', '1', '--cpu-load', '1', '-q'],
