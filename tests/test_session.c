@@ -216,6 +216,48 @@ static void test_cancel_from_the_callback(void **state)
     (void)state;
 }
 
+/* ssb4d_session_cancel during the G build a fit starts with ends the fit (the G is kept), and
+ * the next fit runs with no cancel left over. A cancel that lands after the build's last poll
+ * (its callback is rate-limited, so no test lands one there) is handle.c's step_cancelled. */
+typedef struct {
+    ssb4d_session *s;
+    int cancels;
+} build_canceller;
+
+static int cancel_in_build(void *user, const char *stage, double fraction)
+{
+    build_canceller *c = user;
+    (void)fraction;
+    if (c->s && !strcmp(stage, "G build")) {
+        ssb4d_session_cancel(c->s);
+        c->cancels++;
+    }
+    return 0;
+}
+
+static void test_cancel_in_the_build(void **state)
+{
+    ssb4d_fit_params fq = quick();
+    ssb4d_session_opts o;
+    opts(&o);
+    build_canceller c = {NULL, 0};
+    o.progress = cancel_in_build;
+    o.progress_user = &c;
+    ssb4d_session *s = open_session(&o);
+    ssb4d_err err = {0};
+    assert_int_equal(ssb4d_session_calibrate(s, &err), 0);
+    c.s = s;
+    ssb4d_fit_result r;
+    assert_int_equal(ssb4d_session_fit(s, &fq, &r, &err), SSB4D_ECANCELLED);
+    assert_true(c.cancels > 0);
+    ssb4d_fit_result_free(&r);
+    c.s = NULL; /* the G was kept: the next fit runs, with no cancel left over */
+    assert_int_equal(ssb4d_session_fit(s, &fq, &r, &err), 0);
+    ssb4d_fit_result_free(&r);
+    ssb4d_session_close(s);
+    (void)state;
+}
+
 typedef struct {
     ssb4d_session *s;
     volatile int done;
@@ -489,6 +531,7 @@ int main(void)
         cmocka_unit_test(test_same_bits_as_the_stages),
         cmocka_unit_test(test_cancel_from_the_callback),
         cmocka_unit_test(test_cancel_from_another_thread),
+        cmocka_unit_test(test_cancel_in_the_build),
         cmocka_unit_test(test_regions_and_calibration_file),
         cmocka_unit_test(test_stage_functions_cancel),
         cmocka_unit_test(test_bad_input),

@@ -246,6 +246,15 @@ static void device_note(ssb4d_session *s, const ssb4d_G *extra)
     ssb_mem_stage_device_peak(s->mem, s->dev_peak);
 }
 
+/* A public call made of steps (calibrate, G build, then the fit): each step's call_begin clears
+ * the cancel, so one that came after a finished step stopped polling would be lost and the
+ * call run to its end. Checked after each step that ran; G stays built (it is reused). Not
+ * distributed: ranks learn of a cancel together, inside the passes. */
+static ssb4d_status step_cancelled(ssb4d_session *s, ssb4d_err *err)
+{
+    return !s->o.dist && ssb4d_mem_cancelled(s->mem) ? ssb_fail(err, SSB4D_ECANCELLED, "cancelled") : SSB4D_OK;
+}
+
 /* Every call starts here: a cancel belongs to the call that was running when it came. Inside a
  * caller's stage the call is part of it, not a stage of its own. */
 static void call_begin(ssb4d_session *s, const char *stage)
@@ -471,7 +480,7 @@ static ssb4d_status build(ssb4d_session *s, ssb4d_source *src, int half, size_t 
     ssb4d_status st = s->bk->gbuild(src, &s->cal.geom, s->cal.bf_pix, s->cal.n_bf, &go, &dev, s->mem, G, err);
     device_note(s, st ? NULL : *G);
     call_end(s);
-    return st;
+    return st ? st : step_cancelled(s, err);
 }
 
 /* The bytes of the G of a rows x cols field with the plan's stored planes. */
@@ -492,7 +501,10 @@ static int one_G(const ssb4d_session *s)
  * (which replaces it when they differ; switching back rebuilds from the data, same bits). */
 static ssb4d_status need_G(ssb4d_session *s, int kind, ssb4d_err *err)
 {
+    int had_cal = s->have_cal;
     ssb4d_status st = ssb4d_session_calibrate(s, err);
+    if (!st && !had_cal)
+        st = step_cancelled(s, err);
     if (st || (s->G && (s->G_kind == kind || one_G(s))))
         return st;
     if (s->G) { /* the other copy goes first: both are never held */
@@ -875,9 +887,12 @@ ssb4d_status ssb4d_session_fit_region(ssb4d_session *s, const size_t rect[4], co
     if (!rect)
         return ssb_fail(err, SSB4D_EINVAL, "region: missing rectangle");
     ssb4d_source *view = NULL;
+    int had_cal = s->have_cal;
     ssb4d_status st = ssb4d_source_region(s->src, rect[0], rect[1], rect[2], rect[3], &view, err);
     if (!st)
         st = ssb4d_session_calibrate(s, err);
+    if (!st && !had_cal)
+        st = step_cancelled(s, err);
     if (st) {
         ssb4d_source_close(view);
         return st;

@@ -317,6 +317,10 @@ cJSON *view_state_json(view_server *v)
     cJSON_AddStringToObject(j, "name", v->job_name);
     cJSON_AddStringToObject(j, "stage", busy ? v->stage : "");
     cJSON_AddNumberToObject(j, "fraction", busy ? v->fraction : 0);
+    size_t queued = 0; /* jobs (not previews) waiting behind the running one or the idle work */
+    for (const view_job *q = v->fifo_head; q; q = q->next)
+        queued++;
+    cJSON_AddNumberToObject(j, "queued", (double)queued);
     cJSON_AddStringToObject(o, "error", v->last_error);
     if (v->region)
         cJSON_AddItemToObject(o, "region", cJSON_Duplicate(v->region, 1));

@@ -72,6 +72,7 @@ typedef struct view_job {
     int done;              /* set under the server's mutex; the handler waits for it */
     int superseded;        /* a newer preview replaced it: answered 204 (X-Superseded) */
     int idle;              /* the worker's own idle work (the virtual images): nobody waits */
+    int cancelled;         /* cancelled while it waited behind the idle work: answered 409 unrun */
     view_resp resp;
 } view_job;
 

@@ -770,6 +770,7 @@ static void *worker_main(void *arg)
             idle.kind = JOB_VIRTUAL;
             idle.idle = 1;
             v->running = &idle;
+            v->cancel_job = 0; /* the last job's cancel is not this pass's (view_progress) */
             pthread_mutex_unlock(&v->mu);
             ssb4d_err verr = {0};
             ssb4d_status vst = ensure_virtual(v, &verr);
@@ -786,15 +787,19 @@ static void *worker_main(void *arg)
             continue;
         }
         v->running = j;
-        v->cancel_job = 0;
+        v->cancel_job = j->cancelled;
         snprintf(v->job_name, sizeof v->job_name, "%s", j->kind == JOB_PREVIEW ? "" : job_label(j->kind));
         v->stage[0] = 0;
         v->fraction = 0;
         v->last_error[0] = j->kind == JOB_PREVIEW ? v->last_error[0] : 0;
         pthread_mutex_unlock(&v->mu);
-        if (v->cfg.dist)
-            send_job(v, j->kind, &j->p);
-        run_job(v, j);
+        if (j->cancelled)
+            fail(v, &j->resp, SSB4D_ECANCELLED, "cancelled");
+        else {
+            if (v->cfg.dist)
+                send_job(v, j->kind, &j->p);
+            run_job(v, j);
+        }
         pthread_mutex_lock(&v->mu);
         v->running = NULL;
         v->job_name[0] = 0;
@@ -855,9 +860,14 @@ void view_worker_stop(view_server *v)
 void view_cancel_running(view_server *v)
 {
     pthread_mutex_lock(&v->mu);
-    if (v->running && !v->cfg.dist) {
+    if (v->running && !v->cfg.dist && v->running->idle && v->fifo_head) {
+        /* The person's job waits while the idle pass winds down (view_submit cancelled it): the
+         * cancel is that job's, not the idle pass's, or it would be lost and the job run. */
+        v->fifo_head->cancelled = 1;
+        v->n_cancels++;
+    } else if (v->running && !v->cfg.dist) {
         ssb4d_session_cancel(v->s);
-        v->cancel_job = 1;
+        v->cancel_job = 1; /* also through view_progress: a cancel before the job's call began */
         v->n_cancels++;
     }
     pthread_mutex_unlock(&v->mu);
@@ -879,6 +889,7 @@ void view_submit(view_server *v, view_job *j)
         return;
     }
     j->done = 0;
+    j->cancelled = 0;
     j->next = NULL;
     v->last_request_s = ssb_clock_s();
     if (v->running && v->running->idle) /* the idle pass gives way to anything asked */
