@@ -468,14 +468,11 @@ def run(p, port, token):
         request(port, 'POST', '/api/cancel', body={}, token=token)
         st = fut.result()[0]
     check(st == 409 and time.time() - t0 < 2, 'cancel a running fit: %d after %.2f s' % (st, time.time() - t0))
-    # A cancel at once, whenever it lands: in the job before its library call began, in the G
-    # build a fit after previews starts with, or while the job waits for the server's idle work to
-    # wind down (each was lost, and the fit ran to its end with 200). The pause first lets the idle
-    # work start.
+    # A cancel at once, whenever it lands: in the job before its library call began, or while the
+    # job waits behind the server's idle work (`queued`; each was lost and the fit ran to its end
+    # with 200; bench/tools/view_cancel.py shows it on the built-in dataset, where those windows
+    # are long enough to hit: on this tiny one the old server passed this too).
     for delay in (0, 0.02, 0.1, 0.3):
-        request(port, 'POST', '/api/preview', body={'rotation_deg': 1.0 + delay}, token=token)
-        request(port, 'POST', '/api/apply', body={'rotation_deg': 1.0 + delay}, token=token)
-        time.sleep(VIEW_IDLE_S + 0.1)  # the rotation changed: the virtual images are made again now
         with cf.ThreadPoolExecutor(max_workers=1) as ex:
             fut = ex.submit(request, port, 'POST', '/api/fit', {}, token)
             for _ in range(200):
