@@ -630,6 +630,10 @@ void ssb4d_grid_rect(const size_t scan[2], size_t rows, size_t cols, size_t i, s
  * caller frees results[] as they are. `ssb4d fit-regions`, Python and the viewer call it. */
 ssb4d_status ssb4d_session_settle_branch(ssb4d_session *s, const size_t *rects, size_t n, const ssb4d_fit_params *p,
                                          ssb4d_fit_result *results, size_t *from, ssb4d_err *err);
+/* 1 when ssb4d_session_settle_branch would try to settle the branch of n region fits made with p
+ * (NULL: the session's): 2 or more regions, the rotation searched, the branch check on. With
+ * *from == n after it, this tells "none settles it" (a warning is due) from "nothing to settle". */
+int ssb4d_session_branch_to_settle(const ssb4d_session *s, const ssb4d_fit_params *p, size_t n);
 /* A grid of rows x cols equal regions (the last row and column take the remainder), each refit
  * as above: results[rows*cols] (row-major; free each with ssb4d_fit_result_free) and rects
  * (may be NULL) their rectangles. The aberration map is results[i].ab over rects[i]. Unless

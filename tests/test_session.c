@@ -319,6 +319,7 @@ static void test_regions_and_calibration_file(void **state)
     from = 0;
     assert_int_equal(ssb4d_session_settle_branch(s, &rects[0][0], 2, &fq, reg, &from, &err), 0);
     assert_int_equal(from, 2);
+    assert_int_equal(ssb4d_session_branch_to_settle(s, &fq, 2), 0);
     assert_int_equal(ssb4d_session_settle_branch(s, NULL, 2, &fq, reg, &from, &err), SSB4D_EINVAL);
     assert_non_null(strstr(err.msg, "rectangles"));
     /* Refits leave the current parameters alone. */
@@ -341,7 +342,14 @@ static void test_regions_and_calibration_file(void **state)
     opts(&o2);
     o2.calib.rotation_deg = NAN; /* the file's rotation is used */
     ssb4d_session *t = open_session(&o2);
+    /* A searched rotation: two regions have a branch to settle; one region, or no branch check, not. */
+    ssb4d_fit_params nb = fq;
+    nb.branch_check = 0;
+    assert_int_equal(ssb4d_session_branch_to_settle(t, &fq, 2), 1);
+    assert_int_equal(ssb4d_session_branch_to_settle(t, &fq, 1), 0);
+    assert_int_equal(ssb4d_session_branch_to_settle(t, &nb, 2), 0);
     assert_int_equal(ssb4d_session_load_calibration(t, path, &err), 0);
+    assert_int_equal(ssb4d_session_branch_to_settle(t, &fq, 2), 0); /* the file's rotation is held */
     assert_int_equal(ssb4d_session_object(t, 1, NULL, b, &err), 0);
     assert_memory_equal(a, b, n * sizeof *a);
     ssb4d_session_close(t);

@@ -361,6 +361,7 @@ _PROTOS = {
     'ssb4d_session_fit_region': (c_int, [VP, P(c_size_t), P(FitParams), P(FitResult), P(Err)]),
     'ssb4d_session_fit_regions': (c_int, [VP, c_size_t, c_size_t, P(FitParams), c_int, P(FitResult), P(c_size_t),
                                           P(c_size_t), P(Err)]),
+    'ssb4d_session_branch_to_settle': (c_int, [VP, P(FitParams), c_size_t]),
     'ssb4d_session_settle_branch': (c_int, [VP, P(c_size_t), c_size_t, P(FitParams), P(FitResult), P(c_size_t),
                                             P(Err)]),
     'ssb4d_session_save_calibration': (c_int, [VP, c_char_p, c_int, P(Err)]),

@@ -4,6 +4,7 @@ import ctypes
 import math
 import os
 import tempfile
+import warnings
 from dataclasses import dataclass
 from typing import Dict, Optional, Sequence, Tuple, Union
 
@@ -411,14 +412,11 @@ class Session:
         try:
             _lib.check(st, err)
             b = branch.value if branch.value < n else None
-            if b is None and n > 1 and not rotation_per_region:
-                used = _lib.FitParams()  # what the fits held: a rotation given, the branch check on
-                lib.ssb4d_session_fit_params(self._handle(), ctypes.byref(p), ctypes.byref(used))
-                if not used.rotation_given and used.branch_check:
-                    import warnings
-                    warnings.warn('no region settles the 180 deg branch (|skewness| >= %.1f on none): each keeps '
-                                  'the rotation its own fit found; give the rotation (set_rotation, or '
-                                  'rotation_from a thin area\'s fit)' % SKEW_SETTLED, RuntimeWarning, stacklevel=2)
+            if b is None and not rotation_per_region and lib.ssb4d_session_branch_to_settle(self._handle(),
+                                                                                            ctypes.byref(p), n):
+                warnings.warn('no region settles the 180 deg branch (|skewness| >= %.1f on none): each keeps '
+                              'the rotation its own fit found; give the rotation (set_rotation, or '
+                              'rotation_from a thin area\'s fit)' % SKEW_SETTLED, RuntimeWarning, stacklevel=2)
             return [RegionFit((rects[4 * i], rects[4 * i + 1]), (rects[4 * i + 2], rects[4 * i + 3]),
                               FitResult._from(res[i]), b) for i in range(n)]
         finally:
@@ -651,7 +649,6 @@ def _rotation_from(path, m, kw):
     names += tuple(('det_sampling_mrad', 'detector sampling (mrad)', v.det_sampling_mrad[i], ds[i]) for i in range(2))
     for _, what, theirs, ours in names:
         if ours is not None and not math.isnan(theirs) and abs(theirs - ours) > 1e-6 * max(abs(theirs), abs(ours)):
-            import warnings
             warnings.warn('rotation_from %s was calibrated at %s %g, this data at %g: check that the rotation '
                           'still holds' % (path, what, theirs, ours), RuntimeWarning, stacklevel=4)
             break

@@ -1249,7 +1249,7 @@ int cmd_fit_regions(int argc, char **argv)
     /* The 180° branch from the region that settles it most clearly, held for the others. */
     size_t from = n; /* n: none */
     ssb4d_fit_params hfp = rfp;
-    if (!st && !rfp.rotation_given && rfp.branch_check && !o.rotation_per_region && n > 1)
+    if (!st && !o.rotation_per_region && ssb4d_session_branch_to_settle(j.s, &o.fp, n))
         st = hold_branch(&o, &j, rects, res, n, &from, &hfp, &err);
     cJSON *list = cJSON_CreateArray();
     char *csv = NULL;

@@ -29,6 +29,13 @@ static size_t settling_region(const ssb4d_fit_result *results, size_t n)
     return best;
 }
 
+int ssb4d_session_branch_to_settle(const ssb4d_session *s, const ssb4d_fit_params *p, size_t n)
+{
+    ssb4d_fit_params fp;
+    session_region_fit_params(s, p, &fp);
+    return n >= 2 && !fp.rotation_given && fp.branch_check;
+}
+
 ssb4d_status ssb4d_session_settle_branch(ssb4d_session *s, const size_t *rects, size_t n, const ssb4d_fit_params *p,
                                          ssb4d_fit_result *results, size_t *from, ssb4d_err *err)
 {
@@ -37,9 +44,7 @@ ssb4d_status ssb4d_session_settle_branch(ssb4d_session *s, const size_t *rects, 
     if (!s || (n && (!rects || !results)))
         return ssb_fail(err, SSB4D_EINVAL, "settle branch: missing %s", !s ? "session" : !rects ? "rectangles"
                                                                                                   : "results");
-    ssb4d_fit_params fp;
-    session_region_fit_params(s, p, &fp);
-    if (n < 2 || fp.rotation_given || !fp.branch_check)
+    if (!ssb4d_session_branch_to_settle(s, p, n))
         return SSB4D_OK; /* nothing to settle: one region, a held rotation, or no branch check */
     size_t b = settling_region(results, n);
     if (b == n)

@@ -443,9 +443,9 @@ static void do_regions(view_server *v, view_job *j)
         } else {
             cJSON_AddNullToObject(o, "branch_region");
         }
-        /* The rotation was searched (the cells' fits share that) and no cell settled the branch:
-         * each keeps its own, which the page says (ssb4d fit-regions warns). */
-        cJSON_AddBoolToObject(o, "branch_unsettled", from == n && n > 1 && strcmp(res[0].rotation_source, "given"));
+        /* There was a branch to settle and no cell settled it: each keeps its own, which the page
+         * says (ssb4d fit-regions warns). */
+        cJSON_AddBoolToObject(o, "branch_unsettled", from == n && ssb4d_session_branch_to_settle(v->s, NULL, n));
         cJSON *cells = cJSON_AddArrayToObject(o, "cells");
         for (size_t i = 0; i < n; i++) {
             cJSON *c = fit_json(&res[i]);
@@ -860,14 +860,15 @@ void view_worker_stop(view_server *v)
 void view_cancel_running(view_server *v)
 {
     pthread_mutex_lock(&v->mu);
-    if (v->running && !v->cfg.dist && v->running->idle && v->fifo_head) {
-        /* The person's job waits while the idle pass winds down (view_submit cancelled it): the
-         * cancel is that job's, not the idle pass's, or it would be lost and the job run. */
-        v->fifo_head->cancelled = 1;
-        v->n_cancels++;
-    } else if (v->running && !v->cfg.dist) {
-        ssb4d_session_cancel(v->s);
-        v->cancel_job = 1; /* also through view_progress: a cancel before the job's call began */
+    if (v->running && !v->cfg.dist) {
+        if (v->running->idle && v->fifo_head) {
+            /* The person's job waits while the idle pass winds down (view_submit cancelled it):
+             * the cancel is that job's, not the idle pass's, or it would be lost and the job run. */
+            v->fifo_head->cancelled = 1;
+        } else {
+            ssb4d_session_cancel(v->s);
+            v->cancel_job = 1; /* also through view_progress: a cancel before the job's call began */
+        }
         v->n_cancels++;
     }
     pthread_mutex_unlock(&v->mu);
