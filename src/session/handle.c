@@ -442,6 +442,14 @@ ssb4d_status ssb4d_session_calibrate(ssb4d_session *s, ssb4d_err *err)
     return SSB4D_OK;
 }
 
+/* Calibration as the first step of a longer call: a cancel that came during it ends the call. */
+static ssb4d_status calibrate_step(ssb4d_session *s, ssb4d_err *err)
+{
+    int had_cal = s->have_cal; /* already calibrated: no step ran, an older cancel is not this call's */
+    ssb4d_status st = ssb4d_session_calibrate(s, err);
+    return st || had_cal ? st : step_cancelled(s, err);
+}
+
 const ssb4d_calibration *ssb4d_session_calibration(const ssb4d_session *s) { return s->have_cal ? &s->cal : NULL; }
 const ssb4d_plan *ssb4d_session_plan(const ssb4d_session *s) { return s->have_cal ? &s->plan : NULL; }
 
@@ -501,10 +509,7 @@ static int one_G(const ssb4d_session *s)
  * (which replaces it when they differ; switching back rebuilds from the data, same bits). */
 static ssb4d_status need_G(ssb4d_session *s, int kind, ssb4d_err *err)
 {
-    int had_cal = s->have_cal;
-    ssb4d_status st = ssb4d_session_calibrate(s, err);
-    if (!st && !had_cal)
-        st = step_cancelled(s, err);
+    ssb4d_status st = calibrate_step(s, err);
     if (st || (s->G && (s->G_kind == kind || one_G(s))))
         return st;
     if (s->G) { /* the other copy goes first: both are never held */
@@ -887,12 +892,9 @@ ssb4d_status ssb4d_session_fit_region(ssb4d_session *s, const size_t rect[4], co
     if (!rect)
         return ssb_fail(err, SSB4D_EINVAL, "region: missing rectangle");
     ssb4d_source *view = NULL;
-    int had_cal = s->have_cal;
     ssb4d_status st = ssb4d_source_region(s->src, rect[0], rect[1], rect[2], rect[3], &view, err);
     if (!st)
-        st = ssb4d_session_calibrate(s, err);
-    if (!st && !had_cal)
-        st = step_cancelled(s, err);
+        st = calibrate_step(s, err);
     if (st) {
         ssb4d_source_close(view);
         return st;
