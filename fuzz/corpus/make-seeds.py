@@ -61,3 +61,19 @@ put("mib", "quad-u16-header", mib("U16", 512, 512, hdr=768, chips=4, layout="   
 put("mib", "hdr-text", b"HDR,\t\nTime and Date Stamp (day, mnth, yr, hr, min, s):\t01/01/2024 12:00:00\n"
     b"Chip ID:\tW529_F5,-,-,-\nFrames in Acquisition (Number):\t65536\n"
     b"Frames per Trigger (Number):\t256\nCounter Depth (number):\t12\nScanX:\t256\nScanY:\t256\nEnd\t\n")
+
+# mib, issue 39: frame time stamps for mib_line_scan (byte 0 = 0: raw little-endian int64 ns, 1 ns
+# digits): RosettaSciIO's 4x2 Merlin acquisition (102 ms frames on a 10 ns clock, a 20.8 us line
+# flyback) and a gap one 10 ns tick longer than the rest; a .hdr cut short (no End line); a
+# 6-bit frame holding 244.
+def stamps(gaps, t0=1620406270905800928):
+    t = [t0]
+    for g in gaps:
+        t.append(t[-1] + g)
+    return b"\0" + b"".join(struct.pack("<q", x) for x in t)
+put("mib", "ts-4x2-flyback-20us", stamps([101999990, 102000000, 101999980, 102020820, 102000000,
+                                          102000000, 101999990]))
+put("mib", "ts-one-tick", stamps([1849990] * 3 + [1850000] + [1849990] * 3))
+put("mib", "hdr-cut-short", b"HDR,\t\r\nCounter Depth (number):\t6\r\nFrames in Acquisition (Number):\t9\r\n"
+    b"Frames per Tri")
+put("mib", "u08-6bit-244", mib("U08", 4, 4, depth=6, data=bytes([1] * 15 + [244])))

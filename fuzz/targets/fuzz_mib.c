@@ -2,8 +2,9 @@
  * header parses and its pixel data are in the input, the frame is decoded too. The same bytes
  * also go to the .hdr text parser, and, read as frame time stamps, to mib_line_length (the scan
  * line length from the flyback gaps). Besides the sanitizers: an accepted header must be
- * self-consistent (sizes, time stamp and its resolution), and a line length must agree with a
- * reference check written here in 128-bit arithmetic. */
+ * self-consistent (sizes, time stamp and its resolution), the first count above the counter
+ * depth must be the one a plain scan finds, and mib_line_scan's verdict and line length must agree
+ * with a reference written here from the rules of mib.h in 128-bit arithmetic. */
 #include "formats/mib.h"
 
 #include <stdint.h>
@@ -47,36 +48,69 @@ static void line_length(const uint8_t *data, size_t size)
             t[n++] = (int64_t)v;
         }
     }
-    int64_t med = -1;
-    size_t L = mib_line_length(t, n, res, &med);
-    CHECK(med >= 0);
-    /* the reference, from the definition: gaps in 128 bits, long when 2 * gap > 3 * median */
+    mib_line_info info;
+    mib_line_verdict v = mib_line_scan(t, n, res, &info);
+    size_t L = v == MIB_LINE_FOUND ? info.line : 0;
+    CHECK(v == info.verdict && info.median_ns >= 0);
+    CHECK(memchr(info.why, 0, sizeof info.why) != NULL);
+    CHECK((v == MIB_LINE_FOUND) == (info.why[0] == 0));
+    CHECK(mib_line_length(t, n, res, NULL) == L);
+    /* the reference, from the rules of mib.h in 128-bit arithmetic: the split at the largest jump
+       of the sorted gaps from the lower median up; distinct (jump > 2 x either spread); more than
+       one tick (the gcd) unless 2 x jump >= median; long gaps exactly at the line ends */
     size_t want = 0;
+    int want_ambiguous = 0;
     int ordered = n >= 4;
     for (size_t i = 0; i + 1 < n && ordered; i++)
         ordered = t[i + 1] >= t[i];
     if (ordered) {
-        uint64_t *g = malloc((n - 1) * sizeof *g), *s = malloc((n - 1) * sizeof *s);
+        size_t m = n - 1, mi = (m - 1) / 2;
+        unsigned __int128 *g = malloc(m * sizeof *g);
+        uint64_t *s = malloc(m * sizeof *s);
         CHECK(g && s);
-        for (size_t i = 0; i + 1 < n; i++)
-            g[i] = (uint64_t)((__int128)t[i + 1] - (__int128)t[i]);
-        memcpy(s, g, (n - 1) * sizeof *s);
-        qsort(s, n - 1, sizeof *s, cmp_u64);
-        unsigned __int128 m = s[(n - 2) / 2];
-        CHECK(m > INT64_MAX ? med == INT64_MAX : m == (unsigned __int128)(uint64_t)med);
-        if (m >= 4 * (unsigned __int128)res) {
-            size_t first = 0;
-            for (size_t i = 0; i + 1 < n && !first; i++)
-                if (2 * (unsigned __int128)g[i] > 3 * m)
-                    first = i + 1;
-            int ok = first >= 2 && n % first == 0 && n / first >= 2;
-            for (size_t i = 0; i + 1 < n && ok; i++)
-                ok = (2 * (unsigned __int128)g[i] > 3 * m) == ((i + 1) % first == 0);
-            want = ok ? first : 0;
+        unsigned __int128 tick = 0;
+        for (size_t i = 0; i < m; i++) {
+            g[i] = (unsigned __int128)((__int128)t[i + 1] - (__int128)t[i]);
+            s[i] = (uint64_t)g[i];
+            for (unsigned __int128 a = tick, b = g[i], r; ; a = b, b = r) { /* tick = gcd(tick, g) */
+                if (!b) {
+                    tick = a;
+                    break;
+                }
+                r = a % b;
+            }
+        }
+        qsort(s, m, sizeof *s, cmp_u64);
+        unsigned __int128 med = s[mi];
+        CHECK(med > INT64_MAX ? info.median_ns == INT64_MAX : med == (unsigned __int128)info.median_ns);
+        if (med >= 4 * (unsigned __int128)res) {
+            unsigned __int128 D = 0;
+            size_t k = 0;
+            for (size_t j = mi; j + 1 < m; j++)
+                if ((unsigned __int128)s[j + 1] - s[j] > D) {
+                    D = (unsigned __int128)s[j + 1] - s[j];
+                    k = j;
+                }
+            unsigned __int128 J = D ? (unsigned __int128)s[k] - s[0] : 0;
+            unsigned __int128 JL = D ? (unsigned __int128)s[m - 1] - s[k + 1] : 0;
+            unsigned __int128 spread = J > JL ? J : JL;
+            if (D && D > 2 * spread && !(D <= tick && 2 * D < med)) {
+                unsigned __int128 thr = s[k + 1];
+                size_t first = 0;
+                for (size_t i = 0; i < m && !first; i++)
+                    if (g[i] >= thr)
+                        first = i + 1;
+                int ok = first >= 2 && n % first == 0 && n / first >= 2;
+                for (size_t i = 0; i < m && ok; i++)
+                    ok = (g[i] >= thr) == ((i + 1) % first == 0);
+                want = ok ? first : 0;
+                want_ambiguous = !ok;
+            }
         }
         free(s);
         free(g);
     }
+    CHECK(want_ambiguous == (v == MIB_LINE_AMBIGUOUS));
     if (L != want) {
         fprintf(stderr, "fuzz_mib: mib_line_length %zu, the reference %zu (n %zu)\n", L, want, n);
         abort();
@@ -113,6 +147,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (h.data_bytes <= size - h.header_bytes) {
             uint32_t *out = malloc(h.rows * h.cols * sizeof *out);
             mib_decode_frame(&h, buf + h.header_bytes, out);
+            /* the first count above the counter depth, as the reader refuses it */
+            int depth = h.counter_depth ? h.counter_depth : (int)(size & 31);
+            size_t over = mib_first_over_depth(&h, out, depth);
+            uint32_t top = depth > 0 && depth < 32 ? (1u << depth) - 1u : UINT32_MAX;
+            size_t want = (size_t)-1;
+            for (size_t i = 0; i < h.rows * h.cols && want == (size_t)-1; i++)
+                if (out[i] > top)
+                    want = i;
+            CHECK(over == want);
             free(out);
         }
     } else {

@@ -47,6 +47,8 @@ typedef struct {
     size_t stride;       /* header + data bytes of one frame */
     uint8_t *stage;      /* whole frames, at most MIB_STAGING_BYTES (or one frame) */
     size_t stage_frames;
+    int depth;           /* counter depth in bits (the frames' MQ1A, else the .hdr; 0 unknown):
+                            a count above 2^depth - 1 is refused */
 } mib_reader;
 
 static const char *same_layout(const mib_header *a, const mib_header *b)
@@ -140,7 +142,15 @@ static ssb4d_status mib_read(framesrc *s, size_t pos0, size_t npos, uint32_t *ou
             mib_header h;
             if ((st = check_frame(r, part, f, r->stride, local + i, &h, err)))
                 return st;
-            mib_decode_frame(&h, f + h.header_bytes, out + (done + i) * P);
+            uint32_t *o = out + (done + i) * P;
+            mib_decode_frame(&h, f + h.header_bytes, o);
+            size_t bad = mib_first_over_depth(&h, o, r->depth);
+            if (bad != (size_t)-1)
+                return ssb_fail(err, SSB4D_EFORMAT, "%s: frame %zu (scan position %zu), pixel (%zu, "
+                                "%zu) counts %u, more than a %d-bit counter holds (%u): corrupt data, "
+                                "or a wrong counter depth in the header", part->path, local + i,
+                                pos + i, bad / s->shape[3], bad % s->shape[3], o[bad], r->depth,
+                                (1u << r->depth) - 1u);
         }
         done += m;
     }
@@ -368,16 +378,18 @@ static ssb4d_status open_one(mib_reader *r, mib_part *part, const char *first_pa
     return st;
 }
 
-/* The time stamp of every frame (headers only, one pread each): the line length they show, or
- * 0. A header that does not parse or is out of sequence just ends the attempt: reading that
- * frame fails later with a line that names it. */
-static ssb4d_status line_from_timestamps(mib_reader *r, size_t n, size_t *line, int64_t *med_ns,
-                                         int64_t *res_ns, ssb4d_err *err)
+/* The time stamp of every frame (headers only, one pread each) and what they show
+ * (mib_line_scan). A header that does not parse or is out of sequence
+ * just ends the attempt (NONE): reading that frame fails later with a line that names it. */
+static ssb4d_status line_from_timestamps(mib_reader *r, size_t n, mib_line_info *li,
+                                         ssb4d_err *err)
 {
-    *line = 0;
-    *med_ns = *res_ns = 0;
-    if (n > MIB_TIMESTAMP_MAX_FRAMES || r->first.time_res_ns <= 0)
+    memset(li, 0, sizeof *li);
+    if (n > MIB_TIMESTAMP_MAX_FRAMES || r->first.time_res_ns <= 0) {
+        snprintf(li->why, sizeof li->why, n > MIB_TIMESTAMP_MAX_FRAMES ? "too many frames to read "
+                 "their time stamps" : "its frame headers hold no readable time stamp");
         return SSB4D_OK;
+    }
     size_t hb = r->first.header_bytes;
     int64_t *t = malloc(n * sizeof *t);
     uint8_t *head = malloc(hb);
@@ -397,15 +409,15 @@ static ssb4d_status line_from_timestamps(mib_reader *r, size_t n, size_t *line, 
             if (check_frame(r, part, head, hb, p, &h, &ignored) ||
                 h.time_res_ns != r->first.time_res_ns) {
                 usable = 0; /* a corrupt frame, or one without a readable time stamp */
+                snprintf(li->why, sizeof li->why, "frame %zu of %s has no time stamp like the "
+                         "first's", p, part->path);
                 break;
             }
             t[part->first + p] = h.time_ns;
         }
     }
-    if (!st && usable) {
-        *res_ns = r->first.time_res_ns;
-        *line = mib_line_length(t, n, *res_ns, med_ns);
-    }
+    if (!st && usable)
+        mib_line_scan(t, n, r->first.time_res_ns, li);
     free(t);
     free(head);
     return st;
@@ -495,6 +507,13 @@ ssb4d_status fs_mib_open(framesrc *s, const char *path, const framesrc_opts *o, 
     if (!have_hdr && strcmp(r->parts[0].path, path) != 0)
         have_hdr = read_hdr(path, &hi, &hdr_path);
     int user = o->shape[0] || o->shape[1];
+    if (have_hdr && !user && !hi.complete) {
+        /* a .hdr cut short has lost the keys after the cut (Frames per Trigger, ScanX/Y): a
+           scan shape guessed without them can be wrong (3x3 for a line of 9) */
+        st = ssb_fail(err, SSB4D_EFORMAT, "%s: %s is cut short (it has no End line), so the scan "
+                      "shape it records may be lost: pass --scan-shape ROWS,COLS", what, hdr_path);
+        goto fail;
+    }
     if (have_hdr && !user && hi.frames_in_acquisition && hi.frames_in_acquisition != n) {
         if (hi.frames_in_acquisition > n) {
             char more[512];
@@ -518,6 +537,7 @@ ssb4d_status fs_mib_open(framesrc *s, const char *path, const framesrc_opts *o, 
         }
         goto fail;
     }
+    r->depth = h->counter_depth ? h->counter_depth : have_hdr ? hi.counter_depth : 0;
     size_t hint_r = 0, hint_c = 0;
     if (have_hdr && hi.scan_x && hi.scan_y) {
         hint_r = hi.scan_y;
@@ -529,20 +549,29 @@ ssb4d_status fs_mib_open(framesrc *s, const char *path, const framesrc_opts *o, 
     }
     size_t scan[2];
     const char *how = NULL;
-    size_t line = 0;
-    int64_t med_ns = 0, res_ns = 0;
+    size_t line = 0, q = isqrt(n);
+    mib_line_info li = {0};
     if (!user && !hint_r) {
-        if ((st = line_from_timestamps(r, n, &line, &med_ns, &res_ns, err)))
+        if ((st = line_from_timestamps(r, n, &li, err)))
             goto fail;
-        if (!line && isqrt(n) * isqrt(n) != n) {
-            char hdr_says[300];
-            if (have_hdr)
-                snprintf(hdr_says, sizeof hdr_says, "%s does not record it", hdr_path);
-            else
-                snprintf(hdr_says, sizeof hdr_says, "no .hdr beside it");
+        if (li.verdict == MIB_LINE_FOUND)
+            line = li.line;
+        char hdr_says[300];
+        if (have_hdr)
+            snprintf(hdr_says, sizeof hdr_says, "%s does not record it", hdr_path);
+        else
+            snprintf(hdr_says, sizeof hdr_says, "no .hdr beside it");
+        if (!line && q * q != n && li.verdict == MIB_LINE_AMBIGUOUS) {
             st = ssb_fail(err, SSB4D_EINVAL, "%s holds %zu frames and nothing gives its scan shape "
-                          "(%s; the frame time stamps show no regular line flyback; %zu is not a "
-                          "square): pass --scan-shape ROWS,COLS", what, n, hdr_says, n);
+                          "(%s; the frame time stamps are ambiguous: %s; %zu is not a square): pass "
+                          "--scan-shape ROWS,COLS", what, n, hdr_says, li.why, n);
+            goto fail;
+        }
+        if (!line && q * q != n) {
+            st = ssb_fail(err, SSB4D_EINVAL, "%s holds %zu frames and nothing gives its scan shape "
+                          "(%s; the frame time stamps show no line flyback: %s; %zu is not a "
+                          "square): pass --scan-shape ROWS,COLS", what, n, hdr_says,
+                          li.why[0] ? li.why : "none", n);
             goto fail;
         }
     }
@@ -601,9 +630,12 @@ ssb4d_status fs_mib_open(framesrc *s, const char *path, const framesrc_opts *o, 
     fs_meta_string(s, "scan_shape_source", how);
     if (line) {
         fs_meta_number(s, "mib_line_length", (double)line);
-        fs_meta_quantity(s, "mib_frame_interval", (double)med_ns * 1e-9, "s");
-        fs_meta_string(s, "mib_time_stamps", res_ns < 1000 ? "MQ1A UTC (ns digits)"
-                                                           : "frame header (us digits)");
+        fs_meta_quantity(s, "mib_frame_interval", (double)li.median_ns * 1e-9, "s");
+        fs_meta_quantity(s, "mib_line_gap_step", (double)li.step_ns * 1e-9, "s");
+        fs_meta_string(s, "mib_time_stamps", h->time_res_ns < 1000 ? "MQ1A UTC (ns digits)"
+                                                                   : "frame header (us digits)");
+    } else if (li.why[0] && n >= 4 && !strcmp(how, "square")) {
+        fs_meta_string(s, "mib_time_stamps_say", li.why);
     }
     if (have_hdr) {
         fs_meta_string(s, "mib_hdr_file", strrchr(hdr_path, '/') ? strrchr(hdr_path, '/') + 1 : hdr_path);

@@ -5,8 +5,10 @@
 
 #include "common/err.h"
 
+#include <inttypes.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -233,40 +235,133 @@ static int cmp_u64(const void *a, const void *b)
 /* The gap after frame i (t non-decreasing): exact in uint64 whatever the values. */
 static inline uint64_t gap(const int64_t *t, size_t i) { return (uint64_t)t[i + 1] - (uint64_t)t[i]; }
 
-/* Long: more than 1.5x the median gap. */
-static inline int is_long(uint64_t g, uint64_t med) { return g > med && g - med > med / 2; }
+static uint64_t gcd_u64(uint64_t a, uint64_t b)
+{
+    while (b) {
+        uint64_t r = a % b;
+        a = b;
+        b = r;
+    }
+    return a;
+}
+
+static int64_t clamp64(uint64_t v) { return v > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)v; }
+
+/* Follows the rules of mib.h; every difference is taken in uint64 (t is non-decreasing). */
+static mib_line_verdict line_scan(const int64_t *t, size_t n, int64_t res_ns, mib_line_info *info)
+{
+    memset(info, 0, sizeof *info);
+    info->long_from_ns = INT64_MAX;
+    if (!t || n < 4 || res_ns < 1) {
+        snprintf(info->why, sizeof info->why, "%zu frames are too few to show a line flyback", n);
+        return MIB_LINE_NONE;
+    }
+    for (size_t i = 0; i + 1 < n; i++)
+        if (t[i + 1] < t[i]) {
+            snprintf(info->why, sizeof info->why, "the time stamp of frame %zu is earlier than that "
+                     "of frame %zu", i + 2, i + 1);
+            return MIB_LINE_NONE;
+        }
+    size_t m = n - 1;
+    uint64_t *s = malloc(m * sizeof *s);
+    if (!s) {
+        snprintf(info->why, sizeof info->why, "out of memory sorting the time stamps");
+        return MIB_LINE_NONE;
+    }
+    uint64_t tick = 0;
+    for (size_t i = 0; i < m; i++) {
+        s[i] = gap(t, i);
+        tick = gcd_u64(tick, s[i]);
+    }
+    qsort(s, m, sizeof *s, cmp_u64);
+    size_t mi = (m - 1) / 2; /* the lower median */
+    uint64_t med = s[mi];
+    info->median_ns = clamp64(med);
+    info->tick_ns = clamp64(tick);
+    if (med / 4 < (uint64_t)res_ns) {
+        free(s);
+        snprintf(info->why, sizeof info->why, "the median frame interval, %" PRId64 " ns, is under "
+                 "4 steps of the time stamps' %" PRId64 " ns digits", info->median_ns, res_ns);
+        return MIB_LINE_NONE;
+    }
+    /* the split: the largest jump between neighbours of the sorted gaps from the median up */
+    size_t k = m;
+    uint64_t D = 0;
+    for (size_t j = mi; j + 1 < m; j++)
+        if (s[j + 1] - s[j] > D) {
+            D = s[j + 1] - s[j];
+            k = j;
+        }
+    if (!D) {
+        free(s);
+        snprintf(info->why, sizeof info->why, "no gap is longer than the median %" PRId64 " ns: "
+                 "no line flyback", info->median_ns);
+        return MIB_LINE_NONE;
+    }
+    uint64_t J = s[k] - s[0], JL = s[m - 1] - s[k + 1], thr = s[k + 1];
+    free(s);
+    info->step_ns = clamp64(D);
+    info->spread_ns = clamp64(J);
+    info->long_from_ns = clamp64(thr);
+    uint64_t spread = J > JL ? J : JL;
+    if (D / 2 <= spread) { /* D <= 2 * spread, without overflow */
+        snprintf(info->why, sizeof info->why, "no set of longer gaps stands out: the frame gaps "
+                 "vary by %" PRId64 " ns around %" PRId64 " ns", clamp64(spread), info->median_ns);
+        return MIB_LINE_NONE;
+    }
+    if (D <= tick && D < med / 2 + (med & 1)) { /* one tick, and 2D < med */
+        snprintf(info->why, sizeof info->why, "the longer gaps exceed the others (%" PRId64 " ns) "
+                 "by only %" PRId64 " ns, one step of the %" PRId64 " ns the time stamps move in: "
+                 "rounding, or a flyback too short to tell", info->median_ns, info->step_ns,
+                 info->tick_ns);
+        return MIB_LINE_NONE;
+    }
+    size_t first = 0, nlong = 0;
+    for (size_t i = 0; i < m; i++)
+        if (gap(t, i) >= thr) {
+            if (!nlong)
+                first = i + 1;
+            nlong++;
+        }
+    info->line = first;
+    size_t L = first;
+    int raster = L >= 2 && n % L == 0 && n / L >= 2;
+    for (size_t i = 0; i < m && raster; i++)
+        raster = (gap(t, i) >= thr) == ((i + 1) % L == 0);
+    if (!raster) {
+        snprintf(info->why, sizeof info->why, "%zu gap%s of %" PRId64 " ns or more (the first after "
+                 "frame %zu) against %" PRId64 " ns do not recur every line of a raster", nlong,
+                 nlong == 1 ? "" : "s", info->long_from_ns, first, info->median_ns);
+        return MIB_LINE_AMBIGUOUS;
+    }
+    info->why[0] = '\0';
+    return MIB_LINE_FOUND;
+}
+
+mib_line_verdict mib_line_scan(const int64_t *t, size_t n, int64_t res_ns, mib_line_info *info)
+{
+    return info->verdict = line_scan(t, n, res_ns, info);
+}
 
 size_t mib_line_length(const int64_t *t, size_t n, int64_t res_ns, int64_t *median_ns)
 {
+    mib_line_info info;
+    mib_line_verdict v = mib_line_scan(t, n, res_ns, &info);
     if (median_ns)
-        *median_ns = 0;
-    if (!t || n < 4 || res_ns < 1)
-        return 0;
-    for (size_t i = 0; i + 1 < n; i++)
-        if (t[i + 1] < t[i])
-            return 0;
-    uint64_t *g = malloc((n - 1) * sizeof *g);
-    if (!g)
-        return 0;
-    for (size_t i = 0; i + 1 < n; i++)
-        g[i] = gap(t, i);
-    qsort(g, n - 1, sizeof *g, cmp_u64);
-    uint64_t med = g[(n - 2) / 2]; /* the lower median of the n - 1 gaps */
-    free(g);
-    if (median_ns)
-        *median_ns = med > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)med;
-    if (med / 4 < (uint64_t)res_ns) /* too coarse: a tick of rounding could fake a long gap */
-        return 0;
-    size_t L = 0;
-    for (size_t i = 0; i + 1 < n && !L; i++)
-        if (is_long(gap(t, i), med))
-            L = i + 1;
-    if (L < 2 || n % L || n / L < 2)
-        return 0;
-    for (size_t i = 0; i + 1 < n; i++)
-        if (is_long(gap(t, i), med) != ((i + 1) % L == 0))
-            return 0;
-    return L;
+        *median_ns = info.median_ns;
+    return v == MIB_LINE_FOUND ? info.line : 0;
+}
+
+size_t mib_first_over_depth(const mib_header *h, const uint32_t *frame, int depth)
+{
+    if (depth <= 0 || depth >= 32)
+        return (size_t)-1;
+    uint32_t top = (1u << depth) - 1u;
+    size_t n = h->rows * h->cols;
+    for (size_t i = 0; i < n; i++)
+        if (frame[i] > top)
+            return i;
+    return (size_t)-1;
 }
 
 ssb4d_status mib_parse_header(const uint8_t *buf, size_t len, mib_header *h, ssb4d_err *err)
@@ -458,6 +553,10 @@ void mib_parse_hdr(const char *text, size_t len, mib_hdr_info *info)
         /* "Key:<TAB>value" (older files: "Key: value" with spaces) */
         const char *line = text + i;
         size_t n = end - i, colon = 0;
+        field whole = trim((field){line, n});
+        if (whole.n >= 3 && strncmp(whole.p, "End", 3) == 0 && (whole.n == 3 || whole.p[3] == ' ' ||
+                                                               whole.p[3] == '\t'))
+            info->complete = 1;
         while (colon < n && line[colon] != '\t')
             colon++;
         if (colon < n) {

@@ -61,14 +61,43 @@ ssb4d_status mib_parse_header(const uint8_t *buf, size_t len, mib_header *h, ssb
 void mib_decode_frame(const mib_header *h, const uint8_t *data, uint32_t *out);
 
 /* The raster line length of a scan from its frames' time stamps t[0..n) (ns; res_ns = the step
- * of their last digit): within a line frames follow one another
- * at the frame interval, between lines the beam flies back, so the gap from the last frame of a
- * line to the first of the next is longer. A gap is long when it exceeds 1.5x the median gap;
- * the long gaps must be exactly those after frames L-1, 2L-1, ... (every line, nothing else),
- * L must divide n, and there must be at least two lines of two frames. Refused (0): decreasing
- * times, a median gap under 4 ticks of the resolution (too coarse to tell), any irregularity.
- * Returns L, and the median gap in *median_ns when not NULL. */
+ * of their last digit): within a line frames follow one another at the frame interval, between
+ * lines the beam flies back, so the gap from the last frame of a line to the first of the next is
+ * longer. The n - 1 gaps are split in two where the sorted gaps jump most (above the median):
+ * the within-line gaps below, the line gaps above. The scan shows lines of L frames when
+ *   - the jump D is more than twice the spread of either side (a distinct set of long gaps),
+ *   - D is more than one tick of the clock the stamps step in (the gcd of the gaps: rounding to
+ *     a tick makes a steady interval alternate between two values one tick apart), unless D is
+ *     half an interval or more,
+ *   - the long gaps are exactly those after frames L-1, 2L-1, ..., L divides n, and there are at
+ *     least two lines of at least two frames.
+ * A 20.8 us flyback between 102 ms frames (stamps jittering by 10-20 ns) passes; a gap one 10 ns
+ * tick longer than the others does not. Verdicts: FOUND (line = L); NONE: the stamps show no
+ * flyback (too few frames, time going back, a median gap under 4 ticks of res_ns, no longer
+ * gaps, none standing out of the jitter, or longer by one tick only); AMBIGUOUS: a distinct set
+ * of long gaps that does not make a raster (a pause inside a line, L not dividing n). `why`
+ * says what was seen (one clause, no file name) unless FOUND. */
+typedef enum { MIB_LINE_NONE = 0, MIB_LINE_FOUND = 1, MIB_LINE_AMBIGUOUS = 2 } mib_line_verdict;
+typedef struct {
+    mib_line_verdict verdict;
+    size_t line;          /* L when FOUND; else the first long gap's frame + 1 (0 = none) */
+    int64_t median_ns;    /* the lower median gap */
+    int64_t tick_ns;      /* gcd of the gaps (0 when they are all 0) */
+    int64_t step_ns;      /* D: shortest long gap - longest short gap (0 = no long gaps) */
+    int64_t spread_ns;    /* longest - shortest gap within the short side */
+    int64_t long_from_ns; /* a gap is long when it is at least this (INT64_MAX = none) */
+    char why[256];
+} mib_line_info;
+mib_line_verdict mib_line_scan(const int64_t *t, size_t n, int64_t res_ns, mib_line_info *info);
+
+/* mib_line_scan's L when FOUND, else 0; the median gap in *median_ns when not NULL. */
 size_t mib_line_length(const int64_t *t, size_t n, int64_t res_ns, int64_t *median_ns);
+
+/* The first value of a decoded frame (h->rows * h->cols values) above what a counter of
+ * `depth` bits holds (2^depth - 1), or (size_t)-1 when none is (or depth is 0 or >= 32:
+ * unknown or no limit). Merlin's counters saturate; a larger count is corrupt data or a wrong
+ * counter depth in the header. */
+size_t mib_first_over_depth(const mib_header *h, const uint32_t *frame, int depth);
 
 /* Fields of a Merlin acquisition header (.hdr) that give the scan; 0 = absent. */
 typedef struct {
@@ -76,6 +105,8 @@ typedef struct {
     size_t frames_in_acquisition;      /* "Frames in Acquisition (Number)" */
     size_t frames_per_trigger;         /* "Frames per Trigger (Number)" */
     int counter_depth;                 /* "Counter Depth (number)" */
+    int complete;                      /* 1: the text ends with Merlin's "End" line; 0: it is
+                                          cut short (keys after the cut are lost) */
 } mib_hdr_info;
 /* Parses the text of a .hdr file (lines "Key:<TAB>value"); unknown lines are skipped. */
 void mib_parse_hdr(const char *text, size_t len, mib_hdr_info *info);

@@ -99,6 +99,34 @@ def split(d, stem, v, times, sizes, dtype="U16", depth=12, ext=True):
     return paths
 
 
+def times_from_gaps(gaps, start=905_800_928):
+    """Frame times (ns after T0) from the gaps between them."""
+    t = [start]
+    for g in gaps:
+        t.append(t[-1] + g)
+    return t
+
+
+def write_hdr(path, frames, per_trigger, depth, cut_at=None):
+    """A Merlin acquisition header as the Merlin software writes it ("Key:<TAB>value" lines
+    ending in CR LF, "End" last, padded with blanks to 2048 bytes); cut_at: only the first
+    cut_at bytes (a copy cut short)."""
+    lines = ["HDR,\t", "Time and Date Stamp (day, mnth, yr, hr, min, s):\t07/05/2021 18:50:41",
+             "Chip ID:\tW559_G11, - , - , - ", "Assembly Size (NX1, 2X2):\t   1x1",
+             "Chip Mode  (SPM, CSM, CM, CSCM):\tSPM", "Counter Depth (number):\t%d" % depth,
+             "Gain:\tSLGM", "Active Counters:\tCounter 0",
+             "Acquisition Type (Normal, Th_scan, Config):\tNormal",
+             "Frames in Acquisition (Number):\t%d" % frames,
+             "Frames per Trigger (Number):\t%d" % per_trigger,
+             "Trigger Start (Positive, Negative, Internal):\tRising Edge",
+             "Trigger Stop (Positive, Negative, Internal):\tInternal",
+             "Readout System:\tMerlin Quad", "Software Version:\t0.76.1.101", "End\t"]
+    text = "\r\n".join(lines).encode("ascii").ljust(2048, b" ")
+    with open(path, "wb") as f:
+        f.write(text if cut_at is None else text[:cut_at])
+    return text
+
+
 def export(d, inputs, *flags):
     out = os.path.join(d, "out.npy")
     if os.path.exists(out):
@@ -238,6 +266,74 @@ def main():
         with open(bad, "wb") as f:
             f.write(raw)
         expect_refused(e, [good[0], bad], ["bad.mib", "frame 2"], "--scan-shape", "2,4")
+
+        # --- issue 39: real layouts (RosettaSciIO's Merlin_navigation4x2_ROI test data) ---
+        # 102 ms frames from a 10 ns clock that jitters by a tick or two, and a line flyback
+        # that adds only 20.8 us (1.0002x the interval): the 1.5x rule saw nothing there; the
+        # jump between the two sets of gaps (20.8 us) is 1000x the jitter (20 ns)
+        r = os.path.join(d, "real")
+        os.mkdir(r)
+        v6 = values(8, 16, 16, 6, 11)
+        for name, gaps in (("001_4x2_6bit", [101999990, 102000000, 101999980, 102020820, 102000000,
+                                             102000000, 101999990]),
+                           ("002_4x2_6bit_roi", [102000000, 101999980, 102000000, 102020810,
+                                                 102000000, 101999980, 101999990])):
+            p = os.path.join(r, name + ".mib")
+            write_mib(p, v6, 1, times_from_gaps(gaps), "U08", 6)
+            write_hdr(os.path.join(r, name + ".hdr"), 8, 1, 6)
+            js = expect_read(r, [p], v6, 2, 4, "timestamps", name + ": 20.8 us flyback")
+            if js:
+                check(abs(float(js["metadata"]["mib_line_gap_step"].split()[0]) - 2.08e-5) < 2e-7,
+                      name + ": gap step %s" % js["metadata"].get("mib_line_gap_step"))
+        # a gap one 10 ns tick longer than the others: rounding or a flyback, nobody can tell
+        # (the frames of RosettaSciIO's ..._nav4x2_hot_pixel files without their .hdr)
+        tick = [1849990] * 3 + [1850000] + [1849990] * 3
+        p = os.path.join(r, "tick.mib")
+        write_mib(p, values(8, 8, 8, 12, 12), 1, times_from_gaps(tick))
+        expect_refused(r, [p], ["tick.mib", "8 frames", "only 10 ns", "one step of the 10 ns",
+                                "--scan-shape"])
+        # the same one-tick step in a square count: the square stays the guess
+        sq = [2094440, 2094440, 2094450] * 2 + [2094440, 2094440]
+        v9 = values(9, 8, 8, 12, 13)
+        p = os.path.join(r, "ticksq.mib")
+        write_mib(p, v9, 1, times_from_gaps(sq))
+        expect_read(r, [p], v9, 3, 3, "square", "one-tick steps, 9 frames")
+        # long gaps that are no raster (a line of 3 in 8 frames): refused, saying why
+        p = os.path.join(r, "odd.mib")
+        write_mib(p, values(8, 8, 8, 12, 14), 1, raster_times(3, 3)[:8])
+        expect_refused(r, [p], ["odd.mib", "ambiguous", "do not recur", "--scan-shape"])
+
+        # --- issue 39: a .hdr cut short lost Frames per Trigger (9: one line of 9) ---
+        c = os.path.join(d, "cut")
+        os.mkdir(c)
+        v9 = values(9, 8, 8, 12, 15)
+        p = os.path.join(c, "line9.mib")
+        write_mib(p, v9, 1, [k * 1_000_000 for k in range(9)])
+        full = write_hdr(os.path.join(c, "line9.hdr"), 9, 9, 12)
+        expect_read(c, [p], v9, 1, 9, "hdr", "1x9 from the whole .hdr")
+        write_hdr(os.path.join(c, "line9.hdr"), 9, 9, 12, cut_at=full.index(b"Frames per Trigger"))
+        expect_refused(c, [p], ["line9.hdr", "cut short", "--scan-shape"])  # not a silent 3x3
+        expect_read(c, [p], v9, 1, 9, "user", "a cut .hdr with --scan-shape", "--scan-shape", "1,9")
+
+        # --- issue 39: counts above the counter depth (244 in a 6-bit file) ---
+        o = os.path.join(d, "over")
+        os.mkdir(o)
+        vo = values(8, 16, 16, 6, 16)
+        vo[5, 3, 7] = 244
+        p = os.path.join(o, "over.mib")
+        write_mib(p, vo, 1, raster_times(2, 4), "U08", 6)
+        expect_refused(o, [p], ["over.mib", "frame 5", "(3, 7)", "244", "6-bit", "63"])
+        out = os.path.join(o, "over.qem")
+        rc, _, se = run("import", p, "-o", out, "-q")
+        check(rc == 2 and len(se.strip().splitlines()) == 1 and "244" in se and not os.path.exists(out),
+              "import of a count over the depth: rc %d, %r" % (rc, se))
+        # the .hdr's depth counts when the frames have no MQ1A extension
+        vo12 = values(8, 8, 8, 12, 17)
+        vo12[2, 0, 1] = 5000
+        p = os.path.join(o, "noext.mib")
+        write_mib(p, vo12, 1, raster_times(2, 4), ext=False)
+        write_hdr(os.path.join(o, "noext.hdr"), 8, 1, 12)
+        expect_refused(o, [p], ["noext.mib", "5000", "12-bit"])
     if FAILS:
         print("%d check(s) failed" % len(FAILS))
         sys.exit(1)
