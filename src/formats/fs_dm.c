@@ -18,6 +18,7 @@
 #include "common/err.h"
 #include "formats/dm.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -115,6 +116,10 @@ typedef struct {
     size_t recorded, omitted;
     double kv, camera_mm, camera_mm_stem, dwell_us, semiangle_mrad;
     double scan_x, scan_y; /* "Scan shape X/Y" (NCEM 4D STEM Tags) */
+    /* what the tags say the image is: Meta Data/Signal and /Format (GMS), an Orsay "spim"
+       group, a Monarc CL spectrometer group; "" / 0 when absent */
+    char signal[64], format[64];
+    int spim, monarc;
     char kv_src[DM_PATH_MAX + 1], cam_src[DM_PATH_MAX + 1], dwell_src[DM_PATH_MAX + 1],
         semi_src[DM_PATH_MAX + 1];
 } meta_pass;
@@ -125,7 +130,10 @@ static void record(meta_pass *m, const dm_tag *t)
         m->omitted++;
         return;
     }
-    if (t->has_number) {
+    if (t->has_number && !isfinite(t->number)) {
+        /* JSON has no infinity or NaN (GMS writes inf, e.g. Exposure Live Time): kept as text */
+        fs_meta_string(m->s, t->path, isnan(t->number) ? "nan" : t->number > 0 ? "inf" : "-inf");
+    } else if (t->has_number) {
         fs_meta_number(m->s, t->path, t->number);
     } else if (t->text && (t->elem_type == DM_USHORT || t->type == DM_STRING)) {
         fs_meta_string(m->s, t->path, t->text);
@@ -149,9 +157,20 @@ static void meta_visit(void *ctx, const dm_tag *t)
 {
     meta_pass *m = ctx;
     size_t pl = strlen(m->prefix);
-    if (t->is_group || strncmp(t->path, m->prefix, pl) != 0)
+    if (strncmp(t->path, m->prefix, pl) != 0)
         return;
     const char *rel = t->path + pl;
+    if (t->is_group) {
+        if (!strcmp(rel, "ImageTags/spim"))
+            m->spim = 1;
+        else if (!strcmp(rel, "ImageTags/Acquisition/Monarc Spectrometer"))
+            m->monarc = 1;
+        return;
+    }
+    if (t->text && !strcmp(rel, "ImageTags/Meta Data/Signal"))
+        snprintf(m->signal, sizeof m->signal, "%s", t->text);
+    else if (t->text && !strcmp(rel, "ImageTags/Meta Data/Format"))
+        snprintf(m->format, sizeof m->format, "%s", t->text);
     if (!strcmp(rel, "ImageData/Data"))
         return;
     record(m, t);
@@ -267,6 +286,28 @@ ssb4d_status fs_dm_open(framesrc *s, const char *path, const framesrc_opts *o, s
     dm_header h;
     if ((st = dm_walk(&in, &h, meta_visit, m, &e))) {
         st = ssb_fail(err, st, "%s: %s", path, e.msg);
+        goto fail;
+    }
+    /* a spectrum image (EELS, CL, EDS: a spectrum per scan position) has the ranks of 4D-STEM
+       data but its frames are no diffraction patterns: refused whatever the flags */
+    int si_format = !strcasecmp(m->format, "Spectrum image") || !strcasecmp(m->format, "Spectrum");
+    int si_signal = !strcasecmp(m->signal, "EELS") || !strcasecmp(m->signal, "CL") ||
+                    !strcasecmp(m->signal, "X-ray") || !strcasecmp(m->signal, "EDS") ||
+                    !strcasecmp(m->signal, "EDX");
+    if (si_format || si_signal || m->spim || m->monarc) {
+        char said[200];
+        if (m->signal[0] || m->format[0])
+            snprintf(said, sizeof said, "its tags say Meta Data/Signal = %s, Format = %s",
+                     m->signal[0] ? m->signal : "(none)", m->format[0] ? m->format : "(none)");
+        else
+            snprintf(said, sizeof said, "its tags hold a %s group",
+                     m->spim ? "spim (Orsay spectrum image)" : "Monarc (CL) spectrometer");
+        const char *kind = !strcasecmp(m->signal, "X-ray") ? "EDS" : m->signal[0] ? m->signal
+                         : m->monarc ? "CL" : "";
+        st = ssb_fail(err, SSB4D_EFORMAT, "%s: ImageList entry %zu is %s%s spectrum image (%s), "
+                      "not 4D-STEM diffraction frames: ssb4d does not read spectrum images", path,
+                      ds.index, kind[0] ? (strchr("AEFHILMNORSX", toupper((unsigned char)kind[0]))
+                                           ? "an " : "a ") : "a", kind, said);
         goto fail;
     }
     size_t shape[4];

@@ -542,6 +542,70 @@ def corrupt_cases(tmp):
         bad("not a DM file", b"hello, world" + bytes(100), needle="does not start like")
 
 
+def issue39_cases(tmp):
+    """Issue 39: a tag valued inf (GMS writes 'Exposure Live Time' = inf) must not fail the
+    import; spectrum images (EELS / CL / EDS: a spectrum per scan position, the layout of
+    RosettaSciIO's EELS_SI.dm4) are refused by name, with or without --scan-shape."""
+    arr = values((3, 4, 5, 6), "u2", 21)
+    cal = [calib(0, 1, "mrad")] * 2 + [calib(0, 1, "nm")] * 2
+    tags = standard_tags() + [("Acquisition2", [
+        ("Exposure Live Time", Scalar(DOUBLE, float("inf"))),
+        ("Exposure Dead Time", Scalar(FLOAT, float("-inf"))),
+        ("Unset", Scalar(DOUBLE, float("nan"))),
+        ("Range", Array(DOUBLE, [1.0, float("inf")]))]),
+        ("Meta Data", [("Signal", Text("Diffraction")), ("Format", Text("Diffraction image"))])]
+    for ver in (3, 4):
+        data, _ = dm_file(ver, ver == 4, arr, cal, tags)
+        path = os.path.join(tmp, "inf.dm%d" % ver)
+        with open(path, "wb") as f:
+            f.write(data)
+        qem = path + ".qem"
+        r = run(["import", path, "-o", qem, "-q", "--hot-pixels", "none"])
+        check(r.returncode == 0 and os.path.exists(qem), "import of DM%d with an inf tag: rc %d %s"
+              % (ver, r.returncode, r.stderr.strip()))
+        if r.returncode == 0:
+            r = run(["export", qem, "-o", qem + ".npy", "-q"])
+            check(r.returncode == 0 and np.array_equal(np.load(qem + ".npy"), arr),
+                  "DM%d inf tag: the .qem's counts differ" % ver)
+        r, js, got = export(path)
+        check(js is not None, "export of DM%d with an inf tag: %s" % (ver, r.stderr.strip()))
+        if js:
+            md, p = js["metadata"], "ImageList/1/ImageTags/Acquisition2/"
+            for k, v in (("Exposure Live Time", "inf"), ("Exposure Dead Time", "-inf"), ("Unset", "nan"),
+                         ("Range", "[1, inf]")):
+                check(md.get(p + k) == v, "DM%d: %s = %r, %r expected" % (ver, k, md.get(p + k), v))
+    # spectrum images: the energy axis as "frames" (3-D, 2048 channels would be 2048 frames) or
+    # a 4-D one; GMS's Meta Data, Orsay's spim group, a Monarc CL spectrometer group
+    si = values((6, 4, 4), "f4", 22)  # energy, y, x: DM dims x, y, E (E slowest)
+    si_cal = [calib(0, 0.002, "µm"), calib(0, 0.002, "µm"), calib(-300, 1, "eV")]
+    kinds = [
+        ("eels", [("Meta Data", [("Signal", Text("EELS")), ("Format", Text("Spectrum image"))])],
+         "an EELS spectrum image"),
+        ("cl", [("Meta Data", [("Signal", Text("CL")), ("Format", Text("Spectrum image"))])],
+         "a CL spectrum image"),
+        ("eds", [("Meta Data", [("Signal", Text("X-ray"))])], "an EDS spectrum image"),
+        ("format", [("Meta Data", [("Format", Text("Spectrum image"))])], "a spectrum image"),
+        ("orsay", [("spim", [("eels", [("Dispersion", Scalar(FLOAT, 0.5))])])], "spim"),
+        ("monarc", [("Acquisition", [("Monarc Spectrometer", [("Grating", Scalar(LONG, 2))])])],
+         "a CL spectrum image"),
+    ]
+    for name, t, words in kinds:
+        data, _ = dm_file(4, True, si, si_cal, t)
+        path = os.path.join(tmp, "si_%s.dm4" % name)
+        with open(path, "wb") as f:
+            f.write(data)
+        expect_refusal(path, "spectrum image %s" % name, needle=words)
+        expect_refusal(path, "spectrum image %s --scan-shape 2,3" % name, ["--scan-shape", "2,3"], words)
+        expect_refusal(path, "spectrum image %s import" % name, ["--scan-shape", "2,3"], "spectrum image",
+                       cmd="import")
+    data, _ = dm_file(3, False, arr, cal, [("Meta Data", [("Signal", Text("EELS")),
+                                                          ("Format", Text("Spectrum image"))])])
+    path = os.path.join(tmp, "si_4d.dm3")
+    with open(path, "wb") as f:
+        f.write(data)
+    expect_refusal(path, "4-D EELS spectrum image", needle="EELS spectrum image")
+
+
 def write_seeds(folder):
     os.makedirs(folder, exist_ok=True)
     arr = values((2, 2, 3, 3), "u2", 1)
@@ -556,6 +620,15 @@ def write_seeds(folder):
             f.write(data)
         data, _ = dm_file(ver, True, values((2, 1, 2, 2), "i1", 4), cal, [], dm_type=(12, DOUBLE))
         with open(os.path.join(folder, "dm%d-float64-refused" % ver), "wb") as f:
+            f.write(data)
+        # issue 39: non-finite tag values, and an EELS spectrum image (refused by the reader)
+        data, _ = dm_file(ver, True, arr, cal, [("Exposure Live Time", Scalar(DOUBLE, float("inf"))),
+                                                ("Dead", Scalar(FLOAT, float("nan")))])
+        with open(os.path.join(folder, "dm%d-inf-tag" % ver), "wb") as f:
+            f.write(data)
+        data, _ = dm_file(ver, False, values((4, 2, 2), "f4", 5), [calib(0, 1, "µm")] * 2 + [calib(0, 1, "eV")],
+                          [("Meta Data", [("Signal", Text("EELS")), ("Format", Text("Spectrum image"))])])
+        with open(os.path.join(folder, "dm%d-eels-si" % ver), "wb") as f:
             f.write(data)
 
 
@@ -575,6 +648,7 @@ def main():
         good_cases(tmp)
         stack_cases(tmp)
         corrupt_cases(tmp)
+        issue39_cases(tmp)
     if FAILS:
         print("%d checks failed" % len(FAILS))
         return 1
