@@ -12,7 +12,9 @@
  *
  * Calibration: FEI HT (V), camera length (m), convergence angle (rad; taken as the semi-angle),
  * dwell time (s) and, for diffraction frames, pixel size (1/m, times the wavelength = mrad);
- * the DE sidecar's specimen pixel size (nm: the scan step) and camera length (cm). The header's
+ * the DE sidecar's specimen pixel size (nm: the scan step), camera length (cm), accelerating
+ * voltage (V) and dwell time (us). Refused: a single 2-D image (nz = 1), and a DE scan whose
+ * Scan - Type is not Raster (Random, XY File), whatever the frame count. The header's
  * cell (cella / mx: Å per pixel) and every other field go to the metadata. */
 #include "formats/fs_internal.h"
 
@@ -147,9 +149,15 @@ static double de_number(const char *v)
 }
 
 /* Reads the sidecar when there is one: every line to the metadata (prefix "de_info/"), the
- * raster scan size as the hint, specimen pixel size and camera length as calibration. */
-static void de_info(framesrc *s, const char *path, size_t *rows, size_t *cols)
+ * raster scan size as the hint, specimen pixel size, camera length, accelerating voltage and
+ * dwell time as calibration. scan_type receives "Scan - Type" when DE-Server drove a scan of
+ * another kind than a raster (Random, XY File: the frames follow a list of positions), else "";
+ * info_name the sidecar's file name. */
+static void de_info(framesrc *s, const char *path, size_t *rows, size_t *cols, char *scan_type,
+                    size_t type_n, char *info_name, size_t name_n)
 {
+    scan_type[0] = '\0';
+    info_name[0] = '\0';
     char *ip = de_info_path(path);
     FILE *f = ip ? fopen(ip, "rb") : NULL;
     if (!f) {
@@ -167,9 +175,11 @@ static void de_info(framesrc *s, const char *path, size_t *rows, size_t *cols)
     text[n] = '\0';
     const char *slash = strrchr(ip, '/');
     fs_meta_string(s, "de_info_file", slash ? slash + 1 : ip);
+    snprintf(info_name, name_n, "%s", slash ? slash + 1 : ip);
     free(ip);
     size_t keys = 0, sx = 0, sy = 0;
     int scanning = 1, raster = 1;
+    char type[64] = "";
     double step[2] = {0, 0};
     for (char *line = text, *next; line && *line; line = next) {
         next = strchr(line, '\n');
@@ -196,16 +206,24 @@ static void de_info(framesrc *s, const char *path, size_t *rows, size_t *cols)
             sy = (size_t)de_number(v);
         else if (!strcmp(k, "Scan - Enable"))
             scanning = !strcasecmp(v, "Enable");
-        else if (!strcmp(k, "Scan - Type"))
+        else if (!strcmp(k, "Scan - Type")) {
             raster = !strcasecmp(v, "Raster");
+            snprintf(type, sizeof type, "%s", v);
+        }
         else if (!strcmp(k, "Specimen Pixel Size X (nanometers)"))
             step[1] = de_number(v);
         else if (!strcmp(k, "Specimen Pixel Size Y (nanometers)"))
             step[0] = de_number(v);
         else if (!strcmp(k, "Instrument Project Camera Length (centimeters)") && de_number(v) > 0)
             s->cal.camera_length_mm = de_number(v) * 10.0;
+        else if (!strcmp(k, "Instrument Accelerating Voltage (V)") && de_number(v) > 0)
+            s->cal.kv = de_number(v) / 1e3;
+        else if (!strcmp(k, "Scan - Dwell Time (microseconds)") && de_number(v) > 0)
+            s->cal.dwell_us = de_number(v);
     }
     free(text);
+    if (scanning && !raster)
+        snprintf(scan_type, type_n, "%s", type[0] ? type : "(empty)");
     /* a raster scan only: other scan types list their positions in a separate file */
     if (scanning && raster && sx && sy && sx < 65536 && sy < 65536) {
         *rows = sy;
@@ -282,6 +300,13 @@ ssb4d_status fs_mrc_open(framesrc *s, const char *path, const framesrc_opts *o, 
         st = ssb_fail(err, SSB4D_EFORMAT, "%s: %s", path, e.msg);
         goto fail;
     }
+    if (h.nz == 1) {
+        /* a sum, a virtual image, an HAADF image: one frame cannot be a scan */
+        st = ssb_fail(err, SSB4D_EFORMAT, "%s holds a single %dx%d image (nz = 1), not a stack of "
+                      "diffraction frames: a 4D-STEM MRC holds one frame per scan position", path,
+                      (int)h.ny, (int)h.nx);
+        goto fail;
+    }
     size_t rows = 0, cols = 0;
     const char *hint_from = NULL;
     mrc_fei fei;
@@ -312,7 +337,15 @@ ssb4d_status fs_mrc_open(framesrc *s, const char *path, const framesrc_opts *o, 
         hint_from = "its header (a stack of volumes: ispg 401, nz / mz volumes of mz sections)";
     }
     size_t de_rows = 0, de_cols = 0;
-    de_info(s, path, &de_rows, &de_cols);
+    char de_type[64], de_name[256];
+    de_info(s, path, &de_rows, &de_cols, de_type, sizeof de_type, de_name, sizeof de_name);
+    if (de_type[0]) {
+        /* the frames follow DE-Server's list of positions: no --scan-shape can make them a raster */
+        st = ssb_fail(err, SSB4D_EFORMAT, "%s: its %s says Scan - Type = %s: the frames follow a "
+                      "list of scan positions, not a raster, and ssb4d reconstructs raster scans "
+                      "only", path, de_name, de_type);
+        goto fail;
+    }
     if (!rows && de_rows) {
         rows = de_rows;
         cols = de_cols;

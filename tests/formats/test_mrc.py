@@ -306,6 +306,61 @@ def main():
             check(m.get("de_info/Camera Model") == "DE-16", f"DE model {m.get('de_info/Camera Model')}")
             check("Direct Electron" in m.get("scan_shape_record", ""), "DE record")
 
+        # 6b. Issue 39: DE-Server's _info.txt as it writes it (keys padded to a column, "Allowed
+        #     Values" lines beside the values; RosettaSciIO's 20241021_00405 data): the
+        #     accelerating voltage (V) and the dwell (us) are read.
+        def de_text(kind, sx, sy, enable="Enable"):
+            rows = [("Autosave Movie File Format", "MRC"), ("Camera Model", "Celeritas XS"),
+                    ("Instrument Accelerating Voltage (V)", "300000"),
+                    ("Instrument Accelerating Voltage (V) Allowed Values", "300000,200000,120000,80000,0"),
+                    ("Instrument Project Camera Length (centimeters)", "0.1"),
+                    ("Scan - Dwell Time (microseconds)", "1464.212499"), ("Scan - Enable", enable),
+                    ("Scan - Points", str(sx * sy)), ("Scan - Size X", str(sx)), ("Scan - Size Y", str(sy)),
+                    ("Scan - Type", kind), ("Scan - XY File", "D:\\XYFiles\\TimeSeriesTest.xy" if kind == "XY File" else ""),
+                    ("Specimen Pixel Size X (nanometers)", "0.1"), ("Specimen Pixel Size Y (nanometers)", "0.2")]
+            return "".join("%-64s= %s\r\n" % (k, v) for k, v in rows)
+
+        d = rng.integers(0, 60000, size=(32, 4, 8), dtype=np.uint16)
+        write_mrc(p("20241021_00405_movie.mrc"), d, 6)
+        with open(p("20241021_00405_info.txt"), "w", newline="") as f:
+            f.write(de_text("Raster", 8, 4))
+        a, j = export(p("20241021_00405_movie.mrc"))
+        same(a, d.reshape(4, 8, 4, 8), "DE-Server raster 4 x 8")
+        if j:
+            c = j["calibration"]
+            close(c["kv"], 300.0, "DE accelerating voltage")
+            close(c["dwell_us"], 1464.212499, "DE dwell")
+            check(c["scan_step_A"] == [2.0, 1.0], f"DE scan step {c['scan_step_A']}")
+            close(c["camera_length_mm"], 1.0, "DE camera length")
+        # Random and XY-file scans are no raster whatever their frame count (16 is a square,
+        # 30 is what the XY file listed): refused, --scan-shape or not
+        for stem, kind, n in (("rand", "Random", 16), ("xy", "XY File", 30), ("rand2", "Random", 12)):
+            d = rng.integers(0, 60000, size=(n, 3, 3), dtype=np.uint16)
+            write_mrc(p(stem + "_movie.mrc"), d, 6)
+            with open(p(stem + "_info.txt"), "w", newline="") as f:
+                f.write(de_text(kind, 16, 32))
+            refused(p(stem + "_movie.mrc"), [stem + "_info.txt", "Scan - Type = " + kind, "not a raster"])
+            refused(p(stem + "_movie.mrc"), ["Scan - Type = " + kind], ["--scan-shape", f"2,{n // 2}"],
+                    label=f"{stem} with --scan-shape")
+            rc, so, se = run(["import", p(stem + "_movie.mrc"), "-o", p(stem + ".qem"), "-q"])
+            check(rc == 2 and "not a raster" in se and not os.path.exists(p(stem + ".qem")),
+                  f"import of a {kind} scan: rc {rc} {se.strip()}")
+        # scanning disabled (an external scan controller): the type is DE's idle setting, not read
+        d = rng.integers(0, 60000, size=(16, 3, 3), dtype=np.uint16)
+        write_mrc(p("ext_movie.mrc"), d, 6)
+        with open(p("ext_info.txt"), "w", newline="") as f:
+            f.write(de_text("Random", 16, 32, enable="Disable"))
+        a, j = export(p("ext_movie.mrc"))
+        same(a, d.reshape(4, 4, 3, 3), "DE scan disabled: square")
+        # a single 2-D image (a sum, a virtual image) is no scan: refused, not a 1x1 scan
+        for name, extra in (("sum.mrc", []), ("sum1.mrc", ["--scan-shape", "1,1"])):
+            write_mrc(p(name), rng.integers(0, 9, size=(1, 29, 12), dtype=np.uint16), 6)
+            refused(p(name), ["single 29x12 image", "nz = 1"], extra, label=f"{name} {extra}")
+        write_mrc(p("sum_f32.mrc"), rng.normal(size=(1, 4, 8)).astype(np.float32), 2)
+        rc, so, se = run(["import", p("sum_f32.mrc"), "-o", p("sum.qem"), "-q", "--gain", "1"])
+        check(rc == 2 and "single 4x8 image" in se and not os.path.exists(p("sum.qem")),
+              f"import of a single image: rc {rc} {se.strip()}")
+
         # 7. A header older than MRC2000 (no "MAP ", no machine stamp), detected by its
         #    consistent sizes, both byte orders.
         for be in (False, True):
