@@ -161,6 +161,8 @@ static void calibration(dmw *b, float scale, const char *units)
 typedef struct {
     int dm_type, elem, bytes; /* DataType, element type of Data, bytes per value */
     size_t sr, sc, dr, dc;
+    int extra; /* tags of issue 39: 1 = Exposure Live Time = inf (and NaN, -inf);
+                  2 = Meta Data/Signal EELS, Format Spectrum image */
 } layout;
 
 /* A file: thumbnail (8x8 RGBA), then the dataset with values v(p, k) for frame p pixel k. */
@@ -221,6 +223,16 @@ static void write_dm(dmw *b, int version, int little, const layout *L, uint64_t 
             tag_f64(b, "Sample Time", 4.0);
             group_close(b);
             tag_f32(b, "Convergence semi-angle (mrad)", 30.0f);
+            if (L->extra == 1) {
+                tag_f64(b, "Exposure Live Time", INFINITY);
+                tag_f64(b, "Unset", NAN);
+                tag_f32(b, "Dead", -INFINITY);
+            } else if (L->extra == 2) {
+                group_open(b, "Meta Data");
+                tag_text(b, "Format", "Spectrum image");
+                tag_text(b, "Signal", "EELS");
+                group_close(b);
+            }
             b->data_value = at;
             b->datatype_value = dt;
         }
@@ -301,9 +313,9 @@ static void dm_values(void **state)
         layout L;
         uint64_t (*v)(size_t, size_t);
     } cases[] = {
-        {{10, 4, 2, 3, 4, 5, 6}, val_u16}, {{6, 10, 1, 4, 2, 8, 8}, val_u8},
-        {{11, 5, 4, 3, 4, 5, 6}, val_u32}, {{1, 2, 2, 4, 2, 8, 8}, val_i16},
-        {{2, 6, 4, 3, 4, 5, 6}, val_f32},
+        {{10, 4, 2, 3, 4, 5, 6, 0}, val_u16}, {{6, 10, 1, 4, 2, 8, 8, 0}, val_u8},
+        {{11, 5, 4, 3, 4, 5, 6, 0}, val_u32}, {{1, 2, 2, 4, 2, 8, 8, 0}, val_i16},
+        {{2, 6, 4, 3, 4, 5, 6, 0}, val_f32},
     };
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++)
         for (int version = 3; version <= 4; version++)
@@ -363,7 +375,7 @@ static uint64_t val_neg(size_t p, size_t k) { return p == 3 && k == 5 ? (uint64_
 static void dm_negative(void **state)
 {
     (void)state;
-    layout L = {1, 2, 2, 2, 3, 4, 4};
+    layout L = {1, 2, 2, 2, 3, 4, 4, 0};
     dmw b;
     write_dm(&b, 4, 1, &L, val_neg);
     save(tpath("neg.dm4"), b.p, b.n);
@@ -406,7 +418,7 @@ static ssb4d_status open_status(const char *path, framesrc_format f, ssb4d_err *
 static void dm_truncated(void **state)
 {
     (void)state;
-    layout L = {10, 4, 2, 2, 3, 4, 5};
+    layout L = {10, 4, 2, 2, 3, 4, 5, 0};
     for (int version = 3; version <= 4; version++) {
         dmw b;
         write_dm(&b, version, 1, &L, val_u16);
@@ -435,7 +447,7 @@ static void dm_truncated(void **state)
 static void dm_corrupt_bytes(void **state)
 {
     (void)state;
-    layout L = {10, 4, 2, 2, 2, 3, 3};
+    layout L = {10, 4, 2, 2, 2, 3, 3, 0};
     for (int version = 3; version <= 4; version++) {
         dmw b;
         write_dm(&b, version, 1, &L, val_u16);
@@ -472,7 +484,7 @@ static void dm_refused(void **state)
         {8, "(RGB) is not supported"},      {14, "(bool (binary)) is not supported"},
         {23, "(RGBA) is not supported"},    {13, "(complex128) is not supported"},
     };
-    layout L = {10, 4, 2, 2, 3, 4, 5};
+    layout L = {10, 4, 2, 2, 3, 4, 5, 0};
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
         dmw b;
         write_dm(&b, 4, 1, &L, val_u16);
@@ -495,6 +507,48 @@ static void dm_refused(void **state)
     free(b.p);
 }
 
+/* Issue 39: non-finite tag values are kept as text (the metadata is JSON); a spectrum image is
+ * refused by name, with or without a scan shape. */
+static void dm_issue39(void **state)
+{
+    (void)state;
+    layout L = {10, 4, 2, 2, 3, 4, 5, 1};
+    dmw b;
+    write_dm(&b, 4, 1, &L, val_u16);
+    save(tpath("inf.dm4"), b.p, b.n);
+    free(b.p);
+    framesrc *s = NULL;
+    ssb4d_err err = {0};
+    if (framesrc_open(tpath("inf.dm4"), NULL, &s, &err))
+        fail_msg("inf tag: %s", err.msg);
+    const cJSON *md = framesrc_source_metadata(s);
+    static const char *const want[][2] = {{"Exposure Live Time", "inf"}, {"Unset", "nan"},
+                                           {"Dead", "-inf"}};
+    for (int i = 0; i < 3; i++) {
+        char key[96];
+        snprintf(key, sizeof key, "ImageList/1/ImageTags/%s", want[i][0]);
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(md, key);
+        if (!cJSON_IsString(v) || strcmp(v->valuestring, want[i][1]))
+            fail_msg("%s is not the text %s", key, want[i][1]);
+    }
+    char *text = cJSON_PrintUnformatted(md); /* every number finite: JSON can hold it */
+    assert_non_null(text);
+    free(text);
+    framesrc_close(s);
+    L.extra = 2;
+    write_dm(&b, 3, 0, &L, val_u16);
+    save(tpath("si.dm3"), b.p, b.n);
+    free(b.p);
+    framesrc_opts o = {.shape = {3, 2, 0, 0}};
+    for (int k = 0; k < 2; k++) {
+        s = NULL;
+        assert_int_equal(framesrc_open(tpath("si.dm3"), k ? &o : NULL, &s, &err), SSB4D_EFORMAT);
+        assert_null(s);
+        if (!strstr(err.msg, "is an EELS spectrum image") || !strstr(err.msg, "Format = Spectrum image"))
+            fail_msg("spectrum image: %s", err.msg);
+    }
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -512,7 +566,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(dm_values),    cmocka_unit_test(dm_negative),
         cmocka_unit_test(dm_truncated), cmocka_unit_test(dm_corrupt_bytes),
-        cmocka_unit_test(dm_refused),
+        cmocka_unit_test(dm_refused),   cmocka_unit_test(dm_issue39),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

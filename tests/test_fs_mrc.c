@@ -249,6 +249,88 @@ static void test_read_frames(void **state)
     unlink(path);
 }
 
+/* Issue 39: a Direct Electron movie with its NAME_info.txt (kV and dwell read; a Random scan
+ * refused whatever --scan-shape says), and a single 2-D image refused rather than read as 1x1. */
+static void write_u16_mrc(const char *path, int32_t nx, int32_t ny, int32_t nz)
+{
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    uint8_t h[MRC_HEADER_BYTES];
+    header(h, nx, ny, nz, 6, 0, 0, 1);
+    memcpy(h + 104, "\0\0\0\0", 4);
+    assert_int_equal(fwrite(h, 1, sizeof h, f), sizeof h);
+    for (int32_t i = 0; i < nx * ny * nz; i++) {
+        uint8_t v[2] = {(uint8_t)i, 0};
+        assert_int_equal(fwrite(v, 1, 2, f), 2);
+    }
+    fclose(f);
+}
+
+static void write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+static void test_de_sidecar_and_single_image(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/ssb4d-test-mrc-de-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char movie[128], info[128], single[128];
+    snprintf(movie, sizeof movie, "%s/a_movie.mrc", dir);
+    snprintf(info, sizeof info, "%s/a_info.txt", dir);
+    snprintf(single, sizeof single, "%s/sum.mrc", dir);
+    write_u16_mrc(movie, 3, 2, 16);
+    const char *raster =
+        "Instrument Accelerating Voltage (V)                             = 200000\r\n"
+        "Instrument Accelerating Voltage (V) Allowed Values              = 300000,200000,0\r\n"
+        "Scan - Dwell Time (microseconds)                                = 12.5\r\n"
+        "Scan - Enable                                                   = Enable\r\n"
+        "Scan - Size X                                                   = 8\r\n"
+        "Scan - Size Y                                                   = 2\r\n"
+        "Scan - Type                                                     = Raster\r\n";
+    write_text(info, raster);
+    framesrc *s = NULL;
+    ssb4d_err err = {0};
+    if (framesrc_open(movie, NULL, &s, &err))
+        fail_msg("open: %s", err.msg);
+    size_t sh[4];
+    framesrc_shape(s, sh);
+    assert_int_equal(sh[0], 2);
+    assert_int_equal(sh[1], 8);
+    framesrc_calibration cal;
+    framesrc_calibration_of(s, &cal);
+    assert_true(fabs(cal.kv - 200.0) < 1e-12);
+    assert_true(fabs(cal.dwell_us - 12.5) < 1e-12);
+    framesrc_close(s);
+    /* a Random scan of 16 frames (a square count), with and without --scan-shape */
+    write_text(info, "Scan - Enable = Enable\nScan - Type = Random\nScan - Size X = 8\n"
+                     "Scan - Size Y = 2\n");
+    framesrc_opts o = {.shape = {4, 4, 0, 0}};
+    for (int k = 0; k < 2; k++) {
+        s = NULL;
+        assert_int_equal(framesrc_open(movie, k ? &o : NULL, &s, &err), SSB4D_EFORMAT);
+        assert_null(s);
+        assert_non_null(strstr(err.msg, "Scan - Type = Random"));
+        assert_non_null(strstr(err.msg, "not a raster"));
+    }
+    /* one frame: no scan, even as --scan-shape 1,1 */
+    write_u16_mrc(single, 4, 3, 1);
+    framesrc_opts one = {.shape = {1, 1, 0, 0}};
+    for (int k = 0; k < 2; k++) {
+        s = NULL;
+        assert_int_equal(framesrc_open(single, k ? &one : NULL, &s, &err), SSB4D_EFORMAT);
+        assert_non_null(strstr(err.msg, "single 3x4 image"));
+    }
+    unlink(movie);
+    unlink(info);
+    unlink(single);
+    rmdir(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -257,6 +339,7 @@ int main(void)
         cmocka_unit_test(test_parse_volume_stack_and_imod),
         cmocka_unit_test(test_parse_fei),
         cmocka_unit_test(test_read_frames),
+        cmocka_unit_test(test_de_sidecar_and_single_image),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
