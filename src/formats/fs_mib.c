@@ -5,9 +5,13 @@
  *
  * The scan shape: the user's --scan-shape, else the .hdr (ScanX/ScanY, or Frames per Trigger
  * when a trigger starts each line), else the frames' time stamps (the longer gaps of the line
- * flyback recur every line: mib_line_length), else a square frame count, else a refusal asking
- * for --scan-shape. A .hdr that records more frames than the files hold is refused with the
- * likely companion files named (we never pick up files the user did not list).
+ * flyback recur every line: mib_line_scan), else a square frame count, else a refusal asking
+ * for --scan-shape that says what the time stamps show. A .hdr that records more frames than the
+ * files hold is refused with the likely companion files named (we never pick up files the user
+ * did not list); a .hdr cut short (no End line) is refused unless --scan-shape is given.
+ *
+ * Every count is checked against the counter depth (the frames' MQ1A field, else the .hdr's):
+ * a count above 2^depth - 1 is refused naming the file, frame and pixel.
  *
  * Every header is parsed and compared with the first as its frame is read, so a corrupt or
  * reordered frame is an error that names it (file and frame), never silent garbage. */
