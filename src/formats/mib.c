@@ -304,7 +304,7 @@ static mib_line_verdict line_scan(const int64_t *t, size_t n, int64_t res_ns, mi
     info->spread_ns = clamp64(J);
     info->long_from_ns = clamp64(thr);
     uint64_t spread = J > JL ? J : JL;
-    if (D / 2 <= spread) { /* D <= 2 * spread, without overflow */
+    if (spread >= D / 2 + (D & 1)) { /* D <= 2 * spread, without overflow */
         snprintf(info->why, sizeof info->why, "no set of longer gaps stands out: the frame gaps "
                  "vary by %" PRId64 " ns around %" PRId64 " ns", clamp64(spread), info->median_ns);
         return MIB_LINE_NONE;
