@@ -603,9 +603,13 @@ static void print_fit_summary(const fit_opts *o, const ssb4d_fit_params *fp, con
     if (!fp->branch_check)
         printf("branch       not checked (--no-branch-check)\n");
     else if (fp->rotation_given)
+        /* the library's three verdicts (fit/standard.c): negative peaks, no clear peaks, clear
+         * positive peaks; the first two come with its warning */
         printf("branch       checked, not flipped (the rotation was given): %s%s\n",
-               r->skewness < SSB4D_FIT_SKEW_WRONG ? "atoms show as negative phase peaks, see the warning"
-                                                  : "atoms show as positive phase peaks, as they should",
+               r->skewness < SSB4D_FIT_SKEW_WRONG      ? "atoms show as negative phase peaks, see the warning"
+               : r->skewness < SSB4D_FIT_SKEW_SETTLED ? "atoms do not show clearly as positive phase peaks, "
+                                                        "see the warning"
+                                                      : "atoms show as positive phase peaks, as they should",
                num);
     else {
         /* below SSB4D_FIT_SKEW_SETTLED the sign does not settle the branch (thick crystals) */
