@@ -75,6 +75,7 @@ if "$W/bare/bin/python" -c 'import numpy' 2>/dev/null; then
 else
   help=$("$W/bare/bin/ssb4d" --help) && [[ $help == *view* ]] ||
     { echo "python_wheel: ssb4d --help (the console script) failed without numpy"; exit 1; }
+  echo "python_wheel: the console script's --help in a venv without numpy: OK"
 fi
 
 "$W/venv/bin/python" - "$SRC" "$W/venv" <<'PYEOF'
