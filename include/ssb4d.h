@@ -826,6 +826,17 @@ ssb4d_status ssb4d_import(const char *in_path, const char *out_path, const ssb4d
  * as `ssb4d fit` writes phase.png. Atomic: the file appears complete or not at all. */
 ssb4d_status ssb4d_image_save(const char *path, const float *img, size_t rows, size_t cols,
                               const double pixel_A[2], const char *unit, ssb4d_err *err);
+/* The C10 map `ssb4d fit-regions` writes (defocus.png): c10_nm is rows x cols (row-major, NaN
+ * where no region lies, drawn dark blue), drawn at an integer scale (>= 512 px) with a colour
+ * bar "C10 nm" whose span is the 0.5–99.5 % stretch widened, about its middle, to at least
+ * SSB4D_DEFOCUS_MAP_SPAN_NM, and the spread (the largest C10 less the smallest) printed under
+ * the unit ("spread 14.5 pm"). PNG tEXt chunks: ssb4d:display_scale, ssb4d:unit, ssb4d:range
+ * (the bar's ends, nm), ssb4d:note (the spread's line). Atomic. */
+ssb4d_status ssb4d_defocus_map_save(const char *path, const float *c10_nm, size_t rows, size_t cols,
+                                    ssb4d_err *err);
+/* The thin-model fit puts C10 at the specimen's mean depth: regions that differ by less than a
+ * nanometre (a few atomic layers) show as one grey, not as black and white. */
+#define SSB4D_DEFOCUS_MAP_SPAN_NM 1.0
 
 /* sizeof the public struct named `type` ("ssb4d_fit_result", ...), 0 for a name it does not
  * know: bindings that mirror the structs (the Python package) check their layouts against the

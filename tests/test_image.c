@@ -1,7 +1,9 @@
 /* test_image.c — phase images written as TIFF float32 (read back with libtiff, bit for bit, with
  * the sampling in the resolution tags), 8-bit PNG (decoded with libspng) and .npy; the annotated
  * preview (the image pixels exactly the plain rendering, the scale and colour bars and their
- * labels in the margins); the calibration picture (disk circle, flagged pixels in red). */
+ * labels in the margins, clear of the edges, the unit in the text chunks); fit-regions' defocus
+ * map (a bar of at least 1 nm, the spread printed); the calibration picture (disk circle, the
+ * disk light grey, not saturated, flagged pixels in red). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -129,6 +131,28 @@ static unsigned char *decode_rgb(const char *path, uint32_t *w, uint32_t *h)
     return rgb;
 }
 
+/* The value of the PNG's tEXt chunk `key` into out ("" when it has none). */
+static void png_text(const char *path, const char *key, char *out, size_t n)
+{
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    spng_ctx *ctx = spng_ctx_new(0);
+    spng_set_png_file(ctx, f);
+    uint32_t nt = 0;
+    out[0] = 0;
+    if (spng_get_text(ctx, NULL, &nt) == 0 && nt) {
+        struct spng_text *t = calloc(nt, sizeof *t);
+        assert_non_null(t);
+        assert_int_equal(spng_get_text(ctx, t, &nt), 0);
+        for (uint32_t i = 0; i < nt; i++)
+            if (!strcmp(t[i].keyword, key))
+                snprintf(out, n, "%s", t[i].text);
+        free(t);
+    }
+    spng_ctx_free(ctx);
+    fclose(f);
+}
+
 /* Pixels in [x0, x1) x [y0, y1) that differ from white. */
 static size_t non_white(const unsigned char *rgb, uint32_t w, long x0, long y0, long x1, long y1)
 {
@@ -148,7 +172,7 @@ static void png_legend(void **state)
     (void)state;
     char path[128];
     snprintf(path, sizeof path, "%s/legend.png", dir);
-    ssb4d_png_legend lg = {0.5, "rad", 0}; /* native: the display scale has its own test below */
+    ssb4d_png_legend lg = {0.5, "rad", 0, 0.0, NULL}; /* native: the display scale has its own test below */
     ssb4d_err err = {0};
     assert_int_equal(ssb_image_write_png_legend(path, img, ROWS, COLS, &lg, &err), SSB4D_OK);
     ssb4d_png_layout L;
@@ -192,8 +216,27 @@ static void png_legend(void **state)
     snprintf(buf, sizeof buf, "%.2f", (double)lo);
     assert_string_equal(L.lo_label, buf);
     assert_string_equal(L.unit_label, "rad");
-    assert_true(non_white(rgb, w, cb[2] + 1, 0, (long)w, SSB4D_FONT_H) > 10);
+    assert_true(non_white(rgb, w, cb[2] + 1, 0, (long)w, SSB4D_FONT_H + L.scale) > 10);
+    /* Every label fits (issue 39: the top one touched the edge): inside the canvas, a font
+     * pixel clear of its top, and nothing drawn right of the colour bar on the first row. */
+    for (int i = 0; i < 4; i++) {
+        const long *b = L.labels[i];
+        if (i == 2) { /* no note */
+            assert_true(b[2] == 0);
+            continue;
+        }
+        assert_true(b[0] > cb[2] && b[1] >= L.scale && b[2] < (long)w && b[3] <= cb[3] + 1 - L.scale);
+    }
+    assert_int_equal(non_white(rgb, w, cb[2] + 1, 0, (long)w, L.scale), 0);
     free(rgb);
+    /* The unit and the bar's ends are in the PNG's text for a reader. */
+    char text[160];
+    png_text(path, "ssb4d:unit", text, sizeof text);
+    assert_string_equal(text, "rad");
+    png_text(path, "ssb4d:range", text, sizeof text);
+    double r0 = NAN, r1 = NAN;
+    assert_int_equal(sscanf(text, "%lf %lf", &r0, &r1), 2);
+    assert_true((float)r0 == lo && (float)r1 == hi);
 
     /* No legend: the image alone, the same bytes as the plain writer's pixels. */
     assert_int_equal(ssb_image_write_png_legend(path, img, ROWS, COLS, NULL, &err), SSB4D_OK);
@@ -212,6 +255,79 @@ static void png_legend(void **state)
     lg.pixel_A = NAN;
     ssb_png_legend_layout(img, ROWS, COLS, &lg, &L);
     assert_true(L.scale_bar[2] == 0 && L.colour_bar[2] > 0 && L.height == (size_t)(L.colour_bar[3] + 1));
+    /* A minimum span wider than the stretch: centred on the stretch's middle. */
+    lg.min_span = 10.0;
+    ssb_png_legend_layout(img, ROWS, COLS, &lg, &L);
+    assert_true(fabs((double)L.hi - (double)L.lo - 10.0) < 1e-5 && fabs(0.5 * ((double)L.lo + L.hi) - 0.5 * ((double)lo + hi)) < 1e-5);
+    lg.min_span = 0.1; /* narrower: the stretch as it was */
+    ssb_png_legend_layout(img, ROWS, COLS, &lg, &L);
+    assert_true(L.lo == lo && L.hi == hi);
+}
+
+/* fit-regions' defocus map (issue 39): four regions 14.5 pm apart were drawn black to white with
+ * the ends labelled to 0.1 pm; now the bar spans 1 nm about their middle, so they show as nearly
+ * the same grey, and the spread is printed under the unit. */
+static void defocus_map(void **state)
+{
+    (void)state;
+    enum { G = 2, CELL = 32 };
+    const float c10[G * G] = {-9.8687f, -9.8760f, -9.8832f, -9.8700f}; /* 14.5 pm from end to end */
+    float map[G * CELL * G * CELL];
+    for (int r = 0; r < G * CELL; r++)
+        for (int c = 0; c < G * CELL; c++)
+            map[r * G * CELL + c] = c10[(r / CELL) * G + c / CELL];
+    char path[128];
+    snprintf(path, sizeof path, "%s/defocus.png", dir);
+    ssb4d_err err = {0};
+    assert_int_equal(ssb4d_defocus_map_save(path, map, G * CELL, G * CELL, &err), SSB4D_OK);
+    uint32_t w, h;
+    unsigned char *rgb = decode_rgb(path, &w, &h);
+    int k = ssb_png_display_scale(G * CELL);
+    assert_int_equal(k, 8);
+    /* the cells' greys: near the middle, at most 255 x 14.5 pm / 1 nm (4 levels) apart */
+    int gmin = 255, gmax = 0;
+    for (int i = 0; i < G * G; i++) {
+        long x = (long)((i % G) * CELL + CELL / 2) * k, y = (long)((i / G) * CELL + CELL / 2) * k;
+        int g = rgb[((size_t)y * w + (size_t)x) * 3];
+        gmin = g < gmin ? g : gmin;
+        gmax = g > gmax ? g : gmax;
+    }
+    assert_true(gmin >= 120 && gmax <= 136 && gmax - gmin <= 4);
+    char text[160];
+    png_text(path, "ssb4d:unit", text, sizeof text);
+    assert_string_equal(text, "C10 nm");
+    png_text(path, "ssb4d:note", text, sizeof text);
+    assert_string_equal(text, "spread 14.5 pm");
+    png_text(path, "ssb4d:range", text, sizeof text);
+    double lo = NAN, hi = NAN;
+    assert_int_equal(sscanf(text, "%lf %lf", &lo, &hi), 2);
+    assert_true(fabs(hi - lo - SSB4D_DEFOCUS_MAP_SPAN_NM) < 1e-5 && fabs(0.5 * (lo + hi) - (-9.8832 + 0.00725)) < 1e-4);
+    /* the labels (hi, unit, the spread, lo) drawn, clear of the canvas's edges */
+    ssb4d_png_legend lg = {0.0, "C10 nm", SSB4D_PNG_SCALE_AUTO, SSB4D_DEFOCUS_MAP_SPAN_NM, "spread 14.5 pm"};
+    ssb4d_png_layout L;
+    ssb_png_legend_layout(map, G * CELL, G * CELL, &lg, &L);
+    assert_int_equal(L.width, w);
+    assert_int_equal(L.height, h);
+    assert_string_equal(L.hi_label, "-9.38");
+    assert_string_equal(L.lo_label, "-10.38");
+    for (int i = 0; i < 4; i++) {
+        const long *b = L.labels[i];
+        assert_true(b[2] > b[0] && b[1] >= L.scale && b[3] <= (long)h - L.scale && b[2] < (long)w);
+        assert_true(non_white(rgb, w, b[0], b[1], b[2], b[3]) > 10);
+    }
+    assert_int_equal(non_white(rgb, w, L.colour_bar[2] + 1, 0, (long)w, L.scale), 0);
+    assert_int_equal(non_white(rgb, w, L.colour_bar[2] + 1, (long)h - L.scale, (long)w, (long)h), 0);
+    free(rgb);
+    /* a spread of nanometres: the stretch itself, the spread in nm */
+    for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+        map[i] = (float)(i % (G * CELL)) * 0.05f;
+    assert_int_equal(ssb4d_defocus_map_save(path, map, G * CELL, G * CELL, &err), SSB4D_OK);
+    png_text(path, "ssb4d:note", text, sizeof text);
+    assert_string_equal(text, "spread 3.15 nm");
+    png_text(path, "ssb4d:range", text, sizeof text);
+    assert_int_equal(sscanf(text, "%lf %lf", &lo, &hi), 2);
+    assert_true(hi - lo > 3.0);
+    assert_int_equal(ssb4d_defocus_map_save(path, map, 0, G * CELL, &err), SSB4D_EINVAL);
 }
 
 static void calibration_picture(void **state)
@@ -256,7 +372,9 @@ static void calibration_picture(void **state)
     unsigned char *on = PX((long)(cx + 10 * z), (long)cy);
     assert_true(on[1] > 200 && on[0] == 0 && on[2] == 0);
     unsigned char *in = PX((long)(cx + 5 * z), (long)cy), *out = PX((long)(cx + 14 * z), (long)cy);
-    assert_true(in[0] == 255 && in[1] == 255 && in[2] == 255);
+    /* the disk light grey, not saturated (issue 39: it was white); the dark field black */
+    assert_true(in[0] == SSB4D_CALIBRATION_DISK_GREY && in[1] == in[0] && in[2] == in[0]);
+    assert_true(in[0] < 255);
     assert_true(out[0] == out[1] && out[1] == out[2] && out[0] == 0);
     /* No yellow (the selection is the disk) anywhere in the pattern. */
     for (size_t i = 0; i < (size_t)w * (size_t)(D * z); i++)
@@ -269,6 +387,16 @@ static void calibration_picture(void **state)
     unsigned char *sel = PX((long)(cx + 6 * z), (long)cy);
     assert_true(sel[0] > 200 && sel[1] > 200 && sel[2] < 50);
     free(rgb);
+    /* A hot pixel left in the disk (unflagged): whiter than the disk, which stays as it was. */
+    cal.selection_radius_px = 10.0;
+    mean[15 * D + 20] = 1000.0;
+    assert_int_equal(ssb_calibration_picture(path, &cal, &err), SSB4D_OK);
+    rgb = decode_rgb(path, &w, &h);
+    unsigned char *hot = PX(20 * z + z / 2, 15 * z + z / 2);
+    assert_true(hot[0] == 255 && hot[1] == 255 && hot[2] == 255);
+    in = PX((long)(cx + 5 * z), (long)cy);
+    assert_true(in[0] == SSB4D_CALIBRATION_DISK_GREY);
+    free(rgb);
 #undef PX
 }
 
@@ -278,7 +406,8 @@ int main(void)
     if (fx_tmpdir(dir, sizeof dir, "img"))
         return 1;
     const struct CMUnitTest tests[] = {cmocka_unit_test(tiff_round_trip), cmocka_unit_test(png_and_npy),
-                                       cmocka_unit_test(png_legend), cmocka_unit_test(calibration_picture)};
+                                       cmocka_unit_test(png_legend), cmocka_unit_test(defocus_map),
+                                       cmocka_unit_test(calibration_picture)};
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     if (fx_tmpdir_remove(dir))
         rc = rc ? rc : 1;

@@ -1,5 +1,7 @@
-"""The console script ``ssb4d`` of the wheel (``pip install .`` at the repository root): it runs the
-``ssb4d`` command bundled in the package (ssb4d/_native/ssb4d) with the same arguments."""
+"""``python -m ssb4d._cli ARGS``: runs the ``ssb4d`` command bundled in the package
+(ssb4d/_native/ssb4d of the wheel that ``pip install .`` at the repository root builds) with the
+same arguments. The wheel's console script ``ssb4d`` is ``ssb4d_cli.main`` (python/ssb4d_cli.py),
+the same outside the package, so that it needs no numpy."""
 import os
 import sys
 

@@ -144,7 +144,8 @@ static void usage_regions(FILE *f)
             "Fits C10, C12, phi12 on each region (every region >= 32x32 scan positions) with the\n"
             "full field's calibration, and writes DIR/regions.json, DIR/regions.csv (one row per\n"
             "region: rectangle, C10, C12, phi12, loss, branch) and DIR/defocus.png (the C10 map,\n"
-            "one grey cell per grid region, with a colour bar of C10 in nm).\n\n"
+            "one grey cell per grid region, with a colour bar of C10 in nm spanning at least 1 nm\n"
+            "and the regions' spread printed under it).\n\n"
             "When the rotation is not given (--rotation, --rotation-from, a calibration file, the\n"
             "sidecar), the region whose 180 deg branch is settled most clearly (the largest\n"
             "|skewness| >= 1.5 among the confident fits: on a wedge, the thin end) sets it: every\n"
@@ -603,9 +604,13 @@ static void print_fit_summary(const fit_opts *o, const ssb4d_fit_params *fp, con
     if (!fp->branch_check)
         printf("branch       not checked (--no-branch-check)\n");
     else if (fp->rotation_given)
+        /* the library's three verdicts (fit/standard.c): negative peaks, no clear peaks, clear
+         * positive peaks; the first two come with its warning */
         printf("branch       checked, not flipped (the rotation was given): %s%s\n",
-               r->skewness < SSB4D_FIT_SKEW_WRONG ? "atoms show as negative phase peaks, see the warning"
-                                                  : "atoms show as positive phase peaks, as they should",
+               r->skewness < SSB4D_FIT_SKEW_WRONG      ? "atoms show as negative phase peaks, see the warning"
+               : r->skewness < SSB4D_FIT_SKEW_SETTLED ? "atoms do not show clearly as positive phase peaks, "
+                                                        "see the warning"
+                                                      : "atoms show as positive phase peaks, as they should",
                num);
     else {
         /* below SSB4D_FIT_SKEW_SETTLED the sign does not settle the branch (thick crystals) */
@@ -1338,10 +1343,9 @@ int cmd_fit_regions(int argc, char **argv)
                 for (size_t b = c0 * cell; b < c1 * cell; b++)
                     img[a * C * cell + b] = (float)c10[i];
         }
-        ssb4d_png_legend lg = {0.0, "C10 nm", SSB4D_PNG_SCALE_AUTO}; /* drawn >= 512 px */
         join(path, sizeof path, o.out_dir, "defocus.png");
-        if (!st && writer)
-            st = ssb_image_write_png_legend(path, img, R * cell, C * cell, &lg, &err);
+        if (!st && writer) /* drawn >= 512 px, the bar at least 1 nm, the spread printed */
+            st = ssb4d_defocus_map_save(path, img, R * cell, C * cell, &err);
         free(img);
     }
     if (st) {

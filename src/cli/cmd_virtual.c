@@ -382,8 +382,9 @@ int cmd_virtual(int argc, char **argv)
     {
         const size_t ny = vi.scan_shape[0], nx = vi.scan_shape[1], n = ny * nx;
         const double *img[5] = {vi.bf, vi.adf, vi.com_x, vi.com_y, vi.idpc};
-        /* the colour bars' units, in the previews' font (counts have none) */
-        const char *unit[5] = {"", "", "mrad", "mrad", strcmp(vi.idpc_unit, "rad") ? "" : "rad"};
+        /* the colour bars' units (docs/virtual.md's table): BF and ADF sum the data's values */
+        const char *sum_unit = is_float ? "data units" : "counts";
+        const char *unit[5] = {sum_unit, sum_unit, "mrad", "mrad", vi.idpc_unit};
         double px[2] = {cal.geom.scan_step_A[0], cal.geom.scan_step_A[1]};
         float *f32 = malloc(n * sizeof *f32);
         const char *written[16];

@@ -5,7 +5,7 @@
 #define SSB4D_IO_ANNOTATE_H
 #include "ssb4d_advanced.h"
 
-#define SSB4D_CANVAS_MAX_TEXT 4
+#define SSB4D_CANVAS_MAX_TEXT 8
 typedef struct {
     unsigned char *rgb; /* h rows of w pixels, 3 bytes each */
     size_t w, h;
@@ -29,7 +29,7 @@ void ssb_canvas_fill(ssb4d_canvas *c, long x0, long y0, long x1, long y1, const 
 void ssb_canvas_circle(ssb4d_canvas *c, double cx, double cy, double r, double width,
                        const unsigned char rgb[3]);
 /* Text with its top-left corner at (x, y), each font pixel drawn scale x scale. The font has the
- * digits, ". - + /", a space, "A Å B C F" and "a c d e f g h i k l m n o r s t" (Å as UTF-8);
+ * digits, ". - + /", a space, "A Å B C F" and "a c d e f g h i k l m n o p r s t u x" (Å as UTF-8);
  * any other character is drawn as a box. Returns the width drawn. */
 long ssb_canvas_text(ssb4d_canvas *c, long x, long y, int scale, const char *s, const unsigned char rgb[3]);
 /* The width ssb_canvas_text draws s in (its height is SSB4D_FONT_H * scale). */

@@ -213,21 +213,41 @@ void ssb_png_legend_layout(const float *img, size_t rows0, size_t cols0, const s
     L->display_scale = k;
     L->scale = s;
     ssb_image_stretch(img, rows0 * cols0, &L->lo, &L->hi);
+    if (lg && lg->min_span > 0 && isfinite(lg->min_span) && (double)L->hi - (double)L->lo < lg->min_span) {
+        double mid = 0.5 * ((double)L->lo + (double)L->hi);
+        L->lo = (float)(mid - 0.5 * lg->min_span);
+        L->hi = (float)(mid + 0.5 * lg->min_span);
+    }
     long w = (long)cols, h = (long)rows;
     if (lg && lg->unit) {
         format_value(L->hi_label, sizeof L->hi_label, L->hi, (double)L->hi - (double)L->lo);
         format_value(L->lo_label, sizeof L->lo_label, L->lo, (double)L->hi - (double)L->lo);
         snprintf(L->unit_label, sizeof L->unit_label, "%s", lg->unit);
-        long bar_h = h > 4 * line ? h : 4 * line; /* the frame's outer height */
+        snprintf(L->note_label, sizeof L->note_label, "%s", lg->note ? lg->note : "");
+        int n_lines = L->note_label[0] ? 5 : 4;
+        long bar_h = h > n_lines * line ? h : n_lines * line; /* the frame's outer height */
         long x0 = (long)cols + gap, bw = 10 * s;
         L->colour_bar[0] = x0 + 1;
         L->colour_bar[1] = 1;
         L->colour_bar[2] = x0 + 1 + bw;
         L->colour_bar[3] = bar_h - 1;
-        long tx = x0 + bw + 2 + gap, tw = ssb_text_width(L->hi_label, s);
-        long t2 = ssb_text_width(L->lo_label, s), t3 = ssb_text_width(L->unit_label, s);
-        tw = tw > t2 ? tw : t2;
-        tw = tw > t3 ? tw : t3;
+        /* the labels right of the bar, each a font pixel clear of the canvas's top and bottom
+         * edges: hi at the top, lo at the bottom, the unit (and the note below it) mid-way */
+        long tx = x0 + bw + 2 + gap, fh = SSB4D_FONT_H * s, pad = s, tw = 0;
+        long mid = (bar_h - fh) / 2 - (L->note_label[0] ? line / 2 : 0);
+        const char *text[4] = {L->hi_label, L->unit_label, L->note_label, L->lo_label};
+        long y[4] = {pad, mid, mid + line, bar_h - pad - fh};
+        for (int i = 0; i < 4; i++) {
+            long t = ssb_text_width(text[i], s);
+            if (!t)
+                continue;
+            long *b = L->labels[i];
+            b[0] = tx;
+            b[1] = y[i];
+            b[2] = tx + t;
+            b[3] = y[i] + fh;
+            tw = tw > t ? tw : t;
+        }
         w = tx + tw + gap;
         h = bar_h;
     }
@@ -289,10 +309,10 @@ ssb4d_status ssb_image_write_png_legend(const char *path, const float *img, size
             unsigned char rgb[3] = {v, v, v};
             ssb_canvas_fill(&c, b[0], y, b[2], y + 1, rgb);
         }
-        long tx = b[2] + 1 + 4 * s, bottom = b[3] + 1;
-        ssb_canvas_text(&c, tx, 0, s, L.hi_label, black);
-        ssb_canvas_text(&c, tx, bottom - SSB4D_FONT_H * s, s, L.lo_label, black);
-        ssb_canvas_text(&c, tx, (bottom - SSB4D_FONT_H * s) / 2, s, L.unit_label, black);
+        const char *text[4] = {L.hi_label, L.unit_label, L.note_label, L.lo_label};
+        for (int i = 0; i < 4; i++)
+            if (L.labels[i][2] > L.labels[i][0])
+                ssb_canvas_text(&c, L.labels[i][0], L.labels[i][1], s, text[i], black);
     }
     if (L.scale_bar[2] > L.scale_bar[0]) {
         const long *b = L.scale_bar;
@@ -307,6 +327,13 @@ ssb4d_status ssb_image_write_png_legend(const char *path, const float *img, size
         snprintf(text, sizeof text, "%.6g", lg->pixel_A / (double)k);
         ssb_canvas_add_text(&c, "ssb4d:pixel_size_A", text);
     }
+    if (L.colour_bar[2] > L.colour_bar[0]) { /* the colour bar's unit and ends, for a reader */
+        ssb_canvas_add_text(&c, "ssb4d:unit", L.unit_label);
+        snprintf(text, sizeof text, "%.9g %.9g", (double)L.lo, (double)L.hi);
+        ssb_canvas_add_text(&c, "ssb4d:range", text);
+    }
+    if (L.note_label[0])
+        ssb_canvas_add_text(&c, "ssb4d:note", L.note_label);
     st = ssb_canvas_write_png(&c, path, err);
     ssb_canvas_free(&c);
     return st;
@@ -377,9 +404,11 @@ ssb4d_status ssb_calibration_picture(const char *path, const ssb4d_calibration *
     ssb4d_calibration_layout L;
     ssb_calibration_picture_layout(cal, &L);
     int z = L.zoom, s = L.font;
-    /* log1p(counts / s0) between robust ends, the 1st and the 99.9th percentile: s0, the 5th
-     * percentile of the positive values, lifts the faint dark field (diffuse scattering, the
-     * outer disks) off black, and one hot pixel left in the pattern darkens nothing */
+    /* log1p(counts / s0) between robust ends, black at the 1st percentile and light grey
+     * (SSB4D_CALIBRATION_DISK_GREY) at the 99.9th: s0, the 5th percentile of the positive values,
+     * lifts the faint dark field (diffuse scattering, the outer disks) off black; the 99.9th
+     * percentile lies in the BF disk, which so is not saturated (its edge and any structure in it
+     * stay visible), while one hot pixel left in the pattern darkens nothing and shows whiter */
     double *lv = malloc(R * C * sizeof *lv);
     if (!lv)
         return ssb_fail(err, SSB4D_ENOMEM, "out of memory for the calibration picture");
@@ -415,7 +444,8 @@ ssb4d_status ssb_calibration_picture(const char *path, const ssb4d_calibration *
     for (size_t r = 0; r < R; r++)
         for (size_t k = 0; k < C; k++) {
             double v = cal->mean_pattern[r * C + k];
-            double g = isfinite(v) ? 255.0 * (log1p((v > 0 ? v : 0.0) / s0) - lo) / (hi - lo) : 0.0;
+            double g = isfinite(v) ? SSB4D_CALIBRATION_DISK_GREY * (log1p((v > 0 ? v : 0.0) / s0) - lo) / (hi - lo)
+                                   : 0.0;
             unsigned char u = (unsigned char)(g < 0 ? 0 : g > 255 ? 255 : g + 0.5);
             unsigned char rgb[3] = {u, u, u};
             ssb_canvas_fill(&c, (long)k * z, (long)r * z, (long)(k + 1) * z, (long)(r + 1) * z, rgb);
@@ -483,8 +513,30 @@ ssb4d_status ssb4d_image_save(const char *path, const float *img, size_t rows, s
     const char *ext = ext_of(path);
     if (!strcasecmp(ext, "png")) {
         /* a small image is drawn at an integer scale (>= 512 px), the TIFF and .npy stay native */
-        ssb4d_png_legend lg = {pixel_A ? pixel_A[1] : 0.0, unit ? unit : "rad", SSB4D_PNG_SCALE_AUTO};
+        ssb4d_png_legend lg = {pixel_A ? pixel_A[1] : 0.0, unit ? unit : "rad", SSB4D_PNG_SCALE_AUTO, 0.0, NULL};
         return ssb_image_write_png_legend(path, img, rows, cols, &lg, err);
     }
     return ssb_image_write(path, img, rows, cols, pixel_A, err);
+}
+
+ssb4d_status ssb4d_defocus_map_save(const char *path, const float *c10_nm, size_t rows, size_t cols,
+                                    ssb4d_err *err)
+{
+    if (!path || !c10_nm || !rows || !cols)
+        return ssb_fail(err, SSB4D_EINVAL, "ssb4d_defocus_map_save needs a path and a non-empty map");
+    /* the spread: what the picture's grey cannot show when it is far below the bar's span */
+    double mn = INFINITY, mx = -INFINITY;
+    for (size_t i = 0; i < rows * cols; i++)
+        if (isfinite(c10_nm[i])) {
+            mn = c10_nm[i] < mn ? c10_nm[i] : mn;
+            mx = c10_nm[i] > mx ? c10_nm[i] : mx;
+        }
+    char note[48] = "";
+    double spread = mx - mn;
+    if (isfinite(spread) && spread < 1.0)
+        snprintf(note, sizeof note, "spread %.3g pm", 1000.0 * spread);
+    else if (isfinite(spread))
+        snprintf(note, sizeof note, "spread %.3g nm", spread);
+    ssb4d_png_legend lg = {0.0, "C10 nm", SSB4D_PNG_SCALE_AUTO, SSB4D_DEFOCUS_MAP_SPAN_NM, note[0] ? note : NULL};
+    return ssb_image_write_png_legend(path, c10_nm, rows, cols, &lg, err);
 }

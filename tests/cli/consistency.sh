@@ -8,7 +8,9 @@
 #   - one overwrite rule: an existing output is refused (exit 2, one line naming --force, the file
 #     untouched) before any work — here before the microscope values, which are missing — and
 #     --force replaces it;
-#   - the README's first command ends by running the main job, and .ci/run runs it as written.
+#   - the README's first command runs the quick tests and ends by running the main job, names no
+#     sanitizer option (CI gives SSB4D_SANITIZE through the environment), and .ci/run runs it and
+#     the full ctest as written.
 # usage: consistency.sh SSB4D_BIN SHARED_DATA
 set -u
 BIN=$(cd "$(dirname "$1")" && pwd)/$(basename "$1") # absolute: one check runs in another folder
@@ -128,6 +130,16 @@ if [ -f "$SRC/README.md" ] && [ -f "$SRC/.ci/run" ]; then
     esac
     grep -qxF -- "$first" "$SRC/.ci/run" && grep -qxF -- "$second" "$SRC/.ci/run" && ok ||
         bad ".ci/run does not run the README's two commands as written"
+    # issue 39: a new user's first command names no sanitizer option and runs the quick tests; the
+    # second is the whole suite; CI's sanitizers reach CMake through the environment instead
+    case $first in
+    *SSB4D_SANITIZE*) bad "the README's first command names SSB4D_SANITIZE: $first" ;;
+    *" && ctest --test-dir build -L quick "*) ok ;;
+    *) bad "the README's first command does not run ctest -L quick: $first" ;;
+    esac
+    [ "$second" = "ctest --test-dir build --output-on-failure -j2" ] && ok || bad "the README's second command is not the full ctest: $second"
+    grep -qx "export SSB4D_SANITIZE=ON" "$SRC/.ci/run" && grep -q 'ENV{SSB4D_SANITIZE}' "$SRC/CMakeLists.txt" && ok ||
+        bad "CI's SSB4D_SANITIZE=ON does not reach CMake through the environment"
     grep -qx "/ssb4d-fit/" "$SRC/.gitignore" && ok || bad ".gitignore does not ignore ssb4d-fit/"
 fi
 

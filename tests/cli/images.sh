@@ -5,7 +5,9 @@
 # given (one line on stderr, none with --quiet) and give the same bytes as with --calibration; a
 # file there with aberrations or from other data is passed over with a warning; phase.png (fit,
 # reconstruct -o x.png) and defocus.png are drawn at an integer scale (long side >= 512 px, the
-# scale in a tEXt chunk) and larger by their legend margins while phase.tiff stays native; `import` records the sidecar's microscope values (info shows them,
+# scale in a tEXt chunk) and larger by their legend margins while phase.tiff stays native;
+# defocus.png's bar spans at least 1 nm with the spread printed and its labels clear of the edges,
+# the calibration picture's disk is not saturated, virtual images' colour bars name their unit; `import` records the sidecar's microscope values (info shows them,
 # flags win); simulate and import draw the shared progress bar, and import's bar and summary
 # give the same MB/s.
 # Needs bash, grep, cmp, od, cp and script (util-linux) for a terminal.
@@ -36,6 +38,40 @@ while i + 8 <= len(b):
     i += 12 + n
 PY
 }
+# png_grey FILE X0 Y0 X1 Y1: "MIN MAX" of the grey levels (the first channel) in [X0, X1) x [Y0, Y1)
+# of an 8-bit grey or RGB PNG, decoded with zlib (the PNG filters undone row by row).
+png_grey() {
+    /usr/bin/python3 - "$@" <<'PY'
+import struct, sys, zlib
+b = open(sys.argv[1], 'rb').read()
+x0, y0, x1, y1 = map(int, sys.argv[2:6])
+i, idat = 8, b''
+while i + 8 <= len(b):
+    n, = struct.unpack('>I', b[i:i + 4])
+    if b[i + 4:i + 8] == b'IHDR':
+        w, h, depth, ct = struct.unpack('>IIBB', b[i + 8:i + 18])
+    elif b[i + 4:i + 8] == b'IDAT':
+        idat += b[i + 8:i + 8 + n]
+    i += 12 + n
+ch = {0: 1, 2: 3}[ct]
+raw, st, prev, vals = zlib.decompress(idat), w * ch, bytearray(w * ch), []
+for y in range(min(y1, h)):
+    f, line = raw[y * (st + 1)], bytearray(raw[y * (st + 1) + 1:(y + 1) * (st + 1)])
+    for x in range(st):
+        a, up, c = line[x - ch] if x >= ch else 0, prev[x], prev[x - ch] if x >= ch else 0
+        if f == 1: line[x] = (line[x] + a) & 255
+        elif f == 2: line[x] = (line[x] + up) & 255
+        elif f == 3: line[x] = (line[x] + (a + up) // 2) & 255
+        elif f == 4:
+            p = a + up - c
+            pa, pb, pc = abs(p - a), abs(p - up), abs(p - c)
+            line[x] = (line[x] + (a if pa <= pb and pa <= pc else up if pb <= pc else c)) & 255
+    if y >= y0:
+        vals += [line[x * ch] for x in range(x0, min(x1, w))]
+    prev = line
+print(min(vals), max(vals))
+PY
+}
 # tiff_size FILE: "WIDTHxHEIGHT" from the first IFD of a little-endian TIFF.
 tiff_size() {
     /usr/bin/python3 - "$1" <<'PY'
@@ -64,6 +100,10 @@ sz=$(png_size "$T/s.calibration.png")
 [ "$(png_text "$T/s.calibration.png" ssb4d:display_scale)" = 11 ] && ok || bad "calibration picture: no display scale 11 in its text"
 [ -n "$(png_text "$T/s.calibration.png" ssb4d:pixel_size_mrad)" ] && ok || bad "calibration picture: no pixel size in mrad in its text"
 [ "$(png_colour "$T/s.calibration.png")" = 2 ] && ok || bad "calibration picture is not RGB (the green disk)"
+# The disk is light grey, not saturated (issue 39: it was white): a square inside it, clear of the
+# green circle (radius about 16 px here) and the cross at its centre (2 px arms), drawn 11 x 11.
+read -r gmin gmax <<<"$(png_grey "$T/s.calibration.png" $((27 * 11)) $((20 * 11)) $((31 * 11)) $((23 * 11)))"
+[ "$gmax" -lt 255 ] && [ "$gmin" -gt 150 ] && ok || bad "the calibration picture's disk is $gmin..$gmax (want light grey, below white)"
 cp "$T/s.calibration.json" "$T/first.json"
 expect 2 "calibrate refuses to replace its file" "s.calibration.json already exists \(use --force" -- \
     "$BIN" calibrate "$T/s.npy"
@@ -140,6 +180,28 @@ sz=$(png_size "$T/f/phase.png")
 sz=$(png_size "$T/r/defocus.png")
 [ -n "$sz" ] && [ "${sz%x*}" -gt 512 ] && [ "${sz#*x}" -ge 512 ] && ok || bad "defocus.png is $sz (want >= 512 px and a colour bar)"
 [ "$(png_text "$T/r/defocus.png" ssb4d:display_scale)" = 16 ] && ok || bad "defocus.png: no display scale 16 (one 32-px cell)"
+# One region: no spread. The bar spans 1 nm about its C10, so the map is mid-grey (it was black),
+# the spread is printed, and the labels stay clear of the top and bottom edges (the top one
+# touched it); the unit is in the text chunks.
+[ "$(png_text "$T/r/defocus.png" ssb4d:unit)" = "C10 nm" ] && ok || bad "defocus.png: no unit 'C10 nm' in its text"
+[ "$(png_text "$T/r/defocus.png" ssb4d:note)" = "spread 0 pm" ] && ok ||
+    bad "defocus.png: spread '$(png_text "$T/r/defocus.png" ssb4d:note)' (want 'spread 0 pm')"
+awk -v r="$(png_text "$T/r/defocus.png" ssb4d:range)" 'BEGIN { split(r, a, " "); d = a[2] - a[1]; exit !(d > 0.999 && d < 1.001) }' &&
+    ok || bad "defocus.png: the bar's range '$(png_text "$T/r/defocus.png" ssb4d:range)' does not span 1 nm"
+read -r gmin gmax <<<"$(png_grey "$T/r/defocus.png" 0 0 512 512)"
+[ "$gmin" -ge 120 ] && [ "$gmax" -le 136 ] && ok || bad "defocus.png: one region drawn $gmin..$gmax (want mid-grey)"
+h=${sz#*x} # right of the colour bar (x 521..542 with its frame)
+[ "$(png_grey "$T/r/defocus.png" 545 0 "${sz%x*}" 2)" = "255 255" ] &&
+    [ "$(png_grey "$T/r/defocus.png" 545 $((h - 2)) "${sz%x*}" "$h")" = "255 255" ] && ok ||
+    bad "defocus.png: a label touches the top or bottom edge"
+
+# --- virtual images: each colour bar names its unit -----------------------------------------------
+"$BIN" virtual "$T/s.npy" -o "$T/v" --format png --quiet >/dev/null 2>&1
+for fu in virtual_bf:counts virtual_adf:counts com_x:mrad com_y:mrad idpc:rad; do
+    f=${fu%%:*} u=${fu#*:}
+    [ "$(png_text "$T/v/$f.png" ssb4d:unit)" = "$u" ] && ok ||
+        bad "virtual $f.png: unit '$(png_text "$T/v/$f.png" ssb4d:unit)' (want $u)"
+done
 
 # --- import reads the sidecar ----------------------------------------------------------------
 expect 0 "import records the sidecar's values" "from the sidecar $T/s.json: 300 kV, 25 mrad" -- \

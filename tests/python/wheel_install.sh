@@ -5,7 +5,8 @@
 # the tree that sees Debian's numpy, and used from an empty folder with no PYTHONPATH,
 # LD_LIBRARY_PATH or SSB4D_* variable: the console script, simulate, open with a relative path,
 # fit, view (its page, and Save into that folder). A Python without numpy gets an ImportError
-# naming numpy. Exit 77 (skip) when venv, pip, setuptools, wheel or numpy are missing.
+# naming numpy, while the console script's --help needs none. Exit 77 (skip) when venv, pip,
+# setuptools, wheel or numpy are missing.
 #   wheel_install.sh SRC BUILD [PYTHON]
 # The CMake build and the copy of the source stay in BUILD/python_wheel, so a second run only
 # rebuilds what changed.
@@ -47,10 +48,10 @@ esac
 import sys, zipfile
 z = zipfile.ZipFile(sys.argv[1])
 names = {i.filename: i for i in z.infolist()}
-for n in ('ssb4d/__init__.py', 'ssb4d/_cli.py', 'ssb4d/_native/libssb4d.so.0', 'ssb4d/_native/ssb4d'):
+for n in ('ssb4d/__init__.py', 'ssb4d/_cli.py', 'ssb4d_cli.py', 'ssb4d/_native/libssb4d.so.0', 'ssb4d/_native/ssb4d'):
     assert n in names, (n, sorted(names))
 assert names['ssb4d/_native/ssb4d'].external_attr >> 16 & 0o111, 'the command is not executable'
-assert 'ssb4d = ssb4d._cli:main' in z.read([n for n in names if n.endswith('entry_points.txt')][0]).decode()
+assert 'ssb4d = ssb4d_cli:main' in z.read([n for n in names if n.endswith('entry_points.txt')][0]).decode()
 PYEOF
 # nothing written into the copy of the source but what the copy brought
 test -z "$(find "$CACHE/src" -newer "$W/mark" -print -quit)" ||
@@ -66,6 +67,16 @@ for v in $(compgen -e | grep '^SSB4D_' || true); do unset "$v"; done
 export PATH="$W/venv/bin:$PATH"   # as an activated environment
 test "$(command -v ssb4d)" = "$W/venv/bin/ssb4d"
 help=$(ssb4d --help) && [[ $help == *view* ]] || { echo "python_wheel: ssb4d --help (the console script) failed"; exit 1; }
+# The console script needs no numpy: the wheel alone in a venv without the system's site-packages.
+"$PY" -m venv "$W/bare"
+"$W/bare/bin/pip" install --no-index --no-deps -q "$WHEEL"
+if "$W/bare/bin/python" -c 'import numpy' 2>/dev/null; then
+  echo "python_wheel: the bare venv has numpy; the console script's check without it is skipped"
+else
+  help=$("$W/bare/bin/ssb4d" --help) && [[ $help == *view* ]] ||
+    { echo "python_wheel: ssb4d --help (the console script) failed without numpy"; exit 1; }
+  echo "python_wheel: the console script's --help in a venv without numpy: OK"
+fi
 
 "$W/venv/bin/python" - "$SRC" "$W/venv" <<'PYEOF'
 import json, os, sys, time, urllib.request
