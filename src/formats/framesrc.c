@@ -453,5 +453,10 @@ void fs_meta_string(framesrc *s, const char *key, const char *value)
 void fs_meta_number(framesrc *s, const char *key, double value)
 {
     cJSON_DeleteItemFromObjectCaseSensitive(s->meta, key);
-    cJSON_AddNumberToObject(s->meta, key, value);
+    /* JSON has no inf or NaN (a real DM file's Exposure Live Time is inf): keep them as text,
+     * as fs_dm.c does for tags, so that no reader's value can break the .qem header. */
+    if (!isfinite(value))
+        cJSON_AddStringToObject(s->meta, key, isnan(value) ? "nan" : value > 0 ? "inf" : "-inf");
+    else
+        cJSON_AddNumberToObject(s->meta, key, value);
 }
