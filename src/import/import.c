@@ -87,8 +87,7 @@ static void quantiser_free(quantiser *q)
 static void quantise(quantiser *q, uint32_t *buf, size_t n)
 {
     const float *f = (const float *)(void *)buf;
-    for (size_t i = 0; i < n; i++) {
-        size_t k = (q->n + i) % q->P;
+    for (size_t i = 0, k = q->n % q->P; i < n; i++, k = k + 1 == q->P ? 0 : k + 1) {
         float v = f[i]; /* read before buf[i], the same 4 bytes, is overwritten */
         double x = (double)v * q->gain, r = nearbyint(x);
         uint32_t c;
