@@ -745,7 +745,23 @@ ssb4d_status ssb4d_import(const char *in_path, const char *out_path, const ssb4d
         st = ssb_fail(err, SSB4D_ENOMEM, "out of memory building the metadata");
         goto done;
     }
-    add_overrides(sci, p);
+    /* A detector sampling the file gives only as a spatial frequency (EMD / py4DSTEM A^-1,
+     * kept as det_sampling_inv_A) becomes an angle with the beam energy stated here or by the
+     * file (θ = λq), recorded as an override whose evidence says so. */
+    ssb4d_import_params pq = *p;
+    char q_ev[160];
+    const cJSON *qs = sm ? cJSON_GetObjectItemCaseSensitive(sm, "det_sampling_inv_A") : NULL;
+    double q_kv = p->kv > 0 ? p->kv : fc.kv, qa, qb;
+    if (cJSON_IsString(qs) && !(fc.det_sampling_mrad[0] > 0) && !(p->det_sampling_mrad[0] > 0) &&
+        q_kv > 0 && isfinite(q_kv) && sscanf(qs->valuestring, "%lf %lf", &qa, &qb) == 2 && qa > 0 && qb > 0) {
+        double lam = ssb4d_wavelength_A(q_kv);
+        pq.det_sampling_mrad[0] = 1e3 * lam * qa;
+        pq.det_sampling_mrad[1] = 1e3 * lam * qb;
+        snprintf(q_ev, sizeof q_ev, "the file's detector sampling %.9g 1/A at %.9g kV (%s)", qa, q_kv,
+                 p->kv > 0 ? "stated at import" : "the file's");
+        pq.evidence[3] = q_ev;
+    }
+    add_overrides(sci, &pq);
     cJSON *meta = cJSON_CreateObject();
     if (p->flip >= 0) /* the handedness the user stated: every reader of the .qem takes it */
         cJSON_AddBoolToObject(meta, "detector_flip", p->flip != 0);

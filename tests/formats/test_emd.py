@@ -103,6 +103,13 @@ def emd02_write(path, data, dims):
             d.attrs["units"] = np.bytes_(units)
 
 
+def wavelength_A(kv):
+    """Relativistic electron wavelength (CODATA 2018)."""
+    h, c, e, m = 6.62607015e-34, 299792458.0, 1.602176634e-19, 9.1093837015e-31
+    E = kv * 1e3 * e
+    return h * c / np.sqrt(E * (E + 2 * m * c * c)) * 1e10
+
+
 def lin(n, step, start=0.0):
     return start + np.arange(n) * step
 
@@ -166,6 +173,16 @@ def main():
             # a spatial frequency without a beam energy: kept, not guessed
             check(c["det_sampling_mrad"] is None, f"A^-1 without kV: sampling unknown: {c['det_sampling_mrad']}")
             check(m.get("det_sampling_inv_A") == "0.012 0.012 1/A", f"A^-1 kept: {m.get('det_sampling_inv_A')}")
+
+        # ... and with the beam energy stated at import, the spatial frequency becomes an angle
+        rc, so, se = run(["import", p("p13.h5"), "-o", p("p13.qem"), "-q", "--hot-pixels", "none",
+                          "--kv", "300"])
+        check(rc == 0, f"import p13.h5 --kv 300: {se.strip()}")
+        if rc == 0:
+            rc, so, se = run(["info", p("p13.qem"), "--json"])
+            cal = json.loads(so).get("calibration", {}) if rc == 0 else {}
+            want = 1e3 * wavelength_A(300) * 0.012
+            close(cal.get("det_sampling"), want, "import --kv 300: 0.012 1/A = lambda q mrad", rel=1e-6, i=0)
 
         # 3. emdfile dims alone (no calibration group): picometres, anisotropic, rad
         dims = [([0, 150.0], "pm"), ([0, 175.0], "pm"), ([0, 0.0009], "rad"), ([0, 0.0011], "rad")]
