@@ -156,13 +156,12 @@ static int quantisation_destroys(const quantiser *q, char *msg, size_t msg_n)
     if (mse < var)
         return 0;
     if (sd > 0)
-        snprintf(msg, msg_n, "at %.6g electrons per unit the rounding error (rms %.3g e) is %.2g "
-                 "times the values' own variation over the scan (standard deviation %.3g e per "
-                 "detector pixel, about a mean of %.6g e)", q->gain, sqrt(mse), sqrt(mse) / sd, sd,
-                 mean);
+        snprintf(msg, msg_n, "at %.6g e per unit the rounding error (rms %.3g e) is %.2g times the "
+                 "values' own variation over the scan (std %.3g e per detector pixel, mean %.6g e)",
+                 q->gain, sqrt(mse), sqrt(mse) / sd, sd, mean);
     else
-        snprintf(msg, msg_n, "at %.6g electrons per unit no value varies over the scan and each "
-                 "rounds with an error of %.3g e rms", q->gain, sqrt(mse));
+        snprintf(msg, msg_n, "at %.6g e per unit no value varies over the scan and each rounds "
+                 "with an error of %.3g e rms", q->gain, sqrt(mse));
     return 1;
 }
 
@@ -182,8 +181,8 @@ static ssb4d_status quantisation_refusal(const char *path, const quantiser *q, c
     char range[64];
     stored_range(q, range, sizeof range);
     return ssb_fail(err, SSB4D_EINVAL, "%s: quantising would destroy the data: %s (%s); give the "
-                    "gain that makes one unit of the data one electron (--gain E), or fit / "
-                    "reconstruct / view the file as it is", path, why, range);
+                    "electrons per unit of the data (--gain E), or fit / reconstruct / view the "
+                    "file as it is", path, why, range);
 }
 
 /* --gain auto: integer-valued data need none (1); data on a grid of 1/g (counts divided by a
@@ -219,27 +218,25 @@ static ssb4d_status estimate_gain(framesrc *fs, const char *path, size_t N, size
         /* On a grid, and the grid must say something: values that all lie within a step of
          * the smallest pass the grid test trivially and would all round to 1. */
         quantiser q = {0};
-        char why[320];
-        if (worst < 1e-3 && !(st = quantiser_init(&q, g, P, UINT32_MAX, err)))
-            quantise(&q, (uint32_t *)(void *)v, nf * P);
-        if (st) {
-            /* out of memory: said */
-        } else if (worst < 1e-3 && quantisation_destroys(&q, why, sizeof why)) {
-            char range[64];
-            stored_range(&q, range, sizeof range);
-            st = ssb_fail(err, SSB4D_EINVAL, "%s: --gain auto refused: taking the smallest value "
-                          "%.9g as one electron, %s (%s); these values are not counts divided by a "
-                          "gain (a summed, averaged or normalised image?): give --gain E only if you "
-                          "know the electrons per unit, or fit / reconstruct / view the file as it is",
-                          path, vmin, why, range);
-        } else if (worst < 1e-3) {
-            *gain = g;
-            snprintf(how, how_n, "estimated: the first %zu frames' values are multiples of %.9g "
-                     "(within %.1e)", nf, vmin, worst * vmin);
-        } else
+        char why[320], range[64];
+        if (worst >= 1e-3) {
             st = ssb_fail(err, SSB4D_EINVAL, "cannot estimate the gain of %s: its values are neither "
                           "integers nor multiples of one step; give --gain E (electrons per unit)",
                           path);
+        } else if (!(st = quantiser_init(&q, g, P, UINT32_MAX, err))) {
+            quantise(&q, (uint32_t *)(void *)v, nf * P);
+            if (quantisation_destroys(&q, why, sizeof why)) {
+                stored_range(&q, range, sizeof range);
+                st = ssb_fail(err, SSB4D_EINVAL, "%s: --gain auto refused: taking the smallest value "
+                              "%.9g as one electron, %s (%s): not counts divided by a gain (a summed "
+                              "or normalised image?); give --gain E if you know it, or fit / "
+                              "reconstruct / view the file as it is", path, vmin, why, range);
+            } else {
+                *gain = g;
+                snprintf(how, how_n, "estimated: the first %zu frames' values are multiples of %.9g "
+                         "(within %.1e)", nf, vmin, worst * vmin);
+            }
+        }
         quantiser_free(&q);
     } else if (!st)
         st = ssb_fail(err, SSB4D_EINVAL, "cannot estimate the gain: the first %zu frames hold no "
