@@ -1121,7 +1121,9 @@ int ssb4d_mem_progress_outer(ssb4d_mem *m, double fraction);
 ssb4d_status ssb4d_source_open(const char *path, ssb4d_source **out, ssb4d_err *err);
 /* Opens an encoded .qem acquisition: the whole file is validated (layout and body checksums)
  * first; frames and columns are then decoded from the streams on every read (columns decode
- * only the requested pixels' streams of the blocks that overlap the requested scan rows). */
+ * only the requested pixels' streams of the blocks that overlap the requested scan rows). Any
+ * scan shape the file holds is opened, 1xN included (to decode or export it);
+ * ssb4d_source_open, which opens data to reconstruct, refuses scans smaller than 2x2. */
 ssb4d_status ssb4d_source_open_qem(const char *path, ssb4d_source **out, ssb4d_err *err);
 /* Opens a C-order little-endian .npy of uint8/uint16/uint32 counts or float32 values with rank
  * 4. Memory-mapped. */

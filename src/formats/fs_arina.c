@@ -578,14 +578,35 @@ static void calibration(framesrc *s, hid_t m, const companion *c)
     double count = M("count_time", "s", TO_US);
     M("frame_time", "s", TO_US);
     double energy_kv = M("incident_energy", "eV", TO_KV);
-    if (!isfinite(energy_kv))
+    const char *energy_src = "entry/instrument/detector/incident_energy";
+    if (!isfinite(energy_kv)) {
         energy_kv = quantity(s, m, "/entry/instrument/beam/incident_energy",
                              "entry/instrument/beam/incident_energy", "eV", TO_KV);
+        energy_src = "entry/instrument/beam/incident_energy";
+    }
     double lambda = quantity(s, m, "/entry/instrument/beam/incident_wavelength",
                              "entry/instrument/beam/incident_wavelength", "angstrom", TO_ANGSTROM);
+    /* Some Arina masters state the beam energy only here (the detector's calibration energy:
+     * eV of the incident electrons, e.g. 300000 at 300 kV); threshold_energy is not it. */
+    double photon_kv = M("detectorSpecific/photon_energy", "eV", TO_KV);
+    if (isfinite(photon_kv) && !(photon_kv >= 20 && photon_kv <= 1500)) {
+        /* not an electron microscope's beam (an X-ray default such as 8041 eV): kept, not used */
+        fs_meta_string(s, "photon_energy_note", "outside 20-1500 keV: not taken as the beam energy");
+        photon_kv = NAN;
+    }
 #undef M
     framesrc_calibration *k = &s->cal;
-    k->kv = pick(c->kv, pick(energy_kv, fs_kv_from_wavelength_A(lambda)));
+    double lambda_kv = fs_kv_from_wavelength_A(lambda);
+    /* the first source that states the beam energy, recorded as kv_source */
+    const char *kv_src = isfinite(c->kv) && c->kv > 0
+                             ? "companion electron_microscope/electron_source/accelerating_voltage"
+                         : isfinite(energy_kv) && energy_kv > 0 ? energy_src
+                         : isfinite(lambda_kv) && lambda_kv > 0 ? "entry/instrument/beam/incident_wavelength"
+                         : isfinite(photon_kv) && photon_kv > 0 ? "entry/instrument/detector/detectorSpecific/photon_energy"
+                         : NULL;
+    k->kv = pick(c->kv, pick(energy_kv, pick(lambda_kv, photon_kv)));
+    if (kv_src)
+        fs_meta_string(s, "kv_source", kv_src);
     k->semiangle_mrad = pick(c->semiangle, NAN);
     k->scan_step_A[0] = pick(c->step[0], NAN);
     k->scan_step_A[1] = pick(c->step[1], NAN);

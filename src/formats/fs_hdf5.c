@@ -290,15 +290,152 @@ static int cal_number(hid_t file, const char *grp, const char *key, double *v)
            isfinite(*v);
 }
 
-/* The same for a text value (units). */
+/* The same for a text value (units): py4DSTEM / emdfile store every metadata value, text too, as
+ * a dataset (R_pixel_units = "A"); older writers as an attribute. */
 static int cal_text(hid_t file, const char *grp, const char *key, char *buf, size_t n)
 {
-    return fs_h5_attr_string(file, grp, key, buf, n);
+    char p[700];
+    snprintf(p, sizeof p, "%s/%s", grp, key);
+    return fs_h5_attr_string(file, grp, key, buf, n) || fs_h5_string(file, p, buf, n);
 }
 
-/* EMD / emdfile calibration next to the datacube (metadatabundle/calibration), when present.
- * Only values with a unit we know become calibration; all go to the metadata. */
-static void emd_calibration(framesrc *s, hid_t file, const char *dset)
+/* A unit as written, without brackets, blanks and underscores ("[n_m]" -> "nm", ncempy's
+ * spelling), so one comparison serves every writer. */
+static void unit_norm(const char *u, char *out, size_t n)
+{
+    size_t j = 0;
+    for (; *u && j + 1 < n; u++)
+        if (*u != '[' && *u != ']' && *u != '_' && *u != ' ')
+            out[j++] = *u;
+    out[j] = '\0';
+}
+
+/* A length unit to Å (NaN: not a length we know, e.g. "pixels"). */
+static double length_to_A(const char *unit)
+{
+    char u[32];
+    unit_norm(unit, u, sizeof u);
+    if (!strcmp(u, "A") || !strcmp(u, "\xc3\x85") || !strcasecmp(u, "angstrom") ||
+        !strcasecmp(u, "angstroms"))
+        return 1.0;
+    if (!strcmp(u, "nm"))
+        return 10.0;
+    if (!strcmp(u, "pm"))
+        return 0.01;
+    if (!strcmp(u, "um") || !strcmp(u, "\xc2\xb5m") || !strcmp(u, "\xce\xbcm"))
+        return 1e4;
+    return NAN;
+}
+
+/* A detector-axis unit: an angle (returns 1, *f to mrad) or a spatial frequency (returns 2, *f to
+ * 1/Å, without 2π as py4DSTEM's A^-1); 0 otherwise. */
+static int detector_unit(const char *unit, double *f)
+{
+    char u[32];
+    unit_norm(unit, u, sizeof u);
+    if (!strcmp(u, "mrad"))
+        return *f = 1.0, 1;
+    if (!strcmp(u, "rad"))
+        return *f = 1e3, 1;
+    if (!strcmp(u, "urad") || !strcmp(u, "\xc2\xb5rad") || !strcmp(u, "\xce\xbcrad"))
+        return *f = 1e-3, 1;
+    if (!strcmp(u, "A^-1") || !strcmp(u, "1/A") || !strcmp(u, "A-1") || !strcmp(u, "\xc3\x85^-1") ||
+        !strcmp(u, "1/\xc3\x85") || !strcasecmp(u, "1/angstrom"))
+        return *f = 1.0, 2;
+    if (!strcmp(u, "nm^-1") || !strcmp(u, "1/nm") || !strcmp(u, "nm-1"))
+        return *f = 0.1, 2;
+    return 0;
+}
+
+/* The spacing of a dim vector: its second value less its first (a full vector, or emdfile's
+ * compressed [start, step] of a linear axis). 1 when it is a finite non-zero number. */
+static int dim_step(hid_t file, const char *path, double *step)
+{
+    hid_t d = H5Dopen2(file, path, H5P_DEFAULT);
+    hid_t t = d < 0 ? -1 : H5Dget_type(d), sp = d < 0 ? -1 : H5Dget_space(d), ms = -1;
+    hsize_t n = 0, start = 0, count = 2;
+    double v[2];
+    int ok = t >= 0 && sp >= 0 && H5Sget_simple_extent_ndims(sp) == 1 &&
+             (H5Tget_class(t) == H5T_FLOAT || H5Tget_class(t) == H5T_INTEGER);
+    if (ok) {
+        H5Sget_simple_extent_dims(sp, &n, NULL);
+        ok = n >= 2 && (ms = H5Screate_simple(1, &count, NULL)) >= 0 &&
+             H5Sselect_hyperslab(sp, H5S_SELECT_SET, &start, NULL, &count, NULL) >= 0 &&
+             H5Dread(d, H5T_NATIVE_DOUBLE, ms, sp, H5P_DEFAULT, v) >= 0;
+    }
+    if (ms >= 0)
+        H5Sclose(ms);
+    if (sp >= 0)
+        H5Sclose(sp);
+    if (t >= 0)
+        H5Tclose(t);
+    if (d >= 0)
+        H5Dclose(d);
+    H5Eclear2(H5E_DEFAULT);
+    *step = ok ? v[1] - v[0] : NAN;
+    return ok && isfinite(*step) && *step != 0;
+}
+
+/* Electron wavelength in Å at kv (relativistic; the constants of fs_kv_from_wavelength_A). */
+static double wavelength_A(double kv)
+{
+    const double h = 6.62607015e-34, c = 299792458.0, e = 1.602176634e-19, m = 9.1093837015e-31;
+    double E = kv * 1e3 * e, mc2 = m * c * c;
+    return h * c / sqrt(E * (E + 2 * mc2)) * 1e10;
+}
+
+/* What the calibration found, before it becomes s->cal: each value with where it came from. */
+typedef struct {
+    double step_A[2], det_mrad[2], det_inv_A[2];
+    char step_src[2][160], det_src[2][160];
+} emd_found;
+
+/* EMD dim vectors next to the dataset: Berkeley EMD v0.2 (ncempy) names them dim1..dimN, emdfile
+ * (py4DSTEM >= 0.14) dim0..dim(N-1); each has "units" (and "name") attributes. A rank-4 cube's
+ * axes 0, 1 are the scan (a length: the scan step), 2, 3 the detector (an angle or a spatial
+ * frequency: the detector sampling); a stack's axes 1, 2 are the detector. */
+static void emd_dims(framesrc *s, hid_t file, const char *dset, int rank, emd_found *f)
+{
+    char grp[512];
+    snprintf(grp, sizeof grp, "%s", dset);
+    char *cut = strrchr(grp, '/');
+    if (!cut)
+        return;
+    *cut = '\0';
+    char probe[600];
+    snprintf(probe, sizeof probe, "%s/dim0", grp);
+    int base = fs_h5_exists(file, probe) ? 0 : 1;
+    for (int i = 0; i < rank; i++) {
+        char path[600], unit[32] = "", key[64];
+        snprintf(path, sizeof path, "%s/dim%d", grp, i + base);
+        double step;
+        if (!fs_h5_exists(file, path) || !dim_step(file, path, &step))
+            continue;
+        fs_h5_attr_string(file, path, "units", unit, sizeof unit);
+        snprintf(key, sizeof key, "emd/dim%d", i + base);
+        fs_meta_quantity(s, key, step, unit);
+        int det = rank == 4 ? i - 2 : i - 1; /* detector axis 0 (rows) or 1, else < 0 */
+        double fac;
+        if (rank == 4 && i < 2 && isfinite(length_to_A(unit))) {
+            f->step_A[i] = fabs(step) * length_to_A(unit);
+            snprintf(f->step_src[i], sizeof f->step_src[i], "%s", path + (path[0] == '/'));
+        } else if (det >= 0) {
+            int kind = detector_unit(unit, &fac);
+            if (kind == 1)
+                f->det_mrad[det] = fabs(step) * fac;
+            else if (kind == 2)
+                f->det_inv_A[det] = fabs(step) * fac;
+            if (kind)
+                snprintf(f->det_src[det], sizeof f->det_src[det], "%s", path + (path[0] == '/'));
+        }
+    }
+}
+
+/* py4DSTEM / emdfile calibration next to the datacube (metadatabundle/calibration, in the cube's
+ * group or an ancestor's): R_pixel_size with R_pixel_units, Q_pixel_size with Q_pixel_units
+ * ("mrad" or "A^-1"), convergence_semiangle_mrad. It wins over the dim vectors (py4DSTEM derives
+ * them from it). Every value also goes to the metadata. */
+static void py4dstem_calibration(framesrc *s, hid_t file, const char *dset, emd_found *f)
 {
     char base[512];
     snprintf(base, sizeof base, "%s", dset);
@@ -309,27 +446,62 @@ static void emd_calibration(framesrc *s, hid_t file, const char *dset)
         snprintf(grp, sizeof grp, "%s/metadatabundle/calibration", base);
         if (!fs_h5_exists(file, grp))
             continue;
-        double v;
+        const char *g = grp + (grp[0] == '/');
+        double v, fac;
         if (cal_number(file, grp, "R_pixel_size", &v)) {
             cal_text(file, grp, "R_pixel_units", unit, sizeof unit);
-            double f = !strcmp(unit, "A") || !strcmp(unit, "\xc3\x85") || !strcasecmp(unit, "angstrom")
-                           ? 1.0 : !strcmp(unit, "nm") ? 10.0 : NAN;
             fs_meta_quantity(s, "emd/calibration/R_pixel_size", v, unit);
-            if (isfinite(f))
-                s->cal.scan_step_A[0] = s->cal.scan_step_A[1] = v * f;
+            if (isfinite(length_to_A(unit)))
+                for (int i = 0; i < 2; i++) {
+                    f->step_A[i] = v * length_to_A(unit);
+                    snprintf(f->step_src[i], sizeof f->step_src[i], "%s/R_pixel_size", g);
+                }
         }
         unit[0] = '\0';
         if (cal_number(file, grp, "Q_pixel_size", &v)) {
             cal_text(file, grp, "Q_pixel_units", unit, sizeof unit);
             fs_meta_quantity(s, "emd/calibration/Q_pixel_size", v, unit);
-            if (!strcmp(unit, "mrad"))
-                s->cal.det_sampling_mrad[0] = s->cal.det_sampling_mrad[1] = v;
+            int kind = detector_unit(unit, &fac);
+            for (int i = 0; kind && i < 2; i++) {
+                f->det_mrad[i] = kind == 1 ? v * fac : NAN;
+                f->det_inv_A[i] = kind == 2 ? v * fac : NAN;
+                snprintf(f->det_src[i], sizeof f->det_src[i], "%s/Q_pixel_size", g);
+            }
         }
         if (cal_number(file, grp, "convergence_semiangle_mrad", &v)) {
             fs_meta_quantity(s, "emd/calibration/convergence_semiangle_mrad", v, "mrad");
             s->cal.semiangle_mrad = v;
         }
         return;
+    }
+}
+
+/* The file's calibration: dim vectors, then py4DSTEM's calibration on top; a spatial-frequency
+ * sampling becomes mrad (θ = λq) only with a beam energy from the file, else it stays in the
+ * metadata (det_sampling_inv_A) for the user to convert. */
+static void emd_calibration(framesrc *s, hid_t file, const char *dset, int rank)
+{
+    emd_found f = {{NAN, NAN}, {NAN, NAN}, {NAN, NAN}, {"", ""}, {"", ""}};
+    emd_dims(s, file, dset, rank, &f);
+    py4dstem_calibration(s, file, dset, &f);
+    if (f.step_src[0][0] && f.step_src[1][0]) {
+        s->cal.scan_step_A[0] = f.step_A[0];
+        s->cal.scan_step_A[1] = f.step_A[1];
+        fs_meta_string(s, "scan_step_source", f.step_src[0]);
+    }
+    if (f.det_src[0][0] && f.det_src[1][0]) {
+        double lam = s->cal.kv > 0 ? wavelength_A(s->cal.kv) : NAN;
+        for (int i = 0; i < 2; i++)
+            s->cal.det_sampling_mrad[i] = isfinite(f.det_mrad[i]) ? f.det_mrad[i] : 1e3 * lam * f.det_inv_A[i];
+        if (isfinite(f.det_inv_A[0]) && !isfinite(lam)) {
+            char v[64];
+            snprintf(v, sizeof v, "%.9g %.9g 1/A", f.det_inv_A[0], f.det_inv_A[1]);
+            fs_meta_string(s, "det_sampling_inv_A", v);
+        }
+        if (isfinite(s->cal.det_sampling_mrad[0]))
+            fs_meta_string(s, "det_sampling_source", f.det_src[0]);
+        else
+            s->cal.det_sampling_mrad[0] = s->cal.det_sampling_mrad[1] = NAN;
     }
 }
 
@@ -443,7 +615,7 @@ ssb4d_status fs_hdf5_open(framesrc *s, const char *path, const framesrc_opts *o,
     fs_meta_string(s, "hdf5_dataset", name);
     if (r->rank == 3)
         fs_meta_string(s, "scan_shape_source", how);
-    emd_calibration(s, r->file, name);
+    emd_calibration(s, r->file, name, r->rank);
     s->ops = is_float ? &h5_f32_ops : &h5_ops;
     s->impl = r;
     r = NULL;

@@ -129,6 +129,9 @@ int fs_h5_number(hid_t loc, const char *path, double *v, char *unit, size_t unit
 int fs_h5_attr_number(hid_t loc, const char *path, const char *name, double *v);
 /* A string attribute (fixed or variable length). */
 int fs_h5_attr_string(hid_t loc, const char *path, const char *name, char *buf, size_t n);
+/* A scalar text dataset (fixed-length or variable-length, as h5py writes str and bytes) into buf;
+ * 1 when read. */
+int fs_h5_string(hid_t loc, const char *path, char *buf, size_t n);
 /* What a filter is called, for messages ("bitshuffle", "blosc", ...; "unknown" otherwise). */
 const char *fs_h5_filter_name(H5Z_filter_t id);
 /* SSB4D_EFORMAT naming the first filter of dcpl that this libhdf5 cannot decode, or SSB4D_OK. */

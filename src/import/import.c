@@ -37,42 +37,160 @@ void ssb4d_import_params_default(ssb4d_import_params *p)
 
 /* ---- float data to electrons (SPEC §4: an explicit quantisation with a stated gain) ---------- */
 
-/* What quantising float data did: the error |round(v·g) − v·g| in electrons, summed in scan
- * order by the one reader thread (so the figures do not depend on the thread count). */
+/* One detector pixel's values v·g over the scan: sums of x − x0 (x0 its first value, so a large
+ * offset does not swamp a small spread). */
+typedef struct {
+    double x0, sx, sxx;
+    size_t n;
+} pix_spread;
+
+/* What quantising float data did: the error |round(v·g) − v·g| in electrons and how much the
+ * values themselves vary over the scan, pixel by pixel (what SSB uses), summed in scan order by
+ * the one reader thread (so the figures do not depend on the thread count). Pass 2 also keeps
+ * the first valid value too large for the stored width, to name it as it was (the float and the
+ * gain), not as the clamped count. */
 typedef struct {
     double gain;         /* electrons per unit; 0: the source holds counts */
     double max_e, sum2_e;
     size_t n, clipped;   /* values seen; values below −0.5 e, stored as 0 */
+    size_t n_stored;     /* values within the stored width (the figures are theirs) */
+    pix_spread *pix;     /* P entries, owned */
+    uint32_t cmin, cmax; /* the stored counts' range */
+    const uint8_t *valid;/* pass 2: the valid pixels (NULL: no range check) */
+    size_t P;            /* values per frame */
+    uint32_t out_max;    /* the stored width's largest count */
+    int have_big;        /* set once: the first valid value above out_max */
+    size_t big_at;       /* its flat index (scan position * P + pixel) */
+    float big_value;
 } quantiser;
 
-/* The float frames in buf (n values, read as float32 into the same 4-byte slots) as electron
- * counts, in place. Values too large for the stored width stay large: the conversion refuses
- * them with its usual message. */
+static ssb4d_status quantiser_init(quantiser *q, double gain, size_t P, uint32_t out_max, ssb4d_err *err)
+{
+    memset(q, 0, sizeof *q);
+    q->gain = gain;
+    q->P = P;
+    q->out_max = out_max;
+    q->cmin = UINT32_MAX;
+    q->pix = calloc(P, sizeof *q->pix);
+    return q->pix ? SSB4D_OK : ssb_fail(err, SSB4D_ENOMEM, "out of memory (quantisation figures)");
+}
+
+static void quantiser_free(quantiser *q)
+{
+    free(q->pix);
+    q->pix = NULL;
+}
+
+/* The float frames in buf (n values, whole frames, read as float32 into the same 4-byte slots) as
+ * electron counts, in place. Values too large for the stored width stay large: the conversion
+ * refuses them, naming the value the quantiser kept. */
 static void quantise(quantiser *q, uint32_t *buf, size_t n)
 {
     const float *f = (const float *)(void *)buf;
-    for (size_t i = 0; i < n; i++) {
-        double x = (double)f[i] * q->gain, r = nearbyint(x);
+    for (size_t i = 0, k = q->n % q->P; i < n; i++, k = k + 1 == q->P ? 0 : k + 1) {
+        float v = f[i]; /* read before buf[i], the same 4 bytes, is overwritten */
+        double x = (double)v * q->gain, r = nearbyint(x);
         uint32_t c;
         if (r < 0) {
             c = 0;
             q->clipped += x < -0.5;
         } else
             c = r > 4294967295.0 ? 4294967295u : (uint32_t)r;
+        buf[i] = c;
+        if (c > q->out_max) { /* refused in a valid pixel, replaced in a flagged one: not stored */
+            if (q->valid && !q->have_big && q->valid[k]) {
+                q->have_big = 1;
+                q->big_at = q->n + i;
+                q->big_value = v;
+            }
+            continue;
+        }
         double e = fabs((double)c - x);
         q->max_e = e > q->max_e ? e : q->max_e;
         q->sum2_e += e * e;
-        buf[i] = c;
+        pix_spread *ps = &q->pix[k];
+        if (ps->n == 0)
+            ps->x0 = x;
+        double d = x - ps->x0;
+        ps->sx += d;
+        ps->sxx += d * d;
+        ps->n++;
+        q->cmin = c < q->cmin ? c : q->cmin;
+        q->cmax = c > q->cmax ? c : q->cmax;
+        q->n_stored++;
     }
     q->n += n;
+}
+
+/* The values' variation over the scan: each pixel's variance about its own mean, pooled over
+ * the pixels (the within-pixel sum of squares over all values; electrons²), and the mean. */
+static void quantiser_spread(const quantiser *q, double *var, double *mean)
+{
+    double ss = 0, sum = 0;
+    for (size_t k = 0; k < q->P; k++) {
+        const pix_spread *ps = &q->pix[k];
+        if (ps->n == 0)
+            continue;
+        double m = ps->sx / (double)ps->n, v = ps->sxx - m * ps->sx;
+        ss += v > 0 ? v : 0;
+        sum += ps->x0 * (double)ps->n + ps->sx;
+    }
+    *var = q->n_stored ? ss / (double)q->n_stored : 0;
+    *mean = q->n_stored ? sum / (double)q->n_stored : 0;
+}
+
+/* Whether quantising destroyed the data: the rounding error (mean square, electrons²) is as
+ * large as the values' own variation over the scan (pooled per detector pixel: the signal SSB
+ * works on), so the stored counts carry more rounding than data. Counts divided by the right
+ * gain round back with no error; float data with read noise lose the noise, a fraction of the
+ * variation. A summed or normalised image taken as counts at --gain auto (every value within a
+ * step of the smallest: all ones), or counts in tenths of an electron stored at gain 1, lose
+ * everything. Returns 1 and says why in msg. */
+static int quantisation_destroys(const quantiser *q, char *msg, size_t msg_n)
+{
+    if (q->n_stored == 0 || q->sum2_e == 0)
+        return 0;
+    double var, mean;
+    quantiser_spread(q, &var, &mean);
+    double mse = q->sum2_e / (double)q->n_stored, sd = sqrt(var);
+    if (mse < var)
+        return 0;
+    if (sd > 0)
+        snprintf(msg, msg_n, "at %.6g e per unit the rounding error (rms %.3g e) is %.2g times the "
+                 "values' own variation over the scan (std %.3g e per detector pixel, mean %.6g e)",
+                 q->gain, sqrt(mse), sqrt(mse) / sd, sd, mean);
+    else
+        snprintf(msg, msg_n, "at %.6g e per unit no value varies over the scan and each rounds "
+                 "with an error of %.3g e rms", q->gain, sqrt(mse));
+    return 1;
+}
+
+/* "every stored count 1" or "stored counts 0 to 3 only". */
+static void stored_range(const quantiser *q, char *buf, size_t n)
+{
+    if (q->cmin == q->cmax)
+        snprintf(buf, n, "every stored count %u", q->cmin);
+    else
+        snprintf(buf, n, "stored counts %u to %u only", q->cmin, q->cmax);
+}
+
+/* The refusal of a quantisation that destroys the data (why: quantisation_destroys's reason). */
+static ssb4d_status quantisation_refusal(const char *path, const quantiser *q, const char *why,
+                                         ssb4d_err *err)
+{
+    char range[64];
+    stored_range(q, range, sizeof range);
+    return ssb_fail(err, SSB4D_EINVAL, "%s: quantising would destroy the data: %s (%s); give the "
+                    "electrons per unit of the data (--gain E), or fit / reconstruct / view the "
+                    "file as it is", path, why, range);
 }
 
 /* --gain auto: integer-valued data need none (1); data on a grid of 1/g (counts divided by a
  * gain) are multiplied back by g, found from the smallest positive value and checked on every
  * value of a sample of frames (the first READ_BLOCK_BYTES of the scan). Anything else cannot be
  * estimated here: the user must state it. */
-static ssb4d_status estimate_gain(framesrc *fs, size_t N, size_t P, double *gain, char *how,
-                                  size_t how_n, ssb4d_err *err)
+static ssb4d_status estimate_gain(framesrc *fs, const char *path, size_t N, size_t P, double *gain,
+                                  char *how, size_t how_n, ssb4d_err *err)
 {
     size_t nf = READ_BLOCK_BYTES / (P * sizeof(float));
     nf = nf < 1 ? 1 : nf > N ? N : nf;
@@ -97,14 +215,29 @@ static ssb4d_status estimate_gain(framesrc *fs, size_t N, size_t P, double *gain
             double x = (double)v[i] * g, e = fabs(x - nearbyint(x));
             worst = e > worst ? e : worst;
         }
-        if (worst < 1e-3) {
-            *gain = g;
-            snprintf(how, how_n, "estimated: the first %zu frames' values are multiples of %.9g "
-                     "(within %.1e)", nf, vmin, worst * vmin);
-        } else
+        /* On a grid, and the grid must say something: values that all lie within a step of
+         * the smallest pass the grid test trivially and would all round to 1. */
+        quantiser q = {0};
+        char why[320], range[64];
+        if (worst >= 1e-3) {
             st = ssb_fail(err, SSB4D_EINVAL, "cannot estimate the gain of %s: its values are neither "
                           "integers nor multiples of one step; give --gain E (electrons per unit)",
-                          framesrc_format_name(fs));
+                          path);
+        } else if (!(st = quantiser_init(&q, g, P, UINT32_MAX, err))) {
+            quantise(&q, (uint32_t *)(void *)v, nf * P);
+            if (quantisation_destroys(&q, why, sizeof why)) {
+                stored_range(&q, range, sizeof range);
+                st = ssb_fail(err, SSB4D_EINVAL, "%s: --gain auto refused: taking the smallest value "
+                              "%.9g as one electron, %s (%s): not counts divided by a gain (a summed "
+                              "or normalised image?); give --gain E if you know it, or fit / "
+                              "reconstruct / view the file as it is", path, vmin, why, range);
+            } else {
+                *gain = g;
+                snprintf(how, how_n, "estimated: the first %zu frames' values are multiples of %.9g "
+                         "(within %.1e)", nf, vmin, worst * vmin);
+            }
+        }
+        quantiser_free(&q);
     } else if (!st)
         st = ssb_fail(err, SSB4D_EINVAL, "cannot estimate the gain: the first %zu frames hold no "
                       "positive value; give --gain E (electrons per unit)", nf);
@@ -441,7 +574,8 @@ ssb4d_status ssb4d_import(const char *in_path, const char *out_path, const ssb4d
         rep->gain = NAN;
     }
     /* Float data: stored as electrons at the stated (or estimated) gain, never silently. */
-    quantiser qz = {0};
+    quantiser qz = {0}, q1 = {0}; /* q1: pass 1's copy (only pass 2's figures are reported) */
+    double gain = 0;
     char gain_how[96] = "";
     int is_float = framesrc_is_float(fs);
     if (is_float && p->gain == 0) {
@@ -454,9 +588,9 @@ ssb4d_status ssb4d_import(const char *in_path, const char *out_path, const ssb4d
     }
     if (is_float) {
         if (isnan(p->gain))
-            st = estimate_gain(fs, N, P, &qz.gain, gain_how, sizeof gain_how, err);
+            st = estimate_gain(fs, in_path, N, P, &gain, gain_how, sizeof gain_how, err);
         else {
-            qz.gain = p->gain;
+            gain = p->gain;
             snprintf(gain_how, sizeof gain_how, "given");
         }
         if (st) {
@@ -469,6 +603,12 @@ ssb4d_status ssb4d_import(const char *in_path, const char *out_path, const ssb4d
     }
     int out_bytes = src_bytes == 1 && !is_float ? 1 : 2;
     uint32_t out_max = out_bytes == 1 ? 255u : 65535u;
+    if (is_float && ((st = quantiser_init(&qz, gain, P, out_max, err)) ||
+                     (st = quantiser_init(&q1, gain, P, out_max, err)))) {
+        quantiser_free(&qz);
+        framesrc_close(fs);
+        return st;
+    }
     size_t block = READ_BLOCK_BYTES / (P * sizeof(uint32_t));
     block = block < 1 ? 1 : block > N ? N : block;
     size_t nblocks = (N + block - 1) / block;
@@ -499,7 +639,6 @@ ssb4d_status ssb4d_import(const char *in_path, const char *out_path, const ssb4d
     /* Pass 1: totals of every pixel over the whole scan, then the hot/dead rule that the
      * calibration uses too (detector/hotpix.h). */
     if (passes == 2) {
-        quantiser q1 = qz; /* pass 1's error figures are pass 2's: only one pass reports them */
         st = prefetch_start(&pf, fs, &q1, N, block, P, p->mem, err);
         if (st)
             goto done;
@@ -527,6 +666,11 @@ ssb4d_status ssb4d_import(const char *in_path, const char *out_path, const ssb4d
         pf_running = 0;
         if (st)
             goto done;
+        char why[320];
+        if (is_float && quantisation_destroys(&q1, why, sizeof why)) {
+            st = quantisation_refusal(in_path, &q1, why, err);
+            goto done;
+        }
         /* The file's own flagged pixels may hold marker values; keep them out of the rule's
          * neighbour medians by giving them their neighbours' level. */
         double *td = malloc(P * sizeof *td);
@@ -598,7 +742,23 @@ ssb4d_status ssb4d_import(const char *in_path, const char *out_path, const ssb4d
         st = ssb_fail(err, SSB4D_ENOMEM, "out of memory building the metadata");
         goto done;
     }
-    add_overrides(sci, p);
+    /* A detector sampling the file gives only as a spatial frequency (EMD / py4DSTEM A^-1,
+     * kept as det_sampling_inv_A) becomes an angle with the beam energy stated here or by the
+     * file (θ = λq), recorded as an override whose evidence says so. */
+    ssb4d_import_params pq = *p;
+    char q_ev[160];
+    const cJSON *qs = sm ? cJSON_GetObjectItemCaseSensitive(sm, "det_sampling_inv_A") : NULL;
+    double q_kv = p->kv > 0 ? p->kv : fc.kv, qa, qb;
+    if (cJSON_IsString(qs) && !(fc.det_sampling_mrad[0] > 0) && !(p->det_sampling_mrad[0] > 0) &&
+        q_kv > 0 && isfinite(q_kv) && sscanf(qs->valuestring, "%lf %lf", &qa, &qb) == 2 && qa > 0 && qb > 0) {
+        double lam = ssb4d_wavelength_A(q_kv);
+        pq.det_sampling_mrad[0] = 1e3 * lam * qa;
+        pq.det_sampling_mrad[1] = 1e3 * lam * qb;
+        snprintf(q_ev, sizeof q_ev, "the file's detector sampling %.9g 1/A at %.9g kV (%s)", qa, q_kv,
+                 p->kv > 0 ? "stated at import" : "the file's");
+        pq.evidence[3] = q_ev;
+    }
+    add_overrides(sci, &pq);
     cJSON *meta = cJSON_CreateObject();
     if (p->flip >= 0) /* the handedness the user stated: every reader of the .qem takes it */
         cJSON_AddBoolToObject(meta, "detector_flip", p->flip != 0);
@@ -635,6 +795,7 @@ ssb4d_status ssb4d_import(const char *in_path, const char *out_path, const ssb4d
         goto done;
 
     /* Pass 2: correct, narrow exactly, encode. */
+    qz.valid = valid;
     st = prefetch_start(&pf, fs, &qz, N, block, P, p->mem, err);
     if (st)
         goto done;
@@ -657,12 +818,24 @@ ssb4d_status ssb4d_import(const char *in_path, const char *out_path, const ssb4d
         if (bad_i != SIZE_MAX) {
             size_t dummy = 0;
             bad_k = convert_frame(buf + bad_i * P, conv + bad_i * P, P, valid, &fl, p->hot, out_max, &dummy);
-            st = ssb_fail(err, SSB4D_EFORMAT,
-                          "%s: count %u at scan position (%zu, %zu), detector pixel (%zu, %zu) "
-                          "does not fit %s; ssb4d stores counts exactly and does not clip",
-                          in_path, buf[bad_i * P + bad_k], (t0 + bad_i) / shape[1],
-                          (t0 + bad_i) % shape[1], bad_k / shape[3], bad_k % shape[3],
-                          dtype_name(out_bytes));
+            size_t at = (t0 + bad_i) * P + bad_k;
+            if (is_float && qz.have_big && qz.big_at == at) /* the value as it was, not the count */
+                st = ssb_fail(err, SSB4D_EFORMAT,
+                              "%s: value %.9g at scan position (%zu, %zu), detector pixel (%zu, %zu) is "
+                              "%.9g electrons at --gain %.9g, more than %s holds (%u); ssb4d does not "
+                              "clip: give a smaller gain (at most %.6g for this value), or fit / reconstruct / "
+                              "view the file as it is",
+                              in_path, (double)qz.big_value, (t0 + bad_i) / shape[1],
+                              (t0 + bad_i) % shape[1], bad_k / shape[3], bad_k % shape[3],
+                              (double)qz.big_value * qz.gain, qz.gain, dtype_name(out_bytes), out_max,
+                              (double)out_max / (double)qz.big_value);
+            else
+                st = ssb_fail(err, SSB4D_EFORMAT,
+                              "%s: count %u at scan position (%zu, %zu), detector pixel (%zu, %zu) "
+                              "does not fit %s; ssb4d stores counts exactly and does not clip",
+                              in_path, buf[bad_i * P + bad_k], (t0 + bad_i) / shape[1],
+                              (t0 + bad_i) % shape[1], bad_k / shape[3], bad_k % shape[3],
+                              dtype_name(out_bytes));
         }
         prefetch_release(&pf, b);
         if (!st)
@@ -675,6 +848,11 @@ ssb4d_status ssb4d_import(const char *in_path, const char *out_path, const ssb4d
     pf_running = 0;
     if (st)
         goto done;
+    char why2[320];
+    if (is_float && passes == 1 && quantisation_destroys(&qz, why2, sizeof why2)) {
+        st = quantisation_refusal(in_path, &qz, why2, err);
+        goto done;
+    }
     if (markers_zeroed || is_float) {
         /* Recorded (§9.5): marker values of masked pixels are stored as 0, not as counts; a
          * quantisation's error, now that every value has been seen. */
@@ -691,8 +869,11 @@ ssb4d_status ssb4d_import(const char *in_path, const char *out_path, const ssb4d
             if (!cJSON_IsString(op) || strcmp(op->valuestring, "gain_quantisation"))
                 continue;
             cJSON_AddNumberToObject(r, "max_error_electrons", qz.max_e);
-            cJSON_AddNumberToObject(r, "rms_error_electrons", qz.n ? sqrt(qz.sum2_e / (double)qz.n) : 0.0);
+            cJSON_AddNumberToObject(r, "rms_error_electrons", qz.n_stored ? sqrt(qz.sum2_e / (double)qz.n_stored) : 0.0);
             cJSON_AddNumberToObject(r, "negative_values_stored_as_zero", (double)qz.clipped);
+            double var, mean;
+            quantiser_spread(&qz, &var, &mean);
+            cJSON_AddNumberToObject(r, "value_spread_electrons", sqrt(var));
         }
         st = qem_writer_set_metadata(w, s2, m2, err);
         if (st)
@@ -708,7 +889,7 @@ ssb4d_status ssb4d_import(const char *in_path, const char *out_path, const ssb4d
         rep->gain = is_float ? qz.gain : NAN;
         snprintf(rep->gain_how, sizeof rep->gain_how, "%s", gain_how);
         rep->quant_max_e = qz.max_e;
-        rep->quant_rms_e = qz.n ? sqrt(qz.sum2_e / (double)qz.n) : 0.0;
+        rep->quant_rms_e = qz.n_stored ? sqrt(qz.sum2_e / (double)qz.n_stored) : 0.0;
         rep->quant_clipped = qz.clipped;
         rep->source_dtype_bytes = src_bytes;
         rep->stored_dtype_bytes = out_bytes;
@@ -730,6 +911,8 @@ done:
     free(valid);
     free(totals);
     free(found);
+    quantiser_free(&qz);
+    quantiser_free(&q1);
     framesrc_close(fs);
     return st;
 }

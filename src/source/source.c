@@ -31,19 +31,28 @@ struct ssb4d_source {
     size_t origin[2];          /* the view's first scan row and column in the parent */
 };
 
-static ssb4d_status check_shape(const size_t shape[4], ssb4d_err *err)
+/* What any acquisition must be: no empty axis, within the supported sizes. A 1xN scan is an
+ * acquisition (import writes it, export and info read it) but not something to reconstruct. */
+static ssb4d_status check_any_shape(const size_t shape[4], ssb4d_err *err)
 {
     for (int i = 0; i < 4; i++)
         if (shape[i] == 0)
             return ssb_fail(err, SSB4D_EFORMAT, "data has an empty axis (shape %zux%zux%zux%zu)",
                             shape[0], shape[1], shape[2], shape[3]);
-    if (shape[0] < 2 || shape[1] < 2)
-        return ssb_fail(err, SSB4D_EFORMAT, "scan of %zux%zu positions is too small (need at least 2x2)",
-                        shape[0], shape[1]);
     if (shape[2] > 4096 || shape[3] > 4096 || shape[0] > 65536 || shape[1] > 65536)
         return ssb_fail(err, SSB4D_EFORMAT, "shape %zux%zux%zux%zu is beyond what ssb4d supports",
                         shape[0], shape[1], shape[2], shape[3]);
     return SSB4D_OK;
+}
+
+/* The same, and a scan that SSB can work on (at least 2x2). */
+static ssb4d_status check_shape(const size_t shape[4], ssb4d_err *err)
+{
+    ssb4d_status st = check_any_shape(shape, err);
+    if (!st && (shape[0] < 2 || shape[1] < 2))
+        return ssb_fail(err, SSB4D_EFORMAT, "scan of %zux%zu positions is too small (need at least 2x2)",
+                        shape[0], shape[1]);
+    return st;
 }
 
 ssb4d_status ssb4d_source_from_memory(const void *data, ssb4d_dtype dtype, const size_t shape[4],
@@ -321,7 +330,7 @@ ssb4d_status ssb4d_source_open_qem(const char *path, ssb4d_source **out, ssb4d_e
     if (st)
         return st;
     const qem_info *in = qem_get_info(q);
-    st = check_shape(in->shape, err);
+    st = check_any_shape(in->shape, err);
     if (st) {
         qem_close(q);
         return st;
@@ -377,8 +386,14 @@ ssb4d_status ssb4d_source_open(const char *path, ssb4d_source **out, ssb4d_err *
     fclose(f);
     if (got >= 6 && !memcmp(magic, "\x93NUMPY", 6))
         return ssb4d_source_open_npy(path, out, err);
-    if (got >= 4 && !memcmp(magic, "QEMD", 4))
-        return ssb4d_source_open_qem(path, out, err);
+    if (got >= 4 && !memcmp(magic, "QEMD", 4)) {
+        ssb4d_status st = ssb4d_source_open_qem(path, out, err);
+        if (!st && (st = check_shape((*out)->shape, err))) {
+            ssb4d_source_close(*out);
+            *out = NULL;
+        }
+        return st;
+    }
     ssb4d_err ferr = {0};
     ssb4d_status st = ssb_source_open_frames(path, NULL, out, &ferr);
     if (st == SSB4D_EINVAL && strstr(ferr.msg, "raw binary"))

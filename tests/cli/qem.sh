@@ -76,6 +76,27 @@ expect 2 "verify with one file" "two files" -- "$BIN" verify "$U8"
 [ -e "$T/x.qem" ] && bad "a failed import left x.qem" || ok
 ls "$T" | grep -q tmp && bad "a failed run left a temporary file: $(ls "$T")" || ok
 
+# What import writes, export reads (issue 39): odd scan shapes, 1x9 and 9x1 included, round-trip
+# .npy (written by numpy) -> import -> export -> the same array; a scan below 2x2 is still
+# refused, by name, where it would be reconstructed.
+for s in 1x9 9x1 3x5; do
+    /usr/bin/python3 -c "
+import numpy as np, sys
+r, c = map(int, '$s'.split('x'))
+a = np.random.default_rng(r * 10 + c).poisson(3.0, (r, c, 7, 6)).astype(np.uint16)
+a[0, -1, 2, 3] = 4000    # one large count in the last frame
+np.save('$T/odd$s.npy', a)" || bad "writing odd$s.npy"
+    expect 0 "import a $s scan" "ratio" -- "$BIN" import -q "$T/odd$s.npy" -o "$T/odd$s.qem" --hot-pixels none
+    expect 0 "export the $s .qem" "${s}x7x6 uint16" -- "$BIN" export "$T/odd$s.qem" -o "$T/odd$s.out.npy"
+    /usr/bin/python3 -c "
+import numpy as np, sys
+a, b = np.load('$T/odd$s.npy'), np.load('$T/odd$s.out.npy')
+sys.exit(0 if a.shape == b.shape and a.dtype == b.dtype and (a == b).all() else 1)" &&
+        ok || bad "export of the $s .qem differs from the .npy imported"
+done
+expect 2 "reconstruct refuses a 1x9 scan" "too small.*2x2" -- "$BIN" reconstruct "$T/odd1x9.qem" --kv 300 --semiangle 25 --scan-step 1 --det-sampling 1 -o "$T/odd.npy"
+[ -e "$T/odd.npy" ] && bad "a refused reconstruct left odd.npy" || ok
+
 # Every command that takes DATA takes .qem: reconstruct gives the same phase from both.
 A1=$SIM/sim_A1_SrTiO3_300kV_counts.npy
 # The .npy finds its sidecar by name; the .qem is given the same one.
