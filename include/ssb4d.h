@@ -1252,7 +1252,7 @@ ssb4d_status ssb4d_object(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d
  * aberrations only: it is summed on the host in BF blocks of 64 in BF order, and the division
  * comes after the object's sum, so every backend gives it. eps > 0 (SSB4D_TRANSFER_EPS is the
  * studied value); outputs as ssb4d_object's. */
-#define SSB4D_TRANSFER_EPS 0.1
+#define SSB4D_TRANSFER_EPS 0.5
 ssb4d_status ssb4d_object_transfer(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d_aberrations *ab,
                                    const ssb4d_thick *thick, int upsample, double eps, const ssb4d_ssb_opts *o,
                                    ssb4d_mem *mem, float *object, float *phase, ssb4d_err *err);

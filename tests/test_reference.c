@@ -737,7 +737,7 @@ static void test_transfer_truth(void **state)
         size_t N = d.ny * d.nx;
         double *ph = malloc(sizeof(double) * N), *pt = malloc(sizeof(double) * N);
         ref_object(&d, &s.geom, &p.ab, NULL, 1, NULL, ph);
-        ref_object_transfer(&d, &s.geom, &p.ab, NULL, 1, 0.1, NULL, pt);
+        ref_object_transfer(&d, &s.geom, &p.ab, NULL, 1, SSB4D_TRANSFER_EPS, NULL, pt);
         double c_spec = ref_correlation(ph, s.phase_band, N), c_tr = ref_correlation(pt, s.phase_band, N);
         /* the controls: the same estimator away from the truth (C10 4 nm off; with coma, C21 of the
          * other sign) */
@@ -746,7 +746,7 @@ static void test_transfer_truth(void **state)
             off.C_nm[SSB4D_C21] = -off.C_nm[SSB4D_C21];
         else
             off.C_nm[SSB4D_C10] += 4.0;
-        ref_object_transfer(&d, &s.geom, &off, NULL, 1, 0.1, NULL, pt);
+        ref_object_transfer(&d, &s.geom, &off, NULL, 1, SSB4D_TRANSFER_EPS, NULL, pt);
         double c_off = ref_correlation(pt, s.phase_band, N);
         printf("float64, C21 = %g nm, noise-free: r(band truth) phase of mean %.4f, transfer-corrected %.4f "
                "(away from the truth %.4f)\n", p.ab.C_nm[SSB4D_C21], c_spec, c_tr, c_off);
