@@ -21,7 +21,8 @@ ingredient at a time can be moved from the plain SSB towards ssb4d's:
              out) | norm  conj(gamma)/|gamma| everywhere (SPEC 5.4) | matched  conj(gamma) |
              wiener  sum G conj(gamma) / (sum |gamma|^2 + eps*N_bf) | flat  norm's sum divided by
              its own transfer, sum G conj(gamma)/|gamma| / (sum |gamma| + eps*N_bf): SPEC's object
-             F(q) divided by T(q) = (1/N_bf) sum_k |gamma(q,k)| (regularised)
+             F(q) divided by T(q) = (1/N_bf) sum_k |gamma(q,k)| (regularised); with ssb4d's other
+             choices and eps = FLAT_EPS it is ssb4d's --estimator transfer
   weight     nbf  F = sum / N_bf                          | count  F = sum / (pixels used at q)
   phase      arg  arg IDFT[F], F(0) = dc (phase of the mean) | mean  mean over k of arg IDFT[C_k]
              (SPEC's mean phase) | imag  Im IDFT[F] with F(0) = 0
@@ -34,6 +35,7 @@ Usage:
   /usr/bin/python3 bench/tools/ssb_truth.py DATA.npy [--ssb4d build/ssb4d] [--table]
   /usr/bin/python3 bench/tools/ssb_truth.py DATA.npy --set aperture=soft,nyquist=avg ...
   /usr/bin/python3 bench/tools/ssb_truth.py --study build/ssb4d [--quick]   (simulates cases)
+  /usr/bin/python3 bench/tools/ssb_truth.py --eps-study build/ssb4d  (the transfer estimator's eps)
 Needs numpy only (/usr/bin/python3 has it).
 """
 import argparse
@@ -410,6 +412,7 @@ STUDY_COLS = [
     ("ssb4d+count", dict(SSB4D, weight="count")),
     ("ssb4d+wiener", dict(SSB4D, estimator="wiener")),
     ("ssb4d/T", dict(SSB4D, estimator="flat")),
+    ("ssb4d transfer", "transfer"),   # ssb4d reconstruct --estimator transfer
 ]
 
 
@@ -429,9 +432,10 @@ def study(exe, quick, ramp, keep=None):
             d = Data(data)
             im, js = run_ssb4d(exe, data, os.path.join(tmp, "ssb4d.npy"))
             d.ssb4d_geom = js["geometry"]
+            imt, _ = run_ssb4d(exe, data, os.path.join(tmp, "ssb4d_t.npy"), ["--estimator", "transfer"])
             row = {}
             for col, cfg in STUDY_COLS:
-                img = im if cfg is None else reconstruct(d, cfg)
+                img = im if cfg is None else imt if cfg == "transfer" else reconstruct(d, cfg)
                 row[col] = corr_row(d, img, ramp)
             check = pearson(reconstruct(d, SSB4D), im)
             res.append((label, row, check))
