@@ -156,21 +156,22 @@ ssb4d_status ssb4d_object_transfer(const ssb4d_G *G, const ssb4d_geometry *g, co
         ssb4d_ssb_opts_default(&dflt);
         o = &dflt;
     }
-    /* Geometry checks first (no collective has started), then the object: on a distributed G
-     * every rank takes part in that pass and ends with the whole object; what follows is local
-     * and the same on every rank. */
-    ssb_ctx c;
-    ssb4d_status st = ssb_ctx_init(&c, G, g, ab, thick, upsample, err);
-    if (st)
-        return st;
-    const size_t nyf = c.nyf, nxf = c.nxf, npix = nyf * nxf;
+    /* The object first: on a distributed G every rank takes part in that pass (it checks the
+     * geometry and tells the others of a failure) and ends with the whole object; everything
+     * after it is local and the same on every rank, so a local failure cannot leave a rank
+     * waiting. Without F the pass still runs (into the caller's outputs, then refused). */
+    if (upsample != 1 && upsample != 2 && upsample != 3 && upsample != 4 && upsample != 8)
+        return ssb_fail(err, SSB4D_EINVAL, "upsampling factor must be 1, 2, 3, 4 or 8 (got %d)", upsample);
+    const size_t nyf = (size_t)upsample * G->ny, nxf = (size_t)upsample * G->nx, npix = nyf * nxf;
     cfloat *F = ssb4d_mem_alloc(mem, npix * sizeof *F, "transfer object", err);
-    /* Without F the pass still runs (into the caller's outputs, then refused), so that the ranks
-     * of a distributed G all take part in it. */
     float *into = F ? (float *)F : object;
-    st = ssb4d_object(G, g, ab, thick, upsample, o, mem, into, into ? NULL : phase, err);
+    ssb4d_status st = ssb4d_object(G, g, ab, thick, upsample, o, mem, into, into ? NULL : phase, err);
     if (!st && !F)
         st = ssb_fail(err, SSB4D_ENOMEM, "out of memory (the transfer-corrected object)");
+    ssb_ctx c;
+    memset(&c, 0, sizeof c);
+    if (!st)
+        st = ssb_ctx_init(&c, G, g, ab, thick, upsample, err);
     double *S = st ? NULL : ssb4d_mem_alloc(mem, npix * sizeof *S, "transfer sum", err);
     if (!st && !S)
         st = SSB4D_ENOMEM;
