@@ -566,7 +566,8 @@ void ssb4d_session_apply(ssb4d_session *s, const ssb4d_fit_result *r);
 /* One preview: what a viewer draws while a slider moves, and on release. */
 typedef enum {
     SSB4D_ESTIMATE_OBJECT = 0,     /* arg of the mean corrected spectrum (SPEC §5.5, the image) */
-    SSB4D_ESTIMATE_MEAN_PHASE = 1  /* mean of the BF pixels' phases (what the loss measures) */
+    SSB4D_ESTIMATE_MEAN_PHASE = 1, /* mean of the BF pixels' phases (what the loss measures) */
+    SSB4D_ESTIMATE_TRANSFER = 2    /* the object divided by its transfer (ssb4d_object_transfer) */
 } ssb4d_estimator;
 typedef struct {
     const ssb4d_aberrations *ab;  /* NULL: the current ones (higher orders included) */
@@ -587,6 +588,12 @@ ssb4d_status ssb4d_session_preview(ssb4d_session *s, const ssb4d_preview_req *q,
 /* The complex object (image_shape complex64 as float pairs) and/or its phase, at the current
  * parameters; exactly what `ssb4d fit` writes as object.npy and phase.tiff. */
 ssb4d_status ssb4d_session_object(ssb4d_session *s, int upsample, float *object, float *phase, ssb4d_err *err);
+/* The image by an estimator at the current parameters: SSB4D_ESTIMATE_OBJECT is
+ * ssb4d_session_object; SSB4D_ESTIMATE_TRANSFER the transfer-corrected object and/or its phase
+ * (ssb4d_object_transfer, eps SSB4D_TRANSFER_EPS); SSB4D_ESTIMATE_MEAN_PHASE the phase only (object
+ * must be NULL). What `ssb4d reconstruct --estimator` writes. */
+ssb4d_status ssb4d_session_image(ssb4d_session *s, int upsample, ssb4d_estimator est, float *object, float *phase,
+                                 ssb4d_err *err);
 /* A release at the current parameters: the object and/or its phase at native sampling and the
  * exact loss over all BF pixels, from one pass over G (the same bits as ssb4d_session_object at
  * upsample 1 and ssb4d_session_loss, in about the loss's time). loss and one of object/phase are
@@ -1249,6 +1256,25 @@ ssb4d_status ssb4d_loss_batch(const ssb4d_G *G, const ssb4d_geometry *g, const s
 ssb4d_status ssb4d_object(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d_aberrations *ab,
                           const ssb4d_thick *thick, int upsample, const ssb4d_ssb_opts *o,
                           ssb4d_mem *mem, float *object, float *phase, ssb4d_err *err);
+
+/* The transfer-corrected object (docs/ssb-math.md, "Image at the truth"): ssb4d_object's spectrum
+ * divided per bin by its own transfer, F'(q) = Σ_k Ĉ_k(q) / (Σ_k |γ(q,k)| + eps·N_bf), F'(0) = dc,
+ * where SPEC §5.4's object is Σ_k Ĉ_k(q) / N_bf. A weak phase object comes out of SPEC's estimator
+ * filtered by T(q) = (1/N_bf) Σ_k |γ(q,k)| (about 1 where the triple overlap adds, a few % near
+ * 2α0/λ); this one is flat up to where T falls below eps. Σ_k |γ| depends on the geometry and the
+ * aberrations only: it is summed on the host in BF blocks of 64 in BF order, and the division
+ * comes after the object's sum, so every backend gives it. eps > 0 (SSB4D_TRANSFER_EPS is the
+ * studied value); outputs as ssb4d_object's. */
+#define SSB4D_TRANSFER_EPS 0.5
+ssb4d_status ssb4d_object_transfer(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d_aberrations *ab,
+                                   const ssb4d_thick *thick, int upsample, double eps, const ssb4d_ssb_opts *o,
+                                   ssb4d_mem *mem, float *object, float *phase, ssb4d_err *err);
+/* That transfer, T(q) = (1/N_bf) Σ_k |γ(q,k)| (SPEC 5.4's γ; SPEC 5.6's weights with a thick model)
+ * on the grid upsampled by f (f·ny × f·nx doubles, fftfreq order), the Nyquist bins averaged over
+ * their aliases as the correction is; pixels with A(k) = 0 add nothing but count in N_bf. */
+ssb4d_status ssb4d_transfer(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d_aberrations *ab,
+                            const ssb4d_thick *thick, int upsample, const ssb4d_ssb_opts *o, ssb4d_mem *mem,
+                            double *T, ssb4d_err *err);
 
 /* A release in one pass over G: the object at native sampling (as ssb4d_object with upsample 1:
  * the same bits) and the exact loss (as ssb4d_loss: the same bits). Each BF pixel's corrected

@@ -138,6 +138,27 @@ static void test_same_bits_as_the_stages(void **state)
     q.upsample = 1;
     q.estimator = SSB4D_ESTIMATE_MEAN_PHASE;
     assert_int_equal(ssb4d_session_preview(s, &q, pv, NULL, &err), 0);
+    /* The transfer-corrected estimator (issue 39 §5): the preview (with the loss, which it does not
+     * fuse) and ssb4d_session_image give the same image, another than the object's, and the
+     * image's complex object has that phase; an unknown estimator and a mean phase's object are
+     * refused. */
+    q.upsample = 2;
+    q.want_loss = 1;
+    q.estimator = SSB4D_ESTIMATE_TRANSFER;
+    loss = 0;
+    assert_int_equal(ssb4d_session_preview(s, &q, pv, &loss, &err), 0);
+    assert_memory_equal(&loss, &d.loss, sizeof loss);
+    assert_int_equal(ssb4d_session_image(s, 2, SSB4D_ESTIMATE_TRANSFER, obj, ph, &err), 0);
+    assert_memory_equal(pv, ph, d.n * sizeof *pv);
+    differ = 0;
+    for (size_t i = 0; i < d.n; i++) {
+        differ += ph[i] != d.phase[i];
+        assert_true(fabs(atan2f(obj[2 * i + 1], obj[2 * i]) - ph[i]) < 1e-6);
+    }
+    assert_true(differ > d.n / 2);
+    q.estimator = (ssb4d_estimator)3;
+    assert_int_equal(ssb4d_session_preview(s, &q, pv, &loss, &err), SSB4D_EINVAL);
+    assert_int_equal(ssb4d_session_image(s, 2, SSB4D_ESTIMATE_MEAN_PHASE, obj, ph, &err), SSB4D_EINVAL);
     /* Every call is a stage of the memory report. */
     ssb4d_mem *m = ssb4d_session_mem(s);
     int saw_fit = 0, saw_build = 0;

@@ -535,6 +535,78 @@ static void test_upsampled(void **state)
     }
 }
 
+/* The transfer-corrected object (ssb4d_object_transfer, docs/ssb-math.md "Image at the truth")
+ * and its transfer T(q) = (1/N_bf) Σ_k |γ| (ssb4d_transfer) against the float64 reference: the fast
+ * and generic forms of |γ| (C10/C12; C3; coma; a thick model), native and upsampled, both paths;
+ * the same bits for 1 and 2 threads; a regulariser outside (0, 1e6] refused. */
+static void test_object_transfer(void **state)
+{
+    (void)state;
+    const double eps = SSB4D_TRANSFER_EPS;
+    ssb4d_thick th = {{1.5, -0.5}, 8.0};
+    for (int s = 0; s < 6; s++) {
+        int f = s == 4 ? 2 : 1;
+        size_t NF = (size_t)f * FX.ny * (size_t)f * FX.nx;
+        ssb4d_aberrations ab = s == 1 ? random_aberr(1) : FX.truth;
+        if (s == 2 || s == 4) {
+            ab.C_nm[SSB4D_C21] = 60.0;
+            ab.phi_deg[SSB4D_C21] = 30.0;
+        }
+        const ssb4d_thick *thick = s == 3 ? &th : NULL;
+        ssb4d_ssb_opts o;
+        ssb4d_ssb_opts_default(&o);
+        o.path = s == 5 ? SSB4D_PATH_COMPLEX : SSB4D_PATH_AUTO;
+        o.threads = 2;
+        double *T = malloc(sizeof(double) * NF), *rT = malloc(sizeof(double) * NF), *rph = malloc(sizeof(double) * NF);
+        float *obj = malloc(sizeof(float) * 2 * NF), *ph = malloc(sizeof(float) * NF);
+        float *obj1 = malloc(sizeof(float) * 2 * NF), *ph1 = malloc(sizeof(float) * NF);
+        double complex *robj = malloc(sizeof(double complex) * NF);
+        CHECK_OK(ssb4d_transfer(FX.G, &FX.sim.geom, &ab, thick, f, &o, FX.mem, T, ERR));
+        CHECK_OK(ssb4d_object_transfer(FX.G, &FX.sim.geom, &ab, thick, f, eps, &o, FX.mem, obj, ph, ERR));
+        ref_optics ro;
+        ref_optics_init(&ro, &FX.sim.geom, &ab, thick);
+        ref_transfer_o(&FX.ref, &FX.sim.geom, &ro, f, rT);
+        ref_object_transfer_o(&FX.ref, &FX.sim.geom, &ro, f, eps, robj, rph);
+        double dT = 0, Tmax = 0, omax = 0, dmax = 0;
+        for (size_t i = 0; i < NF; i++) {
+            dT = fmax(dT, fabs(T[i] - rT[i]));
+            Tmax = fmax(Tmax, rT[i]);
+            double complex l = obj[2 * i] + I * obj[2 * i + 1];
+            omax = fmax(omax, cabs(robj[i]));
+            dmax = fmax(dmax, cabs(l - robj[i]));
+        }
+        double dp = max_phase_diff_fd(ph, rph, NF);
+        printf("  transfer set %d (f=%d%s): max T %.3f, max|dT| %.2e; object max|dO|/max|O| %.2e, phase %.2e\n", s,
+               f, s == 5 ? ", complex path" : "", Tmax, dT, dmax / omax, dp);
+        assert_true(Tmax > 0.5);
+        assert_true(dT < 1e-9);
+        assert_true(dmax / omax < 1e-6);
+        assert_true(dp < 1e-5);
+        /* one thread: the same bits */
+        o.threads = 1;
+        CHECK_OK(ssb4d_object_transfer(FX.G, &FX.sim.geom, &ab, thick, f, eps, &o, FX.mem, obj1, ph1, ERR));
+        assert_memory_equal(obj, obj1, sizeof(float) * 2 * NF);
+        assert_memory_equal(ph, ph1, sizeof(float) * NF);
+        free(T);
+        free(rT);
+        free(rph);
+        free(obj);
+        free(ph);
+        free(obj1);
+        free(ph1);
+        free(robj);
+    }
+    float ph[1024];
+    assert_true(FX.ny * FX.nx <= 1024);
+    const double bad[] = {0.0, -0.1, NAN, INFINITY};
+    for (int i = 0; i < 4; i++) {
+        ssb4d_err e = {0};
+        assert_int_equal(ssb4d_object_transfer(FX.G, &FX.sim.geom, &FX.truth, NULL, 1, bad[i], NULL, FX.mem, NULL, ph,
+                                               &e),
+                         SSB4D_EINVAL);
+    }
+}
+
 static void test_upsample_auto(void **state)
 {
     (void)state;
@@ -718,6 +790,7 @@ int main(void)
         cmocka_unit_test(test_object_native),
         cmocka_unit_test(test_object_loss_fused),
         cmocka_unit_test(test_upsampled),
+        cmocka_unit_test(test_object_transfer),
         cmocka_unit_test(test_upsample_auto),
         cmocka_unit_test(test_determinism),
         cmocka_unit_test(test_A1),

@@ -21,7 +21,8 @@ ingredient at a time can be moved from the plain SSB towards ssb4d's:
              out) | norm  conj(gamma)/|gamma| everywhere (SPEC 5.4) | matched  conj(gamma) |
              wiener  sum G conj(gamma) / (sum |gamma|^2 + eps*N_bf) | flat  norm's sum divided by
              its own transfer, sum G conj(gamma)/|gamma| / (sum |gamma| + eps*N_bf): SPEC's object
-             F(q) divided by T(q) = (1/N_bf) sum_k |gamma(q,k)| (regularised)
+             F(q) divided by T(q) = (1/N_bf) sum_k |gamma(q,k)| (regularised); with ssb4d's other
+             choices and eps = FLAT_EPS it is ssb4d's --estimator transfer
   weight     nbf  F = sum / N_bf                          | count  F = sum / (pixels used at q)
   phase      arg  arg IDFT[F], F(0) = dc (phase of the mean) | mean  mean over k of arg IDFT[C_k]
              (SPEC's mean phase) | imag  Im IDFT[F] with F(0) = 0
@@ -34,6 +35,7 @@ Usage:
   /usr/bin/python3 bench/tools/ssb_truth.py DATA.npy [--ssb4d build/ssb4d] [--table]
   /usr/bin/python3 bench/tools/ssb_truth.py DATA.npy --set aperture=soft,nyquist=avg ...
   /usr/bin/python3 bench/tools/ssb_truth.py --study build/ssb4d [--quick]   (simulates cases)
+  /usr/bin/python3 bench/tools/ssb_truth.py --eps-study build/ssb4d  (the transfer estimator's eps)
 Needs numpy only (/usr/bin/python3 has it).
 """
 import argparse
@@ -65,7 +67,7 @@ PLAIN = dict(aperture="hard", bf="aperture", centre="sidecar", nyquist="own", es
 SSB4D = dict(aperture="soft", bf="disk", centre="disk", nyquist="avg", estimator="norm",
              weight="nbf", phase="arg")
 WIENER_EPS = 0.05
-FLAT_EPS = 0.1
+FLAT_EPS = 0.5  # ssb4d's SSB4D_TRANSFER_EPS (include/ssb4d.h; --eps-study)
 
 
 def wavelength_A(kv):
@@ -225,8 +227,9 @@ def bf_pixels(d, cfg):
     return idx, kxr.ravel()[idx], kyr.ravel()[idx]
 
 
-def reconstruct(d, cfg, chunk=64):
-    """The phase image of the numpy SSB with the choices cfg."""
+def reconstruct(d, cfg, chunk=64, parts=False):
+    """The phase image of the numpy SSB with the choices cfg (cfg["eps"], if there, replaces
+    FLAT_EPS or WIENER_EPS). parts: (sum of W G, sum of D, N_bf, dc) instead, before the division."""
     idx, kx, ky = bf_pixels(d, cfg)
     nbf = len(idx)
     c = np.asarray(d.counts).reshape(d.ny, d.nx, d.dr * d.dc)
@@ -282,10 +285,12 @@ def reconstruct(d, cfg, chunk=64):
         if cfg["phase"] == "mean":
             kept.append(Ck)  # its DC is set below, once dc is known
     dc = dcsum / nbf
+    if parts:
+        return num, den, nbf, dc
     if cfg["estimator"] == "wiener":
-        F = num / (den + WIENER_EPS * nbf)
+        F = num / (den + cfg.get("eps", WIENER_EPS) * nbf)
     elif cfg["estimator"] == "flat":
-        F = num / (den + FLAT_EPS * nbf)
+        F = num / (den + cfg.get("eps", FLAT_EPS) * nbf)
     else:
         with np.errstate(invalid="ignore", divide="ignore"):
             F = np.where(den > 0, num / np.where(den > 0, den, 1), 0)
@@ -407,6 +412,7 @@ STUDY_COLS = [
     ("ssb4d+count", dict(SSB4D, weight="count")),
     ("ssb4d+wiener", dict(SSB4D, estimator="wiener")),
     ("ssb4d/T", dict(SSB4D, estimator="flat")),
+    ("ssb4d transfer", "transfer"),   # ssb4d reconstruct --estimator transfer
 ]
 
 
@@ -426,9 +432,10 @@ def study(exe, quick, ramp, keep=None):
             d = Data(data)
             im, js = run_ssb4d(exe, data, os.path.join(tmp, "ssb4d.npy"))
             d.ssb4d_geom = js["geometry"]
+            imt, _ = run_ssb4d(exe, data, os.path.join(tmp, "ssb4d_t.npy"), ["--estimator", "transfer"])
             row = {}
             for col, cfg in STUDY_COLS:
-                img = im if cfg is None else reconstruct(d, cfg)
+                img = im if cfg is None else imt if cfg == "transfer" else reconstruct(d, cfg)
                 row[col] = corr_row(d, img, ramp)
             check = pearson(reconstruct(d, SSB4D), im)
             res.append((label, row, check))
@@ -443,6 +450,81 @@ def study(exe, quick, ramp, keep=None):
     return res
 
 
+# The regulariser of the transfer-corrected estimator (ssb4d --estimator transfer, SSB4D_TRANSFER_EPS):
+# r against the band-limited truth for several eps over a family of cases, each at its true
+# aberrations (docs/ssb-math.md "Image at the truth").
+EPS_VALUES = (0.0, 0.03, 0.1, 0.2, 0.3, 0.5, 1.0, 2.0)
+EPS_STUDY = [
+    ("300 kV, dose 5e2", ["--preset", "tiny", "--dose", "500", "--aberr", "C21=3,phi21=30"]),
+    ("300 kV, dose 2e3", ["--preset", "tiny", "--dose", "2000", "--aberr", "C21=3,phi21=30"]),
+    ("300 kV, dose 5e3", ["--preset", "tiny", "--dose", "5000", "--aberr", "C21=3,phi21=30"]),
+    ("300 kV, dose 2e4", ["--preset", "tiny", "--aberr", "C21=3,phi21=30"]),
+    ("300 kV, dose 2e4, seed 2", ["--preset", "tiny", "--seed", "2", "--aberr", "C21=3,phi21=30"]),
+    ("300 kV, dose 2e5", ["--preset", "tiny", "--dose", "200000", "--aberr", "C21=3,phi21=30"]),
+    ("200 kV, dose 2e3", ["--preset", "tiny", "--kv", "200", "--dose", "2000", "--aberr", "C21=3,phi21=30"]),
+    ("200 kV, dose 2e4", ["--preset", "tiny", "--kv", "200", "--aberr", "C21=3,phi21=30"]),
+    ("C21 = 100 nm, dose 2e3", ["--preset", "tiny", "--dose", "2000", "--aberr", "C21=100,phi21=30"]),
+    ("C21 = 100 nm, dose 2e4", ["--preset", "tiny", "--aberr", "C21=100,phi21=30"]),
+    ("no coma, dose 2e3", ["--preset", "tiny", "--dose", "2000"]),
+    ("no coma, dose 2e4", ["--preset", "tiny"]),
+    ("15 mrad, dose 2e3", ["--preset", "tiny", "--semiangle", "15", "--dose", "2000", "--aberr", "C21=3,phi21=30"]),
+    ("15 mrad, dose 2e4", ["--preset", "tiny", "--semiangle", "15", "--aberr", "C21=3,phi21=30"]),
+    ("small preset 128^2 scan, dose 2e3", ["--preset", "small", "--dose", "2000", "--aberr", "C21=3,phi21=30"]),
+    ("Au, dose 2e3", ["--preset", "tiny", "--specimen", "au", "--dose", "2000", "--aberr", "C21=3,phi21=30"]),
+    ("Au, dose 2e4", ["--preset", "tiny", "--specimen", "au", "--aberr", "C21=3,phi21=30"]),
+    ("5 cells thick, dose 2e4", ["--preset", "tiny", "--cells-z", "5", "--aberr", "C21=3,phi21=30"]),
+    ("scan rotated 10, dose 2e4", ["--preset", "tiny", "--scan-rotation", "10", "--aberr", "C21=3,phi21=30"]),
+]
+
+
+def simulate_case(exe, work, flags):
+    tag = "".join(ch if ch.isalnum() else "_" for ch in "_".join(flags))
+    data = os.path.join(work, "case_%s.npy" % tag)  # named by its flags: --keep reuses it
+    if not os.path.exists(data):
+        cmd = [exe, "simulate", "-q", "--force", "--threads", "2", "-o", data] + flags
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode:
+            sys.exit("simulate failed: " + r.stderr)
+    return data
+
+
+def eps_study(exe, keep=None):
+    """r (band truth) of the transfer-corrected estimator for each of EPS_VALUES, beside the plain
+    SSB, SPEC's phase of the mean (ssb4d) and ssb4d --estimator transfer itself."""
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        work = keep or tmp
+        for label, flags in EPS_STUDY:
+            data = simulate_case(exe, work, flags)
+            d = Data(data)
+            im, js = run_ssb4d(exe, data, os.path.join(tmp, "ssb4d.npy"))
+            d.ssb4d_geom = js["geometry"]
+            imt, _ = run_ssb4d(exe, data, os.path.join(tmp, "ssb4d_t.npy"), ["--estimator", "transfer"])
+            num, den, nbf, dc = reconstruct(d, dict(SSB4D, estimator="flat"), parts=True)
+            r = {}
+            for eps in EPS_VALUES:
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    F = np.where(den + eps * nbf > 0, num / np.where(den + eps * nbf > 0, den + eps * nbf, 1), 0)
+                F[0, 0] = dc
+                r[eps] = pearson(np.angle(np.fft.ifft2(F)), d.truth["band"])
+            rows.append((label, pearson(reconstruct(d, PLAIN), d.truth["band"]), pearson(im, d.truth["band"]), r,
+                         pearson(imt, d.truth["band"])))
+            print("  %s done" % label, file=sys.stderr, flush=True)
+    print("\nPearson r against the band-limited truth, each case at its true aberrations (tiny preset)")
+    print("| case | plain | SPEC (default) | " + " | ".join("eps %g" % e for e in EPS_VALUES) + " | ssb4d transfer |")
+    print("|---|---|---|" + "---|" * len(EPS_VALUES) + "---|")
+    for label, rp, rs, r, rt in rows:
+        print("| %s | %.4f | %.4f | " % (label, rp, rs) + " | ".join("%.4f" % r[e] for e in EPS_VALUES)
+              + " | %.4f |" % rt)
+    # how far each eps falls below the best eps of each case: mean and worst
+    short = {e: [max(r.values()) - r[e] for _, _, _, r, _ in rows] for e in EPS_VALUES}
+    print("| below the case's best eps: mean | | | " + " | ".join("%.4f" % np.mean(short[e]) for e in EPS_VALUES) + " | |")
+    print("| below the case's best eps: worst | | | " + " | ".join("%.4f" % np.max(short[e]) for e in EPS_VALUES) + " | |")
+    gain = [rt - rs for _, _, rs, _, rt in rows]
+    print("ssb4d transfer - SPEC: mean %+.4f, min %+.4f, max %+.4f" % (np.mean(gain), np.min(gain), np.max(gain)))
+    return rows
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("data", nargs="?")
@@ -452,7 +534,9 @@ def main():
     ap.add_argument("--ramp", action="store_true", help="remove a least-squares plane before correlating")
     ap.add_argument("--study", metavar="SSB4D", help="simulate the study's cases with this ssb4d and tabulate")
     ap.add_argument("--quick", action="store_true", help="with --study: three cases only")
-    ap.add_argument("--keep", help="with --study: keep (and reuse) the simulated cases in this folder")
+    ap.add_argument("--keep", help="with --study, --eps-study: keep (and reuse) the simulated cases in this folder")
+    ap.add_argument("--eps-study", metavar="SSB4D",
+                    help="the transfer-corrected estimator's eps over a family of cases (simulated with this ssb4d)")
     ap.add_argument("--save", help="write the numpy phase image (--set) to this .npy")
     ap.add_argument("--check", action="store_true",
                     help="one JSON line: r of the plain numpy SSB, of ssb4d (--ssb4d) and of the numpy "
@@ -464,6 +548,9 @@ def main():
     if a.study:
         study(a.study, a.quick, a.ramp, a.keep)
         return
+    if a.eps_study:
+        eps_study(a.eps_study, a.keep)
+        return
     if not a.data:
         ap.error("DATA.npy needed")
     d = Data(a.data)
@@ -474,9 +561,14 @@ def main():
             im, js = run_ssb4d(a.ssb4d, a.data, os.path.join(tmp, "ssb4d.npy"), a.ssb4d_arg)
             d.ssb4d_geom = js["geometry"]
             rs = corr_row(d, im, a.ramp)
+            # the transfer-corrected estimator: ssb4d's against the numpy one with ssb4d's choices
+            imt, _ = run_ssb4d(a.ssb4d, a.data, os.path.join(tmp, "ssb4d_t.npy"), a.ssb4d_arg + ["--estimator", "transfer"])
+            rt = corr_row(d, imt, a.ramp)
             rp = {"band": None, "full": None} if a.skip_plain else corr_row(d, reconstruct(d, PLAIN), a.ramp)
             print(json.dumps({"plain_band": rp["band"], "plain_full": rp["full"], "ssb4d_band": rs["band"],
                               "ssb4d_full": rs["full"], "numpy_as_ssb4d_vs_ssb4d": pearson(reconstruct(d, SSB4D), im),
+                              "transfer_band": rt["band"], "transfer_full": rt["full"],
+                              "numpy_flat_vs_ssb4d_transfer": pearson(reconstruct(d, dict(SSB4D, estimator="flat")), imt),
                               "aberrations": js["aberrations"]}))
             return
         if a.table:

@@ -49,7 +49,8 @@ static void usage(FILE *f)
             "                        (without it an existing one is refused before any work)\n");
     cli_param_help(f, SSB4D_OP_PREVIEW, (const char *const[]){"upsample", NULL}, 1);
     fprintf(f,
-            "  --estimator E         phase-of-mean (default) or mean-phase\n"
+            "  --estimator E         phase-of-mean (default), mean-phase, or transfer: the phase of\n"
+            "                        the mean divided by its transfer (docs/ssb-math.md)\n"
             "  --path P              auto (default) or real: the real-output path; complex: full-plane\n"
             "                        transforms (same results to rounding, for checks)\n"
             "  --block-mb N          decoded block size for the G build (MiB); overrides the block\n"
@@ -64,6 +65,8 @@ static void usage(FILE *f)
             CLI_MICROSCOPE_HELP);
 }
 
+static const char *const ESTIMATOR_NAME[] = {"phase-of-mean", "mean-phase", "transfer"}; /* ssb4d_estimator */
+
 static const char *path_name(int real) { return real ? "real" : "complex"; }
 
 /* The command line. */
@@ -72,7 +75,8 @@ typedef struct {
     ssb4d_aberrations ab_flags;
     unsigned c_mask, phi_mask;
     const char *data, *out_path, *object_path;
-    int upsample, upsample_auto, mean_phase, force, verbose;
+    int upsample, upsample_auto, force, verbose;
+    ssb4d_estimator estimator;
     ssb4d_path path;
     ssb4d_thick thick;
     int tilt_given, thickness_given;
@@ -148,11 +152,13 @@ static int parse(int argc, char **argv, recon_opts *o)
             break;
         case OPT_ESTIMATOR:
             if (!strcmp(optarg, "mean-phase"))
-                o->mean_phase = 1;
+                o->estimator = SSB4D_ESTIMATE_MEAN_PHASE;
             else if (!strcmp(optarg, "phase-of-mean"))
-                o->mean_phase = 0;
+                o->estimator = SSB4D_ESTIMATE_OBJECT;
+            else if (!strcmp(optarg, "transfer"))
+                o->estimator = SSB4D_ESTIMATE_TRANSFER;
             else {
-                fprintf(stderr, "ssb4d reconstruct: --estimator must be phase-of-mean or mean-phase\n");
+                fprintf(stderr, "ssb4d reconstruct: --estimator must be phase-of-mean, mean-phase or transfer\n");
                 return CLI_EXIT_USAGE;
             }
             break;
@@ -264,7 +270,7 @@ static ssb4d_status recon_compute(const recon_opts *o, cli_session *cs, const re
     st = ssb4d_session_build(s, err);
     run->t_build = cli_session_bar_done(cs);
     /* At native sampling the image and the loss are one pass over G (the plan's release). */
-    int fused = run->upsample == 1 && !o->mean_phase;
+    int fused = run->upsample == 1 && o->estimator == SSB4D_ESTIMATE_OBJECT;
     if (!st && fused) {
         cli_session_bar(cs, "loss and image");
         st = ssb4d_session_release(s, run->object, run->phase, &run->loss, err);
@@ -277,15 +283,11 @@ static ssb4d_status recon_compute(const recon_opts *o, cli_session *cs, const re
     }
     if (!st && !fused) {
         cli_session_bar(cs, "image");
-        if (!o->mean_phase || o->object_path)
-            st = ssb4d_session_object(s, run->upsample, run->object, o->mean_phase ? NULL : run->phase, err);
-        if (!st && o->mean_phase) {
-            ssb4d_preview_req q;
-            ssb4d_preview_req_default(&q);
-            q.upsample = run->upsample;
-            q.estimator = SSB4D_ESTIMATE_MEAN_PHASE;
-            st = ssb4d_session_preview(s, &q, run->phase, NULL, err);
-        }
+        int mp = o->estimator == SSB4D_ESTIMATE_MEAN_PHASE; /* no complex object: --object is the phase of mean's */
+        if (mp && o->object_path)
+            st = ssb4d_session_object(s, run->upsample, run->object, NULL, err);
+        if (!st)
+            st = ssb4d_session_image(s, run->upsample, o->estimator, mp ? NULL : run->object, run->phase, err);
         run->t_image = cli_session_bar_done(cs);
     }
     ssb4d_session_get(s, NULL, NULL, &run->g);
@@ -337,7 +339,7 @@ static void recon_print_json(const recon_opts *o, const cli_session *cs, const r
     cJSON_AddStringToObject(out, "output", o->out_path);
     if (o->object_path)
         cJSON_AddStringToObject(out, "object", o->object_path);
-    cJSON_AddStringToObject(out, "estimator", o->mean_phase ? "mean-phase" : "phase-of-mean");
+    cJSON_AddStringToObject(out, "estimator", ESTIMATOR_NAME[o->estimator]);
     cJSON_AddStringToObject(out, "loss_path", path_name(o->path != SSB4D_PATH_COMPLEX));
     cJSON_AddNumberToObject(out, "upsample", run->upsample);
     cJSON *sh = cJSON_AddArrayToObject(out, "image_shape");
@@ -418,7 +420,10 @@ static void recon_print_text(const recon_opts *o, const cli_session *cs, const r
         printf("; %s path, %.3f s", path_name(o->path != SSB4D_PATH_COMPLEX), run->t_loss);
     printf(")\n");
     printf("phase image  %s (%zux%zu, %s, upsample %d, pixel %.4g A)\n", o->out_path, run->nyf, run->nxf,
-           o->mean_phase ? "mean phase" : "phase of mean", run->upsample, run->pixel[0]);
+           o->estimator == SSB4D_ESTIMATE_MEAN_PHASE ? "mean phase"
+           : o->estimator == SSB4D_ESTIMATE_TRANSFER ? "phase of mean / transfer"
+                                                      : "phase of mean",
+           run->upsample, run->pixel[0]);
     if (o->object_path)
         printf("object       %s\n", o->object_path);
 }

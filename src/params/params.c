@@ -93,9 +93,10 @@ static const ssb4d_param PREVIEW_ROWS[] = {
         "upsampling of the phase image (auto: the smallest that samples the object's band)"),
     PRE(subset, "subset", "subset", SSB4D_PARAM_SIZE, "", 0, 1e7, 0, NULL, 0,
         "0: all BF pixels; n: every (N_bf/n)-th (a drag preview)"),
-    PRE(estimator, "estimator", "estimator", SSB4D_PARAM_ENUM, "", 0, 1, 0, "object|mean_phase", 0,
+    PRE(estimator, "estimator", "estimator", SSB4D_PARAM_ENUM, "", 0, 2, 0, "object|mean_phase|transfer", 0,
         "object: the phase of the mean corrected spectrum (the image); mean_phase: the mean of the BF "
-        "pixels' phases (what the loss measures)"),
+        "pixels' phases (what the loss measures); transfer: the object divided by its own transfer, "
+        "flatter to 2 alpha/lambda (docs/ssb-math.md)"),
     PRE(want_loss, "want_loss", NULL, SSB4D_PARAM_BOOL, "", 0, 1, 0, NULL, 0,
         "also the exact loss over the same BF pixels"),
 };

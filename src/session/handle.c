@@ -744,6 +744,8 @@ ssb4d_status ssb4d_session_preview(ssb4d_session *s, const ssb4d_preview_req *q,
     if (!q || !phase || (q->want_loss && !loss))
         return ssb_fail(err, SSB4D_EINVAL, "preview: missing request or output");
     ssb4d_status st = check_upsample(q->upsample, err);
+    if (!st && (q->estimator < SSB4D_ESTIMATE_OBJECT || q->estimator > SSB4D_ESTIMATE_TRANSFER))
+        st = ssb_fail(err, SSB4D_EINVAL, "unknown estimator %d", (int)q->estimator);
     if (!st && !isnan(q->rotation_deg) && !(fabs(q->rotation_deg) <= 1e4))
         st = ssb_fail(err, SSB4D_EINVAL, "the rotation must be finite, |rotation| <= 10000 deg");
     if (!st)
@@ -775,12 +777,14 @@ ssb4d_status ssb4d_session_preview(ssb4d_session *s, const ssb4d_preview_req *q,
     }
     ssb4d_ssb_opts so;
     ssb_opts(s, &so);
-    int release = q->want_loss && f == 1 && q->estimator != SSB4D_ESTIMATE_MEAN_PHASE;
+    int release = q->want_loss && f == 1 && q->estimator == SSB4D_ESTIMATE_OBJECT;
     if (!st && release)
         st = release_pass(s, P, &g, ab, thick, &so, NULL, phase, loss, err);
     if (!st && !release)
-        st = q->estimator == SSB4D_ESTIMATE_MEAN_PHASE
-                 ? ssb4d_mean_phase_upsampled(P, &g, ab, thick, f, &so, s->mem, phase, err)
+        st = q->estimator == SSB4D_ESTIMATE_MEAN_PHASE ? ssb4d_mean_phase_upsampled(P, &g, ab, thick, f, &so, s->mem,
+                                                                                    phase, err)
+             : q->estimator == SSB4D_ESTIMATE_TRANSFER
+                 ? ssb4d_object_transfer(P, &g, ab, thick, f, SSB4D_TRANSFER_EPS, &so, s->mem, NULL, phase, err)
                  : ssb4d_object(P, &g, ab, thick, f, &so, s->mem, NULL, phase, err);
     if (!st && !release && q->want_loss)
         st = ssb4d_loss(P, &g, ab, thick, &so, s->mem, loss, NULL, err);
@@ -802,6 +806,34 @@ ssb4d_status ssb4d_session_object(ssb4d_session *s, int upsample, float *object,
     ssb_opts(s, &so);
     call_begin(s, "object");
     st = ssb4d_object(s->G, &s->geom, &s->ab, &s->thick, f, &so, s->mem, object, phase, err);
+    call_end(s);
+    return st;
+}
+
+ssb4d_status ssb4d_session_image(ssb4d_session *s, int upsample, ssb4d_estimator est, float *object, float *phase,
+                                 ssb4d_err *err)
+{
+    if (est == SSB4D_ESTIMATE_OBJECT)
+        return ssb4d_session_object(s, upsample, object, phase, err);
+    if (est == SSB4D_ESTIMATE_MEAN_PHASE && object)
+        return ssb_fail(err, SSB4D_EINVAL, "the mean phase has no complex object");
+    if (est != SSB4D_ESTIMATE_TRANSFER && est != SSB4D_ESTIMATE_MEAN_PHASE)
+        return ssb_fail(err, SSB4D_EINVAL, "unknown estimator %d", (int)est);
+    if (!phase && !object)
+        return ssb_fail(err, SSB4D_EINVAL, "image: missing output");
+    ssb4d_status st = check_upsample(upsample, err);
+    if (!st)
+        st = need_G(s, G_PREVIEW, err);
+    if (st)
+        return st;
+    int f = upsample ? upsample : ssb4d_upsample_auto(&s->cal.geom);
+    ssb4d_ssb_opts so;
+    ssb_opts(s, &so);
+    call_begin(s, "image");
+    st = est == SSB4D_ESTIMATE_TRANSFER ? ssb4d_object_transfer(s->G, &s->geom, &s->ab, &s->thick, f, SSB4D_TRANSFER_EPS,
+                                                                &so, s->mem, object, phase, err)
+                                        : ssb4d_mean_phase_upsampled(s->G, &s->geom, &s->ab, &s->thick, f, &so, s->mem,
+                                                                     phase, err);
     call_end(s);
     return st;
 }

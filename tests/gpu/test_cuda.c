@@ -105,6 +105,12 @@ static void agree(const pair *p, const ssb4d_geometry *g, const ssb4d_aberration
     dph = phase_diff(mc, mg, n);
     printf("  %-34s object phase max diff %.2e rad\n", what, dph);
     CHECK(dph <= 2e-4, "%s: object phase %.3g rad", what, dph);
+    /* the transfer-corrected object: the backend's object, then the host's division (≤ 1/ε = 2×) */
+    OK(ssb4d_object_transfer(p->cpu, g, ab, th, 1, SSB4D_TRANSFER_EPS, NULL, NULL, NULL, mc, &err));
+    OK(ssb4d_object_transfer(p->gpu, g, ab, th, 1, SSB4D_TRANSFER_EPS, NULL, NULL, NULL, mg, &err));
+    dph = phase_diff(mc, mg, n);
+    printf("  %-34s transfer-corrected phase max diff %.2e rad\n", what, dph);
+    CHECK(dph <= 4e-4, "%s: transfer-corrected phase %.3g rad", what, dph);
     free(mc), free(mg);
 }
 

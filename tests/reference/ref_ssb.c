@@ -497,6 +497,90 @@ int ref_object(const ref_data *d, const ssb4d_geometry *g, const ssb4d_aberratio
     return ref_object_o(d, g, &o, f, obj, phase);
 }
 
+/* |γ| at DFT bin (i, j) of an (NY, NX) grid with steps (sr, sc), averaged over the Nyquist aliases. */
+static double gamma_abs_bin(const ref_optics *o, size_t i, size_t j, size_t NY, size_t NX, double sr, double sc,
+                            double kx, double ky)
+{
+    double qxs[2] = {ref_fftfreq(i, NY, sr), 0}, qys[2] = {ref_fftfreq(j, NX, sc), 0};
+    int nqx = 1, nqy = 1;
+    if (NY % 2 == 0 && i == NY / 2)
+        qxs[1] = -qxs[0], nqx = 2;
+    if (NX % 2 == 0 && j == NX / 2)
+        qys[1] = -qys[0], nqy = 2;
+    double s = 0.0;
+    for (int a = 0; a < nqx; a++)
+        for (int b = 0; b < nqy; b++)
+            s += cabs(ref_gamma(o, qxs[a], qys[b], kx, ky));
+    return s / (double)(nqx * nqy);
+}
+
+int ref_transfer_o(const ref_data *d, const ssb4d_geometry *g, const ref_optics *o, int f, double *T)
+{
+    size_t NY = (size_t)f * d->ny, NX = (size_t)f * d->nx;
+    double sr = g->scan_step_A[0] / f, sc = g->scan_step_A[1] / f;
+    for (size_t p = 0; p < NY * NX; p++)
+        T[p] = 0.0;
+    for (size_t k = 0; k < d->n_bf; k++) {
+        double kx, ky;
+        ref_k_vector(g, o->lambda, d->bf_pix[k], d->det_cols, &kx, &ky);
+        if (!(ref_aperture(o, kx, ky) > 0.0))
+            continue;
+        for (size_t a = 0; a < NY; a++)
+            for (size_t b = 0; b < NX; b++)
+                T[a * NX + b] += gamma_abs_bin(o, a, b, NY, NX, sr, sc, kx, ky);
+    }
+    for (size_t p = 0; p < NY * NX; p++)
+        T[p] /= (double)d->n_bf;
+    return 0;
+}
+
+int ref_object_transfer_o(const ref_data *d, const ssb4d_geometry *g, const ref_optics *o, int f, double eps,
+                          double complex *obj, double *phase)
+{
+    size_t NY = (size_t)f * d->ny, NX = (size_t)f * d->nx, N = NY * NX;
+    double complex *F = fftw_malloc(sizeof(double complex) * N);
+    double complex *c = fftw_malloc(sizeof(double complex) * N);
+    double *T = malloc(sizeof(double) * N);
+    if (!F || !c || !T || ref_transfer_o(d, g, o, f, T)) {
+        fftw_free(F);
+        fftw_free(c);
+        free(T);
+        return -1;
+    }
+    for (size_t p = 0; p < N; p++)
+        F[p] = 0.0;
+    for (size_t k = 0; k < d->n_bf; k++) {
+        ref_corrected(d, g, o, k, f, c);
+        for (size_t p = 0; p < N; p++)
+            F[p] += c[p];
+    }
+    for (size_t p = 0; p < N; p++)
+        F[p] /= (double)d->n_bf * (T[p] + eps);
+    F[0] = d->dc;
+    fftw_plan pl = fftw_plan_dft_2d((int)NY, (int)NX, F, F, FFTW_BACKWARD, FFTW_ESTIMATE);
+    fftw_execute(pl);
+    fftw_destroy_plan(pl);
+    for (size_t p = 0; p < N; p++) {
+        double complex v = F[p] / (double)N;
+        if (obj)
+            obj[p] = v;
+        if (phase)
+            phase[p] = atan2(cimag(v), creal(v));
+    }
+    fftw_free(F);
+    fftw_free(c);
+    free(T);
+    return 0;
+}
+
+int ref_object_transfer(const ref_data *d, const ssb4d_geometry *g, const ssb4d_aberrations *ab,
+                        const ssb4d_thick *th, int f, double eps, double complex *obj, double *phase)
+{
+    ref_optics o;
+    ref_optics_init(&o, g, ab, th);
+    return ref_object_transfer_o(d, g, &o, f, eps, obj, phase);
+}
+
 /* ------------------------------------------------------------------------------ helpers */
 
 size_t ref_select_bf(size_t det_rows, size_t det_cols, const double centre[2], double radius_px,

@@ -118,6 +118,16 @@ int ref_object_o(const ref_data *d, const ssb4d_geometry *g, const ref_optics *o
 int ref_object(const ref_data *d, const ssb4d_geometry *g, const ssb4d_aberrations *ab,
                const ssb4d_thick *th, int f, double complex *obj, double *phase);
 
+/* The transfer of SPEC 5.4's estimator on the grid upsampled by f: T(q) = (1/N_bf) Σ_k |γ(q,k)|
+ * ((f·ny)×(f·nx)), each Nyquist bin averaged over its aliases (as n is); inactive pixels add 0. */
+int ref_transfer_o(const ref_data *d, const ssb4d_geometry *g, const ref_optics *o, int f, double *T);
+/* The transfer-corrected object (docs/ssb-math.md): F'(q) = Σ_k Ĉ_k(q) / (N_bf·(T(q) + eps)),
+ * F'(0) = dc, then as ref_object_o. */
+int ref_object_transfer_o(const ref_data *d, const ssb4d_geometry *g, const ref_optics *o, int f, double eps,
+                          double complex *obj, double *phase);
+int ref_object_transfer(const ref_data *d, const ssb4d_geometry *g, const ssb4d_aberrations *ab,
+                        const ssb4d_thick *th, int f, double eps, double complex *obj, double *phase);
+
 /* ---------------------------------------------------------------- helpers for tests */
 
 /* Flat indices of detector pixels within radius_px of centre (pixel units, <=), ascending. */
