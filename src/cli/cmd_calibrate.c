@@ -68,6 +68,13 @@ static cJSON *measured_json(const ssb4d_calibration *c, double seconds)
     cJSON_AddStringToObject(m, "disk_threshold_method",
                             c->disk_threshold_half_median ? "half-median" : c->disk_threshold_two_class ? "two-class" : "mean+std");
     cJSON_AddItemToObject(m, "edge_radius_px", num(c->edge_radius_px));
+    cJSON_AddItemToObject(m, "edge_radius_sigma_px", num(c->edge_radius_sigma_px));
+    cJSON_AddItemToObject(m, "edge_blur_px", num(c->edge_blur_px));
+    cJSON_AddStringToObject(m, "edge_model", c->edge_model == 0 ? "point-sampled" : c->edge_model == 1 ? "area"
+                                             : c->edge_model == 2 ? "area, 1/3 px ramp" : "half-median threshold");
+    cJSON_AddItemToObject(m, "edge_radius_threshold_px", num(c->edge_radius_threshold_px));
+    cJSON_AddItemToObject(m, "det_sampling_measured_mrad", num(c->det_sampling_measured_mrad));
+    cJSON_AddItemToObject(m, "det_sampling_measured_sigma_mrad", num(c->det_sampling_measured_sigma_mrad));
     cJSON_AddNumberToObject(m, "n_bf", (double)c->n_bf);
     cJSON_AddNumberToObject(m, "n_flagged", (double)c->n_flagged);
     cJSON_AddItemToObject(m, "rotation_curl_deg", num(c->rotation_curl_deg));
