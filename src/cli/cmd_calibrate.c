@@ -95,6 +95,8 @@ static cJSON *measured_json(const ssb4d_calibration *c, double seconds)
  * barely depends on the angle. */
 #define ROT_SIGMA_WARN_DEG 5.0
 #define ROT_RATIO_WARN 0.8
+/* A stated sampling this many standard errors from the measured one is warned about (SPEC §4). */
+#define CAL_SAMPLING_WARN_SIGMA 3.0
 
 static void print_summary(const char *data, const ssb4d_calibration *c, const char *outpath,
                           const char *picture, double seconds, int rotation_given, int verbose)
@@ -109,14 +111,36 @@ static void print_summary(const char *data, const ssb4d_calibration *c, const ch
                c->disk_threshold_half_median ? "half-median" : c->disk_threshold_two_class ? "two-class" : "mean+std",
                c->edge_radius_px);
     printf("\n");
-    printf("  centre      (%.3f, %.3f) px%s\n", c->geom.centre_px[0], c->geom.centre_px[1],
-           c->centre_fitted ? " (centroid)" : " (given)");
-    if (c->det_sampling_fitted)
-        printf("  sampling    %.5f mrad/px (semi-angle %g mrad / the disk's edge radius)\n",
-               c->geom.det_sampling_mrad[0], c->geom.semiangle_mrad);
+    if (c->centre_fitted)
+        printf("  centre      (%.3f, %.3f) px (centroid)\n", c->geom.centre_px[0], c->geom.centre_px[1]);
     else
-        printf("  sampling    %.5f, %.5f mrad/px (given)\n", c->geom.det_sampling_mrad[0],
-               c->geom.det_sampling_mrad[1]);
+        printf("  centre      (%.3f, %.3f) px (stated; the centroid is (%.3f, %.3f))\n", c->geom.centre_px[0],
+               c->geom.centre_px[1], c->disk_centre_px[0], c->disk_centre_px[1]);
+    double ms = c->det_sampling_measured_mrad, se = c->det_sampling_measured_sigma_mrad;
+    char sig[48] = "";
+    if (isfinite(se))
+        snprintf(sig, sizeof sig, " +- %.5f", se);
+    if (c->det_sampling_fitted) {
+        printf("  sampling    %.5f mrad/px%s (measured: semi-angle %g mrad / the edge radius %.3f px)\n",
+               c->geom.det_sampling_mrad[0], sig, c->geom.semiangle_mrad, c->edge_radius_px);
+    } else {
+        double st = 0.5 * (c->geom.det_sampling_mrad[0] + c->geom.det_sampling_mrad[1]), d = ms - st;
+        printf("  sampling    %.5f, %.5f mrad/px (stated); measured %.5f%s (%+.2f %%", c->geom.det_sampling_mrad[0],
+               c->geom.det_sampling_mrad[1], ms, sig, 100 * d / st);
+        if (se > 0)
+            printf(", %.1f sigma", fabs(d) / se);
+        printf(")\n");
+        if (se > 0 && fabs(d) > CAL_SAMPLING_WARN_SIGMA * se)
+            printf("  warning     the measured sampling differs from the stated one by more than %.0f sigma: check\n"
+                   "              the semi-angle and the stated sampling (--det-sampling measure uses the measured one)\n",
+                   CAL_SAMPLING_WARN_SIGMA);
+    }
+    if (verbose)
+        printf("  edge        %s pixel model, blur %.3f px, half-median radius %.3f px\n",
+               c->edge_model == 0 ? "point-sampled" : c->edge_model == 1 ? "area-integrated"
+                                                     : c->edge_model == 2 ? "area-integrated (1/3 px ramp)"
+                                                                          : "no fit:",
+               c->edge_blur_px, c->edge_radius_threshold_px);
     printf("  selection   radius %.3f px, %zu BF pixels\n", c->selection_radius_px, c->n_bf);
     printf("  flagged     %zu pixel%s", c->n_flagged, c->n_flagged == 1 ? "" : "s");
     for (size_t i = 0; i < c->n_flagged && i < 8; i++)
@@ -128,6 +152,9 @@ static void print_summary(const char *data, const ssb4d_calibration *c, const ch
         if (verbose)
             printf(": its curl, ratio %.3f", c->curl_ratio);
         printf("; +180 deg is equivalent)\n");
+        printf("              ssb4d fit starts from it only if it is within 1 deg (sigma); otherwise from the\n"
+               "              parallax's rotation, or a search over the half-circle (this value then only\n"
+               "              picks the branch the search starts on; the branch check settles it)\n");
         if (!(c->rotation_sigma_deg <= ROT_SIGMA_WARN_DEG) || !(c->curl_ratio <= ROT_RATIO_WARN))
             printf("  warning     the rotation is poorly determined by the centre of mass (low dose or\n"
                    "              weak contrast); give --rotation if it is known\n");
@@ -259,29 +286,13 @@ int cmd_calibrate(int argc, char **argv)
     if (st)
         return cli_error(CMD, st, err.msg);
 
-    /* The sidecar (simulator truth) supplies only the microscope (kV, semi-angle, scan step):
-     * the geometry calibrate measures comes from the data unless flags or --calibration give it. */
-    cli_values v, given;
+    /* Stated beats measured (SPEC §4), as for every command and Python: what the flags, a
+     * calibration file, the sidecar or DATA's record state is used; the library measures the
+     * sampling and the centre all the same, and the summary compares the two. */
+    cli_values v;
     rc = cli_resolve(data, &m, &v);
-    if (!rc) {
-        cli_micro m2 = m;
-        m2.sidecar_path = NULL;
-        rc = cli_resolve_values(NULL, &m2, &given, 0); /* warned once, above */
-    }
-    if (!rc) {
-        v.rotation_deg = given.rotation_deg;
-        memcpy(v.rotation_from, given.rotation_from, sizeof v.rotation_from);
-        v.rotation_measured = given.rotation_measured;
-        v.rotation_sigma_deg = given.rotation_sigma_deg;
-        v.flip = given.flip;
-        memcpy(v.flip_from, given.flip_from, sizeof v.flip_from);
-        v.bf_radius_px = given.bf_radius_px;
-        for (int i = 0; i < 2; i++) {
-            v.det_sampling_mrad[i] = given.det_sampling_mrad[i];
-            v.centre_px[i] = given.centre_px[i];
-        }
+    if (!rc)
         rc = cli_check_microscope(&v);
-    }
     if (rc) {
         ssb4d_source_close(src);
         return rc;
