@@ -218,9 +218,10 @@ typedef struct {
     double det_sampling_measured_sigma_mrad; /* its standard error (NaN: unknown) */
     double edge_radius_sigma_px;             /* standard error of edge_radius_px (NaN: unknown) */
     double edge_blur_px;                     /* the fitted blur (Gaussian σ) of the edge */
-    int edge_model;                          /* the pixel model that fitted best: 0 point-sampled,
-                                                1 area-integrated, 2 area-integrated with a 1/3 px
-                                                ramp; -1 no fit (the half-median radius is used) */
+    int edge_model;                          /* the pixel model that fitted best (S x S point
+                                                samples of the SPEC 5.2 edge per pixel): 0 S = 1
+                                                (point-sampled), 1 S = 3, 2 S = 5, 3 area-integrated
+                                                hard edge; -1 no fit (the half-median radius) */
     double edge_radius_threshold_px;         /* the half-median radius (the fit's start) */
 } ssb4d_calibration;
 

@@ -31,8 +31,9 @@ typedef struct {
     double radius_px; /* R_edge: where the aperture's amplitude is 1/2 (SPEC 5.2) */
     double sigma_px;  /* its standard error (spread of the per-sector radii; NaN: too few sectors) */
     double blur_px;   /* the fitted Gaussian blur of the edge */
-    int model;        /* 0 point-sampled (u = 1), 1 area-integrated hard edge, 2 area, u = 1/3 */
-    double rss[3];    /* each model's residual sum of squares */
+    int model;        /* S x S sub-samples of a ramp u px wide: 0 S = 1, u = 1 (point-sampled);
+                         1 S = 3, u = 1/3; 2 S = 5, u = 1/5; 3 S = 6, u = 0 (area-integrated, hard) */
+    double rss[4];    /* each model's residual sum of squares */
     size_t n_pixels;
     int n_sectors;
 } ssb_cal_edge;

@@ -28,10 +28,15 @@
 #define EDGE_WINDOW 4.0   /* px either side of the first guess */
 #define EDGE_SECTORS 16
 #define EDGE_MIN_PIX 24   /* per sector */
-#define EDGE_NMODELS 3
+#define EDGE_NMODELS 4
+#define EDGE_TX 4.5       /* the profile's table spans x in [-EDGE_TX, EDGE_TX] px */
+#define EDGE_DX 0.025     /* in steps of */
+#define EDGE_NX ((int)(2 * EDGE_TX / EDGE_DX) + 1)
+#define EDGE_NTH 16       /* orientations over [0°, 45°] (the sub-samples' projections repeat) */
 
-static const double MODEL_U[EDGE_NMODELS] = {1.0, 0.0, 1.0 / 3.0};
-static const double MODEL_BOX2[EDGE_NMODELS] = {0.0, 1.0 / 12.0, 1.0 / 12.0};
+/* The pixel models: S x S point samples of the SPEC 5.2 edge (a ramp u px wide) per pixel. */
+static const int MODEL_S[EDGE_NMODELS] = {1, 3, 5, 6};
+static const double MODEL_U[EDGE_NMODELS] = {1.0, 1.0 / 3.0, 1.0 / 5.0, 0.0};
 
 static double Phi(double z) { return 0.5 * erfc(-z / M_SQRT2); }
 static double phi(double z) { return exp(-0.5 * z * z) / sqrt(2.0 * M_PI); }
@@ -58,9 +63,48 @@ double ssb_cal_edge_profile(double x, double u, double sigma)
 typedef struct {
     const double *r, *v; /* distance from the centre, value */
     const int *sec;      /* sector of each pixel */
+    const int *tb;       /* orientation bin of each pixel */
     size_t n;
     double r0;
+    double *tab;         /* the current model's profile, EDGE_NTH x EDGE_NX */
 } edge_data;
+
+/* The profile of model m at blur σ, tabulated: pixel value against x (px inside the edge) for
+ * each orientation bin: the mean over the pixel's S x S sub-samples (offsets projected on the
+ * radial direction) of the blurred ramp. */
+static void edge_table(edge_data *d, int m, double sigma)
+{
+    int S = MODEL_S[m];
+    int nth = S == 1 ? 1 : EDGE_NTH;
+    for (int b = 0; b < nth; b++) {
+        double th = (b + 0.5) * (M_PI / 4) / EDGE_NTH, ct = cos(th), st = sin(th);
+        double *row = d->tab + (size_t)b * EDGE_NX;
+        for (int i = 0; i < EDGE_NX; i++) {
+            double x = -EDGE_TX + i * EDGE_DX, acc = 0;
+            for (int a = 0; a < S; a++)
+                for (int c = 0; c < S; c++) {
+                    double t = ((a + 0.5) / S - 0.5) * ct + ((c + 0.5) / S - 0.5) * st;
+                    acc += ssb_cal_edge_profile(x - t, MODEL_U[m], sigma);
+                }
+            row[i] = acc / (S * S);
+        }
+    }
+    for (int b = nth; b < EDGE_NTH; b++)
+        memcpy(d->tab + (size_t)b * EDGE_NX, d->tab, EDGE_NX * sizeof *d->tab);
+}
+
+static double edge_lookup(const edge_data *d, int b, double x)
+{
+    const double *row = d->tab + (size_t)b * EDGE_NX;
+    double f = (x + EDGE_TX) / EDGE_DX;
+    if (f <= 0)
+        return row[0];
+    if (f >= EDGE_NX - 1)
+        return row[EDGE_NX - 1];
+    int i = (int)f;
+    double w = f - i;
+    return row[i] + w * (row[i + 1] - row[i]);
+}
 
 /* Solves the 4x4 normal equations of one sector (Gaussian elimination with partial pivoting);
  * returns the residual sum of squares, or HUGE_VAL if singular. */
@@ -107,18 +151,17 @@ static double sector_rss(double A[4][4], double y[4], double yy)
 
 /* The residual sum of squares at edge radius R, blur σ and model m, over the sectors in
  * [k0, k1) (the linear parameters of each sector solved exactly). */
-static double edge_rss(const edge_data *d, double R, double sigma, int m, int k0, int k1)
+static double edge_rss(const edge_data *d, double R, int k0, int k1)
 {
     double A[EDGE_SECTORS][4][4], y[EDGE_SECTORS][4], yy[EDGE_SECTORS];
     memset(A, 0, sizeof A);
     memset(y, 0, sizeof y);
     memset(yy, 0, sizeof yy);
-    double se = sqrt(sigma * sigma + MODEL_BOX2[m]);
     for (size_t i = 0; i < d->n; i++) {
         int k = d->sec[i];
         if (k < k0 || k >= k1)
             continue;
-        double dr = d->r[i] - d->r0, e = ssb_cal_edge_profile(R - d->r[i], MODEL_U[m], se);
+        double dr = d->r[i] - d->r0, e = edge_lookup(d, d->tb[i], R - d->r[i]);
         double f[4] = {1.0, dr, e, dr * e};
         for (int a = 0; a < 4; a++) {
             for (int b = 0; b < 4; b++)
@@ -135,20 +178,20 @@ static double edge_rss(const edge_data *d, double R, double sigma, int m, int k0
 }
 
 /* Golden-section minimum of edge_rss over R in [lo, hi]. */
-static double best_R(const edge_data *d, double lo, double hi, double sigma, int m, int k0, int k1, double *rss)
+static double best_R(const edge_data *d, double lo, double hi, int k0, int k1, double *rss)
 {
     const double g = 0.5 * (sqrt(5.0) - 1);
     double x1 = hi - g * (hi - lo), x2 = lo + g * (hi - lo);
-    double f1 = edge_rss(d, x1, sigma, m, k0, k1), f2 = edge_rss(d, x2, sigma, m, k0, k1);
-    for (int it = 0; it < 40 && hi - lo > 1e-5; it++) {
+    double f1 = edge_rss(d, x1, k0, k1), f2 = edge_rss(d, x2, k0, k1);
+    for (int it = 0; it < 32 && hi - lo > 1e-5; it++) {
         if (f1 <= f2) {
             hi = x2, x2 = x1, f2 = f1;
             x1 = hi - g * (hi - lo);
-            f1 = edge_rss(d, x1, sigma, m, k0, k1);
+            f1 = edge_rss(d, x1, k0, k1);
         } else {
             lo = x1, x1 = x2, f1 = f2;
             x2 = lo + g * (hi - lo);
-            f2 = edge_rss(d, x2, sigma, m, k0, k1);
+            f2 = edge_rss(d, x2, k0, k1);
         }
     }
     double x = f1 <= f2 ? x1 : x2;
@@ -156,8 +199,15 @@ static double best_R(const edge_data *d, double lo, double hi, double sigma, int
     return x;
 }
 
-#define EDGE_NSIG 13
-static const double SIG_GRID[EDGE_NSIG] = {0, 0.08, 0.16, 0.25, 0.35, 0.5, 0.65, 0.8, 1.0, 1.25, 1.5, 2.0, 2.5};
+#define EDGE_NSIG 10
+static const double SIG_GRID[EDGE_NSIG] = {0, 0.1, 0.2, 0.35, 0.5, 0.7, 0.95, 1.25, 1.7, 2.3};
+
+/* The best R at blur σ for model m (the table remade for σ). */
+static double fit_at(edge_data *d, int m, double sigma, double lo, double hi, int k0, int k1, double *rss)
+{
+    edge_table(d, m, sigma);
+    return best_R(d, lo, hi, k0, k1, rss);
+}
 
 int ssb_cal_fit_edge(const double *mean, const unsigned char *isflag, size_t dr, size_t dc, double cr, double cc,
                      double r0, ssb_cal_edge *out)
@@ -175,13 +225,14 @@ int ssb_cal_fit_edge(const double *mean, const unsigned char *isflag, size_t dr,
         double y = (double)(q / dc) - cr, x = (double)(q % dc) - cc, rr = sqrt(y * y + x * x);
         cap += rr >= lo_r && rr <= hi_r && !(isflag && isflag[q]);
     }
-    double *rv = malloc(2 * (cap ? cap : 1) * sizeof *rv);
-    int *sec = malloc((cap ? cap : 1) * sizeof *sec);
-    if (!rv || !sec) {
-        free(rv), free(sec);
+    double *rv = malloc(2 * (cap ? cap : 1) * sizeof *rv), *tab = malloc((size_t)EDGE_NTH * EDGE_NX * sizeof *tab);
+    int *sec = malloc(2 * (cap ? cap : 1) * sizeof *sec);
+    if (!rv || !sec || !tab) {
+        free(rv), free(sec), free(tab);
         return -1;
     }
-    edge_data d = {rv, rv + cap, sec, 0, r0};
+    edge_data d = {rv, rv + cap, sec, sec + cap, 0, r0, tab};
+    int *tb = sec + cap;
     double *rr_ = rv, *vv = rv + cap;
     size_t count[EDGE_SECTORS] = {0};
     for (size_t q = 0; q < fr; q++) {
@@ -194,6 +245,10 @@ int ssb_cal_fit_edge(const double *mean, const unsigned char *isflag, size_t dr,
         rr_[d.n] = rr;
         vv[d.n] = mean[q];
         sec[d.n] = k;
+        /* the orientation folded into [0°, 45°]: the sub-samples' projections repeat */
+        double ay = fabs(y), ax = fabs(x), f = atan2(ay < ax ? ay : ax, ay < ax ? ax : ay);
+        int b = (int)(f / (M_PI / 4) * EDGE_NTH);
+        tb[d.n] = b < 0 ? 0 : b >= EDGE_NTH ? EDGE_NTH - 1 : b;
         count[k]++;
         d.n++;
     }
@@ -201,7 +256,7 @@ int ssb_cal_fit_edge(const double *mean, const unsigned char *isflag, size_t dr,
     for (int k = 0; k < EDGE_SECTORS; k++)
         nsec += count[k] >= EDGE_MIN_PIX;
     if (nsec < EDGE_SECTORS / 2) { /* a disk mostly off the detector */
-        free(rv), free(sec);
+        free(rv), free(sec), free(tab);
         return -1;
     }
     /* Joint fit: for each model a grid over σ, R by golden section, then σ refined. */
@@ -212,7 +267,7 @@ int ssb_cal_fit_edge(const double *mean, const unsigned char *isflag, size_t dr,
         double mrss = HUGE_VAL, mR = r0, mS = 0;
         int gi = 0;
         for (int i = 0; i < EDGE_NSIG; i++) {
-            double rss, R = best_R(&d, rlo, rhi, SIG_GRID[i], m, 0, EDGE_SECTORS, &rss);
+            double rss, R = fit_at(&d, m, SIG_GRID[i], rlo, rhi, 0, EDGE_SECTORS, &rss);
             if (rss < mrss)
                 mrss = rss, mR = R, mS = SIG_GRID[i], gi = i;
         }
@@ -220,16 +275,16 @@ int ssb_cal_fit_edge(const double *mean, const unsigned char *isflag, size_t dr,
         double slo = gi > 0 ? SIG_GRID[gi - 1] : 0, shi = gi + 1 < EDGE_NSIG ? SIG_GRID[gi + 1] : SIG_GRID[gi];
         const double g = 0.5 * (sqrt(5.0) - 1);
         double s1 = shi - g * (shi - slo), s2 = slo + g * (shi - slo), f1, f2;
-        double R1 = best_R(&d, rlo, rhi, s1, m, 0, EDGE_SECTORS, &f1), R2 = best_R(&d, rlo, rhi, s2, m, 0, EDGE_SECTORS, &f2);
-        for (int it = 0; it < 25 && shi - slo > 1e-3; it++) {
+        double R1 = fit_at(&d, m, s1, rlo, rhi, 0, EDGE_SECTORS, &f1), R2 = fit_at(&d, m, s2, rlo, rhi, 0, EDGE_SECTORS, &f2);
+        for (int it = 0; it < 12 && shi - slo > 2e-3; it++) {
             if (f1 <= f2) {
                 shi = s2, s2 = s1, f2 = f1, R2 = R1;
                 s1 = shi - g * (shi - slo);
-                R1 = best_R(&d, rlo, rhi, s1, m, 0, EDGE_SECTORS, &f1);
+                R1 = fit_at(&d, m, s1, rlo, rhi, 0, EDGE_SECTORS, &f1);
             } else {
                 slo = s1, s1 = s2, f1 = f2, R1 = R2;
                 s2 = slo + g * (shi - slo);
-                R2 = best_R(&d, rlo, rhi, s2, m, 0, EDGE_SECTORS, &f2);
+                R2 = fit_at(&d, m, s2, rlo, rhi, 0, EDGE_SECTORS, &f2);
             }
         }
         if (f1 < mrss)
@@ -243,11 +298,12 @@ int ssb_cal_fit_edge(const double *mean, const unsigned char *isflag, size_t dr,
     /* Per-sector radii at the joint σ and model: the standard error, net of an off-centre disk. */
     double Rk[EDGE_SECTORS], th[EDGE_SECTORS];
     int K = 0;
+    edge_table(&d, bm, bS);
     for (int k = 0; k < EDGE_SECTORS; k++) {
         if (count[k] < EDGE_MIN_PIX)
             continue;
         double rss;
-        Rk[K] = best_R(&d, rlo, rhi, bS, bm, k, k + 1, &rss);
+        Rk[K] = best_R(&d, rlo, rhi, k, k + 1, &rss);
         th[K] = (k + 0.5) * 2 * M_PI / EDGE_SECTORS - M_PI;
         K++;
     }
@@ -284,7 +340,7 @@ int ssb_cal_fit_edge(const double *mean, const unsigned char *isflag, size_t dr,
             sig = sqrt(ss / ((double)(K - 3) * K));
         }
     }
-    free(rv), free(sec);
+    free(rv), free(sec), free(tab);
     out->radius_px = bR;
     out->blur_px = bS;
     out->model = bm;

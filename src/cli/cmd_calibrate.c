@@ -57,6 +57,13 @@ static void help(FILE *f)
 
 static cJSON *num(double v) { return isfinite(v) ? cJSON_CreateNumber(v) : cJSON_CreateNull(); }
 
+/* The pixel model of the edge fit (ssb4d_calibration.edge_model; docs/calibrate.md). */
+static const char *edge_model_name(int m)
+{
+    static const char *const name[4] = {"point-sampled", "3x3 sub-samples", "5x5 sub-samples", "area-integrated"};
+    return m >= 0 && m < 4 ? name[m] : "none (half-median threshold)";
+}
+
 static cJSON *measured_json(const ssb4d_calibration *c, double seconds)
 {
     cJSON *m = cJSON_CreateObject();
@@ -70,8 +77,7 @@ static cJSON *measured_json(const ssb4d_calibration *c, double seconds)
     cJSON_AddItemToObject(m, "edge_radius_px", num(c->edge_radius_px));
     cJSON_AddItemToObject(m, "edge_radius_sigma_px", num(c->edge_radius_sigma_px));
     cJSON_AddItemToObject(m, "edge_blur_px", num(c->edge_blur_px));
-    cJSON_AddStringToObject(m, "edge_model", c->edge_model == 0 ? "point-sampled" : c->edge_model == 1 ? "area"
-                                             : c->edge_model == 2 ? "area, 1/3 px ramp" : "half-median threshold");
+    cJSON_AddStringToObject(m, "edge_model", edge_model_name(c->edge_model));
     cJSON_AddItemToObject(m, "edge_radius_threshold_px", num(c->edge_radius_threshold_px));
     cJSON_AddItemToObject(m, "det_sampling_measured_mrad", num(c->det_sampling_measured_mrad));
     cJSON_AddItemToObject(m, "det_sampling_measured_sigma_mrad", num(c->det_sampling_measured_sigma_mrad));
@@ -136,11 +142,8 @@ static void print_summary(const char *data, const ssb4d_calibration *c, const ch
                    CAL_SAMPLING_WARN_SIGMA);
     }
     if (verbose)
-        printf("  edge        %s pixel model, blur %.3f px, half-median radius %.3f px\n",
-               c->edge_model == 0 ? "point-sampled" : c->edge_model == 1 ? "area-integrated"
-                                                     : c->edge_model == 2 ? "area-integrated (1/3 px ramp)"
-                                                                          : "no fit:",
-               c->edge_blur_px, c->edge_radius_threshold_px);
+        printf("  edge        fitted, pixel model %s, blur %.3f px (half-median radius %.3f px)\n",
+               edge_model_name(c->edge_model), c->edge_blur_px, c->edge_radius_threshold_px);
     printf("  selection   radius %.3f px, %zu BF pixels\n", c->selection_radius_px, c->n_bf);
     printf("  flagged     %zu pixel%s", c->n_flagged, c->n_flagged == 1 ? "" : "s");
     for (size_t i = 0; i < c->n_flagged && i < 8; i++)

@@ -116,8 +116,8 @@ ssb4d_status ssb_calfile_from_calibration(ssb4d_calfile *c, const ssb4d_calibrat
     c->n_bf = cal->n_bf;
     /* both the value used and the measurement (SPEC §4) */
     snprintf(c->sampling_method, sizeof c->sampling_method, "%s", cal->det_sampling_fitted ? "measured" : "stated");
-    c->sampling_measured_mrad = cal->det_sampling_measured_mrad;
-    c->sampling_sigma_mrad = cal->det_sampling_measured_sigma_mrad;
+    c->sampling_measured_mrad = cal->det_sampling_measured_mrad > 0 ? cal->det_sampling_measured_mrad : NAN;
+    c->sampling_sigma_mrad = cal->det_sampling_measured_sigma_mrad >= 0 ? cal->det_sampling_measured_sigma_mrad : NAN;
     snprintf(c->centre_method, sizeof c->centre_method, "%s", cal->centre_fitted ? "measured" : "stated");
     c->centre_measured_px[0] = cal->disk_centre_px[0];
     c->centre_measured_px[1] = cal->disk_centre_px[1];
