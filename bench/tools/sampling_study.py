@@ -100,11 +100,13 @@ def main():
     ap.add_argument('--cases', type=int, default=36)
     ap.add_argument('--jobs', type=int, default=2)
     ap.add_argument('--out', default=None)
+    ap.add_argument('--only', default=None, help='comma-separated case numbers (to look at a few again)')
     args = ap.parse_args()
     cases = design(args.cases)
     rows = []
     with tempfile.TemporaryDirectory(prefix='ssb4d-sampling-') as tmp, ThreadPoolExecutor(args.jobs) as ex:
-        futs = [ex.submit(run_case, args, i, c, tmp) for i, c in enumerate(cases)]
+        only = set(int(x) for x in args.only.split(',')) if args.only else None
+        futs = [ex.submit(run_case, args, i, c, tmp) for i, c in enumerate(cases) if only is None or i in only]
         for f in futs:
             r = f.result()
             rows.append(r)

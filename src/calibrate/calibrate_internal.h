@@ -35,7 +35,8 @@ typedef struct {
                          1 S = 3, u = 1/3; 2 S = 5, u = 1/5; 3 S = 6, u = 0 (area-integrated, hard) */
     double rss[4];    /* each model's residual sum of squares */
     size_t n_pixels;
-    int n_sectors;
+    int n_sectors;    /* sectors used */
+    int n_dropped;    /* sectors left out: something else has an edge there */
 } ssb_cal_edge;
 int ssb_cal_fit_edge(const double *mean, const unsigned char *isflag, size_t dr, size_t dc, double cr, double cc,
                      double r0, ssb_cal_edge *out);

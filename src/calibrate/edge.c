@@ -29,6 +29,7 @@
 #define EDGE_SECTORS 16
 #define EDGE_MIN_PIX 24   /* per sector */
 #define EDGE_NMODELS 4
+#define EDGE_MODEL_CHI2 25.0 /* a model whose residual is within this many σ² of the best competes */
 #define EDGE_TX 4.5       /* the profile's table spans x in [-EDGE_TX, EDGE_TX] px */
 #define EDGE_DX 0.025     /* in steps of */
 #define EDGE_NX ((int)(2 * EDGE_TX / EDGE_DX) + 1)
@@ -67,6 +68,7 @@ typedef struct {
     size_t n;
     double r0;
     double *tab;         /* the current model's profile, EDGE_NTH x EDGE_NX */
+    unsigned char use[EDGE_SECTORS]; /* the sectors the joint fit uses */
 } edge_data;
 
 /* The profile of model m at blur σ, tabulated: pixel value against x (px inside the edge) for
@@ -159,7 +161,7 @@ static double edge_rss(const edge_data *d, double R, int k0, int k1)
     memset(yy, 0, sizeof yy);
     for (size_t i = 0; i < d->n; i++) {
         int k = d->sec[i];
-        if (k < k0 || k >= k1)
+        if (k < k0 || k >= k1 || !d->use[k])
             continue;
         double dr = d->r[i] - d->r0, e = edge_lookup(d, d->tb[i], R - d->r[i]);
         double f[4] = {1.0, dr, e, dr * e};
@@ -209,6 +211,55 @@ static double fit_at(edge_data *d, int m, double sigma, double lo, double hi, in
     return best_R(d, lo, hi, k0, k1, rss);
 }
 
+/* The joint fit over the used sectors for every model: a grid over σ with R by golden section,
+ * then σ refined; each model's R, σ and residual; returns the best model. */
+static int joint_fit(edge_data *d, double r0, double rlo, double rhi, double mR[EDGE_NMODELS],
+                     double mS[EDGE_NMODELS], double rss_out[EDGE_NMODELS])
+{
+    double best = HUGE_VAL;
+    int bm = 0;
+    for (int m = 0; m < EDGE_NMODELS; m++) {
+        double mrss = HUGE_VAL;
+        mR[m] = r0, mS[m] = 0;
+        int gi = 0;
+        for (int i = 0; i < EDGE_NSIG; i++) {
+            double rss, R = fit_at(d, m, SIG_GRID[i], rlo, rhi, 0, EDGE_SECTORS, &rss);
+            if (rss < mrss)
+                mrss = rss, mR[m] = R, mS[m] = SIG_GRID[i], gi = i;
+        }
+        /* refine σ between its grid neighbours (golden section on the profile over R) */
+        double slo = gi > 0 ? SIG_GRID[gi - 1] : 0, shi = gi + 1 < EDGE_NSIG ? SIG_GRID[gi + 1] : SIG_GRID[gi];
+        const double g = 0.5 * (sqrt(5.0) - 1);
+        double s1 = shi - g * (shi - slo), s2 = slo + g * (shi - slo), f1, f2;
+        double R1 = fit_at(d, m, s1, rlo, rhi, 0, EDGE_SECTORS, &f1), R2 = fit_at(d, m, s2, rlo, rhi, 0, EDGE_SECTORS, &f2);
+        for (int it = 0; it < 12 && shi - slo > 2e-3; it++) {
+            if (f1 <= f2) {
+                shi = s2, s2 = s1, f2 = f1, R2 = R1;
+                s1 = shi - g * (shi - slo);
+                R1 = fit_at(d, m, s1, rlo, rhi, 0, EDGE_SECTORS, &f1);
+            } else {
+                slo = s1, s1 = s2, f1 = f2, R1 = R2;
+                s2 = slo + g * (shi - slo);
+                R2 = fit_at(d, m, s2, rlo, rhi, 0, EDGE_SECTORS, &f2);
+            }
+        }
+        if (f1 < mrss)
+            mrss = f1, mR[m] = R1, mS[m] = s1;
+        if (f2 < mrss)
+            mrss = f2, mR[m] = R2, mS[m] = s2;
+        rss_out[m] = mrss;
+        if (mrss < best)
+            best = mrss, bm = m;
+    }
+    return bm;
+}
+
+static int cmp_dbl(const void *x, const void *y)
+{
+    double a = *(const double *)x, b = *(const double *)y;
+    return (a > b) - (a < b);
+}
+
 int ssb_cal_fit_edge(const double *mean, const unsigned char *isflag, size_t dr, size_t dc, double cr, double cc,
                      double r0, ssb_cal_edge *out)
 {
@@ -231,7 +282,7 @@ int ssb_cal_fit_edge(const double *mean, const unsigned char *isflag, size_t dr,
         free(rv), free(sec), free(tab);
         return -1;
     }
-    edge_data d = {rv, rv + cap, sec, sec + cap, 0, r0, tab};
+    edge_data d = {rv, rv + cap, sec, sec + cap, 0, r0, tab, {0}};
     int *tb = sec + cap;
     double *rr_ = rv, *vv = rv + cap;
     size_t count[EDGE_SECTORS] = {0};
@@ -259,48 +310,50 @@ int ssb_cal_fit_edge(const double *mean, const unsigned char *isflag, size_t dr,
         free(rv), free(sec), free(tab);
         return -1;
     }
-    /* Joint fit: for each model a grid over σ, R by golden section, then σ refined. */
-    double best = HUGE_VAL, bR = r0, bS = 0;
-    int bm = 0;
-    double rlo = r0 - 1.5, rhi = r0 + 1.5;
-    for (int m = 0; m < EDGE_NMODELS; m++) {
-        double mrss = HUGE_VAL, mR = r0, mS = 0;
-        int gi = 0;
-        for (int i = 0; i < EDGE_NSIG; i++) {
-            double rss, R = fit_at(&d, m, SIG_GRID[i], rlo, rhi, 0, EDGE_SECTORS, &rss);
-            if (rss < mrss)
-                mrss = rss, mR = R, mS = SIG_GRID[i], gi = i;
+    for (int k = 0; k < EDGE_SECTORS; k++)
+        d.use[k] = count[k] >= EDGE_MIN_PIX;
+    double rlo = r0 - 1.5, rhi = r0 + 1.5, mR[EDGE_NMODELS], mS[EDGE_NMODELS];
+    int bm = joint_fit(&d, r0, rlo, rhi, mR, mS, out->rss);
+    /* Sectors where something else has an edge (a crystal's Bragg disk crossing the window) fit
+     * far worse than the rest: they are left out (at most half of them) and the fit repeated. */
+    double srss[EDGE_SECTORS], sorted[EDGE_SECTORS];
+    int ns = 0;
+    edge_table(&d, bm, mS[bm]);
+    for (int k = 0; k < EDGE_SECTORS; k++)
+        if (d.use[k]) {
+            srss[k] = edge_rss(&d, mR[bm], k, k + 1) / (double)count[k];
+            sorted[ns++] = srss[k];
         }
-        /* refine σ between its grid neighbours (golden section on the profile over R) */
-        double slo = gi > 0 ? SIG_GRID[gi - 1] : 0, shi = gi + 1 < EDGE_NSIG ? SIG_GRID[gi + 1] : SIG_GRID[gi];
-        const double g = 0.5 * (sqrt(5.0) - 1);
-        double s1 = shi - g * (shi - slo), s2 = slo + g * (shi - slo), f1, f2;
-        double R1 = fit_at(&d, m, s1, rlo, rhi, 0, EDGE_SECTORS, &f1), R2 = fit_at(&d, m, s2, rlo, rhi, 0, EDGE_SECTORS, &f2);
-        for (int it = 0; it < 12 && shi - slo > 2e-3; it++) {
-            if (f1 <= f2) {
-                shi = s2, s2 = s1, f2 = f1, R2 = R1;
-                s1 = shi - g * (shi - slo);
-                R1 = fit_at(&d, m, s1, rlo, rhi, 0, EDGE_SECTORS, &f1);
-            } else {
-                slo = s1, s1 = s2, f1 = f2, R1 = R2;
-                s2 = slo + g * (shi - slo);
-                R2 = fit_at(&d, m, s2, rlo, rhi, 0, EDGE_SECTORS, &f2);
-            }
+    qsort(sorted, (size_t)ns, sizeof *sorted, cmp_dbl);
+    double med = ns ? sorted[ns / 2] : 0;
+    int dropped = 0;
+    for (int k = 0; k < EDGE_SECTORS; k++)
+        if (d.use[k] && srss[k] > 4.0 * med && dropped < ns / 2) {
+            d.use[k] = 0;
+            dropped++;
         }
-        if (f1 < mrss)
-            mrss = f1, mR = R1, mS = s1;
-        if (f2 < mrss)
-            mrss = f2, mR = R2, mS = s2;
-        out->rss[m] = mrss;
-        if (mrss < best)
-            best = mrss, bR = mR, bS = mS, bm = m;
-    }
+    if (dropped)
+        bm = joint_fit(&d, r0, rlo, rhi, mR, mS, out->rss);
+    double bR = mR[bm], bS = mS[bm];
+    /* Models that fit nearly as well (their residual within what noise allows of the best) give
+     * other radii: the model's uncertainty, added to the statistical one below. */
+    size_t nuse = 0;
+    for (int k = 0; k < EDGE_SECTORS; k++)
+        nuse += d.use[k] ? count[k] : 0;
+    double s2 = out->rss[bm] / (double)(nuse > 8 * (size_t)EDGE_SECTORS ? nuse - 4 * EDGE_SECTORS : nuse), model_var = 0;
+    for (int m = 0; m < EDGE_NMODELS; m++)
+        if (m != bm && (out->rss[m] - out->rss[bm]) < EDGE_MODEL_CHI2 * s2) {
+            double dR = 0.5 * (mR[m] - bR);
+            if (dR * dR > model_var)
+                model_var = dR * dR;
+        }
+    out->n_dropped = dropped;
     /* Per-sector radii at the joint σ and model: the standard error, net of an off-centre disk. */
     double Rk[EDGE_SECTORS], th[EDGE_SECTORS];
     int K = 0;
     edge_table(&d, bm, bS);
     for (int k = 0; k < EDGE_SECTORS; k++) {
-        if (count[k] < EDGE_MIN_PIX)
+        if (!d.use[k])
             continue;
         double rss;
         Rk[K] = best_R(&d, rlo, rhi, k, k + 1, &rss);
@@ -337,7 +390,7 @@ int ssb_cal_fit_edge(const double *mean, const unsigned char *isflag, size_t dr,
                 double e = Rk[k] - c[0] - c[1] * cos(th[k]) - c[2] * sin(th[k]);
                 ss += e * e;
             }
-            sig = sqrt(ss / ((double)(K - 3) * K));
+            sig = sqrt(ss / ((double)(K - 3) * K) + model_var);
         }
     }
     free(rv), free(sec), free(tab);
