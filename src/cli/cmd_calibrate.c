@@ -28,11 +28,13 @@ static void help(FILE *f)
 {
     fprintf(f,
             "usage: ssb4d calibrate DATA [options]\n\n"
-            "Finds the bright-field disk (centre, radius), the detector sampling (mrad/pixel, from the\n"
-            "disk edge and the convergence semi-angle), hot/dead pixels and the scan-detector rotation\n"
-            "(centre-of-mass curl), and writes them as a calibration JSON. From a simulator sidecar it\n"
-            "takes only kV, semi-angle and scan step; the rest is measured unless given by flags or\n"
-            "--calibration.\n\n"
+            "Finds the bright-field disk (centre, radius), the detector sampling (mrad/pixel, from a\n"
+            "model fit of the disk's edge and the convergence semi-angle, with its standard error),\n"
+            "hot/dead pixels and the scan-detector rotation (centre-of-mass curl), and writes them as\n"
+            "a calibration JSON. Stated beats measured: a sampling, centre, rotation or handedness\n"
+            "stated by a flag, --calibration, the simulator sidecar or DATA's own record is used; the\n"
+            "sampling and centre are measured all the same, printed beside the stated ones (a warning\n"
+            "beyond 3 sigma) and both recorded. --det-sampling measure uses the measured sampling.\n\n"
             "outputs (written atomically; an existing one is refused before any work unless --force):\n"
             "  DATA's name without its extension + .calibration.json, beside DATA (s.npy:\n"
             "  s.calibration.json): the calibration file. ssb4d fit, reconstruct and fit-regions take\n"
