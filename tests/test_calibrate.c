@@ -188,7 +188,7 @@ static void test_overrides(void **state)
 /* Known answers: a disk of radius R about a sub-pixel centre on a sloping background, drawn two
  * ways independently of edge.c: point samples of SPEC 5.2's aperture (A = clamp(R − r + 1/2)),
  * and a hard disk integrated over each pixel by 41 x 41 sub-samples. The fit finds R within
- * 0.01 px and names the model; the half-median threshold is ~0.2 px off on the first. */
+ * 0.01 px and names the model (the half-median threshold was ~0.2 px inside on the first). */
 static void edge_case(int area, double R, double cr, double cc, double *fitted, int *model)
 {
     enum { D = 64 };
@@ -213,7 +213,7 @@ static void edge_case(int area, double R, double cr, double cc, double *fitted, 
     assert_int_equal(ssb_cal_fit_edge(img, NULL, D, D, cr, cc, R - 0.25, &e), 0);
     *fitted = e.radius_px;
     *model = e.model;
-    assert_true(e.sigma_px >= 0 && e.sigma_px < 0.01);
+    assert_true(e.sigma_px >= 0 && e.sigma_px < 0.02); /* the 0.05 % floor: ~0.01 px */
     free(img);
 }
 
