@@ -194,7 +194,9 @@ typedef struct {
     int disk_threshold_two_class; /* 1: mean + std gave no filled disk (disk > half the detector) */
     int disk_threshold_half_median; /* 1: mean + std found only the bright core of a non-flat disk;
                                        the disk is the set above half its median */
-    double edge_radius_px;       /* equal-area radius of pixels > median(disk)/2 */
+    double edge_radius_px;       /* R_edge: the aperture's edge fitted with a model of its profile
+                                    (SPEC §4; docs/calibrate.md), else (edge_model -1) the
+                                    equal-area radius of pixels > median(disk)/2 */
     double selection_radius_px;
     double rotation_curl_deg;    /* measured (NaN if not measured) */
     double curl_ratio;           /* curl residual at the chosen angle / at the worst angle */
@@ -209,6 +211,18 @@ typedef struct {
     int32_t *flagged;            /* flagged (hot) pixels, flat */
     size_t n_flagged;
     double total_counts;
+    /* The measurement behind the sampling, made whether or not a sampling was stated (SPEC §4
+     * "Stated beats measured": geom holds the stated one when there is one; det_sampling_fitted
+     * says which). */
+    double det_sampling_measured_mrad;       /* semiangle / edge_radius_px */
+    double det_sampling_measured_sigma_mrad; /* its standard error (NaN: unknown) */
+    double edge_radius_sigma_px;             /* standard error of edge_radius_px (NaN: unknown) */
+    double edge_blur_px;                     /* the fitted blur (Gaussian σ) of the edge */
+    int edge_model;                          /* the pixel model that fitted best (S x S point
+                                                samples of the SPEC 5.2 edge per pixel): 0 S = 1
+                                                (point-sampled), 1 S = 3, 2 S = 5, 3 area-integrated
+                                                hard edge; -1 no fit (the half-median radius) */
+    double edge_radius_threshold_px;         /* the half-median radius (the fit's start) */
 } ssb4d_calibration;
 
 void ssb4d_calibration_free(ssb4d_calibration *c);

@@ -146,6 +146,12 @@ static void same_calfile(const ssb4d_calfile *a, const ssb4d_calfile *b)
             same_double(a->px_seconds, b->px_seconds, "parallax seconds");
         }
     }
+    assert_string_equal(a->sampling_method, b->sampling_method);
+    same_double(a->sampling_measured_mrad, b->sampling_measured_mrad, "measured sampling");
+    same_double(a->sampling_sigma_mrad, b->sampling_sigma_mrad, "sampling sigma");
+    assert_string_equal(a->centre_method, b->centre_method);
+    same_double(a->centre_measured_px[0], b->centre_measured_px[0], "measured centre");
+    same_double(a->centre_measured_px[1], b->centre_measured_px[1], "measured centre");
     assert_int_equal(a->has_region, b->has_region);
     if (a->has_region)
         assert_memory_equal(a->region, b->region, sizeof a->region);
@@ -509,9 +515,17 @@ static void from_calibration(void **state)
     int32_t fl[2] = {5, 77};
     cal.flagged = fl;
     cal.n_flagged = 2;
+    /* stated sampling, centre measured; the measurement recorded beside the value used */
+    cal.det_sampling_measured_mrad = 1.2634;
+    cal.det_sampling_measured_sigma_mrad = 0.0012;
+    cal.centre_fitted = 1;
+    cal.disk_centre_px[0] = 24, cal.disk_centre_px[1] = 23.5;
     ssb4d_calfile c;
     ssb4d_err err = {0};
     assert_int_equal(ssb_calfile_from_calibration(&c, &cal, &err), SSB4D_OK);
+    assert_string_equal(c.sampling_method, "stated");
+    assert_true(c.sampling_measured_mrad == 1.2634 && c.sampling_sigma_mrad == 0.0012);
+    assert_string_equal(c.centre_method, "measured");
     assert_int_equal(c.n_bf, 1001);
     assert_int_equal(c.n_flagged, 2);
     assert_int_equal(c.flagged[1], 77);
@@ -551,6 +565,10 @@ static void old_file_loads(void **state)
         fail_msg("an issue-10 file does not load: %s", err.msg);
     assert_int_equal(c.version, 1);
     assert_true(c.geom.rotation_deg == 8.977714682556062);
+    /* before issue 39: how the sampling and centre were obtained is not recorded */
+    assert_string_equal(c.sampling_method, "");
+    assert_true(isnan(c.sampling_measured_mrad) && isnan(c.sampling_sigma_mrad));
+    assert_string_equal(c.centre_method, "");
     assert_true(c.ab.C_nm[SSB4D_C10] == -9.81 && c.ab.phi_deg[SSB4D_C12] == 19.7);
     assert_true(c.has_thick && c.has_search && c.has_region && c.n_regions == 1 && c.n_best == 1);
     assert_int_equal(c.has_fit, 0);

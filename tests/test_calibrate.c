@@ -108,7 +108,10 @@ static void check_set(const char *path, double kv, double semi, double step, siz
     assert_true(fabs(c.disk_centre_px[1] - D / 2.0) < 0.1);
     assert_true(c.centre_fitted && c.det_sampling_fitted && c.rotation_fitted);
     assert_true(fabs(c.disk_radius_px - halfmax_radius) < 0.5);
-    assert_true(fabs(c.geom.det_sampling_mrad[0] / true_sampling - 1) < 0.02);
+    /* issue 39: the edge fit, not a threshold (which was 1.5 % high on both sets) */
+    assert_true(fabs(c.geom.det_sampling_mrad[0] / true_sampling - 1) < 5e-4);
+    assert_true(c.det_sampling_measured_mrad == c.geom.det_sampling_mrad[0]);
+    assert_true(c.det_sampling_measured_sigma_mrad > 0 && c.det_sampling_measured_sigma_mrad < 1e-3 * true_sampling);
     assert_true(c.geom.det_sampling_mrad[0] == c.geom.det_sampling_mrad[1]);
     assert_true(c.geom.det_sampling_mrad[0] == semi / c.edge_radius_px);
     assert_int_equal(c.n_flagged, 0); /* clean data: nothing flagged */
@@ -167,6 +170,8 @@ static void test_overrides(void **state)
     calib_file(A2, &p, &c);
     assert_false(c.det_sampling_fitted || c.centre_fitted || c.rotation_fitted);
     assert_true(c.geom.det_sampling_mrad[0] == 1.1 && c.geom.det_sampling_mrad[1] == 1.3);
+    /* stated beats measured (SPEC §4), but the sampling is measured all the same */
+    assert_true(fabs(c.det_sampling_measured_mrad / 1.2299823598493609 - 1) < 5e-4);
     assert_true(c.geom.centre_px[0] == 20.5 && c.geom.centre_px[1] == 21.25);
     assert_true(c.geom.rotation_deg == 12.5 && isnan(c.rotation_curl_deg));
     assert_true(c.selection_radius_px == 10);
@@ -176,6 +181,53 @@ static void test_overrides(void **state)
             n += (r - 20.5) * (r - 20.5) + (q - 21.25) * (q - 21.25) <= 100;
     assert_int_equal(c.n_bf, n);
     ssb4d_calibration_free(&c);
+}
+
+/* ---- the edge fit (issue 39) ------------------------------------------------------------------ */
+
+/* Known answers: a disk of radius R about a sub-pixel centre on a sloping background, drawn two
+ * ways independently of edge.c: point samples of SPEC 5.2's aperture (A = clamp(R − r + 1/2)),
+ * and a hard disk integrated over each pixel by 41 x 41 sub-samples. The fit finds R within
+ * 0.01 px and names the model (the half-median threshold was ~0.2 px inside on the first). */
+static void edge_case(int area, double R, double cr, double cc, double *fitted, int *model)
+{
+    enum { D = 64 };
+    double *img = malloc(D * D * sizeof *img);
+    for (int i = 0; i < D; i++)
+        for (int j = 0; j < D; j++) {
+            double v = 0;
+            if (!area) {
+                double r = hypot(i - cr, j - cc), a = R - r + 0.5;
+                a = a < 0 ? 0 : a > 1 ? 1 : a;
+                v = a * a;
+            } else {
+                int in = 0;
+                for (int a = 0; a < 41; a++)
+                    for (int b = 0; b < 41; b++)
+                        in += hypot(i + (a + 0.5) / 41 - 0.5 - cr, j + (b + 0.5) / 41 - 0.5 - cc) < R;
+                v = in / (41.0 * 41.0);
+            }
+            img[i * D + j] = 100.0 * v * (1 - 0.002 * hypot(i - cr, j - cc)) + 3.0 + 0.01 * i;
+        }
+    ssb_cal_edge e;
+    assert_int_equal(ssb_cal_fit_edge(img, NULL, D, D, cr, cc, R - 0.25, &e), 0);
+    *fitted = e.radius_px;
+    *model = e.model;
+    assert_true(e.sigma_px >= 0 && e.sigma_px < 0.02); /* the 0.05 % floor: ~0.01 px */
+    free(img);
+}
+
+static void test_edge_fit_known(void **state)
+{
+    (void)state;
+    double R;
+    int m;
+    edge_case(0, 17.3, 31.4, 32.2, &R, &m);
+    print_message("  point-sampled aperture R 17.3: fitted %.5f (model %d)\n", R, m);
+    assert_true(fabs(R - 17.3) < 0.01 && m == 0);
+    edge_case(1, 21.65, 32.3, 31.15, &R, &m);
+    print_message("  area-integrated hard disk R 21.65: fitted %.5f (model %d)\n", R, m);
+    assert_true(fabs(R - 21.65) < 0.01 && m == 3);
 }
 
 /* ---- rotation -------------------------------------------------------------------------------- */
@@ -700,6 +752,7 @@ int main(void)
         cmocka_unit_test(test_a1_geometry),
         cmocka_unit_test(test_a2_geometry),
         cmocka_unit_test(test_overrides),
+        cmocka_unit_test(test_edge_fit_known),
         cmocka_unit_test(test_rotation_synthetic_field),
         cmocka_unit_test(test_rotation_synthetic_frames),
         cmocka_unit_test(test_rotation_detector_90),

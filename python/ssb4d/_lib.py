@@ -125,7 +125,9 @@ class Calibration(Structure):
                 ('rotation_fitted', c_int), ('centre_fitted', c_int), ('flip_fitted', c_int),
                 ('curl_ratio_other', c_double), ('mean_pattern', POINTER(c_double)),
                 ('bf_pix', POINTER(c_int32)), ('n_bf', c_size_t), ('flagged', POINTER(c_int32)),
-                ('n_flagged', c_size_t), ('total_counts', c_double)]
+                ('n_flagged', c_size_t), ('total_counts', c_double), ('det_sampling_measured_mrad', c_double),
+                ('det_sampling_measured_sigma_mrad', c_double), ('edge_radius_sigma_px', c_double),
+                ('edge_blur_px', c_double), ('edge_model', c_int), ('edge_radius_threshold_px', c_double)]
 
 
 class Values(Structure):

@@ -605,8 +605,11 @@ def _microscope(values, kw):
     for k in ('kv', 'semiangle_mrad', 'bf_radius_px'):
         if kw.get(k) is not None:
             m[k] = float(kw[k])
+    measure = isinstance(kw.get('det_sampling_mrad'), str) and kw['det_sampling_mrad'] == 'measure'
+    if measure:  # SPEC §4: the measured sampling, whatever the files state (the CLI's --det-sampling measure)
+        m['det_sampling_mrad'] = None
     for k in ('scan_step_A', 'det_sampling_mrad', 'centre_px'):
-        if kw.get(k) is not None:
+        if kw.get(k) is not None and not (k == 'det_sampling_mrad' and measure):
             m[k] = _pair(k, kw[k])
     if kw.get('rotation_deg') is not None:
         m['rotation_deg'] = float(kw['rotation_deg'])
@@ -695,7 +698,8 @@ def open(path, *, kv=None, semiangle_mrad=None, scan_step_A=None, det_sampling_m
     The microscope values start from what the file states (a .qem's record, the simulator
     sidecar beside it or ``sidecar=``, a calibration file ``calibration=``); keywords win:
     kv (kV), semiangle_mrad, scan_step_A, det_sampling_mrad, centre_px, rotation_deg (given:
-    held by fits), bf_radius_px. rotation_from: a calibration file of another acquisition at the
+    held by fits), bf_radius_px. Stated values are used (SPEC §4): :meth:`Session.calibrate` measures
+    the sampling all the same (``Calibration``); ``det_sampling_mrad='measure'`` uses the measurement. rotation_from: a calibration file of another acquisition at the
     same settings (a thin area's ``ssb4d fit``), whose rotation and handedness are held as
     rotation_deg would be (for crystals, whose 180° branch the data cannot settle; docs/fit.md);
     a missing or broken file, a centre-of-mass rotation (its branch open) and rotation_deg with it
@@ -718,7 +722,7 @@ def open(path, *, kv=None, semiangle_mrad=None, scan_step_A=None, det_sampling_m
             tmpdir = tempfile.TemporaryDirectory(prefix='ssb4d-')
             qem = os.path.join(tmpdir.name, os.path.basename(path) + '.qem')
         sp = _pair('scan_step_A', scan_step_A)
-        ds = _pair('det_sampling_mrad', det_sampling_mrad)
+        ds = None if det_sampling_mrad == 'measure' else _pair('det_sampling_mrad', det_sampling_mrad)
         encode(path, qem, format=format, dataset=dataset, kv=kv, semiangle_mrad=semiangle_mrad, scan_step_A=sp,
                det_sampling_mrad=ds, force=tmpdir is not None, gain=gain, progress=progress)
         data = os.fspath(qem)

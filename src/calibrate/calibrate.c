@@ -686,7 +686,20 @@ static ssb4d_status find_disk(cal_run *c, ssb4d_calibration *out, ssb4d_err *err
     out->disk_centre_px[0] = d->cr;
     out->disk_centre_px[1] = d->cc;
     out->disk_radius_px = d->radius;
-    out->edge_radius_px = sqrt((double)nedge / M_PI);
+    out->edge_radius_threshold_px = sqrt((double)nedge / M_PI);
+    /* The edge radius from a model of the edge's profile (edge.c), the threshold's radius its
+     * start; kept only when the fit found an edge near it. */
+    ssb_cal_edge e;
+    out->edge_radius_px = out->edge_radius_threshold_px;
+    out->edge_radius_sigma_px = out->edge_blur_px = NAN;
+    out->edge_model = -1;
+    if (!ssb_cal_fit_edge(mean, c->isflag, dr, dc, d->cr, d->cc, out->edge_radius_threshold_px, &e) &&
+        isfinite(e.radius_px) && fabs(e.radius_px - out->edge_radius_threshold_px) < 1.4) {
+        out->edge_radius_px = e.radius_px;
+        out->edge_radius_sigma_px = e.sigma_px;
+        out->edge_blur_px = e.blur_px;
+        out->edge_model = e.model;
+    }
     return SSB4D_OK;
 }
 
@@ -700,11 +713,14 @@ static void set_geometry(const cal_run *c, ssb4d_calibration *out)
     g->semiangle_mrad = p->semiangle_mrad;
     g->scan_step_A[0] = p->scan_step_A[0];
     g->scan_step_A[1] = p->scan_step_A[1];
+    /* Measured always (SPEC §4: stated beats measured, and the two are compared): δs/s = δR/R. */
+    out->det_sampling_measured_mrad = p->semiangle_mrad / out->edge_radius_px;
+    out->det_sampling_measured_sigma_mrad = out->det_sampling_measured_mrad * out->edge_radius_sigma_px / out->edge_radius_px;
     if (c->sampling_given) {
         g->det_sampling_mrad[0] = p->det_sampling_mrad[0];
         g->det_sampling_mrad[1] = p->det_sampling_mrad[1];
     } else {
-        g->det_sampling_mrad[0] = g->det_sampling_mrad[1] = p->semiangle_mrad / out->edge_radius_px;
+        g->det_sampling_mrad[0] = g->det_sampling_mrad[1] = out->det_sampling_measured_mrad;
         out->det_sampling_fitted = 1;
     }
     if (c->centre_given) {

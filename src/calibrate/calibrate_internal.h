@@ -23,6 +23,26 @@ ssb4d_status ssb_cal_rotation_from_com(const double *com, size_t ny, size_t nx,
 double ssb_cal_curl_sumsq(const double *com, size_t ny, size_t nx, const double step_A[2],
                           double theta_deg);
 
+/* The BF disk's edge radius fitted with a model of its profile (edge.c, SPEC §4): pixels of the
+ * mean pattern (det rows dr x cols dc; isflag may be NULL) within a few px of the guess r0 about
+ * the centre (cr, cc). Returns 0 with out filled, -1 when there are too few edge pixels (a disk
+ * mostly off the detector, r0 <= 2 px). */
+typedef struct {
+    double radius_px; /* R_edge: where the aperture's amplitude is 1/2 (SPEC 5.2) */
+    double sigma_px;  /* its standard error (spread of the per-sector radii; NaN: too few sectors) */
+    double blur_px;   /* the fitted Gaussian blur of the edge */
+    int model;        /* S x S sub-samples of a ramp u px wide: 0 S = 1, u = 1 (point-sampled);
+                         1 S = 3, u = 1/3; 2 S = 5, u = 1/5; 3 S = 6, u = 0 (area-integrated, hard) */
+    double rss[4];    /* each model's residual sum of squares */
+    size_t n_pixels;
+    int n_sectors;    /* sectors used */
+    int n_dropped;    /* sectors left out: something else has an edge there */
+} ssb_cal_edge;
+int ssb_cal_fit_edge(const double *mean, const unsigned char *isflag, size_t dr, size_t dc, double cr, double cc,
+                     double r0, ssb_cal_edge *out);
+/* The edge profile E(x) = E[clamp((x + σZ)/u + 1/2, 0, 1)²] (x px inside the edge; u = 0: a step). */
+double ssb_cal_edge_profile(double x, double u, double sigma);
+
 /* ssb4d_calibrate's tracked buffers (common/workspace.h) for frames of fr pixels at npos scan
  * positions and a frame block of block_bytes (0: the default): the block of frames, and when the
  * rotation is fitted the per-frame moments, then the CoM field; all three live to the end. */

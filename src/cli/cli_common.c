@@ -36,6 +36,9 @@ const char *cli_microscope_help(void)
                "DATA.json, which overrides what a .qem DATA records):\n");
     cli_param_help(f, SSB4D_OP_CALIBRATE,
                    (const char *const[]){"kv", "semiangle", "scan-step", "det-sampling", "rotation", NULL}, 0);
+    fprintf(f, "  --det-sampling measure  the sampling calibration measures from the BF disk's edge,\n"
+               "                        not the one a calibration file, sidecar or .qem states (stated\n"
+               "                        values are used otherwise; calibrate reports both)\n");
     fprintf(f, "  --flip, --no-flip     the detector is mirrored (its row and column axes swapped before\n"
                "                        the rotation) or not; when neither is given (nor recorded by a\n"
                "                        calibration file or the .qem), fit tests both handedness\n"
@@ -161,6 +164,12 @@ int cli_micro_handle(cli_micro *m, int opt, const char *arg)
     case CLI_OPT_SEMIANGLE: return cli_parse_double(arg, &v->semiangle_mrad) ? bad_value("semiangle", arg) : 1;
     case CLI_OPT_SCAN_STEP: return cli_parse_pair(arg, v->scan_step_A) ? bad_value("scan-step", arg) : 1;
     case CLI_OPT_DET_SAMPLING:
+        if (arg && !strcmp(arg, "measure")) { /* SPEC §4: a measurement used only when asked for */
+            m->det_sampling_measure = 1;
+            v->det_sampling_mrad[0] = v->det_sampling_mrad[1] = NAN;
+            return 1;
+        }
+        m->det_sampling_measure = 0;
         return cli_parse_pair(arg, v->det_sampling_mrad) ? bad_value("det-sampling", arg) : 1;
     case CLI_OPT_ROTATION:
         if (cli_parse_double(arg, &v->rotation_deg))
@@ -695,6 +704,8 @@ int cli_resolve_values(const char *data_path, const cli_micro *m, cli_values *ou
         }
     }
     cli_values_layer(out, &m->flags);
+    if (m->det_sampling_measure) /* unset: the library measures it (ssb4d_calib_params) */
+        out->det_sampling_mrad[0] = out->det_sampling_mrad[1] = NAN;
     return m->rotation_from_path ? rotation_from(m, out, warn) : 0;
 }
 

@@ -109,6 +109,7 @@ typedef struct {
     size_t memory_bytes; /* --memory (0: not given: the available RAM) */
     int json;
     int hot_pixels;
+    int det_sampling_measure; /* --det-sampling measure: the measured sampling, whatever is stated */
     int quiet;           /* -q / --quiet: no progress bar, no notes on stderr */
     ssb4d_backend_kind backend; /* --backend (default SSB4D_BACKEND_AUTO) */
     size_t device_memory_bytes; /* --device-memory (0: not given: the device's free memory) */

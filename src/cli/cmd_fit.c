@@ -795,6 +795,33 @@ static ssb4d_status fit_compute(const fit_opts *o, cli_session *cs, fit_run *run
     return st;
 }
 
+/* What the detector sampling's uncertainty does to C10 and C12 (docs/fit.md "Standard errors"):
+ * the data fix the product of an aberration and the angle of each detector pixel (a BF pixel's
+ * image moves by C10·α, α = sampling × its distance in px), so C ∝ 1/sampling for C10 and C12:
+ * δC = |C|·δs/s. The fit's own ± leave this out. */
+typedef struct {
+    double s, sigma;   /* the sampling used (mrad/px) and its standard error (NaN: stated, none) */
+    int measured;      /* the measured sampling is the one used */
+    double per_pct[2]; /* |C10|, |C12| × 1 % (nm) */
+    double contrib[2]; /* |C| σ/s (nm; NaN without σ) */
+} sampling_effect;
+
+static sampling_effect sampling_effect_of(const cli_session *cs, const double x[2])
+{
+    sampling_effect e = {NAN, NAN, 0, {NAN, NAN}, {NAN, NAN}};
+    const ssb4d_calibration *c = ssb4d_session_calibration(cs->s);
+    if (!c)
+        return e;
+    e.s = 0.5 * (c->geom.det_sampling_mrad[0] + c->geom.det_sampling_mrad[1]);
+    e.measured = c->det_sampling_fitted;
+    e.sigma = e.measured ? c->det_sampling_measured_sigma_mrad : NAN;
+    for (int i = 0; i < 2; i++) {
+        e.per_pct[i] = 0.01 * fabs(x[i]);
+        e.contrib[i] = fabs(x[i]) * e.sigma / e.s;
+    }
+    return e;
+}
+
 /* DIR/phase.tiff, phase.png, object.npy, calibration.json and trials.json. */
 static ssb4d_status fit_write(const fit_opts *o, const cli_session *cs, const fit_run *run, ssb4d_err *err)
 {
@@ -855,6 +882,17 @@ static void fit_print_json(const fit_opts *o, const cli_session *cs, const fit_r
     static const char *se_keys[4] = {"C10_nm", "C12_nm", "phi12_deg", "rotation_deg"};
     for (int i = 0; i < 4; i++)
         cJSON_AddItemToObject(se, se_keys[i], run->have_tilt ? cJSON_CreateNull() : cli_json_num(sev[i]));
+    /* the standard errors leave the calibration out; the detector sampling's share, separately */
+    cJSON_AddBoolToObject(se, "include_calibration", 0);
+    sampling_effect ss = sampling_effect_of(cs, x);
+    cJSON *cu = cJSON_AddObjectToObject(out, "sampling_uncertainty");
+    cJSON_AddItemToObject(cu, "det_sampling_mrad", cli_json_num(ss.s));
+    cJSON_AddStringToObject(cu, "det_sampling_source", ss.measured ? "measured" : "stated");
+    cJSON_AddItemToObject(cu, "det_sampling_sigma_mrad", cli_json_num(ss.sigma));
+    cJSON_AddItemToObject(cu, "C10_nm", cli_json_num(ss.contrib[0]));
+    cJSON_AddItemToObject(cu, "C12_nm", cli_json_num(ss.contrib[1]));
+    cJSON_AddItemToObject(cu, "C10_nm_per_percent", cli_json_num(ss.per_pct[0]));
+    cJSON_AddItemToObject(cu, "C12_nm_per_percent", cli_json_num(ss.per_pct[1]));
     cJSON_AddNumberToObject(out, "loss", r->loss);
     cJSON_AddNumberToObject(out, "loss_n_bf", (double)run->n_bf);
     cJSON_AddNumberToObject(out, "n_bf", (double)run->n_bf);
@@ -951,6 +989,16 @@ static void fit_print_text(const fit_opts *o, const cli_session *cs, const fit_r
     if (builtin)
         printf("; truth %.3f deg (detector frame)", cs->truth[2]);
     printf("\n");
+    sampling_effect se_s = sampling_effect_of(cs, x);
+    if (isfinite(se_s.s)) {
+        printf("%-12s the +- are the fit's alone, without the calibration's uncertainty. The sampling,\n", "");
+        if (isfinite(se_s.contrib[0]))
+            printf("%-12s %.5f +- %.5f mrad/px (measured), adds +- %.3f nm to C10, +- %.3f nm to C12\n", "", se_s.s,
+                   se_s.sigma, se_s.contrib[0], se_s.contrib[1]);
+        else
+            printf("%-12s %.5f mrad/px (%s), moves C10 by %.3f nm and C12 by %.3f nm per 1 %%\n", "", se_s.s,
+                   se_s.measured ? "measured" : "stated", se_s.per_pct[0], se_s.per_pct[1]);
+    }
     print_fit_summary(o, &run->fp, r, cs, run->n_bf, run->have_tilt);
     if (run->have_tilt) {
         const ssb4d_thick *th = &run->thick;

@@ -74,6 +74,8 @@ void ssb_calfile_init(ssb4d_calfile *c)
     for (int i = 0; i < 3; i++)
         c->range_lo[i] = c->range_hi[i] = NAN;
     c->rotation_sigma_deg = NAN;
+    c->sampling_measured_mrad = c->sampling_sigma_mrad = NAN;
+    c->centre_measured_px[0] = c->centre_measured_px[1] = NAN;
     c->camera_length_mm = c->dwell_us = NAN;
     c->phi12_scan_deg = c->phi12_probe_deg = c->loss_contrast = NAN;
     c->se[0] = c->se[1] = c->se[2] = c->se[3] = NAN;
@@ -112,6 +114,13 @@ ssb4d_status ssb_calfile_from_calibration(ssb4d_calfile *c, const ssb4d_calibrat
     c->bf_radius_px = cal->selection_radius_px;
     c->disk_radius_px = cal->disk_radius_px;
     c->n_bf = cal->n_bf;
+    /* both the value used and the measurement (SPEC §4) */
+    snprintf(c->sampling_method, sizeof c->sampling_method, "%s", cal->det_sampling_fitted ? "measured" : "stated");
+    c->sampling_measured_mrad = cal->det_sampling_measured_mrad > 0 ? cal->det_sampling_measured_mrad : NAN;
+    c->sampling_sigma_mrad = cal->det_sampling_measured_sigma_mrad >= 0 ? cal->det_sampling_measured_sigma_mrad : NAN;
+    snprintf(c->centre_method, sizeof c->centre_method, "%s", cal->centre_fitted ? "measured" : "stated");
+    c->centre_measured_px[0] = cal->disk_centre_px[0];
+    c->centre_measured_px[1] = cal->disk_centre_px[1];
     for (int i = 0; i < 2; i++) {
         c->det_shape[i] = cal->det_shape[i];
         c->scan_shape[i] = cal->scan_shape[i];
@@ -334,6 +343,17 @@ char *ssb_calfile_to_json(const ssb4d_calfile *c)
     cJSON *fl = cJSON_AddArrayToObject(det, "flagged_pixels");
     for (size_t i = 0; i < c->n_flagged; i++)
         cJSON_AddItemToArray(fl, num_or_null((double)c->flagged[i]));
+    if (c->sampling_method[0]) {
+        cJSON *ss = cJSON_AddObjectToObject(det, "sampling_source");
+        cJSON_AddStringToObject(ss, "method", c->sampling_method);
+        cJSON_AddItemToObject(ss, "measured_mrad", num_or_null(c->sampling_measured_mrad));
+        cJSON_AddItemToObject(ss, "sigma_mrad", num_or_null(c->sampling_sigma_mrad));
+    }
+    if (c->centre_method[0]) {
+        cJSON *cs = cJSON_AddObjectToObject(det, "centre_source");
+        cJSON_AddStringToObject(cs, "method", c->centre_method);
+        cJSON_AddItemToObject(cs, "measured_px", pair(c->centre_measured_px));
+    }
 
     cJSON_AddItemToObject(root, "rotation_deg", num_or_null(c->geom.rotation_deg));
     if (c->flip_stated) {
@@ -697,6 +717,35 @@ static ssb4d_status parse_search(const rd *r, const cJSON *s, ssb4d_calfile *c)
     return SSB4D_OK;
 }
 
+/* detector.sampling_source and detector.centre_source (optional; absent in older files). */
+static ssb4d_status parse_sources(const rd *r, const cJSON *det, ssb4d_calfile *c)
+{
+    ssb4d_status st = SSB4D_OK;
+    const cJSON *ss = get_obj(r, det, "sampling_source", &st);
+    if (st)
+        return st;
+    if (ss && ((st = get_str(r, ss, "method", "detector.sampling_source.method", c->sampling_method,
+                             sizeof c->sampling_method)) ||
+               (st = get_num(r, ss, "measured_mrad", "detector.sampling_source.measured_mrad", 1e-9, 1e3,
+                             &c->sampling_measured_mrad)) ||
+               (st = get_num(r, ss, "sigma_mrad", "detector.sampling_source.sigma_mrad", 0, 1e3,
+                             &c->sampling_sigma_mrad))))
+        return st;
+    if (c->sampling_method[0] && strcmp(c->sampling_method, "stated") && strcmp(c->sampling_method, "measured"))
+        return bad(r, "detector.sampling_source.method", "must be \"stated\" or \"measured\"");
+    const cJSON *cs = get_obj(r, det, "centre_source", &st);
+    if (st)
+        return st;
+    if (cs && ((st = get_str(r, cs, "method", "detector.centre_source.method", c->centre_method,
+                             sizeof c->centre_method)) ||
+               (st = get_pair(r, cs, "measured_px", "detector.centre_source.measured_px", -1e5, 1e5,
+                              c->centre_measured_px))))
+        return st;
+    if (c->centre_method[0] && strcmp(c->centre_method, "stated") && strcmp(c->centre_method, "measured"))
+        return bad(r, "detector.centre_source.method", "must be \"stated\" or \"measured\"");
+    return SSB4D_OK;
+}
+
 static ssb4d_status parse_rotation_source(const rd *r, const cJSON *o, ssb4d_calfile *c)
 {
     ssb4d_status st;
@@ -915,6 +964,8 @@ static ssb4d_status parse(const rd *r, const cJSON *root, ssb4d_calfile *c)
         }
         c->n_flagged = n;
     }
+    if ((st = parse_sources(r, det, c)))
+        return st;
     if ((st = get_count(r, det, "n_bf", "detector.n_bf",
                         c->det_shape[0] ? (double)c->det_shape[0] * (double)c->det_shape[1]
                                         : 4096.0 * 4096.0,

@@ -65,6 +65,14 @@ typedef struct {
      * of SSB4D_CALFILE_ROT_*; from: who stated it ("--rotation", "sidecar", ...) for "given",
      * what gave the fit its start and error ("parallax", "centre of mass", "undetermined") for
      * "fit"; sigma: its standard error in degrees (NaN unknown). */
+    /* Stated beats measured (SPEC §4): the sampling and the centre above are the ones used;
+     * method "stated" (a flag, a calibration file, a sidecar, the file's metadata) or "measured"
+     * ("" not recorded: older files), with what calibration measured beside it (NaN unknown):
+     * detector.sampling_source and detector.centre_source. */
+    char sampling_method[12];
+    double sampling_measured_mrad, sampling_sigma_mrad;
+    char centre_method[12];
+    double centre_measured_px[2];
     char rotation_method[24];
     char rotation_from[32];
     double rotation_sigma_deg;

@@ -1,4 +1,5 @@
 """The Python package against the command line and the C library (docs/python.md)."""
+import json
 import os
 import shutil
 import signal
@@ -382,3 +383,26 @@ def test_every_public_function_has_a_docstring():
     for name, fn in vars(ssb4d.Session).items():
         if not name.startswith('_') and callable(fn):
             assert fn.__doc__, 'Session.' + name
+
+
+def test_calibrate_stated_beats_measured(tiny, tmp_path):
+    """SPEC §4 (issue 39): Python's calibrate() uses what the sidecar states, as `ssb4d calibrate`
+    does (the same sampling and centre, bit for bit), and det_sampling_mrad='measure' uses the
+    measurement, as --det-sampling measure does."""
+    cal = tmp_path / 'cli.json'
+    run_cli('calibrate', tiny['npy'], '-o', cal)
+    cli = json.loads(cal.read_text())
+    side = json.loads((tiny['dir'] / 's.json').read_text())
+    with ssb4d.open(tiny['npy']) as s:
+        g = s.calibrate(progress=False).geometry
+    assert list(g.det_sampling_mrad) == cli['detector']['sampling_mrad'] == side['detector']['sampling_mrad']
+    assert list(g.centre_px) == cli['detector']['centre_px']
+    assert cli['detector']['sampling_source']['method'] == 'stated'
+    calm = tmp_path / 'cli_measure.json'
+    run_cli('calibrate', tiny['npy'], '-o', calm, '--det-sampling', 'measure')
+    clim = json.loads(calm.read_text())
+    with ssb4d.open(tiny['npy'], det_sampling_mrad='measure') as s:
+        c = s.calibrate(progress=False)
+    assert c.det_sampling_fitted and list(c.geometry.det_sampling_mrad) == clim['detector']['sampling_mrad']
+    assert clim['detector']['sampling_source']['method'] == 'measured'
+    assert abs(c.geometry.det_sampling_mrad[0] / side['detector']['sampling_mrad'][0] - 1) < 0.003
