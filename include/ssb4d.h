@@ -1511,6 +1511,38 @@ int ssb4d_dist_size(const ssb4d_dist *d); /* 1 for NULL */
  * the root sending to every other rank) and the seconds it spent in messages, waits included. */
 void ssb4d_dist_traffic(const ssb4d_dist *d, uint64_t *bytes, uint64_t *messages, double *seconds);
 
+/* ------------------------------------------------------------------------------------------ */
+/* For clients (src/common/): what the command line and the viewer share with the library     */
+/* Sets err (if not NULL) to one formatted line and returns code (`return ssb4d_err_set(...)`). */
+ssb4d_status ssb4d_err_set(ssb4d_err *err, ssb4d_status code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Seconds on the monotonic clock, for timings and progress (never for results). */
+double ssb4d_clock_s(void);
+/* The threads a call given `requested` runs on: <= 0 the online cores, else requested (at most
+ * 1024), as every stage resolves its `threads`. */
+int ssb4d_threads_resolve(int requested);
+/* SHA-256 of n bytes as 64 hex digits and a NUL. */
+void ssb4d_sha256_hex(const void *data, size_t n, char hex[65]);
+/* Output files appear whole or not at all: "<path>.tmp<pid>" is written, flushed, synced and
+ * renamed over path; on any failure the temporary file is removed. */
+typedef struct {
+    FILE *f;
+    char *tmp;
+    char *path;
+} ssb4d_afile;
+ssb4d_status ssb4d_afile_open(ssb4d_afile *a, const char *path, ssb4d_err *err);
+/* st == SSB4D_OK: flush, sync, close and rename; otherwise close and remove the temporary file.
+ * Returns the final status (an I/O error here is reported through err). */
+ssb4d_status ssb4d_afile_finish(ssb4d_afile *a, ssb4d_status st, ssb4d_err *err);
+/* A whole text file, atomically (a newline is appended). */
+ssb4d_status ssb4d_write_text_atomic(const char *path, const char *text, ssb4d_err *err);
+/* What the viewer's FFT panel shows, in place: log(1 + |DFT|) of img (ny x nx, row-major) with
+ * its mean removed first (the DC peak would flatten the rest), the zero frequency in the middle.
+ * Its two buffers are counted in mem (may be NULL). */
+ssb4d_status ssb4d_image_fft_logmag(ssb4d_mem *mem, float *img, size_t ny, size_t nx, ssb4d_err *err);
+/* Bytes from rank `root` to every rank of d (a distributed viewer's jobs). */
+ssb4d_status ssb4d_dist_bcast(const ssb4d_dist *d, void *buf, size_t bytes, int root, ssb4d_err *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -3,7 +3,6 @@
 #include "cli/cli_params.h"
 
 #include "common/sha256.h"
-#include "common/textfile.h"
 #include "io/calfile.h"
 #include "qem/qem.h"
 #include "io/image.h"

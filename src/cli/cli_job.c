@@ -4,7 +4,6 @@
 #include "cli/cli_job.h"
 
 #include "codec/codec.h"
-#include "common/parallel.h"
 #include "fit/fit.h"
 #include "gbuild/gbuild.h"
 #include "plan/budget.h"
@@ -88,7 +87,7 @@ int cli_qem_check_threads(const char *cmd, const qem_file *q, int threads, size_
 {
     const qem_info *in = qem_get_info(q);
     size_t per_thread = qem_spatial_fields(in->shape[2], in->shape[3]) * QEM_INTERVAL * sizeof(uint32_t);
-    size_t nt = (size_t)ssb_threads_resolve(threads);
+    size_t nt = (size_t)ssb4d_threads_resolve(threads);
     nt = nt > in->n_blocks ? in->n_blocks : nt;
     size_t room = budget > other ? budget - other : 0;
     if (nt * per_thread > room)

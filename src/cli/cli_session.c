@@ -6,7 +6,6 @@
 #include "cli/cli_mpi.h"
 
 #include "cli/cli_job.h"
-#include "common/err.h"
 #include "session/backend.h"
 
 #include <math.h>

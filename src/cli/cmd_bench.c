@@ -6,16 +6,12 @@
  *   sweep:   the loss at the fit over loss tiles: time relative to the default layout, live
  *            bytes above G, cache kept, and a check that every tile gives the same bits. */
 #include "cli/cli_common.h"
-#include "common/clock.h"
 #include "cli/cli_session.h"
 #include "cli/cli_mpi.h"
 #include "cli/cmd_bench_compare.h"
 #include "cli/cmd_bench_view.h"
 #include "cli/commands.h"
 #include "bench/record.h"
-#include "common/parallel.h"
-#include "common/err.h"
-#include "common/sha256.h"
 
 #include <cjson/cJSON.h>
 #include <getopt.h>
@@ -259,7 +255,7 @@ static int bench_run(int argc, char **argv)
     rec->n_stored = r->n_stored;
     rec->encoded_bytes = r->encoded_bytes;
     rec->g_bytes = r->g_bytes;
-    rec->threads = ssb_threads_resolve(m.threads);
+    rec->threads = ssb4d_threads_resolve(m.threads);
     rec->memory_budget_bytes = r->plan.memory_bytes;
     rec->repeat = (int)repeat;
     rec->upsample = r->upsample;
@@ -446,9 +442,7 @@ static int bench_sweep(int argc, char **argv)
         const ssb4d_stage_record *sr = ssb4d_mem_stage(mem, ssb4d_mem_stage_count(mem) - 1);
         live[t] = (double)(sr->peak_bytes - base);
         cache[t] = (double)sr->cache_bytes;
-        ssb4d_sha256 *h = ssb_sha256_new();
-        ssb_sha256_update(h, phase, ny * nx * sizeof *phase);
-        ssb_sha256_final_hex(h, hex[t]);
+        ssb4d_sha256_hex(phase, ny * nx * sizeof *phase, hex[t]);
     }
     /* Times: interleaved repeats, each tile's buffers kept in the cache between its runs. */
     for (long k = 0; k < repeat && !st && phase; k++)
@@ -457,9 +451,9 @@ static int bench_sweep(int argc, char **argv)
             ssb4d_ssb_opts_default(&so);
             so.threads = m.threads;
             so.loss_tile = tiles[t] == (size_t)-1 ? ssb4d_G_n_bf(G) : tiles[t];
-            double l, t0 = ssb_clock_s();
+            double l, t0 = ssb4d_clock_s();
             st = ssb4d_loss(G, &cal.geom, &v.ab, NULL, &so, mem, &l, NULL, &err);
-            secs[t][k] = ssb_clock_s() - t0;
+            secs[t][k] = ssb4d_clock_s() - t0;
         }
     int same = 1;
     cJSON *rows = cJSON_CreateArray();
@@ -470,7 +464,7 @@ static int bench_sweep(int argc, char **argv)
             bench_stats(secs[t], (size_t)repeat, &med[t], &lo, &hi);
         }
         printf("loss tile sweep: %s, %zu BF pixels, %zux%zu scan, %d threads, %ld interleaved runs\n", w.path,
-               cal.n_bf, ny, nx, ssb_threads_resolve(m.threads), repeat);
+               cal.n_bf, ny, nx, ssb4d_threads_resolve(m.threads), repeat);
         printf("%-12s %12s %10s %16s %12s  %s\n", "loss tile", "loss s", "vs default", "live above G GiB",
                "cache GiB", "bits");
         for (size_t t = 0; t < nt; t++) {
@@ -503,13 +497,13 @@ static int bench_sweep(int argc, char **argv)
         cJSON_AddStringToObject(j, "schema", "ssb4d-bench-sweep/1");
         cJSON_AddStringToObject(j, "workload", w.name ? w.name : w.data);
         cJSON_AddNumberToObject(j, "n_bf", (double)cal.n_bf);
-        cJSON_AddNumberToObject(j, "threads", ssb_threads_resolve(m.threads));
+        cJSON_AddNumberToObject(j, "threads", ssb4d_threads_resolve(m.threads));
         cJSON_AddItemToObject(j, "rows", rows);
         rows = NULL;
         char *text = cJSON_Print(j);
         FILE *f = fopen(out, "w");
         if (!f || fputs(text, f) < 0 || fclose(f))
-            st = ssb_fail(&err, SSB4D_EIO, "cannot write %s", out);
+            st = ssb4d_err_set(&err, SSB4D_EIO, "cannot write %s", out);
         free(text);
         cJSON_Delete(j);
     }

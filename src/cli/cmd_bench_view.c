@@ -8,11 +8,9 @@
  * draw (every finished answer newer than the last one drawn); --cpu-load starts busy processes
  * beside the server that stop by themselves. */
 #include "bench/record.h"
-#include "common/clock.h"
 #include "cli/cli_common.h"
 #include "cli/cli_session.h"
 #include "cli/cmd_bench_view.h"
-#include "common/atomic.h"
 
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>
@@ -169,9 +167,9 @@ static int time_kind(int port, const char *token, double c10, int *seq, size_t c
         snprintf(body, sizeof body, "{\"C10_nm\": %.6f, \"upsample\": 1, \"subset\": %zu, \"want_loss\": %s, \"seq\": %d}",
                  c10 + 0.05 * *seq, release ? (size_t)0 : subset, release ? "true" : "false", *seq);
         http_answer a;
-        double t0 = ssb_clock_s();
+        double t0 = ssb4d_clock_s();
         int bad = http(port, token, "POST", "/api/preview", body, &a);
-        double dt = ssb_clock_s() - t0;
+        double dt = ssb4d_clock_s() - t0;
         if (bad || a.status != 200) {
             fprintf(stderr, "ssb4d bench view: preview failed (HTTP %d): %.200s\n", a.status, a.body ? a.body : "");
             free(a.raw), free(rt), free(sv);
@@ -208,9 +206,9 @@ static void *stream_send(void *arg)
 {
     stream_req *q = arg;
     http_answer a;
-    q->t_send = ssb_clock_s();
+    q->t_send = ssb4d_clock_s();
     int bad = http(q->port, q->token, "POST", "/api/preview", q->body, &a);
-    q->t_recv = ssb_clock_s();
+    q->t_recv = ssb4d_clock_s();
     q->status = bad ? -1 : a.status;
     q->server_s = a.server_s;
     free(a.raw);
@@ -252,11 +250,11 @@ static int drag_stream(int port, const char *token, double c10, int *seq, double
         return cli_error("bench view", SSB4D_ENOMEM, "out of memory");
     }
     size_t nq = 0;
-    double t0 = ssb_clock_s();
+    double t0 = ssb4d_clock_s();
     int rc = 0;
     for (size_t i = 0; i <= n && !rc; i++) {
         double due = t0 + (double)i / rate_hz; /* a fixed schedule, whatever the answers do */
-        for (double now; (now = ssb_clock_s()) < due;)
+        for (double now; (now = ssb4d_clock_s()) < due;)
             usleep((useconds_t)((due - now) * 1e6));
         {
             int rel = i == n;
@@ -519,7 +517,7 @@ int bench_view(int argc, char **argv, bench_resolve_fn resolve)
         waitpid(pid, NULL, 0);
         return CLI_EXIT_USAGE;
     }
-    double t0 = ssb_clock_s(), c10 = 0, ready_s = 0;
+    double t0 = ssb4d_clock_s(), c10 = 0, ready_s = 0;
     size_t n_bf = 0, shape[4] = {0};
     char backend_name[16] = "";
     for (;;) { /* until calibrated and fitted */
@@ -543,7 +541,7 @@ int bench_view(int argc, char **argv, bench_resolve_fn resolve)
             n_bf = (size_t)cJSON_GetNumberValue(cJSON_GetObjectItem(cJSON_GetObjectItem(s, "calibration"), "n_bf"));
             for (int k = 0; k < 4; k++)
                 shape[k] = (size_t)cJSON_GetNumberValue(cJSON_GetArrayItem(cJSON_GetObjectItem(s, "shape"), k));
-            ready_s = ssb_clock_s() - t0;
+            ready_s = ssb4d_clock_s() - t0;
             const char *b = cJSON_GetStringValue(cJSON_GetObjectItem(s, "backend"));
             snprintf(backend_name, sizeof backend_name, "%s", b ? b : "");
         }
@@ -607,7 +605,7 @@ int bench_view(int argc, char **argv, bench_resolve_fn resolve)
         char *txt = cJSON_Print(j);
         cJSON_Delete(j);
         ssb4d_err err = {0};
-        ssb4d_status st = txt ? ssb_write_text_atomic(out, txt, &err) : SSB4D_ENOMEM;
+        ssb4d_status st = txt ? ssb4d_write_text_atomic(out, txt, &err) : SSB4D_ENOMEM;
         free(txt);
         if (st)
             return cli_error("bench view", st, txt ? err.msg : "out of memory");

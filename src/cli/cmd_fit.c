@@ -15,8 +15,6 @@
 #include "cli/cli_params.h"
 #include "cli/commands.h"
 #include "cli/progress.h"
-#include "common/atomic.h"
-#include "common/err.h"
 #include "fit/fit.h"
 #include "io/calfile.h"
 #include "io/image.h"
@@ -699,7 +697,7 @@ static ssb4d_status fill_calfile(const fit_opts *o, const cli_session *j, const 
     cf->best = calloc(50, sizeof *cf->best);
     if (!sorted || !cf->best) {
         free(sorted);
-        return ssb_fail(err, SSB4D_ENOMEM, "out of memory");
+        return ssb4d_err_set(err, SSB4D_ENOMEM, "out of memory");
     }
     size_t n = 0;
     for (size_t i = 0; i < r->n_trials; i++)
@@ -723,8 +721,8 @@ static ssb4d_status write_json_file(const char *path, cJSON *o, ssb4d_err *err)
 {
     char *s = cJSON_Print(o);
     if (!s)
-        return ssb_fail(err, SSB4D_ENOMEM, "out of memory");
-    ssb4d_status st = ssb_write_text_atomic(path, s, err);
+        return ssb4d_err_set(err, SSB4D_ENOMEM, "out of memory");
+    ssb4d_status st = ssb4d_write_text_atomic(path, s, err);
     free(s);
     return st;
 }
@@ -1240,7 +1238,7 @@ int cmd_fit_regions(int argc, char **argv)
     ssb4d_session_fit_params(j.s, &o.fp, &rfp);
     ssb4d_fit_result *res = calloc(n, sizeof *res);
     double *c10 = calloc(n, sizeof *c10);
-    ssb4d_status st = res && c10 ? SSB4D_OK : ssb_fail(&err, SSB4D_ENOMEM, "out of memory");
+    ssb4d_status st = res && c10 ? SSB4D_OK : ssb4d_err_set(&err, SSB4D_ENOMEM, "out of memory");
     for (size_t i = 0; i < n && !st; i++) {
         cli_session_bar(&j, "region fit");
         st = ssb4d_session_fit_region(j.s, rects[i], &o.fp, &res[i], &err);
@@ -1318,7 +1316,7 @@ int cmd_fit_regions(int argc, char **argv)
     }
     if (!st && writer) {
         join(path, sizeof path, o.out_dir, "regions.csv");
-        st = ssb_write_text_atomic(path, csv, &err);
+        st = ssb4d_write_text_atomic(path, csv, &err);
     }
     if (!st) {
         /* The defocus map: one 32-px cell per grid region (a list is drawn on the scan grid, one
@@ -1328,7 +1326,7 @@ int cmd_fit_regions(int argc, char **argv)
         size_t cell = o.grid[0] ? 32 : 1;
         float *img = malloc(R * C * cell * cell * sizeof *img);
         if (!img)
-            st = ssb_fail(&err, SSB4D_ENOMEM, "out of memory");
+            st = ssb4d_err_set(&err, SSB4D_ENOMEM, "out of memory");
         for (size_t i = 0; img && i < R * C * cell * cell; i++)
             img[i] = NAN;
         for (size_t i = 0; img && i < n; i++) {

@@ -5,7 +5,6 @@
 #include "cli/cli_job.h"
 #include "cli/commands.h"
 #include "codec/codec.h"
-#include "common/parallel.h"
 #include "qem/qem.h"
 
 #include <cjson/cJSON.h>

@@ -13,7 +13,6 @@
 #include "plan/budget.h"
 #include "plan/device_model.h"
 #include "plan/plan.h"
-#include "common/parallel.h"
 #ifdef SSB4D_HAVE_CUDA
 #include "cuda/cuda.h"
 #include "cuda/memory.h"
@@ -646,7 +645,7 @@ int cmd_plan(int argc, char **argv)
     } else {
         printf("plan for %zux%zu scan x %zux%zu detector, %zu BF pixels (%zu fit), %d threads\n", in.scan[0],
                in.scan[1], in.det[0], in.det[1], in.n_bf, in.n_fit_bf ? in.n_fit_bf : in.n_bf,
-               ssb_threads_resolve(in.threads));
+               ssb4d_threads_resolve(in.threads));
         if (n_ranks > 1)
             rank_plan_print(&in, &p, &share);
         else

@@ -7,7 +7,6 @@
 #include "cli/cli_params.h"
 #include "cli/commands.h"
 #include "cli/progress.h"
-#include "common/err.h"
 #include "io/image.h"
 #include "io/npy.h"
 

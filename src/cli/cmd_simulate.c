@@ -4,7 +4,6 @@
 #include "cli/commands.h"
 #include "cli/progress.h"
 #include "codec/codec.h"
-#include "common/parallel.h"
 #include "sim/sim.h"
 #include "ssb4d_advanced.h"
 
@@ -129,7 +128,7 @@ typedef struct {
 static sim_working_set working_set(const ssb4d_sim_params *p, const ssb4d_sim_info *info, int to_qem)
 {
     sim_working_set w = {0, 0, 0, 0, 0};
-    size_t nt = (size_t)ssb_threads_resolve(p->threads), N = (size_t)p->scan_n;
+    size_t nt = (size_t)ssb4d_threads_resolve(p->threads), N = (size_t)p->scan_n;
     size_t MM = (size_t)info->grid * (size_t)info->grid, DD = (size_t)p->det * (size_t)p->det;
     /* probe, two transmission functions, propagator and one wave per thread (complex64), the
      * aperture and the mask; the grid is that of the oversampled window (about S× per axis) */

@@ -6,7 +6,6 @@
 #include "cli/cli_input.h"
 #include "cli/commands.h"
 #include "cli/progress.h"
-#include "common/err.h"
 #include "qem/qem.h"
 
 #include <cjson/cJSON.h>

@@ -6,7 +6,7 @@
 #include "cli/cli_mpi.h"
 #include "cli/cli_session.h"
 #include "cli/commands.h"
-#include "view/view.h"
+#include "ssb4d_view.h"
 
 #include <limits.h>
 #include <math.h>

@@ -8,7 +8,6 @@
 #include "cli/cli_session.h"
 #include "cli/commands.h"
 #include "cli/progress.h"
-#include "common/atomic.h"
 #include "io/image.h"
 #include "io/npy.h"
 
@@ -417,7 +416,7 @@ int cmd_virtual(int argc, char **argv)
             cJSON_Delete(j);
             if (!text)
                 rc = cli_error(CMD, SSB4D_ENOMEM, "out of memory (JSON)");
-            else if ((st = ssb_write_text_atomic(paths[np - 1], text, &err)))
+            else if ((st = ssb4d_write_text_atomic(paths[np - 1], text, &err)))
                 rc = cli_error(CMD, st, err.msg);
             else if (m.json)
                 printf("%s\n", text);
