@@ -27,7 +27,7 @@ typedef struct {
 typedef struct {
     /* workload */
     char workload[32];        /* "small", "medium", "reference" or a file name */
-    char identity[112];       /* data identity (cli_data_identity) */
+    char identity[112];       /* data identity (ssb4d_data_identity) */
     size_t shape[4];
     size_t n_bf, n_stored;
     size_t encoded_bytes, g_bytes;

@@ -2,11 +2,7 @@
 #include "cli/cli_common.h"
 #include "cli/cli_params.h"
 
-#include "common/sha256.h"
-#include "io/calfile.h"
 #include "qem/qem.h"
-#include "io/image.h"
-#include "source/source.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -368,7 +364,7 @@ int cli_read_sidecar(const char *data, const cli_micro *m, cli_values *v, char *
     ssb4d_values lv;
     char found[sizeof lv.sidecar_path];
     const char *side = m->sidecar_path;
-    if (!side && ssb_sidecar_find(data, found, sizeof found))
+    if (!side && ssb4d_sidecar_find(data, found, sizeof found))
         side = found;
     if (!side)
         return 0;
@@ -419,75 +415,6 @@ void cli_values_layer(cli_values *out, const cli_values *in)
     memcpy(out->data_identity, id, sizeof id);
 }
 
-/* ---- data identity ----------------------------------------------------------------------- */
-
-/* True when path starts with the .qem magic. */
-static int is_qem_file(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    char magic[8] = {0};
-    int is_qem = f && fread(magic, 1, 8, f) == 8 && !memcmp(magic, "QEMDATA1", 8);
-    if (f)
-        fclose(f);
-    return is_qem;
-}
-
-/* SHA-256 of the header's body checksums; the header checksum itself was verified by
- * qem_open, so the list is what the writer recorded. */
-static int qem_identity(const char *path, char hex[65])
-{
-    qem_file *q = NULL;
-    ssb4d_err err = {0};
-    if (qem_open(path, 0, 1, &q, &err))
-        return -1;
-    const cJSON *sums = cJSON_GetObjectItemCaseSensitive(qem_header_json(q), "sha256");
-    ssb4d_sha256 *h = cJSON_IsArray(sums) ? ssb_sha256_new() : NULL;
-    if (!h) {
-        qem_close(q);
-        return -1;
-    }
-    for (const cJSON *e = sums->child; e; e = e->next)
-        if (cJSON_IsString(e))
-            ssb_sha256_update(h, e->valuestring, strlen(e->valuestring));
-    ssb_sha256_final_hex(h, hex);
-    qem_close(q);
-    return 0;
-}
-
-static int file_sha256(const char *path, char hex[65])
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return -1;
-    ssb4d_sha256 *h = ssb_sha256_new();
-    size_t cap = (size_t)4 << 20;
-    unsigned char *buf = malloc(cap);
-    int bad = !h || !buf;
-    size_t got;
-    while (!bad && (got = fread(buf, 1, cap, f)) > 0)
-        ssb_sha256_update(h, buf, got);
-    bad = bad || ferror(f);
-    fclose(f);
-    free(buf);
-    if (h)
-        ssb_sha256_final_hex(h, hex); /* also frees h */
-    return bad ? -1 : 0;
-}
-
-int cli_data_identity(const char *path, char *out, size_t n)
-{
-    char hex[65];
-    int qem = is_qem_file(path);
-    const char *prefix = qem ? "qem-body-sha256:" : "sha256:";
-    if (n)
-        out[0] = 0;
-    if ((qem ? qem_identity(path, hex) : file_sha256(path, hex)) != 0 ||
-        strlen(prefix) + 64 >= n)
-        return -1;
-    snprintf(out, n, "%s%s", prefix, hex);
-    return 0;
-}
-
 /* "sha256:0123456789abcdef…": enough of an identity to tell two apart in a message. */
 static void short_identity(const char *id, char *out, size_t n)
 {
@@ -517,8 +444,8 @@ int cli_auto_calibration(const char *cmd, const char *data, cli_micro *m, int qu
         return 0;
     ssb4d_calfile cf;
     ssb4d_err err = {0};
-    if (ssb_calfile_read(path, &cf, &err)) {
-        ssb_calfile_free(&cf);
+    if (ssb4d_calfile_read(path, &cf, &err)) {
+        ssb4d_calfile_free(&cf);
         fprintf(stderr, "ssb4d %s: %s (the calibration file beside DATA: remake it with ssb4d calibrate "
                         "--force, or give --calibration FILE)\n", cmd, err.msg);
         return CLI_EXIT_USAGE;
@@ -526,14 +453,14 @@ int cli_auto_calibration(const char *cmd, const char *data, cli_micro *m, int qu
     int has_ab = cf.has_ab;
     char recorded[sizeof cf.data_identity];
     snprintf(recorded, sizeof recorded, "%s", cf.data_identity);
-    ssb_calfile_free(&cf);
+    ssb4d_calfile_free(&cf);
     if (has_ab) {
         fprintf(stderr, "ssb4d %s: warning: %s holds aberrations, so ssb4d calibrate did not write it; "
                         "not used (give --calibration %s to use it)\n", cmd, path, path);
         return 0;
     }
-    if (recorded[0] && cli_data_identity(data, m->data_identity, sizeof m->data_identity) == 0 &&
-        ssb_calfile_identity_differs(recorded, m->data_identity)) {
+    if (recorded[0] && ssb4d_data_identity(data, m->data_identity, sizeof m->data_identity, NULL) == 0 &&
+        ssb4d_calfile_identity_differs(recorded, m->data_identity)) {
         char a[128], b[128];
         short_identity(recorded, a, sizeof a);
         short_identity(m->data_identity, b, sizeof b);
@@ -670,8 +597,8 @@ int cli_resolve_values(const char *data_path, const cli_micro *m, cli_values *ou
         snprintf(out->data_identity, sizeof out->data_identity, "%s", m->data_identity);
     if (data_path && recorded[0] &&
         (out->data_identity[0] ||
-         cli_data_identity(data_path, out->data_identity, sizeof out->data_identity) == 0) &&
-        ssb_calfile_identity_differs(recorded, out->data_identity)) {
+         ssb4d_data_identity(data_path, out->data_identity, sizeof out->data_identity, NULL) == 0) &&
+        ssb4d_calfile_identity_differs(recorded, out->data_identity)) {
         char a[128], b[128];
         short_identity(recorded, a, sizeof a);
         short_identity(out->data_identity, b, sizeof b);

@@ -3,7 +3,6 @@
  * `ssb4d simulate`), exit codes and output helpers. */
 #ifndef SSB4D_CLI_COMMON_H
 #define SSB4D_CLI_COMMON_H
-#include "io/calfile.h"
 #include "ssb4d_advanced.h"
 
 #include <cjson/cJSON.h>
@@ -103,7 +102,7 @@ typedef struct {
     const char *sidecar_path;
     const char *rotation_from_path; /* --rotation-from FILE (NULL: not given) */
     char auto_calibration[4096]; /* the calibration file cli_auto_calibration found beside DATA */
-    char data_identity[96];      /* DATA's identity once computed (cli_data_identity), else "" */
+    char data_identity[96];      /* DATA's identity once computed (ssb4d_data_identity), else "" */
     int threads;
     int memory_report;
     size_t memory_bytes; /* --memory (0: not given: the available RAM) */
@@ -193,13 +192,6 @@ int cli_default_calibration_path(const char *data, char *out, size_t n);
  * m->data_identity for cli_resolve). Returns 0, or CLI_EXIT_USAGE when the file cannot be read
  * or is malformed (one line printed). */
 int cli_auto_calibration(const char *cmd, const char *data, cli_micro *m, int quiet);
-
-/* The identity of a data file for calibration files (SPEC §4): "qem-body-sha256:<hex>" for a
- * .qem, the SHA-256 of the concatenated body checksums (the header's "sha256" list, verified
- * against the body whenever the file is opened as a source), so only the header is read; for
- * any other file "sha256:<hex>" of its bytes. Returns 0, or -1 when it cannot be read or n is
- * too small (out is then ""). */
-int cli_data_identity(const char *path, char *out, size_t n);
 
 /* The calibration file's `acquisition` section (format, camera length, dwell) from what DATA
  * records (a .qem's record or its reader's); left unset when DATA is NULL or says nothing. */

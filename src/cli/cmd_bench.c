@@ -248,7 +248,7 @@ static int bench_run(int argc, char **argv)
         }
     }
     snprintf(rec->workload, sizeof rec->workload, "%s", w.name ? w.name : w.data);
-    if (cli_data_identity(w.path, rec->identity, sizeof rec->identity))
+    if (ssb4d_data_identity(w.path, rec->identity, sizeof rec->identity, NULL))
         rec->identity[0] = 0;
     memcpy(rec->shape, r->shape, sizeof rec->shape);
     rec->n_bf = r->n_bf;

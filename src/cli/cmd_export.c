@@ -8,9 +8,7 @@
 #include "cli/commands.h"
 #include "cli/progress.h"
 #include "formats/framesrc.h"
-#include "io/npy.h"
 #include "qem/qem.h"
-#include "source/source.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -138,7 +136,7 @@ static ssb4d_status write_frames(input *in, FILE *f, int quiet, ssb4d_err *err)
         if (fwrite(buf, (size_t)in->bytes, m, f) != m)
             st = ssb4d_err_set(err, SSB4D_EIO, "writing the frames: %s", strerror(errno));
         if (in->src)
-            ssb_source_done_with(in->src, p0, n);
+            ssb4d_source_done_with(in->src, p0, n);
         cli_progress_update(&pb, (double)(p0 + n) / (double)N);
     }
     cli_progress_done(&pb);
@@ -227,7 +225,7 @@ int cmd_export(int argc, char **argv)
         const char *descr = in.is_float ? "<f4" : in.bytes == 1 ? "|u1" : in.bytes == 2 ? "<u2" : "<u4";
         st = ssb4d_afile_open(&af, outp, &err);
         if (!st) {
-            st = ssb_npy_write_header(af.f, descr, 4, in.shape, &err);
+            st = ssb4d_npy_write_header(af.f, descr, 4, in.shape, &err);
             if (!st)
                 st = write_frames(&in, af.f, quiet || json, &err);
             st = ssb4d_afile_finish(&af, st, &err);

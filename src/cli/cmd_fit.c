@@ -16,9 +16,6 @@
 #include "cli/commands.h"
 #include "cli/progress.h"
 #include "fit/fit.h"
-#include "io/calfile.h"
-#include "io/image.h"
-#include "io/npy.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -656,10 +653,10 @@ static ssb4d_status fill_calfile(const fit_opts *o, const cli_session *j, const 
                                  size_t loss_n_bf, ssb4d_calfile *cf, ssb4d_err *err)
 {
     const ssb4d_calibration *cal = ssb4d_session_calibration(j->s);
-    ssb4d_status st = ssb_calfile_from_calibration(cf, cal, err);
+    ssb4d_status st = ssb4d_calfile_from_calibration(cf, cal, err);
     if (st)
         return st;
-    ssb_calfile_set_fit(cf, r, fp, j->v.rotation_from, loss_n_bf);
+    ssb4d_calfile_set_fit(cf, r, fp, j->v.rotation_from, loss_n_bf);
     cf->n_bf = cal->n_bf;
     cf->has_search = 1;
     cf->trials = 0; /* the global candidates the fit ran (at least 200 without the parallax's start) */
@@ -674,7 +671,7 @@ static ssb4d_status fill_calfile(const fit_opts *o, const cli_session *j, const 
     /* cli_resolve has hashed DATA already when --calibration recorded an identity. */
     if (j->v.data_identity[0])
         snprintf(cf->data_identity, sizeof cf->data_identity, "%s", j->v.data_identity);
-    else if (o->data && cli_data_identity(o->data, cf->data_identity, sizeof cf->data_identity) != 0)
+    else if (o->data && ssb4d_data_identity(o->data, cf->data_identity, sizeof cf->data_identity, NULL) != 0)
         cf->data_identity[0] = 0;
     cli_calfile_acquisition(o->data, cf);
     if (tr) {
@@ -802,16 +799,16 @@ static ssb4d_status fit_write(const fit_opts *o, const cli_session *cs, const fi
         st = cli_write_image(path, run->phase, run->ny, run->nx, pixel, err);
     join(path, sizeof path, o->out_dir, "object.npy");
     if (!st)
-        st = ssb_npy_save(path, "<c8", 2, oshape, run->object, err);
+        st = ssb4d_npy_save(path, "<c8", 2, oshape, run->object, err);
     ssb4d_calfile cf;
-    ssb_calfile_init(&cf);
+    ssb4d_calfile_init(&cf);
     if (!st)
         st = fill_calfile(o, cs, &run->fp, r, run->have_tilt ? &run->tr : NULL, o->has_region ? o->region : NULL,
                           run->n_bf, &cf, err);
     join(path, sizeof path, o->out_dir, "calibration.json");
     if (!st)
-        st = ssb_calfile_write(path, &cf, err);
-    ssb_calfile_free(&cf);
+        st = ssb4d_calfile_write(path, &cf, err);
+    ssb4d_calfile_free(&cf);
     if (st)
         return st;
     cJSON *t = cJSON_CreateObject();
@@ -1336,10 +1333,9 @@ int cmd_fit_regions(int argc, char **argv)
                 for (size_t b = c0 * cell; b < c1 * cell; b++)
                     img[a * C * cell + b] = (float)c10[i];
         }
-        ssb4d_png_legend lg = {0.0, "C10 nm", SSB4D_PNG_SCALE_AUTO}; /* drawn >= 512 px */
         join(path, sizeof path, o.out_dir, "defocus.png");
         if (!st && writer)
-            st = ssb_image_write_png_legend(path, img, R * cell, C * cell, &lg, &err);
+            st = ssb4d_image_save(path, img, R * cell, C * cell, NULL, "C10 nm", &err); /* >= 512 px */
         free(img);
     }
     if (st) {

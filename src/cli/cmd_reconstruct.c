@@ -7,8 +7,6 @@
 #include "cli/cli_params.h"
 #include "cli/commands.h"
 #include "cli/progress.h"
-#include "io/image.h"
-#include "io/npy.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -295,7 +293,7 @@ static ssb4d_status recon_compute(const recon_opts *o, cli_session *cs, const re
         st = cli_write_image(o->out_path, run->phase, run->nyf, run->nxf, run->pixel, err);
         if (!st && o->object_path) {
             size_t oshape[2] = {run->nyf, run->nxf};
-            st = ssb_npy_save(o->object_path, "<c8", 2, oshape, run->object, err);
+            st = ssb4d_npy_save(o->object_path, "<c8", 2, oshape, run->object, err);
         }
         ssb4d_mem_stage_end(mem);
     }
@@ -429,7 +427,7 @@ int cmd_reconstruct(int argc, char **argv)
     if (rc)
         return rc < 0 ? 0 : rc;
     ssb4d_err err = {0};
-    if (ssb_image_check_path(o.out_path, &err))
+    if (ssb4d_image_check_path(o.out_path, &err))
         return cli_error("reconstruct", err.code, err.msg);
     if (o.object_path &&
         (strlen(o.object_path) < 4 || strcasecmp(o.object_path + strlen(o.object_path) - 4, ".npy"))) {

@@ -8,8 +8,6 @@
 #include "cli/cli_session.h"
 #include "cli/commands.h"
 #include "cli/progress.h"
-#include "io/image.h"
-#include "io/npy.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -400,7 +398,7 @@ int cmd_virtual(int argc, char **argv)
                 const char *path = paths[nw];
                 if (f == 2) {
                     size_t sh[2] = {ny, nx};
-                    st = ssb_npy_save(path, "<f8", 2, sh, img[k], &err);
+                    st = ssb4d_npy_save(path, "<f8", 2, sh, img[k], &err);
                 } else
                     st = ssb4d_image_save(path, f32, ny, nx, px, unit[k], &err);
                 if (st)
