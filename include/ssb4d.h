@@ -403,6 +403,14 @@ typedef struct {
 
 void ssb4d_fit_result_free(ssb4d_fit_result *r);
 
+/* Results in both frames (src/fit/frames.c). φ12 (deg) in the probe (detector) frame of a
+ * scan-frame φ12 under g's rotation and handedness, in [−90, 90): φ12 − rotation, or with a
+ * mirrored detector (g->flip) 90° + rotation − φ12 (ssb4d_fit_result.phi12_probe_deg). */
+double ssb4d_phi12_to_probe(const ssb4d_geometry *g, double phi12_scan_deg);
+/* A scan-frame vector (the thick model's tilt, mrad; row, col) in the probe (detector) frame:
+ * turned by −rotation, then its row and column swapped when the detector is mirrored. */
+void ssb4d_vector_to_probe(const ssb4d_geometry *g, const double scan[2], double probe[2]);
+
 /* ------------------------------------------------------------------------------------------ */
 /* Budgets                                                                                      */
 /* How the session's memory plan is held (ssb4d_session_plan; its fields are in the advanced
@@ -446,6 +454,10 @@ typedef struct ssb4d_session ssb4d_session;
  * device is present, else the CPU. CUDA where it cannot run: ssb4d_session_open* fail with
  * SSB4D_EINVAL and the reason. */
 typedef enum { SSB4D_BACKEND_AUTO = 0, SSB4D_BACKEND_CPU = 1, SSB4D_BACKEND_CUDA = 2 } ssb4d_backend_kind;
+/* The backend a session asking for kind would run on here: SSB4D_OK and its name ("cpu",
+ * "cuda"; a static string) in *name (may be NULL), or SSB4D_EINVAL with the reason it cannot run
+ * (a build without CUDA, no device): what a command checks before any long work. */
+ssb4d_status ssb4d_backend_check(ssb4d_backend_kind kind, const char **name, ssb4d_err *err);
 
 typedef struct {
     /* The microscope: kv, semiangle_mrad, scan_step_A are required (> 0); det_sampling_mrad,
@@ -867,6 +879,7 @@ const char *ssb4d_version(void);
  * probe footprint (ssb4d_sim_info.probe_footprint_A, docs/simulate.md).
  */
 typedef enum { SSB4D_SPECIMEN_SRTIO3 = 0, SSB4D_SPECIMEN_AU = 1 } ssb4d_specimen;
+#define SSB4D_SIM_OVERSAMPLE_MAX 63 /* the largest det_oversample */
 
 typedef struct {
     ssb4d_specimen specimen;
@@ -963,6 +976,15 @@ ssb4d_status ssb4d_simulate_to_memory(const ssb4d_sim_params *p, uint16_t *count
  * sidecars). Existing outputs are refused unless force. command_line (may be NULL) is recorded. */
 ssb4d_status ssb4d_simulate(const ssb4d_sim_params *p, const char *npy_path, int force,
                             const char *command_line, ssb4d_sim_info *info, ssb4d_err *err);
+
+/* The simulator's largest buffers in bytes (it has no memory context, so `ssb4d simulate`
+ * checks this working set against its budget up front): the multislice grids, the blocks of scan
+ * rows, the .qem writer's chunk (to_qem), the pattern reuse tables, and their total. info:
+ * ssb4d_sim_describe's. */
+typedef struct {
+    size_t grid, blocks, writer, reuse, total;
+} ssb4d_sim_working_set;
+ssb4d_sim_working_set ssb4d_sim_working_set_of(const ssb4d_sim_params *p, const ssb4d_sim_info *info, int to_qem);
 
 /* ---- The parameter table -------------------------------------------------------------------
  * Every operation's parameters declared once (name, type, unit, range, default, help and the
@@ -1672,6 +1694,11 @@ double ssb4d_clock_s(void);
 /* The threads a call given `requested` runs on: <= 0 the online cores, else requested (at most
  * 1024), as every stage resolves its `threads`. */
 int ssb4d_threads_resolve(int requested);
+/* A size in words, in binary units: "%.1f MiB" below 1 GiB, else "%.2f GiB", the unit chosen
+ * by `like` (the largest size of the same message, so that one message keeps one unit; 0: bytes
+ * itself); up: rounded up (a smallest budget printed can be given back to --memory as it is).
+ * Every size the library and the command line print is written by this function. Returns buf. */
+const char *ssb4d_size_text(char buf[32], size_t bytes, size_t like, int up);
 /* SHA-256 of n bytes as 64 hex digits and a NUL. */
 void ssb4d_sha256_hex(const void *data, size_t n, char hex[65]);
 /* Output files appear whole or not at all: "<path>.tmp<pid>" is written, flushed, synced and

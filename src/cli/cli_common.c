@@ -96,19 +96,10 @@ void cli_join_path(char *buf, size_t n, const char *dir, const char *name)
         snprintf(buf, n, "%s%s%s", d, d[strlen(d) - 1] == '/' ? "" : "/", name);
 }
 
-void cli_values_unset(cli_values *v)
-{
-    memset(v, 0, sizeof *v);
-    v->kv = v->semiangle_mrad = v->rotation_deg = v->bf_radius_px = v->rotation_sigma_deg = NAN;
-    v->flip = -1;
-    for (int i = 0; i < 2; i++)
-        v->scan_step_A[i] = v->det_sampling_mrad[i] = v->centre_px[i] = NAN;
-}
-
 void cli_micro_init(cli_micro *m)
 {
     memset(m, 0, sizeof *m);
-    cli_values_unset(&m->flags);
+    ssb4d_values_unset(&m->flags);
     m->hot_pixels = 1;
     m->backend = SSB4D_BACKEND_AUTO;
 }
@@ -150,7 +141,7 @@ static int bad_value(const char *flag, const char *arg)
 
 int cli_micro_handle(cli_micro *m, int opt, const char *arg)
 {
-    cli_values *v = &m->flags;
+    ssb4d_values *v = &m->flags;
     switch (opt) {
     case CLI_OPT_KV: return cli_parse_double(arg, &v->kv) ? bad_value("kv", arg) : 1;
     case CLI_OPT_SEMIANGLE: return cli_parse_double(arg, &v->semiangle_mrad) ? bad_value("semiangle", arg) : 1;
@@ -330,35 +321,9 @@ static int file_exists(const char *p)
     return stat(p, &sb) == 0 && S_ISREG(sb.st_mode);
 }
 
-/* The library's values (ssb4d_values_read) as the command line holds them. */
-static void from_lib(cli_values *out, const ssb4d_values *in)
+int cli_read_sidecar(const char *data, const cli_micro *m, ssb4d_values *v, char *path, size_t n)
 {
-    cli_values_unset(out);
-    out->kv = in->kv;
-    out->semiangle_mrad = in->semiangle_mrad;
-    out->rotation_deg = in->rotation_deg;
-    out->bf_radius_px = in->bf_radius_px;
-    for (int i = 0; i < 2; i++) {
-        out->scan_step_A[i] = in->scan_step_A[i];
-        out->det_sampling_mrad[i] = in->det_sampling_mrad[i];
-        out->centre_px[i] = in->centre_px[i];
-    }
-    out->ab = in->ab;
-    out->has_ab = in->has_ab;
-    out->ab_from_truth = in->ab_from_truth;
-    snprintf(out->source, sizeof out->source, "%s", in->ab_from);
-    out->has_thick = in->has_thick;
-    out->thick = in->thick;
-    snprintf(out->rotation_from, sizeof out->rotation_from, "%s", in->rotation_from);
-    out->rotation_measured = in->rotation_measured;
-    out->rotation_sigma_deg = in->rotation_sigma_deg;
-    out->flip = in->flip;
-    snprintf(out->flip_from, sizeof out->flip_from, "%s", in->flip_from);
-}
-
-int cli_read_sidecar(const char *data, const cli_micro *m, cli_values *v, char *path, size_t n)
-{
-    cli_values_unset(v);
+    ssb4d_values_unset(v);
     if (n)
         path[0] = 0;
     ssb4d_values lv;
@@ -373,46 +338,9 @@ int cli_read_sidecar(const char *data, const cli_micro *m, cli_values *v, char *
         cli_say("%s", err.msg);
         return CLI_EXIT_USAGE;
     }
-    from_lib(v, &lv);
+    *v = lv;
     snprintf(path, n, "%s", lv.sidecar_path);
     return 0;
-}
-
-/* The command line's values as the library holds them (from_lib's inverse). */
-static void to_lib(ssb4d_values *out, const cli_values *in)
-{
-    ssb4d_values_unset(out);
-    out->kv = in->kv;
-    out->semiangle_mrad = in->semiangle_mrad;
-    out->rotation_deg = in->rotation_deg;
-    out->bf_radius_px = in->bf_radius_px;
-    memcpy(out->scan_step_A, in->scan_step_A, sizeof out->scan_step_A);
-    memcpy(out->det_sampling_mrad, in->det_sampling_mrad, sizeof out->det_sampling_mrad);
-    memcpy(out->centre_px, in->centre_px, sizeof out->centre_px);
-    out->ab = in->ab;
-    out->has_ab = in->has_ab;
-    out->ab_from_truth = in->ab_from_truth;
-    memcpy(out->ab_from, in->source, sizeof out->ab_from);
-    out->has_thick = in->has_thick;
-    out->thick = in->thick;
-    memcpy(out->rotation_from, in->rotation_from, sizeof out->rotation_from);
-    out->rotation_measured = in->rotation_measured;
-    out->rotation_sigma_deg = in->rotation_sigma_deg;
-    out->flip = in->flip;
-    memcpy(out->flip_from, in->flip_from, sizeof out->flip_from);
-}
-
-/* The library's layering rule (ssb4d_values_layer), on the command line's values. */
-void cli_values_layer(cli_values *out, const cli_values *in)
-{
-    ssb4d_values a, b;
-    to_lib(&a, out);
-    to_lib(&b, in);
-    ssb4d_values_layer(&a, &b);
-    char id[sizeof out->data_identity];
-    memcpy(id, out->data_identity, sizeof id);
-    from_lib(out, &a);
-    memcpy(out->data_identity, id, sizeof id);
 }
 
 /* "sha256:0123456789abcdef…": enough of an identity to tell two apart in a message. */
@@ -494,7 +422,7 @@ static int differs(double flag, double file)
     return !isnan(flag) && !isnan(file) && flag > 0 && flag <= 5000 && fabs(flag - file) > 0.01 * fabs(file);
 }
 
-void cli_warn_overrides(const cli_values *file, const cli_values *flags, const char *const from[4])
+void cli_warn_overrides(const ssb4d_values *file, const ssb4d_values *flags, const char *const from[4])
 {
     static const struct {
         const char *flag, *unit;
@@ -542,7 +470,7 @@ static void value_sources(const char *data_path, const char *sidecar, const char
  * fit found, or one stated; ssb4d_values_rotation_from refuses the rest). The microscope values FILE
  * records are compared with this data's: a rotation belongs to the projector's settings, so a
  * difference is worth a warning. */
-static int rotation_from(const cli_micro *m, cli_values *out, int warn)
+static int rotation_from(const cli_micro *m, ssb4d_values *out, int warn)
 {
     const char *path = m->rotation_from_path;
     if (!isnan(m->flags.rotation_deg)) {
@@ -576,12 +504,12 @@ static int rotation_from(const cli_micro *m, cli_values *out, int warn)
     return 0;
 }
 
-int cli_resolve(const char *data_path, const cli_micro *m, cli_values *out)
+int cli_resolve(const char *data_path, cli_micro *m, ssb4d_values *out)
 {
     return cli_resolve_values(data_path, m, out, 1);
 }
 
-int cli_resolve_values(const char *data_path, const cli_micro *m, cli_values *out, int warn)
+int cli_resolve_values(const char *data_path, cli_micro *m, ssb4d_values *out, int warn)
 {
     ssb4d_values lv;
     ssb4d_err err = {0};
@@ -589,24 +517,22 @@ int cli_resolve_values(const char *data_path, const cli_micro *m, cli_values *ou
         cli_say("%s", err.msg);
         return CLI_EXIT_USAGE;
     }
-    from_lib(out, &lv);
+    *out = lv;
     /* Hashing DATA costs a read of the file (a .qem: its header only), so only when the
-     * calibration file has an identity to compare with (and only once). */
+     * calibration file has an identity to compare with (and only once: kept in m). */
     const char *recorded = lv.calibration_identity;
-    if (data_path && recorded[0] && m->data_identity[0])
-        snprintf(out->data_identity, sizeof out->data_identity, "%s", m->data_identity);
     if (data_path && recorded[0] &&
-        (out->data_identity[0] ||
-         ssb4d_data_identity(data_path, out->data_identity, sizeof out->data_identity, NULL) == 0) &&
-        ssb4d_calfile_identity_differs(recorded, out->data_identity)) {
+        (m->data_identity[0] ||
+         ssb4d_data_identity(data_path, m->data_identity, sizeof m->data_identity, NULL) == 0) &&
+        ssb4d_calfile_identity_differs(recorded, m->data_identity)) {
         char a[128], b[128];
         short_identity(recorded, a, sizeof a);
-        short_identity(out->data_identity, b, sizeof b);
+        short_identity(m->data_identity, b, sizeof b);
         cli_say("warning: %s was made from other data (%s ≠ %s)", m->calibration_path, a, b);
     }
     if (warn) { /* a flag wins, but not silently over what a file records */
-        cli_values flagged = *out;
-        cli_values_layer(&flagged, &m->flags);
+        ssb4d_values flagged = *out;
+        ssb4d_values_layer(&flagged, &m->flags);
         int any = 0;
         const double *fl[4] = {&m->flags.kv, &m->flags.semiangle_mrad, m->flags.scan_step_A,
                                m->flags.det_sampling_mrad};
@@ -620,11 +546,11 @@ int cli_resolve_values(const char *data_path, const cli_micro *m, cli_values *ou
             cli_warn_overrides(out, &m->flags, fp);
         }
     }
-    cli_values_layer(out, &m->flags);
+    ssb4d_values_layer(out, &m->flags);
     return m->rotation_from_path ? rotation_from(m, out, warn) : 0;
 }
 
-void cli_values_to_calib_params(const cli_values *v, int threads, int hot_pixels,
+void cli_values_to_calib_params(const ssb4d_values *v, int threads, int hot_pixels,
                                 ssb4d_calib_params *p)
 {
     ssb4d_calib_params_default(p);
@@ -642,7 +568,7 @@ void cli_values_to_calib_params(const cli_values *v, int threads, int hot_pixels
     p->threads = threads;
 }
 
-int cli_check_microscope(const cli_values *v)
+int cli_check_microscope(const ssb4d_values *v)
 {
     /* Each value, in this order: known when it must be, and within its parameter-table range
      * when set (by a flag, a calibration file or a sidecar). */

@@ -4,8 +4,7 @@
 #include "cli/cli_job.h"
 
 #include "codec/codec.h"
-#include "fit/fit.h"
-#include "gbuild/gbuild.h"
+
 #include "plan/budget.h"
 #include "plan/plan.h"
 
@@ -16,16 +15,11 @@
 
 /* The planner's wording of sizes (src/plan/budget.c), so that the command line and the session
  * handle say the same. */
-const char *cli_job_size(char buf[32], size_t bytes, int up) { return plan_size_text(buf, bytes, up); }
+const char *cli_job_size(char buf[32], size_t bytes, int up) { return ssb4d_size_text(buf, bytes, 0, up); }
 
 const char *cli_job_size_as(char buf[32], size_t bytes, size_t like, int up)
 {
-    double mib = (double)bytes / 1048576.0, gib = mib / 1024.0;
-    if ((double)like / 1073741824.0 >= 1)
-        snprintf(buf, 32, "%.2f GiB", up ? ceil(gib * 100) / 100 : gib);
-    else
-        snprintf(buf, 32, "%.1f MiB", up ? ceil(mib * 10) / 10 : mib);
-    return buf;
+    return ssb4d_size_text(buf, bytes, like ? like : 1, up); /* like 0 meant MiB */
 }
 
 /* Exit for a failed step: a refusal by the budget (mem.c's messages name "the memory budget") is

@@ -77,9 +77,9 @@ static int workload_resolve(const char *cmd, workload *w, int quiet)
     return 0;
 }
 
-static int session_params(const cli_micro *m, const char *path, ssb4d_session_params *p)
+static int session_params(cli_micro *m, const char *path, ssb4d_session_params *p)
 {
-    cli_values v;
+    ssb4d_values v;
     int rc = cli_resolve(path, m, &v);
     if (!rc)
         rc = cli_check_microscope(&v);
@@ -388,7 +388,7 @@ static int bench_sweep(int argc, char **argv)
     if (rc || (out && (rc = cli_check_output("bench sweep", out, force, ", or -o FILE"))) ||
         (!w.data && (rc = workload_resolve("sweep", &w, m.quiet))))
         return rc;
-    cli_values v;
+    ssb4d_values v;
     if ((rc = cli_resolve(w.path, &m, &v)) || (rc = cli_check_microscope(&v)))
         return rc;
     if (!v.has_ab) {

@@ -252,7 +252,7 @@ int cmd_calibrate(int argc, char **argv)
 
     /* The sidecar (simulator truth) supplies only the microscope (kV, semi-angle, scan step):
      * the geometry calibrate measures comes from the data unless flags or --calibration give it. */
-    cli_values v, given;
+    ssb4d_values v, given;
     rc = cli_resolve(data, &m, &v);
     if (!rc) {
         cli_micro m2 = m;
@@ -322,8 +322,8 @@ int cmd_calibrate(int argc, char **argv)
         snprintf(cf.flip_source, sizeof cf.flip_source, "given");
     }
     /* cli_resolve computed it already when --calibration had one to compare with. */
-    if (v.data_identity[0])
-        snprintf(cf.data_identity, sizeof cf.data_identity, "%s", v.data_identity);
+    if (m.data_identity[0])
+        snprintf(cf.data_identity, sizeof cf.data_identity, "%s", m.data_identity);
     else if (ssb4d_data_identity(data, cf.data_identity, sizeof cf.data_identity, NULL) != 0)
         cf.data_identity[0] = 0;
     cli_calfile_acquisition(data, &cf);

@@ -116,7 +116,7 @@ static ssb4d_status write_frames(input *in, FILE *f, int quiet, ssb4d_err *err)
         return ssb4d_err_set(err, SSB4D_ENOMEM, "out of memory (a block of %zu frames)", step);
     cli_progress pb;
     cli_progress_start(&pb, "export", quiet);
-    cli_progress_set_rate(&pb, (double)(N * P * (size_t)in->bytes) / 1e6, "MB");
+    cli_progress_set_rate(&pb, (double)(N * P * (size_t)in->bytes) / 1048576.0, "MiB");
     ssb4d_status st = SSB4D_OK;
     for (size_t p0 = 0; p0 < N && !st; p0 += step) {
         size_t n = N - p0 < step ? N - p0 : step, m = n * P;

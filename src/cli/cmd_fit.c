@@ -15,7 +15,6 @@
 #include "cli/cli_params.h"
 #include "cli/commands.h"
 #include "cli/progress.h"
-#include "fit/fit.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -32,15 +31,6 @@ enum {
     OPT_ROTATION_PER_REGION
 };
 
-
-/* The specimen tilt in the probe (detector) frame from the scan frame the thick model fits it in:
- * a direction at angle a in the detector frame lies at a + rotation in the scan frame (as φ12). */
-static void tilt_to_probe(const double scan[2], double rotation_deg, double probe[2])
-{
-    double a = rotation_deg * M_PI / 180.0, c = cos(a), s = sin(a);
-    probe[0] = c * scan[0] + s * scan[1];
-    probe[1] = -s * scan[0] + c * scan[1];
-}
 
 /* The options read from the parameter table (ssb4d_params), in their --help order. */
 static const char *const FIT_TABLE_SEARCH[] = {"objective", "trials", "seed", "batch", NULL};
@@ -155,6 +145,9 @@ static void usage_regions(FILE *f)
 }
 
 /* ---- parsing ---------------------------------------------------------------------------------- */
+
+/* The order of ssb4d_fit_params' lo, hi, start and locked: (C10 nm, C12 nm, φ12 deg). */
+enum { FIT_C10 = 0, FIT_C12 = 1, FIT_PHI12 = 2 };
 
 static int param_index(const char *name)
 {
@@ -451,15 +444,6 @@ static void remove_if_empty(const fit_opts *o)
 
 /* ---- what the fit found, for the summary, the JSON and the calibration file ------------------ */
 
-/* φ12 in the probe (detector) frame of a scan-frame value, with the fit's rotation, in [−90, 90). */
-static double phi12_probe(const ssb4d_fit_result *r, double phi12_scan)
-{
-    double d = fmod(phi12_scan - r->geom.rotation_deg + 90.0, 180.0);
-    if (d < 0)
-        d += 180.0;
-    return d - 90.0;
-}
-
 /* How the rotation was obtained, in words. */
 static void rotation_label(const ssb4d_fit_params *fp, const ssb4d_fit_result *r, const cli_session *j, char *buf, size_t n)
 {
@@ -669,8 +653,8 @@ static ssb4d_status fill_calfile(const fit_opts *o, const cli_session *j, const 
     cf->evaluations = r->evaluations;
     snprintf(cf->trials_phi12_frame, sizeof cf->trials_phi12_frame, "%s", fp->rotation_given ? "scan" : "probe");
     /* cli_resolve has hashed DATA already when --calibration recorded an identity. */
-    if (j->v.data_identity[0])
-        snprintf(cf->data_identity, sizeof cf->data_identity, "%s", j->v.data_identity);
+    if (o->m.data_identity[0])
+        snprintf(cf->data_identity, sizeof cf->data_identity, "%s", o->m.data_identity);
     else if (o->data && ssb4d_data_identity(o->data, cf->data_identity, sizeof cf->data_identity, NULL) != 0)
         cf->data_identity[0] = 0;
     cli_calfile_acquisition(o->data, cf);
@@ -682,7 +666,7 @@ static ssb4d_status fill_calfile(const fit_opts *o, const cli_session *j, const 
         cf->ab.C_nm[SSB4D_C12] = tr->C12_nm;
         cf->ab.phi_deg[SSB4D_C12] = tr->phi12_deg;
         cf->phi12_scan_deg = tr->phi12_deg;
-        cf->phi12_probe_deg = phi12_probe(r, tr->phi12_deg);
+        cf->phi12_probe_deg = ssb4d_phi12_to_probe(&r->geom, tr->phi12_deg);
         for (int i = 0; i < 4; i++) /* the standard errors are the thin fit's, not the thick model's */
             cf->se[i] = NAN;
     }
@@ -838,7 +822,7 @@ static void fit_print_json(const fit_opts *o, const cli_session *cs, const fit_r
     double x[3] = {run->ab.C_nm[SSB4D_C10], run->ab.C_nm[SSB4D_C12], run->ab.phi_deg[SSB4D_C12]};
     cJSON *out = cJSON_CreateObject();
     add_ab(out, x);
-    add_fit_json(out, &run->fp, r, cs, run->have_tilt ? phi12_probe(r, x[2]) : r->phi12_probe_deg, x[2]);
+    add_fit_json(out, &run->fp, r, cs, run->have_tilt ? ssb4d_phi12_to_probe(&r->geom, x[2]) : r->phi12_probe_deg, x[2]);
     /* the standard fit's standard errors (null: not fitted, undetermined, or the thick model's values) */
     cJSON *se = cJSON_AddObjectToObject(out, "standard_errors");
     const double sev[4] = {r->C10_se_nm, r->C12_se_nm, r->phi12_se_deg, r->rotation_se_deg};
@@ -859,7 +843,7 @@ static void fit_print_json(const fit_opts *o, const cli_session *cs, const fit_r
         cJSON_AddItemToArray(t, cJSON_CreateNumber(th->tilt_mrad[0]));
         cJSON_AddItemToArray(t, cJSON_CreateNumber(th->tilt_mrad[1]));
         double tp[2];
-        tilt_to_probe(th->tilt_mrad, r->geom.rotation_deg, tp);
+        ssb4d_vector_to_probe(&r->geom, th->tilt_mrad, tp);
         t = cJSON_AddArrayToObject(out, "tilt_probe_mrad");
         cJSON_AddItemToArray(t, cJSON_CreateNumber(tp[0]));
         cJSON_AddItemToArray(t, cJSON_CreateNumber(tp[1]));
@@ -936,7 +920,7 @@ static void fit_print_text(const fit_opts *o, const cli_session *cs, const fit_r
             printf("    %9.3f nm", cs->truth[i]);
         printf("\n");
     }
-    double probe = run->have_tilt ? phi12_probe(r, x[2]) : r->phi12_probe_deg;
+    double probe = run->have_tilt ? ssb4d_phi12_to_probe(&r->geom, x[2]) : r->phi12_probe_deg;
     printf("%-12s %9.3f deg (probe/detector frame), %.3f deg (scan frame)%s", "phi12", probe, x[2], pm[2]);
     if (builtin)
         printf("; truth %.3f deg (detector frame)", cs->truth[2]);
@@ -945,7 +929,7 @@ static void fit_print_text(const fit_opts *o, const cli_session *cs, const fit_r
     if (run->have_tilt) {
         const ssb4d_thick *th = &run->thick;
         double tp[2];
-        tilt_to_probe(th->tilt_mrad, r->geom.rotation_deg, tp);
+        ssb4d_vector_to_probe(&r->geom, th->tilt_mrad, tp);
         printf("thick model  tilt (%.2f, %.2f) mrad (scan frame), (%.2f, %.2f) mrad (probe/detector frame), "
                "thickness %.1f nm", th->tilt_mrad[0], th->tilt_mrad[1], tp[0], tp[1], th->thickness_nm);
         if (o->verbose)
@@ -981,8 +965,8 @@ static void fit_print_text(const fit_opts *o, const cli_session *cs, const fit_r
 }
 
 /* The command's session: the fit's plan, the field (--region), the images held to the end. */
-static int fit_session_open(const fit_opts *o, cli_session *cs, const size_t *refit, int up,
-                            const cli_values *values)
+static int fit_session_open(fit_opts *o, cli_session *cs, const size_t *refit, int up,
+                            const ssb4d_values *values)
 {
     cli_session_req rq;
     memset(&rq, 0, sizeof rq);
@@ -1200,7 +1184,7 @@ int cmd_fit_regions(int argc, char **argv)
     size_t largest[2] = {0, 0};
     ssb4d_fit_params rfp;
     /* The values once: the session is opened twice (its plan, then the largest region's). */
-    cli_values vals;
+    ssb4d_values vals;
     if ((rc = cli_resolve(o.data, &o.m, &vals)) || (rc = cli_check_microscope(&vals))) {
         free(rects);
         remove_if_empty(&o);

@@ -555,7 +555,7 @@ int cmd_plan(int argc, char **argv)
         ssb4d_status st = ssb4d_source_open(data, &src, &err);
         if (st)
             return cli_error(CMD, st, err.msg);
-        cli_values v;
+        ssb4d_values v;
         int rc = cli_resolve(data, &m, &v);
         if (!rc)
             rc = cli_check_microscope(&v);

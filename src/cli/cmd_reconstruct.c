@@ -198,13 +198,13 @@ typedef struct {
     char ab_source_buf[96];
 } recon_params;
 
-static void recon_params_of(const recon_opts *o, const cli_values *v, recon_params *rp)
+static void recon_params_of(const recon_opts *o, const ssb4d_values *v, recon_params *rp)
 {
     memset(&rp->ab, 0, sizeof rp->ab);
     rp->ab_source = "zero (none given)";
     if (v->has_ab) {
         rp->ab = v->ab;
-        rp->ab_source = v->source;
+        rp->ab_source = v->ab_from;
     }
     for (int i = 0; i < SSB4D_N_ABERR; i++) {
         if (o->c_mask & (1u << i))
@@ -214,7 +214,7 @@ static void recon_params_of(const recon_opts *o, const cli_values *v, recon_para
     }
     if (o->c_mask || o->phi_mask) {
         snprintf(rp->ab_source_buf, sizeof rp->ab_source_buf, "flags%s%s", v->has_ab ? " over " : "",
-                 v->has_ab ? v->source : "");
+                 v->has_ab ? v->ab_from : "");
         rp->ab_source = rp->ab_source_buf;
     }
     rp->thick = o->thick;
@@ -444,7 +444,7 @@ int cmd_reconstruct(int argc, char **argv)
     if ((rc = cli_check_output("reconstruct", o.out_path, o.force, ", or -o FILE")) ||
         (o.object_path && (rc = cli_check_output("reconstruct", o.object_path, o.force, ""))))
         return rc;
-    cli_values v;
+    ssb4d_values v;
     if ((rc = cli_resolve(o.data, &o.m, &v)) || (rc = cli_check_microscope(&v)))
         return rc;
     recon_params rp;

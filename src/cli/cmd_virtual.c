@@ -98,7 +98,7 @@ static int parse_angle(const char *s, double *out)
 }
 
 /* The built-in dataset (cli_session.h's), simulated into *counts, and the values its sidecar gives. */
-static int builtin(const cli_micro *m, uint16_t **counts, size_t shape[4], cli_values *v, int quiet)
+static int builtin(const cli_micro *m, uint16_t **counts, size_t shape[4], ssb4d_values *v, int quiet)
 {
     ssb4d_err err = {0};
     ssb4d_sim_params sp;
@@ -118,7 +118,7 @@ static int builtin(const cli_micro *m, uint16_t **counts, size_t shape[4], cli_v
     cli_progress_done(&pb);
     if (st)
         return cli_error(CMD, st, err.msg);
-    cli_values_unset(v);
+    ssb4d_values_unset(v);
     v->kv = sp.kv;
     v->semiangle_mrad = sp.semiangle_mrad;
     v->scan_step_A[0] = v->scan_step_A[1] = info.scan_step_A;
@@ -127,7 +127,7 @@ static int builtin(const cli_micro *m, uint16_t **counts, size_t shape[4], cli_v
     snprintf(v->rotation_from, sizeof v->rotation_from, "built-in dataset");
     v->flip = 0;
     snprintf(v->flip_from, sizeof v->flip_from, "built-in dataset");
-    cli_values_layer(v, &m->flags);
+    ssb4d_values_layer(v, &m->flags);
     return 0;
 }
 
@@ -309,7 +309,7 @@ int cmd_virtual(int argc, char **argv)
 
     /* The values: a .qem's record, the sidecar, the calibration file (given, or calibrate's beside
      * DATA), the flags; the built-in dataset's own. */
-    cli_values v;
+    ssb4d_values v;
     uint16_t *counts = NULL;
     size_t shape[4];
     if (data) {

@@ -5,6 +5,7 @@
 #include "common/parallel.h"
 #include "common/sha256.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 
@@ -21,6 +22,16 @@ ssb4d_status ssb4d_err_set(ssb4d_err *err, ssb4d_status code, const char *fmt, .
 }
 
 double ssb4d_clock_s(void) { return ssb_clock_s(); }
+
+const char *ssb4d_size_text(char buf[32], size_t bytes, size_t like, int up)
+{
+    double mib = (double)bytes / 1048576.0, gib = mib / 1024.0;
+    if ((double)(like ? like : bytes) / 1073741824.0 >= 1)
+        snprintf(buf, 32, "%.2f GiB", up ? ceil(gib * 100) / 100 : gib);
+    else
+        snprintf(buf, 32, "%.1f MiB", up ? ceil(mib * 10) / 10 : mib);
+    return buf;
+}
 
 int ssb4d_threads_resolve(int requested) { return ssb_threads_resolve(requested); }
 

@@ -38,13 +38,9 @@ PENDING = {
     ('cli', 'bench'): 'issue 39: not yet moved onto the public API',
     ('cli', 'codec'): 'issue 39: not yet moved onto the public API',
     ('cli', 'cuda'): 'issue 39: not yet moved onto the public API',
-    ('cli', 'fit'): 'issue 39: not yet moved onto the public API',
     ('cli', 'formats'): 'issue 39: not yet moved onto the public API',
-    ('cli', 'gbuild'): 'issue 39: not yet moved onto the public API',
     ('cli', 'plan'): 'issue 39: not yet moved onto the public API',
     ('cli', 'qem'): 'issue 39: not yet moved onto the public API',
-    ('cli', 'session'): 'issue 39: not yet moved onto the public API',
-    ('cli', 'sim'): 'issue 39: not yet moved onto the public API',
 }
 
 INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"')
