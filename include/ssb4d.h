@@ -1685,6 +1685,69 @@ ssb4d_status ssb4d_npy_write_header(FILE *f, const char *descr, int ndim, const 
 void ssb4d_source_done_with(ssb4d_source *s, size_t pos0, size_t npos);
 
 /* ------------------------------------------------------------------------------------------ */
+/* Benchmark records (src/bench/, SPEC §10): one JSON object per `ssb4d bench run`, and the    */
+/* comparison of two records (`ssb4d bench compare OLD NEW`)                                    */
+#define SSB4D_BENCH_SCHEMA "ssb4d-bench/1"
+#define SSB4D_BENCH_MAX_STAGES 32
+#define SSB4D_BENCH_MAX_RUNS 32
+
+typedef struct {
+    char name[48];
+    size_t n_runs;
+    double seconds[SSB4D_BENCH_MAX_RUNS]; /* wall time of each repeat */
+    double median, min, max;        /* filled by ssb4d_bench_record_finish */
+    /* memory of the last repeat, bytes */
+    size_t peak_bytes, after_bytes, cache_bytes, rss_peak_bytes, device_peak_bytes;
+} ssb4d_bench_stage;
+
+typedef struct {
+    /* workload */
+    char workload[32];        /* "small", "medium", "reference" or a file name */
+    char identity[112];       /* data identity (ssb4d_data_identity) */
+    size_t shape[4];
+    size_t n_bf, n_stored;
+    size_t encoded_bytes, g_bytes;
+    /* settings */
+    int threads;
+    size_t memory_budget_bytes;
+    int repeat;
+    int upsample;
+    char preview_precision[8];   /* "float" or "half" */
+    char mode[16];               /* "resident" or "streaming" */
+    char backend[16];            /* where the heavy passes ran: "cpu" or "cuda" ("": not recorded, null) */
+    size_t loss_tile;            /* 0 = the default */
+    /* results */
+    ssb4d_bench_stage stages[SSB4D_BENCH_MAX_STAGES];
+    size_t n_stages;
+    double C10_nm, C12_nm, phi12_deg, loss;
+    size_t session_peak_bytes, session_rss_peak_bytes;
+    char g_sha256[65], phase_sha256[65], trace_sha256[65];
+    char g_blocks_sha256[65];   /* G per block of 64 BF pixels (also from a distributed run) */
+} ssb4d_bench_record;
+/* Comparison thresholds (SPEC §10). */
+typedef struct {
+    double time_ratio;         /* a time fails when new > old * (1 + time_ratio); default 0.10 */
+    double min_seconds;        /* stages whose medians are both below this are shown, not judged */
+    double mem_ratio;          /* a memory metric fails when it grew by more than mem_ratio ... */
+    double mem_abs_bytes;      /* ... and by more than this (default 0.25 GiB) */
+    int allow_hash_change;     /* 1: a changed hash is reported but does not fail */
+} ssb4d_bench_compare_opts;
+void ssb4d_bench_compare_opts_default(ssb4d_bench_compare_opts *o);
+/* Median (the mean of the middle two for an even count), min and max of n values; NaN for n = 0.
+ * Returns -1 when out of memory (the outputs are then NaN). */
+int ssb4d_bench_stats(const double *runs, size_t n, double *median, double *min, double *max);
+/* Median, min and max of every stage's runs. */
+void ssb4d_bench_record_finish(ssb4d_bench_record *r);
+/* Writes the record as JSON to path, atomically (schema, date in UTC, git revision of the source
+ * tree, machine: CPU model, cores, RAM, GPU and driver or null, OS). */
+ssb4d_status ssb4d_bench_record_write(const ssb4d_bench_record *r, const char *path, ssb4d_err *err);
+/* Reads two record files, prints the table to out and returns 0 (nothing regressed), 1 (a time,
+ * memory metric or hash regressed) or 2 (a file is missing, malformed or of another schema; the
+ * message goes to err). */
+int ssb4d_bench_compare_files(const char *old_path, const char *new_path, const ssb4d_bench_compare_opts *o,
+                              FILE *out, ssb4d_err *err);
+
+/* ------------------------------------------------------------------------------------------ */
 /* For clients (src/common/): what the command line and the viewer share with the library     */
 /* Sets err (if not NULL) to one formatted line and returns code (`return ssb4d_err_set(...)`). */
 ssb4d_status ssb4d_err_set(ssb4d_err *err, ssb4d_status code, const char *fmt, ...)

@@ -104,18 +104,20 @@ void cli_micro_init(cli_micro *m)
     m->backend = SSB4D_BACKEND_AUTO;
 }
 
-int cli_parse_double(const char *s, double *out)
+int cli_parse_number(const char *s, double lo, double hi, int whole, double *out)
 {
     if (!s || !*s)
         return -1;
     errno = 0;
     char *e;
     double v = strtod(s, &e);
-    if (errno || *e || !isfinite(v))
+    if (errno || *e || !isfinite(v) || (whole && v != floor(v)) || v < lo || v > hi)
         return -1;
     *out = v;
     return 0;
 }
+
+int cli_parse_double(const char *s, double *out) { return cli_parse_number(s, -INFINITY, INFINITY, 0, out); }
 
 int cli_parse_pair(const char *s, double out[2])
 {
@@ -165,7 +167,7 @@ int cli_micro_handle(cli_micro *m, int opt, const char *arg)
     case CLI_OPT_SIDECAR: m->sidecar_path = arg; return 1;
     case CLI_OPT_THREADS: {
         double t;
-        if (cli_parse_double(arg, &t) || t < 0 || t > 1024 || t != floor(t))
+        if (cli_parse_number(arg, 0, 1024, 1, &t))
             return bad_value("threads", arg);
         m->threads = (int)t;
         return 1;
@@ -584,6 +586,28 @@ int cli_check_microscope(const ssb4d_values *v)
         {"bf-radius", NULL, &v->bf_radius_px, 1},
         {"rotation", NULL, &v->rotation_deg, 1},
     };
+    /* The values that must be known and are not, all named in one line (not one per run). */
+    static const char *const what_missing[3] = {"the accelerating voltage", "the convergence semi-angle",
+                                                "the scan step"};
+    static const char *const give[3] = {"--kv (kV)", "--semiangle (mrad)", "--scan-step (Angstrom)"};
+    int missing[3], n_missing = 0;
+    for (size_t i = 0; i < 3; i++)
+        if (isnan(set[i].v[0]) || (set[i].n == 2 && isnan(set[i].v[1])))
+            missing[n_missing++] = (int)i;
+    if (n_missing == 1) {
+        cli_say("%s", set[missing[0]].unknown);
+        return CLI_EXIT_USAGE;
+    }
+    if (n_missing > 1) {
+        char a[256] = "", b[256] = "";
+        for (int j = 0; j < n_missing; j++) {
+            const char *sep = j == 0 ? "" : j == n_missing - 1 ? " and " : ", ";
+            snprintf(a + strlen(a), sizeof a - strlen(a), "%s%s", sep, what_missing[missing[j]]);
+            snprintf(b + strlen(b), sizeof b - strlen(b), "%s%s", sep, give[missing[j]]);
+        }
+        cli_say("%s are unknown: give %s", a, b);
+        return CLI_EXIT_USAGE;
+    }
     ssb4d_calib_params scratch;
     for (size_t i = 0; i < sizeof set / sizeof set[0]; i++)
         for (int k = 0; k < set[i].n; k++) {

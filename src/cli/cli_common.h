@@ -202,7 +202,11 @@ int cli_error(const char *cmd, ssb4d_status st, const char *msg);
 
 /* Parses "A" or "A,B" into two doubles. Returns 0 on success. */
 int cli_parse_pair(const char *s, double out[2]);
-/* Parses a positive double; returns 0 on success. */
+/* The command line's one number parser: the whole of s is a finite number in [lo, hi] (whole: a
+ * whole number); 0 and *out, or -1. Every option's number goes through it (the table's options
+ * through ssb4d_param_parse, with the parameter table's ranges). */
+int cli_parse_number(const char *s, double lo, double hi, int whole, double *out);
+/* Parses a finite number (cli_parse_number without a range); returns 0 on success. */
 int cli_parse_double(const char *s, double *out);
 
 /* Writes a float32 phase image to .tiff/.tif (float32), .npy or .png by the extension of path.

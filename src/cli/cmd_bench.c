@@ -11,7 +11,6 @@
 #include "cli/cmd_bench_compare.h"
 #include "cli/cmd_bench_view.h"
 #include "cli/commands.h"
-#include "bench/record.h"
 
 #include <cjson/cJSON.h>
 #include <getopt.h>
@@ -117,7 +116,7 @@ static void run_help(FILE *f)
             "  -h, --help            this help\n\n%s\n"
             CLI_EXIT_HELP_BEGIN ";\n"
             "1 also when a repeat's hashes differ from the first run's.\n",
-            BENCH_COMMON_HELP, BENCH_MAX_RUNS, CLI_MICROSCOPE_HELP);
+            BENCH_COMMON_HELP, SSB4D_BENCH_MAX_RUNS, CLI_MICROSCOPE_HELP);
 }
 
 enum { OPT_WORKLOAD = CLI_OPT_FIRST_FREE, OPT_DATA, OPT_CACHE, OPT_REPEAT, OPT_PREVIEW, OPT_TILES, OPT_TILE_REPEAT,
@@ -133,11 +132,10 @@ static int bad_option(const char *sub, int c, char **argv)
 
 static int parse_int(const char *s, long lo, long hi, long *out)
 {
-    char *e;
-    long v = strtol(s, &e, 10);
-    if (e == s || *e || v < lo || v > hi)
+    double v;
+    if (cli_parse_number(s, (double)lo, (double)hi, 1, &v))
         return -1;
-    *out = v;
+    *out = (long)v;
     return 0;
 }
 
@@ -175,8 +173,8 @@ static int bench_run(int argc, char **argv)
         case OPT_DATA: w.data = optarg; break;
         case OPT_CACHE: w.cache = optarg; break;
         case OPT_REPEAT:
-            if (parse_int(optarg, 1, BENCH_MAX_RUNS, &repeat)) {
-                fprintf(stderr, "ssb4d bench run: invalid value '%s' for --repeat (1 to %d)\n", optarg, BENCH_MAX_RUNS);
+            if (parse_int(optarg, 1, SSB4D_BENCH_MAX_RUNS, &repeat)) {
+                fprintf(stderr, "ssb4d bench run: invalid value '%s' for --repeat (1 to %d)\n", optarg, SSB4D_BENCH_MAX_RUNS);
                 return CLI_EXIT_USAGE;
             }
             break;
@@ -209,7 +207,7 @@ static int bench_run(int argc, char **argv)
     ssb4d_session_script s;
     ssb4d_session_script_default(&s);
 
-    bench_record *rec = calloc(1, sizeof *rec);
+    ssb4d_bench_record *rec = calloc(1, sizeof *rec);
     ssb4d_session_report *r = calloc(1, sizeof *r);
     if (!rec || !r) {
         free(rec), free(r);
@@ -228,7 +226,7 @@ static int bench_run(int argc, char **argv)
             memcpy(first_hashes[0], r->g_sha256, 65);
             memcpy(first_hashes[1], r->phase_sha256, 65);
             memcpy(first_hashes[2], r->trace_sha256, 65);
-            rec->n_stages = r->n_stages < BENCH_MAX_STAGES ? r->n_stages : BENCH_MAX_STAGES;
+            rec->n_stages = r->n_stages < SSB4D_BENCH_MAX_STAGES ? r->n_stages : SSB4D_BENCH_MAX_STAGES;
             for (size_t i = 0; i < rec->n_stages; i++)
                 snprintf(rec->stages[i].name, sizeof rec->stages[i].name, "%s", r->stages[i].name);
         } else if (strcmp(first_hashes[0], r->g_sha256) || strcmp(first_hashes[1], r->phase_sha256) ||
@@ -237,7 +235,7 @@ static int bench_run(int argc, char **argv)
             return cli_error(cli_command(), SSB4D_EINTERNAL, "repeat results differ from the first run's (hashes)");
         }
         for (size_t i = 0; i < rec->n_stages; i++) {
-            bench_stage *b = &rec->stages[i];
+            ssb4d_bench_stage *b = &rec->stages[i];
             const ssb4d_stage_record *q = &r->stages[i];
             b->seconds[b->n_runs++] = q->seconds;
             b->peak_bytes = q->peak_bytes;
@@ -269,16 +267,16 @@ static int bench_run(int argc, char **argv)
     memcpy(rec->g_blocks_sha256, r->g_blocks_sha256, 65);
     memcpy(rec->phase_sha256, r->phase_sha256, 65);
     memcpy(rec->trace_sha256, r->trace_sha256, 65);
-    bench_record_finish(rec);
+    ssb4d_bench_record_finish(rec);
     if (!cli_is_root()) { /* under mpirun, rank 0 writes the record */
         free(rec), free(r);
         return CLI_EXIT_OK;
     }
-    ssb4d_status st = bench_record_write(rec, out, &err);
+    ssb4d_status st = ssb4d_bench_record_write(rec, out, &err);
     if (!st) {
         printf("%-24s %10s %10s %10s %12s\n", "stage", "median s", "min s", "max s", "peak GiB");
         for (size_t i = 0; i < rec->n_stages; i++) {
-            const bench_stage *b = &rec->stages[i];
+            const ssb4d_bench_stage *b = &rec->stages[i];
             printf("%-24s %10.3f %10.3f %10.3f %12.3f\n", b->name, b->median, b->min, b->max, b->peak_bytes / GIB);
         }
         printf("session peak %.3f GiB (footprint %.3f GiB); record %s\n", rec->session_peak_bytes / GIB,
@@ -461,7 +459,7 @@ static int bench_sweep(int argc, char **argv)
         double med[MAX_TILES + 1];
         for (size_t t = 0; t < nt; t++) {
             double lo, hi;
-            bench_stats(secs[t], (size_t)repeat, &med[t], &lo, &hi);
+            ssb4d_bench_stats(secs[t], (size_t)repeat, &med[t], &lo, &hi);
         }
         printf("loss tile sweep: %s, %zu BF pixels, %zux%zu scan, %d threads, %ld interleaved runs\n", w.path,
                cal.n_bf, ny, nx, ssb4d_threads_resolve(m.threads), repeat);

@@ -7,7 +7,6 @@
  * waiting for answers (as the page does), a release in the middle, and the frames the page would
  * draw (every finished answer newer than the last one drawn); --cpu-load starts busy processes
  * beside the server that stop by themselves. */
-#include "bench/record.h"
 #include "cli/cli_common.h"
 #include "cli/cli_session.h"
 #include "cli/cmd_bench_view.h"
@@ -181,8 +180,8 @@ static int time_kind(int port, const char *token, double c10, int *seq, size_t c
     }
     t->n = count;
     double lo, hi;
-    int bad_stats = count && (bench_stats(rt, count, &t->med_ms, &t->min_ms, &t->max_ms) ||
-                              bench_stats(sv, count, &t->server_med_ms, &lo, &hi));
+    int bad_stats = count && (ssb4d_bench_stats(rt, count, &t->med_ms, &t->min_ms, &t->max_ms) ||
+                              ssb4d_bench_stats(sv, count, &t->server_med_ms, &lo, &hi));
     free(rt), free(sv);
     if (bad_stats) {
         fprintf(stderr, "ssb4d bench view: out of memory\n");
@@ -398,10 +397,9 @@ int bench_view(int argc, char **argv, bench_resolve_fn resolve)
     optind = 1;
     opterr = 0;
     while ((c = getopt_long(argc, argv, ":o:hq", opts, NULL)) != -1) {
-        char *e;
         if (c == O_RATE || c == O_DSEC) {
-            double v = strtod(optarg, &e);
-            if (e == optarg || *e || !(v >= (c == O_RATE ? 0 : 0.5)) || v > (c == O_RATE ? 200 : 600)) {
+            double v;
+            if (cli_parse_number(optarg, c == O_RATE ? 0 : 0.5, c == O_RATE ? 200 : 600, 0, &v)) {
                 fprintf(stderr, "ssb4d bench view: invalid value '%s' for %s (%s)\n", optarg, argv[optind - 1],
                         c == O_RATE ? "0 to 200 per second" : "0.5 to 600 s");
                 return CLI_EXIT_USAGE;
@@ -410,22 +408,22 @@ int bench_view(int argc, char **argv, bench_resolve_fn resolve)
             continue;
         }
         if (c == O_LOAD) {
-            long v = strtol(optarg, &e, 10);
-            if (e == optarg || *e || v < 0 || v > 256) {
+            double v;
+            if (cli_parse_number(optarg, 0, 256, 1, &v)) {
                 fprintf(stderr, "ssb4d bench view: invalid value '%s' for --cpu-load (0 to 256 processes)\n", optarg);
                 return CLI_EXIT_USAGE;
             }
-            load = v;
+            load = (long)v;
             continue;
         }
         long *dst = c == O_DRAGS ? &drags : c == O_RELEASES ? &releases : c == O_SUBSET ? &subset : NULL;
         if (dst) {
-            long v = strtol(optarg, &e, 10);
-            if (e == optarg || *e || v < (c == O_SUBSET ? 0 : 1) || v > 100000) {
+            double v;
+            if (cli_parse_number(optarg, c == O_SUBSET ? 0 : 1, 100000, 1, &v)) {
                 fprintf(stderr, "ssb4d bench view: invalid value '%s' for %s\n", optarg, argv[optind - 1]);
                 return CLI_EXIT_USAGE;
             }
-            *dst = v;
+            *dst = (long)v;
             continue;
         }
         switch (c) {

@@ -138,9 +138,8 @@ int cmd_import(int argc, char **argv)
         case 'q': quiet = 1; break;
         case OPT_CHUNK:
             {
-                char *e;
-                unsigned long long v = strtoull(optarg, &e, 10);
-                if (*optarg < '1' || *optarg > '9' || *e || v > ((unsigned long long)1 << 40))
+                double v;
+                if (cli_parse_number(optarg, 1, (double)((size_t)1 << 40), 1, &v))
                     return bad("chunk-scans", optarg);
                 ip.chunk_scans = (size_t)v;
             }

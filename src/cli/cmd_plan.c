@@ -116,9 +116,8 @@ static int parse_ranks(const char *s, size_t *out)
 
 static int parse_count(const char *s, size_t *out)
 {
-    char *e;
-    unsigned long long v = strtoull(s, &e, 10);
-    if (e == s || *e || v == 0 || v > 100000000ULL || s[0] == '-')
+    double v;
+    if (cli_parse_number(s, 1, 1e8, 1, &v))
         return -1;
     *out = (size_t)v;
     return 0;

@@ -106,12 +106,8 @@ static int usage_error(const char *fmt, const char *arg)
 
 static int parse_int(const char *s, long lo, long hi, int *out)
 {
-    if (!s || !*s)
-        return -1;
-    errno = 0;
-    char *e;
-    double v = strtod(s, &e);
-    if (errno || *e || !isfinite(v) || v != floor(v) || v < lo || v > hi)
+    double v;
+    if (cli_parse_number(s, (double)lo, (double)hi, 1, &v))
         return -1;
     *out = (int)v;
     return 0;

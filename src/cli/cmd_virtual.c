@@ -88,13 +88,7 @@ static const char *const EXT[3] = {"tiff", "png", "npy"};
 /* Parses an angle: any finite number (the library refuses negative ones with its own words). */
 static int parse_angle(const char *s, double *out)
 {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (end == s || *end || errno || !isfinite(v))
-        return -1;
-    *out = v;
-    return 0;
+    return cli_parse_double(s, out);
 }
 
 /* The built-in dataset (cli_session.h's), simulated into *counts, and the values its sidecar gives. */
