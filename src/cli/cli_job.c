@@ -5,7 +5,6 @@
 
 #include "codec/codec.h"
 
-#include "plan/budget.h"
 #include "plan/plan.h"
 
 #include <math.h>

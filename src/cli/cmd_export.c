@@ -8,7 +8,6 @@
 #include "cli/commands.h"
 #include "cli/progress.h"
 #include "formats/framesrc.h"
-#include "qem/qem.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
