@@ -1680,6 +1680,10 @@ ssb4d_status ssb4d_npy_save(const char *path, const char *descr, int ndim, const
 /* A version-1 .npy header (padded to 64 bytes) for a C-order array, written to f: the values
  * follow as the caller streams them. */
 ssb4d_status ssb4d_npy_write_header(FILE *f, const char *descr, int ndim, const size_t *shape, ssb4d_err *err);
+/* The bytes each thread of a .qem's spatial-index check holds (one block's sums of every spatial
+ * field of a det_rows x det_cols detector): what `ssb4d info --check` and `verify` fit their
+ * thread count to under --memory. */
+size_t ssb4d_qem_index_check_bytes(size_t det_rows, size_t det_cols);
 /* Tells the source that frames [pos0, pos0+npos) will not be read again soon (a memory-mapped
  * file drops those pages from the process): a hint for a pass over every frame; never fails. */
 void ssb4d_source_done_with(ssb4d_source *s, size_t pos0, size_t npos);

@@ -3,7 +3,6 @@
  * (info, verify). The compute commands plan through the session handle (cli_session.c). */
 #include "cli/cli_job.h"
 
-#include "codec/codec.h"
 
 #include "plan/plan.h"
 
@@ -79,7 +78,7 @@ int cli_job_calibrate(const char *cmd, ssb4d_source *src, ssb4d_calib_params *cp
 int cli_qem_check_threads(const char *cmd, const qem_file *q, int threads, size_t budget, size_t other)
 {
     const qem_info *in = qem_get_info(q);
-    size_t per_thread = qem_spatial_fields(in->shape[2], in->shape[3]) * QEM_INTERVAL * sizeof(uint32_t);
+    size_t per_thread = ssb4d_qem_index_check_bytes(in->shape[2], in->shape[3]);
     size_t nt = (size_t)ssb4d_threads_resolve(threads);
     nt = nt > in->n_blocks ? in->n_blocks : nt;
     size_t room = budget > other ? budget - other : 0;

@@ -35,7 +35,6 @@ CLIENTS = ('cli', 'view')
 # Client edges not yet moved onto the public API: (client, folder) -> why. Same rule as ALLOWED:
 # an entry that no longer occurs is an error.
 PENDING = {
-    ('cli', 'codec'): 'issue 39, not yet moved: info/verify\'s spatial-index check (QEM_INTERVAL)',
     ('cli', 'cuda'): 'issue 39, not yet moved: plan --backend cuda asks the device (cuda.h, memory.h)',
     ('cli', 'formats'): 'issue 39, not yet moved: export, verify and the reader flags (framesrc)',
     ('cli', 'plan'): 'issue 39, not yet moved: plan\'s rank and GPU reports, calibrate\'s block',
