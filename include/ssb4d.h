@@ -417,6 +417,14 @@ typedef struct {
 
 void ssb4d_fit_result_free(ssb4d_fit_result *r);
 
+/* Results in both frames (src/fit/frames.c). φ12 (deg) in the probe (detector) frame of a
+ * scan-frame φ12 under g's rotation and handedness, in [−90, 90): φ12 − rotation, or with a
+ * mirrored detector (g->flip) 90° + rotation − φ12 (ssb4d_fit_result.phi12_probe_deg). */
+double ssb4d_phi12_to_probe(const ssb4d_geometry *g, double phi12_scan_deg);
+/* A scan-frame vector (the thick model's tilt, mrad; row, col) in the probe (detector) frame:
+ * turned by −rotation, then its row and column swapped when the detector is mirrored. */
+void ssb4d_vector_to_probe(const ssb4d_geometry *g, const double scan[2], double probe[2]);
+
 /* ------------------------------------------------------------------------------------------ */
 /* Budgets                                                                                      */
 /* How the session's memory plan is held (ssb4d_session_plan; its fields are in the advanced
@@ -460,6 +468,10 @@ typedef struct ssb4d_session ssb4d_session;
  * device is present, else the CPU. CUDA where it cannot run: ssb4d_session_open* fail with
  * SSB4D_EINVAL and the reason. */
 typedef enum { SSB4D_BACKEND_AUTO = 0, SSB4D_BACKEND_CPU = 1, SSB4D_BACKEND_CUDA = 2 } ssb4d_backend_kind;
+/* The backend a session asking for kind would run on here: SSB4D_OK and its name ("cpu",
+ * "cuda"; a static string) in *name (may be NULL), or SSB4D_EINVAL with the reason it cannot run
+ * (a build without CUDA, no device): what a command checks before any long work. */
+ssb4d_status ssb4d_backend_check(ssb4d_backend_kind kind, const char **name, ssb4d_err *err);
 
 typedef struct {
     /* The microscope: kv, semiangle_mrad, scan_step_A are required (> 0); det_sampling_mrad,
@@ -899,6 +911,7 @@ const char *ssb4d_version(void);
  * probe footprint (ssb4d_sim_info.probe_footprint_A, docs/simulate.md).
  */
 typedef enum { SSB4D_SPECIMEN_SRTIO3 = 0, SSB4D_SPECIMEN_AU = 1 } ssb4d_specimen;
+#define SSB4D_SIM_OVERSAMPLE_MAX 63 /* the largest det_oversample */
 
 typedef struct {
     ssb4d_specimen specimen;
@@ -995,6 +1008,15 @@ ssb4d_status ssb4d_simulate_to_memory(const ssb4d_sim_params *p, uint16_t *count
  * sidecars). Existing outputs are refused unless force. command_line (may be NULL) is recorded. */
 ssb4d_status ssb4d_simulate(const ssb4d_sim_params *p, const char *npy_path, int force,
                             const char *command_line, ssb4d_sim_info *info, ssb4d_err *err);
+
+/* The simulator's largest buffers in bytes (it has no memory context, so `ssb4d simulate`
+ * checks this working set against its budget up front): the multislice grids, the blocks of scan
+ * rows, the .qem writer's chunk (to_qem), the pattern reuse tables, and their total. info:
+ * ssb4d_sim_describe's. */
+typedef struct {
+    size_t grid, blocks, writer, reuse, total;
+} ssb4d_sim_working_set;
+ssb4d_sim_working_set ssb4d_sim_working_set_of(const ssb4d_sim_params *p, const ssb4d_sim_info *info, int to_qem);
 
 /* ---- The parameter table -------------------------------------------------------------------
  * Every operation's parameters declared once (name, type, unit, range, default, help and the
@@ -1563,6 +1585,269 @@ int ssb4d_dist_size(const ssb4d_dist *d); /* 1 for NULL */
 /* What this rank has sent since the context was made (bytes and messages; a broadcast counts as
  * the root sending to every other rank) and the seconds it spent in messages, waits included. */
 void ssb4d_dist_traffic(const ssb4d_dist *d, uint64_t *bytes, uint64_t *messages, double *seconds);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Calibration files (src/io/calfile.c, docs/calibration-file.md): read, write, record a fit    */
+#define SSB4D_CALFILE_SCHEMA "ssb4d.calibration"
+#define SSB4D_CALFILE_VERSION 1
+
+/* rotation_source.method: how rotation_deg was obtained. */
+#define SSB4D_CALFILE_ROT_GIVEN "given"          /* stated: --rotation, a sidecar, a calibration file */
+#define SSB4D_CALFILE_ROT_COM "centre of mass"   /* measured by `ssb4d calibrate`; 180° branch open */
+#define SSB4D_CALFILE_ROT_UNDETERMINED "undetermined" /* nothing measured it (calibrate set 0) */
+#define SSB4D_CALFILE_ROT_FIT "fit"              /* fitted with the aberrations, branch checked */
+
+/* One recorded trial of a fit (the best ones are kept in the file). */
+typedef struct {
+    int stage;                   /* as ssb4d_fit_trial.stage (0 global, 1..3 Nelder–Mead) */
+    size_t number;               /* position in the fit's trace */
+    double C10_nm, C12_nm, phi12_deg, loss;
+} ssb4d_calfile_trial;
+
+/* The fit of one scan region (half-open rectangle [r0, r1) × [c0, c1) of scan positions). */
+typedef struct {
+    size_t r0, r1, c0, c1;
+    double C10_nm, C12_nm, phi12_deg, loss;
+} ssb4d_calfile_region;
+
+/* Every double is NaN when the file does not give it; counts are 0. A thick model (has_thick)
+ * has finite tilt and thickness. rotation_deg is the rotation to reconstruct with (the branch,
+ * if flipped, already included). best[] is written only with the search settings (has_search). */
+typedef struct {
+    int version;
+    ssb4d_geometry geom;
+    double bf_radius_px;         /* selection radius */
+    double disk_radius_px;
+    size_t det_shape[2], scan_shape[2];
+    int has_ab;
+    ssb4d_aberrations ab;
+    double loss;
+    char data_identity[96];      /* "sha256:<hex>" of the data file, "qem-body-sha256:<hex>" of a
+                                    .qem's encoded body (ssb4d_data_identity), or "" (unknown) */
+    int32_t *flagged;            /* malloc'ed; n_flagged entries */
+    size_t n_flagged;
+    size_t n_bf;                 /* selected BF pixels (0 unknown) */
+    /* Thick-sample model (fit --tilt); has_thick = 0: thin. gain = fit / standard fit. */
+    int has_thick;
+    ssb4d_thick thick;
+    double gain;
+    /* 180° branch check (SPEC §6.3): 1 if the fit flipped the rotation; skewness of the kept
+     * phase and of the other branch (NaN when not evaluated). */
+    int branch_flipped;
+    double skewness, skewness_other;
+    /* Search settings of the fit that produced the aberrations (has_search = 0: none). */
+    int has_search;
+    size_t trials;
+    uint64_t seed;
+    double range_lo[3], range_hi[3]; /* C10 nm, C12 nm, φ12 deg */
+    int locked[3];
+    size_t evaluations;
+    ssb4d_calfile_trial *best;   /* malloc'ed; the best trials, lowest loss first (<= 50) */
+    char trials_phi12_frame[8];  /* the trials' φ12: "scan", or "probe" when the fit searched the
+                                    rotation (φ12 − rotation); "" not recorded (scan) */
+    size_t n_best;
+    /* Stated beats measured (SPEC §4): the sampling and the centre above are the ones used;
+     * method "stated" (a flag, a calibration file, a sidecar, the file's metadata) or "measured"
+     * ("" not recorded: older files), with what calibration measured beside it (NaN unknown):
+     * detector.sampling_source and detector.centre_source. */
+    char sampling_method[12];
+    double sampling_measured_mrad, sampling_sigma_mrad;
+    char centre_method[12];
+    double centre_measured_px[2];
+    /* How rotation_deg was obtained (rotation_source; "" when the file does not say): method one
+     * of SSB4D_CALFILE_ROT_*; from: who stated it ("--rotation", "sidecar", ...) for "given",
+     * what gave the fit its start and error ("parallax", "centre of mass", "undetermined") for
+     * "fit"; sigma: its standard error in degrees (NaN unknown). */
+    char rotation_method[24];
+    char rotation_from[32];
+    double rotation_sigma_deg;
+    /* The detector's handedness (SPEC §2): geom.flip, and whether the file states it ("flip"
+     * present; older files do not: unmirrored) and how it was found ("given", "objective",
+     * "centre of mass", "assumed", "undetermined"; "" not recorded). */
+    int flip_stated;
+    char flip_source[24];
+    /* What the acquisition's file records beyond the geometry (NaN / "" unknown). */
+    char source_format[32];
+    double camera_length_mm, dwell_us;
+    /* The standard fit's record ("fit" section, has_fit): the objective it minimised ("band" or
+     * "loss"), φ12 in the scan frame (= aberrations.phi12_deg) and in the probe (detector) frame,
+     * the BF pixels of the exact loss, its confidence (confident: 1, 0; -1 not recorded), the
+     * warning ("" none) and the objective's contrast; the parallax estimate (has_parallax). */
+    int has_fit;
+    char objective[8];
+    double phi12_scan_deg, phi12_probe_deg;
+    size_t loss_n_bf, fit_n_bf;
+    int confident;
+    char warning[256];
+    double loss_contrast;
+    double se[4];                /* standard errors of C10 nm, C12 nm, φ12 deg (scan frame) and the
+                                    rotation deg ("standard_errors"; NaN: none, or undetermined) */
+    int has_parallax;
+    double px_C10_nm, px_C12_nm, px_phi12_scan_deg, px_rotation_deg;
+    double px_sigma[4];          /* C10 nm, C12 nm, φ12 deg, rotation deg (NaN unknown) */
+    double px_residual_A, px_seconds;
+    /* The fit ran on this scan region only (has_region = 0: the full field). */
+    int has_region;
+    size_t region[4];            /* r0, r1, c0, c1 */
+    ssb4d_calfile_region *regions; /* malloc'ed; fit-regions results */
+    size_t n_regions;
+} ssb4d_calfile;
+
+void ssb4d_calfile_init(ssb4d_calfile *c);          /* everything unset */
+void ssb4d_calfile_free(ssb4d_calfile *c);
+/* Fills from a measured calibration (copies the flagged list). */
+ssb4d_status ssb4d_calfile_from_calibration(ssb4d_calfile *c, const ssb4d_calibration *cal, ssb4d_err *err);
+/* Records a standard fit (ssb4d_fit with parameters p): the geometry it kept, the aberrations,
+ * the loss, the branch check, how the rotation was obtained (given_by: who stated a given
+ * rotation, e.g. "--rotation"; may be NULL) and the "fit" section (objective, φ12 in both frames,
+ * confidence, parallax estimate). loss_n_bf: the BF pixels of the exact loss. Search settings,
+ * trials, region and thick model are the caller's. */
+void ssb4d_calfile_set_fit(ssb4d_calfile *c, const ssb4d_fit_result *r, const ssb4d_fit_params *p,
+                           const char *given_by, size_t loss_n_bf);
+/* The file's JSON text (caller frees with free()); NULL when out of memory. */
+char *ssb4d_calfile_to_json(const ssb4d_calfile *c);
+/* Writes the whole file atomically (temp + rename). */
+ssb4d_status ssb4d_calfile_write(const char *path, const ssb4d_calfile *c, ssb4d_err *err);
+/* Reads a whole file; refuses malformed files and future versions with a clear message
+ * (SSB4D_EFORMAT, or SSB4D_EIO when it cannot be read). c is initialised either way and must be
+ * freed. */
+ssb4d_status ssb4d_calfile_read(const char *path, ssb4d_calfile *c, ssb4d_err *err);
+/* 1 when both data identities are known (not "" or NULL) and differ, else 0. */
+int ssb4d_calfile_identity_differs(const char *a, const char *b);
+/* The identity of a data file that a calibration file records (SPEC §4): "qem-body-sha256:<hex>"
+ * for a .qem, the SHA-256 of its concatenated body checksums (the header's "sha256" list, verified
+ * against the body whenever the file is opened as a source), so only the header is read; for any
+ * other file "sha256:<hex>" of its bytes. out gets "" on failure (SSB4D_EIO: it cannot be read;
+ * SSB4D_EINVAL: n is too small, 96 bytes always suffice). */
+ssb4d_status ssb4d_data_identity(const char *path, char *out, size_t n, ssb4d_err *err);
+/* The simulator sidecar of DATA as ssb4d_values_read finds it (DATA.json, DATA with its extension
+ * replaced by .json, or that without a trailing "_counts"): 1 and its path in out when one
+ * exists, else 0 and "". */
+int ssb4d_sidecar_find(const char *data, char *out, size_t n);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Writing results (src/io/)                                                                     */
+/* SSB4D_OK when path's extension is one ssb4d_image_save writes (.tif/.tiff, .npy, .png): what a
+ * command checks before any long work. */
+ssb4d_status ssb4d_image_check_path(const char *path, ssb4d_err *err);
+/* The calibration picture `ssb4d calibrate` writes (RGB PNG, atomically): the mean diffraction
+ * pattern on a log scale, each detector pixel drawn as a square (>= 512 px in all), the measured
+ * BF disk as a green circle with a cross at its centre, the BF selection in yellow where it
+ * differs, flagged (hot, dead) pixels in red, and below it a legend with a scale bar in mrad. */
+ssb4d_status ssb4d_calibration_picture(const char *path, const ssb4d_calibration *cal, ssb4d_err *err);
+/* A whole C-order array as .npy (descr: "<f4", "<f8", "<c8", ...), atomically. */
+ssb4d_status ssb4d_npy_save(const char *path, const char *descr, int ndim, const size_t *shape,
+                            const void *data, ssb4d_err *err);
+/* A version-1 .npy header (padded to 64 bytes) for a C-order array, written to f: the values
+ * follow as the caller streams them. */
+ssb4d_status ssb4d_npy_write_header(FILE *f, const char *descr, int ndim, const size_t *shape, ssb4d_err *err);
+/* The bytes each thread of a .qem's spatial-index check holds (one block's sums of every spatial
+ * field of a det_rows x det_cols detector): what `ssb4d info --check` and `verify` fit their
+ * thread count to under --memory. */
+size_t ssb4d_qem_index_check_bytes(size_t det_rows, size_t det_cols);
+/* Tells the source that frames [pos0, pos0+npos) will not be read again soon (a memory-mapped
+ * file drops those pages from the process): a hint for a pass over every frame; never fails. */
+void ssb4d_source_done_with(ssb4d_source *s, size_t pos0, size_t npos);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Benchmark records (src/bench/, SPEC §10): one JSON object per `ssb4d bench run`, and the    */
+/* comparison of two records (`ssb4d bench compare OLD NEW`)                                    */
+#define SSB4D_BENCH_SCHEMA "ssb4d-bench/1"
+#define SSB4D_BENCH_MAX_STAGES 32
+#define SSB4D_BENCH_MAX_RUNS 32
+
+typedef struct {
+    char name[48];
+    size_t n_runs;
+    double seconds[SSB4D_BENCH_MAX_RUNS]; /* wall time of each repeat */
+    double median, min, max;        /* filled by ssb4d_bench_record_finish */
+    /* memory of the last repeat, bytes */
+    size_t peak_bytes, after_bytes, cache_bytes, rss_peak_bytes, device_peak_bytes;
+} ssb4d_bench_stage;
+
+typedef struct {
+    /* workload */
+    char workload[32];        /* "small", "medium", "reference" or a file name */
+    char identity[112];       /* data identity (ssb4d_data_identity) */
+    size_t shape[4];
+    size_t n_bf, n_stored;
+    size_t encoded_bytes, g_bytes;
+    /* settings */
+    int threads;
+    size_t memory_budget_bytes;
+    int repeat;
+    int upsample;
+    char preview_precision[8];   /* "float" or "half" */
+    char mode[16];               /* "resident" or "streaming" */
+    char backend[16];            /* where the heavy passes ran: "cpu" or "cuda" ("": not recorded, null) */
+    size_t loss_tile;            /* 0 = the default */
+    /* results */
+    ssb4d_bench_stage stages[SSB4D_BENCH_MAX_STAGES];
+    size_t n_stages;
+    double C10_nm, C12_nm, phi12_deg, loss;
+    size_t session_peak_bytes, session_rss_peak_bytes;
+    char g_sha256[65], phase_sha256[65], trace_sha256[65];
+    char g_blocks_sha256[65];   /* G per block of 64 BF pixels (also from a distributed run) */
+} ssb4d_bench_record;
+/* Comparison thresholds (SPEC §10). */
+typedef struct {
+    double time_ratio;         /* a time fails when new > old * (1 + time_ratio); default 0.10 */
+    double min_seconds;        /* stages whose medians are both below this are shown, not judged */
+    double mem_ratio;          /* a memory metric fails when it grew by more than mem_ratio ... */
+    double mem_abs_bytes;      /* ... and by more than this (default 0.25 GiB) */
+    int allow_hash_change;     /* 1: a changed hash is reported but does not fail */
+} ssb4d_bench_compare_opts;
+void ssb4d_bench_compare_opts_default(ssb4d_bench_compare_opts *o);
+/* Median (the mean of the middle two for an even count), min and max of n values; NaN for n = 0.
+ * Returns -1 when out of memory (the outputs are then NaN). */
+int ssb4d_bench_stats(const double *runs, size_t n, double *median, double *min, double *max);
+/* Median, min and max of every stage's runs. */
+void ssb4d_bench_record_finish(ssb4d_bench_record *r);
+/* Writes the record as JSON to path, atomically (schema, date in UTC, git revision of the source
+ * tree, machine: CPU model, cores, RAM, GPU and driver or null, OS). */
+ssb4d_status ssb4d_bench_record_write(const ssb4d_bench_record *r, const char *path, ssb4d_err *err);
+/* Reads two record files, prints the table to out and returns 0 (nothing regressed), 1 (a time,
+ * memory metric or hash regressed) or 2 (a file is missing, malformed or of another schema; the
+ * message goes to err). */
+int ssb4d_bench_compare_files(const char *old_path, const char *new_path, const ssb4d_bench_compare_opts *o,
+                              FILE *out, ssb4d_err *err);
+
+/* ------------------------------------------------------------------------------------------ */
+/* For clients (src/common/): what the command line and the viewer share with the library     */
+/* Sets err (if not NULL) to one formatted line and returns code (`return ssb4d_err_set(...)`). */
+ssb4d_status ssb4d_err_set(ssb4d_err *err, ssb4d_status code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Seconds on the monotonic clock, for timings and progress (never for results). */
+double ssb4d_clock_s(void);
+/* The threads a call given `requested` runs on: <= 0 the online cores, else requested (at most
+ * 1024), as every stage resolves its `threads`. */
+int ssb4d_threads_resolve(int requested);
+/* A size in words, in binary units: "%.1f MiB" below 1 GiB, else "%.2f GiB", the unit chosen
+ * by `like` (the largest size of the same message, so that one message keeps one unit; 0: bytes
+ * itself); up: rounded up (a smallest budget printed can be given back to --memory as it is).
+ * Every size the library and the command line print is written by this function. Returns buf. */
+const char *ssb4d_size_text(char buf[32], size_t bytes, size_t like, int up);
+/* SHA-256 of n bytes as 64 hex digits and a NUL. */
+void ssb4d_sha256_hex(const void *data, size_t n, char hex[65]);
+/* Output files appear whole or not at all: "<path>.tmp<pid>" is written, flushed, synced and
+ * renamed over path; on any failure the temporary file is removed. */
+typedef struct {
+    FILE *f;
+    char *tmp;
+    char *path;
+} ssb4d_afile;
+ssb4d_status ssb4d_afile_open(ssb4d_afile *a, const char *path, ssb4d_err *err);
+/* st == SSB4D_OK: flush, sync, close and rename; otherwise close and remove the temporary file.
+ * Returns the final status (an I/O error here is reported through err). */
+ssb4d_status ssb4d_afile_finish(ssb4d_afile *a, ssb4d_status st, ssb4d_err *err);
+/* A whole text file, atomically (a newline is appended). */
+ssb4d_status ssb4d_write_text_atomic(const char *path, const char *text, ssb4d_err *err);
+/* What the viewer's FFT panel shows, in place: log(1 + |DFT|) of img (ny x nx, row-major) with
+ * its mean removed first (the DC peak would flatten the rest), the zero frequency in the middle.
+ * Its two buffers are counted in mem (may be NULL). */
+ssb4d_status ssb4d_image_fft_logmag(ssb4d_mem *mem, float *img, size_t ny, size_t nx, ssb4d_err *err);
+/* Bytes from rank `root` to every rank of d (a distributed viewer's jobs). */
+ssb4d_status ssb4d_dist_bcast(const ssb4d_dist *d, void *buf, size_t bytes, int root, ssb4d_err *err);
 
 #ifdef __cplusplus
 }

@@ -11,43 +11,14 @@
 
 #include <stdio.h>
 
-#define BENCH_SCHEMA "ssb4d-bench/1"
-#define BENCH_MAX_STAGES 32
-#define BENCH_MAX_RUNS 32
-
-typedef struct {
-    char name[48];
-    size_t n_runs;
-    double seconds[BENCH_MAX_RUNS]; /* wall time of each repeat */
-    double median, min, max;        /* filled by bench_record_finish */
-    /* memory of the last repeat, bytes */
-    size_t peak_bytes, after_bytes, cache_bytes, rss_peak_bytes, device_peak_bytes;
-} bench_stage;
-
-typedef struct {
-    /* workload */
-    char workload[32];        /* "small", "medium", "reference" or a file name */
-    char identity[112];       /* data identity (cli_data_identity) */
-    size_t shape[4];
-    size_t n_bf, n_stored;
-    size_t encoded_bytes, g_bytes;
-    /* settings */
-    int threads;
-    size_t memory_budget_bytes;
-    int repeat;
-    int upsample;
-    char preview_precision[8];   /* "float" or "half" */
-    char mode[16];               /* "resident" or "streaming" */
-    char backend[16];            /* where the heavy passes ran: "cpu" or "cuda" ("": not recorded, null) */
-    size_t loss_tile;            /* 0 = the default */
-    /* results */
-    bench_stage stages[BENCH_MAX_STAGES];
-    size_t n_stages;
-    double C10_nm, C12_nm, phi12_deg, loss;
-    size_t session_peak_bytes, session_rss_peak_bytes;
-    char g_sha256[65], phase_sha256[65], trace_sha256[65];
-    char g_blocks_sha256[65];   /* G per block of 64 BF pixels (also from a distributed run) */
-} bench_record;
+/* The record's structs are public (include/ssb4d.h, "Benchmark records"): `ssb4d bench`
+ * fills them. */
+#define BENCH_SCHEMA SSB4D_BENCH_SCHEMA
+#define BENCH_MAX_STAGES SSB4D_BENCH_MAX_STAGES
+#define BENCH_MAX_RUNS SSB4D_BENCH_MAX_RUNS
+typedef ssb4d_bench_stage bench_stage;
+typedef ssb4d_bench_record bench_record;
+typedef ssb4d_bench_compare_opts bench_compare_opts;
 
 /* Median (the mean of the middle two for an even count), min and max of n values; NaN for n = 0.
  * Returns -1 when out of memory (the outputs are then NaN). */
@@ -61,15 +32,6 @@ struct cJSON *bench_record_to_json(const bench_record *r);
 
 /* Writes the record to path (atomically: path.tmp, then rename). */
 ssb4d_status bench_record_write(const bench_record *r, const char *path, ssb4d_err *err);
-
-/* Comparison thresholds (SPEC §10). */
-typedef struct {
-    double time_ratio;         /* a time fails when new > old * (1 + time_ratio); default 0.10 */
-    double min_seconds;        /* stages whose medians are both below this are shown, not judged */
-    double mem_ratio;          /* a memory metric fails when it grew by more than mem_ratio ... */
-    double mem_abs_bytes;      /* ... and by more than this (default 0.25 GiB) */
-    int allow_hash_change;     /* 1: a changed hash is reported but does not fail */
-} bench_compare_opts;
 
 void bench_compare_opts_default(bench_compare_opts *o);
 

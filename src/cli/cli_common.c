@@ -2,12 +2,7 @@
 #include "cli/cli_common.h"
 #include "cli/cli_params.h"
 
-#include "common/sha256.h"
-#include "common/textfile.h"
-#include "io/calfile.h"
 #include "qem/qem.h"
-#include "io/image.h"
-#include "source/source.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -104,35 +99,28 @@ void cli_join_path(char *buf, size_t n, const char *dir, const char *name)
         snprintf(buf, n, "%s%s%s", d, d[strlen(d) - 1] == '/' ? "" : "/", name);
 }
 
-void cli_values_unset(cli_values *v)
-{
-    memset(v, 0, sizeof *v);
-    v->kv = v->semiangle_mrad = v->rotation_deg = v->bf_radius_px = v->rotation_sigma_deg = NAN;
-    v->flip = -1;
-    for (int i = 0; i < 2; i++)
-        v->scan_step_A[i] = v->det_sampling_mrad[i] = v->centre_px[i] = NAN;
-}
-
 void cli_micro_init(cli_micro *m)
 {
     memset(m, 0, sizeof *m);
-    cli_values_unset(&m->flags);
+    ssb4d_values_unset(&m->flags);
     m->hot_pixels = 1;
     m->backend = SSB4D_BACKEND_AUTO;
 }
 
-int cli_parse_double(const char *s, double *out)
+int cli_parse_number(const char *s, double lo, double hi, int whole, double *out)
 {
     if (!s || !*s)
         return -1;
     errno = 0;
     char *e;
     double v = strtod(s, &e);
-    if (errno || *e || !isfinite(v))
+    if (errno || *e || !isfinite(v) || (whole && v != floor(v)) || v < lo || v > hi)
         return -1;
     *out = v;
     return 0;
 }
+
+int cli_parse_double(const char *s, double *out) { return cli_parse_number(s, -INFINITY, INFINITY, 0, out); }
 
 int cli_parse_pair(const char *s, double out[2])
 {
@@ -158,7 +146,7 @@ static int bad_value(const char *flag, const char *arg)
 
 int cli_micro_handle(cli_micro *m, int opt, const char *arg)
 {
-    cli_values *v = &m->flags;
+    ssb4d_values *v = &m->flags;
     switch (opt) {
     case CLI_OPT_KV: return cli_parse_double(arg, &v->kv) ? bad_value("kv", arg) : 1;
     case CLI_OPT_SEMIANGLE: return cli_parse_double(arg, &v->semiangle_mrad) ? bad_value("semiangle", arg) : 1;
@@ -188,7 +176,7 @@ int cli_micro_handle(cli_micro *m, int opt, const char *arg)
     case CLI_OPT_SIDECAR: m->sidecar_path = arg; return 1;
     case CLI_OPT_THREADS: {
         double t;
-        if (cli_parse_double(arg, &t) || t < 0 || t > 1024 || t != floor(t))
+        if (cli_parse_number(arg, 0, 1024, 1, &t))
             return bad_value("threads", arg);
         m->threads = (int)t;
         return 1;
@@ -344,41 +332,15 @@ static int file_exists(const char *p)
     return stat(p, &sb) == 0 && S_ISREG(sb.st_mode);
 }
 
-/* The library's values (ssb4d_values_read) as the command line holds them. */
-static void from_lib(cli_values *out, const ssb4d_values *in)
+int cli_read_sidecar(const char *data, const cli_micro *m, ssb4d_values *v, char *path, size_t n)
 {
-    cli_values_unset(out);
-    out->kv = in->kv;
-    out->semiangle_mrad = in->semiangle_mrad;
-    out->rotation_deg = in->rotation_deg;
-    out->bf_radius_px = in->bf_radius_px;
-    for (int i = 0; i < 2; i++) {
-        out->scan_step_A[i] = in->scan_step_A[i];
-        out->det_sampling_mrad[i] = in->det_sampling_mrad[i];
-        out->centre_px[i] = in->centre_px[i];
-    }
-    out->ab = in->ab;
-    out->has_ab = in->has_ab;
-    out->ab_from_truth = in->ab_from_truth;
-    snprintf(out->source, sizeof out->source, "%s", in->ab_from);
-    out->has_thick = in->has_thick;
-    out->thick = in->thick;
-    snprintf(out->rotation_from, sizeof out->rotation_from, "%s", in->rotation_from);
-    out->rotation_measured = in->rotation_measured;
-    out->rotation_sigma_deg = in->rotation_sigma_deg;
-    out->flip = in->flip;
-    snprintf(out->flip_from, sizeof out->flip_from, "%s", in->flip_from);
-}
-
-int cli_read_sidecar(const char *data, const cli_micro *m, cli_values *v, char *path, size_t n)
-{
-    cli_values_unset(v);
+    ssb4d_values_unset(v);
     if (n)
         path[0] = 0;
     ssb4d_values lv;
     char found[sizeof lv.sidecar_path];
     const char *side = m->sidecar_path;
-    if (!side && ssb_sidecar_find(data, found, sizeof found))
+    if (!side && ssb4d_sidecar_find(data, found, sizeof found))
         side = found;
     if (!side)
         return 0;
@@ -387,114 +349,8 @@ int cli_read_sidecar(const char *data, const cli_micro *m, cli_values *v, char *
         cli_say("%s", err.msg);
         return CLI_EXIT_USAGE;
     }
-    from_lib(v, &lv);
+    *v = lv;
     snprintf(path, n, "%s", lv.sidecar_path);
-    return 0;
-}
-
-/* The command line's values as the library holds them (from_lib's inverse). */
-static void to_lib(ssb4d_values *out, const cli_values *in)
-{
-    ssb4d_values_unset(out);
-    out->kv = in->kv;
-    out->semiangle_mrad = in->semiangle_mrad;
-    out->rotation_deg = in->rotation_deg;
-    out->bf_radius_px = in->bf_radius_px;
-    memcpy(out->scan_step_A, in->scan_step_A, sizeof out->scan_step_A);
-    memcpy(out->det_sampling_mrad, in->det_sampling_mrad, sizeof out->det_sampling_mrad);
-    memcpy(out->centre_px, in->centre_px, sizeof out->centre_px);
-    out->ab = in->ab;
-    out->has_ab = in->has_ab;
-    out->ab_from_truth = in->ab_from_truth;
-    memcpy(out->ab_from, in->source, sizeof out->ab_from);
-    out->has_thick = in->has_thick;
-    out->thick = in->thick;
-    memcpy(out->rotation_from, in->rotation_from, sizeof out->rotation_from);
-    out->rotation_measured = in->rotation_measured;
-    out->rotation_sigma_deg = in->rotation_sigma_deg;
-    out->flip = in->flip;
-    memcpy(out->flip_from, in->flip_from, sizeof out->flip_from);
-}
-
-/* The library's layering rule (ssb4d_values_layer), on the command line's values. */
-void cli_values_layer(cli_values *out, const cli_values *in)
-{
-    ssb4d_values a, b;
-    to_lib(&a, out);
-    to_lib(&b, in);
-    ssb4d_values_layer(&a, &b);
-    char id[sizeof out->data_identity];
-    memcpy(id, out->data_identity, sizeof id);
-    from_lib(out, &a);
-    memcpy(out->data_identity, id, sizeof id);
-}
-
-/* ---- data identity ----------------------------------------------------------------------- */
-
-/* True when path starts with the .qem magic. */
-static int is_qem_file(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    char magic[8] = {0};
-    int is_qem = f && fread(magic, 1, 8, f) == 8 && !memcmp(magic, "QEMDATA1", 8);
-    if (f)
-        fclose(f);
-    return is_qem;
-}
-
-/* SHA-256 of the header's body checksums; the header checksum itself was verified by
- * qem_open, so the list is what the writer recorded. */
-static int qem_identity(const char *path, char hex[65])
-{
-    qem_file *q = NULL;
-    ssb4d_err err = {0};
-    if (qem_open(path, 0, 1, &q, &err))
-        return -1;
-    const cJSON *sums = cJSON_GetObjectItemCaseSensitive(qem_header_json(q), "sha256");
-    ssb4d_sha256 *h = cJSON_IsArray(sums) ? ssb_sha256_new() : NULL;
-    if (!h) {
-        qem_close(q);
-        return -1;
-    }
-    for (const cJSON *e = sums->child; e; e = e->next)
-        if (cJSON_IsString(e))
-            ssb_sha256_update(h, e->valuestring, strlen(e->valuestring));
-    ssb_sha256_final_hex(h, hex);
-    qem_close(q);
-    return 0;
-}
-
-static int file_sha256(const char *path, char hex[65])
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return -1;
-    ssb4d_sha256 *h = ssb_sha256_new();
-    size_t cap = (size_t)4 << 20;
-    unsigned char *buf = malloc(cap);
-    int bad = !h || !buf;
-    size_t got;
-    while (!bad && (got = fread(buf, 1, cap, f)) > 0)
-        ssb_sha256_update(h, buf, got);
-    bad = bad || ferror(f);
-    fclose(f);
-    free(buf);
-    if (h)
-        ssb_sha256_final_hex(h, hex); /* also frees h */
-    return bad ? -1 : 0;
-}
-
-int cli_data_identity(const char *path, char *out, size_t n)
-{
-    char hex[65];
-    int qem = is_qem_file(path);
-    const char *prefix = qem ? "qem-body-sha256:" : "sha256:";
-    if (n)
-        out[0] = 0;
-    if ((qem ? qem_identity(path, hex) : file_sha256(path, hex)) != 0 ||
-        strlen(prefix) + 64 >= n)
-        return -1;
-    snprintf(out, n, "%s%s", prefix, hex);
     return 0;
 }
 
@@ -527,8 +383,8 @@ int cli_auto_calibration(const char *cmd, const char *data, cli_micro *m, int qu
         return 0;
     ssb4d_calfile cf;
     ssb4d_err err = {0};
-    if (ssb_calfile_read(path, &cf, &err)) {
-        ssb_calfile_free(&cf);
+    if (ssb4d_calfile_read(path, &cf, &err)) {
+        ssb4d_calfile_free(&cf);
         fprintf(stderr, "ssb4d %s: %s (the calibration file beside DATA: remake it with ssb4d calibrate "
                         "--force, or give --calibration FILE)\n", cmd, err.msg);
         return CLI_EXIT_USAGE;
@@ -536,14 +392,14 @@ int cli_auto_calibration(const char *cmd, const char *data, cli_micro *m, int qu
     int has_ab = cf.has_ab;
     char recorded[sizeof cf.data_identity];
     snprintf(recorded, sizeof recorded, "%s", cf.data_identity);
-    ssb_calfile_free(&cf);
+    ssb4d_calfile_free(&cf);
     if (has_ab) {
         fprintf(stderr, "ssb4d %s: warning: %s holds aberrations, so ssb4d calibrate did not write it; "
                         "not used (give --calibration %s to use it)\n", cmd, path, path);
         return 0;
     }
-    if (recorded[0] && cli_data_identity(data, m->data_identity, sizeof m->data_identity) == 0 &&
-        ssb_calfile_identity_differs(recorded, m->data_identity)) {
+    if (recorded[0] && ssb4d_data_identity(data, m->data_identity, sizeof m->data_identity, NULL) == 0 &&
+        ssb4d_calfile_identity_differs(recorded, m->data_identity)) {
         char a[128], b[128];
         short_identity(recorded, a, sizeof a);
         short_identity(m->data_identity, b, sizeof b);
@@ -577,7 +433,7 @@ static int differs(double flag, double file)
     return !isnan(flag) && !isnan(file) && flag > 0 && flag <= 5000 && fabs(flag - file) > 0.01 * fabs(file);
 }
 
-void cli_warn_overrides(const cli_values *file, const cli_values *flags, const char *const from[4])
+void cli_warn_overrides(const ssb4d_values *file, const ssb4d_values *flags, const char *const from[4])
 {
     static const struct {
         const char *flag, *unit;
@@ -625,7 +481,7 @@ static void value_sources(const char *data_path, const char *sidecar, const char
  * fit found, or one stated; ssb4d_values_rotation_from refuses the rest). The microscope values FILE
  * records are compared with this data's: a rotation belongs to the projector's settings, so a
  * difference is worth a warning. */
-static int rotation_from(const cli_micro *m, cli_values *out, int warn)
+static int rotation_from(const cli_micro *m, ssb4d_values *out, int warn)
 {
     const char *path = m->rotation_from_path;
     if (!isnan(m->flags.rotation_deg)) {
@@ -659,12 +515,12 @@ static int rotation_from(const cli_micro *m, cli_values *out, int warn)
     return 0;
 }
 
-int cli_resolve(const char *data_path, const cli_micro *m, cli_values *out)
+int cli_resolve(const char *data_path, cli_micro *m, ssb4d_values *out)
 {
     return cli_resolve_values(data_path, m, out, 1);
 }
 
-int cli_resolve_values(const char *data_path, const cli_micro *m, cli_values *out, int warn)
+int cli_resolve_values(const char *data_path, cli_micro *m, ssb4d_values *out, int warn)
 {
     ssb4d_values lv;
     ssb4d_err err = {0};
@@ -672,24 +528,22 @@ int cli_resolve_values(const char *data_path, const cli_micro *m, cli_values *ou
         cli_say("%s", err.msg);
         return CLI_EXIT_USAGE;
     }
-    from_lib(out, &lv);
+    *out = lv;
     /* Hashing DATA costs a read of the file (a .qem: its header only), so only when the
-     * calibration file has an identity to compare with (and only once). */
+     * calibration file has an identity to compare with (and only once: kept in m). */
     const char *recorded = lv.calibration_identity;
-    if (data_path && recorded[0] && m->data_identity[0])
-        snprintf(out->data_identity, sizeof out->data_identity, "%s", m->data_identity);
     if (data_path && recorded[0] &&
-        (out->data_identity[0] ||
-         cli_data_identity(data_path, out->data_identity, sizeof out->data_identity) == 0) &&
-        ssb_calfile_identity_differs(recorded, out->data_identity)) {
+        (m->data_identity[0] ||
+         ssb4d_data_identity(data_path, m->data_identity, sizeof m->data_identity, NULL) == 0) &&
+        ssb4d_calfile_identity_differs(recorded, m->data_identity)) {
         char a[128], b[128];
         short_identity(recorded, a, sizeof a);
-        short_identity(out->data_identity, b, sizeof b);
+        short_identity(m->data_identity, b, sizeof b);
         cli_say("warning: %s was made from other data (%s ≠ %s)", m->calibration_path, a, b);
     }
     if (warn) { /* a flag wins, but not silently over what a file records */
-        cli_values flagged = *out;
-        cli_values_layer(&flagged, &m->flags);
+        ssb4d_values flagged = *out;
+        ssb4d_values_layer(&flagged, &m->flags);
         int any = 0;
         const double *fl[4] = {&m->flags.kv, &m->flags.semiangle_mrad, m->flags.scan_step_A,
                                m->flags.det_sampling_mrad};
@@ -703,13 +557,13 @@ int cli_resolve_values(const char *data_path, const cli_micro *m, cli_values *ou
             cli_warn_overrides(out, &m->flags, fp);
         }
     }
-    cli_values_layer(out, &m->flags);
+    ssb4d_values_layer(out, &m->flags);
     if (m->det_sampling_measure) /* unset: the library measures it (ssb4d_calib_params) */
         out->det_sampling_mrad[0] = out->det_sampling_mrad[1] = NAN;
     return m->rotation_from_path ? rotation_from(m, out, warn) : 0;
 }
 
-void cli_values_to_calib_params(const cli_values *v, int threads, int hot_pixels,
+void cli_values_to_calib_params(const ssb4d_values *v, int threads, int hot_pixels,
                                 ssb4d_calib_params *p)
 {
     ssb4d_calib_params_default(p);
@@ -727,7 +581,7 @@ void cli_values_to_calib_params(const cli_values *v, int threads, int hot_pixels
     p->threads = threads;
 }
 
-int cli_check_microscope(const cli_values *v)
+int cli_check_microscope(const ssb4d_values *v)
 {
     /* Each value, in this order: known when it must be, and within its parameter-table range
      * when set (by a flag, a calibration file or a sidecar). */
@@ -743,6 +597,28 @@ int cli_check_microscope(const cli_values *v)
         {"bf-radius", NULL, &v->bf_radius_px, 1},
         {"rotation", NULL, &v->rotation_deg, 1},
     };
+    /* The values that must be known and are not, all named in one line (not one per run). */
+    static const char *const what_missing[3] = {"the accelerating voltage", "the convergence semi-angle",
+                                                "the scan step"};
+    static const char *const give[3] = {"--kv (kV)", "--semiangle (mrad)", "--scan-step (Angstrom)"};
+    int missing[3], n_missing = 0;
+    for (size_t i = 0; i < 3; i++)
+        if (isnan(set[i].v[0]) || (set[i].n == 2 && isnan(set[i].v[1])))
+            missing[n_missing++] = (int)i;
+    if (n_missing == 1) {
+        cli_say("%s", set[missing[0]].unknown);
+        return CLI_EXIT_USAGE;
+    }
+    if (n_missing > 1) {
+        char a[256] = "", b[256] = "";
+        for (int j = 0; j < n_missing; j++) {
+            const char *sep = j == 0 ? "" : j == n_missing - 1 ? " and " : ", ";
+            snprintf(a + strlen(a), sizeof a - strlen(a), "%s%s", sep, what_missing[missing[j]]);
+            snprintf(b + strlen(b), sizeof b - strlen(b), "%s%s", sep, give[missing[j]]);
+        }
+        cli_say("%s are unknown: give %s", a, b);
+        return CLI_EXIT_USAGE;
+    }
     ssb4d_calib_params scratch;
     for (size_t i = 0; i < sizeof set / sizeof set[0]; i++)
         for (int k = 0; k < set[i].n; k++) {

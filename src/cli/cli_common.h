@@ -3,7 +3,6 @@
  * `ssb4d simulate`), exit codes and output helpers. */
 #ifndef SSB4D_CLI_COMMON_H
 #define SSB4D_CLI_COMMON_H
-#include "io/calfile.h"
 #include "ssb4d_advanced.h"
 
 #include <cjson/cJSON.h>
@@ -71,39 +70,15 @@ const char *cli_microscope_help(void);
                          "                        device's free memory); a session that needs more stops at the\n" \
                          "                        G build, naming what it needs (ssb4d plan --backend cuda)\n"
 
-/* A value that may be unset (NaN = unset). */
 typedef struct {
-    double kv, semiangle_mrad, scan_step_A[2], det_sampling_mrad[2], rotation_deg, bf_radius_px,
-        centre_px[2];
-    ssb4d_aberrations ab;
-    int has_ab;         /* aberrations given (cal file aberrations or simulator truth) */
-    int ab_from_truth;  /* they are the simulator's true aberrations (sidecar) */
-    char source[64];    /* where the aberrations came from */
-    int has_thick;      /* a thick-sample model (tilt, thickness) was given (calibration file) */
-    ssb4d_thick thick;
-    char data_identity[96]; /* DATA's identity if cli_resolve computed it (to compare it with a
-                               calibration file's), else "" */
-    /* Where rotation_deg came from (set with it, layered with it): "--rotation", "calibration
-     * file", "sidecar", "built-in dataset" ("" while unset). rotation_measured = 1 when it is a
-     * measurement that leaves the 180° branch open (a calibration file written by `ssb4d
-     * calibrate` from the centre of mass), with its standard error rotation_sigma_deg (NaN: not
-     * recorded); the fit may then refine it. Otherwise a stated rotation is held by the fit. */
-    char rotation_from[32];
-    int rotation_measured;
-    double rotation_sigma_deg;
-    /* The detector's handedness (SPEC §2): -1 not stated, 0 (--no-flip) or 1 (--flip), and who
-     * stated it. */
-    int flip;
-    char flip_from[32];
-} cli_values;
-
-typedef struct {
-    cli_values flags;   /* from the command line */
+    ssb4d_values flags;   /* from the command line (ssb4d_values: the library's own struct; the
+                             flags record where a rotation or handedness came from: "--rotation",
+                             "--flip") */
     const char *calibration_path;
     const char *sidecar_path;
     const char *rotation_from_path; /* --rotation-from FILE (NULL: not given) */
     char auto_calibration[4096]; /* the calibration file cli_auto_calibration found beside DATA */
-    char data_identity[96];      /* DATA's identity once computed (cli_data_identity), else "" */
+    char data_identity[96];      /* DATA's identity once computed (ssb4d_data_identity), else "" */
     int threads;
     int memory_report;
     size_t memory_bytes; /* --memory (0: not given: the available RAM) */
@@ -115,9 +90,6 @@ typedef struct {
     size_t device_memory_bytes; /* --device-memory (0: not given: the device's free memory) */
 } cli_micro;
 
-void cli_values_unset(cli_values *v);
-/* Every value `in` sets (not NaN; aberrations and thick model when given) replaces out's. */
-void cli_values_layer(cli_values *out, const cli_values *in);
 void cli_micro_init(cli_micro *m);
 /* Handles a shared option (-q too: put 'q' in the command's short options); returns 1 if
  * handled, 0 if not a shared option, -1 on a bad value (message already printed). */
@@ -164,22 +136,22 @@ int cli_check_output(const char *cmd, const char *path, int force, const char *a
  * the flags, in that order (later wins).
  * Fills `out` (unset fields stay NaN). Returns 0 or prints one error line and returns exit code.
  * When the calibration file records a data identity and data_path is given, DATA's identity is
- * computed (out->data_identity) and a warning line is printed if they differ. */
-int cli_resolve(const char *data_path, const cli_micro *m, cli_values *out);
+ * computed (kept in m->data_identity) and a warning line is printed if they differ. */
+int cli_resolve(const char *data_path, cli_micro *m, ssb4d_values *out);
 /* cli_resolve; warn = 1 (what cli_resolve does) also prints, for each of --kv, --semiangle,
  * --scan-step and --det-sampling that differs by more than 1 % from what DATA's record, the
  * sidecar or the calibration file states, one line "ssb4d CMD: warning: --kv 30 differs from
  * s.json's 300 kV; using 30 kV" (the flag still wins). */
-int cli_resolve_values(const char *data_path, const cli_micro *m, cli_values *out, int warn);
+int cli_resolve_values(const char *data_path, cli_micro *m, ssb4d_values *out, int warn);
 /* Those warning lines for `flags` over `file` (the values without the flags); from[q] names who
  * states kV, semi-angle, scan step, detector sampling ("s.json's"; NULL: "the file's"). */
-void cli_warn_overrides(const cli_values *file, const cli_values *flags, const char *const from[4]);
+void cli_warn_overrides(const ssb4d_values *file, const ssb4d_values *flags, const char *const from[4]);
 
 /* The simulator sidecar of DATA, as cli_resolve finds it (--sidecar, else DATA.json, DATA with
  * its extension replaced by .json, or that without a trailing "_counts"), read into v (all unset
  * when there is none); path gets its name ("" when none). Returns 0, or CLI_EXIT_USAGE when it
  * cannot be read or is not JSON (one line printed). */
-int cli_read_sidecar(const char *data, const cli_micro *m, cli_values *v, char *path, size_t n);
+int cli_read_sidecar(const char *data, const cli_micro *m, ssb4d_values *v, char *path, size_t n);
 
 /* The calibration file `ssb4d calibrate DATA` writes by default: in DATA's folder, DATA's name
  * without its extension + ".calibration.json" (s.npy -> s.calibration.json). Returns 0, or -1
@@ -195,23 +167,16 @@ int cli_default_calibration_path(const char *data, char *out, size_t n);
  * or is malformed (one line printed). */
 int cli_auto_calibration(const char *cmd, const char *data, cli_micro *m, int quiet);
 
-/* The identity of a data file for calibration files (SPEC §4): "qem-body-sha256:<hex>" for a
- * .qem, the SHA-256 of the concatenated body checksums (the header's "sha256" list, verified
- * against the body whenever the file is opened as a source), so only the header is read; for
- * any other file "sha256:<hex>" of its bytes. Returns 0, or -1 when it cannot be read or n is
- * too small (out is then ""). */
-int cli_data_identity(const char *path, char *out, size_t n);
-
 /* The calibration file's `acquisition` section (format, camera length, dwell) from what DATA
  * records (a .qem's record or its reader's); left unset when DATA is NULL or says nothing. */
 void cli_calfile_acquisition(const char *data, ssb4d_calfile *cf);
 
 /* Calibration params / geometry from resolved values (unset → fit from data / defaults). */
-void cli_values_to_calib_params(const cli_values *v, int threads, int hot_pixels,
+void cli_values_to_calib_params(const ssb4d_values *v, int threads, int hot_pixels,
                                 ssb4d_calib_params *p);
 /* Checks the values that must be known before any work (kv, semiangle, scan step) and prints one
  * line naming the missing or absurd one. Returns 0 or CLI_EXIT_USAGE. */
-int cli_check_microscope(const cli_values *v);
+int cli_check_microscope(const ssb4d_values *v);
 
 /* The budget: --memory, else the available RAM (MemAvailable). */
 size_t cli_memory_budget(const cli_micro *m);
@@ -238,7 +203,11 @@ int cli_error(const char *cmd, ssb4d_status st, const char *msg);
 
 /* Parses "A" or "A,B" into two doubles. Returns 0 on success. */
 int cli_parse_pair(const char *s, double out[2]);
-/* Parses a positive double; returns 0 on success. */
+/* The command line's one number parser: the whole of s is a finite number in [lo, hi] (whole: a
+ * whole number); 0 and *out, or -1. Every option's number goes through it (the table's options
+ * through ssb4d_param_parse, with the parameter table's ranges). */
+int cli_parse_number(const char *s, double lo, double hi, int whole, double *out);
+/* Parses a finite number (cli_parse_number without a range); returns 0 on success. */
 int cli_parse_double(const char *s, double *out);
 
 /* Writes a float32 phase image to .tiff/.tif (float32), .npy or .png by the extension of path.

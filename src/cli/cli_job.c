@@ -3,11 +3,7 @@
  * (info, verify). The compute commands plan through the session handle (cli_session.c). */
 #include "cli/cli_job.h"
 
-#include "codec/codec.h"
-#include "common/parallel.h"
-#include "fit/fit.h"
-#include "gbuild/gbuild.h"
-#include "plan/budget.h"
+
 #include "plan/plan.h"
 
 #include <math.h>
@@ -17,16 +13,11 @@
 
 /* The planner's wording of sizes (src/plan/budget.c), so that the command line and the session
  * handle say the same. */
-const char *cli_job_size(char buf[32], size_t bytes, int up) { return plan_size_text(buf, bytes, up); }
+const char *cli_job_size(char buf[32], size_t bytes, int up) { return ssb4d_size_text(buf, bytes, 0, up); }
 
 const char *cli_job_size_as(char buf[32], size_t bytes, size_t like, int up)
 {
-    double mib = (double)bytes / 1048576.0, gib = mib / 1024.0;
-    if ((double)like / 1073741824.0 >= 1)
-        snprintf(buf, 32, "%.2f GiB", up ? ceil(gib * 100) / 100 : gib);
-    else
-        snprintf(buf, 32, "%.1f MiB", up ? ceil(mib * 10) / 10 : mib);
-    return buf;
+    return ssb4d_size_text(buf, bytes, like ? like : 1, up); /* like 0 meant MiB */
 }
 
 /* Exit for a failed step: a refusal by the budget (mem.c's messages name "the memory budget") is
@@ -87,8 +78,8 @@ int cli_job_calibrate(const char *cmd, ssb4d_source *src, ssb4d_calib_params *cp
 int cli_qem_check_threads(const char *cmd, const qem_file *q, int threads, size_t budget, size_t other)
 {
     const qem_info *in = qem_get_info(q);
-    size_t per_thread = qem_spatial_fields(in->shape[2], in->shape[3]) * QEM_INTERVAL * sizeof(uint32_t);
-    size_t nt = (size_t)ssb_threads_resolve(threads);
+    size_t per_thread = ssb4d_qem_index_check_bytes(in->shape[2], in->shape[3]);
+    size_t nt = (size_t)ssb4d_threads_resolve(threads);
     nt = nt > in->n_blocks ? in->n_blocks : nt;
     size_t room = budget > other ? budget - other : 0;
     if (nt * per_thread > room)

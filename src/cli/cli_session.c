@@ -6,8 +6,6 @@
 #include "cli/cli_mpi.h"
 
 #include "cli/cli_job.h"
-#include "common/err.h"
-#include "session/backend.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -27,14 +25,9 @@ int cli_session_fail(const cli_session *cs, ssb4d_status st, const char *msg)
 
 int cli_backend_check(const char *cmd, ssb4d_backend_kind kind, const char **name)
 {
-    const session_backend *bk = NULL;
     ssb4d_err err = {0};
-    ssb4d_status st = session_backend_select(kind, &bk, &err);
-    if (st)
-        return cli_error(cmd, st, err.msg);
-    if (name)
-        *name = bk->name;
-    return 0;
+    ssb4d_status st = ssb4d_backend_check(kind, name, &err);
+    return st ? cli_error(cmd, st, err.msg) : 0;
 }
 
 void cli_session_bar(cli_session *cs, const char *label) { cli_progress_start(&cs->pb, label, cs->quiet); }
@@ -86,7 +79,7 @@ static int simulate_builtin(cli_session *cs, const cli_micro *m, ssb4d_err *err)
     if (st)
         return cli_error(cs->cmd, st, err->msg);
     memcpy(cs->shape, sh, sizeof sh);
-    cli_values_unset(&cs->v);
+    ssb4d_values_unset(&cs->v);
     cs->v.kv = sp.kv;
     cs->v.semiangle_mrad = sp.semiangle_mrad;
     cs->v.scan_step_A[0] = cs->v.scan_step_A[1] = info.scan_step_A;
@@ -98,7 +91,7 @@ static int simulate_builtin(cli_session *cs, const cli_micro *m, ssb4d_err *err)
     static const char *const builtin_from[4] = {"the built-in dataset's", "the built-in dataset's",
                                                 "the built-in dataset's", "the built-in dataset's"};
     cli_warn_overrides(&cs->v, &m->flags, builtin_from);
-    cli_values_layer(&cs->v, &m->flags);
+    ssb4d_values_layer(&cs->v, &m->flags);
     /* The mean depth of the simulator's potential planes (docs/simulate.md, docs/fit.md). */
     cs->truth[0] = BUILTIN_C10 + 0.5 * (info.thickness_nm - info.thickness_nm / info.n_slices);
     cs->truth[1] = BUILTIN_C12;

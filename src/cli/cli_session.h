@@ -17,8 +17,8 @@
 /* What the command will do, for the memory plan made at calibration. */
 typedef struct {
     const char *data;             /* NULL: the built-in dataset (fit, demo) */
-    const cli_micro *m;
-    const cli_values *values;     /* already resolved by the command; NULL: cli_session_open's */
+    cli_micro *m;
+    const ssb4d_values *values;     /* already resolved by the command; NULL: cli_session_open's */
     const ssb4d_fit_params *fit;  /* NULL: no fit (reconstruct: one release instead) */
     int upsample;                 /* 0: automatic; cli_session_open writes the resolved one */
     const size_t *region;         /* the field: rows r0:r1, cols c0:c1 (fit --region); NULL: all */
@@ -36,7 +36,7 @@ typedef struct {
 typedef struct {
     const char *cmd;
     ssb4d_session *s;
-    cli_values v;                 /* the resolved microscope values (flags over files) */
+    ssb4d_values v;                 /* the resolved microscope values (flags over files) */
     void *builtin;                /* the built-in dataset's counts (NULL: DATA) */
     double truth[3];              /* its C10 (mean plane depth), C12, φ12; else NaN */
     size_t shape[4];

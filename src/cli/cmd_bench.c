@@ -6,16 +6,11 @@
  *   sweep:   the loss at the fit over loss tiles: time relative to the default layout, live
  *            bytes above G, cache kept, and a check that every tile gives the same bits. */
 #include "cli/cli_common.h"
-#include "common/clock.h"
 #include "cli/cli_session.h"
 #include "cli/cli_mpi.h"
 #include "cli/cmd_bench_compare.h"
 #include "cli/cmd_bench_view.h"
 #include "cli/commands.h"
-#include "bench/record.h"
-#include "common/parallel.h"
-#include "common/err.h"
-#include "common/sha256.h"
 
 #include <cjson/cJSON.h>
 #include <getopt.h>
@@ -81,9 +76,9 @@ static int workload_resolve(const char *cmd, workload *w, int quiet)
     return 0;
 }
 
-static int session_params(const cli_micro *m, const char *path, ssb4d_session_params *p)
+static int session_params(cli_micro *m, const char *path, ssb4d_session_params *p)
 {
-    cli_values v;
+    ssb4d_values v;
     int rc = cli_resolve(path, m, &v);
     if (!rc)
         rc = cli_check_microscope(&v);
@@ -121,7 +116,7 @@ static void run_help(FILE *f)
             "  -h, --help            this help\n\n%s\n"
             CLI_EXIT_HELP_BEGIN ";\n"
             "1 also when a repeat's hashes differ from the first run's.\n",
-            BENCH_COMMON_HELP, BENCH_MAX_RUNS, CLI_MICROSCOPE_HELP);
+            BENCH_COMMON_HELP, SSB4D_BENCH_MAX_RUNS, CLI_MICROSCOPE_HELP);
 }
 
 enum { OPT_WORKLOAD = CLI_OPT_FIRST_FREE, OPT_DATA, OPT_CACHE, OPT_REPEAT, OPT_PREVIEW, OPT_TILES, OPT_TILE_REPEAT,
@@ -137,11 +132,10 @@ static int bad_option(const char *sub, int c, char **argv)
 
 static int parse_int(const char *s, long lo, long hi, long *out)
 {
-    char *e;
-    long v = strtol(s, &e, 10);
-    if (e == s || *e || v < lo || v > hi)
+    double v;
+    if (cli_parse_number(s, (double)lo, (double)hi, 1, &v))
         return -1;
-    *out = v;
+    *out = (long)v;
     return 0;
 }
 
@@ -179,8 +173,8 @@ static int bench_run(int argc, char **argv)
         case OPT_DATA: w.data = optarg; break;
         case OPT_CACHE: w.cache = optarg; break;
         case OPT_REPEAT:
-            if (parse_int(optarg, 1, BENCH_MAX_RUNS, &repeat)) {
-                fprintf(stderr, "ssb4d bench run: invalid value '%s' for --repeat (1 to %d)\n", optarg, BENCH_MAX_RUNS);
+            if (parse_int(optarg, 1, SSB4D_BENCH_MAX_RUNS, &repeat)) {
+                fprintf(stderr, "ssb4d bench run: invalid value '%s' for --repeat (1 to %d)\n", optarg, SSB4D_BENCH_MAX_RUNS);
                 return CLI_EXIT_USAGE;
             }
             break;
@@ -213,7 +207,7 @@ static int bench_run(int argc, char **argv)
     ssb4d_session_script s;
     ssb4d_session_script_default(&s);
 
-    bench_record *rec = calloc(1, sizeof *rec);
+    ssb4d_bench_record *rec = calloc(1, sizeof *rec);
     ssb4d_session_report *r = calloc(1, sizeof *r);
     if (!rec || !r) {
         free(rec), free(r);
@@ -232,7 +226,7 @@ static int bench_run(int argc, char **argv)
             memcpy(first_hashes[0], r->g_sha256, 65);
             memcpy(first_hashes[1], r->phase_sha256, 65);
             memcpy(first_hashes[2], r->trace_sha256, 65);
-            rec->n_stages = r->n_stages < BENCH_MAX_STAGES ? r->n_stages : BENCH_MAX_STAGES;
+            rec->n_stages = r->n_stages < SSB4D_BENCH_MAX_STAGES ? r->n_stages : SSB4D_BENCH_MAX_STAGES;
             for (size_t i = 0; i < rec->n_stages; i++)
                 snprintf(rec->stages[i].name, sizeof rec->stages[i].name, "%s", r->stages[i].name);
         } else if (strcmp(first_hashes[0], r->g_sha256) || strcmp(first_hashes[1], r->phase_sha256) ||
@@ -241,7 +235,7 @@ static int bench_run(int argc, char **argv)
             return cli_error(cli_command(), SSB4D_EINTERNAL, "repeat results differ from the first run's (hashes)");
         }
         for (size_t i = 0; i < rec->n_stages; i++) {
-            bench_stage *b = &rec->stages[i];
+            ssb4d_bench_stage *b = &rec->stages[i];
             const ssb4d_stage_record *q = &r->stages[i];
             b->seconds[b->n_runs++] = q->seconds;
             b->peak_bytes = q->peak_bytes;
@@ -252,14 +246,14 @@ static int bench_run(int argc, char **argv)
         }
     }
     snprintf(rec->workload, sizeof rec->workload, "%s", w.name ? w.name : w.data);
-    if (cli_data_identity(w.path, rec->identity, sizeof rec->identity))
+    if (ssb4d_data_identity(w.path, rec->identity, sizeof rec->identity, NULL))
         rec->identity[0] = 0;
     memcpy(rec->shape, r->shape, sizeof rec->shape);
     rec->n_bf = r->n_bf;
     rec->n_stored = r->n_stored;
     rec->encoded_bytes = r->encoded_bytes;
     rec->g_bytes = r->g_bytes;
-    rec->threads = ssb_threads_resolve(m.threads);
+    rec->threads = ssb4d_threads_resolve(m.threads);
     rec->memory_budget_bytes = r->plan.memory_bytes;
     rec->repeat = (int)repeat;
     rec->upsample = r->upsample;
@@ -273,16 +267,16 @@ static int bench_run(int argc, char **argv)
     memcpy(rec->g_blocks_sha256, r->g_blocks_sha256, 65);
     memcpy(rec->phase_sha256, r->phase_sha256, 65);
     memcpy(rec->trace_sha256, r->trace_sha256, 65);
-    bench_record_finish(rec);
+    ssb4d_bench_record_finish(rec);
     if (!cli_is_root()) { /* under mpirun, rank 0 writes the record */
         free(rec), free(r);
         return CLI_EXIT_OK;
     }
-    ssb4d_status st = bench_record_write(rec, out, &err);
+    ssb4d_status st = ssb4d_bench_record_write(rec, out, &err);
     if (!st) {
         printf("%-24s %10s %10s %10s %12s\n", "stage", "median s", "min s", "max s", "peak GiB");
         for (size_t i = 0; i < rec->n_stages; i++) {
-            const bench_stage *b = &rec->stages[i];
+            const ssb4d_bench_stage *b = &rec->stages[i];
             printf("%-24s %10.3f %10.3f %10.3f %12.3f\n", b->name, b->median, b->min, b->max, b->peak_bytes / GIB);
         }
         printf("session peak %.3f GiB (footprint %.3f GiB); record %s\n", rec->session_peak_bytes / GIB,
@@ -392,7 +386,7 @@ static int bench_sweep(int argc, char **argv)
     if (rc || (out && (rc = cli_check_output("bench sweep", out, force, ", or -o FILE"))) ||
         (!w.data && (rc = workload_resolve("sweep", &w, m.quiet))))
         return rc;
-    cli_values v;
+    ssb4d_values v;
     if ((rc = cli_resolve(w.path, &m, &v)) || (rc = cli_check_microscope(&v)))
         return rc;
     if (!v.has_ab) {
@@ -446,9 +440,7 @@ static int bench_sweep(int argc, char **argv)
         const ssb4d_stage_record *sr = ssb4d_mem_stage(mem, ssb4d_mem_stage_count(mem) - 1);
         live[t] = (double)(sr->peak_bytes - base);
         cache[t] = (double)sr->cache_bytes;
-        ssb4d_sha256 *h = ssb_sha256_new();
-        ssb_sha256_update(h, phase, ny * nx * sizeof *phase);
-        ssb_sha256_final_hex(h, hex[t]);
+        ssb4d_sha256_hex(phase, ny * nx * sizeof *phase, hex[t]);
     }
     /* Times: interleaved repeats, each tile's buffers kept in the cache between its runs. */
     for (long k = 0; k < repeat && !st && phase; k++)
@@ -457,9 +449,9 @@ static int bench_sweep(int argc, char **argv)
             ssb4d_ssb_opts_default(&so);
             so.threads = m.threads;
             so.loss_tile = tiles[t] == (size_t)-1 ? ssb4d_G_n_bf(G) : tiles[t];
-            double l, t0 = ssb_clock_s();
+            double l, t0 = ssb4d_clock_s();
             st = ssb4d_loss(G, &cal.geom, &v.ab, NULL, &so, mem, &l, NULL, &err);
-            secs[t][k] = ssb_clock_s() - t0;
+            secs[t][k] = ssb4d_clock_s() - t0;
         }
     int same = 1;
     cJSON *rows = cJSON_CreateArray();
@@ -467,10 +459,10 @@ static int bench_sweep(int argc, char **argv)
         double med[MAX_TILES + 1];
         for (size_t t = 0; t < nt; t++) {
             double lo, hi;
-            bench_stats(secs[t], (size_t)repeat, &med[t], &lo, &hi);
+            ssb4d_bench_stats(secs[t], (size_t)repeat, &med[t], &lo, &hi);
         }
         printf("loss tile sweep: %s, %zu BF pixels, %zux%zu scan, %d threads, %ld interleaved runs\n", w.path,
-               cal.n_bf, ny, nx, ssb_threads_resolve(m.threads), repeat);
+               cal.n_bf, ny, nx, ssb4d_threads_resolve(m.threads), repeat);
         printf("%-12s %12s %10s %16s %12s  %s\n", "loss tile", "loss s", "vs default", "live above G GiB",
                "cache GiB", "bits");
         for (size_t t = 0; t < nt; t++) {
@@ -503,13 +495,13 @@ static int bench_sweep(int argc, char **argv)
         cJSON_AddStringToObject(j, "schema", "ssb4d-bench-sweep/1");
         cJSON_AddStringToObject(j, "workload", w.name ? w.name : w.data);
         cJSON_AddNumberToObject(j, "n_bf", (double)cal.n_bf);
-        cJSON_AddNumberToObject(j, "threads", ssb_threads_resolve(m.threads));
+        cJSON_AddNumberToObject(j, "threads", ssb4d_threads_resolve(m.threads));
         cJSON_AddItemToObject(j, "rows", rows);
         rows = NULL;
         char *text = cJSON_Print(j);
         FILE *f = fopen(out, "w");
         if (!f || fputs(text, f) < 0 || fclose(f))
-            st = ssb_fail(&err, SSB4D_EIO, "cannot write %s", out);
+            st = ssb4d_err_set(&err, SSB4D_EIO, "cannot write %s", out);
         free(text);
         cJSON_Delete(j);
     }

@@ -3,7 +3,6 @@
  * changed result (SPEC §10). */
 #include "cli/cmd_bench_compare.h"
 
-#include "bench/record.h"
 #include "cli/cli_common.h"
 
 #include <getopt.h>
@@ -64,8 +63,8 @@ int cmd_bench_compare(int argc, char **argv)
                                          {"quiet", no_argument, 0, 'q'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
-    bench_compare_opts o;
-    bench_compare_opts_default(&o);
+    ssb4d_bench_compare_opts o;
+    ssb4d_bench_compare_opts_default(&o);
     optind = 1;
     opterr = 0;
     int opt;
@@ -113,7 +112,7 @@ int cmd_bench_compare(int argc, char **argv)
         return cli_error(CMD, SSB4D_EINVAL, msg);
     }
     ssb4d_err err = {0};
-    int rc = bench_compare_files(argv[optind], argv[optind + 1], &o, stdout, &err);
+    int rc = ssb4d_bench_compare_files(argv[optind], argv[optind + 1], &o, stdout, &err);
     if (rc == 2) {
         cli_error(CMD, SSB4D_EFORMAT, err.msg[0] ? err.msg : "cannot compare");
         return CLI_EXIT_USAGE;

@@ -7,12 +7,9 @@
  * waiting for answers (as the page does), a release in the middle, and the frames the page would
  * draw (every finished answer newer than the last one drawn); --cpu-load starts busy processes
  * beside the server that stop by themselves. */
-#include "bench/record.h"
-#include "common/clock.h"
 #include "cli/cli_common.h"
 #include "cli/cli_session.h"
 #include "cli/cmd_bench_view.h"
-#include "common/atomic.h"
 
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>
@@ -169,9 +166,9 @@ static int time_kind(int port, const char *token, double c10, int *seq, size_t c
         snprintf(body, sizeof body, "{\"C10_nm\": %.6f, \"upsample\": 1, \"subset\": %zu, \"want_loss\": %s, \"seq\": %d}",
                  c10 + 0.05 * *seq, release ? (size_t)0 : subset, release ? "true" : "false", *seq);
         http_answer a;
-        double t0 = ssb_clock_s();
+        double t0 = ssb4d_clock_s();
         int bad = http(port, token, "POST", "/api/preview", body, &a);
-        double dt = ssb_clock_s() - t0;
+        double dt = ssb4d_clock_s() - t0;
         if (bad || a.status != 200) {
             fprintf(stderr, "ssb4d bench view: preview failed (HTTP %d): %.200s\n", a.status, a.body ? a.body : "");
             free(a.raw), free(rt), free(sv);
@@ -183,8 +180,8 @@ static int time_kind(int port, const char *token, double c10, int *seq, size_t c
     }
     t->n = count;
     double lo, hi;
-    int bad_stats = count && (bench_stats(rt, count, &t->med_ms, &t->min_ms, &t->max_ms) ||
-                              bench_stats(sv, count, &t->server_med_ms, &lo, &hi));
+    int bad_stats = count && (ssb4d_bench_stats(rt, count, &t->med_ms, &t->min_ms, &t->max_ms) ||
+                              ssb4d_bench_stats(sv, count, &t->server_med_ms, &lo, &hi));
     free(rt), free(sv);
     if (bad_stats) {
         fprintf(stderr, "ssb4d bench view: out of memory\n");
@@ -208,9 +205,9 @@ static void *stream_send(void *arg)
 {
     stream_req *q = arg;
     http_answer a;
-    q->t_send = ssb_clock_s();
+    q->t_send = ssb4d_clock_s();
     int bad = http(q->port, q->token, "POST", "/api/preview", q->body, &a);
-    q->t_recv = ssb_clock_s();
+    q->t_recv = ssb4d_clock_s();
     q->status = bad ? -1 : a.status;
     q->server_s = a.server_s;
     free(a.raw);
@@ -252,11 +249,11 @@ static int drag_stream(int port, const char *token, double c10, int *seq, double
         return cli_error("bench view", SSB4D_ENOMEM, "out of memory");
     }
     size_t nq = 0;
-    double t0 = ssb_clock_s();
+    double t0 = ssb4d_clock_s();
     int rc = 0;
     for (size_t i = 0; i <= n && !rc; i++) {
         double due = t0 + (double)i / rate_hz; /* a fixed schedule, whatever the answers do */
-        for (double now; (now = ssb_clock_s()) < due;)
+        for (double now; (now = ssb4d_clock_s()) < due;)
             usleep((useconds_t)((due - now) * 1e6));
         {
             int rel = i == n;
@@ -400,10 +397,9 @@ int bench_view(int argc, char **argv, bench_resolve_fn resolve)
     optind = 1;
     opterr = 0;
     while ((c = getopt_long(argc, argv, ":o:hq", opts, NULL)) != -1) {
-        char *e;
         if (c == O_RATE || c == O_DSEC) {
-            double v = strtod(optarg, &e);
-            if (e == optarg || *e || !(v >= (c == O_RATE ? 0 : 0.5)) || v > (c == O_RATE ? 200 : 600)) {
+            double v;
+            if (cli_parse_number(optarg, c == O_RATE ? 0 : 0.5, c == O_RATE ? 200 : 600, 0, &v)) {
                 fprintf(stderr, "ssb4d bench view: invalid value '%s' for %s (%s)\n", optarg, argv[optind - 1],
                         c == O_RATE ? "0 to 200 per second" : "0.5 to 600 s");
                 return CLI_EXIT_USAGE;
@@ -412,22 +408,22 @@ int bench_view(int argc, char **argv, bench_resolve_fn resolve)
             continue;
         }
         if (c == O_LOAD) {
-            long v = strtol(optarg, &e, 10);
-            if (e == optarg || *e || v < 0 || v > 256) {
+            double v;
+            if (cli_parse_number(optarg, 0, 256, 1, &v)) {
                 fprintf(stderr, "ssb4d bench view: invalid value '%s' for --cpu-load (0 to 256 processes)\n", optarg);
                 return CLI_EXIT_USAGE;
             }
-            load = v;
+            load = (long)v;
             continue;
         }
         long *dst = c == O_DRAGS ? &drags : c == O_RELEASES ? &releases : c == O_SUBSET ? &subset : NULL;
         if (dst) {
-            long v = strtol(optarg, &e, 10);
-            if (e == optarg || *e || v < (c == O_SUBSET ? 0 : 1) || v > 100000) {
+            double v;
+            if (cli_parse_number(optarg, c == O_SUBSET ? 0 : 1, 100000, 1, &v)) {
                 fprintf(stderr, "ssb4d bench view: invalid value '%s' for %s\n", optarg, argv[optind - 1]);
                 return CLI_EXIT_USAGE;
             }
-            *dst = v;
+            *dst = (long)v;
             continue;
         }
         switch (c) {
@@ -519,7 +515,7 @@ int bench_view(int argc, char **argv, bench_resolve_fn resolve)
         waitpid(pid, NULL, 0);
         return CLI_EXIT_USAGE;
     }
-    double t0 = ssb_clock_s(), c10 = 0, ready_s = 0;
+    double t0 = ssb4d_clock_s(), c10 = 0, ready_s = 0;
     size_t n_bf = 0, shape[4] = {0};
     char backend_name[16] = "";
     for (;;) { /* until calibrated and fitted */
@@ -543,7 +539,7 @@ int bench_view(int argc, char **argv, bench_resolve_fn resolve)
             n_bf = (size_t)cJSON_GetNumberValue(cJSON_GetObjectItem(cJSON_GetObjectItem(s, "calibration"), "n_bf"));
             for (int k = 0; k < 4; k++)
                 shape[k] = (size_t)cJSON_GetNumberValue(cJSON_GetArrayItem(cJSON_GetObjectItem(s, "shape"), k));
-            ready_s = ssb_clock_s() - t0;
+            ready_s = ssb4d_clock_s() - t0;
             const char *b = cJSON_GetStringValue(cJSON_GetObjectItem(s, "backend"));
             snprintf(backend_name, sizeof backend_name, "%s", b ? b : "");
         }
@@ -607,7 +603,7 @@ int bench_view(int argc, char **argv, bench_resolve_fn resolve)
         char *txt = cJSON_Print(j);
         cJSON_Delete(j);
         ssb4d_err err = {0};
-        ssb4d_status st = txt ? ssb_write_text_atomic(out, txt, &err) : SSB4D_ENOMEM;
+        ssb4d_status st = txt ? ssb4d_write_text_atomic(out, txt, &err) : SSB4D_ENOMEM;
         free(txt);
         if (st)
             return cli_error("bench view", st, txt ? err.msg : "out of memory");

@@ -6,8 +6,6 @@
 #include "cli/cli_common.h"
 #include "cli/cli_job.h"
 #include "cli/commands.h"
-#include "io/calfile.h"
-#include "io/image.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -295,7 +293,7 @@ int cmd_calibrate(int argc, char **argv)
     /* Stated beats measured (SPEC §4), as for every command and Python: what the flags, a
      * calibration file, the sidecar or DATA's record state is used; the library measures the
      * sampling and the centre all the same, and the summary compares the two. */
-    cli_values v;
+    ssb4d_values v;
     rc = cli_resolve(data, &m, &v);
     if (!rc)
         rc = cli_check_microscope(&v);
@@ -326,7 +324,7 @@ int cmd_calibrate(int argc, char **argv)
         return rc;
 
     ssb4d_calfile cf;
-    st = ssb_calfile_from_calibration(&cf, &cal, &err);
+    st = ssb4d_calfile_from_calibration(&cf, &cal, &err);
     if (st) {
         ssb4d_calibration_free(&cal);
         return cli_error(CMD, st, err.msg);
@@ -348,21 +346,21 @@ int cmd_calibrate(int argc, char **argv)
         snprintf(cf.flip_source, sizeof cf.flip_source, "given");
     }
     /* cli_resolve computed it already when --calibration had one to compare with. */
-    if (v.data_identity[0])
-        snprintf(cf.data_identity, sizeof cf.data_identity, "%s", v.data_identity);
-    else if (cli_data_identity(data, cf.data_identity, sizeof cf.data_identity) != 0)
+    if (m.data_identity[0])
+        snprintf(cf.data_identity, sizeof cf.data_identity, "%s", m.data_identity);
+    else if (ssb4d_data_identity(data, cf.data_identity, sizeof cf.data_identity, NULL) != 0)
         cf.data_identity[0] = 0;
     cli_calfile_acquisition(data, &cf);
     rc = CLI_EXIT_OK;
     /* The picture first: the calibration file, which later commands take, appears last. */
-    if ((st = ssb_calibration_picture(picture, &cal, &err)) != SSB4D_OK ||
-        (st = ssb_calfile_write(outpath, &cf, &err)) != SSB4D_OK) {
+    if ((st = ssb4d_calibration_picture(picture, &cal, &err)) != SSB4D_OK ||
+        (st = ssb4d_calfile_write(outpath, &cf, &err)) != SSB4D_OK) {
         rc = cli_error(CMD, st, err.msg);
         goto out;
     }
     if (m.json) {
         /* The calfile text as written (exact numbers) plus the measured extras. */
-        char *text = ssb_calfile_to_json(&cf);
+        char *text = ssb4d_calfile_to_json(&cf);
         cJSON *meas = measured_json(&cal, seconds);
         if (meas) {
             cJSON_AddStringToObject(meas, "written", outpath);
@@ -387,7 +385,7 @@ int cmd_calibrate(int argc, char **argv)
         print_summary(data, &cal, outpath, picture, seconds, !isnan(p.rotation_deg), verbose);
     }
 out:
-    ssb_calfile_free(&cf);
+    ssb4d_calfile_free(&cf);
     ssb4d_calibration_free(&cal);
     return rc;
 }

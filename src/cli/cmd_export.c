@@ -7,12 +7,7 @@
 #include "cli/cli_input.h"
 #include "cli/commands.h"
 #include "cli/progress.h"
-#include "common/atomic.h"
-#include "common/err.h"
 #include "formats/framesrc.h"
-#include "io/npy.h"
-#include "qem/qem.h"
-#include "source/source.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -117,10 +112,10 @@ static ssb4d_status write_frames(input *in, FILE *f, int quiet, ssb4d_err *err)
     step = step < 1 ? 1 : step > N ? N : step;
     uint32_t *buf = malloc(step * P * 4);
     if (!buf)
-        return ssb_fail(err, SSB4D_ENOMEM, "out of memory (a block of %zu frames)", step);
+        return ssb4d_err_set(err, SSB4D_ENOMEM, "out of memory (a block of %zu frames)", step);
     cli_progress pb;
     cli_progress_start(&pb, "export", quiet);
-    cli_progress_set_rate(&pb, (double)(N * P * (size_t)in->bytes) / 1e6, "MB");
+    cli_progress_set_rate(&pb, (double)(N * P * (size_t)in->bytes) / 1048576.0, "MiB");
     ssb4d_status st = SSB4D_OK;
     for (size_t p0 = 0; p0 < N && !st; p0 += step) {
         size_t n = N - p0 < step ? N - p0 : step, m = n * P;
@@ -138,9 +133,9 @@ static ssb4d_status write_frames(input *in, FILE *f, int quiet, ssb4d_err *err)
             }
         }
         if (fwrite(buf, (size_t)in->bytes, m, f) != m)
-            st = ssb_fail(err, SSB4D_EIO, "writing the frames: %s", strerror(errno));
+            st = ssb4d_err_set(err, SSB4D_EIO, "writing the frames: %s", strerror(errno));
         if (in->src)
-            ssb_source_done_with(in->src, p0, n);
+            ssb4d_source_done_with(in->src, p0, n);
         cli_progress_update(&pb, (double)(p0 + n) / (double)N);
     }
     cli_progress_done(&pb);
@@ -227,12 +222,12 @@ int cmd_export(int argc, char **argv)
     if (!meta_only) {
         ssb4d_afile af;
         const char *descr = in.is_float ? "<f4" : in.bytes == 1 ? "|u1" : in.bytes == 2 ? "<u2" : "<u4";
-        st = ssb_afile_open(&af, outp, &err);
+        st = ssb4d_afile_open(&af, outp, &err);
         if (!st) {
-            st = ssb_npy_write_header(af.f, descr, 4, in.shape, &err);
+            st = ssb4d_npy_write_header(af.f, descr, 4, in.shape, &err);
             if (!st)
                 st = write_frames(&in, af.f, quiet || json, &err);
-            st = ssb_afile_finish(&af, st, &err);
+            st = ssb4d_afile_finish(&af, st, &err);
         }
     }
     if (!st && json)

@@ -15,12 +15,6 @@
 #include "cli/cli_params.h"
 #include "cli/commands.h"
 #include "cli/progress.h"
-#include "common/atomic.h"
-#include "common/err.h"
-#include "fit/fit.h"
-#include "io/calfile.h"
-#include "io/image.h"
-#include "io/npy.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -37,15 +31,6 @@ enum {
     OPT_ROTATION_PER_REGION
 };
 
-
-/* The specimen tilt in the probe (detector) frame from the scan frame the thick model fits it in:
- * a direction at angle a in the detector frame lies at a + rotation in the scan frame (as φ12). */
-static void tilt_to_probe(const double scan[2], double rotation_deg, double probe[2])
-{
-    double a = rotation_deg * M_PI / 180.0, c = cos(a), s = sin(a);
-    probe[0] = c * scan[0] + s * scan[1];
-    probe[1] = -s * scan[0] + c * scan[1];
-}
 
 /* The options read from the parameter table (ssb4d_params), in their --help order. */
 static const char *const FIT_TABLE_SEARCH[] = {"objective", "trials", "seed", "batch", NULL};
@@ -161,6 +146,9 @@ static void usage_regions(FILE *f)
 }
 
 /* ---- parsing ---------------------------------------------------------------------------------- */
+
+/* The order of ssb4d_fit_params' lo, hi, start and locked: (C10 nm, C12 nm, φ12 deg). */
+enum { FIT_C10 = 0, FIT_C12 = 1, FIT_PHI12 = 2 };
 
 static int param_index(const char *name)
 {
@@ -457,15 +445,6 @@ static void remove_if_empty(const fit_opts *o)
 
 /* ---- what the fit found, for the summary, the JSON and the calibration file ------------------ */
 
-/* φ12 in the probe (detector) frame of a scan-frame value, with the fit's rotation, in [−90, 90). */
-static double phi12_probe(const ssb4d_fit_result *r, double phi12_scan)
-{
-    double d = fmod(phi12_scan - r->geom.rotation_deg + 90.0, 180.0);
-    if (d < 0)
-        d += 180.0;
-    return d - 90.0;
-}
-
 /* How the rotation was obtained, in words. */
 static void rotation_label(const ssb4d_fit_params *fp, const ssb4d_fit_result *r, const cli_session *j, char *buf, size_t n)
 {
@@ -663,10 +642,10 @@ static ssb4d_status fill_calfile(const fit_opts *o, const cli_session *j, const 
                                  size_t loss_n_bf, ssb4d_calfile *cf, ssb4d_err *err)
 {
     const ssb4d_calibration *cal = ssb4d_session_calibration(j->s);
-    ssb4d_status st = ssb_calfile_from_calibration(cf, cal, err);
+    ssb4d_status st = ssb4d_calfile_from_calibration(cf, cal, err);
     if (st)
         return st;
-    ssb_calfile_set_fit(cf, r, fp, j->v.rotation_from, loss_n_bf);
+    ssb4d_calfile_set_fit(cf, r, fp, j->v.rotation_from, loss_n_bf);
     cf->n_bf = cal->n_bf;
     cf->has_search = 1;
     cf->trials = 0; /* the global candidates the fit ran (at least 200 without the parallax's start) */
@@ -679,9 +658,9 @@ static ssb4d_status fill_calfile(const fit_opts *o, const cli_session *j, const 
     cf->evaluations = r->evaluations;
     snprintf(cf->trials_phi12_frame, sizeof cf->trials_phi12_frame, "%s", fp->rotation_given ? "scan" : "probe");
     /* cli_resolve has hashed DATA already when --calibration recorded an identity. */
-    if (j->v.data_identity[0])
-        snprintf(cf->data_identity, sizeof cf->data_identity, "%s", j->v.data_identity);
-    else if (o->data && cli_data_identity(o->data, cf->data_identity, sizeof cf->data_identity) != 0)
+    if (o->m.data_identity[0])
+        snprintf(cf->data_identity, sizeof cf->data_identity, "%s", o->m.data_identity);
+    else if (o->data && ssb4d_data_identity(o->data, cf->data_identity, sizeof cf->data_identity, NULL) != 0)
         cf->data_identity[0] = 0;
     cli_calfile_acquisition(o->data, cf);
     if (tr) {
@@ -692,7 +671,7 @@ static ssb4d_status fill_calfile(const fit_opts *o, const cli_session *j, const 
         cf->ab.C_nm[SSB4D_C12] = tr->C12_nm;
         cf->ab.phi_deg[SSB4D_C12] = tr->phi12_deg;
         cf->phi12_scan_deg = tr->phi12_deg;
-        cf->phi12_probe_deg = phi12_probe(r, tr->phi12_deg);
+        cf->phi12_probe_deg = ssb4d_phi12_to_probe(&r->geom, tr->phi12_deg);
         for (int i = 0; i < 4; i++) /* the standard errors are the thin fit's, not the thick model's */
             cf->se[i] = NAN;
     }
@@ -704,7 +683,7 @@ static ssb4d_status fill_calfile(const fit_opts *o, const cli_session *j, const 
     cf->best = calloc(50, sizeof *cf->best);
     if (!sorted || !cf->best) {
         free(sorted);
-        return ssb_fail(err, SSB4D_ENOMEM, "out of memory");
+        return ssb4d_err_set(err, SSB4D_ENOMEM, "out of memory");
     }
     size_t n = 0;
     for (size_t i = 0; i < r->n_trials; i++)
@@ -728,8 +707,8 @@ static ssb4d_status write_json_file(const char *path, cJSON *o, ssb4d_err *err)
 {
     char *s = cJSON_Print(o);
     if (!s)
-        return ssb_fail(err, SSB4D_ENOMEM, "out of memory");
-    ssb4d_status st = ssb_write_text_atomic(path, s, err);
+        return ssb4d_err_set(err, SSB4D_ENOMEM, "out of memory");
+    ssb4d_status st = ssb4d_write_text_atomic(path, s, err);
     free(s);
     return st;
 }
@@ -836,16 +815,16 @@ static ssb4d_status fit_write(const fit_opts *o, const cli_session *cs, const fi
         st = cli_write_image(path, run->phase, run->ny, run->nx, pixel, err);
     join(path, sizeof path, o->out_dir, "object.npy");
     if (!st)
-        st = ssb_npy_save(path, "<c8", 2, oshape, run->object, err);
+        st = ssb4d_npy_save(path, "<c8", 2, oshape, run->object, err);
     ssb4d_calfile cf;
-    ssb_calfile_init(&cf);
+    ssb4d_calfile_init(&cf);
     if (!st)
         st = fill_calfile(o, cs, &run->fp, r, run->have_tilt ? &run->tr : NULL, o->has_region ? o->region : NULL,
                           run->n_bf, &cf, err);
     join(path, sizeof path, o->out_dir, "calibration.json");
     if (!st)
-        st = ssb_calfile_write(path, &cf, err);
-    ssb_calfile_free(&cf);
+        st = ssb4d_calfile_write(path, &cf, err);
+    ssb4d_calfile_free(&cf);
     if (st)
         return st;
     cJSON *t = cJSON_CreateObject();
@@ -875,7 +854,7 @@ static void fit_print_json(const fit_opts *o, const cli_session *cs, const fit_r
     double x[3] = {run->ab.C_nm[SSB4D_C10], run->ab.C_nm[SSB4D_C12], run->ab.phi_deg[SSB4D_C12]};
     cJSON *out = cJSON_CreateObject();
     add_ab(out, x);
-    add_fit_json(out, &run->fp, r, cs, run->have_tilt ? phi12_probe(r, x[2]) : r->phi12_probe_deg, x[2]);
+    add_fit_json(out, &run->fp, r, cs, run->have_tilt ? ssb4d_phi12_to_probe(&r->geom, x[2]) : r->phi12_probe_deg, x[2]);
     /* the standard fit's standard errors (null: not fitted, undetermined, or the thick model's values) */
     cJSON *se = cJSON_AddObjectToObject(out, "standard_errors");
     const double sev[4] = {r->C10_se_nm, r->C12_se_nm, r->phi12_se_deg, r->rotation_se_deg};
@@ -907,7 +886,7 @@ static void fit_print_json(const fit_opts *o, const cli_session *cs, const fit_r
         cJSON_AddItemToArray(t, cJSON_CreateNumber(th->tilt_mrad[0]));
         cJSON_AddItemToArray(t, cJSON_CreateNumber(th->tilt_mrad[1]));
         double tp[2];
-        tilt_to_probe(th->tilt_mrad, r->geom.rotation_deg, tp);
+        ssb4d_vector_to_probe(&r->geom, th->tilt_mrad, tp);
         t = cJSON_AddArrayToObject(out, "tilt_probe_mrad");
         cJSON_AddItemToArray(t, cJSON_CreateNumber(tp[0]));
         cJSON_AddItemToArray(t, cJSON_CreateNumber(tp[1]));
@@ -984,7 +963,7 @@ static void fit_print_text(const fit_opts *o, const cli_session *cs, const fit_r
             printf("    %9.3f nm", cs->truth[i]);
         printf("\n");
     }
-    double probe = run->have_tilt ? phi12_probe(r, x[2]) : r->phi12_probe_deg;
+    double probe = run->have_tilt ? ssb4d_phi12_to_probe(&r->geom, x[2]) : r->phi12_probe_deg;
     printf("%-12s %9.3f deg (probe/detector frame), %.3f deg (scan frame)%s", "phi12", probe, x[2], pm[2]);
     if (builtin)
         printf("; truth %.3f deg (detector frame)", cs->truth[2]);
@@ -1003,7 +982,7 @@ static void fit_print_text(const fit_opts *o, const cli_session *cs, const fit_r
     if (run->have_tilt) {
         const ssb4d_thick *th = &run->thick;
         double tp[2];
-        tilt_to_probe(th->tilt_mrad, r->geom.rotation_deg, tp);
+        ssb4d_vector_to_probe(&r->geom, th->tilt_mrad, tp);
         printf("thick model  tilt (%.2f, %.2f) mrad (scan frame), (%.2f, %.2f) mrad (probe/detector frame), "
                "thickness %.1f nm", th->tilt_mrad[0], th->tilt_mrad[1], tp[0], tp[1], th->thickness_nm);
         if (o->verbose)
@@ -1039,8 +1018,8 @@ static void fit_print_text(const fit_opts *o, const cli_session *cs, const fit_r
 }
 
 /* The command's session: the fit's plan, the field (--region), the images held to the end. */
-static int fit_session_open(const fit_opts *o, cli_session *cs, const size_t *refit, int up,
-                            const cli_values *values)
+static int fit_session_open(fit_opts *o, cli_session *cs, const size_t *refit, int up,
+                            const ssb4d_values *values)
 {
     cli_session_req rq;
     memset(&rq, 0, sizeof rq);
@@ -1258,7 +1237,7 @@ int cmd_fit_regions(int argc, char **argv)
     size_t largest[2] = {0, 0};
     ssb4d_fit_params rfp;
     /* The values once: the session is opened twice (its plan, then the largest region's). */
-    cli_values vals;
+    ssb4d_values vals;
     if ((rc = cli_resolve(o.data, &o.m, &vals)) || (rc = cli_check_microscope(&vals))) {
         free(rects);
         remove_if_empty(&o);
@@ -1293,7 +1272,7 @@ int cmd_fit_regions(int argc, char **argv)
     ssb4d_session_fit_params(j.s, &o.fp, &rfp);
     ssb4d_fit_result *res = calloc(n, sizeof *res);
     double *c10 = calloc(n, sizeof *c10);
-    ssb4d_status st = res && c10 ? SSB4D_OK : ssb_fail(&err, SSB4D_ENOMEM, "out of memory");
+    ssb4d_status st = res && c10 ? SSB4D_OK : ssb4d_err_set(&err, SSB4D_ENOMEM, "out of memory");
     for (size_t i = 0; i < n && !st; i++) {
         cli_session_bar(&j, "region fit");
         st = ssb4d_session_fit_region(j.s, rects[i], &o.fp, &res[i], &err);
@@ -1371,7 +1350,7 @@ int cmd_fit_regions(int argc, char **argv)
     }
     if (!st && writer) {
         join(path, sizeof path, o.out_dir, "regions.csv");
-        st = ssb_write_text_atomic(path, csv, &err);
+        st = ssb4d_write_text_atomic(path, csv, &err);
     }
     if (!st) {
         /* The defocus map: one 32-px cell per grid region (a list is drawn on the scan grid, one
@@ -1381,7 +1360,7 @@ int cmd_fit_regions(int argc, char **argv)
         size_t cell = o.grid[0] ? 32 : 1;
         float *img = malloc(R * C * cell * cell * sizeof *img);
         if (!img)
-            st = ssb_fail(&err, SSB4D_ENOMEM, "out of memory");
+            st = ssb4d_err_set(&err, SSB4D_ENOMEM, "out of memory");
         for (size_t i = 0; img && i < R * C * cell * cell; i++)
             img[i] = NAN;
         for (size_t i = 0; img && i < n; i++) {

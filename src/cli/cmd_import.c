@@ -92,7 +92,7 @@ static int import_progress(void *user, const char *stage, double fraction)
     import_bar *b = user;
     (void)stage;
     if (b->pb.total <= 0 && b->rep->input_bytes)
-        cli_progress_set_rate(&b->pb, (double)b->rep->input_bytes / 1e6, "MB");
+        cli_progress_set_rate(&b->pb, (double)b->rep->input_bytes / 1048576.0, "MiB");
     if (fraction < 1.0) /* the last line is drawn once the file is complete (cli_progress_done) */
         cli_progress_update(&b->pb, fraction);
     return 0;
@@ -140,9 +140,8 @@ int cmd_import(int argc, char **argv)
         case 'q': quiet = 1; break;
         case OPT_CHUNK:
             {
-                char *e;
-                unsigned long long v = strtoull(optarg, &e, 10);
-                if (*optarg < '1' || *optarg > '9' || *e || v > ((unsigned long long)1 << 40))
+                double v;
+                if (cli_parse_number(optarg, 1, (double)((size_t)1 << 40), 1, &v))
                     return bad("chunk-scans", optarg);
                 ip.chunk_scans = (size_t)v;
             }
@@ -214,18 +213,18 @@ int cmd_import(int argc, char **argv)
     ip.more_paths = (const char *const *)(argv + optind + 1);
     ip.n_more_paths = (size_t)(argc - optind - 1);
     /* The microscope: each flag, else the sidecar's value (recorded with the sidecar as evidence). */
-    cli_values side;
+    ssb4d_values side;
     char side_path[4096], side_evidence[4200];
     int rc = cli_read_sidecar(in, &m, &side, side_path, sizeof side_path);
     if (rc)
         return rc;
     snprintf(side_evidence, sizeof side_evidence, "sidecar %s", side_path);
-    const cli_values *v = &m.flags;
+    const ssb4d_values *v = &m.flags;
     int from_side[4] = {isnan(v->kv) && side.kv > 0, isnan(v->semiangle_mrad) && side.semiangle_mrad > 0,
                         isnan(v->scan_step_A[0]) && side.scan_step_A[0] > 0 && side.scan_step_A[1] > 0,
                         isnan(v->det_sampling_mrad[0]) && side.det_sampling_mrad[0] > 0 &&
                             side.det_sampling_mrad[1] > 0};
-    const cli_values *src4[4];
+    const ssb4d_values *src4[4];
     for (int k = 0; k < 4; k++) {
         src4[k] = from_side[k] ? &side : v;
         ip.evidence[k] = from_side[k] ? side_evidence : NULL;
@@ -243,7 +242,7 @@ int cmd_import(int argc, char **argv)
     if (!ip.mem)
         return cli_error(CMD, SSB4D_ENOMEM, "out of memory");
 
-    /* The bar's rate and the summary's are the same measure: MB of input counts (as the source
+    /* The bar's rate and the summary's are the same measure: MiB of input counts (as the source
      * holds them, report.input_bytes, known once the source is open) per second of wall time,
      * whatever the passes over the file (two unless --hot-pixels none). */
     ssb4d_import_report rep;
@@ -315,8 +314,10 @@ int cmd_import(int argc, char **argv)
         printf("  source      %s, %zux%zu scan, %zux%zu detector, uint%d stored as uint%d\n",
                rep.source_format, rep.shape[0], rep.shape[1], rep.shape[2], rep.shape[3],
                8 * rep.source_dtype_bytes, 8 * rep.stored_dtype_bytes);
-    printf("  size        %.1f MB of counts -> %.1f MB encoded (ratio %.2f)\n",
-           (double)rep.input_bytes / 1e6, (double)rep.encoded_bytes / 1e6, ratio);
+    char in_text[32], enc_text[32];
+    size_t like = rep.input_bytes > rep.encoded_bytes ? rep.input_bytes : rep.encoded_bytes;
+    printf("  size        %s of counts -> %s encoded (ratio %.2f)\n", ssb4d_size_text(in_text, rep.input_bytes, like, 0),
+           ssb4d_size_text(enc_text, rep.encoded_bytes, like, 0), ratio);
     printf("  flagged     %zu by the file's mask, %zu found from the totals%s\n", rep.flagged_file,
            rep.flagged_found, rep.flagged_file + rep.flagged_found ? ", marked invalid" : "");
     if (replaced)
@@ -338,7 +339,7 @@ int cmd_import(int argc, char **argv)
                        ip.det_sampling_mrad, "mrad/px");
         printf(" (recorded as overrides)\n");
     }
-    printf("  time        %.2f s (%.1f MB/s: MB of input counts per second of wall time)\n", wall,
-           wall > 0 ? (double)rep.input_bytes / 1e6 / wall : 0.0);
+    printf("  time        %.2f s (%.1f MiB/s: MiB of input counts per second of wall time)\n", wall,
+           wall > 0 ? (double)rep.input_bytes / 1048576.0 / wall : 0.0);
     return CLI_EXIT_OK;
 }

@@ -4,8 +4,6 @@
 #include "cli/cli_common.h"
 #include "cli/cli_job.h"
 #include "cli/commands.h"
-#include "codec/codec.h"
-#include "common/parallel.h"
 #include "qem/qem.h"
 
 #include <cjson/cJSON.h>

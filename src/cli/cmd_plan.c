@@ -13,7 +13,6 @@
 #include "plan/budget.h"
 #include "plan/device_model.h"
 #include "plan/plan.h"
-#include "common/parallel.h"
 #ifdef SSB4D_HAVE_CUDA
 #include "cuda/cuda.h"
 #include "cuda/memory.h"
@@ -117,9 +116,8 @@ static int parse_ranks(const char *s, size_t *out)
 
 static int parse_count(const char *s, size_t *out)
 {
-    char *e;
-    unsigned long long v = strtoull(s, &e, 10);
-    if (e == s || *e || v == 0 || v > 100000000ULL || s[0] == '-')
+    double v;
+    if (cli_parse_number(s, 1, 1e8, 1, &v))
         return -1;
     *out = (size_t)v;
     return 0;
@@ -556,7 +554,7 @@ int cmd_plan(int argc, char **argv)
         ssb4d_status st = ssb4d_source_open(data, &src, &err);
         if (st)
             return cli_error(CMD, st, err.msg);
-        cli_values v;
+        ssb4d_values v;
         int rc = cli_resolve(data, &m, &v);
         if (!rc)
             rc = cli_check_microscope(&v);
@@ -646,7 +644,7 @@ int cmd_plan(int argc, char **argv)
     } else {
         printf("plan for %zux%zu scan x %zux%zu detector, %zu BF pixels (%zu fit), %d threads\n", in.scan[0],
                in.scan[1], in.det[0], in.det[1], in.n_bf, in.n_fit_bf ? in.n_fit_bf : in.n_bf,
-               ssb_threads_resolve(in.threads));
+               ssb4d_threads_resolve(in.threads));
         if (n_ranks > 1)
             rank_plan_print(&in, &p, &share);
         else

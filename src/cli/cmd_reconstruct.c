@@ -7,9 +7,6 @@
 #include "cli/cli_params.h"
 #include "cli/commands.h"
 #include "cli/progress.h"
-#include "common/err.h"
-#include "io/image.h"
-#include "io/npy.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -207,13 +204,13 @@ typedef struct {
     char ab_source_buf[96];
 } recon_params;
 
-static void recon_params_of(const recon_opts *o, const cli_values *v, recon_params *rp)
+static void recon_params_of(const recon_opts *o, const ssb4d_values *v, recon_params *rp)
 {
     memset(&rp->ab, 0, sizeof rp->ab);
     rp->ab_source = "zero (none given)";
     if (v->has_ab) {
         rp->ab = v->ab;
-        rp->ab_source = v->source;
+        rp->ab_source = v->ab_from;
     }
     for (int i = 0; i < SSB4D_N_ABERR; i++) {
         if (o->c_mask & (1u << i))
@@ -223,7 +220,7 @@ static void recon_params_of(const recon_opts *o, const cli_values *v, recon_para
     }
     if (o->c_mask || o->phi_mask) {
         snprintf(rp->ab_source_buf, sizeof rp->ab_source_buf, "flags%s%s", v->has_ab ? " over " : "",
-                 v->has_ab ? v->source : "");
+                 v->has_ab ? v->ab_from : "");
         rp->ab_source = rp->ab_source_buf;
     }
     rp->thick = o->thick;
@@ -298,7 +295,7 @@ static ssb4d_status recon_compute(const recon_opts *o, cli_session *cs, const re
         st = cli_write_image(o->out_path, run->phase, run->nyf, run->nxf, run->pixel, err);
         if (!st && o->object_path) {
             size_t oshape[2] = {run->nyf, run->nxf};
-            st = ssb_npy_save(o->object_path, "<c8", 2, oshape, run->object, err);
+            st = ssb4d_npy_save(o->object_path, "<c8", 2, oshape, run->object, err);
         }
         ssb4d_mem_stage_end(mem);
     }
@@ -435,7 +432,7 @@ int cmd_reconstruct(int argc, char **argv)
     if (rc)
         return rc < 0 ? 0 : rc;
     ssb4d_err err = {0};
-    if (ssb_image_check_path(o.out_path, &err))
+    if (ssb4d_image_check_path(o.out_path, &err))
         return cli_error("reconstruct", err.code, err.msg);
     if (o.object_path &&
         (strlen(o.object_path) < 4 || strcasecmp(o.object_path + strlen(o.object_path) - 4, ".npy"))) {
@@ -452,7 +449,7 @@ int cmd_reconstruct(int argc, char **argv)
     if ((rc = cli_check_output("reconstruct", o.out_path, o.force, ", or -o FILE")) ||
         (o.object_path && (rc = cli_check_output("reconstruct", o.object_path, o.force, ""))))
         return rc;
-    cli_values v;
+    ssb4d_values v;
     if ((rc = cli_resolve(o.data, &o.m, &v)) || (rc = cli_check_microscope(&v)))
         return rc;
     recon_params rp;

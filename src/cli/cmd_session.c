@@ -123,7 +123,7 @@ int cmd_session(int argc, char **argv)
             return cli_error(CMD, err.code, err.msg);
     } else
         ssb4d_session_script_default(&s);
-    cli_values v;
+    ssb4d_values v;
     if ((rc = cli_resolve(data, &m, &v)))
         return rc;
     if ((rc = cli_check_microscope(&v)))

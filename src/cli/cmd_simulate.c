@@ -3,9 +3,6 @@
 #include "cli/cli_common.h"
 #include "cli/commands.h"
 #include "cli/progress.h"
-#include "codec/codec.h"
-#include "common/parallel.h"
-#include "sim/sim.h"
 #include "ssb4d_advanced.h"
 
 #include <errno.h>
@@ -109,50 +106,12 @@ static int usage_error(const char *fmt, const char *arg)
 
 static int parse_int(const char *s, long lo, long hi, int *out)
 {
-    if (!s || !*s)
-        return -1;
-    errno = 0;
-    char *e;
-    double v = strtod(s, &e);
-    if (errno || *e || !isfinite(v) || v != floor(v) || v < lo || v > hi)
+    double v;
+    if (cli_parse_number(s, (double)lo, (double)hi, 1, &v))
         return -1;
     *out = (int)v;
     return 0;
 }
-
-/* The simulator's largest buffers (src/sim/sim.c and, for .qem, src/qem/qem_write.c): it has no
- * memory context, so its known working set is checked up front instead. Parts in bytes. */
-typedef struct {
-    size_t grid, blocks, writer, reuse, total;
-} sim_working_set;
-
-static sim_working_set working_set(const ssb4d_sim_params *p, const ssb4d_sim_info *info, int to_qem)
-{
-    sim_working_set w = {0, 0, 0, 0, 0};
-    size_t nt = (size_t)ssb_threads_resolve(p->threads), N = (size_t)p->scan_n;
-    size_t MM = (size_t)info->grid * (size_t)info->grid, DD = (size_t)p->det * (size_t)p->det;
-    /* probe, two transmission functions, propagator and one wave per thread (complex64), the
-     * aperture and the mask; the grid is that of the oversampled window (about S× per axis) */
-    w.grid = (4 + nt) * MM * 8 + 2 * MM * 4;
-    /* a block of whole scan rows (~8 MiB of uint16 counts), its sums, a pattern per thread and
-     * the two phase images */
-    size_t rows = sim_rows_per_block(p);
-    w.blocks = rows * N * (DD * 2 + 16) + nt * DD * 4 + 2 * N * N * 4;
-    /* pattern reuse: the kept row tables, and the block's scratch tables when not all are kept */
-    size_t n_tables, table = sim_reuse_table_bytes(p, &n_tables), kept = sim_reuse_cache_bytes(p);
-    if (table)
-        w.reuse = kept + (kept < n_tables * table ? (rows < n_tables ? rows : n_tables) * table : 0);
-    if (to_qem) { /* one chunk of frames (the writer's default size), its encoder scratch */
-        size_t cs = ((size_t)128 << 20) / (2 * DD) / QEM_INTERVAL * QEM_INTERVAL;
-        cs = cs < QEM_INTERVAL ? QEM_INTERVAL : cs > 8192 ? 8192 : cs;
-        cs = cs > N * N ? N * N : cs;
-        size_t nb = (cs + QEM_INTERVAL - 1) / QEM_INTERVAL;
-        w.writer = cs * DD * 2 + DD * (qem_stream_bound(QEM_INTERVAL) + 8) + nb * DD * 5;
-    }
-    w.total = w.grid + w.blocks + w.writer + w.reuse;
-    return w;
-}
-
 
 int cmd_simulate(int argc, char **argv)
 {
@@ -283,7 +242,7 @@ int cmd_simulate(int argc, char **argv)
         case OPT_DET_OVERSAMPLE:
             if (!strcasecmp(optarg, "auto"))
                 p.det_oversample = 0;
-            else if (parse_int(optarg, 1, SIM_OVERSAMPLE_MAX, &p.det_oversample) ||
+            else if (parse_int(optarg, 1, SSB4D_SIM_OVERSAMPLE_MAX, &p.det_oversample) ||
                      p.det_oversample % 2 == 0)
                 return usage_error("--det-oversample must be auto or an odd integer 1..63, got '%s'",
                                    optarg);
@@ -373,16 +332,16 @@ int cmd_simulate(int argc, char **argv)
     {
         size_t n = strlen(out), budget = memory_bytes ? memory_bytes : ssb4d_mem_available();
         int to_qem = n >= 4 && !strcmp(out + n - 4, ".qem");
-        sim_working_set w = working_set(&p, &info, to_qem);
+        ssb4d_sim_working_set w = ssb4d_sim_working_set_of(&p, &info, to_qem);
         if (budget && w.total > budget && w.reuse) {
             /* Keep fewer patterns for reuse rather than refuse: only the speed changes. With
              * none kept (reuse_bytes 1) the blocks still share their own scratch tables. */
             ssb4d_sim_params q = p;
             q.reuse_bytes = 1;
-            sim_working_set w0 = working_set(&q, &info, to_qem);
+            ssb4d_sim_working_set w0 = ssb4d_sim_working_set_of(&q, &info, to_qem);
             if (w0.total <= budget) {
                 p.reuse_bytes = budget > w0.total ? budget - w0.total : 1;
-                w = working_set(&p, &info, to_qem);
+                w = ssb4d_sim_working_set_of(&p, &info, to_qem);
             } else {
                 w = w0; /* the message below states the least it needs */
             }

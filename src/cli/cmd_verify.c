@@ -6,7 +6,6 @@
 #include "cli/cli_input.h"
 #include "cli/commands.h"
 #include "cli/progress.h"
-#include "common/err.h"
 #include "qem/qem.h"
 
 #include <cjson/cJSON.h>
@@ -192,7 +191,7 @@ int cmd_verify(int argc, char **argv)
     }
     cli_progress pb;
     cli_progress_start(&pb, "verify", quiet || m.json);
-    cli_progress_set_rate(&pb, (double)(rows * frame * (size_t)in->dtype_bytes) / 1e6, "MB");
+    cli_progress_set_rate(&pb, (double)(rows * frame * (size_t)in->dtype_bytes) / 1048576.0, "MiB");
     size_t n_diff = 0, n_compared = 0, n_skipped = 0, n_diff_replaced = 0;
     for (size_t r0 = 0; r0 < rows && !st; r0 += step) {
         size_t nr = rows - r0 < step ? rows - r0 : step;

@@ -6,7 +6,7 @@
 #include "cli/cli_mpi.h"
 #include "cli/cli_session.h"
 #include "cli/commands.h"
-#include "view/view.h"
+#include "ssb4d_view.h"
 
 #include <limits.h>
 #include <math.h>
@@ -97,12 +97,11 @@ int cmd_view(int argc, char **argv)
             return CLI_EXIT_USAGE;
         if (r > 0)
             continue;
-        char *end;
         switch (c) {
         case 'h': usage(stdout); return 0;
         case OPT_PORT: {
-            long p = strtol(optarg, &end, 10);
-            if (end == optarg || *end || p < 0 || p > 65535) {
+            double p;
+            if (cli_parse_number(optarg, 0, 65535, 1, &p)) {
                 fprintf(stderr, "ssb4d view: --port must be 0..65535\n");
                 return CLI_EXIT_USAGE;
             }

@@ -8,9 +8,6 @@
 #include "cli/cli_session.h"
 #include "cli/commands.h"
 #include "cli/progress.h"
-#include "common/atomic.h"
-#include "io/image.h"
-#include "io/npy.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -91,17 +88,11 @@ static const char *const EXT[3] = {"tiff", "png", "npy"};
 /* Parses an angle: any finite number (the library refuses negative ones with its own words). */
 static int parse_angle(const char *s, double *out)
 {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (end == s || *end || errno || !isfinite(v))
-        return -1;
-    *out = v;
-    return 0;
+    return cli_parse_double(s, out);
 }
 
 /* The built-in dataset (cli_session.h's), simulated into *counts, and the values its sidecar gives. */
-static int builtin(const cli_micro *m, uint16_t **counts, size_t shape[4], cli_values *v, int quiet)
+static int builtin(const cli_micro *m, uint16_t **counts, size_t shape[4], ssb4d_values *v, int quiet)
 {
     ssb4d_err err = {0};
     ssb4d_sim_params sp;
@@ -121,7 +112,7 @@ static int builtin(const cli_micro *m, uint16_t **counts, size_t shape[4], cli_v
     cli_progress_done(&pb);
     if (st)
         return cli_error(CMD, st, err.msg);
-    cli_values_unset(v);
+    ssb4d_values_unset(v);
     v->kv = sp.kv;
     v->semiangle_mrad = sp.semiangle_mrad;
     v->scan_step_A[0] = v->scan_step_A[1] = info.scan_step_A;
@@ -130,7 +121,7 @@ static int builtin(const cli_micro *m, uint16_t **counts, size_t shape[4], cli_v
     snprintf(v->rotation_from, sizeof v->rotation_from, "built-in dataset");
     v->flip = 0;
     snprintf(v->flip_from, sizeof v->flip_from, "built-in dataset");
-    cli_values_layer(v, &m->flags);
+    ssb4d_values_layer(v, &m->flags);
     return 0;
 }
 
@@ -312,7 +303,7 @@ int cmd_virtual(int argc, char **argv)
 
     /* The values: a .qem's record, the sidecar, the calibration file (given, or calibrate's beside
      * DATA), the flags; the built-in dataset's own. */
-    cli_values v;
+    ssb4d_values v;
     uint16_t *counts = NULL;
     size_t shape[4];
     if (data) {
@@ -402,7 +393,7 @@ int cmd_virtual(int argc, char **argv)
                 const char *path = paths[nw];
                 if (f == 2) {
                     size_t sh[2] = {ny, nx};
-                    st = ssb_npy_save(path, "<f8", 2, sh, img[k], &err);
+                    st = ssb4d_npy_save(path, "<f8", 2, sh, img[k], &err);
                 } else
                     st = ssb4d_image_save(path, f32, ny, nx, px, unit[k], &err);
                 if (st)
@@ -418,7 +409,7 @@ int cmd_virtual(int argc, char **argv)
             cJSON_Delete(j);
             if (!text)
                 rc = cli_error(CMD, SSB4D_ENOMEM, "out of memory (JSON)");
-            else if ((st = ssb_write_text_atomic(paths[np - 1], text, &err)))
+            else if ((st = ssb4d_write_text_atomic(paths[np - 1], text, &err)))
                 rc = cli_error(CMD, st, err.msg);
             else if (m.json)
                 printf("%s\n", text);

@@ -1,7 +1,7 @@
 /* main.c — `ssb4d <command> ...`: dispatch to the subcommands. */
 #include "cli/cli_common.h"
 #include "cli/cli_mpi.h"
-#include "view/view.h"
+#include "ssb4d_view.h"
 #include "cli/commands.h"
 #include "ssb4d_advanced.h"
 

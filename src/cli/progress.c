@@ -1,6 +1,6 @@
 /* progress.c — progress bar: label, bar, percentage, elapsed and ETA; redrawn at most 10×/s. */
 #include "cli/progress.h"
-#include "common/clock.h"
+#include "ssb4d_advanced.h"
 
 #include <stdio.h>
 #include <unistd.h>
@@ -23,7 +23,7 @@ void cli_progress_set_rate(cli_progress *p, double total, const char *unit)
 
 double cli_progress_elapsed(const cli_progress *p)
 {
-    return ssb_clock_s() - ((double)p->t0.tv_sec + 1e-9 * (double)p->t0.tv_nsec);
+    return ssb4d_clock_s() - ((double)p->t0.tv_sec + 1e-9 * (double)p->t0.tv_nsec);
 }
 
 void cli_progress_update(void *vp, double fraction)

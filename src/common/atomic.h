@@ -6,11 +6,7 @@
 
 #include <stdio.h>
 
-typedef struct {
-    FILE *f;
-    char *tmp;
-    char *path;
-} ssb4d_afile;
+/* ssb4d_afile is public (include/ssb4d.h): the clients write their outputs with it too. */
 
 ssb4d_status ssb_afile_open(ssb4d_afile *a, const char *path, ssb4d_err *err);
 /* st == SSB4D_OK: flush, fsync, close and rename; otherwise close and remove the temporary file.

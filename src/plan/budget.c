@@ -5,15 +5,7 @@
 #include <math.h>
 #include <stdio.h>
 
-const char *plan_size_text(char buf[32], size_t bytes, int up)
-{
-    double mib = (double)bytes / 1048576.0, gib = mib / 1024.0;
-    if (gib >= 1)
-        snprintf(buf, 32, "%.2f GiB", up ? ceil(gib * 100) / 100 : gib);
-    else
-        snprintf(buf, 32, "%.1f MiB", up ? ceil(mib * 10) / 10 : mib);
-    return buf;
-}
+const char *plan_size_text(char buf[32], size_t bytes, int up) { return ssb4d_size_text(buf, bytes, 0, up); }
 
 size_t plan_smallest_budget(ssb4d_plan_input *in, const ssb4d_plan *p)
 {

@@ -58,7 +58,7 @@ void sim_phase_lattice(const sim_crystal *c, double sigma, int cells_z, double g
 
 /* Largest detector oversampling S (ssb4d_sim_params.det_oversample); the grid limit (16384)
  * usually binds first. */
-#define SIM_OVERSAMPLE_MAX 63
+#define SIM_OVERSAMPLE_MAX SSB4D_SIM_OVERSAMPLE_MAX
 
 /* Default bound of the kept patterns (ssb4d_sim_params.reuse_bytes = 0). */
 #define SIM_REUSE_DEFAULT_BYTES ((size_t)1 << 30)

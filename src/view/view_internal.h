@@ -3,7 +3,7 @@
  * that owns the session, api.c the routes and their strict JSON, static.c the embedded page). */
 #ifndef SSB4D_VIEW_INTERNAL_H
 #define SSB4D_VIEW_INTERNAL_H
-#include "view/view.h"
+#include "ssb4d_view.h"
 
 #include <cjson/cJSON.h>
 #include <pthread.h>
@@ -132,7 +132,7 @@ struct view_server {
     cJSON *regions;        /* last Fit Regions map (object) or NULL */
     ssb4d_virtual_images virt; /* the virtual images, made on the first request (the worker's) */
     int has_virt, virt_failed;
-    double last_request_s;    /* ssb_clock_s() of the last request submitted */
+    double last_request_s;    /* ssb4d_clock_s() of the last request submitted */
     double virt_rotation_deg; /* the rotation and handedness they were made with: CoM and iDPC */
     int virt_flip;            /* depend on them, so a new rotation makes them again */
     size_t shape[4];

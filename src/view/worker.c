@@ -6,13 +6,8 @@
  * a release (the full set, the loss: a slider let go, the FFT toggled, the upsampling changed)
  * cancels a running preview, so that it never waits behind drags. */
 #include "view/view_internal.h"
-#include "common/clock.h"
 
-#include "common/err.h"
-#include "common/fftw_lock.h"
-#include "dist/dist.h"
 
-#include <fftw3.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -247,49 +242,10 @@ static void params_over_current(view_server *v, const job_params *p, ssb4d_aberr
         th->thickness_nm = p->thick.thickness_nm;
 }
 
-/* log(1 + |FFT|), the zero frequency in the middle: what the FFT view shows. */
-static ssb4d_status fft_logmag(ssb4d_mem *mem, float *img, size_t ny, size_t nx, ssb4d_err *err)
-{
-    size_t nxc = nx / 2 + 1;
-    /* Under the session's budget (64-byte aligned, as FFTW likes). */
-    float *in = ssb4d_mem_alloc(mem, ny * nx * sizeof *in, "the viewer's FFT input", err);
-    fftwf_complex *out = in ? ssb4d_mem_alloc(mem, ny * nxc * sizeof *out, "the viewer's FFT", err) : NULL;
-    if (!in || !out) {
-        ssb4d_mem_free(mem, in, 0);
-        return err->code;
-    }
-    ssb_fftw_lock(); /* FFTW's planner is not thread-safe; the library plans too */
-    fftwf_plan pl = fftwf_plan_dft_r2c_2d((int)ny, (int)nx, in, out, FFTW_ESTIMATE);
-    ssb_fftw_unlock();
-    double mean = 0;
-    for (size_t i = 0; i < ny * nx; i++)
-        mean += img[i];
-    mean /= (double)(ny * nx);
-    for (size_t i = 0; i < ny * nx; i++) /* the mean removed: the DC peak would flatten the rest */
-        in[i] = (float)(img[i] - mean);
-    fftwf_execute(pl);
-    for (size_t r = 0; r < ny; r++)
-        for (size_t c = 0; c < nx; c++) {
-            /* the r2c half plane holds columns 0..nx/2; the others are conjugate-symmetric */
-            size_t rr = r, cc = c;
-            if (c >= nxc)
-                rr = (ny - r) % ny, cc = nx - c;
-            const float *z = out[rr * nxc + cc];
-            float m = log1pf(sqrtf(z[0] * z[0] + z[1] * z[1]));
-            img[((r + ny / 2) % ny) * nx + (c + nx / 2) % nx] = m;
-        }
-    ssb_fftw_lock();
-    fftwf_destroy_plan(pl);
-    ssb_fftw_unlock();
-    ssb4d_mem_free(mem, in, 0);
-    ssb4d_mem_free(mem, out, 0);
-    return SSB4D_OK;
-}
-
 static void do_preview(view_server *v, view_job *j)
 {
     const job_params *p = &j->p;
-    double t0 = ssb_clock_s();
+    double t0 = ssb4d_clock_s();
     ssb4d_err err = {0};
     size_t ny, nx;
     ssb4d_status st = ssb4d_session_image_shape(v->s, p->upsample, &ny, &nx, &err);
@@ -337,7 +293,7 @@ static void do_preview(view_server *v, view_job *j)
         ssb4d_mem_free(mem, obj, 0);
     }
     if (!st && p->view == VIEW_FFT)
-        st = fft_logmag(mem, img, ny, nx, &err);
+        st = ssb4d_image_fft_logmag(mem, img, ny, nx, &err);
     if (st) {
         ssb4d_mem_free(mem, img, 0);
         fail(v, &j->resp, st, st == SSB4D_ECANCELLED ? "superseded" : err.msg);
@@ -346,7 +302,7 @@ static void do_preview(view_server *v, view_job *j)
     view_resp *r = &j->resp;
     view_resp_image(r, img, ny, nx, mem);
     view_resp_header(r, "X-Seq", "%.17g", p->seq);
-    view_resp_header(r, "X-Seconds", "%.6f", ssb_clock_s() - t0);
+    view_resp_header(r, "X-Seconds", "%.6f", ssb4d_clock_s() - t0);
     if (p->want_loss)
         view_resp_header(r, "X-Loss", "%.17g", loss);
 }
@@ -404,7 +360,7 @@ static void do_regions(view_server *v, view_job *j)
     ssb4d_err err = {0};
     size_t(*rects)[4] = calloc(n, sizeof *rects);
     ssb4d_fit_result *res = calloc(n, sizeof *res);
-    ssb4d_status st = rects && res ? SSB4D_OK : ssb_fail(&err, SSB4D_ENOMEM, "out of memory");
+    ssb4d_status st = rects && res ? SSB4D_OK : ssb4d_err_set(&err, SSB4D_ENOMEM, "out of memory");
     for (size_t i = 0; i < n && !st; i++) { /* every cell checked before the long work */
         grid_in(p->rect, p->rows, p->cols, i, rects[i]);
         st = ssb4d_session_check_region(v->s, rects[i], &err);
@@ -414,7 +370,7 @@ static void do_regions(view_server *v, view_job *j)
         snprintf(v->job_name, sizeof v->job_name, "regions %zu/%zu", i + 1, n);
         int cancelled = v->cancel_job; /* a cancel between two regions' fits */
         pthread_mutex_unlock(&v->mu);
-        st = cancelled ? ssb_fail(&err, SSB4D_ECANCELLED, "cancelled")
+        st = cancelled ? ssb4d_err_set(&err, SSB4D_ECANCELLED, "cancelled")
                        : ssb4d_session_fit_region(v->s, rects[i], NULL, &res[i], &err);
     }
     if (!st) {
@@ -422,7 +378,7 @@ static void do_regions(view_server *v, view_job *j)
         snprintf(v->job_name, sizeof v->job_name, "regions branch");
         int cancelled = v->cancel_job;
         pthread_mutex_unlock(&v->mu);
-        st = cancelled ? ssb_fail(&err, SSB4D_ECANCELLED, "cancelled")
+        st = cancelled ? ssb4d_err_set(&err, SSB4D_ECANCELLED, "cancelled")
                        : ssb4d_session_settle_branch(v->s, &rects[0][0], n, NULL, res, &from, &err);
         if (from < n) /* the session holds the settled rotation and handedness: the field's too */
             snapshot_params(v);
@@ -687,7 +643,7 @@ static void send_job(view_server *v, job_kind kind, const job_params *p)
     if (p)
         m.p = *p;
     ssb4d_err err;
-    if (dist_bcast(v->cfg.dist, &m, sizeof m, 0, &err))
+    if (ssb4d_dist_bcast(v->cfg.dist, &m, sizeof m, 0, &err))
         fprintf(stderr, "ssb4d view: %s\n", err.msg);
 }
 
@@ -700,7 +656,7 @@ int view_follow(view_server *v, ssb4d_session *s, ssb4d_err *err)
     view_resp_free(&start.resp);
     for (;;) {
         job_msg m;
-        ssb4d_status st = dist_bcast(v->cfg.dist, &m, sizeof m, 0, err);
+        ssb4d_status st = ssb4d_dist_bcast(v->cfg.dist, &m, sizeof m, 0, err);
         if (st)
             return st;
         if (m.kind == (int32_t)JOB_QUIT)
@@ -738,7 +694,7 @@ static void *worker_main(void *arg)
     v->job_name[0] = 0;
     /* The page shows the start-up's result now and the person acts on it: the idle work waits
      * as it would after a request. */
-    v->last_request_s = ssb_clock_s();
+    v->last_request_s = ssb4d_clock_s();
     for (;;) {
         if (v->stop)
             break;
@@ -752,11 +708,11 @@ static void *worker_main(void *arg)
         else if ((j = v->pending))
             v->pending = NULL;
         else if (!v->has_virt && !v->virt_failed && v->cal.ready && !v->cfg.dist &&
-                 ssb_clock_s() - v->last_request_s < VIEW_IDLE_S) {
+                 ssb4d_clock_s() - v->last_request_s < VIEW_IDLE_S) {
             /* Requests came a moment ago: more will (a drag). Wait until it has been quiet. */
             struct timespec t;
             clock_gettime(CLOCK_REALTIME, &t);
-            double until = VIEW_IDLE_S - (ssb_clock_s() - v->last_request_s);
+            double until = VIEW_IDLE_S - (ssb4d_clock_s() - v->last_request_s);
             t.tv_sec += (time_t)until;
             t.tv_nsec += (long)((until - (double)(time_t)until) * 1e9);
             if (t.tv_nsec >= 1000000000)
@@ -892,7 +848,7 @@ void view_submit(view_server *v, view_job *j)
     j->done = 0;
     j->cancelled = 0;
     j->next = NULL;
-    v->last_request_s = ssb_clock_s();
+    v->last_request_s = ssb4d_clock_s();
     if (v->running && v->running->idle) /* the idle pass gives way to anything asked */
         ssb4d_session_cancel(v->s);
     if (j->kind == JOB_PREVIEW) {

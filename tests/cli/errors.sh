@@ -152,7 +152,11 @@ for cmd in fit reconstruct calibrate info; do
 done
 # One prefix "ssb4d CMD:" on every line, the shared helpers' too.
 expect_error "fit: a bad --kv value, prefixed" "^ssb4d fit: invalid value 'abc' for --kv" -- "$BIN" fit "$T/nope.npy" --kv abc
-expect_error "reconstruct: unknown kV, prefixed" "^ssb4d reconstruct: the accelerating voltage is unknown" -- "$BIN" reconstruct "$T/zeros.npy"
+expect_error "reconstruct: unknown kV, prefixed" "^ssb4d reconstruct: the accelerating voltage" -- "$BIN" reconstruct "$T/zeros.npy"
+# Every missing microscope value is asked for at once (issue 39), in one line; one alone as before.
+expect_error "fit: all three unknown, one line" "the accelerating voltage, the convergence semi-angle and the scan step are unknown: give --kv \(kV\), --semiangle \(mrad\) and --scan-step \(Angstrom\)" -- "$BIN" fit "$T/zeros.npy"
+expect_error "fit: two unknown, one line" "the convergence semi-angle and the scan step are unknown: give --semiangle \(mrad\) and --scan-step" -- "$BIN" fit "$T/zeros.npy" --kv 300
+expect_error "fit: one unknown" "the scan step is unknown: give --scan-step" -- "$BIN" fit "$T/zeros.npy" --kv 300 --semiangle 25
 expect_error "demo: a bad --range, prefixed demo" "^ssb4d demo: --range" -- "$BIN" demo --range C10=5:1
 expect_error "fit-regions: a bad --trials, prefixed" "^ssb4d fit-regions: --trials" -- "$BIN" fit-regions "$T/zeros.npy" --grid 2x2 --trials 0
 expect_error "plan: a bad --memory, prefixed" "^ssb4d plan: invalid value" -- "$BIN" plan --memory 1x

@@ -9,7 +9,7 @@
 # defocus.png's bar spans at least 1 nm with the spread printed and its labels clear of the edges,
 # the calibration picture's disk is not saturated, virtual images' colour bars name their unit; `import` records the sidecar's microscope values (info shows them,
 # flags win); simulate and import draw the shared progress bar, and import's bar and summary
-# give the same MB/s.
+# give the same MiB/s.
 # Needs bash, grep, cmp, od, cp and script (util-linux) for a terminal.
 # usage: images.sh SSB4D_BIN SHARED_DATA
 set -u
@@ -225,9 +225,9 @@ if command -v script >/dev/null 2>&1; then
     grep -qE '^simulate +\[#+\] 100.0%.*positions/s' "$T/tty" && ok || bad "simulate does not draw the shared bar"
     grep -q "positions (" "$T/tty" && bad "simulate still draws its own progress line" || ok
     script -qec "'$BIN' import '$T/s.npy' -o '$T/tty.qem'" /dev/null | tr '\r' '\n' >"$T/tty" 2>&1
-    bar=$(grep -E '^import +\[#+\] 100.0%' "$T/tty" | tail -1 | grep -oE '[0-9.]+ MB/s' | cut -d' ' -f1)
-    sum=$(grep -oE 'time +[0-9.]+ s \([0-9.]+ MB/s' "$T/tty" | grep -oE '[0-9.]+ MB/s' | cut -d' ' -f1)
-    [ -n "$bar" ] && [ "$bar" = "$sum" ] && ok || bad "import's bar says $bar MB/s, its summary $sum MB/s"
+    bar=$(grep -E '^import +\[#+\] 100.0%' "$T/tty" | tail -1 | grep -oE '[0-9.]+ MiB/s' | cut -d' ' -f1)
+    sum=$(grep -oE 'time +[0-9.]+ s \([0-9.]+ MiB/s' "$T/tty" | grep -oE '[0-9.]+ MiB/s' | cut -d' ' -f1)
+    [ -n "$bar" ] && [ "$bar" = "$sum" ] && ok || bad "import's bar says $bar MiB/s, its summary $sum MiB/s"
 fi
 
 finish images.sh

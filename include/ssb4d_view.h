@@ -1,9 +1,11 @@
-/* view.h — `ssb4d view`'s server (src/view/): one session handle steered from a browser page.
+/* ssb4d_view.h — `ssb4d view`'s server (src/view/, the static library ssb4d_view beside
+ * libssb4d): one session handle steered from a browser page. Its entry points, for the command
+ * line (src/cli/cmd_view.c), which reaches the viewer only through this header.
  * The command line opens the session (its values, DATA or the built-in dataset), creates the
  * server first so that the session's progress callback can report into it, then serves until
  * SIGINT/SIGTERM. Nothing here is global: every piece of state lives in the view_server. */
-#ifndef SSB4D_VIEW_VIEW_H
-#define SSB4D_VIEW_VIEW_H
+#ifndef SSB4D_VIEW_H
+#define SSB4D_VIEW_H
 #include "ssb4d_advanced.h"
 
 #include <stdio.h>
