@@ -207,6 +207,7 @@ int cmd_view(int argc, char **argv)
         }
         if (cs.v.has_thick)
             vc->thick = &cs.v.thick;
+        vc->calibration = m.calibration_path; /* the fit it records is the page's result */
         if (!data && isfinite(cs.truth[0])) { /* the built-in dataset: the page shows its truth */
             memset(&truth, 0, sizeof truth);
             truth.C_nm[SSB4D_C10] = cs.truth[0];
