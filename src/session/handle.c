@@ -75,6 +75,7 @@ struct ssb4d_session {
     char identity[96];
     int identity_done;
     size_t fit_global_trials;
+    char fit_given_by[32];     /* who stated the rotation the last fit held ("" none) */
     ssb4d_calfile_trial best[SESSION_BEST_TRIALS];
     size_t n_best;
 };
@@ -694,6 +695,7 @@ ssb4d_status ssb4d_session_fit(ssb4d_session *s, const ssb4d_fit_params *p, ssb4
         return st;
     s->fit = *r;
     keep_best_trials(s, r);
+    memcpy(s->fit_given_by, s->o.rotation_from, sizeof s->fit_given_by);
     s->fit.trials = NULL, s->fit.n_trials = 0; /* the caller owns the trace */
     s->fp = fp;
     s->have_fit = 1, s->have_tilt = 0;
@@ -1095,7 +1097,7 @@ static ssb4d_status fill_calfile(ssb4d_session *s, ssb4d_calfile *cf, ssb4d_err 
     if (st)
         return st;
     if (s->have_fit) {
-        ssb_calfile_set_fit(cf, &s->fit, &s->fp, s->o.rotation_from[0] ? s->o.rotation_from : NULL, s->cal.n_bf);
+        ssb_calfile_set_fit(cf, &s->fit, &s->fp, s->fit_given_by, s->cal.n_bf);
         cf->has_search = 1;
         cf->trials = s->fit_global_trials;
         cf->seed = s->fp.seed;
@@ -1216,6 +1218,7 @@ ssb4d_status ssb4d_session_load_fit(ssb4d_session *s, const char *path, ssb4d_er
         memcpy(fp->locked, cf.locked, sizeof fp->locked);
     }
     s->fit_global_trials = cf.trials;
+    snprintf(s->fit_given_by, sizeof s->fit_given_by, "%s", given ? cf.rotation_from : "");
     s->n_best = cf.n_best < SESSION_BEST_TRIALS ? cf.n_best : SESSION_BEST_TRIALS;
     if (s->n_best)
         memcpy(s->best, cf.best, s->n_best * sizeof *s->best);
