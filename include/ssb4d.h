@@ -523,10 +523,19 @@ typedef struct {
      * memory. A session that needs more fails at the G build (SSB4D_ENOMEM, one line naming the
      * bytes and the budget). Ignored on the CPU. */
     size_t device_memory_bytes;
+    /* Who stated a given calib.rotation_deg ("sidecar", "--rotation", ...: ssb4d_values.rotation_from),
+     * which ssb4d_session_save_calibration records; "" unknown. */
+    char rotation_from[32];
 } ssb4d_session_opts;
 
 void ssb4d_session_opts_default(ssb4d_session_opts *o);
 
+
+/* Checks that path is a data file ssb4d_session_open can open, as it would, before anything
+ * else is said about it: a missing or unreadable file, a folder, not a regular file (SSB4D_EIO:
+ * "cannot open PATH: why"), a file whose content is no format ssb4d reads, a .npy without its
+ * magic, a .qem whose header is broken (the format's error, naming the file). Reads headers only. */
+ssb4d_status ssb4d_data_check(const char *path, ssb4d_err *err);
 
 /* Opens DATA (.qem or .npy; the .qem's mapping counts under the budget). Nothing is read yet. */
 ssb4d_status ssb4d_session_open(const char *path, const ssb4d_session_opts *o, ssb4d_session **out,
@@ -678,11 +687,22 @@ ssb4d_status ssb4d_session_fit_regions(ssb4d_session *s, size_t rows, size_t col
 
 /* Writes the calibration and the current parameters as a calibration file (docs/calibration-
  * file.md) that `ssb4d reconstruct --calibration` reads; refuses an existing path unless force.
- * The file appears atomically. */
+ * The file appears atomically. With the last standard fit's record (its search settings and best
+ * trials, the tilt fit's thick model), the scan region and the data file's identity: the file
+ * `ssb4d fit` writes, byte for byte, for the same data and options (no times in it). */
 ssb4d_status ssb4d_session_save_calibration(ssb4d_session *s, const char *path, int force, ssb4d_err *err);
 /* Reads a calibration file: its microscope, geometry, rotation (held as given) and aberrations
  * become the session's; the session is recalibrated with them on its next call. */
 ssb4d_status ssb4d_session_load_calibration(ssb4d_session *s, const char *path, ssb4d_err *err);
+/* Makes the standard fit a calibration file records (its "fit" section, as ssb4d_session_save_
+ * calibration writes it: `ssb4d fit`'s, Python's, the viewer's Save) the session's last fit, as
+ * if it had just run (its aberrations, geometry, loss, standard errors, search settings and best
+ * trials; not its trace): what ssb4d_session_last_fit returns and a save writes again. The
+ * microscope values and the current parameters stay as they are. A file without a fit: EINVAL. */
+ssb4d_status ssb4d_session_load_fit(ssb4d_session *s, const char *path, ssb4d_err *err);
+/* The session's last standard fit (ssb4d_session_fit or ssb4d_session_load_fit) into *r, without
+ * its trials (r->trials NULL): 1, or 0 (r zeroed) when it has none. */
+int ssb4d_session_last_fit(const ssb4d_session *s, ssb4d_fit_result *r);
 
 /* Groups the calls that follow, until ssb4d_session_stage_end, into one stage of the memory
  * report named `name` (a viewer's "12 drags"; the replayed session's stages). */

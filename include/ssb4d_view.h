@@ -18,6 +18,8 @@ typedef struct {
     int fit_on_start;           /* 0: --no-fit or a calibration file's aberrations */
     const ssb4d_aberrations *ab; /* the start values when not fitting (NULL: zero) */
     const ssb4d_thick *thick;   /* NULL: thin */
+    const char *calibration;    /* the calibration file the values came from (NULL: none): when
+                                   not fitting, the fit it records is shown as the fit */
     const char *data_name;      /* what the page shows as the dataset's name */
     const char *save_dir;       /* the output folder (absolute): Save writes only inside it */
     int force;                  /* --force: Save calibration may replace an existing file */

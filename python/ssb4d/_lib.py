@@ -221,7 +221,7 @@ class SessionOpts(Structure):
                 ('fit', POINTER(FitParams)), ('no_fit', c_int), ('held_bytes', c_size_t),
                 ('held_image_floats', c_size_t), ('rotation_measured', c_int), ('rotation_sigma_deg', c_double),
                 ('region', c_size_t * 4), ('block_bytes', c_size_t), ('ssb_path', c_int), ('preview', c_int), ('dist', c_void_p),
-                ('device_memory_bytes', c_size_t)]
+                ('device_memory_bytes', c_size_t), ('rotation_from', c_char * 32)]
 
 
 class TiltResult(Structure):
@@ -368,6 +368,9 @@ _PROTOS = {
                                             P(Err)]),
     'ssb4d_session_save_calibration': (c_int, [VP, c_char_p, c_int, P(Err)]),
     'ssb4d_session_load_calibration': (c_int, [VP, c_char_p, P(Err)]),
+    'ssb4d_session_load_fit': (c_int, [VP, c_char_p, P(Err)]),
+    'ssb4d_session_last_fit': (c_int, [VP, P(FitResult)]),
+    'ssb4d_data_check': (c_int, [c_char_p, P(Err)]),
     'ssb4d_session_stage_begin': (None, [VP, c_char_p]),
     'ssb4d_session_stage_end': (None, [VP]),
     'ssb4d_session_mem': (VP, [VP]),

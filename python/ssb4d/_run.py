@@ -3,7 +3,9 @@ report progress (a callback, or a tqdm bar when tqdm is installed), and cancel t
 library's cancel token (the session's, or the progress callback's return value).
 """
 import concurrent.futures
+import sys
 import threading
+import time
 
 from . import _lib
 
@@ -29,21 +31,73 @@ def _tqdm():
         return None
 
 
+def _interactive(stream):
+    """True where a person watches the stream: a terminal, or a Jupyter kernel's output (which
+    draws a carriage return as a line rewritten)."""
+    try:
+        if stream.isatty():
+            return True
+    except (AttributeError, ValueError):
+        return False
+    return type(stream).__module__.startswith('ipykernel')
+
+
+class TextLine:
+    """A progress line rewritten in place with a carriage return, on stderr: the stage, its
+    percentage and the seconds so far, at most 10 times a second; a newline at the end. Needs
+    nothing beyond the standard library (a terminal, a notebook, a log when asked)."""
+
+    def __init__(self, label, stream=None):
+        self.label = label
+        self.stream = stream if stream is not None else sys.stderr
+        self.t0 = time.monotonic()
+        self.last = 0.0
+        self.width = 0
+        self.text = None
+
+    def show(self, stage, fraction, force=False):
+        now = time.monotonic()
+        if not force and now - self.last < 0.1 and stage == self.text:
+            return
+        self.last, self.text = now, stage
+        head = self.label if stage in ('', None, self.label) else '%s: %s' % (self.label, stage)
+        line = '%s %3.0f%%  %.1f s' % (head, 100 * min(max(fraction, 0.0), 1.0), now - self.t0)
+        self.stream.write('\r' + line.ljust(self.width))
+        self.stream.flush()
+        self.width = len(line)
+
+    def close(self):
+        if self.width:
+            self.stream.write('\n')
+            self.stream.flush()
+
+
 class Progress:
-    """What one long call reports into: the user's callback ``fn(stage, fraction) -> cancel?``,
-    a tqdm bar (progress=True and tqdm installed), or nothing (False, or no tqdm).
+    """What one long call reports into: the user's callback ``fn(stage, fraction) -> cancel?``;
+    progress=True: a tqdm bar when tqdm is installed, else a text line on stderr when a person
+    watches it (a terminal, a notebook), else nothing; progress='text': the text line wherever
+    stderr goes (a log); False: nothing.
 
     The library calls ``sink`` from whichever of its threads polls, never two at once."""
 
     def __init__(self, progress, label):
         self.fn = progress if callable(progress) else None
         self.bar = None
+        self.line = None
         self.stage = None
         if progress is True and self.fn is None:
             tqdm = _tqdm()
             if tqdm is not None:
                 self.bar = tqdm(total=1000, desc=label, leave=False,
                                 bar_format='{desc}: {percentage:3.0f}%|{bar}| {elapsed}')
+            elif _interactive(sys.stderr):
+                self.line = TextLine(label)
+        elif progress == 'text':
+            self.line = TextLine(label)
+        elif not (progress is False or progress is None or self.fn is not None):
+            from .errors import InvalidArgument
+            raise InvalidArgument("progress takes True, False, 'text' or a function fn(stage, fraction), not %r"
+                                  % (progress,))
         self.cancel_flag = threading.Event()
         self.error = None
 
@@ -52,6 +106,8 @@ class Progress:
         if self.cancel_flag.is_set():
             return True
         try:
+            if self.line is not None:
+                self.line.show(stage, fraction)
             if self.bar is not None:
                 if stage != self.stage:
                     self.bar.set_description(stage)
@@ -71,6 +127,9 @@ class Progress:
         if self.bar is not None:
             self.bar.close()
             self.bar = None
+        if self.line is not None:
+            self.line.close()
+            self.line = None
 
 
 def c_callback(holder):

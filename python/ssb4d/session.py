@@ -153,6 +153,7 @@ class Session:
         c.hot_pixels = 1 if hot_pixels else 0
         c.threads = threads
         o.rotation_measured = 1 if (micro.get('rotation_measured') and rot is not None) else 0
+        o.rotation_from = (micro.get('rotation_given_by') or '').encode()[:31]  # recorded by a save
         sigma = micro.get('rotation_sigma_deg')
         o.rotation_sigma_deg = _NAN if sigma is None or not o.rotation_measured else sigma
         o.memory_bytes = _size(memory)
@@ -597,7 +598,8 @@ def _microscope(values, kw):
         m.update(kv=values.kv, semiangle_mrad=values.semiangle_mrad, scan_step_A=values.scan_step_A,
                  det_sampling_mrad=values.det_sampling_mrad, centre_px=values.centre_px,
                  rotation_deg=values.rotation_deg, rotation_measured=values.rotation_measured,
-                 rotation_sigma_deg=values._raw.rotation_sigma_deg if values._raw is not None else None)
+                 rotation_sigma_deg=values._raw.rotation_sigma_deg if values._raw is not None else None,
+                 rotation_given_by=values.rotation_from)
         if values._raw is not None and not math.isnan(values._raw.bf_radius_px):  # a calibration file's
             m['bf_radius_px'] = values._raw.bf_radius_px
         if values.flip is not None:
@@ -614,6 +616,7 @@ def _microscope(values, kw):
     if kw.get('rotation_deg') is not None:
         m['rotation_deg'] = float(kw['rotation_deg'])
         m['rotation_measured'] = False
+        m['rotation_given_by'] = 'rotation_deg'
     if kw.get('flip') is not None:
         m['flip'] = bool(kw['flip'])
     if kw.get('rotation_from') is not None:
@@ -625,6 +628,45 @@ def _microscope(values, kw):
         if m.get(k) is None:
             raise InvalidArgument(msg)
     return m
+
+
+def _warn_overrides(data, values, calibration, kw):
+    """A keyword wins, but not silently over what a file records (as the command line warns,
+    cli_warn_overrides): kv, semiangle_mrad, scan_step_A or det_sampling_mrad more than 1 % off
+    the file's value gives a RuntimeWarning naming who states it (the calibration file, else the
+    sidecar, else the data file) and the value used."""
+    rows = (('kv', 'kV', 'kv'), ('semiangle_mrad', 'mrad', 'semiangle_mrad'), ('scan_step_A', 'A', 'scan_step_A'),
+            ('det_sampling_mrad', 'mrad/pixel', 'det_sampling_mrad'))
+
+    def stated(path, as_calibration):
+        if not path:
+            return None
+        out = _lib.Values()
+        err = _lib.Err()
+        args = (None, None, _lib.enc(os.fspath(path))) if as_calibration else (None, _lib.enc(os.fspath(path)), None)
+        return out if lib.ssb4d_values_read(*args, ctypes.byref(out), ctypes.byref(err)) == 0 else None
+
+    side = cal = None
+    for key, unit, field_ in rows:
+        given, recorded = kw.get(key), getattr(values, field_)
+        if given is None or recorded is None:
+            continue
+        g = _pair(key, given) if isinstance(recorded, tuple) else (float(given),)
+        r = recorded if isinstance(recorded, tuple) else (recorded,)
+        if not any(0 < a <= 5000 and abs(a - b) > 0.01 * abs(b) for a, b in zip(g, r)):
+            continue
+        if side is None:
+            side = stated(values.sidecar, False) or False
+            cal = stated(calibration, True) or False
+        def known(vals):
+            x = getattr(vals, field_) if vals else _NAN
+            return not math.isnan(x if isinstance(x, float) else x[0])
+        who = calibration if known(cal) else values.sidecar if known(side) else data
+
+        def text(t):
+            return '%g,%g' % t if len(t) == 2 and t[0] != t[1] else '%g' % t[0]
+        warnings.warn("%s=%s differs from %s's %s %s; using %s %s" % (key, text(g), os.fspath(who), text(r), unit,
+                                                                       text(g), unit), RuntimeWarning, stacklevel=3)
 
 
 def _rotation_from(path, m, kw):
@@ -659,6 +701,7 @@ def _rotation_from(path, m, kw):
     m['rotation_measured'] = False
     m['rotation_sigma_deg'] = None
     m['rotation_from'] = os.path.abspath(path)
+    m['rotation_given_by'] = 'rotation_from'
     if v.flip >= 0 and kw.get('flip') is None:
         m['flip'] = bool(v.flip)
 
@@ -711,7 +754,8 @@ def open(path, *, kv=None, semiangle_mrad=None, scan_step_A=None, det_sampling_m
     """
     from .tools import encode, values as read_values
     path = os.fspath(path)
-    _check_readable(path)  # a missing file is named before any missing microscope value
+    # a missing file, a folder, a file that is no data is named before any missing microscope value
+    _check_readable(path, content=qem is None and format is None and dataset is None)
     kw = dict(kv=kv, semiangle_mrad=semiangle_mrad, scan_step_A=scan_step_A, det_sampling_mrad=det_sampling_mrad,
               centre_px=centre_px, rotation_deg=rotation_deg, bf_radius_px=bf_radius_px, flip=flip,
               rotation_from=rotation_from)
@@ -727,6 +771,7 @@ def open(path, *, kv=None, semiangle_mrad=None, scan_step_A=None, det_sampling_m
                det_sampling_mrad=ds, force=tmpdir is not None, gain=gain, progress=progress)
         data = os.fspath(qem)
     v = read_values(data, sidecar=sidecar, calibration=calibration)
+    _warn_overrides(data, v, calibration, kw)
     micro = _microscope(v, kw)
     s = _new(lambda o, out, err: lib.ssb4d_session_open(_lib.enc(data), o, out, err), v, micro, memory, threads,
              backend, hot_pixels, region, data, None, device_memory)
@@ -739,19 +784,29 @@ def open(path, *, kv=None, semiangle_mrad=None, scan_step_A=None, det_sampling_m
     return s
 
 
-def _check_readable(path):
-    """A missing or unreadable data file: FileError (an OSError, with its errno) naming it."""
+def _check_readable(path, content=True):
+    """The data file, checked as the command line and ssb4d_session_open check it, before anything
+    about the microscope values (ssb4d_data_check): a missing or unreadable file, a folder
+    (FileError, an OSError with its errno), a file of no format ssb4d reads or a .npy without
+    its magic (FormatError), each naming the file. content=False (a file to import with the
+    importer's options): the first two only."""
+    where = '' if os.path.isabs(path) else ' (relative to %s)' % os.path.abspath(os.curdir)
+    errno_ = None
     try:
         with builtins_open(path, 'rb'):
             pass
-    except IsADirectoryError:  # a folder: left to the library
-        return
     except OSError as e:
-        from .errors import FileError
-        where = '' if os.path.isabs(path) else ' (relative to %s)' % os.path.abspath(os.curdir)
-        err = FileError('cannot open %s%s: %s' % (path, where, e.strerror), 3)
-        err.errno = e.errno
-        raise err from None
+        errno_ = e.errno
+    if not content and errno_ is None:
+        return
+    err = _lib.Err()
+    st = lib.ssb4d_data_check(_lib.enc(path), ctypes.byref(err))
+    if st:
+        from .errors import _BY_STATUS, SSB4DError
+        e = _BY_STATUS.get(st, SSB4DError)(err.msg.decode('utf-8', 'replace') + where, st)
+        if errno_ is not None:
+            e.errno = errno_
+        raise e from None
 
 
 def _needs_import(path):
@@ -784,7 +839,9 @@ def open_array(data, *, kv, semiangle_mrad, scan_step_A, det_sampling_mrad=None,
     unchanged while the session is open; the session holds a reference). float32 values are used
     as they are (gain-normalised or analogue data; negative values allowed, never quantised;
     integer-valued floats give the same bits as the same counts); NaN or infinite values,
-    signed or big-endian dtypes, other ranks and non-C-contiguous strides are refused.
+    signed or big-endian dtypes, other ranks and non-C-contiguous strides are refused. float64
+    arrays are converted (a copy) when nothing is lost: to float32 when every value is one, to
+    uint32 when they are whole counts; others are refused with the conversion to make.
     The microscope values are required here (kv, semiangle_mrad, scan_step_A); the others
     (rotation_from too) as in :func:`ssb4d.open`.
     """
@@ -799,6 +856,25 @@ def open_array(data, *, kv, semiangle_mrad, scan_step_A, det_sampling_mrad=None,
     s = _new(lambda o, out, err: lib.ssb4d_session_open_memory(ptr, dt, shape, o, out, err), None, micro, memory,
              threads, backend, hot_pixels, region, None, a, device_memory)
     return s
+
+
+def _from_float64(data):
+    """float64 data, converted only when nothing is lost (a copy the session keeps): to float32
+    when every value is one (whole counts below 2**24 among them: the same bits as the counts),
+    else to uint32 when every value is a whole count below 2**32; else refused, with the
+    conversion to make."""
+    if data.size and not np.isfinite(data).all():
+        raise InvalidArgument('float64 data hold NaN or infinite values')
+    f32 = data.astype(np.float32)
+    if np.array_equal(f32, data):
+        return f32
+    if data.size and data.min() >= 0 and data.max() <= 4294967295 and np.array_equal(np.floor(data), data):
+        return data.astype(np.uint32)
+    bad = np.unravel_index(np.argmax(f32 != data), data.shape)
+    raise InvalidArgument('dtype float64: a%s = %r is not a float32 value (nor are the data whole counts), so '
+                          'reading them would round them: pass a.astype(np.float32) to use them rounded to float32 '
+                          '(a relative error below 6e-8), or whole counts as a.astype(np.uint32)'
+                          % (list(int(i) for i in bad), float(data[bad])))
 
 
 def _check_array(data):
@@ -819,5 +895,7 @@ def _check_array(data):
         if data.size and not np.isfinite(data).all():
             raise InvalidArgument('float32 data hold NaN or infinite values')
         return data
+    if dt == np.float64:
+        return _from_float64(data)
     raise InvalidArgument('dtype %s is not supported: counts must be uint8, uint16 or uint32, intensities '
-                          'float32' % dt)
+                          'float32 (or float64 that float32 holds exactly)' % dt)

@@ -294,18 +294,9 @@ int cli_check_qem_header(const char *path, ssb4d_status *st, ssb4d_err *err)
 
 int cli_check_readable(const char *cmd, const char *path)
 {
-    int rc = cli_check_readable_file(cmd, path);
-    if (rc)
-        return rc;
-    /* By content, as ssb4d_source_open tells them; a .qem by its header only (the body's
-     * checksums are verified when the command opens it: that reads all of it). */
+    /* The library's check, Python's too: the file, then its content by its headers. */
     ssb4d_err err = {0};
-    ssb4d_status st = SSB4D_OK;
-    if (!cli_check_qem_header(path, &st, &err)) {
-        ssb4d_source *s = NULL;
-        st = ssb4d_source_open(path, &s, &err);
-        ssb4d_source_close(s);
-    }
+    ssb4d_status st = ssb4d_data_check(path, &err);
     return st ? cli_error(cmd, st, err.msg) : 0;
 }
 
@@ -636,6 +627,33 @@ int cli_check_microscope(const ssb4d_values *v)
             }
         }
     return 0;
+}
+
+/* cJSON prints a double with 15 digits whenever they read back within a relative DBL_EPSILON,
+ * which loses the last bit: every number here becomes the shortest "%.Ng" that reads back
+ * exactly, so that a client reads the very double the library computed. */
+void cli_json_exact(cJSON *j)
+{
+    for (cJSON *e = j ? j->child : NULL, *next; e; e = next) {
+        next = e->next;
+        if (!cJSON_IsNumber(e)) {
+            cli_json_exact(e);
+            continue;
+        }
+        char buf[40];
+        for (int prec = 15; prec <= 17; prec++) {
+            snprintf(buf, sizeof buf, "%.*g", prec, e->valuedouble);
+            if (strtod(buf, NULL) == e->valuedouble)
+                break;
+        }
+        cJSON *raw = isfinite(e->valuedouble) ? cJSON_CreateRaw(buf) : cJSON_CreateNull();
+        if (raw) { /* the key moves over with its ownership */
+            raw->string = e->string;
+            raw->type |= e->type & cJSON_StringIsConst;
+            e->string = NULL;
+            cJSON_ReplaceItemViaPointer(j, e, raw);
+        }
+    }
 }
 
 cJSON *cli_json_num(double v) { return isfinite(v) ? cJSON_CreateNumber(v) : cJSON_CreateNull(); }

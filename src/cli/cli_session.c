@@ -132,6 +132,7 @@ int cli_session_open(const char *cmd, cli_session_req *rq, cli_session *cs)
     cli_values_to_calib_params(&cs->v, rq->m->threads, rq->m->hot_pixels, &o.calib);
     o.rotation_measured = cs->v.rotation_measured && !isnan(cs->v.rotation_deg);
     o.rotation_sigma_deg = o.rotation_measured ? cs->v.rotation_sigma_deg : NAN;
+    snprintf(o.rotation_from, sizeof o.rotation_from, "%s", cs->v.rotation_from); /* for the saved file */
     o.memory_bytes = cs->budget;
     o.threads = rq->m->threads;
     o.dist = cli_dist();

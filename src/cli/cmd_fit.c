@@ -626,83 +626,6 @@ static cJSON *trials_json(const ssb4d_fit_result *r)
     return a;
 }
 
-static int cmp_trial_loss(const void *a, const void *b)
-{
-    const ssb4d_fit_trial *x = a, *y = b;
-    if (x->loss != y->loss)
-        return x->loss < y->loss ? -1 : 1;
-    return (x->number > y->number) - (x->number < y->number);
-}
-
-/* The calibration file of a fit: the calibration, the fitted values, branch, how the rotation
- * was obtained, the fit's record (objective, φ12 in both frames, confidence, parallax), search
- * settings, the best 50 distinct trials, the region and the thick model. */
-static ssb4d_status fill_calfile(const fit_opts *o, const cli_session *j, const ssb4d_fit_params *fp,
-                                 const ssb4d_fit_result *r, const ssb4d_tilt_result *tr, const size_t *region,
-                                 size_t loss_n_bf, ssb4d_calfile *cf, ssb4d_err *err)
-{
-    const ssb4d_calibration *cal = ssb4d_session_calibration(j->s);
-    ssb4d_status st = ssb4d_calfile_from_calibration(cf, cal, err);
-    if (st)
-        return st;
-    ssb4d_calfile_set_fit(cf, r, fp, j->v.rotation_from, loss_n_bf);
-    cf->n_bf = cal->n_bf;
-    cf->has_search = 1;
-    cf->trials = 0; /* the global candidates the fit ran (at least 200 without the parallax's start) */
-    for (size_t i = 0; i < r->n_trials; i++)
-        cf->trials += r->trials[i].stage == 0;
-    cf->seed = o->fp.seed;
-    memcpy(cf->range_lo, o->fp.lo, sizeof cf->range_lo);
-    memcpy(cf->range_hi, o->fp.hi, sizeof cf->range_hi);
-    memcpy(cf->locked, o->fp.locked, sizeof cf->locked);
-    cf->evaluations = r->evaluations;
-    snprintf(cf->trials_phi12_frame, sizeof cf->trials_phi12_frame, "%s", fp->rotation_given ? "scan" : "probe");
-    /* cli_resolve has hashed DATA already when --calibration recorded an identity. */
-    if (o->m.data_identity[0])
-        snprintf(cf->data_identity, sizeof cf->data_identity, "%s", o->m.data_identity);
-    else if (o->data && ssb4d_data_identity(o->data, cf->data_identity, sizeof cf->data_identity, NULL) != 0)
-        cf->data_identity[0] = 0;
-    cli_calfile_acquisition(o->data, cf);
-    if (tr) {
-        cf->has_thick = 1;
-        cf->thick = tr->thick;
-        cf->gain = tr->gain;
-        cf->ab.C_nm[SSB4D_C10] = tr->C10_nm;
-        cf->ab.C_nm[SSB4D_C12] = tr->C12_nm;
-        cf->ab.phi_deg[SSB4D_C12] = tr->phi12_deg;
-        cf->phi12_scan_deg = tr->phi12_deg;
-        cf->phi12_probe_deg = ssb4d_phi12_to_probe(&r->geom, tr->phi12_deg);
-        for (int i = 0; i < 4; i++) /* the standard errors are the thin fit's, not the thick model's */
-            cf->se[i] = NAN;
-    }
-    if (region) {
-        cf->has_region = 1;
-        memcpy(cf->region, region, sizeof cf->region);
-    }
-    ssb4d_fit_trial *sorted = malloc((r->n_trials + 1) * sizeof *sorted);
-    cf->best = calloc(50, sizeof *cf->best);
-    if (!sorted || !cf->best) {
-        free(sorted);
-        return ssb4d_err_set(err, SSB4D_ENOMEM, "out of memory");
-    }
-    size_t n = 0;
-    for (size_t i = 0; i < r->n_trials; i++)
-        if (!r->trials[i].cached)
-            sorted[n++] = r->trials[i];
-    qsort(sorted, n, sizeof *sorted, cmp_trial_loss);
-    for (size_t i = 0; i < n && cf->n_best < 50; i++) {
-        ssb4d_calfile_trial *b = &cf->best[cf->n_best++];
-        b->stage = sorted[i].stage;
-        b->number = sorted[i].number;
-        b->C10_nm = sorted[i].C10_nm;
-        b->C12_nm = sorted[i].C12_nm;
-        b->phi12_deg = sorted[i].phi12_deg;
-        b->loss = sorted[i].loss;
-    }
-    free(sorted);
-    return SSB4D_OK;
-}
-
 static ssb4d_status write_json_file(const char *path, cJSON *o, ssb4d_err *err)
 {
     char *s = cJSON_Print(o);
@@ -816,15 +739,10 @@ static ssb4d_status fit_write(const fit_opts *o, const cli_session *cs, const fi
     join(path, sizeof path, o->out_dir, "object.npy");
     if (!st)
         st = ssb4d_npy_save(path, "<c8", 2, oshape, run->object, err);
-    ssb4d_calfile cf;
-    ssb4d_calfile_init(&cf);
-    if (!st)
-        st = fill_calfile(o, cs, &run->fp, r, run->have_tilt ? &run->tr : NULL, o->has_region ? o->region : NULL,
-                          run->n_bf, &cf, err);
+    /* The library's file, the one Python's save_calibration and the viewer's Save write. */
     join(path, sizeof path, o->out_dir, "calibration.json");
     if (!st)
-        st = ssb4d_calfile_write(path, &cf, err);
-    ssb4d_calfile_free(&cf);
+        st = ssb4d_session_save_calibration(cs->s, path, 1, err);
     if (st)
         return st;
     cJSON *t = cJSON_CreateObject();
@@ -921,6 +839,7 @@ static void fit_print_json(const fit_opts *o, const cli_session *cs, const fit_r
     cJSON_AddNumberToObject(out, "planned_peak_bytes", (double)plan->session_peak_bytes); /* this rank's */
     cJSON_AddStringToObject(out, "backend", ssb4d_session_backend(cs->s));
     cJSON_AddStringToObject(out, "output_dir", o->out_dir);
+    cli_json_exact(out); /* Python's numbers, to the last bit */
     char *str = cJSON_PrintUnformatted(out);
     printf("%s\n", str);
     free(str);

@@ -46,10 +46,11 @@ static void usage(FILE *f)
             "Serves the viewer on http://127.0.0.1:PORT/ (this machine only) and prints its URL, which\n"
             "carries a random token: open it in a browser (on a remote machine, through an SSH tunnel:\n"
             "ssh -L 8765:127.0.0.1:8765 HOST, then the printed URL; see docs/viewer.md). The page fits\n"
-            "on start (or starts from --calibration's aberrations), then steers the session: sliders\n"
-            "for C10, C12, phi12 and rotation with live previews, the exact loss on release, the FFT,\n"
-            "region refits, Fit Regions, Save calibration. Without DATA it opens the built-in simulated\n"
-            "dataset (as ssb4d demo). Nothing else is opened; Ctrl-C or SIGTERM stops it.\n\n"
+            "on start (or starts from --calibration's aberrations, showing the fit that file records),\n"
+            "then steers the session: sliders for C10, C12, phi12 and rotation with live previews,\n"
+            "the exact loss on release, the FFT, region refits, Fit Regions, Save calibration. Without\n"
+            "DATA it opens the built-in simulated dataset (as ssb4d demo). Nothing else is opened;\n"
+            "Ctrl-C or SIGTERM stops it.\n\n"
             "  --port N              the port (default 8765; 0: any free port, as printed)\n"
             "  --no-fit              do not fit on start (start from --calibration's values, else 0)\n"
             "  -o, --output DIR      the output folder: Save writes only into it (default: the\n"
@@ -206,6 +207,7 @@ int cmd_view(int argc, char **argv)
         }
         if (cs.v.has_thick)
             vc->thick = &cs.v.thick;
+        vc->calibration = m.calibration_path; /* the fit it records is the page's result */
         if (!data && isfinite(cs.truth[0])) { /* the built-in dataset: the page shows its truth */
             memset(&truth, 0, sizeof truth);
             truth.C_nm[SSB4D_C10] = cs.truth[0];

@@ -175,8 +175,7 @@ void ssb_calfile_set_fit(ssb4d_calfile *c, const ssb4d_fit_result *r, const ssb4
         c->px_phi12_scan_deg = r->parallax.phi12_deg;
         c->px_rotation_deg = r->parallax.rotation_deg;
         memcpy(c->px_sigma, r->parallax.sigma, sizeof c->px_sigma);
-        c->px_residual_A = r->parallax.residual_A;
-        c->px_seconds = r->parallax.seconds;
+        c->px_residual_A = r->parallax.residual_A; /* not its seconds: the same fit, the same file */
     }
 }
 
@@ -298,7 +297,8 @@ static cJSON *fit_json(const ssb4d_calfile *c)
     for (int i = 0; i < 4; i++)
         cJSON_AddItemToObject(sg, SIGMA_KEY[i], num_or_null(c->px_sigma[i]));
     cJSON_AddItemToObject(px, "residual_A", num_or_null(c->px_residual_A));
-    cJSON_AddItemToObject(px, "seconds", num_or_null(c->px_seconds));
+    if (isfinite(c->px_seconds)) /* an older file's time, read back */
+        cJSON_AddItemToObject(px, "seconds", num_or_null(c->px_seconds));
     return f;
 }
 

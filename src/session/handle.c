@@ -6,22 +6,31 @@
  * where the BF pixel count is known), and every G the session builds is held as it says. */
 #include "common/err.h"
 #include "common/mem_device.h"
+#include "common/sha256.h"
+#include "fit/fit.h"
 #include "fit/tilt.h"
 #include "gbuild/gbuild.h"
 #include "source/source.h"
 #include "io/calfile.h"
 #include "plan/budget.h"
+#include "qem/qem.h"
 #include "plan/plan.h"
 #include "session/backend.h"
 #include "session/handle_internal.h"
 #include "ssb/backend.h"
 #include "dist/dist.h"
 
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#define SESSION_BEST_TRIALS 50 /* the calibration file's best_trials */
 
 struct ssb4d_session {
     ssb4d_session_opts o;
@@ -59,6 +68,16 @@ struct ssb4d_session {
     ssb4d_fit_result fit;
     ssb4d_fit_params fp;
     ssb4d_tilt_result tilt;
+    /* What a saved calibration file records beyond the state above, as `ssb4d fit`'s does (one
+     * writer for every client): the data file (NULL: an array) with its identity, hashed on the
+     * first save; the last fit's global trials and its best distinct trials, lowest loss first. */
+    char *path;
+    char identity[96];
+    int identity_done;
+    size_t fit_global_trials;
+    char fit_given_by[32];     /* who stated the rotation the last fit held ("" none) */
+    ssb4d_calfile_trial best[SESSION_BEST_TRIALS];
+    size_t n_best;
 };
 
 enum { G_FIT = 1, G_PREVIEW = 2 };
@@ -140,6 +159,40 @@ static ssb4d_status make(ssb4d_source *src, size_t encoded, const char *what, co
     return SSB4D_OK;
 }
 
+ssb4d_status ssb4d_data_check(const char *path, ssb4d_err *err)
+{
+    if (!path)
+        return ssb_fail(err, SSB4D_EINVAL, "missing data path");
+    /* Opened, not just stat'ed, so that a file without read permission is caught too;
+     * O_NONBLOCK so that a FIFO given by mistake cannot hang the check. */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    struct stat sb;
+    const char *why = NULL;
+    if (fd < 0 || fstat(fd, &sb) != 0)
+        why = strerror(errno);
+    else if (S_ISDIR(sb.st_mode))
+        why = "it is a folder, not a data file";
+    else if (!S_ISREG(sb.st_mode))
+        why = "not a regular file"; /* the readers map and seek, and read DATA more than once */
+    unsigned char magic[4] = {0};
+    int qem = !why && read(fd, magic, sizeof magic) == (ssize_t)sizeof magic && !memcmp(magic, "QEMD", 4);
+    if (fd >= 0)
+        close(fd);
+    if (why)
+        return ssb_fail(err, SSB4D_EIO, "cannot open %s: %s", path, why);
+    ssb4d_status st;
+    if (qem) { /* the header only: the body's checksums are verified where it is read */
+        qem_file *q = NULL;
+        st = qem_open(path, 0, 1, &q, err);
+        qem_close(q);
+    } else {
+        ssb4d_source *src = NULL;
+        st = ssb4d_source_open(path, &src, err);
+        ssb4d_source_close(src);
+    }
+    return st;
+}
+
 ssb4d_status ssb4d_session_open(const char *path, const ssb4d_session_opts *o, ssb4d_session **out,
                                 ssb4d_err *err)
 {
@@ -157,7 +210,17 @@ ssb4d_status ssb4d_session_open(const char *path, const ssb4d_session_opts *o, s
     /* A .qem's mapping stays resident (every pass decodes from it): it counts under the budget. */
     struct stat sb;
     size_t encoded = ssb_source_qem(src) && stat(path, &sb) == 0 ? (size_t)sb.st_size : 0;
-    return make(src, encoded, "the encoded data", o, out, err);
+    char *copy = strdup(path);
+    if (!copy) {
+        ssb4d_source_close(src);
+        return ssb_fail(err, SSB4D_ENOMEM, "out of memory");
+    }
+    st = make(src, encoded, "the encoded data", o, out, err);
+    if (st)
+        free(copy);
+    else
+        (*out)->path = copy;
+    return st;
 }
 
 ssb4d_status ssb4d_session_open_memory(const void *data, ssb4d_dtype dtype, const size_t shape[4],
@@ -203,6 +266,7 @@ void ssb4d_session_close(ssb4d_session *s)
     if (s->encoded)
         ssb4d_mem_external(s->mem, s->encoded, 0, NULL, NULL);
     ssb4d_mem_destroy(s->mem);
+    free(s->path);
     free(s);
 }
 
@@ -570,6 +634,50 @@ static void fit_params(const ssb4d_session *s, const ssb4d_fit_params *p, ssb4d_
     fp->progress_user = s->mem;
 }
 
+static int by_loss_then_number(const void *a, const void *b)
+{
+    const ssb4d_fit_trial *x = a, *y = b;
+    if (x->loss != y->loss)
+        return x->loss < y->loss ? -1 : 1;
+    return (x->number > y->number) - (x->number < y->number);
+}
+
+/* What the calibration file records of a fit's trace: the global candidates it ran and its best
+ * distinct (not cached) trials, lowest loss first (no allocation: a partial selection). */
+static void keep_best_trials(ssb4d_session *s, const ssb4d_fit_result *r)
+{
+    s->fit_global_trials = 0;
+    s->n_best = 0;
+    for (size_t i = 0; i < r->n_trials; i++) {
+        const ssb4d_fit_trial *t = &r->trials[i];
+        s->fit_global_trials += t->stage == 0;
+        if (t->cached)
+            continue;
+        size_t k = s->n_best < SESSION_BEST_TRIALS ? s->n_best++ : SESSION_BEST_TRIALS;
+        ssb4d_fit_trial last = {0};
+        if (k == SESSION_BEST_TRIALS) { /* full: t replaces the worst if it is better */
+            const ssb4d_calfile_trial *w = &s->best[k - 1];
+            last.loss = w->loss, last.number = w->number;
+            if (by_loss_then_number(t, &last) >= 0)
+                continue;
+            k--;
+        }
+        for (; k > 0; k--) { /* insertion: shift the worse ones down */
+            const ssb4d_calfile_trial *p = &s->best[k - 1];
+            ssb4d_fit_trial q = {0};
+            q.loss = p->loss, q.number = p->number;
+            if (by_loss_then_number(&q, t) <= 0)
+                break;
+            s->best[k] = *p;
+        }
+        ssb4d_calfile_trial *b = &s->best[k];
+        b->stage = t->stage;
+        b->number = t->number;
+        b->C10_nm = t->C10_nm, b->C12_nm = t->C12_nm, b->phi12_deg = t->phi12_deg;
+        b->loss = t->loss;
+    }
+}
+
 ssb4d_status ssb4d_session_fit(ssb4d_session *s, const ssb4d_fit_params *p, ssb4d_fit_result *r, ssb4d_err *err)
 {
     memset(r, 0, sizeof *r);
@@ -586,6 +694,8 @@ ssb4d_status ssb4d_session_fit(ssb4d_session *s, const ssb4d_fit_params *p, ssb4
     if (st)
         return st;
     s->fit = *r;
+    keep_best_trials(s, r);
+    memcpy(s->fit_given_by, s->o.rotation_from, sizeof s->fit_given_by);
     s->fit.trials = NULL, s->fit.n_trials = 0; /* the caller owns the trace */
     s->fp = fp;
     s->have_fit = 1, s->have_tilt = 0;
@@ -956,6 +1066,66 @@ ssb4d_status ssb4d_session_fit_region(ssb4d_session *s, const size_t rect[4], co
 
 /* ---- calibration files ------------------------------------------------------------------------- */
 
+/* The calibration file of the session as it stands, the one writer of every client's file
+ * (`ssb4d fit`'s calibration.json, Python's save_calibration, the viewer's Save): the
+ * calibration, the last standard fit's record (its search settings and best trials, how the
+ * rotation was obtained, the tilt fit's thick model) with the current parameters, the scan
+ * region, and the data file's identity and what it records. */
+static ssb4d_status fill_calfile(ssb4d_session *s, ssb4d_calfile *cf, ssb4d_err *err)
+{
+    ssb4d_status st = ssb_calfile_from_calibration(cf, &s->cal, err);
+    if (st)
+        return st;
+    if (s->have_fit) {
+        ssb_calfile_set_fit(cf, &s->fit, &s->fp, s->fit_given_by, s->cal.n_bf);
+        cf->has_search = 1;
+        cf->trials = s->fit_global_trials;
+        cf->seed = s->fp.seed;
+        memcpy(cf->range_lo, s->fp.lo, sizeof cf->range_lo);
+        memcpy(cf->range_hi, s->fp.hi, sizeof cf->range_hi);
+        memcpy(cf->locked, s->fp.locked, sizeof cf->locked);
+        cf->evaluations = s->fit.evaluations;
+        snprintf(cf->trials_phi12_frame, sizeof cf->trials_phi12_frame, "%s", s->fp.rotation_given ? "scan" : "probe");
+        if (s->n_best) {
+            if (!(cf->best = malloc(s->n_best * sizeof *cf->best)))
+                return ssb_fail(err, SSB4D_ENOMEM, "out of memory");
+            memcpy(cf->best, s->best, s->n_best * sizeof *cf->best);
+            cf->n_best = s->n_best;
+        }
+    }
+    /* What the session shows now (a fit, then perhaps sliders or an applied region). */
+    cf->geom = s->geom;
+    cf->has_ab = 1;
+    cf->ab = s->ab;
+    cf->has_thick = s->have_tilt || s->thick.thickness_nm > 0;
+    cf->thick = s->thick;
+    if (s->have_tilt) {
+        cf->gain = s->tilt.gain;
+        cf->phi12_scan_deg = s->tilt.phi12_deg;
+        cf->phi12_probe_deg = ssb4d_phi12_to_probe(&s->fit.geom, s->tilt.phi12_deg);
+        for (int i = 0; i < 4; i++) /* the standard errors are the thin fit's, not the thick model's */
+            cf->se[i] = NAN;
+    }
+    if (s->has_region) {
+        cf->has_region = 1;
+        memcpy(cf->region, s->o.region, sizeof cf->region);
+    }
+    if (s->path) {
+        if (!s->identity_done) /* hashed once: the data do not change under an open session */
+            (void)ssb4d_data_identity(s->path, s->identity, sizeof s->identity, NULL); /* "" unreadable */
+        s->identity_done = 1;
+        snprintf(cf->data_identity, sizeof cf->data_identity, "%s", s->identity);
+        ssb4d_values v;
+        ssb4d_err verr = {0};
+        if (!ssb4d_values_read(s->path, NULL, NULL, &v, &verr)) {
+            snprintf(cf->source_format, sizeof cf->source_format, "%s", v.source_format);
+            cf->camera_length_mm = v.camera_length_mm;
+            cf->dwell_us = v.dwell_us;
+        }
+    }
+    return SSB4D_OK;
+}
+
 ssb4d_status ssb4d_session_save_calibration(ssb4d_session *s, const char *path, int force, ssb4d_err *err)
 {
     if (!path)
@@ -968,23 +1138,82 @@ ssb4d_status ssb4d_session_save_calibration(ssb4d_session *s, const char *path, 
     ssb4d_calfile cf;
     ssb_calfile_init(&cf);
     call_begin(s, "save calibration");
-    st = ssb_calfile_from_calibration(&cf, &s->cal, err);
-    if (!st) {
-        if (s->have_fit)
-            ssb_calfile_set_fit(&cf, &s->fit, &s->fp, s->rotation_given ? "session" : NULL, s->cal.n_bf);
-        /* What the session shows now (a fit, then perhaps sliders or an applied region). */
-        cf.geom = s->geom;
-        cf.has_ab = 1;
-        cf.ab = s->ab;
-        cf.has_thick = s->thick.thickness_nm > 0;
-        cf.thick = s->thick;
-        if (s->have_tilt)
-            cf.gain = s->tilt.gain;
+    st = fill_calfile(s, &cf, err);
+    if (!st)
         st = ssb_calfile_write(path, &cf, err);
-    }
     call_end(s);
     ssb_calfile_free(&cf);
     return st;
+}
+
+ssb4d_status ssb4d_session_load_fit(ssb4d_session *s, const char *path, ssb4d_err *err)
+{
+    ssb4d_calfile cf;
+    ssb4d_status st = ssb_calfile_read(path, &cf, err);
+    if (!st && !(cf.has_fit && cf.has_ab))
+        st = ssb_fail(err, SSB4D_EINVAL, "%s records no fit", path);
+    if (st) {
+        ssb_calfile_free(&cf);
+        return st;
+    }
+    /* The inverse of ssb_calfile_set_fit and fill_calfile's search record. */
+    ssb4d_fit_result *r = &s->fit;
+    memset(r, 0, sizeof *r);
+    r->ab = cf.ab;
+    r->geom = cf.geom;
+    r->phi12_probe_deg = cf.phi12_probe_deg;
+    int given = !strcmp(cf.rotation_method, SSB4D_CALFILE_ROT_GIVEN);
+    snprintf(r->rotation_source, sizeof r->rotation_source, "%.23s", given ? "given" : cf.rotation_from);
+    r->rotation_sigma_deg = cf.rotation_sigma_deg;
+    snprintf(r->flip_source, sizeof r->flip_source, "%s", cf.flip_source);
+    r->flip_objective[0] = r->flip_objective[1] = NAN;
+    r->loss = cf.loss;
+    r->objective = NAN;
+    r->branch_flipped = cf.branch_flipped;
+    r->skewness = cf.skewness;
+    r->skewness_other = cf.skewness_other;
+    r->parallax_ok = cf.has_parallax;
+    r->parallax.C10_nm = cf.px_C10_nm;
+    r->parallax.C12_nm = cf.px_C12_nm;
+    r->parallax.phi12_deg = cf.px_phi12_scan_deg;
+    r->parallax.rotation_deg = cf.px_rotation_deg;
+    memcpy(r->parallax.sigma, cf.px_sigma, sizeof r->parallax.sigma);
+    r->parallax.residual_A = cf.px_residual_A;
+    r->loss_contrast = cf.loss_contrast;
+    r->C10_se_nm = cf.se[0], r->C12_se_nm = cf.se[1], r->phi12_se_deg = cf.se[2], r->rotation_se_deg = cf.se[3];
+    r->confident = cf.confident == 1;
+    snprintf(r->warning, sizeof r->warning, "%s", cf.warning);
+    r->n_fit_bf = cf.fit_n_bf;
+    r->evaluations = cf.evaluations;
+    ssb4d_fit_params *fp = &s->fp;
+    ssb4d_session_fit_params(s, NULL, fp);
+    fp->objective = !strcmp(cf.objective, "loss") ? SSB4D_FIT_OBJ_LOSS : SSB4D_FIT_OBJ_BAND;
+    fp->rotation_given = given;
+    fp->rotation_sigma_deg = given ? NAN : cf.rotation_sigma_deg;
+    if (cf.has_search) {
+        fp->seed = cf.seed;
+        memcpy(fp->lo, cf.range_lo, sizeof fp->lo);
+        memcpy(fp->hi, cf.range_hi, sizeof fp->hi);
+        memcpy(fp->locked, cf.locked, sizeof fp->locked);
+    }
+    s->fit_global_trials = cf.trials;
+    snprintf(s->fit_given_by, sizeof s->fit_given_by, "%s", given ? cf.rotation_from : "");
+    s->n_best = cf.n_best < SESSION_BEST_TRIALS ? cf.n_best : SESSION_BEST_TRIALS;
+    if (s->n_best)
+        memcpy(s->best, cf.best, s->n_best * sizeof *s->best);
+    s->have_fit = 1, s->have_tilt = 0;
+    ssb_calfile_free(&cf);
+    return SSB4D_OK;
+}
+
+int ssb4d_session_last_fit(const ssb4d_session *s, ssb4d_fit_result *r)
+{
+    memset(r, 0, sizeof *r);
+    if (!s->have_fit)
+        return 0;
+    *r = s->fit;
+    r->trials = NULL, r->n_trials = 0;
+    return 1;
 }
 
 ssb4d_status ssb4d_session_load_calibration(ssb4d_session *s, const char *path, ssb4d_err *err)
@@ -1013,6 +1242,7 @@ ssb4d_status ssb4d_session_load_calibration(ssb4d_session *s, const char *path, 
     s->o.rotation_measured = measured;
     s->o.rotation_sigma_deg = measured ? cf.rotation_sigma_deg : NAN;
     s->rotation_given = !measured;
+    snprintf(s->o.rotation_from, sizeof s->o.rotation_from, "%s", measured ? "" : "calibration file");
     s->rotation_deg = cf.geom.rotation_deg;
     s->rotation_sigma_deg = s->o.rotation_sigma_deg;
     drop_calibration(s);

@@ -108,6 +108,7 @@ static cJSON *fit_json(const ssb4d_fit_result *r)
     cJSON_AddNumberToObject(j, "C10_nm", r->ab.C_nm[SSB4D_C10]);
     cJSON_AddNumberToObject(j, "C12_nm", r->ab.C_nm[SSB4D_C12]);
     cJSON_AddNumberToObject(j, "phi12_deg", r->ab.phi_deg[SSB4D_C12]);
+    cJSON_AddNumberToObject(j, "phi12_probe_deg", r->phi12_probe_deg); /* the library's conversion */
     cJSON_AddNumberToObject(j, "rotation_deg", r->geom.rotation_deg);
     cJSON_AddBoolToObject(j, "flip", r->geom.flip != 0);
     cJSON_AddStringToObject(j, "flip_source", r->flip_source);
@@ -116,6 +117,30 @@ static cJSON *fit_json(const ssb4d_fit_result *r)
     cJSON_AddStringToObject(j, "warning", r->warning);
     cJSON_AddNumberToObject(j, "seconds", r->seconds);
     return j;
+}
+
+/* A fit in the result panel (its best trials the table, NULL: none); Reset returns to it. */
+static void show_fit(view_server *v, const ssb4d_fit_result *r, cJSON *trials)
+{
+    ssb4d_thick thin = {{0, 0}, 0};
+    pthread_mutex_lock(&v->mu);
+    cJSON_Delete(v->trials);
+    v->trials = trials;
+    v->has_fit = 1;
+    v->fit_ab = r->ab;
+    v->fit_thick = thin;
+    v->fit_rotation_deg = r->geom.rotation_deg;
+    v->fit_flip = r->geom.flip;
+    snprintf(v->fit_flip_source, sizeof v->fit_flip_source, "%s", r->flip_source);
+    v->fit_loss = r->loss;
+    v->fit_seconds = r->seconds;
+    snprintf(v->fit_warning, sizeof v->fit_warning, "%s", r->warning);
+    v->fit_confident = r->confident;
+    snprintf(v->fit_rotation_source, sizeof v->fit_rotation_source, "%s", r->rotation_source);
+    v->fit_rotation_sigma_deg = r->rotation_sigma_deg;
+    v->fit_se[0] = r->C10_se_nm, v->fit_se[1] = r->C12_se_nm, v->fit_se[2] = r->phi12_se_deg;
+    v->fit_se[3] = r->rotation_se_deg;
+    pthread_mutex_unlock(&v->mu);
 }
 
 /* The standard fit; its result becomes current and its best trials the table. */
@@ -146,25 +171,7 @@ static void do_fit(view_server *v, view_resp *resp)
         cJSON_AddItemToArray(trials, o);
     }
     free(t);
-    ssb4d_thick thin = {{0, 0}, 0};
-    pthread_mutex_lock(&v->mu);
-    cJSON_Delete(v->trials);
-    v->trials = trials;
-    v->has_fit = 1;
-    v->fit_ab = r.ab;
-    v->fit_thick = thin;
-    v->fit_rotation_deg = r.geom.rotation_deg;
-    v->fit_flip = r.geom.flip;
-    snprintf(v->fit_flip_source, sizeof v->fit_flip_source, "%s", r.flip_source);
-    v->fit_loss = r.loss;
-    v->fit_seconds = r.seconds;
-    snprintf(v->fit_warning, sizeof v->fit_warning, "%s", r.warning);
-    v->fit_confident = r.confident;
-    snprintf(v->fit_rotation_source, sizeof v->fit_rotation_source, "%s", r.rotation_source);
-    v->fit_rotation_sigma_deg = r.rotation_sigma_deg;
-    v->fit_se[0] = r.C10_se_nm, v->fit_se[1] = r.C12_se_nm, v->fit_se[2] = r.phi12_se_deg;
-    v->fit_se[3] = r.rotation_se_deg;
-    pthread_mutex_unlock(&v->mu);
+    show_fit(v, &r, trials);
     view_resp_json(resp, 200, fit_json(&r));
     ssb4d_fit_result_free(&r);
 }
@@ -223,6 +230,12 @@ static void do_start(view_server *v, view_resp *resp)
         v->fit_rotation_deg = v->cal.rotation_deg;
         v->fit_flip = v->cal.flip;
         pthread_mutex_unlock(&v->mu);
+        /* The fit the calibration file records (`ssb4d fit`'s, Python's after fit(), a Save) is
+         * the result shown, not "no fit yet"; a file without one (calibrate's) shows none. */
+        ssb4d_fit_result r;
+        if (v->cfg.calibration && !ssb4d_session_load_fit(v->s, v->cfg.calibration, &err) &&
+            ssb4d_session_last_fit(v->s, &r))
+            show_fit(v, &r, cJSON_CreateArray());
     }
 }
 
