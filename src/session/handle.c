@@ -6,7 +6,6 @@
  * where the BF pixel count is known), and every G the session builds is held as it says. */
 #include "common/err.h"
 #include "common/mem_device.h"
-#include "common/sha256.h"
 #include "fit/fit.h"
 #include "fit/tilt.h"
 #include "gbuild/gbuild.h"
