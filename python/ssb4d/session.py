@@ -649,8 +649,8 @@ def _warn_overrides(data, values, calibration, kw):
     side = cal = None
     for key, unit, field_ in rows:
         given, recorded = kw.get(key), getattr(values, field_)
-        if given is None or recorded is None:
-            continue
+        if given is None or recorded is None or (isinstance(given, str) and given == 'measure'):
+            continue  # 'measure' states nothing: the measurement replaces the file's value knowingly
         g = _pair(key, given) if isinstance(recorded, tuple) else (float(given),)
         r = recorded if isinstance(recorded, tuple) else (recorded,)
         if not any(0 < a <= 5000 and abs(a - b) > 0.01 * abs(b) for a, b in zip(g, r)):
