@@ -1765,6 +1765,52 @@ ssb4d_status ssb4d_npy_write_header(FILE *f, const char *descr, int ndim, const 
  * field of a det_rows x det_cols detector): what `ssb4d info --check` and `verify` fit their
  * thread count to under --memory. */
 size_t ssb4d_qem_index_check_bytes(size_t det_rows, size_t det_cols);
+/* An encoded .qem read directly (what `ssb4d info` and `verify` look at): its layout, its
+ * header's record and its counts, without opening it as a source for reconstruction. */
+typedef struct ssb4d_qem ssb4d_qem;
+typedef struct {
+    size_t shape[4];           /* scan_rows, scan_cols, det_rows, det_cols */
+    int dtype_bytes;           /* 1 (uint8) or 2 (uint16) */
+    size_t n_scans, n_pix;     /* scan positions, detector pixels */
+    size_t n_chunks, n_blocks; /* chunks; blocks over all chunks */
+    size_t file_bytes, header_bytes, body_bytes;
+    size_t payload_bytes;      /* the count streams themselves */
+} ssb4d_qem_info;
+/* The effective calibration (qem-format §9.8: overrides win over recorded values; NaN unknown). */
+typedef struct {
+    double kv, semiangle_mrad, scan_step_A[2], det_sampling[2], camera_length_mm, dwell_us;
+    int det_sampling_inverse_A; /* 1: det_sampling is in 1/angstrom, 0: mrad */
+} ssb4d_qem_calibration;
+/* What the import did to the flagged pixels' counts, from the header (strings owned by the
+ * handle): policy ("median", "zero", "none"; NULL: not recorded), the flagged counts (when
+ * flagged_recorded), whether and how their counts were replaced, marker values stored as 0. */
+typedef struct {
+    const char *policy;
+    int flagged_recorded;
+    size_t flagged_by_file, flagged_by_totals;
+    int replaced;
+    const char *method;
+    size_t replaced_pixels, markers_zeroed;
+} ssb4d_qem_flags;
+/* Opens and validates path (memory-mapped; the header always, the body's checksums too when
+ * verify_body, on `threads` threads, 0: all cores). SSB4D_EIO when it cannot be read,
+ * SSB4D_EFORMAT (one line naming the file) when it is not a valid .qem. Close with
+ * ssb4d_qem_close (NULL is fine). */
+ssb4d_status ssb4d_qem_open(const char *path, int verify_body, int threads, ssb4d_qem **out, ssb4d_err *err);
+void ssb4d_qem_close(ssb4d_qem *q);
+void ssb4d_qem_get_info(const ssb4d_qem *q, ssb4d_qem_info *info);
+/* valid[k] = 1 for a valid detector pixel, 0 for a flagged one (n_pix bytes, owned by q). */
+const uint8_t *ssb4d_qem_valid_mask(const ssb4d_qem *q);
+void ssb4d_qem_calibration_of(const ssb4d_qem *q, ssb4d_qem_calibration *cal);
+void ssb4d_qem_flags_of(const ssb4d_qem *q, ssb4d_qem_flags *flags);
+/* The whole header as JSON text (caller frees with free()); NULL when out of memory. */
+char *ssb4d_qem_header_text(const ssb4d_qem *q);
+/* Decodes every block and checks the spatial index against it on `threads` threads (each holds
+ * ssb4d_qem_index_check_bytes); SSB4D_EFORMAT naming the file on a mismatch. */
+ssb4d_status ssb4d_qem_check_index(const ssb4d_qem *q, int threads, ssb4d_err *err);
+/* The counts of the box lo <= index < hi (4-D, C order) into out, decoded on `threads` threads. */
+ssb4d_status ssb4d_qem_read_region(const ssb4d_qem *q, const size_t lo[4], const size_t hi[4], uint16_t *out,
+                                   int threads, ssb4d_err *err);
 /* Tells the source that frames [pos0, pos0+npos) will not be read again soon (a memory-mapped
  * file drops those pages from the process): a hint for a pass over every frame; never fails. */
 void ssb4d_source_done_with(ssb4d_source *s, size_t pos0, size_t npos);

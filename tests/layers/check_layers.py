@@ -38,7 +38,6 @@ PENDING = {
     ('cli', 'cuda'): 'issue 39, not yet moved: plan --backend cuda asks the device (cuda.h, memory.h)',
     ('cli', 'formats'): 'issue 39, not yet moved: export, verify and the reader flags (framesrc)',
     ('cli', 'plan'): 'issue 39, not yet moved: plan\'s rank and GPU reports, calibrate\'s block',
-    ('cli', 'qem'): 'issue 39, not yet moved: info, verify, the .qem header check',
 }
 
 INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"')
