@@ -1811,6 +1811,50 @@ ssb4d_status ssb4d_qem_check_index(const ssb4d_qem *q, int threads, ssb4d_err *e
 /* The counts of the box lo <= index < hi (4-D, C order) into out, decoded on `threads` threads. */
 ssb4d_status ssb4d_qem_read_region(const ssb4d_qem *q, const size_t lo[4], const size_t hi[4], uint16_t *out,
                                    int threads, ssb4d_err *err);
+/* An acquisition in a foreign format read as `ssb4d import` reads it (src/formats/): blocks of
+ * whole frames, in the file's own orientation, for `ssb4d export` and `verify`. */
+typedef struct ssb4d_reader ssb4d_reader;
+typedef struct {
+    const char *format;       /* NULL or "auto" (by content/extension), "npy", "raw", "hdf5",
+                                 "arina", "mib", "empad", "dm", "velox", "mrc" */
+    const char *dataset;      /* HDF5 dataset path (NULL: discover the rank-4 dataset) */
+    size_t shape[4];          /* raw: the full shape; arina/mib/HDF5 stacks: shape[0..1] = scan shape */
+    int dtype_bytes;          /* raw: 1, 2 or 4 */
+    int dtype_float;          /* raw: the values are float32 (dtype_bytes 4) */
+    int big_endian;           /* raw */
+    size_t offset;            /* raw: header bytes to skip */
+    const char *const *more_paths; /* Merlin: further files of the acquisition, in scan order */
+    size_t n_more_paths;
+} ssb4d_reader_opts;
+/* What the file records about the microscope (NaN = not recorded). */
+typedef struct {
+    double kv, semiangle_mrad, scan_step_A[2], det_sampling_mrad[2], camera_length_mm, dwell_us;
+} ssb4d_reader_calibration;
+/* SSB4D_OK when name is a --format word above, else SSB4D_EINVAL with one line. */
+ssb4d_status ssb4d_reader_format_check(const char *name, ssb4d_err *err);
+/* Opens path (o may not be NULL; zeroed: auto). Every reader checks what the file says against
+ * its size and refuses with one line naming the file (SSB4D_EIO, SSB4D_EFORMAT, SSB4D_EINVAL).
+ * Close with ssb4d_reader_close (NULL is fine). */
+ssb4d_status ssb4d_reader_open(const char *path, const ssb4d_reader_opts *o, ssb4d_reader **out, ssb4d_err *err);
+void ssb4d_reader_close(ssb4d_reader *r);
+/* shape (scan_rows, scan_cols, det_rows, det_cols); the source's integer width (1, 2, 4); 1 when
+ * it holds float32 values (read them with ssb4d_reader_read_f32). */
+void ssb4d_reader_shape(const ssb4d_reader *r, size_t shape[4]);
+int ssb4d_reader_dtype_bytes(const ssb4d_reader *r);
+int ssb4d_reader_is_float(const ssb4d_reader *r);
+/* The format's name as a .qem records it ("numpy", "raw", "hdf5", ...; static). */
+const char *ssb4d_reader_format_name(const ssb4d_reader *r);
+/* Pixels the file marks as bad (det_rows*det_cols bytes, 1 = flagged, owned by r), or NULL. */
+const uint8_t *ssb4d_reader_flag_mask(const ssb4d_reader *r);
+void ssb4d_reader_calibration_of(const ssb4d_reader *r, ssb4d_reader_calibration *cal);
+/* The fields of the file the reader keeps, as JSON object text (caller frees with free()); NULL
+ * when there are none to print or out of memory. */
+char *ssb4d_reader_metadata_text(const ssb4d_reader *r);
+/* Frames [pos0, pos0+npos) as uint32 counts (out[(p*det_rows + row)*det_cols + col]); refused
+ * for float data and, naming frame and pixel, for a negative value. */
+ssb4d_status ssb4d_reader_read(ssb4d_reader *r, size_t pos0, size_t npos, uint32_t *out, ssb4d_err *err);
+/* The same frames as float32 from any source (counts above 2^24 and NaN/infinite values refused). */
+ssb4d_status ssb4d_reader_read_f32(ssb4d_reader *r, size_t pos0, size_t npos, float *out, ssb4d_err *err);
 /* Tells the source that frames [pos0, pos0+npos) will not be read again soon (a memory-mapped
  * file drops those pages from the process): a hint for a pass over every frame; never fails. */
 void ssb4d_source_done_with(ssb4d_source *s, size_t pos0, size_t npos);

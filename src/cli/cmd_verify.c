@@ -116,11 +116,10 @@ int cmd_verify(int argc, char **argv)
         return CLI_EXIT_USAGE;
 
     ssb4d_err err = {0};
-    framesrc_opts fo;
-    ssb4d_status st = cli_input_framesrc_opts(&ci, &fo, &err);
-    if (st)
-        return cli_error(CMD, st, err.msg);
+    ssb4d_reader_opts ro;
+    cli_input_reader_opts(&ci, &ro);
     ssb4d_qem *q = NULL;
+    ssb4d_status st;
     if ((st = ssb4d_qem_open(path, 1, m.threads, &q, &err)))
         return cli_error(CMD, st, err.msg);
     /* Within the budget: the .qem's per-pixel arrays (valid mask, two field maps), the spatial
@@ -138,18 +137,18 @@ int cmd_verify(int argc, char **argv)
         ssb4d_qem_close(q);
         return cli_error(CMD, st, err.msg);
     }
-    framesrc *fs = NULL;
-    if ((st = framesrc_open(orig, &fo, &fs, &err))) {
+    ssb4d_reader *fs = NULL;
+    if ((st = ssb4d_reader_open(orig, &ro, &fs, &err))) {
         ssb4d_qem_close(q);
         return cli_error(CMD, st, err.msg);
     }
     size_t shape[4];
-    framesrc_shape(fs, shape);
+    ssb4d_reader_shape(fs, shape);
     if (memcmp(shape, in->shape, sizeof shape) != 0) {
         fprintf(stderr, "ssb4d verify: shapes differ: %s is %zux%zux%zux%zu, %s is %zux%zux%zux%zu\n",
                 orig, shape[0], shape[1], shape[2], shape[3], path, in->shape[0], in->shape[1],
                 in->shape[2], in->shape[3]);
-        framesrc_close(fs);
+        ssb4d_reader_close(fs);
         ssb4d_qem_close(q);
         return CLI_EXIT_DIFFER;
     }
@@ -176,7 +175,7 @@ int cmd_verify(int argc, char **argv)
     if (step < 1) {
         fprintf(stderr, "ssb4d verify: the job does not fit in %.1f MiB: comparing one scan row needs %.1f MiB\n",
                 budget / 1048576.0, (per_pixel + row_bytes) / 1048576.0);
-        framesrc_close(fs);
+        ssb4d_reader_close(fs);
         ssb4d_qem_close(q);
         return CLI_EXIT_USAGE;
     }
@@ -186,7 +185,7 @@ int cmd_verify(int argc, char **argv)
     if (!a || !b) {
         ssb4d_mem_free(mem, a, 0);
         ssb4d_mem_destroy(mem);
-        framesrc_close(fs);
+        ssb4d_reader_close(fs);
         ssb4d_qem_close(q);
         return mem ? cli_job_error(CMD, err.code, err.msg, budget) : cli_error(CMD, SSB4D_ENOMEM, "out of memory");
     }
@@ -197,7 +196,7 @@ int cmd_verify(int argc, char **argv)
     for (size_t r0 = 0; r0 < rows && !st; r0 += step) {
         size_t nr = rows - r0 < step ? rows - r0 : step;
         size_t lo[4] = {r0, 0, 0, 0}, hi[4] = {r0 + nr, cols, shape[2], shape[3]};
-        if ((st = framesrc_read(fs, r0 * cols, nr * cols, a, &err)) ||
+        if ((st = ssb4d_reader_read(fs, r0 * cols, nr * cols, a, &err)) ||
             (st = ssb4d_qem_read_region(q, lo, hi, b, m.threads, &err)))
             break;
         for (size_t t = 0; t < nr * cols; t++)
@@ -226,7 +225,7 @@ int cmd_verify(int argc, char **argv)
     ssb4d_mem_free(mem, a, 0);
     ssb4d_mem_free(mem, b, 0);
     ssb4d_mem_destroy(mem);
-    framesrc_close(fs);
+    ssb4d_reader_close(fs);
     ssb4d_qem_close(q);
     if (st)
         return cli_error(CMD, st, err.msg);

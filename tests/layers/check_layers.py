@@ -36,7 +36,6 @@ CLIENTS = ('cli', 'view')
 # an entry that no longer occurs is an error.
 PENDING = {
     ('cli', 'cuda'): 'issue 39, not yet moved: plan --backend cuda asks the device (cuda.h, memory.h)',
-    ('cli', 'formats'): 'issue 39, not yet moved: export, verify and the reader flags (framesrc)',
     ('cli', 'plan'): 'issue 39, not yet moved: plan\'s rank and GPU reports, calibrate\'s block',
 }
 
