@@ -1535,6 +1535,82 @@ void ssb4d_plan_input_default(ssb4d_plan_input *in);
 /* SSB4D_EINVAL for absurd shapes or counts; a budget that is too small is not an error: the plan
  * says fits = 0 with the reason and min_memory_bytes. */
 ssb4d_status ssb4d_plan_make(const ssb4d_plan_input *in, ssb4d_plan *out, ssb4d_err *err);
+/* Side of the built-in session's region refit for a scan side n: 256 from 512 up, n/2 from 64
+ * up, 0 (no region refit: regions are at least 32x32) below. */
+size_t ssb4d_plan_region_side(size_t n);
+/* Fills in's shape (scan, det from shape[4]) and counts from a calibration: n_bf, n_stored,
+ * n_fit_bf (the fit's pixels at fit_radius) and the geometry (pointing into cal, which must
+ * outlive the plan's making). */
+void ssb4d_plan_input_from_calibration(ssb4d_plan_input *in, const ssb4d_calibration *cal, const size_t shape[4],
+                                       double fit_radius);
+/* What calibrating holds at its peak under `budget` (0: none): the encoded data, the frame block
+ * (returned in *block: what ssb4d_calib_params.block_bytes should be) and, when the rotation is
+ * fitted, the per-position planes. A budget below it cannot calibrate. */
+size_t ssb4d_calib_need(size_t budget, size_t encoded, size_t det_pixels, size_t npos, int rotation_fitted,
+                        size_t *block);
+
+/* A distributed session (one rank a machine, docs/memory.md "Per-rank plans"): BF pixels in
+ * blocks of SSB4D_PLAN_BLOCK_BF, each rank owning a run of blocks, all its planes resident. */
+#define SSB4D_PLAN_MAX_RANKS 65536
+#define SSB4D_PLAN_BLOCK_BF 64
+typedef struct {
+    size_t ranks;                    /* N */
+    size_t blocks, local_blocks;     /* blocks over all ranks; the largest rank's */
+    size_t local_bf, local_stored;   /* its BF pixels; its stored planes */
+    size_t g_bytes;                  /* its float32 planes */
+    size_t g_all_bytes;              /* every rank's planes together */
+    size_t chain_loss_bytes;         /* the chain's buffers during a pass of the exact loss */
+    size_t chain_fit_bytes;          /* ... during the fit's objective passes, the largest */
+} ssb4d_plan_rank_share;
+/* The plan of the largest rank of `ranks` (1..SSB4D_PLAN_MAX_RANKS; 1 is ssb4d_plan_make
+ * exactly): in->memory_bytes is one rank's budget, p the rank's sizes, *share (may be NULL) what
+ * it holds. SSB4D_EINVAL for a rank count out of range and what ssb4d_plan_make refuses. */
+ssb4d_status ssb4d_plan_make_rank(const ssb4d_plan_input *in, size_t ranks, ssb4d_plan *p,
+                                  ssb4d_plan_rank_share *share, ssb4d_err *err);
+typedef struct {
+    size_t ranks;             /* the smallest N that fits; 0: none */
+    int one_process_streams;  /* N = 1 fits only by streaming G */
+    size_t tried;             /* the largest N tried */
+    size_t tried_need;        /* what a rank needs there */
+    char reason[256];         /* why no N fits */
+} ssb4d_plan_ranks_answer;
+/* The smallest rank count in 1..max_ranks for which every rank fits in->memory_bytes. */
+ssb4d_status ssb4d_plan_smallest_ranks(const ssb4d_plan_input *in, size_t max_ranks, ssb4d_plan_ranks_answer *a,
+                                       ssb4d_err *err);
+
+/* The CUDA backend's device memory for the session `in` plans (`ssb4d plan --backend cuda`,
+ * docs/gpu.md "Device memory"): the passes replayed on a G's device copy, each work buffer kept
+ * at its largest size. */
+#define SSB4D_DEVICE_MAX_STAGES 16
+typedef struct {
+    char name[40];
+    size_t view_bf, sets;     /* BF pixels the pass reads; its parameter sets */
+    int f;                    /* upsampling */
+    size_t bytes, after;      /* the work buffers it needs; device bytes held after it */
+} ssb4d_device_stage;
+typedef struct {
+    size_t ny, nx, n_slots;   /* G's grid and its planes on the device */
+    size_t planes_bytes, work_bytes, fft_work_bytes, peak_bytes; /* work_bytes includes fft_work */
+    int fft_estimated;        /* cuFFT's work area estimated (no GPU here) */
+    ssb4d_device_stage stages[SSB4D_DEVICE_MAX_STAGES];
+    size_t n_stages;
+} ssb4d_device_model;
+typedef struct {
+    ssb4d_device_model field;    /* the full field's G */
+    ssb4d_device_model region;   /* a region refit's own G (when have_region) */
+    int have_region, region_frees; /* region_frees: the field's copy is freed first */
+    size_t peak_bytes;           /* the session's peak on the GPU */
+    size_t budget_bytes;         /* device_memory, else the GPU's memory (0: neither) */
+    int budget_given;            /* device_memory was given */
+    char gpu[128];               /* the GPU here ("": none, or a build without CUDA) */
+    size_t gpu_bytes;
+    int fits;                    /* peak within the budget; -1: nothing to compare it with */
+} ssb4d_plan_device_info;
+/* The device plan of the session `in` whose plan (one rank of n_ranks) is p: asks the GPU here
+ * (its name, memory and cuFFT's work areas; without one they are estimated). A rank's GPU holds
+ * local_stored planes (n_ranks > 1). device_memory: the budget (0: the GPU's memory). Never fails. */
+void ssb4d_plan_device(const ssb4d_plan_input *in, const ssb4d_plan *p, size_t n_ranks, size_t local_stored,
+                       size_t device_memory, ssb4d_plan_device_info *out);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Session (src/session/): the seed document's viewer session, stage by stage, under a budget   */

@@ -4,7 +4,6 @@
 #include "cli/cli_job.h"
 
 
-#include "plan/plan.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -57,7 +56,7 @@ int cli_job_calibrate(const char *cmd, ssb4d_source *src, ssb4d_calib_params *cp
     size_t npos = sh[0] * sh[1];
     cp->mem = mem;
     /* The moments and centre-of-mass planes are held when the rotation is fitted (plan.c). */
-    size_t need = plan_calib_need(budget, encoded, sh[2] * sh[3], npos, isnan(cp->rotation_deg), &cp->block_bytes);
+    size_t need = ssb4d_calib_need(budget, encoded, sh[2] * sh[3], npos, isnan(cp->rotation_deg), &cp->block_bytes);
     if (budget && need > budget) {
         char b[32], n[32];
         size_t big = budget > need ? budget : need;
