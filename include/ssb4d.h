@@ -1535,6 +1535,82 @@ void ssb4d_plan_input_default(ssb4d_plan_input *in);
 /* SSB4D_EINVAL for absurd shapes or counts; a budget that is too small is not an error: the plan
  * says fits = 0 with the reason and min_memory_bytes. */
 ssb4d_status ssb4d_plan_make(const ssb4d_plan_input *in, ssb4d_plan *out, ssb4d_err *err);
+/* Side of the built-in session's region refit for a scan side n: 256 from 512 up, n/2 from 64
+ * up, 0 (no region refit: regions are at least 32x32) below. */
+size_t ssb4d_plan_region_side(size_t n);
+/* Fills in's shape (scan, det from shape[4]) and counts from a calibration: n_bf, n_stored,
+ * n_fit_bf (the fit's pixels at fit_radius) and the geometry (pointing into cal, which must
+ * outlive the plan's making). */
+void ssb4d_plan_input_from_calibration(ssb4d_plan_input *in, const ssb4d_calibration *cal, const size_t shape[4],
+                                       double fit_radius);
+/* What calibrating holds at its peak under `budget` (0: none): the encoded data, the frame block
+ * (returned in *block: what ssb4d_calib_params.block_bytes should be) and, when the rotation is
+ * fitted, the per-position planes. A budget below it cannot calibrate. */
+size_t ssb4d_calib_need(size_t budget, size_t encoded, size_t det_pixels, size_t npos, int rotation_fitted,
+                        size_t *block);
+
+/* A distributed session (one rank a machine, docs/memory.md "Per-rank plans"): BF pixels in
+ * blocks of SSB4D_PLAN_BLOCK_BF, each rank owning a run of blocks, all its planes resident. */
+#define SSB4D_PLAN_MAX_RANKS 65536
+#define SSB4D_PLAN_BLOCK_BF 64
+typedef struct {
+    size_t ranks;                    /* N */
+    size_t blocks, local_blocks;     /* blocks over all ranks; the largest rank's */
+    size_t local_bf, local_stored;   /* its BF pixels; its stored planes */
+    size_t g_bytes;                  /* its float32 planes */
+    size_t g_all_bytes;              /* every rank's planes together */
+    size_t chain_loss_bytes;         /* the chain's buffers during a pass of the exact loss */
+    size_t chain_fit_bytes;          /* ... during the fit's objective passes, the largest */
+} ssb4d_plan_rank_share;
+/* The plan of the largest rank of `ranks` (1..SSB4D_PLAN_MAX_RANKS; 1 is ssb4d_plan_make
+ * exactly): in->memory_bytes is one rank's budget, p the rank's sizes, *share (may be NULL) what
+ * it holds. SSB4D_EINVAL for a rank count out of range and what ssb4d_plan_make refuses. */
+ssb4d_status ssb4d_plan_make_rank(const ssb4d_plan_input *in, size_t ranks, ssb4d_plan *p,
+                                  ssb4d_plan_rank_share *share, ssb4d_err *err);
+typedef struct {
+    size_t ranks;             /* the smallest N that fits; 0: none */
+    int one_process_streams;  /* N = 1 fits only by streaming G */
+    size_t tried;             /* the largest N tried */
+    size_t tried_need;        /* what a rank needs there */
+    char reason[256];         /* why no N fits */
+} ssb4d_plan_ranks_answer;
+/* The smallest rank count in 1..max_ranks for which every rank fits in->memory_bytes. */
+ssb4d_status ssb4d_plan_smallest_ranks(const ssb4d_plan_input *in, size_t max_ranks, ssb4d_plan_ranks_answer *a,
+                                       ssb4d_err *err);
+
+/* The CUDA backend's device memory for the session `in` plans (`ssb4d plan --backend cuda`,
+ * docs/gpu.md "Device memory"): the passes replayed on a G's device copy, each work buffer kept
+ * at its largest size. */
+#define SSB4D_DEVICE_MAX_STAGES 16
+typedef struct {
+    char name[40];
+    size_t view_bf, sets;     /* BF pixels the pass reads; its parameter sets */
+    int f;                    /* upsampling */
+    size_t bytes, after;      /* the work buffers it needs; device bytes held after it */
+} ssb4d_device_stage;
+typedef struct {
+    size_t ny, nx, n_slots;   /* G's grid and its planes on the device */
+    size_t planes_bytes, work_bytes, fft_work_bytes, peak_bytes; /* work_bytes includes fft_work */
+    int fft_estimated;        /* cuFFT's work area estimated (no GPU here) */
+    ssb4d_device_stage stages[SSB4D_DEVICE_MAX_STAGES];
+    size_t n_stages;
+} ssb4d_device_model;
+typedef struct {
+    ssb4d_device_model field;    /* the full field's G */
+    ssb4d_device_model region;   /* a region refit's own G (when have_region) */
+    int have_region, region_frees; /* region_frees: the field's copy is freed first */
+    size_t peak_bytes;           /* the session's peak on the GPU */
+    size_t budget_bytes;         /* device_memory, else the GPU's memory (0: neither) */
+    int budget_given;            /* device_memory was given */
+    char gpu[128];               /* the GPU here ("": none, or a build without CUDA) */
+    size_t gpu_bytes;
+    int fits;                    /* peak within the budget; -1: nothing to compare it with */
+} ssb4d_plan_device_info;
+/* The device plan of the session `in` whose plan (one rank of n_ranks) is p: asks the GPU here
+ * (its name, memory and cuFFT's work areas; without one they are estimated). A rank's GPU holds
+ * local_stored planes (n_ranks > 1). device_memory: the budget (0: the GPU's memory). Never fails. */
+void ssb4d_plan_device(const ssb4d_plan_input *in, const ssb4d_plan *p, size_t n_ranks, size_t local_stored,
+                       size_t device_memory, ssb4d_plan_device_info *out);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Session (src/session/): the seed document's viewer session, stage by stage, under a budget   */
@@ -1765,6 +1841,96 @@ ssb4d_status ssb4d_npy_write_header(FILE *f, const char *descr, int ndim, const 
  * field of a det_rows x det_cols detector): what `ssb4d info --check` and `verify` fit their
  * thread count to under --memory. */
 size_t ssb4d_qem_index_check_bytes(size_t det_rows, size_t det_cols);
+/* An encoded .qem read directly (what `ssb4d info` and `verify` look at): its layout, its
+ * header's record and its counts, without opening it as a source for reconstruction. */
+typedef struct ssb4d_qem ssb4d_qem;
+typedef struct {
+    size_t shape[4];           /* scan_rows, scan_cols, det_rows, det_cols */
+    int dtype_bytes;           /* 1 (uint8) or 2 (uint16) */
+    size_t n_scans, n_pix;     /* scan positions, detector pixels */
+    size_t n_chunks, n_blocks; /* chunks; blocks over all chunks */
+    size_t file_bytes, header_bytes, body_bytes;
+    size_t payload_bytes;      /* the count streams themselves */
+} ssb4d_qem_info;
+/* The effective calibration (qem-format §9.8: overrides win over recorded values; NaN unknown). */
+typedef struct {
+    double kv, semiangle_mrad, scan_step_A[2], det_sampling[2], camera_length_mm, dwell_us;
+    int det_sampling_inverse_A; /* 1: det_sampling is in 1/angstrom, 0: mrad */
+} ssb4d_qem_calibration;
+/* What the import did to the flagged pixels' counts, from the header (strings owned by the
+ * handle): policy ("median", "zero", "none"; NULL: not recorded), the flagged counts (when
+ * flagged_recorded), whether and how their counts were replaced, marker values stored as 0. */
+typedef struct {
+    const char *policy;
+    int flagged_recorded;
+    size_t flagged_by_file, flagged_by_totals;
+    int replaced;
+    const char *method;
+    size_t replaced_pixels, markers_zeroed;
+} ssb4d_qem_flags;
+/* Opens and validates path (memory-mapped; the header always, the body's checksums too when
+ * verify_body, on `threads` threads, 0: all cores). SSB4D_EIO when it cannot be read,
+ * SSB4D_EFORMAT (one line naming the file) when it is not a valid .qem. Close with
+ * ssb4d_qem_close (NULL is fine). */
+ssb4d_status ssb4d_qem_open(const char *path, int verify_body, int threads, ssb4d_qem **out, ssb4d_err *err);
+void ssb4d_qem_close(ssb4d_qem *q);
+void ssb4d_qem_get_info(const ssb4d_qem *q, ssb4d_qem_info *info);
+/* valid[k] = 1 for a valid detector pixel, 0 for a flagged one (n_pix bytes, owned by q). */
+const uint8_t *ssb4d_qem_valid_mask(const ssb4d_qem *q);
+void ssb4d_qem_calibration_of(const ssb4d_qem *q, ssb4d_qem_calibration *cal);
+void ssb4d_qem_flags_of(const ssb4d_qem *q, ssb4d_qem_flags *flags);
+/* The whole header as JSON text (caller frees with free()); NULL when out of memory. */
+char *ssb4d_qem_header_text(const ssb4d_qem *q);
+/* Decodes every block and checks the spatial index against it on `threads` threads (each holds
+ * ssb4d_qem_index_check_bytes); SSB4D_EFORMAT naming the file on a mismatch. */
+ssb4d_status ssb4d_qem_check_index(const ssb4d_qem *q, int threads, ssb4d_err *err);
+/* The counts of the box lo <= index < hi (4-D, C order) into out, decoded on `threads` threads. */
+ssb4d_status ssb4d_qem_read_region(const ssb4d_qem *q, const size_t lo[4], const size_t hi[4], uint16_t *out,
+                                   int threads, ssb4d_err *err);
+/* An acquisition in a foreign format read as `ssb4d import` reads it (src/formats/): blocks of
+ * whole frames, in the file's own orientation, for `ssb4d export` and `verify`. */
+typedef struct ssb4d_reader ssb4d_reader;
+typedef struct {
+    const char *format;       /* NULL or "auto" (by content/extension), "npy", "raw", "hdf5",
+                                 "arina", "mib", "empad", "dm", "velox", "mrc" */
+    const char *dataset;      /* HDF5 dataset path (NULL: discover the rank-4 dataset) */
+    size_t shape[4];          /* raw: the full shape; arina/mib/HDF5 stacks: shape[0..1] = scan shape */
+    int dtype_bytes;          /* raw: 1, 2 or 4 */
+    int dtype_float;          /* raw: the values are float32 (dtype_bytes 4) */
+    int big_endian;           /* raw */
+    size_t offset;            /* raw: header bytes to skip */
+    const char *const *more_paths; /* Merlin: further files of the acquisition, in scan order */
+    size_t n_more_paths;
+} ssb4d_reader_opts;
+/* What the file records about the microscope (NaN = not recorded). */
+typedef struct {
+    double kv, semiangle_mrad, scan_step_A[2], det_sampling_mrad[2], camera_length_mm, dwell_us;
+} ssb4d_reader_calibration;
+/* SSB4D_OK when name is a --format word above, else SSB4D_EINVAL with one line. */
+ssb4d_status ssb4d_reader_format_check(const char *name, ssb4d_err *err);
+/* Opens path (o may not be NULL; zeroed: auto). Every reader checks what the file says against
+ * its size and refuses with one line naming the file (SSB4D_EIO, SSB4D_EFORMAT, SSB4D_EINVAL).
+ * Close with ssb4d_reader_close (NULL is fine). */
+ssb4d_status ssb4d_reader_open(const char *path, const ssb4d_reader_opts *o, ssb4d_reader **out, ssb4d_err *err);
+void ssb4d_reader_close(ssb4d_reader *r);
+/* shape (scan_rows, scan_cols, det_rows, det_cols); the source's integer width (1, 2, 4); 1 when
+ * it holds float32 values (read them with ssb4d_reader_read_f32). */
+void ssb4d_reader_shape(const ssb4d_reader *r, size_t shape[4]);
+int ssb4d_reader_dtype_bytes(const ssb4d_reader *r);
+int ssb4d_reader_is_float(const ssb4d_reader *r);
+/* The format's name as a .qem records it ("numpy", "raw", "hdf5", ...; static). */
+const char *ssb4d_reader_format_name(const ssb4d_reader *r);
+/* Pixels the file marks as bad (det_rows*det_cols bytes, 1 = flagged, owned by r), or NULL. */
+const uint8_t *ssb4d_reader_flag_mask(const ssb4d_reader *r);
+void ssb4d_reader_calibration_of(const ssb4d_reader *r, ssb4d_reader_calibration *cal);
+/* The fields of the file the reader keeps, as JSON object text (caller frees with free()); NULL
+ * when there are none to print or out of memory. */
+char *ssb4d_reader_metadata_text(const ssb4d_reader *r);
+/* Frames [pos0, pos0+npos) as uint32 counts (out[(p*det_rows + row)*det_cols + col]); refused
+ * for float data and, naming frame and pixel, for a negative value. */
+ssb4d_status ssb4d_reader_read(ssb4d_reader *r, size_t pos0, size_t npos, uint32_t *out, ssb4d_err *err);
+/* The same frames as float32 from any source (counts above 2^24 and NaN/infinite values refused). */
+ssb4d_status ssb4d_reader_read_f32(ssb4d_reader *r, size_t pos0, size_t npos, float *out, ssb4d_err *err);
 /* Tells the source that frames [pos0, pos0+npos) will not be read again soon (a memory-mapped
  * file drops those pages from the process): a hint for a pass over every frame; never fails. */
 void ssb4d_source_done_with(ssb4d_source *s, size_t pos0, size_t npos);

@@ -1204,6 +1204,68 @@ static int teardown(void **state)
     return ref_rmtree(g_dir);
 }
 
+/* The public reader (include/ssb4d.h, what `ssb4d export` and `verify` read with): the flags'
+ * words and values reach the readers, and it reads what framesrc reads. */
+static void public_reader(void **state)
+{
+    (void)state;
+    size_t shape[4] = {4, 5, 3, 6}, N = 20, P = 18, off = 13, got_shape[4];
+    uint8_t *buf = calloc(1, off + N * P * 2);
+    for (size_t p = 0; p < N; p++)
+        for (size_t k = 0; k < P; k++)
+            put_le(buf + off + (p * P + k) * 2, expect(p, k, 65535), 2, 1);
+    write_file(tpath("p.raw"), buf, off + N * P * 2);
+    free(buf);
+    ssb4d_err err = {0};
+    assert_int_equal(ssb4d_reader_format_check("raw", &err), SSB4D_OK);
+    assert_int_equal(ssb4d_reader_format_check("mrc", &err), SSB4D_OK);
+    assert_int_equal(ssb4d_reader_format_check("tiff", &err), SSB4D_EINVAL);
+    ssb4d_reader_opts o = {.format = "raw", .dtype_bytes = 2, .big_endian = 1, .offset = off};
+    memcpy(o.shape, shape, sizeof shape);
+    ssb4d_reader *r = NULL;
+    assert_int_equal(ssb4d_reader_open(tpath("p.raw"), &o, &r, &err), SSB4D_OK);
+    ssb4d_reader_shape(r, got_shape);
+    assert_memory_equal(got_shape, shape, sizeof shape);
+    assert_int_equal(ssb4d_reader_dtype_bytes(r), 2);
+    assert_int_equal(ssb4d_reader_is_float(r), 0);
+    assert_string_equal(ssb4d_reader_format_name(r), "raw");
+    assert_null(ssb4d_reader_flag_mask(r));
+    ssb4d_reader_calibration cal;
+    ssb4d_reader_calibration_of(r, &cal);
+    assert_true(isnan(cal.kv) && isnan(cal.scan_step_A[0]));
+    uint32_t *u = malloc(N * P * sizeof *u);
+    float *f = malloc(N * P * sizeof *f);
+    assert_int_equal(ssb4d_reader_read(r, 0, N, u, &err), SSB4D_OK);
+    assert_int_equal(ssb4d_reader_read_f32(r, 0, N, f, &err), SSB4D_OK);
+    for (size_t p = 0; p < N; p++)
+        for (size_t k = 0; k < P; k++) {
+            assert_int_equal(u[p * P + k], expect(p, k, 65535));
+            assert_true(f[p * P + k] == (float)expect(p, k, 65535));
+        }
+    free(u);
+    free(f);
+    ssb4d_reader_close(r);
+    /* the same bytes as little-endian: other counts, so the flag reached the reader */
+    o.big_endian = 0;
+    assert_int_equal(ssb4d_reader_open(tpath("p.raw"), &o, &r, &err), SSB4D_OK);
+    uint32_t one[18];
+    assert_int_equal(ssb4d_reader_read(r, 1, 1, one, &err), SSB4D_OK);
+    int differs = 0;
+    for (size_t k = 0; k < P; k++)
+        differs |= one[k] != expect(1, k, 65535);
+    assert_true(differs);
+    ssb4d_reader_close(r);
+    /* a bad word, a wrong size: one line, no reader */
+    o.format = "bogus";
+    assert_int_equal(ssb4d_reader_open(tpath("p.raw"), &o, &r, &err), SSB4D_EINVAL);
+    assert_null(r);
+    o.format = "raw", o.offset = off + 1;
+    assert_int_not_equal(ssb4d_reader_open(tpath("p.raw"), &o, &r, &err), SSB4D_OK);
+    assert_null(r);
+    assert_null(strchr(err.msg, '\n'));
+    ssb4d_reader_close(NULL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1214,6 +1276,7 @@ int main(void)
         cmocka_unit_test(hdf5_missing_filter),   cmocka_unit_test(arina_formats),
         cmocka_unit_test(arina_hostile),         cmocka_unit_test(mib_formats),
         cmocka_unit_test(mib_hostile),           cmocka_unit_test(detection),
+        cmocka_unit_test(public_reader),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -551,6 +551,96 @@ static void test_ranks_smallest(void **state)
     free(p);
 }
 
+/* The public planner calls (include/ssb4d.h, what `ssb4d plan` prints) give plan.h's and
+ * device_model.h's figures: the largest rank's plan and share, the smallest rank count, and the
+ * device replay of the field's and the region's G (no GPU here: cuFFT's area estimated). */
+static void test_public_calls(void **state)
+{
+    (void)state;
+    ssb4d_plan_input in;
+    rank_input(&in, 512, 192, 8939, 6 * GIB);
+    assert_int_equal(ssb4d_plan_region_side(512), ssb_plan_region_side(512));
+    assert_int_equal(ssb4d_plan_region_side(40), 0);
+    ssb4d_plan *p = calloc(2, sizeof *p);
+    assert_non_null(p);
+    ssb4d_err err = {0};
+    plan_rank_share sh;
+    ssb4d_plan_rank_share ps;
+    assert_int_equal(plan_make_rank(&in, 3, PLAN_RANK_LARGEST, &p[0], &sh, &err), SSB4D_OK);
+    assert_int_equal(ssb4d_plan_make_rank(&in, 3, &p[1], &ps, &err), SSB4D_OK);
+    assert_memory_equal(&p[0], &p[1], sizeof p[0]);
+    assert_int_equal(ps.ranks, 3);
+    assert_int_equal(ps.blocks, sh.blocks);
+    assert_int_equal(ps.local_blocks, sh.local_blocks);
+    assert_int_equal(ps.local_bf, sh.local_bf);
+    assert_int_equal(ps.local_stored, sh.local_stored);
+    assert_int_equal(ps.g_bytes, sh.g_bytes);
+    assert_int_equal(ps.g_all_bytes, (size_t)8939 * plan_plane_bytes(512, 512));
+    assert_int_equal(ps.chain_loss_bytes, sh.chain_loss_bytes);
+    assert_int_equal(ps.chain_fit_bytes, sh.chain_fit_bytes);
+    assert_int_equal(ssb4d_plan_make_rank(&in, 0, &p[1], NULL, &err), SSB4D_EINVAL);
+    assert_int_equal(ssb4d_plan_make_rank(&in, SSB4D_PLAN_MAX_RANKS + 1, &p[1], NULL, &err), SSB4D_EINVAL);
+    plan_ranks_answer a;
+    ssb4d_plan_ranks_answer pa;
+    assert_int_equal(plan_smallest_ranks(&in, 64, &a, &err), SSB4D_OK);
+    assert_int_equal(ssb4d_plan_smallest_ranks(&in, 64, &pa, &err), SSB4D_OK);
+    assert_int_equal(pa.ranks, a.ranks);
+    assert_int_equal(pa.one_process_streams, a.one_process_streams);
+    assert_int_equal(pa.tried, a.tried);
+    assert_int_equal(pa.tried_need, a.tried_need);
+    assert_string_equal(pa.reason, a.reason);
+    /* the calibration's block: what plan.c plans */
+    size_t b0 = 0, b1 = 0;
+    assert_int_equal(ssb4d_calib_need(GIB, 100 << 20, 192 * 192, 512 * 512, 1, &b0),
+                     plan_calib_need(GIB, 100 << 20, 192 * 192, 512 * 512, 1, &b1));
+    assert_int_equal(b0, b1);
+    /* the device plan, one process and a rank of 3 */
+    for (size_t n_ranks = 1; n_ranks <= 3; n_ranks += 2) {
+        ssb4d_plan_device_info g;
+        assert_int_equal(ssb4d_plan_make_rank(&in, n_ranks, &p[0], &ps, &err), SSB4D_OK);
+        ssb4d_plan_device(&in, &p[0], n_ranks, ps.local_stored, 0, &g);
+        if (g.gpu[0]) { /* a GPU here: cuFFT's own work areas, not the estimates replayed below */
+            assert_true(g.peak_bytes >= g.field.peak_bytes && !g.field.fft_estimated);
+            continue;
+        }
+        dev_session_in d;
+        dev_model field, region;
+        plan_device_session(&in, 512, 512, &d);
+        if (n_ranks > 1)
+            d.n_stored = ps.local_stored;
+        dev_model_session(&d, &field);
+        dev_session_in r;
+        plan_device_session(&in, in.region[0], in.region[1], &r);
+        r.no_images = 1, r.n_stored = d.n_stored;
+        dev_model_session(&r, &region);
+        assert_int_equal(g.field.n_slots, field.n_slots);
+        assert_int_equal(g.field.planes_bytes, field.planes);
+        assert_int_equal(g.field.peak_bytes, dev_model_bytes(&field));
+        assert_int_equal(g.field.work_bytes, dev_model_work_bytes(&field));
+        assert_int_equal(g.field.fft_work_bytes, field.buf[DEV_WORK]);
+        assert_int_equal(g.field.n_stages, field.n_stages);
+        for (size_t i = 0; i < field.n_stages; i++) {
+            assert_string_equal(g.field.stages[i].name, field.stages[i].name);
+            assert_int_equal(g.field.stages[i].bytes, field.stages[i].bytes);
+            assert_int_equal(g.field.stages[i].after, field.stages[i].after);
+        }
+        assert_true(g.have_region);
+        assert_int_equal(g.region.peak_bytes, dev_model_bytes(&region));
+        size_t with = dev_model_bytes(&region) + (p[0].region_frees_g ? 0 : dev_model_bytes(&field));
+        assert_int_equal(g.peak_bytes, with > dev_model_bytes(&field) ? with : dev_model_bytes(&field));
+#ifndef SSB4D_HAVE_CUDA
+        assert_true(g.field.fft_estimated);
+        assert_string_equal(g.gpu, "");
+        assert_int_equal(g.fits, -1); /* no GPU, no budget */
+#endif
+        ssb4d_plan_device(&in, &p[0], n_ranks, ps.local_stored, g.peak_bytes, &g);
+        assert_true(g.budget_given && g.fits == 1);
+        ssb4d_plan_device(&in, &p[0], n_ranks, ps.local_stored, g.peak_bytes - 1, &g);
+        assert_int_equal(g.fits, 0);
+    }
+    free(p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -560,6 +650,7 @@ int main(void)
         cmocka_unit_test(test_ranks_share),
         cmocka_unit_test(test_ranks_stages),
         cmocka_unit_test(test_ranks_smallest),
+        cmocka_unit_test(test_public_calls),
         cmocka_unit_test(test_script),
         cmocka_unit_test(test_too_small),
         cmocka_unit_test(test_budgets),

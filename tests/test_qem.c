@@ -329,6 +329,81 @@ static void golden_bad_files(void **state)
     assert_null(f);
 }
 
+/* The public handle (include/ssb4d.h, what `ssb4d info` and `verify` read a .qem with) gives the
+ * golden files' counts, shape, mask, calibration and header, and the reader's refusals. */
+static void public_handle(void **state)
+{
+    (void)state;
+    for (size_t g = 0; g < 3; g++) {
+        char path[512];
+        size_t shape[4];
+        int db;
+        snprintf(path, sizeof path, GOLDEN "%s.npy", goldens[g].name);
+        uint16_t *want = load_npy_u16(path, shape, &db);
+        snprintf(path, sizeof path, GOLDEN "%s.qem", goldens[g].name);
+        ssb4d_qem *q = NULL;
+        ssb4d_err err = {0};
+        assert_int_equal(ssb4d_qem_open(path, 1, 2, &q, &err), SSB4D_OK);
+        ssb4d_qem_info in;
+        ssb4d_qem_get_info(q, &in);
+        for (int a = 0; a < 4; a++)
+            assert_int_equal(in.shape[a], shape[a]);
+        assert_int_equal(in.dtype_bytes, db);
+        assert_int_equal(in.n_scans, shape[0] * shape[1]);
+        assert_int_equal(in.n_pix, shape[2] * shape[3]);
+        struct stat sb;
+        assert_int_equal(stat(path, &sb), 0);
+        assert_int_equal(in.file_bytes, (size_t)sb.st_size);
+        assert_true(in.header_bytes + in.body_bytes <= in.file_bytes); /* plus the fixed preamble */
+        assert_true(in.payload_bytes > 0 && in.payload_bytes < in.body_bytes);
+        size_t N = in.n_scans, P = in.n_pix;
+        uint16_t *got = malloc(N * P * sizeof *got);
+        size_t lo[4] = {0, 0, 0, 0};
+        assert_int_equal(ssb4d_qem_read_region(q, lo, in.shape, got, 2, &err), SSB4D_OK);
+        assert_memory_equal(got, want, N * P * sizeof *got);
+        assert_int_equal(ssb4d_qem_check_index(q, 2, &err), SSB4D_OK);
+        const uint8_t *valid = ssb4d_qem_valid_mask(q);
+        size_t invalid = 0;
+        for (size_t k = 0; k < P; k++)
+            invalid += !valid[k];
+        assert_int_equal(invalid, g == 2 ? 36 : 0);
+        ssb4d_qem_calibration cal;
+        ssb4d_qem_calibration_of(q, &cal);
+        const golden *gg = &goldens[g];
+        assert_true(cal.scan_step_A[0] == gg->scan[0] && cal.scan_step_A[1] == gg->scan[1]);
+        assert_true(cal.det_sampling[0] == gg->det[0] && cal.det_sampling[1] == gg->det[1]);
+        assert_true(cal.kv == gg->kv && cal.semiangle_mrad == gg->semi);
+        same_or_nan(cal.camera_length_mm, gg->cam);
+        same_or_nan(cal.dwell_us, gg->dwell);
+        assert_int_equal(cal.det_sampling_inverse_A, gg->inv);
+        ssb4d_qem_flags fl;
+        ssb4d_qem_flags_of(q, &fl);
+        assert_int_equal(fl.replaced, 0); /* the goldens record no replacement */
+        /* the header text is the whole header, numbers exact */
+        char *text = ssb4d_qem_header_text(q);
+        assert_non_null(text);
+        cJSON *h = cJSON_Parse(text);
+        qem_file *f = NULL;
+        assert_int_equal(qem_open(path, 0, 1, &f, &err), SSB4D_OK);
+        assert_true(cJSON_Compare(h, qem_header_json(f), 1));
+        qem_close(f);
+        cJSON_Delete(h);
+        free(text);
+        ssb4d_qem_close(q);
+        free(got);
+        free(want);
+    }
+    ssb4d_qem *q = NULL;
+    ssb4d_err err = {0};
+    assert_int_equal(ssb4d_qem_open(GOLDEN "u16-mixed-23x24x9x9.body-flip.bad.qem", 1, 1, &q, &err), SSB4D_EFORMAT);
+    assert_null(q);
+    assert_int_equal(ssb4d_qem_open(GOLDEN "u16-mixed-23x24x9x9.body-flip.bad.qem", 0, 1, &q, &err), SSB4D_OK);
+    ssb4d_qem_close(q);
+    assert_int_equal(ssb4d_qem_open("/nonexistent/x.qem", 1, 1, &q, &err), SSB4D_EIO);
+    assert_null(q);
+    ssb4d_qem_close(NULL);
+}
+
 /* ---- writer ---- */
 
 static qem_writer_opts opts_for(const size_t shape[4], int dtype_bytes, size_t chunk)
@@ -1066,6 +1141,7 @@ int main(void)
         cmocka_unit_test(strict_json),
         cmocka_unit_test(golden_decode),
         cmocka_unit_test(golden_bad_files),
+        cmocka_unit_test(public_handle),
         cmocka_unit_test(writer_reproduces_golden_bodies),
         cmocka_unit_test(round_trip_random),
         cmocka_unit_test(writer_refusals_leave_nothing),

@@ -2,7 +2,6 @@
 #include "cli/cli_common.h"
 #include "cli/cli_params.h"
 
-#include "qem/qem.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -286,9 +285,9 @@ int cli_check_qem_header(const char *path, ssb4d_status *st, ssb4d_err *err)
         fclose(f);
     if (got != 4 || memcmp(magic, "QEMD", 4))
         return 0;
-    qem_file *q = NULL; /* the header only: the body is verified where it is read */
-    *st = qem_open(path, 0, 1, &q, err);
-    qem_close(q);
+    ssb4d_qem *q = NULL; /* the header only: the body is verified where it is read */
+    *st = ssb4d_qem_open(path, 0, 1, &q, err);
+    ssb4d_qem_close(q);
     return 1;
 }
 

@@ -58,7 +58,7 @@ const char *cli_microscope_help(void);
 #define CLI_MICROSCOPE_HELP cli_microscope_help()
 
 /* --backend: where a session's heavy passes run, and --device-memory: the device's budget (the
- * CUDA backend: G's planes, the work buffers and cuFFT's work area, plan/device_model.h). Only
+ * CUDA backend: G's planes, the work buffers and cuFFT's work area, ssb4d_plan_device). Only
  * the commands that open a session handle (fit, demo, fit-regions, reconstruct, view, session,
  * bench run, bench view) and plan put them in their `struct option` array and their --help;
  * cli_micro_handle parses them into cli_micro.backend and cli_micro.device_memory_bytes. */

@@ -63,9 +63,8 @@ int cli_input_handle(cli_input *ci, const char *cmd, int opt, const char *arg)
 {
     switch (opt) {
     case CLI_OPT_IN_FORMAT: {
-        framesrc_format f;
         ssb4d_err e;
-        if (framesrc_format_parse(arg, &f, &e))
+        if (ssb4d_reader_format_check(arg, &e))
             return bad(cmd, "format", arg);
         ci->format = arg;
         return 1;
@@ -104,14 +103,10 @@ int cli_input_check(const cli_input *ci, const char *cmd)
     return 0;
 }
 
-ssb4d_status cli_input_framesrc_opts(const cli_input *ci, framesrc_opts *fo, ssb4d_err *err)
+void cli_input_reader_opts(const cli_input *ci, ssb4d_reader_opts *fo)
 {
     memset(fo, 0, sizeof *fo);
-    if (ci->format) {
-        ssb4d_status st = framesrc_format_parse(ci->format, &fo->format, err);
-        if (st)
-            return st;
-    }
+    fo->format = ci->format;
     fo->dataset = ci->dataset;
     memcpy(fo->shape, ci->shape, sizeof fo->shape);
     fo->dtype_bytes = ci->dtype_bytes;
@@ -120,7 +115,6 @@ ssb4d_status cli_input_framesrc_opts(const cli_input *ci, framesrc_opts *fo, ssb
     fo->n_more_paths = ci->n_more_paths;
     fo->big_endian = ci->big_endian;
     fo->offset = ci->offset;
-    return SSB4D_OK;
 }
 
 int cli_input_check_files(const cli_input *ci, const char *cmd, const char *const *paths, size_t n, int qem_ok)
@@ -136,12 +130,11 @@ int cli_input_check_files(const cli_input *ci, const char *cmd, const char *cons
         cli_input c = *ci;
         c.more_paths = n > 1 ? paths + 1 : NULL;
         c.n_more_paths = n > 1 ? n - 1 : 0;
-        framesrc_opts fo;
-        framesrc *fs = NULL;
-        st = cli_input_framesrc_opts(&c, &fo, &err);
-        if (!st)
-            st = framesrc_open(paths[0], &fo, &fs, &err);
-        framesrc_close(fs);
+        ssb4d_reader_opts ro;
+        ssb4d_reader *rd = NULL;
+        cli_input_reader_opts(&c, &ro);
+        st = ssb4d_reader_open(paths[0], &ro, &rd, &err);
+        ssb4d_reader_close(rd);
     }
     return st ? cli_error(cmd, st, err.msg) : 0;
 }

@@ -4,7 +4,6 @@
 #ifndef SSB4D_CLI_INPUT_H
 #define SSB4D_CLI_INPUT_H
 #include "cli/cli_common.h"
-#include "formats/framesrc.h"
 
 enum {
     CLI_OPT_IN_FORMAT = 1050, CLI_OPT_IN_DATASET, CLI_OPT_IN_SHAPE, CLI_OPT_IN_DTYPE,
@@ -44,6 +43,6 @@ int cli_input_check(const cli_input *ci, const char *cmd);
  * (when qem_ok and no --format), else the frame readers. One line "ssb4d CMD: ..." naming the
  * file and CLI_EXIT_USAGE otherwise, before outputs or values are looked at; 0 when it reads. */
 int cli_input_check_files(const cli_input *ci, const char *cmd, const char *const *paths, size_t n, int qem_ok);
-/* The reader options these flags describe (format word already checked by the reader). */
-ssb4d_status cli_input_framesrc_opts(const cli_input *ci, framesrc_opts *fo, ssb4d_err *err);
+/* The reader options these flags describe (the format word is checked when the reader opens). */
+void cli_input_reader_opts(const cli_input *ci, ssb4d_reader_opts *ro);
 #endif

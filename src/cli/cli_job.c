@@ -4,7 +4,6 @@
 #include "cli/cli_job.h"
 
 
-#include "plan/plan.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -57,7 +56,7 @@ int cli_job_calibrate(const char *cmd, ssb4d_source *src, ssb4d_calib_params *cp
     size_t npos = sh[0] * sh[1];
     cp->mem = mem;
     /* The moments and centre-of-mass planes are held when the rotation is fitted (plan.c). */
-    size_t need = plan_calib_need(budget, encoded, sh[2] * sh[3], npos, isnan(cp->rotation_deg), &cp->block_bytes);
+    size_t need = ssb4d_calib_need(budget, encoded, sh[2] * sh[3], npos, isnan(cp->rotation_deg), &cp->block_bytes);
     if (budget && need > budget) {
         char b[32], n[32];
         size_t big = budget > need ? budget : need;
@@ -75,12 +74,13 @@ int cli_job_calibrate(const char *cmd, ssb4d_source *src, ssb4d_calib_params *cp
 /* The threads a spatial-index check of q may run on within budget, beside `other` bytes held:
  * each holds one block's sums of every spatial field (qem_read.c).
  * Returns the thread count, or 0 after printing why not even one fits. */
-int cli_qem_check_threads(const char *cmd, const qem_file *q, int threads, size_t budget, size_t other)
+int cli_qem_check_threads(const char *cmd, const ssb4d_qem *q, int threads, size_t budget, size_t other)
 {
-    const qem_info *in = qem_get_info(q);
-    size_t per_thread = ssb4d_qem_index_check_bytes(in->shape[2], in->shape[3]);
+    ssb4d_qem_info in;
+    ssb4d_qem_get_info(q, &in);
+    size_t per_thread = ssb4d_qem_index_check_bytes(in.shape[2], in.shape[3]);
     size_t nt = (size_t)ssb4d_threads_resolve(threads);
-    nt = nt > in->n_blocks ? in->n_blocks : nt;
+    nt = nt > in.n_blocks ? in.n_blocks : nt;
     size_t room = budget > other ? budget - other : 0;
     if (nt * per_thread > room)
         nt = room / per_thread; /* the same verdict on fewer threads */

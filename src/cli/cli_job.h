@@ -2,7 +2,6 @@
 #ifndef SSB4D_CLI_JOB_H
 #define SSB4D_CLI_JOB_H
 #include "cli/cli_common.h"
-#include "qem/qem.h"
 
 /* A size for messages: MiB below 1 GiB, else GiB; up = round up (a smallest budget printed can
  * be given back to --memory as it is). */
@@ -20,5 +19,5 @@ int cli_job_calibrate(const char *cmd, ssb4d_source *src, ssb4d_calib_params *cp
                       size_t encoded, ssb4d_calibration *cal);
 /* The threads a spatial-index check of q may run on within budget beside `other` bytes, or 0
  * after printing why not even one fits. */
-int cli_qem_check_threads(const char *cmd, const qem_file *q, int threads, size_t budget, size_t other);
+int cli_qem_check_threads(const char *cmd, const ssb4d_qem *q, int threads, size_t budget, size_t other);
 #endif

@@ -7,7 +7,6 @@
 #include "cli/cli_input.h"
 #include "cli/commands.h"
 #include "cli/progress.h"
-#include "formats/framesrc.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -44,10 +43,10 @@ static void help(FILE *f)
 
 enum { OPT_FORCE = CLI_OPT_FIRST_FREE, OPT_METADATA_ONLY };
 
-/* One reader for both kinds of input: a foreign format through framesrc, a .qem through its
+/* One reader for both kinds of input: a foreign format through its reader, a .qem through its
  * source (decoded counts). */
 typedef struct {
-    framesrc *fs;
+    ssb4d_reader *fs;
     ssb4d_source *src;
     size_t shape[4];
     int bytes, is_float;
@@ -58,8 +57,8 @@ static ssb4d_status input_read(input *in, size_t p0, size_t n, void *out, ssb4d_
     if (in->src)
         return ssb4d_source_read_frames(in->src, p0, n, out, err);
     if (in->is_float)
-        return framesrc_read_f32(in->fs, p0, n, out, err);
-    return framesrc_read(in->fs, p0, n, out, err);
+        return ssb4d_reader_read_f32(in->fs, p0, n, out, err);
+    return ssb4d_reader_read(in->fs, p0, n, out, err);
 }
 
 static const char *dtype_name(const input *in)
@@ -72,15 +71,15 @@ static void print_json(const char *path, const input *in, const char *outp)
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "input", path);
     cJSON_AddItemToObject(o, "output", outp ? cJSON_CreateString(outp) : cJSON_CreateNull());
-    cJSON_AddStringToObject(o, "format", in->fs ? framesrc_format_name(in->fs) : "qem");
+    cJSON_AddStringToObject(o, "format", in->fs ? ssb4d_reader_format_name(in->fs) : "qem");
     cJSON *sh = cJSON_CreateArray();
     for (int i = 0; i < 4; i++)
         cJSON_AddItemToArray(sh, cJSON_CreateNumber((double)in->shape[i]));
     cJSON_AddItemToObject(o, "shape", sh);
     cJSON_AddStringToObject(o, "dtype", dtype_name(in));
     if (in->fs) {
-        framesrc_calibration c;
-        framesrc_calibration_of(in->fs, &c);
+        ssb4d_reader_calibration c;
+        ssb4d_reader_calibration_of(in->fs, &c);
         cJSON *cal = cJSON_CreateObject();
         cJSON_AddItemToObject(cal, "kv", cli_json_num(c.kv));
         cJSON_AddItemToObject(cal, "semiangle_mrad", cli_json_num(c.semiangle_mrad));
@@ -89,8 +88,10 @@ static void print_json(const char *path, const input *in, const char *outp)
         cJSON_AddItemToObject(cal, "camera_length_mm", cli_json_num(c.camera_length_mm));
         cJSON_AddItemToObject(cal, "dwell_us", cli_json_num(c.dwell_us));
         cJSON_AddItemToObject(o, "calibration", cal);
-        cJSON_AddItemToObject(o, "metadata", cJSON_Duplicate(framesrc_source_metadata(in->fs), 1));
-        const uint8_t *mask = framesrc_flag_mask(in->fs);
+        char *meta = ssb4d_reader_metadata_text(in->fs);
+        cJSON_AddItemToObject(o, "metadata", meta ? cJSON_Parse(meta) : NULL);
+        free(meta);
+        const uint8_t *mask = ssb4d_reader_flag_mask(in->fs);
         size_t nf = 0;
         for (size_t i = 0; mask && i < in->shape[2] * in->shape[3]; i++)
             nf += mask[i] != 0;
@@ -212,12 +213,13 @@ int cmd_export(int argc, char **argv)
         ssb4d_source_shape(in.src, in.shape);
         in.bytes = (int)ssb4d_source_dtype(in.src);
     } else {
-        framesrc_opts fo;
-        if ((st = cli_input_framesrc_opts(&ci, &fo, &err)) || (st = framesrc_open(path, &fo, &in.fs, &err)))
+        ssb4d_reader_opts ro;
+        cli_input_reader_opts(&ci, &ro);
+        if ((st = ssb4d_reader_open(path, &ro, &in.fs, &err)))
             return cli_error(CMD, st, err.msg);
-        framesrc_shape(in.fs, in.shape);
-        in.is_float = framesrc_is_float(in.fs);
-        in.bytes = framesrc_dtype_bytes(in.fs);
+        ssb4d_reader_shape(in.fs, in.shape);
+        in.is_float = ssb4d_reader_is_float(in.fs);
+        in.bytes = ssb4d_reader_dtype_bytes(in.fs);
     }
     if (!meta_only) {
         ssb4d_afile af;
@@ -232,7 +234,7 @@ int cmd_export(int argc, char **argv)
     }
     if (!st && json)
         print_json(path, &in, meta_only ? NULL : outp);
-    framesrc_close(in.fs);
+    ssb4d_reader_close(in.fs);
     ssb4d_source_close(in.src);
     if (st)
         return cli_error(CMD, st, err.msg);

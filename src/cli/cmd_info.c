@@ -4,7 +4,6 @@
 #include "cli/cli_common.h"
 #include "cli/cli_job.h"
 #include "cli/commands.h"
-#include "qem/qem.h"
 
 #include <cjson/cJSON.h>
 #include <getopt.h>
@@ -46,7 +45,7 @@ enum { OPT_CHECK = CLI_OPT_FIRST_FREE };
 
 /* The import's hot-pixel step in one line: which policy, and whether the flagged pixels' counts
  * are still the source's (every other count always is). */
-static void describe_flag_handling(const qem_flag_handling *h, size_t n_flagged, char *out, size_t n)
+static void describe_flag_handling(const ssb4d_qem_flags *h, size_t n_flagged, char *out, size_t n)
 {
     const char *policy = h->policy ? h->policy : "policy not recorded";
     size_t k = h->replaced ? h->replaced_pixels : n_flagged;
@@ -222,51 +221,59 @@ int cmd_info(int argc, char **argv)
         return cli_error(CMD, SSB4D_EINVAL, msg);
     }
     const char *path = argv[optind];
-    if (cli_check_readable_file(CMD, path)) /* then qem_open: what else it is, first */
+    if (cli_check_readable_file(CMD, path)) /* then ssb4d_qem_open: what else it is, first */
         return CLI_EXIT_USAGE;
 
     ssb4d_err err = {0};
-    qem_file *q = NULL;
-    ssb4d_status st = qem_open(path, check, m.threads, &q, &err);
+    ssb4d_qem *q = NULL;
+    ssb4d_status st = ssb4d_qem_open(path, check, m.threads, &q, &err);
     if (st)
         return cli_error(CMD, st, err.msg);
-    const qem_info *in = qem_get_info(q);
+    ssb4d_qem_info info;
+    ssb4d_qem_get_info(q, &info);
+    const ssb4d_qem_info *in = &info;
     /* What info holds: the per-pixel arrays (valid mask, two spatial field maps) and, with
      * --check, the spatial index check's scratch. */
     size_t budget = cli_memory_budget(&m), per_pixel = in->n_pix * (1 + 2 * sizeof(uint32_t));
     if (per_pixel > budget) {
         fprintf(stderr, "ssb4d info: the job does not fit in %.1f MiB: the per-pixel arrays need %.1f MiB\n",
                 budget / 1048576.0, per_pixel / 1048576.0);
-        qem_close(q);
+        ssb4d_qem_close(q);
         return CLI_EXIT_USAGE;
     }
     int nt = check ? cli_qem_check_threads(CMD, q, m.threads, budget, per_pixel) : 1;
     if (!nt) {
-        qem_close(q);
+        ssb4d_qem_close(q);
         return CLI_EXIT_USAGE;
     }
-    if (check && (st = qem_check_spatial_index(q, nt, &err))) {
-        qem_close(q);
+    if (check && (st = ssb4d_qem_check_index(q, nt, &err))) {
+        ssb4d_qem_close(q);
         return cli_error(CMD, st, err.msg);
     }
-    const uint8_t *valid = qem_valid_mask(q);
+    const uint8_t *valid = ssb4d_qem_valid_mask(q);
     size_t n_flagged = 0;
     for (size_t k = 0; k < in->n_pix; k++)
         n_flagged += !valid[k];
     size_t dense = in->n_scans * in->n_pix * (size_t)in->dtype_bytes;
     double ratio = in->file_bytes ? (double)dense / (double)in->file_bytes : 0;
     double bits = (double)in->payload_bytes * 8.0 / ((double)in->n_scans * (double)in->n_pix);
-    qem_calibration cal;
-    qem_effective_calibration(q, &cal);
+    ssb4d_qem_calibration cal;
+    ssb4d_qem_calibration_of(q, &cal);
     const char *det_unit = cal.det_sampling_inverse_A ? "1/A" : "mrad";
-    const cJSON *h = qem_header_json(q);
+    char *htext = ssb4d_qem_header_text(q);
+    cJSON *h = htext ? cJSON_Parse(htext) : NULL;
+    free(htext);
+    if (!h) {
+        ssb4d_qem_close(q);
+        return cli_error(CMD, SSB4D_ENOMEM, "out of memory");
+    }
     const cJSON *sci = cJSON_GetObjectItemCaseSensitive(h, "scientific_metadata");
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(sci, "source_format");
     const cJSON *proc = cJSON_GetObjectItemCaseSensitive(sci, "processing");
     const char *src_format = cJSON_IsString(fmt) ? fmt->valuestring : "unknown";
     const cJSON *meta = cJSON_GetObjectItemCaseSensitive(h, "metadata");
-    qem_flag_handling fh;
-    qem_get_flag_handling(q, &fh);
+    ssb4d_qem_flags fh;
+    ssb4d_qem_flags_of(q, &fh);
 
     if (m.json) {
         cJSON *o = cJSON_CreateObject();
@@ -314,7 +321,8 @@ int cmd_info(int argc, char **argv)
         cJSON_AddBoolToObject(o, "body_checked", check);
         char *s = cJSON_PrintUnformatted(o);
         cJSON_Delete(o);
-        qem_close(q);
+        cJSON_Delete(h);
+        ssb4d_qem_close(q);
         if (!s)
             return cli_error(CMD, SSB4D_ENOMEM, "out of memory");
         puts(s);
@@ -373,6 +381,7 @@ int cmd_info(int argc, char **argv)
     }
     printf("  %-18s %s\n", "body", check ? "checksums and spatial index verified"
                                          : "not read (use --check to verify it)");
-    qem_close(q);
+    cJSON_Delete(h);
+    ssb4d_qem_close(q);
     return CLI_EXIT_OK;
 }

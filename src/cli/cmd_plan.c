@@ -2,21 +2,14 @@
  * [--backend cuda [--device-memory SIZE]] [--json]`: the memory plan of a session (SPEC 9): per
  * stage the predicted peak and after, the tiles, the time class; "does not fit" with the smallest
  * budget that would; the "what fits which machine" table, and how many machines a distributed
- * session (one rank each) needs. With --ranks, the plan of the largest rank of N (plan_make_rank)
+ * session (one rank each) needs. With --ranks, the plan of the largest rank of N (ssb4d_plan_make_rank)
  * and the smallest N that fits. With --backend cuda (or auto on a machine with a GPU), the GPU's
  * memory too: the device bytes of every pass the session runs there and the peak
- * (plan/device_model.h), against --device-memory or the GPU's memory. */
+ * (ssb4d_plan_device), against --device-memory or the GPU's memory. */
 #include "cli/cli_common.h"
 #include "cli/cli_job.h"
 #include "cli/cli_report.h"
 #include "cli/commands.h"
-#include "plan/budget.h"
-#include "plan/device_model.h"
-#include "plan/plan.h"
-#ifdef SSB4D_HAVE_CUDA
-#include "cuda/cuda.h"
-#include "cuda/memory.h"
-#endif
 
 #include <cjson/cJSON.h>
 #include <getopt.h>
@@ -91,7 +84,7 @@ static int parse_dims(const char *s, size_t *out, int n)
     return 0;
 }
 
-/* --ranks: a rank count 1..PLAN_MAX_RANKS in decimal digits, or "auto" (*out 0). */
+/* --ranks: a rank count 1..SSB4D_PLAN_MAX_RANKS in decimal digits, or "auto" (*out 0). */
 static int parse_ranks(const char *s, size_t *out)
 {
     if (!strcmp(s, "auto")) {
@@ -105,7 +98,7 @@ static int parse_ranks(const char *s, size_t *out)
         if (*c < '0' || *c > '9')
             return -1;
         v = v * 10 + (size_t)(*c - '0');
-        if (v > PLAN_MAX_RANKS)
+        if (v > SSB4D_PLAN_MAX_RANKS)
             return -1;
     }
     if (v < 1)
@@ -124,6 +117,12 @@ static int parse_count(const char *s, size_t *out)
 }
 
 #define GIBF 1073741824.0
+
+/* A size in the planner's words (ssb4d_size_text, its own unit). */
+static const char *size_text(char buf[32], size_t bytes, int up)
+{
+    return ssb4d_size_text(buf, bytes, 0, up);
+}
 
 /* ---- distributed sessions: the per-rank plan, the smallest rank count, the machine counts ---- */
 
@@ -155,7 +154,7 @@ static void machines_ranks(const ssb4d_plan_input *in, rank_machines *rm)
             q.det[0] = q.det[1] = 256;
             q.n_bf = RANK_REF_BF;
             q.encoded_bytes = (size_t)((double)sides[r] * sides[r] * 256.0 * 256.0 * 2.0 / 13.1);
-            q.region[0] = q.region[1] = ssb_plan_region_side(sides[r]);
+            q.region[0] = q.region[1] = ssb4d_plan_region_side(sides[r]);
             q.upsample = 2;
             q.threads = in->threads;
             q.fit = &fit;
@@ -165,9 +164,9 @@ static void machines_ranks(const ssb4d_plan_input *in, rank_machines *rm)
             q = *in;
         for (int i = 0; i < RANK_RAMS; i++) {
             q.memory_bytes = (size_t)((double)rank_ram_gb[i] * 1e9 * 0.9);
-            plan_ranks_answer a;
+            ssb4d_plan_ranks_answer a;
             ssb4d_err e = {0};
-            rm->ranks[r][i] = plan_smallest_ranks(&q, PLAN_MAX_RANKS, &a, &e) ? 0 : a.ranks;
+            rm->ranks[r][i] = ssb4d_plan_smallest_ranks(&q, SSB4D_PLAN_MAX_RANKS, &a, &e) ? 0 : a.ranks;
         }
         rm->n = r + 1;
     }
@@ -202,30 +201,28 @@ static void machines_ranks_print(const rank_machines *rm)
 }
 
 /* The per-rank plan in words: what the largest rank holds, then the stage table. */
-static void rank_plan_print(const ssb4d_plan_input *in, const ssb4d_plan *p, const plan_rank_share *r)
+static void rank_plan_print(const ssb4d_plan *p, const ssb4d_plan_rank_share *r)
 {
-    size_t n_stored = in->n_stored ? in->n_stored : in->n_bf;
-    double g_all = (double)n_stored * (double)plan_plane_bytes(in->scan[0], in->scan[1]);
     printf("distributed over %zu ranks: every figure below is one rank's, the largest: %zu of %zu blocks of %d BF\n"
            "pixels (%zu pixels, %zu stored planes), all its planes resident in float32 (no streaming, no\n"
            "half-precision previews); every rank maps the encoded data; rank 0 alone calibrates (counted in)\n",
-           r->ranks, r->local_blocks, r->blocks, PLAN_BLOCK, r->local_bf, r->local_stored);
+           r->ranks, r->local_blocks, r->blocks, SSB4D_PLAN_BLOCK_BF, r->local_bf, r->local_stored);
     char b[5][32];
-    printf("budget %s a rank: %s", plan_size_text(b[0], p->memory_bytes, 0), p->fits ? "fits" : "does not fit");
+    printf("budget %s a rank: %s", size_text(b[0], p->memory_bytes, 0), p->fits ? "fits" : "does not fit");
     if (p->fits)
         printf("\n");
     else
         printf(": %s\n", p->reason);
     printf("  encoded %s, this rank's G %s float32 (all ranks' %s), resident after the G build %s\n",
-           plan_size_text(b[0], p->encoded_bytes, 0), plan_size_text(b[1], p->g_bytes, 0),
-           plan_size_text(b[2], (size_t)g_all, 0), plan_size_text(b[3], p->resident_bytes, 0));
+           size_text(b[0], p->encoded_bytes, 0), size_text(b[1], p->g_bytes, 0),
+           size_text(b[2], r->g_all_bytes, 0), size_text(b[3], p->resident_bytes, 0));
     printf("  decode block %.0f MiB, fit batch %zu; the chain's buffers during a pass: %s (the fit's objective), %s "
            "(the exact loss)%s\n",
-           p->block_bytes / 1048576.0, p->fit_batch, plan_size_text(b[0], r->chain_fit_bytes, 0),
-           plan_size_text(b[1], r->chain_loss_bytes, 0), p->region_frees_g ? "; the region refit frees the rank's G first" : "");
-    printf("  smallest budget a rank: %s", plan_size_text(b[0], p->min_memory_bytes, 1));
+           p->block_bytes / 1048576.0, p->fit_batch, size_text(b[0], r->chain_fit_bytes, 0),
+           size_text(b[1], r->chain_loss_bytes, 0), p->region_frees_g ? "; the region refit frees the rank's G first" : "");
+    printf("  smallest budget a rank: %s", size_text(b[0], p->min_memory_bytes, 1));
     if (p->resident_memory_bytes != p->min_memory_bytes)
-        printf(" with 1 MiB decode blocks, %s with 256 MiB ones", plan_size_text(b[1], p->resident_memory_bytes, 1));
+        printf(" with 1 MiB decode blocks, %s with 256 MiB ones", size_text(b[1], p->resident_memory_bytes, 1));
     printf("\n");
     printf("\n%-26s %8s %8s %8s  %-16s %s\n", "stage (per rank, GiB)", "peak", "after", "cache", "time", "tiles");
     for (size_t i = 0; i < p->n_stages; i++) {
@@ -238,10 +235,10 @@ static void rank_plan_print(const ssb4d_plan_input *in, const ssb4d_plan *p, con
            ((double)p->session_peak_bytes - (double)p->encoded_bytes - (double)p->g_bytes) / GIBF);
 }
 
-static void smallest_print(const ssb4d_plan_input *in, const plan_ranks_answer *a, int is_auto)
+static void smallest_print(const ssb4d_plan_input *in, const ssb4d_plan_ranks_answer *a, int is_auto)
 {
     char b[32];
-    plan_size_text(b, in->memory_bytes, 0);
+    size_text(b, in->memory_bytes, 0);
     if (a->ranks)
         printf("\nsmallest rank count for %s a rank: %zu%s%s\n", b, a->ranks,
                a->ranks == 1 ? " (one process, G resident in float32)" : "", is_auto ? " (planned above)" : "");
@@ -251,108 +248,63 @@ static void smallest_print(const ssb4d_plan_input *in, const plan_ranks_answer *
         printf("one process also fits, streaming G (rebuilding its outer BF pixels every pass: slower fits)\n");
 }
 
-/* ---- the GPU (--backend cuda): plan/device_model.h -------------------------------------------- */
-
-typedef struct {
-    dev_model field, region;  /* the field's G; a region refit's own G (have_region) */
-    int have_region, region_frees;
-    size_t peak;              /* the session's: the field's, or with a region's copy beside it */
-    size_t budget;            /* --device-memory, else the GPU's memory (0: neither) */
-    int budget_given;
-    char device[128];         /* the GPU here ("": none) */
-    size_t device_total;
-    int fits;                 /* -1: nothing to compare it with */
-} gpu_plan;
-
-static void gpu_plan_make(const ssb4d_plan_input *in, const ssb4d_plan *p, const plan_rank_share *share,
-                          size_t n_ranks, size_t device_memory, gpu_plan *g)
-{
-    memset(g, 0, sizeof *g);
-    dev_fft_work_fn fw = NULL; /* no GPU here: cuFFT's work area estimated */
-#ifdef SSB4D_HAVE_CUDA
-    if (cuda_device_info(g->device, sizeof g->device, &g->device_total) == 0)
-        fw = cuda_fft_work_bytes;
-    else
-        g->device[0] = 0, g->device_total = 0;
-#endif
-    dev_session_in d;
-    plan_device_session(in, in->scan[0], in->scan[1], &d);
-    d.fft_work = fw;
-    if (n_ranks > 1) /* a rank's GPU holds its share of the planes */
-        d.n_stored = share->local_stored ? share->local_stored : 1;
-    dev_model_session(&d, &g->field);
-    g->peak = dev_model_bytes(&g->field);
-    if (in->region[0] && in->region[1]) {
-        dev_session_in r;
-        plan_device_session(in, in->region[0], in->region[1], &r);
-        r.fft_work = fw, r.no_images = 1, r.n_stored = d.n_stored;
-        dev_model_session(&r, &g->region);
-        g->have_region = 1;
-        g->region_frees = p->region_frees_g;
-        size_t with = dev_model_bytes(&g->region) + (g->region_frees ? 0 : dev_model_bytes(&g->field));
-        if (with > g->peak)
-            g->peak = with;
-    }
-    g->budget_given = device_memory != 0;
-    g->budget = device_memory ? device_memory : g->device_total;
-    g->fits = g->budget ? g->peak <= g->budget : -1;
-}
+/* ---- the GPU (--backend cuda): ssb4d_plan_device ---------------------------------------------- */
 
 #define MIBF 1048576.0
 
-static void gpu_stages_print(const dev_model *m)
+static void gpu_stages_print(const ssb4d_device_model *m)
 {
     printf("  %-28s %9s %5s %2s %12s %12s\n", "pass", "BF pixels", "sets", "f", "needs MiB", "held MiB");
-    printf("  %-28s %9zu %5s %2s %12.1f %12.1f\n", "G's planes", m->n_slots, "", "", m->planes / MIBF,
-           m->planes / MIBF);
+    printf("  %-28s %9zu %5s %2s %12.1f %12.1f\n", "G's planes", m->n_slots, "", "", m->planes_bytes / MIBF,
+           m->planes_bytes / MIBF);
     for (size_t i = 0; i < m->n_stages; i++) {
-        const dev_stage *s = &m->stages[i];
+        const ssb4d_device_stage *s = &m->stages[i];
         printf("  %-28s %9zu %5zu %2d %12.1f %12.1f\n", s->name, s->view_bf, s->sets, s->f, s->bytes / MIBF,
                s->after / MIBF);
     }
 }
 
-static void gpu_plan_print(const gpu_plan *g, size_t n_ranks)
+static void gpu_plan_print(const ssb4d_plan_device_info *g, size_t n_ranks)
 {
     char b[4][32];
-    const dev_model *f = &g->field;
+    const ssb4d_device_model *f = &g->field;
     printf("\nGPU memory (--backend cuda%s): G's planes stay on the device; each work buffer is kept at the\n"
            "largest size a pass asked of it, so the device holds what the passes so far needed at most\n",
            n_ranks > 1 ? "; one rank's GPU, without the rank chain's device buffers" : "");
     gpu_stages_print(f);
-    size_t fft = f->buf[DEV_WORK];
+    size_t fft = f->fft_work_bytes;
     printf("  peak %s: G's planes %s, work buffers %s, cuFFT's work area %s%s\n",
-           plan_size_text(b[0], dev_model_bytes(f), 1), plan_size_text(b[1], f->planes, 1),
-           plan_size_text(b[2], dev_model_work_bytes(f) - fft, 1), plan_size_text(b[3], fft, 1),
+           size_text(b[0], f->peak_bytes, 1), size_text(b[1], f->planes_bytes, 1),
+           size_text(b[2], f->work_bytes - fft, 1), size_text(b[3], fft, 1),
            f->fft_estimated ? " (estimated: no GPU here)" : "");
     if (g->have_region)
         printf("  region refit: its own G's copy, fitted only: peak %s (%zu planes of %zux%zu), %s\n",
-               plan_size_text(b[0], dev_model_bytes(&g->region), 1), g->region.n_slots, g->region.ny, g->region.nx,
+               size_text(b[0], g->region.peak_bytes, 1), g->region.n_slots, g->region.ny, g->region.nx,
                g->region_frees ? "the field's copy freed first" : "beside the field's copy");
-    printf("  session peak on the GPU: %s\n", plan_size_text(b[0], g->peak, 1));
-    if (g->device[0])
-        printf("  GPU here: %s, %s\n", g->device, plan_size_text(b[0], g->device_total, 0));
+    printf("  session peak on the GPU: %s\n", size_text(b[0], g->peak_bytes, 1));
+    if (g->gpu[0])
+        printf("  GPU here: %s, %s\n", g->gpu, size_text(b[0], g->gpu_bytes, 0));
     if (g->fits < 0)
         printf("  nothing to compare it with: no GPU here and no --device-memory\n");
     else if (g->fits)
-        printf("  fits %s %s\n", g->budget_given ? "--device-memory" : "the GPU's", plan_size_text(b[0], g->budget, 0));
+        printf("  fits %s %s\n", g->budget_given ? "--device-memory" : "the GPU's", size_text(b[0], g->budget_bytes, 0));
     else
         printf("  does not fit: the session needs %s of GPU memory and %s is %s: use --backend cpu or a GPU\n"
                "  with more memory (half-precision planes on the GPU are not available yet)\n",
-               plan_size_text(b[1], g->peak, 1), g->budget_given ? "--device-memory" : "the GPU's memory",
-               plan_size_text(b[0], g->budget, 0));
+               size_text(b[1], g->peak_bytes, 1), g->budget_given ? "--device-memory" : "the GPU's memory",
+               size_text(b[0], g->budget_bytes, 0));
 }
 
-static void gpu_stages_json(cJSON *o, const dev_model *m)
+static void gpu_stages_json(cJSON *o, const ssb4d_device_model *m)
 {
     cJSON_AddNumberToObject(o, "planes", (double)m->n_slots);
-    cJSON_AddNumberToObject(o, "planes_bytes", (double)m->planes);
-    cJSON_AddNumberToObject(o, "work_bytes", (double)dev_model_work_bytes(m));
-    cJSON_AddNumberToObject(o, "fft_work_bytes", (double)m->buf[DEV_WORK]);
-    cJSON_AddNumberToObject(o, "peak_bytes", (double)dev_model_bytes(m));
+    cJSON_AddNumberToObject(o, "planes_bytes", (double)m->planes_bytes);
+    cJSON_AddNumberToObject(o, "work_bytes", (double)m->work_bytes);
+    cJSON_AddNumberToObject(o, "fft_work_bytes", (double)m->fft_work_bytes);
+    cJSON_AddNumberToObject(o, "peak_bytes", (double)m->peak_bytes);
     cJSON *a = cJSON_AddArrayToObject(o, "stages");
     for (size_t i = 0; i < m->n_stages; i++) {
-        const dev_stage *s = &m->stages[i];
+        const ssb4d_device_stage *s = &m->stages[i];
         cJSON *e = cJSON_CreateObject();
         cJSON_AddStringToObject(e, "name", s->name);
         cJSON_AddNumberToObject(e, "bf_pixels", (double)s->view_bf);
@@ -364,7 +316,7 @@ static void gpu_stages_json(cJSON *o, const dev_model *m)
     }
 }
 
-static void gpu_plan_json(cJSON *j, const gpu_plan *g)
+static void gpu_plan_json(cJSON *j, const ssb4d_plan_device_info *g)
 {
     cJSON *o = cJSON_AddObjectToObject(j, "device");
     cJSON_AddStringToObject(o, "backend", "cuda");
@@ -375,17 +327,17 @@ static void gpu_plan_json(cJSON *j, const gpu_plan *g)
         gpu_stages_json(r, &g->region);
         cJSON_AddBoolToObject(r, "frees_field", g->region_frees);
     }
-    cJSON_AddNumberToObject(o, "session_peak_bytes", (double)g->peak);
-    if (g->device[0]) {
-        cJSON_AddStringToObject(o, "gpu", g->device);
-        cJSON_AddNumberToObject(o, "gpu_bytes", (double)g->device_total);
+    cJSON_AddNumberToObject(o, "session_peak_bytes", (double)g->peak_bytes);
+    if (g->gpu[0]) {
+        cJSON_AddStringToObject(o, "gpu", g->gpu);
+        cJSON_AddNumberToObject(o, "gpu_bytes", (double)g->gpu_bytes);
     } else
         cJSON_AddNullToObject(o, "gpu");
-    if (g->budget)
-        cJSON_AddNumberToObject(o, "budget_bytes", (double)g->budget);
+    if (g->budget_bytes)
+        cJSON_AddNumberToObject(o, "budget_bytes", (double)g->budget_bytes);
     else
         cJSON_AddNullToObject(o, "budget_bytes");
-    cJSON_AddStringToObject(o, "budget_from", g->budget_given ? "--device-memory" : g->budget ? "gpu" : "none");
+    cJSON_AddStringToObject(o, "budget_from", g->budget_given ? "--device-memory" : g->budget_bytes ? "gpu" : "none");
     if (g->fits < 0)
         cJSON_AddNullToObject(o, "fits");
     else
@@ -394,8 +346,8 @@ static void gpu_plan_json(cJSON *j, const gpu_plan *g)
 
 /* --json's additions: the rank count planned, the largest rank's share, the smallest rank count,
  * and the machine counts. */
-static void ranks_json(cJSON *j, size_t n_ranks, const plan_rank_share *r, const ssb4d_plan *p,
-                       const plan_ranks_answer *a, const rank_machines *rm)
+static void ranks_json(cJSON *j, size_t n_ranks, const ssb4d_plan_rank_share *r, const ssb4d_plan *p,
+                       const ssb4d_plan_ranks_answer *a, const rank_machines *rm)
 {
     cJSON_AddNumberToObject(j, "ranks", (double)n_ranks);
     cJSON *o = cJSON_AddObjectToObject(j, "per_rank");
@@ -514,7 +466,7 @@ int cmd_plan(int argc, char **argv)
         case OPT_RANKS:
             if (parse_ranks(optarg, &ranks)) {
                 fprintf(stderr, "ssb4d plan: invalid value '%s' for --ranks (a rank count from 1 to %d, or auto)\n",
-                        optarg, PLAN_MAX_RANKS);
+                        optarg, SSB4D_PLAN_MAX_RANKS);
                 return CLI_EXIT_USAGE;
             }
             have_ranks = 1;
@@ -576,7 +528,7 @@ int cmd_plan(int argc, char **argv)
         size_t fit_bf = in.n_fit_bf; /* --fit-bf, if given, wins */
         ssb4d_fit_params fp;
         ssb4d_fit_params_default(&fp);
-        plan_input_from_calibration(&in, &cal, sh, fp.fit_radius);
+        ssb4d_plan_input_from_calibration(&in, &cal, sh, fp.fit_radius);
         if (fit_bf)
             in.n_fit_bf = fit_bf;
         in.rotation_fitted = isnan(cp.rotation_deg);
@@ -589,8 +541,8 @@ int cmd_plan(int argc, char **argv)
             in.encoded_bytes = cli_job_encoded_bytes(data);
     }
     if (region[0] == (size_t)-1) {
-        region[0] = ssb_plan_region_side(in.scan[0]);
-        region[1] = ssb_plan_region_side(in.scan[1]);
+        region[0] = ssb4d_plan_region_side(in.scan[0]);
+        region[1] = ssb4d_plan_region_side(in.scan[1]);
     }
     if ((region[0] || region[1]) && (region[0] < 32 || region[1] < 32 || region[0] > in.scan[0] || region[1] > in.scan[1])) {
         fprintf(stderr, "ssb4d plan: the region %zux%zu must be at least 32x32 and inside the %zux%zu scan\n",
@@ -612,26 +564,26 @@ int cmd_plan(int argc, char **argv)
         in.profile = &prof;
     }
     /* The smallest rank count (for --ranks, and the JSON), then the plan of the rank count asked. */
-    plan_ranks_answer ans;
-    ssb4d_status st = plan_smallest_ranks(&in, PLAN_MAX_RANKS, &ans, &err);
+    ssb4d_plan_ranks_answer ans;
+    ssb4d_status st = ssb4d_plan_smallest_ranks(&in, SSB4D_PLAN_MAX_RANKS, &ans, &err);
     if (st)
         return cli_error(CMD, st, err.msg);
     size_t n_ranks = ranks ? ranks : ans.ranks ? ans.ranks : ans.tried;
     ssb4d_plan p;
-    plan_rank_share share;
-    st = plan_make_rank(&in, n_ranks, PLAN_RANK_LARGEST, &p, &share, &err);
+    ssb4d_plan_rank_share share;
+    st = ssb4d_plan_make_rank(&in, n_ranks, &p, &share, &err);
     if (st)
         return cli_error(CMD, st, err.msg);
     rank_machines rm;
     machines_ranks(&in, &rm);
     /* The GPU: asked for (cuda, or --device-memory), or auto with a GPU here. */
     int gpu_on = m.backend == SSB4D_BACKEND_CUDA || (m.backend == SSB4D_BACKEND_AUTO && m.device_memory_bytes);
-#ifdef SSB4D_HAVE_CUDA
-    gpu_on = gpu_on || (m.backend == SSB4D_BACKEND_AUTO && cuda_available());
-#endif
-    gpu_plan gp;
+    const char *here = NULL; /* auto: the backend a session would take here */
+    if (!gpu_on && m.backend == SSB4D_BACKEND_AUTO && !ssb4d_backend_check(SSB4D_BACKEND_AUTO, &here, NULL))
+        gpu_on = !strcmp(here, "cuda");
+    ssb4d_plan_device_info gp;
     if (gpu_on)
-        gpu_plan_make(&in, &p, &share, n_ranks, m.device_memory_bytes, &gp);
+        ssb4d_plan_device(&in, &p, n_ranks, share.local_stored, m.device_memory_bytes, &gp);
     if (m.json) {
         cJSON *j = cli_plan_json(&p, &in);
         ranks_json(j, n_ranks, &share, &p, &ans, &rm);
@@ -646,7 +598,7 @@ int cmd_plan(int argc, char **argv)
                in.scan[1], in.det[0], in.det[1], in.n_bf, in.n_fit_bf ? in.n_fit_bf : in.n_bf,
                ssb4d_threads_resolve(in.threads));
         if (n_ranks > 1)
-            rank_plan_print(&in, &p, &share);
+            rank_plan_print(&p, &share);
         else
             cli_plan_print(stdout, &p, &in);
         machines_ranks_print(&rm);

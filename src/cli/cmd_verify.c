@@ -6,7 +6,6 @@
 #include "cli/cli_input.h"
 #include "cli/commands.h"
 #include "cli/progress.h"
-#include "qem/qem.h"
 
 #include <cjson/cJSON.h>
 #include <getopt.h>
@@ -48,7 +47,7 @@ enum { OPT_STRICT = CLI_OPT_FIRST_FREE };
 
 /* The flagged pixels whose stored values the import changed on purpose, as recorded in the
  * .qem, for the messages (so a replaced pixel is never mistaken for damage). "" when none. */
-static void replaced_what(const qem_flag_handling *h, char *out, size_t n)
+static void replaced_what(const ssb4d_qem_flags *h, char *out, size_t n)
 {
     if (h->replaced)
         snprintf(out, n, "the %zu flagged pixel%s whose counts the import replaced (%s%s, recorded in "
@@ -117,44 +116,45 @@ int cmd_verify(int argc, char **argv)
         return CLI_EXIT_USAGE;
 
     ssb4d_err err = {0};
-    framesrc_opts fo;
-    ssb4d_status st = cli_input_framesrc_opts(&ci, &fo, &err);
-    if (st)
-        return cli_error(CMD, st, err.msg);
-    qem_file *q = NULL;
-    if ((st = qem_open(path, 1, m.threads, &q, &err)))
+    ssb4d_reader_opts ro;
+    cli_input_reader_opts(&ci, &ro);
+    ssb4d_qem *q = NULL;
+    ssb4d_status st;
+    if ((st = ssb4d_qem_open(path, 1, m.threads, &q, &err)))
         return cli_error(CMD, st, err.msg);
     /* Within the budget: the .qem's per-pixel arrays (valid mask, two field maps), the spatial
      * index check's scratch, then the comparison blocks. The mapped files are read through. */
-    size_t budget = cli_memory_budget(&m), per_pixel = qem_get_info(q)->n_pix * (1 + 2 * sizeof(uint32_t));
+    ssb4d_qem_info info;
+    ssb4d_qem_get_info(q, &info);
+    const ssb4d_qem_info *in = &info;
+    size_t budget = cli_memory_budget(&m), per_pixel = in->n_pix * (1 + 2 * sizeof(uint32_t));
     int nt = cli_qem_check_threads(CMD, q, m.threads, budget, per_pixel);
     if (!nt) {
-        qem_close(q);
+        ssb4d_qem_close(q);
         return CLI_EXIT_USAGE;
     }
-    if ((st = qem_check_spatial_index(q, nt, &err))) {
-        qem_close(q);
+    if ((st = ssb4d_qem_check_index(q, nt, &err))) {
+        ssb4d_qem_close(q);
         return cli_error(CMD, st, err.msg);
     }
-    framesrc *fs = NULL;
-    if ((st = framesrc_open(orig, &fo, &fs, &err))) {
-        qem_close(q);
+    ssb4d_reader *fs = NULL;
+    if ((st = ssb4d_reader_open(orig, &ro, &fs, &err))) {
+        ssb4d_qem_close(q);
         return cli_error(CMD, st, err.msg);
     }
-    const qem_info *in = qem_get_info(q);
     size_t shape[4];
-    framesrc_shape(fs, shape);
+    ssb4d_reader_shape(fs, shape);
     if (memcmp(shape, in->shape, sizeof shape) != 0) {
         fprintf(stderr, "ssb4d verify: shapes differ: %s is %zux%zux%zux%zu, %s is %zux%zux%zux%zu\n",
                 orig, shape[0], shape[1], shape[2], shape[3], path, in->shape[0], in->shape[1],
                 in->shape[2], in->shape[3]);
-        framesrc_close(fs);
-        qem_close(q);
+        ssb4d_reader_close(fs);
+        ssb4d_qem_close(q);
         return CLI_EXIT_DIFFER;
     }
-    const uint8_t *valid = qem_valid_mask(q);
-    qem_flag_handling fh;
-    qem_get_flag_handling(q, &fh);
+    const uint8_t *valid = ssb4d_qem_valid_mask(q);
+    ssb4d_qem_flags fh;
+    ssb4d_qem_flags_of(q, &fh);
     char replaced[256];
     replaced_what(&fh, replaced, sizeof replaced);
     int changed = replaced[0] != 0; /* flagged pixels' values differ from the source on purpose */
@@ -175,8 +175,8 @@ int cmd_verify(int argc, char **argv)
     if (step < 1) {
         fprintf(stderr, "ssb4d verify: the job does not fit in %.1f MiB: comparing one scan row needs %.1f MiB\n",
                 budget / 1048576.0, (per_pixel + row_bytes) / 1048576.0);
-        framesrc_close(fs);
-        qem_close(q);
+        ssb4d_reader_close(fs);
+        ssb4d_qem_close(q);
         return CLI_EXIT_USAGE;
     }
     ssb4d_mem *mem = ssb4d_mem_create(room);
@@ -185,8 +185,8 @@ int cmd_verify(int argc, char **argv)
     if (!a || !b) {
         ssb4d_mem_free(mem, a, 0);
         ssb4d_mem_destroy(mem);
-        framesrc_close(fs);
-        qem_close(q);
+        ssb4d_reader_close(fs);
+        ssb4d_qem_close(q);
         return mem ? cli_job_error(CMD, err.code, err.msg, budget) : cli_error(CMD, SSB4D_ENOMEM, "out of memory");
     }
     cli_progress pb;
@@ -196,8 +196,8 @@ int cmd_verify(int argc, char **argv)
     for (size_t r0 = 0; r0 < rows && !st; r0 += step) {
         size_t nr = rows - r0 < step ? rows - r0 : step;
         size_t lo[4] = {r0, 0, 0, 0}, hi[4] = {r0 + nr, cols, shape[2], shape[3]};
-        if ((st = framesrc_read(fs, r0 * cols, nr * cols, a, &err)) ||
-            (st = qem_read_region(q, lo, hi, b, m.threads, &err)))
+        if ((st = ssb4d_reader_read(fs, r0 * cols, nr * cols, a, &err)) ||
+            (st = ssb4d_qem_read_region(q, lo, hi, b, m.threads, &err)))
             break;
         for (size_t t = 0; t < nr * cols; t++)
             for (size_t k = 0; k < P; k++) {
@@ -225,8 +225,8 @@ int cmd_verify(int argc, char **argv)
     ssb4d_mem_free(mem, a, 0);
     ssb4d_mem_free(mem, b, 0);
     ssb4d_mem_destroy(mem);
-    framesrc_close(fs);
-    qem_close(q);
+    ssb4d_reader_close(fs);
+    ssb4d_qem_close(q);
     if (st)
         return cli_error(CMD, st, err.msg);
     if (m.json) {

@@ -32,14 +32,6 @@ ALLOWED = {}
 
 # Folders that are clients of the library: the public headers (include/*.h) are their only door.
 CLIENTS = ('cli', 'view')
-# Client edges not yet moved onto the public API: (client, folder) -> why. Same rule as ALLOWED:
-# an entry that no longer occurs is an error.
-PENDING = {
-    ('cli', 'cuda'): 'issue 39, not yet moved: plan --backend cuda asks the device (cuda.h, memory.h)',
-    ('cli', 'formats'): 'issue 39, not yet moved: export, verify and the reader flags (framesrc)',
-    ('cli', 'plan'): 'issue 39, not yet moved: plan\'s rank and GPU reports, calibrate\'s block',
-    ('cli', 'qem'): 'issue 39, not yet moved: info, verify, the .qem header check',
-}
 
 INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"')
 TABLE_ROW = re.compile(r'^\|\s*(\d+)\s*\|\s*`([A-Za-z0-9_]+)/`\s*\|')
@@ -192,20 +184,15 @@ def main():
         problems.append('docs/architecture.md lists %s/, which src/ does not have' % d)
 
     edges = include_edges(a.root, problems) + call_edges(objects, a.nm)
-    public, pending = public_functions(a.root), set()
+    public = public_functions(a.root)
     for f, t, why in edges:
         if f not in CLIENTS or t == f:
             continue
         sym = why.split(' calls ')[1].split(' ')[0] if ' calls ' in why else None
         if sym is not None and sym in public:
             continue
-        if (f, t) in PENDING:
-            pending.add((f, t))
-            continue
         problems.append('%s: a client (src/%s/) may %s' % (
             why, f, 'call only what include/*.h declares' if sym else 'include only include/*.h and its own folder'))
-    for f, t in sorted(set(PENDING) - pending):
-        problems.append('pending client edge %s -> %s no longer occurs: remove it' % (f, t))
     graph, example, used = {}, {}, set()
     for f, t, why in edges:
         graph.setdefault(f, set()).add(t)
