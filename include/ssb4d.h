@@ -220,8 +220,9 @@ typedef struct {
     double edge_blur_px;                     /* the fitted blur (Gaussian σ) of the edge */
     int edge_model;                          /* the pixel model that fitted best (S x S point
                                                 samples of the SPEC 5.2 edge per pixel): 0 S = 1
-                                                (point-sampled), 1 S = 3, 2 S = 5, 3 area-integrated
-                                                hard edge; -1 no fit (the half-median radius) */
+                                                (point-sampled; only with a blur under 0.144 px),
+                                                1 S = 3, 2 S = 5, 3 area-integrated hard edge;
+                                                -1 no fit (the half-median radius) */
     double edge_radius_threshold_px;         /* the half-median radius (the fit's start) */
 } ssb4d_calibration;
 
