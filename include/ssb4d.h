@@ -220,12 +220,25 @@ typedef struct {
     double edge_blur_px;                     /* the fitted blur (Gaussian σ) of the edge */
     int edge_model;                          /* the pixel model that fitted best (S x S point
                                                 samples of the SPEC 5.2 edge per pixel): 0 S = 1
-                                                (point-sampled), 1 S = 3, 2 S = 5, 3 area-integrated
-                                                hard edge; -1 no fit (the half-median radius) */
+                                                (point-sampled; only with a blur under 0.144 px),
+                                                1 S = 3, 2 S = 5, 3 area-integrated hard edge;
+                                                -1 no fit (the half-median radius) */
     double edge_radius_threshold_px;         /* the half-median radius (the fit's start) */
 } ssb4d_calibration;
 
 void ssb4d_calibration_free(ssb4d_calibration *c);
+
+/* A stated sampling this many standard errors from the measured one is warned about (SPEC §4). */
+#define SSB4D_SAMPLING_WARN_SIGMA 3.0
+/* The detector sampling as every client reports it (SPEC §4 "Stated beats measured"): into text
+ * (size n; NULL: not written) the sampling line without its label, "1.00832, 1.00832 mrad/px
+ * (stated); measured 1.01845 +- 0.00050 (+1.00 %, 20.3 sigma)" or, when it was measured,
+ * "1.01845 mrad/px +- 0.00050 (measured: semi-angle 25 mrad / the edge radius 24.547 px)"; into
+ * warning (size wn; NULL: not written) the warning when the measured sampling differs from the
+ * stated one by more than SSB4D_SAMPLING_WARN_SIGMA standard errors, else "". The warning's two
+ * lines are separated by '\n' (the command line indents the second; one-line clients join them
+ * with a space). Returns 1 when warned, 0 otherwise. */
+int ssb4d_calibration_sampling_report(const ssb4d_calibration *c, char *text, size_t n, char *warning, size_t wn);
 
 /* The smallest f in {1,2,3,4,8} with f/(2 s) >= 2 α0/λ on both axes (8 if none). */
 int ssb4d_upsample_auto(const ssb4d_geometry *g);

@@ -726,6 +726,8 @@ async function showCalibration() {
     g.ellipse((info.disk_centre_px[1] + 0.5) * sx, (info.disk_centre_px[0] + 0.5) * sy, info.disk_radius_px * sx, info.disk_radius_px * sy, 0, 0, 2 * Math.PI);
     g.stroke();
     $('calinfo').textContent = `disk centre (${info.disk_centre_px.map((x) => x.toFixed(2)).join(', ')}) px, radius ${info.disk_radius_px.toFixed(2)} px, ${info.flagged.length} flagged pixels (red)`;
+    const c = state.calibration;  // the sampling in `ssb4d calibrate`'s words, and its 3 sigma warning
+    if (c && c.sampling) $('calinfo').textContent += `; sampling ${c.sampling}${c.sampling_warning ? ' ⚠ ' + c.sampling_warning : ''}`;
   } catch (e) { $('calinfo').textContent = e.message; }
 }
 

@@ -12,7 +12,7 @@ Factors (each level used equally often, combined by a fixed pseudo-random design
   Au 3 nm (crystals, with their diffuse scattering and Bragg disks); detector mirrored or not.
 
 usage: /usr/bin/python3 bench/tools/sampling_study.py [--ssb4d build/ssb4d] [--cases 36] [--jobs 2]
-       [--out bench/sampling-study-YYYYMMDD.jsonl]
+       [--out bench/sampling-study-YYYYMMDD.jsonl] [--only 9,31] [--table RECORD.jsonl]
 Prints one line per case and the table per stratum (median and 95th percentile of |relative error|,
 median reported relative standard error, and how many errors lie within 2 reported sigma)."""
 import argparse, json, os, random, subprocess, sys, tempfile
@@ -74,23 +74,25 @@ def run_case(args, i, case, tmp):
 
 def table(rows):
     keys = [('semi-angle (mrad)', 'semiangle_mrad'), ('disk / half-width', 'disk_fraction'), ('C10 (nm)', 'C10_nm'),
-            ('dose (e/position)', 'dose'), ('specimen', 'specimen'), ('mirrored', 'flip'),
-            ('detector oversampling', 'det_oversample')]
+            ('dose (e/position)', 'dose'), ('specimen', 'specimen'), ('mirrored detector', 'flip'),
+            ('simulator det_oversample', 'det_oversample')]
     lines = ['| stratum | n | median \\|error\\| | 95th pct \\|error\\| | max \\|error\\| | median reported σ | '
-             'within 2σ | half-median threshold, median error |', '|---|---|---|---|---|---|---|---|']
+             '\\|error\\| ≤ 2σ | ≤ 0.3 % | half-median threshold, median error |', '|---|---|---|---|---|---|---|---|---|']
 
     def row(label, rs):
         e = np.abs([r['rel_error'] for r in rs]) * 100
         s = np.array([r['rel_sigma'] if r['rel_sigma'] is not None else np.nan for r in rs]) * 100
         w = sum(abs(r['rel_error']) <= 2 * (r['rel_sigma'] or 0) for r in rs)
         t = np.array([r['threshold_rel_error'] for r in rs]) * 100
-        lines.append('| %s | %d | %.3f %% | %.3f %% | %.3f %% | %.3f %% | %d/%d | %+.2f %% |' % (
-            label, len(rs), np.median(e), np.percentile(e, 95), e.max(), np.nanmedian(s), w, len(rs), np.median(t)))
+        lines.append('| %s | %d | %.3f %% | %.3f %% | %.3f %% | %.3f %% | %d/%d | %d/%d | %+.2f %% |' % (
+            label, len(rs), np.median(e), np.percentile(e, 95), e.max(), np.nanmedian(s), w, len(rs),
+            int(np.sum(e <= 0.3)), len(rs), np.median(t)))
 
     row('all', rows)
     for title, k in keys:
         for v in sorted(set(r[k] for r in rows), key=lambda x: (str(type(x)), x)):
-            row('%s = %s' % (title, v), [r for r in rows if r[k] == v])
+            label = ('yes' if v else 'no') if k == 'flip' else v
+            row('%s = %s' % (title, label), [r for r in rows if r[k] == v])
     return '\n'.join(lines)
 
 
@@ -101,7 +103,11 @@ def main():
     ap.add_argument('--jobs', type=int, default=2)
     ap.add_argument('--out', default=None)
     ap.add_argument('--only', default=None, help='comma-separated case numbers (to look at a few again)')
+    ap.add_argument('--table', default=None, help='print the table of a record (.jsonl) and stop')
     args = ap.parse_args()
+    if args.table:
+        print(table([json.loads(x) for x in open(args.table)]))
+        return
     cases = design(args.cases)
     rows = []
     with tempfile.TemporaryDirectory(prefix='ssb4d-sampling-') as tmp, ThreadPoolExecutor(args.jobs) as ex:

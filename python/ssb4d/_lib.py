@@ -341,6 +341,7 @@ _PROTOS = {
     'ssb4d_session_cancel': (None, [VP]),
     'ssb4d_session_calibrate': (c_int, [VP, P(Err)]),
     'ssb4d_session_calibration': (P(Calibration), [VP]),
+    'ssb4d_calibration_sampling_report': (c_int, [P(Calibration), c_char_p, c_size_t, c_char_p, c_size_t]),
     'ssb4d_session_plan': (P(Plan), [VP]),
     'ssb4d_session_shape': (None, [VP, P(c_size_t)]),
     'ssb4d_session_fit': (c_int, [VP, P(FitParams), P(FitResult), P(Err)]),

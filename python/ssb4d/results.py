@@ -77,10 +77,17 @@ class Calibration:
     mean_pattern: object = field(repr=False)   # float64 (det rows, det cols)
     bf_pixels: object = field(repr=False)      # int32 flat detector indices, ascending
     flagged_pixels: object = field(repr=False)  # int32 flat detector indices
+    # the sampling as `ssb4d calibrate` prints it (stated and measured, with the standard error),
+    # and its warning ('' when none): the measured one more than 3 sigma from the stated one
+    sampling_report: str = ''
+    sampling_warning: str = ''
 
     @classmethod
     def _from(cls, c):
+        import ctypes
         import numpy as np
+        text, warn = ctypes.create_string_buffer(320), ctypes.create_string_buffer(320)
+        _lib.lib.ssb4d_calibration_sampling_report(ctypes.byref(c), text, len(text), warn, len(warn))
         nd = c.det_shape[0] * c.det_shape[1]
         mean = np.ctypeslib.as_array(c.mean_pattern, (nd,)).reshape(c.det_shape[0], c.det_shape[1]).copy() \
             if c.mean_pattern else np.zeros((c.det_shape[0], c.det_shape[1]))
@@ -89,7 +96,8 @@ class Calibration:
         return cls(Geometry._from(c.geom), tuple(c.scan_shape), tuple(c.det_shape), tuple(c.disk_centre_px),
                    c.disk_radius_px, c.selection_radius_px, c.n_bf, c.n_flagged, c.rotation_curl_deg,
                    c.rotation_sigma_deg, bool(c.rotation_fitted), bool(c.det_sampling_fitted), c.total_counts,
-                   bool(c.flip_fitted), mean, bf, fl)
+                   bool(c.flip_fitted), mean, bf, fl, text.value.decode(),
+                   warn.value.decode().replace('\n', ' '))
 
 
 @dataclass

@@ -251,9 +251,14 @@ class Session:
     # -- calibration --------------------------------------------------------------------------
     def calibrate(self, progress=True) -> Calibration:
         """Finds the BF disk, detector sampling, hot pixels and (unless given) the rotation, and
-        plans memory (SPEC §4, §9). Other calls do this when needed."""
+        plans memory (SPEC §4, §9). Other calls do this when needed. Warns (RuntimeWarning, the
+        command line's words) when the measured sampling is more than 3 sigma from the stated one."""
         self._status(lib.ssb4d_session_calibrate, self._handle(), progress=progress, label='calibrate')
-        return self.calibration
+        c = self.calibration
+        if c.sampling_warning:
+            warnings.warn('ssb4d calibrate: sampling %s: %s' % (c.sampling_report, c.sampling_warning), RuntimeWarning,
+                          stacklevel=2)
+        return c
 
     @property
     def calibration(self) -> Optional[Calibration]:

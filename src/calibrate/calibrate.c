@@ -66,6 +66,36 @@ void ssb4d_calibration_free(ssb4d_calibration *c)
     memset(c, 0, sizeof *c);
 }
 
+int ssb4d_calibration_sampling_report(const ssb4d_calibration *c, char *text, size_t n, char *warning, size_t wn)
+{
+    char sig[48] = "", buf[320];
+    double ms = c->det_sampling_measured_mrad, se = c->det_sampling_measured_sigma_mrad;
+    int warn = 0;
+    if (isfinite(se))
+        snprintf(sig, sizeof sig, " +- %.5f", se);
+    if (c->det_sampling_fitted) {
+        snprintf(buf, sizeof buf, "%.5f mrad/px%s (measured: semi-angle %g mrad / the edge radius %.3f px)",
+                 c->geom.det_sampling_mrad[0], sig, c->geom.semiangle_mrad, c->edge_radius_px);
+    } else {
+        double st = 0.5 * (c->geom.det_sampling_mrad[0] + c->geom.det_sampling_mrad[1]), d = ms - st;
+        int k = snprintf(buf, sizeof buf, "%.5f, %.5f mrad/px (stated); measured %.5f%s (%+.2f %%",
+                         c->geom.det_sampling_mrad[0], c->geom.det_sampling_mrad[1], ms, sig, 100 * d / st);
+        if (se > 0 && k > 0 && (size_t)k < sizeof buf)
+            k += snprintf(buf + k, sizeof buf - (size_t)k, ", %.1f sigma", fabs(d) / se);
+        if (k > 0 && (size_t)k < sizeof buf)
+            snprintf(buf + k, sizeof buf - (size_t)k, ")");
+        warn = se > 0 && fabs(d) > SSB4D_SAMPLING_WARN_SIGMA * se;
+    }
+    if (text && n)
+        snprintf(text, n, "%s", buf);
+    if (warning && wn)
+        snprintf(warning, wn, warn ? "the measured sampling differs from the stated one by more than %.0f sigma: check\n"
+                                     "the semi-angle and the stated sampling (--det-sampling measure uses the measured one)"
+                                   : "",
+                 SSB4D_SAMPLING_WARN_SIGMA);
+    return warn;
+}
+
 /* ---- rotation from the CoM curl -------------------------------------------------------------- */
 
 /* Derivative stencils: central differences of order 2, 4 and 6 (coefficients of f(+j) − f(−j)).

@@ -15,6 +15,8 @@
  *                  simulator's det_oversample 1);
  *   S = 3, u = 1/3 and S = 5, u = 1/5: the simulator's oversampled detectors;
  *   S = 6, u = 0:  a hard edge integrated over the pixel's area (a real pixelated detector).
+ * The point-sampled model competes only where its blur is below half the pixel's own
+ * (EDGE_POINT_MAX_BLUR): with more, its blur stands in for the pixel's area integration.
  * Sectors that fit far worse than the median one (another edge, a crystal's Bragg disk, crosses
  * the window there) are left out, at most half of them, and the fit repeated.
  * R and σ are found by a grid over σ with golden-section searches over R, then refined. The
@@ -36,6 +38,13 @@
  * point-sampled cases: up to 0.05–0.1 %), added to the standard error in quadrature, so that a
  * high-dose measurement does not claim more than the method can (docs/calibrate.md). */
 #define EDGE_SYS_REL 5e-4
+/* The point-sampled model stands for a pattern sampled at pixel centres with no blur but the
+ * specimen's (the simulator's det_oversample 1: fitted blur 0–0.10 px over the sampling study). Where
+ * it needs more blur than half the pixel's own width (area integration over a 1 px pixel is, to
+ * second order, a radial blur of σ = 1/√12 px), its blur is standing in for the pixel's area
+ * integration, which the integrated models describe with their own edge convention: it is left out
+ * (on oversampled patterns it fits with 0.17–0.23 px and a radius 0.4–1.1 % too large). */
+#define EDGE_POINT_MAX_BLUR (0.5 / 3.4641016151377544)
 #define EDGE_MODEL_CHI2 25.0 /* a model whose residual is within this many σ² of the best competes */
 #define EDGE_TX 4.5       /* the profile's table spans x in [-EDGE_TX, EDGE_TX] px */
 #define EDGE_DX 0.025     /* in steps of */
@@ -261,6 +270,17 @@ static int joint_fit(edge_data *d, double r0, double rlo, double rhi, double mR[
     return bm;
 }
 
+/* The best model among those allowed (the point-sampled one only where its blur is below
+ * EDGE_POINT_MAX_BLUR). */
+static int pick_model(const double mS[EDGE_NMODELS], const double rss[EDGE_NMODELS])
+{
+    int bm = -1;
+    for (int m = 0; m < EDGE_NMODELS; m++)
+        if ((m != 0 || mS[0] <= EDGE_POINT_MAX_BLUR) && (bm < 0 || rss[m] < rss[bm]))
+            bm = m;
+    return bm;
+}
+
 static int cmp_dbl(const void *x, const void *y)
 {
     double a = *(const double *)x, b = *(const double *)y;
@@ -320,7 +340,8 @@ int ssb_cal_fit_edge(const double *mean, const unsigned char *isflag, size_t dr,
     for (int k = 0; k < EDGE_SECTORS; k++)
         d.use[k] = count[k] >= EDGE_MIN_PIX;
     double rlo = r0 - 1.5, rhi = r0 + 1.5, mR[EDGE_NMODELS], mS[EDGE_NMODELS];
-    int bm = joint_fit(&d, r0, rlo, rhi, mR, mS, out->rss);
+    joint_fit(&d, r0, rlo, rhi, mR, mS, out->rss);
+    int bm = pick_model(mS, out->rss);
     /* Sectors where something else has an edge (a crystal's Bragg disk crossing the window) fit
      * far worse than the rest: they are left out (at most half of them) and the fit repeated. */
     double srss[EDGE_SECTORS], sorted[EDGE_SECTORS];
@@ -339,17 +360,20 @@ int ssb_cal_fit_edge(const double *mean, const unsigned char *isflag, size_t dr,
             d.use[k] = 0;
             dropped++;
         }
-    if (dropped)
-        bm = joint_fit(&d, r0, rlo, rhi, mR, mS, out->rss);
+    if (dropped) {
+        joint_fit(&d, r0, rlo, rhi, mR, mS, out->rss);
+        bm = pick_model(mS, out->rss);
+    }
     double bR = mR[bm], bS = mS[bm];
     /* Models that fit nearly as well (their residual within what noise allows of the best) give
-     * other radii: the model's uncertainty, added to the statistical one below. */
+     * other radii: the model's uncertainty, added to the statistical one below (not the
+     * point-sampled model where it is left out). */
     size_t nuse = 0;
     for (int k = 0; k < EDGE_SECTORS; k++)
         nuse += d.use[k] ? count[k] : 0;
     double s2 = out->rss[bm] / (double)(nuse > 8 * (size_t)EDGE_SECTORS ? nuse - 4 * EDGE_SECTORS : nuse), model_var = 0;
     for (int m = 0; m < EDGE_NMODELS; m++)
-        if (m != bm && (out->rss[m] - out->rss[bm]) < EDGE_MODEL_CHI2 * s2) {
+        if (m != bm && (m != 0 || mS[0] <= EDGE_POINT_MAX_BLUR) && (out->rss[m] - out->rss[bm]) < EDGE_MODEL_CHI2 * s2) {
             double dR = 0.5 * (mR[m] - bR);
             if (dR * dR > model_var)
                 model_var = dR * dR;

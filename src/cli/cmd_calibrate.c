@@ -102,8 +102,6 @@ static cJSON *measured_json(const ssb4d_calibration *c, double seconds)
  * barely depends on the angle. */
 #define ROT_SIGMA_WARN_DEG 5.0
 #define ROT_RATIO_WARN 0.8
-/* A stated sampling this many standard errors from the measured one is warned about (SPEC §4). */
-#define CAL_SAMPLING_WARN_SIGMA 3.0
 
 static void print_summary(const char *data, const ssb4d_calibration *c, const char *outpath,
                           const char *picture, double seconds, int rotation_given, int verbose)
@@ -123,24 +121,15 @@ static void print_summary(const char *data, const ssb4d_calibration *c, const ch
     else
         printf("  centre      (%.3f, %.3f) px (stated; the centroid is (%.3f, %.3f))\n", c->geom.centre_px[0],
                c->geom.centre_px[1], c->disk_centre_px[0], c->disk_centre_px[1]);
-    double ms = c->det_sampling_measured_mrad, se = c->det_sampling_measured_sigma_mrad;
-    char sig[48] = "";
-    if (isfinite(se))
-        snprintf(sig, sizeof sig, " +- %.5f", se);
-    if (c->det_sampling_fitted) {
-        printf("  sampling    %.5f mrad/px%s (measured: semi-angle %g mrad / the edge radius %.3f px)\n",
-               c->geom.det_sampling_mrad[0], sig, c->geom.semiangle_mrad, c->edge_radius_px);
-    } else {
-        double st = 0.5 * (c->geom.det_sampling_mrad[0] + c->geom.det_sampling_mrad[1]), d = ms - st;
-        printf("  sampling    %.5f, %.5f mrad/px (stated); measured %.5f%s (%+.2f %%", c->geom.det_sampling_mrad[0],
-               c->geom.det_sampling_mrad[1], ms, sig, 100 * d / st);
-        if (se > 0)
-            printf(", %.1f sigma", fabs(d) / se);
-        printf(")\n");
-        if (se > 0 && fabs(d) > CAL_SAMPLING_WARN_SIGMA * se)
-            printf("  warning     the measured sampling differs from the stated one by more than %.0f sigma: check\n"
-                   "              the semi-angle and the stated sampling (--det-sampling measure uses the measured one)\n",
-                   CAL_SAMPLING_WARN_SIGMA);
+    /* the library's words, as Python and the viewer report them */
+    char line[320], warn[320];
+    int warned = ssb4d_calibration_sampling_report(c, line, sizeof line, warn, sizeof warn);
+    printf("  sampling    %s\n", line);
+    if (warned) {
+        char *nl = strchr(warn, '\n');
+        if (nl)
+            *nl = 0;
+        printf("  warning     %s\n%s%s%s", warn, nl ? "              " : "", nl ? nl + 1 : "", nl ? "\n" : "");
     }
     if (verbose)
         printf("  edge        fitted, pixel model %s, blur %.3f px (half-median radius %.3f px)\n",

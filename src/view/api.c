@@ -278,6 +278,8 @@ cJSON *view_state_json(view_server *v)
         cJSON_AddNumberToObject(c, "n_bf", (double)v->cal.n_bf);
         cJSON_AddNumberToObject(c, "n_flagged", (double)v->cal.n_flagged);
         cJSON_AddBoolToObject(c, "flip", v->cal.flip != 0);
+        cJSON_AddStringToObject(c, "sampling", v->cal.sampling);
+        cJSON_AddStringToObject(c, "sampling_warning", v->cal.sampling_warning); /* "": none */
     }
     cJSON_AddItemToObject(o, "current", ab_json(&v->ab, &v->thick, v->rotation_deg));
     cJSON *f = cJSON_AddObjectToObject(o, "fit");

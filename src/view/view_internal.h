@@ -86,6 +86,8 @@ typedef struct {
     size_t n_flagged, n_bf;
     double kv, semiangle_mrad, scan_step_A[2], det_sampling_mrad[2], rotation_deg;
     int flip;              /* the calibration's detector handedness */
+    char sampling[320];    /* the sampling as `ssb4d calibrate` reports it (the library's words) */
+    char sampling_warning[320]; /* its warning on one line ("" none): measured > 3 sigma from stated */
 } view_cal;
 
 struct view_server {

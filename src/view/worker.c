@@ -71,6 +71,11 @@ static void snapshot_calibration(view_server *v)
     size_t ny = 0, nx = 0;
     ssb4d_err err;
     ssb4d_session_image_shape(v->s, 1, &ny, &nx, &err);
+    char sampling[sizeof v->cal.sampling], warning[sizeof v->cal.sampling_warning];
+    ssb4d_calibration_sampling_report(c, sampling, sizeof sampling, warning, sizeof warning);
+    for (char *p = warning; *p; p++)
+        if (*p == '\n')
+            *p = ' ';
     pthread_mutex_lock(&v->mu);
     free(v->cal.mean);
     free(v->cal.flagged);
@@ -90,6 +95,8 @@ static void snapshot_calibration(view_server *v)
     memcpy(k->det_sampling_mrad, c->geom.det_sampling_mrad, sizeof k->det_sampling_mrad);
     k->rotation_deg = c->geom.rotation_deg;
     k->flip = c->geom.flip;
+    memcpy(k->sampling, sampling, sizeof k->sampling);
+    memcpy(k->sampling_warning, warning, sizeof k->sampling_warning);
     k->ready = 1;
     v->image[0] = ny, v->image[1] = nx;
     pthread_mutex_unlock(&v->mu);

@@ -67,4 +67,20 @@ del d['detector']['sampling_source'], d['detector']['centre_source']
 json.dump(d, open(sys.argv[2], 'w'))" "$T/s.calibration.json" "$T/old.json"
 expect 0 "old file loads" "loss" -- "$BIN" reconstruct "$T/s.npy" --calibration "$T/old.json" -o "$T/o.npy" -q
 
+# The sampling study's miss (docs/calibrate.md): Au 3 nm at 15 mrad, its {200} and {220} disks
+# crossing the BF edge's window in every sector, an oversampled (3 x 3) detector. The point-sampled
+# model won there with a 0.2 px blur standing in for the pixels' integration and measured -1.01 %;
+# it may not (its blur is above half the pixel's own), and the sampling is within 0.35 %.
+"$BIN" simulate -o "$T/au.npy" --scan 64 --scan-cells 16 --window-cells 4 --detector 71 --semiangle 15 \
+    --c10 -40 --dose 1e4 --specimen au --thickness 3 --seed 109 --flip -q --force || bad "simulate Au"
+expect 0 "calibrate Au" '"measured"' -- "$BIN" calibrate "$T/au.npy" --json -o "$T/au.cal.json" --force
+cp "$T/out" "$T/au.json.out"
+model=$(json_get "$T/au.json.out" "d['measured']['edge_model']")
+[ "$model" != point-sampled ] && ok || bad "Au 15 mrad: the point-sampled model won (it should not: blur)"
+err=$(/usr/bin/python3 -c "
+import json, sys
+m = json.load(open(sys.argv[1]))['measured']; t = json.load(open(sys.argv[2]))['detector']['sampling_mrad'][0]
+print(m['det_sampling_measured_mrad'] / t - 1)" "$T/au.json.out" "$T/au.json")
+near "$err" 0 0.0035 && ok || bad "Au 15 mrad: sampling off by $err (relative), beyond 0.35 %"
+
 finish calibrate_stated.sh
