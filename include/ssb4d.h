@@ -2041,6 +2041,13 @@ ssb4d_status ssb4d_afile_open(ssb4d_afile *a, const char *path, ssb4d_err *err);
 ssb4d_status ssb4d_afile_finish(ssb4d_afile *a, ssb4d_status st, ssb4d_err *err);
 /* A whole text file, atomically (a newline is appended). */
 ssb4d_status ssb4d_write_text_atomic(const char *path, const char *text, ssb4d_err *err);
+/* Every number of a cJSON tree (libcjson's cJSON *, here its struct tag) made to print exactly:
+ * cJSON prints a double with 15 digits whenever they read back within a relative DBL_EPSILON,
+ * which loses the last bit; each number becomes the shortest "%.Ng" (N 15..17) that reads back as
+ * the same double, and a non-finite one null. What `ssb4d fit --json` and the viewer's answers
+ * print, so that a client reads the very double the library computed. */
+struct cJSON;
+void ssb4d_json_exact(struct cJSON *j);
 /* What the viewer's FFT panel shows, in place: log(1 + |DFT|) of img (ny x nx, row-major) with
  * its mean removed first (the DC peak would flatten the rest), the zero frequency in the middle.
  * Its two buffers are counted in mem (may be NULL). */

@@ -628,33 +628,6 @@ int cli_check_microscope(const ssb4d_values *v)
     return 0;
 }
 
-/* cJSON prints a double with 15 digits whenever they read back within a relative DBL_EPSILON,
- * which loses the last bit: every number here becomes the shortest "%.Ng" that reads back
- * exactly, so that a client reads the very double the library computed. */
-void cli_json_exact(cJSON *j)
-{
-    for (cJSON *e = j ? j->child : NULL, *next; e; e = next) {
-        next = e->next;
-        if (!cJSON_IsNumber(e)) {
-            cli_json_exact(e);
-            continue;
-        }
-        char buf[40];
-        for (int prec = 15; prec <= 17; prec++) {
-            snprintf(buf, sizeof buf, "%.*g", prec, e->valuedouble);
-            if (strtod(buf, NULL) == e->valuedouble)
-                break;
-        }
-        cJSON *raw = isfinite(e->valuedouble) ? cJSON_CreateRaw(buf) : cJSON_CreateNull();
-        if (raw) { /* the key moves over with its ownership */
-            raw->string = e->string;
-            raw->type |= e->type & cJSON_StringIsConst;
-            e->string = NULL;
-            cJSON_ReplaceItemViaPointer(j, e, raw);
-        }
-    }
-}
-
 cJSON *cli_json_num(double v) { return isfinite(v) ? cJSON_CreateNumber(v) : cJSON_CreateNull(); }
 
 cJSON *cli_json_pair(const double v[2])

@@ -196,7 +196,6 @@ int cli_parse_preview(const char *arg, ssb4d_preview_precision *out);
 /* JSON of a value that may be unknown: the number, or null when it is not finite; a (row, col)
  * pair: [a, b] (each null when not finite), or null when neither is. */
 cJSON *cli_json_num(double v);
-void cli_json_exact(cJSON *j); /* every number printed so that it reads back exactly */
 cJSON *cli_json_pair(const double v[2]);
 
 /* Prints "ssb4d <cmd>: <msg>" on stderr and returns the exit code for status st. */

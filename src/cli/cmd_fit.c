@@ -839,7 +839,7 @@ static void fit_print_json(const fit_opts *o, const cli_session *cs, const fit_r
     cJSON_AddNumberToObject(out, "planned_peak_bytes", (double)plan->session_peak_bytes); /* this rank's */
     cJSON_AddStringToObject(out, "backend", ssb4d_session_backend(cs->s));
     cJSON_AddStringToObject(out, "output_dir", o->out_dir);
-    cli_json_exact(out); /* Python's numbers, to the last bit */
+    ssb4d_json_exact(out); /* Python's numbers, to the last bit */
     char *str = cJSON_PrintUnformatted(out);
     printf("%s\n", str);
     free(str);

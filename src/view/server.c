@@ -35,36 +35,9 @@ void view_resp_text(view_resp *r, int status, const char *fmt, ...)
     view_resp_json(r, status, j);
 }
 
-/* cJSON prints a double with 15 digits whenever they read back within a relative DBL_EPSILON,
- * which loses the last bit: every number here becomes the shortest "%.Ng" that reads back
- * exactly, so that a client reads the very double the library computed. */
-static void exact_numbers(cJSON *j)
-{
-    for (cJSON *e = j ? j->child : NULL, *next; e; e = next) {
-        next = e->next;
-        if (!cJSON_IsNumber(e)) {
-            exact_numbers(e);
-            continue;
-        }
-        char buf[40];
-        for (int prec = 15; prec <= 17; prec++) {
-            snprintf(buf, sizeof buf, "%.*g", prec, e->valuedouble);
-            if (strtod(buf, NULL) == e->valuedouble)
-                break;
-        }
-        cJSON *raw = isfinite(e->valuedouble) ? cJSON_CreateRaw(buf) : cJSON_CreateNull();
-        if (raw) { /* the key moves over with its ownership */
-            raw->string = e->string;
-            raw->type |= e->type & cJSON_StringIsConst;
-            e->string = NULL;
-            cJSON_ReplaceItemViaPointer(j, e, raw);
-        }
-    }
-}
-
 void view_resp_json(view_resp *r, int status, cJSON *j)
 {
-    exact_numbers(j);
+    ssb4d_json_exact(j); /* exact numbers: a client reads the very double computed */
     view_resp_free(r);
     r->status = status;
     r->ctype = "application/json";
