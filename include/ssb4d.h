@@ -1641,17 +1641,14 @@ void ssb4d_plan_device(const ssb4d_plan_input *in, const ssb4d_plan *p, size_t n
 ssb4d_status ssb4d_session_script_read(const char *path, ssb4d_session_script *s, ssb4d_err *err);
 
 typedef struct {
-    ssb4d_calib_params calib;  /* microscope values and overrides (calib.mem is ignored) */
-    size_t memory_bytes;       /* 0: available RAM */
-    ssb4d_preview_precision preview;
-    int threads;               /* 0: all cores */
+    /* The session's options, as for ssb4d_session_open (one struct for both: the microscope in
+     * session.calib, the budget, threads, preview precision, backend, distribution, device
+     * memory). ssb4d_session_run sets session.script and session.fit itself. */
+    ssb4d_session_opts session;
     const char *out_dir;       /* where "save calibration" writes (NULL: not written) */
     int hashes;                /* SHA-256 of G and of the previews' phase */
     void (*stage)(void *user, const char *name); /* called as each stage starts (may be NULL) */
     void *user;
-    ssb4d_backend_kind backend; /* where the heavy passes run (default AUTO) */
-    const struct ssb4d_dist *dist; /* a distributed run (ssb4d_session_opts.dist; NULL: none) */
-    size_t device_memory_bytes;    /* ssb4d_session_opts.device_memory_bytes (0: the device's free memory) */
 } ssb4d_session_params;
 
 void ssb4d_session_params_default(ssb4d_session_params *p);

@@ -65,9 +65,9 @@ static ssb4d_status run(const dataset *d, size_t budget, ssb4d_preview_precision
 {
     ssb4d_session_params p;
     ssb4d_session_params_default(&p);
-    p.calib = d->calib;
-    p.memory_bytes = budget;
-    p.preview = prec;
+    p.session.calib = d->calib;
+    p.session.memory_bytes = budget;
+    p.session.preview = prec;
     p.hashes = 1;
     ssb4d_session_script s;
     ssb4d_session_script_default(&s);

@@ -85,13 +85,13 @@ static int session_params(cli_micro *m, const char *path, ssb4d_session_params *
     if (rc)
         return rc;
     ssb4d_session_params_default(p);
-    cli_values_to_calib_params(&v, m->threads, m->hot_pixels, &p->calib);
-    p->memory_bytes = cli_memory_budget(m);
-    p->threads = m->threads;
-    p->backend = m->backend;
-    p->device_memory_bytes = m->device_memory_bytes;
+    cli_values_to_calib_params(&v, m->threads, m->hot_pixels, &p->session.calib);
+    p->session.memory_bytes = cli_memory_budget(m);
+    p->session.threads = m->threads;
+    p->session.backend = m->backend;
+    p->session.device_memory_bytes = m->device_memory_bytes;
     p->hashes = 1;
-    p->dist = cli_dist(); /* under mpirun: a distributed session (cli_mpi.h) */
+    p->session.dist = cli_dist(); /* under mpirun: a distributed session (cli_mpi.h) */
     return 0;
 }
 
@@ -203,7 +203,7 @@ static int bench_run(int argc, char **argv)
     ssb4d_session_params p;
     if ((rc = session_params(&m, w.path, &p)))
         return rc;
-    p.preview = prec;
+    p.session.preview = prec;
     ssb4d_session_script s;
     ssb4d_session_script_default(&s);
 

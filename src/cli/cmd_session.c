@@ -130,15 +130,15 @@ int cmd_session(int argc, char **argv)
         return rc;
     ssb4d_session_params p;
     ssb4d_session_params_default(&p);
-    cli_values_to_calib_params(&v, m.threads, m.hot_pixels, &p.calib);
-    p.memory_bytes = cli_memory_budget(&m);
-    p.preview = prec;
-    p.threads = m.threads;
-    p.backend = m.backend;
-    p.device_memory_bytes = m.device_memory_bytes;
+    cli_values_to_calib_params(&v, m.threads, m.hot_pixels, &p.session.calib);
+    p.session.memory_bytes = cli_memory_budget(&m);
+    p.session.preview = prec;
+    p.session.threads = m.threads;
+    p.session.backend = m.backend;
+    p.session.device_memory_bytes = m.device_memory_bytes;
     p.out_dir = cli_is_root() ? out_dir : NULL; /* under mpirun, rank 0 writes (cli_mpi.h) */
     p.hashes = hashes;
-    p.dist = cli_dist();
+    p.session.dist = cli_dist();
     int quiet = m.quiet || m.json || !cli_is_root();
     p.stage = on_stage;
     p.user = &quiet;

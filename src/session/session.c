@@ -26,7 +26,7 @@
 void ssb4d_session_params_default(ssb4d_session_params *p)
 {
     memset(p, 0, sizeof *p);
-    ssb4d_calib_params_default(&p->calib);
+    ssb4d_session_opts_default(&p->session);
 }
 
 /* ---- stages --------------------------------------------------------------------------------- */
@@ -230,15 +230,7 @@ static ssb4d_status open_and_calibrate(run *x, const char *data_path, const ssb4
 {
     const ssb4d_session_params *p = x->p;
     ssb4d_session_report *r = x->r;
-    ssb4d_session_opts o;
-    ssb4d_session_opts_default(&o);
-    o.calib = p->calib;
-    o.memory_bytes = p->memory_bytes;
-    o.threads = p->threads;
-    o.dist = p->dist;
-    o.backend = p->backend;
-    o.device_memory_bytes = p->device_memory_bytes;
-    o.preview = p->preview;
+    ssb4d_session_opts o = p->session;
     o.script = s;
     ssb4d_fit_params_default(fp);
     o.fit = fp;
