@@ -18,11 +18,12 @@ def files(tiny, tmp_path_factory):
     at 200 kV; broken.json; and b.npy, the data without its sidecar."""
     d = tmp_path_factory.mktemp('rotation_from')
     run_cli('calibrate', tiny['npy'], *M, '--rotation', '25', '-o', d / 'a.json', '-q')
-    run_cli('calibrate', tiny['npy'], *M, '-o', d / 'com.json', '-q')
+    shutil.copy(tiny['npy'], d / 'b.npy')
+    # without the sidecar, which states the rotation (and stated beats measured, issue 39)
+    run_cli('calibrate', d / 'b.npy', *M, '-o', d / 'com.json', '-q')
     run_cli('calibrate', tiny['npy'], '--kv', '200', '--semiangle', '25', '--scan-step', '0.36609375',
             '--rotation', '25', '-o', d / 'a200.json', '-q')
     (d / 'broken.json').write_text('{"schema": "ssb4d-calibration/1", "kv": ')
-    shutil.copy(tiny['npy'], d / 'b.npy')
     return d
 
 
