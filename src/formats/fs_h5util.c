@@ -66,41 +66,50 @@ int fs_h5_exists(hid_t loc, const char *path)
     return ok;
 }
 
+/* One scalar string of an attribute (is_attr) or a dataset obj, of type t and space sp, into buf:
+ * fixed-length or variable-length, in the cset it was written in. 1 when read. */
+static int read_string(hid_t obj, int is_attr, hid_t t, hid_t sp, char *buf, size_t n)
+{
+    if (t < 0 || sp < 0 || H5Tget_class(t) != H5T_STRING || H5Sget_simple_extent_npoints(sp) != 1)
+        return 0;
+    int ok = 0;
+    hid_t mt = H5Tcopy(H5T_C_S1);
+    H5Tset_cset(mt, H5Tget_cset(t)); /* h5py writes str as UTF-8: no ASCII conversion path */
+    if (H5Tis_variable_str(t) > 0) {
+        char *s = NULL;
+        if (H5Tset_size(mt, H5T_VARIABLE) >= 0 &&
+            (is_attr ? H5Aread(obj, mt, &s) : H5Dread(obj, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, &s)) >= 0 && s) {
+            snprintf(buf, n, "%s", s);
+            ok = 1;
+        }
+        if (s)
+            H5free_memory(s);
+    } else {
+        size_t len = H5Tget_size(t);
+        char *s = len < (1u << 20) ? calloc(1, len + 1) : NULL;
+        /* NULLPAD: a string that fills its field keeps its last character (NULLTERM would
+         * overwrite it with the terminator); the buffer's extra byte ends it */
+        if (s && H5Tset_size(mt, len) >= 0 && H5Tset_strpad(mt, H5T_STR_NULLPAD) >= 0 &&
+            (is_attr ? H5Aread(obj, mt, s) : H5Dread(obj, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, s)) >= 0) {
+            snprintf(buf, n, "%s", s);
+            ok = 1;
+        }
+        free(s);
+    }
+    if (mt >= 0)
+        H5Tclose(mt);
+    return ok;
+}
+
 int fs_h5_attr_string(hid_t loc, const char *path, const char *name, char *buf, size_t n)
 {
     if (n == 0 || !fs_h5_exists(loc, path) || H5Aexists_by_name(loc, path, name, H5P_DEFAULT) <= 0) {
         H5Eclear2(H5E_DEFAULT);
         return 0;
     }
-    int ok = 0;
     hid_t a = H5Aopen_by_name(loc, path, name, H5P_DEFAULT, H5P_DEFAULT);
-    hid_t t = a < 0 ? -1 : H5Aget_type(a), sp = a < 0 ? -1 : H5Aget_space(a), mt = -1;
-    if (t >= 0 && sp >= 0 && H5Tget_class(t) == H5T_STRING && H5Sget_simple_extent_npoints(sp) == 1) {
-        mt = H5Tcopy(H5T_C_S1);
-        H5Tset_cset(mt, H5Tget_cset(t)); /* h5py writes str as UTF-8: no ASCII conversion path */
-        if (H5Tis_variable_str(t) > 0) {
-            char *s = NULL;
-            if (H5Tset_size(mt, H5T_VARIABLE) >= 0 && H5Aread(a, mt, &s) >= 0 && s) {
-                snprintf(buf, n, "%s", s);
-                ok = 1;
-            }
-            if (s)
-                H5free_memory(s);
-        } else {
-            size_t len = H5Tget_size(t);
-            char *s = len < (1u << 20) ? calloc(1, len + 1) : NULL;
-            /* NULLPAD: a string that fills its field keeps its last character (NULLTERM would
-             * overwrite it with the terminator); the buffer's extra byte ends it */
-            if (s && H5Tset_size(mt, len) >= 0 && H5Tset_strpad(mt, H5T_STR_NULLPAD) >= 0 &&
-                H5Aread(a, mt, s) >= 0) {
-                snprintf(buf, n, "%s", s);
-                ok = 1;
-            }
-            free(s);
-        }
-    }
-    if (mt >= 0)
-        H5Tclose(mt);
+    hid_t t = a < 0 ? -1 : H5Aget_type(a), sp = a < 0 ? -1 : H5Aget_space(a);
+    int ok = read_string(a, 1, t, sp, buf, n);
     if (sp >= 0)
         H5Sclose(sp);
     if (t >= 0)
@@ -115,34 +124,9 @@ int fs_h5_string(hid_t loc, const char *path, char *buf, size_t n)
 {
     if (n == 0 || !fs_h5_exists(loc, path))
         return 0;
-    int ok = 0;
     hid_t d = H5Dopen2(loc, path, H5P_DEFAULT);
-    hid_t t = d < 0 ? -1 : H5Dget_type(d), sp = d < 0 ? -1 : H5Dget_space(d), mt = -1;
-    if (t >= 0 && sp >= 0 && H5Tget_class(t) == H5T_STRING && H5Sget_simple_extent_npoints(sp) == 1) {
-        mt = H5Tcopy(H5T_C_S1);
-        H5Tset_cset(mt, H5Tget_cset(t)); /* h5py writes str as UTF-8: no ASCII conversion path */
-        if (H5Tis_variable_str(t) > 0) {
-            char *s = NULL;
-            if (H5Tset_size(mt, H5T_VARIABLE) >= 0 &&
-                H5Dread(d, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, &s) >= 0 && s) {
-                snprintf(buf, n, "%s", s);
-                ok = 1;
-            }
-            if (s)
-                H5free_memory(s);
-        } else {
-            size_t len = H5Tget_size(t);
-            char *s = len < (1u << 20) ? calloc(1, len + 1) : NULL;
-            if (s && H5Tset_size(mt, len) >= 0 && H5Tset_strpad(mt, H5T_STR_NULLPAD) >= 0 &&
-                H5Dread(d, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, s) >= 0) {
-                snprintf(buf, n, "%s", s);
-                ok = 1;
-            }
-            free(s);
-        }
-    }
-    if (mt >= 0)
-        H5Tclose(mt);
+    hid_t t = d < 0 ? -1 : H5Dget_type(d), sp = d < 0 ? -1 : H5Dget_space(d);
+    int ok = read_string(d, 0, t, sp, buf, n);
     if (sp >= 0)
         H5Sclose(sp);
     if (t >= 0)
