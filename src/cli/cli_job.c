@@ -25,7 +25,8 @@ int cli_job_error(const char *cmd, ssb4d_status st, const char *msg, size_t budg
 {
     if (st == SSB4D_ENOMEM && strstr(msg, "memory budget")) {
         /* the library's refusals (mem.c) give their sizes in MiB: the budget too */
-        fprintf(stderr, "ssb4d %s: the job does not fit in %.1f MiB: %s\n", cmd, budget / 1048576.0, msg);
+        char b[32];
+        fprintf(stderr, "ssb4d %s: the job does not fit in %s: %s\n", cmd, ssb4d_size_text(b, budget, 1, 0), msg);
         return CLI_EXIT_USAGE;
     }
     return cli_error(cmd, st, msg);
@@ -85,9 +86,12 @@ int cli_qem_check_threads(const char *cmd, const ssb4d_qem *q, int threads, size
     if (nt * per_thread > room)
         nt = room / per_thread; /* the same verdict on fewer threads */
     if (nt < 1) {
-        fprintf(stderr, "ssb4d %s: the job does not fit in %.1f MiB: checking the spatial index needs %.1f MiB "
-                        "(%.1f MiB per thread beside %.1f MiB of per-pixel arrays)\n", cmd, budget / 1048576.0,
-                (other + per_thread) / 1048576.0, per_thread / 1048576.0, other / 1048576.0);
+        char b[4][32];
+        size_t need = other + per_thread, big = budget > need ? budget : need;
+        fprintf(stderr, "ssb4d %s: the job does not fit in %s: checking the spatial index needs %s "
+                        "(%s per thread beside %s of per-pixel arrays)\n", cmd, ssb4d_size_text(b[0], budget, big, 0),
+                ssb4d_size_text(b[1], need, big, 1), ssb4d_size_text(b[2], per_thread, big, 1),
+                ssb4d_size_text(b[3], other, big, 1));
         return 0;
     }
     return (int)nt;

@@ -236,8 +236,9 @@ int cmd_info(int argc, char **argv)
      * --check, the spatial index check's scratch. */
     size_t budget = cli_memory_budget(&m), per_pixel = in->n_pix * (1 + 2 * sizeof(uint32_t));
     if (per_pixel > budget) {
-        fprintf(stderr, "ssb4d info: the job does not fit in %.1f MiB: the per-pixel arrays need %.1f MiB\n",
-                budget / 1048576.0, per_pixel / 1048576.0);
+        char b[2][32];
+        fprintf(stderr, "ssb4d info: the job does not fit in %s: the per-pixel arrays need %s\n",
+                ssb4d_size_text(b[0], budget, per_pixel, 0), ssb4d_size_text(b[1], per_pixel, per_pixel, 1));
         ssb4d_qem_close(q);
         return CLI_EXIT_USAGE;
     }

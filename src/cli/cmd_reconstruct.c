@@ -400,12 +400,13 @@ static void recon_print_text(const recon_opts *o, const cli_session *cs, const r
     if (thick.thickness_nm > 0)
         printf("thick model  tilt (%.4g, %.4g) mrad, thickness %.4g nm (%s)\n",
                thick.tilt_mrad[0], thick.tilt_mrad[1], thick.thickness_nm, rp->thick_source);
+    char gb[32];
     if (ssb4d_dist_size(cli_dist()) > 1) /* rank 0's own share (docs/scale.md) */
-        printf("BF pixels    %zu (%zu stored on rank 0 of %d), G %.1f MiB on rank 0, built in %.3f s\n", n_bf,
-               n_stored, ssb4d_dist_size(cli_dist()), g_bytes / 1048576.0, run->t_build);
+        printf("BF pixels    %zu (%zu stored on rank 0 of %d), G %s on rank 0, built in %.3f s\n", n_bf,
+               n_stored, ssb4d_dist_size(cli_dist()), ssb4d_size_text(gb, g_bytes, 0, 0), run->t_build);
     else
-        printf("BF pixels    %zu (%zu stored), G %.1f MiB, built in %.3f s\n", n_bf, n_stored, g_bytes / 1048576.0,
-               run->t_build);
+        printf("BF pixels    %zu (%zu stored), G %s, built in %.3f s\n", n_bf, n_stored,
+               ssb4d_size_text(gb, g_bytes, 0, 0), run->t_build);
     char b[32], pk[32];
     size_t peak = ssb4d_mem_peak(mem), big = peak; /* one unit: the measured peak's */
     printf("memory       budget %s, G %s (%zu of %zu planes held), peak %s tracked\n",

@@ -347,12 +347,15 @@ int cmd_simulate(int argc, char **argv)
             }
         }
         if (budget && w.total > budget) {
-            fprintf(stderr, "ssb4d simulate: the simulation does not fit in %.1f MiB: it needs about %.1f MiB "
-                            "(grid buffers %.1f MiB, blocks of rows %.1f MiB, .qem chunk %.1f MiB, reused "
-                            "patterns %.1f MiB; fewer --threads, a smaller --grid or --detector, or a lower "
+            char b[6][32];
+            size_t big = w.total; /* > budget here: one unit for the whole message */
+            fprintf(stderr, "ssb4d simulate: the simulation does not fit in %s: it needs about %s "
+                            "(grid buffers %s, blocks of rows %s, .qem chunk %s, reused "
+                            "patterns %s; fewer --threads, a smaller --grid or --detector, or a lower "
                             "--det-oversample need less)\n",
-                    budget / 1048576.0, w.total / 1048576.0, w.grid / 1048576.0, w.blocks / 1048576.0,
-                    w.writer / 1048576.0, w.reuse / 1048576.0);
+                    ssb4d_size_text(b[0], budget, big, 0), ssb4d_size_text(b[1], w.total, big, 1),
+                    ssb4d_size_text(b[2], w.grid, big, 1), ssb4d_size_text(b[3], w.blocks, big, 1),
+                    ssb4d_size_text(b[4], w.writer, big, 1), ssb4d_size_text(b[5], w.reuse, big, 1));
             return CLI_EXIT_USAGE;
         }
     }

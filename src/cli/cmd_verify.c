@@ -173,8 +173,10 @@ int cmd_verify(int argc, char **argv)
         step = room / row_bytes;
     step = step > rows ? rows : step;
     if (step < 1) {
-        fprintf(stderr, "ssb4d verify: the job does not fit in %.1f MiB: comparing one scan row needs %.1f MiB\n",
-                budget / 1048576.0, (per_pixel + row_bytes) / 1048576.0);
+        char b[2][32];
+        size_t need = per_pixel + row_bytes, big = budget > need ? budget : need;
+        fprintf(stderr, "ssb4d verify: the job does not fit in %s: comparing one scan row needs %s\n",
+                ssb4d_size_text(b[0], budget, big, 0), ssb4d_size_text(b[1], need, big, 1));
         ssb4d_reader_close(fs);
         ssb4d_qem_close(q);
         return CLI_EXIT_USAGE;
