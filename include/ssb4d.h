@@ -723,7 +723,7 @@ int ssb4d_session_last_fit(const ssb4d_session *s, ssb4d_fit_result *r);
 typedef enum { SSB4D_REFINE_POISSON = 0, SSB4D_REFINE_AMPLITUDE = 1 } ssb4d_refine_loss;
 
 typedef struct {
-    int slices;                    /* N slices; 0: auto (about one per 2 nm of the thickness, >= 1) */
+    int slices;                    /* N slices; 0: auto (about one per 1.5 nm of the thickness, >= 1) */
     double thickness_nm;           /* the start's total thickness; NaN: the middle of the range */
     double thickness_range_nm[2];  /* the range the thickness may take; equal ends: held fixed */
     int iterations;                /* passes over the positions in all (0: the default, e.g. 30) */
@@ -738,6 +738,9 @@ typedef struct {
     uint64_t seed;
     int threads;                   /* 0: all cores; results do not depend on it (SPEC §9) */
     ssb4d_mem *mem;                /* budget, progress ("refine", fraction) and cancel; may be NULL */
+    double slice_coupling;         /* κ, how strongly the slices are held alike (the tilt is
+                                      degenerate with shifted free slices; docs/refine.md
+                                      "Regularisation"): 0 = the default 1, negative = off */
 } ssb4d_refine_params;
 void ssb4d_refine_params_default(ssb4d_refine_params *p);
 
@@ -763,6 +766,14 @@ typedef struct {
     float *probe;                  /* probe_shape complex64 as float pairs, real space, at the entrance */
     size_t region[4];              /* scan rows [r0,r1) x cols [c0,c1) refined */
     double seconds;
+    double C10_entrance_nm;        /* C10 at the entrance surface (ab's C10 is at the mid-plane,
+                                      as the SSB fit's: entrance + thickness/2) */
+    int bin;                       /* the detector binning used */
+    double seconds_per_iteration;  /* one object pass (with its global step) */
+    double grad[6];                /* the final loss gradient per position, in the order C10, C12
+                                      (per Å), φ12 (per rad), tilt row, col (per rad, scan frame),
+                                      Δz (per Å) */
+    double curvature[6];           /* the loss's curvature along each (NaN: not refined) */
 } ssb4d_refine_result;
 void ssb4d_refine_result_free(ssb4d_refine_result *r);
 
