@@ -228,7 +228,8 @@ static void update_t(solver *S, long r0, long r1, long c0, long c1)
 enum { PASS_OBJECT, PASS_GRAD, PASS_LOSS };
 
 /* One pass over the positions. PASS_OBJECT: Adam steps on the object per minibatch;
- * PASS_GRAD: the parameters' gradient into g (object fixed); PASS_LOSS: the loss only. Returns
+ * PASS_GRAD: object fixed; PASS_LOSS: the loss only. With g, the parameters' gradient is summed
+ * into it (in an object pass: over the evolving object, the minibatches' sum). Returns
  * the loss (Σ over positions, in the pass's order), or NAN when cancelled. */
 static double run_pass(solver *S, int mode, uint64_t pass, double *g, double prog0, double prog1)
 {
@@ -247,7 +248,7 @@ static double run_pass(solver *S, int mode, uint64_t pass, double *g, double pro
     const double b1 = 0.9, b2 = 0.999;
     for (size_t b0 = 0; b0 < npos; b0 += S->B) {
         long nb = (long)(npos - b0 < S->B ? npos - b0 : S->B);
-        int want_obj = mode == PASS_OBJECT, want_g = mode == PASS_GRAD;
+        int want_obj = mode == PASS_OBJECT, want_g = g != NULL;
 #pragma omp parallel for num_threads(S->nt) schedule(dynamic, 1)
         for (long b = 0; b < nb; b++) {
             int tid = omp_get_thread_num();
@@ -364,16 +365,16 @@ static double curvature(solver *S, int k, double hk, double L0, double prog)
 
 static double h_of(const refine_problem *pb, int k) { return k == RP_DZ ? 0.05 * pb->th[RP_DZ] : h_scale[k]; }
 
-/* One global step: a diagonal Newton direction (the curvature of each parameter measured by
+/* One global step from the gradient g of the object pass: a diagonal Newton direction (the curvature of each parameter measured by
  * finite differences when it joins and every few passes), each component held within two of its
  * scales, then a parabolic line search on the full loss along it. alpha: the trial step
  * (1 = the Newton step), adapted. Returns 0, or −1 when cancelled. */
-static int global_step(solver *S, const int act[RP_N], double *curv, int refresh, double *alpha, double prog)
+static int global_step(solver *S, const int act[RP_N], const double g[RP_N], double *curv, const int *refresh,
+                       double *alpha, double prog)
 {
     refine_problem *pb = S->pb;
-    double g[RP_N], dir[RP_N];
-    refine_model_set(S->model, &pb->geo, pb->th);
-    double L0 = run_pass(S, PASS_GRAD, 0, g, prog, prog);
+    double dir[RP_N];
+    double L0 = loss_at(S, pb->th, prog);
     if (isnan(L0))
         return -1;
     int any = 0;
@@ -382,7 +383,7 @@ static int global_step(solver *S, const int act[RP_N], double *curv, int refresh
         if (!act[k])
             continue;
         double h = h_of(pb, k);
-        if (refresh || !(curv[k] > 0)) {
+        if (refresh[k] || isnan(curv[k])) {
             curv[k] = curvature(S, k, 0.3 * h, L0, prog);
             if (isnan(curv[k]))
                 return -1;
@@ -409,6 +410,12 @@ static int global_step(solver *S, const int act[RP_N], double *curv, int refresh
     double c = (L1 - L0 - slope * a1) / (a1 * a1);
     double a2 = c > 0 ? -slope / (2.0 * c) : 2.0 * a1;
     a2 = fmin(fmax(a2, 0.1 * a1), 2.0 * a1);
+    if (L1 < L0 && fabs(a2 - a1) < 0.3 * a1) { /* the parabola agrees with the trial: keep it */
+        memcpy(pb->th, th1, sizeof th1);
+        *alpha = fmin(a1 * 1.2, 1.0);
+        refine_model_set(S->model, &pb->geo, pb->th);
+        return 0;
+    }
     for (int k = 0; k < RP_N; k++)
         th2[k] = pb->th[k] + a2 * dir[k];
     clamp_theta(pb, th2);
@@ -428,28 +435,23 @@ static int global_step(solver *S, const int act[RP_N], double *curv, int refresh
     return 0;
 }
 
-/* The final evaluation: deviance, its expectation, the gradient, the curvature. */
+/* The final evaluation: the deviance and its expectation (one forward pass). */
 static int final_eval(solver *S, refine_solution *out, double prog)
 {
     refine_problem *pb = S->pb;
     const refine_data *d = S->d;
     size_t n = S->n;
     refine_model_set(S->model, &pb->geo, pb->th);
-    double g[RP_N];
-    double L = run_pass(S, PASS_GRAD, 0, g, prog, prog);
-    if (isnan(L))
+    if (ssb4d_mem_progress(pb->mem, prog))
         return -1;
-    for (int k = 0; k < RP_N; k++)
-        out->grad[k] = g[k] / (double)d->npos;
-    out->dev = 2.0 * (L + S->K) / (double)d->npos;
     /* the expected deviance from the model's own intensities (a table over log μ) */
     enum { NT = 512 };
     double tab[NT + 1], lmin = log(1e-6), lmax = log(30.0);
     for (int i = 0; i <= NT; i++)
         tab[i] = refine_expected_deviance(exp(lmin + (lmax - lmin) * i / NT));
-    double *ep = calloc(d->npos, sizeof(double));
+    double *ep = calloc(d->npos, sizeof(double)), *dv = calloc(d->npos, sizeof(double));
     float **I = calloc((size_t)S->nt, sizeof(float *));
-    int ok = ep && I;
+    int ok = ep && dv && I;
     for (int t = 0; ok && t < S->nt; t++)
         ok = (I[t] = malloc(n * sizeof(float))) != NULL;
     if (ok) {
@@ -461,7 +463,7 @@ static int final_eval(solver *S, refine_solution *out, double prog)
             for (size_t s = 0; s < (size_t)S->ns; s++)
                 obj[s] = S->t + 2 * (((s * S->Or) + (size_t)S->o0[p]) * S->Oc + (size_t)S->o1[p]);
             refine_model_position(S->model, obj, S->Oc, S->s0[p], S->s1[p], d->cnt + p * n, d->valid, S->scale,
-                                  pb->amplitude, S->work[tid], NULL, NULL, I[tid], NULL, NULL);
+                                  pb->amplitude, S->work[tid], NULL, NULL, I[tid], &dv[p], NULL);
             double e = 0.0;
             for (size_t q = 0; q < n; q++) {
                 if (!d->valid[q])
@@ -478,32 +480,19 @@ static int final_eval(solver *S, refine_solution *out, double prog)
             }
             ep[p] = e;
         }
-        double e = 0.0;
+        double e = 0.0, v = 0.0;
         for (size_t p = 0; p < d->npos; p++)
-            e += ep[p];
+            e += ep[p], v += dv[p];
         out->dev_expected = e / (double)d->npos;
+        out->dev = v / (double)d->npos;
     } else
-        out->dev_expected = NAN;
+        out->dev_expected = out->dev = NAN;
     if (I)
         for (int t = 0; t < S->nt; t++)
             free(I[t]);
     free(I);
     free(ep);
-    /* curvature of the loss along each refined parameter: a central second difference */
-    for (int k = 0; k < RP_N; k++) {
-        out->curv[k] = NAN;
-        if (!pb->active[k])
-            continue;
-        double hk = 0.2 * (k == RP_DZ ? 0.05 * pb->th[RP_DZ] : h_scale[k]), tp[RP_N], tm[RP_N];
-        memcpy(tp, pb->th, sizeof tp);
-        memcpy(tm, pb->th, sizeof tm);
-        tp[k] += hk;
-        tm[k] -= hk;
-        double Lp = loss_at(S, tp, prog), Lm = loss_at(S, tm, prog);
-        if (isnan(Lp) || isnan(Lm))
-            return -1;
-        out->curv[k] = (Lp - 2.0 * L + Lm) / (hk * hk) / (double)d->npos;
-    }
+    free(dv);
     refine_model_set(S->model, &pb->geo, pb->th);
     return 0;
 }
@@ -565,6 +554,7 @@ ssb4d_status refine_solve(refine_problem *pb, refine_solution *out, ssb4d_err *e
     start[RP_DZ] = s_dz;
     double alpha = 1.0, prev = NAN, curv[RP_N];
     int joined[RP_N] = {0};
+    double glast[RP_N] = {0};
     for (int k = 0; k < RP_N; k++)
         curv[k] = NAN;
     refine_model_set(S.model, &pb->geo, pb->th);
@@ -575,7 +565,12 @@ ssb4d_status refine_solve(refine_problem *pb, refine_solution *out, ssb4d_err *e
     }
     for (int it = 0; it < P; it++) {
         double f0 = 0.03 + 0.9 * it / P, f1 = 0.03 + 0.9 * (it + 1) / P;
-        double L = run_pass(&S, PASS_OBJECT, (uint64_t)it, NULL, f0, f1);
+        int act[RP_N], any = 0;
+        for (int k = 0; k < RP_N; k++)
+            any |= act[k] = pb->active[k] && it >= start[k];
+        double g[RP_N] = {0};
+        double L = run_pass(&S, PASS_OBJECT, (uint64_t)it, any ? g : NULL, f0, f1);
+        memcpy(glast, g, sizeof g);
         if (isnan(L)) {
             solver_free(&S);
             refine_solution_free(out);
@@ -584,16 +579,12 @@ ssb4d_status refine_solve(refine_problem *pb, refine_solution *out, ssb4d_err *e
         out->history[out->n_history++] = 2.0 * (L + S.K) / (double)S.d->npos;
         if (S.sum_I > 0) /* the dose's maximum-likelihood value for the current model */
             S.scale *= S.d->sum_valid / S.sum_I;
-        int act[RP_N], any = 0;
-        for (int k = 0; k < RP_N; k++)
-            any |= act[k] = pb->active[k] && it >= start[k];
-        int refresh = 0;
-        for (int k = 0; k < RP_N; k++) {
-            refresh |= act[k] && !joined[k];
+        int refresh[RP_N];
+        for (int k = 0; k < RP_N; k++) { /* on joining, and every 10 passes */
+            refresh[k] = act[k] && (!joined[k] || (it - start[k]) % 10 == 9);
             joined[k] |= act[k];
         }
-        refresh |= (it - s_ab) % 6 == 5;
-        if (any && global_step(&S, act, curv, refresh, &alpha, f1)) {
+        if (any && global_step(&S, act, g, curv, refresh, &alpha, f1)) {
             solver_free(&S);
             refine_solution_free(out);
             return ssb_fail(err, SSB4D_ECANCELLED, "refine: cancelled");
@@ -601,6 +592,10 @@ ssb4d_status refine_solve(refine_problem *pb, refine_solution *out, ssb4d_err *e
         if (!isnan(prev))
             out->last_change = fabs(prev - L) / fabs(L + S.K);
         prev = L;
+    }
+    for (int k = 0; k < RP_N; k++) {
+        out->curv[k] = pb->active[k] ? curv[k] / (double)S.d->npos : NAN;
+        out->grad[k] = glast[k] / (double)S.d->npos;
     }
     if (final_eval(&S, out, 0.95)) {
         solver_free(&S);
