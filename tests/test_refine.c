@@ -444,12 +444,57 @@ static void test_bad_input(void **state)
     rcase_free(&c);
 }
 
+typedef struct {
+    int calls;
+    double last;
+    int backwards;
+} progress_log;
+
+static int cancel_at_half(void *user, const char *stage, double f)
+{
+    (void)stage;
+    progress_log *l = user;
+    l->calls++;
+    l->backwards |= f < l->last - 1e-12;
+    l->last = f;
+    return f > 0.5;
+}
+
+/* Progress rises, a cancel stops the call (SSB4D_ECANCELLED), a budget too small for the patterns
+ * is refused in one line. */
+static void test_progress_cancel_budget(void **state)
+{
+    (void)state;
+    rcase c;
+    assert_int_equal(rcase_make(&c, 2, 0.0, 0.0), 0);
+    ssb4d_refine_params p;
+    ssb4d_refine_params_default(&p);
+    p.slices = 1, p.iterations = 4;
+    p.thickness_range_nm[0] = p.thickness_range_nm[1] = c.t_nm;
+    ssb4d_refine_result r;
+    ssb4d_err err = {0};
+    progress_log log = {0};
+    p.mem = ssb4d_mem_create(0);
+    ssb4d_mem_set_progress(p.mem, cancel_at_half, &log);
+    assert_int_equal(ssb4d_refine(c.src, &c.cal, &c.cal.geom, NULL, &c.truth_mid, NULL, &p, &r, &err), SSB4D_ECANCELLED);
+    printf("%s after %d progress calls (last %.3f)\n", err.msg, log.calls, log.last);
+    assert_true(log.calls > 5 && !log.backwards);
+    ssb4d_mem_destroy(p.mem);
+    p.mem = ssb4d_mem_create((size_t)1 << 20);
+    assert_int_equal(ssb4d_refine(c.src, &c.cal, &c.cal.geom, NULL, &c.truth_mid, NULL, &p, &r, &err), SSB4D_ENOMEM);
+    printf("%s\n", err.msg);
+    assert_null(strchr(err.msg, '\n'));
+    ssb4d_mem_destroy(p.mem);
+    rcase_free(&c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gradients_poisson), cmocka_unit_test(test_gradients_amplitude),
         cmocka_unit_test(test_forward_vs_simulator), cmocka_unit_test(test_scan_convention),
         cmocka_unit_test(test_threads_same_bits), cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_progress_cancel_budget),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -66,8 +66,14 @@ ssb4d_status refine_data_load(ssb4d_source *src, const ssb4d_calibration *cal, c
         d->delta[a] = ci[a] - cb[a];
     }
     d->cnt = ssb4d_mem_alloc(mem, d->npos * d->n * sizeof(float), "refine patterns", err);
-    d->valid = calloc(d->n, 1);
+    if (!d->cnt) /* the memory context's line says what did not fit */
+        return err ? err->code : SSB4D_ENOMEM;
     float *frames = ssb4d_mem_alloc(mem, cols * Dr * Dc * sizeof(float), "refine frames", err);
+    if (!frames) {
+        refine_data_free(d);
+        return err ? err->code : SSB4D_ENOMEM;
+    }
+    d->valid = calloc(d->n, 1);
     int *map = malloc(Dr * Dc * sizeof(int)); /* fine pixel → model index, −1: out */
     unsigned char *bad = calloc(d->n, 1);
     if (!d->cnt || !d->valid || !frames || !map || !bad) {

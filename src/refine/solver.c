@@ -530,7 +530,7 @@ void refine_solution_free(refine_solution *s)
     memset(s, 0, sizeof *s);
 }
 
-ssb4d_status refine_solve(refine_problem *pb, refine_solution *out, ssb4d_err *err)
+static ssb4d_status solve_inner(refine_problem *pb, refine_solution *out, ssb4d_err *err)
 {
     memset(out, 0, sizeof *out);
     if (pb->ns > 64)
@@ -615,6 +615,23 @@ ssb4d_status refine_solve(refine_problem *pb, refine_solution *out, ssb4d_err *e
         return ssb_fail(err, SSB4D_ENOMEM, "out of memory");
     }
     return SSB4D_OK;
+}
+
+ssb4d_status refine_solve(refine_problem *pb, refine_solution *out, ssb4d_err *err)
+{
+    size_t grid[2], det[2] = {(size_t)pb->d->nr, (size_t)pb->d->nc};
+    double dx[2];
+    refine_object_grid(pb, grid, dx);
+    size_t B = pb->batch < pb->d->npos ? pb->batch : pb->d->npos;
+    size_t ws = refine_workspace_bytes(0, det, grid, pb->ns, B, pb->threads);
+    /* the solver's buffers, counted in the memory context as one block (the patterns are counted
+     * where they are allocated, batch.c) */
+    ssb4d_status st = ssb4d_mem_external(pb->mem, ws, 1, "refine workspace", err);
+    if (st)
+        return st;
+    st = solve_inner(pb, out, err);
+    ssb4d_mem_external(pb->mem, ws, 0, NULL, NULL);
+    return st;
 }
 
 size_t refine_workspace_bytes(size_t npos, const size_t det[2], const size_t obj[2], int slices, size_t batch,
