@@ -28,6 +28,16 @@ int refine_fast_size(int n)
     }
 }
 
+int refine_grid_size(int det, double pad)
+{
+    int need = (int)ceil(pad * det), p2 = 2;
+    while (p2 < need)
+        p2 *= 2;
+    /* FFTW_ESTIMATE's plans (reproducible bits, SPEC §9) are much faster for powers of two: at
+     * 96² a transform took 84 µs, at 128² 61 µs; take one up to 2× the detector */
+    return p2 <= 2 * det ? p2 : refine_fast_size(need);
+}
+
 int refine_auto_bin(size_t det_rows, size_t det_cols)
 {
     size_t d = det_rows > det_cols ? det_rows : det_cols;
@@ -53,7 +63,7 @@ ssb4d_status refine_data_load(ssb4d_source *src, const ssb4d_calibration *cal, c
     ssb4d_source_shape(src, sh);
     size_t Dr = sh[2], Dc = sh[3], b = (size_t)bin;
     d->dr = (int)(Dr / b), d->dc = (int)(Dc / b);
-    int nr = refine_fast_size((int)ceil(pad * d->dr)), nc = refine_fast_size((int)ceil(pad * d->dc));
+    int nr = refine_grid_size(d->dr, pad), nc = refine_grid_size(d->dc, pad);
     d->nr = nr, d->nc = nc, d->bin = bin;
     d->n = (size_t)nr * nc;
     size_t rows = region[1] - region[0], cols = region[3] - region[2];

@@ -65,6 +65,9 @@ ssb4d_status refine_data_load(ssb4d_source *src, const ssb4d_calibration *cal, c
 void refine_data_free(refine_data *d);
 /* The smallest even n' >= n with only the factors 2, 3, 5, 7. */
 int refine_fast_size(int n);
+/* The model grid along one axis: a power of two from pad·det up to 2·det, else the fast size
+ * from pad·det. */
+int refine_grid_size(int det, double pad);
 /* The binning the library chooses: the smallest of 1, 2, 4 that brings the grid to <= 96. */
 int refine_auto_bin(size_t det_rows, size_t det_cols);
 
