@@ -44,6 +44,7 @@ typedef struct {
     double scale;              /* the dose: fitted (Poisson's closed form) after each object pass */
     double sum_I;              /* Σ over the last pass of the model's valid intensity */
     long adam_t;
+    double lr;                 /* Adam's step this pass (decays over the last passes) */
     double K;                  /* Σ (c log c − c) over the valid pixels: deviance = 2(L + K) */
 } solver;
 
@@ -244,7 +245,7 @@ static double run_pass(solver *S, int mode, uint64_t pass, double *g, double pro
     if (g)
         memset(g, 0, RP_N * sizeof(double));
     S->sum_I = 0.0;
-    double loss = 0.0, lr = pb->lr > 0 ? pb->lr : 0.05;
+    double loss = 0.0, lr = S->lr;
     const double b1 = 0.9, b2 = 0.999;
     for (size_t b0 = 0; b0 < npos; b0 += S->B) {
         long nb = (long)(npos - b0 < S->B ? npos - b0 : S->B);
@@ -568,6 +569,10 @@ static ssb4d_status solve_inner(refine_problem *pb, refine_solution *out, ssb4d_
         int act[RP_N], any = 0;
         for (int k = 0; k < RP_N; k++)
             any |= act[k] = pb->active[k] && it >= start[k];
+        /* Adam's step: constant, then halved every 10 % of the passes over the last 40 %, so the
+         * minibatches' noise settles and the loss converges */
+        double base = pb->lr > 0 ? pb->lr : 0.05, late = it - 0.6 * P;
+        S.lr = late > 0 ? base * pow(0.5, late / (0.1 * P)) : base;
         double g[RP_N] = {0};
         double L = run_pass(&S, PASS_OBJECT, (uint64_t)it, any ? g : NULL, f0, f1);
         memcpy(glast, g, sizeof g);
