@@ -766,8 +766,9 @@ typedef struct {
     float *probe;                  /* probe_shape complex64 as float pairs, real space, at the entrance */
     size_t region[4];              /* scan rows [r0,r1) x cols [c0,c1) refined */
     double seconds;
-    double C10_entrance_nm;        /* C10 at the entrance surface (ab's C10 is at the mid-plane,
-                                      as the SSB fit's: entrance + thickness/2) */
+    double C10_entrance_nm;        /* C10 at the first slice's plane (ab's C10 is at the
+                                      mid-plane, as the SSB fit's: the centroid of the N slices'
+                                      planes, entrance + (N − 1)·thickness/(2N)) */
     int bin;                       /* the detector binning used */
     double seconds_per_iteration;  /* one object pass (with its global step) */
     double grad[6];                /* the final loss gradient per position, in the order C10, C12

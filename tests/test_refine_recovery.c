@@ -94,6 +94,8 @@ static void test_recovery(void **state)
         printf("%.1f ", r.history[i]);
     printf("\n");
     assert_true(fabs(r.ab.C_nm[SSB4D_C10] - c.truth_mid.C_nm[SSB4D_C10]) <= c.t_nm / 2 + 0.2);
+    /* tighter: the planes' centroid is the mid-plane (docs/refine.md), measured 0.09 nm off */
+    assert_true(fabs(r.ab.C_nm[SSB4D_C10] - c.truth_mid.C_nm[SSB4D_C10]) <= 0.3);
     assert_true(fabs(r.ab.C_nm[SSB4D_C12] - c.truth_mid.C_nm[SSB4D_C12]) <= 0.2);
     assert_true(fabs(r.ab.phi_deg[SSB4D_C12] - c.truth_mid.phi_deg[SSB4D_C12]) <= 3.0);
     assert_true(fabs(r.tilt_mrad[0] - c.sim.sp.tilt_mrad[0]) <= 1.0);

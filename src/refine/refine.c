@@ -147,7 +147,9 @@ ssb4d_status ssb4d_refine(ssb4d_source *src, const ssb4d_calibration *cal, const
     pb.geo.rotation_deg = g->rotation_deg;
     pb.geo.flip = g->flip;
     pb.geo.ab = *ab;
-    pb.th[RP_C10] = ab->C_nm[SSB4D_C10] * 10.0 - t_nm * 10.0 / 2.0; /* mid-plane → entrance */
+    /* the mid-plane is the centroid of the N planes where the slices act, (N − 1)·Δz/2 below the
+     * first (docs/refine.md "C10's plane") */
+    pb.th[RP_C10] = ab->C_nm[SSB4D_C10] * 10.0 - (ns - 1) * (t_nm * 10.0 / ns) / 2.0;
     pb.th[RP_C12] = ab->C_nm[SSB4D_C12] * 10.0;
     pb.th[RP_PHI12] = ab->phi_deg[SSB4D_C12] * M_PI / 180.0;
     pb.th[RP_T0] = thick ? thick->tilt_mrad[0] * 1e-3 : 0.0;
@@ -180,7 +182,7 @@ ssb4d_status ssb4d_refine(ssb4d_source *src, const ssb4d_calibration *cal, const
     double t_fin = pb.th[RP_DZ] * ns / 10.0;
     r->ab = *ab;
     r->C10_entrance_nm = pb.th[RP_C10] / 10.0;
-    r->ab.C_nm[SSB4D_C10] = r->C10_entrance_nm + t_fin / 2.0;
+    r->ab.C_nm[SSB4D_C10] = r->C10_entrance_nm + (ns - 1) * (t_fin / ns) / 2.0;
     r->ab.C_nm[SSB4D_C12] = pb.th[RP_C12] / 10.0;
     double phi = fmod(pb.th[RP_PHI12] * 180.0 / M_PI + 90.0, 180.0);
     r->ab.phi_deg[SSB4D_C12] = (phi < 0 ? phi + 180.0 : phi) - 90.0;
