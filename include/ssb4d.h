@@ -741,6 +741,9 @@ typedef struct {
     double slice_coupling;         /* κ, how strongly the slices are held alike (the tilt is
                                       degenerate with shifted free slices; docs/refine.md
                                       "Regularisation"): 0 = the default 1, negative = off */
+    int restart_check;             /* 1: a second, shorter start from the other side of the
+                                      thickness, which confidence compares with (about 60 % more
+                                      time; only when the thickness is refined); 0 (default): none */
 } ssb4d_refine_params;
 void ssb4d_refine_params_default(ssb4d_refine_params *p);
 
@@ -770,11 +773,12 @@ typedef struct {
                                       mid-plane, as the SSB fit's: the centroid of the N slices'
                                       planes, entrance + (N − 1)·thickness/(2N)) */
     int bin;                       /* the detector binning used */
-    double seconds_per_iteration;  /* one object pass (with its global step) */
+    double seconds_per_iteration;  /* one pass of the main solve (with its global step) */
     double grad[6];                /* the final loss gradient per position, in the order C10, C12
                                       (per Å), φ12 (per rad), tilt row, col (per rad, scan frame),
                                       Δz (per Å) */
     double curvature[6];           /* the loss's curvature along each (NaN: not refined) */
+    double thickness_check_nm;     /* where the check start's thickness ended (NaN: not run) */
 } ssb4d_refine_result;
 void ssb4d_refine_result_free(ssb4d_refine_result *r);
 

@@ -76,6 +76,7 @@ static void test_recovery(void **state)
     p.thickness_range_nm[0] = 1.0, p.thickness_range_nm[1] = 8.0;
     p.slices = 2;
     p.iterations = 24;
+    p.restart_check = 1;
     ssb4d_refine_result r;
     ssb4d_err err = {0};
     ssb4d_status st = ssb4d_refine(c.src, &c.cal, &c.cal.geom, NULL, &seed, NULL, &p, &r, &err);
@@ -88,6 +89,7 @@ static void test_recovery(void **state)
     printf("refined: C10 mid %.3f nm (entrance %.3f), C12 %.3f nm / %.2f deg, tilt %.2f %.2f mrad, t %.3f nm\n",
            r.ab.C_nm[SSB4D_C10], r.C10_entrance_nm, r.ab.C_nm[SSB4D_C12], r.ab.phi_deg[SSB4D_C12], r.tilt_mrad[0],
            r.tilt_mrad[1], r.thickness_nm);
+    printf("check start: thickness %.3f nm\n", r.thickness_check_nm);
     printf("deviance %.1f per position, expected %.1f; confident %d (%s); %.2f s, %.3f s/iteration, bin %d\n", r.nll,
            r.nll_expected, r.confident, r.warning, r.seconds, r.seconds_per_iteration, r.bin);
     for (size_t i = 0; i < r.n_history; i++)
@@ -101,6 +103,7 @@ static void test_recovery(void **state)
     assert_true(fabs(r.tilt_mrad[0] - c.sim.sp.tilt_mrad[0]) <= 1.0);
     assert_true(fabs(r.tilt_mrad[1] - c.sim.sp.tilt_mrad[1]) <= 1.0);
     assert_true(fabs(r.thickness_nm - c.t_nm) <= 0.1 * c.t_nm);
+    assert_true(fabs(r.thickness_check_nm - c.t_nm) <= 0.1 * c.t_nm);
     ssb4d_refine_result_free(&r);
     rcase_free(&c);
 }

@@ -40,6 +40,8 @@ void ssb4d_refine_result_free(ssb4d_refine_result *r)
 /* Confidence thresholds (docs/refine.md "Confidence"). */
 #define DEV_RATIO_MAX 1.25  /* deviance over its Poisson expectation */
 #define CHANGE_MAX 2e-3     /* relative loss change over the last pass: converged */
+#define THICK_AGREE 0.05    /* the check start's thickness within 5 % */
+#define C10_AGREE_NM 0.2    /* and its C10 within 0.2 nm */
 
 static void confidence(ssb4d_refine_result *r, const refine_solution *s, const refine_problem *pb)
 {
@@ -172,11 +174,38 @@ ssb4d_status ssb4d_refine(ssb4d_source *src, const ssb4d_calibration *cal, const
     pb.kappa = p->slice_coupling == 0 ? 1.0 : p->slice_coupling < 0 ? 0.0 : p->slice_coupling;
     pb.lr = 0.05;
 
+    refine_problem pb0 = pb; /* the start, for the check's second start */
     refine_solution s;
+    struct timespec ts0, ts1;
+    clock_gettime(CLOCK_MONOTONIC, &ts0);
     st = refine_solve(&pb, &s, err);
+    clock_gettime(CLOCK_MONOTONIC, &ts1);
     if (st) {
         refine_data_free(&d);
         return st;
+    }
+    /* The check start (p->restart_check, docs/refine.md "Confidence"): the thickness is shallow
+     * in the likelihood and a free object may settle on either side of it, so a second, shorter
+     * solve starts the thickness on the other side of the result; the two must agree. */
+    double t2_nm = NAN, c10_2 = NAN;
+    if (p->restart_check && pb.active[RP_DZ]) {
+        refine_problem q = pb0;
+        double t1 = pb.th[RP_DZ] * ns, t0 = pb0.th[RP_DZ] * ns;
+        double ts = t1 >= t0 ? 0.75 * t1 : 1.25 * t1;
+        ts = fmin(fmax(ts, tr[0] * 10.0), tr[1] * 10.0);
+        q.th[RP_C10] = pb0.th[RP_C10] + (ns - 1) * (t0 - ts) / (2.0 * ns); /* the same mid-plane */
+        q.th[RP_DZ] = ts / ns;
+        q.iterations = pb.iterations * 3 / 5 > 6 ? pb.iterations * 3 / 5 : 6;
+        refine_solution s2;
+        st = refine_solve(&q, &s2, err);
+        if (st) {
+            refine_solution_free(&s);
+            refine_data_free(&d);
+            return st;
+        }
+        t2_nm = q.th[RP_DZ] * ns / 10.0;
+        c10_2 = (q.th[RP_C10] + (ns - 1) * q.th[RP_DZ] / 2.0) / 10.0;
+        refine_solution_free(&s2);
     }
     /* the result */
     double t_fin = pb.th[RP_DZ] * ns / 10.0;
@@ -221,6 +250,15 @@ ssb4d_status ssb4d_refine(ssb4d_source *src, const ssb4d_calibration *cal, const
         r->curvature[k] = s.curv[k];
     }
     confidence(r, &s, &pb);
+    r->thickness_check_nm = t2_nm;
+    if (r->confident && !isnan(t2_nm) &&
+        (fabs(t2_nm - r->thickness_nm) > THICK_AGREE * r->thickness_nm ||
+         fabs(c10_2 - r->ab.C_nm[SSB4D_C10]) > C10_AGREE_NM)) {
+        snprintf(r->warning, sizeof r->warning, "a second start from the other side of the thickness ended at %.3g nm "
+                 "and C10 %.3g nm, against %.3g and %.3g nm (limits %.0f %%, %.1f nm)", t2_nm, c10_2, r->thickness_nm,
+                 r->ab.C_nm[SSB4D_C10], 100 * THICK_AGREE, C10_AGREE_NM);
+        r->confident = 0;
+    }
     refine_solution_free(&s);
     refine_data_free(&d);
     if (!r->projected_phase) {
@@ -232,7 +270,8 @@ ssb4d_status ssb4d_refine(ssb4d_source *src, const ssb4d_calibration *cal, const
             r->projected_phase[q] += r->slice_phase[(size_t)j * on + q];
     clock_gettime(CLOCK_MONOTONIC, &t1);
     r->seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
-    r->seconds_per_iteration = r->seconds / pb.iterations;
+    r->seconds_per_iteration = ((double)(ts1.tv_sec - ts0.tv_sec) + 1e-9 * (double)(ts1.tv_nsec - ts0.tv_nsec)) /
+                               pb.iterations; /* the main solve's */
     ssb4d_mem_progress(p->mem, 1.0);
     return SSB4D_OK;
 }
