@@ -50,6 +50,7 @@ void refine_data_free(refine_data *d)
         return;
     ssb4d_mem_free(d->mem, d->cnt, 0);
     free(d->valid);
+    free(d->vidx);
     memset(d, 0, sizeof *d);
 }
 
@@ -75,20 +76,14 @@ ssb4d_status refine_data_load(ssb4d_source *src, const ssb4d_calibration *cal, c
         ci[a] = floor(cb[a] + 0.5);
         d->delta[a] = ci[a] - cb[a];
     }
-    d->cnt = ssb4d_mem_alloc(mem, d->npos * d->n * sizeof(float), "refine patterns", err);
-    if (!d->cnt) /* the memory context's line says what did not fit */
-        return err ? err->code : SSB4D_ENOMEM;
-    float *frames = ssb4d_mem_alloc(mem, cols * Dr * Dc * sizeof(float), "refine frames", err);
-    if (!frames) {
-        refine_data_free(d);
-        return err ? err->code : SSB4D_ENOMEM;
-    }
+    /* which model pixel each detector pixel feeds (−1: none), and the valid ones */
     d->valid = calloc(d->n, 1);
-    int *map = malloc(Dr * Dc * sizeof(int)); /* fine pixel → model index, −1: out */
+    d->vidx = malloc(d->n * sizeof(int));
+    int *map = malloc(Dr * Dc * sizeof(int)), *cidx = malloc(d->n * sizeof(int));
     unsigned char *bad = calloc(d->n, 1);
-    if (!d->cnt || !d->valid || !frames || !map || !bad) {
-        ssb4d_mem_free(mem, frames, 0);
+    if (!d->valid || !d->vidx || !map || !cidx || !bad) {
         free(map);
+        free(cidx);
         free(bad);
         refine_data_free(d);
         return ssb_fail(err, SSB4D_ENOMEM, "out of memory for the refinement's %zu patterns", rows * cols);
@@ -112,10 +107,25 @@ ssb4d_status refine_data_load(ssb4d_source *src, const ssb4d_calibration *cal, c
         if (q >= 0)
             bad[q] = 1;
     }
-    for (size_t q = 0; q < d->n; q++)
+    d->nv = 0;
+    for (size_t q = 0; q < d->n; q++) {
         if (bad[q])
             d->valid[q] = 0;
-    memset(d->cnt, 0, d->npos * d->n * sizeof(float));
+        cidx[q] = d->valid[q] ? (int)d->nv : -1;
+        if (d->valid[q])
+            d->vidx[d->nv++] = (int)q;
+    }
+    free(bad);
+    /* the patterns: the valid pixels only (the model grid's margin holds no data) */
+    d->cnt = ssb4d_mem_alloc(mem, d->npos * d->nv * sizeof(float), "refine patterns", err);
+    float *frames = d->cnt ? ssb4d_mem_alloc(mem, cols * Dr * Dc * sizeof(float), "refine frames", err) : NULL;
+    if (!d->cnt || !frames) { /* the memory context's line says what did not fit */
+        free(map);
+        free(cidx);
+        refine_data_free(d);
+        return err ? err->code : SSB4D_ENOMEM;
+    }
+    memset(d->cnt, 0, d->npos * d->nv * sizeof(float));
     double total = 0.0, sv = 0.0;
     ssb4d_status st = SSB4D_OK;
     for (size_t i = 0; i < rows && !st; i++) {
@@ -124,16 +134,16 @@ ssb4d_status refine_data_load(ssb4d_source *src, const ssb4d_calibration *cal, c
             break;
         for (size_t j = 0; j < cols; j++) {
             const float *fr = frames + j * Dr * Dc;
-            float *o = d->cnt + (i * cols + j) * d->n;
+            float *o = d->cnt + (i * cols + j) * d->nv;
             double tot = 0.0;
             for (size_t p = 0; p < Dr * Dc; p++) {
                 tot += fr[p];
-                if (map[p] >= 0)
-                    o[map[p]] += fr[p];
+                if (map[p] >= 0 && cidx[map[p]] >= 0)
+                    o[cidx[map[p]]] += fr[p];
             }
             total += tot;
-            for (size_t q = 0; q < d->n; q++)
-                sv += d->valid[q] ? o[q] : 0.0;
+            for (size_t v = 0; v < d->nv; v++)
+                sv += o[v];
         }
         if (ssb4d_mem_progress(mem, 0.02 * (double)(i + 1) / (double)rows)) {
             st = ssb_fail(err, SSB4D_ECANCELLED, "refine: cancelled");
@@ -142,7 +152,7 @@ ssb4d_status refine_data_load(ssb4d_source *src, const ssb4d_calibration *cal, c
     }
     ssb4d_mem_free(mem, frames, 0);
     free(map);
-    free(bad);
+    free(cidx);
     if (st) {
         refine_data_free(d);
         return st;
@@ -150,6 +160,14 @@ ssb4d_status refine_data_load(ssb4d_source *src, const ssb4d_calibration *cal, c
     d->mean_total = total / (double)d->npos;
     d->sum_valid = sv;
     return SSB4D_OK;
+}
+
+void refine_data_expand(const refine_data *d, size_t p, float *out)
+{
+    memset(out, 0, d->n * sizeof(float));
+    const float *c = d->cnt + p * d->nv;
+    for (size_t v = 0; v < d->nv; v++)
+        out[d->vidx[v]] = c[v];
 }
 
 /* E[2(c log(c/μ) − (c − μ))] for c ~ Poisson(μ): summed exactly below μ = 30, the asymptotic

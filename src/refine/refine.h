@@ -42,8 +42,8 @@ void refine_model_probe(const refine_model *m, float *out);
 
 /* Bytes of the refinement's workspace: the region's patterns (npos × grid), the object
  * (slices × its grid, phase, complex, Adam moments and gradient), the per-position buffers of one
- * minibatch and the per-thread FFT buffers. det: the binned grid (rows, cols); obj: the object
- * grid (rows, cols). */
+ * minibatch and the per-thread FFT buffers. det: the model grid (rows, cols; the patterns are
+ * counted at its size, an upper bound of their valid pixels); obj: the object grid (rows, cols). */
 size_t refine_workspace_bytes(size_t npos, const size_t det[2], const size_t obj[2], int slices, size_t batch,
                               int threads);
 
@@ -52,8 +52,10 @@ typedef struct {
     size_t npos, n;          /* positions, pixels per pattern */
     int nr, nc, bin;         /* the model grid (the binned detector × pad) */
     int dr, dc;              /* the binned detector */
-    float *cnt;              /* npos × n */
-    unsigned char *valid;    /* n */
+    float *cnt;              /* npos × nv: the counts of the valid pixels, in vidx's order */
+    unsigned char *valid;    /* n: 1 = in the likelihood */
+    int *vidx;               /* nv: the valid pixels' model indices, ascending */
+    size_t nv;
     double mean_total;       /* mean counts per position (all pixels) */
     double sum_valid;        /* Σ counts over the valid pixels of all positions */
     double delta[2];         /* centre offset (binned pixels) */
@@ -63,6 +65,9 @@ ssb4d_status refine_data_load(ssb4d_source *src, const ssb4d_calibration *cal, c
                               const size_t region[4], int bin, double pad, ssb4d_mem *mem, refine_data *d,
                               ssb4d_err *err);
 void refine_data_free(refine_data *d);
+/* The counts of position p expanded onto the model grid (n floats into out; 0 off the valid
+ * pixels). */
+void refine_data_expand(const refine_data *d, size_t p, float *out);
 /* The smallest even n' >= n with only the factors 2, 3, 5, 7. */
 int refine_fast_size(int n);
 /* The model grid along one axis: a power of two from pad·det up to 2·det, else the fast size

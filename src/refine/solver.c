@@ -39,6 +39,7 @@ typedef struct {
     refine_model *model;
     refine_work **work;
     float **gt;                /* per thread: ns·2n */
+    float **cb;                /* per thread: n, one position's counts on the grid */
     float *gb;                 /* B·ns·n: per-position phase gradients */
     double *gp, *lp, *sp;      /* B·RP_N, B, B */
     double scale;              /* the dose: fitted (Poisson's closed form) after each object pass */
@@ -109,6 +110,10 @@ static void solver_free(solver *S)
         for (int i = 0; i < S->nt; i++)
             fftwf_free(S->gt[i]);
     free(S->gt);
+    if (S->cb)
+        for (int i = 0; i < S->nt; i++)
+            free(S->cb[i]);
+    free(S->cb);
     free(S->gb);
     free(S->gp);
     free(S->lp);
@@ -142,6 +147,7 @@ static ssb4d_status solver_init(solver *S, refine_problem *pb, ssb4d_err *err)
     S->order = malloc(d->npos * sizeof(size_t));
     S->work = calloc((size_t)S->nt, sizeof *S->work);
     S->gt = calloc((size_t)S->nt, sizeof *S->gt);
+    S->cb = calloc((size_t)S->nt, sizeof *S->cb);
     S->gb = malloc(S->B * (size_t)S->ns * S->n * sizeof(float));
     S->gp = malloc(S->B * RP_N * sizeof(double));
     S->lp = malloc(S->B * sizeof(double));
@@ -149,7 +155,7 @@ static ssb4d_status solver_init(solver *S, refine_problem *pb, ssb4d_err *err)
     S->scale = d->mean_total;
     S->model = refine_model_new(d->nr, d->nc, S->ns);
     if (!S->phase || !S->t || !S->m1 || !S->m2 || !S->illum || !S->gacc || !S->o0 || !S->o1 || !S->s0 || !S->s1 ||
-        !S->order || !S->work || !S->gt || !S->gb || !S->gp || !S->lp || !S->sp || !S->model) {
+        !S->order || !S->work || !S->gt || !S->cb || !S->gb || !S->gp || !S->lp || !S->sp || !S->model) {
         solver_free(S);
         return ssb_fail(err, SSB4D_ENOMEM, "out of memory for the refinement's object (%zux%zu x %d slices)",
                         S->Or, S->Oc, pb->ns);
@@ -157,7 +163,8 @@ static ssb4d_status solver_init(solver *S, refine_problem *pb, ssb4d_err *err)
     for (int i = 0; i < S->nt; i++) {
         S->work[i] = refine_work_new(S->model);
         S->gt[i] = fftwf_malloc(2 * S->n * (size_t)S->ns * sizeof(float));
-        if (!S->work[i] || !S->gt[i]) {
+        S->cb[i] = malloc(S->n * sizeof(float));
+        if (!S->work[i] || !S->gt[i] || !S->cb[i]) {
             solver_free(S);
             return ssb_fail(err, SSB4D_ENOMEM, "out of memory for the refinement's thread buffers");
         }
@@ -190,12 +197,9 @@ static ssb4d_status solver_init(solver *S, refine_problem *pb, ssb4d_err *err)
     /* the deviance's constant */
     double K = 0.0;
     for (size_t p = 0; p < d->npos; p++) {
-        const float *c = d->cnt + p * d->n;
-        for (size_t q = 0; q < d->n; q++)
-            if (d->valid[q] && c[q] > 0)
-                K += c[q] * log((double)c[q]) - c[q];
-            else if (d->valid[q])
-                K -= c[q];
+        const float *c = d->cnt + p * d->nv;
+        for (size_t v = 0; v < d->nv; v++)
+            K += c[v] > 0 ? c[v] * log((double)c[v]) - c[v] : 0.0;
     }
     S->K = K;
     return SSB4D_OK;
@@ -259,7 +263,8 @@ static double run_pass(solver *S, int mode, uint64_t pass, double *g, double pro
                 obj[s] = S->t + 2 * (((s * S->Or) + (size_t)S->o0[p]) * S->Oc + (size_t)S->o1[p]);
             double *gp = S->gp + (size_t)b * RP_N;
             memset(gp, 0, RP_N * sizeof(double));
-            S->lp[b] = refine_model_position(S->model, obj, S->Oc, S->s0[p], S->s1[p], d->cnt + p * n, d->valid,
+            refine_data_expand(d, p, S->cb[tid]);
+            S->lp[b] = refine_model_position(S->model, obj, S->Oc, S->s0[p], S->s1[p], S->cb[tid], d->valid,
                                              S->scale, pb->amplitude, S->work[tid],
                                              want_obj ? S->gt[tid] : NULL, want_g ? gp : NULL, NULL, NULL,
                                              &S->sp[b]);
@@ -463,7 +468,8 @@ static int final_eval(solver *S, refine_solution *out, double prog)
             float *obj[64];
             for (size_t s = 0; s < (size_t)S->ns; s++)
                 obj[s] = S->t + 2 * (((s * S->Or) + (size_t)S->o0[p]) * S->Oc + (size_t)S->o1[p]);
-            refine_model_position(S->model, obj, S->Oc, S->s0[p], S->s1[p], d->cnt + p * n, d->valid, S->scale,
+            refine_data_expand(d, p, S->cb[tid]);
+            refine_model_position(S->model, obj, S->Oc, S->s0[p], S->s1[p], S->cb[tid], d->valid, S->scale,
                                   pb->amplitude, S->work[tid], NULL, NULL, I[tid], &dv[p], NULL);
             double e = 0.0;
             for (size_t q = 0; q < n; q++) {
@@ -646,7 +652,7 @@ size_t refine_workspace_bytes(size_t npos, const size_t det[2], const size_t obj
     size_t data = npos * n * sizeof(float) + n;
     size_t object = on * (sizeof(float) * 5 + sizeof(double)); /* φ, t (2), Adam (2), gradient */
     size_t per_batch = batch * ((size_t)slices * n * sizeof(float) + (RP_N + 1) * sizeof(double));
-    size_t per_thread = (size_t)threads * (2 * n * sizeof(float) * (3 * (size_t)slices + 3));
+    size_t per_thread = (size_t)threads * (2 * n * sizeof(float) * (3 * (size_t)slices + 3) + n * sizeof(float));
     size_t model = 2 * n * sizeof(float) * 6;
     return data + object + per_batch + per_thread + model;
 }
