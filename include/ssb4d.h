@@ -717,6 +717,88 @@ ssb4d_status ssb4d_session_load_fit(ssb4d_session *s, const char *path, ssb4d_er
  * its trials (r->trials NULL): 1, or 0 (r zeroed) when it has none. */
 int ssb4d_session_last_fit(const ssb4d_session *s, ssb4d_fit_result *r);
 
+/* Multislice refinement (src/refine/, SPEC §13): a model that explains the recorded intensities,
+ * seeded by the SSB fit (docs/refine.md). */
+
+typedef enum { SSB4D_REFINE_POISSON = 0, SSB4D_REFINE_AMPLITUDE = 1 } ssb4d_refine_loss;
+
+typedef struct {
+    int slices;                    /* N slices; 0: auto (about one per 1.5 nm of the thickness, >= 1) */
+    double thickness_nm;           /* the start's total thickness; NaN: the middle of the range */
+    double thickness_range_nm[2];  /* the range the thickness may take; equal ends: held fixed */
+    int iterations;                /* passes over the positions in all (0: the default, e.g. 30) */
+    size_t batch;                  /* positions per minibatch (0: the library's choice) */
+    ssb4d_refine_loss loss;
+    int refine_aberrations;        /* 1 (default): C10, C12, φ12 after the object stage */
+    int refine_tilt;               /* 1 (default) */
+    int refine_thickness;          /* 1 (default) when the range is not a point */
+    int refine_probe;              /* 0 (default): probe pixels free in the last stage */
+    int modes;                     /* incoherent probe modes, 1 (default) */
+    int bin;                       /* detector binning 1, 2, 4 (0: the library's choice for speed) */
+    uint64_t seed;
+    int threads;                   /* 0: all cores; results do not depend on it (SPEC §9) */
+    ssb4d_mem *mem;                /* budget, progress ("refine", fraction) and cancel; may be NULL */
+    double slice_coupling;         /* κ, how strongly the slices are held alike (the tilt is
+                                      degenerate with shifted free slices; docs/refine.md
+                                      "Regularisation"): 0 = the default 1, negative = off */
+    int restart_check;             /* 1: a second, shorter start from the other side of the
+                                      thickness, which confidence compares with (about 60 % more
+                                      time; only when the thickness is refined); 0 (default): none */
+} ssb4d_refine_params;
+void ssb4d_refine_params_default(ssb4d_refine_params *p);
+
+typedef struct {
+    ssb4d_aberrations ab;          /* the seed with the refined C10, C12, φ12 (φ12 scan frame) */
+    double phi12_probe_deg;        /* φ12 in the probe frame (ssb4d_phi12_to_probe) */
+    double tilt_mrad[2];           /* scan frame (row, col) */
+    double tilt_probe_mrad[2];     /* probe frame (ssb4d_vector_to_probe) */
+    double thickness_nm;
+    int slices;
+    ssb4d_geometry geom;           /* the geometry used (rotation, flip, sampling: the seed's) */
+    double nll;                    /* final negative log-likelihood per position (Poisson: deviance form) */
+    double nll_expected;           /* what pure counting noise would give at the truth (for confidence) */
+    double *history;               /* nll after each iteration; n_history entries */
+    size_t n_history;
+    int confident;
+    char warning[256];             /* why not confident ("" when confident) */
+    size_t obj_shape[2];           /* object grid (rows, cols), probe frame */
+    double obj_pixel_A[2];
+    float *slice_phase;            /* slices x rows x cols: the phase of each slice's transmission */
+    float *projected_phase;        /* rows x cols: Σ of the slices' phases */
+    size_t probe_shape[2];
+    float *probe;                  /* probe_shape complex64 as float pairs, real space, at the entrance */
+    size_t region[4];              /* scan rows [r0,r1) x cols [c0,c1) refined */
+    double seconds;
+    double C10_entrance_nm;        /* C10 at the first slice's plane (ab's C10 is at the
+                                      mid-plane, as the SSB fit's: the centroid of the N slices'
+                                      planes, entrance + (N − 1)·thickness/(2N)) */
+    int bin;                       /* the detector binning used */
+    double seconds_per_iteration;  /* one pass of the main solve (with its global step) */
+    double grad[6];                /* the final loss gradient per position, in the order C10, C12
+                                      (per Å), φ12 (per rad), tilt row, col (per rad, scan frame),
+                                      Δz (per Å) */
+    double curvature[6];           /* the loss's curvature along each (NaN: not refined) */
+    double thickness_check_nm;     /* where the check start's thickness ended (NaN: not run) */
+} ssb4d_refine_result;
+void ssb4d_refine_result_free(ssb4d_refine_result *r);
+
+/* Refines from a source (region: scan rows [r0,r1) x cols [c0,c1) of src, all 0 = whole scan),
+ * its calibration (BF centre, flagged pixels, sampling) and the geometry g (rotation and flip: the
+ * SSB fit's), seeded by ab (the SSB fit's) and thick (NULL: untilted, thickness from p). */
+ssb4d_status ssb4d_refine(ssb4d_source *src, const ssb4d_calibration *cal, const ssb4d_geometry *g,
+                          const size_t region[4], const ssb4d_aberrations *ab, const ssb4d_thick *thick,
+                          const ssb4d_refine_params *p, ssb4d_refine_result *r, ssb4d_err *err);
+
+/* The session's door: calibrates if needed; seeds from the session's current parameters (the
+ * last fit or a loaded calibration file's aberrations; with neither, the standard fit is run first);
+ * region: scan rows/cols of the whole scan, NULL or all 0: the session's region (or the whole scan). Progress and cancel through the session. On success the
+ * session's aberrations and thick model become the refined ones, and a later
+ * ssb4d_session_save_calibration records the refinement ("refine" section). */
+ssb4d_status ssb4d_session_refine(ssb4d_session *s, const size_t region[4], const ssb4d_refine_params *p,
+                                  ssb4d_refine_result *r, ssb4d_err *err);
+/* The session's last refinement (1), or 0 when none (r zeroed; arrays not copied: NULL). */
+int ssb4d_session_last_refine(const ssb4d_session *s, ssb4d_refine_result *r);
+
 /* Groups the calls that follow, until ssb4d_session_stage_end, into one stage of the memory
  * report named `name` (a viewer's "12 drags"; the replayed session's stages). */
 void ssb4d_session_stage_begin(ssb4d_session *s, const char *name);

@@ -77,6 +77,11 @@ struct ssb4d_session {
     char fit_given_by[32];     /* who stated the rotation the last fit held ("" none) */
     ssb4d_calfile_trial best[SESSION_BEST_TRIALS];
     size_t n_best;
+    /* Aberrations a loaded calibration file stated (a refinement starts from them without a fit);
+     * the last refinement (without its arrays). */
+    int ab_loaded;
+    int have_refine;
+    ssb4d_refine_result refine;
 };
 
 enum { G_FIT = 1, G_PREVIEW = 2 };
@@ -697,7 +702,7 @@ ssb4d_status ssb4d_session_fit(ssb4d_session *s, const ssb4d_fit_params *p, ssb4
     memcpy(s->fit_given_by, s->o.rotation_from, sizeof s->fit_given_by);
     s->fit.trials = NULL, s->fit.n_trials = 0; /* the caller owns the trace */
     s->fp = fp;
-    s->have_fit = 1, s->have_tilt = 0;
+    s->have_fit = 1, s->have_tilt = 0, s->have_refine = 0;
     s->ab = r->ab;
     s->geom = r->geom;
     memset(&s->thick, 0, sizeof s->thick);
@@ -1254,8 +1259,65 @@ ssb4d_status ssb4d_session_load_calibration(ssb4d_session *s, const char *path, 
     s->geom.rotation_deg = cf.geom.rotation_deg;
     if (cf.has_ab)
         s->ab = cf.ab;
+    s->ab_loaded = cf.has_ab;
+    s->have_refine = 0;
     if (cf.has_thick)
         s->thick = cf.thick;
     ssb_calfile_free(&cf);
     return SSB4D_OK;
+}
+
+/* ---- multislice refinement (SPEC §13) ---------------------------------------------------------- */
+
+ssb4d_status ssb4d_session_refine(ssb4d_session *s, const size_t region[4], const ssb4d_refine_params *p,
+                                  ssb4d_refine_result *r, ssb4d_err *err)
+{
+    memset(r, 0, sizeof *r);
+    ssb4d_status st = calibrate_step(s, err);
+    if (st)
+        return st;
+    if (!s->have_fit && !s->ab_loaded) { /* seeded by the SSB fit: run it first */
+        ssb4d_fit_result fr;
+        st = ssb4d_session_fit(s, NULL, &fr, err);
+        ssb4d_fit_result_free(&fr);
+        if (st || (st = step_cancelled(s, err)))
+            return st;
+    }
+    ssb4d_refine_params rp;
+    if (p)
+        rp = *p;
+    else
+        ssb4d_refine_params_default(&rp);
+    if (!rp.threads)
+        rp.threads = s->o.threads;
+    rp.mem = s->mem;
+    size_t reg[4] = {0, 0, 0, 0};
+    if (region && (region[0] | region[1] | region[2] | region[3]))
+        memcpy(reg, region, sizeof reg);
+    else if (s->has_region)
+        memcpy(reg, s->o.region, sizeof reg);
+    const ssb4d_thick *thick = s->thick.thickness_nm > 0 ? &s->thick : NULL;
+    call_begin(s, "refine");
+    st = ssb4d_refine(s->src, &s->cal, &s->geom, reg, &s->ab, thick, &rp, r, err);
+    call_end(s);
+    if (st)
+        return st;
+    s->ab = r->ab;
+    memcpy(s->thick.tilt_mrad, r->tilt_mrad, sizeof s->thick.tilt_mrad);
+    s->thick.thickness_nm = r->thickness_nm;
+    s->refine = *r;
+    s->refine.history = NULL, s->refine.n_history = 0;
+    s->refine.slice_phase = s->refine.projected_phase = s->refine.probe = NULL;
+    s->have_refine = 1;
+    return SSB4D_OK;
+}
+
+int ssb4d_session_last_refine(const ssb4d_session *s, ssb4d_refine_result *r)
+{
+    if (!s->have_refine) {
+        memset(r, 0, sizeof *r);
+        return 0;
+    }
+    *r = s->refine;
+    return 1;
 }
