@@ -251,13 +251,64 @@ static void test_flip_transposes(void **state)
     free(b);
 }
 
+/* b'. The scan's position formula (docs/simulate.md, the sidecar's scan.position_formula): at
+ * scan rotation θ, scan position (i, j) is the probe at i·e_row + j·e_col, e_row = step·(cos θ,
+ * −sin θ), e_col = step·(sin θ, cos θ) in the specimen (det_row, det_col) frame. The whole-scan
+ * simulation's noise-free patterns equal sim_pattern_at's at those positions; with the
+ * position's sign pinned by test_position_sign, this pins the scan's orientation. */
+static void test_scan_position_formula(void **state)
+{
+    (void)state;
+    ssb4d_sim_params p;
+    assert_int_equal(ssb4d_sim_params_preset(&p, "tiny", NULL), SSB4D_OK);
+    p.scan_n = 4;
+    p.scan_cells = 1;
+    p.det = 16;
+    p.window_cells = 2;
+    p.det_oversample = 1;
+    p.scan_rotation_deg = 30.0;
+    p.ab.C_nm[SSB4D_C10] = -3.0;
+    const size_t DD = (size_t)p.det * p.det, N = (size_t)p.scan_n;
+    float *all = malloc(N * N * DD * sizeof(float)), *one = malloc(DD * sizeof(float));
+    assert_non_null(all);
+    assert_non_null(one);
+    ssb4d_sim_info info;
+    assert_int_equal(ssb4d_simulate_to_memory(&p, NULL, all, NULL, NULL, &info, NULL), SSB4D_OK);
+    double th = p.scan_rotation_deg * M_PI / 180.0, st = info.scan_step_A, worst = 0.0, wrong = 0.0;
+    for (size_t i = 0; i < N; i++)
+        for (size_t j = 0; j < N; j++) {
+            double r = st * ((double)i * cos(th) + (double)j * sin(th));
+            double c = st * (-(double)i * sin(th) + (double)j * cos(th));
+            double sums[2];
+            assert_int_equal(sim_pattern_at(&p, r, c, one, sums, NULL), SSB4D_OK);
+            for (size_t n = 0; n < DD; n++)
+                worst = fmax(worst, fabs((double)one[n] - all[(i * N + j) * DD + n]));
+            /* the opposite rotation's position, for scale */
+            assert_int_equal(sim_pattern_at(&p, st * ((double)i * cos(th) - (double)j * sin(th)),
+                                            st * ((double)i * sin(th) + (double)j * cos(th)), one,
+                                            sums, NULL), SSB4D_OK);
+            for (size_t n = 0; n < DD; n++)
+                wrong = fmax(wrong, fabs((double)one[n] - all[(i * N + j) * DD + n]));
+        }
+    double peak = 0.0;
+    for (size_t n = 0; n < N * N * DD; n++)
+        peak = fmax(peak, all[n]);
+    printf("  scan rotation 30 deg: whole-scan patterns vs sim_pattern_at at the formula's "
+           "positions %.2e of the peak, at the opposite rotation's %.3f\n", worst / peak,
+           wrong / peak);
+    assert_true(worst <= 1e-6 * peak);
+    assert_true(wrong > 0.05 * peak);
+    free(all);
+    free(one);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_defocus_sign),    cmocka_unit_test(test_astigmatism_angle),
         cmocka_unit_test(test_position_sign),   cmocka_unit_test(test_tilt_sign),
         cmocka_unit_test(test_propagator_sign), cmocka_unit_test(test_potential_sign),
-        cmocka_unit_test(test_flip_transposes),
+        cmocka_unit_test(test_flip_transposes), cmocka_unit_test(test_scan_position_formula),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
