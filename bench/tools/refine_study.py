@@ -52,12 +52,13 @@ except ImportError:  # pragma: no cover
     print("refine_study.py: numpy is missing (run /usr/bin/python3)", file=sys.stderr)
     sys.exit(77)
 
-LATTICE_A = {"srtio3": 3.905, "au": 4.078}
+LATTICE_A = {"srtio3": 3.905, "au": 4.078, "si": 5.431}
 
 # Strata: (name, specimens, thickness range nm (None: cells), tilt range mrad, fit with --tilt)
 STRATA = {
-    "crystal_2_10nm": dict(specimens=("srtio3", "au"), thickness=(2.0, 10.0), tilt=(0.0, 5.0), thick=True),
-    "crystal_10_20nm": dict(specimens=("srtio3", "au"), thickness=(10.0, 20.0), tilt=(0.0, 5.0), thick=True),
+    # the crystals' specimens are --crystals (default srtio3,au; si once `simulate --specimen si` exists)
+    "crystal_2_10nm": dict(specimens=None, thickness=(2.0, 10.0), tilt=(0.0, 5.0), thick=True),
+    "crystal_10_20nm": dict(specimens=None, thickness=(10.0, 20.0), tilt=(0.0, 5.0), thick=True),
     "au_one_cell": dict(specimens=("au",), cells=1, tilt=(0.0, 0.0), thick=False),
     "thin_control": dict(specimens=("srtio3",), cells=1, tilt=(0.0, 0.0), thick=False),
 }
@@ -66,11 +67,12 @@ QUICK = [("crystal_2_10nm", 1e4), ("au_one_cell", 1e4), ("thin_control", 1e4)]
 
 # ---- cases -------------------------------------------------------------------------------------
 
-def make_case(stratum, dose, index, seed):
+def make_case(stratum, dose, index, seed, crystals=("srtio3", "au")):
     """The case `index` of (stratum, dose): every random draw from its own seeded stream."""
     st = STRATA[stratum]
     rng = np.random.default_rng([seed, sorted(STRATA).index(stratum), int(round(math.log10(dose) * 10)), index])
-    spec = st["specimens"][int(rng.integers(len(st["specimens"])))]
+    specs = st["specimens"] or tuple(crystals)
+    spec = specs[int(rng.integers(len(specs)))]
     a = LATTICE_A[spec]
     if "cells" in st:
         cells = st["cells"]
@@ -78,7 +80,7 @@ def make_case(stratum, dose, index, seed):
         cells = max(1, int(round(rng.uniform(*st["thickness"]) * 10.0 / a)))
     tmag, tdir = rng.uniform(*st["tilt"]), rng.uniform(0.0, 2.0 * math.pi)
     c = dict(
-        id=f"{stratum}-d{dose:g}-{index}", stratum=stratum, dose=dose, specimen=spec, cells=cells,
+        id=f"{stratum}-{spec}-d{dose:g}-{index}", stratum=stratum, dose=dose, specimen=spec, cells=cells,
         thickness_nm=cells * a / 10.0,
         C10_nm=round(float(rng.uniform(-10.0, 2.0)), 3),
         C12_nm=round(float(rng.uniform(0.5, 4.0)), 3),
@@ -365,6 +367,7 @@ def main():
     ap.add_argument("--doses", default="1e4", help="comma list of electrons per pattern (the dose strata)")
     ap.add_argument("--cases", type=int, default=5, help="cases per (stratum, dose)")
     ap.add_argument("--seed", type=int, default=40, help="study seed")
+    ap.add_argument("--crystals", default="srtio3,au", help="the crystal strata's specimens (srtio3, au, si)")
     ap.add_argument("--preset", default="tiny", help="simulate preset (tiny: 32² scan, 48² detector)")
     ap.add_argument("--scan", type=int, default=0, help="scan positions per axis (0: the preset's)")
     ap.add_argument("--detector", type=int, default=0, help="detector pixels (0: the preset's)")
@@ -403,9 +406,13 @@ def main():
             print("refine_study.py: doses must be in (0, 1e9]", file=sys.stderr)
             return 2
         plan = [(s, dose, i) for s in strata for dose in doses for i in range(args.cases)]
+    crystals = tuple(x.strip() for x in args.crystals.split(",") if x.strip())
+    if not crystals or any(x not in LATTICE_A for x in crystals):
+        print(f"refine_study.py: --crystals must name srtio3, au or si, got '{args.crystals}'", file=sys.stderr)
+        return 2
     done = {r["case"]["id"] for r in load(out) if "case" in r}
     for k, (s, dose, i) in enumerate(plan):
-        c = make_case(s, dose, i, args.seed)
+        c = make_case(s, dose, i, args.seed, crystals)
         if c["id"] in done:
             continue
         t0 = time.time()
@@ -420,7 +427,7 @@ def main():
               f"{' (refine: ' + rec['refine']['error'] + ')' if 'error' in rec.get('refine', {}) else ''}"
               f", {rec['seconds']:.0f} s", file=sys.stderr)
     print(table([r for r in load(out) if r.get("case", {}).get("id") in
-                 {make_case(s, dose, i, args.seed)["id"] for s, dose, i in plan}]))
+                 {make_case(s, dose, i, args.seed, crystals)["id"] for s, dose, i in plan}]))
     return 0
 
 
