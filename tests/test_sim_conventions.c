@@ -111,7 +111,9 @@ static void simulate_case(const conv_case *c, double *out)
 {
     ssb4d_sim_params p;
     assert_int_equal(ssb4d_sim_params_preset(&p, "tiny", NULL), SSB4D_OK);
-    p.specimen = !strcmp(c->crystal, "au") ? SSB4D_SPECIMEN_AU : SSB4D_SPECIMEN_SRTIO3;
+    p.specimen = !strcmp(c->crystal, "au")   ? SSB4D_SPECIMEN_AU
+                 : !strcmp(c->crystal, "si") ? SSB4D_SPECIMEN_SI
+                                             : SSB4D_SPECIMEN_SRTIO3;
     p.kv = c->kv;
     p.semiangle_mrad = c->semiangle;
     memset(&p.ab, 0, sizeof p.ab);
@@ -213,6 +215,14 @@ static void test_potential_sign(void **state)
     check_case("potential_sign");
 }
 
+/* e''. Si (diamond cubic, 4 atomic layers per cell): the layers stacked from the entrance, z = 0,
+ * ¼, ½, ¾, against the stack reversed and against the probe position's opposite. */
+static void test_si_layers(void **state)
+{
+    (void)state;
+    check_case("si_layers");
+}
+
 /* e'. The detector flip (`simulate --flip`) transposes every frame, det_row ↔ det_col, and
  * nothing else: the counts of a flipped run are exactly the transposed counts of the unflipped
  * one (same seed). A mirror along one axis (det_row → −det_row) would not pass. */
@@ -308,7 +318,7 @@ int main(void)
         cmocka_unit_test(test_defocus_sign),    cmocka_unit_test(test_astigmatism_angle),
         cmocka_unit_test(test_position_sign),   cmocka_unit_test(test_tilt_sign),
         cmocka_unit_test(test_propagator_sign), cmocka_unit_test(test_potential_sign),
-        cmocka_unit_test(test_flip_transposes), cmocka_unit_test(test_scan_position_formula),
+        cmocka_unit_test(test_si_layers),       cmocka_unit_test(test_flip_transposes), cmocka_unit_test(test_scan_position_formula),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

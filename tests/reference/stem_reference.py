@@ -67,10 +67,11 @@ def layer_potential(layer, a, W, M):
 
 
 def pattern(c, chi_sign=1.0, pos_sign=1.0, tilt_sign=1.0, prop_sign=1.0, v_sign=1.0,
-            swap=False, depth_probe=None):
+            swap=False, layers_reversed=False, depth_probe=None):
     """The D×D far-field intensity of case c (a dict); the keyword arguments switch ONE
     convention to the alternative an outside code might use. swap exchanges row and column in
-    the probe position, the tilt and the aberration angle (not in the crystal)."""
+    the probe position, the tilt and the aberration angle (not in the crystal); layers_reversed
+    stacks the cell's atomic layers from the exit instead of the entrance."""
     a = CRYSTALS[c["crystal"]][0]
     lam, sigma = optics(c["kv"])
     W, M, D = c["W"], c["M"], c["D"]
@@ -92,7 +93,8 @@ def pattern(c, chi_sign=1.0, pos_sign=1.0, tilt_sign=1.0, prop_sign=1.0, v_sign=
     psi = np.fft.ifft2(P * np.exp(-2j * math.pi * (kr * pos[0] + kc * pos[1]))) * M * M
     # the layers' transmission functions, band-limited
     trans = []
-    for layer in LAYERS[c["crystal"]]:
+    layers = LAYERS[c["crystal"]]
+    for layer in (layers[::-1] if layers_reversed else layers):
         v, _ = layer_potential(layer, a, W, M)
         t = np.exp(1j * v_sign * sigma * v)
         trans.append(np.fft.ifft2(np.fft.fft2(t) * band))
@@ -139,6 +141,10 @@ CASES = [
     # e. the potential's sign: the electron is attracted by the nuclei (t = e^{+iσv})
     ("potential_sign", dict(crystal="au", kv=200.0, C10=-1.0, cells=3, pos=(0.5, 0.3)),
      [("v_flip", dict(v_sign=-1.0))]),
+    # e'. Si's four atomic layers per cell, stacked from the entrance (z = 0, ¼, ½, ¾), against
+    #    the stack reversed; M/W = 50 keeps every lattice vector off the band's edge
+    ("si_layers", dict(crystal="si", C10=-2.0, cells=8, M=100, D=32, pos=(0.7, 0.4)),
+     [("layers_reversed", dict(layers_reversed=True)), ("pos_flip", dict(pos_sign=-1.0))]),
 ]
 
 
