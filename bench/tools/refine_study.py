@@ -16,8 +16,10 @@ against the truth of the sidecar (OUT.json):
          is sign × the simulated tilt, sign = --tilt-sign (default −1); each record also holds
          the error against the other sign, so a sign mix-up shows in the table
   thick. within 10 %
-  phase  the Pearson correlation of the projected phase with OUT_phase_bandlimited.npy (the
-         fit's object.npy phase; refine's projected phase .npy when it has the scan's shape)
+  phase  the Pearson correlation of the projected phase with OUT_phase_bandlimited.npy: the
+         fit's object.npy phase; refine's slices.npy summed over the slices (docs/refine.md),
+         on its record's region, when the object is on the region's scan grid (otherwise null,
+         with corr_refine_note saying why)
 
 Thin controls and one-cell Au are scored on C10/C12/φ12 for the fit (no --tilt: SPEC §6.1) and on
 every criterion for refine (its tilt against 0, its thickness against one cell).
@@ -247,15 +249,31 @@ def corr(img, ref):
     return float(np.sum(x * y) / den) if den > 0 else None
 
 
-def refine_phase(rj):
+def refine_corr(rj, ref):
+    """refine's projected phase (DIR/slices.npy summed over the slices: docs/refine.md's
+    projected_phase.tiff, which stdlib cannot read) against the truth on the refined region.
+    Returns (correlation or None, a note when None)."""
     d = rj.get("_dir") if isinstance(rj, dict) else None
     if not d or not os.path.isdir(d):
-        return None
-    for name in ("projected_phase.npy", "projected.npy", "phase.npy"):
+        return None, "no refine output"
+    img = None
+    for name in ("projected_phase.npy", "slices.npy"):
         p = os.path.join(d, name)
         if os.path.exists(p):
-            return load_npy_real(p)
-    return None
+            img = load_npy_real(p)
+            if img.ndim == 3:
+                img = img.sum(axis=0)
+            break
+    if img is None:
+        return None, "no projected_phase.npy or slices.npy"
+    reg = rj.get("region")
+    if isinstance(reg, list) and len(reg) == 4 and all(isinstance(v, int) for v in reg):
+        want = ref[reg[0]:reg[1], reg[2]:reg[3]]
+    else:
+        want = ref
+    if img.shape != want.shape:
+        return None, f"object {list(img.shape)} is not the region's scan grid {list(want.shape)}"
+    return corr(img, want), None
 
 
 # ---- one case -----------------------------------------------------------------------------------
@@ -276,7 +294,8 @@ def run_case(args, c):
     rj = refine(args, c, d, data, fdir, fitj) if "error" not in fitj else {"error": "no fit to seed it"}
     keep = ("C10_nm", "C12_nm", "phi12_deg", "phi12_probe_deg", "rotation_deg", "flip", "tilt_mrad",
             "tilt_probe_mrad", "tilt_scan_mrad", "thickness_nm", "slices", "nll", "nll_expected",
-            "confident", "warning", "error", "stub", "seconds", "_seconds_wall")
+            "confident", "warning", "error", "stub", "seconds", "_seconds_wall", "region", "object_shape",
+            "object_pixel_A", "seeded_by", "iterations", "refine_seconds", "loss")
     rec["fit"] = {k: fitj.get(k) for k in keep if k in fitj}
     rec["refine"] = {k: rj.get(k) for k in keep if k in rj}
     if isinstance(rj.get("nll_history"), list):
@@ -286,7 +305,9 @@ def run_case(args, c):
     ref = load_npy_real(os.path.join(d, "sim_phase_bandlimited.npy"))
     obj = os.path.join(fdir, "object.npy")
     rec["corr_ssb"] = corr(load_npy_real(obj), ref) if os.path.exists(obj) else None
-    rec["corr_refine"] = corr(refine_phase(rj), ref)
+    rec["corr_refine"], note = refine_corr(rj, ref)
+    if note:
+        rec["corr_refine_note"] = note
     if not args.keep:
         for name in ("sim.npy",):
             try:
