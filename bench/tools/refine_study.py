@@ -273,7 +273,8 @@ def refine_corr(rj, ref):
         want = ref
     if img.shape != want.shape:
         return None, f"object {list(img.shape)} is not the region's scan grid {list(want.shape)}"
-    return corr(img, want), None
+    r = corr(img, want)
+    return r, None if r is not None else "a flat image (the stub's?)"
 
 
 # ---- one case -----------------------------------------------------------------------------------
@@ -328,6 +329,13 @@ def median(xs):
     return f"{float(np.median(xs)):.3f}" if xs else "-"
 
 
+def misses(checks):
+    """How many cases missed each criterion, e.g. "tilt 3, thickness 1" ("-" when none)."""
+    n = {k: sum(1 for c in checks if c.get(k) is False) for k in ("C10", "C12", "phi12", "tilt", "thickness")}
+    s = ", ".join(f"{k} {v}" for k, v in n.items() if v)
+    return s or "-"
+
+
 def table(records):
     rows = {}
     for r in records:
@@ -336,7 +344,7 @@ def table(records):
         key = (r["case"]["stratum"], r["case"]["dose"])
         rows.setdefault(key, []).append(r)
     head = ("stratum", "dose", "n", "refine right", "fit right", "refine conf", "right when conf",
-            "fit conf", "fit right when conf", "corr refine", "corr SSB", "errors")
+            "fit conf", "fit right when conf", "corr refine", "corr SSB", "refine misses", "errors")
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     sign_hint = 0
     for key in sorted(rows):
@@ -357,7 +365,7 @@ def table(records):
             pct(sum(bool(r["refine_right"]) for r in rc), len(rc)), str(len(fc)),
             pct(sum(bool(r["fit_right"]) for r in fc), len(fc)),
             median([r.get("corr_refine") for r in ok]), median([r.get("corr_ssb") for r in ok]),
-            str(errs)]) + " |")
+            misses([r.get("refine_checks", {}) for r in ok]), str(errs)]) + " |")
     if sign_hint:
         out.append(f"note: in {sign_hint} cases refine's tilt is nearer the other sign's truth by > 0.5 mrad "
                    "(a tilt sign convention mix-up? --tilt-sign)")
