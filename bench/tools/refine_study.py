@@ -372,6 +372,35 @@ def table(records):
     return "\n".join(out)
 
 
+def self_test():
+    """The scoring on made-up results (ctest refine_study_selftest): the slab, the tolerances,
+    φ12 modulo 180°, the tilt's sign and frame, a missing refine."""
+    t = dict(C10_nm=-5.0, C12_nm=2.0, phi12_deg=89.0, tilt_mrad=[2.0, -1.0], thickness_nm=4.0)
+    good = dict(C10_nm=-3.0, C12_nm=2.15, phi12_probe_deg=-89.5, tilt_probe_mrad=[-2.3, 1.4],
+                tilt_mrad=[9.0, 9.0], thickness_nm=4.3)
+    checks = [
+        (score(good, t, -1.0, True)[0], True, "inside the slab, tolerances, phi12 mod 180, probe-frame tilt"),
+        (score(dict(good, C10_nm=-5.19), t, -1.0, True)[0], True, "C10 0.19 nm above the entrance"),
+        (score(dict(good, C10_nm=-5.21), t, -1.0, True)[0], False, "C10 0.21 nm above the entrance"),
+        (score(dict(good, C10_nm=-0.81), t, -1.0, True)[0], True, "C10 0.19 nm below the exit"),
+        (score(dict(good, C10_nm=-0.79), t, -1.0, True)[0], False, "C10 0.21 nm below the exit"),
+        (score(dict(good, C12_nm=2.21), t, -1.0, True)[0], False, "C12 0.21 nm off"),
+        (score(dict(good, C12_nm=5.24), dict(t, C12_nm=5.0), -1.0, True)[0], True, "C12 4.8 % off above 4 nm"),
+        (score(dict(good, phi12_probe_deg=85.9), t, -1.0, True)[0], False, "phi12 3.1 deg off"),
+        (score(dict(good, tilt_probe_mrad=[2.0, -1.0]), t, -1.0, True)[0], False, "the beam tilt's sign"),
+        (score(dict(good, tilt_probe_mrad=[2.0, -1.0]), t, 1.0, True)[0], True, "--tilt-sign 1"),
+        (score(dict(good, thickness_nm=4.41), t, -1.0, True)[0], False, "thickness 10.25 % off"),
+        (score(dict(good, thickness_nm=9.0), t, -1.0, False)[0], True, "SPEC 6.1 leaves out the thickness"),
+        (score({"error": "rc 2"}, t, -1.0, True)[0], False, "a failed refine"),
+        (score(dict(good, C10_nm=None), t, -1.0, True)[0], False, "a null value"),
+    ]
+    bad = [why for got, want, why in checks if got != want]
+    for why in bad:
+        print(f"refine_study.py: self-test failed: {why}", file=sys.stderr)
+    print(f"refine_study.py: self-test {len(checks) - len(bad)}/{len(checks)} passed")
+    return 1 if bad else 0
+
+
 def load(path):
     recs = []
     if path and os.path.exists(path):
@@ -408,7 +437,10 @@ def main():
                     help="expected tilt = SIGN x the simulated beam tilt (default -1: the specimen tilt of SPEC 5.6/13)")
     ap.add_argument("--keep", action="store_true", help="keep the simulated counts")
     ap.add_argument("--table", metavar="JSONL", help="only print the table of a finished run")
+    ap.add_argument("--self-test", action="store_true", help="check the scoring on made-up results")
     args = ap.parse_args()
+    if args.self_test:
+        return self_test()
     if args.table:
         print(table(load(args.table)))
         return 0
