@@ -358,7 +358,7 @@ def table(records):
         errs = sum(1 for r in rs if "error" in r or "error" in r.get("refine", {}) or "error" in r.get("fit", {}))
         for r in ok:
             ch = r.get("refine_checks", {})
-            if "tilt_err_mrad" in ch and ch["tilt_err_other_sign_mrad"] + 0.5 < ch["tilt_err_mrad"]:
+            if "tilt_err_mrad" in ch and ch["tilt_err_mrad"] > 1.0 and ch["tilt_err_other_sign_mrad"] <= 1.0:
                 sign_hint += 1
         out.append("| " + " | ".join([
             key[0], f"{key[1]:g}", str(n), pct(rr, n), pct(fr, n), str(len(rc)),
@@ -367,8 +367,8 @@ def table(records):
             median([r.get("corr_refine") for r in ok]), median([r.get("corr_ssb") for r in ok]),
             misses([r.get("refine_checks", {}) for r in ok]), str(errs)]) + " |")
     if sign_hint:
-        out.append(f"note: in {sign_hint} cases refine's tilt is nearer the other sign's truth by > 0.5 mrad "
-                   "(a tilt sign convention mix-up? --tilt-sign)")
+        out.append(f"note: in {sign_hint} cases refine's tilt misses the truth but is within 1 mrad of the "
+                   "opposite tilt (a sign convention mix-up? --tilt-sign)")
     return "\n".join(out)
 
 
