@@ -1025,7 +1025,9 @@ const char *ssb4d_version(void);
  * bit the simulator without oversampling. Auto (0): the smallest odd S with S·L >= 1.3·F, F the
  * probe footprint (ssb4d_sim_info.probe_footprint_A, docs/simulate.md).
  */
-typedef enum { SSB4D_SPECIMEN_SRTIO3 = 0, SSB4D_SPECIMEN_AU = 1 } ssb4d_specimen;
+/* The specimens along [001]: SrTiO3 (perovskite, a = 3.905 Å) and Au (fcc, 4.078 Å), 2 atomic
+ * layers (= slices) per cell; Si (diamond cubic, 5.431 Å), 4 layers per cell (issue 40). */
+typedef enum { SSB4D_SPECIMEN_SRTIO3 = 0, SSB4D_SPECIMEN_AU = 1, SSB4D_SPECIMEN_SI = 2 } ssb4d_specimen;
 #define SSB4D_SIM_OVERSAMPLE_MAX 63 /* the largest det_oversample */
 
 typedef struct {

@@ -145,7 +145,7 @@ def _sidecar_of(path):
     return _lib.s(v.sidecar_path) or None
 
 
-_SPECIMENS = {'SrTiO3': 0, 'Au': 1}
+_SPECIMENS = {'SrTiO3': 0, 'Au': 1, 'Si': 2}
 
 
 def _sim_params(preset, kw):
@@ -174,7 +174,7 @@ def _sim_params(preset, kw):
     if 'specimen' in kw:
         sp = kw.pop('specimen')
         if sp not in _SPECIMENS:
-            raise InvalidArgument("specimen must be 'SrTiO3' or 'Au', not %r" % (sp,))
+            raise InvalidArgument("specimen must be 'SrTiO3', 'Au' or 'Si', not %r" % (sp,))
         p.specimen = _SPECIMENS[sp]
     if kw:
         raise TypeError('simulate: unknown parameter(s) %s' % ', '.join(sorted(kw)))

@@ -34,9 +34,10 @@ static const char HELP[] =
     "  -o, --output FILE      output .npy or .qem (required)\n"
     "  --preset NAME          tiny (32^2 scan x 48^2 det), small (128^2 x 64^2, default),\n"
     "                         medium (256^2 x 128^2), reference (512^2 x 192^2)\n"
-    "  --specimen NAME        srtio3 (perovskite [001], a = 3.905 A, default) or au (fcc [001],\n"
-    "                         a = 4.078 A)\n"
-    "  --cells-z N            thickness in unit cells (default 1; 2 slices per cell)\n"
+    "  --specimen NAME        srtio3 (perovskite [001], a = 3.905 A, default), au (fcc [001],\n"
+    "                         a = 4.078 A) or si (diamond cubic [001], a = 5.431 A, 4 slices\n"
+    "                         per cell)\n"
+    "  --cells-z N            thickness in unit cells (default 1; 2 slices per cell, 4 for si)\n"
     "  --thickness NM         thickness in nm, rounded to whole unit cells (overrides --cells-z)\n"
     "  --wedge T0:T1          a wedge instead: the thickness rises linearly along the scan\n"
     "                         columns from T0 nm at column 0 to T1 nm at the last, rounded per\n"
@@ -183,8 +184,10 @@ int cmd_simulate(int argc, char **argv)
                 p.specimen = SSB4D_SPECIMEN_SRTIO3;
             else if (!strcasecmp(optarg, "au"))
                 p.specimen = SSB4D_SPECIMEN_AU;
+            else if (!strcasecmp(optarg, "si"))
+                p.specimen = SSB4D_SPECIMEN_SI;
             else
-                return usage_error("unknown specimen '%s' (srtio3 or au)", optarg);
+                return usage_error("unknown specimen '%s' (srtio3, au or si)", optarg);
             break;
         case OPT_CELLS_Z:
             if (parse_int(optarg, 1, 100000, &p.cells_z))
@@ -318,7 +321,7 @@ int cmd_simulate(int argc, char **argv)
     if (wedge_arg && (cells_given || thickness_arg))
         return usage_error("give --wedge or %s, not both", cells_given ? "--cells-z" : "--thickness");
     if (!isnan(thickness_nm)) {
-        double a = p.specimen == SSB4D_SPECIMEN_AU ? 4.078 : 3.905;
+        double a = p.specimen == SSB4D_SPECIMEN_AU ? 4.078 : p.specimen == SSB4D_SPECIMEN_SI ? 5.431 : 3.905;
         double cells = floor(thickness_nm * 10.0 / a + 0.5);
         if (cells < 1)
             cells = 1;
@@ -421,7 +424,8 @@ int cmd_simulate(int argc, char **argv)
                 "ssb4d simulate: %s, %d cell(s) (%.3g nm), %d×%d scan (step %.5g Å, rotation %g°) "
                 "× %d×%d detector (%.5g mrad/px, BF radius %.2f px), grid %d, detector "
                 "oversampling %d%s (window %d cells = %.4g Å, probe footprint %.3g Å)\n",
-                p.specimen == SSB4D_SPECIMEN_AU ? "Au" : "SrTiO3", info.n_slices / 2, info.thickness_nm,
+                p.specimen == SSB4D_SPECIMEN_AU ? "Au" : p.specimen == SSB4D_SPECIMEN_SI ? "Si" : "SrTiO3",
+                (int)floor(info.thickness_nm * 10.0 / info.lattice_A + 0.5), info.thickness_nm,
                 p.scan_n, p.scan_n, info.scan_step_A, p.scan_rotation_deg, p.det, p.det,
                 info.det_sampling_mrad, info.bf_radius_px, info.grid, info.det_oversample,
                 p.det_oversample ? "" : " (auto)", info.det_oversample * p.window_cells,

@@ -324,7 +324,7 @@ typedef struct {
     fftwf_complex *P;        /* probe P(k), normalised Σ|P|² = 1 (unshifted layout) */
     int *ap;                 /* indices with P != 0 */
     size_t n_ap;
-    fftwf_complex *trans[2]; /* transmission functions of the layers, real space */
+    fftwf_complex *trans[SIM_MAX_LAYERS]; /* transmission functions of the layers, real space */
     fftwf_complex *prop;     /* propagator × antialias mask / M² */
     float *mask;             /* antialias mask / M⁴ for the exit intensity */
     fftwf_plan fwd, bwd;
@@ -343,8 +343,8 @@ static void ctx_free(sim_ctx *c)
         ssb_fftw_unlock();
     }
     fftwf_free(c->P);
-    fftwf_free(c->trans[0]);
-    fftwf_free(c->trans[1]);
+    for (int l = 0; l < SIM_MAX_LAYERS; l++)
+        fftwf_free(c->trans[l]);
     fftwf_free(c->prop);
     free(c->mask);
     free(c->kf);
@@ -400,14 +400,15 @@ static ssb4d_status ctx_init(sim_ctx *c, const ssb4d_sim_params *p, ssb4d_err *e
     c->kf = malloc(M * sizeof(double));
     c->P = fftwf_malloc(MM * sizeof(fftwf_complex));
     c->ap = malloc(MM * sizeof(int));
-    c->trans[0] = fftwf_malloc(MM * sizeof(fftwf_complex));
-    c->trans[1] = fftwf_malloc(MM * sizeof(fftwf_complex));
+    int trans_ok = 1;
+    for (int l = 0; l < c->cr->n_layers; l++)
+        trans_ok &= (c->trans[l] = fftwf_malloc(MM * sizeof(fftwf_complex))) != NULL;
     c->prop = fftwf_malloc(MM * sizeof(fftwf_complex));
     c->mask = malloc(MM * sizeof(float));
     c->ws = calloc(c->nt, sizeof *c->ws);
     c->er = calloc(c->nt, sizeof *c->er);
     c->ec = calloc(c->nt, sizeof *c->ec);
-    if (!c->kf || !c->P || !c->ap || !c->trans[0] || !c->trans[1] || !c->prop || !c->mask ||
+    if (!c->kf || !c->P || !c->ap || !trans_ok || !c->prop || !c->mask ||
         !c->ws || !c->er || !c->ec) {
         ctx_free(c);
         return ssb_fail(err, SSB4D_ENOMEM, "out of memory for a %d grid", M);
@@ -509,7 +510,7 @@ static ssb4d_status ctx_init(sim_ctx *c, const ssb4d_sim_params *p, ssb4d_err *e
         return ssb_fail(err, SSB4D_EINTERNAL, "FFTW could not plan a %d×%d transform", K, K);
     }
     double sigma = c->info.sigma, inv_K2 = 1.0 / (double)KK;
-    for (int l = 0; l < c->cr->n_layers && l < 2; l++) {
+    for (int l = 0; l < c->cr->n_layers; l++) {
         memset(cell, 0, KK * sizeof(fftwf_complex));
         for (int h = -hmax; h <= hmax; h++)
             for (int k = -hmax; k <= hmax; k++) {
@@ -1091,12 +1092,14 @@ static char *sidecar_text(const ssb4d_sim_params *p, const ssb4d_sim_info *g, co
     cJSON *sim = cJSON_AddObjectToObject(root, "simulator");
     cJSON_AddStringToObject(sim, "name", "ssb4d simulate");
     cJSON_AddStringToObject(sim, "version", SSB4D_VERSION_STRING);
-    cJSON_AddStringToObject(sim, "method",
-                            "multislice (2 slices per unit cell, Fresnel propagator with tilt), "
-                            "projected potentials from the 5-Gaussian electron scattering factors "
-                            "of International Tables C 4.3.2.2 (Peng 1996), float32/complex64 FFTW, "
-                            "antialias band limit 2/3 of the grid Nyquist; no partial coherence, "
-                            "no thermal diffuse scattering, no detector MTF");
+    char method[512];
+    snprintf(method, sizeof method,
+             "multislice (%d slices per unit cell, Fresnel propagator with tilt), "
+             "projected potentials from the 5-Gaussian electron scattering factors "
+             "of International Tables C 4.3.2.2 (Peng 1996), float32/complex64 FFTW, "
+             "antialias band limit 2/3 of the grid Nyquist; no partial coherence, "
+             "no thermal diffuse scattering, no detector MTF", cr->n_layers);
+    cJSON_AddStringToObject(sim, "method", method);
 
     cJSON *op = cJSON_AddObjectToObject(root, "optics");
     cJSON_AddNumberToObject(op, "voltage_kV", p->kv);
@@ -1199,7 +1202,7 @@ static char *sidecar_text(const ssb4d_sim_params *p, const ssb4d_sim_info *g, co
     cJSON_AddBoolToObject(det, "flip", p->det_flip != 0);
 
     cJSON *sp = cJSON_AddObjectToObject(root, "specimen");
-    cJSON_AddStringToObject(sp, "name", p->specimen == SSB4D_SPECIMEN_AU ? "au" : "srtio3");
+    cJSON_AddStringToObject(sp, "name", cr->key);
     cJSON_AddStringToObject(sp, "material", cr->name);
     cJSON_AddStringToObject(sp, "zone_axis", "[001]");
     cJSON_AddNumberToObject(sp, "lattice_constant_A", cr->a_A);

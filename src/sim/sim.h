@@ -17,12 +17,16 @@ typedef struct {
     double frac[2]; /* fractional (row, col) position in the unit cell */
 } sim_atom;
 
+/* The most atomic layers per unit cell (Si's 4). */
+#define SIM_MAX_LAYERS 4
+
 typedef struct {
-    const char *name;
+    const char *name;    /* the material ("SrTiO3") */
     double a_A;          /* cubic lattice constant */
     int n_layers;        /* atomic layers (= slices) per unit cell along the beam */
-    int n_atoms[2];      /* atoms of each layer */
-    sim_atom atoms[2][4];
+    int n_atoms[SIM_MAX_LAYERS]; /* atoms of each layer */
+    sim_atom atoms[SIM_MAX_LAYERS][4];
+    const char *key;     /* the sidecar's specimen.name ("srtio3") */
 } sim_crystal;
 
 /* The crystal of a specimen, or NULL. */
@@ -86,8 +90,8 @@ ssb4d_status sim_pattern_at(const ssb4d_sim_params *p, double r_row_A, double r_
 
 /* The multislice of a plane wave along the beam (p's specimen, kV, thickness, window, grid and
  * tilt; the probe, scan and detector are not used), for the checks against references
- * (tests/test_sim_reference.c): after the transmission of each slice s < n_slices (2 per cell;
- * s = 2n + 1 is the exit of n + 1 cells as the STEM simulation sees it), the complex
+ * (tests/test_sim_reference.c): after the transmission of each slice s < n_slices (n_layers per
+ * cell; s = n_layers·(n + 1) − 1 is the exit of n + 1 cells as the STEM simulation sees it), the complex
  * amplitudes of the beams hk[b] = (h, k) (reciprocal-lattice indices, relative to the
  * incident beam), into amp[(s·nb + b)·2 + {0: re, 1: im}]; the incident beam has amplitude 1.
  * The same transmission functions, propagator, tilt and antialias band as the STEM

@@ -12,9 +12,12 @@ ssb4d_sim_working_set ssb4d_sim_working_set_of(const ssb4d_sim_params *p, const 
     ssb4d_sim_working_set w = {0, 0, 0, 0, 0};
     size_t nt = (size_t)ssb_threads_resolve(p->threads), N = (size_t)p->scan_n;
     size_t MM = (size_t)info->grid * (size_t)info->grid, DD = (size_t)p->det * (size_t)p->det;
-    /* probe, two transmission functions, propagator and one wave per thread (complex64), the
-     * aperture and the mask; the grid is that of the oversampled window (about S× per axis) */
-    w.grid = (4 + nt) * MM * 8 + 2 * MM * 4;
+    /* probe, the layers' transmission functions (2 per cell; Si 4), propagator and one wave per
+     * thread (complex64), the aperture and the mask; the grid is that of the oversampled window
+     * (about S× per axis) */
+    const sim_crystal *cr = sim_crystal_get(p->specimen);
+    size_t nl = cr ? (size_t)cr->n_layers : 2;
+    w.grid = (2 + nl + nt) * MM * 8 + 2 * MM * 4;
     /* a block of whole scan rows (~8 MiB of uint16 counts), its sums, a pattern per thread and
      * the two phase images */
     size_t rows = sim_rows_per_block(p);

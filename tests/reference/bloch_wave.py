@@ -49,6 +49,7 @@ C = 299792458.0
 # Peng et al. 1996 (ITC Vol. C, Table 4.3.2.2), neutral atoms: a_i in Å, b_i in Å², s = |g|/2
 PENG = {
     8: ([0.0974, 0.2921, 0.6910, 0.6990, 0.2039], [0.2067, 1.3815, 4.6943, 12.7105, 32.4726]),
+    14: ([0.2519, 0.6372, 1.3795, 2.5082, 1.0500], [0.3075, 2.0174, 9.6746, 29.3744, 80.4732]),
     22: ([0.3825, 1.2598, 2.0008, 3.0617, 2.0694], [0.3040, 2.4863, 9.2783, 39.0751, 109.4583]),
     38: ([0.6703, 1.4926, 3.3368, 4.4600, 3.1501], [0.3190, 2.2287, 10.3504, 52.3291, 151.2216]),
     79: ([0.9674, 1.8916, 3.3993, 3.0524, 1.2607], [0.2358, 1.4712, 5.6758, 18.7119, 61.5286]),
@@ -58,12 +59,17 @@ PENG = {
 CRYSTALS = {
     "srtio3": (3.905, [(38, 0.0, 0.0), (8, 0.5, 0.5), (22, 0.5, 0.5), (8, 0.5, 0.0), (8, 0.0, 0.5)]),
     "au": (4.078, [(79, 0.0, 0.0), (79, 0.5, 0.5), (79, 0.5, 0.0), (79, 0.0, 0.5)]),
+    "si": (5.431, [(14, 0.0, 0.0), (14, 0.5, 0.5), (14, 0.25, 0.25), (14, 0.75, 0.75),
+                   (14, 0.5, 0.0), (14, 0.0, 0.5), (14, 0.75, 0.25), (14, 0.25, 0.75)]),
 }
 
 # fractional (x, y) of each atomic layer, layer 0 at the entrance: the simulator's slices
 LAYERS = {
     "srtio3": [[(38, 0.0, 0.0), (8, 0.5, 0.5)], [(22, 0.5, 0.5), (8, 0.5, 0.0), (8, 0.0, 0.5)]],
     "au": [[(79, 0.0, 0.0), (79, 0.5, 0.5)], [(79, 0.5, 0.0), (79, 0.0, 0.5)]],
+    # diamond cubic: 4 layers per cell, a/4 apart
+    "si": [[(14, 0.0, 0.0), (14, 0.5, 0.5)], [(14, 0.25, 0.25), (14, 0.75, 0.75)],
+           [(14, 0.5, 0.0), (14, 0.0, 0.5)], [(14, 0.75, 0.25), (14, 0.25, 0.75)]],
 }
 
 # (name, crystal, kV, tilt (row, col) mrad, cells, hmax, beams). hmax: the beams |g| <= (hmax + ⅓)/a,
@@ -72,11 +78,17 @@ LAYERS = {
 # (Au, hmax 28 against 56).
 SRTIO3_BEAMS = [(0, 0), (1, 0), (-1, 0), (0, 1), (0, -1), (1, 1), (-1, -1), (1, -1), (-1, 1), (2, 0), (-2, 0)]
 AU_BEAMS = [(0, 0), (2, 0), (-2, 0), (0, 2), (0, -2), (2, 2), (-2, -2), (2, -2), (-2, 2), (4, 0), (-4, 0)]
+# Si [001] projects onto the lattice h, k even with h + k ≡ 0 (mod 4): (2, 0) is kinematically
+# forbidden and absent from the ZOLZ Bloch waves, but each layer alone has it, so the layered
+# multislice excites it (weakly): it is in the table to show that difference
+SI_BEAMS = [(0, 0), (2, 2), (-2, -2), (2, -2), (-2, 2), (4, 0), (-4, 0), (0, 4), (0, -4), (2, 0), (-2, 0)]
 CASES = [
     ("srtio3_300kV", "srtio3", 300.0, (0.0, 0.0), 51, 20, SRTIO3_BEAMS),
     ("srtio3_300kV_tilt_3_-2", "srtio3", 300.0, (3.0, -2.0), 51, 20, SRTIO3_BEAMS),
     ("au_200kV", "au", 200.0, (0.0, 0.0), 49, 28, AU_BEAMS),
     ("au_300kV_tilt_-2_1", "au", 300.0, (-2.0, 1.0), 49, 28, AU_BEAMS),
+    ("si_300kV", "si", 300.0, (0.0, 0.0), 37, 28, SI_BEAMS),
+    ("si_200kV_tilt_2_-3", "si", 200.0, (2.0, -3.0), 37, 28, SI_BEAMS),
 ]
 
 
@@ -111,9 +123,10 @@ def bloch(crystal, kv, tilt_mrad, cells, hmax, beams):
     """Zero-order-Laue-zone Bloch waves: the beam intensities after 1..cells cells."""
     a, atoms = CRYSTALS[crystal]
     lam, sigma = optics(kv)
-    # fcc Au projects onto a square lattice of period a/2: only beams with h and k both even
-    # couple to the incident beam, so the others are left out (4× fewer beams, same answer)
-    step = 2 if crystal == "au" else 1
+    # fcc Au (and diamond-cubic Si) project onto a square lattice of period a/2 (Si: a
+    # sublattice of it): only beams with h and k both even couple to the incident beam, so the
+    # others are left out (4× fewer beams, same answer)
+    step = 2 if crystal in ("au", "si") else 1
     hm = hmax // step * step
     hk = np.array([(h, k) for h in range(-hm, hm + 1, step) for k in range(-hm, hm + 1, step)
                    if h * h + k * k <= band_r2(hmax)])
