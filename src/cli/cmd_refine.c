@@ -387,9 +387,13 @@ int cmd_refine(int argc, char **argv)
     /* A missing DATA first: before the output folder is made or the microscope resolved. */
     if ((rc = cli_check_readable("refine", o.data)) || (rc = cli_auto_calibration("refine", o.data, &o.m, o.m.quiet)))
         return rc;
+    /* The overwrite rule before the microscope values are resolved (they may be missing). */
+    if ((rc = prepare_dir(&o)))
+        return rc;
     cli_progress total;
     cli_progress_start(&total, "total", 1);
     cli_session cs;
+    memset(&cs, 0, sizeof cs);
     cli_session_req rq;
     memset(&rq, 0, sizeof rq);
     ssb4d_fit_params fp; /* the standard fit's plan, should the seed need it */
@@ -400,14 +404,12 @@ int cmd_refine(int argc, char **argv)
     rq.upsample = 1;
     rc = cli_session_open("refine", &rq, &cs);
     ssb4d_err err = {0};
-    /* the region inside the scan, before the folder is made (any size: no G is built on it) */
+    /* the region inside the scan, before any work (any size: no G is built on it) */
     if (!rc && o.has_region && (o.region[1] > cs.shape[0] || o.region[3] > cs.shape[1])) {
         cli_say("--region %zu:%zu,%zu:%zu is outside the %zux%zu scan", o.region[0], o.region[1], o.region[2],
                 o.region[3], cs.shape[0], cs.shape[1]);
         rc = CLI_EXIT_USAGE;
     }
-    if (!rc)
-        rc = prepare_dir(&o);
     if (!rc)
         rc = cli_session_calibrate(&cs);
     const char *seed_from = "";
@@ -450,7 +452,7 @@ int cmd_refine(int argc, char **argv)
             fprintf(stderr, "ssb4d refine: warning: %s\n", r.warning[0] ? r.warning : "not confident");
     } else if (o.created_dir)
         rmdir(o.out_dir); /* a failed run leaves no empty folder of its own behind */
-    if (o.m.memory_report && cs.s)
+    if (o.m.memory_report && cs.s && !rc)
         ssb4d_mem_report_print(ssb4d_session_mem(cs.s), stderr);
     cJSON_Delete(rec);
     ssb4d_refine_result_free(&r);
