@@ -347,10 +347,13 @@ static void print_text(const refine_opts *o, const cli_session *cs, const ssb4d_
 }
 
 /* The seed: a calibration file that records a fit is loaded into the session (its calibration,
- * then its fit); otherwise ssb4d_session_refine runs the standard fit. *from says which. */
-static int seed_session(const refine_opts *o, cli_session *cs, const char **from)
+ * then its fit: the refinement starts where that fit ended, under the calibration it was made
+ * with, so the file's microscope values and geometry are used as they are); otherwise
+ * ssb4d_session_refine runs the standard fit. *from says which. */
+static int seed_session(const refine_opts *o, cli_session *cs, const char **from, int *seeded)
 {
     *from = "the standard fit (run first)";
+    *seeded = 0;
     const char *path = o->m.calibration_path;
     if (!path)
         return 0;
@@ -363,7 +366,7 @@ static int seed_session(const refine_opts *o, cli_session *cs, const char **from
         return cli_error("refine", st, err.msg);
     if (!has_fit)
         return 0;
-    cli_session_bar(cs, "load fit");
+    cli_session_bar(cs, "calibrate"); /* the file's calibration, then its fit: one calibration */
     st = ssb4d_session_load_calibration(cs->s, path, &err);
     if (!st)
         st = ssb4d_session_load_fit(cs->s, path, &err);
@@ -371,6 +374,7 @@ static int seed_session(const refine_opts *o, cli_session *cs, const char **from
     if (st)
         return cli_session_fail(cs, st, err.msg);
     *from = "the calibration file's fit";
+    *seeded = 1;
     return 0;
 }
 
@@ -410,11 +414,12 @@ int cmd_refine(int argc, char **argv)
                 o.region[3], cs.shape[0], cs.shape[1]);
         rc = CLI_EXIT_USAGE;
     }
-    if (!rc)
-        rc = cli_session_calibrate(&cs);
     const char *seed_from = "";
+    int seeded = 0;
     if (!rc)
-        rc = seed_session(&o, &cs, &seed_from);
+        rc = seed_session(&o, &cs, &seed_from, &seeded);
+    if (!rc && !seeded) /* a loaded file's calibration is done already */
+        rc = cli_session_calibrate(&cs);
     ssb4d_refine_result r;
     memset(&r, 0, sizeof r);
     if (!rc) {
