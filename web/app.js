@@ -746,7 +746,7 @@ function refine() {
     $('refine_slice').value = '-1';
     await showRefineImage();
     $('refinebox').dataset.done = '1';
-  }).then(() => { if (refined) { fromCurrent(state.current); preview(true); } });
+  }).then(() => { if (refined) { showFit(state); fromCurrent(state.current); preview(true); } });
 }
 
 async function showCalibration() {

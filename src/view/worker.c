@@ -394,9 +394,15 @@ static void do_refine(view_server *v, view_job *j)
     if (!isnan(p->refine_range_nm[0]))
         memcpy(rp.thickness_range_nm, p->refine_range_nm, sizeof rp.thickness_range_nm);
     rp.refine_thickness = rp.thickness_range_nm[0] < rp.thickness_range_nm[1];
+    pthread_mutex_lock(&v->mu);
+    int had_fit = v->has_fit;
+    pthread_mutex_unlock(&v->mu);
     ssb4d_refine_result r;
     ssb4d_err err = {0};
     ssb4d_status st = ssb4d_session_refine(v->s, p->rect, &rp, &r, &err);
+    ssb4d_fit_result fr;
+    if (!had_fit && ssb4d_session_last_fit(v->s, &fr)) /* the seed's standard fit ran first: the */
+        show_fit(v, &fr, cJSON_CreateArray());        /* result panel shows it (Reset returns to it) */
     if (st) {
         fail(v, &j->resp, st, err.msg);
         return;
