@@ -450,6 +450,7 @@ static void refine_image(view_server *v, const char *kind, view_resp *r)
         view_resp_text(r, 400, "kind must be projected or a slice 0..%d", ns - 1);
         return;
     }
+    int slices = rr->slices; /* read under the lock: a later refinement replaces rr */
     const float *src = k < 0 ? rr->projected_phase : rr->slice_phase + (size_t)k * n;
     float *img = malloc(n * sizeof *img);
     if (img && src)
@@ -462,7 +463,7 @@ static void refine_image(view_server *v, const char *kind, view_resp *r)
         return;
     }
     view_resp_image(r, img, rows, cols, NULL);
-    view_resp_header(r, "X-Slices", "%d", rr->slices);
+    view_resp_header(r, "X-Slices", "%d", slices);
 }
 
 /* A file name the page may save under (SPEC §7): plain, inside the output folder. A request
