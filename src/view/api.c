@@ -451,7 +451,8 @@ static void refine_image(view_server *v, const char *kind, view_resp *r)
         return;
     }
     int slices = rr->slices; /* read under the lock: a later refinement replaces rr */
-    const float *src = k < 0 ? rr->projected_phase : rr->slice_phase + (size_t)k * n;
+    const float *base = k < 0 ? rr->projected_phase : rr->slice_phase;
+    const float *src = base ? base + (k < 0 ? 0 : (size_t)k * n) : NULL; /* no arithmetic on NULL */
     float *img = malloc(n * sizeof *img);
     if (img && src)
         memcpy(img, src, n * sizeof *img);
