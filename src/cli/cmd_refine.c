@@ -284,6 +284,8 @@ static ssb4d_status write_outputs(const char *stage, const cli_session *cs, cons
     char p[4096];
     size_t rows = r->obj_shape[0], cols = r->obj_shape[1];
     double pixel[2] = {r->obj_pixel_A[0], r->obj_pixel_A[1]};
+    if (!r->projected_phase || !r->slice_phase || !r->probe || !r->slices)
+        return ssb4d_err_set(err, SSB4D_EINTERNAL, "the refinement returned no images");
     ssb4d_status st = SSB4D_OK;
     for (int i = 0; i < 2 && !st; i++) {
         cli_join_path(p, sizeof p, stage, OUTPUTS[i]);
