@@ -1146,7 +1146,9 @@ typedef enum {
     SSB4D_OP_THICK = 2,       /* ssb4d_thick: tilt_mrad, thickness_nm */
     SSB4D_OP_PREVIEW = 3,     /* ssb4d_preview_req (ssb4d_preview_req_default) */
     SSB4D_OP_CALIBRATE = 4,   /* ssb4d_calib_params: the microscope values (ssb4d_calib_params_default) */
-    SSB4D_OP_COUNT = 5
+    SSB4D_OP_REFINE = 5,      /* ssb4d_refine_params (ssb4d_refine_params_default); the thickness
+                                 range is a LO:HI pair the clients parse */
+    SSB4D_OP_COUNT = 6
 } ssb4d_op;
 
 /* What a parameter's field holds. */
@@ -1881,6 +1883,21 @@ typedef struct {
     size_t region[4];            /* r0, r1, c0, c1 */
     ssb4d_calfile_region *regions; /* malloc'ed; fit-regions results */
     size_t n_regions;
+    /* The multislice refinement that produced the aberrations and the thick model ("refine"
+     * section, has_refine; SPEC §13, docs/refine.md): its slices, loss ("poisson", "amplitude"),
+     * final likelihood per position and what counting noise would give, the iterations run, φ12
+     * and the tilt in the probe frame, its confidence (1, 0; -1 not recorded), warning ("" none)
+     * and the scan region refined (all 0: the whole scan). The refined C10, C12, φ12 are the file's
+     * aberrations; the refined tilt (scan frame) and thickness its "thick" section. */
+    int has_refine;
+    int refine_slices;
+    char refine_loss[12];
+    double refine_nll, refine_nll_expected;
+    size_t refine_iterations;
+    double refine_phi12_probe_deg, refine_tilt_probe_mrad[2];
+    int refine_confident;
+    char refine_warning[256];
+    size_t refine_region[4];
 } ssb4d_calfile;
 
 void ssb4d_calfile_init(ssb4d_calfile *c);          /* everything unset */

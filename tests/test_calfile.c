@@ -155,6 +155,20 @@ static void same_calfile(const ssb4d_calfile *a, const ssb4d_calfile *b)
     assert_int_equal(a->has_region, b->has_region);
     if (a->has_region)
         assert_memory_equal(a->region, b->region, sizeof a->region);
+    assert_int_equal(a->has_refine, b->has_refine);
+    if (a->has_refine) { /* the multislice refinement's record (issue 40) */
+        assert_int_equal(a->refine_slices, b->refine_slices);
+        assert_string_equal(a->refine_loss, b->refine_loss);
+        same_double(a->refine_nll, b->refine_nll, "refine nll");
+        same_double(a->refine_nll_expected, b->refine_nll_expected, "refine nll_expected");
+        assert_int_equal(a->refine_iterations, b->refine_iterations);
+        same_double(a->refine_phi12_probe_deg, b->refine_phi12_probe_deg, "refine phi12");
+        same_double(a->refine_tilt_probe_mrad[0], b->refine_tilt_probe_mrad[0], "refine tilt");
+        same_double(a->refine_tilt_probe_mrad[1], b->refine_tilt_probe_mrad[1], "refine tilt");
+        assert_int_equal(a->refine_confident, b->refine_confident);
+        assert_string_equal(a->refine_warning, b->refine_warning);
+        assert_memory_equal(a->refine_region, b->refine_region, sizeof a->refine_region);
+    }
     assert_int_equal(a->n_regions, b->n_regions);
     for (size_t i = 0; i < a->n_regions; i++) {
         const ssb4d_calfile_region *x = &a->regions[i], *y = &b->regions[i];
@@ -281,6 +295,18 @@ static void fill_everything(ssb4d_calfile *c)
     c->regions = calloc(2, sizeof *c->regions);
     c->regions[0] = (ssb4d_calfile_region){0, 32, 0, 48, -12.1, 2.9, 31.7, 0.1};
     c->regions[1] = (ssb4d_calfile_region){32, 64, 48, 96, -0.0, NAN, 1e-300, -0.0};
+    c->has_refine = 1;
+    c->refine_slices = 7;
+    snprintf(c->refine_loss, sizeof c->refine_loss, "amplitude");
+    c->refine_nll = 1.0000000000000002;
+    c->refine_nll_expected = NAN;
+    c->refine_iterations = 30;
+    c->refine_phi12_probe_deg = -0.0;
+    c->refine_tilt_probe_mrad[0] = 4.9406564584124654e-324;
+    c->refine_tilt_probe_mrad[1] = -1.25;
+    c->refine_confident = 0;
+    snprintf(c->refine_warning, sizeof c->refine_warning, "the likelihood is 3x counting noise's: \"model misfit\"");
+    c->refine_region[0] = 8, c->refine_region[1] = 40, c->refine_region[2] = 16, c->refine_region[3] = 48;
 }
 
 static void round_trip_everything(void **state)
@@ -413,6 +439,14 @@ static void refusals(void **state)
     refuses("\"thick\":{\"tilt_mrad\":\"1,2\",\"thickness_nm\":1}", 0, "\"thick.tilt_mrad\" must be an array");
     refuses("\"thick\":{\"tilt_mrad\":[1,2],\"thickness_nm\":1,\"gain\":\"x\"}", 0, "\"thick.gain\"");
     refuses("\"thick\":5", 0, "\"thick\" must be an object");
+    /* refine */
+    refuses("\"refine\":[]", 0, "\"refine\" must be an object");
+    refuses("\"refine\":{\"slices\":-1}", 0, "\"refine.slices\" must be an integer");
+    refuses("\"refine\":{\"loss\":\"l2\"}", 0, "\"refine.loss\" must be \"poisson\" or \"amplitude\"");
+    refuses("\"refine\":{\"confident\":1}", 0, "\"refine.confident\" must be true or false");
+    refuses("\"refine\":{\"tilt_probe_mrad\":[1]}", 0, "\"refine.tilt_probe_mrad\" must be an array");
+    refuses("\"refine\":{\"region\":[4,2,0,1]}", 0, "\"refine.region\" must be [r0, r1, c0, c1]");
+    refuses("\"scan\":{\"shape\":[8,8]},\"refine\":{\"region\":[0,16,0,8]}", 0, "outside the 8x8 scan");
     /* branch */
     refuses("\"branch\":{\"flipped\":1}", 0, "\"branch.flipped\" must be true or false");
     refuses("\"branch\":{\"skewness\":\"big\"}", 0, "\"branch.skewness\" must be a number");

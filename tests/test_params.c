@@ -22,6 +22,7 @@ static size_t op_struct(ssb4d_op op, void *buf)
     case SSB4D_OP_THICK: return sizeof(ssb4d_thick);
     case SSB4D_OP_PREVIEW: ssb4d_preview_req_default(buf); return sizeof(ssb4d_preview_req);
     case SSB4D_OP_CALIBRATE: ssb4d_calib_params_default(buf); return sizeof(ssb4d_calib_params);
+    case SSB4D_OP_REFINE: ssb4d_refine_params_default(buf); return sizeof(ssb4d_refine_params);
     default: return 0;
     }
 }

@@ -499,7 +499,7 @@ function showJob(s) {
   const j = s.job, busy = j.busy, now = performance.now();
   const bar = $('progress');
   $('cancel').disabled = !busy;
-  for (const id of ['fit', 'crop_refit', 'fit_regions', 'fit_tilt']) $(id).disabled = busy || !s.ready;
+  for (const id of ['fit', 'crop_refit', 'fit_regions', 'fit_tilt', 'refine']) $(id).disabled = busy || !s.ready;
   if (!busy) {
     track = null;
     bar.value = 0;
@@ -699,6 +699,56 @@ function drawRegionMap(m) {
     (m.branch_unsettled ? '; no region settles the 180° branch: each keeps the rotation its own fit found (give --rotation, or --calibration from a thin area\'s fit)' : '');
 }
 
+// Refine (docs/refine.md "Viewer"): the multislice refinement of the drawn region (the whole
+// field without one), with the job's progress and Cancel; then its projected phase, and each
+// slice's phase through the slider (api/refine/image?kind=projected|N, float32 like a preview).
+let refined = null;        // the last api/refine answer
+async function showRefineImage() {
+  const k = Number($('refine_slice').value), kind = k < 0 ? 'projected' : String(k);
+  const r = await api('api/refine/image?kind=' + kind);
+  if (!r.ok) { $('refine_result').textContent = 'no image: ' + r.statusText; return; }
+  const a = new Float32Array(await r.arrayBuffer());
+  const w = Number(r.headers.get('X-Width')), h = Number(r.headers.get('X-Height'));
+  const [lo, hi] = percentiles(a, num('plo'), num('phi'));
+  const off = document.createElement('canvas');
+  off.width = w; off.height = h;
+  const L = lut($('cmap').value), im = off.getContext('2d').createImageData(w, h);
+  for (let i = 0; i < w * h; i++) {
+    const t = Math.min(1, Math.max(0, (a[i] - lo) / (hi - lo))), q = Math.round(t * 255) * 3;
+    im.data.set([L[q], L[q + 1], L[q + 2], 255], 4 * i);
+  }
+  off.getContext('2d').putImageData(im, 0, 0);
+  const cv = $('refine_img'), g = cv.getContext('2d');
+  g.imageSmoothingEnabled = false;
+  g.clearRect(0, 0, cv.width, cv.height);
+  const s = Math.min(cv.width / w, cv.height / h);
+  g.drawImage(off, 0, 0, w * s, h * s);
+  colourBar($('refine_bar'), 72, 256, lo, hi, 'rad', $('cmap').value);
+  cv.dataset.kind = kind;
+  $('refine_slice_label').textContent = k < 0 ? 'projected phase (sum of the slices)' : `slice ${k + 1} of ${refined.slices}`;
+  $('refineview').classList.add('has-image');
+}
+
+function refine() {
+  const r = rect || [0, state.shape[0], 0, state.shape[1]];
+  const body = { rect: r, iterations: Math.floor(num('ref_iter')), thickness_range_nm: [num('ref_tlo'), num('ref_thi')] };
+  if (num('ref_slices') > 0) body.slices = Math.floor(num('ref_slices'));
+  $('refine_result').textContent = '';
+  $('refine_warning').textContent = '';
+  delete $('refinebox').dataset.done;
+  runJob('api/refine', body, async (j) => {
+    refined = j;
+    const f = (x, d) => (x === null ? '—' : x.toFixed(d));
+    $('refine_result').textContent = `C10 ${f(j.C10_nm, 2)} nm, C12 ${f(j.C12_nm, 2)} nm, φ12 ${f(j.phi12_deg, 1)}°, ` +
+      `tilt (${j.tilt_mrad.map((x) => f(x, 2)).join(', ')}) mrad, ${f(j.thickness_nm, 1)} nm in ${j.slices} slices`;
+    $('refine_warning').textContent = j.confident ? '' : '⚠ ' + (j.warning || 'not confident');
+    $('refine_slice').max = String(j.slices - 1);
+    $('refine_slice').value = '-1';
+    await showRefineImage();
+    $('refinebox').dataset.done = '1';
+  }).then(() => { if (refined) { showFit(state); fromCurrent(state.current); preview(true); } });
+}
+
 async function showCalibration() {
   try {
     const info = await apiJSON('api/calibration');
@@ -798,6 +848,8 @@ function setup() {
     if (rect) body.rect = rect;
     runJob('api/regions', body, drawRegionMap);
   });
+  $('refine').addEventListener('click', refine);
+  $('refine_slice').addEventListener('input', () => { if (refined) showRefineImage(); });
   $('caldetails').addEventListener('toggle', () => { if ($('caldetails').open) showCalibration(); });
   setupRect();
   // Only a change of width re-lays out (the height follows from it): no resize loop.

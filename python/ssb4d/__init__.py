@@ -26,7 +26,7 @@ from . import _lib
 from .errors import (Cancelled, FileError, FormatError, InternalError, InvalidArgument, NotFound, OutOfMemory,
                      SSB4DError)
 from .results import (Calibration, FitResult, Geometry, ImportReport, MemoryReport, Plan, Reconstruction,
-                      RegionFit, SimInfo, TiltResult, Values)
+                      RefineResult, RegionFit, SimInfo, TiltResult, Values)
 from .session import Session, VirtualImages, open, open_array
 from .tools import Simulation, builtin, encode, plan, simulate, simulate_array, values, virtual_images
 from .view import Viewer
@@ -42,5 +42,5 @@ def wavelength_A(kv: float) -> float:
 
 __all__ = ['Session', 'open', 'open_array', 'builtin', 'encode', 'plan', 'simulate', 'simulate_array', 'values',
            'wavelength_A', 'Viewer', 'Simulation', 'Calibration', 'FitResult', 'Geometry', 'ImportReport',
-           'MemoryReport', 'Plan', 'Reconstruction', 'RegionFit', 'SimInfo', 'TiltResult', 'Values', 'SSB4DError',
+           'MemoryReport', 'Plan', 'Reconstruction', 'RefineResult', 'RegionFit', 'SimInfo', 'TiltResult', 'Values', 'SSB4DError',
            'Cancelled', 'FileError', 'FormatError', 'InternalError', 'InvalidArgument', 'NotFound', 'OutOfMemory']

@@ -422,8 +422,47 @@ def _bind_virtual():
                                                                                  ctypes.sizeof(cls)))
 
 
+def _with_tail(name, cname, fields):
+    """A mirror of a struct whose later fields this binding does not read (the refinement's: the
+    engine may add fields at their end, docs/refine.md): the known fields, then bytes up to the
+    library's size, so that the library never writes past the binding's buffer."""
+    known = type(name + 'Head', (Structure,), {'_fields_': fields})
+    n = lib.ssb4d_abi_sizeof(cname.encode())
+    if n and n < ctypes.sizeof(known):
+        raise ImportError('ssb4d: the library at %s does not match this binding (%s: library %d bytes, binding %d); '
+                          'rebuild or reinstall both from one version' % (LIBRARY_PATH, cname, n,
+                                                                            ctypes.sizeof(known)))
+    tail = max(0, n - ctypes.sizeof(known))
+    return type(name, (Structure,), {'_fields_': fields + [('_tail', c_char * tail)]})
+
+
+def _bind_refine():
+    global RefineParams, RefineResult
+    RefineParams = _with_tail('RefineParams', 'ssb4d_refine_params', [
+        ('slices', c_int), ('thickness_nm', c_double), ('thickness_range_nm', c_double * 2), ('iterations', c_int),
+        ('batch', c_size_t), ('loss', c_int), ('refine_aberrations', c_int), ('refine_tilt', c_int),
+        ('refine_thickness', c_int), ('refine_probe', c_int), ('modes', c_int), ('bin', c_int), ('seed', c_uint64),
+        ('threads', c_int), ('mem', c_void_p)])
+    RefineResult = _with_tail('RefineResult', 'ssb4d_refine_result', [
+        ('ab', Aberrations), ('phi12_probe_deg', c_double), ('tilt_mrad', c_double * 2),
+        ('tilt_probe_mrad', c_double * 2), ('thickness_nm', c_double), ('slices', c_int), ('geom', Geometry),
+        ('nll', c_double), ('nll_expected', c_double), ('history', POINTER(c_double)), ('n_history', c_size_t),
+        ('confident', c_int), ('warning', c_char * 256), ('obj_shape', c_size_t * 2), ('obj_pixel_A', c_double * 2),
+        ('slice_phase', POINTER(c_float)), ('projected_phase', POINTER(c_float)), ('probe_shape', c_size_t * 2),
+        ('probe', POINTER(c_float)), ('region', c_size_t * 4), ('seconds', c_double)])
+    for name, res, args in (('ssb4d_refine_params_default', None, [P(RefineParams)]),
+                            ('ssb4d_refine_result_free', None, [P(RefineResult)]),
+                            ('ssb4d_session_refine', c_int, [VP, P(c_size_t), P(RefineParams), P(RefineResult),
+                                                             P(Err)]),
+                            ('ssb4d_session_last_refine', c_int, [VP, P(RefineResult)])):
+        f = getattr(lib, name)
+        f.restype = res
+        f.argtypes = args
+
+
 _bind()
 _bind_virtual()
+_bind_refine()
 VERSION = lib.ssb4d_version().decode()
 
 

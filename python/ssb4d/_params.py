@@ -12,7 +12,7 @@ import textwrap
 from . import _lib
 from .errors import InvalidArgument
 
-OP_FIT, OP_ABERRATIONS, OP_THICK, OP_PREVIEW, OP_CALIBRATE = range(5)
+OP_FIT, OP_ABERRATIONS, OP_THICK, OP_PREVIEW, OP_CALIBRATE, OP_REFINE = range(6)
 _TYPES = ('double', 'pair', 'int', 'size', 'u64', 'bool', 'enum')
 _AUTO = 2
 
@@ -55,7 +55,7 @@ def _read(op):
     return {r.name: r for r in (Param(rows[i]) for i in range(n.value))}
 
 
-TABLE = {op: _read(op) for op in range(5)}
+TABLE = {op: _read(op) for op in range(6)}
 
 
 def set_param(op, struct, name, value):

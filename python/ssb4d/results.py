@@ -183,6 +183,72 @@ class TiltResult:
 
 
 @dataclass
+class RefineResult:
+    """A multislice refinement (``Session.refine``, SPEC §13, docs/refine.md): the refined C10, C12,
+    φ12 (scan frame, and ``phi12_probe_deg``), the tilt (``tilt_mrad`` in the probe frame as
+    ``ssb4d refine --json`` gives it, ``tilt_scan_mrad`` in the scan frame), the total thickness in
+    ``slices`` slices, the likelihood per position with what counting noise alone would give and
+    its history, the confidence, the scan region refined [r0, r1, c0, c1], and the images:
+    ``projected_phase`` (float32 rows x cols, rad: the sum of the slices'), ``slice_phase``
+    (float32 slices x rows x cols) and ``probe`` (complex64, at the entrance surface). The numbers
+    carry the command line's --json keys (:meth:`record`)."""
+    C10_nm: float
+    C12_nm: float
+    phi12_deg: float
+    phi12_probe_deg: float
+    rotation_deg: float
+    flip: bool
+    tilt_mrad: Tuple[float, float]
+    tilt_scan_mrad: Tuple[float, float]
+    thickness_nm: float
+    slices: int
+    nll: float
+    nll_expected: float
+    nll_history: List[float]
+    confident: bool
+    warning: str
+    region: Tuple[int, int, int, int]
+    seconds: float
+    object_pixel_A: Tuple[float, float]
+    projected_phase: object = field(repr=False)
+    slice_phase: object = field(repr=False)
+    probe: object = field(repr=False)
+    aberrations: Dict[str, float] = field(repr=False)
+    geometry: Geometry = field(repr=False)
+
+    @classmethod
+    def _from(cls, r):
+        import numpy as np
+
+        def arr(ptr, n):
+            return np.ctypeslib.as_array(ptr, (n,)).copy() if ptr and n else np.zeros(n, np.float32)
+        rows, cols = r.obj_shape
+        n = rows * cols
+        pr, pc = r.probe_shape
+        probe = arr(r.probe, 2 * pr * pc).view(np.complex64).reshape(pr, pc)
+        hist = [r.history[i] for i in range(r.n_history)] if r.history else []
+        ab = aberrations_dict(r.ab)
+        return cls(ab['C10_nm'], ab['C12_nm'], ab['phi12_deg'], r.phi12_probe_deg, r.geom.rotation_deg,
+                   bool(r.geom.flip), tuple(r.tilt_probe_mrad), tuple(r.tilt_mrad), r.thickness_nm, r.slices,
+                   r.nll, r.nll_expected, hist, bool(r.confident), '' if r.confident else _lib.s(r.warning),
+                   tuple(r.region), r.seconds, tuple(r.obj_pixel_A),
+                   arr(r.projected_phase, n).reshape(rows, cols),
+                   arr(r.slice_phase, r.slices * n).reshape(r.slices, rows, cols), probe,
+                   ab, Geometry._from(r.geom))
+
+    def record(self) -> Dict[str, object]:
+        """The numbers under ``ssb4d refine --json``'s keys."""
+        return {'C10_nm': self.C10_nm, 'C12_nm': self.C12_nm, 'phi12_deg': self.phi12_deg,
+                'phi12_probe_deg': self.phi12_probe_deg, 'phi12_scan_deg': self.phi12_deg,
+                'rotation_deg': self.rotation_deg, 'flip': self.flip, 'tilt_mrad': list(self.tilt_mrad),
+                'tilt_probe_mrad': list(self.tilt_mrad), 'tilt_scan_mrad': list(self.tilt_scan_mrad),
+                'thickness_nm': self.thickness_nm, 'slices': self.slices, 'nll': self.nll,
+                'nll_expected': self.nll_expected, 'nll_history': list(self.nll_history),
+                'confident': self.confident, 'warning': self.warning or None, 'region': list(self.region),
+                'object_shape': list(self.projected_phase.shape), 'probe_shape': list(self.probe.shape)}
+
+
+@dataclass
 class RegionFit:
     """One region of ``Session.fit_regions``: scan rows [r0, r1) x cols [c0, c1) and its fit.
     ``rotation_set_by``: the index (in the returned list) of the region that settled the 180°

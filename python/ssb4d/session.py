@@ -12,7 +12,8 @@ import numpy as np
 
 from . import _lib, _params, _run
 from .errors import InvalidArgument
-from .results import (Calibration, FitResult, MemoryReport, Plan, Reconstruction, RegionFit, Stage, TiltResult,
+from .results import (Calibration, FitResult, MemoryReport, Plan, Reconstruction, RefineResult, RegionFit, Stage,
+                      TiltResult,
                       aberrations_dict, aberrations_struct)
 
 lib = _lib.lib
@@ -430,6 +431,58 @@ class Session:
                 for i in range(n):
                     lib.ssb4d_fit_result_free(ctypes.byref(res[i]))
 
+    def refine(self, region=None, slices: int = 0, thickness_nm: Optional[float] = None,
+               thickness_range_nm: Tuple[float, float] = (1, 30), iterations: int = 30, *, batch: int = 0,
+               loss: str = 'poisson', aberrations: bool = True, tilt: bool = True, bin: int = 0, seed: int = 1,
+               progress=True, **table) -> RefineResult:
+        """Multislice refinement (SPEC §13, docs/refine.md), seeded by the session's parameters: the
+        last fit, a loaded calibration file's fit or aberrations, or (with neither) the standard fit,
+        run first. region: ((r0, r1), (c0, c1)) or (r0, r1, c0, c1) scan rows/cols, half-open (None:
+        the session's region, or the whole scan); slices 0: about one per 2 nm; thickness_nm None:
+        the middle of thickness_range_nm (lo == hi holds it). On success the session's aberrations,
+        tilt and thickness become the refined ones, and :meth:`save_calibration` records the
+        refinement ("refine" section). The same numbers as ``ssb4d refine --json`` on the same data
+        and values (:meth:`RefineResult.record`). Further keywords from the parameter table:
+{table}
+        """
+        p = _lib.RefineParams()
+        lib.ssb4d_refine_params_default(ctypes.byref(p))
+        given = dict(table, iterations=iterations, batch=batch or None, loss=loss, refine_aberrations=aberrations,
+                     refine_tilt=tilt, bin=bin or None, seed=seed, slices=slices or None, thickness_nm=thickness_nm)
+        for name, value in given.items():
+            if name not in _params.TABLE[_params.OP_REFINE]:
+                raise TypeError('refine() got an unexpected keyword argument %r' % (name,))
+            if value is not None:
+                _params.set_param(_params.OP_REFINE, p, name, value)
+        try:
+            lo, hi = (float(v) for v in thickness_range_nm)
+        except (TypeError, ValueError):
+            raise InvalidArgument('thickness_range_nm must be (lo, hi) in nm, not %r' % (thickness_range_nm,))
+        if not (0 < lo <= hi <= 1e4):
+            raise InvalidArgument('thickness_range_nm must be (lo, hi) with 0 < lo <= hi <= 10000 nm, not %r'
+                                  % (thickness_range_nm,))
+        p.thickness_range_nm[0], p.thickness_range_nm[1] = lo, hi
+        p.refine_thickness = int(p.refine_thickness and lo < hi)
+        if thickness_nm is not None and not (lo <= p.thickness_nm <= hi):
+            raise InvalidArgument('thickness_nm %g lies outside thickness_range_nm %r' % (p.thickness_nm,
+                                                                                        (lo, hi)))
+        rect = None
+        if region is not None:
+            flat = [int(v) for pair in region for v in (pair if isinstance(pair, (tuple, list)) else (pair,))]
+            if len(flat) != 4 or min(flat) < 0 or not (flat[0] < flat[1] and flat[2] < flat[3]):
+                raise InvalidArgument('region must be ((r0, r1), (c0, c1)) with r0 < r1 and c0 < c1, not %r'
+                                      % (region,))
+            rect = (ctypes.c_size_t * 4)(*flat)
+        r = _lib.RefineResult()
+        err = _lib.Err()
+        st = self._call(lambda: lib.ssb4d_session_refine(self._handle(), rect, ctypes.byref(p), ctypes.byref(r),
+                                                         ctypes.byref(err)), progress, 'refine')
+        try:
+            _lib.check(st, err)
+            return RefineResult._from(r)
+        finally:
+            lib.ssb4d_refine_result_free(ctypes.byref(r))
+
     def apply(self, result: FitResult):
         """Makes a fit's result (of the field or a region) the current parameters."""
         if not isinstance(result, FitResult) or result._raw is None:
@@ -827,6 +880,8 @@ def _needs_import(path):
 
 # The keywords the parameter table states, in the docstrings (the same rows the library checks).
 Session.fit.__doc__ = Session.fit.__doc__.replace('{table}', _params.doc(_params.OP_FIT, _params.TABLE[_params.OP_FIT]))
+Session.refine.__doc__ = Session.refine.__doc__.replace('{table}', _params.doc(
+    _params.OP_REFINE, ('refine_thickness', 'refine_probe', 'modes', 'threads')))
 Session.preview.__doc__ = Session.preview.__doc__.replace('{table}', _params.doc(
     _params.OP_PREVIEW, ('upsample', 'subset', 'estimator', 'rotation_deg', 'want_loss')))
 

@@ -82,7 +82,9 @@ static void default_text(const ssb4d_param *p, char *buf, size_t n)
         for (int i = 0; s && i < (int)p->def; i++)
             s = strchr(s, '|') ? strchr(s, '|') + 1 : NULL;
         snprintf(w, sizeof w, "%.*s", s ? (int)strcspn(s, "|") : 0, s ? s : "");
-    } else
+    } else if (p->def == 0 && (p->flags & SSB4D_PARAM_AUTO))
+        snprintf(w, sizeof w, "auto"); /* 0 stands for "auto" */
+    else
         snprintf(w, sizeof w, "%g", p->def);
     snprintf(buf, n, "%s", w);
 }

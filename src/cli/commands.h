@@ -16,4 +16,5 @@ int cmd_session(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_view(int argc, char **argv);
 int cmd_virtual(int argc, char **argv);
+int cmd_refine(int argc, char **argv);
 #endif

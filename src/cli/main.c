@@ -23,6 +23,7 @@ static const struct {
     {"reconstruct", cmd_reconstruct, "build G(q,k) and write the SSB phase image at given aberrations"},
     {"fit", cmd_fit, "fit the aberrations (the main job); without DATA, on a built-in simulation"},
     {"demo", cmd_demo, "simulate a small dataset, fit it and print the truth beside the fit"},
+    {"refine", cmd_refine, "multislice refinement seeded by the fit: crystals, tilt, thickness (docs/refine.md)"},
     {"fit-regions", cmd_fit_regions, "fit a grid or list of scan regions: a map of C10, C12, phi12"},
     {"plan", cmd_plan, "the memory plan of a session under a budget: per stage peak, after, tiles"},
     {"session", cmd_session, "replay a typical viewer session on DATA: memory and time per stage"},

@@ -18,7 +18,7 @@ static const struct {
     T(ssb4d_session_script), T(ssb4d_plan_stage),    T(ssb4d_plan),          T(ssb4d_plan_input),
     T(ssb4d_session_opts),  T(ssb4d_tilt_result),    T(ssb4d_preview_req),   T(ssb4d_import_params),
     T(ssb4d_import_report), T(ssb4d_sim_params),     T(ssb4d_sim_info),      T(ssb4d_machine_profile),
-    T(ssb4d_virtual_params), T(ssb4d_virtual_images),
+    T(ssb4d_virtual_params), T(ssb4d_virtual_images), T(ssb4d_refine_params), T(ssb4d_refine_result),
 };
 #undef T
 

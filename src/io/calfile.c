@@ -25,7 +25,10 @@
  *              "best_trials":[{"stage":..,"number":..,"C10_nm":..,"C12_nm":..,"phi12_deg":..,
  *                              "loss":..},...]},                              (after a fit)
  *    "region":[r0,r1,c0,c1],                                   (the fit ran on this region only)
- *    "regions":[{"rect":[r0,r1,c0,c1],"C10_nm":..,"C12_nm":..,"phi12_deg":..,"loss":..},...]}
+ *    "regions":[{"rect":[r0,r1,c0,c1],"C10_nm":..,"C12_nm":..,"phi12_deg":..,"loss":..},...],
+ *    "refine":{"slices":..,"loss":"poisson"|"amplitude","nll":..,"nll_expected":..,"iterations":..,
+ *              "phi12_probe_deg":..,"tilt_probe_mrad":[r,c],"confident":bool,"warning":".."|null,
+ *              "region":[r0,r1,c0,c1]|null}}                     (after a multislice refinement)
  *
  * Unknown values are written as null (JSON has no NaN) and read back as NaN; every section and
  * value other than schema and version is optional (a thick model needs its tilt and thickness).
@@ -84,6 +87,9 @@ void ssb_calfile_init(ssb4d_calfile *c)
     c->px_residual_A = c->px_seconds = NAN;
     for (int i = 0; i < 4; i++)
         c->px_sigma[i] = NAN;
+    c->refine_nll = c->refine_nll_expected = c->refine_phi12_probe_deg = NAN;
+    c->refine_tilt_probe_mrad[0] = c->refine_tilt_probe_mrad[1] = NAN;
+    c->refine_confident = -1;
 }
 
 void ssb_calfile_free(ssb4d_calfile *c)
@@ -302,6 +308,36 @@ static cJSON *fit_json(const ssb4d_calfile *c)
     return f;
 }
 
+/* The "refine" section: what the multislice refinement says beside the aberrations and the thick
+ * model it replaced (SPEC §13). */
+static cJSON *refine_json(const ssb4d_calfile *c)
+{
+    cJSON *f = cJSON_CreateObject();
+    cJSON_AddNumberToObject(f, "slices", c->refine_slices);
+    if (c->refine_loss[0])
+        cJSON_AddStringToObject(f, "loss", c->refine_loss);
+    else
+        cJSON_AddNullToObject(f, "loss");
+    cJSON_AddItemToObject(f, "nll", num_or_null(c->refine_nll));
+    cJSON_AddItemToObject(f, "nll_expected", num_or_null(c->refine_nll_expected));
+    cJSON_AddNumberToObject(f, "iterations", (double)c->refine_iterations);
+    cJSON_AddItemToObject(f, "phi12_probe_deg", num_or_null(c->refine_phi12_probe_deg));
+    cJSON_AddItemToObject(f, "tilt_probe_mrad", pair(c->refine_tilt_probe_mrad));
+    if (c->refine_confident >= 0)
+        cJSON_AddBoolToObject(f, "confident", c->refine_confident);
+    else
+        cJSON_AddNullToObject(f, "confident");
+    if (c->refine_warning[0])
+        cJSON_AddStringToObject(f, "warning", c->refine_warning);
+    else
+        cJSON_AddNullToObject(f, "warning");
+    if (c->refine_region[1])
+        cJSON_AddItemToObject(f, "region", rect(c->refine_region));
+    else
+        cJSON_AddNullToObject(f, "region");
+    return f;
+}
+
 static cJSON *shape_pair(const size_t v[2])
 {
     if (!v[0] || !v[1])
@@ -427,6 +463,8 @@ char *ssb_calfile_to_json(const ssb4d_calfile *c)
             cJSON_AddItemToArray(rs, o);
         }
     }
+    if (c->has_refine)
+        cJSON_AddItemToObject(root, "refine", refine_json(c));
     char *text = cJSON_Print(root);
     cJSON_Delete(root);
     return text;
@@ -810,6 +848,33 @@ static ssb4d_status parse_fit(const rd *r, const cJSON *f, ssb4d_calfile *c)
     return SSB4D_OK;
 }
 
+static ssb4d_status parse_refine(const rd *r, const cJSON *f, ssb4d_calfile *c)
+{
+    ssb4d_status st = SSB4D_OK;
+    size_t slices = 0;
+    c->has_refine = 1;
+    if ((st = get_count(r, f, "slices", "refine.slices", 100000, &slices)) ||
+        (st = get_str(r, f, "loss", "refine.loss", c->refine_loss, sizeof c->refine_loss)) ||
+        (st = get_num(r, f, "nll", "refine.nll", -1e300, 1e300, &c->refine_nll)) ||
+        (st = get_num(r, f, "nll_expected", "refine.nll_expected", -1e300, 1e300, &c->refine_nll_expected)) ||
+        (st = get_count(r, f, "iterations", "refine.iterations", MAX_EXACT_INT, &c->refine_iterations)) ||
+        (st = get_num(r, f, "phi12_probe_deg", "refine.phi12_probe_deg", -1e4, 1e4, &c->refine_phi12_probe_deg)) ||
+        (st = get_pair(r, f, "tilt_probe_mrad", "refine.tilt_probe_mrad", -1000, 1000, c->refine_tilt_probe_mrad)) ||
+        (st = get_str(r, f, "warning", "refine.warning", c->refine_warning, sizeof c->refine_warning)))
+        return st;
+    c->refine_slices = (int)slices;
+    if (c->refine_loss[0] && strcmp(c->refine_loss, "poisson") && strcmp(c->refine_loss, "amplitude"))
+        return bad(r, "refine.loss", "must be \"poisson\" or \"amplitude\"");
+    const cJSON *cf = cJSON_GetObjectItemCaseSensitive(f, "confident");
+    if (cf && !cJSON_IsNull(cf) && !cJSON_IsBool(cf))
+        return bad(r, "refine.confident", "must be true or false");
+    c->refine_confident = cJSON_IsBool(cf) ? cJSON_IsTrue(cf) : -1;
+    const cJSON *rg = cJSON_GetObjectItemCaseSensitive(f, "region");
+    if (rg && !cJSON_IsNull(rg))
+        return get_rect(r, rg, "refine.region", c->scan_shape, c->refine_region);
+    return SSB4D_OK;
+}
+
 static ssb4d_status parse_regions(const rd *r, const cJSON *root, ssb4d_calfile *c)
 {
     ssb4d_status st = SSB4D_OK;
@@ -1052,6 +1117,9 @@ static ssb4d_status parse(const rd *r, const cJSON *root, ssb4d_calfile *c)
         return st;
     const cJSON *se = get_obj(r, root, "search", &st);
     if (st || (se && (st = parse_search(r, se, c))))
+        return st;
+    const cJSON *rf = get_obj(r, root, "refine", &st);
+    if (st || (rf && (st = parse_refine(r, rf, c))))
         return st;
     return parse_regions(r, root, c);
 }

@@ -125,6 +125,38 @@ static const ssb4d_param CALIBRATE_ROWS[] = {
         "worker threads (default: all cores)"),
 };
 
+/* ---- multislice refinement: ssb4d_refine_params (SPEC §13) ------------------------------------ */
+#define REF(field, name, opt, type, unit, lo, hi, def, choices, flags, help) \
+    ROW(ssb4d_refine_params, field, name, opt, type, unit, lo, hi, def, choices, flags, help)
+static const ssb4d_param REFINE_ROWS[] = {
+    REF(slices, "slices", "slices", SSB4D_PARAM_INT, "", 1, 1000, 0, NULL, SSB4D_PARAM_AUTO,
+        "slices of the object (auto: about one per 2 nm of the thickness)"),
+    REF(thickness_nm, "thickness_nm", "thickness", SSB4D_PARAM_DOUBLE, "nm", 0, 1e4, NAN, NULL, SSB4D_PARAM_MIN_OPEN,
+        "the start's total thickness (nm; default the middle of the thickness range)"),
+    REF(iterations, "iterations", "iterations", SSB4D_PARAM_INT, "", 1, 100000, 30, NULL, 0,
+        "passes over the positions in all"),
+    REF(batch, "batch", "batch", SSB4D_PARAM_SIZE, "", 1, 1e7, 0, NULL, SSB4D_PARAM_AUTO,
+        "positions per minibatch (auto: the library's choice)"),
+    REF(loss, "loss", "loss", SSB4D_PARAM_ENUM, "", 0, 1, 0, "poisson|amplitude", 0,
+        "the likelihood: poisson (the counts' negative log-likelihood) or amplitude (the square-root "
+        "residual)"),
+    REF(refine_aberrations, "refine_aberrations", "no-aberrations", SSB4D_PARAM_BOOL, "", 0, 1, 1, NULL,
+        SSB4D_PARAM_NEGATED, "refining C10, C12, phi12 after the object stage (they stay at the seed's)"),
+    REF(refine_tilt, "refine_tilt", "no-tilt", SSB4D_PARAM_BOOL, "", 0, 1, 1, NULL, SSB4D_PARAM_NEGATED,
+        "refining the tilt (it stays at the seed's)"),
+    REF(refine_thickness, "refine_thickness", NULL, SSB4D_PARAM_BOOL, "", 0, 1, 1, NULL, 0,
+        "refine the thickness within its range (when the range is not a point)"),
+    REF(refine_probe, "refine_probe", NULL, SSB4D_PARAM_BOOL, "", 0, 1, 0, NULL, 0,
+        "free the probe's pixels in the last stage"),
+    REF(modes, "modes", NULL, SSB4D_PARAM_INT, "", 1, 16, 1, NULL, 0, "incoherent probe modes"),
+    REF(bin, "bin", "bin", SSB4D_PARAM_INT, "", 1, 4, 0, "1|2|4", SSB4D_PARAM_AUTO,
+        "detector binning (auto: the library's choice for speed)"),
+    REF(seed, "seed", "seed", SSB4D_PARAM_U64, "", 0, INFINITY, 1, NULL, 0,
+        "the seed of the minibatch order; same seed => same bits"),
+    REF(threads, "threads", NULL, SSB4D_PARAM_INT, "", 0, 1024, 0, NULL, 0,
+        "worker threads (0: all cores; the result does not depend on it)"),
+};
+
 #define N(a) (sizeof(a) / sizeof((a)[0]))
 static const struct {
     const ssb4d_param *rows;
@@ -135,6 +167,7 @@ static const struct {
     [SSB4D_OP_THICK] = {THICK_ROWS, N(THICK_ROWS)},
     [SSB4D_OP_PREVIEW] = {PREVIEW_ROWS, N(PREVIEW_ROWS)},
     [SSB4D_OP_CALIBRATE] = {CALIBRATE_ROWS, N(CALIBRATE_ROWS)},
+    [SSB4D_OP_REFINE] = {REFINE_ROWS, N(REFINE_ROWS)},
 };
 
 const ssb4d_param *ssb4d_params(ssb4d_op op, size_t *n)

@@ -82,6 +82,7 @@ struct ssb4d_session {
     int ab_loaded;
     int have_refine;
     ssb4d_refine_result refine;
+    ssb4d_refine_loss refine_loss; /* the loss it minimised (for the calibration file) */
 };
 
 enum { G_FIT = 1, G_PREVIEW = 2 };
@@ -742,7 +743,7 @@ ssb4d_status ssb4d_session_fit_tilt(ssb4d_session *s, ssb4d_tilt_result *r, ssb4
     r->evaluations = tr.evaluations;
     memcpy(r->trace_sha256, tr.trace_sha256, sizeof r->trace_sha256);
     s->tilt = *r;
-    s->have_tilt = 1;
+    s->have_tilt = 1, s->have_refine = 0;
     s->ab = s->fit.ab;
     s->ab.C_nm[SSB4D_C10] = tr.C10_nm;
     s->ab.C_nm[SSB4D_C12] = tr.C12_nm;
@@ -1114,6 +1115,22 @@ static ssb4d_status fill_calfile(ssb4d_session *s, ssb4d_calfile *cf, ssb4d_err 
         cf->has_region = 1;
         memcpy(cf->region, s->o.region, sizeof cf->region);
     }
+    if (s->have_refine) { /* the aberrations and the thick model above are the refinement's */
+        const ssb4d_refine_result *rr = &s->refine;
+        cf->has_refine = 1;
+        cf->refine_slices = rr->slices;
+        snprintf(cf->refine_loss, sizeof cf->refine_loss, "%s",
+                 s->refine_loss == SSB4D_REFINE_AMPLITUDE ? "amplitude" : "poisson");
+        cf->refine_nll = rr->nll;
+        cf->refine_nll_expected = rr->nll_expected;
+        cf->refine_iterations = s->refine.n_history; /* kept: the count, not the history */
+        cf->refine_phi12_probe_deg = rr->phi12_probe_deg;
+        memcpy(cf->refine_tilt_probe_mrad, rr->tilt_probe_mrad, sizeof cf->refine_tilt_probe_mrad);
+        cf->refine_confident = rr->confident != 0;
+        snprintf(cf->refine_warning, sizeof cf->refine_warning, "%s", rr->confident ? "" : rr->warning);
+        memcpy(cf->refine_region, rr->region, sizeof cf->refine_region);
+        cf->has_thick = 1;
+    }
     if (s->path) {
         if (!s->identity_done) /* hashed once: the data do not change under an open session */
             (void)ssb4d_data_identity(s->path, s->identity, sizeof s->identity, NULL); /* "" unreadable */
@@ -1205,7 +1222,7 @@ ssb4d_status ssb4d_session_load_fit(ssb4d_session *s, const char *path, ssb4d_er
     s->n_best = cf.n_best < SESSION_BEST_TRIALS ? cf.n_best : SESSION_BEST_TRIALS;
     if (s->n_best)
         memcpy(s->best, cf.best, s->n_best * sizeof *s->best);
-    s->have_fit = 1, s->have_tilt = 0;
+    s->have_fit = 1, s->have_tilt = 0, s->have_refine = 0;
     ssb_calfile_free(&cf);
     return SSB4D_OK;
 }
@@ -1305,9 +1322,11 @@ ssb4d_status ssb4d_session_refine(ssb4d_session *s, const size_t region[4], cons
     s->ab = r->ab;
     memcpy(s->thick.tilt_mrad, r->tilt_mrad, sizeof s->thick.tilt_mrad);
     s->thick.thickness_nm = r->thickness_nm;
+    s->have_tilt = 0; /* the refined thick model replaces a tilt fit's */
     s->refine = *r;
-    s->refine.history = NULL, s->refine.n_history = 0;
+    s->refine.history = NULL; /* n_history kept: the iterations the file records */
     s->refine.slice_phase = s->refine.projected_phase = s->refine.probe = NULL;
+    s->refine_loss = rp.loss;
     s->have_refine = 1;
     return SSB4D_OK;
 }
@@ -1319,5 +1338,6 @@ int ssb4d_session_last_refine(const ssb4d_session *s, ssb4d_refine_result *r)
         return 0;
     }
     *r = s->refine;
+    r->n_history = 0; /* no arrays */
     return 1;
 }

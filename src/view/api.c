@@ -328,6 +328,8 @@ cJSON *view_state_json(view_server *v)
         cJSON_AddItemToObject(o, "region", cJSON_Duplicate(v->region, 1));
     if (v->regions)
         cJSON_AddItemToObject(o, "regions", cJSON_Duplicate(v->regions, 1));
+    if (v->refine)
+        cJSON_AddItemToObject(o, "refine", cJSON_Duplicate(v->refine, 1));
     cJSON *vi = cJSON_AddObjectToObject(o, "virtual");
     cJSON_AddBoolToObject(vi, "ready", v->has_virt);
     cJSON *st = cJSON_AddObjectToObject(o, "stats");
@@ -396,6 +398,74 @@ static const char *const NONE[] = {NULL};
 static const char *const REGION_FIELDS[] = {"rect", NULL};
 static const char *const REGIONS_FIELDS[] = {"rect", "rows", "cols", NULL};
 static const char *const SAVE_FIELDS[] = {"name", "path", "force", NULL};
+static const char *const REFINE_FIELDS[] = {"rect", "slices", "iterations", "thickness_range_nm", NULL};
+
+/* /api/refine's body: the drawn region (required), slices and iterations through the parameter
+ * table, the thickness range [lo, hi] (nm, 0 < lo <= hi <= 1e4). 0, or -1 with r set (400). */
+static int parse_refine(view_server *v, const cJSON *o, job_params *p, view_resp *r)
+{
+    ssb4d_refine_params rp;
+    ssb4d_refine_params_default(&rp);
+    if (only_fields(o, REFINE_FIELDS, r) || rect_field(v, o, p->rect, 1, r) < 0 ||
+        table_field(o, SSB4D_OP_REFINE, "slices", &rp, r) < 0 || table_field(o, SSB4D_OP_REFINE, "iterations", &rp, r) < 0)
+        return -1;
+    p->refine_slices = rp.slices;
+    p->refine_iterations = rp.iterations;
+    p->refine_range_nm[0] = p->refine_range_nm[1] = NAN;
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, "thickness_range_nm");
+    if (f) {
+        const cJSON *a = cJSON_GetArrayItem(f, 0), *b = cJSON_GetArrayItem(f, 1);
+        if (!cJSON_IsArray(f) || cJSON_GetArraySize(f) != 2 || !cJSON_IsNumber(a) || !cJSON_IsNumber(b) ||
+            !(a->valuedouble > 0 && a->valuedouble <= b->valuedouble && b->valuedouble <= 1e4)) {
+            view_resp_text(r, 400, "'thickness_range_nm' must be [lo, hi] with 0 < lo <= hi <= 10000 (nm)");
+            return -1;
+        }
+        p->refine_range_nm[0] = a->valuedouble, p->refine_range_nm[1] = b->valuedouble;
+    }
+    return 0;
+}
+
+/* GET /api/refine/image?kind=projected (the projected phase) or kind=N (slice N's phase), float32
+ * like a preview, from the last refinement. */
+static void refine_image(view_server *v, const char *kind, view_resp *r)
+{
+    pthread_mutex_lock(&v->mu);
+    const ssb4d_refine_result *rr = &v->refine_res;
+    if (!v->has_refine_res) {
+        pthread_mutex_unlock(&v->mu);
+        view_resp_text(r, 409, "no refinement yet");
+        return;
+    }
+    size_t rows = rr->obj_shape[0], cols = rr->obj_shape[1], n = rows * cols;
+    long k = -1; /* -1: the projected phase */
+    char *end = NULL;
+    int ok = kind && !strcmp(kind, "projected");
+    if (kind && !ok && *kind >= '0' && *kind <= '9') {
+        k = strtol(kind, &end, 10);
+        ok = !*end && k < rr->slices;
+    }
+    if (!ok) {
+        int ns = rr->slices;
+        pthread_mutex_unlock(&v->mu);
+        view_resp_text(r, 400, "kind must be projected or a slice 0..%d", ns - 1);
+        return;
+    }
+    int slices = rr->slices; /* read under the lock: a later refinement replaces rr */
+    const float *base = k < 0 ? rr->projected_phase : rr->slice_phase;
+    const float *src = base ? base + (k < 0 ? 0 : (size_t)k * n) : NULL; /* no arithmetic on NULL */
+    float *img = malloc(n * sizeof *img);
+    if (img && src)
+        memcpy(img, src, n * sizeof *img);
+    else if (img)
+        memset(img, 0, n * sizeof *img);
+    pthread_mutex_unlock(&v->mu);
+    if (!img) {
+        view_resp_text(r, 500, "out of memory");
+        return;
+    }
+    view_resp_image(r, img, rows, cols, NULL);
+    view_resp_header(r, "X-Slices", "%d", slices);
+}
 
 /* A file name the page may save under (SPEC §7): plain, inside the output folder. A request
  * never names a folder: no '/', no '\\', no "..", no leading '.', no control bytes; and it
@@ -455,6 +525,12 @@ static int parse_job(view_server *v, view_job *j, const cJSON *o, view_resp *r)
             int_field(o, "rows", 1, 64, &p->rows, r) < 0 || int_field(o, "cols", 1, 64, &p->cols, r) < 0)
             return -1;
         return 0;
+    case JOB_REFINE:
+        if (v->cfg.dist) { /* the refinement reads the frames; the ranks share G only */
+            view_resp_text(r, 501, "refine is not run by a distributed viewer (run it without mpirun)");
+            return -1;
+        }
+        return parse_refine(v, o, p, r);
     case JOB_SAVE: {
         if (only_fields(o, SAVE_FIELDS, r) || bool_field(o, "force", &p->force, r) < 0)
             return -1;
@@ -483,7 +559,7 @@ static const struct {
 } POST_JOBS[] = {
     {"/api/preview", JOB_PREVIEW}, {"/api/fit", JOB_FIT},       {"/api/fit_tilt", JOB_FIT_TILT},
     {"/api/region", JOB_REGION},   {"/api/regions", JOB_REGIONS}, {"/api/apply", JOB_APPLY},
-    {"/api/reset", JOB_RESET},     {"/api/save", JOB_SAVE},
+    {"/api/reset", JOB_RESET},     {"/api/save", JOB_SAVE},     {"/api/refine", JOB_REFINE},
 };
 
 void view_api(view_server *v, const char *method, const char *url, const char *kind, const char *body, size_t len,
@@ -539,6 +615,14 @@ void view_api(view_server *v, const char *method, const char *url, const char *k
         view_submit(v, j);
         *r = j->resp;
         free(j);
+        return;
+    }
+    if (!strcmp(url, "/api/refine/image")) {
+        if (!get) {
+            view_resp_text(r, 405, "use GET");
+            return;
+        }
+        refine_image(v, kind, r);
         return;
     }
     if (!strcmp(url, "/api/cancel")) {

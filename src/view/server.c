@@ -396,6 +396,9 @@ void view_destroy(view_server *v)
     cJSON_Delete(v->regions);
     if (v->has_region_res)
         ssb4d_fit_result_free(&v->region_res);
+    cJSON_Delete(v->refine);
+    if (v->has_refine_res)
+        ssb4d_refine_result_free(&v->refine_res);
     free(v->cal.mean);
     free(v->cal.flagged);
     if (v->has_virt)

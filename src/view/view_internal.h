@@ -36,7 +36,7 @@ void view_resp_free(view_resp *r);
 
 typedef enum {
     JOB_START, JOB_PREVIEW, JOB_FIT, JOB_FIT_TILT, JOB_REGION, JOB_REGIONS, JOB_APPLY, JOB_RESET,
-    JOB_SAVE, JOB_VIRTUAL
+    JOB_SAVE, JOB_VIRTUAL, JOB_REFINE
 } job_kind;
 
 /* GET /api/virtual?kind=: the images of ssb4d_session_virtual, in this order. */
@@ -63,6 +63,9 @@ typedef struct {
     int force;
     int apply_region;      /* /api/apply {"region": true}: the last region refit */
     virt_kind virt;        /* /api/virtual?kind= */
+    int refine_slices;     /* /api/refine: slices (0 auto), iterations (0 the default), the */
+    int refine_iterations; /* thickness range (NaN: the default) */
+    double refine_range_nm[2];
 } job_params;
 
 typedef struct view_job {
@@ -132,6 +135,9 @@ struct view_server {
     ssb4d_fit_result region_res;
     int has_region_res;
     cJSON *regions;        /* last Fit Regions map (object) or NULL */
+    cJSON *refine;         /* the last refinement's record (object, `ssb4d refine --json`'s keys) or NULL */
+    ssb4d_refine_result refine_res; /* its images (GET /api/refine/image); has_refine_res */
+    int has_refine_res;
     ssb4d_virtual_images virt; /* the virtual images, made on the first request (the worker's) */
     int has_virt, virt_failed;
     double last_request_s;    /* ssb4d_clock_s() of the last request submitted */

@@ -368,6 +368,83 @@ static void do_region(view_server *v, view_job *j)
     view_resp_json(&j->resp, 200, o);
 }
 
+static cJSON *pair_num(const double x[2])
+{
+    cJSON *a = cJSON_CreateArray();
+    for (int k = 0; k < 2; k++)
+        cJSON_AddItemToArray(a, isfinite(x[k]) ? cJSON_CreateNumber(x[k]) : cJSON_CreateNull());
+    return a;
+}
+
+static cJSON *num_or_null(double x) { return isfinite(x) ? cJSON_CreateNumber(x) : cJSON_CreateNull(); }
+
+/* Refine (SPEC §13, docs/refine.md "Viewer"): ssb4d_session_refine on the drawn region, with the
+ * session's progress and cancel; the record under `ssb4d refine --json`'s keys; the images kept
+ * for GET /api/refine/image (the projected phase, each slice). The session's parameters become
+ * the refined ones (Save writes the "refine" section). */
+static void do_refine(view_server *v, view_job *j)
+{
+    const job_params *p = &j->p;
+    ssb4d_refine_params rp;
+    ssb4d_refine_params_default(&rp);
+    if (p->refine_slices)
+        rp.slices = p->refine_slices;
+    if (p->refine_iterations)
+        rp.iterations = p->refine_iterations;
+    if (!isnan(p->refine_range_nm[0]))
+        memcpy(rp.thickness_range_nm, p->refine_range_nm, sizeof rp.thickness_range_nm);
+    rp.refine_thickness = rp.thickness_range_nm[0] < rp.thickness_range_nm[1];
+    pthread_mutex_lock(&v->mu);
+    int had_fit = v->has_fit;
+    pthread_mutex_unlock(&v->mu);
+    ssb4d_refine_result r;
+    ssb4d_err err = {0};
+    ssb4d_status st = ssb4d_session_refine(v->s, p->rect, &rp, &r, &err);
+    ssb4d_fit_result fr;
+    if (!had_fit && ssb4d_session_last_fit(v->s, &fr)) /* the seed's standard fit ran first: the */
+        show_fit(v, &fr, cJSON_CreateArray());        /* result panel shows it (Reset returns to it) */
+    if (st) {
+        fail(v, &j->resp, st, err.msg);
+        return;
+    }
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddItemToObject(o, "C10_nm", num_or_null(r.ab.C_nm[SSB4D_C10]));
+    cJSON_AddItemToObject(o, "C12_nm", num_or_null(r.ab.C_nm[SSB4D_C12]));
+    cJSON_AddItemToObject(o, "phi12_deg", num_or_null(r.ab.phi_deg[SSB4D_C12]));
+    cJSON_AddItemToObject(o, "phi12_probe_deg", num_or_null(r.phi12_probe_deg));
+    cJSON_AddItemToObject(o, "rotation_deg", num_or_null(r.geom.rotation_deg));
+    cJSON_AddBoolToObject(o, "flip", r.geom.flip != 0);
+    cJSON_AddItemToObject(o, "tilt_mrad", pair_num(r.tilt_probe_mrad)); /* probe frame, as refine --json */
+    cJSON_AddItemToObject(o, "tilt_scan_mrad", pair_num(r.tilt_mrad));
+    cJSON_AddItemToObject(o, "thickness_nm", num_or_null(r.thickness_nm));
+    cJSON_AddNumberToObject(o, "slices", r.slices);
+    cJSON_AddItemToObject(o, "nll", num_or_null(r.nll));
+    cJSON_AddItemToObject(o, "nll_expected", num_or_null(r.nll_expected));
+    cJSON *h = cJSON_AddArrayToObject(o, "nll_history");
+    for (size_t i = 0; i < r.n_history; i++)
+        cJSON_AddItemToArray(h, num_or_null(r.history[i]));
+    cJSON_AddBoolToObject(o, "confident", r.confident != 0);
+    if (r.confident)
+        cJSON_AddNullToObject(o, "warning");
+    else
+        cJSON_AddStringToObject(o, "warning", r.warning);
+    add_rect(o, "region", r.region);
+    cJSON *sh = cJSON_AddArrayToObject(o, "object_shape");
+    cJSON_AddItemToArray(sh, cJSON_CreateNumber((double)r.obj_shape[0]));
+    cJSON_AddItemToArray(sh, cJSON_CreateNumber((double)r.obj_shape[1]));
+    cJSON_AddItemToObject(o, "object_pixel_A", pair_num(r.obj_pixel_A));
+    cJSON_AddNumberToObject(o, "seconds", r.seconds);
+    pthread_mutex_lock(&v->mu);
+    if (v->has_refine_res)
+        ssb4d_refine_result_free(&v->refine_res);
+    v->refine_res = r;
+    v->has_refine_res = 1;
+    cJSON_Delete(v->refine);
+    v->refine = cJSON_Duplicate(o, 1);
+    pthread_mutex_unlock(&v->mu);
+    view_resp_json(&j->resp, 200, o);
+}
+
 /* Fit Regions: each cell of the grid over p->rect, then (the rotation searched) the 180° branch
  * from the cell that settles it most clearly, held for the others' refits and for the field
  * (ssb4d_session_settle_branch, as `ssb4d fit-regions` and Python do): the answer's and the
@@ -604,7 +681,7 @@ static void do_virtual(view_server *v, view_job *j)
 static const char *job_label(job_kind k)
 {
     static const char *names[] = {"start", "preview", "fit", "fit tilt", "region", "regions", "apply", "reset", "save",
-                                  "virtual images"};
+                                  "virtual images", "refine"};
     return names[k];
 }
 
@@ -621,6 +698,7 @@ static void run_job(view_server *v, view_job *j)
     case JOB_RESET: do_reset(v, j); break;
     case JOB_SAVE: do_save(v, j); break;
     case JOB_VIRTUAL: do_virtual(v, j); break;
+    case JOB_REFINE: do_refine(v, j); break;
     }
     if (j->kind != JOB_PREVIEW)
         snapshot_params(v);

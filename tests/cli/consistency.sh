@@ -18,9 +18,9 @@ SRC=$(cd "$(dirname "$0")/../.." && pwd)
 . "$(dirname "$0")/lib/harness.sh"
 
 # Every subcommand ("bench" has its own: run, compare, sweep); W: those that write files.
-CMDS=(import info verify simulate calibrate reconstruct fit demo fit-regions plan session view "bench run" "bench compare"
+CMDS=(import info verify simulate calibrate reconstruct fit demo fit-regions refine plan session view "bench run" "bench compare"
     "bench sweep" "bench view")
-W=" import simulate calibrate reconstruct fit demo fit-regions session bench run bench sweep bench view "
+W=" import simulate calibrate reconstruct fit demo fit-regions refine session bench run bench sweep bench view "
 COMMON="exit status: 0 success, 1 internal error or out of memory, 2 usage error or bad input"
 
 # --- help, unknown flags, -q -----------------------------------------------------------------------
@@ -48,7 +48,7 @@ done
 expect 0 "bench --help" "exit status: 0 success" -- "$BIN" bench --help
 one_line 2 "bench: unknown flag" "unknown subcommand" -- "$BIN" bench --frobnicate
 "$BIN" --help >"$T/top" 2>&1 && ok || bad "ssb4d --help does not exit 0"
-for c in import info verify simulate calibrate reconstruct fit demo fit-regions plan session bench; do
+for c in import info verify simulate calibrate reconstruct fit demo fit-regions refine plan session bench; do
     grep -qE "^  $c +[a-z]" "$T/top" && ok || bad "ssb4d --help does not list $c"
 done
 grep -q "^$COMMON" "$T/top" && ok || bad "ssb4d --help lacks the exit statuses"
@@ -108,6 +108,8 @@ refused "simulate" "$T/s.npy" -- "$BIN" simulate --preset tiny -o "$T/s.npy"
 mkdir -p "$T/fo" "$T/so" "$T/go"
 refused "fit" "$T/fo/phase.tiff" -- "$BIN" fit "$T/n.npy" -o "$T/fo"
 refused "fit-regions" "$T/go/regions.json" -- "$BIN" fit-regions "$T/n.npy" --grid 1x1 -o "$T/go"
+mkdir -p "$T/ro"
+refused "refine" "$T/ro/refine.json" -- "$BIN" refine "$T/n.npy" -o "$T/ro"
 refused "session -o DIR" "$T/so/calibration.json" -- "$BIN" session "$T/n.npy" -o "$T/so"
 refused "bench run -o" "$T/b.json" -- "$BIN" bench run --data "$T/n.npy" -o "$T/b.json"
 refused "bench sweep -o" "$T/w.json" -- "$BIN" bench sweep --data "$T/n.npy" --loss-tile all -o "$T/w.json"
