@@ -252,6 +252,50 @@ static void test_edge_fit_bragg(void **state)
     free(img);
 }
 
+/* What the edge's profile determines (the sampling study's oversampled crystals, docs/calibrate.md):
+ * a disk drawn as the simulator draws it with det_oversample 3 (3 x 3 point samples per pixel of
+ * SPEC 5.2's aperture, its amplitude a ramp 1/3 px wide, so intensity A²) and blurred radially by
+ * 0.15 px. Every pixel model fits it with its own blur, and their radii differ by the models' edge
+ * conventions, u/6 (u the ramp's width): R_m − u_m/6, the radius of the hard edge that lets
+ * through the same flux, is the same for all of them, R − (1/3)/6. The blur hides which u the
+ * pixels had, so that flux-equivalent edge is what the data fix; R itself needs u. */
+static void test_edge_fit_flux_edge(void **state)
+{
+    (void)state;
+    enum { D = 60, S = 3, NZ = 61 };
+    const double R = 15.37, cr = 29.3, cc = 30.15, u = 1.0 / S, sig = 0.15;
+    double *img = malloc(D * D * sizeof *img);
+    assert_non_null(img);
+    for (int i = 0; i < D; i++)
+        for (int j = 0; j < D; j++) {
+            double v = 0, wsum = 0;
+            for (int a = 0; a < S; a++)
+                for (int b = 0; b < S; b++) {
+                    double r = hypot(i + (a + 0.5) / S - 0.5 - cr, j + (b + 0.5) / S - 0.5 - cc);
+                    for (int z = 0; z < NZ; z++) { /* the blur: a normal over ±5σ */
+                        double t = -5.0 + 10.0 * z / (NZ - 1), w = exp(-0.5 * t * t);
+                        double A = (R - r + sig * t) / u + 0.5;
+                        A = A < 0 ? 0 : A > 1 ? 1 : A;
+                        v += w * A * A;
+                        wsum += w;
+                    }
+                }
+            img[i * D + j] = 50.0 * v / wsum + 1.0 + 0.02 * j;
+        }
+    ssb_cal_edge e;
+    assert_int_equal(ssb_cal_fit_edge(img, NULL, D, D, cr, cc, R - 0.2, &e), 0);
+    static const double um[4] = {1.0, 1.0 / 3.0, 1.0 / 5.0, 0.0};
+    for (int m = 0; m < 4; m++) {
+        double flux = e.radius_m[m] - um[m] / 6;
+        print_message("  model %d: R %.4f, R - u/6 %.4f (truth %.4f, %.4f), rss %.4g\n", m, e.radius_m[m], flux, R,
+                      R - u / 6, e.rss[m]);
+        if (m > 0)
+            assert_true(fabs(flux - (R - u / 6)) < 0.01);
+    }
+    print_message("  fitted %.4f (model %d, blur %.3f) +- %.4f\n", e.radius_px, e.model, e.blur_px, e.sigma_px);
+    free(img);
+}
+
 static void test_edge_fit_known(void **state)
 {
     (void)state;
@@ -788,6 +832,7 @@ int main(void)
         cmocka_unit_test(test_a2_geometry),
         cmocka_unit_test(test_overrides),
         cmocka_unit_test(test_edge_fit_known),
+        cmocka_unit_test(test_edge_fit_flux_edge),
         cmocka_unit_test(test_edge_fit_bragg),
         cmocka_unit_test(test_rotation_synthetic_field),
         cmocka_unit_test(test_rotation_synthetic_frames),

@@ -34,6 +34,9 @@ typedef struct {
     int model;        /* S x S sub-samples of a ramp u px wide: 0 S = 1, u = 1 (point-sampled);
                          1 S = 3, u = 1/3; 2 S = 5, u = 1/5; 3 S = 6, u = 0 (area-integrated, hard) */
     double rss[4];    /* each model's residual sum of squares */
+    double radius_m[4]; /* each model's R at its best blur (the point-sampled one even where it
+                           may not win); R_m − u_m/6 is the flux-equivalent hard edge, the same
+                           for every model (docs/calibrate.md, the sampling study) */
     size_t n_pixels;
     int n_sectors;    /* sectors used */
     int n_dropped;    /* sectors left out: something else has an edge there */

@@ -379,6 +379,7 @@ int ssb_cal_fit_edge(const double *mean, const unsigned char *isflag, size_t dr,
                 model_var = dR * dR;
         }
     out->n_dropped = dropped;
+    memcpy(out->radius_m, mR, sizeof out->radius_m);
     /* Per-sector radii at the joint σ and model: the standard error, net of an off-centre disk. */
     double Rk[EDGE_SECTORS], th[EDGE_SECTORS];
     int K = 0;
