@@ -210,7 +210,7 @@ static void edge_case(int area, double R, double cr, double cc, double *fitted, 
             img[i * D + j] = 100.0 * v * (1 - 0.002 * hypot(i - cr, j - cc)) + 3.0 + 0.01 * i;
         }
     ssb_cal_edge e;
-    assert_int_equal(ssb_cal_fit_edge(img, NULL, D, D, cr, cc, R - 0.25, &e), 0);
+    assert_int_equal(ssb_cal_fit_edge(img, NULL, D, D, cr, cc, R - 0.25, -1, &e), 0);
     *fitted = e.radius_px;
     *model = e.model;
     assert_true(e.sigma_px >= 0 && e.sigma_px < 0.02); /* the 0.05 % floor: ~0.01 px */
@@ -244,7 +244,7 @@ static void test_edge_fit_bragg(void **state)
             img[i * D + j] = 100.0 * v / (SUB * SUB) + 2.0;
         }
     ssb_cal_edge e;
-    assert_int_equal(ssb_cal_fit_edge(img, NULL, D, D, cr, cc, R - 0.25, &e), 0);
+    assert_int_equal(ssb_cal_fit_edge(img, NULL, D, D, cr, cc, R - 0.25, -1, &e), 0);
     print_message("  BF disk R %.2f with crossing Bragg disks: fitted %.4f (model %d, blur %.3f) +- %.4f\n", R,
                   e.radius_px, e.model, e.blur_px, e.sigma_px);
     assert_true(e.model != 0);
@@ -283,7 +283,7 @@ static void test_edge_fit_flux_edge(void **state)
             img[i * D + j] = 50.0 * v / wsum + 1.0 + 0.02 * j;
         }
     ssb_cal_edge e;
-    assert_int_equal(ssb_cal_fit_edge(img, NULL, D, D, cr, cc, R - 0.2, &e), 0);
+    assert_int_equal(ssb_cal_fit_edge(img, NULL, D, D, cr, cc, R - 0.2, -1, &e), 0);
     static const double um[4] = {1.0, 1.0 / 3.0, 1.0 / 5.0, 0.0};
     for (int m = 0; m < 4; m++) {
         double flux = e.radius_m[m] - um[m] / 6;

@@ -286,6 +286,8 @@ class Values:
     camera_length_mm: Optional[float] = None  # what the data file records
     dwell_us: Optional[float] = None
     _raw: object = field(default=None, repr=False, compare=False)
+    pixel_model_S: Optional[int] = None       # the detector's pixel model: S x S samples per pixel (sidecar's
+    #                                           det_oversample, a calibration file's edge_model); None not stated
 
     @classmethod
     def _from(cls, v):
@@ -299,7 +301,7 @@ class Values:
                    None if v.flip < 0 else bool(v.flip), _lib.s(v.flip_from),
                    aberrations_dict(v.ab) if v.has_ab else None, _lib.s(v.ab_from),
                    _lib.s(v.sidecar_path) or None, _lib.s(v.source_format), one(v.camera_length_mm),
-                   one(v.dwell_us), v)
+                   one(v.dwell_us), v, v.pixel_model_S or None)
 
 
 @dataclass
