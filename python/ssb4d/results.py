@@ -81,6 +81,12 @@ class Calibration:
     # and its warning ('' when none): the measured one more than 3 sigma from the stated one
     sampling_report: str = ''
     sampling_warning: str = ''
+    # the measurement behind the sampling (made whether or not one was stated) and the edge fit's
+    # pixel model: 0 point-sampled, 1 3x3, 2 5x5, 3 area-integrated, -1 no fit; stated (the
+    # sidecar's det_oversample, a calibration file's) or chosen by the residual
+    det_sampling_measured_mrad: float = float('nan')
+    edge_model: int = -1
+    edge_model_stated: bool = False
 
     @classmethod
     def _from(cls, c):
@@ -97,7 +103,8 @@ class Calibration:
                    c.disk_radius_px, c.selection_radius_px, c.n_bf, c.n_flagged, c.rotation_curl_deg,
                    c.rotation_sigma_deg, bool(c.rotation_fitted), bool(c.det_sampling_fitted), c.total_counts,
                    bool(c.flip_fitted), mean, bf, fl, text.value.decode(),
-                   warn.value.decode().replace('\n', ' '))
+                   warn.value.decode().replace('\n', ' '), c.det_sampling_measured_mrad, c.edge_model,
+                   bool(c.edge_model_stated))
 
 
 @dataclass
