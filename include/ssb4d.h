@@ -180,6 +180,14 @@ typedef struct {
     int threads;                 /* 0: all cores */
     ssb4d_mem *mem;              /* counts the frame blocks and per-position buffers (may be NULL) */
     size_t block_bytes;          /* frames read at a time (uint32), 0: 64 MiB; same results for any */
+    int edge_pixel_S;            /* the detector's pixel model, stated (SPEC §4 "Stated beats
+                                    measured"; ssb4d_values.pixel_model_S): S x S point samples of
+                                    the aperture's edge per pixel (the simulator's det_oversample;
+                                    1 point-sampled); the edge fit then fits that model alone (R
+                                    and the blur): 1, 3, 5 their own, S >= 6 the area-integrated
+                                    hard edge (their limit: within 1/(6 S) px), 2 and 4 the next
+                                    odd one. 0: not stated, the model with the smaller residual
+                                    (docs/calibrate.md) */
 } ssb4d_calib_params;
 
 void ssb4d_calib_params_default(ssb4d_calib_params *p);
@@ -224,6 +232,8 @@ typedef struct {
                                                 1 S = 3, 2 S = 5, 3 area-integrated hard edge;
                                                 -1 no fit (the half-median radius) */
     double edge_radius_threshold_px;         /* the half-median radius (the fit's start) */
+    int edge_model_stated;                   /* 1: edge_model was stated (edge_pixel_S), 0: the
+                                                residual chose it (or no fit) */
 } ssb4d_calibration;
 
 void ssb4d_calibration_free(ssb4d_calibration *c);
@@ -273,6 +283,10 @@ typedef struct {
      * format's reader): its format, camera length (mm) and dwell (µs); NaN / "" unknown. */
     char source_format[32];
     double camera_length_mm, dwell_us;
+    /* The detector's pixel model (ssb4d_calib_params.edge_pixel_S): the sidecar's
+     * detector.det_oversample, or the edge model a calibration file records
+     * (detector.edge_model); 0 not stated. */
+    int pixel_model_S;
 } ssb4d_values;
 
 /* Everything unset (NaN, 0, ""). */
@@ -1883,6 +1897,11 @@ typedef struct {
     size_t region[4];            /* r0, r1, c0, c1 */
     ssb4d_calfile_region *regions; /* malloc'ed; fit-regions results */
     size_t n_regions;
+    /* The pixel model of calibration's edge fit (detector.edge_model, edge_model_source): as
+     * ssb4d_calibration.edge_model (-1 not recorded) and "stated" (edge_pixel_S) or "measured"
+     * (the smaller residual); "" not recorded (older files). Read back, it is stated. */
+    int edge_model;
+    char edge_model_source[12];
     /* The multislice refinement that produced the aberrations and the thick model ("refine"
      * section, has_refine; SPEC §13, docs/refine.md): its slices, loss ("poisson", "amplitude"),
      * final likelihood per position and what counting noise would give, the iterations run, φ12

@@ -150,6 +150,8 @@ static void same_calfile(const ssb4d_calfile *a, const ssb4d_calfile *b)
     same_double(a->sampling_measured_mrad, b->sampling_measured_mrad, "measured sampling");
     same_double(a->sampling_sigma_mrad, b->sampling_sigma_mrad, "sampling sigma");
     assert_string_equal(a->centre_method, b->centre_method);
+    assert_int_equal(a->edge_model, b->edge_model);
+    assert_string_equal(a->edge_model_source, b->edge_model_source);
     same_double(a->centre_measured_px[0], b->centre_measured_px[0], "measured centre");
     same_double(a->centre_measured_px[1], b->centre_measured_px[1], "measured centre");
     assert_int_equal(a->has_region, b->has_region);
@@ -429,6 +431,10 @@ static void refusals(void **state)
     /* n_bf */
     refuses("\"detector\":{\"n_bf\":-1}", 0, "\"detector.n_bf\" must be an integer");
     refuses("\"detector\":{\"n_bf\":1.5}", 0, "\"detector.n_bf\"");
+    refuses("\"detector\":{\"edge_model\":\"7x7 sub-samples\"}", 0, "\"detector.edge_model\" must be");
+    refuses("\"detector\":{\"edge_model\":3}", 0, "\"detector.edge_model\" must be a string");
+    refuses("\"detector\":{\"edge_model\":\"area-integrated\",\"edge_model_source\":\"guessed\"}", 0,
+            "\"detector.edge_model_source\" must be");
     refuses("\"detector\":{\"shape\":[4,4],\"n_bf\":17}", 0, "\"detector.n_bf\" must be an integer in 0 .. 16");
     /* thick */
     refuses("\"thick\":{\"tilt_mrad\":[1,2]}", 0, "\"thick.thickness_nm\" is missing");
@@ -554,9 +560,15 @@ static void from_calibration(void **state)
     cal.det_sampling_measured_sigma_mrad = 0.0012;
     cal.centre_fitted = 1;
     cal.disk_centre_px[0] = 24, cal.disk_centre_px[1] = 23.5;
+    /* the edge fit's pixel model, stated (issue 39: the sidecar's det_oversample 3) */
+    cal.edge_model = 1;
+    cal.edge_model_stated = 1;
     ssb4d_calfile c;
     ssb4d_err err = {0};
     assert_int_equal(ssb_calfile_from_calibration(&c, &cal, &err), SSB4D_OK);
+    assert_int_equal(c.edge_model, 1);
+    assert_string_equal(c.edge_model_source, "stated");
+    assert_int_equal(ssb_calfile_edge_pixel_S(&c), 3); /* read back, it is stated: S = 3 */
     assert_string_equal(c.sampling_method, "stated");
     assert_true(c.sampling_measured_mrad == 1.2634 && c.sampling_sigma_mrad == 0.0012);
     assert_string_equal(c.centre_method, "measured");
@@ -565,6 +577,27 @@ static void from_calibration(void **state)
     assert_int_equal(c.flagged[1], 77);
     assert_int_equal(c.has_ab + c.has_thick + c.has_search, 0);
     round_trip(&c, "fromcal.json");
+    /* the JSON holds it by name; a model the residual chose is "measured", and read back stated
+     * all the same (the area-integrated one as S = 6) */
+    ssb4d_calfile d;
+    assert_int_equal(ssb_calfile_read(tpath("fromcal.json"), &d, &err), SSB4D_OK);
+    assert_int_equal(d.edge_model, 1);
+    ssb_calfile_free(&d);
+    ssb_calfile_free(&c);
+    cal.edge_model = 3;
+    cal.edge_model_stated = 0;
+    assert_int_equal(ssb_calfile_from_calibration(&c, &cal, &err), SSB4D_OK);
+    assert_string_equal(c.edge_model_source, "measured");
+    round_trip(&c, "fromcal2.json");
+    assert_int_equal(ssb_calfile_edge_pixel_S(&c), 6);
+    ssb_calfile_free(&c);
+    /* no edge fit (the half-median radius): nothing recorded */
+    cal.edge_model = -1;
+    assert_int_equal(ssb_calfile_from_calibration(&c, &cal, &err), SSB4D_OK);
+    assert_int_equal(c.edge_model, -1);
+    assert_string_equal(c.edge_model_source, "");
+    assert_int_equal(ssb_calfile_edge_pixel_S(&c), 0);
+    round_trip(&c, "fromcal3.json");
     ssb_calfile_free(&c);
 }
 
@@ -603,6 +636,8 @@ static void old_file_loads(void **state)
     assert_string_equal(c.sampling_method, "");
     assert_true(isnan(c.sampling_measured_mrad) && isnan(c.sampling_sigma_mrad));
     assert_string_equal(c.centre_method, "");
+    assert_int_equal(c.edge_model, -1); /* nor the edge's pixel model */
+    assert_string_equal(c.edge_model_source, "");
     assert_true(c.ab.C_nm[SSB4D_C10] == -9.81 && c.ab.phi_deg[SSB4D_C12] == 19.7);
     assert_true(c.has_thick && c.has_search && c.has_region && c.n_regions == 1 && c.n_best == 1);
     assert_int_equal(c.has_fit, 0);

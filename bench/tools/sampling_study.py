@@ -12,7 +12,9 @@ Factors (each level used equally often, combined by a fixed pseudo-random design
   Au 3 nm (crystals, with their diffuse scattering and Bragg disks); detector mirrored or not.
 
 usage: /usr/bin/python3 bench/tools/sampling_study.py [--ssb4d build/ssb4d] [--cases 36] [--jobs 2]
-       [--out bench/sampling-study-YYYYMMDD.jsonl] [--only 9,31] [--table RECORD.jsonl]
+       [--out bench/sampling-study-YYYYMMDD.jsonl] [--only 9,31] [--table RECORD.jsonl] [--seed 39]
+--seed: another family of the same design (its shuffle, and the simulator's seeds 100 + case +
+1000 (seed - 39)); 39 is the record's.
 Prints one line per case and the table per stratum (median and 95th percentile of |relative error|,
 median reported relative standard error, and how many errors lie within 2 reported sigma)."""
 import argparse, json, os, random, subprocess, sys, tempfile
@@ -41,6 +43,7 @@ def design(n, seed=39):
 
 
 def run_case(args, i, case, tmp):
+    sim_seed = 100 + i + 1000 * (args.seed - 39)
     semi, frac, c10, dose, spec, flip = case
     name, thick, _ = SPEC[spec]
     a = 3.905 if name == 'srtio3' else 4.078
@@ -49,7 +52,7 @@ def run_case(args, i, case, tmp):
     out = os.path.join(tmp, 'c%03d.npy' % i)
     cmd = [args.ssb4d, 'simulate', '-o', out, '--scan', '64', '--scan-cells', '16', '--window-cells', str(WINDOW),
            '--detector', str(det), '--semiangle', str(semi), '--c10', str(c10), '--dose', '%g' % dose,
-           '--specimen', name, '--seed', str(100 + i), '--threads', '1', '-q', '--force']
+           '--specimen', name, '--seed', str(sim_seed), '--threads', '1', '-q', '--force']
     if thick:
         cmd += ['--thickness', str(thick)]
     if flip:
@@ -104,11 +107,12 @@ def main():
     ap.add_argument('--out', default=None)
     ap.add_argument('--only', default=None, help='comma-separated case numbers (to look at a few again)')
     ap.add_argument('--table', default=None, help='print the table of a record (.jsonl) and stop')
+    ap.add_argument('--seed', type=int, default=39, help='the family: the design\'s shuffle and the simulator\'s seeds')
     args = ap.parse_args()
     if args.table:
         print(table([json.loads(x) for x in open(args.table)]))
         return
-    cases = design(args.cases)
+    cases = design(args.cases, args.seed)
     rows = []
     with tempfile.TemporaryDirectory(prefix='ssb4d-sampling-') as tmp, ThreadPoolExecutor(args.jobs) as ex:
         only = set(int(x) for x in args.only.split(',')) if args.only else None

@@ -113,7 +113,7 @@ class CalibParams(Structure):
     _fields_ = [('kv', c_double), ('semiangle_mrad', c_double), ('scan_step_A', c_double * 2),
                 ('det_sampling_mrad', c_double * 2), ('rotation_deg', c_double), ('flip', c_int), ('bf_radius_px', c_double),
                 ('centre_px', c_double * 2), ('hot_pixels', c_int), ('threads', c_int), ('mem', c_void_p),
-                ('block_bytes', c_size_t)]
+                ('block_bytes', c_size_t), ('edge_pixel_S', c_int)]
 
 
 class Calibration(Structure):
@@ -127,7 +127,8 @@ class Calibration(Structure):
                 ('bf_pix', POINTER(c_int32)), ('n_bf', c_size_t), ('flagged', POINTER(c_int32)),
                 ('n_flagged', c_size_t), ('total_counts', c_double), ('det_sampling_measured_mrad', c_double),
                 ('det_sampling_measured_sigma_mrad', c_double), ('edge_radius_sigma_px', c_double),
-                ('edge_blur_px', c_double), ('edge_model', c_int), ('edge_radius_threshold_px', c_double)]
+                ('edge_blur_px', c_double), ('edge_model', c_int), ('edge_radius_threshold_px', c_double),
+                ('edge_model_stated', c_int)]
 
 
 class Values(Structure):
@@ -138,7 +139,8 @@ class Values(Structure):
                 ('rotation_sigma_deg', c_double), ('has_ab', c_int), ('ab_from_truth', c_int),
                 ('ab', Aberrations), ('ab_from', c_char * 64), ('has_thick', c_int), ('thick', Thick),
                 ('sidecar_path', c_char * 4096), ('calibration_identity', c_char * 96),
-                ('source_format', c_char * 32), ('camera_length_mm', c_double), ('dwell_us', c_double)]
+                ('source_format', c_char * 32), ('camera_length_mm', c_double), ('dwell_us', c_double),
+                ('pixel_model_S', c_int)]
 
 
 class Parallax(Structure):

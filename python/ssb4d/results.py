@@ -81,6 +81,12 @@ class Calibration:
     # and its warning ('' when none): the measured one more than 3 sigma from the stated one
     sampling_report: str = ''
     sampling_warning: str = ''
+    # the measurement behind the sampling (made whether or not one was stated) and the edge fit's
+    # pixel model: 0 point-sampled, 1 3x3, 2 5x5, 3 area-integrated, -1 no fit; stated (the
+    # sidecar's det_oversample, a calibration file's) or chosen by the residual
+    det_sampling_measured_mrad: float = float('nan')
+    edge_model: int = -1
+    edge_model_stated: bool = False
 
     @classmethod
     def _from(cls, c):
@@ -97,7 +103,8 @@ class Calibration:
                    c.disk_radius_px, c.selection_radius_px, c.n_bf, c.n_flagged, c.rotation_curl_deg,
                    c.rotation_sigma_deg, bool(c.rotation_fitted), bool(c.det_sampling_fitted), c.total_counts,
                    bool(c.flip_fitted), mean, bf, fl, text.value.decode(),
-                   warn.value.decode().replace('\n', ' '))
+                   warn.value.decode().replace('\n', ' '), c.det_sampling_measured_mrad, c.edge_model,
+                   bool(c.edge_model_stated))
 
 
 @dataclass
@@ -352,6 +359,8 @@ class Values:
     camera_length_mm: Optional[float] = None  # what the data file records
     dwell_us: Optional[float] = None
     _raw: object = field(default=None, repr=False, compare=False)
+    pixel_model_S: Optional[int] = None       # the detector's pixel model: S x S samples per pixel (sidecar's
+    #                                           det_oversample, a calibration file's edge_model); None not stated
 
     @classmethod
     def _from(cls, v):
@@ -365,7 +374,7 @@ class Values:
                    None if v.flip < 0 else bool(v.flip), _lib.s(v.flip_from),
                    aberrations_dict(v.ab) if v.has_ab else None, _lib.s(v.ab_from),
                    _lib.s(v.sidecar_path) or None, _lib.s(v.source_format), one(v.camera_length_mm),
-                   one(v.dwell_us), v)
+                   one(v.dwell_us), v, v.pixel_model_S or None)
 
 
 @dataclass

@@ -151,6 +151,7 @@ class Session:
         flip = micro.get('flip')
         c.flip = -1 if flip is None else (1 if flip else 0)
         c.bf_radius_px = micro.get('bf_radius_px') or 0.0
+        c.edge_pixel_S = micro.get('pixel_model_S') or 0  # the detector's pixel model, stated (SPEC §4)
         c.hot_pixels = 1 if hot_pixels else 0
         c.threads = threads
         o.rotation_measured = 1 if (micro.get('rotation_measured') and rot is not None) else 0
@@ -658,6 +659,8 @@ def _microscope(values, kw):
                  rotation_deg=values.rotation_deg, rotation_measured=values.rotation_measured,
                  rotation_sigma_deg=values._raw.rotation_sigma_deg if values._raw is not None else None,
                  rotation_given_by=values.rotation_from)
+        if values._raw is not None and values._raw.pixel_model_S > 0:  # the sidecar's det_oversample
+            m['pixel_model_S'] = values._raw.pixel_model_S
         if values._raw is not None and not math.isnan(values._raw.bf_radius_px):  # a calibration file's
             m['bf_radius_px'] = values._raw.bf_radius_px
         if values.flip is not None:

@@ -452,6 +452,9 @@ static ssb4d_status check_params(const ssb4d_calib_params *p, ssb4d_err *err)
         return ssb_fail(err, SSB4D_EINVAL,
                         "the detector sampling needs two values > 0 and < 1000 mrad/px (got %g, %g)",
                         p->det_sampling_mrad[0], p->det_sampling_mrad[1]);
+    if (p->edge_pixel_S < 0 || p->edge_pixel_S > SSB4D_SIM_OVERSAMPLE_MAX)
+        return ssb_fail(err, SSB4D_EINVAL, "the detector's pixel model S (S x S samples per pixel) must be 1 to %d, "
+                        "or 0 for not stated (got %d)", SSB4D_SIM_OVERSAMPLE_MAX, p->edge_pixel_S);
     if (!isnan(p->rotation_deg) && !(fabs(p->rotation_deg) <= 1e4))
         return ssb_fail(err, SSB4D_EINVAL, "the rotation %g deg is absurd", p->rotation_deg);
     if (!(p->bf_radius_px <= 0) && !(p->bf_radius_px < 1e4)) /* NaN also refused */
@@ -723,12 +726,14 @@ static ssb4d_status find_disk(cal_run *c, ssb4d_calibration *out, ssb4d_err *err
     out->edge_radius_px = out->edge_radius_threshold_px;
     out->edge_radius_sigma_px = out->edge_blur_px = NAN;
     out->edge_model = -1;
-    if (!ssb_cal_fit_edge(mean, c->isflag, dr, dc, d->cr, d->cc, out->edge_radius_threshold_px, &e) &&
+    int stated = ssb_cal_edge_model_of_S(c->p->edge_pixel_S); /* -1: the residual chooses */
+    if (!ssb_cal_fit_edge(mean, c->isflag, dr, dc, d->cr, d->cc, out->edge_radius_threshold_px, stated, &e) &&
         isfinite(e.radius_px) && fabs(e.radius_px - out->edge_radius_threshold_px) < 1.4) {
         out->edge_radius_px = e.radius_px;
         out->edge_radius_sigma_px = e.sigma_px;
         out->edge_blur_px = e.blur_px;
         out->edge_model = e.model;
+        out->edge_model_stated = stated >= 0;
     }
     return SSB4D_OK;
 }

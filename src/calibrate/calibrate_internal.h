@@ -33,13 +33,20 @@ typedef struct {
     double blur_px;   /* the fitted Gaussian blur of the edge */
     int model;        /* S x S sub-samples of a ramp u px wide: 0 S = 1, u = 1 (point-sampled);
                          1 S = 3, u = 1/3; 2 S = 5, u = 1/5; 3 S = 6, u = 0 (area-integrated, hard) */
-    double rss[4];    /* each model's residual sum of squares */
+    double rss[4];    /* each model's residual sum of squares (HUGE_VAL, radius_m NaN: not fitted, another stated) */
+    double radius_m[4]; /* each model's R at its best blur (the point-sampled one even where it
+                           may not win); R_m − u_m/6 is the flux-equivalent hard edge, the same
+                           for every model (docs/calibrate.md, the sampling study) */
     size_t n_pixels;
     int n_sectors;    /* sectors used */
     int n_dropped;    /* sectors left out: something else has an edge there */
 } ssb_cal_edge;
+/* stated: the pixel model to fit alone (0..3, ssb_cal_edge_model_of_S), or -1: all four compete. */
 int ssb_cal_fit_edge(const double *mean, const unsigned char *isflag, size_t dr, size_t dc, double cr, double cc,
-                     double r0, ssb_cal_edge *out);
+                     double r0, int stated, ssb_cal_edge *out);
+/* The edge model (0..3) for S x S point samples per pixel (the simulator's det_oversample):
+ * 1, 3, 5 their own; larger S the area-integrated one; -1 for S <= 0 (not stated). */
+int ssb_cal_edge_model_of_S(int S);
 /* The edge profile E(x) = E[clamp((x + σZ)/u + 1/2, 0, 1)²] (x px inside the edge; u = 0: a step). */
 double ssb_cal_edge_profile(double x, double u, double sigma);
 

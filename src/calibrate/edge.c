@@ -10,7 +10,9 @@
  * A² across its edge, A = clamp(x/u + 1/2, 0, 1) (SPEC 5.2 with a ramp u px wide), blurred by a
  * Gaussian of width σ (what scatters across the edge, the detector's spread), averaged over
  * S x S point samples per pixel (offsets projected on the pixel's radial direction, tabulated for
- * orientations 0–45°). Four pixel models compete, the one with the smaller residual wins:
+ * orientations 0–45°). Unless the pixel model is stated (ssb4d_calib_params.edge_pixel_S: the
+ * simulator's det_oversample; then only that model is fitted, R and σ), four compete and the
+ * one with the smaller residual wins:
  *   S = 1, u = 1:  the pattern sampled at the pixel centres (SPEC 5.2 on the detector grid: the
  *                  simulator's det_oversample 1);
  *   S = 3, u = 1/3 and S = 5, u = 1/5: the simulator's oversampled detectors;
@@ -57,6 +59,13 @@ static const double MODEL_U[EDGE_NMODELS] = {1.0, 1.0 / 3.0, 1.0 / 5.0, 0.0};
 
 static double Phi(double z) { return 0.5 * erfc(-z / M_SQRT2); }
 static double phi(double z) { return exp(-0.5 * z * z) / sqrt(2.0 * M_PI); }
+
+int ssb_cal_edge_model_of_S(int S)
+{
+    /* S x S samples of a ramp 1/S px wide tend to the area-integrated hard edge: their radii
+     * differ by u/6 = 1/(6 S) px, under 0.03 px from S = 7 on */
+    return S <= 0 ? -1 : S == 1 ? 0 : S <= 3 ? 1 : S <= 5 ? 2 : 3;
+}
 
 /* E[q_u(x + σZ)], q_u(y) = clamp(y/u + 1/2, 0, 1)², Z standard normal (closed form). */
 double ssb_cal_edge_profile(double x, double u, double sigma)
@@ -229,14 +238,18 @@ static double fit_at(edge_data *d, int m, double sigma, double lo, double hi, in
 
 /* The joint fit over the used sectors for every model: a grid over σ with R by golden section,
  * then σ refined; each model's R, σ and residual; returns the best model. */
-static int joint_fit(edge_data *d, double r0, double rlo, double rhi, double mR[EDGE_NMODELS],
+static int joint_fit(edge_data *d, int stated, double r0, double rlo, double rhi, double mR[EDGE_NMODELS],
                      double mS[EDGE_NMODELS], double rss_out[EDGE_NMODELS])
 {
     double best = HUGE_VAL;
-    int bm = 0;
+    int bm = stated >= 0 ? stated : 0;
     for (int m = 0; m < EDGE_NMODELS; m++) {
         double mrss = HUGE_VAL;
         mR[m] = r0, mS[m] = 0;
+        if (stated >= 0 && m != stated) { /* a stated model: only it is fitted */
+            mR[m] = mS[m] = NAN, rss_out[m] = HUGE_VAL;
+            continue;
+        }
         int gi = 0;
         for (int i = 0; i < EDGE_NSIG; i++) {
             double rss, R = fit_at(d, m, SIG_GRID[i], rlo, rhi, 0, EDGE_SECTORS, &rss);
@@ -271,9 +284,11 @@ static int joint_fit(edge_data *d, double r0, double rlo, double rhi, double mR[
 }
 
 /* The best model among those allowed (the point-sampled one only where its blur is below
- * EDGE_POINT_MAX_BLUR). */
-static int pick_model(const double mS[EDGE_NMODELS], const double rss[EDGE_NMODELS])
+ * EDGE_POINT_MAX_BLUR); a stated model whatever its blur. */
+static int pick_model(int stated, const double mS[EDGE_NMODELS], const double rss[EDGE_NMODELS])
 {
+    if (stated >= 0)
+        return stated;
     int bm = -1;
     for (int m = 0; m < EDGE_NMODELS; m++)
         if ((m != 0 || mS[0] <= EDGE_POINT_MAX_BLUR) && (bm < 0 || rss[m] < rss[bm]))
@@ -288,11 +303,13 @@ static int cmp_dbl(const void *x, const void *y)
 }
 
 int ssb_cal_fit_edge(const double *mean, const unsigned char *isflag, size_t dr, size_t dc, double cr, double cc,
-                     double r0, ssb_cal_edge *out)
+                     double r0, int stated, ssb_cal_edge *out)
 {
     memset(out, 0, sizeof *out);
     out->radius_px = out->sigma_px = out->blur_px = NAN;
     out->model = -1;
+    if (stated >= EDGE_NMODELS)
+        stated = -1;
     if (!(r0 > 2.0))
         return -1;
     size_t cap = 0, fr = dr * dc;
@@ -340,8 +357,8 @@ int ssb_cal_fit_edge(const double *mean, const unsigned char *isflag, size_t dr,
     for (int k = 0; k < EDGE_SECTORS; k++)
         d.use[k] = count[k] >= EDGE_MIN_PIX;
     double rlo = r0 - 1.5, rhi = r0 + 1.5, mR[EDGE_NMODELS], mS[EDGE_NMODELS];
-    joint_fit(&d, r0, rlo, rhi, mR, mS, out->rss);
-    int bm = pick_model(mS, out->rss);
+    joint_fit(&d, stated, r0, rlo, rhi, mR, mS, out->rss);
+    int bm = pick_model(stated, mS, out->rss);
     /* Sectors where something else has an edge (a crystal's Bragg disk crossing the window) fit
      * far worse than the rest: they are left out (at most half of them) and the fit repeated. */
     double srss[EDGE_SECTORS], sorted[EDGE_SECTORS];
@@ -361,8 +378,8 @@ int ssb_cal_fit_edge(const double *mean, const unsigned char *isflag, size_t dr,
             dropped++;
         }
     if (dropped) {
-        joint_fit(&d, r0, rlo, rhi, mR, mS, out->rss);
-        bm = pick_model(mS, out->rss);
+        joint_fit(&d, stated, r0, rlo, rhi, mR, mS, out->rss);
+        bm = pick_model(stated, mS, out->rss);
     }
     double bR = mR[bm], bS = mS[bm];
     /* Models that fit nearly as well (their residual within what noise allows of the best) give
@@ -373,12 +390,14 @@ int ssb_cal_fit_edge(const double *mean, const unsigned char *isflag, size_t dr,
         nuse += d.use[k] ? count[k] : 0;
     double s2 = out->rss[bm] / (double)(nuse > 8 * (size_t)EDGE_SECTORS ? nuse - 4 * EDGE_SECTORS : nuse), model_var = 0;
     for (int m = 0; m < EDGE_NMODELS; m++)
-        if (m != bm && (m != 0 || mS[0] <= EDGE_POINT_MAX_BLUR) && (out->rss[m] - out->rss[bm]) < EDGE_MODEL_CHI2 * s2) {
+        if (stated < 0 && m != bm && (m != 0 || mS[0] <= EDGE_POINT_MAX_BLUR) &&
+            (out->rss[m] - out->rss[bm]) < EDGE_MODEL_CHI2 * s2) {
             double dR = 0.5 * (mR[m] - bR);
             if (dR * dR > model_var)
                 model_var = dR * dR;
         }
     out->n_dropped = dropped;
+    memcpy(out->radius_m, mR, sizeof out->radius_m);
     /* Per-sector radii at the joint σ and model: the standard error, net of an off-centre disk. */
     double Rk[EDGE_SECTORS], th[EDGE_SECTORS];
     int K = 0;

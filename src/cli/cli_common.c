@@ -567,6 +567,7 @@ void cli_values_to_calib_params(const ssb4d_values *v, int threads, int hot_pixe
     p->rotation_deg = v->rotation_deg;
     p->flip = v->flip;
     p->bf_radius_px = isnan(v->bf_radius_px) ? 0.0 : v->bf_radius_px;
+    p->edge_pixel_S = v->pixel_model_S;
     p->hot_pixels = hot_pixels;
     p->threads = threads;
 }

@@ -79,6 +79,8 @@ static cJSON *measured_json(const ssb4d_calibration *c, double seconds)
     cJSON_AddItemToObject(m, "edge_radius_sigma_px", num(c->edge_radius_sigma_px));
     cJSON_AddItemToObject(m, "edge_blur_px", num(c->edge_blur_px));
     cJSON_AddStringToObject(m, "edge_model", edge_model_name(c->edge_model));
+    cJSON_AddStringToObject(m, "edge_model_source",
+                            c->edge_model < 0 ? "none" : c->edge_model_stated ? "stated" : "measured");
     cJSON_AddItemToObject(m, "edge_radius_threshold_px", num(c->edge_radius_threshold_px));
     cJSON_AddItemToObject(m, "det_sampling_measured_mrad", num(c->det_sampling_measured_mrad));
     cJSON_AddItemToObject(m, "det_sampling_measured_sigma_mrad", num(c->det_sampling_measured_sigma_mrad));
@@ -132,8 +134,9 @@ static void print_summary(const char *data, const ssb4d_calibration *c, const ch
         printf("  warning     %s\n%s%s%s", warn, nl ? "              " : "", nl ? nl + 1 : "", nl ? "\n" : "");
     }
     if (verbose)
-        printf("  edge        fitted, pixel model %s, blur %.3f px (half-median radius %.3f px)\n",
-               edge_model_name(c->edge_model), c->edge_blur_px, c->edge_radius_threshold_px);
+        printf("  edge        fitted, pixel model %s (%s), blur %.3f px (half-median radius %.3f px)\n",
+               edge_model_name(c->edge_model), c->edge_model_stated ? "stated" : "the smaller residual",
+               c->edge_blur_px, c->edge_radius_threshold_px);
     printf("  selection   radius %.3f px, %zu BF pixels\n", c->selection_radius_px, c->n_bf);
     printf("  flagged     %zu pixel%s", c->n_flagged, c->n_flagged == 1 ? "" : "s");
     for (size_t i = 0; i < c->n_flagged && i < 8; i++)

@@ -61,6 +61,10 @@
 static const char *const PARAM_KEY[3] = {"C10_nm", "C12_nm", "phi12_deg"};
 static const double PARAM_LIMIT[3] = {1e9, 1e9, 1e4};
 
+/* detector.edge_model: the edge fit's pixel models (ssb4d_calibration.edge_model 0..3). */
+static const char *const EDGE_MODEL_NAME[4] = {"point-sampled", "3x3 sub-samples", "5x5 sub-samples",
+                                               "area-integrated"};
+
 void ssb_calfile_init(ssb4d_calfile *c)
 {
     memset(c, 0, sizeof *c);
@@ -77,6 +81,7 @@ void ssb_calfile_init(ssb4d_calfile *c)
     for (int i = 0; i < 3; i++)
         c->range_lo[i] = c->range_hi[i] = NAN;
     c->rotation_sigma_deg = NAN;
+    c->edge_model = -1;
     c->sampling_measured_mrad = c->sampling_sigma_mrad = NAN;
     c->centre_measured_px[0] = c->centre_measured_px[1] = NAN;
     c->camera_length_mm = c->dwell_us = NAN;
@@ -107,6 +112,12 @@ void ssb_calfile_free(ssb4d_calfile *c)
     c->n_regions = 0;
 }
 
+int ssb_calfile_edge_pixel_S(const ssb4d_calfile *c)
+{
+    static const int S[4] = {1, 3, 5, 6};
+    return c->edge_model >= 0 && c->edge_model < 4 ? S[c->edge_model] : 0;
+}
+
 int ssb_calfile_identity_differs(const char *a, const char *b)
 {
     return a && b && a[0] && b[0] && strcmp(a, b) != 0;
@@ -125,6 +136,10 @@ ssb4d_status ssb_calfile_from_calibration(ssb4d_calfile *c, const ssb4d_calibrat
     c->sampling_measured_mrad = cal->det_sampling_measured_mrad > 0 ? cal->det_sampling_measured_mrad : NAN;
     c->sampling_sigma_mrad = cal->det_sampling_measured_sigma_mrad >= 0 ? cal->det_sampling_measured_sigma_mrad : NAN;
     snprintf(c->centre_method, sizeof c->centre_method, "%s", cal->centre_fitted ? "measured" : "stated");
+    c->edge_model = cal->edge_model >= 0 && cal->edge_model < 4 ? cal->edge_model : -1;
+    if (c->edge_model >= 0)
+        snprintf(c->edge_model_source, sizeof c->edge_model_source, "%s",
+                 cal->edge_model_stated ? "stated" : "measured");
     c->centre_measured_px[0] = cal->disk_centre_px[0];
     c->centre_measured_px[1] = cal->disk_centre_px[1];
     for (int i = 0; i < 2; i++) {
@@ -389,6 +404,10 @@ char *ssb_calfile_to_json(const ssb4d_calfile *c)
         cJSON *cs = cJSON_AddObjectToObject(det, "centre_source");
         cJSON_AddStringToObject(cs, "method", c->centre_method);
         cJSON_AddItemToObject(cs, "measured_px", pair(c->centre_measured_px));
+    }
+    if (c->edge_model >= 0 && c->edge_model < 4) {
+        cJSON_AddStringToObject(det, "edge_model", EDGE_MODEL_NAME[c->edge_model]);
+        cJSON_AddStringToObject(det, "edge_model_source", c->edge_model_source[0] ? c->edge_model_source : "measured");
     }
 
     cJSON_AddItemToObject(root, "rotation_deg", num_or_null(c->geom.rotation_deg));
@@ -781,6 +800,20 @@ static ssb4d_status parse_sources(const rd *r, const cJSON *det, ssb4d_calfile *
         return st;
     if (c->centre_method[0] && strcmp(c->centre_method, "stated") && strcmp(c->centre_method, "measured"))
         return bad(r, "detector.centre_source.method", "must be \"stated\" or \"measured\"");
+    char name[32] = "";
+    if ((st = get_str(r, det, "edge_model", "detector.edge_model", name, sizeof name)) ||
+        (st = get_str(r, det, "edge_model_source", "detector.edge_model_source", c->edge_model_source,
+                      sizeof c->edge_model_source)))
+        return st;
+    c->edge_model = -1;
+    for (int m = 0; m < 4 && name[0]; m++)
+        if (!strcmp(name, EDGE_MODEL_NAME[m]))
+            c->edge_model = m;
+    if (name[0] && c->edge_model < 0)
+        return bad(r, "detector.edge_model",
+                   "must be \"point-sampled\", \"3x3 sub-samples\", \"5x5 sub-samples\" or \"area-integrated\"");
+    if (c->edge_model_source[0] && strcmp(c->edge_model_source, "stated") && strcmp(c->edge_model_source, "measured"))
+        return bad(r, "detector.edge_model_source", "must be \"stated\" or \"measured\"");
     return SSB4D_OK;
 }
 

@@ -27,4 +27,7 @@ ssb4d_status ssb_calfile_write(const char *path, const ssb4d_calfile *c, ssb4d_e
 ssb4d_status ssb_calfile_read(const char *path, ssb4d_calfile *c, ssb4d_err *err);
 /* 1 when both data identities are known (not "" or NULL) and differ, else 0. */
 int ssb_calfile_identity_differs(const char *a, const char *b);
+/* The pixel model c records (detector.edge_model) as ssb4d_calib_params.edge_pixel_S (S x S
+ * samples per pixel: 1, 3, 5; 6 the area-integrated edge); 0 when it records none. */
+int ssb_calfile_edge_pixel_S(const ssb4d_calfile *c);
 #endif

@@ -122,7 +122,9 @@ static const ssb4d_param CALIBRATE_ROWS[] = {
     CAL(hot_pixels, "hot_pixels", "no-hot-pixels", SSB4D_PARAM_BOOL, "", 0, 1, 1, SSB4D_PARAM_NEGATED,
         "hot-pixel detection (the file's own masks still apply)"),
     CAL(threads, "threads", "threads", SSB4D_PARAM_INT, "", 0, 1024, 0, 0,
-        "worker threads (default: all cores)"),
+        "worker threads (default: all cores)"),    CAL(edge_pixel_S, "edge_pixel_S", NULL, SSB4D_PARAM_INT, "", 0, 63, 0, 0,
+        "the detector's pixel model, stated: S x S samples of the aperture's edge per pixel (the "
+        "simulator's det_oversample, read from its sidecar); 0: the edge fit's residual chooses"),
 };
 
 /* ---- multislice refinement: ssb4d_refine_params (SPEC §13) ------------------------------------ */

@@ -1254,6 +1254,8 @@ ssb4d_status ssb4d_session_load_calibration(ssb4d_session *s, const char *path, 
         c->centre_px[i] = cf.geom.centre_px[i];
     }
     c->bf_radius_px = isnan(cf.bf_radius_px) ? 0.0 : cf.bf_radius_px;
+    if (ssb_calfile_edge_pixel_S(&cf)) /* the pixel model it records, stated (SPEC §4) */
+        c->edge_pixel_S = ssb_calfile_edge_pixel_S(&cf);
     /* A rotation `ssb4d calibrate` measured from the centre of mass leaves the 180° branch open
      * (the fit may refine it); any other recorded rotation is held (as the command line does). */
     int measured = !strcmp(cf.rotation_method, SSB4D_CALFILE_ROT_COM) ||

@@ -55,6 +55,8 @@ void ssb4d_values_layer(ssb4d_values *out, const ssb4d_values *in)
         memcpy(out->flip_from, in->flip_from, sizeof out->flip_from);
     }
     OVERRIDE(out->bf_radius_px, in->bf_radius_px);
+    if (in->pixel_model_S > 0)
+        out->pixel_model_S = in->pixel_model_S;
     for (int i = 0; i < 2; i++) {
         OVERRIDE(out->scan_step_A[i], in->scan_step_A[i]);
         OVERRIDE(out->det_sampling_mrad[i], in->det_sampling_mrad[i]);
@@ -152,6 +154,11 @@ ssb4d_status ssb_sidecar_read(const char *path, ssb4d_values *v, ssb4d_err *err)
         v->flip = cJSON_IsTrue(flip);
         snprintf(v->flip_from, sizeof v->flip_from, "sidecar");
     }
+    /* The pixel model the simulator used: S x S point samples per pixel (SPEC §4, stated beats
+     * measured: the edge fit then fits that model alone). */
+    double S = json_num(det, "det_oversample");
+    if (S >= 1 && S <= SSB4D_SIM_OVERSAMPLE_MAX && S == floor(S))
+        v->pixel_model_S = (int)S;
     if (cJSON_IsObject(ab)) {
         for (int i = 0; i < SSB4D_N_ABERR; i++) {
             char key[32];
@@ -271,6 +278,7 @@ static ssb4d_status read_calibration_file(const char *path, ssb4d_values *c, ssb
         snprintf(c->flip_from, sizeof c->flip_from, "calibration file");
     }
     c->bf_radius_px = cf.bf_radius_px;
+    c->pixel_model_S = ssb_calfile_edge_pixel_S(&cf);
     for (int i = 0; i < 2; i++) {
         c->scan_step_A[i] = cf.geom.scan_step_A[i];
         c->det_sampling_mrad[i] = cf.geom.det_sampling_mrad[i];

@@ -406,3 +406,8 @@ def test_calibrate_stated_beats_measured(tiny, tmp_path):
     assert c.det_sampling_fitted and list(c.geometry.det_sampling_mrad) == clim['detector']['sampling_mrad']
     assert clim['detector']['sampling_source']['method'] == 'measured'
     assert abs(c.geometry.det_sampling_mrad[0] / side['detector']['sampling_mrad'][0] - 1) < 0.003
+    # the detector's pixel model too (issue 39): the sidecar's det_oversample, stated, through the
+    # same values; the same measurement as the command line's, recorded as stated
+    assert ssb4d.values(tiny['npy']).pixel_model_S == side['detector']['det_oversample']
+    assert c.edge_model_stated and clim['detector']['edge_model_source'] == 'stated'
+    assert c.det_sampling_measured_mrad == clim['detector']['sampling_source']['measured_mrad']
