@@ -764,7 +764,8 @@ void ssb4d_refine_params_default(ssb4d_refine_params *p);
 typedef struct {
     ssb4d_aberrations ab;          /* the seed with the refined C10, C12, φ12 (φ12 scan frame) */
     double phi12_probe_deg;        /* φ12 in the probe frame (ssb4d_phi12_to_probe) */
-    double tilt_mrad[2];           /* scan frame (row, col) */
+    double tilt_mrad[2];           /* scan frame (row, col); SPEC §5.6's specimen tilt, as the tilt
+                                      fit's (ssb4d_thick): minus the simulator's beam tilt */
     double tilt_probe_mrad[2];     /* probe frame (ssb4d_vector_to_probe) */
     double thickness_nm;
     int slices;

@@ -154,8 +154,11 @@ ssb4d_status ssb4d_refine(ssb4d_source *src, const ssb4d_calibration *cal, const
     pb.th[RP_C10] = ab->C_nm[SSB4D_C10] * 10.0 - (ns - 1) * (t_nm * 10.0 / ns) / 2.0;
     pb.th[RP_C12] = ab->C_nm[SSB4D_C12] * 10.0;
     pb.th[RP_PHI12] = ab->phi_deg[SSB4D_C12] * M_PI / 180.0;
-    pb.th[RP_T0] = thick ? thick->tilt_mrad[0] * 1e-3 : 0.0;
-    pb.th[RP_T1] = thick ? thick->tilt_mrad[1] * 1e-3 : 0.0;
+    /* The model's τ is the simulator's beam tilt (its propagator, term for term); the public tilt
+     * is SPEC §5.6's specimen tilt, as `fit --tilt` and the calibration file's thick model state
+     * it: τ_spec = −τ_beam (docs/tilt.md "Tilt sign convention"). */
+    pb.th[RP_T0] = thick ? -thick->tilt_mrad[0] * 1e-3 : 0.0;
+    pb.th[RP_T1] = thick ? -thick->tilt_mrad[1] * 1e-3 : 0.0;
     pb.th[RP_DZ] = t_nm * 10.0 / ns;
     pb.dz_range[0] = tr[0] * 10.0 / ns;
     pb.dz_range[1] = tr[1] * 10.0 / ns;
@@ -221,8 +224,8 @@ ssb4d_status ssb4d_refine(ssb4d_source *src, const ssb4d_calibration *cal, const
     }
     r->geom = *g;
     r->phi12_probe_deg = ssb4d_phi12_to_probe(g, r->ab.phi_deg[SSB4D_C12]);
-    r->tilt_mrad[0] = pb.th[RP_T0] * 1e3;
-    r->tilt_mrad[1] = pb.th[RP_T1] * 1e3;
+    r->tilt_mrad[0] = -pb.th[RP_T0] * 1e3; /* the specimen tilt (above) */
+    r->tilt_mrad[1] = -pb.th[RP_T1] * 1e3;
     ssb4d_vector_to_probe(g, r->tilt_mrad, r->tilt_probe_mrad);
     r->thickness_nm = t_fin;
     r->slices = ns;
@@ -246,7 +249,7 @@ ssb4d_status ssb4d_refine(ssb4d_source *src, const ssb4d_calibration *cal, const
     s.probe = NULL;
     r->bin = bin;
     for (int k = 0; k < RP_N; k++) {
-        r->grad[k] = s.grad[k];
+        r->grad[k] = k == RP_T0 || k == RP_T1 ? -s.grad[k] : s.grad[k]; /* per specimen tilt */
         r->curvature[k] = s.curv[k];
     }
     confidence(r, &s, &pb);
