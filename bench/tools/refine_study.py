@@ -22,7 +22,8 @@ against the truth of the sidecar (OUT.json):
          with corr_refine_note saying why)
 
 Thin controls and one-cell Au are scored on C10/C12/φ12 for the fit (no --tilt: SPEC §6.1) and on
-every criterion for refine (its tilt against 0, its thickness against one cell).
+every criterion for refine (its tilt against 0); a truth thinner than 1 nm (one cell) leaves
+refine's thickness unscored (one slice has no depth to measure; THICK_SCORED_NM).
 
 Output: one JSON line per case (--out FILE.jsonl, appended as cases finish; a case already in
 the file with the same id is skipped, so an interrupted study resumes) and a table per stratum:
@@ -203,6 +204,12 @@ def truth(side):
                 rotation_deg=side["scan"]["rotation_deg"], flip=side["detector"]["flip"])
 
 
+# Below this truth thickness (one cell: the thin controls and one-cell Au) refine's thickness is not
+# scored: the auto slicing (one slice per 1.5 nm) gives one slice, whose thickness no pattern
+# measures (there is no propagation inside it). Its value is kept as thickness_unscored_err.
+THICK_SCORED_NM = 1.0
+
+
 def score(res, t, tilt_sign, full):
     """SPEC §13's criterion for one result (fit or refine JSON). full: tilt and thickness too
     (refine, fit --tilt); otherwise SPEC §6.1's C10/C12/φ12. Returns (right, checks)."""
@@ -228,7 +235,10 @@ def score(res, t, tilt_sign, full):
         else:
             chk["tilt"] = False
         th = num(res.get("thickness_nm"))
-        chk["thickness"] = th is not None and abs(th - t["thickness_nm"]) <= 0.1 * t["thickness_nm"]
+        if t["thickness_nm"] >= THICK_SCORED_NM:
+            chk["thickness"] = th is not None and abs(th - t["thickness_nm"]) <= 0.1 * t["thickness_nm"]
+        else:  # one slice: the model has no depth to measure (kept in the record, not scored)
+            chk["thickness_unscored_err"] = None if th is None else round(th - t["thickness_nm"], 4)
     keys = [k for k in ("C10", "C12", "phi12", "tilt", "thickness") if k in chk]
     return all(chk[k] for k in keys), chk
 

@@ -120,9 +120,10 @@ ssb4d_status ssb4d_refine(ssb4d_source *src, const ssb4d_calibration *cal, const
                   fabs(thick->tilt_mrad[0]) > 200 || fabs(thick->tilt_mrad[1]) > 200))
         return ssb_fail(err, SSB4D_EINVAL, "refine: the start tilt must be finite and within 200 mrad");
 
-    double t_nm = !isnan(p->thickness_nm) ? p->thickness_nm
-                  : thick && thick->thickness_nm >= tr[0] && thick->thickness_nm <= tr[1] ? thick->thickness_nm
-                                                                                           : 0.5 * (tr[0] + tr[1]);
+    /* the start: given, else the seed's thickness held inside the range, else the range's middle */
+    double t_nm = !isnan(p->thickness_nm)           ? p->thickness_nm
+                  : thick && thick->thickness_nm > 0 ? fmin(fmax(thick->thickness_nm, tr[0]), tr[1])
+                                                     : 0.5 * (tr[0] + tr[1]);
     int ns = p->slices > 0 ? p->slices : (int)floor(t_nm / 1.5 + 0.5); /* about one per 1.5 nm */
     ns = ns < 1 ? 1 : ns > 64 ? 64 : ns;
     int bin = p->bin ? p->bin : refine_auto_bin(sh[2], sh[3]);

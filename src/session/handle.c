@@ -1315,6 +1315,18 @@ ssb4d_status ssb4d_session_refine(ssb4d_session *s, const size_t region[4], cons
         memcpy(reg, region, sizeof reg);
     else if (s->has_region)
         memcpy(reg, s->o.region, sizeof reg);
+    /* No thick model and no thickness given: the SSB tilt fit (SPEC §6.2) seeds the thickness and
+     * the tilt, as `fit --tilt` would; where it keeps the thin model, the refinement starts at
+     * the range's thin end, not in its middle (a one-cell specimen started at 15 nm put its
+     * slices' mid-plane, hence C10, nm away). */
+    if (s->thick.thickness_nm <= 0 && isnan(rp.thickness_nm) && s->have_fit) {
+        ssb4d_tilt_result tr;
+        st = ssb4d_session_fit_tilt(s, &tr, err);
+        if (st || (st = step_cancelled(s, err)))
+            return st;
+        if (tr.thin_kept || !(s->thick.thickness_nm > 0))
+            rp.thickness_nm = rp.thickness_range_nm[0];
+    }
     const ssb4d_thick *thick = s->thick.thickness_nm > 0 ? &s->thick : NULL;
     call_begin(s, "refine");
     st = ssb4d_refine(s->src, &s->cal, &s->geom, reg, &s->ab, thick, &rp, r, err);
