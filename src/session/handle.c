@@ -80,6 +80,8 @@ struct ssb4d_session {
     /* Aberrations a loaded calibration file stated (a refinement starts from them without a fit);
      * the last refinement (without its arrays). */
     int ab_loaded;
+    char *fit_file;            /* the loaded calibration file, when it records a fit (a refinement
+                                  seeds from that fit, as ssb4d_session_load_fit would) */
     int have_refine;
     ssb4d_refine_result refine;
     ssb4d_refine_loss refine_loss; /* the loss it minimised (for the calibration file) */
@@ -272,6 +274,7 @@ void ssb4d_session_close(ssb4d_session *s)
         ssb4d_mem_external(s->mem, s->encoded, 0, NULL, NULL);
     ssb4d_mem_destroy(s->mem);
     free(s->path);
+    free(s->fit_file);
     free(s);
 }
 
@@ -1280,6 +1283,8 @@ ssb4d_status ssb4d_session_load_calibration(ssb4d_session *s, const char *path, 
         s->ab = cf.ab;
     s->ab_loaded = cf.has_ab;
     s->have_refine = 0;
+    free(s->fit_file);
+    s->fit_file = cf.has_fit && cf.has_ab ? strdup(path) : NULL;
     if (cf.has_thick)
         s->thick = cf.thick;
     ssb_calfile_free(&cf);
@@ -1295,7 +1300,11 @@ ssb4d_status ssb4d_session_refine(ssb4d_session *s, const size_t region[4], cons
     ssb4d_status st = calibrate_step(s, err);
     if (st)
         return st;
-    if (!s->have_fit && !s->ab_loaded) { /* seeded by the SSB fit: run it first */
+    /* Seeded by the SSB fit: a loaded calibration file's (every door alike: the command line
+     * loads it explicitly, Python and the viewer through this), else run it first. */
+    if (!s->have_fit && s->fit_file && (st = ssb4d_session_load_fit(s, s->fit_file, err)))
+        return st;
+    if (!s->have_fit && !s->ab_loaded) {
         ssb4d_fit_result fr;
         st = ssb4d_session_fit(s, NULL, &fr, err);
         ssb4d_fit_result_free(&fr);

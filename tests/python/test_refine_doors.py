@@ -47,8 +47,10 @@ def test_python_equals_cli(data):
     for k in KEYS:
         assert same(got[k], rec[k]), (k, got[k], rec[k])
     # the arrays: the files the command wrote are Python's arrays
-    assert r.slice_phase.dtype == np.float32 and r.slice_phase.shape == (3, 16, 16)
-    assert r.projected_phase.dtype == np.float32 and r.projected_phase.shape == (16, 16)
+    osh = tuple(rec['object_shape'])  # the model's grid: the region and the probe's window
+    assert osh[0] >= 16 and osh[1] >= 16
+    assert r.slice_phase.dtype == np.float32 and r.slice_phase.shape == (3,) + osh
+    assert r.projected_phase.dtype == np.float32 and r.projected_phase.shape == osh
     assert r.probe.dtype == np.complex64 and r.probe.shape == tuple(rec['probe_shape'])
     np.testing.assert_array_equal(np.load(out / 'slices.npy'), r.slice_phase)
     np.testing.assert_array_equal(np.load(out / 'probe.npy'), r.probe)
