@@ -615,6 +615,19 @@ static ssb4d_status solve_inner(refine_problem *pb, refine_solution *out, ssb4d_
     }
     out->Or = S.Or, out->Oc = S.Oc;
     out->dx[0] = S.dx[0], out->dx[1] = S.dx[1];
+    /* What the data do not constrain is not shown: object pixels the probes lit with under
+     * REFINE_LIT of the most-lit pixel's electrons (the grid's margin around the scanned field,
+     * where only the probe's tails reach and the steps leave noise) are 0 in the output. */
+    {
+        size_t on = S.Or * S.Oc;
+        float imax = 0.0f;
+        for (size_t q = 0; q < on; q++)
+            imax = S.illum[q] > imax ? S.illum[q] : imax;
+        for (size_t q = 0; q < on; q++)
+            if (!(S.illum[q] >= REFINE_LIT * imax))
+                for (int j = 0; j < pb->ns; j++)
+                    S.phase[(size_t)j * on + q] = 0.0f;
+    }
     out->phase = S.phase;
     S.phase = NULL;
     out->probe = malloc(2 * S.n * sizeof(float));

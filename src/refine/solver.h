@@ -3,6 +3,10 @@
 #define SSB4D_REFINE_SOLVER_H
 #include "refine/refine.h"
 
+/* Output object pixels lit with less than this fraction of the most-lit pixel's electrons are 0
+ * (the data do not constrain them; docs/refine.md "Outputs"). */
+#define REFINE_LIT 0.1f
+
 typedef struct {
     const refine_data *d;
     refine_geo geo;
