@@ -8,6 +8,7 @@ set -uo pipefail
 root=$PWD
 out=${OUT:-/tmp/out}
 mkdir -p "$out"
+. .device-deps/activate.sh >/dev/null
 TREES=new NOREF=1 bash bench/tools/gpu-31.sh build 2>&1 | grep -E "built|NVIDIA|simulated" 
 B=/tmp/b-new/ssb4d
 t0=$(date +%s); $B simulate --preset reference --threads $(nproc) -q -o /tmp/reference.qem >/tmp/sim-ref.log 2>&1 || tail /tmp/sim-ref.log
