@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include "fixture.h"
+#include "refine_case.h"
 #include "refine/refine.h"
 #include "sim/sim.h"
 
@@ -278,51 +279,6 @@ static void test_forward_vs_simulator(void **state)
 
 /* ---- recovery, determinism, bad input ------------------------------------------------------- */
 
-typedef struct {
-    fx_sim sim;
-    ssb4d_source *src;
-    ssb4d_calibration cal;
-    ssb4d_aberrations truth_mid; /* C10 at the mid-plane */
-    double t_nm;
-} rcase;
-
-static int rcase_make(rcase *c, int cells_z, double tilt0, double tilt1)
-{
-    memset(c, 0, sizeof *c);
-    if (fx_sim_params(&c->sim, 24, 3))
-        return -1;
-    c->sim.sp.cells_z = cells_z;
-    c->sim.sp.tilt_mrad[0] = tilt0, c->sim.sp.tilt_mrad[1] = tilt1;
-    c->sim.sp.dose = 5e4;
-    ssb4d_err err = {0};
-    if (ssb4d_sim_describe(&c->sim.sp, &c->sim.info, &err))
-        return -1;
-    size_t n = c->sim.shape[0] * c->sim.shape[1] * c->sim.shape[2] * c->sim.shape[3];
-    c->sim.counts = malloc(n * sizeof(uint16_t));
-    if (ssb4d_simulate_to_memory(&c->sim.sp, c->sim.counts, NULL, NULL, NULL, &c->sim.info, &err) ||
-        ssb4d_source_from_memory(c->sim.counts, SSB4D_U16, c->sim.shape, &c->src, &err)) {
-        fprintf(stderr, "%s\n", err.msg);
-        return -1;
-    }
-    ssb4d_calib_params cp;
-    fx_calib_params(&c->sim, &cp);
-    if (ssb4d_calibrate(c->src, &cp, &c->cal, &err)) {
-        fprintf(stderr, "%s\n", err.msg);
-        return -1;
-    }
-    c->t_nm = c->sim.info.thickness_nm;
-    c->truth_mid = c->sim.sp.ab;
-    c->truth_mid.C_nm[SSB4D_C10] += c->t_nm / 2;
-    return 0;
-}
-
-static void rcase_free(rcase *c)
-{
-    ssb4d_source_close(c->src);
-    ssb4d_calibration_free(&c->cal);
-    fx_sim_free(&c->sim);
-}
-
 /* The scan-to-detector convention (SPEC §2, §5.1) end to end: the simulator's rotated scan on a
  * mirrored detector (scan_basis, det_flip) is explained by the refinement only under the same
  * rotation and handedness: with either wrong, the free object cannot make up for the misplaced
@@ -382,7 +338,7 @@ static void test_threads_same_bits(void **state)
 {
     (void)state;
     rcase c;
-    assert_int_equal(rcase_make(&c, 4, 1.0, 0.0), 0);
+    assert_int_equal(rcase_make(&c, 24, 4, 1.0, 0.0), 0);
     ssb4d_refine_params p;
     ssb4d_refine_params_default(&p);
     p.thickness_range_nm[0] = 1.0, p.thickness_range_nm[1] = 3.0;
@@ -412,7 +368,7 @@ static void test_bad_input(void **state)
 {
     (void)state;
     rcase c;
-    assert_int_equal(rcase_make(&c, 2, 0.0, 0.0), 0);
+    assert_int_equal(rcase_make(&c, 24, 2, 0.0, 0.0), 0);
     ssb4d_refine_params p, q;
     ssb4d_refine_params_default(&p);
     ssb4d_refine_result r;
@@ -466,7 +422,7 @@ static void test_progress_cancel_budget(void **state)
 {
     (void)state;
     rcase c;
-    assert_int_equal(rcase_make(&c, 2, 0.0, 0.0), 0);
+    assert_int_equal(rcase_make(&c, 24, 2, 0.0, 0.0), 0);
     ssb4d_refine_params p;
     ssb4d_refine_params_default(&p);
     p.slices = 1, p.iterations = 4;
