@@ -1663,6 +1663,37 @@ void ssb4d_plan_input_from_calibration(ssb4d_plan_input *in, const ssb4d_calibra
 size_t ssb4d_calib_need(size_t budget, size_t encoded, size_t det_pixels, size_t npos, int rotation_fitted,
                         size_t *block);
 
+/* The multislice refinement's memory (ssb4d_refine, SPEC §13; `ssb4d plan --refine`,
+ * docs/refine.md "Data and memory"): what it adds to a memory context's tracked bytes. */
+typedef struct {
+    size_t positions;          /* of the region */
+    int slices, bin, threads;  /* as ssb4d_refine resolves p's 0s */
+    size_t batch;              /* positions per minibatch (at most positions) */
+    size_t det[2];             /* the binned detector */
+    size_t grid[2];            /* the model grid (its FFTs) */
+    size_t object[2];          /* the object grid (rows, cols) and its pixel, Å */
+    double object_pixel_A[2];
+    size_t valid_pixels;       /* pixels per pattern in the likelihood */
+    size_t patterns_bytes;     /* "refine patterns": positions x valid pixels float32, held throughout */
+    size_t frames_bytes;       /* "refine frames": one region row of frames while loading */
+    size_t workspace_bytes;    /* "refine workspace": the solver's block (object: phase, transmission,
+                                  Adam moments, gradient; one minibatch's gradient crops; the
+                                  per-thread FFT buffers; the model's tables) */
+    size_t peak_bytes;         /* patterns + max(frames, workspace): the call's tracked peak over
+                                  what the context held before it */
+} ssb4d_refine_plan;
+/* Plans ssb4d_refine on a source of shape[4] (scan rows, cols, detector rows, cols): region as
+ * ssb4d_refine takes it (NULL or all 0: the whole scan), g the geometry it will get (kV, detector
+ * sampling, scan step, rotation, flip; the BF centre decides which binned pixels are in the
+ * likelihood), cal (may be NULL: no flagged pixels) the calibration's flagged pixels, p the
+ * parameters (slices 0: from p->thickness_nm, NaN: the range's middle, as ssb4d_refine starts
+ * without a thick model; bin, batch and threads 0: the library's choices). The byte counts are
+ * the ones ssb4d_refine counts, to the byte. SSB4D_EINVAL for what ssb4d_refine refuses in the
+ * shapes and parameters. */
+ssb4d_status ssb4d_refine_plan_make(const size_t shape[4], const size_t region[4], const ssb4d_geometry *g,
+                                    const ssb4d_calibration *cal, const ssb4d_refine_params *p,
+                                    ssb4d_refine_plan *out, ssb4d_err *err);
+
 /* A distributed session (one rank a machine, docs/memory.md "Per-rank plans"): BF pixels in
  * blocks of SSB4D_PLAN_BLOCK_BF, each rank owning a run of blocks, all its planes resident. */
 #define SSB4D_PLAN_MAX_RANKS 65536

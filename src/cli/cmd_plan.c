@@ -5,9 +5,12 @@
  * session (one rank each) needs. With --ranks, the plan of the largest rank of N (ssb4d_plan_make_rank)
  * and the smallest N that fits. With --backend cuda (or auto on a machine with a GPU), the GPU's
  * memory too: the device bytes of every pass the session runs there and the peak
- * (ssb4d_plan_device), against --device-memory or the GPU's memory. */
+ * (ssb4d_plan_device), against --device-memory or the GPU's memory. With --refine REGION, the
+ * multislice refinement's memory too (ssb4d_refine_plan_make: the bytes ssb4d_refine counts) and
+ * whether it fits beside the encoded data and G. */
 #include "cli/cli_common.h"
 #include "cli/cli_job.h"
+#include "cli/cli_params.h"
 #include "cli/cli_report.h"
 #include "cli/commands.h"
 
@@ -20,8 +23,18 @@
 
 #define CMD "plan"
 
+/* refine's options that change its memory (the parameter table's rows: the same names, checks
+ * and ranges as `ssb4d refine`). */
+static const char *const REFINE_TABLE[] = {"slices", "thickness", "batch", "bin", NULL};
+
 static void help(FILE *f)
 {
+    char refine_help[2048] = "";
+    FILE *mf = fmemopen(refine_help, sizeof refine_help - 1, "w");
+    if (mf) {
+        cli_param_help(mf, SSB4D_OP_REFINE, REFINE_TABLE, 1);
+        fclose(mf);
+    }
     fprintf(f,
             "usage: ssb4d plan DATA [options]\n"
             "       ssb4d plan --shape 512x512x192x192 --bf 8939 [options]\n\n"
@@ -59,16 +72,25 @@ static void help(FILE *f)
             "                        memory: G's planes, every pass's work buffers (kept between\n"
             "                        passes) and cuFFT's work area (estimated without a GPU), the\n"
             "                        peak, and whether it fits --device-memory or the GPU\n"
+            "  --refine REGION       also plan ssb4d refine on REGION: R0:R1,C0:C1 (as refine's\n"
+            "                        --region), RxC (that many rows and columns) or all: its patterns,\n"
+            "                        the frames of one region row while loading, the solver's\n"
+            "                        workspace (object, Adam moments, gradient, one minibatch, the\n"
+            "                        per-thread FFT buffers) and the peak beside the encoded data and G;\n"
+            "                        with --shape it needs --kv, --det-sampling and --scan-step\n"
+            "                        (--rotation, --flip and --centre default to 0, none and the\n"
+            "                        detector's middle). Refine's options that change it:\n"
+            "%s"
             "  -h, --help            this help\n\n%s\n"
             CLI_EXIT_HELP_BEGIN ";\n"
             "3 the session does not fit in the budget, or (--ranks auto) no rank count fits, or\n"
             "(--backend cuda) the GPU's peak exceeds --device-memory or the GPU's memory (the plan is\n"
             "still printed).\n",
-            CLI_MICROSCOPE_HELP);
+            refine_help, CLI_MICROSCOPE_HELP);
 }
 
 enum { OPT_SHAPE = CLI_OPT_FIRST_FREE, OPT_BF, OPT_FIT_BF, OPT_ENCODED, OPT_UPSAMPLE, OPT_REGION, OPT_PREVIEW,
-       OPT_ROT_FITTED, OPT_MEASURE, OPT_RANKS };
+       OPT_ROT_FITTED, OPT_MEASURE, OPT_RANKS, OPT_REFINE };
 
 static int parse_dims(const char *s, size_t *out, int n)
 {
@@ -386,9 +408,120 @@ static void ranks_json(cJSON *j, size_t n_ranks, const ssb4d_plan_rank_share *r,
         }
 }
 
+/* ---- the multislice refinement (--refine): ssb4d_refine_plan_make ------------------------------ */
+
+/* --refine: "R0:R1,C0:C1", "RxC" (rows 0..R, cols 0..C) or "all" (all 0). 0, or -1. */
+static int parse_refine_region(const char *s, size_t r[4])
+{
+    unsigned long long v[4];
+    int n = 0;
+    memset(r, 0, 4 * sizeof *r);
+    if (!strcmp(s, "all"))
+        return 0;
+    if (strchr(s, '-'))
+        return -1;
+    if (sscanf(s, "%llu:%llu,%llu:%llu%n", &v[0], &v[1], &v[2], &v[3], &n) == 4 && !s[n] && v[0] < v[1] &&
+        v[2] < v[3]) {
+        for (int i = 0; i < 4; i++)
+            r[i] = (size_t)v[i];
+        return 0;
+    }
+    size_t d[2];
+    if (parse_dims(s, d, 2) || !d[0] || !d[1])
+        return -1;
+    r[1] = d[0], r[3] = d[1];
+    return 0;
+}
+
+/* With --shape: the geometry from the microscope flags (kV, detector sampling and scan step
+ * needed; rotation 0, no flip and the detector's middle as the centre unless given). 0, or the
+ * exit code (line printed). */
+static int refine_shape_geometry(const cli_micro *m, const size_t shape[4], ssb4d_geometry *g)
+{
+    const ssb4d_values *v = &m->flags;
+    if (!(v->kv > 0) || !(v->det_sampling_mrad[0] > 0) || !(v->scan_step_A[0] > 0)) {
+        fprintf(stderr, "ssb4d plan: --refine with --shape needs --kv, --det-sampling and --scan-step (the object "
+                        "grid depends on them)\n");
+        return CLI_EXIT_USAGE;
+    }
+    memset(g, 0, sizeof *g);
+    g->kv = v->kv;
+    g->semiangle_mrad = v->semiangle_mrad;
+    for (int a = 0; a < 2; a++) {
+        g->det_sampling_mrad[a] = v->det_sampling_mrad[a] > 0 ? v->det_sampling_mrad[a] : v->det_sampling_mrad[0];
+        g->scan_step_A[a] = v->scan_step_A[a] > 0 ? v->scan_step_A[a] : v->scan_step_A[0];
+        g->centre_px[a] = isfinite(v->centre_px[a]) ? v->centre_px[a] : 0.5 * (double)shape[2 + a];
+    }
+    g->rotation_deg = isfinite(v->rotation_deg) ? v->rotation_deg : 0.0;
+    g->flip = v->flip > 0;
+    return 0;
+}
+
+/* What `ssb4d refine` holds besides the refinement: the encoded data and the fit's G (the plan's
+ * resident bytes after the G build). */
+static size_t refine_session_bytes(const ssb4d_plan *p, const ssb4d_refine_plan *r)
+{
+    return p->resident_bytes + r->peak_bytes;
+}
+
+static void refine_plan_print(const ssb4d_plan *p, const ssb4d_refine_plan *r, const size_t reg[4])
+{
+    char b[4][32];
+    printf("\nrefine (ssb4d refine --region %zu:%zu,%zu:%zu): %zu positions, %d slice%s, bin %d (detector %zux%zu), "
+           "model grid %zux%zu, object %zux%zu of %.4g A, %zu pixels a pattern in the likelihood, %zu positions a "
+           "minibatch, %d thread%s\n",
+           reg[0], reg[1], reg[2], reg[3], r->positions, r->slices, r->slices == 1 ? "" : "s", r->bin, r->det[0],
+           r->det[1], r->grid[0], r->grid[1], r->object[0], r->object[1], r->object_pixel_A[0], r->valid_pixels,
+           r->batch, r->threads, r->threads == 1 ? "" : "s");
+    printf("  patterns   %10s  positions x pixels in the likelihood, float32, held throughout\n",
+           size_text(b[0], r->patterns_bytes, 1));
+    printf("  frames     %10s  one region row of frames while loading (freed before the solver)\n",
+           size_text(b[0], r->frames_bytes, 1));
+    printf("  workspace  %10s  the object (phase, transmission, Adam moments, gradient), one minibatch's\n"
+           "                         gradient crops, the per-thread FFT buffers, the model's tables\n",
+           size_text(b[0], r->workspace_bytes, 1));
+    printf("  peak       %10s  tracked, over what the session held before it (patterns + the larger of\n"
+           "                         frames and workspace)\n",
+           size_text(b[0], r->peak_bytes, 1));
+    size_t all = refine_session_bytes(p, r);
+    printf("  with the encoded data and G (%s): %s against the budget %s: %s\n", size_text(b[1], p->resident_bytes, 1),
+           size_text(b[2], all, 1), size_text(b[3], p->memory_bytes, 0),
+           all <= p->memory_bytes ? "fits" : "does not fit");
+}
+
+static void refine_plan_json(cJSON *j, const ssb4d_plan *p, const ssb4d_refine_plan *r, const size_t reg[4])
+{
+    cJSON *o = cJSON_AddObjectToObject(j, "refine");
+    cJSON *a = cJSON_AddArrayToObject(o, "region");
+    for (int i = 0; i < 4; i++)
+        cJSON_AddItemToArray(a, cJSON_CreateNumber((double)reg[i]));
+    cJSON_AddNumberToObject(o, "positions", (double)r->positions);
+    cJSON_AddNumberToObject(o, "slices", r->slices);
+    cJSON_AddNumberToObject(o, "bin", r->bin);
+    cJSON_AddNumberToObject(o, "threads", r->threads);
+    cJSON_AddNumberToObject(o, "batch", (double)r->batch);
+    const size_t *pairs[3] = {r->det, r->grid, r->object};
+    const char *names[3] = {"detector", "grid", "object_shape"};
+    for (int k = 0; k < 3; k++) {
+        a = cJSON_AddArrayToObject(o, names[k]);
+        cJSON_AddItemToArray(a, cJSON_CreateNumber((double)pairs[k][0]));
+        cJSON_AddItemToArray(a, cJSON_CreateNumber((double)pairs[k][1]));
+    }
+    a = cJSON_AddArrayToObject(o, "object_pixel_A");
+    cJSON_AddItemToArray(a, cJSON_CreateNumber(r->object_pixel_A[0]));
+    cJSON_AddItemToArray(a, cJSON_CreateNumber(r->object_pixel_A[1]));
+    cJSON_AddNumberToObject(o, "valid_pixels", (double)r->valid_pixels);
+    cJSON_AddNumberToObject(o, "patterns_bytes", (double)r->patterns_bytes);
+    cJSON_AddNumberToObject(o, "frames_bytes", (double)r->frames_bytes);
+    cJSON_AddNumberToObject(o, "workspace_bytes", (double)r->workspace_bytes);
+    cJSON_AddNumberToObject(o, "peak_bytes", (double)r->peak_bytes);
+    cJSON_AddNumberToObject(o, "session_bytes", (double)refine_session_bytes(p, r));
+    cJSON_AddBoolToObject(o, "fits", refine_session_bytes(p, r) <= p->memory_bytes);
+}
+
 int cmd_plan(int argc, char **argv)
 {
-    static const struct option opts[] = {CLI_MICROSCOPE_OPTIONS,
+    struct option opts[48] = {CLI_MICROSCOPE_OPTIONS,
                                          {"shape", required_argument, 0, OPT_SHAPE},
                                          {"bf", required_argument, 0, OPT_BF},
                                          {"fit-bf", required_argument, 0, OPT_FIT_BF},
@@ -399,9 +532,21 @@ int cmd_plan(int argc, char **argv)
                                          {"rotation-fitted", no_argument, 0, OPT_ROT_FITTED},
                                          {"measure", no_argument, 0, OPT_MEASURE},
                                          {"ranks", required_argument, 0, OPT_RANKS},
+                                         {"refine", required_argument, 0, OPT_REFINE},
                                          CLI_BACKEND_OPTION,
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
+    size_t n_opts = 0;
+    while (opts[n_opts].name)
+        n_opts++;
+    cli_param_options(opts, &n_opts, 48, SSB4D_OP_REFINE, REFINE_TABLE);
+    ssb4d_refine_params rfp;
+    ssb4d_refine_params_default(&rfp);
+    void *const targets[SSB4D_OP_COUNT] = {[SSB4D_OP_REFINE] = &rfp};
+    size_t refine_reg[4] = {0};
+    int refine_on = 0;
+    ssb4d_refine_plan rpl;
+    memset(&rpl, 0, sizeof rpl);
     cli_micro m;
     cli_micro_init(&m);
     ssb4d_plan_input in;
@@ -413,6 +558,8 @@ int cmd_plan(int argc, char **argv)
     opterr = 0;
     while ((c = getopt_long(argc, argv, ":hq", opts, NULL)) != -1) {
         int r = cli_micro_handle(&m, c, optarg);
+        if (!r)
+            r = cli_param_handle(c, optarg, targets);
         if (r < 0)
             return CLI_EXIT_USAGE;
         if (r)
@@ -471,6 +618,13 @@ int cmd_plan(int argc, char **argv)
             }
             have_ranks = 1;
             break;
+        case OPT_REFINE:
+            if (parse_refine_region(optarg, refine_reg)) {
+                fprintf(stderr, "ssb4d plan: invalid value '%s' for --refine (R0:R1,C0:C1, RxC or all)\n", optarg);
+                return CLI_EXIT_USAGE;
+            }
+            refine_on = 1;
+            break;
         case 'h': help(stdout); return CLI_EXIT_OK;
         case ':':
             fprintf(stderr, "ssb4d plan: option %s needs a value (see --help)\n", argv[optind - 1]);
@@ -500,6 +654,13 @@ int cmd_plan(int argc, char **argv)
             in.encoded_bytes = (size_t)((double)shape[0] * shape[1] * shape[2] * shape[3] * 2.0 / 13.1);
         if (!in.upsample)
             in.upsample = 2;
+        if (refine_on) {
+            int rc = refine_shape_geometry(&m, shape, &geom);
+            if (!rc && ssb4d_refine_plan_make(shape, refine_reg, &geom, NULL, &rfp, &rpl, &err))
+                rc = cli_error(CMD, err.code, err.msg);
+            if (rc)
+                return rc;
+        }
     } else {
         /* DATA: calibrate it for the exact BF selection, as the session will. */
         ssb4d_source *src = NULL;
@@ -536,7 +697,12 @@ int cmd_plan(int argc, char **argv)
             in.upsample = ssb4d_upsample_auto(&cal.geom);
         geom = cal.geom; /* the plan counts the band's and the parallax's bins from it */
         in.geometry = &geom;
+        /* the refinement on this calibration: its centre and flagged pixels (the fit may move the
+         * rotation, which changes the object grid by a few pixels at most) */
+        st = refine_on ? ssb4d_refine_plan_make(sh, refine_reg, &geom, &cal, &rfp, &rpl, &err) : SSB4D_OK;
         ssb4d_calibration_free(&cal);
+        if (st)
+            return cli_error(CMD, st, err.msg);
         if (!have_encoded)
             in.encoded_bytes = cli_job_encoded_bytes(data);
     }
@@ -589,6 +755,8 @@ int cmd_plan(int argc, char **argv)
         ranks_json(j, n_ranks, &share, &p, &ans, &rm);
         if (gpu_on)
             gpu_plan_json(j, &gp);
+        if (refine_on)
+            refine_plan_json(j, &p, &rpl, refine_reg[1] ? refine_reg : (size_t[4]){0, in.scan[0], 0, in.scan[1]});
         char *t = cJSON_PrintUnformatted(j);
         printf("%s\n", t);
         free(t);
@@ -606,11 +774,15 @@ int cmd_plan(int argc, char **argv)
             smallest_print(&in, &ans, ranks == 0);
         if (gpu_on)
             gpu_plan_print(&gp, n_ranks);
+        if (refine_on)
+            refine_plan_print(&p, &rpl, refine_reg[1] ? refine_reg : (size_t[4]){0, in.scan[0], 0, in.scan[1]});
         printf("times from the %s profile\n", p.profile_source);
     }
     if (ranks == 0 && !ans.ranks)
         return 3;
     if (gpu_on && gp.fits == 0)
+        return 3;
+    if (refine_on && refine_session_bytes(&p, &rpl) > p.memory_bytes)
         return 3;
     return p.fits ? CLI_EXIT_OK : 3;
 }

@@ -222,6 +222,22 @@ static cJSON *pair_json(const double v[2])
     return a;
 }
 
+/* The refinement's own tracked peak: the "refine" stage's peak over what the stage before it left
+ * (what `ssb4d plan --refine` predicts as the refinement's peak; equal unless the refinement
+ * reused a cached block of the earlier stages). */
+static size_t refine_stage_bytes(const ssb4d_mem *mem)
+{
+    size_t n = ssb4d_mem_stage_count(mem);
+    for (size_t i = n; i-- > 1;) {
+        const ssb4d_stage_record *r = ssb4d_mem_stage(mem, i);
+        if (!strcmp(r->name, "refine")) {
+            size_t before = ssb4d_mem_stage(mem, i - 1)->after_bytes;
+            return r->peak_bytes > before ? r->peak_bytes - before : 0;
+        }
+    }
+    return 0;
+}
+
 /* refine.json and --json: fit --json's keys where they mean the same (C10_nm, C12_nm, phi12_deg in
  * the scan frame, phi12_probe_deg, phi12_scan_deg, rotation_deg, flip), then the refinement's. */
 static cJSON *record(const refine_opts *o, const cli_session *cs, const ssb4d_refine_result *r, const char *seed_from,
@@ -268,8 +284,10 @@ static cJSON *record(const refine_opts *o, const cli_session *cs, const ssb4d_re
     cJSON_AddNumberToObject(out, "seed", (double)o->rp.seed);
     cJSON_AddNumberToObject(out, "iterations", o->rp.iterations);
     cJSON_AddNumberToObject(out, "refine_seconds", r->seconds);
+    cJSON_AddNumberToObject(out, "seconds_per_iteration", r->seconds_per_iteration);
     cJSON_AddNumberToObject(out, "seconds", seconds);
     cJSON_AddNumberToObject(out, "peak_tracked_bytes", (double)ssb4d_mem_peak(ssb4d_session_mem(cs->s)));
+    cJSON_AddNumberToObject(out, "refine_peak_tracked_bytes", (double)refine_stage_bytes(ssb4d_session_mem(cs->s)));
     cJSON_AddNumberToObject(out, "memory_bytes", (double)cs->budget);
     cJSON_AddStringToObject(out, "backend", ssb4d_session_backend(cs->s));
     cJSON_AddStringToObject(out, "output_dir", o->out_dir);

@@ -131,8 +131,7 @@ ssb4d_status ssb4d_refine(ssb4d_source *src, const ssb4d_calibration *cal, const
         return ssb_fail(err, SSB4D_EINVAL, "refine: the %zux%zu detector binned by %d is under 8 pixels", sh[2], sh[3], bin);
 
     refine_data d;
-    const double pad = 1.5; /* the least model grid over the binned detector (docs/refine.md "Grid") */
-    ssb4d_status st = refine_data_load(src, cal, g, reg, bin, pad, p->mem, &d, err);
+    ssb4d_status st = refine_data_load(src, cal, g, reg, bin, REFINE_PAD, p->mem, &d, err);
     if (st)
         return st;
     refine_problem pb;

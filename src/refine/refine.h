@@ -70,6 +70,8 @@ void refine_data_free(refine_data *d);
 void refine_data_expand(const refine_data *d, size_t p, float *out);
 /* The smallest even n' >= n with only the factors 2, 3, 5, 7. */
 int refine_fast_size(int n);
+/* The least model grid over the binned detector (docs/refine.md "Grid"). */
+#define REFINE_PAD 1.5
 /* The model grid along one axis: a power of two from pad·det up to 2·det, else the fast size
  * from pad·det. */
 int refine_grid_size(int det, double pad);
