@@ -794,6 +794,11 @@ typedef struct {
                                       Δz (per Å) */
     double curvature[6];           /* the loss's curvature along each (NaN: not refined) */
     double thickness_check_nm;     /* where the check start's thickness ended (NaN: not run) */
+    /* Whether the tilt and the thickness were refined (1) or repeat the start (0): with one slice
+     * the model has no depth, so neither is (tilt_mrad and thickness_nm are the seed's), nor is
+     * the tilt with refine_tilt = 0 or the thickness with refine_thickness = 0 or a range that is
+     * a point. */
+    int tilt_refined, thickness_refined;
 } ssb4d_refine_result;
 void ssb4d_refine_result_free(ssb4d_refine_result *r);
 
@@ -1949,6 +1954,9 @@ typedef struct {
     int refine_confident;
     char refine_warning[256];
     size_t refine_region[4];
+    /* refine.tilt_refined, refine.thickness_refined: 1, 0 (they repeat the start, e.g. one
+     * slice), -1 not recorded (older files) */
+    int refine_tilt_refined, refine_thickness_refined;
 } ssb4d_calfile;
 
 void ssb4d_calfile_init(ssb4d_calfile *c);          /* everything unset */

@@ -729,6 +729,16 @@ async function showRefineImage() {
   $('refineview').classList.add('has-image');
 }
 
+// What the refinement kept at its start: with one slice the model has no depth, so the tilt and
+// the thickness are the seed's (the record's tilt_refined, thickness_refined).
+function notRefined(j) {
+  const kept = [];
+  if (j.tilt_refined === false) kept.push('tilt');
+  if (j.thickness_refined === false) kept.push('thickness');
+  if (!kept.length) return '';
+  return ` (${kept.join(' and ')} not refined: the start's values${j.slices === 1 ? ', one slice has no depth' : ''})`;
+}
+
 function refine() {
   const r = rect || [0, state.shape[0], 0, state.shape[1]];
   const body = { rect: r, iterations: Math.floor(num('ref_iter')), thickness_range_nm: [num('ref_tlo'), num('ref_thi')] };
@@ -740,7 +750,8 @@ function refine() {
     refined = j;
     const f = (x, d) => (x === null ? '—' : x.toFixed(d));
     $('refine_result').textContent = `C10 ${f(j.C10_nm, 2)} nm, C12 ${f(j.C12_nm, 2)} nm, φ12 ${f(j.phi12_deg, 1)}°, ` +
-      `tilt (${j.tilt_mrad.map((x) => f(x, 2)).join(', ')}) mrad, ${f(j.thickness_nm, 1)} nm in ${j.slices} slices`;
+      `tilt (${j.tilt_mrad.map((x) => f(x, 2)).join(', ')}) mrad, ${f(j.thickness_nm, 1)} nm in ${j.slices} slices` +
+      notRefined(j);
     $('refine_warning').textContent = j.confident ? '' : '⚠ ' + (j.warning || 'not confident');
     $('refine_slice').max = String(j.slices - 1);
     $('refine_slice').value = '-1';

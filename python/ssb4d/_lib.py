@@ -451,7 +451,10 @@ def _bind_refine():
         ('nll', c_double), ('nll_expected', c_double), ('history', POINTER(c_double)), ('n_history', c_size_t),
         ('confident', c_int), ('warning', c_char * 256), ('obj_shape', c_size_t * 2), ('obj_pixel_A', c_double * 2),
         ('slice_phase', POINTER(c_float)), ('projected_phase', POINTER(c_float)), ('probe_shape', c_size_t * 2),
-        ('probe', POINTER(c_float)), ('region', c_size_t * 4), ('seconds', c_double)])
+        ('probe', POINTER(c_float)), ('region', c_size_t * 4), ('seconds', c_double),
+        ('C10_entrance_nm', c_double), ('bin', c_int), ('seconds_per_iteration', c_double), ('grad', c_double * 6),
+        ('curvature', c_double * 6), ('thickness_check_nm', c_double), ('tilt_refined', c_int),
+        ('thickness_refined', c_int)])
     for name, res, args in (('ssb4d_refine_params_default', None, [P(RefineParams)]),
                             ('ssb4d_refine_result_free', None, [P(RefineResult)]),
                             ('ssb4d_session_refine', c_int, [VP, P(c_size_t), P(RefineParams), P(RefineResult),

@@ -198,7 +198,9 @@ class RefineResult:
     its history, the confidence, the scan region refined [r0, r1, c0, c1], and the images:
     ``projected_phase`` (float32 rows x cols, rad: the sum of the slices'), ``slice_phase``
     (float32 slices x rows x cols) and ``probe`` (complex64, at the entrance surface). The numbers
-    carry the command line's --json keys (:meth:`record`)."""
+    carry the command line's --json keys (:meth:`record`). ``tilt_refined`` and
+    ``thickness_refined`` are False where the value repeats the start: with one slice the model has
+    no depth, so neither the tilt nor the thickness is refined."""
     C10_nm: float
     C12_nm: float
     phi12_deg: float
@@ -222,6 +224,8 @@ class RefineResult:
     probe: object = field(repr=False)
     aberrations: Dict[str, float] = field(repr=False)
     geometry: Geometry = field(repr=False)
+    tilt_refined: bool = True
+    thickness_refined: bool = True
 
     @classmethod
     def _from(cls, r):
@@ -241,7 +245,7 @@ class RefineResult:
                    tuple(r.region), r.seconds, tuple(r.obj_pixel_A),
                    arr(r.projected_phase, n).reshape(rows, cols),
                    arr(r.slice_phase, r.slices * n).reshape(r.slices, rows, cols), probe,
-                   ab, Geometry._from(r.geom))
+                   ab, Geometry._from(r.geom), bool(r.tilt_refined), bool(r.thickness_refined))
 
     def record(self) -> Dict[str, object]:
         """The numbers under ``ssb4d refine --json``'s keys."""
@@ -249,7 +253,8 @@ class RefineResult:
                 'phi12_probe_deg': self.phi12_probe_deg, 'phi12_scan_deg': self.phi12_deg,
                 'rotation_deg': self.rotation_deg, 'flip': self.flip, 'tilt_mrad': list(self.tilt_mrad),
                 'tilt_probe_mrad': list(self.tilt_mrad), 'tilt_scan_mrad': list(self.tilt_scan_mrad),
-                'thickness_nm': self.thickness_nm, 'slices': self.slices, 'nll': self.nll,
+                'thickness_nm': self.thickness_nm, 'tilt_refined': self.tilt_refined,
+                'thickness_refined': self.thickness_refined, 'slices': self.slices, 'nll': self.nll,
                 'nll_expected': self.nll_expected, 'nll_history': list(self.nll_history),
                 'confident': self.confident, 'warning': self.warning or None, 'region': list(self.region),
                 'object_shape': list(self.projected_phase.shape), 'probe_shape': list(self.probe.shape)}

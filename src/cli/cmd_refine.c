@@ -258,6 +258,9 @@ static cJSON *record(const refine_opts *o, const cli_session *cs, const ssb4d_re
     cJSON_AddItemToObject(out, "tilt_probe_mrad", pair_json(r->tilt_probe_mrad));
     cJSON_AddItemToObject(out, "tilt_scan_mrad", pair_json(r->tilt_mrad));
     cJSON_AddItemToObject(out, "thickness_nm", cli_json_num(r->thickness_nm));
+    /* false: the value repeats the start (one slice has no depth; docs/refine.md) */
+    cJSON_AddBoolToObject(out, "tilt_refined", r->tilt_refined != 0);
+    cJSON_AddBoolToObject(out, "thickness_refined", r->thickness_refined != 0);
     cJSON_AddNumberToObject(out, "slices", r->slices);
     cJSON_AddStringToObject(out, "loss", o->rp.loss == SSB4D_REFINE_AMPLITUDE ? "amplitude" : "poisson");
     cJSON_AddItemToObject(out, "nll", cli_json_num(r->nll));
@@ -356,6 +359,10 @@ static void print_text(const refine_opts *o, const cli_session *cs, const ssb4d_
     printf("tilt         (%.3f, %.3f) mrad (probe/detector frame), (%.3f, %.3f) mrad (scan frame)\n",
            r->tilt_probe_mrad[0], r->tilt_probe_mrad[1], r->tilt_mrad[0], r->tilt_mrad[1]);
     printf("thickness    %9.3f nm in %d slice%s\n", r->thickness_nm, r->slices, r->slices == 1 ? "" : "s");
+    if (!r->tilt_refined || !r->thickness_refined)
+        printf("not refined  %s%s%s (the start's values%s)\n", r->tilt_refined ? "" : "the tilt",
+               !r->tilt_refined && !r->thickness_refined ? " and " : "", r->thickness_refined ? "" : "the thickness",
+               r->slices == 1 ? ": one slice has no depth" : "");
     printf("rotation     %9.3f deg, detector %s\n", r->geom.rotation_deg, r->geom.flip ? "mirrored" : "not mirrored");
     printf("likelihood   %.6g per position (counting noise alone: %.6g), %zu iteration%s\n", r->nll, r->nll_expected,
            r->n_history, r->n_history == 1 ? "" : "s");

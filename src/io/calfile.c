@@ -28,7 +28,8 @@
  *    "regions":[{"rect":[r0,r1,c0,c1],"C10_nm":..,"C12_nm":..,"phi12_deg":..,"loss":..},...],
  *    "refine":{"slices":..,"loss":"poisson"|"amplitude","nll":..,"nll_expected":..,"iterations":..,
  *              "phi12_probe_deg":..,"tilt_probe_mrad":[r,c],"confident":bool,"warning":".."|null,
- *              "region":[r0,r1,c0,c1]|null}}                     (after a multislice refinement)
+ *              "region":[r0,r1,c0,c1]|null,"tilt_refined":bool,"thickness_refined":bool}}
+ *                                                               (after a multislice refinement)
  *
  * Unknown values are written as null (JSON has no NaN) and read back as NaN; every section and
  * value other than schema and version is optional (a thick model needs its tilt and thickness).
@@ -95,6 +96,7 @@ void ssb_calfile_init(ssb4d_calfile *c)
     c->refine_nll = c->refine_nll_expected = c->refine_phi12_probe_deg = NAN;
     c->refine_tilt_probe_mrad[0] = c->refine_tilt_probe_mrad[1] = NAN;
     c->refine_confident = -1;
+    c->refine_tilt_refined = c->refine_thickness_refined = -1;
 }
 
 void ssb_calfile_free(ssb4d_calfile *c)
@@ -350,6 +352,11 @@ static cJSON *refine_json(const ssb4d_calfile *c)
         cJSON_AddItemToObject(f, "region", rect(c->refine_region));
     else
         cJSON_AddNullToObject(f, "region");
+    /* one slice refines neither the tilt nor the thickness: the file says so (-1: not known) */
+    if (c->refine_tilt_refined >= 0)
+        cJSON_AddBoolToObject(f, "tilt_refined", c->refine_tilt_refined);
+    if (c->refine_thickness_refined >= 0)
+        cJSON_AddBoolToObject(f, "thickness_refined", c->refine_thickness_refined);
     return f;
 }
 
@@ -902,6 +909,15 @@ static ssb4d_status parse_refine(const rd *r, const cJSON *f, ssb4d_calfile *c)
     if (cf && !cJSON_IsNull(cf) && !cJSON_IsBool(cf))
         return bad(r, "refine.confident", "must be true or false");
     c->refine_confident = cJSON_IsBool(cf) ? cJSON_IsTrue(cf) : -1;
+    const char *const flags[2] = {"tilt_refined", "thickness_refined"};
+    int *const dst[2] = {&c->refine_tilt_refined, &c->refine_thickness_refined};
+    for (int k = 0; k < 2; k++) {
+        const cJSON *b = cJSON_GetObjectItemCaseSensitive(f, flags[k]);
+        if (b && !cJSON_IsNull(b) && !cJSON_IsBool(b))
+            return bad(r, flags[k][1] == 'i' ? "refine.tilt_refined" : "refine.thickness_refined",
+                       "must be true or false");
+        *dst[k] = cJSON_IsBool(b) ? cJSON_IsTrue(b) : -1;
+    }
     const cJSON *rg = cJSON_GetObjectItemCaseSensitive(f, "region");
     if (rg && !cJSON_IsNull(rg))
         return get_rect(r, rg, "refine.region", c->scan_shape, c->refine_region);

@@ -254,6 +254,8 @@ ssb4d_status ssb4d_refine(ssb4d_source *src, const ssb4d_calibration *cal, const
     }
     confidence(r, &s, &pb);
     r->thickness_check_nm = t2_nm;
+    r->tilt_refined = pb.active[RP_T0]; /* one slice: no depth to tilt or thicken (they repeat the start) */
+    r->thickness_refined = pb.active[RP_DZ];
     if (r->confident && !isnan(t2_nm) &&
         (fabs(t2_nm - r->thickness_nm) > THICK_AGREE * r->thickness_nm ||
          fabs(c10_2 - r->ab.C_nm[SSB4D_C10]) > C10_AGREE_NM)) {

@@ -1132,6 +1132,8 @@ static ssb4d_status fill_calfile(ssb4d_session *s, ssb4d_calfile *cf, ssb4d_err 
         cf->refine_confident = rr->confident != 0;
         snprintf(cf->refine_warning, sizeof cf->refine_warning, "%s", rr->confident ? "" : rr->warning);
         memcpy(cf->refine_region, rr->region, sizeof cf->refine_region);
+        cf->refine_tilt_refined = rr->tilt_refined != 0;
+        cf->refine_thickness_refined = rr->thickness_refined != 0;
         cf->has_thick = 1;
     }
     if (s->path) {

@@ -418,6 +418,8 @@ static void do_refine(view_server *v, view_job *j)
     cJSON_AddItemToObject(o, "tilt_scan_mrad", pair_num(r.tilt_mrad));
     cJSON_AddItemToObject(o, "thickness_nm", num_or_null(r.thickness_nm));
     cJSON_AddNumberToObject(o, "slices", r.slices);
+    cJSON_AddBoolToObject(o, "tilt_refined", r.tilt_refined != 0); /* false: the start's (one slice) */
+    cJSON_AddBoolToObject(o, "thickness_refined", r.thickness_refined != 0);
     cJSON_AddItemToObject(o, "nll", num_or_null(r.nll));
     cJSON_AddItemToObject(o, "nll_expected", num_or_null(r.nll_expected));
     cJSON *h = cJSON_AddArrayToObject(o, "nll_history");

@@ -63,7 +63,36 @@ assert r["slices"] == 3 and r["region"] == [4, 20, 6, 22] and r["loss"] == "pois
 assert cal["aberrations"]["C10_nm"] == rec["C10_nm"] and cal["aberrations"]["C12_nm"] == rec["C12_nm"]
 assert cal["thick"]["thickness_nm"] == rec["thickness_nm"]
 assert cal["thick"]["tilt_mrad"] == rec["tilt_scan_mrad"], (cal["thick"], rec["tilt_scan_mrad"])
+assert rec["tilt_refined"] is True and rec["thickness_refined"] is True, rec
+assert r["tilt_refined"] is True and r["thickness_refined"] is True, r
 PYEOF
+# One slice has no depth: the tilt and the thickness repeat the start, and the record, the
+# calibration file and the text say so.
+"$BIN" refine "$T/s.npy" --region 4:20,6:22 --slices 1 --iterations 2 --threads 2 -o "$T/one" --json \
+    >"$T/one.json" 2>/dev/null && ok || bad "refine --slices 1: rc=$?"
+"$PY" - "$T/one.json" "$T/one/calibration.json" <<'PYEOF' && ok || bad "one slice: tilt_refined/thickness_refined"
+import json, sys
+rec, cal = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+assert rec["slices"] == 1 and rec["tilt_refined"] is False and rec["thickness_refined"] is False, rec
+assert cal["refine"]["tilt_refined"] is False and cal["refine"]["thickness_refined"] is False, cal["refine"]
+PYEOF
+expect 0 "one slice: the text says what was not refined" \
+    "not refined +the tilt and the thickness \(the start's values: one slice has no depth\)" -- \
+    "$BIN" refine "$T/s.npy" --region 4:20,6:22 --slices 1 --iterations 2 --threads 2 -o "$T/one" --force
+# ssb4d plan --refine predicts the refinement's tracked peak (the "refine" stage over the stage
+# before it) to the byte, and its grids (docs/refine.md "Data and memory").
+"$BIN" plan "$T/s.npy" --refine 4:20,6:22 --slices 3 --threads 2 --json >"$T/plan.json" 2>/dev/null \
+    && ok || bad "plan --refine: rc=$?"
+"$PY" - "$T/rec.json" "$T/plan.json" <<'PYEOF' && ok || bad "plan --refine against the run"
+import json, sys
+rec, plan = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))["refine"]
+assert plan["peak_bytes"] == rec["refine_peak_tracked_bytes"], (plan, rec["refine_peak_tracked_bytes"])
+assert plan["object_shape"] == rec["object_shape"] and plan["grid"] == rec["probe_shape"], (plan, rec)
+assert plan["slices"] == 3 and plan["positions"] == 256 and plan["fits"], plan
+PYEOF
+expect 2 "plan --refine with a bad region" "invalid value" -- "$BIN" plan "$T/s.npy" --refine 4:2,0:8
+expect 2 "plan --refine --shape without the microscope" "needs --kv" -- \
+    "$BIN" plan --shape 32x32x48x48 --bf 300 --refine all
 # The same run refused over its outputs, then replaced with --force.
 one_line 2 "outputs exist" "already exists \(use --force" -- \
     "$BIN" refine "$T/s.npy" --region 4:20,6:22 --iterations 2 -o "$OUT" -q

@@ -14,7 +14,7 @@ from conftest import run_cli
 
 # the --json keys Python's record() gives too
 KEYS = ('C10_nm', 'C12_nm', 'phi12_deg', 'phi12_probe_deg', 'phi12_scan_deg', 'rotation_deg', 'flip', 'tilt_mrad',
-        'tilt_probe_mrad', 'tilt_scan_mrad', 'thickness_nm', 'slices', 'nll', 'nll_expected', 'nll_history',
+        'tilt_probe_mrad', 'tilt_scan_mrad', 'thickness_nm', 'tilt_refined', 'thickness_refined', 'slices', 'nll', 'nll_expected', 'nll_history',
         'confident', 'warning', 'region', 'object_shape', 'probe_shape')
 REGION = ((4, 20), (6, 22))
 ARGS = dict(slices=3, thickness_range_nm=(2, 8), iterations=2, seed=5)
@@ -60,6 +60,24 @@ def test_python_equals_cli(data):
     assert a['refine'] == b['refine']
     assert a['aberrations'] == b['aberrations'] and a['thick'] == b['thick']
     assert b['refine']['slices'] == 3 and b['refine']['region'] == [4, 20, 6, 22]
+    assert r.tilt_refined and r.thickness_refined and b['refine']['tilt_refined'] is True
+
+
+def test_one_slice_says_not_refined(data):
+    """One slice has no depth: the tilt and the thickness repeat the start, and every door says so."""
+    args = dict(ARGS, slices=1)
+    cli_args = [a if a != '3' else '1' for a in CLI_ARGS]
+    out = data / 'one'
+    rec = json.loads(run_cli('refine', data / 's.npy', *cli_args, '-o', out, '--json', '-q').stdout)
+    with ssb4d.open(data / 's.npy', progress=False) as s:
+        r = s.refine(region=REGION, progress=False, **args)
+        s.save_calibration(data / 'one.json')
+    assert rec['slices'] == 1 and rec['tilt_refined'] is False and rec['thickness_refined'] is False
+    assert r.slices == 1 and r.tilt_refined is False and r.thickness_refined is False
+    assert r.record()['tilt_refined'] is False
+    for path in (out / 'calibration.json', data / 'one.json'):
+        f = json.loads(path.read_text())['refine']
+        assert f['tilt_refined'] is False and f['thickness_refined'] is False, f
 
 
 def test_seeded_by_a_calibration_files_fit(data):

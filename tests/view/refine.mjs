@@ -118,6 +118,18 @@ try {
   const cal = JSON.parse(fs.readFileSync(path.join(work, 'refined.json'), 'utf8'));
   check(cal.refine && cal.refine.slices === 3 && JSON.stringify(cal.refine.region) === '[8,24,8,24]',
     'Save writes the "refine" section');
+  check(cal.refine.tilt_refined === true && cal.refine.thickness_refined === true && st.refine.tilt_refined === true &&
+    st.refine.thickness_refined === true && !/not refined/.test(res), 'three slices refine the tilt and the thickness');
+  // One slice: the tilt and the thickness repeat the start, and every door says so.
+  await page.fill('#ref_slices', '1');
+  await page.click('#refine');
+  await waitFor(page, () => document.getElementById('refinebox').dataset.done === '1');
+  const res1 = await page.$eval('#refine_result', (e) => e.textContent);
+  check(/in 1 slices? \(tilt and thickness not refined: the start's values, one slice has no depth\)/.test(res1),
+    `the one-slice result line says what was not refined (${res1})`);
+  const st1 = JSON.parse((await api('api/state', null)).text);
+  check(st1.refine.slices === 1 && st1.refine.tilt_refined === false && st1.refine.thickness_refined === false,
+    'the one-slice record says the tilt and thickness were not refined');
   await page.screenshot({ path: path.join(WORK, 'view_refine.png'), fullPage: true });
   check(errors.length === 0, 'no page errors' + (errors.length ? ': ' + errors.join('; ') : ''));
 } catch (e) {
