@@ -634,6 +634,7 @@ int cmd_plan(int argc, char **argv)
             return CLI_EXIT_USAGE;
         }
     }
+    rfp.threads = m.threads; /* as `ssb4d refine --threads` sets it (its per-thread FFT buffers) */
     const char *data = optind < argc ? argv[optind] : NULL;
     if (optind < argc - 1 || (!data && !have_shape) || (data && have_shape)) {
         fprintf(stderr, "ssb4d plan: give either DATA or --shape with --bf (try --help)\n");

@@ -68,7 +68,7 @@ assert r["tilt_refined"] is True and r["thickness_refined"] is True, r
 PYEOF
 # One slice has no depth: the tilt and the thickness repeat the start, and the record, the
 # calibration file and the text say so.
-"$BIN" refine "$T/s.npy" --region 4:20,6:22 --slices 1 --iterations 2 --threads 2 -o "$T/one" --json \
+"$BIN" refine "$T/s.npy" --region 4:20,6:22 --slices 1 --iterations 2 --threads 1 -o "$T/one" --json \
     >"$T/one.json" 2>/dev/null && ok || bad "refine --slices 1: rc=$?"
 "$PY" - "$T/one.json" "$T/one/calibration.json" <<'PYEOF' && ok || bad "one slice: tilt_refined/thickness_refined"
 import json, sys
@@ -90,6 +90,12 @@ assert plan["peak_bytes"] == rec["refine_peak_tracked_bytes"], (plan, rec["refin
 assert plan["object_shape"] == rec["object_shape"] and plan["grid"] == rec["probe_shape"], (plan, rec)
 assert plan["slices"] == 3 and plan["positions"] == 256 and plan["fits"], plan
 PYEOF
+# --threads 1: one thread's FFT buffers, as the run with --threads 1 holds
+"$BIN" plan "$T/s.npy" --refine 4:20,6:22 --slices 1 --threads 1 --json >"$T/plan1.json" 2>/dev/null \
+    && ok || bad "plan --refine --threads 1: rc=$?"
+"$PY" -c "import json,sys; p=json.load(open(sys.argv[1]))['refine']; r=json.load(open(sys.argv[2])); \
+assert p['threads'] == 1 and p['peak_bytes'] == r['refine_peak_tracked_bytes'], (p, r['refine_peak_tracked_bytes'])" \
+    "$T/plan1.json" "$T/one.json" && ok || bad "plan --refine --threads 1 against the one-thread run"
 expect 2 "plan --refine with a bad region" "invalid value" -- "$BIN" plan "$T/s.npy" --refine 4:2,0:8
 expect 2 "plan --refine --shape without the microscope" "needs --kv" -- \
     "$BIN" plan --shape 32x32x48x48 --bf 300 --refine all
