@@ -18,8 +18,9 @@ against the truth of the sidecar (OUT.json):
   thick. within 10 %
   phase  the Pearson correlation of the projected phase with OUT_phase_bandlimited.npy: the
          fit's object.npy phase; refine's slices.npy summed over the slices (docs/refine.md),
-         on its record's region, when the object is on the region's scan grid (otherwise null,
-         with corr_refine_note saying why)
+         on its record's region: the object's own grid (probe frame, object_pixel_A) band-limited
+         to the truth's |q| <= 2α/λ and evaluated at the region's scan positions
+         (bench/tools/refine_corr.py; null with corr_refine_note when it cannot be)
 
 Thin controls and one-cell Au are scored on C10/C12/φ12 for the fit (no --tilt: SPEC §6.1) and on
 every criterion for refine (its tilt against 0); a truth thinner than 1 nm (one cell) leaves
@@ -264,10 +265,11 @@ def corr(img, ref):
     return float(np.sum(x * y) / den) if den > 0 else None
 
 
-def refine_corr(rj, ref):
+def refine_corr(rj, ref, side=None):
     """refine's projected phase (DIR/slices.npy summed over the slices: docs/refine.md's
-    projected_phase.tiff, which stdlib cannot read) against the truth on the refined region.
-    Returns (correlation or None, a note when None)."""
+    projected_phase.tiff, which stdlib cannot read) against the truth on the refined region:
+    on the object's own grid it is resampled at the scan positions (refine_corr.py, with the
+    sidecar side). Returns (correlation or None, a note when None)."""
     d = rj.get("_dir") if isinstance(rj, dict) else None
     if not d or not os.path.isdir(d):
         return None, "no refine output"
@@ -286,6 +288,10 @@ def refine_corr(rj, ref):
         want = ref[reg[0]:reg[1], reg[2]:reg[3]]
     else:
         want = ref
+    if img.shape != want.shape and side is not None:  # refine's object grid: resampled
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import refine_corr as rc
+        return rc.corr_refine_dir(d, side, ref, rec=rj)
     if img.shape != want.shape:
         return None, f"object {list(img.shape)} is not the region's scan grid {list(want.shape)}"
     r = corr(img, want)
@@ -321,7 +327,7 @@ def run_case(args, c):
     ref = load_npy_real(os.path.join(d, "sim_phase_bandlimited.npy"))
     obj = os.path.join(fdir, "object.npy")
     rec["corr_ssb"] = corr(load_npy_real(obj), ref) if os.path.exists(obj) else None
-    rec["corr_refine"], note = refine_corr(rj, ref)
+    rec["corr_refine"], note = refine_corr(rj, ref, side)
     if note:
         rec["corr_refine_note"] = note
     if not args.keep:
