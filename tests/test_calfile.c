@@ -170,6 +170,8 @@ static void same_calfile(const ssb4d_calfile *a, const ssb4d_calfile *b)
         assert_int_equal(a->refine_confident, b->refine_confident);
         assert_string_equal(a->refine_warning, b->refine_warning);
         assert_memory_equal(a->refine_region, b->refine_region, sizeof a->refine_region);
+        assert_int_equal(a->refine_tilt_refined, b->refine_tilt_refined);
+        assert_int_equal(a->refine_thickness_refined, b->refine_thickness_refined);
     }
     assert_int_equal(a->n_regions, b->n_regions);
     for (size_t i = 0; i < a->n_regions; i++) {
@@ -309,6 +311,8 @@ static void fill_everything(ssb4d_calfile *c)
     c->refine_confident = 0;
     snprintf(c->refine_warning, sizeof c->refine_warning, "the likelihood is 3x counting noise's: \"model misfit\"");
     c->refine_region[0] = 8, c->refine_region[1] = 40, c->refine_region[2] = 16, c->refine_region[3] = 48;
+    c->refine_tilt_refined = 0; /* one slice: the start's tilt */
+    c->refine_thickness_refined = 1;
 }
 
 static void round_trip_everything(void **state)
