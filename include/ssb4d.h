@@ -758,6 +758,10 @@ typedef struct {
     int restart_check;             /* 1: a second, shorter start from the other side of the
                                       thickness, which confidence compares with (about 60 % more
                                       time; only when the thickness is refined); 0 (default): none */
+    ssb4d_backend_kind backend;    /* where the minibatches run (docs/refine.md "Backends"): AUTO
+                                      (default) = CUDA when built and a GPU is present, else the
+                                      CPU; CUDA where it cannot run is SSB4D_EINVAL. The session's
+                                      door passes the session's backend for AUTO */
 } ssb4d_refine_params;
 void ssb4d_refine_params_default(ssb4d_refine_params *p);
 
@@ -799,6 +803,8 @@ typedef struct {
      * the tilt with refine_tilt = 0 or the thickness with refine_thickness = 0 or a range that is
      * a point. */
     int tilt_refined, thickness_refined;
+    const char *backend;           /* where the minibatches ran: "cpu" or "cuda" (a static string) */
+    size_t device_peak_bytes;      /* the GPU memory the refinement held at most (0 on the CPU) */
 } ssb4d_refine_result;
 void ssb4d_refine_result_free(ssb4d_refine_result *r);
 

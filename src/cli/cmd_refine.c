@@ -68,6 +68,8 @@ static void usage(FILE *f)
             "  -o, --output DIR      output folder (default ssb4d-refine); it is created if needed\n"
             "  --force               replace outputs that already exist in DIR (without it they are\n"
             "                        refused before any work)\n"
+            CLI_BACKEND_HELP
+            "                        (refine: the minibatches of positions run on the GPU too)\n"
             "A refinement that is not confident prints one warning line on stderr saying why, and\n"
             "still exits 0. --json prints the record on stdout: C10_nm, C12_nm, phi12_deg (scan\n"
             "frame, as fit --json), phi12_probe_deg, phi12_scan_deg, rotation_deg, flip, tilt_mrad\n"
@@ -117,6 +119,7 @@ static int parse(int argc, char **argv, refine_opts *o)
 {
     struct option opts[64] = {
         CLI_MICROSCOPE_OPTIONS,
+        CLI_BACKEND_OPTION,
         {"region", required_argument, 0, OPT_REGION},
         {"thickness-range", required_argument, 0, OPT_THICKNESS_RANGE},
         {"force", no_argument, 0, OPT_FORCE},
@@ -292,7 +295,10 @@ static cJSON *record(const refine_opts *o, const cli_session *cs, const ssb4d_re
     cJSON_AddNumberToObject(out, "peak_tracked_bytes", (double)ssb4d_mem_peak(ssb4d_session_mem(cs->s)));
     cJSON_AddNumberToObject(out, "refine_peak_tracked_bytes", (double)refine_stage_bytes(ssb4d_session_mem(cs->s)));
     cJSON_AddNumberToObject(out, "memory_bytes", (double)cs->budget);
-    cJSON_AddStringToObject(out, "backend", ssb4d_session_backend(cs->s));
+    /* where the refinement's minibatches ran (the session's backend unless --backend said otherwise) */
+    cJSON_AddStringToObject(out, "backend", r->backend ? r->backend : ssb4d_session_backend(cs->s));
+    cJSON_AddNumberToObject(out, "device_peak_bytes", (double)r->device_peak_bytes);
+    cJSON_AddNumberToObject(out, "seconds_per_iteration", r->seconds_per_iteration);
     cJSON_AddStringToObject(out, "output_dir", o->out_dir);
     ssb4d_json_exact(out); /* Python's numbers, to the last bit */
     return out;
@@ -368,7 +374,7 @@ static void print_text(const refine_opts *o, const cli_session *cs, const ssb4d_
            r->n_history, r->n_history == 1 ? "" : "s");
     printf("confident    %s\n", r->confident ? "yes" : "no, see the warning");
     printf("time         %.1f s (refinement %.1f s)\n", seconds, r->seconds);
-    printf("backend      %s\n", ssb4d_session_backend(cs->s));
+    printf("backend      %s\n", r->backend ? r->backend : ssb4d_session_backend(cs->s));
     printf("wrote        %s/projected_phase.tiff, projected_phase.png, slices.npy, probe.npy, calibration.json, "
            "refine.json\n", o->out_dir);
 }

@@ -4,10 +4,17 @@
  * modelled but not measured: the exit wave's scattering beyond the detector does not wrap onto
  * it), and kept in memory (counted in the memory context): npos × grid floats, never the
  * whole scan's 4-D array. Pixels that are flagged (a bin holding one), or that fall outside the
- * model grid's ±half-width around the centre, are left out of the likelihood. */
+ * model grid's ±half-width around the centre, are left out of the likelihood. At the end: the
+ * minibatch on a device (refine_accel: the CUDA engine of src/cuda/refine.h behind the solver's
+ * minibatch loop). */
 #include "refine/refine.h"
 
 #include "common/err.h"
+#include "common/mem_device.h"
+#include "cuda/refine.h"
+#ifdef SSB4D_HAVE_CUDA
+#include "cuda/cuda.h"
+#endif
 
 #include <math.h>
 #include <stdlib.h>
@@ -187,3 +194,130 @@ double refine_expected_deviance(double mu)
     }
     return e;
 }
+
+/* ---- the minibatch on a device (refine.h, src/cuda/refine.h; docs/refine.md "Backends") ---- */
+
+struct refine_accel {
+#ifdef SSB4D_HAVE_CUDA
+    cuda_refine *c;
+#endif
+    unsigned long version; /* the model tables' version on the device (0: none yet) */
+    ssb4d_err err;
+};
+
+size_t refine_device_bytes(size_t npos, size_t nv, const size_t det[2], const size_t obj[2], int slices,
+                           size_t batch)
+{
+    cuda_refine_shape sh = {(int)det[0], (int)det[1], slices, batch, obj[0], obj[1], npos, nv};
+    size_t work = 0;
+#ifdef SSB4D_HAVE_CUDA
+    work = cuda_refine_fft_work(sh.nr, sh.nc, batch);
+#endif
+    return cuda_refine_bytes_for(&sh, work);
+}
+
+ssb4d_status refine_accel_new(ssb4d_backend_kind kind, const refine_data *d, int ns, size_t batch,
+                              const size_t obj[2], refine_accel **out, ssb4d_err *err)
+{
+    *out = NULL;
+    if (kind == SSB4D_BACKEND_CPU)
+        return SSB4D_OK;
+    if (kind != SSB4D_BACKEND_AUTO && kind != SSB4D_BACKEND_CUDA)
+        return ssb_fail(err, SSB4D_EINVAL, "refine: unknown backend %d", (int)kind);
+#ifdef SSB4D_HAVE_CUDA
+    if (!cuda_available()) {
+        if (kind == SSB4D_BACKEND_AUTO)
+            return SSB4D_OK;
+        return ssb_fail(err, SSB4D_EINVAL, "refine: --backend cuda: no CUDA device here (use --backend cpu)");
+    }
+    refine_accel *a = calloc(1, sizeof *a);
+    if (!a)
+        return ssb_fail(err, SSB4D_ENOMEM, "out of memory");
+    cuda_refine_shape sh = {d->nr, d->nc, ns, batch < d->npos ? batch : d->npos, obj[0], obj[1], d->npos, d->nv};
+    ssb4d_status st = cuda_refine_new(&sh, d->cnt, d->vidx, 0, &a->c, err);
+    if (st) {
+        free(a);
+        return st;
+    }
+    *out = a;
+    return SSB4D_OK;
+#else
+    (void)d, (void)ns, (void)batch, (void)obj;
+    if (kind == SSB4D_BACKEND_AUTO)
+        return SSB4D_OK;
+    return ssb_fail(err, SSB4D_EINVAL, "refine: --backend cuda: this build has no CUDA backend (use --backend cpu)");
+#endif
+}
+
+void refine_accel_delete(refine_accel *a, ssb4d_mem *mem)
+{
+    if (!a)
+        return;
+#ifdef SSB4D_HAVE_CUDA
+    size_t peak = 0;
+    cuda_refine_device_bytes(a->c, NULL, &peak);
+    if (mem)
+        ssb_mem_stage_device_peak(mem, peak);
+    cuda_refine_delete(a->c);
+#else
+    (void)mem;
+#endif
+    free(a);
+}
+
+int refine_accel_batch(refine_accel *a, const refine_model *m, const float *t, const size_t *pos, size_t nb,
+                       const long *o0, const long *o1, const double *s0, const double *s1, double scale,
+                       int amplitude, int want_obj, int want_g, double *lp, double *sp, double *gp, float *gb)
+{
+#ifdef SSB4D_HAVE_CUDA
+    refine_tables tb;
+    refine_model_tables(m, &tb);
+    ssb4d_status st = SSB4D_OK;
+    if (tb.version != a->version) { /* θ changed: the tables go up again */
+        st = cuda_refine_tables(a->c, tb.P, tb.prop, tb.dchi, tb.dth, tb.fr, tb.fc, &a->err);
+        a->version = st ? 0 : tb.version;
+    }
+    if (!st)
+        st = cuda_refine_batch(a->c, t, pos, nb, o0, o1, s0, s1, scale, amplitude, want_obj, want_g, lp, sp, gp, gb,
+                               &a->err);
+    return st ? -1 : 0;
+#else
+    (void)m, (void)t, (void)pos, (void)nb, (void)o0, (void)o1, (void)s0, (void)s1, (void)scale, (void)amplitude;
+    (void)want_obj, (void)want_g, (void)lp, (void)sp, (void)gp, (void)gb;
+    ssb_fail(&a->err, SSB4D_EINVAL, "refine: this build has no CUDA backend");
+    return -1;
+#endif
+}
+
+ssb4d_status refine_accel_error(const refine_accel *a, ssb4d_err *err)
+{
+    if (!a || !a->err.code)
+        return SSB4D_OK;
+    if (err)
+        *err = a->err;
+    return a->err.code;
+}
+
+void refine_accel_object_changed(refine_accel *a)
+{
+#ifdef SSB4D_HAVE_CUDA
+    if (a)
+        cuda_refine_object_changed(a->c);
+#else
+    (void)a;
+#endif
+}
+
+size_t refine_accel_peak(const refine_accel *a)
+{
+    size_t peak = 0;
+#ifdef SSB4D_HAVE_CUDA
+    if (a)
+        cuda_refine_device_bytes(a->c, NULL, &peak);
+#else
+    (void)a;
+#endif
+    return peak;
+}
+
+const char *refine_accel_name(const refine_accel *a) { return a ? "cuda" : "cpu"; }

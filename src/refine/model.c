@@ -17,6 +17,7 @@
 
 struct refine_model {
     rmodel_f m;
+    unsigned long version; /* refine_model_set's count (a device copy of the tables follows it) */
 };
 struct refine_work {
     rwork_f w;
@@ -43,6 +44,13 @@ void refine_model_delete(refine_model *m)
 void refine_model_set(refine_model *m, const refine_geo *geo, const double th[RP_N])
 {
     rmodel_set_f(&m->m, geo, th);
+    m->version++;
+}
+
+void refine_model_tables(const refine_model *m, refine_tables *t)
+{
+    t->P = m->m.P, t->prop = m->m.prop, t->dchi = m->m.dchi, t->dth = m->m.dth, t->fr = m->m.fr, t->fc = m->m.fc;
+    t->version = m->version;
 }
 
 refine_work *refine_work_new(const refine_model *m)

@@ -177,13 +177,25 @@ ssb4d_status ssb4d_refine(ssb4d_source *src, const ssb4d_calibration *cal, const
     pb.kappa = p->slice_coupling == 0 ? 1.0 : p->slice_coupling < 0 ? 0.0 : p->slice_coupling;
     pb.lr = 0.05;
 
+    /* the backend: the minibatches on the GPU when asked (or AUTO and one is here) */
+    size_t ogrid[2];
+    double odx[2];
+    refine_object_grid(&pb, ogrid, odx);
+    if ((st = refine_accel_new(p->backend, &d, ns, pb.batch, ogrid, &pb.accel, err))) {
+        refine_data_free(&d);
+        return st;
+    }
     refine_problem pb0 = pb; /* the start, for the check's second start */
     refine_solution s;
     struct timespec ts0, ts1;
     clock_gettime(CLOCK_MONOTONIC, &ts0);
+    refine_accel_object_changed(pb.accel); /* each solve starts from a new object */
     st = refine_solve(&pb, &s, err);
     clock_gettime(CLOCK_MONOTONIC, &ts1);
     if (st) {
+        if (st == SSB4D_ECANCELLED && refine_accel_error(pb.accel, NULL)) /* the device's line, not "cancelled" */
+            st = refine_accel_error(pb.accel, err);
+        refine_accel_delete(pb.accel, p->mem);
         refine_data_free(&d);
         return st;
     }
@@ -200,8 +212,12 @@ ssb4d_status ssb4d_refine(ssb4d_source *src, const ssb4d_calibration *cal, const
         q.th[RP_DZ] = ts / ns;
         q.iterations = pb.iterations * 3 / 5 > 6 ? pb.iterations * 3 / 5 : 6;
         refine_solution s2;
+        refine_accel_object_changed(pb.accel);
         st = refine_solve(&q, &s2, err);
         if (st) {
+            if (st == SSB4D_ECANCELLED && refine_accel_error(pb.accel, NULL))
+                st = refine_accel_error(pb.accel, err);
+            refine_accel_delete(pb.accel, p->mem);
             refine_solution_free(&s);
             refine_data_free(&d);
             return st;
@@ -210,6 +226,10 @@ ssb4d_status ssb4d_refine(ssb4d_source *src, const ssb4d_calibration *cal, const
         c10_2 = (q.th[RP_C10] + (ns - 1) * q.th[RP_DZ] / 2.0) / 10.0;
         refine_solution_free(&s2);
     }
+    r->backend = refine_accel_name(pb.accel);
+    r->device_peak_bytes = refine_accel_peak(pb.accel);
+    refine_accel_delete(pb.accel, p->mem);
+    pb.accel = NULL;
     /* the result */
     double t_fin = pb.th[RP_DZ] * ns / 10.0;
     r->ab = *ab;

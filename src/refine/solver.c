@@ -254,8 +254,15 @@ static double run_pass(solver *S, int mode, uint64_t pass, double *g, double pro
     for (size_t b0 = 0; b0 < npos; b0 += S->B) {
         long nb = (long)(npos - b0 < S->B ? npos - b0 : S->B);
         int want_obj = mode == PASS_OBJECT, want_g = g != NULL;
+        long ncpu = nb; /* the positions the threads below compute: none when a device did */
+        if (pb->accel) {
+            if (refine_accel_batch(pb->accel, S->model, S->t, S->order + b0, (size_t)nb, S->o0, S->o1, S->s0, S->s1,
+                                   S->scale, pb->amplitude, want_obj, want_g, S->lp, S->sp, S->gp, S->gb))
+                return NAN; /* the caller reports refine_accel_error */
+            ncpu = 0;
+        }
 #pragma omp parallel for num_threads(S->nt) schedule(dynamic, 1)
-        for (long b = 0; b < nb; b++) {
+        for (long b = 0; b < ncpu; b++) {
             int tid = omp_get_thread_num();
             size_t p = S->order[b0 + (size_t)b];
             float *obj[64];

@@ -24,6 +24,7 @@ typedef struct {
     double lr;                /* Adam's step on the object phase (rad); 0: default */
     double kappa;             /* the slices' similarity weight (0: none) */
     ssb4d_mem *mem;
+    refine_accel *accel;      /* the minibatch on a device (batch.c); NULL: the CPU's threads */
 } refine_problem;
 
 typedef struct {
