@@ -28,6 +28,9 @@ typedef struct {
     ssb4d_status (*gbuild)(ssb4d_source *src, const ssb4d_geometry *g, const int32_t *bf_pix, size_t n_bf,
                            const ssb4d_gbuild_opts *o, const session_device *dev, ssb4d_mem *mem, ssb4d_G **out,
                            ssb4d_err *err);
+    /* The calibration where the backend runs it (NULL: ssb4d_calibrate on the CPU). */
+    ssb4d_status (*calibrate)(ssb4d_source *src, const ssb4d_calib_params *p, ssb4d_calibration *out,
+                              ssb4d_err *err);
 } session_backend;
 
 /* The CPU backend: G on the host (ssb4d_gbuild). */

@@ -496,7 +496,9 @@ ssb4d_status ssb4d_session_calibrate(ssb4d_session *s, ssb4d_err *err)
                           plan_size_text(n, need, 1), s->encoded ? "data held" : "data");
     }
     call_begin(s, "calibrate");
-    ssb4d_status st = s->o.dist ? calibrate_shared(s, &cp, err) : ssb4d_calibrate(s->src, &cp, &s->cal, err);
+    ssb4d_status st = s->o.dist          ? calibrate_shared(s, &cp, err)
+                      : s->bk->calibrate ? s->bk->calibrate(s->src, &cp, &s->cal, err) /* a GPU's start */
+                                         : ssb4d_calibrate(s->src, &cp, &s->cal, err);
     call_end(s);
     if (st)
         return st;

@@ -1,0 +1,379 @@
+/* gstart.c — a CUDA session's start from a .qem on the GPU (gstart.h). The count streams go up as
+ * stored (qem_table.h), are decoded by decode.cu's kernels, and only sums and G's planes are kept:
+ * per block batch the calibration's counts (freed after), per BF chunk its scan columns, one
+ * batched 2-D real FFT of them written straight into G's device planes (the same transform as
+ * gbuild.c's rows-then-columns, in cuFFT's float rounding: SPEC §11's agreement). */
+#include "cuda/gstart.h"
+
+#include "calibrate/calibrate_internal.h"
+#include "codec/rans_tables.h"
+#include "common/err.h"
+#include "common/mem_device.h"
+#include "cuda/cuda.h"
+#include "cuda/decode.h"
+#include "cuda/qem_table.h"
+#include "source/source.h"
+
+#include <cuda_runtime_api.h>
+#include <cufft.h>
+#include <stdlib.h>
+#include <string.h>
+
+static ssb4d_status cu_fail(ssb4d_err *err, int e, const char *what)
+{
+    if (e == cudaErrorMemoryAllocation)
+        return ssb_fail(err, SSB4D_ENOMEM, "the GPU is out of memory (%s)", what);
+    return ssb_fail(err, SSB4D_EIO, "CUDA error in %s: %s", what, cudaGetErrorString((cudaError_t)e));
+}
+
+#define CK(call, what)                                                                                            \
+    do {                                                                                                          \
+        int e_ = (int)(call);                                                                                     \
+        if (e_ != cudaSuccess) {                                                                                  \
+            st = cu_fail(err, e_, what);                                                                          \
+            goto done;                                                                                            \
+        }                                                                                                         \
+    } while (0)
+
+int cuda_start_takes(ssb4d_source *src)
+{
+    qem_file *f = ssb_source_qem(src);
+    return f && !ssb4d_source_is_float(src);
+}
+
+void cuda_start_sizes(const qem_info *in, size_t upload, size_t n_bf, const cuda_start_opts *o, cuda_start_bytes *out)
+{
+    size_t blocks = o && o->blocks ? o->blocks : CUDA_START_BLOCKS, chunk = o && o->bf_chunk ? o->bf_chunk : CUDA_START_BF_CHUNK;
+    blocks = blocks < in->n_blocks ? blocks : in->n_blocks;
+    chunk = chunk < n_bf ? chunk : n_bf;
+    out->upload = upload;
+    out->calib = upload + blocks * in->n_pix * 512 * 2 + in->n_pix * 8 + in->n_scans * 3 * 8 + 4 * in->n_pix;
+    out->gbuild = upload + chunk * in->n_scans * 4 + n_bf * (8 + 4);
+}
+
+/* ---- the streams on the device --------------------------------------------------------------- */
+
+typedef struct {
+    const qem_file *f;
+    qem_dev_table t;
+    void *pay, *off, *sel, *tab, *models, *key;
+    cu_qem q;
+    cudaStream_t stream;
+} qem_up;
+
+static void qem_down(qem_up *u)
+{
+    cudaFree(u->pay), cudaFree(u->off), cudaFree(u->sel), cudaFree(u->tab), cudaFree(u->models), cudaFree(u->key);
+    qem_dev_table_free(&u->t);
+    memset(u, 0, sizeof *u);
+}
+
+static ssb4d_status qem_upload(const qem_file *f, cudaStream_t stream, qem_up *u, ssb4d_err *err)
+{
+    memset(u, 0, sizeof *u);
+    u->f = f;
+    u->stream = stream;
+    ssb4d_status st = qem_dev_table_make(f, &u->t, err);
+    if (st)
+        return st;
+    const qem_dev_table *t = &u->t;
+    const size_t nb = t->n_blocks;
+    uint32_t *fs = malloc(CU_QEM_FS_WORDS * sizeof *fs);
+    if (!fs)
+        return ssb_fail(err, SSB4D_ENOMEM, "out of memory");
+    for (int m = 0; m < 64; m++)
+        for (int s = 0; s < 33; s++)
+            fs[m * 33 + s] = (uint32_t)qem_rans_start[m][s] << 16 | qem_rans_freq[m][s];
+    CK(cudaMalloc(&u->pay, t->pay_bytes ? t->pay_bytes : 1), "the .qem's streams");
+    CK(cudaMalloc(&u->off, 4 * t->off_words), "the .qem's stream offsets");
+    CK(cudaMalloc(&u->sel, t->sel_bytes ? t->sel_bytes : 1), "the .qem's selectors");
+    CK(cudaMalloc(&u->tab, nb * (3 * 8 + 4)), "the .qem's block table");
+    CK(cudaMalloc(&u->models, 64 * 1024 + CU_QEM_FS_WORDS * 4), "the rANS tables");
+    CK(cudaMalloc(&u->key, 8), "the decoder's error key");
+    for (size_t c = 0; c < t->n_chunks; c++) {
+        qem_chunk_view v;
+        qem_chunk_get(f, c, &v);
+        if (v.payload_bytes)
+            CK(cudaMemcpy((char *)u->pay + t->chunk_pay[c], v.payload, v.payload_bytes, cudaMemcpyHostToDevice),
+               "copying the streams to the GPU");
+        CK(cudaMemcpy((uint32_t *)u->off + t->chunk_off[c], v.offsets, 4 * (v.nblocks * t->P + 1), cudaMemcpyHostToDevice),
+           "copying the stream offsets to the GPU");
+        CK(cudaMemcpy((char *)u->sel + v.block0 * t->P, v.selectors, v.nblocks * t->P, cudaMemcpyHostToDevice),
+           "copying the selectors to the GPU");
+    }
+    unsigned long long *tab = u->tab;
+    CK(cudaMemcpy(tab, t->paybase, nb * 8, cudaMemcpyHostToDevice), "copying the block table");
+    CK(cudaMemcpy(tab + nb, t->offidx, nb * 8, cudaMemcpyHostToDevice), "copying the block table");
+    CK(cudaMemcpy(tab + 2 * nb, t->t0, nb * 8, cudaMemcpyHostToDevice), "copying the block table");
+    CK(cudaMemcpy(tab + 3 * nb, t->n, nb * 4, cudaMemcpyHostToDevice), "copying the block table");
+    CK(cudaMemcpy(u->models, qem_rans_slot_symbol, 64 * 1024, cudaMemcpyHostToDevice), "copying the rANS tables");
+    CK(cudaMemcpy((char *)u->models + 64 * 1024, fs, CU_QEM_FS_WORDS * 4, cudaMemcpyHostToDevice),
+       "copying the rANS tables");
+    CK(cudaMemset(u->key, 0xff, 8), "the decoder's error key");
+    const qem_info *in = qem_get_info(f);
+    u->q = (cu_qem){.pay = u->pay, .off = u->off, .sel = u->sel, .paybase = tab, .offidx = tab + nb,
+                    .t0 = tab + 2 * nb, .n = (const unsigned *)(tab + 3 * nb), .P = t->P, .N = t->N,
+                    .n_blocks = nb, .det_cols = (unsigned)in->shape[3],
+                    .maxval = in->dtype_bytes == 1 ? 255u : 65535u, .err_key = u->key,
+                    .slot_sym = u->models, .fs = (const uint32_t *)((char *)u->models + 64 * 1024)};
+done:
+    free(fs);
+    if (st)
+        qem_down(u);
+    return st;
+}
+
+/* After the kernels: a damaged stream is reported by the CPU's decoder (the same words). */
+static ssb4d_status check_streams(qem_up *u, ssb4d_err *err)
+{
+    unsigned long long key = 0;
+    ssb4d_status st = SSB4D_OK;
+    CK(cudaStreamSynchronize(u->stream), "decoding the streams");
+    CK(cudaMemcpy(&key, u->key, 8, cudaMemcpyDeviceToHost), "reading the decoder's error key");
+    if (key != ~0ull) {
+        int32_t k = (int32_t)(key % u->t.P);
+        uint16_t buf[512];
+        st = qem_decode_block(u->f, (size_t)(key / u->t.P), &k, 1, buf, err);
+        if (!st)
+            st = ssb_fail(err, SSB4D_EINTERNAL, "the GPU's decoder refused block %llu pixel %d, which the CPU's decodes",
+                          key / u->t.P, (int)k);
+    }
+done:
+    return st;
+}
+
+/* ---- the calibration's sums ------------------------------------------------------------------ */
+
+typedef struct {
+    qem_up u;
+    ssb4d_mem *mem;
+    size_t blocks, npos;
+    uint16_t *dec;
+    unsigned long long *tot, *mom;
+    int *pix;
+    cudaStream_t stream;
+} cal_dev;
+
+static ssb4d_status cal_totals(void *user, uint64_t *tot, uint64_t *mom, ssb4d_err *err)
+{
+    cal_dev *c = user;
+    const qem_dev_table *t = &c->u.t;
+    ssb4d_status st = SSB4D_OK;
+    const size_t P = t->P;
+    CK(cudaMalloc((void **)&c->dec, c->blocks * P * 512 * 2), "the calibration's block of counts");
+    CK(cudaMalloc((void **)&c->tot, P * 8), "the calibration's totals");
+    CK(cudaMalloc((void **)&c->mom, c->npos * 3 * 8), "the calibration's moments");
+    CK(cudaMalloc((void **)&c->pix, 4 * P), "the flagged pixels");
+    CK(cudaMemsetAsync(c->tot, 0, P * 8, c->stream), "the calibration's totals");
+    CK(cudaMemsetAsync(c->mom, 0, c->npos * 3 * 8, c->stream), "the calibration's moments");
+    for (size_t b0 = 0; b0 < t->n_blocks; b0 += c->blocks) {
+        size_t nb = t->n_blocks - b0 < c->blocks ? t->n_blocks - b0 : c->blocks;
+        /* a poll per batch: it waits for the one before, so a cancel stops within a batch */
+        CK(cudaStreamSynchronize(c->stream), "decoding the streams");
+        if (ssb4d_mem_progress(c->mem, 0.9 * (double)b0 / (double)t->n_blocks))
+            return ssb_fail(err, SSB4D_ECANCELLED, "cancelled");
+        CK(cu_qem_decode_counts(c->u.q, b0, nb, c->dec, c->tot, c->stream), "decoding the streams");
+        if (mom)
+            CK(cu_qem_moments(c->u.q, b0, nb, c->dec, c->mom, c->stream), "the per-scan moments");
+    }
+    if ((st = check_streams(&c->u, err)))
+        return st;
+    CK(cudaMemcpy(tot, c->tot, P * 8, cudaMemcpyDeviceToHost), "reading the totals");
+    if (mom)
+        CK(cudaMemcpy(mom, c->mom, c->npos * 3 * 8, cudaMemcpyDeviceToHost), "reading the moments");
+    cudaFree(c->dec); /* the unflag pass needs only the moments */
+    c->dec = NULL;
+done:
+    return st;
+}
+
+static ssb4d_status cal_unflag(void *user, const int32_t *pix, size_t n, uint64_t *mom, ssb4d_err *err)
+{
+    cal_dev *c = user;
+    ssb4d_status st = SSB4D_OK;
+    if (!n)
+        return SSB4D_OK;
+    CK(cudaMemcpy(c->pix, pix, 4 * n, cudaMemcpyHostToDevice), "the flagged pixels");
+    CK(cu_qem_unflag(c->u.q, c->pix, n, c->mom, c->stream), "the flagged pixels' moments");
+    if ((st = check_streams(&c->u, err)))
+        return st;
+    CK(cudaMemcpy(mom, c->mom, c->npos * 3 * 8, cudaMemcpyDeviceToHost), "reading the moments");
+done:
+    return st;
+}
+
+ssb4d_status cuda_calibrate_qem(ssb4d_source *src, const ssb4d_calib_params *p, const cuda_start_opts *o,
+                                ssb4d_calibration *out, ssb4d_err *err)
+{
+    memset(out, 0, sizeof *out);
+    if (!cuda_start_takes(src))
+        return ssb_fail(err, SSB4D_EINVAL, "the GPU's calibration reads a .qem of counts");
+    const qem_info *in = qem_get_info(ssb_source_qem(src));
+    cal_dev c = {.mem = p->mem, .npos = in->n_scans};
+    c.blocks = o && o->blocks ? o->blocks : CUDA_START_BLOCKS;
+    ssb4d_status st = SSB4D_OK;
+    CK(cudaStreamCreateWithFlags(&c.stream, cudaStreamNonBlocking), "creating a stream");
+    if ((st = qem_upload(ssb_source_qem(src), c.stream, &c.u, err)))
+        goto done;
+    {
+        cuda_start_bytes sz;
+        cuda_start_sizes(in, qem_dev_table_bytes(&c.u.t), 0, o, &sz);
+        ssb_mem_stage_device_peak(p->mem, sz.calib);
+    }
+    ssb_cal_sums sums = {cal_totals, cal_unflag, &c};
+    st = ssb_calibrate_with_sums(src, p, &sums, out, err);
+done:
+    cudaFree(c.dec), cudaFree(c.tot), cudaFree(c.mom), cudaFree(c.pix);
+    qem_down(&c.u);
+    if (c.stream)
+        cudaStreamDestroy(c.stream);
+    return st;
+}
+
+/* ---- G --------------------------------------------------------------------------------------- */
+
+/* A batched 2-D real-to-complex plan: batch images of ny x nx floats (idist N) into half planes of
+ * stride float2 (odist): gbuild.c's row FFTs then column FFTs, as one transform. */
+static cufftResult r2c_plan(cufftHandle *h, size_t ny, size_t nx, size_t stride, size_t batch, cudaStream_t s)
+{
+    int n[2] = {(int)ny, (int)nx}, inem[2] = {(int)ny, (int)nx}, onem[2] = {(int)ny, (int)(nx / 2 + 1)};
+    cufftResult r = cufftPlanMany(h, 2, n, inem, 1, (int)(ny * nx), onem, 1, (int)stride, CUFFT_R2C, (int)batch);
+    if (r == CUFFT_SUCCESS)
+        r = cufftSetStream(*h, s);
+    return r;
+}
+
+ssb4d_status cuda_gbuild_qem(ssb4d_source *src, const ssb4d_geometry *g, const int32_t *bf_pix, size_t n_bf,
+                             const ssb4d_gbuild_opts *o, const cuda_start_opts *so, ssb4d_mem *mem, ssb4d_G **out,
+                             ssb4d_err *err)
+{
+    *out = NULL;
+    if (!cuda_start_takes(src))
+        return ssb_fail(err, SSB4D_EINVAL, "the GPU's G build reads a .qem of counts");
+    ssb4d_G *G = NULL;
+    ssb4d_status st = gbuild_layout(src, g, bf_pix, n_bf, o, mem, &G, err);
+    if (st)
+        return st;
+    const qem_info *in = qem_get_info(ssb_source_qem(src));
+    qem_up u = {0};
+    float *col = NULL;
+    unsigned long long *tot = NULL;
+    int *pix = NULL;
+    uint64_t *tot_h = NULL;
+    int32_t *order = NULL;
+    cufftHandle plan = 0, plan_last = 0;
+    int have_plan = 0, have_last = 0;
+    void *planes = NULL, *sv = NULL;
+    size_t chunk = so && so->bf_chunk ? so->bf_chunk : CUDA_START_BF_CHUNK;
+    size_t n_st = 0;
+    if ((st = cuda_G_attach_blank(G, &planes, &sv, err)))
+        goto done;
+    cudaStream_t stream = sv;
+    /* the stored pixels first (their slots, in BF order), then the others (their totals only) */
+    order = malloc(n_bf * sizeof *order);
+    tot_h = malloc(n_bf * sizeof *tot_h);
+    if (!order || !tot_h) {
+        st = ssb_fail(err, SSB4D_ENOMEM, "out of memory");
+        goto done;
+    }
+    for (size_t ib = 0; ib < n_bf; ib++)
+        if (G->plane_of[ib] >= 0)
+            order[n_st++] = G->bf_pix[ib];
+    for (size_t ib = 0, j = n_st; ib < n_bf; ib++)
+        if (G->plane_of[ib] < 0)
+            order[j++] = G->bf_pix[ib];
+    chunk = chunk < n_st ? chunk : n_st ? n_st : 1;
+    if ((st = qem_upload(ssb_source_qem(src), stream, &u, err)))
+        goto done;
+    {
+        cuda_start_bytes sz;
+        cuda_start_sizes(in, qem_dev_table_bytes(&u.t), n_bf, so, &sz);
+        size_t now = 0, peak = 0;
+        cuda_G_device_bytes(G, &now, &peak);
+        ssb_mem_stage_device_peak(mem, sz.gbuild + now);
+    }
+    CK(cudaMalloc((void **)&col, chunk * in->n_scans * sizeof(float)), "G's scan columns");
+    CK(cudaMalloc((void **)&tot, n_bf * 8), "G's totals");
+    CK(cudaMalloc((void **)&pix, n_bf * 4), "G's pixels");
+    CK(cudaMemcpyAsync(pix, order, n_bf * 4, cudaMemcpyHostToDevice, stream), "G's pixels");
+    CK(cudaMemsetAsync(tot, 0, n_bf * 8, stream), "G's totals");
+    if (n_st) {
+        cufftResult r = r2c_plan(&plan, G->ny, G->nx, G->plane_stride, chunk, stream);
+        have_plan = r == CUFFT_SUCCESS;
+        if (have_plan && n_st % chunk) {
+            r = r2c_plan(&plan_last, G->ny, G->nx, G->plane_stride, n_st % chunk, stream);
+            have_last = r == CUFFT_SUCCESS;
+        }
+        if (r != CUFFT_SUCCESS) {
+            st = r == CUFFT_ALLOC_FAILED ? ssb_fail(err, SSB4D_ENOMEM, "the GPU is out of memory (cuFFT plan of G)")
+                                         : ssb_fail(err, SSB4D_EIO, "cuFFT could not plan G's %zux%zu transform (%d)",
+                                                    G->ny, G->nx, (int)r);
+            goto done;
+        }
+    }
+    for (size_t c0 = 0; c0 < n_st; c0 += chunk) {
+        size_t m = n_st - c0 < chunk ? n_st - c0 : chunk;
+        CK(cudaStreamSynchronize(stream), "building G");
+        double frac = (double)c0 / (double)n_st;
+        if (ssb4d_mem_progress(mem, frac) || (o->progress && o->progress(o->progress_user, "G build", frac))) {
+            st = ssb_fail(err, SSB4D_ECANCELLED, "cancelled");
+            goto done;
+        }
+        CK(cu_qem_decode_columns(u.q, pix + c0, m, col, tot + c0, stream), "decoding G's columns");
+        cufftResult r = cufftExecR2C(m == chunk ? plan : plan_last, col, (cufftComplex *)planes + c0 * G->plane_stride);
+        if (r != CUFFT_SUCCESS) {
+            st = ssb_fail(err, SSB4D_EIO, "cuFFT failed on G's transform (%d)", (int)r);
+            goto done;
+        }
+    }
+    if (n_bf > n_st)
+        CK(cu_qem_decode_columns(u.q, pix + n_st, n_bf - n_st, NULL, tot + n_st, stream), "G's totals");
+    if ((st = check_streams(&u, err)))
+        goto done;
+    CK(cudaMemcpy(tot_h, tot, n_bf * 8, cudaMemcpyDeviceToHost), "reading G's totals");
+    for (size_t ib = 0, a = 0, b = n_st; ib < n_bf; ib++) /* integers below 2^53: the CPU's doubles */
+        G->totals[ib] = (double)tot_h[G->plane_of[ib] >= 0 ? a++ : b++];
+    if (so && so->host_copy && G->store.data && n_st)
+        CK(cudaMemcpy(G->store.data, planes, n_st * G->plane_stride * sizeof(cufftComplex), cudaMemcpyDeviceToHost),
+           "copying G back to the host");
+done:
+    if (have_plan)
+        cufftDestroy(plan);
+    if (have_last)
+        cufftDestroy(plan_last);
+    cudaFree(col), cudaFree(tot), cudaFree(pix);
+    qem_down(&u);
+    free(order), free(tot_h);
+    return gbuild_layout_finish(G, st, o, out, err);
+}
+
+ssb4d_status cuda_qem_columns(const qem_file *f, const int32_t *pix, size_t np, float *out, uint64_t *tot,
+                              ssb4d_err *err)
+{
+    const qem_info *in = qem_get_info(f);
+    ssb4d_status st = SSB4D_OK;
+    qem_up u = {0};
+    cudaStream_t stream = NULL;
+    float *col = NULL;
+    unsigned long long *t = NULL;
+    int *p = NULL;
+    CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "creating a stream");
+    if ((st = qem_upload(f, stream, &u, err)))
+        goto done;
+    CK(cudaMalloc((void **)&col, (np ? np : 1) * in->n_scans * sizeof(float)), "the columns");
+    CK(cudaMalloc((void **)&t, (np ? np : 1) * 8), "the totals");
+    CK(cudaMalloc((void **)&p, (np ? np : 1) * 4), "the pixels");
+    CK(cudaMemcpy(p, pix, np * 4, cudaMemcpyHostToDevice), "the pixels");
+    CK(cudaMemset(t, 0, (np ? np : 1) * 8), "the totals");
+    CK(cu_qem_decode_columns(u.q, p, np, col, t, stream), "decoding the columns");
+    if ((st = check_streams(&u, err)))
+        goto done;
+    CK(cudaMemcpy(out, col, np * in->n_scans * sizeof(float), cudaMemcpyDeviceToHost), "reading the columns");
+    CK(cudaMemcpy(tot, t, np * 8, cudaMemcpyDeviceToHost), "reading the totals");
+done:
+    cudaFree(col), cudaFree(t), cudaFree(p);
+    qem_down(&u);
+    if (stream)
+        cudaStreamDestroy(stream);
+    return st;
+}
