@@ -46,9 +46,27 @@ void cuda_start_sizes(const qem_info *in, size_t upload, size_t n_bf, const cuda
     size_t blocks = o && o->blocks ? o->blocks : CUDA_START_BLOCKS, chunk = o && o->bf_chunk ? o->bf_chunk : CUDA_START_BF_CHUNK;
     blocks = blocks < in->n_blocks ? blocks : in->n_blocks;
     chunk = chunk < n_bf ? chunk : n_bf;
-    out->upload = upload;
+    out->upload = upload; /* plan/device_model.c's dev_model_start: the same formulas */
     out->calib = upload + blocks * in->n_pix * 512 * 2 + in->n_pix * 8 + in->n_scans * 3 * 8 + 4 * in->n_pix;
     out->gbuild = upload + chunk * in->n_scans * 4 + n_bf * (8 + 4);
+}
+
+/* Refused before anything goes up when the GPU's free memory cannot hold `need` bytes: one line
+ * (the backend then does the step on the CPU). */
+static ssb4d_status room_for(size_t need, const char *what, ssb4d_err *err)
+{
+    size_t fr = 0, tot = 0;
+    if (cudaMemGetInfo(&fr, &tot) != cudaSuccess || need <= fr)
+        return SSB4D_OK;
+    return ssb_fail(err, SSB4D_ENOMEM, "%s needs %.2f GiB of GPU memory and %.2f GiB is free (of %.2f GiB)", what,
+                    (double)need / (1 << 30), (double)fr / (1 << 30), (double)tot / (1 << 30));
+}
+
+/* The upload's bytes from the file's numbers (qem_dev_table_bytes without the table). */
+static size_t upload_bytes(const qem_info *in)
+{
+    return in->payload_bytes + 4 * (in->n_blocks * in->n_pix + in->n_chunks) + in->n_blocks * in->n_pix +
+           in->n_blocks * (3 * 8 + 4) + 64 * 1024 + CU_QEM_FS_WORDS * 4 + 8;
 }
 
 /* ---- the streams on the device --------------------------------------------------------------- */
@@ -160,6 +178,7 @@ static ssb4d_status cal_totals(void *user, uint64_t *tot, uint64_t *mom, ssb4d_e
     const qem_dev_table *t = &c->u.t;
     ssb4d_status st = SSB4D_OK;
     const size_t P = t->P;
+    c->blocks = c->blocks < t->n_blocks ? c->blocks : t->n_blocks ? t->n_blocks : 1; /* cuda_start_sizes' */
     CK(cudaMalloc((void **)&c->dec, c->blocks * P * 512 * 2), "the calibration's block of counts");
     CK(cudaMalloc((void **)&c->tot, P * 8), "the calibration's totals");
     CK(cudaMalloc((void **)&c->mom, c->npos * 3 * 8), "the calibration's moments");
@@ -212,14 +231,14 @@ ssb4d_status cuda_calibrate_qem(ssb4d_source *src, const ssb4d_calib_params *p, 
     cal_dev c = {.mem = p->mem, .npos = in->n_scans};
     c.blocks = o && o->blocks ? o->blocks : CUDA_START_BLOCKS;
     ssb4d_status st = SSB4D_OK;
+    cuda_start_bytes sz;
+    cuda_start_sizes(in, upload_bytes(in), 0, o, &sz);
+    if ((st = room_for(sz.calib, "the calibration on the GPU (the streams and a batch of counts)", err)))
+        return st;
     CK(cudaStreamCreateWithFlags(&c.stream, cudaStreamNonBlocking), "creating a stream");
     if ((st = qem_upload(ssb_source_qem(src), c.stream, &c.u, err)))
         goto done;
-    {
-        cuda_start_bytes sz;
-        cuda_start_sizes(in, qem_dev_table_bytes(&c.u.t), 0, o, &sz);
-        ssb_mem_stage_device_peak(p->mem, sz.calib);
-    }
+    ssb_mem_stage_device_peak(p->mem, sz.calib);
     ssb_cal_sums sums = {cal_totals, cal_unflag, &c};
     st = ssb_calibrate_with_sums(src, p, &sums, out, err);
 done:
@@ -266,6 +285,11 @@ ssb4d_status cuda_gbuild_qem(ssb4d_source *src, const ssb4d_geometry *g, const i
     void *planes = NULL, *sv = NULL;
     size_t chunk = so && so->bf_chunk ? so->bf_chunk : CUDA_START_BF_CHUNK;
     size_t n_st = 0;
+    cuda_start_bytes sz;
+    cuda_start_sizes(in, upload_bytes(in), n_bf, so, &sz);
+    if ((st = room_for(sz.gbuild + (G->store.n_resident ? G->store.n_resident : 1) * G->plane_stride * sizeof(cufftComplex),
+                       "G built on the GPU (the streams, a chunk of columns and G's planes)", err)))
+        goto done;
     if ((st = cuda_G_attach_blank(G, &planes, &sv, err)))
         goto done;
     cudaStream_t stream = sv;
@@ -286,8 +310,6 @@ ssb4d_status cuda_gbuild_qem(ssb4d_source *src, const ssb4d_geometry *g, const i
     if ((st = qem_upload(ssb_source_qem(src), stream, &u, err)))
         goto done;
     {
-        cuda_start_bytes sz;
-        cuda_start_sizes(in, qem_dev_table_bytes(&u.t), n_bf, so, &sz);
         size_t now = 0, peak = 0;
         cuda_G_device_bytes(G, &now, &peak);
         ssb_mem_stage_device_peak(mem, sz.gbuild + now);

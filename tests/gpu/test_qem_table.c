@@ -4,7 +4,9 @@
  * for it (offset index offidx[b] + k, payload byte paybase[b] + offset, selector b·P + k) decodes
  * to what qem_decode_block gives; the block table's scans are qem_block_range's. No device. */
 #include "codec/codec.h"
+#include "cuda/gstart.h"
 #include "cuda/qem_table.h"
+#include "plan/device_model.h"
 #include "qem/qem.h"
 
 #include <stdio.h>
@@ -57,6 +59,16 @@ static void check_file(const char *path)
             bad += cpu != dev || (!cpu && memcmp(a, b, n * sizeof *a));
         }
     }
+    /* the device model's start (plan/device_model.c) is what gstart.c allocates */
+    dev_start m;
+    cuda_start_bytes g;
+    for (size_t blocks = 0; blocks < 40; blocks += 13)
+        for (size_t chunk = 0; chunk < 600; chunk += 7) {
+            dev_model_start(in->n_scans, in->n_pix, in->n_blocks, in->n_chunks, in->payload_bytes, 1000, blocks, chunk, &m);
+            cuda_start_opts so = {blocks, chunk, 1};
+            cuda_start_sizes(in, qem_dev_table_bytes(&t), 1000, &so, &g);
+            bad += m.upload != g.upload || m.calib != g.calib || m.gbuild != g.gbuild;
+        }
     if (bad || t.n_blocks != in->n_blocks || t.pay_bytes != in->payload_bytes ||
         qem_dev_table_bytes(&t) < t.pay_bytes + 4 * t.off_words + t.sel_bytes) {
         fprintf(stderr, "FAIL %s: %zu of %zu streams or blocks differ\n", path, bad, streams);
