@@ -9,6 +9,7 @@
 #include "codec/rans_tables.h"
 #include "common/err.h"
 #include "common/mem_device.h"
+#include "common/parallel.h"
 #include "cuda/cuda.h"
 #include "cuda/decode.h"
 #include "cuda/qem_table.h"
@@ -86,6 +87,97 @@ static void qem_down(qem_up *u)
     memset(u, 0, sizeof *u);
 }
 
+/* The upload: a pageable copy goes through the driver's own staging, one core's memcpy at a time
+ * (well under the link's speed); here all cores copy the mapped file into two pinned buffers in
+ * turn, each sent while the other fills. */
+#define STAGE_BYTES ((size_t)64 << 20)
+typedef struct {
+    void *buf[2];
+    cudaEvent_t sent[2];
+    int next, nt;
+    cudaStream_t stream;
+} stager;
+
+/* m bytes copied by nt threads, 1 MiB a task. */
+static void par_copy(void *to, const void *from, size_t m, int nt)
+{
+    const size_t piece = (size_t)1 << 20, np = (m + piece - 1) / piece;
+#pragma omp parallel for num_threads(nt) schedule(static) if (np > 1)
+    for (size_t k = 0; k < np; k++)
+        memcpy((char *)to + k * piece, (const char *)from + k * piece, m - k * piece < piece ? m - k * piece : piece);
+}
+
+static void stager_free(stager *g)
+{
+    for (int i = 0; i < 2; i++) {
+        if (g->sent[i])
+            cudaEventSynchronize(g->sent[i]), cudaEventDestroy(g->sent[i]);
+        if (g->buf[i])
+            cudaFreeHost(g->buf[i]);
+    }
+}
+
+static int stager_init(stager *g, cudaStream_t stream)
+{
+    memset(g, 0, sizeof *g);
+    g->stream = stream;
+    g->nt = ssb_threads_resolve(0);
+    for (int i = 0; i < 2; i++) {
+        int e = cudaHostAlloc(&g->buf[i], STAGE_BYTES, cudaHostAllocDefault);
+        if (e == cudaSuccess)
+            e = cudaEventCreateWithFlags(&g->sent[i], cudaEventDisableTiming);
+        if (e != cudaSuccess)
+            return e;
+    }
+    return cudaSuccess;
+}
+
+static int stager_send(stager *g, void *dst, const void *src, size_t n)
+{
+    for (size_t o = 0; o < n; o += STAGE_BYTES) {
+        size_t m = n - o < STAGE_BYTES ? n - o : STAGE_BYTES;
+        int i = g->next;
+        g->next ^= 1;
+        int e = cudaEventSynchronize(g->sent[i]); /* its last piece is on the device */
+        if (e != cudaSuccess)
+            return e;
+        char *b = g->buf[i];
+        par_copy(b, (const char *)src + o, m, g->nt);
+        if ((e = cudaMemcpyAsync((char *)dst + o, b, m, cudaMemcpyHostToDevice, g->stream)) != cudaSuccess ||
+            (e = cudaEventRecord(g->sent[i], g->stream)) != cudaSuccess)
+            return e;
+    }
+    return cudaSuccess;
+}
+
+/* The way back (G's planes into its host planes): piece p comes into pinned buffer p % 2 while
+ * all cores copy piece p − 1 out of the other. */
+static int stager_recv(stager *g, void *dst, const void *src, size_t n)
+{
+    size_t prev_o = 0, prev_m = 0;
+    int e = cudaSuccess;
+    for (size_t o = 0, p = 0; o < n; o += STAGE_BYTES, p++) {
+        size_t m = n - o < STAGE_BYTES ? n - o : STAGE_BYTES;
+        int i = (int)(p & 1);
+        if ((e = cudaMemcpyAsync(g->buf[i], (const char *)src + o, m, cudaMemcpyDeviceToHost, g->stream)) != cudaSuccess ||
+            (e = cudaEventRecord(g->sent[i], g->stream)) != cudaSuccess)
+            return e;
+        if (p) {
+            if ((e = cudaEventSynchronize(g->sent[i ^ 1])) != cudaSuccess)
+                return e;
+            par_copy((char *)dst + prev_o, g->buf[i ^ 1], prev_m, g->nt);
+        }
+        prev_o = o, prev_m = m;
+    }
+    if (n) {
+        int i = (int)(((n + STAGE_BYTES - 1) / STAGE_BYTES - 1) & 1);
+        if ((e = cudaEventSynchronize(g->sent[i])) != cudaSuccess)
+            return e;
+        par_copy((char *)dst + prev_o, g->buf[i], prev_m, g->nt);
+    }
+    return e;
+}
+
 static ssb4d_status qem_upload(const qem_file *f, cudaStream_t stream, qem_up *u, ssb4d_err *err)
 {
     memset(u, 0, sizeof *u);
@@ -96,6 +188,7 @@ static ssb4d_status qem_upload(const qem_file *f, cudaStream_t stream, qem_up *u
         return st;
     const qem_dev_table *t = &u->t;
     const size_t nb = t->n_blocks;
+    stager sg = {0};
     uint32_t *fs = malloc(CU_QEM_FS_WORDS * sizeof *fs);
     if (!fs)
         return ssb_fail(err, SSB4D_ENOMEM, "out of memory");
@@ -108,15 +201,15 @@ static ssb4d_status qem_upload(const qem_file *f, cudaStream_t stream, qem_up *u
     CK(cudaMalloc(&u->tab, nb * (3 * 8 + 4)), "the .qem's block table");
     CK(cudaMalloc(&u->models, 64 * 1024 + CU_QEM_FS_WORDS * 4), "the rANS tables");
     CK(cudaMalloc(&u->key, 8), "the decoder's error key");
+    CK(stager_init(&sg, stream), "pinned host memory for the upload");
     for (size_t c = 0; c < t->n_chunks; c++) {
         qem_chunk_view v;
         qem_chunk_get(f, c, &v);
-        if (v.payload_bytes)
-            CK(cudaMemcpy((char *)u->pay + t->chunk_pay[c], v.payload, v.payload_bytes, cudaMemcpyHostToDevice),
-               "copying the streams to the GPU");
-        CK(cudaMemcpy((uint32_t *)u->off + t->chunk_off[c], v.offsets, 4 * (v.nblocks * t->P + 1), cudaMemcpyHostToDevice),
+        CK(stager_send(&sg, (char *)u->pay + t->chunk_pay[c], v.payload, v.payload_bytes),
+           "copying the streams to the GPU");
+        CK(stager_send(&sg, (uint32_t *)u->off + t->chunk_off[c], v.offsets, 4 * (v.nblocks * t->P + 1)),
            "copying the stream offsets to the GPU");
-        CK(cudaMemcpy((char *)u->sel + v.block0 * t->P, v.selectors, v.nblocks * t->P, cudaMemcpyHostToDevice),
+        CK(stager_send(&sg, (char *)u->sel + v.block0 * t->P, v.selectors, v.nblocks * t->P),
            "copying the selectors to the GPU");
     }
     unsigned long long *tab = u->tab;
@@ -128,6 +221,7 @@ static ssb4d_status qem_upload(const qem_file *f, cudaStream_t stream, qem_up *u
     CK(cudaMemcpy((char *)u->models + 64 * 1024, fs, CU_QEM_FS_WORDS * 4, cudaMemcpyHostToDevice),
        "copying the rANS tables");
     CK(cudaMemset(u->key, 0xff, 8), "the decoder's error key");
+    CK(cudaDeviceSynchronize(), "the upload"); /* the legacy stream's copies before the kernels' stream */
     const qem_info *in = qem_get_info(f);
     u->q = (cu_qem){.pay = u->pay, .off = u->off, .sel = u->sel, .paybase = tab, .offidx = tab + nb,
                     .t0 = tab + 2 * nb, .n = (const unsigned *)(tab + 3 * nb), .P = t->P, .N = t->N,
@@ -135,6 +229,7 @@ static ssb4d_status qem_upload(const qem_file *f, cudaStream_t stream, qem_up *u
                     .maxval = in->dtype_bytes == 1 ? 255u : 65535u, .err_key = u->key,
                     .slot_sym = u->models, .fs = (const uint32_t *)((char *)u->models + 64 * 1024)};
 done:
+    stager_free(&sg); /* waits for the last pieces */
     free(fs);
     if (st)
         qem_down(u);
@@ -212,7 +307,7 @@ static ssb4d_status cal_unflag(void *user, const int32_t *pix, size_t n, uint64_
     ssb4d_status st = SSB4D_OK;
     if (!n)
         return SSB4D_OK;
-    CK(cudaMemcpy(c->pix, pix, 4 * n, cudaMemcpyHostToDevice), "the flagged pixels");
+    CK(cudaMemcpyAsync(c->pix, pix, 4 * n, cudaMemcpyHostToDevice, c->stream), "the flagged pixels");
     CK(cu_qem_unflag(c->u.q, c->pix, n, c->mom, c->stream), "the flagged pixels' moments");
     if ((st = check_streams(&c->u, err)))
         return st;
@@ -355,9 +450,14 @@ ssb4d_status cuda_gbuild_qem(ssb4d_source *src, const ssb4d_geometry *g, const i
     CK(cudaMemcpy(tot_h, tot, n_bf * 8, cudaMemcpyDeviceToHost), "reading G's totals");
     for (size_t ib = 0, a = 0, b = n_st; ib < n_bf; ib++) /* integers below 2^53: the CPU's doubles */
         G->totals[ib] = (double)tot_h[G->plane_of[ib] >= 0 ? a++ : b++];
-    if (so && so->host_copy && G->store.data && n_st)
-        CK(cudaMemcpy(G->store.data, planes, n_st * G->plane_stride * sizeof(cufftComplex), cudaMemcpyDeviceToHost),
-           "copying G back to the host");
+    if (so && so->host_copy && G->store.data && n_st) {
+        stager sg;
+        int e = stager_init(&sg, stream);
+        if (e == cudaSuccess)
+            e = stager_recv(&sg, G->store.data, planes, n_st * G->plane_stride * sizeof(cufftComplex));
+        stager_free(&sg);
+        CK(e, "copying G back to the host");
+    }
 done:
     if (have_plan)
         cufftDestroy(plan);
@@ -385,8 +485,8 @@ ssb4d_status cuda_qem_columns(const qem_file *f, const int32_t *pix, size_t np, 
     CK(cudaMalloc((void **)&col, (np ? np : 1) * in->n_scans * sizeof(float)), "the columns");
     CK(cudaMalloc((void **)&t, (np ? np : 1) * 8), "the totals");
     CK(cudaMalloc((void **)&p, (np ? np : 1) * 4), "the pixels");
-    CK(cudaMemcpy(p, pix, np * 4, cudaMemcpyHostToDevice), "the pixels");
-    CK(cudaMemset(t, 0, (np ? np : 1) * 8), "the totals");
+    CK(cudaMemcpyAsync(p, pix, np * 4, cudaMemcpyHostToDevice, stream), "the pixels");
+    CK(cudaMemsetAsync(t, 0, (np ? np : 1) * 8, stream), "the totals");
     CK(cu_qem_decode_columns(u.q, p, np, col, t, stream), "decoding the columns");
     if ((st = check_streams(&u, err)))
         goto done;
