@@ -236,6 +236,49 @@ done:
     return st;
 }
 
+/* The streams on the device, kept between the calibration and the G build (gstart.h). */
+struct cuda_start {
+    qem_up u;
+};
+
+void cuda_start_free(cuda_start *k)
+{
+    if (!k)
+        return;
+    qem_down(&k->u);
+    free(k);
+}
+
+/* The streams of f on the device for a step on `stream`: *keep's when it holds f's (reused is set),
+ * else uploaded now (and left in *keep for the next step; keep NULL: the caller frees it). */
+static ssb4d_status start_get(const qem_file *f, cudaStream_t stream, cuda_start **keep, cuda_start **out,
+                              int *reused, ssb4d_err *err)
+{
+    *out = NULL;
+    *reused = keep && *keep && (*keep)->u.f == f;
+    if (*reused) {
+        *out = *keep;
+        (*out)->u.stream = stream;
+        return SSB4D_OK;
+    }
+    if (keep && *keep) {
+        cuda_start_free(*keep);
+        *keep = NULL;
+    }
+    cuda_start *k = calloc(1, sizeof *k);
+    if (!k)
+        return ssb_fail(err, SSB4D_ENOMEM, "out of memory");
+    ssb4d_status st = qem_upload(f, stream, &k->u, err);
+    if (st) {
+        free(k);
+        return st;
+    }
+    if (keep)
+        *keep = k;
+    *out = k;
+    return SSB4D_OK;
+}
+
 /* After the kernels: a damaged stream is reported by the CPU's decoder (the same words). */
 static ssb4d_status check_streams(qem_up *u, ssb4d_err *err)
 {
@@ -258,7 +301,7 @@ done:
 /* ---- the calibration's sums ------------------------------------------------------------------ */
 
 typedef struct {
-    qem_up u;
+    qem_up *u;
     ssb4d_mem *mem;
     size_t blocks, npos;
     uint16_t *dec;
@@ -270,7 +313,7 @@ typedef struct {
 static ssb4d_status cal_totals(void *user, uint64_t *tot, uint64_t *mom, ssb4d_err *err)
 {
     cal_dev *c = user;
-    const qem_dev_table *t = &c->u.t;
+    const qem_dev_table *t = &c->u->t;
     ssb4d_status st = SSB4D_OK;
     const size_t P = t->P;
     c->blocks = c->blocks < t->n_blocks ? c->blocks : t->n_blocks ? t->n_blocks : 1; /* cuda_start_sizes' */
@@ -286,11 +329,11 @@ static ssb4d_status cal_totals(void *user, uint64_t *tot, uint64_t *mom, ssb4d_e
         CK(cudaStreamSynchronize(c->stream), "decoding the streams");
         if (ssb4d_mem_progress(c->mem, 0.9 * (double)b0 / (double)t->n_blocks))
             return ssb_fail(err, SSB4D_ECANCELLED, "cancelled");
-        CK(cu_qem_decode_counts(c->u.q, b0, nb, c->dec, c->tot, c->stream), "decoding the streams");
+        CK(cu_qem_decode_counts(c->u->q, b0, nb, c->dec, c->tot, c->stream), "decoding the streams");
         if (mom)
-            CK(cu_qem_moments(c->u.q, b0, nb, c->dec, c->mom, c->stream), "the per-scan moments");
+            CK(cu_qem_moments(c->u->q, b0, nb, c->dec, c->mom, c->stream), "the per-scan moments");
     }
-    if ((st = check_streams(&c->u, err)))
+    if ((st = check_streams(c->u, err)))
         return st;
     CK(cudaMemcpy(tot, c->tot, P * 8, cudaMemcpyDeviceToHost), "reading the totals");
     if (mom)
@@ -308,8 +351,8 @@ static ssb4d_status cal_unflag(void *user, const int32_t *pix, size_t n, uint64_
     if (!n)
         return SSB4D_OK;
     CK(cudaMemcpyAsync(c->pix, pix, 4 * n, cudaMemcpyHostToDevice, c->stream), "the flagged pixels");
-    CK(cu_qem_unflag(c->u.q, c->pix, n, c->mom, c->stream), "the flagged pixels' moments");
-    if ((st = check_streams(&c->u, err)))
+    CK(cu_qem_unflag(c->u->q, c->pix, n, c->mom, c->stream), "the flagged pixels' moments");
+    if ((st = check_streams(c->u, err)))
         return st;
     CK(cudaMemcpy(mom, c->mom, c->npos * 3 * 8, cudaMemcpyDeviceToHost), "reading the moments");
 done:
@@ -317,28 +360,35 @@ done:
 }
 
 ssb4d_status cuda_calibrate_qem(ssb4d_source *src, const ssb4d_calib_params *p, const cuda_start_opts *o,
-                                ssb4d_calibration *out, ssb4d_err *err)
+                                cuda_start **keep, ssb4d_calibration *out, ssb4d_err *err)
 {
     memset(out, 0, sizeof *out);
     if (!cuda_start_takes(src))
         return ssb_fail(err, SSB4D_EINVAL, "the GPU's calibration reads a .qem of counts");
-    const qem_info *in = qem_get_info(ssb_source_qem(src));
+    const qem_file *f = ssb_source_qem(src);
+    const qem_info *in = qem_get_info(f);
     cal_dev c = {.mem = p->mem, .npos = in->n_scans};
     c.blocks = o && o->blocks ? o->blocks : CUDA_START_BLOCKS;
     ssb4d_status st = SSB4D_OK;
+    cuda_start *k = NULL;
+    int reused = 0;
     cuda_start_bytes sz;
     cuda_start_sizes(in, upload_bytes(in), 0, o, &sz);
-    if ((st = room_for(sz.calib, "the calibration on the GPU (the streams and a batch of counts)", err)))
+    const int held = keep && *keep && (*keep)->u.f == f;
+    if ((st = room_for(sz.calib - (held ? sz.upload : 0), "the calibration on the GPU (the streams and a batch of counts)",
+                       err)))
         return st;
     CK(cudaStreamCreateWithFlags(&c.stream, cudaStreamNonBlocking), "creating a stream");
-    if ((st = qem_upload(ssb_source_qem(src), c.stream, &c.u, err)))
+    if ((st = start_get(f, c.stream, keep, &k, &reused, err)))
         goto done;
+    c.u = &k->u;
     ssb_mem_stage_device_peak(p->mem, sz.calib);
     ssb_cal_sums sums = {cal_totals, cal_unflag, &c};
     st = ssb_calibrate_with_sums(src, p, &sums, out, err);
 done:
     cudaFree(c.dec), cudaFree(c.tot), cudaFree(c.mom), cudaFree(c.pix);
-    qem_down(&c.u);
+    if (!keep)
+        cuda_start_free(k);
     if (c.stream)
         cudaStreamDestroy(c.stream);
     return st;
@@ -358,8 +408,8 @@ static cufftResult r2c_plan(cufftHandle *h, size_t ny, size_t nx, size_t stride,
 }
 
 ssb4d_status cuda_gbuild_qem(ssb4d_source *src, const ssb4d_geometry *g, const int32_t *bf_pix, size_t n_bf,
-                             const ssb4d_gbuild_opts *o, const cuda_start_opts *so, ssb4d_mem *mem, ssb4d_G **out,
-                             ssb4d_err *err)
+                             const ssb4d_gbuild_opts *o, const cuda_start_opts *so, cuda_start **keep, ssb4d_mem *mem,
+                             ssb4d_G **out, ssb4d_err *err)
 {
     *out = NULL;
     if (!cuda_start_takes(src))
@@ -369,7 +419,8 @@ ssb4d_status cuda_gbuild_qem(ssb4d_source *src, const ssb4d_geometry *g, const i
     if (st)
         return st;
     const qem_info *in = qem_get_info(ssb_source_qem(src));
-    qem_up u = {0};
+    cuda_start *k = NULL;
+    int reused = 0;
     float *col = NULL;
     unsigned long long *tot = NULL;
     int *pix = NULL;
@@ -382,7 +433,8 @@ ssb4d_status cuda_gbuild_qem(ssb4d_source *src, const ssb4d_geometry *g, const i
     size_t n_st = 0;
     cuda_start_bytes sz;
     cuda_start_sizes(in, upload_bytes(in), n_bf, so, &sz);
-    if ((st = room_for(sz.gbuild + (G->store.n_resident ? G->store.n_resident : 1) * G->plane_stride * sizeof(cufftComplex),
+    const int held = keep && *keep && (*keep)->u.f == ssb_source_qem(src);
+    if ((st = room_for(sz.gbuild - (held ? sz.upload : 0) + (G->store.n_resident ? G->store.n_resident : 1) * G->plane_stride * sizeof(cufftComplex),
                        "G built on the GPU (the streams, a chunk of columns and G's planes)", err)))
         goto done;
     if ((st = cuda_G_attach_blank(G, &planes, &sv, err)))
@@ -402,8 +454,9 @@ ssb4d_status cuda_gbuild_qem(ssb4d_source *src, const ssb4d_geometry *g, const i
         if (G->plane_of[ib] < 0)
             order[j++] = G->bf_pix[ib];
     chunk = chunk < n_st ? chunk : n_st ? n_st : 1;
-    if ((st = qem_upload(ssb_source_qem(src), stream, &u, err)))
+    if ((st = start_get(ssb_source_qem(src), stream, keep, &k, &reused, err)))
         goto done;
+    const cu_qem q = k->u.q;
     {
         size_t now = 0, peak = 0;
         cuda_G_device_bytes(G, &now, &peak);
@@ -436,7 +489,7 @@ ssb4d_status cuda_gbuild_qem(ssb4d_source *src, const ssb4d_geometry *g, const i
             st = ssb_fail(err, SSB4D_ECANCELLED, "cancelled");
             goto done;
         }
-        CK(cu_qem_decode_columns(u.q, pix + c0, m, col, tot + c0, stream), "decoding G's columns");
+        CK(cu_qem_decode_columns(q, pix + c0, m, col, tot + c0, stream), "decoding G's columns");
         cufftResult r = cufftExecR2C(m == chunk ? plan : plan_last, col, (cufftComplex *)planes + c0 * G->plane_stride);
         if (r != CUFFT_SUCCESS) {
             st = ssb_fail(err, SSB4D_EIO, "cuFFT failed on G's transform (%d)", (int)r);
@@ -444,8 +497,8 @@ ssb4d_status cuda_gbuild_qem(ssb4d_source *src, const ssb4d_geometry *g, const i
         }
     }
     if (n_bf > n_st)
-        CK(cu_qem_decode_columns(u.q, pix + n_st, n_bf - n_st, NULL, tot + n_st, stream), "G's totals");
-    if ((st = check_streams(&u, err)))
+        CK(cu_qem_decode_columns(q, pix + n_st, n_bf - n_st, NULL, tot + n_st, stream), "G's totals");
+    if ((st = check_streams(&k->u, err)))
         goto done;
     CK(cudaMemcpy(tot_h, tot, n_bf * 8, cudaMemcpyDeviceToHost), "reading G's totals");
     for (size_t ib = 0, a = 0, b = n_st; ib < n_bf; ib++) /* integers below 2^53: the CPU's doubles */
@@ -464,7 +517,8 @@ done:
     if (have_last)
         cufftDestroy(plan_last);
     cudaFree(col), cudaFree(tot), cudaFree(pix);
-    qem_down(&u);
+    if (!keep)
+        cuda_start_free(k);
     free(order), free(tot_h);
     return gbuild_layout_finish(G, st, o, out, err);
 }

@@ -30,16 +30,23 @@ typedef struct {
 } cuda_start_bytes;
 void cuda_start_sizes(const qem_info *in, size_t upload, size_t n_bf, const cuda_start_opts *o, cuda_start_bytes *out);
 
+/* The streams on the device, kept from the calibration for the G build (one upload instead of
+ * two): keep (may be NULL: each step uploads and frees its own) holds them between the steps;
+ * a step given another file's drops those first. The caller frees them (cuda_start_free) once
+ * G is built. */
+typedef struct cuda_start cuda_start;
+void cuda_start_free(cuda_start *k); /* NULL is fine */
+
 /* ssb4d_calibrate on src (cuda_start_takes) with passes 1 and 2's sums made on the device. */
 ssb4d_status cuda_calibrate_qem(ssb4d_source *src, const ssb4d_calib_params *p, const cuda_start_opts *o,
-                                ssb4d_calibration *out, ssb4d_err *err);
+                                cuda_start **keep, ssb4d_calibration *out, ssb4d_err *err);
 
 /* ssb4d_gbuild on src (cuda_start_takes) with the planes built on the device and held there
  * (cuda_G_attach's layout and pass table); o must ask for float32 planes, all resident, one
  * process (else SSB4D_EINVAL, before anything runs). */
 ssb4d_status cuda_gbuild_qem(ssb4d_source *src, const ssb4d_geometry *g, const int32_t *bf_pix, size_t n_bf,
-                             const ssb4d_gbuild_opts *o, const cuda_start_opts *so, ssb4d_mem *mem, ssb4d_G **out,
-                             ssb4d_err *err);
+                             const ssb4d_gbuild_opts *o, const cuda_start_opts *so, cuda_start **keep, ssb4d_mem *mem,
+                             ssb4d_G **out, ssb4d_err *err);
 /* Pixels pix[0..np) of f decoded on the device: out[i·N + t] their counts (float), tot[i] their
  * totals (for tests and tools; a damaged stream fails with the CPU decoder's message). */
 ssb4d_status cuda_qem_columns(const qem_file *f, const int32_t *pix, size_t np, float *out, uint64_t *tot,

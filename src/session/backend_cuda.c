@@ -62,13 +62,13 @@ static int start_falls_back(ssb4d_status st, const char *what, const ssb4d_err *
     return 1;
 }
 
-static ssb4d_status cuda_calibrate(ssb4d_source *src, const ssb4d_calib_params *p, ssb4d_calibration *out,
-                                   ssb4d_err *err)
+static ssb4d_status cuda_calibrate(ssb4d_source *src, const ssb4d_calib_params *p, void **keep,
+                                   ssb4d_calibration *out, ssb4d_err *err)
 {
     if (!cuda_start_takes(src) || getenv("SSB4D_CPU_START"))
         return ssb4d_calibrate(src, p, out, err);
     ssb4d_err e = {0};
-    ssb4d_status st = cuda_calibrate_qem(src, p, NULL, out, &e);
+    ssb4d_status st = cuda_calibrate_qem(src, p, NULL, (cuda_start **)keep, out, &e);
     if (start_falls_back(st, "the calibration", &e))
         return ssb4d_calibrate(src, p, out, err);
     if (st && err)
@@ -78,12 +78,13 @@ static ssb4d_status cuda_calibrate(ssb4d_source *src, const ssb4d_calib_params *
 
 /* G on the device from a .qem (all planes resident in float32, one process), else the CPU's. */
 static ssb4d_status device_gbuild(ssb4d_source *src, const ssb4d_geometry *g, const int32_t *bf_pix, size_t n_bf,
-                                  const ssb4d_gbuild_opts *o, ssb4d_mem *mem, ssb4d_G **out, ssb4d_err *err)
+                                  const ssb4d_gbuild_opts *o, void **keep, ssb4d_mem *mem, ssb4d_G **out,
+                                  ssb4d_err *err)
 {
     if (cuda_start_takes(src) && !o->dist && !o->half && !getenv("SSB4D_CPU_START")) {
         ssb4d_err e = {0};
         cuda_start_opts so = {0, 0, 1};
-        ssb4d_status st = cuda_gbuild_qem(src, g, bf_pix, n_bf, o, &so, mem, out, &e);
+        ssb4d_status st = cuda_gbuild_qem(src, g, bf_pix, n_bf, o, &so, (cuda_start **)keep, mem, out, &e);
         if (!st || (st != SSB4D_EINVAL && !start_falls_back(st, "the G build", &e))) {
             if (st && err)
                 *err = e;
@@ -102,11 +103,11 @@ static ssb4d_status device_gbuild(ssb4d_source *src, const ssb4d_geometry *g, co
 }
 
 static ssb4d_status cuda_gbuild(ssb4d_source *src, const ssb4d_geometry *g, const int32_t *bf_pix, size_t n_bf,
-                                const ssb4d_gbuild_opts *o, const session_device *dev, ssb4d_mem *mem, ssb4d_G **out,
-                                ssb4d_err *err)
+                                const ssb4d_gbuild_opts *o, const session_device *dev, void **keep, ssb4d_mem *mem,
+                                ssb4d_G **out, ssb4d_err *err)
 {
     if (!o->dist) { /* one process: G on the device (built there from a .qem), then the passes' check */
-        ssb4d_status st = device_gbuild(src, g, bf_pix, n_bf, o, mem, out, err);
+        ssb4d_status st = device_gbuild(src, g, bf_pix, n_bf, o, keep, mem, out, err);
         if (!st && dev && (st = device_check(*out, dev, err))) {
             ssb4d_G_free(*out);
             *out = NULL;
@@ -128,11 +129,14 @@ static ssb4d_status cuda_gbuild(ssb4d_source *src, const ssb4d_geometry *g, cons
     return st;
 }
 
+static void keep_free(void *keep) { cuda_start_free(keep); }
+
 static const session_backend cuda = {
     .name = "cuda",
     .available = cuda_available,
     .gbuild = cuda_gbuild,
     .calibrate = cuda_calibrate,
+    .keep_free = keep_free,
 };
 
 const session_backend *session_backend_cuda(void) { return &cuda; }

@@ -91,14 +91,15 @@ static void damaged_same(const char *path)
 static int same_d(double a, double b) { return a == b || (isnan(a) && isnan(b)); }
 
 /* The calibration on the device's sums and G built on the device, against the CPU's. */
-static void start_same(const char *path, const ssb4d_calib_params *cp)
+static void start_same(const char *path, const ssb4d_calib_params *cp, int use_keep)
 {
+    cuda_start *keep = NULL; /* use_keep: the G build reuses the calibration's upload */
     ssb4d_source *src = NULL;
     OK(ssb4d_source_open(path, &src, &err));
     CHECK(cuda_start_takes(src), "%s: a .qem of counts", path);
     ssb4d_calibration cc, cg;
     OK(ssb4d_calibrate(src, cp, &cc, &err));
-    OK(cuda_calibrate_qem(src, cp, NULL, &cg, &err));
+    OK(cuda_calibrate_qem(src, cp, NULL, use_keep ? &keep : NULL, &cg, &err));
     size_t P = cc.det_shape[0] * cc.det_shape[1];
     CHECK(!memcmp(cc.mean_pattern, cg.mean_pattern, P * sizeof *cc.mean_pattern), "mean pattern differs");
     CHECK(cc.n_bf == cg.n_bf && !memcmp(cc.bf_pix, cg.bf_pix, cc.n_bf * sizeof *cc.bf_pix), "BF pixels differ");
@@ -118,7 +119,9 @@ static void start_same(const char *path, const ssb4d_calib_params *cp)
     ssb4d_G *Gc = NULL, *Gg = NULL;
     OK(ssb4d_gbuild(src, &cc.geom, cc.bf_pix, cc.n_bf, &go, NULL, &Gc, &err));
     cuda_start_opts so = {0, 64, 1}; /* chunks of 64 planes: the last one partial */
-    OK(cuda_gbuild_qem(src, &cc.geom, cc.bf_pix, cc.n_bf, &go, &so, NULL, &Gg, &err));
+    OK(cuda_gbuild_qem(src, &cc.geom, cc.bf_pix, cc.n_bf, &go, &so, use_keep ? &keep : NULL, NULL, &Gg, &err));
+    CHECK(!use_keep || keep, "the upload kept");
+    cuda_start_free(keep);
     size_t ny, nx;
     ssb4d_G_scan_shape(Gc, &ny, &nx);
     size_t used = ny * (nx / 2 + 1) * 2;
@@ -198,10 +201,10 @@ int main(void)
     ssb4d_calib_params_default(&cp);
     cp.kv = sp.kv, cp.semiangle_mrad = sp.semiangle_mrad;
     cp.scan_step_A[0] = cp.scan_step_A[1] = info.scan_step_A;
-    start_same(path, &cp); /* the rotation measured: the moments and the unflag pass */
+    start_same(path, &cp, 0); /* the rotation measured: the moments and the unflag pass */
     cp.det_sampling_mrad[0] = cp.det_sampling_mrad[1] = info.det_sampling_mrad;
     cp.rotation_deg = 0;
-    start_same(path, &cp);
+    start_same(path, &cp, 1);
     unlink(path);
     rmdir(sim);
     printf("%s (%d failures)\n", failures ? "FAILED" : "passed", failures);
