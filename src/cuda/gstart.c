@@ -17,6 +17,8 @@
 
 #include <cuda_runtime_api.h>
 #include <cufft.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -201,6 +203,45 @@ static ssb4d_status qem_upload(const qem_file *f, cudaStream_t stream, qem_up *u
     CK(cudaMalloc(&u->tab, nb * (3 * 8 + 4)), "the .qem's block table");
     CK(cudaMalloc(&u->models, 64 * 1024 + CU_QEM_FS_WORDS * 4), "the rANS tables");
     CK(cudaMalloc(&u->key, 8), "the decoder's error key");
+    /* SSB4D_GSTART_REGISTER=1 (a trial): the mapped file registered with the driver, read-only,
+     * so the copies go straight from it (no staging copy); else, or when that is refused, staged */
+    if (getenv("SSB4D_GSTART_REGISTER") && t->n_chunks) {
+        uintptr_t lo = UINTPTR_MAX, hi = 0;
+        for (size_t c = 0; c < t->n_chunks; c++) {
+            qem_chunk_view v;
+            qem_chunk_get(f, c, &v);
+            const uint8_t *a[3] = {v.payload, v.offsets, v.selectors};
+            size_t n[3] = {v.payload_bytes, 4 * (v.nblocks * t->P + 1), v.nblocks * t->P};
+            for (int i = 0; i < 3; i++) {
+                lo = (uintptr_t)a[i] < lo ? (uintptr_t)a[i] : lo;
+                hi = (uintptr_t)a[i] + n[i] > hi ? (uintptr_t)a[i] + n[i] : hi;
+            }
+        }
+        const uintptr_t page = 4096;
+        lo &= ~(page - 1), hi = (hi + page - 1) & ~(page - 1);
+        cudaError_t re = cudaHostRegister((void *)lo, hi - lo, cudaHostRegisterReadOnly);
+        if (re != cudaSuccess)
+            fprintf(stderr, "ssb4d: registering the mapped file refused (%s): staged\n", cudaGetErrorString(re));
+        if (re == cudaSuccess) {
+            for (size_t c = 0; c < t->n_chunks && !st; c++) {
+                qem_chunk_view v;
+                qem_chunk_get(f, c, &v);
+                if (cudaMemcpyAsync((char *)u->pay + t->chunk_pay[c], v.payload, v.payload_bytes, cudaMemcpyHostToDevice,
+                                    stream) != cudaSuccess ||
+                    cudaMemcpyAsync((uint32_t *)u->off + t->chunk_off[c], v.offsets, 4 * (v.nblocks * t->P + 1),
+                                    cudaMemcpyHostToDevice, stream) != cudaSuccess ||
+                    cudaMemcpyAsync((char *)u->sel + v.block0 * t->P, v.selectors, v.nblocks * t->P,
+                                    cudaMemcpyHostToDevice, stream) != cudaSuccess)
+                    st = ssb_fail(err, SSB4D_EIO, "copying the streams to the GPU (registered)");
+            }
+            cudaStreamSynchronize(stream);
+            cudaHostUnregister((void *)lo);
+            if (st)
+                goto done;
+            goto table;
+        }
+        cudaGetLastError(); /* refused: staged below */
+    }
     CK(stager_init(&sg, stream), "pinned host memory for the upload");
     for (size_t c = 0; c < t->n_chunks; c++) {
         qem_chunk_view v;
@@ -212,6 +253,7 @@ static ssb4d_status qem_upload(const qem_file *f, cudaStream_t stream, qem_up *u
         CK(stager_send(&sg, (char *)u->sel + v.block0 * t->P, v.selectors, v.nblocks * t->P),
            "copying the selectors to the GPU");
     }
+table:;
     unsigned long long *tab = u->tab;
     CK(cudaMemcpy(tab, t->paybase, nb * 8, cudaMemcpyHostToDevice), "copying the block table");
     CK(cudaMemcpy(tab + nb, t->offidx, nb * 8, cudaMemcpyHostToDevice), "copying the block table");
