@@ -412,6 +412,7 @@ void calibrate_workspace(const calibrate_ws *w, ws_sink *out)
 typedef struct {
     const ssb4d_calib_params *p;
     ssb4d_source *src;
+    const ssb_cal_sums *sums; /* pass 1 and 2's sums from elsewhere (NULL: the frames) */
     size_t ny, nx, dr, dc, fr, npos;
     int fit_rotation, sampling_given, centre_given;
     int nt;
@@ -500,9 +501,10 @@ static ssb4d_status cal_alloc(cal_run *c, ssb4d_err *err)
     c->block = w.frames;
     if ((size_t)c->nt > c->block)
         c->nt = (int)c->block;
-    c->buf = ssb4d_mem_alloc(c->p->mem, w.buf, "calibrate frame block", NULL);
+    const int frames = !c->sums; /* sums from elsewhere: no frame is read here */
+    c->buf = frames ? ssb4d_mem_alloc(c->p->mem, w.buf, "calibrate frame block", NULL) : NULL;
     c->fbuf = (float *)(void *)c->buf; /* 4 bytes a value either way */
-    c->tot_t = c->is_float ? NULL : calloc((size_t)c->nt * fr, sizeof *c->tot_t);
+    c->tot_t = c->is_float || !frames ? NULL : calloc((size_t)c->nt * fr, sizeof *c->tot_t);
     c->mom = c->fit_rotation ? ssb4d_mem_alloc(c->p->mem, w.mom, "calibrate moments", NULL) : NULL;
     c->momd = (double *)(void *)c->mom; /* 8 bytes a moment either way */
     c->tot = c->is_float ? NULL : calloc(fr, sizeof *c->tot);
@@ -511,7 +513,7 @@ static ssb4d_status cal_alloc(cal_run *c, ssb4d_err *err)
     c->mean = malloc(fr * sizeof *c->mean);
     c->isflag = calloc(fr, 1);
     c->vals = malloc(fr * sizeof *c->vals);
-    if (!c->buf || (!c->is_float && (!c->tot_t || !c->tot)) || (c->fit_rotation && !c->mom) || !c->totd ||
+    if ((frames && !c->buf) || (!c->is_float && ((frames && !c->tot_t) || !c->tot)) || (c->fit_rotation && !c->mom) || !c->totd ||
         !c->flagged || !c->mean || !c->isflag || !c->vals)
         return ssb_fail(err, SSB4D_ENOMEM, "calibrate: out of memory (detector %zux%zu)", c->dr, c->dc);
     return SSB4D_OK;
@@ -636,7 +638,13 @@ static ssb4d_status pass_totals_float(cal_run *c, ssb4d_err *err)
 /* Pass 1, counts or float data; reports the total. */
 static ssb4d_status pass_totals(cal_run *c, ssb4d_calibration *out, ssb4d_err *err)
 {
-    ssb4d_status st = c->is_float ? pass_totals_float(c, err) : pass_totals_counts(c, err);
+    ssb4d_status st;
+    if (c->sums) { /* the integer sums from elsewhere (the GPU) */
+        st = c->sums->totals(c->sums->user, c->tot, c->fit_rotation ? c->mom : NULL, err);
+        for (size_t q = 0; !st && q < c->fr; q++)
+            c->totd[q] = (double)c->tot[q];
+    } else
+        st = c->is_float ? pass_totals_float(c, err) : pass_totals_counts(c, err);
     if (st)
         return st;
     double total = 0;
@@ -813,6 +821,8 @@ static ssb4d_status select_bf(const cal_run *c, ssb4d_calibration *out, ssb4d_er
 static ssb4d_status unflag_moments(cal_run *c, const ssb4d_calibration *out, ssb4d_err *err)
 {
     const size_t fr = c->fr, npos = c->npos, dc = c->dc, block = c->block, nf2 = out->n_flagged;
+    if (c->sums)
+        return c->sums->unflag(c->sums->user, out->flagged, nf2, c->mom, err);
     for (size_t p0 = 0; p0 < npos; p0 += block) {
         size_t n = npos - p0 < block ? npos - p0 : block;
         ssb4d_status st = c->is_float ? ssb4d_source_read_frames_f32(c->src, p0, n, c->fbuf, err)
@@ -932,6 +942,12 @@ static ssb4d_status measure_rotation(cal_run *c, ssb4d_calibration *out, ssb4d_e
 ssb4d_status ssb4d_calibrate(ssb4d_source *src, const ssb4d_calib_params *p,
                              ssb4d_calibration *out, ssb4d_err *err)
 {
+    return ssb_calibrate_with_sums(src, p, NULL, out, err);
+}
+
+ssb4d_status ssb_calibrate_with_sums(ssb4d_source *src, const ssb4d_calib_params *p, const ssb_cal_sums *sums,
+                                     ssb4d_calibration *out, ssb4d_err *err)
+{
     if (!out)
         return ssb_fail(err, SSB4D_EINVAL, "calibrate: no output");
     memset(out, 0, sizeof *out);
@@ -943,6 +959,9 @@ ssb4d_status ssb4d_calibrate(ssb4d_source *src, const ssb4d_calib_params *p,
     cal_run c;
     if ((st = cal_setup(&c, src, p, err)))
         return st;
+    if (sums && c.is_float)
+        return ssb_fail(err, SSB4D_EINTERNAL, "calibrate: integer sums given for float data");
+    c.sums = sums;
     st = cal_alloc(&c, err);
     if (!st)
         st = pass_totals(&c, out, err);

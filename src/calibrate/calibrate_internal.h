@@ -59,4 +59,17 @@ typedef struct {
 } calibrate_ws;
 calibrate_ws calibrate_ws_sizes(size_t fr, size_t npos, size_t block_bytes, int fit_rotation);
 void calibrate_workspace(const calibrate_ws *w, ws_sink *out);
+/* Where pass 1's integer sums come from when not from the frames (the GPU's decoder,
+ * src/cuda/gstart.c): totals(tot, mom) fills the per-pixel totals (P values, zeroed by the caller)
+ * and, when mom is not NULL, the per-scan moments Σ I, Σ row·I, Σ col·I (3 per scan position);
+ * unflag takes the flagged pixels' counts out of those moments (pass 2). Integers: the numbers
+ * the frames give, so the calibration is bit for bit the CPU's. Counts only (not float data). */
+typedef struct {
+    ssb4d_status (*totals)(void *user, uint64_t *tot, uint64_t *mom, ssb4d_err *err);
+    ssb4d_status (*unflag)(void *user, const int32_t *pix, size_t n, uint64_t *mom, ssb4d_err *err);
+    void *user;
+} ssb_cal_sums;
+/* ssb4d_calibrate with passes 1 and 2's sums from `sums` (NULL: from the frames). */
+ssb4d_status ssb_calibrate_with_sums(ssb4d_source *src, const ssb4d_calib_params *p, const ssb_cal_sums *sums,
+                                     ssb4d_calibration *out, ssb4d_err *err);
 #endif

@@ -14,6 +14,12 @@ int cuda_available(void);
  * Half-precision and streamed planes are converted or rebuilt through G_group on the way. */
 ssb4d_status cuda_G_attach(struct ssb4d_G *G, ssb4d_mem *mem, ssb4d_err *err);
 
+/* For a G whose planes are built on the device (gstart.c): G's device copy and pass table as
+ * cuda_G_attach makes them, with the planes (slot-major in BF order, G->plane_stride float2
+ * each) allocated and zeroed but not filled; *planes and *stream (a cudaStream_t) for the
+ * builder. One process, G not a view. */
+ssb4d_status cuda_G_attach_blank(struct ssb4d_G *G, void **planes, void **stream, ssb4d_err *err);
+
 /* Device bytes held by G's copy now (planes and work buffers) and at most so far (0 without one). */
 void cuda_G_device_bytes(const struct ssb4d_G *G, size_t *now, size_t *peak);
 

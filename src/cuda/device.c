@@ -974,3 +974,36 @@ done:
     G->store.dev_free = dev_free;
     return SSB4D_OK;
 }
+
+/* A device copy whose planes are filled on the device (gstart.c): as cuda_G_attach, but nothing
+ * goes up; the planes are zeroed (the padding stays 0, as the host's) for the builder to fill. */
+ssb4d_status cuda_G_attach_blank(struct ssb4d_G *G, void **planes, void **stream, ssb4d_err *err)
+{
+    if (G->view.is_view || G->store.dev || G->dist)
+        return ssb_fail(err, SSB4D_EINTERNAL, "cuda_G_attach_blank: G is a view, distributed or already on the device");
+    ssb_dev *d = calloc(1, sizeof *d);
+    if (!d || !(d->slot_of = malloc((G->n_bf ? G->n_bf : 1) * sizeof *d->slot_of))) {
+        free(d);
+        return ssb_fail(err, SSB4D_ENOMEM, "out of memory");
+    }
+    ssb4d_status st = SSB4D_OK;
+    cudaGetDevice(&d->device);
+    d->stride = G->plane_stride;
+    for (size_t ib = 0; ib < G->n_bf; ib++)
+        d->slot_of[ib] = here(G, ib) ? (long long)d->n_slots++ : -1;
+    size_t have = 0, want = (d->n_slots ? d->n_slots : 1) * d->stride * sizeof(float2);
+    CK(cudaStreamCreateWithFlags(&d->stream, cudaStreamNonBlocking), "creating a stream");
+    CK(dev_alloc(d, (void **)&d->planes, &have, want), "G's planes");
+    CK(cudaMemsetAsync(d->planes, 0, want, d->stream), "clearing G's planes");
+done:
+    if (st) {
+        dev_free(d);
+        return st;
+    }
+    G->store.backend = &cuda_backend;
+    G->store.dev = d;
+    G->store.dev_free = dev_free;
+    *planes = d->planes;
+    *stream = d->stream;
+    return SSB4D_OK;
+}

@@ -329,16 +329,11 @@ static ssb4d_status choose_resident(ssb4d_G *G, const ssb4d_geometry *g, size_t 
     return SSB4D_OK;
 }
 
-ssb4d_status ssb4d_gbuild(ssb4d_source *src, const ssb4d_geometry *g, const int32_t *bf_pix,
-                          size_t n_bf, const ssb4d_gbuild_opts *o, ssb4d_mem *mem, ssb4d_G **out,
-                          ssb4d_err *err)
+/* ssb4d_gbuild up to the build: the checks, the layout and the resident planes (not filled). */
+static ssb4d_status gbuild_setup(ssb4d_source *src, const ssb4d_geometry *g, const int32_t *bf_pix, size_t n_bf,
+                                 const ssb4d_gbuild_opts *o, ssb4d_mem *mem, ssb4d_G **out, ssb4d_err *err)
 {
     *out = NULL;
-    ssb4d_gbuild_opts defaults;
-    if (!o) {
-        ssb4d_gbuild_opts_default(&defaults);
-        o = &defaults;
-    }
     ssb4d_status st = ssb_geometry_check(g, err);
     if (st)
         return st;
@@ -354,8 +349,6 @@ ssb4d_status ssb4d_gbuild(ssb4d_source *src, const ssb4d_geometry *g, const int3
         if (i && bf_pix[i] <= bf_pix[i - 1])
             return ssb_fail(err, SSB4D_EINVAL, "BF pixels must be strictly ascending");
     }
-    int nt = ssb_threads_resolve(o->threads);
-
     ssb4d_G *G = calloc(1, sizeof *G);
     if (!G)
         return ssb_fail(err, SSB4D_ENOMEM, "out of memory");
@@ -420,7 +413,67 @@ ssb4d_status ssb4d_gbuild(ssb4d_source *src, const ssb4d_geometry *g, const int3
             return SSB4D_ENOMEM;
         }
     }
+    *out = G;
+    return SSB4D_OK;
+}
 
+/* ssb4d_gbuild after the planes and the totals: the mean total (dc) and its check. */
+static ssb4d_status gbuild_finish(ssb4d_G *G, ssb4d_status st, const ssb4d_gbuild_opts *o, ssb4d_G **out,
+                                  ssb4d_err *err)
+{
+    double grand = 0;
+    for (size_t ib = 0; ib < G->n_bf; ib++)
+        grand += G->totals[ib];
+    G->dc = grand / (double)G->n_bf;
+    if (!st && !(G->dc > 0))
+        st = ssb_fail(err, SSB4D_ENOTFOUND, "the selected BF pixels hold no counts (is the BF disk where the calibration says?)");
+    if (o->progress)
+        o->progress(o->progress_user, "G build", 1.0);
+    if (st) {
+        ssb4d_G_free(G);
+        return st;
+    }
+    if (G->store.n_resident + G->n_remote == G->n_stored)
+        G->store.src = NULL; /* nothing to rebuild: the source may be closed */
+    *out = G;
+    return SSB4D_OK;
+}
+
+ssb4d_status gbuild_layout(ssb4d_source *src, const ssb4d_geometry *g, const int32_t *bf_pix, size_t n_bf,
+                           const ssb4d_gbuild_opts *o, ssb4d_mem *mem, ssb4d_G **out, ssb4d_err *err)
+{
+    if (o->dist || o->half)
+        return ssb_fail(err, SSB4D_EINVAL, "a G built elsewhere is held in float32 on one process");
+    ssb4d_status st = gbuild_setup(src, g, bf_pix, n_bf, o, mem, out, err);
+    if (!st && !G_resident_f32(*out) && (*out)->n_stored) {
+        ssb4d_G_free(*out);
+        *out = NULL;
+        st = ssb_fail(err, SSB4D_EINVAL, "a G built elsewhere holds every stored plane resident");
+    }
+    return st;
+}
+
+ssb4d_status gbuild_layout_finish(ssb4d_G *G, ssb4d_status st, const ssb4d_gbuild_opts *o, ssb4d_G **out,
+                                  ssb4d_err *err)
+{
+    *out = NULL;
+    return gbuild_finish(G, st, o, out, err);
+}
+
+ssb4d_status ssb4d_gbuild(ssb4d_source *src, const ssb4d_geometry *g, const int32_t *bf_pix,
+                          size_t n_bf, const ssb4d_gbuild_opts *o, ssb4d_mem *mem, ssb4d_G **out,
+                          ssb4d_err *err)
+{
+    ssb4d_gbuild_opts defaults;
+    if (!o) {
+        ssb4d_gbuild_opts_default(&defaults);
+        o = &defaults;
+    }
+    ssb4d_G *G = NULL;
+    ssb4d_status st = gbuild_setup(src, g, bf_pix, n_bf, o, mem, &G, err);
+    if (st)
+        return st;
+    const int nt = ssb_threads_resolve(o->threads);
     size_t *idx = malloc(n_bf * sizeof *idx);
     fftwf_complex **dest = malloc(n_bf * sizeof *dest);
     if (!idx || !dest) {
@@ -469,22 +522,7 @@ ssb4d_status ssb4d_gbuild(ssb4d_source *src, const ssb4d_geometry *g, const int3
         ssb4d_mem_free(mem, buf, 0);
     }
     free(idx), free(dest);
-    double grand = 0;
-    for (size_t ib = 0; ib < n_bf; ib++)
-        grand += G->totals[ib];
-    G->dc = grand / (double)n_bf;
-    if (!st && !(G->dc > 0))
-        st = ssb_fail(err, SSB4D_ENOTFOUND, "the selected BF pixels hold no counts (is the BF disk where the calibration says?)");
-    if (o->progress)
-        o->progress(o->progress_user, "G build", 1.0);
-    if (st) {
-        ssb4d_G_free(G);
-        return st;
-    }
-    if (G->store.n_resident + G->n_remote == G->n_stored)
-        G->store.src = NULL; /* nothing to rebuild: the source may be closed */
-    *out = G;
-    return SSB4D_OK;
+    return gbuild_finish(G, st, o, out, err);
 }
 
 /* ---- passes over a half or streamed G ------------------------------------------------------ */

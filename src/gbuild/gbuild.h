@@ -155,4 +155,15 @@ void gbuild_pass_workspace(const gbuild_ws_shape *s, ws_sink *out);
 
 /* A(k) can be non-zero for this BF pixel under geometry g (conservative: the widest edge). */
 int ssb_bf_pixel_active(const ssb4d_geometry *g, size_t det_cols, int32_t pix);
+/* ---- a G whose planes are built elsewhere (the GPU's start, src/cuda/gstart.c) ------------- */
+
+/* ssb4d_gbuild's checks, layout and resident float32 planes (allocated, not filled; totals 0),
+ * for the plain case only: one process, float32, every stored plane resident (else SSB4D_EINVAL:
+ * build it with ssb4d_gbuild). o is not NULL. */
+ssb4d_status gbuild_layout(ssb4d_source *src, const ssb4d_geometry *g, const int32_t *bf_pix, size_t n_bf,
+                           const ssb4d_gbuild_opts *o, ssb4d_mem *mem, struct ssb4d_G **out, ssb4d_err *err);
+/* Once its planes (and padding) and totals are filled, st the filling's status: dc and its check,
+ * as ssb4d_gbuild ends. Takes G over (freed on failure); *out = G on success. */
+ssb4d_status gbuild_layout_finish(struct ssb4d_G *G, ssb4d_status st, const ssb4d_gbuild_opts *o,
+                                  struct ssb4d_G **out, ssb4d_err *err);
 #endif

@@ -200,3 +200,16 @@ void dev_model_session(const dev_session_in *in, dev_model *m)
     dev_model_phases(m, "release", in->n_bf, 1, 1, 1, 0, obj);
     dev_model_phases(m, "object", in->n_bf, 1, f, 0, 0, obj);
 }
+
+void dev_model_start(size_t n_scans, size_t n_pix, size_t n_blocks, size_t n_chunks, size_t payload_bytes,
+                     size_t n_bf, size_t blocks, size_t bf_chunk, dev_start *out)
+{
+    blocks = blocks ? blocks : 16;
+    bf_chunk = bf_chunk ? bf_chunk : 256;
+    blocks = blocks < n_blocks ? blocks : n_blocks;
+    bf_chunk = bf_chunk < n_bf ? bf_chunk : n_bf;
+    out->upload = payload_bytes + 4 * (n_blocks * n_pix + n_chunks) + n_blocks * n_pix + n_blocks * (3 * 8 + 4) +
+                  64 * 1024 + 64 * 33 * 4 + 8;
+    out->calib = out->upload + blocks * n_pix * 512 * 2 + n_pix * 8 + n_scans * 3 * 8 + 4 * n_pix;
+    out->gbuild = out->upload + bf_chunk * n_scans * 4 + n_bf * (8 + 4);
+}

@@ -107,4 +107,18 @@ size_t dev_preview_bf(size_t n_bf, size_t subset);
  * BF pixels); a drag preview (the object at f of the preview subset); a release (the object and
  * the exact loss fused, f = 1); the object at f. The peak is dev_model_bytes after it. */
 void dev_model_session(const dev_session_in *in, dev_model *m);
+
+/* The GPU's start from a .qem (src/cuda/gstart.h, issue 41), before the passes: the count streams
+ * go up (upload: the payload, the offsets as 4-byte words, the selectors, 28 bytes of table per
+ * block, the model tables and an error key); the calibration adds one batch of `blocks` blocks of
+ * counts (P·512 u16 each), P u64 totals, 3 u64 moments per scan and P flagged-pixel ints (calib:
+ * the upload included); the G build adds beside G's planes one chunk of bf_chunk scan columns (N
+ * floats each) and 12 bytes per BF pixel (gbuild: the upload included, the planes and cuFFT's
+ * own work area not). blocks and bf_chunk 0: the defaults (16, 256). cuda_start_sizes (gstart.c)
+ * allocates these; tests/gpu/test_qem_table.c checks the two agree. */
+typedef struct {
+    size_t upload, calib, gbuild;
+} dev_start;
+void dev_model_start(size_t n_scans, size_t n_pix, size_t n_blocks, size_t n_chunks, size_t payload_bytes,
+                     size_t n_bf, size_t blocks, size_t bf_chunk, dev_start *out);
 #endif

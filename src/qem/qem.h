@@ -73,6 +73,17 @@ void qem_get_flag_handling(const qem_file *f, qem_flag_handling *h);
 /* Block b (0 <= b < n_blocks, over all chunks in order) covers scans [t0, t0+n). */
 void qem_block_range(const qem_file *f, size_t b, size_t *t0, size_t *n);
 
+/* Chunk c (0 <= c < n_chunks) as stored, for a decoder elsewhere (the GPU's, src/cuda/gstart.c):
+ * its blocks [block0, block0 + nblocks) over the file, scans [first, first + scans), the count
+ * streams' payload (array 0), their offsets (array 1: nblocks*P + 1 u32 LE, checked at open) and
+ * selectors (array 2: nblocks*P bytes). The pointers are into the mapped file (not aligned). */
+typedef struct {
+    size_t block0, nblocks, first, scans;
+    const uint8_t *payload, *offsets, *selectors;
+    size_t payload_bytes;
+} qem_chunk_view;
+void qem_chunk_get(const qem_file *f, size_t c, qem_chunk_view *v);
+
 /* Decodes pixels pix[0..npix) of block b: out[i * n + j] = count of pixel pix[i] at scan t0+j. */
 ssb4d_status qem_decode_block(const qem_file *f, size_t b, const int32_t *pix, size_t npix,
                               uint16_t *out, ssb4d_err *err);

@@ -534,6 +534,16 @@ void qem_block_range(const qem_file *f, size_t b, size_t *t0, size_t *n)
     *n = left < QEM_INTERVAL ? left : QEM_INTERVAL;
 }
 
+void qem_chunk_get(const qem_file *f, size_t c, qem_chunk_view *v)
+{
+    const qem_chunk *ch = &f->chunks[c];
+    v->block0 = ch->block0, v->nblocks = ch->nblocks, v->first = ch->first, v->scans = ch->scans;
+    v->payload = f->body + ch->off[0];
+    v->payload_bytes = (size_t)ch->count[0];
+    v->offsets = f->body + ch->off[1];
+    v->selectors = f->body + ch->off[2];
+}
+
 /* ---- decoding ---- */
 
 /* What a selector byte means, for messages. */

@@ -26,8 +26,15 @@ typedef struct {
      * function over that G (fit, previews, the object, releases, region refits, ssb4d_G_free)
      * runs on the device without the session knowing. */
     ssb4d_status (*gbuild)(ssb4d_source *src, const ssb4d_geometry *g, const int32_t *bf_pix, size_t n_bf,
-                           const ssb4d_gbuild_opts *o, const session_device *dev, ssb4d_mem *mem, ssb4d_G **out,
-                           ssb4d_err *err);
+                           const ssb4d_gbuild_opts *o, const session_device *dev, void **keep, ssb4d_mem *mem,
+                           ssb4d_G **out, ssb4d_err *err);
+    /* The calibration where the backend runs it (NULL: ssb4d_calibrate on the CPU). */
+    ssb4d_status (*calibrate)(ssb4d_source *src, const ssb4d_calib_params *p, void **keep, ssb4d_calibration *out,
+                              ssb4d_err *err);
+    /* What the backend keeps in *keep from the calibration for the G build (the GPU's start: the
+     * streams it uploaded, so they go up once); the session frees it after the G build and at
+     * close (NULL: the backend keeps nothing). */
+    void (*keep_free)(void *keep);
 } session_backend;
 
 /* The CPU backend: G on the host (ssb4d_gbuild). */

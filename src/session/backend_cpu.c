@@ -5,10 +5,10 @@
 static int always(void) { return 1; }
 
 static ssb4d_status cpu_gbuild(ssb4d_source *src, const ssb4d_geometry *g, const int32_t *bf_pix, size_t n_bf,
-                               const ssb4d_gbuild_opts *o, const session_device *dev, ssb4d_mem *mem, ssb4d_G **out,
-                               ssb4d_err *err)
+                               const ssb4d_gbuild_opts *o, const session_device *dev, void **keep, ssb4d_mem *mem,
+                               ssb4d_G **out, ssb4d_err *err)
 {
-    (void)dev; /* nothing on a device */
+    (void)dev, (void)keep; /* nothing on a device */
     return ssb4d_gbuild(src, g, bf_pix, n_bf, o, mem, out, err);
 }
 

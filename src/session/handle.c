@@ -34,6 +34,7 @@
 struct ssb4d_session {
     ssb4d_session_opts o;
     const session_backend *bk;
+    void *bk_keep;             /* what the backend keeps from the calibration for the G build */
     ssb4d_mem *mem;            /* the budget; also carries progress and cancel */
     size_t budget;
     ssb4d_source *src;
@@ -267,6 +268,8 @@ void ssb4d_session_close(ssb4d_session *s)
     if (!s)
         return;
     drop_calibration(s);
+    if (s->bk && s->bk->keep_free && s->bk_keep) /* a calibration without a G build */
+        s->bk->keep_free(s->bk_keep);
     if (s->has_region)
         ssb4d_source_close(s->field); /* after G: a streamed G rebuilds its planes from it */
     ssb4d_source_close(s->src);
@@ -496,7 +499,9 @@ ssb4d_status ssb4d_session_calibrate(ssb4d_session *s, ssb4d_err *err)
                           plan_size_text(n, need, 1), s->encoded ? "data held" : "data");
     }
     call_begin(s, "calibrate");
-    ssb4d_status st = s->o.dist ? calibrate_shared(s, &cp, err) : ssb4d_calibrate(s->src, &cp, &s->cal, err);
+    ssb4d_status st = s->o.dist          ? calibrate_shared(s, &cp, err)
+                      : s->bk->calibrate ? s->bk->calibrate(s->src, &cp, &s->bk_keep, &s->cal, err) /* a GPU's start */
+                                         : ssb4d_calibrate(s->src, &cp, &s->cal, err);
     call_end(s);
     if (st)
         return st;
@@ -535,6 +540,13 @@ static ssb4d_geometry fit_geometry(const ssb4d_session *s)
 
 /* ---- G --------------------------------------------------------------------------------------- */
 
+static void keep_drop(ssb4d_session *s)
+{
+    if (s->bk->keep_free && s->bk_keep)
+        s->bk->keep_free(s->bk_keep);
+    s->bk_keep = NULL;
+}
+
 /* G of src (the whole field, or a region's view) held as the plan says: `resident` bytes of
  * float32 planes (the outer BF pixels streamed beyond them), g_bytes its full size. */
 static ssb4d_status build(ssb4d_session *s, ssb4d_source *src, int half, size_t resident, size_t g_bytes,
@@ -557,7 +569,8 @@ static ssb4d_status build(ssb4d_session *s, ssb4d_source *src, int half, size_t 
     session_device dev = {sh[0] == s->field_shape[0] && sh[1] == s->field_shape[1] ? s->dev_field : s->dev_region,
                           s->o.device_memory_bytes};
     call_begin(s, "G build");
-    ssb4d_status st = s->bk->gbuild(src, &s->cal.geom, s->cal.bf_pix, s->cal.n_bf, &go, &dev, s->mem, G, err);
+    ssb4d_status st = s->bk->gbuild(src, &s->cal.geom, s->cal.bf_pix, s->cal.n_bf, &go, &dev, &s->bk_keep, s->mem, G, err);
+    keep_drop(s); /* G is built: what the calibration kept for it goes */
     device_note(s, st ? NULL : *G);
     call_end(s);
     return st ? st : step_cancelled(s, err);
