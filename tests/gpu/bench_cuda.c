@@ -179,6 +179,8 @@ static void run_backend(const char *data, const ssb4d_calib_params *cp, ssb4d_ba
     time_it(bk, "exact_loss", s, do_loss, &j, 1);
     time_it(bk, "release", s, do_release, &j, 1);
     oc->loss = j.loss;
+    printf("  %-6s release loss %.17g (loss path %s)\n", bk, j.loss, getenv("SSB4D_CUDA_LOSS") ? getenv("SSB4D_CUDA_LOSS") : "default");
+    field("\"%s_release_loss\": %.17g", bk, j.loss);
     oc->npix = ny * nx;
     oc->phase = malloc(ny * nx * sizeof(float));
     memcpy(oc->phase, j.img, ny * nx * sizeof(float));
