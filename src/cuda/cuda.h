@@ -15,7 +15,7 @@ int cuda_available(void);
 ssb4d_status cuda_G_attach(struct ssb4d_G *G, ssb4d_mem *mem, ssb4d_err *err);
 
 /* The exact loss in one pass (loss_fused.h) for G's device copy: on (1), the cuFFT path (0), or
- * unchanged (-1); returns the previous setting. Set at attach: on unless SSB4D_CUDA_LOSS=cufft. */
+ * unchanged (-1); returns the previous setting. Set at attach: on with SSB4D_CUDA_LOSS=fused. */
 int cuda_G_loss_fused(const struct ssb4d_G *G, int on);
 
 /* Device bytes held by G's copy now (planes and work buffers) and at most so far (0 without one). */

@@ -69,7 +69,7 @@ struct ssb_dev {
     void *work;
     size_t work_b, work_plan, work_obj;
     size_t bytes, peak;
-    /* the fused loss (loss_fused.h): on unless SSB4D_CUDA_LOSS=cufft; its group's planes and
+    /* the fused loss (loss_fused.h): on with SSB4D_CUDA_LOSS=fused; its group's planes and
      * the twiddle tables of the grid tw_nyf × tw_nxf */
     int fused_on;
     void *xbuf, *twb;
