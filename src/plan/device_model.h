@@ -84,7 +84,7 @@ void dev_model_band(dev_model *m, const char *name, size_t view_bf, size_t n, si
 void dev_model_band_power(dev_model *m, const char *name, size_t view_bf, size_t nb);
 
 /* The session's passes on the device (the stages of handle.c and the standard fit). */
-typedef struct {
+typedef struct dev_session_in {
     size_t ny, nx;           /* G's grid */
     size_t n_bf, n_stored;   /* G's BF pixels; its stored planes (0: all) */
     int f;                   /* previews' and the object's upsampling (0: 2) */

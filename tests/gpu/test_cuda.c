@@ -7,6 +7,7 @@
 #include "cuda/cuda.h"
 #include "cuda/memory.h"
 #include "plan/device_model.h"
+#include "session/handle_internal.h"
 #include "common/clock.h"
 #include "ref_ssb.h"
 #include "ssb4d_advanced.h"
@@ -285,6 +286,38 @@ static void test_session(const uint16_t *counts, const size_t shape[4], const ss
     printf("  session on cuda: C10 %.3f C12 %.3f phi12 %.2f loss %.6g\n", r.ab.C_nm[SSB4D_C10], r.ab.C_nm[SSB4D_C12],
            r.ab.phi_deg[SSB4D_C12], r.loss);
     ssb4d_fit_result_free(&r);
+    /* Issue 41 item 5: the session's device peak against its plan (plan_device_session, the
+     * model backend_cuda.c checks G against) to the byte, after what the model replays: the fit
+     * (above), a drag preview, a release, the object at the session's upsampling. */
+    dev_session_in in;
+    session_handle_device_model(s, &in);
+    const ssb4d_G *G = session_handle_G(s);
+    size_t ny2, nx2, now = 0, peak = 0;
+    const int f = in.f ? in.f : 2;
+    OK(ssb4d_session_image_shape(s, f, &ny2, &nx2, &err));
+    float *img = malloc(2 * ny2 * nx2 * sizeof *img);
+    double loss;
+    ssb4d_preview_req q;
+    ssb4d_preview_req_default(&q);
+    q.upsample = f, q.subset = in.subset;
+    OK(ssb4d_session_preview(s, &q, img, NULL, &err));
+    OK(ssb4d_session_release(s, NULL, img, &loss, &err));
+    OK(ssb4d_session_object(s, f, NULL, img, &err));
+    cuda_G_device_bytes(G, &now, &peak);
+    size_t here = 0;
+    for (size_t ib = 0; ib < G->n_bf; ib++)
+        here += G_stored(G, ib);
+    in.ny = G->ny, in.nx = G->nx, in.n_bf = G->n_bf, in.n_stored = here, in.fft_work = cuda_fft_work_bytes;
+    dev_model m;
+    dev_model_session(&in, &m);
+    const size_t want = dev_model_bytes(&m);
+    printf("  session device bytes: measured peak %zu; the plan's model %zu (planes %zu, work %zu; fit: %zu of %zu "
+           "BF pixels coarse, %zu sets, band %d)\n",
+           peak, want, m.planes, dev_model_work_bytes(&m), in.n_coarse, in.n_fit, in.sets_coarse, in.band);
+    for (size_t k = 0; k < m.n_stages; k++)
+        printf("    %-34s %8zu B after %zu\n", m.stages[k].name, m.stages[k].bytes, m.stages[k].after);
+    CHECK(peak == want, "the session's device peak %zu is not its plan's %zu", peak, want);
+    free(img);
     ssb4d_session_close(s);
 }
 
