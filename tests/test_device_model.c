@@ -69,8 +69,8 @@ static void test_shape_fused(void **state)
     dev_model_init(&m, 64, 64, 100, 0, NULL);
     m.fused = 1;
     /* loss, 8 sets, f = 1: tab 35424, sums and bpart 524288 each, fin 128;
-     *   the group: 64 pixels (a plane 64 * 33 * 8 = 16896 B; the row kernel 64 * 4 threads,
-     *   64 * 64 floats of shared memory): xbuf 64 * 16896 = 1081344; twiddles (64 + 64) * 8 = 1024 */
+     *   the group: 64 pixels (a plane 64 * 33 * 8 = 16896 B): xbuf 64 * 16896 = 1081344;
+     *   twiddles (64 + 64) * 8 = 1024 */
     dev_model_phases(&m, "loss", 100, 8, 1, 1, 0, 0);
     assert_int_equal(cu_fused_group(64, 64, 64), 64);
     assert_int_equal(m.buf[DEV_SPEC], 0);
@@ -91,9 +91,11 @@ static void test_shape_fused(void **state)
     dev_model_phases(&n, "loss", 10, 1, 1, 1, 0, 0);
     assert_int_equal(n.buf[DEV_XBUF], 0);
     assert_true(n.buf[DEV_REAL] > 0);
-    /* the group at 512^2: 16 pixels (24 MiB of planes at most; the row kernel's 48 KiB) */
+    /* the group at 512^2: 16 pixels (24 MiB of planes at most), the row kernel 16 at once (48 KiB) */
     assert_int_equal(cu_fused_group(512, 512, 64), 16);
     assert_int_equal(cu_fused_xbuf_bytes(512, 512, 64), (size_t)16 * 512 * 257 * 8);
+    assert_int_equal(cu_fused_row_pixels(512, 16), 16);
+    assert_int_equal(cu_fused_row_pixels(2048, 64), 4); /* 128 threads and 8704 B a pixel */
 }
 
 static size_t work_b(int nyf, int nxf, int batch, int c2c)

@@ -6,7 +6,7 @@
  * every butterfly's R inputs (fft_load), then, after the threads' barrier, twiddles, transforms and
  * writes them (fft_store) into the same buffer. The output is in natural order. Twiddles come from
  * a table tw[m] = e^{+2πi·m/N'} made in double on the host (fft_twiddles), read with a stride so
- * an N'/2-point transform uses the N'-point table. Fixed order throughout: the same bits for the
+ * an N'/2-point transform uses the N'-point table. Point x lives at buf[fft_ix(x)] (padded). Fixed order throughout: the same bits for the
  * same input, whatever runs beside it. */
 #ifndef SSB4D_CUDA_FFT_PASS_H
 #define SSB4D_CUDA_FFT_PASS_H
@@ -39,12 +39,17 @@ SSB_HD static inline int fft_size_ok(long long n, long long lo, long long hi)
     return n >= lo && n <= hi && (n & (n - 1)) == 0;
 }
 
+/* Point x's place in a buffer padded by one point every 16 (shared memory: the passes' strided
+ * stores then fall on different banks); a padded N-point buffer holds FFT_PADDED(N) points. */
+SSB_HD static inline int fft_ix(int x) { return x + (x >> 4); }
+#define FFT_PADDED(N) ((N) + (N) / 16)
+
 /* Butterfly j's R inputs: v[r] = buf[j + r·N/R]. */
 SSB_HD static inline void fft_load(const fft_c *buf, int j, int R, int N, fft_c *v)
 {
     const int s = N / R;
     for (int r = 0; r < R; r++)
-        v[r] = buf[j + r * s];
+        v[r] = buf[fft_ix(j + r * s)];
 }
 
 /* ×i */
@@ -100,7 +105,7 @@ SSB_HD static inline void fft_store(fft_c *buf, int j, int Ns, int R, int N, con
     fft_dft(v, R);
     const int d = (j / Ns) * Ns * R + k;
     for (int r = 0; r < R; r++)
-        buf[d + r * Ns] = v[r];
+        buf[fft_ix(d + r * Ns)] = v[r];
 }
 
 /* tw[m] = e^{+2πi·m/N}, m < N, rounded from double. */
@@ -113,7 +118,8 @@ static inline void fft_twiddles(fft_c *tw, int N)
 }
 
 /* The whole transform by one caller (the CPU test; the kernels split the butterflies among their
- * threads with a barrier between load and store): buf's N points in place. */
+ * threads with a barrier between load and store): buf's N points in place (padded: point x at
+ * buf[fft_ix(x)], FFT_PADDED(N) points). */
 static inline void fft_inverse_serial(fft_c *buf, int N, const fft_c *tw, int tws, fft_c *scratch)
 {
     for (int Ns = 1; Ns < N;) {

@@ -87,7 +87,8 @@ __global__ void __launch_bounds__(COL_THREADS) k_fused_cols(const float2 *__rest
             E[e] = f_chi_phasor(s, px.qr[i], px.qc[j]);
     }
     const int c = tid / T, t = tid % T; /* this thread's column and place in its transform */
-    fft_c *col = sm + (size_t)c * NY;
+    const int LD = FFT_PADDED(NY);      /* a column's points in shared memory (fft_ix) */
+    fft_c *col = sm + (size_t)c * LD;
     for (size_t p = pa; p < pb; p++) {
         const size_t ib = p0 + p;
         const long long slot = px.slot[ib];
@@ -100,7 +101,7 @@ __global__ void __launch_bounds__(COL_THREADS) k_fused_cols(const float2 *__rest
             float2 v = make_float2(0, 0);
             if (j < ncols)
                 v = bin_value<FAST>(planes, g, s, px, ib, slot, Ak, i, j, E[e]);
-            sm[(size_t)cc * NY + i] = fft_make(v.x, v.y);
+            sm[(size_t)cc * LD + fft_ix(i)] = fft_make(v.x, v.y);
         }
         __syncthreads();
         inverse(col, t, T, NY, tw, 1, true);
@@ -109,7 +110,7 @@ __global__ void __launch_bounds__(COL_THREADS) k_fused_cols(const float2 *__rest
         for (int e = 0; e < COL_PTS; e++) {
             const int idx = tid + e * nthr, cc = idx % W, i = idx / W, j = j0 + cc;
             if (j < ncols) {
-                fft_c z = sm[(size_t)cc * NY + i];
+                fft_c z = sm[(size_t)cc * LD + fft_ix(i)];
                 out[(size_t)i * ncols + j] = make_float2(z.x, z.y);
             }
         }
@@ -117,10 +118,10 @@ __global__ void __launch_bounds__(COL_THREADS) k_fused_cols(const float2 *__rest
     }
 }
 
-/* Row i of the group's np pixels: each row's real inverse (nxf points as an nxf/2-point complex
- * transform, one group of nxf/16 threads a pixel, all the group's pixels at once), φ = atan(x/dc)
+/* Row i of the group's np pixels, Sb pixels at a time (blockDim = Sb × nxf/16): each row's real
+ * inverse (nxf points as an nxf/2-point complex transform, nxf/16 threads a pixel), φ = atan(x/dc)
  * in place, then per output pixel φ and φ² added into total and s2 pixel after pixel (BF order),
- * skipping pixels without a plane or with A(k) = 0 (as k_phase_sum). Shared: group × nxf floats. */
+ * skipping pixels without a plane or with A(k) = 0 (as k_phase_sum). Shared: Sb padded rows. */
 __global__ void __launch_bounds__(1024) k_fused_rows(const float2 *__restrict__ X, cu_grid g, cu_pixels px,
                                                      size_t p0, size_t np, const fft_c *__restrict__ twx,
                                                      float inv_dc, double *__restrict__ total,
@@ -128,37 +129,41 @@ __global__ void __launch_bounds__(1024) k_fused_rows(const float2 *__restrict__ 
 {
     extern __shared__ fft_c sm[];
     const int NX = g.nxf, M = NX / 2, TB = M / 8, ncols = g.ncols, i = blockIdx.x;
-    const int tid = threadIdx.x, q = tid / TB, t = tid % TB, S = blockDim.x / TB;
+    const int tid = threadIdx.x, q = tid / TB, t = tid % TB, Sb = blockDim.x / TB, LD = FFT_PADDED(M);
     const size_t nb = (size_t)g.nyf * ncols;
-    fft_c *z = sm + (size_t)q * M;
-    const size_t p = (size_t)q;
-    const int live = p < np && px.slot[p0 + p] >= 0 && px.set_tab[p0 + p] != 0.0;
-    if (live) {
-        const float2 *row = X + p * nb + (size_t)i * ncols;
-        for (int k = t; k < M; k += TB) {
-            float2 a = row[k], b = row[M - k];
-            z[k] = fft_c2r_pre(fft_make(a.x, a.y), fft_make(b.x, b.y), k, twx);
+    fft_c *z = sm + (size_t)q * LD;
+    for (size_t u0 = 0; u0 < np; u0 += Sb) {
+        const size_t p = u0 + q;
+        const int live = p < np && px.slot[p0 + p] >= 0 && px.set_tab[p0 + p] != 0.0;
+        if (live) {
+            const float2 *row = X + p * nb + (size_t)i * ncols;
+            for (int k = t; k < M; k += TB) {
+                float2 a = row[k], b = row[M - k];
+                z[fft_ix(k)] = fft_c2r_pre(fft_make(a.x, a.y), fft_make(b.x, b.y), k, twx);
+            }
         }
-    }
-    __syncthreads();
-    inverse(z, t, TB, M, twx, 2, live);
-    if (live) { /* z[m] = x[2m] + i·x[2m+1]: as floats, x in order */
-        float *x = (float *)z;
-        for (int n = t; n < NX; n += TB)
-            x[n] = atanf(x[n] * inv_dc);
-    }
-    __syncthreads();
-    for (int n = tid; n < NX; n += blockDim.x) {
-        const size_t r = (size_t)i * NX + n;
-        double tt = total[r], qq = s2[r];
-        for (int u = 0; u < S && (size_t)u < np; u++) {
-            if (px.slot[p0 + u] < 0 || px.set_tab[p0 + u] == 0.0)
-                continue;
-            double ph = ((const float *)(sm + (size_t)u * M))[n];
-            tt += ph;
-            qq += ph * ph; /* exact: ph is a float (as k_phase_sum) */
+        __syncthreads();
+        inverse(z, t, TB, M, twx, 2, live);
+        if (live) /* z[m] = x[2m] + i·x[2m+1] */
+            for (int m = t; m < M; m += TB) {
+                fft_c v = z[fft_ix(m)];
+                z[fft_ix(m)] = fft_make(atanf(v.x * inv_dc), atanf(v.y * inv_dc));
+            }
+        __syncthreads();
+        for (int n = tid; n < NX; n += blockDim.x) {
+            const size_t r = (size_t)i * NX + n;
+            double tt = total[r], qq = s2[r];
+            for (size_t u = u0; u < u0 + Sb && u < np; u++) {
+                if (px.slot[p0 + u] < 0 || px.set_tab[p0 + u] == 0.0)
+                    continue;
+                const fft_c v = sm[(u - u0) * LD + fft_ix(n >> 1)];
+                double ph = (n & 1) ? v.y : v.x;
+                tt += ph;
+                qq += ph * ph; /* exact: ph is a float (as k_phase_sum) */
+            }
+            total[r] = tt, s2[r] = qq;
         }
-        total[r] = tt, s2[r] = qq;
+        __syncthreads(); /* before the next pixels overwrite the rows */
     }
 }
 
@@ -174,10 +179,11 @@ extern "C" int cu_loss_fused(const void *planes, cu_grid gr, const cu_set *s, cu
 {
     cudaStream_t st = (cudaStream_t)stream;
     const int NY = gr.nyf, NX = gr.nxf, T = NY / COL_PTS, W = T >= COL_THREADS ? 1 : COL_THREADS / T;
-    const size_t S = cu_fused_group((size_t)NY, (size_t)NX, chunk);
+    const size_t S = cu_fused_group((size_t)NY, (size_t)NX, chunk), Sb = cu_fused_row_pixels((size_t)NX, S);
     const fft_c *twy = (const fft_c *)tw, *twx = twy + NY;
-    const size_t col_smem = (size_t)W * NY * sizeof(fft_c), row_smem = S * (size_t)NX * sizeof(float);
-    const unsigned row_threads = (unsigned)(S * (size_t)(NX / 16));
+    const size_t col_smem = (size_t)W * FFT_PADDED(NY) * sizeof(fft_c),
+                 row_smem = Sb * (size_t)FFT_PADDED(NX / 2) * sizeof(fft_c);
+    const unsigned row_threads = (unsigned)(Sb * (size_t)(NX / 16));
     for (size_t g0 = 0; g0 < np; g0 += S) {
         const size_t n = np - g0 < S ? np - g0 : S;
         dim3 cg((unsigned)((gr.ncols + W - 1) / W), (unsigned)((n + COL_RUN - 1) / COL_RUN));

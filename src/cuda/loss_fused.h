@@ -30,19 +30,31 @@ static inline int cu_fused_wanted(void)
 }
 
 #define CU_FUSED_GROUP_BYTES ((size_t)24 << 20) /* a group's half-transformed planes: L2 holds them */
-#define CU_FUSED_ROW_THREADS 1024                /* the row kernel's block: group × nxf/16 threads */
-#define CU_FUSED_ROW_SMEM ((size_t)48 << 10)    /* its shared memory: group × nxf floats */
+#define CU_FUSED_ROW_THREADS 1024                /* the row kernel's block: pixels at once × nxf/16 threads */
+#define CU_FUSED_ROW_SMEM ((size_t)48 << 10)    /* its shared memory: pixels at once × nxf/2 points, padded */
 
-/* Pixels per group (a power of two, at most chunk): its planes within CU_FUSED_GROUP_BYTES, the
- * row kernel's block within CU_FUSED_ROW_THREADS and its shared memory within CU_FUSED_ROW_SMEM. */
+/* Pixels per group (a power of two, at most chunk): its planes within CU_FUSED_GROUP_BYTES, or
+ * SSB4D_CUDA_FUSED_GROUP pixels (a power of two; for measuring the L2's share). */
 static inline size_t cu_fused_group(size_t nyf, size_t nxf, size_t chunk)
 {
-    const size_t plane = nyf * (nxf / 2 + 1) * 8, row_threads = nxf / 16;
+    const size_t plane = nyf * (nxf / 2 + 1) * 8;
+    const char *e = getenv("SSB4D_CUDA_FUSED_GROUP");
+    const size_t want = e ? (size_t)strtoul(e, NULL, 10) : 0;
     size_t g = 1;
-    while (2 * g <= chunk && 2 * g * plane <= CU_FUSED_GROUP_BYTES && 2 * g * row_threads <= CU_FUSED_ROW_THREADS &&
-           2 * g * nxf * 4 <= CU_FUSED_ROW_SMEM)
+    while (2 * g <= chunk && (want ? 2 * g <= want : 2 * g * plane <= CU_FUSED_GROUP_BYTES))
         g *= 2;
     return g;
+}
+
+/* Pixels the row kernel's block transforms at once (a power of two, at most the group): its
+ * threads within CU_FUSED_ROW_THREADS, its shared memory within CU_FUSED_ROW_SMEM. */
+static inline size_t cu_fused_row_pixels(size_t nxf, size_t group)
+{
+    const size_t threads = nxf / 16, smem = (nxf / 2 + nxf / 32) * 8; /* FFT_PADDED(nxf/2) points */
+    size_t s = 1;
+    while (2 * s <= group && 2 * s * threads <= CU_FUSED_ROW_THREADS && 2 * s * smem <= CU_FUSED_ROW_SMEM)
+        s *= 2;
+    return s;
 }
 
 /* Its device buffers: the group's planes (group × nyf × (nxf/2+1) float2) and the twiddle tables
