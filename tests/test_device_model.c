@@ -18,12 +18,14 @@
 
 #include "plan/device_model.h"
 #include "plan/plan.h"
+#include "cuda/loss_fused.h"
 
 static void test_shape_a(void **state)
 {
     (void)state;
     dev_model m;
     dev_model_init(&m, 64, 64, 100, 0, NULL);
+    m.fused = 0; /* the cuFFT path (SSB4D_CUDA_LOSS=cufft); test_shape_fused: the fused loss */
     /* stride: 64 * 33 = 2112 float2 (a multiple of 8); 100 planes x 2112 x 8 B */
     assert_int_equal(m.stride, 2112);
     assert_int_equal(m.planes, 1689600);
@@ -55,6 +57,45 @@ static void test_shape_a(void **state)
     assert_int_equal(m.stages[2].after, 6282016);
     assert_int_equal(dev_model_bytes(&m), 6282016);
     assert_int_equal(dev_model_work_bytes(&m), 6282016 - 1689600);
+}
+
+/* Shape A with the fused loss (cuda/loss_fused.h): no spectra, phase planes or C2R plan for the
+ * loss; its group's planes and twiddles instead; a release makes the object's sum in the same
+ * pass (no spectra either). */
+static void test_shape_fused(void **state)
+{
+    (void)state;
+    dev_model m;
+    dev_model_init(&m, 64, 64, 100, 0, NULL);
+    m.fused = 1;
+    /* loss, 8 sets, f = 1: tab 35424, sums and bpart 524288 each, fin 128;
+     *   the group: 64 pixels (a plane 64 * 33 * 8 = 16896 B): xbuf 64 * 16896 = 1081344;
+     *   twiddles (64 + 64) * 8 = 1024 */
+    dev_model_phases(&m, "loss", 100, 8, 1, 1, 0, 0);
+    assert_int_equal(cu_fused_group(64, 64, 64), 64);
+    assert_int_equal(m.buf[DEV_SPEC], 0);
+    assert_int_equal(m.buf[DEV_REAL], 0);
+    assert_int_equal(m.buf[DEV_WORK], 0);
+    assert_int_equal(m.buf[DEV_XBUF], 1081344);
+    assert_int_equal(m.buf[DEV_TW], 1024);
+    assert_int_equal(m.stages[0].bytes, 35424 + 2 * 524288 + 128 + 1081344 + 1024);
+    /* release (the phase; its object sum made in the fused pass): acc 2112 * 16, F 4096 * 8, out
+     * 4096 * 4, C2C work (estimate) 32768; no spectra; the rest within what is held */
+    dev_model_phases(&m, "release", 100, 1, 1, 1, 0, 1);
+    assert_int_equal(m.buf[DEV_SPEC], 0);
+    assert_int_equal(m.stages[1].after, m.stages[0].after + 33792 + 32768 + 16384 + 32768);
+    /* a 48-wide grid is not a power of two: the cuFFT path's buffers */
+    dev_model n;
+    dev_model_init(&n, 32, 48, 10, 0, NULL);
+    n.fused = 1;
+    dev_model_phases(&n, "loss", 10, 1, 1, 1, 0, 0);
+    assert_int_equal(n.buf[DEV_XBUF], 0);
+    assert_true(n.buf[DEV_REAL] > 0);
+    /* the group at 512^2: 16 pixels (24 MiB of planes at most), the row kernel 16 at once (48 KiB) */
+    assert_int_equal(cu_fused_group(512, 512, 64), 16);
+    assert_int_equal(cu_fused_xbuf_bytes(512, 512, 64), (size_t)16 * 512 * 257 * 8);
+    assert_int_equal(cu_fused_row_pixels(512, 16), 16);
+    assert_int_equal(cu_fused_row_pixels(2048, 64), 4); /* 128 threads and 8704 B a pixel */
 }
 
 static size_t work_b(int nyf, int nxf, int batch, int c2c)
@@ -168,7 +209,7 @@ static void test_session(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_shape_a),
+        cmocka_unit_test(test_shape_a), cmocka_unit_test(test_shape_fused),
         cmocka_unit_test(test_shape_b),
         cmocka_unit_test(test_helpers),
         cmocka_unit_test(test_session),

@@ -19,6 +19,9 @@ ssb4d_status cuda_G_attach(struct ssb4d_G *G, ssb4d_mem *mem, ssb4d_err *err);
  * each) allocated and zeroed but not filled; *planes and *stream (a cudaStream_t) for the
  * builder. One process, G not a view. */
 ssb4d_status cuda_G_attach_blank(struct ssb4d_G *G, void **planes, void **stream, ssb4d_err *err);
+/* The exact loss in one pass (loss_fused.h) for G's device copy: on (1), the cuFFT path (0), or
+ * unchanged (-1); returns the previous setting. Set at attach: on with SSB4D_CUDA_LOSS=fused. */
+int cuda_G_loss_fused(const struct ssb4d_G *G, int on);
 
 /* Device bytes held by G's copy now (planes and work buffers) and at most so far (0 without one). */
 void cuda_G_device_bytes(const struct ssb4d_G *G, size_t *now, size_t *peak);

@@ -13,6 +13,7 @@
 #include "common/block.h"
 #include "common/err.h"
 #include "cuda/kernels.h"
+#include "cuda/loss_fused.h"
 #include "dist/dist.h"
 #include "ssb/backend.h"
 
@@ -68,6 +69,12 @@ struct ssb_dev {
     void *work;
     size_t work_b, work_plan, work_obj;
     size_t bytes, peak;
+    /* the fused loss (loss_fused.h): on with SSB4D_CUDA_LOSS=fused; its group's planes and
+     * the twiddle tables of the grid tw_nyf × tw_nxf */
+    int fused_on;
+    void *xbuf, *twb;
+    size_t xbuf_b, twb_b;
+    int tw_nyf, tw_nxf;
     /* cuda_G_profile: per-stage seconds of dev_phases (each stage waited for, so slower) */
     int profile;
     double prof[CUDA_PROF_N], prof_t;
@@ -140,7 +147,7 @@ static void dev_free(ssb_dev *d)
         cudaFreeHost(d->host);
     cudaFree(d->planes), cudaFree(d->spec), cudaFree(d->real), cudaFree(d->sums), cudaFree(d->tab);
     cudaFree(d->acc), cudaFree(d->valid), cudaFree(d->fin), cudaFree(d->mean), cudaFree(d->bpart);
-    cudaFree(d->seg), cudaFree(d->open);
+    cudaFree(d->seg), cudaFree(d->open), cudaFree(d->xbuf), cudaFree(d->twb);
     if (d->stream)
         cudaStreamDestroy(d->stream);
     free(d->slot_of);
@@ -380,10 +387,34 @@ typedef struct {
     size_t n, n_bf, nyf, nxf, nb, npix, P, set0;
     size_t lo, hi;       /* this rank's pixels (all of G in one process) */
     int want_phase, do_acc;
+    int fused;           /* the loss in one pass (loss_fused.h): no spectra, no phase planes */
     cu_grid gr;
     size_t chunks;       /* chunks run so far: the cancel flag is polled every SYNC_EVERY */
     ssb4d_mem *mem;
 } dpass;
+
+/* The fused loss's buffers (loss_fused.h): the group's planes, and the grid's twiddle tables made
+ * on the host in double and uploaded when the grid changes. */
+static ssb4d_status fused_init(ssb_dev *d, size_t nyf, size_t nxf, size_t P, ssb4d_err *err)
+{
+    ssb4d_status st = SSB4D_OK;
+    TRY(dev_alloc(d, &d->xbuf, &d->xbuf_b, cu_fused_xbuf_bytes(nyf, nxf, P)), "the fused loss's planes");
+    if (st || (d->tw_nyf == (int)nyf && d->tw_nxf == (int)nxf))
+        return st;
+    const size_t tb = cu_fused_tw_bytes(nyf, nxf);
+    TRY(dev_alloc(d, &d->twb, &d->twb_b, tb), "the fused loss's twiddles");
+    void *h = malloc(tb);
+    if (!st && !h)
+        st = ssb_fail(err, SSB4D_ENOMEM, "out of memory");
+    if (!st)
+        cu_fused_twiddles((int)nyf, (int)nxf, h);
+    TRY(cudaMemcpyAsync(d->twb, h, tb, cudaMemcpyHostToDevice, d->stream), "the fused loss's twiddles");
+    TRY(cudaStreamSynchronize(d->stream), "the fused loss's twiddles"); /* before h goes */
+    free(h);
+    if (!st)
+        d->tw_nyf = (int)nyf, d->tw_nxf = (int)nxf;
+    return st;
+}
 
 /* The pass's pixel table on the device and its work buffers (sums zeroed, acc zeroed). */
 static ssb4d_status dpass_init(dpass *p, ssb_dev *d, const ssb4d_G *G, const ssb_ctx *c, size_t n, int want_phase,
@@ -432,17 +463,21 @@ static ssb4d_status dpass_init(dpass *p, ssb_dev *d, const ssb4d_G *G, const ssb
     TRY(cudaMemcpyAsync(d->tab, h, tab_n * sizeof *h, cudaMemcpyHostToDevice, d->stream), "the pixel table");
     TRY(cudaStreamSynchronize(d->stream), "the pixel table"); /* before h goes */
     free(h);
-    TRY(dev_alloc(d, &d->spec, &d->spec_b, P * nb * sizeof(float2)), "the chunk spectra");
-    TRY(dev_alloc(d, (void **)&d->valid, &d->valid_b, P), "the chunk flags");
+    p->fused = d->fused_on && want_phase && cu_fused_shape_ok(nyf, nxf);
+    if (!p->fused) {
+        TRY(dev_alloc(d, &d->spec, &d->spec_b, P * nb * sizeof(float2)), "the chunk spectra");
+        TRY(dev_alloc(d, (void **)&d->valid, &d->valid_b, P), "the chunk flags");
+    }
     if (want_phase) {
         const size_t len = n * 2 * npix; /* per set: Σφ and Σφ² per output pixel */
-        TRY(dev_alloc(d, &d->real, &d->real_b, P * npix * sizeof(float)), "the chunk phase planes");
+        if (!p->fused)
+            TRY(dev_alloc(d, &d->real, &d->real_b, P * npix * sizeof(float)), "the chunk phase planes");
         TRY(dev_alloc(d, &d->sums, &d->sums_b, len * sizeof(double)), "the phase sums");
         TRY(cudaMemsetAsync(d->sums, 0, len * sizeof(double), d->stream), "the phase sums");
         TRY(dev_alloc(d, &d->bpart, &d->bpart_b, len * sizeof(double)), "a block's phase sums");
         TRY(dev_alloc(d, (void **)&d->fin, &d->fin_b, n * 2 * sizeof(double)), "the loss sums");
         if (!st)
-            st = ensure_plan(d, (int)nyf, (int)nxf, (int)P, err);
+            st = p->fused ? fused_init(d, nyf, nxf, P, err) : ensure_plan(d, (int)nyf, (int)nxf, (int)P, err);
     }
     if (do_acc) {
         TRY(dev_alloc(d, &d->acc, &d->acc_b, nb * 2 * sizeof(double)), "the object sum");
@@ -473,6 +508,13 @@ static ssb4d_status dpass_pixels(dpass *p, size_t a, size_t b, double *out, ssb4
                             .set_tab = dt + p->set0 + 5 * n_bf * j, .qr = dt + 3 * n_bf,
                             .qc = dt + 3 * n_bf + p->nyf, .n_bf = n_bf};
             mark(d, CUDA_PROF_HOST);
+            if (p->fused) { /* correction, object sum, transform and sums in one pass (profiled as c2r) */
+                double *sums = out + j * 2 * npix;
+                CK(cu_loss_fused(d->planes, p->gr, &s, px, p0, np, p->P, d->twb, d->xbuf, sums, sums + npix,
+                                 p->do_acc && j == 0 ? d->acc : NULL, d->stream), "the fused loss");
+                mark(d, CUDA_PROF_FFT);
+                continue;
+            }
             CK(cu_correct(d->planes, p->gr, &s, px, p0, np, d->spec, d->stream), "the correction");
             mark(d, CUDA_PROF_CORRECT);
             /* A kernel of its own: made inside the correction (one thread per bin taking the
@@ -905,6 +947,15 @@ void cuda_G_profile(const struct ssb4d_G *G, int on, double out[CUDA_PROF_N])
     G->store.dev->profile = on;
 }
 
+int cuda_G_loss_fused(const struct ssb4d_G *G, int on)
+{
+    ssb_dev *d = G->store.dev;
+    int was = d ? d->fused_on : 0;
+    if (d && on >= 0)
+        d->fused_on = on;
+    return was;
+}
+
 void cuda_G_device_bytes(const struct ssb4d_G *G, size_t *now, size_t *peak)
 {
     *now = G->store.dev ? G->store.dev->bytes : 0;
@@ -931,6 +982,7 @@ ssb4d_status cuda_G_attach(struct ssb4d_G *G, ssb4d_mem *mem, ssb4d_err *err)
         cudaSetDevice(dist_local_rank(G->dist) % (nd > 0 ? nd : 1));
     }
     cudaGetDevice(&d->device);
+    d->fused_on = cu_fused_wanted();
     d->stride = G->plane_stride;
     for (size_t ib = 0; ib < G->n_bf; ib++) /* a distributed G: this rank's planes only */
         d->slot_of[ib] = here(G, ib) ? (long long)d->n_slots++ : -1;

@@ -71,6 +71,15 @@ int cu_object_fill(const void *acc, int nyf, int nxf, double dc, double inv_nbf,
 /* F's inverse transform (done in place by the caller) scaled by scale: the complex object
  * (interleaved, may be NULL) and its phase (atan2, may be NULL), npix each. */
 int cu_object_out(const void *F, size_t npix, float scale, float *object, float *phase, void *stream);
+/* ---- the fused loss (loss_fused.cu, loss_fused.h) ---- */
+/* host (nyf + nxf fft_c): the column and row twiddle tables, e^{+2πi·m/nyf} then e^{+2πi·m/nxf}. */
+void cu_fused_twiddles(int nyf, int nxf, void *host);
+/* total[r] += φ, s2[r] += φ² over pixels p0 .. p0+np−1 under set s, as cu_correct + c2r +
+ * cu_phase_sum make them (nyf, nxf: cu_fused_shape_ok), in groups of cu_fused_group(nyf, nxf,
+ * chunk) pixels through X (cu_fused_xbuf_bytes); tw: cu_fused_twiddles' tables on the device;
+ * acc (may be NULL): the object's sum as cu_correct + cu_acc add it (the same bits). */
+int cu_loss_fused(const void *planes, cu_grid gr, const cu_set *s, cu_pixels px, size_t p0, size_t np, size_t chunk,
+                  const void *tw, void *X, double *total, double *s2, void *acc, void *stream);
 /* ---- the band objective (src/ssb/band.c) ---- */
 typedef struct {
     ssb_phys p; /* its λ, α0 and sampling are cu_band's */

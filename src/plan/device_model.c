@@ -6,6 +6,7 @@
 
 #include "common/block.h"
 #include "cuda/kernels.h" /* cu_band_set: the band pass's sets are copied to the device as they are */
+#include "cuda/loss_fused.h" /* the fused loss's grids and buffers */
 #include "fit/fit.h"      /* fit_se_group_bf */
 #include "gbuild/gbuild.h"
 
@@ -15,7 +16,7 @@
 const char *const dev_buf_name[DEV_N_BUF] = {"pixel tables", "chunk spectra", "chunk flags", "chunk phase planes",
                                              "sums", "block sums", "loss sums", "object sum / band sets",
                                              "band segments", "mean phase", "object spectrum", "object output",
-                                             "cuFFT work area"};
+                                             "cuFFT work area", "fused loss planes", "fused loss twiddles"};
 
 #define F2 8 /* sizeof(float2), sizeof(cufftComplex) */
 
@@ -34,6 +35,7 @@ void dev_model_init(dev_model *m, size_t ny, size_t nx, size_t n_slots, size_t s
     m->planes = (n_slots ? n_slots : 1) * m->stride * F2;
     m->fft_work = fft_work;
     m->fft_estimated = !fft_work;
+    m->fused = cu_fused_wanted();
 }
 
 size_t dev_model_work_bytes(const dev_model *m)
@@ -89,17 +91,26 @@ void dev_model_phases(dev_model *m, const char *name, size_t view_bf, size_t n, 
         f = 1;
     const size_t nyf = (size_t)f * m->ny, nxf = (size_t)f * m->nx, ncols = nxf / 2 + 1;
     const size_t nb = nyf * ncols, npix = nyf * nxf, P = chunk_of(f);
+    /* dpass_init: a fused loss (and the object's sum with it) needs no spectra */
+    const int fused = m->fused && want_phase && cu_fused_shape_ok(nyf, nxf);
     /* dpass_init: tab_n = set0 + 5 n_bf n doubles, set0 = 3 n_bf + nyf + nxf */
     q.b[DEV_TAB] = (3 * view_bf + nyf + nxf + 5 * view_bf * n) * sizeof(double);
-    q.b[DEV_SPEC] = P * nb * F2;       /* spec: P nb float2 */
-    q.b[DEV_VALID] = P;                /* valid: P bytes */
+    if (!fused) {
+        q.b[DEV_SPEC] = P * nb * F2;   /* spec: P nb float2 */
+        q.b[DEV_VALID] = P;            /* valid: P bytes */
+    }
     if (want_phase) {
         const size_t len = n * 2 * npix;
-        q.b[DEV_REAL] = P * npix * sizeof(float);        /* real */
+        if (!fused)
+            q.b[DEV_REAL] = P * npix * sizeof(float);    /* real */
         q.b[DEV_SUMS] = len * sizeof(double);            /* sums */
         q.b[DEV_BPART] = len * sizeof(double);           /* bpart */
         q.b[DEV_FIN] = n * 2 * sizeof(double);           /* fin */
-        q.b[DEV_WORK] = fft_work(m, nyf, nxf, P, 0);     /* ensure_plan: C2R, batch P */
+        if (fused) {                                     /* fused_init: xbuf, twb */
+            q.b[DEV_XBUF] = cu_fused_xbuf_bytes(nyf, nxf, P);
+            q.b[DEV_TW] = cu_fused_tw_bytes(nyf, nxf);
+        } else
+            q.b[DEV_WORK] = fft_work(m, nyf, nxf, P, 0); /* ensure_plan: C2R, batch P */
         if (mean)
             q.b[DEV_MEAN] = n * npix * sizeof(float);    /* dev_phases: mean, every set's */
     }

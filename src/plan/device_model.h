@@ -37,6 +37,8 @@ enum {
     DEV_OBJ_F,    /* the object's spectrum F, nyf x nxf complex float */
     DEV_OBJ_OUT,  /* the object's output plane: the phase, or the complex object */
     DEV_WORK,     /* cuFFT's one work area (work): the larger of the C2R and C2C plans' */
+    DEV_XBUF,     /* xbuf: the fused loss's group of half-transformed planes (cuda/loss_fused.h) */
+    DEV_TW,       /* twb: the fused loss's twiddle tables */
     DEV_N_BUF
 };
 extern const char *const dev_buf_name[DEV_N_BUF];
@@ -57,11 +59,13 @@ typedef struct {
     size_t buf[DEV_N_BUF];          /* each buffer's largest size so far */
     dev_fft_work_fn fft_work;       /* NULL: dev_fft_work_estimate */
     int fft_estimated;              /* the work areas are estimates (no device) */
+    int fused;                      /* the loss in one pass where its grid allows (cu_fused_wanted) */
     dev_stage stages[DEV_MAX_STAGES];
     size_t n_stages;
 } dev_model;
 
-/* A G of ny x nx with n_slots planes on the device (stride 0: G_plane_stride_of(ny, nx)). */
+/* A G of ny x nx with n_slots planes on the device (stride 0: G_plane_stride_of(ny, nx)); the
+ * loss fused as the backend makes it (SSB4D_CUDA_LOSS; set m->fused after to model the other). */
 void dev_model_init(dev_model *m, size_t ny, size_t nx, size_t n_slots, size_t stride, dev_fft_work_fn fft_work);
 /* Device bytes held now: the planes, every buffer's largest size, the work areas. */
 size_t dev_model_bytes(const dev_model *m);
@@ -80,7 +84,7 @@ void dev_model_band(dev_model *m, const char *name, size_t view_bf, size_t n, si
 void dev_model_band_power(dev_model *m, const char *name, size_t view_bf, size_t nb);
 
 /* The session's passes on the device (the stages of handle.c and the standard fit). */
-typedef struct {
+typedef struct dev_session_in {
     size_t ny, nx;           /* G's grid */
     size_t n_bf, n_stored;   /* G's BF pixels; its stored planes (0: all) */
     int f;                   /* previews' and the object's upsampling (0: 2) */

@@ -292,6 +292,7 @@ ssb4d_mem *ssb4d_session_mem(const ssb4d_session *s) { return s->mem; }
 const char *ssb4d_session_backend(const ssb4d_session *s) { return s->bk->name; }
 const ssb4d_G *session_handle_G(const ssb4d_session *s) { return s->G; }
 size_t session_handle_encoded(const ssb4d_session *s) { return s->encoded; }
+void session_handle_device_model(const ssb4d_session *s, dev_session_in *out) { *out = s->dev_field; }
 
 /* ---- one call = one stage ---------------------------------------------------------------------- */
 

@@ -7,6 +7,11 @@
 
 const ssb4d_G *session_handle_G(const ssb4d_session *s);
 size_t session_handle_encoded(const ssb4d_session *s);
+/* The device model's input for the field's session (plan_device_session, made with the plan):
+ * what a GPU backend checks its G against, and what the device test compares the measured peak
+ * with (tests/gpu/test_cuda.c). */
+struct dev_session_in;
+void session_handle_device_model(const ssb4d_session *s, struct dev_session_in *out);
 /* The parameters ssb4d_session_fit_region runs with for p: p's, or (p NULL) the last fit's or the
  * defaults, as ssb4d_session_fit_params fills them (progress NULL). */
 void session_region_fit_params(const ssb4d_session *s, const ssb4d_fit_params *p, ssb4d_fit_params *fp);

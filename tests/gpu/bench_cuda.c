@@ -8,6 +8,7 @@
 #include "bench/record.h"
 #include "cuda/cuda.h"
 #include "common/clock.h"
+#include "plan/device_model.h"
 #include "session/handle_internal.h"
 #include "ssb4d_advanced.h"
 
@@ -179,6 +180,8 @@ static void run_backend(const char *data, const ssb4d_calib_params *cp, ssb4d_ba
     time_it(bk, "exact_loss", s, do_loss, &j, 1);
     time_it(bk, "release", s, do_release, &j, 1);
     oc->loss = j.loss;
+    printf("  %-6s release loss %.17g (loss path %s)\n", bk, j.loss, getenv("SSB4D_CUDA_LOSS") ? getenv("SSB4D_CUDA_LOSS") : "default");
+    field("\"%s_release_loss\": %.17g", bk, j.loss);
     oc->npix = ny * nx;
     oc->phase = malloc(ny * nx * sizeof(float));
     memcpy(oc->phase, j.img, ny * nx * sizeof(float));
@@ -232,6 +235,30 @@ static void run_backend(const char *data, const ssb4d_calib_params *cp, ssb4d_ba
         printf("  device memory: now %.3f GiB, peak %.3f GiB\n", (double)dnow / (1 << 30), (double)dpeak / (1 << 30));
         field("\"device_bytes_after\": %zu", dnow);
         field("\"device_bytes_peak\": %zu", dpeak);
+        /* Issue 41 item 5: the device model of the session (its plan) and of this bench's own calls
+         * beside it (loss batches of up to 32 sets, previews at f = 1 and 2 of every BF pixel): each
+         * buffer is kept at its largest, so the peak is their union, whatever the order. */
+        dev_session_in in;
+        session_handle_device_model(s, &in);
+        size_t here = 0;
+        for (size_t ib = 0; ib < G->n_bf; ib++)
+            here += G_stored(G, ib);
+        in.ny = G->ny, in.nx = G->nx, in.n_bf = G->n_bf, in.n_stored = here, in.fft_work = cuda_fft_work_bytes;
+        dev_model m;
+        dev_model_session(&in, &m);
+        const size_t plan_peak = dev_model_bytes(&m), nbf = G->n_bf;
+        dev_model_phases(&m, "bench: loss batch of 32", nbf, 32, 1, 1, 0, 0);
+        dev_model_phases(&m, "bench: preview f=1, all BF", nbf, 1, 1, 0, 0, 1);
+        dev_model_phases(&m, "bench: preview f=2, all BF", nbf, 1, 2, 0, 0, 1);
+        dev_model_phases(&m, "bench: release", nbf, 1, 1, 1, 0, 1);
+        const size_t bench_model = dev_model_bytes(&m);
+        printf("  device model: the session's plan %zu B; with this bench's own calls %zu B; measured peak %zu B "
+               "(%s)\n", plan_peak, bench_model, dpeak, bench_model == dpeak ? "equal" : "DIFFERENT");
+        for (int k = 0; k < DEV_N_BUF; k++)
+            if (m.buf[k])
+                printf("    %-24s %12zu B\n", dev_buf_name[k], m.buf[k]);
+        field("\"device_model_session_bytes\": %zu", plan_peak);
+        field("\"device_model_bench_bytes\": %zu", bench_model);
     }
     free(j.img);
     ssb4d_session_close(s);

@@ -7,6 +7,7 @@
 #include "cuda/cuda.h"
 #include "cuda/memory.h"
 #include "plan/device_model.h"
+#include "session/handle_internal.h"
 #include "common/clock.h"
 #include "ref_ssb.h"
 #include "ssb4d_advanced.h"
@@ -285,6 +286,38 @@ static void test_session(const uint16_t *counts, const size_t shape[4], const ss
     printf("  session on cuda: C10 %.3f C12 %.3f phi12 %.2f loss %.6g\n", r.ab.C_nm[SSB4D_C10], r.ab.C_nm[SSB4D_C12],
            r.ab.phi_deg[SSB4D_C12], r.loss);
     ssb4d_fit_result_free(&r);
+    /* Issue 41 item 5: the session's device peak against its plan (plan_device_session, the
+     * model backend_cuda.c checks G against) to the byte, after what the model replays: the fit
+     * (above), a drag preview, a release, the object at the session's upsampling. */
+    dev_session_in in;
+    session_handle_device_model(s, &in);
+    const ssb4d_G *G = session_handle_G(s);
+    size_t ny2, nx2, now = 0, peak = 0;
+    const int f = in.f ? in.f : 2;
+    OK(ssb4d_session_image_shape(s, f, &ny2, &nx2, &err));
+    float *img = malloc(2 * ny2 * nx2 * sizeof *img);
+    double loss;
+    ssb4d_preview_req q;
+    ssb4d_preview_req_default(&q);
+    q.upsample = f, q.subset = in.subset;
+    OK(ssb4d_session_preview(s, &q, img, NULL, &err));
+    OK(ssb4d_session_release(s, NULL, img, &loss, &err));
+    OK(ssb4d_session_object(s, f, NULL, img, &err));
+    cuda_G_device_bytes(G, &now, &peak);
+    size_t here = 0;
+    for (size_t ib = 0; ib < G->n_bf; ib++)
+        here += G_stored(G, ib);
+    in.ny = G->ny, in.nx = G->nx, in.n_bf = G->n_bf, in.n_stored = here, in.fft_work = cuda_fft_work_bytes;
+    dev_model m;
+    dev_model_session(&in, &m);
+    const size_t want = dev_model_bytes(&m);
+    printf("  session device bytes: measured peak %zu; the plan's model %zu (planes %zu, work %zu; fit: %zu of %zu "
+           "BF pixels coarse, %zu sets, band %d)\n",
+           peak, want, m.planes, dev_model_work_bytes(&m), in.n_coarse, in.n_fit, in.sets_coarse, in.band);
+    for (size_t k = 0; k < m.n_stages; k++)
+        printf("    %-34s %8zu B after %zu\n", m.stages[k].name, m.stages[k].bytes, m.stages[k].after);
+    CHECK(peak == want, "the session's device peak %zu is not its plan's %zu", peak, want);
+    free(img);
     ssb4d_session_close(s);
 }
 
@@ -314,7 +347,55 @@ static void shared_set(const ref_shared_set *ds)
     pair_close(&p);
 }
 
-static void test_device_bytes(const pair *p);
+static void test_device_bytes(const pair *p, int fused);
+
+/* Issue 41: the fused loss (src/cuda/loss_fused.cu) against the cuFFT path on the same device
+ * copy (cuda_G_loss_fused), and both against the CPU: fast, generic and thick sets, the loss
+ * within 1e-6 relative of the cuFFT path's (a different float order in the transform), the mean
+ * phase within 2e-5 rad. */
+static void test_fused(const pair *p)
+{
+    const size_t n = p->ny * p->nx;
+    ssb4d_aberrations ab[3] = {ab_of(12, 3, 35), ab_of(-20, 5, -60), ab_of(8, 1, 10)};
+    ab[1].C_nm[SSB4D_C30] = 3000, ab[1].C_nm[SSB4D_C21] = 150, ab[1].phi_deg[SSB4D_C21] = 20;
+    ssb4d_thick th[3];
+    memset(th, 0, sizeof th);
+    th[2].thickness_nm = 12;
+    const char *what[3] = {"fast", "generic (C30, C21)", "thick 12 nm"};
+    float *mf = malloc(n * sizeof *mf), *mc = malloc(n * sizeof *mc), *mu = malloc(n * sizeof *mu);
+    for (int k = 0; k < 3; k++) {
+        double lf, lc, lu;
+        const ssb4d_thick *t = k == 2 ? &th[2] : NULL;
+        int was = cuda_G_loss_fused(p->gpu, 1);
+        OK(ssb4d_loss(p->gpu, &p->cal.geom, &ab[k], t, NULL, NULL, &lf, mf, &err));
+        cuda_G_loss_fused(p->gpu, 0);
+        OK(ssb4d_loss(p->gpu, &p->cal.geom, &ab[k], t, NULL, NULL, &lc, mc, &err));
+        cuda_G_loss_fused(p->gpu, was);
+        OK(ssb4d_loss(p->cpu, &p->cal.geom, &ab[k], t, NULL, NULL, &lu, mu, &err));
+        double rel = fabs(lf / lc - 1), relu = fabs(lf / lu - 1), relc = fabs(lc / lu - 1);
+        double dph = phase_diff(mf, mc, n);
+        printf("  fused %-20s loss %.10g, cuFFT path %.10g (rel %.2e), CPU %.10g (fused rel %.2e, cuFFT rel "
+               "%.2e); mean phase vs cuFFT path %.2e rad\n",
+               what[k], lf, lc, rel, lu, relu, relc, dph);
+        CHECK(rel <= 1e-6, "%s: fused loss rel %.3g to the cuFFT path", what[k], rel);
+        CHECK(relu <= 1e-5, "%s: fused loss rel %.3g to the CPU", what[k], relu);
+        CHECK(dph <= 2e-5, "%s: fused mean phase %.3g rad from the cuFFT path's", what[k], dph);
+        /* a release: the object's sum made in the fused pass is the cuFFT path's, bit for bit */
+        float *of = malloc(2 * n * sizeof *of), *oc = malloc(2 * n * sizeof *oc);
+        was = cuda_G_loss_fused(p->gpu, 1);
+        OK(ssb4d_object_loss(p->gpu, &p->cal.geom, &ab[k], t, NULL, NULL, of, NULL, &lf, &err));
+        cuda_G_loss_fused(p->gpu, 0);
+        OK(ssb4d_object_loss(p->gpu, &p->cal.geom, &ab[k], t, NULL, NULL, oc, NULL, &lc, &err));
+        cuda_G_loss_fused(p->gpu, was);
+        int same = !memcmp(of, oc, 2 * n * sizeof *of);
+        printf("  fused release %-12s object %s the cuFFT path's; loss rel %.2e\n", what[k],
+               same ? "the same bits as" : "DIFFERS from", fabs(lf / lc - 1));
+        CHECK(same, "%s: the fused release's object differs from the cuFFT path's", what[k]);
+        CHECK(fabs(lf / lc - 1) <= 1e-6, "%s: the fused release's loss", what[k]);
+        free(of), free(oc);
+    }
+    free(mf), free(mc), free(mu);
+}
 
 int main(int argc, char **argv)
 {
@@ -352,7 +433,9 @@ int main(int argc, char **argv)
     test_determinism(&p);
     test_band(&p);
     test_cancel(&p);
-    test_device_bytes(&p);
+    test_fused(&p);
+    test_device_bytes(&p, 1);
+    test_device_bytes(&p, 0);
     if (!quick)
         test_fit(&p, "tiny");
     pair_close(&p);
@@ -372,13 +455,14 @@ int main(int argc, char **argv)
  * object's phase and the exact loss fused, f = 1); the peak cuda_G_device_bytes measures, and
  * what it holds after, equal the device model's replay of the same passes (plan/device_model.h,
  * cuFFT's work area from cuda_fft_work_bytes). */
-static void test_device_bytes(const pair *p)
+static void test_device_bytes(const pair *p, int fused)
 {
     ssb4d_gbuild_opts go;
     ssb4d_gbuild_opts_default(&go);
     ssb4d_G *G = NULL;
     OK(ssb4d_gbuild(p->src, &p->cal.geom, p->cal.bf_pix, p->cal.n_bf, &go, NULL, &G, &err));
     OK(cuda_G_attach(G, NULL, &err));
+    cuda_G_loss_fused(G, fused);
     const ssb4d_geometry *g = &p->cal.geom;
     const size_t n_bf = G->n_bf, npix = p->ny * p->nx;
     size_t n_slots = 0;
@@ -404,12 +488,13 @@ static void test_device_bytes(const pair *p)
 
     dev_model m;
     dev_model_init(&m, p->ny, p->nx, n_slots, G->plane_stride, cuda_fft_work_bytes);
+    m.fused = fused;
     dev_model_phases(&m, "loss batch", n_bf, 8, 1, 1, 0, 0);
     dev_model_phases(&m, "drag preview", n_sub, 1, 2, 0, 0, 1);
     dev_model_phases(&m, "release", n_bf, 1, 1, 1, 0, 1);
     const size_t want = dev_model_bytes(&m);
-    printf("  device bytes: measured peak %zu, held %zu; the model's peak %zu (planes %zu, work %zu, cuFFT %zu)"
-           "\n", peak, now, want, m.planes, dev_model_work_bytes(&m), m.buf[DEV_WORK]);
+    printf("  device bytes (%s): measured peak %zu, held %zu; the model's peak %zu (planes %zu, work %zu, cuFFT %zu)"
+           "\n", fused ? "fused loss" : "cuFFT path", peak, now, want, m.planes, dev_model_work_bytes(&m), m.buf[DEV_WORK]);
     CHECK(peak == want, "the device peak %zu is not the model's %zu", peak, want);
     CHECK(now == want, "the device holds %zu after the passes, the model %zu", now, want);
     free(ph), free(idx);
