@@ -1040,6 +1040,7 @@ ssb4d_status cuda_G_attach_blank(struct ssb4d_G *G, void **planes, void **stream
     }
     ssb4d_status st = SSB4D_OK;
     cudaGetDevice(&d->device);
+    d->fused_on = cu_fused_wanted(); /* as cuda_G_attach: the same passes whoever built G */
     d->stride = G->plane_stride;
     for (size_t ib = 0; ib < G->n_bf; ib++)
         d->slot_of[ib] = here(G, ib) ? (long long)d->n_slots++ : -1;
