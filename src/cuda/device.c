@@ -463,7 +463,7 @@ static ssb4d_status dpass_init(dpass *p, ssb_dev *d, const ssb4d_G *G, const ssb
     TRY(cudaMemcpyAsync(d->tab, h, tab_n * sizeof *h, cudaMemcpyHostToDevice, d->stream), "the pixel table");
     TRY(cudaStreamSynchronize(d->stream), "the pixel table"); /* before h goes */
     free(h);
-    p->fused = d->fused_on && want_phase && cu_fused_shape_ok(nyf, nxf);
+    p->fused = d->fused_on && want_phase && !do_acc && cu_fused_shape_ok(nyf, nxf);
     if (!p->fused) {
         TRY(dev_alloc(d, &d->spec, &d->spec_b, P * nb * sizeof(float2)), "the chunk spectra");
         TRY(dev_alloc(d, (void **)&d->valid, &d->valid_b, P), "the chunk flags");
@@ -508,10 +508,10 @@ static ssb4d_status dpass_pixels(dpass *p, size_t a, size_t b, double *out, ssb4
                             .set_tab = dt + p->set0 + 5 * n_bf * j, .qr = dt + 3 * n_bf,
                             .qc = dt + 3 * n_bf + p->nyf, .n_bf = n_bf};
             mark(d, CUDA_PROF_HOST);
-            if (p->fused) { /* correction, object sum, transform and sums in one pass (profiled as c2r) */
+            if (p->fused) { /* correction, transform and sums in one pass (profiled as c2r) */
                 double *sums = out + j * 2 * npix;
                 CK(cu_loss_fused(d->planes, p->gr, &s, px, p0, np, p->P, d->twb, d->xbuf, sums, sums + npix,
-                                 p->do_acc && j == 0 ? d->acc : NULL, d->stream), "the fused loss");
+                                 d->stream), "the fused loss");
                 mark(d, CUDA_PROF_FFT);
                 continue;
             }
@@ -605,7 +605,8 @@ static ssb4d_status dev_phases(ssb_dev *d, const ssb4d_G *G, const ssb_ctx *c, s
                                float *mean_phase, int do_acc, double complex *acc, ssb4d_mem *mem, ssb4d_err *err)
 {
     const int want_phase = loss || mean_phase;
-    if (G->dist && do_acc && want_phase) { /* the two reductions differ (dist.h): two passes */
+    /* the two reductions differ (dist.h), or the loss is fused and the object's sum is not: two passes */
+    if ((G->dist || (d->fused_on && cu_fused_shape_ok(c[0].nyf, c[0].nxf))) && do_acc && want_phase) {
         ssb4d_status st = dev_phases(d, G, c, n, NULL, NULL, 1, acc, mem, err);
         return st ? st : dev_phases(d, G, c, n, loss, mean_phase, 0, NULL, mem, err);
     }

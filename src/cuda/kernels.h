@@ -76,10 +76,9 @@ int cu_object_out(const void *F, size_t npix, float scale, float *object, float 
 void cu_fused_twiddles(int nyf, int nxf, void *host);
 /* total[r] += φ, s2[r] += φ² over pixels p0 .. p0+np−1 under set s, as cu_correct + c2r +
  * cu_phase_sum make them (nyf, nxf: cu_fused_shape_ok), in groups of cu_fused_group(nyf, nxf,
- * chunk) pixels through X (cu_fused_xbuf_bytes); tw: cu_fused_twiddles' tables on the device;
- * acc (may be NULL): the object's sum as cu_correct + cu_acc add it (the same bits). */
+ * chunk) pixels through X (cu_fused_xbuf_bytes); tw: cu_fused_twiddles' tables on the device. */
 int cu_loss_fused(const void *planes, cu_grid gr, const cu_set *s, cu_pixels px, size_t p0, size_t np, size_t chunk,
-                  const void *tw, void *X, double *total, double *s2, void *acc, void *stream);
+                  const void *tw, void *X, double *total, double *s2, void *stream);
 /* ---- the band objective (src/ssb/band.c) ---- */
 typedef struct {
     ssb_phys p; /* its λ, α0 and sampling are cu_band's */

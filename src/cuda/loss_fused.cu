@@ -65,32 +65,26 @@ __device__ static void inverse(fft_c *buf, int t, int T, int N, const fft_c *tw,
 
 /* Columns j0 .. j0+W−1 of pixels [pa, pb) of the group: each bin corrected as it is loaded, each
  * column inverse-transformed (nyf points, shared memory), written to X[p] (nyf × ncols). Block:
- * W columns × nyf/8 threads; shared: W × nyf points. ACC: the object's sum too (acc, nyf × ncols
- * double2, cu_acc's): one block takes the group's every pixel in order, so each bin's sum runs
- * pixel after pixel as cu_acc's does, over the same corrected values (the same bits). */
-template <bool FAST, bool ACC>
+ * W columns × nyf/8 threads; shared: W × nyf points. */
+template <bool FAST>
 __global__ void __launch_bounds__(COL_THREADS) k_fused_cols(const float2 *__restrict__ planes, cu_grid g, cu_set s,
                                                     cu_pixels px, size_t p0, size_t np, int W,
-                                                    const fft_c *__restrict__ tw, float2 *__restrict__ X,
-                                                    double2 *__restrict__ acc)
+                                                    const fft_c *__restrict__ tw, float2 *__restrict__ X)
 {
     extern __shared__ fft_c sm[];
     const int NY = g.nyf, T = NY / COL_PTS, nthr = blockDim.x, tid = threadIdx.x;
     const int j0 = blockIdx.x * W, ncols = g.ncols;
     const size_t nb = (size_t)NY * ncols;
-    const size_t pa = ACC ? 0 : (size_t)blockIdx.y * COL_RUN, pb = ACC ? np : pa + COL_RUN < np ? pa + COL_RUN : np;
+    const size_t pa = (size_t)blockIdx.y * COL_RUN, pb = pa + COL_RUN < np ? pa + COL_RUN : np;
     /* this thread's COL_PTS bins (the same for every pixel): element e is idx = tid + e·nthr, column
      * idx % W, row idx / W (a warp reads W neighbouring bins of consecutive rows) */
     float2 E[COL_PTS];
-    double2 A[ACC ? COL_PTS : 1]; /* the object's sum of this thread's bins */
 #pragma unroll
     for (int e = 0; e < COL_PTS; e++) {
         const int idx = tid + e * nthr, c = idx % W, i = idx / W, j = j0 + c;
         E[e] = make_float2(0, 0);
         if (FAST && j < ncols && (i | j))
             E[e] = f_chi_phasor(s, px.qr[i], px.qc[j]);
-        if (ACC)
-            A[ACC ? e : 0] = j < ncols ? acc[(size_t)i * ncols + j] : make_double2(0, 0);
     }
     const int c = tid / T, t = tid % T; /* this thread's column and place in its transform */
     const int LD = FFT_PADDED(NY);      /* a column's points in shared memory (fft_ix) */
@@ -107,10 +101,6 @@ __global__ void __launch_bounds__(COL_THREADS) k_fused_cols(const float2 *__rest
             float2 v = make_float2(0, 0);
             if (j < ncols)
                 v = bin_value<FAST>(planes, g, s, px, ib, slot, Ak, i, j, E[e]);
-            if (ACC) { /* −i·Ĉ: Ĉ = (−im, re), as cu_acc adds it */
-                A[ACC ? e : 0].x += (double)-v.y;
-                A[ACC ? e : 0].y += (double)v.x;
-            }
             sm[(size_t)cc * LD + fft_ix(i)] = fft_make(v.x, v.y);
         }
         __syncthreads();
@@ -126,13 +116,6 @@ __global__ void __launch_bounds__(COL_THREADS) k_fused_cols(const float2 *__rest
         }
         __syncthreads(); /* before the next pixel's bins overwrite the columns */
     }
-    if (ACC)
-#pragma unroll
-        for (int e = 0; e < COL_PTS; e++) {
-            const int idx = tid + e * nthr, cc = idx % W, i = idx / W, j = j0 + cc;
-            if (j < ncols)
-                acc[(size_t)i * ncols + j] = A[ACC ? e : 0];
-        }
 }
 
 /* Row i of the group's np pixels, Sb pixels at a time (blockDim = Sb × nxf/16): each row's real
@@ -191,26 +174,11 @@ extern "C" void cu_fused_twiddles(int nyf, int nxf, void *host)
     fft_twiddles(h + nyf, nxf);
 }
 
-template <bool FAST>
-static void launch_cols(dim3 grid, int threads, size_t smem, cudaStream_t st, const float2 *planes, const cu_grid &g,
-                        const cu_set &s, const cu_pixels &px, size_t p0, size_t np, int W, const fft_c *tw, float2 *X,
-                        double2 *acc)
-{
-    if (acc)
-        k_fused_cols<FAST, true><<<grid, threads, smem, st>>>(planes, g, s, px, p0, np, W, tw, X, acc);
-    else
-        k_fused_cols<FAST, false><<<grid, threads, smem, st>>>(planes, g, s, px, p0, np, W, tw, X, acc);
-}
-
 extern "C" int cu_loss_fused(const void *planes, cu_grid gr, const cu_set *s, cu_pixels px, size_t p0, size_t np,
-                             size_t chunk, const void *tw, void *X, double *total, double *s2, void *acc,
-                             void *stream)
+                             size_t chunk, const void *tw, void *X, double *total, double *s2, void *stream)
 {
     cudaStream_t st = (cudaStream_t)stream;
-    /* W columns a block: 256 threads; with the object's sum 128 (a block a column group for the
-     * whole group: twice the blocks, 129 at 512², one an SM) */
-    const int NY = gr.nyf, NX = gr.nxf, T = NY / COL_PTS, cap = acc ? COL_THREADS / 2 : COL_THREADS,
-              W = T >= cap ? 1 : cap / T;
+    const int NY = gr.nyf, NX = gr.nxf, T = NY / COL_PTS, W = T >= COL_THREADS ? 1 : COL_THREADS / T;
     const size_t S = cu_fused_group((size_t)NY, (size_t)NX, chunk), Sb = cu_fused_row_pixels((size_t)NX, S);
     const fft_c *twy = (const fft_c *)tw, *twx = twy + NY;
     const size_t col_smem = (size_t)W * FFT_PADDED(NY) * sizeof(fft_c),
@@ -218,14 +186,13 @@ extern "C" int cu_loss_fused(const void *planes, cu_grid gr, const cu_set *s, cu
     const unsigned row_threads = (unsigned)(Sb * (size_t)(NX / 16));
     for (size_t g0 = 0; g0 < np; g0 += S) {
         const size_t n = np - g0 < S ? np - g0 : S;
-        /* with the object's sum, one block a column group takes the group's pixels in order */
-        dim3 cg((unsigned)((gr.ncols + W - 1) / W), acc ? 1u : (unsigned)((n + COL_RUN - 1) / COL_RUN));
+        dim3 cg((unsigned)((gr.ncols + W - 1) / W), (unsigned)((n + COL_RUN - 1) / COL_RUN));
         if (s->fast)
-            launch_cols<true>(cg, W * T, col_smem, st, (const float2 *)planes, gr, *s, px, p0 + g0, n, W, twy,
-                              (float2 *)X, (double2 *)acc);
+            k_fused_cols<true><<<cg, W * T, col_smem, st>>>((const float2 *)planes, gr, *s, px, p0 + g0, n, W, twy,
+                                                             (float2 *)X);
         else
-            launch_cols<false>(cg, W * T, col_smem, st, (const float2 *)planes, gr, *s, px, p0 + g0, n, W, twy,
-                               (float2 *)X, (double2 *)acc);
+            k_fused_cols<false><<<cg, W * T, col_smem, st>>>((const float2 *)planes, gr, *s, px, p0 + g0, n, W, twy,
+                                                              (float2 *)X);
         k_fused_rows<<<(unsigned)NY, row_threads, row_smem, st>>>((const float2 *)X, gr, px, p0 + g0, n, twx,
                                                                    s->inv_dc, total, s2);
     }

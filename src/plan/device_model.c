@@ -91,11 +91,12 @@ void dev_model_phases(dev_model *m, const char *name, size_t view_bf, size_t n, 
         f = 1;
     const size_t nyf = (size_t)f * m->ny, nxf = (size_t)f * m->nx, ncols = nxf / 2 + 1;
     const size_t nb = nyf * ncols, npix = nyf * nxf, P = chunk_of(f);
-    /* dpass_init: a fused loss (and the object's sum with it) needs no spectra */
+    /* dev_phases: a fused loss makes the object's sum in a pass of its own (fused_init's buffers
+     * and the sum's spectra, both kept) */
     const int fused = m->fused && want_phase && cu_fused_shape_ok(nyf, nxf);
     /* dpass_init: tab_n = set0 + 5 n_bf n doubles, set0 = 3 n_bf + nyf + nxf */
     q.b[DEV_TAB] = (3 * view_bf + nyf + nxf + 5 * view_bf * n) * sizeof(double);
-    if (!fused) {
+    if (!fused || object_floats) {
         q.b[DEV_SPEC] = P * nb * F2;   /* spec: P nb float2 */
         q.b[DEV_VALID] = P;            /* valid: P bytes */
     }
