@@ -759,9 +759,9 @@ typedef struct {
                                       thickness, which confidence compares with (about 60 % more
                                       time; only when the thickness is refined); 0 (default): none */
     ssb4d_backend_kind backend;    /* where the minibatches run (docs/refine.md "Backends"): AUTO
-                                      (default) = CUDA when built and a GPU is present, else the
-                                      CPU; CUDA where it cannot run is SSB4D_EINVAL. The session's
-                                      door passes the session's backend for AUTO */
+                                      (default) and CPU = the CPU; CUDA = the GPU (asked for only:
+                                      its whole runs do not yet agree with the CPU's), SSB4D_EINVAL
+                                      where it cannot run. The session's door keeps AUTO on the CPU */
 } ssb4d_refine_params;
 void ssb4d_refine_params_default(ssb4d_refine_params *p);
 

@@ -176,6 +176,8 @@ static int parse(int argc, char **argv, refine_opts *o)
     }
     o->rp.refine_thickness = tr[0] < tr[1];
     o->rp.threads = o->m.threads;
+    if (o->m.backend == SSB4D_BACKEND_CUDA) /* asked for: the refinement too (AUTO keeps it on the CPU) */
+        o->rp.backend = SSB4D_BACKEND_CUDA;
     return 0;
 }
 
