@@ -1,4 +1,5 @@
-/* kernels.cu — the SSB passes on an NVIDIA GPU (kernels.h says what each does). */
+/* kernels.cu — the SSB passes on an NVIDIA GPU (kernels.h says what each does); a bin's
+ * correction is correct.cuh's, shared with the fused loss (loss_fused.cu). */
 #include "correct.cuh"
 
 /* FAST: the fast kernel on every bin but the Nyquist row and column (k_nyquist writes those);
