@@ -222,7 +222,7 @@ ssb4d_status ssb4d_refine(ssb4d_source *src, const ssb4d_calibration *cal, const
             q.th[RP_T0] = pb0.th[RP_T0] - TILT_CHECK_MRAD * 1e-3 * u0;
             q.th[RP_T1] = pb0.th[RP_T1] - TILT_CHECK_MRAD * 1e-3 * u1;
         }
-        q.iterations = pb.iterations * 3 / 5 > 6 ? pb.iterations * 3 / 5 : 6;
+        q.iterations = pb.iterations * 3 / 5 > 1 ? pb.iterations * 3 / 5 : 1; /* 60 % of the main solve's */
         refine_solution s2;
         st = refine_solve(&q, &s2, err);
         if (st) {
