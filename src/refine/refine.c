@@ -191,6 +191,10 @@ ssb4d_status ssb4d_refine(ssb4d_source *src, const ssb4d_calibration *cal, const
     pb.kappa = p->slice_coupling == 0 ? 1.0 : p->slice_coupling < 0 ? 0.0 : p->slice_coupling;
     pb.lr = 0.05;
 
+    /* with the check start, the main solve reports the first P/(P + 0.6P) of the progress */
+    int check = p->restart_check && (pb.active[RP_DZ] || pb.active[RP_T0]);
+    if (check)
+        pb.prog[0] = 0.0, pb.prog[1] = 0.62;
     refine_problem pb0 = pb; /* the start, for the check's second start */
     refine_solution s;
     struct timespec ts0, ts1;
@@ -207,8 +211,9 @@ ssb4d_status ssb4d_refine(ssb4d_source *src, const ssb4d_calibration *cal, const
      * at 0.75x or 1.25x of it, the tilt TILT_CHECK_MRAD from the seed's, opposite to where the main
      * solve moved it. The two must agree (confidence(), below). */
     double t2_nm = NAN, c10_2 = NAN, tilt2[2] = {NAN, NAN}, dev2 = NAN;
-    if (p->restart_check && (pb.active[RP_DZ] || pb.active[RP_T0])) {
+    if (check) {
         refine_problem q = pb0;
+        q.prog[0] = 0.62, q.prog[1] = 0.99;
         double t1 = pb.th[RP_DZ] * ns, t0 = pb0.th[RP_DZ] * ns, ts = t0;
         if (pb.active[RP_DZ]) {
             ts = t1 >= t0 ? 0.75 * t1 : 1.25 * t1;

@@ -24,6 +24,8 @@ typedef struct {
     double lr;                /* Adam's step on the object phase (rad); 0: default */
     double kappa;             /* the slices' similarity weight (0: none) */
     ssb4d_mem *mem;
+    double prog[2];           /* the share of the call's progress this solve reports: [from, to);
+                                 {0, 0}: all of it */
 } refine_problem;
 
 typedef struct {
