@@ -755,9 +755,10 @@ typedef struct {
     double slice_coupling;         /* κ, how strongly the slices are held alike (the tilt is
                                       degenerate with shifted free slices; docs/refine.md
                                       "Regularisation"): 0 = the default 1, negative = off */
-    int restart_check;             /* 1: a second, shorter start from the other side of the
-                                      thickness, which confidence compares with (about 60 % more
-                                      time; only when the thickness is refined); 0 (default): none */
+    int restart_check;             /* 1 (default): a second, shorter start from the other side of
+                                      the thickness and the tilt, which must agree with the result
+                                      for confidence (about 60 % more time; only when the
+                                      thickness or the tilt is refined); 0: none */
     ssb4d_backend_kind backend;    /* where the minibatches run (docs/refine.md "Backends"): AUTO
                                       (default) and CPU = the CPU; CUDA = the GPU (asked for only:
                                       its whole runs do not yet agree with the CPU's), SSB4D_EINVAL

@@ -416,7 +416,13 @@ static int cancel_at_half(void *user, const char *stage, double f)
     return f > 0.5;
 }
 
-/* Progress rises, a cancel stops the call (SSB4D_ECANCELLED), a budget too small for the patterns
+static int watch(void *user, const char *stage, double f)
+{
+    cancel_at_half(user, stage, f);
+    return 0;
+}
+
+/* Progress rises (through the check start too, which reports after the main solve), a cancel stops the call (SSB4D_ECANCELLED), a budget too small for the patterns
  * is refused in one line. */
 static void test_progress_cancel_budget(void **state)
 {
@@ -436,6 +442,21 @@ static void test_progress_cancel_budget(void **state)
     printf("%s after %d progress calls (last %.3f)\n", err.msg, log.calls, log.last);
     assert_true(log.calls > 5 && !log.backwards);
     ssb4d_mem_destroy(p.mem);
+    /* two slices: the tilt and the thickness are refined and the check start runs after the main solve */
+    ssb4d_refine_params q = p;
+    q.slices = 2, q.iterations = 3;
+    q.thickness_range_nm[0] = 0.5, q.thickness_range_nm[1] = 2.0;
+    q.thickness_nm = 1.0;
+    size_t region[4] = {4, 14, 4, 14};
+    progress_log wl = {0};
+    q.mem = ssb4d_mem_create(0);
+    ssb4d_mem_set_progress(q.mem, watch, &wl);
+    assert_int_equal(ssb4d_refine(c.src, &c.cal, &c.cal.geom, region, &c.truth_mid, NULL, &q, &r, &err), SSB4D_OK);
+    printf("with the check start: %d progress calls, last %.3f, check thickness %.3f nm\n", wl.calls, wl.last,
+           r.thickness_check_nm);
+    assert_true(!wl.backwards && wl.last == 1.0 && !isnan(r.thickness_check_nm));
+    ssb4d_refine_result_free(&r);
+    ssb4d_mem_destroy(q.mem);
     p.mem = ssb4d_mem_create((size_t)1 << 20);
     assert_int_equal(ssb4d_refine(c.src, &c.cal, &c.cal.geom, NULL, &c.truth_mid, NULL, &p, &r, &err), SSB4D_ENOMEM);
     printf("%s\n", err.msg);

@@ -205,6 +205,13 @@ static ssb4d_status solver_init(solver *S, refine_problem *pb, ssb4d_err *err)
     return SSB4D_OK;
 }
 
+/* Reports progress f (0..1 of this solve) within the share the caller gave it (pb->prog). */
+static int progress(const refine_problem *pb, double f)
+{
+    double lo = pb->prog[0], hi = pb->prog[1] > pb->prog[0] ? pb->prog[1] : 1.0;
+    return ssb4d_mem_progress(pb->mem, lo + (hi - lo) * f);
+}
+
 static void shuffle(solver *S, uint64_t pass)
 {
     uint64_t st = S->pb->seed * 0x2545F4914F6CDD1Dull + pass;
@@ -342,7 +349,7 @@ static double run_pass(solver *S, int mode, uint64_t pass, double *g, double pro
             update_t(S, r0, r1, c0, c1);
         }
         double f = prog0 + (prog1 - prog0) * (double)(b0 + (size_t)nb) / (double)npos;
-        if (ssb4d_mem_progress(pb->mem, f))
+        if (progress(pb, f))
             return NAN;
     }
     return loss;
@@ -455,7 +462,7 @@ static int final_eval(solver *S, refine_solution *out, double prog)
     const refine_data *d = S->d;
     size_t n = S->n;
     refine_model_set(S->model, &pb->geo, pb->th);
-    if (ssb4d_mem_progress(pb->mem, prog))
+    if (progress(pb, prog))
         return -1;
     /* the expected deviance from the model's own intensities (a table over log μ) */
     enum { NT = 512 };

@@ -25,6 +25,8 @@ typedef struct {
     double kappa;             /* the slices' similarity weight (0: none) */
     ssb4d_mem *mem;
     refine_accel *accel;      /* the minibatch on a device (batch.c); NULL: the CPU's threads */
+    double prog[2];           /* the share of the call's progress this solve reports: [from, to);
+                                 {0, 0}: all of it */
 } refine_problem;
 
 typedef struct {
