@@ -639,7 +639,10 @@ static ssb4d_status pass_totals_float(cal_run *c, ssb4d_err *err)
 static ssb4d_status pass_totals(cal_run *c, ssb4d_calibration *out, ssb4d_err *err)
 {
     ssb4d_status st;
-    if (c->sums) { /* the integer sums from elsewhere (the GPU) */
+    if (c->sums) { /* the integer sums from elsewhere (the GPU), into zeroed totals and moments */
+        memset(c->tot, 0, c->fr * sizeof *c->tot);
+        if (c->fit_rotation)
+            memset(c->mom, 0, c->npos * 3 * sizeof(uint64_t));
         st = c->sums->totals(c->sums->user, c->tot, c->fit_rotation ? c->mom : NULL, err);
         for (size_t q = 0; !st && q < c->fr; q++)
             c->totd[q] = (double)c->tot[q];

@@ -60,8 +60,8 @@ typedef struct {
 calibrate_ws calibrate_ws_sizes(size_t fr, size_t npos, size_t block_bytes, int fit_rotation);
 void calibrate_workspace(const calibrate_ws *w, ws_sink *out);
 /* Where pass 1's integer sums come from when not from the frames (the GPU's decoder,
- * src/cuda/gstart.c): totals(tot, mom) fills the per-pixel totals (P values, zeroed by the caller)
- * and, when mom is not NULL, the per-scan moments Σ I, Σ row·I, Σ col·I (3 per scan position);
+ * src/cuda/gstart.c): totals(tot, mom) fills the per-pixel totals (P values) and, when mom is not
+ * NULL, the per-scan moments (both zeroed by the caller: a filler may add into them) Σ I, Σ row·I, Σ col·I (3 per scan position);
  * unflag takes the flagged pixels' counts out of those moments (pass 2). Integers: the numbers
  * the frames give, so the calibration is bit for bit the CPU's. Counts only (not float data). */
 typedef struct {
