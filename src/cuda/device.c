@@ -963,20 +963,17 @@ void cuda_G_device_bytes(const struct ssb4d_G *G, size_t *now, size_t *peak)
     *peak = G->store.dev ? G->store.dev->peak : 0;
 }
 
-ssb4d_status cuda_G_attach(struct ssb4d_G *G, ssb4d_mem *mem, ssb4d_err *err)
+/* G's device copy without its planes: the device (a distributed G: this rank's of the host), the
+ * slots of the planes held here, the loss path, the stream. One set-up for cuda_G_attach and
+ * cuda_G_attach_blank, so a G gets the same passes whoever built it. */
+static ssb4d_status dev_new(const struct ssb4d_G *G, ssb_dev **out, ssb4d_err *err)
 {
-    if (G->view.is_view || G->store.dev)
-        return ssb_fail(err, SSB4D_EINTERNAL, "cuda_G_attach: G is a view or already on the device");
-    if (!cuda_available())
-        return ssb_fail(err, SSB4D_EINVAL, "no CUDA device is present");
     ssb_dev *d = calloc(1, sizeof *d);
-    if (!d || !(d->slot_of = malloc(G->n_bf * sizeof *d->slot_of))) {
+    if (!d || !(d->slot_of = malloc((G->n_bf ? G->n_bf : 1) * sizeof *d->slot_of))) {
         free(d);
         return ssb_fail(err, SSB4D_ENOMEM, "out of memory");
     }
     ssb4d_status st = SSB4D_OK;
-    G_group gr = {0};
-    int have_group = 0;
     if (G->dist) { /* one GPU per rank of a host, in the order of the ranks there */
         int nd = 0;
         cudaGetDeviceCount(&nd);
@@ -988,6 +985,35 @@ ssb4d_status cuda_G_attach(struct ssb4d_G *G, ssb4d_mem *mem, ssb4d_err *err)
     for (size_t ib = 0; ib < G->n_bf; ib++) /* a distributed G: this rank's planes only */
         d->slot_of[ib] = here(G, ib) ? (long long)d->n_slots++ : -1;
     CK(cudaStreamCreateWithFlags(&d->stream, cudaStreamNonBlocking), "creating a stream");
+done:
+    if (st) {
+        dev_free(d);
+        return st;
+    }
+    *out = d;
+    return SSB4D_OK;
+}
+
+/* G's passes from now on run on d (src/ssb/backend.h: the store names its backend). */
+static void dev_install(struct ssb4d_G *G, ssb_dev *d)
+{
+    G->store.backend = &cuda_backend;
+    G->store.dev = d;
+    G->store.dev_free = dev_free;
+}
+
+ssb4d_status cuda_G_attach(struct ssb4d_G *G, ssb4d_mem *mem, ssb4d_err *err)
+{
+    if (G->view.is_view || G->store.dev)
+        return ssb_fail(err, SSB4D_EINTERNAL, "cuda_G_attach: G is a view or already on the device");
+    if (!cuda_available())
+        return ssb_fail(err, SSB4D_EINVAL, "no CUDA device is present");
+    ssb_dev *d = NULL;
+    ssb4d_status st = dev_new(G, &d, err);
+    if (st)
+        return st;
+    G_group gr = {0};
+    int have_group = 0;
     size_t have = 0, want = (d->n_slots ? d->n_slots : 1) * d->stride * sizeof(float2), fr = 0, tot = 0;
     if (cudaMemGetInfo(&fr, &tot) == cudaSuccess && want > fr) {
         st = ssb_fail(err, SSB4D_ENOMEM,
@@ -1022,9 +1048,7 @@ done:
         dev_free(d);
         return st;
     }
-    G->store.backend = &cuda_backend;
-    G->store.dev = d;
-    G->store.dev_free = dev_free;
+    dev_install(G, d);
     return SSB4D_OK;
 }
 
@@ -1034,19 +1058,11 @@ ssb4d_status cuda_G_attach_blank(struct ssb4d_G *G, void **planes, void **stream
 {
     if (G->view.is_view || G->store.dev || G->dist)
         return ssb_fail(err, SSB4D_EINTERNAL, "cuda_G_attach_blank: G is a view, distributed or already on the device");
-    ssb_dev *d = calloc(1, sizeof *d);
-    if (!d || !(d->slot_of = malloc((G->n_bf ? G->n_bf : 1) * sizeof *d->slot_of))) {
-        free(d);
-        return ssb_fail(err, SSB4D_ENOMEM, "out of memory");
-    }
-    ssb4d_status st = SSB4D_OK;
-    cudaGetDevice(&d->device);
-    d->fused_on = cu_fused_wanted(); /* as cuda_G_attach: the same passes whoever built G */
-    d->stride = G->plane_stride;
-    for (size_t ib = 0; ib < G->n_bf; ib++)
-        d->slot_of[ib] = here(G, ib) ? (long long)d->n_slots++ : -1;
+    ssb_dev *d = NULL;
+    ssb4d_status st = dev_new(G, &d, err);
+    if (st)
+        return st;
     size_t have = 0, want = (d->n_slots ? d->n_slots : 1) * d->stride * sizeof(float2);
-    CK(cudaStreamCreateWithFlags(&d->stream, cudaStreamNonBlocking), "creating a stream");
     CK(dev_alloc(d, (void **)&d->planes, &have, want), "G's planes");
     CK(cudaMemsetAsync(d->planes, 0, want, d->stream), "clearing G's planes");
 done:
@@ -1054,9 +1070,7 @@ done:
         dev_free(d);
         return st;
     }
-    G->store.backend = &cuda_backend;
-    G->store.dev = d;
-    G->store.dev_free = dev_free;
+    dev_install(G, d);
     *planes = d->planes;
     *stream = d->stream;
     return SSB4D_OK;
