@@ -62,10 +62,14 @@ static int start_falls_back(ssb4d_status st, const char *what, const ssb4d_err *
     return 1;
 }
 
+/* The GPU's start for src: a whole .qem of counts, unless SSB4D_CPU_START asks for the CPU's
+ * (for comparisons). The calibration and the G build ask the same question. */
+static int device_start(ssb4d_source *src) { return cuda_start_takes(src) && !getenv("SSB4D_CPU_START"); }
+
 static ssb4d_status cuda_calibrate(ssb4d_source *src, const ssb4d_calib_params *p, void **keep,
                                    ssb4d_calibration *out, ssb4d_err *err)
 {
-    if (!cuda_start_takes(src) || getenv("SSB4D_CPU_START"))
+    if (!device_start(src))
         return ssb4d_calibrate(src, p, out, err);
     ssb4d_err e = {0};
     ssb4d_status st = cuda_calibrate_qem(src, p, NULL, (cuda_start **)keep, out, &e);
@@ -81,7 +85,7 @@ static ssb4d_status device_gbuild(ssb4d_source *src, const ssb4d_geometry *g, co
                                   const ssb4d_gbuild_opts *o, void **keep, ssb4d_mem *mem, ssb4d_G **out,
                                   ssb4d_err *err)
 {
-    if (cuda_start_takes(src) && !o->dist && !o->half && !getenv("SSB4D_CPU_START")) {
+    if (device_start(src) && !o->dist && !o->half) {
         ssb4d_err e = {0};
         cuda_start_opts so = {0, 0, 1};
         ssb4d_status st = cuda_gbuild_qem(src, g, bf_pix, n_bf, o, &so, (cuda_start **)keep, mem, out, &e);
