@@ -81,6 +81,17 @@ static void confidence(ssb4d_refine_result *r, const refine_solution *s, const r
     r->confident = w[0] == 0;
 }
 
+/* One solve of pb from a new object (the device's mirror, if any, goes up whole). A device error
+ * stops the solve as a cancel would: its own line is what the caller gets, not "cancelled". */
+static ssb4d_status solve_from_new_object(refine_problem *pb, refine_solution *s, ssb4d_err *err)
+{
+    refine_accel_object_changed(pb->accel);
+    ssb4d_status st = refine_solve(pb, s, err);
+    if (st == SSB4D_ECANCELLED && refine_accel_error(pb->accel, NULL))
+        st = refine_accel_error(pb->accel, err);
+    return st;
+}
+
 ssb4d_status ssb4d_refine(ssb4d_source *src, const ssb4d_calibration *cal, const ssb4d_geometry *g,
                           const size_t region[4], const ssb4d_aberrations *ab, const ssb4d_thick *thick,
                           const ssb4d_refine_params *p, ssb4d_refine_result *r, ssb4d_err *err)
@@ -206,12 +217,9 @@ ssb4d_status ssb4d_refine(ssb4d_source *src, const ssb4d_calibration *cal, const
     refine_solution s;
     struct timespec ts0, ts1;
     clock_gettime(CLOCK_MONOTONIC, &ts0);
-    refine_accel_object_changed(pb.accel); /* each solve starts from a new object */
-    st = refine_solve(&pb, &s, err);
+    st = solve_from_new_object(&pb, &s, err);
     clock_gettime(CLOCK_MONOTONIC, &ts1);
     if (st) {
-        if (st == SSB4D_ECANCELLED && refine_accel_error(pb.accel, NULL)) /* the device's line, not "cancelled" */
-            st = refine_accel_error(pb.accel, err);
         refine_accel_delete(pb.accel, p->mem);
         refine_data_free(&d);
         return st;
@@ -240,11 +248,8 @@ ssb4d_status ssb4d_refine(ssb4d_source *src, const ssb4d_calibration *cal, const
         }
         q.iterations = pb.iterations * 3 / 5 > 1 ? pb.iterations * 3 / 5 : 1; /* 60 % of the main solve's */
         refine_solution s2;
-        refine_accel_object_changed(pb.accel);
-        st = refine_solve(&q, &s2, err);
+        st = solve_from_new_object(&q, &s2, err);
         if (st) {
-            if (st == SSB4D_ECANCELLED && refine_accel_error(pb.accel, NULL))
-                st = refine_accel_error(pb.accel, err);
             refine_accel_delete(pb.accel, p->mem);
             refine_solution_free(&s);
             refine_data_free(&d);
