@@ -91,8 +91,8 @@ void ssb4d_mem_report_print(const ssb4d_mem *m, FILE *f);
  * Progress and cancel. The memory context is the one object every stage receives, so it also
  * carries the call's progress callback and its cancel flag. Long loops poll it (every BF plane,
  * block of frames or batch of candidates); the callback is called from whichever thread polls,
- * never by two threads at once, at most every 20 ms, with the stage's name and the work done so
- * far (0..1, an estimate). Returning non-zero cancels: the stage stops at its next poll and
+ * never by two threads at once, at most every 20 ms (except that a report of the work done, 1, is
+ * always passed on), with the stage's name and the work done so far (0..1, an estimate). Returning non-zero cancels: the stage stops at its next poll and
  * returns SSB4D_ECANCELLED. ssb4d_mem_cancel may be called from any thread.
  */
 typedef int (*ssb4d_progress_fn)(void *user, const char *stage, double fraction);

@@ -450,15 +450,16 @@ static void call_progress(ssb4d_mem *m, int force)
     pthread_mutex_unlock(&m->cb_lock);
 }
 
-int ssb4d_mem_poll(ssb4d_mem *m)
+/* The poll; force: call the callback however recently it ran. */
+static int poll_now(ssb4d_mem *m, int force)
 {
-    if (!m)
-        return 0;
     if (atomic_load(&m->cancelled))
         return 1;
-    call_progress(m, 0);
+    call_progress(m, force);
     return atomic_load(&m->cancelled);
 }
+
+int ssb4d_mem_poll(ssb4d_mem *m) { return m ? poll_now(m, 0) : 0; }
 
 int ssb4d_mem_progress(ssb4d_mem *m, double fraction)
 {
@@ -466,7 +467,9 @@ int ssb4d_mem_progress(ssb4d_mem *m, double fraction)
         return 0;
     if (!atomic_load(&m->fraction_owned)) /* else each pass inside a fit would reset it to 0 */
         atomic_store(&m->fraction, fraction < 0 ? 0.0 : fraction > 1 ? 1.0 : fraction);
-    return ssb4d_mem_poll(m);
+    /* the end is always passed on: a last report within 20 ms of the one before would leave the
+     * caller's bar short of done */
+    return poll_now(m, fraction >= 1.0);
 }
 
 int ssb4d_mem_progress_outer(ssb4d_mem *m, double fraction)
@@ -475,5 +478,5 @@ int ssb4d_mem_progress_outer(ssb4d_mem *m, double fraction)
         return 0;
     atomic_store(&m->fraction_owned, 1);
     atomic_store(&m->fraction, fraction < 0 ? 0.0 : fraction > 1 ? 1.0 : fraction);
-    return ssb4d_mem_poll(m);
+    return poll_now(m, fraction >= 1.0);
 }
