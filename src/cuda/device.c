@@ -12,7 +12,9 @@
 
 #include "common/block.h"
 #include "common/err.h"
+#include "cuda/backend.h"
 #include "cuda/kernels.h"
+#include "cuda/memory.h"
 #include "cuda/loss_fused.h"
 #include "dist/dist.h"
 #include "ssb/backend.h"
@@ -932,11 +934,21 @@ static void cuda_device_bytes(const ssb4d_G *G, size_t *now, size_t *peak, int r
     *now = d ? d->bytes : 0, *peak = d ? d->peak : 0;
 }
 
-/* The CUDA backend's table (src/ssb/backend.h): the real-output path's phase stack, the band
- * sums and the band power; the complex path runs on the CPU over the host planes. */
-static const ssb_backend cuda_backend = {.name = "cuda", .complex_path = 0, .phases = cuda_phases,
-                                         .band = cuda_band, .band_power = cuda_band_power,
-                                         .device_bytes = cuda_device_bytes};
+/* The CUDA backend's table (src/ssb/backend.h), its one instance: the session's entries
+ * (backend.c: the GPU's start, the device's memory) and the passes, the real-output path's phase
+ * stack, the band sums and the band power; the complex path runs on the CPU over the host planes. */
+const ssb_backend ssb_backend_cuda = {.name = "cuda",
+                                      .available = cuda_available,
+                                      .gbuild = cuda_backend_gbuild,
+                                      .calibrate = cuda_backend_calibrate,
+                                      .keep_free = cuda_backend_keep_free,
+                                      .device_memory = cuda_device_memory,
+                                      .fft_work_bytes = cuda_fft_work_bytes,
+                                      .complex_path = 0,
+                                      .phases = cuda_phases,
+                                      .band = cuda_band,
+                                      .band_power = cuda_band_power,
+                                      .device_bytes = cuda_device_bytes};
 
 void cuda_G_profile(const struct ssb4d_G *G, int on, double out[CUDA_PROF_N])
 {
@@ -997,7 +1009,7 @@ done:
 /* G's passes from now on run on d (src/ssb/backend.h: the store names its backend). */
 static void dev_install(struct ssb4d_G *G, ssb_dev *d)
 {
-    G->store.backend = &cuda_backend;
+    G->store.backend = &ssb_backend_cuda;
     G->store.dev = d;
     G->store.dev_free = dev_free;
 }
