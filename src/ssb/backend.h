@@ -38,21 +38,31 @@ typedef struct {
 } ssb_phase_job;
 
 /* The band objective's pass (band.c): its bins, per distinct rotation the BF pixels' k and A(k),
- * and the parameter sets. */
+ * and the parameter sets with their tables. Plain data: every backend reads the same job, and
+ * what a backend needs besides (the CPU's per-thread scratch, a device's buffers) it makes
+ * itself. */
 typedef struct {
-    ssb_phys p;                                        /* its parameters (optics/physics.h) */
-    size_t rot;                                        /* its rotation's index */
+    ssb_phys p;                         /* its parameters (optics/physics.h) */
+    size_t rot;                         /* its rotation's index */
+    /* Its tables on the bins (nb each), read where p.quadratic: e^{iχ(q)}, and for the thick
+     * model e^{∓i(t/2)πλ|q|²} and the tilt phase. */
+    const double complex *E, *Qm, *Qp;
+    const double *qt;
 } ssb_band_set;
 typedef struct {
     size_t nb;                          /* bins of the band on the stored half plane */
     const size_t *off;                  /* bin → offset in a plane (row·nxh + col) */
     const double *qx, *qy, *q2;
     double lambda, alpha0, ang[2];
+    double in2, out2;                   /* |v|² below which A = 1, above which A = 0, exactly */
+    const int *rs, *cs;                 /* bin → its slot among the nr rows and nc columns holding bins */
+    size_t nr, nc;
+    const double *rq, *cq;              /* those rows' and columns' frequencies */
     size_t nrot;
     const double *const *kx, *const *ky, *const *Ak; /* nrot tables of n_bf values */
     size_t n;
     const ssb_band_set *sets;
-    const struct band_pass *host;       /* the same pass as band.c's host tables (the CPU's entry) */
+    int threads;                        /* host threads (resolved) */
 } ssb_band_job;
 
 /* ssb4d_band_power's sums: acc[bin] += Σ_k |G(q,k)|² over the pixels with Ak[k] != 0, in BF order

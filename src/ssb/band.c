@@ -513,11 +513,9 @@ static ssb4d_status band_pix(void *user, size_t ib, double *out, ssb4d_err *err)
     return SSB4D_OK;
 }
 
-/* The band objective's pass as a plain job (backend.h), run by the backend holding G's planes;
- * u is the same pass on the host tables, for the CPU's entry. */
+/* The band objective's pass as a plain job (backend.h), run by the backend holding G's planes. */
 static ssb4d_status band_run(const struct ssb4d_G *G, const band_geom *b, const band_rot *rots, size_t nrot,
-                             const band_set *sets, size_t n, const band_pass *u, double *total, ssb4d_mem *mem,
-                             ssb4d_err *err)
+                             const band_set *sets, size_t n, int nt, double *total, ssb4d_mem *mem, ssb4d_err *err)
 {
     ssb_band_set *ds = calloc(n, sizeof *ds);
     const double **kt = calloc(3 * (nrot ? nrot : 1), sizeof *kt);
@@ -526,18 +524,79 @@ static ssb4d_status band_run(const struct ssb4d_G *G, const band_geom *b, const 
         ssb4d_status st = ssb_fail(err, SSB4D_ENOMEM, "out of memory");
         return G->dist ? dist_agree(G->dist, st, err) : st; /* the other ranks' pass begins with it */
     }
-    for (size_t i = 0; i < n; i++) {
-        ds[i].p = sets[i].p;
-        ds[i].rot = sets[i].rot;
-    }
+    for (size_t i = 0; i < n; i++)
+        ds[i] = (ssb_band_set){.p = sets[i].p, .rot = sets[i].rot, .E = sets[i].E, .Qm = sets[i].Qm,
+                               .Qp = sets[i].Qp, .qt = sets[i].qt};
     for (size_t r = 0; r < nrot; r++)
         kt[r] = rots[r].kx, kt[nrot + r] = rots[r].ky, kt[2 * nrot + r] = rots[r].Ak;
     const ssb_band_job j = {.nb = b->nb, .off = b->off, .qx = b->qx, .qy = b->qy, .q2 = b->q2, .lambda = b->lambda,
-                            .alpha0 = b->alpha0, .ang = {b->ang[0], b->ang[1]}, .nrot = nrot, .kx = kt,
-                            .ky = kt + nrot, .Ak = kt + 2 * nrot, .n = n, .sets = ds, .host = u};
+                            .alpha0 = b->alpha0, .ang = {b->ang[0], b->ang[1]}, .in2 = b->in2, .out2 = b->out2,
+                            .rs = b->rs, .cs = b->cs, .nr = b->nr, .nc = b->nc, .rq = b->rq, .cq = b->cq,
+                            .nrot = nrot, .kx = kt, .ky = kt + nrot, .Ak = kt + 2 * nrot, .n = n, .sets = ds,
+                            .threads = nt};
     ssb4d_status st = ssb_run_band(G, &j, total, mem, err);
     free(ds), free(kt);
     return st;
+}
+
+/* The CPU's view of a band job: the job's tables as band.c's kernels read them (nothing copied;
+ * the kernels only read), and per thread its scratch. */
+typedef struct {
+    band_geom b;
+    band_rot *rots;
+    band_set *sets;
+    band_scratch *ws;
+    int nt;
+} cpu_band;
+
+static ssb4d_status cpu_band_init(cpu_band *c, const struct ssb4d_G *G, const ssb_band_job *j, ssb4d_mem *mem,
+                                  ssb4d_err *err)
+{
+    memset(c, 0, sizeof *c);
+    band_geom *b = &c->b; /* read only: the kernels take it const */
+    b->G = G, b->lambda = j->lambda, b->alpha0 = j->alpha0, b->ang[0] = j->ang[0], b->ang[1] = j->ang[1];
+    b->in2 = j->in2, b->out2 = j->out2, b->nb = j->nb, b->off = (size_t *)j->off;
+    b->rs = (int *)j->rs, b->cs = (int *)j->cs, b->qx = (double *)j->qx, b->qy = (double *)j->qy;
+    b->q2 = (double *)j->q2, b->nr = j->nr, b->nc = j->nc, b->rq = (double *)j->rq, b->cq = (double *)j->cq;
+    const size_t nb1 = j->nb ? j->nb : 1;
+    const band_ws w = band_ws_sizes(j->nb, j->nr, j->nc, G->n_bf, j->n, j->nrot, j->threads);
+    c->nt = (int)w.nt;
+    c->rots = calloc(j->nrot ? j->nrot : 1, sizeof *c->rots);
+    c->sets = calloc(j->n ? j->n : 1, sizeof *c->sets);
+    c->ws = calloc((size_t)c->nt, sizeof *c->ws);
+    if (!c->rots || !c->sets || !c->ws)
+        return ssb_fail(err, SSB4D_ENOMEM, "out of memory");
+    for (size_t r = 0; r < j->nrot; r++)
+        c->rots[r] = (band_rot){(double *)j->kx[r], (double *)j->ky[r], (double *)j->Ak[r]};
+    for (size_t i = 0; i < j->n; i++) {
+        const ssb_band_set *s = &j->sets[i];
+        c->sets[i] = (band_set){.p = s->p, .rot = s->rot, .E = (double complex *)s->E,
+                                .Qm = (double complex *)s->Qm, .Qp = (double complex *)s->Qp, .qt = (double *)s->qt};
+    }
+    for (int t = 0; t < c->nt; t++) {
+        band_scratch *sc = &c->ws[t];
+        sc->A1 = ssb4d_mem_alloc(mem, w.A1, "band pixel geometry", err);
+        sc->R = ssb4d_mem_alloc(mem, w.R, "band phasors", err);
+        sc->part = ssb4d_mem_alloc(mem, w.part, "band block partial", err);
+        if (!sc->A1 || !sc->R || !sc->part)
+            return SSB4D_ENOMEM;
+        sc->A2 = sc->A1 + nb1;
+        sc->qk = sc->A2 + nb1;
+        sc->C = sc->R + j->nr;
+        sc->Rt = sc->C + j->nc;
+        sc->Ct = sc->Rt + j->nr;
+    }
+    return SSB4D_OK;
+}
+
+static void cpu_band_free(cpu_band *c, ssb4d_mem *mem)
+{
+    for (int t = 0; c->ws && t < c->nt; t++) {
+        ssb4d_mem_free(mem, c->ws[t].A1, 1);
+        ssb4d_mem_free(mem, c->ws[t].R, 1);
+        ssb4d_mem_free(mem, c->ws[t].part, 1);
+    }
+    free(c->ws), free(c->sets), free(c->rots);
 }
 
 /* The CPU backend's band sums (backend.h): this process's pixels in blocks of SSB_BLOCK, in groups
@@ -546,7 +605,10 @@ static ssb4d_status band_run(const struct ssb4d_G *G, const band_geom *b, const 
 ssb4d_status ssb_cpu_band(const struct ssb4d_G *G, const ssb_band_job *j, double *total, ssb4d_mem *mem,
                           ssb4d_err *err)
 {
-    const band_pass *u = j->host;
+    cpu_band cb;
+    ssb4d_status st = cpu_band_init(&cb, G, j, mem, err);
+    const band_pass pass = {G, &cb.b, cb.rots, j->nrot, cb.sets, j->n, j->nb ? j->nb : 1, cb.ws, cb.nt};
+    const band_pass *u = &pass;
     const size_t nsum = u->n * u->nb1 * 4;
     const int nt = u->nt;
     /* G in groups of BF pixels whose float32 planes are at hand: all of G when it is resident in
@@ -554,7 +616,8 @@ ssb4d_status ssb_cpu_band(const struct ssb4d_G *G, const ssb_band_job *j, double
      * same). A group spans whole blocks, so the block order of the sums, and with it the bits,
      * is the same for every group size and for a resident G. */
     G_group gr = {0};
-    ssb4d_status st = G_group_init(G, mem, &gr, err);
+    if (!st)
+        st = G_group_init(G, mem, &gr, err);
     const int have_group = !st;
     if (!st && gr.cap % SSB_BLOCK && gr.cap < G->n_bf)
         st = ssb_fail(err, SSB4D_EINTERNAL, "G groups of %zu pixels split the blocks of %d", gr.cap, SSB_BLOCK);
@@ -616,6 +679,7 @@ ssb4d_status ssb_cpu_band(const struct ssb4d_G *G, const ssb_band_job *j, double
     dist_chain_free(&ch);
     if (have_group)
         G_group_free(&gr);
+    cpu_band_free(&cb, mem);
     return st;
 }
 
@@ -665,29 +729,12 @@ ssb4d_status ssb4d_band_fit_rot(const ssb4d_G *G, const ssb4d_geometry *g, const
     /* Per-set tables: E, Qm, Qp (complex) and qt, allocated as one block. */
     double complex *tabs = NULL;
     double *qts = NULL, *total = NULL;
-    band_scratch *ws = NULL;
     if (!st) {
         tabs = ssb4d_mem_alloc(mem, w.tabs, "band set tables", err);
         qts = ssb4d_mem_alloc(mem, w.qts, "band set tables", err);
         total = ssb4d_mem_calloc(mem, w.total, "band sums", err);
-        ws = calloc((size_t)nt, sizeof *ws);
-        if (!tabs || !qts || !total || !ws)
-            st = ws ? SSB4D_ENOMEM : ssb_fail(err, SSB4D_ENOMEM, "out of memory");
-    }
-    for (int t = 0; !st && t < nt; t++) {
-        band_scratch *sc = &ws[t];
-        sc->A1 = ssb4d_mem_alloc(mem, w.A1, "band pixel geometry", err);
-        sc->R = ssb4d_mem_alloc(mem, w.R, "band phasors", err);
-        sc->part = ssb4d_mem_alloc(mem, w.part, "band block partial", err);
-        if (!sc->A1 || !sc->R || !sc->part) {
+        if (!tabs || !qts || !total)
             st = SSB4D_ENOMEM;
-            break;
-        }
-        sc->A2 = sc->A1 + nb1;
-        sc->qk = sc->A2 + nb1;
-        sc->C = sc->R + b.nr;
-        sc->Rt = sc->C + b.nc;
-        sc->Ct = sc->Rt + b.nr;
     }
     if (!st) {
         for (size_t i = 0; i < n; i++) {
@@ -704,9 +751,8 @@ ssb4d_status ssb4d_band_fit_rot(const ssb4d_G *G, const ssb4d_geometry *g, const
     }
     /* The pass, as a plain job, on the backend that holds G's planes (backend.h); a failure
      * before it still reaches the other ranks' agreement (dist.h). */
-    band_pass pu = {G, &b, rots, nrot, sets, n, nb1, ws, nt};
     if (!st)
-        st = band_run(G, &b, rots, nrot, sets, n, &pu, total, mem, err);
+        st = band_run(G, &b, rots, nrot, sets, n, nt, total, mem, err);
     else if (G->dist)
         st = dist_agree(G->dist, st, err);
     if (!st)
@@ -718,12 +764,6 @@ ssb4d_status ssb4d_band_fit_rot(const ssb4d_G *G, const ssb4d_geometry *g, const
                     f += b.wq[m] * (t[4 * m] * t[4 * m] + t[4 * m + 1] * t[4 * m + 1] - t[4 * m + 3]) / t[4 * m + 2];
             fit[i] = f;
         }
-    for (int t = 0; ws && t < nt; t++) {
-        ssb4d_mem_free(mem, ws[t].A1, 1);
-        ssb4d_mem_free(mem, ws[t].R, 1);
-        ssb4d_mem_free(mem, ws[t].part, 1);
-    }
-    free(ws);
     ssb4d_mem_free(mem, tabs, 1);
     ssb4d_mem_free(mem, qts, 1);
     ssb4d_mem_free(mem, total, 1);
