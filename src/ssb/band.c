@@ -34,6 +34,7 @@
 #include "dist/dist.h"
 #include "optics/optics.h"
 #include "ssb/backend.h"
+#include "ssb/block_pass.h"
 #include "ssb/ssb_internal.h"
 
 #include <math.h>
@@ -599,6 +600,41 @@ static void cpu_band_free(cpu_band *c, ssb4d_mem *mem)
     free(c->ws), free(c->sets), free(c->rots);
 }
 
+/* ssb_block_pass's callbacks for the band sums (block_pass.h): per thread, its scratch's partial. */
+typedef struct {
+    const band_pass *u;
+    const G_group *gr;
+    size_t g0, nsum;
+    double *total;
+    ssb4d_mem *mem;
+} cpu_band_blocks;
+
+static void band_sum(void *user, int t, size_t a, size_t b)
+{
+    const cpu_band_blocks *c = user;
+    band_scratch *w = &c->u->ws[t];
+    memset(w->part, 0, c->nsum * sizeof(double));
+    for (size_t ib = a; ib < b; ib++) {
+        const cfloat *plane = (const cfloat *)c->gr->planes[ib - c->g0];
+        if (!plane || ssb4d_mem_poll(c->mem))
+            continue; /* unstored: γ contributes nothing; cancelled: dropped below */
+        band_pixel(c->u, ib, plane, w, w->part);
+    }
+}
+
+static void band_add(void *user, int t)
+{
+    const cpu_band_blocks *c = user;
+    ssb_block_add(c->total, c->u->ws[t].part, c->nsum);
+}
+
+static size_t band_parts(void *user, int t, const double *parts[2], size_t lens[2])
+{
+    const cpu_band_blocks *c = user;
+    parts[0] = c->u->ws[t].part, lens[0] = c->nsum;
+    return 1;
+}
+
 /* The CPU backend's band sums (backend.h): this process's pixels in blocks of SSB_BLOCK, in groups
  * of planes at hand, each block's partial into the totals in block order (a distributed G: kept
  * for the chain of dist.h). Reached by every rank of a distributed G. */
@@ -622,20 +658,12 @@ ssb4d_status ssb_cpu_band(const struct ssb4d_G *G, const ssb_band_job *j, double
     if (!st && gr.cap % SSB_BLOCK && gr.cap < G->n_bf)
         st = ssb_fail(err, SSB4D_EINTERNAL, "G groups of %zu pixels split the blocks of %d", gr.cap, SSB_BLOCK);
     /* A distributed G: this rank's pixels [lo, hi) (one group: its planes are resident), their
-     * partials kept for the chain (dist.h); one process: [0, n_bf) in blocks. */
+     * partials kept for the chain (dist/blocks.h); one process: [0, n_bf) in blocks. */
     const size_t lo = G_lo(G), hi = G_hi(G);
-    dist_chain ch;
-    memset(&ch, 0, sizeof ch);
-    ch.d = G->dist, ch.len = nsum; /* a failure before dist_chain_init still reaches the agreement */
-    dist_seg *segs = NULL;
-    if (!st) {
-        segs = malloc(dist_segments_cap(lo, hi) * sizeof *segs);
-        if (!segs)
-            st = ssb_fail(err, SSB4D_ENOMEM, "out of memory");
-        else if (G->dist)
-            st = dist_chain_init(&ch, G->dist, nsum, segs, dist_segments(G->n_bf, lo, hi, segs), band_pix, (void *)u,
-                                 mem, err);
-    }
+    dist_blocks bl;
+    st = G_blocks_begin(&bl, st, G, nsum, band_pix, (void *)u, mem, err);
+    cpu_band_blocks bu = {u, &gr, 0, nsum, total, mem};
+    const ssb_block_fns fns = {&bu, nt, band_sum, band_add, band_parts};
     for (size_t g0 = lo; !st && g0 < hi; g0 += gr.cap) {
         size_t g1 = g0 + gr.cap < hi ? g0 + gr.cap : hi;
         if (ssb4d_mem_progress(mem, (double)(g0 - lo) / (double)(hi - lo))) {
@@ -644,39 +672,13 @@ ssb4d_status ssb_cpu_band(const struct ssb4d_G *G, const ssb_band_job *j, double
         }
         if ((st = G_group_load(G, g0, g1, &gr, err)))
             break;
-        size_t nseg = dist_segments(G->n_bf, g0, g1, segs);
-#pragma omp parallel num_threads(nt)
-        {
-            band_scratch *w = &u->ws[omp_get_thread_num()];
-#pragma omp for ordered schedule(dynamic, 1)
-            for (size_t sg = 0; sg < nseg; sg++) {
-                if (segs[sg].kind == DIST_PIX)
-                    continue; /* a block begun on an earlier rank: band_pix, once it arrives */
-                memset(w->part, 0, nsum * sizeof(double));
-                for (size_t ib = segs[sg].a; ib < segs[sg].b; ib++) {
-                    const cfloat *plane = (const cfloat *)gr.planes[ib - g0];
-                    if (!plane || ssb4d_mem_poll(mem))
-                        continue; /* unstored: γ contributes nothing; cancelled: dropped below */
-                    band_pixel(u, ib, plane, w, w->part);
-                }
-#pragma omp ordered
-                {
-                    if (!G->dist || dist_chain_direct(&ch, segs[sg].kind))
-                        ssb_block_add(total, w->part, nsum);
-                    else {
-                        const double *parts[1] = {w->part};
-                        dist_chain_keep(&ch, &segs[sg], parts, &nsum, 1);
-                    }
-                }
-            }
-        }
+        bu.g0 = g0;
+        ssb_block_pass(&bl, g0, g1, &fns);
     }
-    free(segs);
     if (!st && ssb4d_mem_cancelled(mem)) /* before the chain: every rank learns of it */
         st = ssb_fail(err, SSB4D_ECANCELLED, "cancelled");
-    if (G->dist)
-        st = dist_chain_run(&ch, st, total, err);
-    dist_chain_free(&ch);
+    st = dist_blocks_end(&bl, st, total, err);
+    dist_blocks_free(&bl);
     if (have_group)
         G_group_free(&gr);
     cpu_band_free(&cb, mem);
