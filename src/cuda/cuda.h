@@ -1,4 +1,4 @@
-/* cuda.h — the CUDA backend's device (device.c): what the session backend (backend_cuda.c)
+/* cuda.h — the CUDA backend's device (device.c): what its backend table (backend.c, device.c)
  * and the tests call. Built only with -DSSB4D_CUDA (CMakeLists.txt). */
 #ifndef SSB4D_CUDA_CUDA_H
 #define SSB4D_CUDA_CUDA_H

@@ -12,9 +12,11 @@
 
 #include "common/block.h"
 #include "common/err.h"
+#include "cuda/backend.h"
 #include "cuda/kernels.h"
+#include "cuda/memory.h"
 #include "cuda/loss_fused.h"
-#include "dist/dist.h"
+#include "dist/blocks.h"
 #include "ssb/backend.h"
 
 #include <cuda_runtime_api.h>
@@ -546,39 +548,28 @@ static ssb4d_status dpass_pix(void *user, size_t ib, double *out, ssb4d_err *err
 
 /* The phase sums of this rank's pixels in blocks (dist.h): each block from zero, then into the
  * totals (one process, rank 0's whole blocks) or kept on the device for the chain; a distributed
- * G then runs the chain (dist_chain_run, dist.h), and every rank's device holds one GPU's
+ * G then runs the chain (dist/blocks.h), and every rank's device holds one GPU's
  * totals. Reached by every rank whatever st is. */
 static ssb4d_status dpass_blocks(dpass *p, ssb4d_status st, ssb4d_err *err)
 {
     ssb_dev *d = p->d;
     const ssb4d_G *G = p->G;
     const size_t len = p->n * 2 * p->npix;
-    dist_seg *segs = malloc(dist_segments_cap(p->lo, p->hi) * sizeof *segs);
-    size_t nseg = segs ? dist_segments(G->n_bf, p->lo, p->hi, segs) : 0;
-    if (!st && !segs)
-        st = ssb_fail(err, SSB4D_ENOMEM, "out of memory");
-    dist_chain ch;
-    memset(&ch, 0, sizeof ch);
-    ch.d = G->dist, ch.len = len; /* a failure before dist_chain_init_on still reaches the chain */
-    if (!st && G->dist)
-        st = dist_chain_init_on(&ch, &dev_vec, d, G->dist, len, segs, nseg, dpass_pix, p, err);
-    for (size_t i = 0; !st && i < nseg; i++) {
-        const dist_seg *sg = &segs[i];
-        if (sg->kind == DIST_PIX)
+    dist_blocks bl;
+    st = dist_blocks_begin(&bl, st, G->dist, G->n_bf, p->lo, p->hi, len, &dev_vec, d, dpass_pix, p, NULL, err);
+    for (size_t i = 0; !st && i < bl.nseg; i++) {
+        const int route = dist_blocks_route(&bl, i);
+        if (route == DIST_SKIP)
             continue; /* a block begun on an earlier rank: dpass_pix, once it arrives */
-        const int direct = !G->dist || dist_chain_direct(&ch, sg->kind);
-        double *part = direct ? d->bpart : dist_chain_slot(&ch, sg);
+        double *part = route == DIST_TOTALS ? d->bpart : dist_blocks_slot(&bl, i);
         TRY(cudaMemsetAsync(part, 0, len * sizeof(double), d->stream), "a block's phase sums");
         if (!st)
-            st = dpass_pixels(p, sg->a, sg->b, part, err);
-        if (direct)
+            st = dpass_pixels(p, bl.segs[i].a, bl.segs[i].b, part, err);
+        if (route == DIST_TOTALS)
             TRY(cu_add(d->sums, d->bpart, len, d->stream), "the phase sums");
     }
-    if (G->dist) {
-        st = dist_chain_run(&ch, st, d->sums, err);
-        dist_chain_free(&ch);
-    }
-    free(segs);
+    st = dist_blocks_end(&bl, st, d->sums, err);
+    dist_blocks_free(&bl);
     return st;
 }
 
@@ -786,16 +777,12 @@ static ssb4d_status dev_band(ssb_dev *d, const ssb4d_G *G, const ssb_band_job *j
     ssb4d_status st = band_upload(d, G, j->nb, j->off, j->qx, j->qy, j->q2, j->nrot, j->kx, j->ky, j->Ak, &bp.b, err);
     bp.b.lambda = j->lambda, bp.b.alpha0 = j->alpha0, bp.b.ang0 = j->ang[0], bp.b.ang1 = j->ang[1];
     cu_band_set *hs = calloc(n ? n : 1, sizeof *hs);
-    dist_seg *segs = malloc(dist_segments_cap(lo, hi) * sizeof *segs);
     long long *ls = malloc(dist_segments_cap(lo, hi) * 3 * sizeof *ls);
-    if (!st && (!hs || !segs || !ls))
+    if (!st && (!hs || !ls))
         st = ssb_fail(err, SSB4D_ENOMEM, "out of memory");
-    const size_t nseg = st ? 0 : dist_segments(G->n_bf, lo, hi, segs);
-    dist_chain ch;
-    memset(&ch, 0, sizeof ch);
-    ch.d = G->dist, ch.len = nout; /* a failure before dist_chain_init_on still reaches the chain */
-    if (!st && G->dist)
-        st = dist_chain_init_on(&ch, &dev_vec, d, G->dist, nout, segs, nseg, band_pix, &bp, err);
+    dist_blocks bl;
+    st = dist_blocks_begin(&bl, st, G->dist, G->n_bf, lo, hi, nout, &dev_vec, d, band_pix, &bp, NULL, err);
+    const size_t nseg = st ? 0 : bl.nseg;
     for (size_t i = 0; !st && i < n; i++) {
         hs[i].p = j->sets[i].p;
         hs[i].rot = (long long)j->sets[i].rot;
@@ -809,26 +796,24 @@ static ssb4d_status dev_band(ssb_dev *d, const ssb4d_G *G, const ssb_band_job *j
     /* the segments that go into the totals (one process: all), in one launch */
     size_t nd = 0;
     for (size_t i = 0; !st && i < nseg; i++)
-        if (segs[i].kind != DIST_PIX && (!G->dist || dist_chain_direct(&ch, segs[i].kind)))
-            ls[3 * nd] = (long long)segs[i].a, ls[3 * nd + 1] = (long long)segs[i].b, ls[3 * nd + 2] = -1, nd++;
+        if (dist_blocks_route(&bl, i) == DIST_TOTALS)
+            ls[3 * nd] = (long long)bl.segs[i].a, ls[3 * nd + 1] = (long long)bl.segs[i].b, ls[3 * nd + 2] = -1, nd++;
     if (!st)
         st = band_launch(d, bp.b, n, ls, nd, d->sums, NULL, err);
-    /* a distributed G: each kept partial from its own launch, in segment order */
-    for (size_t i = 0; !st && G->dist && i < nseg; i++) {
-        if (segs[i].kind == DIST_PIX || dist_chain_direct(&ch, segs[i].kind))
+    /* the kept partials (a distributed G), each from its own launch, in segment order */
+    for (size_t i = 0; !st && i < nseg; i++) {
+        if (dist_blocks_route(&bl, i) != DIST_KEEP)
             continue;
-        const long long one[3] = {(long long)segs[i].a, (long long)segs[i].b, 0};
-        st = band_launch(d, bp.b, n, one, 1, NULL, dist_chain_slot(&ch, &segs[i]), err);
+        const long long one[3] = {(long long)bl.segs[i].a, (long long)bl.segs[i].b, 0};
+        st = band_launch(d, bp.b, n, one, 1, NULL, dist_blocks_slot(&bl, i), err);
     }
     if (!st && ssb4d_mem_progress(mem, 1.0))
         st = ssb_fail(err, SSB4D_ECANCELLED, "cancelled");
-    if (G->dist) {
-        st = dist_chain_run(&ch, st, d->sums, err);
-        dist_chain_free(&ch);
-    }
+    st = dist_blocks_end(&bl, st, d->sums, err);
+    dist_blocks_free(&bl);
     TRY(cudaMemcpyAsync(total, d->sums, nout * sizeof(double), cudaMemcpyDeviceToHost, d->stream), "the band sums");
     TRY(cudaStreamSynchronize(d->stream), "the band objective");
-    free(ls), free(segs), free(hs);
+    free(ls), free(hs);
     return st;
 }
 
@@ -932,11 +917,21 @@ static void cuda_device_bytes(const ssb4d_G *G, size_t *now, size_t *peak, int r
     *now = d ? d->bytes : 0, *peak = d ? d->peak : 0;
 }
 
-/* The CUDA backend's table (src/ssb/backend.h): the real-output path's phase stack, the band
- * sums and the band power; the complex path runs on the CPU over the host planes. */
-static const ssb_backend cuda_backend = {.name = "cuda", .complex_path = 0, .phases = cuda_phases,
-                                         .band = cuda_band, .band_power = cuda_band_power,
-                                         .device_bytes = cuda_device_bytes};
+/* The CUDA backend's table (src/ssb/backend.h), its one instance: the session's entries
+ * (backend.c: the GPU's start, the device's memory) and the passes, the real-output path's phase
+ * stack, the band sums and the band power; the complex path runs on the CPU over the host planes. */
+const ssb_backend ssb_backend_cuda = {.name = "cuda",
+                                      .available = cuda_available,
+                                      .gbuild = cuda_backend_gbuild,
+                                      .calibrate = cuda_backend_calibrate,
+                                      .keep_free = cuda_backend_keep_free,
+                                      .device_memory = cuda_device_memory,
+                                      .fft_work_bytes = cuda_fft_work_bytes,
+                                      .complex_path = 0,
+                                      .phases = cuda_phases,
+                                      .band = cuda_band,
+                                      .band_power = cuda_band_power,
+                                      .device_bytes = cuda_device_bytes};
 
 void cuda_G_profile(const struct ssb4d_G *G, int on, double out[CUDA_PROF_N])
 {
@@ -997,7 +992,7 @@ done:
 /* G's passes from now on run on d (src/ssb/backend.h: the store names its backend). */
 static void dev_install(struct ssb4d_G *G, ssb_dev *d)
 {
-    G->store.backend = &cuda_backend;
+    G->store.backend = &ssb_backend_cuda;
     G->store.dev = d;
     G->store.dev_free = dev_free;
 }

@@ -33,7 +33,7 @@
 
 struct ssb4d_session {
     ssb4d_session_opts o;
-    const session_backend *bk;
+    const ssb_backend *bk;
     void *bk_keep;             /* what the backend keeps from the calibration for the G build */
     ssb4d_mem *mem;            /* the budget; also carries progress and cancel */
     size_t budget;
@@ -569,8 +569,9 @@ static ssb4d_status build(ssb4d_session *s, ssb4d_source *src, int half, size_t 
     ssb4d_source_shape(src, sh);
     session_device dev = {sh[0] == s->field_shape[0] && sh[1] == s->field_shape[1] ? s->dev_field : s->dev_region,
                           s->o.device_memory_bytes};
+    const ssb_device_check chk = {session_device_check, &dev};
     call_begin(s, "G build");
-    ssb4d_status st = s->bk->gbuild(src, &s->cal.geom, s->cal.bf_pix, s->cal.n_bf, &go, &dev, &s->bk_keep, s->mem, G, err);
+    ssb4d_status st = s->bk->gbuild(src, &s->cal.geom, s->cal.bf_pix, s->cal.n_bf, &go, &chk, &s->bk_keep, s->mem, G, err);
     keep_drop(s); /* G is built: what the calibration kept for it goes */
     device_note(s, st ? NULL : *G);
     call_end(s);

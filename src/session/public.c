@@ -3,7 +3,7 @@
 
 ssb4d_status ssb4d_backend_check(ssb4d_backend_kind kind, const char **name, ssb4d_err *err)
 {
-    const session_backend *bk = NULL;
+    const ssb_backend *bk = NULL;
     ssb4d_status st = session_backend_select(kind, &bk, err);
     if (!st && name)
         *name = bk->name;

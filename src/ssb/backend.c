@@ -1,8 +1,17 @@
 /* backend.c — the CPU backend's table and the one rule of which backend runs a pass (backend.h). */
 #include "ssb/backend.h"
 
+static ssb4d_status cpu_gbuild(ssb4d_source *src, const ssb4d_geometry *g, const int32_t *bf_pix, size_t n_bf,
+                               const ssb4d_gbuild_opts *o, const ssb_device_check *chk, void **keep, ssb4d_mem *mem,
+                               struct ssb4d_G **out, ssb4d_err *err)
+{
+    (void)chk, (void)keep; /* nothing on a device */
+    return ssb4d_gbuild(src, g, bf_pix, n_bf, o, mem, out, err);
+}
+
 const ssb_backend ssb_backend_cpu = {
     .name = "cpu",
+    .gbuild = cpu_gbuild,
     .complex_path = 1,
     .phases = ssb_cpu_phases,
     .band = ssb_cpu_band,

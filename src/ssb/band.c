@@ -34,6 +34,7 @@
 #include "dist/dist.h"
 #include "optics/optics.h"
 #include "ssb/backend.h"
+#include "ssb/block_pass.h"
 #include "ssb/ssb_internal.h"
 
 #include <math.h>
@@ -513,11 +514,9 @@ static ssb4d_status band_pix(void *user, size_t ib, double *out, ssb4d_err *err)
     return SSB4D_OK;
 }
 
-/* The band objective's pass as a plain job (backend.h), run by the backend holding G's planes;
- * u is the same pass on the host tables, for the CPU's entry. */
+/* The band objective's pass as a plain job (backend.h), run by the backend holding G's planes. */
 static ssb4d_status band_run(const struct ssb4d_G *G, const band_geom *b, const band_rot *rots, size_t nrot,
-                             const band_set *sets, size_t n, const band_pass *u, double *total, ssb4d_mem *mem,
-                             ssb4d_err *err)
+                             const band_set *sets, size_t n, int nt, double *total, ssb4d_mem *mem, ssb4d_err *err)
 {
     ssb_band_set *ds = calloc(n, sizeof *ds);
     const double **kt = calloc(3 * (nrot ? nrot : 1), sizeof *kt);
@@ -526,18 +525,114 @@ static ssb4d_status band_run(const struct ssb4d_G *G, const band_geom *b, const 
         ssb4d_status st = ssb_fail(err, SSB4D_ENOMEM, "out of memory");
         return G->dist ? dist_agree(G->dist, st, err) : st; /* the other ranks' pass begins with it */
     }
-    for (size_t i = 0; i < n; i++) {
-        ds[i].p = sets[i].p;
-        ds[i].rot = sets[i].rot;
-    }
+    for (size_t i = 0; i < n; i++)
+        ds[i] = (ssb_band_set){.p = sets[i].p, .rot = sets[i].rot, .E = sets[i].E, .Qm = sets[i].Qm,
+                               .Qp = sets[i].Qp, .qt = sets[i].qt};
     for (size_t r = 0; r < nrot; r++)
         kt[r] = rots[r].kx, kt[nrot + r] = rots[r].ky, kt[2 * nrot + r] = rots[r].Ak;
     const ssb_band_job j = {.nb = b->nb, .off = b->off, .qx = b->qx, .qy = b->qy, .q2 = b->q2, .lambda = b->lambda,
-                            .alpha0 = b->alpha0, .ang = {b->ang[0], b->ang[1]}, .nrot = nrot, .kx = kt,
-                            .ky = kt + nrot, .Ak = kt + 2 * nrot, .n = n, .sets = ds, .host = u};
+                            .alpha0 = b->alpha0, .ang = {b->ang[0], b->ang[1]}, .in2 = b->in2, .out2 = b->out2,
+                            .rs = b->rs, .cs = b->cs, .nr = b->nr, .nc = b->nc, .rq = b->rq, .cq = b->cq,
+                            .nrot = nrot, .kx = kt, .ky = kt + nrot, .Ak = kt + 2 * nrot, .n = n, .sets = ds,
+                            .threads = nt};
     ssb4d_status st = ssb_run_band(G, &j, total, mem, err);
     free(ds), free(kt);
     return st;
+}
+
+/* The CPU's view of a band job: the job's tables as band.c's kernels read them (nothing copied;
+ * the kernels only read), and per thread its scratch. */
+typedef struct {
+    band_geom b;
+    band_rot *rots;
+    band_set *sets;
+    band_scratch *ws;
+    int nt;
+} cpu_band;
+
+static ssb4d_status cpu_band_init(cpu_band *c, const struct ssb4d_G *G, const ssb_band_job *j, ssb4d_mem *mem,
+                                  ssb4d_err *err)
+{
+    memset(c, 0, sizeof *c);
+    band_geom *b = &c->b; /* read only: the kernels take it const */
+    b->G = G, b->lambda = j->lambda, b->alpha0 = j->alpha0, b->ang[0] = j->ang[0], b->ang[1] = j->ang[1];
+    b->in2 = j->in2, b->out2 = j->out2, b->nb = j->nb, b->off = (size_t *)j->off;
+    b->rs = (int *)j->rs, b->cs = (int *)j->cs, b->qx = (double *)j->qx, b->qy = (double *)j->qy;
+    b->q2 = (double *)j->q2, b->nr = j->nr, b->nc = j->nc, b->rq = (double *)j->rq, b->cq = (double *)j->cq;
+    const size_t nb1 = j->nb ? j->nb : 1;
+    const band_ws w = band_ws_sizes(j->nb, j->nr, j->nc, G->n_bf, j->n, j->nrot, j->threads);
+    c->nt = (int)w.nt;
+    c->rots = calloc(j->nrot ? j->nrot : 1, sizeof *c->rots);
+    c->sets = calloc(j->n ? j->n : 1, sizeof *c->sets);
+    c->ws = calloc((size_t)c->nt, sizeof *c->ws);
+    if (!c->rots || !c->sets || !c->ws)
+        return ssb_fail(err, SSB4D_ENOMEM, "out of memory");
+    for (size_t r = 0; r < j->nrot; r++)
+        c->rots[r] = (band_rot){(double *)j->kx[r], (double *)j->ky[r], (double *)j->Ak[r]};
+    for (size_t i = 0; i < j->n; i++) {
+        const ssb_band_set *s = &j->sets[i];
+        c->sets[i] = (band_set){.p = s->p, .rot = s->rot, .E = (double complex *)s->E,
+                                .Qm = (double complex *)s->Qm, .Qp = (double complex *)s->Qp, .qt = (double *)s->qt};
+    }
+    for (int t = 0; t < c->nt; t++) {
+        band_scratch *sc = &c->ws[t];
+        sc->A1 = ssb4d_mem_alloc(mem, w.A1, "band pixel geometry", err);
+        sc->R = ssb4d_mem_alloc(mem, w.R, "band phasors", err);
+        sc->part = ssb4d_mem_alloc(mem, w.part, "band block partial", err);
+        if (!sc->A1 || !sc->R || !sc->part)
+            return SSB4D_ENOMEM;
+        sc->A2 = sc->A1 + nb1;
+        sc->qk = sc->A2 + nb1;
+        sc->C = sc->R + j->nr;
+        sc->Rt = sc->C + j->nc;
+        sc->Ct = sc->Rt + j->nr;
+    }
+    return SSB4D_OK;
+}
+
+static void cpu_band_free(cpu_band *c, ssb4d_mem *mem)
+{
+    for (int t = 0; c->ws && t < c->nt; t++) {
+        ssb4d_mem_free(mem, c->ws[t].A1, 1);
+        ssb4d_mem_free(mem, c->ws[t].R, 1);
+        ssb4d_mem_free(mem, c->ws[t].part, 1);
+    }
+    free(c->ws), free(c->sets), free(c->rots);
+}
+
+/* ssb_block_pass's callbacks for the band sums (block_pass.h): per thread, its scratch's partial. */
+typedef struct {
+    const band_pass *u;
+    const G_group *gr;
+    size_t g0, nsum;
+    double *total;
+    ssb4d_mem *mem;
+} cpu_band_blocks;
+
+static void band_sum(void *user, int t, size_t a, size_t b)
+{
+    const cpu_band_blocks *c = user;
+    band_scratch *w = &c->u->ws[t];
+    memset(w->part, 0, c->nsum * sizeof(double));
+    for (size_t ib = a; ib < b; ib++) {
+        const cfloat *plane = (const cfloat *)c->gr->planes[ib - c->g0];
+        if (!plane || ssb4d_mem_poll(c->mem))
+            continue; /* unstored: γ contributes nothing; cancelled: dropped below */
+        band_pixel(c->u, ib, plane, w, w->part);
+    }
+}
+
+static void band_add(void *user, int t)
+{
+    const cpu_band_blocks *c = user;
+    ssb_block_add(c->total, c->u->ws[t].part, c->nsum);
+}
+
+static size_t band_parts(void *user, int t, const double *parts[2], size_t lens[2])
+{
+    const cpu_band_blocks *c = user;
+    parts[0] = c->u->ws[t].part, lens[0] = c->nsum;
+    return 1;
 }
 
 /* The CPU backend's band sums (backend.h): this process's pixels in blocks of SSB_BLOCK, in groups
@@ -546,7 +641,10 @@ static ssb4d_status band_run(const struct ssb4d_G *G, const band_geom *b, const 
 ssb4d_status ssb_cpu_band(const struct ssb4d_G *G, const ssb_band_job *j, double *total, ssb4d_mem *mem,
                           ssb4d_err *err)
 {
-    const band_pass *u = j->host;
+    cpu_band cb;
+    ssb4d_status st = cpu_band_init(&cb, G, j, mem, err);
+    const band_pass pass = {G, &cb.b, cb.rots, j->nrot, cb.sets, j->n, j->nb ? j->nb : 1, cb.ws, cb.nt};
+    const band_pass *u = &pass;
     const size_t nsum = u->n * u->nb1 * 4;
     const int nt = u->nt;
     /* G in groups of BF pixels whose float32 planes are at hand: all of G when it is resident in
@@ -554,25 +652,18 @@ ssb4d_status ssb_cpu_band(const struct ssb4d_G *G, const ssb_band_job *j, double
      * same). A group spans whole blocks, so the block order of the sums, and with it the bits,
      * is the same for every group size and for a resident G. */
     G_group gr = {0};
-    ssb4d_status st = G_group_init(G, mem, &gr, err);
+    if (!st)
+        st = G_group_init(G, mem, &gr, err);
     const int have_group = !st;
     if (!st && gr.cap % SSB_BLOCK && gr.cap < G->n_bf)
         st = ssb_fail(err, SSB4D_EINTERNAL, "G groups of %zu pixels split the blocks of %d", gr.cap, SSB_BLOCK);
     /* A distributed G: this rank's pixels [lo, hi) (one group: its planes are resident), their
-     * partials kept for the chain (dist.h); one process: [0, n_bf) in blocks. */
+     * partials kept for the chain (dist/blocks.h); one process: [0, n_bf) in blocks. */
     const size_t lo = G_lo(G), hi = G_hi(G);
-    dist_chain ch;
-    memset(&ch, 0, sizeof ch);
-    ch.d = G->dist, ch.len = nsum; /* a failure before dist_chain_init still reaches the agreement */
-    dist_seg *segs = NULL;
-    if (!st) {
-        segs = malloc(dist_segments_cap(lo, hi) * sizeof *segs);
-        if (!segs)
-            st = ssb_fail(err, SSB4D_ENOMEM, "out of memory");
-        else if (G->dist)
-            st = dist_chain_init(&ch, G->dist, nsum, segs, dist_segments(G->n_bf, lo, hi, segs), band_pix, (void *)u,
-                                 mem, err);
-    }
+    dist_blocks bl;
+    st = G_blocks_begin(&bl, st, G, nsum, band_pix, (void *)u, mem, err);
+    cpu_band_blocks bu = {u, &gr, 0, nsum, total, mem};
+    const ssb_block_fns fns = {&bu, nt, band_sum, band_add, band_parts};
     for (size_t g0 = lo; !st && g0 < hi; g0 += gr.cap) {
         size_t g1 = g0 + gr.cap < hi ? g0 + gr.cap : hi;
         if (ssb4d_mem_progress(mem, (double)(g0 - lo) / (double)(hi - lo))) {
@@ -581,41 +672,16 @@ ssb4d_status ssb_cpu_band(const struct ssb4d_G *G, const ssb_band_job *j, double
         }
         if ((st = G_group_load(G, g0, g1, &gr, err)))
             break;
-        size_t nseg = dist_segments(G->n_bf, g0, g1, segs);
-#pragma omp parallel num_threads(nt)
-        {
-            band_scratch *w = &u->ws[omp_get_thread_num()];
-#pragma omp for ordered schedule(dynamic, 1)
-            for (size_t sg = 0; sg < nseg; sg++) {
-                if (segs[sg].kind == DIST_PIX)
-                    continue; /* a block begun on an earlier rank: band_pix, once it arrives */
-                memset(w->part, 0, nsum * sizeof(double));
-                for (size_t ib = segs[sg].a; ib < segs[sg].b; ib++) {
-                    const cfloat *plane = (const cfloat *)gr.planes[ib - g0];
-                    if (!plane || ssb4d_mem_poll(mem))
-                        continue; /* unstored: γ contributes nothing; cancelled: dropped below */
-                    band_pixel(u, ib, plane, w, w->part);
-                }
-#pragma omp ordered
-                {
-                    if (!G->dist || dist_chain_direct(&ch, segs[sg].kind))
-                        ssb_block_add(total, w->part, nsum);
-                    else {
-                        const double *parts[1] = {w->part};
-                        dist_chain_keep(&ch, &segs[sg], parts, &nsum, 1);
-                    }
-                }
-            }
-        }
+        bu.g0 = g0;
+        ssb_block_pass(&bl, g0, g1, &fns);
     }
-    free(segs);
     if (!st && ssb4d_mem_cancelled(mem)) /* before the chain: every rank learns of it */
         st = ssb_fail(err, SSB4D_ECANCELLED, "cancelled");
-    if (G->dist)
-        st = dist_chain_run(&ch, st, total, err);
-    dist_chain_free(&ch);
+    st = dist_blocks_end(&bl, st, total, err);
+    dist_blocks_free(&bl);
     if (have_group)
         G_group_free(&gr);
+    cpu_band_free(&cb, mem);
     return st;
 }
 
@@ -665,29 +731,12 @@ ssb4d_status ssb4d_band_fit_rot(const ssb4d_G *G, const ssb4d_geometry *g, const
     /* Per-set tables: E, Qm, Qp (complex) and qt, allocated as one block. */
     double complex *tabs = NULL;
     double *qts = NULL, *total = NULL;
-    band_scratch *ws = NULL;
     if (!st) {
         tabs = ssb4d_mem_alloc(mem, w.tabs, "band set tables", err);
         qts = ssb4d_mem_alloc(mem, w.qts, "band set tables", err);
         total = ssb4d_mem_calloc(mem, w.total, "band sums", err);
-        ws = calloc((size_t)nt, sizeof *ws);
-        if (!tabs || !qts || !total || !ws)
-            st = ws ? SSB4D_ENOMEM : ssb_fail(err, SSB4D_ENOMEM, "out of memory");
-    }
-    for (int t = 0; !st && t < nt; t++) {
-        band_scratch *sc = &ws[t];
-        sc->A1 = ssb4d_mem_alloc(mem, w.A1, "band pixel geometry", err);
-        sc->R = ssb4d_mem_alloc(mem, w.R, "band phasors", err);
-        sc->part = ssb4d_mem_alloc(mem, w.part, "band block partial", err);
-        if (!sc->A1 || !sc->R || !sc->part) {
+        if (!tabs || !qts || !total)
             st = SSB4D_ENOMEM;
-            break;
-        }
-        sc->A2 = sc->A1 + nb1;
-        sc->qk = sc->A2 + nb1;
-        sc->C = sc->R + b.nr;
-        sc->Rt = sc->C + b.nc;
-        sc->Ct = sc->Rt + b.nr;
     }
     if (!st) {
         for (size_t i = 0; i < n; i++) {
@@ -704,9 +753,8 @@ ssb4d_status ssb4d_band_fit_rot(const ssb4d_G *G, const ssb4d_geometry *g, const
     }
     /* The pass, as a plain job, on the backend that holds G's planes (backend.h); a failure
      * before it still reaches the other ranks' agreement (dist.h). */
-    band_pass pu = {G, &b, rots, nrot, sets, n, nb1, ws, nt};
     if (!st)
-        st = band_run(G, &b, rots, nrot, sets, n, &pu, total, mem, err);
+        st = band_run(G, &b, rots, nrot, sets, n, nt, total, mem, err);
     else if (G->dist)
         st = dist_agree(G->dist, st, err);
     if (!st)
@@ -718,12 +766,6 @@ ssb4d_status ssb4d_band_fit_rot(const ssb4d_G *G, const ssb4d_geometry *g, const
                     f += b.wq[m] * (t[4 * m] * t[4 * m] + t[4 * m + 1] * t[4 * m + 1] - t[4 * m + 3]) / t[4 * m + 2];
             fit[i] = f;
         }
-    for (int t = 0; ws && t < nt; t++) {
-        ssb4d_mem_free(mem, ws[t].A1, 1);
-        ssb4d_mem_free(mem, ws[t].R, 1);
-        ssb4d_mem_free(mem, ws[t].part, 1);
-    }
-    free(ws);
     ssb4d_mem_free(mem, tabs, 1);
     ssb4d_mem_free(mem, qts, 1);
     ssb4d_mem_free(mem, total, 1);

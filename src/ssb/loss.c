@@ -8,8 +8,8 @@
 #include "common/err.h"
 #include "common/fftw_lock.h"
 #include "common/parallel.h"
-#include "dist/dist.h"
 #include "ssb/backend.h"
+#include "ssb/block_pass.h"
 #include "ssb/ssb_internal.h"
 
 #include <math.h>
@@ -262,7 +262,7 @@ typedef struct {
     thread_scratch *ts;
     tiled tl;
     fftwf_plan plan;
-    dist_chain ch;              /* a distributed G: the partials this rank keeps (dist.h) */
+    dist_blocks bl;             /* the pass's blocks; a distributed G: the partials this rank keeps */
 } stack;
 
 /* ---- workspace: phase_stack's sizes, and the order stack_init and stack_free use them in ---- */
@@ -477,51 +477,55 @@ static void pixel_sums(const stack *k, size_t ib, const cfloat *plane, thread_sc
     }
 }
 
+/* ssb_block_pass's callbacks for the per-thread layout (block_pass.h). */
+typedef struct {
+    stack *k;
+    const G_group *gr;
+    size_t g0;
+    ssb4d_mem *mem;
+} stack_blocks;
+
+static void stack_sum(void *user, int t, size_t a, size_t b)
+{
+    const stack_blocks *u = user;
+    stack *k = u->k;
+    thread_scratch *s = &k->ts[t];
+    memset(s->part, 0, k->n * k->npix * sizeof(double));
+    memset(s->s2, 0, k->n * sizeof(double));
+    for (size_t ib = a; ib < b; ib++) {
+        const cfloat *plane = (const cfloat *)u->gr->planes[ib - u->g0];
+        if (!plane || ssb4d_mem_poll(u->mem))
+            continue; /* φ_k ≡ 0: contributes nothing, still counts in N_bf;
+                         cancelled: the sums are dropped by the caller */
+        pixel_sums(k, ib, plane, s, s->part, s->s2);
+    }
+}
+
+static void stack_add(void *user, int t)
+{
+    stack *k = ((const stack_blocks *)user)->k;
+    const thread_scratch *s = &k->ts[t];
+    for (size_t j = 0; j < k->n; j++) {
+        ssb_block_add(k->total[j], s->part + j * k->npix, k->npix);
+        k->S2[j] += s->s2[j];
+    }
+}
+
+static size_t stack_parts(void *user, int t, const double *parts[2], size_t lens[2])
+{
+    const stack *k = ((const stack_blocks *)user)->k;
+    parts[0] = k->ts[t].part, lens[0] = k->n * k->npix;
+    parts[1] = k->ts[t].s2, lens[1] = k->n;
+    return 2;
+}
+
 /* One group of BF pixels [g0, g1) (whole blocks) in the per-thread layout: each thread sums its
  * blocks, and the blocks' partials go into the totals in block order. */
-static ssb4d_status stack_group(stack *k, const ssb4d_G *G, const G_group *gr, size_t g0, size_t g1, ssb4d_mem *mem,
-                                ssb4d_err *err)
+static void stack_group(stack *k, const G_group *gr, size_t g0, size_t g1, ssb4d_mem *mem)
 {
-    const size_t n = k->n, npix = k->npix;
-    /* One process: blocks of SSB_BLOCK from g0 (a block boundary). A distributed G's range may also
-     * begin inside a block and end inside one (dist_segments). */
-    dist_seg *segs = malloc(dist_segments_cap(g0, g1) * sizeof *segs);
-    if (!segs)
-        return ssb_fail(err, SSB4D_ENOMEM, "out of memory");
-    size_t nseg = dist_segments(G->n_bf, g0, g1, segs);
-#pragma omp parallel num_threads(k->nt)
-    {
-        thread_scratch *s = &k->ts[omp_get_thread_num()];
-#pragma omp for ordered schedule(dynamic, 1)
-        for (size_t b = 0; b < nseg; b++) {
-            if (segs[b].kind == DIST_PIX)
-                continue; /* a block begun on an earlier rank: loss_pix, once it arrives */
-            memset(s->part, 0, n * npix * sizeof(double));
-            memset(s->s2, 0, n * sizeof(double));
-            for (size_t ib = segs[b].a; ib < segs[b].b; ib++) {
-                const cfloat *plane = (const cfloat *)gr->planes[ib - g0];
-                if (!plane || ssb4d_mem_poll(mem))
-                    continue; /* φ_k ≡ 0: contributes nothing, still counts in N_bf;
-                                 cancelled: the sums are dropped by the caller */
-                pixel_sums(k, ib, plane, s, s->part, s->s2);
-            }
-#pragma omp ordered
-            {
-                if (!G->dist || dist_chain_direct(&k->ch, segs[b].kind)) {
-                    for (size_t j = 0; j < n; j++) {
-                        ssb_block_add(k->total[j], s->part + j * npix, npix);
-                        k->S2[j] += s->s2[j];
-                    }
-                } else {
-                    const double *parts[2] = {s->part, s->s2};
-                    const size_t lens[2] = {n * npix, n};
-                    dist_chain_keep(&k->ch, &segs[b], parts, lens, 2);
-                }
-            }
-        }
-    }
-    free(segs);
-    return SSB4D_OK;
+    stack_blocks u = {k, gr, g0, mem};
+    const ssb_block_fns f = {&u, k->nt, stack_sum, stack_add, stack_parts};
+    ssb_block_pass(&k->bl, g0, g1, &f);
 }
 
 /* One pixel's contribution, as stack_group adds it into a block partial started at zero
@@ -554,7 +558,7 @@ static ssb4d_status stack_reduce(stack *k, ssb4d_status st, ssb4d_mem *mem, ssb4
         memcpy(T + j * npix, k->total[j], npix * sizeof *T);
         T[n * npix + j] = k->S2[j];
     }
-    st = dist_chain_run(&k->ch, st, T, err);
+    st = dist_blocks_end(&k->bl, st, T, err);
     for (size_t j = 0; !st && j < n; j++) {
         memcpy(k->total[j], T + j * npix, npix * sizeof *T);
         k->S2[j] = T[n * npix + j];
@@ -592,7 +596,7 @@ static void stack_free(stack *k, ssb4d_mem *mem)
         fftwf_destroy_plan(k->plan);
         ssb_fftw_unlock();
     }
-    dist_chain_free(&k->ch);
+    dist_blocks_free(&k->bl);
     for (int t = 0; k->ts && t < k->nt; t++) {
         /* Kept in the cache: the next evaluation reuses the same tiles. */
         ssb4d_mem_free(mem, k->ts[t].buf, 1);
@@ -638,16 +642,8 @@ ssb4d_status ssb_cpu_phases(const ssb4d_G *G, const ssb_phase_job *j, ssb4d_mem 
     stack k;
     ssb4d_status st = stack_init(&k, G, g, ab, thick, n, f, &of, mem, err);
     const size_t lo = G_lo(G), hi = G_hi(G);
-    memset(&k.ch, 0, sizeof k.ch);
-    k.ch.d = G->dist, k.ch.len = n * k.npix + n; /* a failure before dist_chain_init still agrees */
     loss_pix_user pu = {&k, G};
-    if (!st && G->dist) {
-        dist_seg *segs = malloc(dist_segments_cap(lo, hi) * sizeof *segs);
-        st = segs ? dist_chain_init(&k.ch, G->dist, n * k.npix + n, segs, dist_segments(G->n_bf, lo, hi, segs),
-                                    loss_pix, &pu, mem, err)
-                  : ssb_fail(err, SSB4D_ENOMEM, "out of memory");
-        free(segs);
-    }
+    st = G_blocks_begin(&k.bl, st, G, n * k.npix + n, loss_pix, &pu, mem, err);
     fused fb = {0}, *fu = NULL;
     if (!st && fusing) {
         fb.slot = release_slot(k.nspec);
@@ -678,13 +674,13 @@ ssb4d_status ssb_cpu_phases(const ssb4d_G *G, const ssb_phase_job *j, ssb4d_mem 
             st = tiled_pass(G, k.c, n, k.Eq, k.ts, k.nt, k.real, k.plan, k.ncols, &gr, g0, g1, &k.tl, k.total, k.S2,
                             fu, mem);
         else
-            st = stack_group(&k, G, &gr, g0, g1, mem, err);
+            stack_group(&k, &gr, g0, g1, mem);
     }
     if (!st && ssb4d_mem_cancelled(mem)) /* planes were skipped: the sums are incomplete */
         st = ssb_fail(err, SSB4D_ECANCELLED, "cancelled");
     if (have_group)
         G_group_free(&gr);
-    if (G->dist)
+    if (dist_blocks_chained(&k.bl))
         st = stack_reduce(&k, st, mem, err);
     if (!st && k.tiles && k.tl.next_block - SSB_BLOCK < G->n_bf)
         tiled_flush(&k.tl, n, k.npix, k.total, k.S2, k.nt); /* the last, partial block */

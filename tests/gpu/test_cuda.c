@@ -287,7 +287,7 @@ static void test_session(const uint16_t *counts, const size_t shape[4], const ss
            r.ab.phi_deg[SSB4D_C12], r.loss);
     ssb4d_fit_result_free(&r);
     /* Issue 41 item 5: the session's device peak against its plan (plan_device_session, the
-     * model backend_cuda.c checks G against) to the byte, after what the model replays: the fit
+     * model session_device_check checks G against) to the byte, after what the model replays: the fit
      * (above), a drag preview, a release, the object at the session's upsampling. */
     dev_session_in in;
     session_handle_device_model(s, &in);
