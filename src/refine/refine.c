@@ -199,14 +199,7 @@ ssb4d_status ssb4d_refine(ssb4d_source *src, const ssb4d_calibration *cal, const
     pb.seed = p->seed;
     pb.mem = p->mem;
     pb.kappa = p->slice_coupling == 0 ? 1.0 : p->slice_coupling < 0 ? 0.0 : p->slice_coupling;
-    /* Adam's object step (rad per minibatch, per slice). Too small and a strong crystal's object
-     * is still far from converged after 30 passes; too large and it jumps into a worse state
-     * it never leaves, and that limit falls as slices are added (10.6 nm of Au at its true
-     * parameters, the object alone, 30 passes: deviance 3.4x at 0.05 with 7 slices, 2.1x at 0.2;
-     * with 4 slices 1.6x at 0.2-0.35 and 7x at 0.6; with 14 slices 3.2x at 0.05, 5.2x at 0.1;
-     * docs/refine.md "The object's step"). So a total phase step of 0.7 rad spread over the
-     * slices, at most 0.2 per slice. */
-    pb.lr = fmin(0.2, 0.7 / ns);
+    pb.lr = 0.05;
 
     /* the backend: the minibatches on the GPU when asked (or AUTO and one is here) */
     size_t ogrid[2];
