@@ -439,7 +439,7 @@ class Session:
         """Multislice refinement (SPEC §13, docs/refine.md), seeded by the session's parameters: the
         last fit, a loaded calibration file's fit or aberrations, or (with neither) the standard fit,
         run first. region: ((r0, r1), (c0, c1)) or (r0, r1, c0, c1) scan rows/cols, half-open (None:
-        the session's region, or the whole scan); slices 0: about one per 2 nm; thickness_nm None:
+        the session's region, or the whole scan); slices 0: about one per 1.5 nm (at most 64); thickness_nm None:
         the middle of thickness_range_nm (lo == hi holds it). On success the session's aberrations,
         tilt and thickness become the refined ones, and :meth:`save_calibration` records the
         refinement ("refine" section). The same numbers as ``ssb4d refine --json`` on the same data

@@ -131,8 +131,8 @@ static const ssb4d_param CALIBRATE_ROWS[] = {
 #define REF(field, name, opt, type, unit, lo, hi, def, choices, flags, help) \
     ROW(ssb4d_refine_params, field, name, opt, type, unit, lo, hi, def, choices, flags, help)
 static const ssb4d_param REFINE_ROWS[] = {
-    REF(slices, "slices", "slices", SSB4D_PARAM_INT, "", 1, 1000, 0, NULL, SSB4D_PARAM_AUTO,
-        "slices of the object (auto: about one per 2 nm of the thickness)"),
+    REF(slices, "slices", "slices", SSB4D_PARAM_INT, "", 1, 64, 0, NULL, SSB4D_PARAM_AUTO,
+        "slices of the object (auto: about one per 1.5 nm of the thickness, at most 64)"),
     REF(thickness_nm, "thickness_nm", "thickness", SSB4D_PARAM_DOUBLE, "nm", 0, 1e4, NAN, NULL, SSB4D_PARAM_MIN_OPEN,
         "the start's total thickness (nm; default the middle of the thickness range)"),
     REF(iterations, "iterations", "iterations", SSB4D_PARAM_INT, "", 1, 100000, 30, NULL, 0,

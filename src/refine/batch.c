@@ -303,8 +303,11 @@ ssb4d_status refine_accel_error(const refine_accel *a, ssb4d_err *err)
 void refine_accel_object_changed(refine_accel *a)
 {
 #ifdef SSB4D_HAVE_CUDA
+    /* A new solve has a new model whose version count starts again at 1: the tables go up again
+     * too, or the check start's model, reaching the main solve's last count, would run on the
+     * main solve's last tables. */
     if (a)
-        cuda_refine_object_changed(a->c);
+        cuda_refine_object_changed(a->c), a->version = 0;
 #else
     (void)a;
 #endif

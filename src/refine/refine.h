@@ -106,7 +106,8 @@ int refine_accel_batch(refine_accel *a, const refine_model *m, const float *t, c
 /* The object is a new one (a solve starts): the device copies all of it before its next
  * minibatch. Between minibatches the solver changes the object only in the Adam step after a
  * minibatch with want_obj, over the rectangle that minibatch's crops cover (the engine copies
- * that up); anything else that changes it must call this. */
+ * that up); anything else that changes it, and a new solve (a new model, whose table versions start
+ * again), must call this. */
 void refine_accel_object_changed(refine_accel *a);
 /* The kept error into err (SSB4D_OK when none). */
 ssb4d_status refine_accel_error(const refine_accel *a, ssb4d_err *err);
