@@ -8,20 +8,16 @@
  * bits are its own (the host's libm is not the device's, and nvcc fuses a·b + c into one FMA where
  * gcc on x86-64 does not), so the rule is: an expression here is written exactly as each side
  * evaluated it before it moved here. Where the two sides differed, the difference is kept, marked
- * "per side" and selected by __CUDA_ARCH__ (defined only in nvcc's device pass).
+ * "per side" and selected by SSB_DEVICE_PASS (common/hd.h: 1 only in a GPU compiler's device pass).
  *
  * Only plain C: no <complex.h> (nvcc compiles this as C++), no compound literals, no library
- * headers of ssb4d; the host-only helpers that fill ssb_phys from the public structs are in
+ * headers of ssb4d but common/hd.h; the host-only helpers that fill ssb_phys from the public structs are in
  * optics.h. */
 #ifndef SSB4D_OPTICS_PHYSICS_H
 #define SSB4D_OPTICS_PHYSICS_H
-#include <math.h>
+#include "common/hd.h" /* SSB_HD, SSB_DEVICE_PASS: neutral, for any GPU compiler */
 
-#ifdef __CUDACC__
-#define SSB_HD __host__ __device__
-#else
-#define SSB_HD
-#endif
+#include <math.h>
 
 #define SSB_PI 3.14159265358979323846 /* M_PI's digits (nvcc's headers need not define M_PI) */
 #define SSB_N_ABERR 14                 /* SSB4D_N_ABERR (optics.c checks they agree) */
@@ -64,7 +60,7 @@ SSB_HD static inline double ssb_cabs(ssb_c64 a) { return hypot(a.re, a.im); } /*
  * pairs them into one sincos itself). Per side. */
 SSB_HD static inline void ssb_sincos(double x, double *s, double *c)
 {
-#ifdef __CUDA_ARCH__
+#if SSB_DEVICE_PASS
     sincos(x, s, c);
 #else
     *s = sin(x);
@@ -149,7 +145,7 @@ SSB_HD static inline ssb_c64 ssb_unit_conj(ssb_c64 t1, ssb_c64 t2)
         return ssb_c64_make(gam.re / mag, -gam.im / mag);
     double m1 = ssb_cabs(t1), m2 = ssb_cabs(t2);
     if (m1 > 0) { /* conj(−i·t1)/|t1| */
-#ifdef __CUDA_ARCH__
+#if SSB_DEVICE_PASS
         return ssb_c64_make(t1.im / m1, t1.re / m1);
 #else
         /* Per side: the host's −I·t1, a full complex multiply by (−0, −1), whose zeros' signs
@@ -180,7 +176,7 @@ SSB_HD static inline ssb_c64 ssb_n_at(const ssb_phys *p, int fast, double kx, do
         ssb_sincos(chq, &sn, &cs);
         ssb_sincos(a * qx + b * qy, &ps, &pc);
         ssb_c64 e = ssb_c64_make(cs, -sn), ph = ssb_c64_make(Ak * pc, Ak * ps);
-#ifdef __CUDA_ARCH__
+#if SSB_DEVICE_PASS
         ssb_c64 pe = ssb_cmul(ph, e), pce = ssb_cmul(ph, ssb_conj(e));
         return ssb_unit_conj(ssb_c64_make(A1 * pe.re, A1 * pe.im), ssb_c64_make(A2 * pce.re, A2 * pce.im));
 #else
