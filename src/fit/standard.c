@@ -770,6 +770,10 @@ ssb4d_status ssb4d_fit(const ssb4d_G *G, const ssb4d_geometry *g, const ssb4d_fi
         if (box.fit_rotation) { /* back to the scan frame */
             r->geom.rotation_deg = wrap180(x[3]);
             x[2] = wrap_phi(fit_phi_probe_to_scan(r->geom.flip, x[2], x[3]));
+        } else if (!(x[2] >= -90.0 && x[2] < 90.0)) { /* φ12 is defined modulo 180°, and the local
+            search may end just outside the box (−90.29°, on 9.8 nm of Au): reported, and taken
+            as `fit --tilt`'s start, inside [−90°, 90°) (a value inside keeps its bits) */
+            x[2] = wrap_phi(x[2]);
         }
         fit_point_aberrations(&p->base, x, &r->ab);
         if (isfinite(median) && median != 0)

@@ -743,7 +743,10 @@ ssb4d_status ssb4d_session_fit_tilt(ssb4d_session *s, ssb4d_tilt_result *r, ssb4
     memcpy(tp.thin.hi, s->fp.hi, sizeof tp.thin.hi);
     tp.thin.start[FIT_C10] = s->fit.ab.C_nm[SSB4D_C10];
     tp.thin.start[FIT_C12] = s->fit.ab.C_nm[SSB4D_C12];
-    tp.thin.start[FIT_PHI12] = s->fit.ab.phi_deg[SSB4D_C12];
+    double ph = s->fit.ab.phi_deg[SSB4D_C12], lo = tp.thin.lo[FIT_PHI12], hi = tp.thin.hi[FIT_PHI12];
+    if (!(ph >= lo && ph <= hi) && hi - lo >= 180.0) /* φ12 is periodic in 180°: a loaded fit's may lie outside */
+        ph = lo + fmod(fmod(ph - lo, 180.0) + 180.0, 180.0);
+    tp.thin.start[FIT_PHI12] = ph;
     memcpy(tp.thin.locked, s->fp.locked, sizeof tp.thin.locked);
     tp.thin.seed = s->fp.seed;
     tp.thin.batch = s->fp.batch;

@@ -249,4 +249,17 @@ cp "$T/th.npy" "$T/thn.npy"
     { bad "no branch warning for a weak skewness"; cat "$T/thn.err"; }
 grep -q '"confident":false' "$T/thn-fit.json" && ok || bad "a weak-skewness fit says it is confident"
 
+# --- phi12 is reported inside [-90, 90), and fit --tilt starts from it -----------------------------
+# A held-out study case (9.8 nm of Au, 1e3 e/pattern, scan rotation 60.63 deg): the standard fit's
+# local search ended at phi12 = -90.29 deg in the scan frame, and fit --tilt then refused its own
+# start ("the fit's start value -90.2918 of phi12 lies outside its range [-90, 90]").
+"$BIN" simulate --preset tiny --specimen au --cells-z 24 --c10 -9.325 --c12 1.185 --phi12 24.02 --tilt -1.511,4.108 \
+    --scan-rotation 60.63 --dose 1000 --seed 287588869 -o "$T/au.npy" --quiet || bad "Au simulate failed"
+"$BIN" fit "$T/au.npy" --tilt -o "$T/au" --json --threads 2 >"$T/au-fit.json" 2>"$T/au.err" && ok ||
+    { bad "fit --tilt refused the standard fit's phi12"; cat "$T/au.err"; }
+for k in phi12_deg phi12_scan_deg phi12_probe_deg; do
+    v=$(num "$T/au-fit.json" $k)
+    awk -v v="$v" 'BEGIN { exit !(v >= -90 && v < 90) }' && ok || bad "$k $v is outside [-90, 90)"
+done
+
 finish fit.sh
